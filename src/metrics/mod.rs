@@ -1,0 +1,1 @@
+//! metrics (being written)

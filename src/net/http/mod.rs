@@ -1,0 +1,1 @@
+//! Sans-IO HTTP/1.1 server codec. (Being written.)

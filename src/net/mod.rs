@@ -1,0 +1,3 @@
+//! Networking: the sans-IO HTTP/1.1 codec (`http`) and the connection layer on mio (`conn`).
+
+pub mod http;
