@@ -1,1 +1,118 @@
-fn main() {}
+//! The `sluice` binary: parse the command line, load config, run, map errors to exit codes.
+//!
+//! Exit codes: 0 success; 1 runtime failure (WAL, I/O, a thread died); 2 invalid configuration
+//! or usage; 3 `wal verify` found corruption.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use sluice::config::{Config, Overrides, RawManifest};
+
+#[derive(Parser)]
+#[command(name = "sluice", version, about = "Webhook ingest with end-to-end backpressure")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (embedded defaults unless --config is given).
+    Serve {
+        /// TOML manifest.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Listen address (default 127.0.0.1:8080).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Data directory (default ./sluice-data).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Worker threads (default: available cores).
+        #[arg(long)]
+        workers: Option<usize>,
+        /// fsync (202 after fdatasync, default) or os (202 after the page cache has it).
+        #[arg(long)]
+        durability: Option<String>,
+    },
+    /// Offline write-ahead-log tools.
+    Wal {
+        #[command(subcommand)]
+        command: WalCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum WalCommand {
+    /// Check every record's CRC and the LSN sequence; exit 0 when clean, 3 otherwise.
+    Verify {
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
+    /// Print one JSON object per event.
+    Inspect {
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// JSON lines output (the only format).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config, listen, data_dir, workers, durability } => {
+            let raw = match &config {
+                Some(path) => match Config::read_manifest(path) {
+                    Ok(raw) => raw,
+                    Err(e) => return fail(2, &e.to_string()),
+                },
+                None => RawManifest::default(),
+            };
+            let overrides = Overrides { listen, data_dir, workers, durability };
+            let cfg = match Config::build(raw, &|k| std::env::var(k).ok(), &overrides) {
+                Ok(c) => c,
+                Err(e) => return fail(2, &format!("invalid configuration: {e}")),
+            };
+            let result = sluice::sched::runtime::serve(cfg, &mut |addr| {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "sluice: listening on http://{addr}");
+                let _ = out.flush();
+            });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(1, &e.to_string()),
+            }
+        }
+        Command::Wal { command: WalCommand::Verify { data_dir } } => {
+            match sluice::wal::tools::verify(&data_dir) {
+                Ok(report) if report.is_clean() => {
+                    println!("{report}");
+                    ExitCode::SUCCESS
+                }
+                Ok(report) => fail(3, &report.to_string()),
+                Err(e) => fail(3, &e.to_string()),
+            }
+        }
+        Command::Wal { command: WalCommand::Inspect { data_dir, json: _ } } => {
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            match sluice::wal::tools::inspect_json(&data_dir, &mut out) {
+                Ok(()) => {
+                    let _ = out.flush();
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(1, &e.to_string()),
+            }
+        }
+    }
+}
+
+fn fail(code: u8, msg: &str) -> ExitCode {
+    eprintln!("sluice: {msg}");
+    ExitCode::from(code)
+}

@@ -1,1 +1,590 @@
-//! config (being written)
+//! Configuration: the TOML manifest plus environment, validated once into an immutable [`Config`].
+//!
+//! Two stages, as in ripgrep and raft-engine: [`RawManifest`] is the serde image of the file, with
+//! every field documented (default, range); [`Config::build`] validates it, overlays the
+//! environment and command-line overrides, and produces the immutable config the runtime reads.
+//! Invalid input fails startup with a message naming the key; nothing is silently clamped.
+//!
+//! Precedence, highest first: command-line flag, environment variable, manifest, embedded default.
+//! The server runs on embedded defaults with no manifest at all.
+//!
+//! Environment variables (the Harn orchestrator's contract):
+//!
+//! | variable | manifest key | default |
+//! |---|---|---|
+//! | `HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY` | `[ingest] global_capacity` | 4096 |
+//! | `HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY` | `[ingest] per_source_capacity` | 1024 |
+//! | `HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC` | `[ingest] refill_per_sec` | 1024 |
+
+pub mod duration;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use duration::parse_duration;
+
+/// Environment variable names (Harn orchestrator contract).
+pub const ENV_GLOBAL_CAPACITY: &str = "HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY";
+pub const ENV_PER_SOURCE_CAPACITY: &str = "HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY";
+pub const ENV_REFILL_PER_SEC: &str = "HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC";
+
+/// A configuration error: which key, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError(msg.into()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage 1: the raw manifest.
+// ---------------------------------------------------------------------------------------------
+
+/// The manifest file as written. Unknown keys are errors (a typo must not silently become a
+/// default).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawManifest {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub ingest: RawIngest,
+    #[serde(default)]
+    pub wal: RawWal,
+    #[serde(default)]
+    pub triggers: Vec<RawTrigger>,
+}
+
+/// `[server]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    /// Listen address. Default: `127.0.0.1:8080`.
+    pub listen: Option<String>,
+    /// Data directory; the WAL lives in `<data_dir>/wal`. Default: `./sluice-data`.
+    pub data_dir: Option<PathBuf>,
+    /// Worker threads (one event loop each). Default: available cores. Range: 1..=256.
+    pub workers: Option<usize>,
+    /// Open connections per worker; past it new connections get `503` and are closed.
+    /// Default: 4096. Range: 1..=1_000_000.
+    pub max_connections_per_core: Option<usize>,
+    /// Time allowed to receive a request head (from its first byte, or from the connection's
+    /// start). Past it: `408` and close. Default: `10s`.
+    pub header_timeout: Option<String>,
+    /// Time allowed to receive a request body after its head. Past it: `408` and close.
+    /// Default: `30s`.
+    pub body_timeout: Option<String>,
+    /// Idle keep-alive connections are closed after this long. Default: `60s`.
+    pub idle_timeout: Option<String>,
+    /// On SIGTERM/SIGINT, time given to in-flight requests before exit. Default: `30s`.
+    pub shutdown_timeout: Option<String>,
+    /// Largest accepted request body; larger gets `413`. Default: 10 MiB. Range: 1..=1 GiB.
+    pub max_body_bytes: Option<u64>,
+    /// Largest request head; larger gets `431`. Default: 16 KiB. Range: 1 KiB..=1 MiB.
+    pub max_head_bytes: Option<usize>,
+    /// Longest request target; longer gets `414`. Default: 8 KiB. Range: 64..=max_head_bytes.
+    pub max_uri_bytes: Option<usize>,
+    /// Requests one connection may have queued (pipelined) before the server stops reading
+    /// from it. Default: 16. Range: 1..=1024.
+    pub max_pipeline_depth: Option<usize>,
+}
+
+/// `[ingest]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIngest {
+    /// Global bucket capacity. Default: 4096. Range: ≥ 1. Env `HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY`.
+    pub global_capacity: Option<u64>,
+    /// Per-source bucket capacity. Default: 1024. Range: ≥ 1. Env `HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY`.
+    pub per_source_capacity: Option<u64>,
+    /// Tokens per second added to every bucket. Default: 1024. Range: ≥ 1. Env `HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC`.
+    pub refill_per_sec: Option<u64>,
+    /// Distinct sources with their own bucket; later sources share the `_overflow` bucket.
+    /// Default: 10000. Range: 1..=1_000_000.
+    pub max_sources: Option<usize>,
+    /// How long a request waits for room in the full WAL ring before `503 wal_busy`.
+    /// Default: `50ms`.
+    pub offer_timeout: Option<String>,
+    /// Serve the embedded route `POST /webhooks/{source}`. Default: true.
+    pub default_route: Option<bool>,
+    /// Request headers stored with each event (case-insensitive names), besides
+    /// `content-type`, which is always kept. At most 32. Default: a list of common provider
+    /// delivery and signature headers.
+    pub stored_headers: Option<Vec<String>>,
+}
+
+/// `[wal]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWal {
+    /// `fsync` (202 after fdatasync) or `os` (202 after the write reaches the page cache).
+    /// Default: `fsync`.
+    pub durability: Option<String>,
+    /// Segment size in bytes. Default: 64 MiB. Range: 1 MiB..=1 GiB, and larger than
+    /// `max_body_bytes` plus head room.
+    pub segment_bytes: Option<u64>,
+    /// `pwrite` or `mmap`. Default: `pwrite` (see BENCHMARKS.md).
+    pub write_path: Option<String>,
+    /// Capacity of the MPSC ring between workers and the WAL writer. Default: 4096.
+    /// Range: 2..=1_048_576.
+    pub ring_capacity: Option<usize>,
+    /// Most records in one group commit. Default: 1024. Range: 1..=65536.
+    pub max_batch: Option<usize>,
+}
+
+/// `[[triggers]]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTrigger {
+    /// Unique trigger id, `[A-Za-z0-9._-]{1,64}`.
+    pub id: String,
+    /// Provider id; it is the event's source (and names its per-source bucket).
+    pub provider: String,
+    /// Exact request path, starting with `/`.
+    pub path: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage 2: the validated, immutable config.
+// ---------------------------------------------------------------------------------------------
+
+/// Durability mode of the WAL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DurabilityMode {
+    Fsync,
+    Os,
+}
+
+impl std::str::FromStr for DurabilityMode {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "fsync" => Ok(DurabilityMode::Fsync),
+            "os" => Ok(DurabilityMode::Os),
+            other => err(format!("durability must be \"fsync\" or \"os\", got {other:?}")),
+        }
+    }
+}
+
+/// WAL write path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WritePathMode {
+    Pwrite,
+    Mmap,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub workers: usize,
+    pub max_connections_per_core: usize,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub shutdown_timeout: Duration,
+    pub max_body_bytes: u64,
+    pub max_head_bytes: usize,
+    pub max_uri_bytes: usize,
+    pub max_pipeline_depth: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct IngestConfig {
+    pub global_capacity: u64,
+    pub per_source_capacity: u64,
+    pub refill_per_sec: u64,
+    pub max_sources: usize,
+    pub offer_timeout: Duration,
+    pub default_route: bool,
+    /// Lower-cased header names stored with each event (always includes `content-type`).
+    pub stored_headers: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WalSettings {
+    pub durability: DurabilityMode,
+    pub segment_bytes: u64,
+    pub write_path: WritePathMode,
+    pub ring_capacity: usize,
+    pub max_batch: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerConfig {
+    pub id: String,
+    pub provider: String,
+    pub path: String,
+}
+
+/// The validated configuration. Built once at startup; never mutated.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub ingest: IngestConfig,
+    pub wal: WalSettings,
+    pub triggers: Vec<TriggerConfig>,
+}
+
+/// Command-line overrides (highest precedence).
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub workers: Option<usize>,
+    pub durability: Option<String>,
+}
+
+/// Default headers stored with each event besides `content-type`.
+pub const DEFAULT_STORED_HEADERS: &[&str] = &[
+    "user-agent",
+    "x-request-id",
+    "x-github-event",
+    "x-github-delivery",
+    "x-hub-signature-256",
+    "stripe-signature",
+    "x-slack-signature",
+    "x-slack-request-timestamp",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+];
+
+/// Most stored headers per event (bounds the per-event header block in the WAL).
+pub const MAX_STORED_HEADERS: usize = 32;
+
+/// `[A-Za-z0-9._-]{1,64}`: the shape of a source or trigger id.
+pub fn is_valid_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+impl Config {
+    /// Reads and parses the manifest at `path`.
+    pub fn read_manifest(path: &Path) -> Result<RawManifest, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("cannot read config {}: {e}", path.display())))?;
+        Self::parse_manifest(&text)
+            .map_err(|e| ConfigError(format!("config {}: {}", path.display(), e.0)))
+    }
+
+    /// Parses manifest text.
+    pub fn parse_manifest(text: &str) -> Result<RawManifest, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError(e.to_string()))
+    }
+
+    /// Validates `raw`, overlaying the environment (read through `env`) and `overrides`.
+    pub fn build(
+        raw: RawManifest,
+        env: &dyn Fn(&str) -> Option<String>,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigError> {
+        let server = build_server(raw.server, overrides)?;
+        let ingest = build_ingest(raw.ingest, env)?;
+        let wal = build_wal(raw.wal, overrides, server.max_body_bytes)?;
+        let triggers = build_triggers(raw.triggers)?;
+        Ok(Config { server, ingest, wal, triggers })
+    }
+
+    /// Embedded defaults with the process environment: what `sluice serve` runs without a file.
+    pub fn from_env_defaults() -> Result<Config, ConfigError> {
+        Self::build(RawManifest::default(), &|k| std::env::var(k).ok(), &Overrides::default())
+    }
+
+    /// Where the WAL segments live.
+    pub fn wal_dir(&self) -> PathBuf {
+        self.server.data_dir.join("wal")
+    }
+}
+
+fn duration_or(key: &str, v: Option<String>, default: Duration) -> Result<Duration, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(t) => parse_duration(&t).map_err(|e| ConfigError(format!("{key}: {e}"))),
+    }
+}
+
+fn ranged<T: PartialOrd + std::fmt::Display + Copy>(
+    key: &str,
+    v: Option<T>,
+    default: T,
+    lo: T,
+    hi: T,
+) -> Result<T, ConfigError> {
+    let x = v.unwrap_or(default);
+    if x < lo || x > hi {
+        return err(format!("{key} = {x} is out of range ({lo}..={hi})"));
+    }
+    Ok(x)
+}
+
+fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError> {
+    let listen_text = o.listen.clone().or(r.listen).unwrap_or_else(|| "127.0.0.1:8080".into());
+    let listen: SocketAddr = listen_text.parse().map_err(|_| {
+        ConfigError(format!("listen: {listen_text:?} is not an address like 127.0.0.1:8080"))
+    })?;
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let workers = ranged("server.workers", o.workers.or(r.workers), cores, 1, 256)?;
+    let max_head_bytes = ranged("server.max_head_bytes", r.max_head_bytes, 16 * 1024, 1024, 1 << 20)?;
+    Ok(ServerConfig {
+        listen,
+        data_dir: o.data_dir.clone().or(r.data_dir).unwrap_or_else(|| PathBuf::from("./sluice-data")),
+        workers,
+        max_connections_per_core: ranged(
+            "server.max_connections_per_core",
+            r.max_connections_per_core,
+            4096,
+            1,
+            1_000_000,
+        )?,
+        header_timeout: duration_or("server.header_timeout", r.header_timeout, Duration::from_secs(10))?,
+        body_timeout: duration_or("server.body_timeout", r.body_timeout, Duration::from_secs(30))?,
+        idle_timeout: duration_or("server.idle_timeout", r.idle_timeout, Duration::from_secs(60))?,
+        shutdown_timeout: duration_or(
+            "server.shutdown_timeout",
+            r.shutdown_timeout,
+            Duration::from_secs(30),
+        )?,
+        max_body_bytes: ranged("server.max_body_bytes", r.max_body_bytes, 10 << 20, 1, 1 << 30)?,
+        max_head_bytes,
+        max_uri_bytes: ranged("server.max_uri_bytes", r.max_uri_bytes, 8 * 1024, 64, max_head_bytes)?,
+        max_pipeline_depth: ranged("server.max_pipeline_depth", r.max_pipeline_depth, 16, 1, 1024)?,
+    })
+}
+
+/// Reads a positive integer from the environment; a set but invalid value is an error.
+fn env_u64(env: &dyn Fn(&str) -> Option<String>, key: &str) -> Result<Option<u64>, ConfigError> {
+    match env(key) {
+        None => Ok(None),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(Some(n)),
+            _ => err(format!("environment variable {key}={v:?} must be a positive integer")),
+        },
+    }
+}
+
+fn build_ingest(r: RawIngest, env: &dyn Fn(&str) -> Option<String>) -> Result<IngestConfig, ConfigError> {
+    let positive = |key: &str, env_key: &str, manifest: Option<u64>, default: u64| {
+        let v = match env_u64(env, env_key)? {
+            Some(v) => v,
+            None => manifest.unwrap_or(default),
+        };
+        if v == 0 || v > 1 << 40 {
+            return err(format!("ingest.{key} = {v} is out of range (1..={})", 1u64 << 40));
+        }
+        Ok(v)
+    };
+    let mut stored = vec!["content-type".to_string()];
+    let names: Vec<String> = match r.stored_headers {
+        Some(list) => list,
+        None => DEFAULT_STORED_HEADERS.iter().map(|s| s.to_string()).collect(),
+    };
+    for n in names {
+        let lower = n.to_ascii_lowercase();
+        if lower.is_empty() || !lower.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            return err(format!("ingest.stored_headers: {n:?} is not a header name"));
+        }
+        if !stored.contains(&lower) {
+            stored.push(lower);
+        }
+    }
+    if stored.len() > MAX_STORED_HEADERS {
+        return err(format!(
+            "ingest.stored_headers lists {} headers; at most {} are kept per event",
+            stored.len(),
+            MAX_STORED_HEADERS
+        ));
+    }
+    Ok(IngestConfig {
+        global_capacity: positive("global_capacity", ENV_GLOBAL_CAPACITY, r.global_capacity, 4096)?,
+        per_source_capacity: positive(
+            "per_source_capacity",
+            ENV_PER_SOURCE_CAPACITY,
+            r.per_source_capacity,
+            1024,
+        )?,
+        refill_per_sec: positive("refill_per_sec", ENV_REFILL_PER_SEC, r.refill_per_sec, 1024)?,
+        max_sources: ranged("ingest.max_sources", r.max_sources, 10_000, 1, 1_000_000)?,
+        offer_timeout: duration_or("ingest.offer_timeout", r.offer_timeout, Duration::from_millis(50))?,
+        default_route: r.default_route.unwrap_or(true),
+        stored_headers: stored,
+    })
+}
+
+fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, ConfigError> {
+    let durability = match o.durability.clone().or(r.durability) {
+        None => DurabilityMode::Fsync,
+        Some(t) => t.parse().map_err(|e: ConfigError| ConfigError(format!("wal.{}", e.0)))?,
+    };
+    let write_path = match r.write_path.as_deref() {
+        None | Some("pwrite") => WritePathMode::Pwrite,
+        Some("mmap") => WritePathMode::Mmap,
+        Some(other) => return err(format!("wal.write_path must be \"pwrite\" or \"mmap\", got {other:?}")),
+    };
+    let segment_bytes = ranged("wal.segment_bytes", r.segment_bytes, 64 << 20, 1 << 20, 1 << 30)?;
+    // A record holds the body plus at most: ids and source (3 × 64), 32 headers of at most the
+    // head size, and fixed fields. 1 MiB of head room covers every head we accept.
+    if segment_bytes < max_body + (1 << 20) {
+        return err(format!(
+            "wal.segment_bytes = {segment_bytes} must exceed server.max_body_bytes ({max_body}) by at least 1 MiB"
+        ));
+    }
+    Ok(WalSettings {
+        durability,
+        segment_bytes,
+        write_path,
+        ring_capacity: ranged("wal.ring_capacity", r.ring_capacity, 4096, 2, 1 << 20)?,
+        max_batch: ranged("wal.max_batch", r.max_batch, 1024, 1, 65536)?,
+    })
+}
+
+fn build_triggers(raw: Vec<RawTrigger>) -> Result<Vec<TriggerConfig>, ConfigError> {
+    let mut out: Vec<TriggerConfig> = Vec::with_capacity(raw.len());
+    for t in raw {
+        if !is_valid_id(&t.id) {
+            return err(format!("triggers: id {:?} must match [A-Za-z0-9._-]{{1,64}}", t.id));
+        }
+        if !is_valid_id(&t.provider) {
+            return err(format!(
+                "trigger {:?}: provider {:?} must match [A-Za-z0-9._-]{{1,64}}",
+                t.id, t.provider
+            ));
+        }
+        if !t.path.starts_with('/') || t.path.len() > 1024 || t.path.contains(['?', '#', ' ']) {
+            return err(format!(
+                "trigger {:?}: path {:?} must be an absolute path without query (≤ 1024 bytes)",
+                t.id, t.path
+            ));
+        }
+        if let Some(other) = out.iter().find(|o| o.id == t.id) {
+            return err(format!("triggers: id {:?} is defined twice", other.id));
+        }
+        if let Some(other) = out.iter().find(|o| o.path == t.path) {
+            return err(format!(
+                "triggers {:?} and {:?} both use path {:?}",
+                other.id, t.id, t.path
+            ));
+        }
+        out.push(TriggerConfig { id: t.id, provider: t.provider, path: t.path });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn build(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        Config::build(Config::parse_manifest(text)?, env, &Overrides::default())
+    }
+
+    #[test]
+    fn embedded_defaults() {
+        let c = build("", &no_env).unwrap();
+        assert_eq!(c.server.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.server.data_dir, PathBuf::from("./sluice-data"));
+        assert_eq!(c.ingest.global_capacity, 4096);
+        assert_eq!(c.ingest.per_source_capacity, 1024);
+        assert_eq!(c.ingest.refill_per_sec, 1024);
+        assert_eq!(c.ingest.offer_timeout, Duration::from_millis(50));
+        assert_eq!(c.server.max_body_bytes, 10 << 20);
+        assert_eq!(c.server.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(c.wal.durability, DurabilityMode::Fsync);
+        assert!(c.server.workers >= 1);
+        assert_eq!(c.ingest.stored_headers[0], "content-type");
+    }
+
+    #[test]
+    fn env_wins_over_manifest() {
+        let env = |k: &str| (k == ENV_PER_SOURCE_CAPACITY).then(|| "2".to_string());
+        let c = build("[ingest]\nper_source_capacity = 50\nglobal_capacity = 77\n", &env).unwrap();
+        assert_eq!(c.ingest.per_source_capacity, 2);
+        assert_eq!(c.ingest.global_capacity, 77);
+    }
+
+    #[test]
+    fn invalid_env_fails_with_the_variable_name() {
+        for bad in ["0", "-3", "abc", "1.5", ""] {
+            let env = move |k: &str| (k == ENV_REFILL_PER_SEC).then(|| bad.to_string());
+            let e = build("", &env).unwrap_err();
+            assert!(e.0.contains(ENV_REFILL_PER_SEC), "{e}");
+        }
+    }
+
+    #[test]
+    fn invalid_manifest_values_fail_with_the_key() {
+        let cases = [
+            ("[ingest]\nglobal_capacity = 0\n", "ingest.global_capacity"),
+            ("[server]\nheader_timeout = \"0s\"\n", "server.header_timeout"),
+            ("[server]\nworkers = 0\n", "server.workers"),
+            ("[server]\nlisten = \"nope\"\n", "listen"),
+            ("[wal]\ndurability = \"sometimes\"\n", "durability"),
+            ("[wal]\nwrite_path = \"carrier-pigeon\"\n", "wal.write_path"),
+            ("[server]\nbogus = 1\n", "bogus"),
+            ("[[triggers]]\nid = \"a b\"\nprovider = \"x\"\npath = \"/x\"\n", "id"),
+            ("[[triggers]]\nid = \"a\"\nprovider = \"x\"\npath = \"x\"\n", "path"),
+            (
+                "[[triggers]]\nid = \"a\"\nprovider = \"x\"\npath = \"/x\"\n[[triggers]]\nid = \"b\"\nprovider = \"x\"\npath = \"/x\"\n",
+                "both use path",
+            ),
+        ];
+        for (text, needle) in cases {
+            let e = build(text, &no_env).unwrap_err();
+            assert!(e.0.contains(needle), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn overrides_win() {
+        let o = Overrides {
+            listen: Some("127.0.0.1:0".into()),
+            workers: Some(3),
+            durability: Some("os".into()),
+            data_dir: Some(PathBuf::from("/tmp/x")),
+        };
+        let raw = Config::parse_manifest("[server]\nlisten = \"127.0.0.1:9\"\nworkers = 1\n").unwrap();
+        let c = Config::build(raw, &no_env, &o).unwrap();
+        assert_eq!(c.server.listen.port(), 0);
+        assert_eq!(c.server.workers, 3);
+        assert_eq!(c.wal.durability, DurabilityMode::Os);
+        assert_eq!(c.wal_dir(), PathBuf::from("/tmp/x/wal"));
+    }
+
+    #[test]
+    fn triggers_parse() {
+        let c = build(
+            "[[triggers]]\nid = \"gh\"\nprovider = \"github\"\npath = \"/hooks/github\"\n",
+            &no_env,
+        )
+        .unwrap();
+        assert_eq!(
+            c.triggers,
+            vec![TriggerConfig { id: "gh".into(), provider: "github".into(), path: "/hooks/github".into() }]
+        );
+    }
+
+    #[test]
+    fn id_shape() {
+        assert!(is_valid_id("github.com_x-1"));
+        assert!(!is_valid_id(""));
+        assert!(!is_valid_id("a/b"));
+        assert!(!is_valid_id(&"a".repeat(65)));
+        assert!(is_valid_id(&"a".repeat(64)));
+    }
+}

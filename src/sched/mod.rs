@@ -1,1 +1,10 @@
-//! sched (being written)
+//! The runtime: worker threads (one event loop each), the WAL writer thread, and shutdown.
+//!
+//! - [`runtime`] starts everything, waits for SIGTERM/SIGINT and drains.
+//! - [`worker`] is one core's event loop: its own `mio::Poll`, its own `SO_REUSEPORT` listener,
+//!   its own bounded connection table, per-core metrics and source-bucket cache.
+//! - [`state`] is the little shared state: lifecycle phase and the handles every worker needs.
+
+pub mod runtime;
+pub mod state;
+pub mod worker;

@@ -1,0 +1,89 @@
+//! Response bodies of the ingest edge. Kept in one place so the wire contract is easy to audit.
+//!
+//! - accepted: `202 {"status":"accepted","event_id":"…","trigger_id":"…"}`
+//! - refused:  `503 {"status":"refused","reason":"…","retry_after":N}` + `Retry-After: N`
+//!
+//! Ids are `[A-Za-z0-9._-]` by construction (validated routes, generated event ids), so they
+//! need no JSON escaping; [`json_str`] escapes anyway for defence in depth.
+
+use std::fmt::Write;
+
+/// Why an admitted-looking request was refused; the `reason` field of the refusal body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A token bucket (global or per-source) is empty.
+    IngestSaturated,
+    /// The WAL ring stayed full for `offer_timeout`.
+    WalBusy,
+    /// The WAL could not write or sync.
+    WalUnavailable,
+    /// The server is shutting down and no longer admits.
+    Draining,
+}
+
+impl Refusal {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::IngestSaturated => "ingest_saturated",
+            Refusal::WalBusy => "wal_busy",
+            Refusal::WalUnavailable => "wal_unavailable",
+            Refusal::Draining => "draining",
+        }
+    }
+}
+
+/// `{"status":"accepted",...}`
+pub fn accepted_body(event_id: &str, trigger_id: &str) -> String {
+    let mut s = String::with_capacity(96);
+    s.push_str("{\"status\":\"accepted\",\"event_id\":");
+    json_str(&mut s, event_id);
+    s.push_str(",\"trigger_id\":");
+    json_str(&mut s, trigger_id);
+    s.push('}');
+    s
+}
+
+/// `{"status":"refused",...}`
+pub fn refused_body(reason: Refusal, retry_after_secs: u64) -> String {
+    format!(
+        "{{\"status\":\"refused\",\"reason\":\"{}\",\"retry_after\":{}}}",
+        reason.as_str(),
+        retry_after_secs
+    )
+}
+
+/// Appends `value` as a JSON string literal.
+pub fn json_str(out: &mut String, value: &str) {
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_are_exact() {
+        assert_eq!(
+            accepted_body("01ABC", "default"),
+            r#"{"status":"accepted","event_id":"01ABC","trigger_id":"default"}"#
+        );
+        assert_eq!(
+            refused_body(Refusal::IngestSaturated, 3),
+            r#"{"status":"refused","reason":"ingest_saturated","retry_after":3}"#
+        );
+        let mut s = String::new();
+        json_str(&mut s, "a\"b\\c\n");
+        assert_eq!(s, r#""a\"b\\c\u000a""#);
+    }
+}

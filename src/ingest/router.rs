@@ -1,0 +1,139 @@
+//! Routing: request path and method → what the worker does with the request.
+//!
+//! Routes, in match order:
+//! 1. `GET|HEAD /healthz`, `/readyz`, `/metrics` (the operational endpoints).
+//! 2. Exact trigger paths from the manifest's `[[triggers]]` (`POST` only); the trigger's
+//!    provider is the event's source.
+//! 3. The embedded default route `POST /webhooks/{source}` (unless `ingest.default_route =
+//!    false`); `source` must match `[A-Za-z0-9._-]{1,64}`, else `400`. Its events belong to the
+//!    built-in trigger [`DEFAULT_TRIGGER_ID`].
+//!
+//! A known path with the wrong method is `405` with `Allow`; anything else is `404`.
+//! The query string is ignored for matching.
+
+use std::collections::HashMap;
+
+use crate::config::{is_valid_id, TriggerConfig};
+
+/// Trigger id of events received on the embedded `POST /webhooks/{source}` route.
+pub const DEFAULT_TRIGGER_ID: &str = "default";
+
+/// Prefix of the embedded route.
+pub const DEFAULT_ROUTE_PREFIX: &str = "/webhooks/";
+
+/// The operational endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpsEndpoint {
+    Healthz,
+    Readyz,
+    Metrics,
+}
+
+/// What a request resolved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteMatch<'a> {
+    Ops(OpsEndpoint),
+    Ingest { trigger_id: &'a str, source: &'a str },
+    /// The path exists but the method does not; the value is the `Allow` header.
+    MethodNotAllowed(&'static str),
+    /// `/webhooks/{source}` with a source that is not `[A-Za-z0-9._-]{1,64}`.
+    BadSource,
+    NotFound,
+}
+
+/// Immutable routing table built from the config.
+#[derive(Debug, Clone)]
+pub struct Router {
+    triggers: HashMap<String, (String, String)>,
+    default_route: bool,
+}
+
+const ALLOW_GET: &str = "GET, HEAD";
+const ALLOW_POST: &str = "POST";
+
+impl Router {
+    pub fn new(triggers: &[TriggerConfig], default_route: bool) -> Router {
+        let triggers = triggers
+            .iter()
+            .map(|t| (t.path.clone(), (t.id.clone(), t.provider.clone())))
+            .collect();
+        Router { triggers, default_route }
+    }
+
+    /// Resolves `method` + `path` (the request target without its query).
+    pub fn route<'a>(&'a self, method: &str, target: &'a str) -> RouteMatch<'a> {
+        let path = target.split_once('?').map_or(target, |(p, _)| p);
+        let is_get = method == "GET" || method == "HEAD";
+        let is_post = method == "POST";
+        let ops = match path {
+            "/healthz" => Some(OpsEndpoint::Healthz),
+            "/readyz" => Some(OpsEndpoint::Readyz),
+            "/metrics" => Some(OpsEndpoint::Metrics),
+            _ => None,
+        };
+        if let Some(ep) = ops {
+            return if is_get { RouteMatch::Ops(ep) } else { RouteMatch::MethodNotAllowed(ALLOW_GET) };
+        }
+        if let Some((id, provider)) = self.triggers.get(path) {
+            return if is_post {
+                RouteMatch::Ingest { trigger_id: id, source: provider }
+            } else {
+                RouteMatch::MethodNotAllowed(ALLOW_POST)
+            };
+        }
+        if self.default_route {
+            if let Some(source) = path.strip_prefix(DEFAULT_ROUTE_PREFIX) {
+                if !is_post {
+                    return RouteMatch::MethodNotAllowed(ALLOW_POST);
+                }
+                return if is_valid_id(source) {
+                    RouteMatch::Ingest { trigger_id: DEFAULT_TRIGGER_ID, source }
+                } else {
+                    RouteMatch::BadSource
+                };
+            }
+        }
+        RouteMatch::NotFound
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn router() -> Router {
+        Router::new(
+            &[TriggerConfig { id: "gh".into(), provider: "github".into(), path: "/hooks/gh".into() }],
+            true,
+        )
+    }
+
+    #[test]
+    fn routes() {
+        let r = router();
+        assert_eq!(r.route("GET", "/healthz"), RouteMatch::Ops(OpsEndpoint::Healthz));
+        assert_eq!(r.route("HEAD", "/readyz?x=1"), RouteMatch::Ops(OpsEndpoint::Readyz));
+        assert_eq!(r.route("POST", "/metrics"), RouteMatch::MethodNotAllowed("GET, HEAD"));
+        assert_eq!(
+            r.route("POST", "/hooks/gh?delivery=1"),
+            RouteMatch::Ingest { trigger_id: "gh", source: "github" }
+        );
+        assert_eq!(r.route("GET", "/hooks/gh"), RouteMatch::MethodNotAllowed("POST"));
+        assert_eq!(
+            r.route("POST", "/webhooks/stripe.prod-1"),
+            RouteMatch::Ingest { trigger_id: DEFAULT_TRIGGER_ID, source: "stripe.prod-1" }
+        );
+        assert_eq!(r.route("POST", "/webhooks/"), RouteMatch::BadSource);
+        assert_eq!(r.route("POST", "/webhooks/a/b"), RouteMatch::BadSource);
+        assert_eq!(r.route("POST", &format!("/webhooks/{}", "x".repeat(65))), RouteMatch::BadSource);
+        assert_eq!(r.route("PUT", "/webhooks/x"), RouteMatch::MethodNotAllowed("POST"));
+        assert_eq!(r.route("POST", "/nope"), RouteMatch::NotFound);
+        assert_eq!(r.route("GET", "/"), RouteMatch::NotFound);
+    }
+
+    #[test]
+    fn default_route_can_be_disabled() {
+        let r = Router::new(&[], false);
+        assert_eq!(r.route("POST", "/webhooks/x"), RouteMatch::NotFound);
+    }
+}

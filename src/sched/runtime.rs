@@ -1,0 +1,214 @@
+//! Starting, running and stopping the server.
+//!
+//! Start-up order matters: signal handlers are installed first (a SIGTERM during start-up must
+//! not kill the process with the default action), then the WAL is recovered, then listeners are
+//! bound (so a bad address fails before anything runs), then the writer and workers start, and
+//! only then is the phase `Ready` and the address printed.
+//!
+//! Shutdown (SIGTERM/SIGINT): phase `Draining` (`/readyz` → 503 `draining`); each worker stops
+//! accepting, closes idle connections and answers what it has already received, with
+//! `Connection: close`; workers exit when they have nothing in flight, or after
+//! `shutdown_timeout`. Then the WAL ring is closed, the writer drains it, syncs and exits.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::sync::Parker;
+use mio::Waker;
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::config::{Config, DurabilityMode, WritePathMode};
+use crate::ingest::bucket::{Admission, BucketParams};
+use crate::ingest::router::Router;
+use crate::ingest::sources::SourceTable;
+use crate::metrics::Metrics;
+use crate::ring;
+use crate::sched::state::{Phase, Shared};
+use crate::sched::worker::Worker;
+use crate::sync::clock::{Clock, MonotonicClock};
+use crate::wal::{self, CompletionSink, Durability, WalConfig, WalShared, WritePath};
+
+/// Why the server could not start or stopped abnormally.
+#[derive(Debug)]
+pub enum RuntimeError {
+    /// The WAL could not be opened or recovered.
+    Wal(wal::WalError),
+    /// Binding, thread spawning or another OS call failed.
+    Io { what: String, source: std::io::Error },
+    /// A worker or the writer died.
+    ThreadDied(String),
+}
+
+impl std::fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RuntimeError::Wal(e) => write!(f, "write-ahead log: {e}"),
+            RuntimeError::Io { what, source } => write!(f, "{what}: {source}"),
+            RuntimeError::ThreadDied(name) => write!(f, "thread {name} died"),
+        }
+    }
+}
+
+impl std::error::Error for RuntimeError {}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RuntimeError {
+    let what = what.into();
+    move |source| RuntimeError::Io { what, source }
+}
+
+/// Binds one `SO_REUSEPORT` listener.
+pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
+/// Runs the server until SIGTERM/SIGINT, then drains. `on_ready` receives the bound address.
+pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(), RuntimeError> {
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, term.clone()).map_err(io_err("installing signal handlers"))?;
+    }
+    let config = Arc::new(config);
+    let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+
+    std::fs::create_dir_all(config.wal_dir())
+        .map_err(io_err(format!("creating {}", config.wal_dir().display())))?;
+    let wal_cfg = WalConfig {
+        dir: config.wal_dir(),
+        segment_bytes: config.wal.segment_bytes,
+        durability: match config.wal.durability {
+            DurabilityMode::Fsync => Durability::Fsync,
+            DurabilityMode::Os => Durability::Os,
+        },
+        write_path: match config.wal.write_path {
+            WritePathMode::Pwrite => WritePath::Pwrite,
+            WritePathMode::Mmap => WritePath::Mmap,
+        },
+        max_batch: config.wal.max_batch,
+    };
+    let (log, report) = wal::open(&wal_cfg).map_err(RuntimeError::Wal)?;
+    eprintln!(
+        "sluice: wal recovered: {} segments, {} records, last lsn {}{}",
+        report.segments,
+        report.records,
+        report.last_lsn,
+        match &report.truncated_tail {
+            Some((seg, off)) => format!(", torn tail truncated at {}:{}", seg.display(), off),
+            None => String::new(),
+        }
+    );
+
+    let (ring_tx, ring_rx) = ring::channel(config.wal.ring_capacity);
+    let parker = Parker::new();
+    let unparker = parker.unparker().clone();
+    let wal_shared = Arc::new(WalShared::new(report.last_lsn, clock.clone()));
+    let sources = Arc::new(SourceTable::new(
+        config.ingest.max_sources,
+        BucketParams::new(config.ingest.per_source_capacity, config.ingest.refill_per_sec),
+    ));
+    let shared = Arc::new(Shared::new(
+        config.clone(),
+        clock.clone(),
+        Router::new(&config.triggers, config.ingest.default_route),
+        Admission::new(BucketParams::new(config.ingest.global_capacity, config.ingest.refill_per_sec), clock.now_nanos()),
+        sources,
+        wal_shared.clone(),
+        Arc::new(Metrics::new(config.server.workers)),
+    ));
+
+    // Listeners: the first resolves the port (it may be 0), the others share it.
+    let first = bind_reuseport(config.server.listen)
+        .map_err(io_err(format!("binding {}", config.server.listen)))?;
+    let addr = first.local_addr().map_err(io_err("reading the bound address"))?;
+    let hard_stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    let mut sinks: Vec<Box<dyn CompletionSink>> = Vec::new();
+    let mut wakers: Vec<Arc<Waker>> = Vec::new();
+    for id in 0..config.server.workers {
+        let listener = if id == 0 {
+            first.try_clone().map_err(io_err("cloning the listener"))?
+        } else {
+            bind_reuseport(addr).map_err(io_err(format!("binding {addr}")))?
+        };
+        let (w, sink, waker) =
+            Worker::new(id, listener, shared.clone(), ring_tx.clone(), unparker.clone(), hard_stop.clone())
+                .map_err(io_err("creating a worker"))?;
+        workers.push(w);
+        sinks.push(Box::new(sink));
+        wakers.push(waker);
+    }
+    drop(first);
+
+    let writer = wal::spawn_writer(log, ring_rx, parker, sinks, wal_shared)
+        .map_err(io_err("starting the WAL writer"))?;
+    let mut handles: Vec<JoinHandle<()>> = Vec::new();
+    for w in workers {
+        let h = std::thread::Builder::new()
+            .name("sluice-worker".into())
+            .spawn(move || w.run())
+            .map_err(io_err("starting a worker"))?;
+        handles.push(h);
+    }
+
+    shared.set_phase(Phase::Ready);
+    on_ready(addr);
+
+    // Wait for a signal, watching that every thread stays alive.
+    let mut died = None;
+    while !term.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+        if handles.iter().any(|h| h.is_finished()) {
+            died = Some("sluice-worker");
+            break;
+        }
+        if writer.is_finished() {
+            died = Some("sluice-wal-writer");
+            break;
+        }
+    }
+
+    shared.set_phase(Phase::Draining);
+    eprintln!("sluice: draining (up to {:?})", config.server.shutdown_timeout);
+    for w in &wakers {
+        let _ = w.wake();
+    }
+    let deadline = Instant::now() + config.server.shutdown_timeout + Duration::from_secs(1);
+    while handles.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    hard_stop.store(true, Ordering::Relaxed);
+    for w in &wakers {
+        let _ = w.wake();
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+    ring_tx.close();
+    unparker.unpark();
+    drop(ring_tx);
+    if writer.join().is_err() {
+        return Err(RuntimeError::ThreadDied("sluice-wal-writer".into()));
+    }
+    eprintln!("sluice: stopped");
+    match died {
+        Some(name) => Err(RuntimeError::ThreadDied(name.into())),
+        None => Ok(()),
+    }
+}
+
+/// Renders `/metrics`: the merged per-core counters plus the WAL's and the sources' families.
+pub fn render_metrics(shared: &Shared, ring_depth: usize) -> String {
+    shared.metrics.render(&mut |w| {
+        w.gauge("sluice_wal_ring_depth", "Events waiting in the WAL ring.", ring_depth as f64);
+        shared.wal.render_prometheus(w);
+        shared.sources.render_prometheus(w);
+    })
+}

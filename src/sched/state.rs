@@ -1,0 +1,75 @@
+//! State shared by all workers: lifecycle phase, config, admission, WAL status, metrics.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::ingest::bucket::Admission;
+use crate::ingest::router::Router;
+use crate::ingest::sources::SourceTable;
+use crate::metrics::Metrics;
+use crate::sync::clock::Clock;
+use crate::wal::WalShared;
+
+/// Lifecycle of the server, as `/readyz` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    Starting = 0,
+    Ready = 1,
+    Draining = 2,
+}
+
+/// Everything the workers share. Read-mostly; the only writes are the phase (main thread) and
+/// the atomics inside `admission`, `wal` and `metrics`.
+#[derive(Debug)]
+pub struct Shared {
+    pub config: Arc<Config>,
+    pub clock: Arc<dyn Clock>,
+    pub router: Router,
+    pub admission: Admission,
+    pub sources: Arc<SourceTable>,
+    pub wal: Arc<WalShared>,
+    pub metrics: Arc<Metrics>,
+    // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
+    // loop turn. `Relaxed` is enough: the phase carries no data with it, and a worker that sees
+    // `Draining` one turn late only delays its drain by one poll timeout.
+    phase: AtomicU8,
+}
+
+impl Shared {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: Arc<Config>,
+        clock: Arc<dyn Clock>,
+        router: Router,
+        admission: Admission,
+        sources: Arc<SourceTable>,
+        wal: Arc<WalShared>,
+        metrics: Arc<Metrics>,
+    ) -> Shared {
+        Shared { config, clock, router, admission, sources, wal, metrics, phase: AtomicU8::new(Phase::Starting as u8) }
+    }
+
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Relaxed) {
+            0 => Phase::Starting,
+            1 => Phase::Ready,
+            _ => Phase::Draining,
+        }
+    }
+
+    pub fn set_phase(&self, p: Phase) {
+        self.phase.store(p as u8, Ordering::Relaxed);
+    }
+
+    /// `/readyz`: `None` when ready, else the reason for 503.
+    pub fn not_ready_reason(&self) -> Option<&'static str> {
+        match self.phase() {
+            Phase::Starting => Some("starting"),
+            Phase::Draining => Some("draining"),
+            Phase::Ready if !self.wal.is_healthy() => Some("wal_unavailable"),
+            Phase::Ready => None,
+        }
+    }
+}

@@ -1,0 +1,668 @@
+//! One core's event loop.
+//!
+//! Each worker owns: a `mio::Poll`, its own `SO_REUSEPORT` listener (the kernel spreads new
+//! connections across workers), a bounded connection table, a cache of per-source buckets, a
+//! shard of the metrics, a producer handle on the WAL ring and the receiving end of its own
+//! completion ring. Nothing here takes a lock on the request path.
+//!
+//! The life of an ingest request: parse (sans-IO codec) → route → token buckets (all-or-nothing
+//! across global and per-source) → build the WAL record → `try_push` into the WAL ring (if the
+//! ring is full, retry every millisecond until `offer_timeout`, then `503 wal_busy`) → the writer
+//! group-commits and sends a completion through this worker's completion ring and wakes the
+//! poll → `202` (or `503 wal_unavailable`) is queued in request order on the connection.
+//!
+//! Bounds: connections ≤ `max_connections_per_core` (past it: `503` and close); appends in flight
+//! from this worker ≤ `ring_capacity + max_batch` (= the completion ring's capacity, so the
+//! writer can always report back); queued responses per connection ≤ `max_pipeline_depth`.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_utils::sync::Unparker;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::ingest::event_id::EventIdGen;
+use crate::ingest::respond::{accepted_body, refused_body, Refusal};
+use crate::ingest::router::{OpsEndpoint, RouteMatch};
+use crate::ingest::sources::{RefusalReason, SourceCache};
+use crate::metrics::{CoreMetrics, Route};
+use crate::net::conn::{Conn, Flush, Phase, PendingIngest, Slot};
+use crate::net::http::{self, HttpError, ReadStatus, Request};
+use crate::ring;
+use crate::sched::state::{Phase as Lifecycle, Shared};
+use crate::sync::clock::unix_millis;
+use crate::wal::{AppendOutcome, AppendRequest, CompletionSink, EventRecord};
+
+const LISTENER: Token = Token(usize::MAX - 1);
+const WAKER: Token = Token(usize::MAX - 2);
+
+/// Bits of a ticket that carry the per-worker sequence; the bits above hold the connection slot.
+const TICKET_SEQ_BITS: u32 = 40;
+
+/// How often connection deadlines are checked.
+const SWEEP_EVERY: Duration = Duration::from_millis(100);
+/// Poll timeout while requests wait for room in the WAL ring.
+const OFFER_RETRY: Duration = Duration::from_millis(1);
+
+/// A WAL append result routed back to the worker that asked for it.
+#[derive(Debug)]
+pub struct Completion {
+    pub ticket: u64,
+    pub outcome: AppendOutcome,
+}
+
+/// The writer's handle on one worker: pushes completions, wakes the worker's poll.
+#[derive(Debug)]
+pub struct WorkerSink {
+    tx: ring::Sender<Completion>,
+    waker: Arc<Waker>,
+    touched: bool,
+}
+
+impl CompletionSink for WorkerSink {
+    fn complete(&mut self, ticket: u64, outcome: AppendOutcome) {
+        // Cannot be full: a worker never has more appends in flight than this ring's capacity.
+        if let Err(e) = self.tx.try_push(Completion { ticket, outcome }) {
+            let c = e.into_inner();
+            eprintln!("sluice: completion ring full or closed; ticket {} unanswered", c.ticket);
+        }
+        self.touched = true;
+    }
+
+    fn notify(&mut self) {
+        if std::mem::take(&mut self.touched) {
+            let _ = self.waker.wake();
+        }
+    }
+}
+
+/// A worker before it runs: created on the main thread so that bind errors surface at startup.
+#[derive(Debug)]
+pub struct Worker {
+    id: usize,
+    poll: Poll,
+    listener: Option<TcpListener>,
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    open: usize,
+    shared: Arc<Shared>,
+    metrics: CoreMetrics,
+    sources: SourceCache,
+    ring_tx: ring::Sender<AppendRequest>,
+    unparker: Unparker,
+    completions: ring::Receiver<Completion>,
+    outstanding: usize,
+    max_outstanding: usize,
+    seq: u64,
+    offer_waiters: VecDeque<usize>,
+    ids: EventIdGen,
+    limits: http::Limits,
+    hard_stop: Arc<AtomicBool>,
+    draining_since: Option<u64>,
+}
+
+impl Worker {
+    /// Builds worker `id` with its listener; returns the worker and the writer's sink for it.
+    pub fn new(
+        id: usize,
+        listener: std::net::TcpListener,
+        shared: Arc<Shared>,
+        ring_tx: ring::Sender<AppendRequest>,
+        unparker: Unparker,
+        hard_stop: Arc<AtomicBool>,
+    ) -> io::Result<(Worker, WorkerSink, Arc<Waker>)> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let mut listener = TcpListener::from_std(listener);
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        let cfg = &shared.config;
+        let max_outstanding = cfg.wal.ring_capacity + cfg.wal.max_batch;
+        let (ctx, crx) = ring::channel(max_outstanding);
+        let limits = http::Limits {
+            max_head_bytes: cfg.server.max_head_bytes,
+            max_uri_bytes: cfg.server.max_uri_bytes,
+            max_body_bytes: cfg.server.max_body_bytes,
+            ..http::Limits::default()
+        };
+        let worker = Worker {
+            id,
+            poll,
+            listener: Some(listener),
+            conns: Vec::new(),
+            free: Vec::new(),
+            open: 0,
+            metrics: shared.metrics.core(id),
+            sources: SourceCache::new(shared.sources.clone()),
+            shared,
+            ring_tx,
+            unparker,
+            completions: crx,
+            outstanding: 0,
+            max_outstanding,
+            seq: 0,
+            offer_waiters: VecDeque::new(),
+            ids: EventIdGen::new(id),
+            limits,
+            hard_stop,
+            draining_since: None,
+        };
+        let sink = WorkerSink { tx: ctx, waker: waker.clone(), touched: false };
+        Ok((worker, sink, waker))
+    }
+
+    fn now(&self) -> u64 {
+        self.shared.clock.now_nanos()
+    }
+
+    /// Runs the loop until drained (or hard-stopped).
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut last_sweep = self.now();
+        loop {
+            let timeout = if self.offer_waiters.is_empty() { SWEEP_EVERY } else { OFFER_RETRY };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    eprintln!("sluice: worker {}: poll failed: {e}", self.id);
+                    return;
+                }
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept_all(),
+                    WAKER => {}
+                    Token(i) => {
+                        if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+                            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                                c.readable = true;
+                            }
+                        }
+                        self.drive(i);
+                    }
+                }
+            }
+            self.drain_completions();
+            self.retry_offers();
+            let now = self.now();
+            if now.saturating_sub(last_sweep) >= SWEEP_EVERY.as_nanos() as u64 {
+                last_sweep = now;
+                self.sweep(now);
+            }
+            if self.hard_stop.load(Ordering::Relaxed) {
+                return;
+            }
+            if self.shared.phase() == Lifecycle::Draining && self.drain_step(now) {
+                return;
+            }
+        }
+    }
+
+    // ----- connections ----------------------------------------------------------------------
+
+    fn accept_all(&mut self) {
+        loop {
+            let Some(listener) = self.listener.as_ref() else { return };
+            match listener.accept() {
+                Ok((stream, _)) => self.admit_connection(stream),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // EMFILE/ENFILE and friends: leave the rest in the backlog; the next
+                    // readiness event retries. Counted so operators see it.
+                    self.metrics.incr_connections_refused();
+                    eprintln!("sluice: worker {}: accept failed: {e}", self.id);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn admit_connection(&mut self, mut stream: TcpStream) {
+        if self.open >= self.shared.config.server.max_connections_per_core {
+            self.metrics.incr_connections_refused();
+            let mut out = Vec::new();
+            http::write_response(
+                &mut out,
+                503,
+                &[("Retry-After", "1"), ("Content-Type", "text/plain")],
+                b"connection limit reached\n",
+                false,
+                false,
+            );
+            // Best effort: one non-blocking write, then close.
+            let _ = io::Write::write(&mut stream, &out);
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        if let Err(e) = self.poll.registry().register(
+            &mut stream,
+            Token(idx),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            eprintln!("sluice: worker {}: register failed: {e}", self.id);
+            self.free.push(idx);
+            return;
+        }
+        let now = self.now();
+        let mut conn = Conn::new(stream, http::RequestReader::new(self.limits.clone()), now);
+        // A new connection must send its head within the header timeout (slowloris).
+        conn.set_phase(Phase::Head, now);
+        self.conns[idx] = Some(conn);
+        self.open += 1;
+        self.metrics.incr_connections_accepted();
+        self.metrics.set_connections_open(self.open as u64);
+        self.drive(idx);
+    }
+
+    fn close(&mut self, idx: usize) {
+        if let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) {
+            let _ = self.poll.registry().deregister(&mut c.stream);
+            self.free.push(idx);
+            self.open -= 1;
+            self.metrics.set_connections_open(self.open as u64);
+        }
+    }
+
+    /// Reads, parses and answers as far as the connection allows, then writes.
+    fn drive(&mut self, idx: usize) {
+        let depth = self.shared.config.server.max_pipeline_depth;
+        let draining = self.shared.phase() == Lifecycle::Draining;
+        loop {
+            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return };
+            if conn.closing || conn.slots.len() >= depth {
+                break;
+            }
+            match conn.reader.poll(&mut conn.rbuf) {
+                ReadStatus::Request(req) => {
+                    conn.continue_sent = false;
+                    conn.served += 1;
+                    self.handle(idx, req, draining);
+                    continue;
+                }
+                ReadStatus::HeadReady { expect_continue } => {
+                    if expect_continue && !conn.continue_sent {
+                        conn.continue_sent = true;
+                        let mut bytes = Vec::with_capacity(32);
+                        http::write_continue(&mut bytes);
+                        conn.slots.push_back(Slot::Ready { bytes, close: false });
+                        self.metrics.incr_http(Route::Webhook, 100);
+                    }
+                }
+                ReadStatus::Incomplete => {}
+                ReadStatus::Error(e) => {
+                    self.respond_error(idx, e);
+                    break;
+                }
+            }
+            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return };
+            if !conn.readable || conn.peer_closed {
+                break;
+            }
+            if conn.read_chunk().is_err() {
+                self.close(idx);
+                return;
+            }
+        }
+        self.flush(idx);
+    }
+
+    /// Writes what is ready; closes when done or broken; updates the timeout phase.
+    fn flush(&mut self, idx: usize) {
+        let now = self.now();
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return };
+        match conn.flush(now) {
+            Err(_) => return self.close(idx),
+            Ok(Flush::Blocked) => {}
+            Ok(Flush::Done) => {
+                if conn.closing && conn.is_quiet() {
+                    return self.close(idx);
+                }
+            }
+        }
+        if conn.peer_closed && conn.is_quiet() {
+            // The client will send nothing more and is owed nothing.
+            return self.close(idx);
+        }
+        let phase = if !conn.slots.is_empty() {
+            Phase::Busy
+        } else if conn.reader.in_body() {
+            Phase::Body
+        } else if !conn.rbuf.is_empty() || conn.reader.in_head() || conn.served == 0 {
+            // A fresh connection must send its first head within the header timeout.
+            Phase::Head
+        } else {
+            Phase::Idle
+        };
+        conn.set_phase(phase, now);
+    }
+
+    // ----- requests ---------------------------------------------------------------------------
+
+    fn push_ready(&mut self, idx: usize, route: Route, status: u16, headers: &[(&str, &str)], body: &[u8], keep_alive: bool, head_only: bool) {
+        self.metrics.incr_http(route, status);
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return };
+        let mut bytes = Vec::with_capacity(128 + body.len());
+        http::write_response(&mut bytes, status, headers, body, keep_alive, head_only);
+        conn.slots.push_back(Slot::Ready { bytes, close: !keep_alive });
+        if !keep_alive {
+            conn.closing = true;
+        }
+    }
+
+    fn respond_error(&mut self, idx: usize, e: HttpError) {
+        let body = format!("{}\n", e.reason());
+        self.push_ready(idx, Route::Unmatched, e.status(), &[("Content-Type", "text/plain")], body.as_bytes(), false, false);
+    }
+
+    fn handle(&mut self, idx: usize, req: Request, draining: bool) {
+        let head = &req.head;
+        let keep_alive = head.keep_alive && !draining;
+        let head_only = head.method == "HEAD";
+        let shared = self.shared.clone();
+        match shared.router.route(&head.method, &head.target) {
+            RouteMatch::Ops(ep) => self.handle_ops(idx, ep, keep_alive, head_only),
+            RouteMatch::MethodNotAllowed(allow) => self.push_ready(
+                idx,
+                Route::Unmatched,
+                405,
+                &[("Allow", allow), ("Content-Type", "text/plain")],
+                b"method not allowed\n",
+                keep_alive,
+                head_only,
+            ),
+            RouteMatch::BadSource => self.push_ready(
+                idx,
+                Route::Webhook,
+                400,
+                &[("Content-Type", "text/plain")],
+                b"invalid source: must match [A-Za-z0-9._-]{1,64}\n",
+                keep_alive,
+                head_only,
+            ),
+            RouteMatch::NotFound => self.push_ready(
+                idx,
+                Route::Unmatched,
+                404,
+                &[("Content-Type", "text/plain")],
+                b"not found\n",
+                keep_alive,
+                head_only,
+            ),
+            RouteMatch::Ingest { trigger_id, source } => {
+                let (trigger_id, source) = (trigger_id.to_string(), source.to_string());
+                self.handle_ingest(idx, req, trigger_id, source, keep_alive)
+            }
+        }
+    }
+
+    fn handle_ops(&mut self, idx: usize, ep: OpsEndpoint, keep_alive: bool, head_only: bool) {
+        let text = [("Content-Type", "text/plain")];
+        match ep {
+            OpsEndpoint::Healthz => self.push_ready(idx, Route::Healthz, 200, &text, b"ok\n", keep_alive, head_only),
+            OpsEndpoint::Readyz => match self.shared.not_ready_reason() {
+                None => self.push_ready(idx, Route::Readyz, 200, &text, b"ready\n", keep_alive, head_only),
+                Some(reason) => {
+                    let body = format!("{reason}\n");
+                    self.push_ready(idx, Route::Readyz, 503, &text, body.as_bytes(), keep_alive, head_only)
+                }
+            },
+            OpsEndpoint::Metrics => {
+                let body = crate::sched::runtime::render_metrics(&self.shared, self.ring_tx.len());
+                self.push_ready(
+                    idx,
+                    Route::Metrics,
+                    200,
+                    &[("Content-Type", "text/plain; version=0.0.4")],
+                    body.as_bytes(),
+                    keep_alive,
+                    head_only,
+                )
+            }
+        }
+    }
+
+    fn refuse(&mut self, idx: usize, reason: Refusal, retry_after: u64, keep_alive: bool) {
+        let body = refused_body(reason, retry_after);
+        let ra = retry_after.to_string();
+        self.push_ready(
+            idx,
+            Route::Webhook,
+            503,
+            &[("Retry-After", &ra), ("Content-Type", "application/json")],
+            body.as_bytes(),
+            keep_alive,
+            false,
+        );
+    }
+
+    fn handle_ingest(&mut self, idx: usize, req: Request, trigger_id: String, source: String, keep_alive: bool) {
+        let now = self.now();
+        let entry = self.sources.get(&source);
+        if let Err(refusal) = self.shared.admission.try_admit(&entry, now) {
+            self.metrics.incr_ingest(false);
+            entry.count_refusal(RefusalReason::IngestSaturated);
+            self.refuse(idx, Refusal::IngestSaturated, refusal.retry_after_secs(), keep_alive);
+            return;
+        }
+        self.metrics.incr_ingest(true);
+        let received_at_ms = unix_millis();
+        let event_id = self.ids.next(received_at_ms);
+        let stored = &self.shared.config.ingest.stored_headers;
+        let Request { head, body } = req;
+        let headers: Vec<(String, Vec<u8>)> =
+            head.headers.into_iter().filter(|(n, _)| stored.iter().any(|s| s == n)).collect();
+        self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
+        let ticket = ((idx as u64) << TICKET_SEQ_BITS) | self.seq;
+        let request = AppendRequest {
+            worker: self.id,
+            ticket,
+            event: EventRecord {
+                event_id: event_id.clone(),
+                trigger_id: trigger_id.clone(),
+                source,
+                received_at_ms,
+                headers,
+                body,
+            },
+        };
+        let pending = PendingIngest {
+            ticket,
+            offer: Some(request),
+            offer_deadline: now + self.shared.config.ingest.offer_timeout.as_nanos() as u64,
+            event_id,
+            trigger_id,
+            source: entry,
+            keep_alive,
+        };
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return };
+        conn.slots.push_back(Slot::Ingest(pending));
+        if self.offer_waiters.is_empty() {
+            if self.offer_conn(idx, now) {
+                self.offer_waiters.push_back(idx);
+            }
+        } else if self.offer_waiters.back() != Some(&idx) {
+            // FIFO behind connections already waiting for ring space.
+            self.offer_waiters.push_back(idx);
+        }
+    }
+
+    /// Offers the connection's waiting events to the WAL ring, in order. Returns true if some
+    /// are still waiting for room.
+    fn offer_conn(&mut self, idx: usize, now: u64) -> bool {
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return false };
+        let mut still_waiting = false;
+        let mut expired: Vec<usize> = Vec::new();
+        for (pos, slot) in conn.slots.iter_mut().enumerate() {
+            let Slot::Ingest(p) = slot else { continue };
+            let Some(req) = p.offer.take() else { continue };
+            if self.outstanding >= self.max_outstanding {
+                p.offer = Some(req);
+            } else {
+                match self.ring_tx.try_push(req) {
+                    Ok(()) => {
+                        self.outstanding += 1;
+                        self.unparker.unpark();
+                        continue;
+                    }
+                    Err(ring::PushError::Full(req)) => p.offer = Some(req),
+                    Err(ring::PushError::Closed(_)) => {
+                        expired.push(pos);
+                        continue;
+                    }
+                }
+            }
+            if now >= p.offer_deadline {
+                p.offer = None;
+                expired.push(pos);
+            } else {
+                still_waiting = true;
+            }
+        }
+        for pos in expired {
+            let closed = self.ring_tx.is_closed();
+            self.finish_slot(idx, pos, if closed { Err(Refusal::WalUnavailable) } else { Err(Refusal::WalBusy) });
+        }
+        still_waiting
+    }
+
+    /// Replaces the ingest slot at `pos` with its response.
+    fn finish_slot(&mut self, idx: usize, pos: usize, result: Result<(), Refusal>) {
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return };
+        let Some(Slot::Ingest(p)) = conn.slots.get(pos) else { return };
+        let keep_alive = p.keep_alive;
+        let (status, body, retry_after) = match result {
+            Ok(()) => (202, accepted_body(&p.event_id, &p.trigger_id), None),
+            Err(reason) => {
+                let r = match reason {
+                    Refusal::WalBusy => RefusalReason::WalBusy,
+                    _ => RefusalReason::WalUnavailable,
+                };
+                p.source.count_refusal(r);
+                (503, refused_body(reason, 1), Some("1"))
+            }
+        };
+        let mut headers: Vec<(&str, &str)> = vec![("Content-Type", "application/json")];
+        if let Some(ra) = retry_after {
+            headers.push(("Retry-After", ra));
+        }
+        let mut bytes = Vec::with_capacity(160 + body.len());
+        http::write_response(&mut bytes, status, &headers, body.as_bytes(), keep_alive, false);
+        conn.slots[pos] = Slot::Ready { bytes, close: !keep_alive };
+        self.metrics.incr_http(Route::Webhook, status);
+    }
+
+    fn retry_offers(&mut self) {
+        let now = self.now();
+        let n = self.offer_waiters.len();
+        for _ in 0..n {
+            let Some(idx) = self.offer_waiters.pop_front() else { break };
+            if self.offer_conn(idx, now) {
+                self.offer_waiters.push_back(idx);
+            }
+            self.flush(idx);
+        }
+    }
+
+    fn drain_completions(&mut self) {
+        let mut touched: Vec<usize> = Vec::new();
+        while let Some(c) = self.completions.try_pop() {
+            self.outstanding -= 1;
+            let idx = (c.ticket >> TICKET_SEQ_BITS) as usize;
+            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { continue };
+            let pos = conn.slots.iter().position(|s| matches!(s, Slot::Ingest(p) if p.ticket == c.ticket));
+            let Some(pos) = pos else { continue };
+            let result = match c.outcome {
+                AppendOutcome::Durable { .. } => Ok(()),
+                AppendOutcome::Unavailable => Err(Refusal::WalUnavailable),
+            };
+            self.finish_slot(idx, pos, result);
+            if touched.last() != Some(&idx) {
+                touched.push(idx);
+            }
+        }
+        for idx in touched {
+            // A connection that stopped reading at its pipeline depth may read again now.
+            self.drive(idx);
+        }
+    }
+
+    // ----- timeouts and shutdown -------------------------------------------------------------
+
+    fn sweep(&mut self, now: u64) {
+        let cfg = &self.shared.config.server;
+        let (head_t, body_t, idle_t) = (
+            cfg.header_timeout.as_nanos() as u64,
+            cfg.body_timeout.as_nanos() as u64,
+            cfg.idle_timeout.as_nanos() as u64,
+        );
+        for idx in 0..self.conns.len() {
+            let Some(conn) = self.conns[idx].as_ref() else { continue };
+            if conn.unwritten() > 0 && now.saturating_sub(conn.write_since) > body_t {
+                // The client stopped reading its responses.
+                self.metrics.incr_timeout("write");
+                self.close(idx);
+                continue;
+            }
+            let age = now.saturating_sub(conn.phase_since);
+            match conn.phase {
+                Phase::Head if age > head_t => {
+                    self.metrics.incr_timeout("header");
+                    self.timeout_408(idx);
+                }
+                Phase::Body if age > body_t => {
+                    self.metrics.incr_timeout("body");
+                    self.timeout_408(idx);
+                }
+                Phase::Idle if age > idle_t => {
+                    self.metrics.incr_timeout("idle");
+                    self.close(idx);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn timeout_408(&mut self, idx: usize) {
+        if let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) {
+            if conn.closing {
+                return self.close(idx);
+            }
+            conn.reader = http::RequestReader::new(self.limits.clone());
+            conn.rbuf.clear();
+        }
+        self.push_ready(idx, Route::Unmatched, 408, &[("Content-Type", "text/plain")], b"request timeout\n", false, false);
+        self.flush(idx);
+    }
+
+    /// One step of the drain. Returns true when the worker may exit.
+    fn drain_step(&mut self, now: u64) -> bool {
+        if self.draining_since.is_none() {
+            self.draining_since = Some(now);
+            if let Some(mut l) = self.listener.take() {
+                let _ = self.poll.registry().deregister(&mut l);
+            }
+            // Idle connections are closed now; the others finish what they have received.
+            for idx in 0..self.conns.len() {
+                let quiet = self.conns[idx].as_ref().map(|c| {
+                    c.is_quiet() && c.rbuf.is_empty() && !c.reader.in_head() && !c.reader.in_body()
+                });
+                if quiet == Some(true) {
+                    self.close(idx);
+                }
+            }
+        }
+        let started = self.draining_since.unwrap_or(now);
+        let limit = self.shared.config.server.shutdown_timeout.as_nanos() as u64;
+        (self.open == 0 && self.outstanding == 0) || now.saturating_sub(started) > limit
+    }
+}
