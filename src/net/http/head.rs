@@ -46,17 +46,34 @@ impl RequestHead {
         &self.target
     }
 
-    /// The target up to the first `?`.
+    /// The path: the target up to the first `?`. For an absolute-form target
+    /// (`http://host/p?q`, RFC 9112 §3.2.2) the scheme and authority are skipped and an empty
+    /// path reads as `/`. An asterisk-form target (`OPTIONS *`) is returned as `*`.
     pub fn path(&self) -> &str {
-        match self.target.split_once('?') {
+        let origin = self.origin_part();
+        match origin.split_once('?') {
+            Some(("", _)) => "/",
             Some((path, _)) => path,
-            None => &self.target,
+            None if origin.is_empty() => "/",
+            None => origin,
         }
     }
 
     /// The target after the first `?`, if there is one.
     pub fn query(&self) -> Option<&str> {
-        self.target.split_once('?').map(|(_, query)| query)
+        self.origin_part().split_once('?').map(|(_, query)| query)
+    }
+
+    /// The target without scheme and authority when it is in absolute form.
+    fn origin_part(&self) -> &str {
+        let t = self.target.as_str();
+        if t.starts_with('/') || t == "*" {
+            return t;
+        }
+        match t.split_once("://") {
+            Some((_, rest)) => rest.find(['/', '?']).map_or("", |i| &rest[i..]),
+            None => t,
+        }
     }
 
     /// All fields in arrival order as (lowercased name, value).
@@ -132,6 +149,19 @@ impl HeadScanner {
     pub(crate) fn scan(&mut self, buf: &[u8], limits: &Limits) -> Result<Option<usize>, HttpError> {
         let window = &buf[..buf.len().min(limits.max_head_bytes)];
         while self.scanned < window.len() {
+            if self.phase == Phase::Target {
+                // Skip the run of target bytes in one go (the lexer would accept each of them),
+                // stopping at the byte that makes the target one byte too long.
+                let max_end = (self.mark + limits.max_uri_bytes).min(window.len());
+                let run = window[self.scanned..max_end.max(self.scanned)]
+                    .iter()
+                    .position(|b| !(0x21..=0x7e).contains(b))
+                    .unwrap_or(max_end.saturating_sub(self.scanned));
+                self.scanned += run;
+                if self.scanned == window.len() {
+                    break;
+                }
+            }
             if self.phase != Phase::Fields {
                 self.request_line_byte(window, limits)?;
                 self.scanned += 1;

@@ -50,9 +50,22 @@
 //! | any transfer coding other than `chunked` (`gzip`, `gzip, chunked`, `chunked, gzip`, …), method token over 32 bytes | `NotImplemented` | 501 |
 //! | version other than HTTP/1.0 and HTTP/1.1 that looks like `HTTP/<digits>[.<digits>]` | `VersionNotSupported` | 505 |
 //!
-//! RFC 9112 §6.3 asks for 400 when `chunked` is present but not the final coding; we answer 501
-//! for every coding list other than exactly `chunked`, since we decode no other coding. Both
-//! close the connection, which is what matters against request smuggling.
+//! # Decisions
+//!
+//! - RFC 9112 §6.3 asks for 400 when `chunked` is present but not the final coding; we answer
+//!   501 for every coding list other than exactly `chunked`, since we decode no other coding.
+//!   Both close the connection, which is what matters against request smuggling. Empty list
+//!   elements are ignored (`Transfer-Encoding: , chunked` is chunked).
+//! - `Content-Length` may be repeated or a list only with identical values; all digits but
+//!   beyond u64 is 413 (it is certainly over the limit), anything else malformed is 400.
+//! - `Expect: 100-continue` (any case) sets `expect_continue` on HTTP/1.1; any other expectation
+//!   is 417. On HTTP/1.0 every `Expect` is ignored (RFC 9110 §10.1.1).
+//! - 414 is exact: the lexer counts target bytes as they arrive, so a target one byte over the
+//!   limit is refused even before its line ends (no `max_uri_bytes + slack` heuristic needed).
+//! - Empty lines before a request line are skipped (RFC 9112 §2.2), e.g. a stray CRLF after a
+//!   body. Absolute-form targets are accepted; [`RequestHead::path`] strips scheme and authority.
+//! - The response writer adds `content-length` (except for 1xx and 204) and `connection: close`;
+//!   no `Date` (optional for a server without a clock, RFC 9110 §6.6.1 allows omitting it).
 
 mod chunked;
 mod head;

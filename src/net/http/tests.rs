@@ -100,6 +100,12 @@ fn parses_head_lowercases_names_and_splits_target() {
     assert!(r.head.headers().all(|(n, _)| n == n.to_ascii_lowercase()));
     assert_eq!(r.body, b"hello");
 
+    let r = one_request(b"GET http://h.example/x/y?q=1 HTTP/1.1\r\nHost: h.example\r\n\r\n");
+    assert_eq!((r.head.path(), r.head.query()), ("/x/y", Some("q=1")));
+    let r = one_request(b"GET https://h.example?q HTTP/1.1\r\nHost: h.example\r\n\r\n");
+    assert_eq!((r.head.path(), r.head.query()), ("/", Some("q")));
+    let r = one_request(b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!((r.head.path(), r.head.query()), ("*", None));
     let r = one_request(b"GET /plain HTTP/1.1\r\nHost: a\r\n\r\n");
     assert_eq!(r.head.path(), "/plain");
     assert_eq!(r.head.query(), None);
@@ -403,5 +409,55 @@ fn error_status_and_reason() {
         assert_eq!(e.status(), status);
         assert!(!e.reason().is_empty());
         assert!(!reason_phrase(status).is_empty());
+    }
+}
+
+#[test]
+fn mutated_inputs_never_panic_and_split_consistently() {
+    // Deterministic xorshift; mutations favour the bytes that matter to framing.
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let alphabet = b"\r\n :;,0123456789aAfFzZ\t\x00\x7f\xff/?-";
+    let bases: [&[u8]; 2] = [
+        GITHUB,
+        b"POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n4;e=1\r\nwiki\r\n5\r\npedia\r\n0\r\nT: t\r\n\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n",
+    ];
+    let limits = Limits {
+        max_head_bytes: 256,
+        max_uri_bytes: 32,
+        max_body_bytes: 64,
+        max_chunk_line_bytes: 16,
+        max_headers: 8,
+    };
+    for i in 0..3000 {
+        let mut input = bases[i % 2].to_vec();
+        for _ in 0..1 + next() % 3 {
+            let at = (next() % input.len() as u64) as usize;
+            let b = alphabet[(next() % alphabet.len() as u64) as usize];
+            match next() % 3 {
+                0 => input[at] = b,
+                1 => input.insert(at, b),
+                _ => {
+                    input.remove(at);
+                }
+            }
+        }
+        let expected = run(&input, &[], &limits);
+        let mut cuts = [
+            (next() % input.len() as u64) as usize,
+            (next() % input.len() as u64) as usize,
+        ];
+        cuts.sort_unstable();
+        assert_eq!(
+            run(&input, &cuts, &limits),
+            expected,
+            "{:?}",
+            String::from_utf8_lossy(&input)
+        );
     }
 }
