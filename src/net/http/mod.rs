@@ -65,7 +65,9 @@
 //! - Empty lines before a request line are skipped (RFC 9112 §2.2), e.g. a stray CRLF after a
 //!   body. Absolute-form targets are accepted; [`RequestHead::path`] strips scheme and authority.
 //! - The response writer adds `content-length` (except for 1xx and 204) and `connection: close`;
-//!   no `Date` (optional for a server without a clock, RFC 9110 §6.6.1 allows omitting it).
+//!   it writes no `Date`, because the codec has no clock. RFC 9110 §6.6.1 requires an origin
+//!   server with a clock to send `Date` on 2xx–4xx, so the connection layer should pass one
+//!   (formatted once per second from the injected clock) in `headers`.
 
 mod chunked;
 mod head;
