@@ -181,7 +181,7 @@ impl HeadScanner {
             }
             self.mark = lf + 1;
         }
-        if buf.len() >= limits.max_head_bytes {
+        if !buf.is_empty() && buf.len() >= limits.max_head_bytes {
             return Err(HttpError::HeaderTooLarge);
         }
         Ok(None)

@@ -31,6 +31,9 @@
 //! # Caller contract
 //!
 //! - Between two `poll`s, only *append* to the buffer (the reader remembers offsets into it).
+//!   [`RequestReader::poll_slice`] is the same step without the drain: it returns the number of
+//!   bytes consumed, so a caller can keep an offset and compact its buffer once per socket read
+//!   (with many tiny pipelined requests, `poll`'s per-request shift would be quadratic).
 //! - After [`ReadEvent::Error`], write the error (e.g. [`write_error`]) and close the connection:
 //!   the framing is lost. The reader stays failed and returns the same error again.
 //! - After a request with `keep_alive == false`, close after the response.

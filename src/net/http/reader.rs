@@ -46,14 +46,25 @@ impl RequestReader {
 
     /// Advances on the bytes in `buf` and removes the bytes it consumed from its front.
     /// Between calls the caller may only append to `buf`.
+    ///
+    /// Each returned request shifts the rest of `buf` to the front. With many small pipelined
+    /// requests per read, prefer [`poll_slice`](Self::poll_slice) and compact once per read.
     pub fn poll(&mut self, buf: &mut Vec<u8>) -> ReadEvent {
+        let (event, consumed) = self.poll_slice(buf);
+        buf.drain(..consumed);
+        event
+    }
+
+    /// Like [`poll`](Self::poll) without touching the buffer: returns the event and how many
+    /// bytes from the front of `input` were consumed. The next call must be given the input
+    /// starting right after those bytes (the unconsumed rest, possibly with more appended).
+    pub fn poll_slice(&mut self, input: &[u8]) -> (ReadEvent, usize) {
         let mut consumed = 0;
-        let event = self.step(buf, &mut consumed);
+        let event = self.step(input, &mut consumed);
         if let ReadEvent::Error(e) = event {
             self.state = State::Failed(e);
         }
-        buf.drain(..consumed);
-        event
+        (event, consumed)
     }
 
     /// The head of the request whose body is being read (after [`ReadEvent::HeadReady`]).

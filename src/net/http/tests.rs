@@ -141,6 +141,54 @@ fn pipelined_requests_one_per_poll() {
 }
 
 #[test]
+fn poll_slice_with_an_offset_matches_poll() {
+    let mut input = Vec::new();
+    for i in 0..50 {
+        input.extend_from_slice(format!("GET /{i} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes());
+    }
+    input.extend_from_slice(b"GET /last HTTP/1.1\r\n");
+    let mut reader = RequestReader::new(Limits::default());
+    let mut offset = 0;
+    let mut paths = Vec::new();
+    loop {
+        let (event, consumed) = reader.poll_slice(&input[offset..]);
+        offset += consumed;
+        match event {
+            ReadEvent::Request(r) => paths.push(r.head.path().to_owned()),
+            ReadEvent::Incomplete => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(paths.len(), 50);
+    assert_eq!(paths[49], "/49");
+    // Compact, append the rest of the last request, and continue.
+    let mut buf = input[offset..].to_vec();
+    buf.extend_from_slice(b"Host: a\r\n\r\n");
+    let ReadEvent::Request(r) = reader.poll(&mut buf) else {
+        panic!("last")
+    };
+    assert_eq!(r.head.path(), "/last");
+    assert!(buf.is_empty());
+}
+
+#[test]
+fn zero_limits_do_not_misfire_on_empty_input() {
+    let l = Limits {
+        max_head_bytes: 0,
+        ..Limits::default()
+    };
+    let mut reader = RequestReader::new(l);
+    assert!(matches!(
+        reader.poll(&mut Vec::new()),
+        ReadEvent::Incomplete
+    ));
+    assert!(matches!(
+        reader.poll(&mut b"G".to_vec()),
+        ReadEvent::Error(HttpError::HeaderTooLarge)
+    ));
+}
+
+#[test]
 fn every_split_point_gives_the_same_result() {
     let mut pipelined = GITHUB.to_vec();
     pipelined.extend_from_slice(b"GET /x?y HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
