@@ -6,6 +6,38 @@
 //! worker that sent it. [`open`] recovers the log at startup; [`WalReader`] iterates it;
 //! [`tools`] holds the offline `sluice wal verify|inspect` implementations.
 //!
+//! # API used by the rest of the crate (sched, main)
+//!
+//! ```ignore
+//! pub type Lsn = u64;
+//! pub struct EventRecord { pub event_id: String, pub trigger_id: String, pub source: String,
+//!                          pub received_at_ms: u64, pub headers: Vec<(String, Vec<u8>)>, pub body: Vec<u8> }
+//! pub enum Durability { Fsync /* default */, Os }        // serde: "fsync" | "os"
+//! pub enum WritePath { Pwrite /* default */, Mmap }      // serde: "pwrite" | "mmap"
+//! pub struct WalConfig { pub dir: PathBuf /* DATA_DIR/wal */, pub segment_bytes: u64, pub durability: Durability,
+//!                        pub write_path: WritePath, pub max_batch: usize }   // WalConfig::new(dir) = defaults
+//! pub struct AppendRequest { pub worker: usize, pub ticket: u64, pub event: EventRecord }
+//! pub enum AppendOutcome { Durable { lsn: Lsn }, Unavailable }
+//! pub trait CompletionSink: Send { fn complete(&mut self, ticket: u64, outcome: AppendOutcome); fn notify(&mut self); }
+//! pub struct WalShared { pub durable_lsn: AtomicU64, pub healthy: AtomicBool, pub appends_total: AtomicU64,
+//!                        pub sync_seconds: SyncHistogram }
+//! impl WalShared { fn new() -> Self; fn durable_lsn(&self) -> Lsn; fn is_healthy(&self) -> bool;
+//!                  fn render_prometheus(&self, out: &mut String) }
+//! pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError>;
+//! pub struct RecoveryReport { pub segments: usize, pub records: u64, pub last_lsn: Lsn,
+//!                             pub truncated_tail: Option<(PathBuf, u64)> }
+//! pub fn spawn_writer(wal: Wal, rx: ring::Receiver<AppendRequest>, parker: Parker,
+//!                     sinks: Vec<Box<dyn CompletionSink>>, shared: Arc<WalShared>) -> io::Result<JoinHandle<()>>;
+//! pub enum WalError { Io { path, source }, Corrupt { segment: PathBuf, offset: u64, reason: String },
+//!                     InvalidConfig { reason }, Encode(EncodeError) }
+//! pub struct WalReader;  // open(dir) / open_from(dir, lsn); Iterator<Item = Result<RawRecord, WalError>>;
+//!                        // next_event() -> Option<Result<(Lsn, EventRecord), WalError>>
+//! pub fn encode_event(&EventRecord) -> Result<Vec<u8>, EncodeError>;
+//! pub fn decode_event(&[u8]) -> Result<EventRecord, DecodeError>;
+//! pub mod tools { pub fn verify(data_dir: &Path) -> Result<VerifyReport, WalError>;
+//!                 pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError>; }
+//! ```
+//!
 //! # Files
 //!
 //! `DATA_DIR/wal/` ([`WalConfig::dir`]) holds segments named by the LSN of their first record,
@@ -68,7 +100,24 @@
 //! `MADV_RANDOM` because without it `msync` write-back of a 1 KiB record was measured at
 //! 17–978 KiB (read-around / fault-around dirtying neighbouring pages; DESIGN.md "Storage").
 //!
-//! BENCH_RESULTS_PLACEHOLDER
+//! Measured with `cargo bench --bench wal_append` (criterion `iter_custom`, 10 samples × 3 s;
+//! 1 KiB records, header included; `Durability::Fsync`, one sync per batch; 64 MiB fallocate'd
+//! segments in `target/tmp` on ext4 over a virtio disk, /dev/vda; 2 vCPUs shared with other
+//! builds, load average ~6), 2026-11-30:
+//!
+//! ```text
+//! batch   Pwrite records/s   Mmap records/s
+//!     1                300              330
+//!    16              4 770            4 560
+//!   128             34 600           32 100
+//! ```
+//!
+//! Each batch costs one device flush, ~3.3 ms on this disk (a bare `pwrite`+`fdatasync` loop
+//! measures 3.6 ms on fallocate'd, zero-written and sparse files alike), so records/s ≈ batch
+//! size / flush latency and the write path hardly matters; group commit is what scales (at the
+//! default `max_batch` of 1024, ~250k records/s). **`Pwrite` is the default**: equal or ahead at
+//! batches of 16 and 128 (Mmap's lead at batch 1 is inside the noise), I/O errors surface as
+//! `write` errors instead of `SIGBUS`, and no page faults on first touch of a segment.
 //!
 //! # Durability
 //!

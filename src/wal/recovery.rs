@@ -4,7 +4,9 @@
 #![forbid(unsafe_code)]
 
 use super::appender::{Active, Wal};
-use super::format::{parse_record, Parsed, RecordKind, RecordRef, RECORD_HEADER_BYTES};
+use super::format::{
+    decode_event, parse_record, EventRecord, Parsed, RecordKind, RecordRef, RECORD_HEADER_BYTES,
+};
 use super::segment::{list_segments, open_for_write, segment_path, sync_dir};
 use super::{sys, Durability, Lsn, WalConfig, WalError};
 use memmap2::Mmap;
@@ -188,10 +190,12 @@ pub(crate) fn scan_dir(
         scan.segments.push((*first, path.clone()));
         scan.next_lsn = sc.next_lsn;
         scan.last_end = sc.pos as u64;
-        scan.last_dirty_end = bytes
-            .iter()
-            .rposition(|&b| b != 0)
-            .map_or(0, |p| p as u64 + 1);
+        if i + 1 == count {
+            scan.last_dirty_end = bytes
+                .iter()
+                .rposition(|&b| b != 0)
+                .map_or(0, |p| p as u64 + 1);
+        }
         if finding.is_some() {
             scan.finding = finding;
             break;
@@ -218,7 +222,14 @@ pub struct RecoveryReport {
 pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError> {
     cfg.validate()?;
     let dir = &cfg.dir;
-    std::fs::create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
+    if !dir.is_dir() {
+        std::fs::create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if cfg.durability == Durability::Fsync {
+                sync_dir(parent).map_err(|e| WalError::io(parent, e))?;
+            }
+        }
+    }
     let scan = scan_dir(dir, &mut |_, _, _| Ok(()))?;
     let mut truncated_tail = None;
     match scan.finding {
@@ -262,7 +273,7 @@ pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError> {
         wal.scrub().map_err(io_err)?;
     }
     let report = RecoveryReport {
-        segments: scan.segments.len().max(1),
+        segments: scan.segments.len(),
         records: scan.records,
         last_lsn: scan.next_lsn - 1,
         truncated_tail,
@@ -327,22 +338,41 @@ impl WalReader {
         Ok(r)
     }
 
+    /// The next event record (other kinds are skipped), decoded; an undecodable payload is
+    /// `Err(Corrupt)` at that record.
+    pub fn next_event(&mut self) -> Option<Result<(Lsn, EventRecord), WalError>> {
+        loop {
+            let rec = match self.next()? {
+                Ok(rec) if rec.kind == RecordKind::Event => rec,
+                Ok(_) => continue,
+                Err(e) => return Some(Err(e)),
+            };
+            return match decode_event(&rec.payload) {
+                Ok(ev) => Some(Ok((rec.lsn, ev))),
+                Err(e) => Some(Err(
+                    self.corrupt_error(rec.offset, format!("event payload: {e}"))
+                )),
+            };
+        }
+    }
+
     /// The segment being read.
     pub fn current_segment(&self) -> Option<&Path> {
         self.segments.get(self.current).map(|s| s.1.as_path())
     }
 
-    fn corrupt(&mut self, offset: u64, reason: String) -> Option<Result<RawRecord, WalError>> {
+    /// Ends the iteration with corruption at `offset` of the current segment.
+    fn corrupt_error(&mut self, offset: u64, reason: String) -> WalError {
         self.done = true;
         let segment = self
             .current_segment()
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        Some(Err(WalError::Corrupt {
+        WalError::Corrupt {
             segment,
             offset,
             reason,
-        }))
+        }
     }
 
     /// Moves to the next segment; `None` when there is none.
@@ -390,7 +420,9 @@ impl Iterator for WalReader {
                 }
                 Step::Record(..) => {}
                 Step::Bad { torn: true, .. } if last => self.done = true,
-                Step::Bad { offset, reason, .. } => return self.corrupt(offset, reason),
+                Step::Bad { offset, reason, .. } => {
+                    return Some(Err(self.corrupt_error(offset, reason)))
+                }
                 Step::End => match self.advance() {
                     None => self.done = true,
                     Some(Ok(())) => {}
@@ -409,7 +441,7 @@ impl Iterator for WalReader {
 pub(crate) mod tests {
     use super::*;
     use crate::wal::format::tests::sample_event;
-    use crate::wal::{decode_event, EventRecord, WritePath, MAX_RECORD_BYTES};
+    use crate::wal::{WritePath, MAX_RECORD_BYTES};
     use std::os::unix::fs::FileExt;
 
     /// Smallest legal segments, `Os` durability (no sync per batch) to keep tests quick.

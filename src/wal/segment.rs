@@ -58,7 +58,7 @@ pub trait SegmentFile: Send {
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()>;
     /// Makes bytes `[offset, offset + len)` durable (`fdatasync`, or `msync` of that range).
     fn sync(&mut self, offset: u64, len: u64) -> io::Result<()>;
-    /// Preallocates the file to `len` bytes (see [`sys::allocate`]). Called once per segment
+    /// Preallocates the file to `len` bytes (`fallocate`, falling back to `set_len`). Called once per segment
     /// before the first `write_at`.
     fn allocate(&mut self, len: u64) -> io::Result<()>;
 }

@@ -99,22 +99,11 @@ pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError
     let dir = data_dir.join(WAL_SUBDIR);
     let mut reader = WalReader::open(&dir)?;
     let out_err = |e: std::io::Error| WalError::io(Path::new("<output>"), e);
-    while let Some(rec) = reader.next() {
-        let rec = rec?;
-        if rec.kind != RecordKind::Event {
-            continue;
-        }
-        let ev = decode_event(&rec.payload).map_err(|e| WalError::Corrupt {
-            segment: reader
-                .current_segment()
-                .map(Path::to_path_buf)
-                .unwrap_or_default(),
-            offset: rec.offset,
-            reason: format!("event payload: {e}"),
-        })?;
+    while let Some(next) = reader.next_event() {
+        let (lsn, ev) = next?;
         let line = InspectLine {
             event_id: &ev.event_id,
-            lsn: rec.lsn,
+            lsn,
             trigger_id: &ev.trigger_id,
             source: &ev.source,
             received_at: ev.received_at_ms,
