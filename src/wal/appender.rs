@@ -306,3 +306,86 @@ impl Wal {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::clock::ManualClock;
+    use crate::wal::format::tests::sample_event;
+    use crate::wal::open;
+    use crate::wal::recovery::tests::test_cfg;
+    use std::time::Duration;
+
+    /// A file whose every sync "takes" 3 ms of the manual clock.
+    struct SlowSync {
+        inner: Box<dyn SegmentFile>,
+        clock: Arc<ManualClock>,
+    }
+
+    impl SegmentFile for SlowSync {
+        fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
+            self.inner.write_at(offset, buf)
+        }
+        fn sync(&mut self, offset: u64, len: u64) -> io::Result<()> {
+            self.clock.advance(Duration::from_millis(3));
+            self.inner.sync(offset, len)
+        }
+        fn allocate(&mut self, len: u64) -> io::Result<()> {
+            self.inner.allocate(len)
+        }
+    }
+
+    #[test]
+    fn sync_latency_is_timed_with_the_injected_clock_once_per_batch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+        cfg.durability = Durability::Fsync;
+        let clock = Arc::new(ManualClock::new(0));
+        let (wal, _) = open(&cfg).unwrap();
+        let mut wal = wal.with_clock(clock.clone());
+        let c = clock.clone();
+        wal.set_file_wrapper(Box::new(move |inner| {
+            Box::new(SlowSync {
+                inner,
+                clock: c.clone(),
+            })
+        }));
+        let shared = Arc::new(WalShared::new());
+        wal.shared = Some(shared.clone());
+        let evs: Vec<_> = (0..50).map(|i| sample_event(i, 100)).collect();
+        assert_eq!(wal.append_events(&evs).unwrap(), 50);
+        assert_eq!(wal.append_events(&evs[..7]).unwrap(), 57);
+        assert_eq!(shared.sync_seconds.count(), 2, "one sync per group commit");
+        assert_eq!(shared.sync_seconds.sum_nanos(), 6_000_000);
+        let mut text = String::new();
+        shared.render_prometheus(&mut text);
+        assert!(
+            text.contains("sluice_wal_sync_seconds_bucket{le=\"0.0025\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sluice_wal_sync_seconds_bucket{le=\"0.005\"} 2\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn os_durability_does_not_sync_per_batch_and_oversize_events_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Mmap);
+        let (mut wal, _) = open(&cfg).unwrap();
+        let shared = Arc::new(WalShared::new());
+        wal.shared = Some(shared.clone());
+        wal.append_events(&[sample_event(1, 10)]).unwrap();
+        assert_eq!(shared.sync_seconds.count(), 0);
+        let mut big = sample_event(2, 10);
+        big.source = "s".repeat(1000);
+        assert!(matches!(
+            wal.append_events(&[sample_event(3, 1), big]),
+            Err(WalError::Encode(_))
+        ));
+        assert_eq!(wal.next_lsn(), 2, "a refused batch leaves nothing behind");
+        wal.sync().unwrap();
+        assert_eq!(shared.sync_seconds.count(), 1);
+    }
+}

@@ -648,4 +648,34 @@ pub(crate) mod tests {
         std::fs::remove_file(&seg5).unwrap();
         assert_eq!(corrupt_at(&cfg), (segment_path(&cfg.dir, 9), 0));
     }
+
+    #[test]
+    fn scanning_mutated_segments_never_panics() {
+        use crate::wal::format::tests::Rng;
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+        open(&cfg).unwrap().0.append_events(&events(0..8)).unwrap();
+        let seg = std::fs::read(segment_path(&cfg.dir, 1)).unwrap();
+        let end = offsets(&cfg.dir).last().unwrap() + 2000;
+        let pristine = &seg[..end as usize];
+        let mut rng = Rng(0xC0FF_EE00_1234_5678);
+        for round in 0..500 {
+            let mut bytes = pristine.to_vec();
+            for _ in 0..1 + rng.next() % 3 {
+                let i = (rng.next() as usize) % bytes.len();
+                bytes[i] = rng.next() as u8;
+            }
+            let cut = if round % 2 == 0 {
+                bytes.len()
+            } else {
+                (rng.next() as usize) % bytes.len()
+            };
+            let mut sc = Scanner::new(1);
+            let mut n = 0;
+            while let Step::Record(..) = sc.step(&bytes[..cut]) {
+                n += 1;
+                assert!(n <= 8);
+            }
+        }
+    }
 }

@@ -352,6 +352,7 @@ mod tests {
         inner: Box<dyn SegmentFile>,
         fail_write: Arc<AtomicBool>,
         fail_sync: Arc<AtomicBool>,
+        fail_allocate: Arc<AtomicBool>,
     }
 
     impl SegmentFile for Faulty {
@@ -369,8 +370,59 @@ mod tests {
             self.inner.sync(offset, len)
         }
         fn allocate(&mut self, len: u64) -> io::Result<()> {
+            if self
+                .fail_allocate
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
             self.inner.allocate(len)
         }
+    }
+
+    fn faulty(wal: &mut Wal) -> [Arc<AtomicBool>; 3] {
+        let flags: [Arc<AtomicBool>; 3] = Default::default();
+        let f = flags.clone();
+        wal.set_file_wrapper(Box::new(move |inner| {
+            let [fail_write, fail_sync, fail_allocate] = f.clone();
+            Box::new(Faulty {
+                inner,
+                fail_write,
+                fail_sync,
+                fail_allocate,
+            })
+        }));
+        flags
+    }
+
+    #[test]
+    fn disk_full_at_rollover_is_unavailable_then_recovers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Mmap);
+        let (mut wal, _) = open(&cfg).unwrap();
+        let [_, _, fail_allocate] = faulty(&mut wal);
+        let h = Harness::start(wal, 1);
+        for t in 0..4 {
+            h.push(0, t, 1 << 20); // four 1 MiB events fill the smallest segment
+        }
+        assert_eq!(
+            h.wait_for(4).last().unwrap().2,
+            AppendOutcome::Durable { lsn: 4 }
+        );
+        fail_allocate.store(true, std::sync::atomic::Ordering::Relaxed);
+        h.push(0, 10, 1 << 20);
+        assert_eq!(h.wait_for(1), [(0, 10, AppendOutcome::Unavailable)]);
+        assert!(!h.shared.is_healthy());
+        fail_allocate.store(false, std::sync::atomic::Ordering::Relaxed);
+        h.push(0, 11, 1 << 20);
+        assert_eq!(h.wait_for(1), [(0, 11, AppendOutcome::Durable { lsn: 5 })]);
+        assert!(h.shared.is_healthy());
+        h.finish();
+        let (_, report) = open(&cfg).unwrap();
+        assert_eq!(
+            (report.segments, report.records, report.truncated_tail),
+            (2, 5, None)
+        );
     }
 
     #[test]
@@ -380,16 +432,7 @@ mod tests {
             let mut cfg = test_cfg(tmp.path(), path);
             cfg.durability = Durability::Fsync;
             let (mut wal, _) = open(&cfg).unwrap();
-            let fail_write = Arc::new(AtomicBool::new(false));
-            let fail_sync = Arc::new(AtomicBool::new(false));
-            let (fw, fs) = (fail_write.clone(), fail_sync.clone());
-            wal.set_file_wrapper(Box::new(move |inner| {
-                Box::new(Faulty {
-                    inner,
-                    fail_write: fw.clone(),
-                    fail_sync: fs.clone(),
-                })
-            }));
+            let [fail_write, fail_sync, _] = faulty(&mut wal);
             let h = Harness::start(wal, 1);
             for t in 0..5 {
                 h.push(0, t, 100);
