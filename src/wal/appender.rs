@@ -58,7 +58,9 @@ pub struct Wal {
     staged: u64,
     buf: Vec<u8>,
     wrapper: Option<FileWrapper>,
-    clock: Arc<dyn Clock>,
+    /// `std`'s `Arc`: the writer is an I/O thread that loom never models, and loom's `Arc` cannot
+    /// hold a `dyn` value on stable.
+    clock: std::sync::Arc<dyn Clock>,
     /// Where sync latencies go once a writer thread owns this log.
     pub(crate) shared: Option<Arc<WalShared>>,
 }
@@ -104,13 +106,13 @@ impl Wal {
             staged: 0,
             buf: Vec::with_capacity(1 << 20),
             wrapper: None,
-            clock: Arc::new(MonotonicClock::new()),
+            clock: std::sync::Arc::new(MonotonicClock::new()),
             shared: None,
         }
     }
 
     /// Replaces the clock used to time syncs (tests use a `ManualClock`).
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    pub fn with_clock(mut self, clock: std::sync::Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
@@ -319,7 +321,7 @@ mod tests {
     /// A file whose every sync "takes" 3 ms of the manual clock.
     struct SlowSync {
         inner: Box<dyn SegmentFile>,
-        clock: Arc<ManualClock>,
+        clock: std::sync::Arc<ManualClock>,
     }
 
     impl SegmentFile for SlowSync {
@@ -340,7 +342,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let mut cfg = test_cfg(tmp.path(), WritePath::Pwrite);
         cfg.durability = Durability::Fsync;
-        let clock = Arc::new(ManualClock::new(0));
+        let clock = std::sync::Arc::new(ManualClock::new(0));
         let (wal, _) = open(&cfg).unwrap();
         let mut wal = wal.with_clock(clock.clone());
         let c = clock.clone();
