@@ -100,24 +100,29 @@
 //! `MADV_RANDOM` because without it `msync` write-back of a 1 KiB record was measured at
 //! 17–978 KiB (read-around / fault-around dirtying neighbouring pages; DESIGN.md "Storage").
 //!
-//! Measured with `cargo bench --bench wal_append` (criterion `iter_custom`, 10 samples × 3 s;
-//! 1 KiB records, header included; `Durability::Fsync`, one sync per batch; 64 MiB fallocate'd
-//! segments in `target/tmp` on ext4 over a virtio disk, /dev/vda; 2 vCPUs shared with other
-//! builds, load average ~6), 2026-11-30:
+//! Measured with `benches/wal_append.rs` (criterion `iter_custom`, 10 samples × 3 s per
+//! configuration; 1 KiB records, header included; `Durability::Fsync`, one sync per batch;
+//! 64 MiB fallocate'd segments in `target/tmp` on ext4 over a virtio disk, /dev/vda; 2 vCPUs
+//! shared with other builds), 2026-11-30. The disk is shared and its flush latency swings, so
+//! the two paths were run *interleaved*: 4 rounds, each running every configuration once
+//! (`cargo bench --bench wal_append -- '/Pwrite/16$'` etc.), alternating which path goes first;
+//! the table gives the median over rounds of criterion's median, records/s:
 //!
 //! ```text
-//! batch   Pwrite records/s   Mmap records/s
-//!     1                300              330
-//!    16              4 770            4 560
-//!   128             34 600           32 100
+//! batch     Pwrite       Mmap     Pwrite ahead in
+//!     1     16 400     13 900     4 of 4 rounds
+//!    16    170 800    140 000     4 of 4 rounds
+//!   128    319 500    291 300     3 of 4 rounds
 //! ```
 //!
-//! Each batch costs one device flush, ~3.3 ms on this disk (a bare `pwrite`+`fdatasync` loop
-//! measures 3.6 ms on fallocate'd, zero-written and sparse files alike), so records/s ≈ batch
-//! size / flush latency and the write path hardly matters; group commit is what scales (at the
-//! default `max_batch` of 1024, ~250k records/s). **`Pwrite` is the default**: equal or ahead at
-//! batches of 16 and 128 (Mmap's lead at batch 1 is inside the noise), I/O errors surface as
-//! `write` errors instead of `SIGBUS`, and no page faults on first touch of a segment.
+//! While other engineers' builds were writing heavily (load ~6), each flush took ~3.3 ms for
+//! both paths (a bare `pwrite`+`fdatasync` loop measured the same on fallocate'd, zero-written
+//! and sparse files) and throughput collapsed to batch size / 3.3 ms: 300 / 4 800 / 34 600
+//! (Pwrite) vs 330 / 4 600 / 32 100 (Mmap) records/s for batches of 1 / 16 / 128. Group commit
+//! is what scales; the path is secondary. **`Pwrite` is the default**: faster in 11 of 12
+//! interleaved pairs (the mmap path pays a page fault per first-touched page and `msync`'s page
+//! walk), I/O errors surface as `write`/`fdatasync` errors rather than `SIGBUS`, and it needs no
+//! map of the active segment.
 //!
 //! # Durability
 //!
