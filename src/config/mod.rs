@@ -89,7 +89,8 @@ pub struct RawServer {
     pub idle_timeout: Option<String>,
     /// On SIGTERM/SIGINT, time given to in-flight requests before exit. Default: `30s`.
     pub shutdown_timeout: Option<String>,
-    /// Largest accepted request body; larger gets `413`. Default: 10 MiB. Range: 1..=1 GiB.
+    /// Largest accepted request body; larger gets `413`. Default: 10 MiB. Range: 1..=32 MiB
+    /// (the WAL's record bound, `wal::MAX_BODY_BYTES`).
     pub max_body_bytes: Option<u64>,
     /// Largest request head; larger gets `431`. Default: 16 KiB. Range: 1 KiB..=1 MiB.
     pub max_head_bytes: Option<usize>,
@@ -131,8 +132,8 @@ pub struct RawWal {
     /// `fsync` (202 after fdatasync) or `os` (202 after the write reaches the page cache).
     /// Default: `fsync`.
     pub durability: Option<String>,
-    /// Segment size in bytes. Default: 64 MiB. Range: 1 MiB..=1 GiB, and larger than
-    /// `max_body_bytes` plus head room.
+    /// Segment size in bytes. Default: 64 MiB. Range: `wal::MAX_RECORD_BYTES` (about 32.3 MiB,
+    /// so that the largest record fits in an empty segment) ..= 1 GiB.
     pub segment_bytes: Option<u64>,
     /// `pwrite` or `mmap`. Default: `pwrite` (see BENCHMARKS.md).
     pub write_path: Option<String>,
@@ -293,7 +294,7 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let server = build_server(raw.server, overrides)?;
         let ingest = build_ingest(raw.ingest, env)?;
-        let wal = build_wal(raw.wal, overrides, server.max_body_bytes)?;
+        let wal = build_wal(raw.wal, overrides)?;
         let triggers = build_triggers(raw.triggers)?;
         Ok(Config { server, ingest, wal, triggers })
     }
@@ -357,7 +358,13 @@ fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError
             r.shutdown_timeout,
             Duration::from_secs(30),
         )?,
-        max_body_bytes: ranged("server.max_body_bytes", r.max_body_bytes, 10 << 20, 1, 1 << 30)?,
+        max_body_bytes: ranged(
+            "server.max_body_bytes",
+            r.max_body_bytes,
+            10 << 20,
+            1,
+            crate::wal::MAX_BODY_BYTES as u64,
+        )?,
         max_head_bytes,
         max_uri_bytes: ranged("server.max_uri_bytes", r.max_uri_bytes, 8 * 1024, 64, max_head_bytes)?,
         max_pipeline_depth: ranged("server.max_pipeline_depth", r.max_pipeline_depth, 16, 1, 1024)?,
@@ -423,7 +430,7 @@ fn build_ingest(r: RawIngest, env: &dyn Fn(&str) -> Option<String>) -> Result<In
     })
 }
 
-fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, ConfigError> {
+fn build_wal(r: RawWal, o: &Overrides) -> Result<WalSettings, ConfigError> {
     let durability = match o.durability.clone().or(r.durability) {
         None => DurabilityMode::Fsync,
         Some(t) => t.parse().map_err(|e: ConfigError| ConfigError(format!("wal.{}", e.0)))?,
@@ -433,14 +440,13 @@ fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, Con
         Some("mmap") => WritePathMode::Mmap,
         Some(other) => return err(format!("wal.write_path must be \"pwrite\" or \"mmap\", got {other:?}")),
     };
-    let segment_bytes = ranged("wal.segment_bytes", r.segment_bytes, 64 << 20, 1 << 20, 1 << 30)?;
-    // A record holds the body plus at most: ids and source (3 × 64), 32 headers of at most the
-    // head size, and fixed fields. 1 MiB of head room covers every head we accept.
-    if segment_bytes < max_body + (1 << 20) {
-        return err(format!(
-            "wal.segment_bytes = {segment_bytes} must exceed server.max_body_bytes ({max_body}) by at least 1 MiB"
-        ));
-    }
+    let segment_bytes = ranged(
+        "wal.segment_bytes",
+        r.segment_bytes,
+        64 << 20,
+        crate::wal::MAX_RECORD_BYTES as u64,
+        1 << 30,
+    )?;
     Ok(WalSettings {
         durability,
         segment_bytes,

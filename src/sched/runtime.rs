@@ -109,7 +109,7 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     let (ring_tx, ring_rx) = ring::channel(config.wal.ring_capacity);
     let parker = Parker::new();
     let unparker = parker.unparker().clone();
-    let wal_shared = Arc::new(WalShared::new(report.last_lsn, clock.clone()));
+    let wal_shared = Arc::new(WalShared::new());
     let sources = Arc::new(SourceTable::new(
         config.ingest.max_sources,
         BucketParams::new(config.ingest.per_source_capacity, config.ingest.refill_per_sec),

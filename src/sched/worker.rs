@@ -31,7 +31,7 @@ use crate::ingest::router::{OpsEndpoint, RouteMatch};
 use crate::ingest::sources::{RefusalReason, SourceCache};
 use crate::metrics::{CoreMetrics, Route};
 use crate::net::conn::{Conn, Flush, Phase, PendingIngest, Slot};
-use crate::net::http::{self, HttpError, ReadStatus, Request};
+use crate::net::http::{self, HttpError, ReadEvent, Request};
 use crate::ring;
 use crate::sched::state::{Phase as Lifecycle, Shared};
 use crate::sync::clock::unix_millis;
@@ -283,13 +283,13 @@ impl Worker {
                 break;
             }
             match conn.reader.poll(&mut conn.rbuf) {
-                ReadStatus::Request(req) => {
+                ReadEvent::Request(req) => {
                     conn.continue_sent = false;
                     conn.served += 1;
                     self.handle(idx, req, draining);
                     continue;
                 }
-                ReadStatus::HeadReady { expect_continue } => {
+                ReadEvent::HeadReady { expect_continue } => {
                     if expect_continue && !conn.continue_sent {
                         conn.continue_sent = true;
                         let mut bytes = Vec::with_capacity(32);
@@ -298,8 +298,8 @@ impl Worker {
                         self.metrics.incr_http(Route::Webhook, 100);
                     }
                 }
-                ReadStatus::Incomplete => {}
-                ReadStatus::Error(e) => {
+                ReadEvent::Incomplete => {}
+                ReadEvent::Error(e) => {
                     self.respond_error(idx, e);
                     break;
                 }
@@ -335,9 +335,9 @@ impl Worker {
         }
         let phase = if !conn.slots.is_empty() {
             Phase::Busy
-        } else if conn.reader.in_body() {
+        } else if conn.reader.pending_head().is_some() {
             Phase::Body
-        } else if !conn.rbuf.is_empty() || conn.reader.in_head() || conn.served == 0 {
+        } else if !conn.rbuf.is_empty() || !conn.reader.is_idle() || conn.served == 0 {
             // A fresh connection must send its first head within the header timeout.
             Phase::Head
         } else {
@@ -367,9 +367,9 @@ impl Worker {
     fn handle(&mut self, idx: usize, req: Request, draining: bool) {
         let head = &req.head;
         let keep_alive = head.keep_alive && !draining;
-        let head_only = head.method == "HEAD";
+        let head_only = head.method.as_str() == "HEAD";
         let shared = self.shared.clone();
-        match shared.router.route(&head.method, &head.target) {
+        match shared.router.route(head.method.as_str(), head.path()) {
             RouteMatch::Ops(ep) => self.handle_ops(idx, ep, keep_alive, head_only),
             RouteMatch::MethodNotAllowed(allow) => self.push_ready(
                 idx,
@@ -459,8 +459,11 @@ impl Worker {
         let event_id = self.ids.next(received_at_ms);
         let stored = &self.shared.config.ingest.stored_headers;
         let Request { head, body } = req;
-        let headers: Vec<(String, Vec<u8>)> =
-            head.headers.into_iter().filter(|(n, _)| stored.iter().any(|s| s == n)).collect();
+        let headers: Vec<(String, Vec<u8>)> = head
+            .headers()
+            .filter(|(n, _)| stored.iter().any(|s| s == n))
+            .map(|(n, v)| (n.to_string(), v.to_vec()))
+            .collect();
         self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
         let ticket = ((idx as u64) << TICKET_SEQ_BITS) | self.seq;
         let request = AppendRequest {
@@ -654,7 +657,7 @@ impl Worker {
             // Idle connections are closed now; the others finish what they have received.
             for idx in 0..self.conns.len() {
                 let quiet = self.conns[idx].as_ref().map(|c| {
-                    c.is_quiet() && c.rbuf.is_empty() && !c.reader.in_head() && !c.reader.in_body()
+                    c.is_quiet() && c.rbuf.is_empty() && c.reader.is_idle()
                 });
                 if quiet == Some(true) {
                     self.close(idx);

@@ -19,7 +19,7 @@ pub const MAX_HEADER_NAME_BYTES: usize = 256;
 /// Longest stored header value, in bytes.
 pub const MAX_HEADER_VALUE_BYTES: usize = 8 * 1024;
 /// Largest event body the WAL accepts (ingest enforces its own, smaller or equal, limit first).
-pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 
 /// Largest possible event payload: every field at its bound.
 pub const MAX_EVENT_PAYLOAD_BYTES: usize = 3 * (2 + MAX_ID_BYTES)
@@ -29,7 +29,7 @@ pub const MAX_EVENT_PAYLOAD_BYTES: usize = 3 * (2 + MAX_ID_BYTES)
     + 4
     + MAX_BODY_BYTES;
 
-/// Largest possible record (header + largest payload of any kind) = 4 465 573 bytes.
+/// Largest possible record (header + largest payload of any kind) = 33 825 701 bytes.
 /// A segment must be at least this big, so that every record fits in an empty segment.
 pub const MAX_RECORD_BYTES: usize = RECORD_HEADER_BYTES + MAX_EVENT_PAYLOAD_BYTES;
 

@@ -44,7 +44,7 @@
 //! zero-padded to 20 digits so lexical order is numeric order: `00000000000000000001.seg`.
 //! A segment has no header. Each is preallocated to [`WalConfig::segment_bytes`] (default
 //! 64 MiB) with `fallocate` (falling back to `set_len`), so the unused tail reads as zeros.
-//! `segment_bytes` must be at least [`MAX_RECORD_BYTES`] (4 465 573 bytes, the largest record
+//! `segment_bytes` must be at least [`MAX_RECORD_BYTES`] (33 825 701 bytes, the largest record
 //! the field bounds below allow) so that every record fits in an empty segment; [`open`] refuses
 //! smaller values. A record never spans segments: when it does not fit in the space left, the
 //! writer creates (and, in `Fsync` mode, `fsync`s the directory entry of) the next segment.
@@ -74,7 +74,7 @@
 //! u16 h            header count, h <= 32; then h times:
 //!   u16 n, n bytes   name      UTF-8, n <= 256
 //!   u16 n, n bytes   value     n <= 8192
-//! u32 n, n bytes   body        n <= 4 MiB
+//! u32 n, n bytes   body        n <= 32 MiB
 //! (nothing after the body)
 //! ```
 //!
@@ -152,7 +152,8 @@ mod writer;
 
 pub use appender::{FileWrapper, Wal};
 pub use format::{
-    decode_event, encode_event, DecodeError, EncodeError, EventRecord, RecordKind, MAX_RECORD_BYTES,
+    decode_event, encode_event, DecodeError, EncodeError, EventRecord, RecordKind, MAX_BODY_BYTES,
+    MAX_RECORD_BYTES,
 };
 pub use histogram::SyncHistogram;
 pub use recovery::{open, RawRecord, RecoveryReport, WalReader};
