@@ -1,8 +1,8 @@
-//! Bounded lock-free rings. (Being written; see the contract below.)
+//! Bounded lock-free rings.
 //!
-//! TEMPORARY: the implementation in this file is a `Mutex<VecDeque>` stand-in written by the WAL
-//! branch only so that `src/wal` compiles and its tests run. It implements exactly the contract
-//! below and is to be replaced wholesale by the real lock-free ring when the branches merge.
+//! [`channel`] builds a bounded multi-producer / single-consumer ring: the hand-off from the
+//! per-core ingest paths to the single WAL writer (DESIGN.md, "Data flow"). The algorithm and
+//! its memory orderings are documented in [`mpsc`].
 //!
 //! CONTRACT (the rest of the crate codes against exactly this API):
 //!
@@ -21,127 +21,84 @@
 //! }
 //! pub enum PushError<T> { Full(T), Closed(T) }   // + into_inner(self) -> T
 //! ```
+//!
+//! Choices made within the contract:
+//! - the capacity is rounded up to a power of two, and 0 becomes 1 (see [`channel`]);
+//! - the ring also closes when the [`Receiver`] is dropped (nobody would ever pop) and when the
+//!   last [`Sender`] is dropped (nothing more can arrive);
+//! - [`Receiver::try_pop`] never waits: `None` means "nothing ready now". A producer that has
+//!   claimed a slot but not yet written it makes `try_pop` return `None` while `len() > 0`. The
+//!   exact "drained for good" test is `rx.is_closed() && rx.is_empty()`, in that order;
+//! - items still in the ring when the last handle drops are dropped then (no leak).
+//!
+//! Usage:
+//!
+//! ```
+//! use sluice::ring::{channel, PushError};
+//!
+//! let (tx, mut rx) = channel::<u32>(2);
+//! tx.try_push(1).unwrap();
+//! tx.try_push(2).unwrap();
+//! assert_eq!(tx.try_push(3), Err(PushError::Full(3)));
+//! tx.close();
+//! assert_eq!(tx.try_push(4).unwrap_err().into_inner(), 4);
+//! assert_eq!(rx.try_pop(), Some(1));
+//! assert_eq!(rx.try_pop(), Some(2));
+//! assert!(rx.is_closed() && rx.is_empty());
+//! ```
 
-use parking_lot::Mutex;
-use std::collections::VecDeque;
-use std::sync::Arc;
+pub mod mpsc;
 
-// TEMPORARY stand-in (see module docs).
-struct Inner<T> {
-    queue: Mutex<(VecDeque<T>, bool)>,
-    capacity: usize,
-}
+pub use mpsc::{channel, Receiver, Sender};
 
-/// TEMPORARY stand-in: producer handle.
-pub struct Sender<T> {
-    inner: Arc<Inner<T>>,
-}
+use std::fmt;
 
-/// TEMPORARY stand-in: the single consumer handle.
-pub struct Receiver<T> {
-    inner: Arc<Inner<T>>,
-}
-
-/// Why a push failed; the value is handed back.
-#[derive(Debug, PartialEq, Eq)]
+/// Why [`Sender::try_push`] refused a value; the value is handed back in either case.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum PushError<T> {
+    /// The ring holds `capacity` items (or the consumer is still reading the oldest one).
     Full(T),
+    /// The ring was closed: by `close()` on either side, or by dropping the receiver or the
+    /// last sender. No push will ever succeed again.
     Closed(T),
 }
 
 impl<T> PushError<T> {
+    /// The value that was not pushed.
     pub fn into_inner(self) -> T {
         match self {
             PushError::Full(v) | PushError::Closed(v) => v,
         }
     }
-}
 
-/// TEMPORARY stand-in for the lock-free ring.
-pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
-    let capacity = capacity.max(1);
-    let inner = Arc::new(Inner {
-        queue: Mutex::new((VecDeque::with_capacity(capacity), false)),
-        capacity,
-    });
-    (
-        Sender {
-            inner: inner.clone(),
-        },
-        Receiver { inner },
-    )
-}
+    /// `true` for [`PushError::Full`].
+    pub fn is_full(&self) -> bool {
+        matches!(self, PushError::Full(_))
+    }
 
-impl<T> Clone for Sender<T> {
-    fn clone(&self) -> Self {
-        Sender {
-            inner: self.inner.clone(),
-        }
-    }
-}
-
-impl<T> std::fmt::Debug for Sender<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sender")
-            .field("capacity", &self.inner.capacity)
-            .finish()
-    }
-}
-
-impl<T> std::fmt::Debug for Receiver<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Receiver")
-            .field("capacity", &self.inner.capacity)
-            .finish()
-    }
-}
-
-impl<T: Send> Sender<T> {
-    pub fn try_push(&self, value: T) -> Result<(), PushError<T>> {
-        let mut q = self.inner.queue.lock();
-        if q.1 {
-            return Err(PushError::Closed(value));
-        }
-        if q.0.len() >= self.inner.capacity {
-            return Err(PushError::Full(value));
-        }
-        q.0.push_back(value);
-        Ok(())
-    }
-    pub fn len(&self) -> usize {
-        self.inner.queue.lock().0.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    pub fn capacity(&self) -> usize {
-        self.inner.capacity
-    }
+    /// `true` for [`PushError::Closed`].
     pub fn is_closed(&self) -> bool {
-        self.inner.queue.lock().1
-    }
-    pub fn close(&self) {
-        self.inner.queue.lock().1 = true;
+        matches!(self, PushError::Closed(_))
     }
 }
 
-impl<T: Send> Receiver<T> {
-    pub fn try_pop(&mut self) -> Option<T> {
-        self.inner.queue.lock().0.pop_front()
-    }
-    pub fn len(&self) -> usize {
-        self.inner.queue.lock().0.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    pub fn capacity(&self) -> usize {
-        self.inner.capacity
-    }
-    pub fn is_closed(&self) -> bool {
-        self.inner.queue.lock().1
-    }
-    pub fn close(&self) {
-        self.inner.queue.lock().1 = true;
+// Manual impl so `unwrap()` works for any `T` (like `std::sync::mpsc::TrySendError`).
+impl<T> fmt::Debug for PushError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PushError::Full(_) => f.write_str("Full(..)"),
+            PushError::Closed(_) => f.write_str("Closed(..)"),
+        }
     }
 }
+
+impl<T> fmt::Display for PushError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PushError::Full(_) => f.write_str("pushing into a full ring"),
+            PushError::Closed(_) => f.write_str("pushing into a closed ring"),
+        }
+    }
+}
+
+impl<T> std::error::Error for PushError<T> {}
