@@ -24,6 +24,7 @@
 //! `1e9 / floor(1e9 / refill)` per second (1024/s → 1024.0005/s).
 #![forbid(unsafe_code)]
 
+use super::sources::SourceEntry;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::CachePadded;
 use std::fmt;
@@ -34,8 +35,8 @@ const NANOS_PER_SEC: u64 = 1_000_000_000;
 /// Validated bucket parameters (burst and refill), with the derived GCRA intervals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BucketParams {
-    capacity: u32,
-    refill_per_sec: u32,
+    capacity: u64,
+    refill_per_sec: u64,
     /// Emission interval `T`: nanoseconds per token. Range 1..=1e9.
     emission_nanos: u64,
     /// `capacity * T`: the largest allowed debt `TAT - now` after an admission.
@@ -50,7 +51,9 @@ pub enum ParamError {
     /// Refill must be at least 1 token per second.
     ZeroRefill,
     /// Refill above 1e9 per second cannot be expressed in nanoseconds per token.
-    RefillTooHigh(u32),
+    RefillTooHigh(u64),
+    /// `capacity / refill` must fit in u64 nanoseconds (584 years).
+    CapacityTooLarge(u64),
 }
 
 impl fmt::Display for ParamError {
@@ -64,6 +67,9 @@ impl fmt::Display for ParamError {
                     "bucket refill {r}/s is above the maximum of 1000000000/s"
                 )
             }
+            ParamError::CapacityTooLarge(c) => {
+                write!(f, "bucket capacity {c} takes longer than 2^64 ns to refill")
+            }
         }
     }
 }
@@ -71,20 +77,22 @@ impl fmt::Display for ParamError {
 impl std::error::Error for ParamError {}
 
 impl BucketParams {
-    /// Capacity (burst, ≥ 1) and refill (tokens per second, 1..=1e9).
-    pub const fn new(capacity: u32, refill_per_sec: u32) -> Result<Self, ParamError> {
+    /// Capacity (burst, ≥ 1) and refill (tokens per second, 1..=1e9); `capacity / refill` must
+    /// be below 584 years.
+    pub const fn new(capacity: u64, refill_per_sec: u64) -> Result<Self, ParamError> {
         if capacity == 0 {
             return Err(ParamError::ZeroCapacity);
         }
         if refill_per_sec == 0 {
             return Err(ParamError::ZeroRefill);
         }
-        if refill_per_sec as u64 > NANOS_PER_SEC {
+        if refill_per_sec > NANOS_PER_SEC {
             return Err(ParamError::RefillTooHigh(refill_per_sec));
         }
-        let emission_nanos = NANOS_PER_SEC / refill_per_sec as u64;
-        // capacity <= 2^32 and T <= 1e9 < 2^30, so the product fits in u64.
-        let window_nanos = capacity as u64 * emission_nanos;
+        let emission_nanos = NANOS_PER_SEC / refill_per_sec;
+        let Some(window_nanos) = capacity.checked_mul(emission_nanos) else {
+            return Err(ParamError::CapacityTooLarge(capacity));
+        };
         Ok(BucketParams {
             capacity,
             refill_per_sec,
@@ -93,11 +101,11 @@ impl BucketParams {
         })
     }
 
-    pub const fn capacity(&self) -> u32 {
+    pub const fn capacity(&self) -> u64 {
         self.capacity
     }
 
-    pub const fn refill_per_sec(&self) -> u32 {
+    pub const fn refill_per_sec(&self) -> u64 {
         self.refill_per_sec
     }
 
@@ -187,10 +195,10 @@ impl fmt::Debug for TokenBucket {
 }
 
 impl TokenBucket {
-    /// A full bucket (`TAT = 0`, the clock's origin).
-    pub fn new(params: BucketParams) -> Self {
+    /// A bucket that is full at `now` (and at any later time): `TAT = now`.
+    pub fn new(params: BucketParams, now: u64) -> Self {
         TokenBucket {
-            tat: CachePadded::new(AtomicU64::new(0)),
+            tat: CachePadded::new(AtomicU64::new(now)),
             params,
         }
     }
@@ -259,15 +267,99 @@ impl TokenBucket {
     }
 }
 
+/// Which bucket refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BucketKind {
+    Global,
+    Source,
+}
+
+/// An admission refusal: answer 503 with `Retry-After: {retry_after_secs()}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// Time until the refusing bucket has a token; when both buckets are empty, the longer of
+    /// the two, so the client is not invited back into a second refusal.
+    pub retry_after: RetryAfter,
+    /// The refusing bucket; when both are empty, the one with the longer wait (`Global` on a tie).
+    pub bucket: BucketKind,
+}
+
+impl Refusal {
+    /// The `Retry-After` header value (`max(1, floor(seconds))`).
+    pub const fn retry_after_secs(&self) -> u64 {
+        self.retry_after.retry_after_secs()
+    }
+}
+
+/// The global bucket, admitting all-or-nothing together with a source's bucket.
+///
+/// The per-source buckets live in [`SourceTable`](super::sources::SourceTable) entries.
+#[derive(Debug)]
+pub struct Admission {
+    global: TokenBucket,
+}
+
+impl Admission {
+    /// A full global bucket as of `now`.
+    pub fn new(global: BucketParams, now: u64) -> Self {
+        Admission {
+            global: TokenBucket::new(global, now),
+        }
+    }
+
+    pub fn global(&self) -> &TokenBucket {
+        &self.global
+    }
+
+    /// Take one token from the global bucket and one from `source`'s, or neither.
+    ///
+    /// Order: acquire global; if the source bucket then refuses, refund the global token. A
+    /// global refusal leaves the source bucket untouched (it is only read, for the max wait).
+    /// The caller does the counting (`count_refusal(IngestSaturated)`, backpressure metrics).
+    ///
+    /// The refund window: between the global acquire and its refund (a few nanoseconds, nothing
+    /// blocks in between) the global bucket holds one token less than it should. A request on
+    /// another core that meets the global bucket at exactly its last token in that window is
+    /// refused with a wait of about one emission interval (1/refill; 1 ms at the default rate,
+    /// so `Retry-After: 1`). This errs only toward refusing, never toward admitting more than
+    /// the budget; the token itself is returned exactly (a refund is never lost and cannot
+    /// overfill); and making the two buckets one atomic step would need a lock or a multi-word
+    /// CAS shared by all cores on every request, which costs far more than a rare spurious 503.
+    pub fn try_admit(&self, source: &SourceEntry, now: u64) -> Result<(), Refusal> {
+        let source = source.bucket();
+        if let Err(global_wait) = self.global.try_acquire(now) {
+            return Err(match source.check(now) {
+                Err(source_wait) if source_wait > global_wait => Refusal {
+                    retry_after: source_wait,
+                    bucket: BucketKind::Source,
+                },
+                _ => Refusal {
+                    retry_after: global_wait,
+                    bucket: BucketKind::Global,
+                },
+            });
+        }
+        if let Err(source_wait) = source.try_acquire(now) {
+            self.global.refund(now);
+            return Err(Refusal {
+                retry_after: source_wait,
+                bucket: BucketKind::Source,
+            });
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ingest::sources::{SourceCache, SourceTable};
     use crate::sync::clock::{Clock, ManualClock};
-    use std::sync::Barrier;
+    use std::sync::{Arc, Barrier};
 
     const SEC: u64 = NANOS_PER_SEC;
 
-    fn params(capacity: u32, refill: u32) -> BucketParams {
+    fn params(capacity: u64, refill: u64) -> BucketParams {
         BucketParams::new(capacity, refill).unwrap()
     }
 
@@ -279,8 +371,13 @@ mod tests {
             BucketParams::new(1, 1_000_000_001),
             Err(ParamError::RefillTooHigh(1_000_000_001))
         );
-        let p = BucketParams::new(u32::MAX, 1).unwrap();
+        let p = BucketParams::new(u32::MAX as u64, 1).unwrap();
         assert_eq!(p.window_nanos, u32::MAX as u64 * SEC);
+        assert_eq!(
+            BucketParams::new(u64::MAX, 1),
+            Err(ParamError::CapacityTooLarge(u64::MAX))
+        );
+        assert!(BucketParams::new(u64::MAX, 1_000_000_000).is_ok());
         assert_eq!(params(4096, 1024).emission_nanos(), 976_562);
     }
 
@@ -339,7 +436,7 @@ mod tests {
     #[test]
     fn capacity_two_refill_one_third_request_refused_for_one_second() {
         let clock = ManualClock::new(0);
-        let b = TokenBucket::new(params(2, 1));
+        let b = TokenBucket::new(params(2, 1), 0);
         assert_eq!(b.available(clock.now_nanos()), 2.0);
         assert!(b.try_acquire(clock.now_nanos()).is_ok());
         assert!(b.try_acquire(clock.now_nanos()).is_ok());
@@ -352,7 +449,7 @@ mod tests {
     #[test]
     fn refills_continuously_over_time() {
         let clock = ManualClock::new(7 * SEC);
-        let b = TokenBucket::new(params(2, 1));
+        let b = TokenBucket::new(params(2, 1), clock.now_nanos());
         b.try_acquire(clock.now_nanos()).unwrap();
         b.try_acquire(clock.now_nanos()).unwrap();
         clock.advance(Duration::from_millis(500));
@@ -372,14 +469,14 @@ mod tests {
 
     #[test]
     fn huge_idle_gaps_do_not_overflow() {
-        let b = TokenBucket::new(params(u32::MAX, 1_000_000_000));
+        let b = TokenBucket::new(params(u32::MAX as u64, 1_000_000_000), 0);
         b.try_acquire(0).unwrap();
         let late = u64::MAX - 10;
         assert_eq!(b.available(late), u32::MAX as f64);
         b.try_acquire(late).unwrap();
         b.try_acquire(u64::MAX).unwrap();
         assert!(b.available(u64::MAX) <= u32::MAX as f64);
-        let small = TokenBucket::new(params(1, 1));
+        let small = TokenBucket::new(params(1, 1), 0);
         let late = u64::MAX / 2;
         small.try_acquire(late).unwrap();
         assert_eq!(small.try_acquire(late), Err(RetryAfter::from_nanos(SEC)));
@@ -387,7 +484,7 @@ mod tests {
 
     #[test]
     fn refund_returns_exactly_one_token_and_never_overfills() {
-        let b = TokenBucket::new(params(2, 1));
+        let b = TokenBucket::new(params(2, 1), 0);
         b.try_acquire(0).unwrap();
         b.try_acquire(0).unwrap();
         b.refund(0);
@@ -403,8 +500,24 @@ mod tests {
     }
 
     #[test]
+    fn the_word_has_its_cache_lines_to_itself() {
+        let line = std::mem::align_of::<CachePadded<u8>>();
+        assert_eq!(std::mem::align_of::<TokenBucket>(), line);
+        let b = TokenBucket::new(params(1, 1), 0);
+        let word = &*b.tat as *const AtomicU64 as usize;
+        let start = &b as *const TokenBucket as usize;
+        assert_eq!(word % line, 0);
+        // Nothing else of the bucket lives on the word's padded lines.
+        let params_at = &b.params as *const BucketParams as usize;
+        assert!(
+            params_at >= word + line || params_at + std::mem::size_of::<BucketParams>() <= word
+        );
+        assert!(start <= word);
+    }
+
+    #[test]
     fn check_reads_without_taking() {
-        let b = TokenBucket::new(params(1, 1));
+        let b = TokenBucket::new(params(1, 1), 0);
         assert!(b.check(0).is_ok());
         assert!(b.check(0).is_ok());
         b.try_acquire(0).unwrap();
@@ -415,8 +528,8 @@ mod tests {
     fn concurrent_acquires_at_one_instant_admit_exactly_capacity() {
         const THREADS: usize = 4;
         const ATTEMPTS: usize = 10_000;
-        const CAPACITY: u32 = 1_000;
-        let b = TokenBucket::new(params(CAPACITY, 1));
+        const CAPACITY: u64 = 1_000;
+        let b = TokenBucket::new(params(CAPACITY, 1), 42);
         let barrier = Barrier::new(THREADS);
         let admitted: usize = std::thread::scope(|s| {
             let handles: Vec<_> = (0..THREADS)
@@ -431,5 +544,136 @@ mod tests {
         });
         assert_eq!(admitted, CAPACITY as usize);
         assert_eq!(b.available(42), 0.0);
+    }
+
+    fn admission(global: (u64, u64), source: (u64, u64)) -> (Admission, Arc<SourceTable>) {
+        let table = SourceTable::new(10, params(source.0, source.1));
+        (
+            Admission::new(params(global.0, global.1), 0),
+            Arc::new(table),
+        )
+    }
+
+    #[test]
+    fn source_capacity_two_refill_one_third_refused_with_retry_after_one() {
+        let clock = ManualClock::new(0);
+        let (adm, table) = admission((100, 100), (2, 1));
+        let src = table.lookup("github");
+        adm.try_admit(&src, clock.now_nanos()).unwrap();
+        adm.try_admit(&src, clock.now_nanos()).unwrap();
+        let r = adm.try_admit(&src, clock.now_nanos()).unwrap_err();
+        assert_eq!(r.bucket, BucketKind::Source);
+        assert_eq!(r.retry_after_secs(), 1);
+        clock.advance(Duration::from_secs(1));
+        adm.try_admit(&src, clock.now_nanos()).unwrap();
+    }
+
+    #[test]
+    fn empty_source_refunds_the_global_token() {
+        let (adm, table) = admission((3, 1), (1, 1));
+        let (a, b) = (table.lookup("a"), table.lookup("b"));
+        adm.try_admit(&a, 0).unwrap();
+        assert_eq!(adm.global().available(0), 2.0);
+        for _ in 0..5 {
+            assert_eq!(adm.try_admit(&a, 0).unwrap_err().bucket, BucketKind::Source);
+        }
+        assert_eq!(
+            adm.global().available(0),
+            2.0,
+            "refused requests must not leak tokens"
+        );
+        adm.try_admit(&b, 0).unwrap();
+        assert_eq!(adm.global().available(0), 1.0);
+    }
+
+    #[test]
+    fn empty_global_leaves_the_source_untouched() {
+        let (adm, table) = admission((1, 1), (5, 1));
+        let (a, b) = (table.lookup("a"), table.lookup("b"));
+        adm.try_admit(&a, 0).unwrap();
+        let r = adm.try_admit(&b, 0).unwrap_err();
+        assert_eq!(
+            (r.bucket, r.retry_after),
+            (BucketKind::Global, RetryAfter::from_nanos(SEC))
+        );
+        assert_eq!(b.bucket().available(0), 5.0);
+        assert_eq!(a.bucket().available(0), 4.0);
+    }
+
+    #[test]
+    fn retry_after_comes_from_the_refusing_bucket_and_is_at_least_one() {
+        // Source refuses (capacity 1, 1/s): half a second after its token went, half to wait.
+        let (adm, table) = admission((1000, 1000), (1, 1));
+        let s = table.lookup("s");
+        adm.try_admit(&s, 0).unwrap();
+        let r = adm.try_admit(&s, SEC / 2).unwrap_err();
+        assert_eq!(
+            (r.bucket, r.retry_after),
+            (BucketKind::Source, RetryAfter::from_nanos(SEC / 2))
+        );
+        assert_eq!(r.retry_after_secs(), 1);
+
+        // Global refuses with a short wait (1 ms): the header is still 1.
+        let (adm, table) = admission((1, 1000), (10, 1));
+        let s = table.lookup("s");
+        adm.try_admit(&s, 0).unwrap();
+        let r = adm.try_admit(&s, 0).unwrap_err();
+        assert_eq!(
+            (r.bucket, r.retry_after),
+            (BucketKind::Global, RetryAfter::from_nanos(SEC / 1000))
+        );
+        assert_eq!(r.retry_after_secs(), 1);
+
+        // Both empty: the longer wait wins, and names its bucket.
+        let (adm, table) = admission((1, 1000), (1, 1));
+        let s = table.lookup("s");
+        adm.try_admit(&s, 0).unwrap();
+        let r = adm.try_admit(&s, 0).unwrap_err();
+        assert_eq!(
+            (r.bucket, r.retry_after),
+            (BucketKind::Source, RetryAfter::from_nanos(SEC))
+        );
+
+        // A long wait is floored to whole seconds.
+        let (adm, table) = admission((100, 1), (1, 1));
+        let s = table.lookup("s");
+        adm.try_admit(&s, 0).unwrap();
+        let r = adm.try_admit(&s, 0).unwrap_err();
+        assert_eq!(r.retry_after_secs(), 1);
+    }
+
+    #[test]
+    fn overflow_sources_share_one_per_source_budget() {
+        let table = Arc::new(SourceTable::new(1, params(1, 1)));
+        let adm = Admission::new(params(1000, 1), 0);
+        let mut cache = SourceCache::new(table.clone());
+        adm.try_admit(&cache.get("a"), 0).unwrap();
+        adm.try_admit(&cache.get("new-1"), 0).unwrap();
+        let r = adm.try_admit(&cache.get("new-2"), 0).unwrap_err();
+        assert_eq!(r.bucket, BucketKind::Source);
+    }
+
+    #[test]
+    fn concurrent_admission_admits_exactly_the_smaller_budget() {
+        const THREADS: usize = 4;
+        const ATTEMPTS: usize = 5_000;
+        let (adm, table) = admission((10_000, 1), (300, 1));
+        let admitted: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|_| {
+                    let mut cache = SourceCache::new(table.clone());
+                    let adm = &adm;
+                    s.spawn(move || {
+                        (0..ATTEMPTS)
+                            .filter(|_| adm.try_admit(&cache.get("hot"), 7).is_ok())
+                            .count()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(admitted, 300);
+        // Every refunded global token came back: exactly 300 spent.
+        assert_eq!(adm.global().available(7), 10_000.0 - 300.0);
     }
 }

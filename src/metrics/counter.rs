@@ -98,6 +98,7 @@ label_enum!(
         Header => "header",
         Body => "body",
         Idle => "idle",
+        Write => "write",
     }
 );
 
@@ -105,6 +106,7 @@ label_enum!(
     /// `reason` label of `sluice_connections_refused_total`.
     ConnRefusal {
         PerCoreCap => "per_core_cap",
+        AcceptError => "accept_error",
     }
 );
 
@@ -146,7 +148,7 @@ pub mod slot {
     pub const CONN_ACCEPTED: usize = HTTP + Route::COUNT * STATUS_SLOTS;
     pub const CONN_REFUSED: usize = CONN_ACCEPTED + 1;
     pub const CONN_TIMED_OUT: usize = CONN_REFUSED + ConnRefusal::COUNT;
-    /// Gauge: open connections of this core (incremented and decremented, wrapping).
+    /// Gauge: open connections of this core (stored by its worker).
     pub const CONN_OPEN: usize = CONN_TIMED_OUT + TimeoutKind::COUNT;
     pub const COUNT: usize = CONN_OPEN + 1;
 
@@ -204,27 +206,33 @@ impl CoreMetrics {
     pub fn incr_backpressure(&self, dimension: Dimension, action: Action) {
         self.shard.add(slot::backpressure(dimension, action), 1);
     }
+    /// `harn_backpressure_events_total{dimension="ingest",action="admit"|"reject"}`.
     #[inline]
-    pub fn incr_conn_accepted(&self) {
+    pub fn incr_ingest(&self, admitted: bool) {
+        let action = if admitted {
+            Action::Admit
+        } else {
+            Action::Reject
+        };
+        self.incr_backpressure(Dimension::Ingest, action);
+    }
+    #[inline]
+    pub fn incr_connections_accepted(&self) {
         self.shard.add(slot::CONN_ACCEPTED, 1);
     }
     #[inline]
-    pub fn incr_conn_refused(&self, reason: ConnRefusal) {
+    pub fn incr_connections_refused(&self, reason: ConnRefusal) {
         self.shard.add(slot::CONN_REFUSED + reason as usize, 1);
     }
     #[inline]
-    pub fn incr_conn_timed_out(&self, kind: TimeoutKind) {
+    pub fn incr_timeout(&self, kind: TimeoutKind) {
         self.shard.add(slot::CONN_TIMED_OUT + kind as usize, 1);
     }
-    /// `sluice_connections_open` += 1 for this core.
+    /// Set this core's `sluice_connections_open`. Only the owning worker stores it, so a plain
+    /// `Relaxed` store is exact.
     #[inline]
-    pub fn conn_opened(&self) {
-        self.shard.add(slot::CONN_OPEN, 1);
-    }
-    /// `sluice_connections_open` -= 1 for this core (wrapping add of -1).
-    #[inline]
-    pub fn conn_closed(&self) {
-        self.shard.add(slot::CONN_OPEN, u64::MAX);
+    pub fn set_connections_open(&self, open: u64) {
+        self.shard.cells[slot::CONN_OPEN].store(open, Ordering::Relaxed);
     }
 }
 
@@ -272,13 +280,19 @@ impl Metrics {
     pub fn connections_timed_out(&self, kind: TimeoutKind) -> u64 {
         self.sum(slot::CONN_TIMED_OUT + kind as usize)
     }
-    /// Open connections of core `i` (a gauge; negative only if closes outnumber opens).
-    pub fn connections_open(&self, core: usize) -> i64 {
-        self.shards[core].get(slot::CONN_OPEN) as i64
+    /// Open connections of core `core` (a gauge).
+    pub fn connections_open(&self, core: usize) -> u64 {
+        self.shards[core].get(slot::CONN_OPEN)
+    }
+
+    /// The whole `/metrics` body: this module's families, then whatever `extra` appends.
+    /// Same as [`super::prom::render`].
+    pub fn render(&self, extra: &mut dyn FnMut(&mut PromWriter)) -> String {
+        super::prom::render(self, extra)
     }
 
     /// Append every family this module owns, in a fixed order.
-    pub fn write_prom(&self, w: &mut PromWriter) {
+    pub fn render_prometheus(&self, w: &mut PromWriter) {
         const BP: &str = "harn_backpressure_events_total";
         w.header(
             BP,
@@ -319,7 +333,7 @@ impl Metrics {
         const REFUSED: &str = "sluice_connections_refused_total";
         w.header(
             REFUSED,
-            "Connections closed at accept, by reason.",
+            "Connections refused at accept, by reason.",
             MetricType::Counter,
         );
         for &r in ConnRefusal::ALL {
@@ -352,7 +366,7 @@ impl Metrics {
         );
         for core in 0..self.cores() {
             let label = core.to_string();
-            w.sample_i64(OPEN, &[("core", &label)], self.connections_open(core));
+            w.sample_u64(OPEN, &[("core", &label)], self.connections_open(core));
         }
     }
 }
@@ -397,39 +411,31 @@ mod tests {
             for i in 0..CORES {
                 let core = m.core(i);
                 s.spawn(move || {
-                    for _ in 0..PER_CORE {
+                    for n in 0..PER_CORE {
                         core.incr_http(Route::Webhook, 202);
-                        core.incr_backpressure(Dimension::Ingest, Action::Admit);
-                        core.conn_opened();
+                        core.incr_ingest(n % 2 == 0);
+                        core.set_connections_open(n);
                     }
                     core.incr_http(Route::Webhook, 418);
-                    core.conn_closed();
+                    core.incr_timeout(TimeoutKind::Write);
                 });
             }
         });
-        assert_eq!(
-            m.http_requests(Route::Webhook, 202),
-            CORES as u64 * PER_CORE
-        );
+        let all = CORES as u64 * PER_CORE;
+        assert_eq!(m.http_requests(Route::Webhook, 202), all);
         assert_eq!(m.http_requests(Route::Webhook, 999), CORES as u64);
         assert_eq!(m.http_requests(Route::Healthz, 202), 0);
         assert_eq!(
             m.backpressure_events(Dimension::Ingest, Action::Admit),
-            CORES as u64 * PER_CORE
+            all / 2
         );
+        assert_eq!(
+            m.backpressure_events(Dimension::Ingest, Action::Reject),
+            all / 2
+        );
+        assert_eq!(m.connections_timed_out(TimeoutKind::Write), CORES as u64);
         for i in 0..CORES {
-            assert_eq!(m.connections_open(i), PER_CORE as i64 - 1);
+            assert_eq!(m.connections_open(i), PER_CORE - 1);
         }
-    }
-
-    #[test]
-    fn open_gauge_can_go_down_and_below_zero() {
-        let m = Metrics::new(1);
-        let c = m.core(0);
-        c.conn_closed();
-        assert_eq!(m.connections_open(0), -1);
-        c.conn_opened();
-        c.conn_opened();
-        assert_eq!(m.connections_open(0), 1);
     }
 }

@@ -59,6 +59,12 @@ impl PromWriter {
         &self.out
     }
 
+    /// The text buffer, for modules that format their families themselves (e.g. the WAL's
+    /// `render_prometheus(&mut String)`). They must append whole lines.
+    pub fn buffer_mut(&mut self) -> &mut String {
+        &mut self.out
+    }
+
     pub fn finish(self) -> String {
         self.out
     }
@@ -224,7 +230,7 @@ fn valid_label_name(name: &str) -> bool {
 /// (WAL histograms, ring depth, per-source refusal counters, ...).
 pub fn render(metrics: &super::Metrics, extra: &mut dyn FnMut(&mut PromWriter)) -> String {
     let mut w = PromWriter::new();
-    metrics.write_prom(&mut w);
+    metrics.render_prometheus(&mut w);
     extra(&mut w);
     w.finish()
 }
@@ -307,26 +313,23 @@ mod tests {
         c1.incr_http(Route::Webhook, 202);
         c1.incr_http(Route::Webhook, 503);
         c0.incr_http(Route::Unmatched, 418);
-        c0.incr_backpressure(Dimension::Ingest, Action::Admit);
+        c0.incr_ingest(true);
         c1.incr_backpressure(Dimension::Ingest, Action::Reject);
         c0.incr_backpressure(Dimension::Ingest, Action::Closed); // off-contract: shown once > 0
-        c0.incr_conn_accepted();
-        c1.incr_conn_accepted();
-        c1.incr_conn_refused(ConnRefusal::PerCoreCap);
-        c0.incr_conn_timed_out(TimeoutKind::Idle);
-        c0.conn_opened();
-        c0.conn_opened();
-        c1.conn_opened();
-        c1.conn_closed();
+        c0.incr_connections_accepted();
+        c1.incr_connections_accepted();
+        c1.incr_connections_refused(ConnRefusal::PerCoreCap);
+        c0.incr_timeout(TimeoutKind::Idle);
+        c0.set_connections_open(2);
 
-        let text = render(&m, &mut |w| {
-            w.gauge(
-                "sluice_wal_ring_depth",
-                "Records waiting in the WAL ring.",
-                7.0,
-            );
+        let mut extra = |w: &mut PromWriter| {
+            w.gauge("sluice_wal_ring_depth", "Records in the WAL ring.", 7.0);
             w.header("sluice_empty_total", "Nothing yet.", MetricType::Counter);
-        });
+            w.buffer_mut()
+                .push_str("# TYPE preformatted gauge\npreformatted 1\n");
+        };
+        let text = m.render(&mut extra);
+        assert_eq!(text, render(&m, &mut extra));
         let expected = "\
 # HELP harn_backpressure_events_total Backpressure decisions by dimension and action.
 # TYPE harn_backpressure_events_total counter
@@ -345,23 +348,27 @@ sluice_http_requests_total{route=\"unmatched\",status=\"other\"} 1
 # HELP sluice_connections_accepted_total Connections accepted.
 # TYPE sluice_connections_accepted_total counter
 sluice_connections_accepted_total 2
-# HELP sluice_connections_refused_total Connections closed at accept, by reason.
+# HELP sluice_connections_refused_total Connections refused at accept, by reason.
 # TYPE sluice_connections_refused_total counter
 sluice_connections_refused_total{reason=\"per_core_cap\"} 1
+sluice_connections_refused_total{reason=\"accept_error\"} 0
 # HELP sluice_connections_timed_out_total Connections closed by a timeout, by kind.
 # TYPE sluice_connections_timed_out_total counter
 sluice_connections_timed_out_total{kind=\"header\"} 0
 sluice_connections_timed_out_total{kind=\"body\"} 0
 sluice_connections_timed_out_total{kind=\"idle\"} 1
+sluice_connections_timed_out_total{kind=\"write\"} 0
 # HELP sluice_connections_open Open connections, per worker core.
 # TYPE sluice_connections_open gauge
 sluice_connections_open{core=\"0\"} 2
 sluice_connections_open{core=\"1\"} 0
-# HELP sluice_wal_ring_depth Records waiting in the WAL ring.
+# HELP sluice_wal_ring_depth Records in the WAL ring.
 # TYPE sluice_wal_ring_depth gauge
 sluice_wal_ring_depth 7
 # HELP sluice_empty_total Nothing yet.
 # TYPE sluice_empty_total counter
+# TYPE preformatted gauge
+preformatted 1
 ";
         assert_eq!(text, expected);
     }
