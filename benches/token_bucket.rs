@@ -1,7 +1,7 @@
 //! Token bucket acquire cost: sluice's GCRA word vs `governor::RateLimiter::direct`, same quota.
 //!
 //! Both read their real clock on every call (sluice: `MonotonicClock`, i.e. `Instant`;
-//! governor: its default quanta clock), as they would in the server.
+//! governor: its default quanta clock, and `*_std_clock`: governor on `Instant` too).
 //! - `single/*_admit`: burst 1e6, refill 1e9/s: nothing is refused.
 //! - `single/*_refuse`: burst 1, refill 1/s: everything after the first call is refused.
 //! - `single/clock_only`, `single/sluice_admit_no_clock`: the clock read, and the bucket alone.
@@ -11,6 +11,7 @@
 //! Run: `cargo bench --bench token_bucket`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use governor::clock::MonotonicClock as StdClock;
 use governor::{Quota, RateLimiter};
 use sluice::ingest::bucket::{BucketParams, TokenBucket};
 use sluice::sync::clock::{Clock, MonotonicClock};
@@ -44,6 +45,11 @@ fn single(c: &mut Criterion) {
             b.iter(|| black_box(limiter.check().is_ok()))
         });
     }
+    // Same clock for both: governor on `std::time::Instant` as well.
+    let limiter = RateLimiter::direct_with_clock(governor_quota(OPEN), &StdClock);
+    g.bench_function("governor_admit_std_clock", |b| {
+        b.iter(|| black_box(limiter.check().is_ok()))
+    });
     // The split of `sluice_admit`: the clock read alone, and the bucket on a simulated clock.
     g.bench_function("clock_only", |b| b.iter(|| black_box(clock.now_nanos())));
     let bucket = sluice_bucket(OPEN);
@@ -90,6 +96,12 @@ fn contended(c: &mut Criterion) {
     g.bench_function("governor_admit", |b| {
         b.iter_custom(|iters| {
             let limiter = RateLimiter::direct(governor_quota(OPEN));
+            two_threads(iters, &|| limiter.check().is_ok())
+        })
+    });
+    g.bench_function("governor_admit_std_clock", |b| {
+        b.iter_custom(|iters| {
+            let limiter = RateLimiter::direct_with_clock(governor_quota(OPEN), &StdClock);
             two_threads(iters, &|| limiter.check().is_ok())
         })
     });
