@@ -38,6 +38,8 @@ pub enum RuntimeError {
     Wal(wal::WalError),
     /// Binding, thread spawning or another OS call failed.
     Io { what: String, source: std::io::Error },
+    /// A value the config validation let through but a component refused.
+    Config(String),
     /// A worker or the writer died.
     ThreadDied(String),
 }
@@ -47,6 +49,7 @@ impl std::fmt::Display for RuntimeError {
         match self {
             RuntimeError::Wal(e) => write!(f, "write-ahead log: {e}"),
             RuntimeError::Io { what, source } => write!(f, "{what}: {source}"),
+            RuntimeError::Config(msg) => f.write_str(msg),
             RuntimeError::ThreadDied(name) => write!(f, "thread {name} died"),
         }
     }
@@ -110,15 +113,17 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     let parker = Parker::new();
     let unparker = parker.unparker().clone();
     let wal_shared = Arc::new(WalShared::new());
-    let sources = Arc::new(SourceTable::new(
-        config.ingest.max_sources,
-        BucketParams::new(config.ingest.per_source_capacity, config.ingest.refill_per_sec),
-    ));
+    let bucket = |capacity| {
+        BucketParams::new(capacity, config.ingest.refill_per_sec)
+            .map_err(|e| RuntimeError::Config(format!("ingest bucket: {e}")))
+    };
+    let sources = Arc::new(SourceTable::new(config.ingest.max_sources, bucket(config.ingest.per_source_capacity)?));
+    let admission = Admission::new(bucket(config.ingest.global_capacity)?, clock.now_nanos());
     let shared = Arc::new(Shared::new(
         config.clone(),
         clock.clone(),
         Router::new(&config.triggers, config.ingest.default_route),
-        Admission::new(BucketParams::new(config.ingest.global_capacity, config.ingest.refill_per_sec), clock.now_nanos()),
+        admission,
         sources,
         wal_shared.clone(),
         Arc::new(Metrics::new(config.server.workers)),
@@ -208,7 +213,14 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
 pub fn render_metrics(shared: &Shared, ring_depth: usize) -> String {
     shared.metrics.render(&mut |w| {
         w.gauge("sluice_wal_ring_depth", "Events waiting in the WAL ring.", ring_depth as f64);
-        shared.wal.render_prometheus(w);
+        w.counter(
+            "sluice_wal_appends_total",
+            "Events appended to the WAL and reported durable.",
+            shared.wal.appends_total.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        w.gauge("sluice_wal_durable_lsn", "Highest LSN known durable.", shared.wal.durable_lsn() as f64);
+        w.gauge("sluice_wal_healthy", "1 when the WAL accepts writes, 0 after a write or sync error.", if shared.wal.is_healthy() { 1.0 } else { 0.0 });
+        shared.wal.render_prometheus(w.buffer_mut());
         shared.sources.render_prometheus(w);
     })
 }

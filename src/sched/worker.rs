@@ -29,8 +29,9 @@ use crate::ingest::event_id::EventIdGen;
 use crate::ingest::respond::{accepted_body, refused_body, Refusal};
 use crate::ingest::router::{OpsEndpoint, RouteMatch};
 use crate::ingest::sources::{RefusalReason, SourceCache};
-use crate::metrics::{CoreMetrics, Route};
+use crate::metrics::{ConnRefusal, CoreMetrics, Route, TimeoutKind};
 use crate::net::conn::{Conn, Flush, Phase, PendingIngest, Slot};
+use crate::net::date::DateCache;
 use crate::net::http::{self, HttpError, ReadEvent, Request};
 use crate::ring;
 use crate::sched::state::{Phase as Lifecycle, Shared};
@@ -103,6 +104,9 @@ pub struct Worker {
     limits: http::Limits,
     hard_stop: Arc<AtomicBool>,
     draining_since: Option<u64>,
+    dates: DateCache,
+    /// The `Date` header value, refreshed once per loop turn.
+    date: String,
 }
 
 impl Worker {
@@ -149,9 +153,19 @@ impl Worker {
             limits,
             hard_stop,
             draining_since: None,
+            dates: DateCache::default(),
+            date: String::new(),
         };
         let sink = WorkerSink { tx: ctx, waker: waker.clone(), touched: false };
         Ok((worker, sink, waker))
+    }
+
+    fn refresh_date(&mut self) {
+        let text = self.dates.get(unix_millis());
+        if text != self.date {
+            self.date.clear();
+            self.date.push_str(text);
+        }
     }
 
     fn now(&self) -> u64 {
@@ -170,6 +184,7 @@ impl Worker {
                     return;
                 }
             }
+            self.refresh_date();
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept_all(),
@@ -212,7 +227,7 @@ impl Worker {
                 Err(e) => {
                     // EMFILE/ENFILE and friends: leave the rest in the backlog; the next
                     // readiness event retries. Counted so operators see it.
-                    self.metrics.incr_connections_refused();
+                    self.metrics.incr_connections_refused(ConnRefusal::AcceptError);
                     eprintln!("sluice: worker {}: accept failed: {e}", self.id);
                     return;
                 }
@@ -222,7 +237,7 @@ impl Worker {
 
     fn admit_connection(&mut self, mut stream: TcpStream) {
         if self.open >= self.shared.config.server.max_connections_per_core {
-            self.metrics.incr_connections_refused();
+            self.metrics.incr_connections_refused(ConnRefusal::PerCoreCap);
             let mut out = Vec::new();
             http::write_response(
                 &mut out,
@@ -351,8 +366,11 @@ impl Worker {
     fn push_ready(&mut self, idx: usize, route: Route, status: u16, headers: &[(&str, &str)], body: &[u8], keep_alive: bool, head_only: bool) {
         self.metrics.incr_http(route, status);
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return };
-        let mut bytes = Vec::with_capacity(128 + body.len());
-        http::write_response(&mut bytes, status, headers, body, keep_alive, head_only);
+        let mut all: Vec<(&str, &str)> = Vec::with_capacity(headers.len() + 1);
+        all.push(("Date", &self.date));
+        all.extend_from_slice(headers);
+        let mut bytes = Vec::with_capacity(160 + body.len());
+        http::write_response(&mut bytes, status, &all, body, keep_alive, head_only);
         conn.slots.push_back(Slot::Ready { bytes, close: !keep_alive });
         if !keep_alive {
             conn.closing = true;
@@ -554,7 +572,7 @@ impl Worker {
                 (503, refused_body(reason, 1), Some("1"))
             }
         };
-        let mut headers: Vec<(&str, &str)> = vec![("Content-Type", "application/json")];
+        let mut headers: Vec<(&str, &str)> = vec![("Date", &self.date), ("Content-Type", "application/json")];
         if let Some(ra) = retry_after {
             headers.push(("Retry-After", ra));
         }
@@ -612,22 +630,22 @@ impl Worker {
             let Some(conn) = self.conns[idx].as_ref() else { continue };
             if conn.unwritten() > 0 && now.saturating_sub(conn.write_since) > body_t {
                 // The client stopped reading its responses.
-                self.metrics.incr_timeout("write");
+                self.metrics.incr_timeout(TimeoutKind::Write);
                 self.close(idx);
                 continue;
             }
             let age = now.saturating_sub(conn.phase_since);
             match conn.phase {
                 Phase::Head if age > head_t => {
-                    self.metrics.incr_timeout("header");
+                    self.metrics.incr_timeout(TimeoutKind::Header);
                     self.timeout_408(idx);
                 }
                 Phase::Body if age > body_t => {
-                    self.metrics.incr_timeout("body");
+                    self.metrics.incr_timeout(TimeoutKind::Body);
                     self.timeout_408(idx);
                 }
                 Phase::Idle if age > idle_t => {
-                    self.metrics.incr_timeout("idle");
+                    self.metrics.incr_timeout(TimeoutKind::Idle);
                     self.close(idx);
                 }
                 _ => {}

@@ -39,6 +39,28 @@ impl VerifyReport {
     }
 }
 
+impl std::fmt::Display for VerifyReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} segments, {} valid records", self.dir.display(), self.segments, self.records)?;
+        if let (Some(a), Some(b)) = (self.first_lsn, self.last_lsn) {
+            write!(f, " (lsn {a}..={b})")?;
+        }
+        match &self.finding {
+            None => write!(f, "; clean"),
+            Some(Finding::TornTail { segment, offset }) => write!(
+                f,
+                "; torn tail in segment {} at offset {offset} (recovery truncates it)",
+                segment.display()
+            ),
+            Some(Finding::Corrupt { segment, offset, reason }) => write!(
+                f,
+                "; CORRUPT: segment {} at offset {offset}: {reason}",
+                segment.display()
+            ),
+        }
+    }
+}
+
 /// Checks every record of `DATA_DIR/wal`: lengths, CRC, kind, LSN continuity, and that every
 /// event payload decodes. Reports the first problem with its segment and offset.
 /// `Err` only when the log cannot be read at all (I/O).
