@@ -1,8 +1,8 @@
 //! Ingest: routes, admission, signatures, dedupe and the refusal policy.
 //!
-//! - [`bucket`]: GCRA token bucket in one atomic word (global and per-source admission).
-//! - [`sources`]: bounded per-source registry, per-core caches, refusal counters, and the
-//!   all-or-nothing [`sources::Admission`].
+//! - [`bucket`]: GCRA token bucket in one atomic word, and the all-or-nothing
+//!   [`bucket::Admission`] through the global and a per-source bucket.
+//! - [`sources`]: bounded per-source registry, per-core caches, per-source refusal counters.
 
 pub mod bucket;
 pub mod sources;
