@@ -11,14 +11,19 @@
 //!
 //! and a conforming request sets `TAT = max(TAT, now) + T`. `TAT - now` is the debt of the
 //! bucket: `capacity - (TAT - now) / T` tokens are available. `TAT <= now` is a full bucket, so a
-//! new bucket (`TAT = 0`) is full and an idle bucket never accumulates more than `capacity`.
+//! new bucket (`TAT = now`) is full and an idle bucket never accumulates more than `capacity`.
 //!
 //! The whole state is one `AtomicU64`, updated with a compare-and-swap loop around the pure
 //! function [`decide`]. Time is nanoseconds on the injected clock's scale
 //! ([`crate::sync::clock::Clock`]); the bucket never reads a clock itself.
 //!
+//! [`Admission`] takes a token from the global bucket and one from a source's bucket
+//! ([`super::sources`]) or neither: acquire global, then source, refund global if the source
+//! refuses (the short window this opens is discussed on [`Admission::try_admit`]).
+//!
 //! Compatibility (Harn reference §1.9, §2): refill is continuous, buckets start full, and the
-//! `Retry-After` header is `max(1, floor(seconds until one token))` ([`RetryAfter::retry_after_secs`]).
+//! `Retry-After` header is `max(1, floor(seconds until one token))`
+//! ([`RetryAfter::retry_after_secs`]).
 //!
 //! Precision: `T` is `1e9 / refill` nanoseconds rounded down, so the effective rate is at most
 //! `1e9 / floor(1e9 / refill)` per second (1024/s → 1024.0005/s).
