@@ -87,9 +87,11 @@ struct Slot<T> {
 
 /// The state shared by all handles.
 ///
-/// `repr(C)` keeps the declared order: the consumer's line, the producers' line, then the
-/// read-mostly fields, each group on its own cache line(s) so that a write by one side does
-/// not invalidate the lines the other side reads (checked by the `layout` test).
+/// `repr(C)` keeps the declared order: the consumer's line (`head`), the producers' line
+/// (`tail`), then the read-mostly fields, each group on its own cache line(s) so that a write by
+/// one side does not invalidate the lines the other side reads (checked by the
+/// `layout_groups_writers_on_separate_cache_lines` test). `senders` sits with the read-mostly
+/// group: it is written only when a `Sender` is cloned or dropped, never per item.
 #[repr(C)]
 struct Shared<T> {
     /// Written by the consumer only (`try_pop`); shifted position of the next pop.
