@@ -87,9 +87,11 @@ struct Slot<T> {
 
 /// The state shared by all handles.
 ///
-/// `repr(C)` keeps the declared order: the consumer's line, the producers' line, then the
-/// read-mostly fields, each group on its own cache line(s) so that a write by one side does
-/// not invalidate the lines the other side reads (checked by the `layout` test).
+/// `repr(C)` keeps the declared order: the consumer's line (`head`), the producers' line
+/// (`tail`), then the read-mostly fields, each group on its own cache line(s) so that a write by
+/// one side does not invalidate the lines the other side reads (checked by the
+/// `layout_groups_writers_on_separate_cache_lines` test). `senders` sits with the read-mostly
+/// group: it is written only when a `Sender` is cloned or dropped, never per item.
 #[repr(C)]
 struct Shared<T> {
     /// Written by the consumer only (`try_pop`); shifted position of the next pop.
@@ -157,12 +159,22 @@ impl<T> Shared<T> {
     }
 
     /// Items claimed and not yet popped (including claimed slots still being written), as a
-    /// snapshot. Head is read first: it can only grow afterwards, so the later tail read is never
-    /// behind it; a stale head can make the difference exceed the capacity, hence the `min`.
+    /// snapshot. Relaxed loads: nothing is read through them.
+    ///
+    /// For the consumer the result is exact: its own `head` is current, and its tail load sees at
+    /// least every position it has popped (it acquired their stamps, released after the claiming
+    /// CAS). For a producer the two loads are unsynchronised with the consumer: a head newer than
+    /// the tail read would give a negative difference (clamped to 0) and an older head one above
+    /// the capacity (clamped to the capacity).
     fn len(&self) -> usize {
         let head = self.head.load(Ordering::Relaxed);
         let tail = self.tail.load(Ordering::Relaxed) & !CLOSED;
-        (tail.wrapping_sub(head) / ONE).min(self.capacity())
+        let diff = tail.wrapping_sub(head) as isize;
+        if diff <= 0 {
+            0
+        } else {
+            (diff as usize / ONE).min(self.capacity())
+        }
     }
 
     fn is_closed(&self) -> bool {
