@@ -3,8 +3,9 @@
 /// Formats Unix seconds as `Sun, 06 Nov 1994 08:49:37 GMT`.
 pub fn imf_fixdate(unix_secs: u64) -> String {
     const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] =
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
     let days = unix_secs / 86_400;
     let rem = unix_secs % 86_400;
     let (y, m, d) = civil_from_days(days as i64);

@@ -441,7 +441,7 @@ impl Iterator for WalReader {
 pub(crate) mod tests {
     use super::*;
     use crate::wal::format::tests::sample_event;
-    use crate::wal::{WritePath, MAX_RECORD_BYTES};
+    use crate::wal::{WritePath, MAX_BODY_BYTES, MAX_RECORD_BYTES};
     use std::os::unix::fs::FileExt;
 
     /// Smallest legal segments, `Os` durability (no sync per batch) to keep tests quick.
@@ -607,7 +607,9 @@ pub(crate) mod tests {
     fn rollover_and_corruption_in_non_last_segment() {
         let tmp = tempfile::tempdir().unwrap();
         let cfg = test_cfg(tmp.path(), WritePath::Mmap);
-        let big: Vec<_> = (0..10).map(|i| sample_event(i, 1 << 20)).collect();
+        let big: Vec<_> = (0..10)
+            .map(|i| sample_event(i, MAX_BODY_BYTES / 4))
+            .collect();
         let (mut wal, _) = open(&cfg).unwrap();
         assert_eq!(wal.append_events(&big).unwrap(), 10);
         drop(wal);

@@ -41,7 +41,13 @@ impl VerifyReport {
 
 impl std::fmt::Display for VerifyReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {} segments, {} valid records", self.dir.display(), self.segments, self.records)?;
+        write!(
+            f,
+            "{}: {} segments, {} valid records",
+            self.dir.display(),
+            self.segments,
+            self.records
+        )?;
         if let (Some(a), Some(b)) = (self.first_lsn, self.last_lsn) {
             write!(f, " (lsn {a}..={b})")?;
         }
@@ -52,7 +58,11 @@ impl std::fmt::Display for VerifyReport {
                 "; torn tail in segment {} at offset {offset} (recovery truncates it)",
                 segment.display()
             ),
-            Some(Finding::Corrupt { segment, offset, reason }) => write!(
+            Some(Finding::Corrupt {
+                segment,
+                offset,
+                reason,
+            }) => write!(
                 f,
                 "; CORRUPT: segment {} at offset {offset}: {reason}",
                 segment.display()

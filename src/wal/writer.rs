@@ -194,7 +194,7 @@ mod tests {
     use crate::wal::format::tests::sample_event;
     use crate::wal::recovery::tests::{read_events, test_cfg};
     use crate::wal::segment::SegmentFile;
-    use crate::wal::{open, Durability, Lsn, WritePath};
+    use crate::wal::{open, Durability, Lsn, WritePath, MAX_BODY_BYTES};
     use crossbeam_utils::sync::Unparker;
     use parking_lot::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicUsize};
@@ -403,18 +403,18 @@ mod tests {
         let [_, _, fail_allocate] = faulty(&mut wal);
         let h = Harness::start(wal, 1);
         for t in 0..4 {
-            h.push(0, t, 1 << 20); // four 1 MiB events fill the smallest segment
+            h.push(0, t, MAX_BODY_BYTES / 4); // four quarter-max events fill the smallest segment
         }
         assert_eq!(
             h.wait_for(4).last().unwrap().2,
             AppendOutcome::Durable { lsn: 4 }
         );
         fail_allocate.store(true, std::sync::atomic::Ordering::Relaxed);
-        h.push(0, 10, 1 << 20);
+        h.push(0, 10, MAX_BODY_BYTES / 4);
         assert_eq!(h.wait_for(1), [(0, 10, AppendOutcome::Unavailable)]);
         assert!(!h.shared.is_healthy());
         fail_allocate.store(false, std::sync::atomic::Ordering::Relaxed);
-        h.push(0, 11, 1 << 20);
+        h.push(0, 11, MAX_BODY_BYTES / 4);
         assert_eq!(h.wait_for(1), [(0, 11, AppendOutcome::Durable { lsn: 5 })]);
         assert!(h.shared.is_healthy());
         h.finish();
