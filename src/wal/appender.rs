@@ -10,10 +10,10 @@ use super::format::{append_record, encode_event_into, EncodeError, EventRecord, 
 use super::segment::{open_for_write, segment_path, sync_dir, SegmentFile};
 use super::{Durability, Lsn, WalError, WalShared, WritePath};
 use crate::sync::clock::{Clock, MonotonicClock};
-use crate::sync::Arc;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Wraps each segment file the writer opens; the storage-fault seam (tests wrap the real file in
 /// one that fails with `ENOSPC`, `EIO` or short writes on demand).

@@ -159,10 +159,11 @@ pub use histogram::SyncHistogram;
 pub use recovery::{open, RawRecord, RecoveryReport, WalReader};
 pub use writer::spawn_writer;
 
-use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+// std atomics on purpose: the WAL runs on its own thread and is not a loom model (see crate::sync).
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Log sequence number: 1 for the first record ever written, consecutive after that.
 pub type Lsn = u64;

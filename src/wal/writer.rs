@@ -11,10 +11,10 @@
 use super::appender::{Staged, Wal};
 use super::{AppendOutcome, AppendRequest, CompletionSink, WalShared, MAX_BATCH_BYTES};
 use crate::ring::Receiver;
-use crate::sync::atomic::Ordering;
-use crate::sync::Arc;
 use crossbeam_utils::sync::Parker;
 use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
