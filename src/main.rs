@@ -12,7 +12,11 @@ use clap::{Parser, Subcommand};
 use sluice::config::{Config, Overrides, RawManifest};
 
 #[derive(Parser)]
-#[command(name = "sluice", version, about = "Webhook ingest with end-to-end backpressure")]
+#[command(
+    name = "sluice",
+    version,
+    about = "Webhook ingest with end-to-end backpressure"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -65,7 +69,13 @@ enum WalCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config, listen, data_dir, workers, durability } => {
+        Command::Serve {
+            config,
+            listen,
+            data_dir,
+            workers,
+            durability,
+        } => {
             let raw = match &config {
                 Some(path) => match Config::read_manifest(path) {
                     Ok(raw) => raw,
@@ -73,7 +83,12 @@ fn main() -> ExitCode {
                 },
                 None => RawManifest::default(),
             };
-            let overrides = Overrides { listen, data_dir, workers, durability };
+            let overrides = Overrides {
+                listen,
+                data_dir,
+                workers,
+                durability,
+            };
             let cfg = match Config::build(raw, &|k| std::env::var(k).ok(), &overrides) {
                 Ok(c) => c,
                 Err(e) => return fail(2, &format!("invalid configuration: {e}")),
@@ -88,17 +103,19 @@ fn main() -> ExitCode {
                 Err(e) => fail(1, &e.to_string()),
             }
         }
-        Command::Wal { command: WalCommand::Verify { data_dir } } => {
-            match sluice::wal::tools::verify(&data_dir) {
-                Ok(report) if report.is_clean() => {
-                    println!("{report}");
-                    ExitCode::SUCCESS
-                }
-                Ok(report) => fail(3, &report.to_string()),
-                Err(e) => fail(3, &e.to_string()),
+        Command::Wal {
+            command: WalCommand::Verify { data_dir },
+        } => match sluice::wal::tools::verify(&data_dir) {
+            Ok(report) if report.is_clean() => {
+                println!("{report}");
+                ExitCode::SUCCESS
             }
-        }
-        Command::Wal { command: WalCommand::Inspect { data_dir, json: _ } } => {
+            Ok(report) => fail(3, &report.to_string()),
+            Err(e) => fail(3, &e.to_string()),
+        },
+        Command::Wal {
+            command: WalCommand::Inspect { data_dir, json: _ },
+        } => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             match sluice::wal::tools::inspect_json(&data_dir, &mut out) {

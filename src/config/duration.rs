@@ -14,7 +14,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("duration {text:?} has no unit (use ms, s, m, h or d)"))?;
     let (digits, unit) = t.split_at(split);
     if digits.is_empty() {
-        return Err(format!("duration {text:?} must start with a positive integer"));
+        return Err(format!(
+            "duration {text:?} must start with a positive integer"
+        ));
     }
     let n: u64 = digits
         .parse()
@@ -50,12 +52,25 @@ mod tests {
         assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
         assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
-        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(7 * 86400));
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86400)
+        );
     }
 
     #[test]
     fn rejects_bad_input_with_a_reason() {
-        for bad in ["", "10", "s", "0s", "-1s", "1.5s", "10 s", "10sec", "99999999999999999999d"] {
+        for bad in [
+            "",
+            "10",
+            "s",
+            "0s",
+            "-1s",
+            "1.5s",
+            "10 s",
+            "10sec",
+            "99999999999999999999d",
+        ] {
             let err = parse_duration(bad).unwrap_err();
             assert!(err.contains("duration"), "{bad:?} -> {err}");
         }

@@ -89,7 +89,8 @@ pub struct RawServer {
     pub idle_timeout: Option<String>,
     /// On SIGTERM/SIGINT, time given to in-flight requests before exit. Default: `30s`.
     pub shutdown_timeout: Option<String>,
-    /// Largest accepted request body; larger gets `413`. Default: 10 MiB. Range: 1..=1 GiB.
+    /// Largest accepted request body; larger gets `413`. Default: 10 MiB. Range: 1..=32 MiB
+    /// (the WAL's record bound, `wal::MAX_BODY_BYTES`).
     pub max_body_bytes: Option<u64>,
     /// Largest request head; larger gets `431`. Default: 16 KiB. Range: 1 KiB..=1 MiB.
     pub max_head_bytes: Option<usize>,
@@ -131,8 +132,8 @@ pub struct RawWal {
     /// `fsync` (202 after fdatasync) or `os` (202 after the write reaches the page cache).
     /// Default: `fsync`.
     pub durability: Option<String>,
-    /// Segment size in bytes. Default: 64 MiB. Range: 1 MiB..=1 GiB, and larger than
-    /// `max_body_bytes` plus head room.
+    /// Segment size in bytes. Default: 64 MiB. Range: `wal::MAX_RECORD_BYTES` (about 32.3 MiB,
+    /// so that the largest record fits in an empty segment) ..= 1 GiB.
     pub segment_bytes: Option<u64>,
     /// `pwrite` or `mmap`. Default: `pwrite` (see BENCHMARKS.md).
     pub write_path: Option<String>,
@@ -172,7 +173,9 @@ impl std::str::FromStr for DurabilityMode {
         match s {
             "fsync" => Ok(DurabilityMode::Fsync),
             "os" => Ok(DurabilityMode::Os),
-            other => err(format!("durability must be \"fsync\" or \"os\", got {other:?}")),
+            other => err(format!(
+                "durability must be \"fsync\" or \"os\", got {other:?}"
+            )),
         }
     }
 }
@@ -268,7 +271,8 @@ pub const MAX_STORED_HEADERS: usize = 32;
 pub fn is_valid_id(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 impl Config {
@@ -293,14 +297,23 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let server = build_server(raw.server, overrides)?;
         let ingest = build_ingest(raw.ingest, env)?;
-        let wal = build_wal(raw.wal, overrides, server.max_body_bytes)?;
+        let wal = build_wal(raw.wal, overrides)?;
         let triggers = build_triggers(raw.triggers)?;
-        Ok(Config { server, ingest, wal, triggers })
+        Ok(Config {
+            server,
+            ingest,
+            wal,
+            triggers,
+        })
     }
 
     /// Embedded defaults with the process environment: what `sluice serve` runs without a file.
     pub fn from_env_defaults() -> Result<Config, ConfigError> {
-        Self::build(RawManifest::default(), &|k| std::env::var(k).ok(), &Overrides::default())
+        Self::build(
+            RawManifest::default(),
+            &|k| std::env::var(k).ok(),
+            &Overrides::default(),
+        )
     }
 
     /// Where the WAL segments live.
@@ -331,16 +344,34 @@ fn ranged<T: PartialOrd + std::fmt::Display + Copy>(
 }
 
 fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError> {
-    let listen_text = o.listen.clone().or(r.listen).unwrap_or_else(|| "127.0.0.1:8080".into());
+    let listen_text = o
+        .listen
+        .clone()
+        .or(r.listen)
+        .unwrap_or_else(|| "127.0.0.1:8080".into());
     let listen: SocketAddr = listen_text.parse().map_err(|_| {
-        ConfigError(format!("listen: {listen_text:?} is not an address like 127.0.0.1:8080"))
+        ConfigError(format!(
+            "listen: {listen_text:?} is not an address like 127.0.0.1:8080"
+        ))
     })?;
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let workers = ranged("server.workers", o.workers.or(r.workers), cores, 1, 256)?;
-    let max_head_bytes = ranged("server.max_head_bytes", r.max_head_bytes, 16 * 1024, 1024, 1 << 20)?;
+    let max_head_bytes = ranged(
+        "server.max_head_bytes",
+        r.max_head_bytes,
+        16 * 1024,
+        1024,
+        1 << 20,
+    )?;
     Ok(ServerConfig {
         listen,
-        data_dir: o.data_dir.clone().or(r.data_dir).unwrap_or_else(|| PathBuf::from("./sluice-data")),
+        data_dir: o
+            .data_dir
+            .clone()
+            .or(r.data_dir)
+            .unwrap_or_else(|| PathBuf::from("./sluice-data")),
         workers,
         max_connections_per_core: ranged(
             "server.max_connections_per_core",
@@ -349,18 +380,48 @@ fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError
             1,
             1_000_000,
         )?,
-        header_timeout: duration_or("server.header_timeout", r.header_timeout, Duration::from_secs(10))?,
-        body_timeout: duration_or("server.body_timeout", r.body_timeout, Duration::from_secs(30))?,
-        idle_timeout: duration_or("server.idle_timeout", r.idle_timeout, Duration::from_secs(60))?,
+        header_timeout: duration_or(
+            "server.header_timeout",
+            r.header_timeout,
+            Duration::from_secs(10),
+        )?,
+        body_timeout: duration_or(
+            "server.body_timeout",
+            r.body_timeout,
+            Duration::from_secs(30),
+        )?,
+        idle_timeout: duration_or(
+            "server.idle_timeout",
+            r.idle_timeout,
+            Duration::from_secs(60),
+        )?,
         shutdown_timeout: duration_or(
             "server.shutdown_timeout",
             r.shutdown_timeout,
             Duration::from_secs(30),
         )?,
-        max_body_bytes: ranged("server.max_body_bytes", r.max_body_bytes, 10 << 20, 1, 1 << 30)?,
+        max_body_bytes: ranged(
+            "server.max_body_bytes",
+            r.max_body_bytes,
+            10 << 20,
+            1,
+            crate::wal::MAX_BODY_BYTES as u64,
+        )?,
         max_head_bytes,
-        max_uri_bytes: ranged("server.max_uri_bytes", r.max_uri_bytes, 8 * 1024, 64, max_head_bytes)?,
-        max_pipeline_depth: ranged("server.max_pipeline_depth", r.max_pipeline_depth, 16, 1, 1024)?,
+        max_uri_bytes: ranged(
+            "server.max_uri_bytes",
+            r.max_uri_bytes,
+            8 * 1024,
+            64,
+            max_head_bytes,
+        )?,
+        max_pipeline_depth: ranged(
+            "server.max_pipeline_depth",
+            r.max_pipeline_depth,
+            16,
+            1,
+            1024,
+        )?,
     })
 }
 
@@ -370,30 +431,45 @@ fn env_u64(env: &dyn Fn(&str) -> Option<String>, key: &str) -> Result<Option<u64
         None => Ok(None),
         Some(v) => match v.trim().parse::<u64>() {
             Ok(n) if n >= 1 => Ok(Some(n)),
-            _ => err(format!("environment variable {key}={v:?} must be a positive integer")),
+            _ => err(format!(
+                "environment variable {key}={v:?} must be a positive integer"
+            )),
         },
     }
 }
 
-fn build_ingest(r: RawIngest, env: &dyn Fn(&str) -> Option<String>) -> Result<IngestConfig, ConfigError> {
+fn build_ingest(
+    r: RawIngest,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<IngestConfig, ConfigError> {
     let positive = |key: &str, env_key: &str, manifest: Option<u64>, default: u64| {
         let v = match env_u64(env, env_key)? {
             Some(v) => v,
             None => manifest.unwrap_or(default),
         };
         if v == 0 || v > 1 << 40 {
-            return err(format!("ingest.{key} = {v} is out of range (1..={})", 1u64 << 40));
+            return err(format!(
+                "ingest.{key} = {v} is out of range (1..={})",
+                1u64 << 40
+            ));
         }
         Ok(v)
     };
     let mut stored = vec!["content-type".to_string()];
     let names: Vec<String> = match r.stored_headers {
         Some(list) => list,
-        None => DEFAULT_STORED_HEADERS.iter().map(|s| s.to_string()).collect(),
+        None => DEFAULT_STORED_HEADERS
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
     };
     for n in names {
         let lower = n.to_ascii_lowercase();
-        if lower.is_empty() || !lower.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        if lower.is_empty()
+            || !lower
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
             return err(format!("ingest.stored_headers: {n:?} is not a header name"));
         }
         if !stored.contains(&lower) {
@@ -407,40 +483,64 @@ fn build_ingest(r: RawIngest, env: &dyn Fn(&str) -> Option<String>) -> Result<In
             MAX_STORED_HEADERS
         ));
     }
+    let global_capacity = positive(
+        "global_capacity",
+        ENV_GLOBAL_CAPACITY,
+        r.global_capacity,
+        4096,
+    )?;
+    let per_source_capacity = positive(
+        "per_source_capacity",
+        ENV_PER_SOURCE_CAPACITY,
+        r.per_source_capacity,
+        1024,
+    )?;
+    let refill_per_sec = positive("refill_per_sec", ENV_REFILL_PER_SEC, r.refill_per_sec, 1024)?;
+    for (key, capacity) in [
+        ("global_capacity", global_capacity),
+        ("per_source_capacity", per_source_capacity),
+    ] {
+        crate::ingest::bucket::BucketParams::new(capacity, refill_per_sec)
+            .map_err(|e| ConfigError(format!("ingest.{key} / refill_per_sec: {e}")))?;
+    }
     Ok(IngestConfig {
-        global_capacity: positive("global_capacity", ENV_GLOBAL_CAPACITY, r.global_capacity, 4096)?,
-        per_source_capacity: positive(
-            "per_source_capacity",
-            ENV_PER_SOURCE_CAPACITY,
-            r.per_source_capacity,
-            1024,
-        )?,
-        refill_per_sec: positive("refill_per_sec", ENV_REFILL_PER_SEC, r.refill_per_sec, 1024)?,
+        global_capacity,
+        per_source_capacity,
+        refill_per_sec,
         max_sources: ranged("ingest.max_sources", r.max_sources, 10_000, 1, 1_000_000)?,
-        offer_timeout: duration_or("ingest.offer_timeout", r.offer_timeout, Duration::from_millis(50))?,
+        offer_timeout: duration_or(
+            "ingest.offer_timeout",
+            r.offer_timeout,
+            Duration::from_millis(50),
+        )?,
         default_route: r.default_route.unwrap_or(true),
         stored_headers: stored,
     })
 }
 
-fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, ConfigError> {
+fn build_wal(r: RawWal, o: &Overrides) -> Result<WalSettings, ConfigError> {
     let durability = match o.durability.clone().or(r.durability) {
         None => DurabilityMode::Fsync,
-        Some(t) => t.parse().map_err(|e: ConfigError| ConfigError(format!("wal.{}", e.0)))?,
+        Some(t) => t
+            .parse()
+            .map_err(|e: ConfigError| ConfigError(format!("wal.{}", e.0)))?,
     };
     let write_path = match r.write_path.as_deref() {
         None | Some("pwrite") => WritePathMode::Pwrite,
         Some("mmap") => WritePathMode::Mmap,
-        Some(other) => return err(format!("wal.write_path must be \"pwrite\" or \"mmap\", got {other:?}")),
+        Some(other) => {
+            return err(format!(
+                "wal.write_path must be \"pwrite\" or \"mmap\", got {other:?}"
+            ))
+        }
     };
-    let segment_bytes = ranged("wal.segment_bytes", r.segment_bytes, 64 << 20, 1 << 20, 1 << 30)?;
-    // A record holds the body plus at most: ids and source (3 × 64), 32 headers of at most the
-    // head size, and fixed fields. 1 MiB of head room covers every head we accept.
-    if segment_bytes < max_body + (1 << 20) {
-        return err(format!(
-            "wal.segment_bytes = {segment_bytes} must exceed server.max_body_bytes ({max_body}) by at least 1 MiB"
-        ));
-    }
+    let segment_bytes = ranged(
+        "wal.segment_bytes",
+        r.segment_bytes,
+        64 << 20,
+        crate::wal::MAX_RECORD_BYTES as u64,
+        1 << 30,
+    )?;
     Ok(WalSettings {
         durability,
         segment_bytes,
@@ -454,7 +554,10 @@ fn build_triggers(raw: Vec<RawTrigger>) -> Result<Vec<TriggerConfig>, ConfigErro
     let mut out: Vec<TriggerConfig> = Vec::with_capacity(raw.len());
     for t in raw {
         if !is_valid_id(&t.id) {
-            return err(format!("triggers: id {:?} must match [A-Za-z0-9._-]{{1,64}}", t.id));
+            return err(format!(
+                "triggers: id {:?} must match [A-Za-z0-9._-]{{1,64}}",
+                t.id
+            ));
         }
         if !is_valid_id(&t.provider) {
             return err(format!(
@@ -477,7 +580,11 @@ fn build_triggers(raw: Vec<RawTrigger>) -> Result<Vec<TriggerConfig>, ConfigErro
                 other.id, t.id, t.path
             ));
         }
-        out.push(TriggerConfig { id: t.id, provider: t.provider, path: t.path });
+        out.push(TriggerConfig {
+            id: t.id,
+            provider: t.provider,
+            path: t.path,
+        });
     }
     Ok(out)
 }
@@ -513,7 +620,11 @@ mod tests {
     #[test]
     fn env_wins_over_manifest() {
         let env = |k: &str| (k == ENV_PER_SOURCE_CAPACITY).then(|| "2".to_string());
-        let c = build("[ingest]\nper_source_capacity = 50\nglobal_capacity = 77\n", &env).unwrap();
+        let c = build(
+            "[ingest]\nper_source_capacity = 50\nglobal_capacity = 77\n",
+            &env,
+        )
+        .unwrap();
         assert_eq!(c.ingest.per_source_capacity, 2);
         assert_eq!(c.ingest.global_capacity, 77);
     }
@@ -531,6 +642,7 @@ mod tests {
     fn invalid_manifest_values_fail_with_the_key() {
         let cases = [
             ("[ingest]\nglobal_capacity = 0\n", "ingest.global_capacity"),
+            ("[ingest]\nrefill_per_sec = 2000000000\n", "refill_per_sec"),
             ("[server]\nheader_timeout = \"0s\"\n", "server.header_timeout"),
             ("[server]\nworkers = 0\n", "server.workers"),
             ("[server]\nlisten = \"nope\"\n", "listen"),
@@ -558,7 +670,8 @@ mod tests {
             durability: Some("os".into()),
             data_dir: Some(PathBuf::from("/tmp/x")),
         };
-        let raw = Config::parse_manifest("[server]\nlisten = \"127.0.0.1:9\"\nworkers = 1\n").unwrap();
+        let raw =
+            Config::parse_manifest("[server]\nlisten = \"127.0.0.1:9\"\nworkers = 1\n").unwrap();
         let c = Config::build(raw, &no_env, &o).unwrap();
         assert_eq!(c.server.listen.port(), 0);
         assert_eq!(c.server.workers, 3);
@@ -575,7 +688,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             c.triggers,
-            vec![TriggerConfig { id: "gh".into(), provider: "github".into(), path: "/hooks/github".into() }]
+            vec![TriggerConfig {
+                id: "gh".into(),
+                provider: "github".into(),
+                path: "/hooks/github".into()
+            }]
         );
     }
 

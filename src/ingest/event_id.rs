@@ -31,7 +31,10 @@ impl EventIdGen {
         b.write_u64(a.finish());
         let seed = ((a.finish() as u128) << 64) | b.finish() as u128;
         // Start in the lower half so a worker never wraps in practice (2^71 events).
-        EventIdGen { worker: worker as u8, counter: seed & (LOW72 >> 1) }
+        EventIdGen {
+            worker: worker as u8,
+            counter: seed & (LOW72 >> 1),
+        }
     }
 
     /// The next id for an event received at `unix_ms`.
@@ -49,7 +52,11 @@ pub fn encode(value: u128) -> String {
     let mut out = [0u8; 26];
     for (i, slot) in out.iter_mut().enumerate() {
         let shift = 125 - 5 * i as i32;
-        let digit = if shift >= 0 { (value >> shift) & 31 } else { (value << -shift) & 31 };
+        let digit = if shift >= 0 {
+            (value >> shift) & 31
+        } else {
+            (value << -shift) & 31
+        };
         *slot = CROCKFORD[digit as usize];
     }
     // Every byte comes from CROCKFORD, which is ASCII.

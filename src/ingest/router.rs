@@ -33,7 +33,10 @@ pub enum OpsEndpoint {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RouteMatch<'a> {
     Ops(OpsEndpoint),
-    Ingest { trigger_id: &'a str, source: &'a str },
+    Ingest {
+        trigger_id: &'a str,
+        source: &'a str,
+    },
     /// The path exists but the method does not; the value is the `Allow` header.
     MethodNotAllowed(&'static str),
     /// `/webhooks/{source}` with a source that is not `[A-Za-z0-9._-]{1,64}`.
@@ -57,7 +60,10 @@ impl Router {
             .iter()
             .map(|t| (t.path.clone(), (t.id.clone(), t.provider.clone())))
             .collect();
-        Router { triggers, default_route }
+        Router {
+            triggers,
+            default_route,
+        }
     }
 
     /// Resolves `method` + `path` (the request target without its query).
@@ -72,11 +78,18 @@ impl Router {
             _ => None,
         };
         if let Some(ep) = ops {
-            return if is_get { RouteMatch::Ops(ep) } else { RouteMatch::MethodNotAllowed(ALLOW_GET) };
+            return if is_get {
+                RouteMatch::Ops(ep)
+            } else {
+                RouteMatch::MethodNotAllowed(ALLOW_GET)
+            };
         }
         if let Some((id, provider)) = self.triggers.get(path) {
             return if is_post {
-                RouteMatch::Ingest { trigger_id: id, source: provider }
+                RouteMatch::Ingest {
+                    trigger_id: id,
+                    source: provider,
+                }
             } else {
                 RouteMatch::MethodNotAllowed(ALLOW_POST)
             };
@@ -87,7 +100,10 @@ impl Router {
                     return RouteMatch::MethodNotAllowed(ALLOW_POST);
                 }
                 return if is_valid_id(source) {
-                    RouteMatch::Ingest { trigger_id: DEFAULT_TRIGGER_ID, source }
+                    RouteMatch::Ingest {
+                        trigger_id: DEFAULT_TRIGGER_ID,
+                        source,
+                    }
                 } else {
                     RouteMatch::BadSource
                 };
@@ -103,7 +119,11 @@ mod tests {
 
     fn router() -> Router {
         Router::new(
-            &[TriggerConfig { id: "gh".into(), provider: "github".into(), path: "/hooks/gh".into() }],
+            &[TriggerConfig {
+                id: "gh".into(),
+                provider: "github".into(),
+                path: "/hooks/gh".into(),
+            }],
             true,
         )
     }
@@ -111,22 +131,46 @@ mod tests {
     #[test]
     fn routes() {
         let r = router();
-        assert_eq!(r.route("GET", "/healthz"), RouteMatch::Ops(OpsEndpoint::Healthz));
-        assert_eq!(r.route("HEAD", "/readyz?x=1"), RouteMatch::Ops(OpsEndpoint::Readyz));
-        assert_eq!(r.route("POST", "/metrics"), RouteMatch::MethodNotAllowed("GET, HEAD"));
+        assert_eq!(
+            r.route("GET", "/healthz"),
+            RouteMatch::Ops(OpsEndpoint::Healthz)
+        );
+        assert_eq!(
+            r.route("HEAD", "/readyz?x=1"),
+            RouteMatch::Ops(OpsEndpoint::Readyz)
+        );
+        assert_eq!(
+            r.route("POST", "/metrics"),
+            RouteMatch::MethodNotAllowed("GET, HEAD")
+        );
         assert_eq!(
             r.route("POST", "/hooks/gh?delivery=1"),
-            RouteMatch::Ingest { trigger_id: "gh", source: "github" }
+            RouteMatch::Ingest {
+                trigger_id: "gh",
+                source: "github"
+            }
         );
-        assert_eq!(r.route("GET", "/hooks/gh"), RouteMatch::MethodNotAllowed("POST"));
+        assert_eq!(
+            r.route("GET", "/hooks/gh"),
+            RouteMatch::MethodNotAllowed("POST")
+        );
         assert_eq!(
             r.route("POST", "/webhooks/stripe.prod-1"),
-            RouteMatch::Ingest { trigger_id: DEFAULT_TRIGGER_ID, source: "stripe.prod-1" }
+            RouteMatch::Ingest {
+                trigger_id: DEFAULT_TRIGGER_ID,
+                source: "stripe.prod-1"
+            }
         );
         assert_eq!(r.route("POST", "/webhooks/"), RouteMatch::BadSource);
         assert_eq!(r.route("POST", "/webhooks/a/b"), RouteMatch::BadSource);
-        assert_eq!(r.route("POST", &format!("/webhooks/{}", "x".repeat(65))), RouteMatch::BadSource);
-        assert_eq!(r.route("PUT", "/webhooks/x"), RouteMatch::MethodNotAllowed("POST"));
+        assert_eq!(
+            r.route("POST", &format!("/webhooks/{}", "x".repeat(65))),
+            RouteMatch::BadSource
+        );
+        assert_eq!(
+            r.route("PUT", "/webhooks/x"),
+            RouteMatch::MethodNotAllowed("POST")
+        );
         assert_eq!(r.route("POST", "/nope"), RouteMatch::NotFound);
         assert_eq!(r.route("GET", "/"), RouteMatch::NotFound);
     }

@@ -1,1 +1,18 @@
-//! metrics (being written)
+//! Metrics: per-core sharded counters and the Prometheus text exposition.
+//!
+//! - [`counter`]: the fixed families every worker core counts into without sharing a cache line
+//!   ([`CoreMetrics`]), summed at scrape time ([`Metrics`]); plus [`Counter`] for counters keyed
+//!   at run time (per-source refusals in `ingest::sources`).
+//! - [`prom`]: the text writer ([`PromWriter`]) and [`render`], which other modules extend with
+//!   their own families (WAL histograms, ring depth, per-source counters) through a callback.
+//!
+//! Counters here use `std` atomics with `Relaxed` ordering and bypass the `crate::sync` shim.
+
+pub mod counter;
+pub mod prom;
+
+pub use counter::{
+    status_slot, Action, ConnRefusal, CoreMetrics, Counter, Dimension, Metrics, Route, TimeoutKind,
+    STATUS_CODES,
+};
+pub use prom::{render, MetricType, PromWriter};

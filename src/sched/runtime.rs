@@ -37,7 +37,12 @@ pub enum RuntimeError {
     /// The WAL could not be opened or recovered.
     Wal(wal::WalError),
     /// Binding, thread spawning or another OS call failed.
-    Io { what: String, source: std::io::Error },
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    /// A value the config validation let through but a component refused.
+    Config(String),
     /// A worker or the writer died.
     ThreadDied(String),
 }
@@ -47,6 +52,7 @@ impl std::fmt::Display for RuntimeError {
         match self {
             RuntimeError::Wal(e) => write!(f, "write-ahead log: {e}"),
             RuntimeError::Io { what, source } => write!(f, "{what}: {source}"),
+            RuntimeError::Config(msg) => f.write_str(msg),
             RuntimeError::ThreadDied(name) => write!(f, "thread {name} died"),
         }
     }
@@ -74,7 +80,8 @@ pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<std::net::TcpListener
 pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(), RuntimeError> {
     let term = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, term.clone()).map_err(io_err("installing signal handlers"))?;
+        signal_hook::flag::register(sig, term.clone())
+            .map_err(io_err("installing signal handlers"))?;
     }
     let config = Arc::new(config);
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
@@ -109,16 +116,21 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     let (ring_tx, ring_rx) = ring::channel(config.wal.ring_capacity);
     let parker = Parker::new();
     let unparker = parker.unparker().clone();
-    let wal_shared = Arc::new(WalShared::new(report.last_lsn, clock.clone()));
+    let wal_shared = Arc::new(WalShared::new());
+    let bucket = |capacity| {
+        BucketParams::new(capacity, config.ingest.refill_per_sec)
+            .map_err(|e| RuntimeError::Config(format!("ingest bucket: {e}")))
+    };
     let sources = Arc::new(SourceTable::new(
         config.ingest.max_sources,
-        BucketParams::new(config.ingest.per_source_capacity, config.ingest.refill_per_sec),
+        bucket(config.ingest.per_source_capacity)?,
     ));
+    let admission = Admission::new(bucket(config.ingest.global_capacity)?, clock.now_nanos());
     let shared = Arc::new(Shared::new(
         config.clone(),
         clock.clone(),
         Router::new(&config.triggers, config.ingest.default_route),
-        Admission::new(BucketParams::new(config.ingest.global_capacity, config.ingest.refill_per_sec), clock.now_nanos()),
+        admission,
         sources,
         wal_shared.clone(),
         Arc::new(Metrics::new(config.server.workers)),
@@ -127,7 +139,9 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     // Listeners: the first resolves the port (it may be 0), the others share it.
     let first = bind_reuseport(config.server.listen)
         .map_err(io_err(format!("binding {}", config.server.listen)))?;
-    let addr = first.local_addr().map_err(io_err("reading the bound address"))?;
+    let addr = first
+        .local_addr()
+        .map_err(io_err("reading the bound address"))?;
     let hard_stop = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
     let mut sinks: Vec<Box<dyn CompletionSink>> = Vec::new();
@@ -138,9 +152,15 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         } else {
             bind_reuseport(addr).map_err(io_err(format!("binding {addr}")))?
         };
-        let (w, sink, waker) =
-            Worker::new(id, listener, shared.clone(), ring_tx.clone(), unparker.clone(), hard_stop.clone())
-                .map_err(io_err("creating a worker"))?;
+        let (w, sink, waker) = Worker::new(
+            id,
+            listener,
+            shared.clone(),
+            ring_tx.clone(),
+            unparker.clone(),
+            hard_stop.clone(),
+        )
+        .map_err(io_err("creating a worker"))?;
         workers.push(w);
         sinks.push(Box::new(sink));
         wakers.push(waker);
@@ -176,7 +196,10 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     }
 
     shared.set_phase(Phase::Draining);
-    eprintln!("sluice: draining (up to {:?})", config.server.shutdown_timeout);
+    eprintln!(
+        "sluice: draining (up to {:?})",
+        config.server.shutdown_timeout
+    );
     for w in &wakers {
         let _ = w.wake();
     }
@@ -207,8 +230,30 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
 /// Renders `/metrics`: the merged per-core counters plus the WAL's and the sources' families.
 pub fn render_metrics(shared: &Shared, ring_depth: usize) -> String {
     shared.metrics.render(&mut |w| {
-        w.gauge("sluice_wal_ring_depth", "Events waiting in the WAL ring.", ring_depth as f64);
-        shared.wal.render_prometheus(w);
+        w.gauge(
+            "sluice_wal_ring_depth",
+            "Events waiting in the WAL ring.",
+            ring_depth as f64,
+        );
+        w.counter(
+            "sluice_wal_appends_total",
+            "Events appended to the WAL and reported durable.",
+            shared
+                .wal
+                .appends_total
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        w.gauge(
+            "sluice_wal_durable_lsn",
+            "Highest LSN known durable.",
+            shared.wal.durable_lsn() as f64,
+        );
+        w.gauge(
+            "sluice_wal_healthy",
+            "1 when the WAL accepts writes, 0 after a write or sync error.",
+            if shared.wal.is_healthy() { 1.0 } else { 0.0 },
+        );
+        shared.wal.render_prometheus(w.buffer_mut());
         shared.sources.render_prometheus(w);
     })
 }

@@ -48,7 +48,16 @@ impl Shared {
         wal: Arc<WalShared>,
         metrics: Arc<Metrics>,
     ) -> Shared {
-        Shared { config, clock, router, admission, sources, wal, metrics, phase: AtomicU8::new(Phase::Starting as u8) }
+        Shared {
+            config,
+            clock,
+            router,
+            admission,
+            sources,
+            wal,
+            metrics,
+            phase: AtomicU8::new(Phase::Starting as u8),
+        }
     }
 
     pub fn phase(&self) -> Phase {

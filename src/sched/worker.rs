@@ -29,9 +29,10 @@ use crate::ingest::event_id::EventIdGen;
 use crate::ingest::respond::{accepted_body, refused_body, Refusal};
 use crate::ingest::router::{OpsEndpoint, RouteMatch};
 use crate::ingest::sources::{RefusalReason, SourceCache};
-use crate::metrics::{CoreMetrics, Route};
-use crate::net::conn::{Conn, Flush, Phase, PendingIngest, Slot};
-use crate::net::http::{self, HttpError, ReadStatus, Request};
+use crate::metrics::{ConnRefusal, CoreMetrics, Route, TimeoutKind};
+use crate::net::conn::{Conn, Flush, PendingIngest, Phase, Slot};
+use crate::net::date::DateCache;
+use crate::net::http::{self, HttpError, ReadEvent, Request};
 use crate::ring;
 use crate::sched::state::{Phase as Lifecycle, Shared};
 use crate::sync::clock::unix_millis;
@@ -68,7 +69,10 @@ impl CompletionSink for WorkerSink {
         // Cannot be full: a worker never has more appends in flight than this ring's capacity.
         if let Err(e) = self.tx.try_push(Completion { ticket, outcome }) {
             let c = e.into_inner();
-            eprintln!("sluice: completion ring full or closed; ticket {} unanswered", c.ticket);
+            eprintln!(
+                "sluice: completion ring full or closed; ticket {} unanswered",
+                c.ticket
+            );
         }
         self.touched = true;
     }
@@ -103,6 +107,9 @@ pub struct Worker {
     limits: http::Limits,
     hard_stop: Arc<AtomicBool>,
     draining_since: Option<u64>,
+    dates: DateCache,
+    /// The `Date` header value, refreshed once per loop turn.
+    date: String,
 }
 
 impl Worker {
@@ -118,7 +125,8 @@ impl Worker {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let mut listener = TcpListener::from_std(listener);
-        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
         let cfg = &shared.config;
         let max_outstanding = cfg.wal.ring_capacity + cfg.wal.max_batch;
         let (ctx, crx) = ring::channel(max_outstanding);
@@ -149,9 +157,23 @@ impl Worker {
             limits,
             hard_stop,
             draining_since: None,
+            dates: DateCache::default(),
+            date: String::new(),
         };
-        let sink = WorkerSink { tx: ctx, waker: waker.clone(), touched: false };
+        let sink = WorkerSink {
+            tx: ctx,
+            waker: waker.clone(),
+            touched: false,
+        };
         Ok((worker, sink, waker))
+    }
+
+    fn refresh_date(&mut self) {
+        let text = self.dates.get(unix_millis());
+        if text != self.date {
+            self.date.clear();
+            self.date.push_str(text);
+        }
     }
 
     fn now(&self) -> u64 {
@@ -163,13 +185,18 @@ impl Worker {
         let mut events = Events::with_capacity(1024);
         let mut last_sweep = self.now();
         loop {
-            let timeout = if self.offer_waiters.is_empty() { SWEEP_EVERY } else { OFFER_RETRY };
+            let timeout = if self.offer_waiters.is_empty() {
+                SWEEP_EVERY
+            } else {
+                OFFER_RETRY
+            };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     eprintln!("sluice: worker {}: poll failed: {e}", self.id);
                     return;
                 }
             }
+            self.refresh_date();
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept_all(),
@@ -204,7 +231,9 @@ impl Worker {
 
     fn accept_all(&mut self) {
         loop {
-            let Some(listener) = self.listener.as_ref() else { return };
+            let Some(listener) = self.listener.as_ref() else {
+                return;
+            };
             match listener.accept() {
                 Ok((stream, _)) => self.admit_connection(stream),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -212,7 +241,8 @@ impl Worker {
                 Err(e) => {
                     // EMFILE/ENFILE and friends: leave the rest in the backlog; the next
                     // readiness event retries. Counted so operators see it.
-                    self.metrics.incr_connections_refused();
+                    self.metrics
+                        .incr_connections_refused(ConnRefusal::AcceptError);
                     eprintln!("sluice: worker {}: accept failed: {e}", self.id);
                     return;
                 }
@@ -222,7 +252,8 @@ impl Worker {
 
     fn admit_connection(&mut self, mut stream: TcpStream) {
         if self.open >= self.shared.config.server.max_connections_per_core {
-            self.metrics.incr_connections_refused();
+            self.metrics
+                .incr_connections_refused(ConnRefusal::PerCoreCap);
             let mut out = Vec::new();
             http::write_response(
                 &mut out,
@@ -278,33 +309,40 @@ impl Worker {
         let depth = self.shared.config.server.max_pipeline_depth;
         let draining = self.shared.phase() == Lifecycle::Draining;
         loop {
-            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return };
+            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+                return;
+            };
             if conn.closing || conn.slots.len() >= depth {
                 break;
             }
             match conn.reader.poll(&mut conn.rbuf) {
-                ReadStatus::Request(req) => {
+                ReadEvent::Request(req) => {
                     conn.continue_sent = false;
                     conn.served += 1;
                     self.handle(idx, req, draining);
                     continue;
                 }
-                ReadStatus::HeadReady { expect_continue } => {
+                ReadEvent::HeadReady { expect_continue } => {
                     if expect_continue && !conn.continue_sent {
                         conn.continue_sent = true;
                         let mut bytes = Vec::with_capacity(32);
                         http::write_continue(&mut bytes);
-                        conn.slots.push_back(Slot::Ready { bytes, close: false });
+                        conn.slots.push_back(Slot::Ready {
+                            bytes,
+                            close: false,
+                        });
                         self.metrics.incr_http(Route::Webhook, 100);
                     }
                 }
-                ReadStatus::Incomplete => {}
-                ReadStatus::Error(e) => {
+                ReadEvent::Incomplete => {}
+                ReadEvent::Error(e) => {
                     self.respond_error(idx, e);
                     break;
                 }
             }
-            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return };
+            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+                return;
+            };
             if !conn.readable || conn.peer_closed {
                 break;
             }
@@ -319,7 +357,9 @@ impl Worker {
     /// Writes what is ready; closes when done or broken; updates the timeout phase.
     fn flush(&mut self, idx: usize) {
         let now = self.now();
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return };
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
         match conn.flush(now) {
             Err(_) => return self.close(idx),
             Ok(Flush::Blocked) => {}
@@ -335,9 +375,9 @@ impl Worker {
         }
         let phase = if !conn.slots.is_empty() {
             Phase::Busy
-        } else if conn.reader.in_body() {
+        } else if conn.reader.pending_head().is_some() {
             Phase::Body
-        } else if !conn.rbuf.is_empty() || conn.reader.in_head() || conn.served == 0 {
+        } else if !conn.rbuf.is_empty() || !conn.reader.is_idle() || conn.served == 0 {
             // A fresh connection must send its first head within the header timeout.
             Phase::Head
         } else {
@@ -348,12 +388,31 @@ impl Worker {
 
     // ----- requests ---------------------------------------------------------------------------
 
-    fn push_ready(&mut self, idx: usize, route: Route, status: u16, headers: &[(&str, &str)], body: &[u8], keep_alive: bool, head_only: bool) {
+    // Every argument is a distinct part of the response; a struct would only rename them.
+    #[allow(clippy::too_many_arguments)]
+    fn push_ready(
+        &mut self,
+        idx: usize,
+        route: Route,
+        status: u16,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        keep_alive: bool,
+        head_only: bool,
+    ) {
         self.metrics.incr_http(route, status);
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return };
-        let mut bytes = Vec::with_capacity(128 + body.len());
-        http::write_response(&mut bytes, status, headers, body, keep_alive, head_only);
-        conn.slots.push_back(Slot::Ready { bytes, close: !keep_alive });
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        let mut all: Vec<(&str, &str)> = Vec::with_capacity(headers.len() + 1);
+        all.push(("Date", &self.date));
+        all.extend_from_slice(headers);
+        let mut bytes = Vec::with_capacity(160 + body.len());
+        http::write_response(&mut bytes, status, &all, body, keep_alive, head_only);
+        conn.slots.push_back(Slot::Ready {
+            bytes,
+            close: !keep_alive,
+        });
         if !keep_alive {
             conn.closing = true;
         }
@@ -361,15 +420,23 @@ impl Worker {
 
     fn respond_error(&mut self, idx: usize, e: HttpError) {
         let body = format!("{}\n", e.reason());
-        self.push_ready(idx, Route::Unmatched, e.status(), &[("Content-Type", "text/plain")], body.as_bytes(), false, false);
+        self.push_ready(
+            idx,
+            Route::Unmatched,
+            e.status(),
+            &[("Content-Type", "text/plain")],
+            body.as_bytes(),
+            false,
+            false,
+        );
     }
 
     fn handle(&mut self, idx: usize, req: Request, draining: bool) {
         let head = &req.head;
         let keep_alive = head.keep_alive && !draining;
-        let head_only = head.method == "HEAD";
+        let head_only = head.method.as_str() == "HEAD";
         let shared = self.shared.clone();
-        match shared.router.route(&head.method, &head.target) {
+        match shared.router.route(head.method.as_str(), head.path()) {
             RouteMatch::Ops(ep) => self.handle_ops(idx, ep, keep_alive, head_only),
             RouteMatch::MethodNotAllowed(allow) => self.push_ready(
                 idx,
@@ -408,12 +475,36 @@ impl Worker {
     fn handle_ops(&mut self, idx: usize, ep: OpsEndpoint, keep_alive: bool, head_only: bool) {
         let text = [("Content-Type", "text/plain")];
         match ep {
-            OpsEndpoint::Healthz => self.push_ready(idx, Route::Healthz, 200, &text, b"ok\n", keep_alive, head_only),
+            OpsEndpoint::Healthz => self.push_ready(
+                idx,
+                Route::Healthz,
+                200,
+                &text,
+                b"ok\n",
+                keep_alive,
+                head_only,
+            ),
             OpsEndpoint::Readyz => match self.shared.not_ready_reason() {
-                None => self.push_ready(idx, Route::Readyz, 200, &text, b"ready\n", keep_alive, head_only),
+                None => self.push_ready(
+                    idx,
+                    Route::Readyz,
+                    200,
+                    &text,
+                    b"ready\n",
+                    keep_alive,
+                    head_only,
+                ),
                 Some(reason) => {
                     let body = format!("{reason}\n");
-                    self.push_ready(idx, Route::Readyz, 503, &text, body.as_bytes(), keep_alive, head_only)
+                    self.push_ready(
+                        idx,
+                        Route::Readyz,
+                        503,
+                        &text,
+                        body.as_bytes(),
+                        keep_alive,
+                        head_only,
+                    )
                 }
             },
             OpsEndpoint::Metrics => {
@@ -445,13 +536,25 @@ impl Worker {
         );
     }
 
-    fn handle_ingest(&mut self, idx: usize, req: Request, trigger_id: String, source: String, keep_alive: bool) {
+    fn handle_ingest(
+        &mut self,
+        idx: usize,
+        req: Request,
+        trigger_id: String,
+        source: String,
+        keep_alive: bool,
+    ) {
         let now = self.now();
         let entry = self.sources.get(&source);
         if let Err(refusal) = self.shared.admission.try_admit(&entry, now) {
             self.metrics.incr_ingest(false);
             entry.count_refusal(RefusalReason::IngestSaturated);
-            self.refuse(idx, Refusal::IngestSaturated, refusal.retry_after_secs(), keep_alive);
+            self.refuse(
+                idx,
+                Refusal::IngestSaturated,
+                refusal.retry_after_secs(),
+                keep_alive,
+            );
             return;
         }
         self.metrics.incr_ingest(true);
@@ -459,8 +562,11 @@ impl Worker {
         let event_id = self.ids.next(received_at_ms);
         let stored = &self.shared.config.ingest.stored_headers;
         let Request { head, body } = req;
-        let headers: Vec<(String, Vec<u8>)> =
-            head.headers.into_iter().filter(|(n, _)| stored.iter().any(|s| s == n)).collect();
+        let headers: Vec<(String, Vec<u8>)> = head
+            .headers()
+            .filter(|(n, _)| stored.iter().any(|s| s == n))
+            .map(|(n, v)| (n.to_string(), v.to_vec()))
+            .collect();
         self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
         let ticket = ((idx as u64) << TICKET_SEQ_BITS) | self.seq;
         let request = AppendRequest {
@@ -484,7 +590,9 @@ impl Worker {
             source: entry,
             keep_alive,
         };
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return };
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
         conn.slots.push_back(Slot::Ingest(pending));
         if self.offer_waiters.is_empty() {
             if self.offer_conn(idx, now) {
@@ -499,7 +607,9 @@ impl Worker {
     /// Offers the connection's waiting events to the WAL ring, in order. Returns true if some
     /// are still waiting for room.
     fn offer_conn(&mut self, idx: usize, now: u64) -> bool {
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return false };
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            return false;
+        };
         let mut still_waiting = false;
         let mut expired: Vec<usize> = Vec::new();
         for (pos, slot) in conn.slots.iter_mut().enumerate() {
@@ -530,18 +640,33 @@ impl Worker {
         }
         for pos in expired {
             let closed = self.ring_tx.is_closed();
-            self.finish_slot(idx, pos, if closed { Err(Refusal::WalUnavailable) } else { Err(Refusal::WalBusy) });
+            self.finish_slot(
+                idx,
+                pos,
+                if closed {
+                    Err(Refusal::WalUnavailable)
+                } else {
+                    Err(Refusal::WalBusy)
+                },
+            );
         }
         still_waiting
     }
 
     /// Replaces the ingest slot at `pos` with its response.
     fn finish_slot(&mut self, idx: usize, pos: usize, result: Result<(), Refusal>) {
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { return };
-        let Some(Slot::Ingest(p)) = conn.slots.get(pos) else { return };
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        let Some(Slot::Ingest(p)) = conn.slots.get(pos) else {
+            return;
+        };
         let keep_alive = p.keep_alive;
         let (status, body, retry_after) = match result {
-            Ok(()) => (202, accepted_body(&p.event_id, &p.trigger_id), None),
+            Ok(()) => {
+                p.source.count_accepted();
+                (202, accepted_body(&p.event_id, &p.trigger_id), None)
+            }
             Err(reason) => {
                 let r = match reason {
                     Refusal::WalBusy => RefusalReason::WalBusy,
@@ -551,13 +676,24 @@ impl Worker {
                 (503, refused_body(reason, 1), Some("1"))
             }
         };
-        let mut headers: Vec<(&str, &str)> = vec![("Content-Type", "application/json")];
+        let mut headers: Vec<(&str, &str)> =
+            vec![("Date", &self.date), ("Content-Type", "application/json")];
         if let Some(ra) = retry_after {
             headers.push(("Retry-After", ra));
         }
         let mut bytes = Vec::with_capacity(160 + body.len());
-        http::write_response(&mut bytes, status, &headers, body.as_bytes(), keep_alive, false);
-        conn.slots[pos] = Slot::Ready { bytes, close: !keep_alive };
+        http::write_response(
+            &mut bytes,
+            status,
+            &headers,
+            body.as_bytes(),
+            keep_alive,
+            false,
+        );
+        conn.slots[pos] = Slot::Ready {
+            bytes,
+            close: !keep_alive,
+        };
         self.metrics.incr_http(Route::Webhook, status);
     }
 
@@ -565,7 +701,9 @@ impl Worker {
         let now = self.now();
         let n = self.offer_waiters.len();
         for _ in 0..n {
-            let Some(idx) = self.offer_waiters.pop_front() else { break };
+            let Some(idx) = self.offer_waiters.pop_front() else {
+                break;
+            };
             if self.offer_conn(idx, now) {
                 self.offer_waiters.push_back(idx);
             }
@@ -578,8 +716,13 @@ impl Worker {
         while let Some(c) = self.completions.try_pop() {
             self.outstanding -= 1;
             let idx = (c.ticket >> TICKET_SEQ_BITS) as usize;
-            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else { continue };
-            let pos = conn.slots.iter().position(|s| matches!(s, Slot::Ingest(p) if p.ticket == c.ticket));
+            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+                continue;
+            };
+            let pos = conn
+                .slots
+                .iter()
+                .position(|s| matches!(s, Slot::Ingest(p) if p.ticket == c.ticket));
             let Some(pos) = pos else { continue };
             let result = match c.outcome {
                 AppendOutcome::Durable { .. } => Ok(()),
@@ -606,25 +749,27 @@ impl Worker {
             cfg.idle_timeout.as_nanos() as u64,
         );
         for idx in 0..self.conns.len() {
-            let Some(conn) = self.conns[idx].as_ref() else { continue };
+            let Some(conn) = self.conns[idx].as_ref() else {
+                continue;
+            };
             if conn.unwritten() > 0 && now.saturating_sub(conn.write_since) > body_t {
                 // The client stopped reading its responses.
-                self.metrics.incr_timeout("write");
+                self.metrics.incr_timeout(TimeoutKind::Write);
                 self.close(idx);
                 continue;
             }
             let age = now.saturating_sub(conn.phase_since);
             match conn.phase {
                 Phase::Head if age > head_t => {
-                    self.metrics.incr_timeout("header");
+                    self.metrics.incr_timeout(TimeoutKind::Header);
                     self.timeout_408(idx);
                 }
                 Phase::Body if age > body_t => {
-                    self.metrics.incr_timeout("body");
+                    self.metrics.incr_timeout(TimeoutKind::Body);
                     self.timeout_408(idx);
                 }
                 Phase::Idle if age > idle_t => {
-                    self.metrics.incr_timeout("idle");
+                    self.metrics.incr_timeout(TimeoutKind::Idle);
                     self.close(idx);
                 }
                 _ => {}
@@ -640,7 +785,15 @@ impl Worker {
             conn.reader = http::RequestReader::new(self.limits.clone());
             conn.rbuf.clear();
         }
-        self.push_ready(idx, Route::Unmatched, 408, &[("Content-Type", "text/plain")], b"request timeout\n", false, false);
+        self.push_ready(
+            idx,
+            Route::Unmatched,
+            408,
+            &[("Content-Type", "text/plain")],
+            b"request timeout\n",
+            false,
+            false,
+        );
         self.flush(idx);
     }
 
@@ -653,9 +806,9 @@ impl Worker {
             }
             // Idle connections are closed now; the others finish what they have received.
             for idx in 0..self.conns.len() {
-                let quiet = self.conns[idx].as_ref().map(|c| {
-                    c.is_quiet() && c.rbuf.is_empty() && !c.reader.in_head() && !c.reader.in_body()
-                });
+                let quiet = self.conns[idx]
+                    .as_ref()
+                    .map(|c| c.is_quiet() && c.rbuf.is_empty() && c.reader.is_idle());
                 if quiet == Some(true) {
                     self.close(idx);
                 }

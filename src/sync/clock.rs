@@ -21,7 +21,9 @@ pub struct MonotonicClock {
 
 impl MonotonicClock {
     pub fn new() -> Self {
-        MonotonicClock { origin: Instant::now() }
+        MonotonicClock {
+            origin: Instant::now(),
+        }
     }
 }
 
@@ -49,10 +51,13 @@ pub struct ManualClock {
 
 impl ManualClock {
     pub fn new(start_nanos: u64) -> Self {
-        ManualClock { nanos: AtomicU64::new(start_nanos) }
+        ManualClock {
+            nanos: AtomicU64::new(start_nanos),
+        }
     }
     pub fn advance(&self, by: std::time::Duration) {
-        self.nanos.fetch_add(by.as_nanos() as u64, Ordering::Relaxed);
+        self.nanos
+            .fetch_add(by.as_nanos() as u64, Ordering::Relaxed);
     }
     pub fn set(&self, nanos: u64) {
         self.nanos.store(nanos, Ordering::Relaxed);

@@ -35,3 +35,44 @@ pub fn spin_hint() {
     #[cfg(not(loom))]
     std::hint::spin_loop();
 }
+
+/// `UnsafeCell` with loom's closure-based API, so loom can check every access for races.
+///
+/// Under `--cfg loom` this is `loom::cell::UnsafeCell`; otherwise a zero-cost wrapper around
+/// `std::cell::UnsafeCell` exposing the same `with` / `with_mut` methods.
+pub mod cell {
+    #[cfg(loom)]
+    pub use loom::cell::UnsafeCell;
+
+    /// `std::cell::UnsafeCell` with loom's API (`with`, `with_mut`); see the module docs.
+    #[cfg(not(loom))]
+    #[repr(transparent)]
+    pub struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    #[cfg(not(loom))]
+    impl<T> UnsafeCell<T> {
+        #[inline]
+        pub const fn new(value: T) -> Self {
+            UnsafeCell(std::cell::UnsafeCell::new(value))
+        }
+
+        /// Runs `f` with a shared raw pointer to the contents. The caller upholds aliasing.
+        #[inline]
+        pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+
+        /// Runs `f` with a mutable raw pointer to the contents. The caller upholds aliasing.
+        #[inline]
+        pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
+
+    #[cfg(not(loom))]
+    impl<T> std::fmt::Debug for UnsafeCell<T> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("UnsafeCell { .. }")
+        }
+    }
+}

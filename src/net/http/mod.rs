@@ -1,1 +1,261 @@
-//! Sans-IO HTTP/1.1 server codec. (Being written.)
+//! Sans-IO HTTP/1.1 server codec: bytes in, requests out; responses in, bytes out.
+//!
+//! Nothing here touches a socket, a clock or a thread. The connection layer owns a read buffer
+//! (`Vec<u8>`), appends whatever the socket produced, and calls [`RequestReader::poll`]; the
+//! reader consumes what it used from the front of that buffer and says what happened
+//! ([`ReadEvent`]). Responses are appended to an output `Vec<u8>` by [`write_response`],
+//! [`write_error`] and [`write_continue`]. Because it is pure, the codec is unit-tested at every
+//! byte boundary and benchmarked without sockets (`benches/http_parse.rs`).
+//!
+//! # How a request is read
+//!
+//! 1. **Head.** New bytes are scanned once, incrementally (`head.rs`): a small lexer checks the
+//!    request line as it arrives (method token, request-target of visible ASCII no longer than
+//!    [`Limits::max_uri_bytes`] → 414, version → 505/400), then every later LF must follow a CR
+//!    (bare LF/CR → 400) and the first empty line ends the head. Only the first
+//!    [`Limits::max_head_bytes`] of the buffer are ever looked at: no end of head inside them → 431,
+//!    even while the head is incomplete. When the end is found, `httparse` parses the head in one
+//!    pass (syntax errors → 400, more than [`Limits::max_headers`] fields → 431) and the framing
+//!    and connection semantics of RFC 9112 §6–§9 are applied (see the table below).
+//! 2. **Body.** `Content-Length` bodies are copied out as they arrive; chunked bodies go through a
+//!    hand-written byte-at-a-time state machine (`chunked.rs`, RFC 9112 §7.1) whose data runs are
+//!    copied in bulk. The body buffer grows with the bytes actually received, never past the
+//!    declared length or [`Limits::max_body_bytes`], so a lying `Content-Length` costs nothing.
+//!
+//! Every step keeps its position in the reader, so parsing is resumable at any byte boundary:
+//! feeding one byte per call yields the same requests and errors as feeding everything at once
+//! (the tests check this over all split points). Pipelined requests are returned one per call;
+//! the bytes of the next request stay in the buffer, so the caller should `poll` again before
+//! reading more from the socket.
+//!
+//! # Caller contract
+//!
+//! - Between two `poll`s, only *append* to the buffer (the reader remembers offsets into it).
+//!   [`RequestReader::poll_slice`] is the same step without the drain: it returns the number of
+//!   bytes consumed, so a caller can keep an offset and compact its buffer once per socket read
+//!   (with many tiny pipelined requests, `poll`'s per-request shift would be quadratic).
+//! - After [`ReadEvent::Error`], write the error (e.g. [`write_error`]) and close the connection:
+//!   the framing is lost. The reader stays failed and returns the same error again.
+//! - After a request with `keep_alive == false`, close after the response.
+//! - Memory: the reader holds at most one head (≤ `max_head_bytes`) and one body
+//!   (≤ `max_body_bytes`); the caller's buffer needs at most `max_head_bytes` plus one read.
+//!
+//! # Error → status
+//!
+//! | condition | error | status |
+//! |---|---|---|
+//! | malformed request line or field (httparse), bare CR or LF, obs-fold, control/non-ASCII byte in the target, missing `Host` on HTTP/1.1, more than one `Host`, invalid or conflicting `Content-Length`, both `Content-Length` and `Transfer-Encoding`, `Transfer-Encoding` on HTTP/1.0, `chunked` twice, invalid chunk-size line or missing CRLF after chunk data, chunk line over `max_chunk_line_bytes` | `BadRequest(detail)` | 400 |
+//! | POST/PUT/PATCH with neither `Content-Length` nor chunked | `LengthRequired` | 411 |
+//! | `Content-Length` (or a chunked running total) over `max_body_bytes`, or a `Content-Length` that overflows u64 | `PayloadTooLarge` | 413 |
+//! | request-target over `max_uri_bytes` | `UriTooLong` | 414 |
+//! | `Expect` other than `100-continue` on HTTP/1.1 (ignored on HTTP/1.0, RFC 9110 §10.1.1) | `ExpectationFailed` | 417 |
+//! | head over `max_head_bytes` (also while incomplete), more than `max_headers` fields, trailers over `max_head_bytes` | `HeaderTooLarge` | 431 |
+//! | any transfer coding other than `chunked` (`gzip`, `gzip, chunked`, `chunked, gzip`, …), method token over 32 bytes | `NotImplemented` | 501 |
+//! | version other than HTTP/1.0 and HTTP/1.1 that looks like `HTTP/<digits>[.<digits>]` | `VersionNotSupported` | 505 |
+//!
+//! # Decisions
+//!
+//! - RFC 9112 §6.3 asks for 400 when `chunked` is present but not the final coding; we answer
+//!   501 for every coding list other than exactly `chunked`, since we decode no other coding.
+//!   Both close the connection, which is what matters against request smuggling. Empty list
+//!   elements are ignored (`Transfer-Encoding: , chunked` is chunked).
+//! - `Content-Length` may be repeated or a list only with identical values; all digits but
+//!   beyond u64 is 413 (it is certainly over the limit), anything else malformed is 400.
+//! - `Expect: 100-continue` (any case) sets `expect_continue` on HTTP/1.1; any other expectation
+//!   is 417. On HTTP/1.0 every `Expect` is ignored (RFC 9110 §10.1.1).
+//! - 414 is exact: the lexer counts target bytes as they arrive, so a target one byte over the
+//!   limit is refused even before its line ends (no `max_uri_bytes + slack` heuristic needed).
+//! - Empty lines before a request line are skipped (RFC 9112 §2.2), e.g. a stray CRLF after a
+//!   body. Absolute-form targets are accepted; [`RequestHead::path`] strips scheme and authority.
+//! - The response writer adds `content-length` (except for 1xx and 204) and `connection: close`;
+//!   it writes no `Date`, because the codec has no clock. RFC 9110 §6.6.1 requires an origin
+//!   server with a clock to send `Date` on 2xx–4xx, so the connection layer should pass one
+//!   (formatted once per second from the injected clock) in `headers`.
+
+mod chunked;
+mod head;
+mod reader;
+mod response;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+pub use head::RequestHead;
+pub use reader::RequestReader;
+pub use response::{reason_phrase, write_continue, write_error, write_response};
+
+/// Size limits applied while reading requests. Validated by `config`; the codec does not clamp.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Request line + header fields + final CRLF. Default: 16 KiB. Over it: 431.
+    pub max_head_bytes: usize,
+    /// Number of header fields. Default: 64. Over it: 431.
+    pub max_headers: usize,
+    /// Request-target (path and query). Default: 8 KiB. Over it: 414.
+    pub max_uri_bytes: usize,
+    /// Decoded body. Default: 10 MiB. Over it: 413.
+    pub max_body_bytes: u64,
+    /// One chunk-size line including extensions and CRLF. Default: 4 KiB. Over it: 400.
+    pub max_chunk_line_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_head_bytes: 16 * 1024,
+            max_headers: 64,
+            max_uri_bytes: 8 * 1024,
+            max_body_bytes: 10 * 1024 * 1024,
+            max_chunk_line_bytes: 4 * 1024,
+        }
+    }
+}
+
+/// Why a request was refused. Every variant maps to one status code; all of them end the
+/// connection (the reader cannot find the next request boundary).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HttpError {
+    /// 400: malformed message; the detail is a short lowercase text safe to send to the client.
+    BadRequest(&'static str),
+    /// 411: a method that carries a body came without `Content-Length` or chunked framing.
+    LengthRequired,
+    /// 413: the body is, or is declared to be, larger than `max_body_bytes`.
+    PayloadTooLarge,
+    /// 414: the request-target is longer than `max_uri_bytes`.
+    UriTooLong,
+    /// 417: an `Expect` other than `100-continue`.
+    ExpectationFailed,
+    /// 431: the head is larger than `max_head_bytes` or has more than `max_headers` fields.
+    HeaderTooLarge,
+    /// 501: a transfer coding we do not implement.
+    NotImplemented,
+    /// 505: an HTTP version other than 1.0 and 1.1.
+    VersionNotSupported,
+}
+
+impl HttpError {
+    /// The status code to answer with.
+    pub fn status(&self) -> u16 {
+        match self {
+            HttpError::BadRequest(_) => 400,
+            HttpError::LengthRequired => 411,
+            HttpError::PayloadTooLarge => 413,
+            HttpError::UriTooLong => 414,
+            HttpError::ExpectationFailed => 417,
+            HttpError::HeaderTooLarge => 431,
+            HttpError::NotImplemented => 501,
+            HttpError::VersionNotSupported => 505,
+        }
+    }
+
+    /// A short text for the response body (no trailing newline).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            HttpError::BadRequest(detail) => detail,
+            HttpError::LengthRequired => "length required",
+            HttpError::PayloadTooLarge => "payload too large",
+            HttpError::UriTooLong => "request-target too long",
+            HttpError::ExpectationFailed => "unsupported expectation",
+            HttpError::HeaderTooLarge => "request header fields too large",
+            HttpError::NotImplemented => "transfer coding or method not implemented",
+            HttpError::VersionNotSupported => "http version not supported",
+        }
+    }
+}
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.status(), self.reason())
+    }
+}
+
+impl std::error::Error for HttpError {}
+
+/// Request method. Methods are case-sensitive (RFC 9110 §9.1); anything else is `Other`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Post,
+    Put,
+    Delete,
+    Options,
+    Patch,
+    /// Any other token (at most 32 bytes).
+    Other(Box<str>),
+}
+
+impl Method {
+    fn from_token(token: &str) -> Method {
+        match token {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "DELETE" => Method::Delete,
+            "OPTIONS" => Method::Options,
+            "PATCH" => Method::Patch,
+            other => Method::Other(other.into()),
+        }
+    }
+
+    /// The method token as sent.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Method::Get => "GET",
+            Method::Head => "HEAD",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Delete => "DELETE",
+            Method::Options => "OPTIONS",
+            Method::Patch => "PATCH",
+            Method::Other(token) => token,
+        }
+    }
+
+    /// Methods that must declare their body length (411 otherwise).
+    fn requires_length(&self) -> bool {
+        matches!(self, Method::Post | Method::Put | Method::Patch)
+    }
+}
+
+/// Protocol version of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    Http10,
+    Http11,
+}
+
+/// How the request body is delimited (RFC 9112 §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// No body (no `Content-Length`, not chunked, method that needs none).
+    None,
+    /// `Content-Length: n` (n ≤ `max_body_bytes`).
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// A complete request: head plus decoded body (chunk framing and trailers removed).
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub head: RequestHead,
+    pub body: Vec<u8>,
+}
+
+/// What [`RequestReader::poll`] found.
+#[derive(Debug)]
+pub enum ReadEvent {
+    /// More bytes are needed.
+    Incomplete,
+    /// The head is parsed (see [`RequestReader::pending_head`]) but the body is not complete yet.
+    /// Returned once per request, and only when a body is still expected. If `expect_continue`,
+    /// the caller may send [`write_continue`] (once) or refuse early with a final status.
+    HeadReady { expect_continue: bool },
+    /// A complete request; bytes after it stay in the buffer.
+    Request(Request),
+    /// The request is refused; answer `error.status()` and close the connection.
+    Error(HttpError),
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# End-to-end ingest throughput: sluice (fsync mode) vs nginx `return 202`, side by side, same
+# pinning, same wrk load (1 KiB POST, keep-alive). Prints requests/s, latency and CPU µs per
+# request for each. Bounded: each run lasts DURATION seconds.
+#
+# Usage: benches/e2e/ingest_vs_nginx.sh [DURATION_SECONDS] [CONNECTIONS]
+# Needs: wrk and nginx (Debian: apt-get install wrk nginx-light), a release build.
+set -euo pipefail
+DUR=${1:-10}
+CONNS=${2:-64}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+WORK=$(mktemp -d /tmp/sluice-e2e.XXXXXX)
+SERVER_CPU=${SERVER_CPU:-1}
+CLIENT_CPU=${CLIENT_CPU:-0}
+HZ=$(getconf CLK_TCK)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+cpu_ticks() { # sum utime+stime of a process and its threads/children listed by pid
+  local total=0
+  for p in "$@"; do
+    if [ -r "/proc/$p/stat" ]; then
+      read -r -a f < <(sed 's/.*) //' "/proc/$p/stat")
+      total=$((total + f[11] + f[12]))
+    fi
+  done
+  echo "$total"
+}
+
+run_wrk() { # name port pids...
+  local name=$1 port=$2; shift 2
+  local before after out reqs
+  before=$(cpu_ticks "$@")
+  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${DUR}s" --latency -s "$ROOT/benches/e2e/post1k.lua" "http://127.0.0.1:$port")
+  after=$(cpu_ticks "$@")
+  reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+  local non2xx
+  non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
+  local cpu_us=$(( (after - before) * 1000000 / HZ ))
+  echo "== $name"
+  echo "$out" | grep -E 'Requests/sec|Latency|50%|99%|Non-2xx|requests in'
+  echo "cpu_us_total=$cpu_us requests=$reqs non_2xx=${non2xx:-0} cpu_us_per_request=$(awk -v c="$cpu_us" -v r="$reqs" 'BEGIN{printf "%.2f", c/r}')"
+}
+
+cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
+
+# sluice: buckets raised so the run measures the accept path, not refusals.
+HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY=100000000 \
+HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY=100000000 \
+HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC=100000000 \
+taskset -c "$SERVER_CPU" "$ROOT/target/release/sluice" serve --listen 127.0.0.1:18080 \
+  --data-dir "$WORK/data" --workers 1 --durability fsync >"$WORK/sluice.out" 2>"$WORK/sluice.err" &
+pids+=($!)
+SLUICE_PID=$!
+
+mkdir -p "$WORK/nginx/logs"
+cat >"$WORK/nginx/nginx.conf" <<NGX
+worker_processes 1;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/logs/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_buffer_size 16k;
+  keepalive_requests 1000000;
+  server { listen 127.0.0.1:18081; location / { return 202 '{"status":"accepted"}'; } }
+}
+NGX
+taskset -c "$SERVER_CPU" nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
+pids+=($!)
+NGINX_MASTER=$!
+for _ in $(seq 50); do
+  grep -q listening "$WORK/sluice.out" 2>/dev/null && curl -s -o /dev/null http://127.0.0.1:18081/ && break
+  sleep 0.1
+done
+NGINX_PIDS=$(pgrep -P "$NGINX_MASTER" | tr '\n' ' ')
+
+echo "machine: $(nproc) cores, $(uname -r); server pinned to CPU $SERVER_CPU, wrk to CPU $CLIENT_CPU; ${DUR}s, $CONNS connections"
+echo "data dir filesystem: $(df -T "$WORK" | awk 'NR==2 {print $2}')"
+run_wrk "nginx return 202" 18081 "$NGINX_MASTER" $NGINX_PIDS
+run_wrk "sluice serve --durability fsync" 18080 "$SLUICE_PID"

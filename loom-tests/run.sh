@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs the loom models of src/ring and src/ingest/bucket against the real code compiled with `--cfg loom`.
+# Usage: loom-tests/run.sh [extra cargo test args]
+# Bounded preemptions keep the run to seconds on 2 cores; raise LOOM_MAX_PREEMPTIONS for a
+# deeper (much slower) search.
+set -euo pipefail
+cd "$(dirname "$0")"
+export RUSTFLAGS="--cfg loom ${RUSTFLAGS:-}"
+export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}"
+exec cargo test --release "$@" -- --nocapture

@@ -1,0 +1,407 @@
+//! Per-source admission state: the bounded source registry, per-core caches, and per-source
+//! refusal accounting. The all-or-nothing admission itself is [`super::bucket::Admission`].
+//!
+//! # Lookup
+//! A source (provider id) maps to one [`SourceEntry`]: its [`TokenBucket`] and its counters.
+//! The shared [`SourceTable`] keeps the entries in a `parking_lot::Mutex<HashMap>` that is
+//! touched only when a worker core sees a source name for the first time (or after its cache
+//! was cleared). Each worker owns a [`SourceCache`], a plain map from name to entry; for a known
+//! source the hot path is one hash lookup and the bucket's compare-and-swap, with no lock.
+//!
+//! # Bounds
+//! - The table holds at most `max_sources` entries (default [`DEFAULT_MAX_SOURCES`]) plus one
+//!   overflow entry named [`OVERFLOW_SOURCE`]. Entries are never evicted (a bucket that vanished
+//!   and came back full would hand out a fresh burst). Once `max_sources` names are registered,
+//!   every further name shares the overflow entry: one bucket with the per-source parameters and
+//!   one set of counters, so all new sources together get one source's budget. A source literally
+//!   named `_overflow`, and any name longer than [`MAX_SOURCE_NAME_LEN`] bytes, also map there.
+//!   Memory: an entry is 512 bytes in its `Arc` (the bucket word has a padded cache-line pair to
+//!   itself) plus its name, kept twice (≤ 2 × 128 bytes): at most about 8 MiB at the default.
+//! - A [`SourceCache`] holds at most `max(max_sources, 1)` names (about 50 bytes plus the name
+//!   each); inserting past that clears it (it refills from the table, under the lock, one name
+//!   at a time). Only a core that sees more distinct names than the bound, i.e. only while the
+//!   overflow entry is in use, ever clears its cache. Names longer than [`MAX_SOURCE_NAME_LEN`]
+//!   are neither cached nor looked up under the lock: they go straight to the overflow entry.
+//! - Metrics cardinality: `sluice_ingest_refusals_total{reason,source}` has at most
+//!   `(max_sources + 1) × RefusalReason::COUNT` series.
+//!
+//! Counters are [`crate::metrics::Counter`]s (std atomics, `Relaxed`; metrics bypass the shim).
+//! The registry uses `std::sync::Arc` and a `parking_lot` lock: it is a cold path loom does not
+//! model; the bucket inside an entry is the part a loom model covers.
+#![forbid(unsafe_code)]
+
+use super::bucket::{BucketParams, TokenBucket};
+use crate::metrics::{Counter, MetricType, PromWriter};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Default bound on distinct per-source buckets.
+pub const DEFAULT_MAX_SOURCES: usize = 10_000;
+/// The name of the entry shared by sources past the bound.
+pub const OVERFLOW_SOURCE: &str = "_overflow";
+/// Longest source name with its own entry; longer names share the overflow entry.
+pub const MAX_SOURCE_NAME_LEN: usize = 128;
+
+/// Why a request from a source was refused (`reason` label of
+/// `sluice_ingest_refusals_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(usize)]
+pub enum RefusalReason {
+    /// A token bucket (global or per-source) was empty: 503 + Retry-After.
+    IngestSaturated,
+    /// The WAL ring stayed full past `offer_timeout`.
+    WalBusy,
+    /// The WAL cannot accept writes (I/O error, writer stopped).
+    WalUnavailable,
+    /// Reserved: the durable backlog bound (`max_pending`) refused.
+    BacklogFull,
+    /// Reserved: the server is draining for shutdown.
+    Draining,
+}
+
+impl RefusalReason {
+    /// Every reason, in rendering order (`ALL[r as usize] == r`).
+    pub const ALL: [RefusalReason; 5] = [
+        RefusalReason::IngestSaturated,
+        RefusalReason::WalBusy,
+        RefusalReason::WalUnavailable,
+        RefusalReason::BacklogFull,
+        RefusalReason::Draining,
+    ];
+    pub const COUNT: usize = Self::ALL.len();
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::IngestSaturated => "ingest_saturated",
+            RefusalReason::WalBusy => "wal_busy",
+            RefusalReason::WalUnavailable => "wal_unavailable",
+            RefusalReason::BacklogFull => "backlog_full",
+            RefusalReason::Draining => "draining",
+        }
+    }
+}
+
+/// One source's bucket and counters. Shared by all cores (`Arc`), never removed.
+#[derive(Debug)]
+pub struct SourceEntry {
+    name: Box<str>,
+    /// Cache-padded internally, so counter writes do not bounce the bucket's line.
+    bucket: TokenBucket,
+    refusals: [Counter; RefusalReason::COUNT],
+    accepted: Counter,
+}
+
+impl SourceEntry {
+    fn new(name: &str, params: BucketParams) -> Self {
+        SourceEntry {
+            name: name.into(),
+            // Full from the clock's origin on, i.e. full whenever it is first used.
+            bucket: TokenBucket::new(params, 0),
+            refusals: Default::default(),
+            accepted: Counter::new(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn bucket(&self) -> &TokenBucket {
+        &self.bucket
+    }
+
+    #[inline]
+    pub fn count_refusal(&self, reason: RefusalReason) {
+        self.refusals[reason as usize].incr();
+    }
+
+    /// Count one accepted request (call once it is answered 2xx).
+    #[inline]
+    pub fn count_accepted(&self) {
+        self.accepted.incr();
+    }
+
+    pub fn refusals(&self, reason: RefusalReason) -> u64 {
+        self.refusals[reason as usize].get()
+    }
+
+    pub fn accepted(&self) -> u64 {
+        self.accepted.get()
+    }
+}
+
+/// The shared registry of per-source entries (see the module docs for its bound).
+#[derive(Debug)]
+pub struct SourceTable {
+    per_source: BucketParams,
+    max_sources: usize,
+    registry: Mutex<HashMap<Box<str>, Arc<SourceEntry>>>,
+    overflow: Arc<SourceEntry>,
+}
+
+impl SourceTable {
+    /// At most `max_sources` entries of their own (`0` is allowed: every source then shares the
+    /// overflow entry), each bucket with the `per_source` parameters.
+    pub fn new(max_sources: usize, per_source: BucketParams) -> Self {
+        SourceTable {
+            per_source,
+            max_sources,
+            registry: Mutex::new(HashMap::new()),
+            overflow: Arc::new(SourceEntry::new(OVERFLOW_SOURCE, per_source)),
+        }
+    }
+
+    pub fn per_source_params(&self) -> &BucketParams {
+        &self.per_source
+    }
+
+    pub fn max_sources(&self) -> usize {
+        self.max_sources
+    }
+
+    /// Registered sources, not counting the overflow entry.
+    pub fn len(&self) -> usize {
+        self.registry.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn overflow(&self) -> &Arc<SourceEntry> {
+        &self.overflow
+    }
+
+    /// The entry for `name`, registering it if there is room. Takes the lock: the slow path
+    /// behind [`SourceCache::get`].
+    pub fn lookup(&self, name: &str) -> Arc<SourceEntry> {
+        if name.len() > MAX_SOURCE_NAME_LEN || name == OVERFLOW_SOURCE {
+            return Arc::clone(&self.overflow);
+        }
+        let mut registry = self.registry.lock();
+        if let Some(entry) = registry.get(name) {
+            return Arc::clone(entry);
+        }
+        if registry.len() >= self.max_sources {
+            return Arc::clone(&self.overflow);
+        }
+        let entry = Arc::new(SourceEntry::new(name, self.per_source));
+        registry.insert(name.into(), Arc::clone(&entry));
+        entry
+    }
+
+    /// Visit every entry, sorted by name, the overflow entry last. The lock is held only while
+    /// the entries are collected, not while `f` runs.
+    pub fn for_each(&self, mut f: impl FnMut(&str, &SourceEntry)) {
+        let mut entries: Vec<Arc<SourceEntry>> = self.registry.lock().values().cloned().collect();
+        entries.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        for entry in entries.iter().chain(std::iter::once(&self.overflow)) {
+            f(&entry.name, entry);
+        }
+    }
+
+    /// Append `sluice_ingest_refusals_total{reason,source}` (non-zero series only) and
+    /// `sluice_ingest_accepted_total{source}` (every entry).
+    pub fn render_prometheus(&self, w: &mut PromWriter) {
+        const REFUSALS: &str = "sluice_ingest_refusals_total";
+        const ACCEPTED: &str = "sluice_ingest_accepted_total";
+        let mut accepted = Vec::new();
+        w.header(
+            REFUSALS,
+            "Ingest refusals by reason and source.",
+            MetricType::Counter,
+        );
+        self.for_each(|name, entry| {
+            for reason in RefusalReason::ALL {
+                let v = entry.refusals(reason);
+                if v != 0 {
+                    w.sample_u64(
+                        REFUSALS,
+                        &[("reason", reason.as_str()), ("source", name)],
+                        v,
+                    );
+                }
+            }
+            accepted.push((name.to_owned(), entry.accepted()));
+        });
+        w.header(
+            ACCEPTED,
+            "Ingest requests accepted, by source.",
+            MetricType::Counter,
+        );
+        for (name, v) in &accepted {
+            w.sample_u64(ACCEPTED, &[("source", name)], *v);
+        }
+    }
+}
+
+/// A worker core's private map from source name to entry: the lock-free hot path.
+///
+/// Owned by one thread (`&mut self`); bounded by the table's `max_sources` (module docs).
+#[derive(Debug)]
+pub struct SourceCache {
+    table: Arc<SourceTable>,
+    /// Name → index into `entries` (an index, so a hit needs a single hash lookup).
+    index: HashMap<Box<str>, usize>,
+    entries: Vec<Arc<SourceEntry>>,
+    limit: usize,
+}
+
+impl SourceCache {
+    pub fn new(table: Arc<SourceTable>) -> Self {
+        let limit = table.max_sources.max(1);
+        SourceCache {
+            table,
+            index: HashMap::new(),
+            entries: Vec::new(),
+            limit,
+        }
+    }
+
+    pub fn table(&self) -> &Arc<SourceTable> {
+        &self.table
+    }
+
+    /// The entry for `name`: a local hash lookup, or on a miss [`SourceTable::lookup`].
+    ///
+    /// Returns a clone of the `Arc` so the caller can keep it until the request's outcome is
+    /// known (one reference-count increment per request).
+    #[inline]
+    pub fn get(&mut self, name: &str) -> Arc<SourceEntry> {
+        if name.len() > MAX_SOURCE_NAME_LEN {
+            return Arc::clone(self.table.overflow());
+        }
+        let i = match self.index.get(name) {
+            Some(&i) => i,
+            None => self.fill(name),
+        };
+        Arc::clone(&self.entries[i])
+    }
+
+    #[cold]
+    fn fill(&mut self, name: &str) -> usize {
+        if self.entries.len() >= self.limit {
+            self.index.clear();
+            self.entries.clear();
+        }
+        self.entries.push(self.table.lookup(name));
+        let i = self.entries.len() - 1;
+        self.index.insert(name.into(), i);
+        i
+    }
+
+    /// Cached names.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(max_sources: usize) -> Arc<SourceTable> {
+        Arc::new(SourceTable::new(
+            max_sources,
+            BucketParams::new(1, 1).unwrap(),
+        ))
+    }
+
+    #[test]
+    fn reasons_index_their_table() {
+        for (i, r) in RefusalReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i);
+        }
+    }
+
+    #[test]
+    fn known_sources_keep_their_own_entry() {
+        let t = table(10);
+        let mut cache = SourceCache::new(t.clone());
+        let a = cache.get("a");
+        assert_eq!(a.name(), "a");
+        assert!(Arc::ptr_eq(&a, &cache.get("a")));
+        assert!(Arc::ptr_eq(&a, &t.lookup("a")));
+        let mut other_core = SourceCache::new(t.clone());
+        assert!(Arc::ptr_eq(&a, &other_core.get("a")));
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn sources_past_the_bound_share_the_overflow_entry() {
+        let t = table(2);
+        let mut cache = SourceCache::new(t.clone());
+        assert_eq!(cache.get("a").name(), "a");
+        assert_eq!(cache.get("b").name(), "b");
+        let (c, d) = (cache.get("c"), cache.get("d"));
+        assert!(Arc::ptr_eq(&c, &d) && Arc::ptr_eq(&c, t.overflow()));
+        assert_eq!(c.name(), OVERFLOW_SOURCE);
+        assert_eq!(t.len(), 2);
+        // One bucket with the per-source parameters (capacity 1) for all of them.
+        c.bucket().try_acquire(0).unwrap();
+        assert!(d.bucket().try_acquire(0).is_err());
+        // Spoofing the overflow name or sending a huge name cannot add entries.
+        assert!(Arc::ptr_eq(&t.lookup(OVERFLOW_SOURCE), t.overflow()));
+        let long = "x".repeat(MAX_SOURCE_NAME_LEN + 1);
+        assert!(Arc::ptr_eq(&cache.get(&long), t.overflow()));
+        let longest = "y".repeat(MAX_SOURCE_NAME_LEN);
+        assert_eq!(table(5).lookup(&longest).name(), longest);
+        // Known sources keep their own bucket.
+        assert!(Arc::ptr_eq(&cache.get("a"), &t.lookup("a")));
+    }
+
+    #[test]
+    fn cache_is_cleared_past_its_bound_and_refills_from_the_table() {
+        let t = table(3);
+        let mut cache = SourceCache::new(t.clone());
+        for name in ["a", "b", "c"] {
+            cache.get(name);
+        }
+        assert_eq!(cache.len(), 3);
+        assert!(Arc::ptr_eq(&cache.get("d"), t.overflow()));
+        assert_eq!(cache.len(), 1);
+        assert!(Arc::ptr_eq(&cache.get("a"), &t.lookup("a")));
+        assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn zero_max_sources_sends_everything_to_overflow() {
+        let t = table(0);
+        let mut cache = SourceCache::new(t.clone());
+        assert!(Arc::ptr_eq(&cache.get("a"), t.overflow()));
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn refusal_counters_render_with_bounded_labels() {
+        let t = table(1);
+        let b = t.lookup("b\"q");
+        let o = t.lookup("zzz");
+        b.count_refusal(RefusalReason::IngestSaturated);
+        b.count_refusal(RefusalReason::IngestSaturated);
+        b.count_accepted();
+        o.count_refusal(RefusalReason::WalBusy);
+        assert_eq!(b.refusals(RefusalReason::IngestSaturated), 2);
+        let mut names = Vec::new();
+        t.for_each(|n, _| names.push(n.to_owned()));
+        assert_eq!(names, ["b\"q", OVERFLOW_SOURCE]);
+        let mut w = PromWriter::new();
+        t.render_prometheus(&mut w);
+        assert_eq!(
+            w.as_str(),
+            "# HELP sluice_ingest_refusals_total Ingest refusals by reason and source.\n\
+             # TYPE sluice_ingest_refusals_total counter\n\
+             sluice_ingest_refusals_total{reason=\"ingest_saturated\",source=\"b\\\"q\"} 2\n\
+             sluice_ingest_refusals_total{reason=\"wal_busy\",source=\"_overflow\"} 1\n\
+             # HELP sluice_ingest_accepted_total Ingest requests accepted, by source.\n\
+             # TYPE sluice_ingest_accepted_total counter\n\
+             sluice_ingest_accepted_total{source=\"b\\\"q\"} 1\n\
+             sluice_ingest_accepted_total{source=\"_overflow\"} 0\n"
+        );
+    }
+}

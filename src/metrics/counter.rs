@@ -1,0 +1,462 @@
+//! Sharded counters: one cache-padded shard of `AtomicU64` cells per worker core.
+//!
+//! Every counter family this module owns has a label set fixed at compile time, so each
+//! (family, labels) pair is a fixed cell index ([`slot`]) and a shard is a flat array. A worker
+//! core increments only its own shard ([`CoreMetrics`]); a scrape ([`Metrics`]) sums the shards.
+//! Cores therefore never write the same cache line, and the hot path is one uncontended atomic
+//! add. Shards are `CachePadded` so neighbouring shards do not share a line either.
+//!
+//! Memory ordering: every access is `Relaxed`. A counter publishes no other memory; each cell
+//! has a single modification order, so per-cell reads are monotonic, and Prometheus does not
+//! need a scrape to be an atomic snapshot across cells or shards. These atomics bypass the
+//! `crate::sync` shim on purpose (see its docs): loom has nothing to check here.
+//!
+//! Bound: `cores × slot::COUNT × 8` bytes (about 1 KiB per core), allocated once.
+#![forbid(unsafe_code)]
+
+use super::prom::{MetricType, PromWriter};
+use crate::sync::CachePadded;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One shared relaxed counter (not sharded), for counters keyed at run time (per source).
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub const fn new() -> Self {
+        Counter(AtomicU64::new(0))
+    }
+    #[inline]
+    pub fn incr(&self) {
+        // Relaxed: a count publishes nothing (module docs).
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+macro_rules! label_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(usize)]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            /// Every value, in rendering order (`ALL[v as usize] == v`).
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            pub const COUNT: usize = Self::ALL.len();
+            /// The label value.
+            pub const fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+    };
+}
+
+label_enum!(
+    /// `route` label of `sluice_http_requests_total`.
+    Route {
+        Webhook => "webhook",
+        Healthz => "healthz",
+        Readyz => "readyz",
+        Metrics => "metrics",
+        Admin => "admin",
+        Unmatched => "unmatched",
+    }
+);
+
+label_enum!(
+    /// `dimension` label of `harn_backpressure_events_total`.
+    Dimension {
+        Ingest => "ingest",
+        Circuit => "circuit",
+    }
+);
+
+label_enum!(
+    /// `action` label of `harn_backpressure_events_total`.
+    Action {
+        Admit => "admit",
+        Reject => "reject",
+        Opened => "opened",
+        FailFast => "fail_fast",
+        HalfOpenProbe => "half_open_probe",
+        Closed => "closed",
+    }
+);
+
+label_enum!(
+    /// `kind` label of `sluice_connections_timed_out_total`.
+    TimeoutKind {
+        Header => "header",
+        Body => "body",
+        Idle => "idle",
+        Write => "write",
+    }
+);
+
+label_enum!(
+    /// `reason` label of `sluice_connections_refused_total`.
+    ConnRefusal {
+        PerCoreCap => "per_core_cap",
+        AcceptError => "accept_error",
+    }
+);
+
+/// The (dimension, action) pairs of the Harn contract; always rendered, zeros included. Any
+/// other pair is counted and rendered only once non-zero.
+const CONTRACT_PAIRS: &[(Dimension, Action)] = &[
+    (Dimension::Ingest, Action::Admit),
+    (Dimension::Ingest, Action::Reject),
+    (Dimension::Circuit, Action::Opened),
+    (Dimension::Circuit, Action::FailFast),
+    (Dimension::Circuit, Action::HalfOpenProbe),
+    (Dimension::Circuit, Action::Closed),
+];
+
+/// Status codes with their own `status` label value; anything else is `status="other"`.
+pub const STATUS_CODES: [u16; 18] = [
+    100, 200, 202, 400, 401, 404, 405, 408, 411, 413, 414, 417, 429, 431, 500, 501, 503, 505,
+];
+const STATUS_LABELS: [&str; STATUS_SLOTS] = [
+    "100", "200", "202", "400", "401", "404", "405", "408", "411", "413", "414", "417", "429",
+    "431", "500", "501", "503", "505", "other",
+];
+const STATUS_SLOTS: usize = STATUS_CODES.len() + 1;
+
+/// The `status` slot of a code: its index in [`STATUS_CODES`], or the last slot ("other").
+/// A `match` (a jump table), checked against the table by a test.
+#[inline]
+pub const fn status_slot(code: u16) -> usize {
+    match code {
+        100 => 0,
+        200 => 1,
+        202 => 2,
+        400 => 3,
+        401 => 4,
+        404 => 5,
+        405 => 6,
+        408 => 7,
+        411 => 8,
+        413 => 9,
+        414 => 10,
+        417 => 11,
+        429 => 12,
+        431 => 13,
+        500 => 14,
+        501 => 15,
+        503 => 16,
+        505 => 17,
+        _ => STATUS_CODES.len(),
+    }
+}
+
+/// Cell indices in a shard. Families are laid out one after another.
+pub mod slot {
+    use super::*;
+    pub const BACKPRESSURE: usize = 0;
+    pub const HTTP: usize = BACKPRESSURE + Dimension::COUNT * Action::COUNT;
+    pub const CONN_ACCEPTED: usize = HTTP + Route::COUNT * STATUS_SLOTS;
+    pub const CONN_REFUSED: usize = CONN_ACCEPTED + 1;
+    pub const CONN_TIMED_OUT: usize = CONN_REFUSED + ConnRefusal::COUNT;
+    /// Gauge: open connections of this core (stored by its worker).
+    pub const CONN_OPEN: usize = CONN_TIMED_OUT + TimeoutKind::COUNT;
+    pub const COUNT: usize = CONN_OPEN + 1;
+
+    #[inline]
+    pub const fn backpressure(d: Dimension, a: Action) -> usize {
+        BACKPRESSURE + d as usize * Action::COUNT + a as usize
+    }
+    #[inline]
+    pub fn http(route: Route, status: u16) -> usize {
+        HTTP + route as usize * STATUS_SLOTS + status_slot(status)
+    }
+}
+
+/// One core's cells. Written by that core only (by convention; `fetch_add` keeps counts exact
+/// even if a handle is misused), read by scrapes.
+#[derive(Debug)]
+struct Shard {
+    cells: [AtomicU64; slot::COUNT],
+}
+
+impl Shard {
+    fn new() -> Self {
+        Shard {
+            cells: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+    #[inline]
+    fn add(&self, cell: usize, n: u64) {
+        self.cells[cell].fetch_add(n, Ordering::Relaxed);
+    }
+    #[inline]
+    fn get(&self, cell: usize) -> u64 {
+        self.cells[cell].load(Ordering::Relaxed)
+    }
+}
+
+/// All shards; owned by the runtime, read by `/metrics`.
+#[derive(Debug)]
+pub struct Metrics {
+    shards: Box<[Arc<CachePadded<Shard>>]>,
+}
+
+/// The handle a worker core holds to count into its own shard. Not `Clone`: one per core.
+#[derive(Debug)]
+pub struct CoreMetrics {
+    shard: Arc<CachePadded<Shard>>,
+}
+
+impl CoreMetrics {
+    #[inline]
+    pub fn incr_http(&self, route: Route, status: u16) {
+        self.shard.add(slot::http(route, status), 1);
+    }
+    #[inline]
+    pub fn incr_backpressure(&self, dimension: Dimension, action: Action) {
+        self.shard.add(slot::backpressure(dimension, action), 1);
+    }
+    /// `harn_backpressure_events_total{dimension="ingest",action="admit"|"reject"}`.
+    #[inline]
+    pub fn incr_ingest(&self, admitted: bool) {
+        let action = if admitted {
+            Action::Admit
+        } else {
+            Action::Reject
+        };
+        self.incr_backpressure(Dimension::Ingest, action);
+    }
+    #[inline]
+    pub fn incr_connections_accepted(&self) {
+        self.shard.add(slot::CONN_ACCEPTED, 1);
+    }
+    #[inline]
+    pub fn incr_connections_refused(&self, reason: ConnRefusal) {
+        self.shard.add(slot::CONN_REFUSED + reason as usize, 1);
+    }
+    #[inline]
+    pub fn incr_timeout(&self, kind: TimeoutKind) {
+        self.shard.add(slot::CONN_TIMED_OUT + kind as usize, 1);
+    }
+    /// Set this core's `sluice_connections_open`. Only the owning worker stores it, so a plain
+    /// `Relaxed` store is exact.
+    #[inline]
+    pub fn set_connections_open(&self, open: u64) {
+        self.shard.cells[slot::CONN_OPEN].store(open, Ordering::Relaxed);
+    }
+}
+
+impl Metrics {
+    /// Shards for `cores` worker cores (at least one).
+    pub fn new(cores: usize) -> Self {
+        let shards = (0..cores.max(1))
+            .map(|_| Arc::new(CachePadded::new(Shard::new())))
+            .collect();
+        Metrics { shards }
+    }
+
+    pub fn cores(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The counting handle of core `i`.
+    ///
+    /// # Panics
+    /// If `i >= self.cores()`.
+    pub fn core(&self, i: usize) -> CoreMetrics {
+        CoreMetrics {
+            shard: Arc::clone(&self.shards[i]),
+        }
+    }
+
+    fn sum(&self, cell: usize) -> u64 {
+        self.shards
+            .iter()
+            .fold(0u64, |acc, s| acc.wrapping_add(s.get(cell)))
+    }
+
+    pub fn http_requests(&self, route: Route, status: u16) -> u64 {
+        self.sum(slot::http(route, status))
+    }
+    pub fn backpressure_events(&self, dimension: Dimension, action: Action) -> u64 {
+        self.sum(slot::backpressure(dimension, action))
+    }
+    pub fn connections_accepted(&self) -> u64 {
+        self.sum(slot::CONN_ACCEPTED)
+    }
+    pub fn connections_refused(&self, reason: ConnRefusal) -> u64 {
+        self.sum(slot::CONN_REFUSED + reason as usize)
+    }
+    pub fn connections_timed_out(&self, kind: TimeoutKind) -> u64 {
+        self.sum(slot::CONN_TIMED_OUT + kind as usize)
+    }
+    /// Open connections of core `core` (a gauge).
+    pub fn connections_open(&self, core: usize) -> u64 {
+        self.shards[core].get(slot::CONN_OPEN)
+    }
+
+    /// The whole `/metrics` body: this module's families, then whatever `extra` appends.
+    /// Same as [`super::prom::render`].
+    pub fn render(&self, extra: &mut dyn FnMut(&mut PromWriter)) -> String {
+        super::prom::render(self, extra)
+    }
+
+    /// Append every family this module owns, in a fixed order.
+    pub fn render_prometheus(&self, w: &mut PromWriter) {
+        const BP: &str = "harn_backpressure_events_total";
+        w.header(
+            BP,
+            "Backpressure decisions by dimension and action.",
+            MetricType::Counter,
+        );
+        for &d in Dimension::ALL {
+            for &a in Action::ALL {
+                let v = self.backpressure_events(d, a);
+                if v != 0 || CONTRACT_PAIRS.contains(&(d, a)) {
+                    w.sample_u64(BP, &[("dimension", d.as_str()), ("action", a.as_str())], v);
+                }
+            }
+        }
+
+        // 114 cells, most never used: only observed combinations are rendered.
+        const HTTP: &str = "sluice_http_requests_total";
+        w.header(
+            HTTP,
+            "HTTP requests answered, by route and status.",
+            MetricType::Counter,
+        );
+        for &r in Route::ALL {
+            for (s, status) in STATUS_LABELS.iter().enumerate() {
+                let v = self.sum(slot::HTTP + r as usize * STATUS_SLOTS + s);
+                if v != 0 {
+                    w.sample_u64(HTTP, &[("route", r.as_str()), ("status", status)], v);
+                }
+            }
+        }
+
+        w.counter(
+            "sluice_connections_accepted_total",
+            "Connections accepted.",
+            self.connections_accepted(),
+        );
+
+        const REFUSED: &str = "sluice_connections_refused_total";
+        w.header(
+            REFUSED,
+            "Connections refused at accept, by reason.",
+            MetricType::Counter,
+        );
+        for &r in ConnRefusal::ALL {
+            w.sample_u64(
+                REFUSED,
+                &[("reason", r.as_str())],
+                self.connections_refused(r),
+            );
+        }
+
+        const TIMED_OUT: &str = "sluice_connections_timed_out_total";
+        w.header(
+            TIMED_OUT,
+            "Connections closed by a timeout, by kind.",
+            MetricType::Counter,
+        );
+        for &k in TimeoutKind::ALL {
+            w.sample_u64(
+                TIMED_OUT,
+                &[("kind", k.as_str())],
+                self.connections_timed_out(k),
+            );
+        }
+
+        const OPEN: &str = "sluice_connections_open";
+        w.header(
+            OPEN,
+            "Open connections, per worker core.",
+            MetricType::Gauge,
+        );
+        for core in 0..self.cores() {
+            let label = core.to_string();
+            w.sample_u64(OPEN, &[("core", &label)], self.connections_open(core));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enums_index_their_all_tables() {
+        for (i, r) in Route::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i);
+        }
+        for (i, a) in Action::ALL.iter().enumerate() {
+            assert_eq!(*a as usize, i);
+        }
+        assert_eq!(STATUS_LABELS.len(), STATUS_SLOTS);
+        for (i, c) in STATUS_CODES.iter().enumerate() {
+            assert_eq!(STATUS_LABELS[i], c.to_string());
+            assert_eq!(status_slot(*c), i);
+        }
+        for code in 0..=u16::MAX {
+            let expected = STATUS_CODES.iter().position(|&c| c == code);
+            assert_eq!(status_slot(code), expected.unwrap_or(STATUS_CODES.len()));
+        }
+        assert_eq!(slot::http(Route::Unmatched, 999), slot::CONN_ACCEPTED - 1);
+    }
+
+    #[test]
+    fn shards_are_cache_padded() {
+        let m = Metrics::new(2);
+        let a = &**m.shards[0] as *const Shard as usize;
+        let b = &**m.shards[1] as *const Shard as usize;
+        assert_eq!(a % std::mem::align_of::<CachePadded<u8>>(), 0);
+        assert_eq!(b % std::mem::align_of::<CachePadded<u8>>(), 0);
+        assert!(std::mem::size_of::<CachePadded<Shard>>() >= slot::COUNT * 8);
+    }
+
+    #[test]
+    fn shards_sum_across_threads() {
+        const CORES: usize = 4;
+        const PER_CORE: u64 = 25_000;
+        let m = Metrics::new(CORES);
+        std::thread::scope(|s| {
+            for i in 0..CORES {
+                let core = m.core(i);
+                s.spawn(move || {
+                    for n in 0..PER_CORE {
+                        core.incr_http(Route::Webhook, 202);
+                        core.incr_ingest(n % 2 == 0);
+                        core.set_connections_open(n);
+                    }
+                    core.incr_http(Route::Webhook, 418);
+                    core.incr_timeout(TimeoutKind::Write);
+                });
+            }
+        });
+        let all = CORES as u64 * PER_CORE;
+        assert_eq!(m.http_requests(Route::Webhook, 202), all);
+        assert_eq!(m.http_requests(Route::Webhook, 999), CORES as u64);
+        assert_eq!(m.http_requests(Route::Healthz, 202), 0);
+        assert_eq!(
+            m.backpressure_events(Dimension::Ingest, Action::Admit),
+            all / 2
+        );
+        assert_eq!(
+            m.backpressure_events(Dimension::Ingest, Action::Reject),
+            all / 2
+        );
+        assert_eq!(m.connections_timed_out(TimeoutKind::Write), CORES as u64);
+        for i in 0..CORES {
+            assert_eq!(m.connections_open(i), PER_CORE - 1);
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The incremental request reader: head scanner → head parser → body decoder, one request at a
+//! time. See the module header of `net::http` for the caller contract.
+
+use std::mem;
+
+use super::chunked::{append_capped, ChunkedDecoder};
+use super::head::{self, HeadScanner};
+use super::{BodyFraming, HttpError, Limits, ReadEvent, Request, RequestHead};
+
+/// Reads requests from a connection's buffer. One per connection; cheap to create.
+#[derive(Debug)]
+pub struct RequestReader {
+    limits: Limits,
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    Head(HeadScanner),
+    Body {
+        head: RequestHead,
+        body: Vec<u8>,
+        decoder: BodyDecoder,
+    },
+    Failed(HttpError),
+}
+
+#[derive(Debug)]
+enum BodyDecoder {
+    Length { remaining: u64, declared: u64 },
+    Chunked(ChunkedDecoder),
+}
+
+impl RequestReader {
+    pub fn new(limits: Limits) -> Self {
+        RequestReader {
+            limits,
+            state: State::Head(HeadScanner::new()),
+        }
+    }
+
+    /// The limits this reader enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Advances on the bytes in `buf` and removes the bytes it consumed from its front.
+    /// Between calls the caller may only append to `buf`.
+    ///
+    /// Each returned request shifts the rest of `buf` to the front. With many small pipelined
+    /// requests per read, prefer [`poll_slice`](Self::poll_slice) and compact once per read.
+    pub fn poll(&mut self, buf: &mut Vec<u8>) -> ReadEvent {
+        let (event, consumed) = self.poll_slice(buf);
+        buf.drain(..consumed);
+        event
+    }
+
+    /// Like [`poll`](Self::poll) without touching the buffer: returns the event and how many
+    /// bytes from the front of `input` were consumed. The next call must be given the input
+    /// starting right after those bytes (the unconsumed rest, possibly with more appended).
+    pub fn poll_slice(&mut self, input: &[u8]) -> (ReadEvent, usize) {
+        let mut consumed = 0;
+        let event = self.step(input, &mut consumed);
+        if let ReadEvent::Error(e) = event {
+            self.state = State::Failed(e);
+        }
+        (event, consumed)
+    }
+
+    /// The head of the request whose body is being read (after [`ReadEvent::HeadReady`]).
+    pub fn pending_head(&self) -> Option<&RequestHead> {
+        match &self.state {
+            State::Body { head, .. } => Some(head),
+            _ => None,
+        }
+    }
+
+    /// True between requests: no byte of a next request has been seen. A connection that times
+    /// out while idle can be closed silently; otherwise a 408 is appropriate.
+    pub fn is_idle(&self) -> bool {
+        matches!(&self.state, State::Head(scanner) if scanner.is_idle())
+    }
+
+    /// Bytes of body received so far for the pending request.
+    pub fn body_received(&self) -> usize {
+        match &self.state {
+            State::Body { body, .. } => body.len(),
+            _ => 0,
+        }
+    }
+
+    fn step(&mut self, buf: &[u8], consumed: &mut usize) -> ReadEvent {
+        match &mut self.state {
+            State::Failed(e) => ReadEvent::Error(*e),
+            State::Head(scanner) => {
+                if scanner.is_idle() {
+                    // RFC 9112 §2.2: ignore empty lines before a request line.
+                    while buf[*consumed..].starts_with(b"\r\n") {
+                        *consumed += 2;
+                    }
+                    if buf[*consumed..] == *b"\r" {
+                        return ReadEvent::Incomplete;
+                    }
+                }
+                let start = *consumed;
+                let end = match scanner.scan(&buf[start..], &self.limits) {
+                    Ok(Some(len)) => start + len,
+                    Ok(None) => return ReadEvent::Incomplete,
+                    Err(e) => return ReadEvent::Error(e),
+                };
+                let head = match head::parse(&buf[start..end], &self.limits) {
+                    Ok(head) => head,
+                    Err(e) => return ReadEvent::Error(e),
+                };
+                *consumed = end;
+                let decoder = match head.framing {
+                    BodyFraming::None | BodyFraming::Length(0) => {
+                        self.state = State::Head(HeadScanner::new());
+                        let body = Vec::new();
+                        return ReadEvent::Request(Request { head, body });
+                    }
+                    BodyFraming::Length(n) => BodyDecoder::Length {
+                        remaining: n,
+                        declared: n,
+                    },
+                    BodyFraming::Chunked => BodyDecoder::Chunked(ChunkedDecoder::new()),
+                };
+                let expect_continue = head.expect_continue;
+                self.state = State::Body {
+                    head,
+                    body: Vec::new(),
+                    decoder,
+                };
+                match self.read_body(buf, consumed) {
+                    ReadEvent::Incomplete => ReadEvent::HeadReady { expect_continue },
+                    event => event,
+                }
+            }
+            State::Body { .. } => self.read_body(buf, consumed),
+        }
+    }
+
+    /// Feeds `buf[*consumed..]` to the body decoder; on completion returns the request and
+    /// resets for the next one.
+    fn read_body(&mut self, buf: &[u8], consumed: &mut usize) -> ReadEvent {
+        let State::Body { body, decoder, .. } = &mut self.state else {
+            unreachable!("read_body outside the body state");
+        };
+        let input = &buf[*consumed..];
+        let done = match decoder {
+            BodyDecoder::Length {
+                remaining,
+                declared,
+            } => {
+                let take = (*remaining).min(input.len() as u64) as usize;
+                append_capped(body, &input[..take], *declared);
+                *remaining -= take as u64;
+                *consumed += take;
+                *remaining == 0
+            }
+            BodyDecoder::Chunked(chunked) => {
+                match chunked.decode(input, body, &self.limits) {
+                    Ok(n) => *consumed += n,
+                    Err(e) => return ReadEvent::Error(e),
+                }
+                chunked.is_done()
+            }
+        };
+        if !done {
+            return ReadEvent::Incomplete;
+        }
+        match mem::replace(&mut self.state, State::Head(HeadScanner::new())) {
+            State::Body { head, body, .. } => ReadEvent::Request(Request { head, body }),
+            _ => unreachable!("checked above"),
+        }
+    }
+}

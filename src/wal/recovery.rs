@@ -1,0 +1,683 @@
+//! Recovery ([`open`]), the segment scanner shared with the offline tools, and [`WalReader`].
+//!
+//! The rules (torn tail vs corruption) are stated in the `wal` module header.
+#![forbid(unsafe_code)]
+
+use super::appender::{Active, Wal};
+use super::format::{
+    decode_event, parse_record, EventRecord, Parsed, RecordKind, RecordRef, RECORD_HEADER_BYTES,
+};
+use super::segment::{list_segments, open_for_write, segment_path, sync_dir};
+use super::{sys, Durability, Lsn, WalConfig, WalError};
+use memmap2::Mmap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// One step of a segment scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Step<'a> {
+    /// A valid record at `offset`, with the expected LSN.
+    Record(u64, RecordRef<'a>),
+    /// Clean end: only zeros from here on.
+    End,
+    /// Not a valid continuation at `offset`. `torn` is true when no valid record follows (so, in
+    /// the last segment, this is a torn tail rather than corruption).
+    Bad {
+        offset: u64,
+        reason: String,
+        torn: bool,
+    },
+}
+
+/// Walks the records of one segment's bytes, checking LSN continuity from `next_lsn`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Scanner {
+    /// Offset of the next record.
+    pub(crate) pos: usize,
+    /// LSN the next record must carry.
+    pub(crate) next_lsn: Lsn,
+}
+
+impl Scanner {
+    pub(crate) fn new(first_lsn: Lsn) -> Self {
+        Scanner {
+            pos: 0,
+            next_lsn: first_lsn,
+        }
+    }
+
+    /// The next step; after `End` or `Bad` the scanner stays put.
+    pub(crate) fn step<'a>(&mut self, bytes: &'a [u8]) -> Step<'a> {
+        let rest = bytes.get(self.pos..).unwrap_or(&[]);
+        let offset = self.pos as u64;
+        let bad = |reason: &str| Step::Bad {
+            offset,
+            reason: reason.to_owned(),
+            torn: !valid_record_after(bytes, self.pos + 1, self.next_lsn),
+        };
+        match parse_record(rest) {
+            Parsed::Record(r) if r.lsn == self.next_lsn => {
+                self.pos += r.len;
+                self.next_lsn += 1;
+                Step::Record(offset, r)
+            }
+            Parsed::Record(r) => Step::Bad {
+                offset,
+                reason: format!("LSN gap: expected {}, found {}", self.next_lsn, r.lsn),
+                torn: false,
+            },
+            Parsed::End if rest.iter().all(|&b| b == 0) => Step::End,
+            Parsed::End => bad("non-zero bytes after the end-of-data marker"),
+            Parsed::Bad(reason) => bad(reason),
+        }
+    }
+}
+
+/// True if some offset `>= from` holds a CRC-valid record whose LSN is at least `min_lsn` (and
+/// plausible: no more records than could fit). Cheap filters first, CRC last.
+fn valid_record_after(bytes: &[u8], from: usize, min_lsn: Lsn) -> bool {
+    let max_lsn = min_lsn.saturating_add((bytes.len() / RECORD_HEADER_BYTES) as u64);
+    (from..bytes.len().saturating_sub(RECORD_HEADER_BYTES - 1)).any(|p| {
+        let h = &bytes[p..p + RECORD_HEADER_BYTES];
+        let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+        let mut lsn = [0u8; 8];
+        lsn.copy_from_slice(&h[8..16]);
+        let lsn = u64::from_le_bytes(lsn);
+        len >= RECORD_HEADER_BYTES
+            && len <= bytes.len() - p
+            && RecordKind::from_u8(h[16]).is_some()
+            && (min_lsn..=max_lsn).contains(&lsn)
+            && matches!(parse_record(&bytes[p..]), Parsed::Record(_))
+    })
+}
+
+/// A finding of a directory scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// The last segment ends with an incomplete or damaged record at `offset`, followed by
+    /// nothing valid. Recovery zeroes it from `offset`.
+    TornTail { segment: PathBuf, offset: u64 },
+    /// Damage that is not a torn tail; startup must stop.
+    Corrupt {
+        segment: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+}
+
+/// What a directory scan found.
+#[derive(Debug)]
+pub(crate) struct DirScan {
+    pub(crate) segments: Vec<(Lsn, PathBuf)>,
+    pub(crate) records: u64,
+    pub(crate) first_lsn: Option<Lsn>,
+    pub(crate) next_lsn: Lsn,
+    /// End of the last valid record in the last segment.
+    pub(crate) last_end: u64,
+    /// In the last segment: end of its last non-zero byte (what a torn tail scrub must zero).
+    pub(crate) last_dirty_end: u64,
+    pub(crate) finding: Option<Finding>,
+}
+
+fn map_segment(path: &Path) -> Result<Option<Mmap>, WalError> {
+    let file = File::open(path).map_err(|e| WalError::io(path, e))?;
+    sys::map_read(&file).map_err(|e| WalError::io(path, e))
+}
+
+/// Scans every segment of `dir` in order, calling `visit` for each valid record; an `Err(reason)`
+/// from `visit` is reported as corruption of that record. Stops at the first finding.
+pub(crate) fn scan_dir(
+    dir: &Path,
+    visit: &mut dyn FnMut(&Path, u64, &RecordRef<'_>) -> Result<(), String>,
+) -> Result<DirScan, WalError> {
+    let segments = list_segments(dir)?;
+    let mut scan = DirScan {
+        first_lsn: segments.first().map(|s| s.0),
+        next_lsn: segments.first().map_or(1, |s| s.0),
+        segments: Vec::new(),
+        records: 0,
+        last_end: 0,
+        last_dirty_end: 0,
+        finding: None,
+    };
+    let count = segments.len();
+    for (i, (first, path)) in segments.iter().enumerate() {
+        if *first != scan.next_lsn {
+            let reason = format!(
+                "LSN gap: segment starts at {first}, expected {}",
+                scan.next_lsn
+            );
+            scan.finding = Some(Finding::Corrupt {
+                segment: path.clone(),
+                offset: 0,
+                reason,
+            });
+            break;
+        }
+        let map = map_segment(path)?;
+        let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
+        let mut sc = Scanner::new(*first);
+        let finding = loop {
+            match sc.step(bytes) {
+                Step::Record(offset, r) => {
+                    scan.records += 1;
+                    if let Err(reason) = visit(path, offset, &r) {
+                        break Some(Finding::Corrupt {
+                            segment: path.clone(),
+                            offset,
+                            reason,
+                        });
+                    }
+                }
+                Step::End => break None,
+                Step::Bad {
+                    offset, torn: true, ..
+                } if i + 1 == count => {
+                    break Some(Finding::TornTail {
+                        segment: path.clone(),
+                        offset,
+                    });
+                }
+                Step::Bad { offset, reason, .. } => {
+                    break Some(Finding::Corrupt {
+                        segment: path.clone(),
+                        offset,
+                        reason,
+                    });
+                }
+            }
+        };
+        scan.segments.push((*first, path.clone()));
+        scan.next_lsn = sc.next_lsn;
+        scan.last_end = sc.pos as u64;
+        if i + 1 == count {
+            scan.last_dirty_end = bytes
+                .iter()
+                .rposition(|&b| b != 0)
+                .map_or(0, |p| p as u64 + 1);
+        }
+        if finding.is_some() {
+            scan.finding = finding;
+            break;
+        }
+    }
+    Ok(scan)
+}
+
+/// What recovery found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Segments scanned.
+    pub segments: usize,
+    /// Valid records found.
+    pub records: u64,
+    /// LSN of the last valid record (0 if none ever); appends continue at `last_lsn + 1`.
+    pub last_lsn: Lsn,
+    /// The torn tail zeroed: segment and offset it was truncated at.
+    pub truncated_tail: Option<(PathBuf, u64)>,
+}
+
+/// Opens the WAL in `cfg.dir` (creating it if absent): validates `cfg`, scans and verifies every
+/// segment, zeroes a torn tail, and returns the log positioned after the last valid record.
+pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError> {
+    cfg.validate()?;
+    let dir = &cfg.dir;
+    if !dir.is_dir() {
+        std::fs::create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if cfg.durability == Durability::Fsync {
+                sync_dir(parent).map_err(|e| WalError::io(parent, e))?;
+            }
+        }
+    }
+    let scan = scan_dir(dir, &mut |_, _, _| Ok(()))?;
+    let mut truncated_tail = None;
+    match scan.finding {
+        Some(Finding::Corrupt {
+            segment,
+            offset,
+            reason,
+        }) => {
+            return Err(WalError::Corrupt {
+                segment,
+                offset,
+                reason,
+            })
+        }
+        Some(Finding::TornTail { segment, offset }) => truncated_tail = Some((segment, offset)),
+        None => {}
+    }
+    let (path, end, dirty_end) = match scan.segments.last() {
+        Some((_, path)) => (path.clone(), scan.last_end, scan.last_dirty_end),
+        None => (segment_path(dir, scan.next_lsn), 0, 0),
+    };
+    let io_err = |e| WalError::io(&path, e);
+    let mut file = open_for_write(&path, cfg.write_path).map_err(io_err)?;
+    let len = std::fs::metadata(&path).map_err(io_err)?.len();
+    let capacity = len.max(cfg.segment_bytes);
+    file.allocate(capacity).map_err(io_err)?;
+    if scan.segments.is_empty() && cfg.durability == Durability::Fsync {
+        file.sync(0, 0).map_err(io_err)?;
+        sync_dir(dir).map_err(|e| WalError::io(dir, e))?;
+    }
+    let active = Active {
+        path: path.clone(),
+        file,
+        capacity,
+        end,
+        dirty_end,
+    };
+    let mut wal = Wal::new(cfg, active, scan.next_lsn);
+    if dirty_end > end {
+        // A torn tail (or stray bytes): zero it now, so the report's promise holds on disk.
+        wal.scrub().map_err(io_err)?;
+    }
+    let report = RecoveryReport {
+        segments: scan.segments.len(),
+        records: scan.records,
+        last_lsn: scan.next_lsn - 1,
+        truncated_tail,
+    };
+    Ok((wal, report))
+}
+
+/// One record read back from the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRecord {
+    pub lsn: Lsn,
+    pub kind: RecordKind,
+    pub payload: Vec<u8>,
+    /// Byte offset of the record in its segment.
+    pub offset: u64,
+}
+
+/// Iterates every record of a WAL directory in LSN order, verifying as it goes.
+///
+/// Yields `Err(WalError::Corrupt)` (and then ends) on damage; a torn tail of the last segment
+/// simply ends the iteration. Reads through read-only maps, one segment at a time. A reader
+/// running beside the writer must stop at [`super::WalShared::durable_lsn`].
+#[derive(Debug)]
+pub struct WalReader {
+    segments: Vec<(Lsn, PathBuf)>,
+    /// Index of the mapped segment in `segments`.
+    current: usize,
+    map: Option<Mmap>,
+    scanner: Scanner,
+    /// Records below this LSN are skipped.
+    start_lsn: Lsn,
+    done: bool,
+}
+
+impl WalReader {
+    /// A reader over all records in the WAL directory `dir`.
+    pub fn open(dir: &Path) -> Result<WalReader, WalError> {
+        Self::open_from(dir, 0)
+    }
+
+    /// A reader starting at the first record with LSN `>= start_lsn` (earlier segments are not
+    /// read).
+    pub fn open_from(dir: &Path, start_lsn: Lsn) -> Result<WalReader, WalError> {
+        let mut segments = list_segments(dir)?;
+        // Keep the last segment starting at or below start_lsn, and all after it.
+        let skip = segments
+            .iter()
+            .rposition(|(first, _)| *first <= start_lsn)
+            .unwrap_or(0);
+        segments.drain(..skip);
+        let mut r = WalReader {
+            scanner: Scanner::new(segments.first().map_or(1, |s| s.0)),
+            segments,
+            current: 0,
+            map: None,
+            start_lsn,
+            done: false,
+        };
+        if !r.segments.is_empty() {
+            r.map = map_segment(&r.segments[0].1)?;
+        }
+        Ok(r)
+    }
+
+    /// The next event record (other kinds are skipped), decoded; an undecodable payload is
+    /// `Err(Corrupt)` at that record.
+    pub fn next_event(&mut self) -> Option<Result<(Lsn, EventRecord), WalError>> {
+        loop {
+            let rec = match self.next()? {
+                Ok(rec) if rec.kind == RecordKind::Event => rec,
+                Ok(_) => continue,
+                Err(e) => return Some(Err(e)),
+            };
+            return match decode_event(&rec.payload) {
+                Ok(ev) => Some(Ok((rec.lsn, ev))),
+                Err(e) => Some(Err(
+                    self.corrupt_error(rec.offset, format!("event payload: {e}"))
+                )),
+            };
+        }
+    }
+
+    /// The segment being read.
+    pub fn current_segment(&self) -> Option<&Path> {
+        self.segments.get(self.current).map(|s| s.1.as_path())
+    }
+
+    /// Ends the iteration with corruption at `offset` of the current segment.
+    fn corrupt_error(&mut self, offset: u64, reason: String) -> WalError {
+        self.done = true;
+        let segment = self
+            .current_segment()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        WalError::Corrupt {
+            segment,
+            offset,
+            reason,
+        }
+    }
+
+    /// Moves to the next segment; `None` when there is none.
+    fn advance(&mut self) -> Option<Result<(), WalError>> {
+        self.current += 1;
+        let (first, path) = self.segments.get(self.current)?.clone();
+        if first != self.scanner.next_lsn {
+            let reason = format!(
+                "LSN gap: segment starts at {first}, expected {}",
+                self.scanner.next_lsn
+            );
+            return Some(Err(WalError::Corrupt {
+                segment: path,
+                offset: 0,
+                reason,
+            }));
+        }
+        self.scanner = Scanner::new(first);
+        match map_segment(&path) {
+            Ok(map) => {
+                self.map = map;
+                Some(Ok(()))
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
+
+impl Iterator for WalReader {
+    type Item = Result<RawRecord, WalError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done && self.current < self.segments.len() {
+            let last = self.current + 1 == self.segments.len();
+            let bytes: &[u8] = self.map.as_deref().unwrap_or(&[]);
+            match self.scanner.step(bytes) {
+                Step::Record(offset, r) if r.lsn >= self.start_lsn => {
+                    let rec = RawRecord {
+                        lsn: r.lsn,
+                        kind: r.kind,
+                        payload: r.payload.to_vec(),
+                        offset,
+                    };
+                    return Some(Ok(rec));
+                }
+                Step::Record(..) => {}
+                Step::Bad { torn: true, .. } if last => self.done = true,
+                Step::Bad { offset, reason, .. } => {
+                    return Some(Err(self.corrupt_error(offset, reason)))
+                }
+                Step::End => match self.advance() {
+                    None => self.done = true,
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                },
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::wal::format::tests::sample_event;
+    use crate::wal::{WritePath, MAX_BODY_BYTES, MAX_RECORD_BYTES};
+    use std::os::unix::fs::FileExt;
+
+    /// Smallest legal segments, `Os` durability (no sync per batch) to keep tests quick.
+    pub(crate) fn test_cfg(dir: &Path, write_path: WritePath) -> WalConfig {
+        WalConfig {
+            segment_bytes: MAX_RECORD_BYTES as u64,
+            durability: Durability::Os,
+            write_path,
+            ..WalConfig::new(dir.join("wal"))
+        }
+    }
+
+    pub(crate) fn read_events(dir: &Path) -> Vec<(Lsn, EventRecord)> {
+        WalReader::open(dir)
+            .unwrap()
+            .map(|r| {
+                let r = r.unwrap();
+                assert_eq!(r.kind, RecordKind::Event);
+                (r.lsn, decode_event(&r.payload).unwrap())
+            })
+            .collect()
+    }
+
+    fn offsets(dir: &Path) -> Vec<u64> {
+        WalReader::open(dir)
+            .unwrap()
+            .map(|r| r.unwrap().offset)
+            .collect()
+    }
+
+    fn events(range: std::ops::Range<u64>) -> Vec<EventRecord> {
+        range
+            .map(|i| sample_event(i, 200 + (i as usize * 37) % 900))
+            .collect()
+    }
+
+    fn corrupt_at(cfg: &WalConfig) -> (PathBuf, u64) {
+        match open(cfg) {
+            Err(WalError::Corrupt {
+                segment, offset, ..
+            }) => (segment, offset),
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn append_reopen_gives_same_events_and_lsns_continue() {
+        for path in [WritePath::Pwrite, WritePath::Mmap] {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut cfg = test_cfg(tmp.path(), path);
+            cfg.durability = Durability::Fsync;
+            let (mut wal, report) = open(&cfg).unwrap();
+            assert_eq!(
+                (report.records, report.last_lsn, report.truncated_tail),
+                (0, 0, None)
+            );
+            let first = events(0..10);
+            assert_eq!(wal.append_events(&first).unwrap(), 10);
+            drop(wal);
+            let (mut wal, report) = open(&cfg).unwrap();
+            assert_eq!(
+                (report.segments, report.records, report.last_lsn),
+                (1, 10, 10)
+            );
+            let more = events(10..15);
+            assert_eq!(wal.append_events(&more).unwrap(), 15);
+            drop(wal);
+            let got = read_events(&cfg.dir);
+            let want: Vec<_> = (1..).zip(first.into_iter().chain(more)).collect();
+            assert_eq!(got, want, "{path:?}");
+            assert_eq!(open(&cfg).unwrap().1.last_lsn, 15);
+        }
+    }
+
+    #[test]
+    fn empty_dir_starts_at_lsn_one_and_rejects_small_segments() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+        let (wal, _) = open(&cfg).unwrap();
+        assert_eq!(wal.next_lsn(), 1);
+        assert_eq!(wal.active_segment(), segment_path(&cfg.dir, 1));
+        cfg.segment_bytes = MAX_RECORD_BYTES as u64 - 1;
+        assert!(matches!(open(&cfg), Err(WalError::InvalidConfig { .. })));
+    }
+
+    #[test]
+    fn torn_tail_truncated_mid_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+        open(&cfg).unwrap().0.append_events(&events(0..5)).unwrap();
+        let seg = segment_path(&cfg.dir, 1);
+        let offs = offsets(&cfg.dir);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&seg)
+            .unwrap()
+            .set_len(offs[4] + 10)
+            .unwrap();
+        let (mut wal, report) = open(&cfg).unwrap();
+        assert_eq!(report.truncated_tail, Some((seg.clone(), offs[4])));
+        assert_eq!((report.records, report.last_lsn), (4, 4));
+        assert_eq!(wal.append_events(&events(100..101)).unwrap(), 5);
+        drop(wal);
+        let got = read_events(&cfg.dir);
+        assert_eq!(got[..4], (1..).zip(events(0..4)).collect::<Vec<_>>()[..]);
+        assert_eq!(got[4], (5, events(100..101).remove(0)));
+        assert_eq!(std::fs::metadata(&seg).unwrap().len(), cfg.segment_bytes);
+    }
+
+    #[test]
+    fn torn_tail_garbage_or_bad_crc_after_last_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Mmap);
+        open(&cfg).unwrap().0.append_events(&events(0..3)).unwrap();
+        let seg = segment_path(&cfg.dir, 1);
+        let offs = offsets(&cfg.dir);
+        let end = open(&cfg).unwrap().0.active.end;
+        let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+        f.write_all_at(&[0xA5; 100], end + 4000).unwrap();
+        let (_, report) = open(&cfg).unwrap();
+        assert_eq!(report.truncated_tail, Some((seg.clone(), end)));
+        assert_eq!(report.records, 3);
+        let bytes = std::fs::read(&seg).unwrap();
+        assert!(
+            bytes[end as usize..].iter().all(|&b| b == 0),
+            "tail not zeroed"
+        );
+        // Now a CRC failure in the last record: torn at its offset.
+        f.write_all_at(&[0xFF], offs[2] + 20).unwrap();
+        let (_, report) = open(&cfg).unwrap();
+        assert_eq!(report.truncated_tail, Some((seg, offs[2])));
+        assert_eq!(
+            read_events(&cfg.dir),
+            (1..).zip(events(0..2)).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn flipped_byte_mid_segment_is_corrupt_at_exact_offset() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+        open(&cfg).unwrap().0.append_events(&events(0..6)).unwrap();
+        let seg = segment_path(&cfg.dir, 1);
+        let offs = offsets(&cfg.dir);
+        let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+        let pristine = std::fs::read(&seg).unwrap();
+        // A payload byte of record 3 (LSN 3): CRC mismatch, valid records follow.
+        f.write_all_at(&[pristine[offs[2] as usize + 40] ^ 0x01], offs[2] + 40)
+            .unwrap();
+        assert_eq!(corrupt_at(&cfg), (seg.clone(), offs[2]));
+        // The same for its length field: the boundary is lost, yet LSN 4 is found further on.
+        f.write_all_at(&pristine[..], 0).unwrap();
+        f.write_all_at(&[pristine[offs[2] as usize + 1] ^ 0x10], offs[2] + 1)
+            .unwrap();
+        assert_eq!(corrupt_at(&cfg), (seg.clone(), offs[2]));
+        // Nothing was modified by the failed opens.
+        let mut expect = pristine.clone();
+        expect[offs[2] as usize + 1] ^= 0x10;
+        assert_eq!(std::fs::read(&seg).unwrap(), expect);
+    }
+
+    #[test]
+    fn rollover_and_corruption_in_non_last_segment() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Mmap);
+        let big: Vec<_> = (0..10)
+            .map(|i| sample_event(i, MAX_BODY_BYTES / 4))
+            .collect();
+        let (mut wal, _) = open(&cfg).unwrap();
+        assert_eq!(wal.append_events(&big).unwrap(), 10);
+        drop(wal);
+        let segs: Vec<Lsn> = list_segments(&cfg.dir)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.0)
+            .collect();
+        assert_eq!(segs, [1, 5, 9]);
+        let (_, report) = open(&cfg).unwrap();
+        assert_eq!(
+            (report.segments, report.records, report.last_lsn),
+            (3, 10, 10)
+        );
+        assert_eq!(read_events(&cfg.dir), (1..).zip(big).collect::<Vec<_>>());
+        assert_eq!(
+            WalReader::open_from(&cfg.dir, 6)
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .lsn,
+            6
+        );
+        // Damage the last record of the middle segment: nothing valid follows it there, but it
+        // is not the last segment, so it is corruption.
+        let seg5 = segment_path(&cfg.dir, 5);
+        let last = WalReader::open_from(&cfg.dir, 8)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .offset;
+        let f = std::fs::OpenOptions::new().write(true).open(&seg5).unwrap();
+        f.write_all_at(&[0xEE; 3], last + 500).unwrap();
+        assert_eq!(corrupt_at(&cfg), (seg5.clone(), last));
+        // An LSN gap between segments.
+        std::fs::remove_file(&seg5).unwrap();
+        assert_eq!(corrupt_at(&cfg), (segment_path(&cfg.dir, 9), 0));
+    }
+
+    #[test]
+    fn scanning_mutated_segments_never_panics() {
+        use crate::wal::format::tests::Rng;
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+        open(&cfg).unwrap().0.append_events(&events(0..8)).unwrap();
+        let seg = std::fs::read(segment_path(&cfg.dir, 1)).unwrap();
+        let end = offsets(&cfg.dir).last().unwrap() + 2000;
+        let pristine = &seg[..end as usize];
+        let mut rng = Rng(0xC0FF_EE00_1234_5678);
+        for round in 0..500 {
+            let mut bytes = pristine.to_vec();
+            for _ in 0..1 + rng.next() % 3 {
+                let i = (rng.next() as usize) % bytes.len();
+                bytes[i] = rng.next() as u8;
+            }
+            let cut = if round % 2 == 0 {
+                bytes.len()
+            } else {
+                (rng.next() as usize) % bytes.len()
+            };
+            let mut sc = Scanner::new(1);
+            let mut n = 0;
+            while let Step::Record(..) = sc.step(&bytes[..cut]) {
+                n += 1;
+                assert!(n <= 8);
+            }
+        }
+    }
+}
