@@ -237,7 +237,9 @@ fn long_uri_is_414() {
 
 #[test]
 fn large_head_is_431() {
-    let server = Server::start(Opts::config("[server]\nmax_head_bytes = 1024\n"));
+    let server = Server::start(Opts::config(
+        "[server]\nmax_head_bytes = 1024\nmax_uri_bytes = 512\n",
+    ));
     let pad = "p".repeat(2000);
     let raw = encode_request("POST", "/webhooks/x", &[("X-Pad", &pad)], b"{}");
     assert_fatal(&server, &raw, 431);
@@ -268,4 +270,78 @@ fn http2_request_line_is_505() {
         b"POST /webhooks/x HTTP/2.0\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}",
         505,
     );
+}
+
+#[test]
+fn smuggling_shaped_framing_is_400() {
+    let server = Server::start(Opts::default());
+    // Both Content-Length and Transfer-Encoding.
+    assert_fatal(
+        &server,
+        b"POST /webhooks/x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        400,
+    );
+    // Two different Content-Lengths.
+    assert_fatal(
+        &server,
+        b"POST /webhooks/x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc",
+        400,
+    );
+    // An invalid chunk size.
+    assert_fatal(
+        &server,
+        b"POST /webhooks/x HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+        400,
+    );
+    // HTTP/1.1 without Host.
+    assert_fatal(&server, b"GET /healthz HTTP/1.1\r\n\r\n", 400);
+    // Nothing of it reached the WAL.
+    let mut server = server;
+    server.stop();
+    assert!(wal_inspect(&server.data_dir()).is_empty());
+}
+
+#[test]
+fn expect_continue_with_a_body_over_the_limit_is_413_without_100() {
+    let server = Server::start(Opts::config("[server]\nmax_body_bytes = 1024\n"));
+    let r = assert_fatal(
+        &server,
+        b"POST /webhooks/x HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\nContent-Length: 4096\r\n\r\n",
+        413,
+    );
+    assert_eq!(r.status, 413);
+}
+
+#[test]
+fn slow_drip_body_is_cut_at_body_timeout() {
+    let server = Server::start(Opts::config("[server]\nbody_timeout = \"2s\"\n"));
+    let mut c = server.client();
+    c.send(b"POST /webhooks/drip HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n")
+        .expect("send head");
+    let t0 = Instant::now();
+    // One body byte every 250 ms: progress does not extend the body deadline.
+    let mut cut = None;
+    while t0.elapsed() < Duration::from_secs(2 + 4) {
+        if c.send(b"d").is_err() {
+            cut = Some(t0.elapsed());
+            break;
+        }
+        let (how, got) = c.wait_closed(Duration::from_millis(250));
+        if how != Closed::Open || !got.is_empty() {
+            let text = String::from_utf8_lossy(&got).into_owned();
+            assert!(
+                got.is_empty() || text.starts_with("HTTP/1.1 408 "),
+                "got {text:?}"
+            );
+            cut = Some(t0.elapsed());
+            break;
+        }
+    }
+    let cut = cut.unwrap_or_else(|| {
+        panic!(
+            "a body dripping for {:?} was never cut (body_timeout 2s)",
+            t0.elapsed()
+        )
+    });
+    assert!(cut >= Duration::from_millis(1500), "cut after only {cut:?}");
 }

@@ -1,7 +1,7 @@
 //! HTTP/1.1 features of the server: keep-alive, pipelining, `Expect: 100-continue`, HTTP/1.0,
 //! `Connection: close`, chunked request bodies.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::support::*;
 
@@ -169,4 +169,126 @@ fn chunked_body_is_stored_byte_identical() {
     let e2 = find_event(&events, &id2);
     assert_eq!(e2.body_len, body2.len() as u64);
     assert_eq!(e2.body_sha256, sha256_hex(&body2));
+}
+
+#[test]
+#[ignore = "server bug: requests already read past max_pipeline_depth are not parsed until \
+            another socket event; the connection stalls and gets 408 at header_timeout"]
+fn pipelining_deeper_than_max_pipeline_depth_is_answered_fully() {
+    let server = Server::start(Opts::config("[server]\nmax_pipeline_depth = 2\n"));
+    // Ops requests (answered at once) and ingest requests (answered after the WAL).
+    for (method, path) in [("GET", "/healthz"), ("POST", "/webhooks/deep")] {
+        let mut c = server.client();
+        c.set_read_timeout(Duration::from_secs(5));
+        let mut burst = Vec::new();
+        for i in 0..6 {
+            burst.extend(encode_request(
+                method,
+                path,
+                &[],
+                if method == "POST" {
+                    format!("{i}").into_bytes()
+                } else {
+                    Vec::new()
+                }
+                .as_slice(),
+            ));
+        }
+        c.send(&burst).expect("send");
+        for i in 0..6 {
+            let r = c.read_response().unwrap_or_else(|e| {
+                panic!("{method} {path}: response {i} of 6 pipelined (depth 2) never came: {e}")
+            });
+            assert!(
+                r.status == 200 || r.status == 202,
+                "{method} {path} #{i}: {}",
+                r.status
+            );
+        }
+    }
+}
+
+#[test]
+fn head_request_gets_headers_only() {
+    let server = Server::start(Opts::default());
+    let mut c = server.client();
+    c.send(&encode_request("HEAD", "/healthz", &[], b""))
+        .expect("send");
+    let r = c.read_head_response().expect("HEAD response");
+    assert_eq!(r.status, 200);
+    // No body bytes followed: the next response on the connection parses.
+    let r = c.get("/readyz");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text().trim(), "ready");
+}
+
+#[test]
+fn http_1_0_keep_alive_is_honoured() {
+    let server = Server::start(Opts::default());
+    let mut c = server.client();
+    c.send(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        .expect("send");
+    assert_eq!(c.read_response().expect("first").status, 200);
+    c.send(b"POST /webhooks/old HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\nx")
+        .expect("send");
+    accepted(&c.read_response().expect("second"));
+}
+
+#[test]
+fn absolute_form_target_is_routed() {
+    let server = Server::start(Opts::default());
+    let mut c = server.client();
+    let r = c.post("http://127.0.0.1/webhooks/absolute", b"{}", &[]);
+    accepted(&r);
+}
+
+#[test]
+fn idle_keep_alive_connection_is_closed_after_idle_timeout() {
+    let server = Server::start(Opts::config("[server]\nidle_timeout = \"1s\"\n"));
+    let mut c = server.client();
+    accepted(&c.post("/webhooks/idle", b"{}", &[]));
+    let t0 = Instant::now();
+    let (how, got) = c.wait_closed(Duration::from_secs(1 + 4));
+    assert_ne!(
+        how,
+        Closed::Open,
+        "idle connection still open after {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        got.is_empty(),
+        "idle close sent {:?}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_millis(800),
+        "closed after only {:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+#[ignore = "server bug: a request pipelined after a `Connection: close` POST is ingested into the WAL \
+            and then dropped unanswered"]
+fn requests_pipelined_after_connection_close_are_not_ingested() {
+    let mut server = Server::start(Opts::default());
+    let mut c = server.client();
+    let mut burst = encode_request(
+        "POST",
+        "/webhooks/close1",
+        &[("Connection", "close")],
+        b"first",
+    );
+    burst.extend(encode_request("POST", "/webhooks/close2", &[], b"second"));
+    c.send(&burst).expect("send");
+    let (id, _) = accepted(&c.read_response().expect("response to the first request"));
+    c.assert_closed(Duration::from_secs(5));
+    server.stop();
+    let events = wal_inspect(&server.data_dir());
+    find_event(&events, &id);
+    let unanswered: Vec<&WalEvent> = events.iter().filter(|e| e.source == "close2").collect();
+    assert!(
+        unanswered.is_empty(),
+        "a request after `Connection: close` was written to the WAL without any response: {unanswered:#?}"
+    );
 }

@@ -17,6 +17,11 @@ fn post_is_accepted_with_event_id_and_default_trigger() {
     let (id, trigger) = accepted(&r);
     assert_eq!(trigger, "default");
     assert!(
+        r.header("date").is_some(),
+        "no Date header: {:?}",
+        r.headers
+    );
+    assert!(
         r.header("content-type")
             .is_some_and(|v| v.starts_with("application/json")),
         "202 content-type: {:?}",
@@ -83,6 +88,7 @@ fn assert_saturated(r: &Response) {
         .parse()
         .unwrap_or_else(|_| panic!("Retry-After {ra:?} is not an integer"));
     assert!(n >= 1, "Retry-After {n} < 1");
+    assert!(n <= 2, "Retry-After {n} for a bucket refilling 1 token/s");
     assert_eq!(
         r.text(),
         format!(r#"{{"status":"refused","reason":"ingest_saturated","retry_after":{n}}}"#)
@@ -125,6 +131,13 @@ fn per_source_bucket_refuses_with_retry_after() {
     // The refusal keeps the connection usable and another source has its own bucket.
     let (_, t) = accepted(&c.post("/webhooks/b", b"{}", &[]));
     assert_eq!(t, "default");
+    // Waiting Retry-After seconds is enough to be admitted again.
+    let wait: u64 = refusal
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    std::thread::sleep(Duration::from_secs(wait) + Duration::from_millis(100));
+    accepted(&c.post("/webhooks/a", b"{}", &[]));
 
     let (text, samples) = scrape(&server);
     let admit = text
@@ -280,4 +293,48 @@ fn metrics_expose_the_contract_families() {
         sorted.sort_unstable();
         assert_eq!(names, sorted, "labels not sorted: {}", s.line);
     }
+}
+
+#[test]
+#[ignore = "server bug: a stored header over the WAL bounds (value > 8 KiB, > 32 fields) gets \
+            503 wal_unavailable + Retry-After: 1 (a permanent error reported as transient)"]
+fn oversized_stored_header_is_refused_as_a_client_error() {
+    // User-Agent is a stored header; the WAL keeps at most 8 KiB per value, while the default
+    // head limit (16 KiB) lets a 9 KB value through. The client must learn it is its fault
+    // (4xx), not be told to retry (503) forever.
+    let server = Server::start(Opts::default());
+    let ua = "u".repeat(9000);
+    let r = server
+        .client()
+        .post("/webhooks/ua", b"{}", &[("User-Agent", &ua)]);
+    assert!(
+        (400..500).contains(&r.status),
+        "a 9000-byte stored header got {} {:?} {}",
+        r.status,
+        r.header("retry-after"),
+        r.text()
+    );
+    // Others are not affected.
+    accepted(&server.post("/webhooks/ua", b"{}"));
+    assert_eq!(server.get("/readyz").status, 200);
+}
+
+#[test]
+#[ignore = "server bug: a stored header over the WAL bounds (value > 8 KiB, > 32 fields) gets \
+            503 wal_unavailable + Retry-After: 1 (a permanent error reported as transient)"]
+fn many_repeated_stored_headers_are_refused_as_a_client_error() {
+    // The WAL keeps at most 32 headers per event; 40 `X-Request-Id` fields fit the head limits.
+    let server = Server::start(Opts::default());
+    let mut headers = Vec::new();
+    for _ in 0..40 {
+        headers.push(("X-Request-Id", "r"));
+    }
+    let r = server.client().post("/webhooks/many", b"{}", &headers);
+    assert!(
+        r.status == 202 || (400..500).contains(&r.status),
+        "40 repeated stored headers got {} {}",
+        r.status,
+        r.text()
+    );
+    accepted(&server.post("/webhooks/many", b"{}"));
 }

@@ -149,3 +149,20 @@ fn shutdown_timeout_bounds_the_drain() {
     );
     assert!(wal_inspect(&server.data_dir()).is_empty());
 }
+
+#[test]
+fn sigint_drains_like_sigterm() {
+    let mut server = Server::start(Opts::default());
+    let id = server.ingest("/webhooks/int", b"{}");
+    let pid = server.pid().expect("pid");
+    // SAFETY: kill(2) on the PID of our own unreaped child.
+    let rc = unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(rc, 0);
+    let status = server.wait_exit(Duration::from_secs(20));
+    assert!(
+        status.success(),
+        "exit {status:?} after SIGINT; stderr:\n{}",
+        server.stderr()
+    );
+    find_event(&wal_inspect(&server.data_dir()), &id);
+}

@@ -711,6 +711,15 @@ impl Client {
 
     /// Reads one response (any status, including `100 Continue`).
     pub fn read_response(&mut self) -> io::Result<Response> {
+        self.read_response_to(false)
+    }
+
+    /// Reads the response to a `HEAD` request: `Content-Length` but no body.
+    pub fn read_head_response(&mut self) -> io::Result<Response> {
+        self.read_response_to(true)
+    }
+
+    fn read_response_to(&mut self, head_only: bool) -> io::Result<Response> {
         let head_end = loop {
             if let Some(i) = find(&self.buf, b"\r\n\r\n") {
                 break i;
@@ -761,7 +770,7 @@ impl Client {
             headers,
             body: Vec::new(),
         };
-        if (100..200).contains(&status) || status == 204 || status == 304 {
+        if head_only || (100..200).contains(&status) || status == 204 || status == 304 {
             return Ok(resp);
         }
         if let Some(cl) = resp.header("content-length") {
