@@ -395,3 +395,128 @@ fn library_reader_returns_identical_bodies_and_stored_headers() {
         ev.headers
     );
 }
+
+#[test]
+#[ignore = "server bug: no lock on the data dir; a second server on the same WAL starts, both \
+            acknowledge events, and the WAL ends up corrupt (all acknowledged events lost)"]
+fn second_server_on_the_same_data_dir_is_refused() {
+    let mut a = Server::start(Opts::default());
+    let second = Server::start_in(a.root(), Opts::default());
+    let mut b = match second {
+        Err(f) => {
+            let status = f
+                .status
+                .unwrap_or_else(|| panic!("second server hung:\n{}", f.stderr));
+            assert!(!status.success(), "{status:?}");
+            // The first keeps working.
+            a.ingest("/webhooks/first", b"a");
+            return;
+        }
+        Ok(b) => b,
+    };
+    // Both run on one WAL: show what that does to acknowledged events.
+    let mut acked = Vec::new();
+    for i in 0..5 {
+        acked.push(a.ingest("/webhooks/first", format!("a{i}").as_bytes()));
+        acked.push(b.ingest("/webhooks/second", format!("b{i}").as_bytes()));
+    }
+    b.stop();
+    a.stop();
+    let verify = wal_verify(&a.data_dir());
+    let inspect = run_cli(&[
+        "wal",
+        "inspect",
+        "--data-dir",
+        path_str(&a.data_dir()),
+        "--json",
+    ]);
+    let listed = inspect
+        .stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count();
+    let lost: Vec<&String> = acked
+        .iter()
+        .filter(|id| !inspect.stdout.contains(id.as_str()))
+        .collect();
+    panic!(
+        "a second server started on the same data dir; after 10 acknowledged events: wal verify {:?}, \
+         inspect {:?} listed {listed}, lost {} acknowledged: {lost:?}\n{}",
+        verify.status,
+        inspect.status,
+        lost.len(),
+        verify.all()
+    );
+}
+
+#[test]
+fn full_wal_ring_refuses_with_wal_busy_and_never_writes_refused_events() {
+    // A tiny ring and one record per group commit: concurrent clients outrun the writer.
+    let config = "[wal]\nring_capacity = 2\nmax_batch = 1\n[ingest]\noffer_timeout = \"1ms\"\n";
+    let mut server = Server::start(Opts::config(config).workers(1));
+    let addr = server.addr();
+    let mut threads = Vec::new();
+    for t in 0..16 {
+        threads.push(thread::spawn(move || {
+            let mut acked = Vec::new();
+            let mut busy = 0usize;
+            let mut c = Client::connect(addr).expect("connect");
+            for i in 0..25 {
+                let r = c.post(
+                    &format!("/webhooks/busy{t}"),
+                    format!("{t}/{i}").as_bytes(),
+                    &[],
+                );
+                match r.status {
+                    202 => acked.push(accepted(&r).0),
+                    503 => {
+                        assert_eq!(
+                            r.text(),
+                            r#"{"status":"refused","reason":"wal_busy","retry_after":1}"#
+                        );
+                        assert_eq!(r.header("retry-after"), Some("1"));
+                        busy += 1;
+                    }
+                    other => panic!("unexpected {other}: {}", r.text()),
+                }
+            }
+            (acked, busy)
+        }));
+    }
+    let mut acked = Vec::new();
+    let mut busy = 0;
+    for t in threads {
+        let (a, b) = t.join().expect("client thread");
+        acked.extend(a);
+        busy += b;
+    }
+    let (text, samples) = scrape(&server);
+    if busy > 0 {
+        let counted: f64 = samples
+            .iter()
+            .filter(|s| {
+                s.name == "sluice_ingest_refusals_total" && s.label("reason") == Some("wal_busy")
+            })
+            .map(|s| s.value)
+            .sum();
+        assert_eq!(
+            counted as usize, busy,
+            "wal_busy refusals counted in /metrics:\n{text}"
+        );
+    }
+    server.stop();
+    let events = wal_inspect(&server.data_dir());
+    let listed: HashSet<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+    for id in &acked {
+        assert!(listed.contains(id.as_str()), "acknowledged {id} missing");
+    }
+    assert_eq!(
+        events.len(),
+        acked.len(),
+        "refused events were written to the WAL"
+    );
+    println!(
+        "wal ring: {} accepted, {busy} refused wal_busy",
+        acked.len()
+    );
+}

@@ -338,3 +338,30 @@ fn many_repeated_stored_headers_are_refused_as_a_client_error() {
     );
     accepted(&server.post("/webhooks/many", b"{}"));
 }
+
+#[test]
+fn invalid_manifest_fails_fast_naming_the_key() {
+    for (text, key) in [
+        ("[server]\nheader_timeout = \"0s\"\n", "header_timeout"),
+        ("[server]\nmax_body_bytes = 0\n", "max_body_bytes"),
+        ("[server]\nbogus_key = 1\n", "bogus_key"),
+        ("[wal]\ndurability = \"sometimes\"\n", "durability"),
+        (
+            "[[triggers]]\nid = \"bad id\"\nprovider = \"github\"\npath = \"/hooks/gh\"\n",
+            "id",
+        ),
+    ] {
+        let f = Server::start_in(temp_root(), Opts::config(text))
+            .err()
+            .unwrap_or_else(|| panic!("manifest {text:?} was accepted"));
+        let status = f
+            .status
+            .unwrap_or_else(|| panic!("{text:?}: still running"));
+        assert_eq!(status.code(), Some(2), "{text:?}: exit {status:?}");
+        assert!(
+            f.stderr.contains(key),
+            "{text:?}: stderr does not name {key}:\n{}",
+            f.stderr
+        );
+    }
+}

@@ -215,3 +215,53 @@ fn verify_and_inspect_on_a_clean_wal() {
         assert_eq!(e.source, "waltest");
     }
 }
+
+#[test]
+fn damage_at_the_end_of_a_non_last_segment_is_corruption_not_a_torn_tail() {
+    // Two segments (the smallest segment size the server accepts, 40 bodies of 1 MB).
+    let config = "[server]\nmax_body_bytes = 1048576\n[wal]\nsegment_bytes = 33825701\n";
+    let mut server = Server::start(Opts::config(config));
+    let mut c = server.client();
+    for i in 0..40u32 {
+        let body: Vec<u8> = (0..1_000_000u32)
+            .map(|j| ((i + j) % 251 + 1) as u8)
+            .collect();
+        accepted(&c.post("/webhooks/seg", &body, &[]));
+    }
+    drop(c);
+    server.stop();
+    let segs = segments(&server.wal_dir());
+    assert!(segs.len() >= 2, "only {} segment(s)", segs.len());
+    let first = segs[0].clone();
+    let name = file_name(&first);
+    let bytes = fs::read(&first).expect("read segment");
+    let end = bytes.iter().rposition(|&b| b != 0).expect("data");
+    drop(bytes);
+    // The same damage as a torn tail, but later segments hold valid records.
+    write_at(&first, (end - 7) as u64, &[0u8; 8]);
+    let verify = wal_verify(&server.data_dir());
+    assert!(
+        !verify.status.success(),
+        "wal verify accepted a damaged non-last segment:\n{}",
+        verify.all()
+    );
+    assert!(
+        verify.all().contains(&name),
+        "wal verify does not name {name}:\n{}",
+        verify.all()
+    );
+    match server.try_restart() {
+        Ok(()) => panic!(
+            "the server started, dropping the damaged record of {name}; stderr:\n{}",
+            server.stderr()
+        ),
+        Err(f) => {
+            assert!(f.status.is_some_and(|s| !s.success()), "{:?}", f.status);
+            assert!(
+                f.stderr.contains(&name),
+                "startup error does not name {name}:\n{}",
+                f.stderr
+            );
+        }
+    }
+}
