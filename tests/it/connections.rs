@@ -179,4 +179,14 @@ fn per_core_connection_cap_refuses_past_the_limit() {
             .is_ok_and(|r| r.status == 200)
     });
     assert!(freed, "no connection accepted after one of the four closed");
+    let mut c = held.pop().expect("a held connection");
+    let r = c.get("/metrics");
+    let text = r.text();
+    let refused = parse_metrics(&text).into_iter().find(|s| {
+        s.name == "sluice_connections_refused_total" && s.label("reason") == Some("per_core_cap")
+    });
+    assert!(
+        refused.is_some_and(|s| s.value >= 1.0),
+        "cap refusal not counted:\n{text}"
+    );
 }

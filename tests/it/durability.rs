@@ -97,6 +97,11 @@ fn accepted_events_survive_restart_byte_identical() {
     server.restart();
     let after = server.ingest("/webhooks/after-restart", b"later");
     assert!(!ids.contains(&after));
+    // Event ids sort by time, across restarts.
+    assert!(
+        ids.iter().all(|id| *id < after),
+        "{after} does not sort after {ids:?}"
+    );
     server.stop();
     let events2 = wal_inspect(&server.data_dir());
     assert_eq!(events2.len(), cases.len() + 1);

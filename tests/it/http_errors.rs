@@ -156,6 +156,35 @@ fn unfinished_head_is_408_after_header_timeout() {
         "408 after {took:?} (header_timeout 1s)"
     );
     c.assert_closed(CLOSE_WITHIN);
+    let (text, samples) = scrape(&server);
+    let timed_out = samples.iter().find(|s| {
+        s.name == "sluice_connections_timed_out_total" && s.label("kind") == Some("header")
+    });
+    assert!(
+        timed_out.is_some_and(|s| s.value >= 1.0),
+        "header timeout not counted:\n{text}"
+    );
+}
+
+#[test]
+fn unfinished_second_head_on_keep_alive_is_408() {
+    let server = Server::start(Opts::config("[server]\nheader_timeout = \"1s\"\n"));
+    let mut c = server.client();
+    accepted(&c.post("/webhooks/x", b"{}", &[]));
+    // Idle for a while (idle_timeout is 60 s), then half a head.
+    std::thread::sleep(Duration::from_millis(1500));
+    c.send(b"POST /webhooks/x HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .expect("send");
+    let t0 = Instant::now();
+    let r = c.read_response().expect("a 408 response");
+    let took = t0.elapsed();
+    assert_eq!(r.status, 408, "{}", r.text());
+    assert!(
+        took >= Duration::from_millis(800),
+        "408 after only {took:?}: the idle time counted as head time"
+    );
+    assert!(took <= Duration::from_secs(4), "408 after {took:?}");
+    c.assert_closed(CLOSE_WITHIN);
 }
 
 #[test]
@@ -243,6 +272,14 @@ fn large_head_is_431() {
     let pad = "p".repeat(2000);
     let raw = encode_request("POST", "/webhooks/x", &[("X-Pad", &pad)], b"{}");
     assert_fatal(&server, &raw, 431);
+    // Too many header fields (the codec keeps at most 64), well under the byte limit.
+    let mut many = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n".to_vec();
+    for i in 0..70 {
+        many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+    }
+    many.extend_from_slice(b"\r\n");
+    assert!(many.len() < 1024);
+    assert_fatal(&server, &many, 431);
     // A head just under the limit is fine.
     let pad = "p".repeat(700);
     accepted(
@@ -344,4 +381,30 @@ fn slow_drip_body_is_cut_at_body_timeout() {
         )
     });
     assert!(cut >= Duration::from_millis(1500), "cut after only {cut:?}");
+}
+
+#[test]
+fn unsupported_expectation_is_417() {
+    let server = Server::start(Opts::default());
+    assert_fatal(
+        &server,
+        b"POST /webhooks/x HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: teapot\r\nContent-Length: 2\r\n\r\n{}",
+        417,
+    );
+}
+
+#[test]
+fn error_in_a_pipeline_is_answered_after_the_earlier_requests() {
+    let mut server = Server::start(Opts::default());
+    let mut c = server.client();
+    let mut burst = encode_request("POST", "/webhooks/before-error", &[], b"kept");
+    burst.extend_from_slice(b"BROKEN REQUEST\r\n\r\n");
+    c.send(&burst).expect("send");
+    let first = c.read_response().expect("first response");
+    let (id, _) = accepted(&first);
+    let second = c.read_response().expect("second response");
+    assert_eq!(second.status, 400, "{}", second.text());
+    c.assert_closed(CLOSE_WITHIN);
+    server.stop();
+    find_event(&wal_inspect(&server.data_dir()), &id);
 }

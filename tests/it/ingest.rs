@@ -58,6 +58,9 @@ fn manifest_trigger_sets_trigger_id_and_source() {
     let (id, trigger) = accepted(&r);
     assert_eq!(trigger, "gh");
     // The default route still works beside the trigger.
+    // The query string is ignored for matching.
+    let (_, tq) = accepted(&server.post("/hooks/gh?delivery=1", b"q"));
+    assert_eq!(tq, "gh");
     let (id2, t2) = accepted(&server.post("/webhooks/other", b"y"));
     assert_eq!(t2, "default");
     // A trigger path only takes POST.
