@@ -33,6 +33,9 @@ pub enum Phase {
     Body,
     /// Every received request is being answered by the server; no read deadline.
     Busy,
+    /// The final response is written and our side is shut down; the client's remaining input
+    /// is read and discarded until it closes, for a short time.
+    Linger,
 }
 
 /// A queued response, in request order.

@@ -46,6 +46,8 @@ const TICKET_SEQ_BITS: u32 = 40;
 
 /// How often connection deadlines are checked.
 const SWEEP_EVERY: Duration = Duration::from_millis(100);
+/// How long a closing connection's input is read and discarded after the final response.
+const LINGER: Duration = Duration::from_secs(2);
 /// Poll timeout while requests wait for room in the WAL ring.
 const OFFER_RETRY: Duration = Duration::from_millis(1);
 
@@ -304,10 +306,48 @@ impl Worker {
         }
     }
 
+    /// Closes gracefully after a final response: half-close our side, then read and discard
+    /// what the client is still sending, for at most [`LINGER`]. Closing at once with unread
+    /// input would make the kernel send RST, which can destroy the response (e.g. a 413) before
+    /// the client reads it.
+    fn linger(&mut self, idx: usize, now: u64) {
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        if conn.peer_closed || conn.stream.shutdown(std::net::Shutdown::Write).is_err() {
+            return self.close(idx);
+        }
+        conn.set_phase(Phase::Linger, now);
+        conn.rbuf = Vec::new();
+        self.discard(idx);
+    }
+
+    /// Reads and drops input of a lingering connection; closes it at EOF or on error.
+    fn discard(&mut self, idx: usize) {
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        while conn.readable {
+            let read = conn.read_chunk();
+            conn.rbuf.clear();
+            if read.is_err() || conn.peer_closed {
+                return self.close(idx);
+            }
+        }
+    }
+
     /// Reads, parses and answers as far as the connection allows, then writes.
     fn drive(&mut self, idx: usize) {
         let depth = self.shared.config.server.max_pipeline_depth;
         let draining = self.shared.phase() == Lifecycle::Draining;
+        if let Some(Phase::Linger) = self
+            .conns
+            .get(idx)
+            .and_then(Option::as_ref)
+            .map(|c| c.phase)
+        {
+            return self.discard(idx);
+        }
         loop {
             let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
                 return;
@@ -357,20 +397,28 @@ impl Worker {
     /// Writes what is ready; closes when done or broken; updates the timeout phase.
     fn flush(&mut self, idx: usize) {
         let now = self.now();
+        let draining = self.shared.phase() == Lifecycle::Draining;
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
+        if conn.phase == Phase::Linger {
+            return;
+        }
         match conn.flush(now) {
             Err(_) => return self.close(idx),
             Ok(Flush::Blocked) => {}
             Ok(Flush::Done) => {
                 if conn.closing && conn.is_quiet() {
-                    return self.close(idx);
+                    return self.linger(idx, now);
                 }
             }
         }
         if conn.peer_closed && conn.is_quiet() {
             // The client will send nothing more and is owed nothing.
+            return self.close(idx);
+        }
+        if draining && conn.is_quiet() && conn.rbuf.is_empty() && conn.reader.is_idle() {
+            // Shutting down: a connection between requests is closed as soon as it is quiet.
             return self.close(idx);
         }
         let phase = if !conn.slots.is_empty() {
@@ -768,6 +816,7 @@ impl Worker {
                     self.metrics.incr_timeout(TimeoutKind::Body);
                     self.timeout_408(idx);
                 }
+                Phase::Linger if age > LINGER.as_nanos() as u64 => self.close(idx),
                 Phase::Idle if age > idle_t => {
                     self.metrics.incr_timeout(TimeoutKind::Idle);
                     self.close(idx);
