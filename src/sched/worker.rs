@@ -109,6 +109,8 @@ pub struct Worker {
     limits: http::Limits,
     hard_stop: Arc<AtomicBool>,
     draining_since: Option<u64>,
+    /// Reusable socket read buffer ([`crate::net::conn::READ_CHUNK`] bytes).
+    scratch: Box<[u8]>,
     dates: DateCache,
     /// The `Date` header value, refreshed once per loop turn.
     date: String,
@@ -159,6 +161,7 @@ impl Worker {
             limits,
             hard_stop,
             draining_since: None,
+            scratch: vec![0u8; crate::net::conn::READ_CHUNK].into_boxed_slice(),
             dates: DateCache::default(),
             date: String::new(),
         };
@@ -207,6 +210,9 @@ impl Worker {
                         if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
                             if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                                 c.readable = true;
+                            }
+                            if ev.is_read_closed() || ev.is_error() {
+                                c.rdhup = true;
                             }
                         }
                         self.drive(i);
@@ -328,7 +334,7 @@ impl Worker {
             return;
         };
         while conn.readable {
-            let read = conn.read_chunk();
+            let read = conn.read_into(&mut self.scratch);
             conn.rbuf.clear();
             if read.is_err() || conn.peer_closed {
                 return self.close(idx);
@@ -386,7 +392,7 @@ impl Worker {
             if !conn.readable || conn.peer_closed {
                 break;
             }
-            if conn.read_chunk().is_err() {
+            if conn.read_into(&mut self.scratch).is_err() {
                 self.close(idx);
                 return;
             }
