@@ -28,7 +28,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use crate::ingest::event_id::EventIdGen;
 use crate::ingest::respond::{accepted_body, refused_body, Refusal};
 use crate::ingest::router::{OpsEndpoint, RouteMatch};
-use crate::ingest::sources::{RefusalReason, SourceCache};
+use crate::ingest::sources::SourceCache;
 use crate::metrics::{ConnRefusal, CoreMetrics, Route, TimeoutKind};
 use crate::net::conn::{Conn, Flush, PendingIngest, Phase, Slot};
 use crate::net::date::DateCache;
@@ -36,7 +36,7 @@ use crate::net::http::{self, HttpError, ReadEvent, Request};
 use crate::ring;
 use crate::sched::state::{Phase as Lifecycle, Shared};
 use crate::sync::clock::unix_millis;
-use crate::wal::{AppendOutcome, AppendRequest, CompletionSink, EventRecord};
+use crate::wal::{self, AppendOutcome, AppendRequest, CompletionSink, EventRecord};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
@@ -342,10 +342,9 @@ impl Worker {
         }
     }
 
-    /// Reads, parses and answers as far as the connection allows, then writes.
+    /// Reads, parses and answers as far as the connection allows, then writes; repeats while
+    /// writing made room under the pipeline depth for requests already received.
     fn drive(&mut self, idx: usize) {
-        let depth = self.shared.config.server.max_pipeline_depth;
-        let draining = self.shared.phase() == Lifecycle::Draining;
         if let Some(Phase::Linger) = self
             .conns
             .get(idx)
@@ -354,12 +353,35 @@ impl Worker {
         {
             return self.discard(idx);
         }
+        let depth = self.shared.config.server.max_pipeline_depth;
+        loop {
+            let at_depth = self.read_and_handle(idx);
+            self.flush(idx);
+            let room = self
+                .conns
+                .get(idx)
+                .and_then(Option::as_ref)
+                .is_some_and(|c| c.phase != Phase::Linger && c.slots.len() < depth);
+            if !(at_depth && room) {
+                return;
+            }
+        }
+    }
+
+    /// Parses buffered requests and reads more, until the socket is drained, the connection is
+    /// closing, or `max_pipeline_depth` responses are queued. Returns true in the last case.
+    fn read_and_handle(&mut self, idx: usize) -> bool {
+        let depth = self.shared.config.server.max_pipeline_depth;
+        let draining = self.shared.phase() == Lifecycle::Draining;
         loop {
             let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
-                return;
+                return false;
             };
-            if conn.closing || conn.slots.len() >= depth {
-                break;
+            if conn.closing {
+                return false;
+            }
+            if conn.slots.len() >= depth {
+                return true;
             }
             match conn.reader.poll(&mut conn.rbuf) {
                 ReadEvent::Request(req) => {
@@ -383,21 +405,20 @@ impl Worker {
                 ReadEvent::Incomplete => {}
                 ReadEvent::Error(e) => {
                     self.respond_error(idx, e);
-                    break;
+                    return false;
                 }
             }
             let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
-                return;
+                return false;
             };
             if !conn.readable || conn.peer_closed {
-                break;
+                return false;
             }
             if conn.read_into(&mut self.scratch).is_err() {
                 self.close(idx);
-                return;
+                return false;
             }
         }
-        self.flush(idx);
     }
 
     /// Writes what is ready; closes when done or broken; updates the timeout phase.
@@ -489,6 +510,13 @@ impl Worker {
         let head = &req.head;
         let keep_alive = head.keep_alive && !draining;
         let head_only = head.method.as_str() == "HEAD";
+        if !keep_alive {
+            // This is the connection's last request: nothing pipelined behind it is read (and
+            // so nothing behind it is ingested without an answer).
+            if let Some(c) = self.conns.get_mut(idx).and_then(Option::as_mut) {
+                c.closing = true;
+            }
+        }
         let shared = self.shared.clone();
         match shared.router.route(head.method.as_str(), head.path()) {
             RouteMatch::Ops(ep) => self.handle_ops(idx, ep, keep_alive, head_only),
@@ -598,11 +626,41 @@ impl Worker {
         source: String,
         keep_alive: bool,
     ) {
+        let Request { head, body } = req;
+        let stored = &self.shared.config.ingest.stored_headers;
+        let headers: Vec<(String, Vec<u8>)> = head
+            .headers()
+            .filter(|(n, _)| stored.iter().any(|s| s == n))
+            .map(|(n, v)| (n.to_string(), v.to_vec()))
+            .collect();
+        if headers.len() > wal::MAX_HEADERS
+            || headers
+                .iter()
+                .any(|(_, v)| v.len() > wal::MAX_HEADER_VALUE_BYTES)
+        {
+            // The WAL keeps at most 32 stored headers of at most 8 KiB each: the sender's
+            // fault, refused before any token is spent, never a (retryable) 503.
+            let text = format!(
+                "stored headers exceed {} fields or {} bytes per value\n",
+                wal::MAX_HEADERS,
+                wal::MAX_HEADER_VALUE_BYTES
+            );
+            let headers = [("Content-Type", "text/plain")];
+            return self.push_ready(
+                idx,
+                Route::Webhook,
+                431,
+                &headers,
+                text.as_bytes(),
+                keep_alive,
+                false,
+            );
+        }
         let now = self.now();
         let entry = self.sources.get(&source);
         if let Err(refusal) = self.shared.admission.try_admit(&entry, now) {
             self.metrics.incr_ingest(false);
-            entry.count_refusal(RefusalReason::IngestSaturated);
+            entry.count_refusal(Refusal::IngestSaturated);
             self.refuse(
                 idx,
                 Refusal::IngestSaturated,
@@ -614,13 +672,6 @@ impl Worker {
         self.metrics.incr_ingest(true);
         let received_at_ms = unix_millis();
         let event_id = self.ids.next(received_at_ms);
-        let stored = &self.shared.config.ingest.stored_headers;
-        let Request { head, body } = req;
-        let headers: Vec<(String, Vec<u8>)> = head
-            .headers()
-            .filter(|(n, _)| stored.iter().any(|s| s == n))
-            .map(|(n, v)| (n.to_string(), v.to_vec()))
-            .collect();
         self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
         let ticket = ((idx as u64) << TICKET_SEQ_BITS) | self.seq;
         let request = AppendRequest {
@@ -722,11 +773,7 @@ impl Worker {
                 (202, accepted_body(&p.event_id, &p.trigger_id), None)
             }
             Err(reason) => {
-                let r = match reason {
-                    Refusal::WalBusy => RefusalReason::WalBusy,
-                    _ => RefusalReason::WalUnavailable,
-                };
-                p.source.count_refusal(r);
+                p.source.count_refusal(reason);
                 (503, refused_body(reason, 1), Some("1"))
             }
         };
@@ -761,7 +808,7 @@ impl Worker {
             if self.offer_conn(idx, now) {
                 self.offer_waiters.push_back(idx);
             }
-            self.flush(idx);
+            self.drive(idx);
         }
     }
 
