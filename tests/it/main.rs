@@ -1,0 +1,22 @@
+//! Integration tests of the `sluice` binary: each test starts its own server process (random
+//! port on 127.0.0.1, its own temp data dir) and talks to it over real sockets and through the
+//! `sluice wal` command-line tools.
+//!
+//! - `support`: process harness, blocking HTTP/1.1 client, WAL tools, metrics parser.
+//! - `ingest`: the 202 contract, triggers, token buckets, metrics, ops endpoints.
+//! - `http_errors`: one test per error status of the HTTP codec and router.
+//! - `http_features`: keep-alive, pipelining, `100-continue`, HTTP/1.0, chunked bodies.
+//! - `connections`: slowloris and the per-core connection cap.
+//! - `durability`: restart, crash (SIGKILL) mid-burst, durability modes, segment rollover.
+//! - `wal_tools`: torn tails, corruption, `wal verify` / `wal inspect`.
+//! - `shutdown`: graceful drain on SIGTERM.
+
+mod support;
+
+mod connections;
+mod durability;
+mod http_errors;
+mod http_features;
+mod ingest;
+mod shutdown;
+mod wal_tools;

@@ -1,0 +1,1051 @@
+//! Shared helpers: start/stop the real `sluice` binary, a tiny blocking HTTP/1.1 client over
+//! `TcpStream`, the WAL command-line tools, and small parsers (JSON bodies, Prometheus text).
+//!
+//! Every wait in here is bounded: process start (20 s), socket reads and writes (10 s unless a
+//! test asks for less), process exit (caller's timeout), CLI tools (30 s). A `Server` kills the
+//! process it started (by PID, SIGKILL) when dropped, so a failing test leaves nothing behind.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tempfile::TempDir;
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+/// Longest wait for the "listening" line (or for a failed start to exit).
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+/// Default socket read/write timeout of the client.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for a CLI tool (`sluice wal ...`).
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub const ENV_GLOBAL_CAPACITY: &str = "HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY";
+pub const ENV_PER_SOURCE_CAPACITY: &str = "HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY";
+pub const ENV_REFILL_PER_SEC: &str = "HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC";
+const HARN_ENV: [&str; 3] = [
+    ENV_GLOBAL_CAPACITY,
+    ENV_PER_SOURCE_CAPACITY,
+    ENV_REFILL_PER_SEC,
+];
+
+const LISTENING: &str = "sluice: listening on http://";
+
+// ---------------------------------------------------------------------------------------------
+// Server process
+// ---------------------------------------------------------------------------------------------
+
+/// How to start a server.
+#[derive(Clone, Debug)]
+pub struct Opts {
+    /// Manifest text, written to a file in the test's temp dir and passed as `--config`.
+    pub config: Option<String>,
+    pub env: Vec<(String, String)>,
+    pub workers: usize,
+    /// `--durability`.
+    pub durability: Option<String>,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            config: None,
+            env: Vec::new(),
+            workers: 2,
+            durability: None,
+        }
+    }
+}
+
+impl Opts {
+    pub fn config(toml: &str) -> Opts {
+        Opts {
+            config: Some(toml.to_string()),
+            ..Opts::default()
+        }
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Opts {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn workers(mut self, n: usize) -> Opts {
+        self.workers = n;
+        self
+    }
+
+    pub fn durability(mut self, mode: &str) -> Opts {
+        self.durability = Some(mode.to_string());
+        self
+    }
+}
+
+/// A start that did not reach "listening".
+#[derive(Debug)]
+pub struct StartFailure {
+    /// `None` if the process had to be killed.
+    pub status: Option<ExitStatus>,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+/// A running (or stopped) `sluice serve` process with its own temp dir.
+#[derive(Debug)]
+pub struct Server {
+    child: Option<Child>,
+    addr: SocketAddr,
+    root: Arc<TempDir>,
+    opts: Opts,
+    starts: u32,
+    exit: Option<ExitStatus>,
+}
+
+/// A fresh temp dir for one test (holds `data/`, configs and logs).
+pub fn temp_root() -> Arc<TempDir> {
+    Arc::new(
+        tempfile::Builder::new()
+            .prefix("sluice-it-")
+            .tempdir()
+            .expect("tempdir"),
+    )
+}
+
+impl Server {
+    /// Starts a server in a fresh temp dir; panics (with its stderr) if it does not start.
+    pub fn start(opts: Opts) -> Server {
+        Server::start_in(temp_root(), opts).unwrap_or_else(|f| {
+            panic!(
+                "sluice did not start ({:?}, after {:?}); stderr:\n{}",
+                f.status, f.elapsed, f.stderr
+            )
+        })
+    }
+
+    /// Starts a server whose data dir is `<root>/data`.
+    pub fn start_in(root: Arc<TempDir>, opts: Opts) -> Result<Server, StartFailure> {
+        Server::spawn(root, opts, 0)
+    }
+
+    fn spawn(root: Arc<TempDir>, opts: Opts, starts: u32) -> Result<Server, StartFailure> {
+        let started = Instant::now();
+        let data = root.path().join("data");
+        let stderr_path = root.path().join(format!("stderr-{starts}.log"));
+        let stderr_file = fs::File::create(&stderr_path).expect("create stderr log");
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--workers")
+            .arg(opts.workers.to_string());
+        if let Some(text) = &opts.config {
+            let path = root.path().join(format!("sluice-{starts}.toml"));
+            fs::write(&path, text).expect("write config");
+            cmd.arg("--config").arg(path);
+        }
+        if let Some(d) = &opts.durability {
+            cmd.arg("--durability").arg(d);
+        }
+        for k in HARN_ENV {
+            cmd.env_remove(k);
+        }
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr_file));
+        let mut child = cmd.spawn().expect("spawn sluice");
+        let stdout = child.stdout.take().expect("stdout pipe");
+        let (tx, rx) = mpsc::channel::<String>();
+        thread::spawn(move || {
+            // Reads stdout to its end (so the server never blocks on a full pipe) and reports
+            // the first "listening" line.
+            let mut reader = BufReader::new(stdout);
+            let mut tx = Some(tx);
+            let mut line = String::new();
+            loop {
+                line.clear();
+                match reader.read_line(&mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if let Some(rest) = line.trim().strip_prefix(LISTENING) {
+                            if let Some(t) = tx.take() {
+                                let _ = t.send(rest.trim_end_matches('/').to_string());
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        let read_stderr = || fs::read_to_string(&stderr_path).unwrap_or_default();
+        match rx.recv_timeout(STARTUP_TIMEOUT) {
+            Ok(addr) => {
+                let addr: SocketAddr = addr
+                    .parse()
+                    .unwrap_or_else(|_| panic!("unparsable listening address {addr:?}"));
+                assert!(addr.ip().is_loopback(), "server listens on {addr}");
+                Ok(Server {
+                    child: Some(child),
+                    addr,
+                    root,
+                    opts,
+                    starts: starts + 1,
+                    exit: None,
+                })
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // stdout closed without the line: the process is exiting.
+                let status = wait_child(&mut child, STARTUP_TIMEOUT);
+                Err(StartFailure {
+                    status,
+                    stderr: read_stderr(),
+                    elapsed: started.elapsed(),
+                })
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(StartFailure {
+                    status: None,
+                    stderr: read_stderr(),
+                    elapsed: started.elapsed(),
+                })
+            }
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn root(&self) -> Arc<TempDir> {
+        self.root.clone()
+    }
+
+    /// `--data-dir`.
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.path().join("data")
+    }
+
+    pub fn wal_dir(&self) -> PathBuf {
+        self.data_dir().join("wal")
+    }
+
+    pub fn pid(&self) -> Option<i32> {
+        self.child.as_ref().map(|c| c.id() as i32)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Everything the server processes started by this `Server` wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        let mut out = String::new();
+        for i in 0..self.starts.max(1) {
+            let p = self.root.path().join(format!("stderr-{i}.log"));
+            if let Ok(s) = fs::read_to_string(p) {
+                out.push_str(&format!("--- start {i} ---\n{s}"));
+            }
+        }
+        out
+    }
+
+    /// A new client connection (panics if the connection fails).
+    pub fn client(&self) -> Client {
+        Client::connect(self.addr).unwrap_or_else(|e| panic!("connect {}: {e}", self.addr))
+    }
+
+    /// One POST on a new connection.
+    pub fn post(&self, path: &str, body: &[u8]) -> Response {
+        self.client().post(path, body, &[])
+    }
+
+    /// One GET on a new connection.
+    pub fn get(&self, path: &str) -> Response {
+        self.client().get(path)
+    }
+
+    /// POSTs and returns the event id of the 202.
+    pub fn ingest(&self, path: &str, body: &[u8]) -> String {
+        let r = self.post(path, body);
+        accepted(&r).0
+    }
+
+    /// Sends SIGTERM to the process (if it runs).
+    pub fn sigterm(&self) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: kill(2) with a PID of a child we spawned and have not reaped yet (so the
+            // PID cannot have been reused) and a valid signal number; no memory is involved.
+            let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+            assert_eq!(
+                rc,
+                0,
+                "kill(SIGTERM) failed: {}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn sigkill(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("server is not running");
+        let _ = child.kill();
+        let status = child.wait().expect("wait after SIGKILL");
+        self.exit = Some(status);
+        status
+    }
+
+    /// Waits for the process to exit; panics (after SIGKILL) if it does not within `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        if let Some(s) = self.exit {
+            if self.child.is_none() {
+                return s;
+            }
+        }
+        let mut child = self.child.take().expect("server is not running");
+        match wait_child(&mut child, timeout) {
+            Some(status) => {
+                self.exit = Some(status);
+                status
+            }
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "sluice did not exit within {timeout:?}; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+        }
+    }
+
+    /// SIGTERM, wait (≤ 20 s) and assert exit code 0.
+    pub fn stop(&mut self) {
+        self.sigterm();
+        let status = self.wait_exit(Duration::from_secs(20));
+        assert!(
+            status.success(),
+            "sluice exited with {status:?} after SIGTERM; stderr:\n{}",
+            self.stderr()
+        );
+    }
+
+    /// Starts the server again on the same data dir (it must be stopped).
+    pub fn try_restart(&mut self) -> Result<(), StartFailure> {
+        assert!(self.child.is_none(), "restart of a running server");
+        let index = self.starts;
+        self.starts += 1;
+        let mut next = Server::spawn(self.root.clone(), self.opts.clone(), index)?;
+        self.child = next.child.take();
+        self.addr = next.addr;
+        self.exit = None;
+        Ok(())
+    }
+
+    pub fn restart(&mut self) {
+        if let Err(f) = self.try_restart() {
+            panic!("restart failed ({:?}); stderr:\n{}", f.status, f.stderr);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn wait_child(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => {}
+            Err(_) => return None,
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CLI tools
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug)]
+pub struct CliOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CliOutput {
+    pub fn all(&self) -> String {
+        format!("{}\n{}", self.stdout, self.stderr)
+    }
+}
+
+/// Runs `sluice <args>` with a timeout.
+pub fn run_cli(args: &[&str]) -> CliOutput {
+    let child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sluice cli");
+    let pid = child.id() as i32;
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(CLI_TIMEOUT) {
+        Ok(Ok(out)) => CliOutput {
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        },
+        Ok(Err(e)) => panic!("sluice {args:?}: {e}"),
+        Err(_) => {
+            // SAFETY: kill(2) on the PID of our own child, which the waiting thread has not
+            // reaped (it is still waiting), so the PID is not reused.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("sluice {args:?} did not finish within {CLI_TIMEOUT:?}");
+        }
+    }
+}
+
+/// One event as `sluice wal inspect --json` prints it.
+#[derive(Clone, Debug)]
+pub struct WalEvent {
+    pub event_id: String,
+    pub lsn: u64,
+    pub trigger_id: String,
+    pub source: String,
+    pub received_at: serde_json::Value,
+    pub body_len: u64,
+    pub body_sha256: String,
+}
+
+/// `sluice wal inspect --data-dir D --json`, which must succeed.
+pub fn wal_inspect(data_dir: &Path) -> Vec<WalEvent> {
+    let out = run_cli(&["wal", "inspect", "--data-dir", path_str(data_dir), "--json"]);
+    assert!(
+        out.status.success(),
+        "wal inspect failed ({:?}):\n{}",
+        out.status,
+        out.all()
+    );
+    out.stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("inspect line {l:?}: {e}"));
+            let s = |k: &str| {
+                v.get(k)
+                    .and_then(|x| x.as_str())
+                    .unwrap_or_else(|| panic!("inspect line lacks string {k:?}: {l}"))
+                    .to_string()
+            };
+            let n = |k: &str| {
+                v.get(k)
+                    .and_then(|x| x.as_u64())
+                    .unwrap_or_else(|| panic!("inspect line lacks integer {k:?}: {l}"))
+            };
+            WalEvent {
+                event_id: s("event_id"),
+                lsn: n("lsn"),
+                trigger_id: s("trigger_id"),
+                source: s("source"),
+                received_at: v
+                    .get("received_at")
+                    .cloned()
+                    .unwrap_or_else(|| panic!("no received_at: {l}")),
+                body_len: n("body_len"),
+                body_sha256: s("body_sha256").to_ascii_lowercase(),
+            }
+        })
+        .collect()
+}
+
+/// `sluice wal verify --data-dir D`.
+pub fn wal_verify(data_dir: &Path) -> CliOutput {
+    run_cli(&["wal", "verify", "--data-dir", path_str(data_dir)])
+}
+
+/// Segment files of `wal_dir`, sorted by name.
+pub fn segments(wal_dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(wal_dir)
+        .unwrap_or_else(|e| panic!("read_dir {}: {e}", wal_dir.display()))
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    v.sort();
+    v
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+pub fn file_name(p: &Path) -> String {
+    p.file_name()
+        .expect("file name")
+        .to_string_lossy()
+        .into_owned()
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let d = Sha256::digest(bytes);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Finds the event with `id`, panicking with the list when absent.
+pub fn find_event<'a>(events: &'a [WalEvent], id: &str) -> &'a WalEvent {
+    events.iter().find(|e| e.event_id == id).unwrap_or_else(|| {
+        panic!(
+            "event {id} not in the WAL; inspect listed {} events: {events:#?}",
+            events.len()
+        )
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP client
+// ---------------------------------------------------------------------------------------------
+
+/// A parsed HTTP response.
+#[derive(Clone, Debug)]
+pub struct Response {
+    pub version: String,
+    pub status: u16,
+    pub reason: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// First value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("response body is not JSON ({e}): {:?}", self.text()))
+    }
+
+    /// The response announces that the connection closes.
+    pub fn closes(&self) -> bool {
+        self.header("connection")
+            .is_some_and(|v| v.to_ascii_lowercase().contains("close"))
+    }
+}
+
+/// Checks a `202` ingest response and returns `(event_id, trigger_id)`.
+pub fn accepted(r: &Response) -> (String, String) {
+    assert_eq!(
+        r.status,
+        202,
+        "expected 202, got {} {:?} {:?}",
+        r.status,
+        r.headers,
+        r.text()
+    );
+    let v = r.json();
+    assert_eq!(v["status"], "accepted", "{}", r.text());
+    let id = v["event_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no event_id: {}", r.text()))
+        .to_string();
+    let trigger = v["trigger_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no trigger_id: {}", r.text()))
+        .to_string();
+    assert_eq!(id.len(), 26, "event id {id:?} is not 26 characters");
+    assert!(
+        id.bytes()
+            .all(|b| b"0123456789ABCDEFGHJKMNPQRSTVWXYZ".contains(&b)),
+        "event id {id:?} is not Crockford base32"
+    );
+    assert_eq!(
+        r.text(),
+        format!(r#"{{"status":"accepted","event_id":"{id}","trigger_id":"{trigger}"}}"#),
+        "accepted body is not exactly the contract's"
+    );
+    (id, trigger)
+}
+
+/// How a read that waits for the peer to close ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// Orderly close (read returned 0).
+    Eof,
+    /// ECONNRESET / EPIPE.
+    Reset,
+    /// Still open at the deadline.
+    Open,
+}
+
+/// A blocking HTTP/1.1 client connection. Keeps unread bytes between responses, so pipelined
+/// responses can be read one by one.
+#[derive(Debug)]
+pub struct Client {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> io::Result<Client> {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        stream.set_read_timeout(Some(IO_TIMEOUT))?;
+        stream.set_write_timeout(Some(IO_TIMEOUT))?;
+        stream.set_nodelay(true)?;
+        Ok(Client {
+            stream,
+            buf: Vec::new(),
+        })
+    }
+
+    pub fn set_read_timeout(&self, d: Duration) {
+        self.stream
+            .set_read_timeout(Some(d))
+            .expect("set_read_timeout");
+    }
+
+    /// Writes raw bytes.
+    pub fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.stream.write_all(bytes)?;
+        self.stream.flush()
+    }
+
+    /// Sends a request and reads its response.
+    pub fn try_request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> io::Result<Response> {
+        self.send(&encode_request(method, path, headers, body))?;
+        self.read_response()
+    }
+
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Response {
+        self.try_request(method, path, headers, body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    pub fn try_post(
+        &mut self,
+        path: &str,
+        body: &[u8],
+        headers: &[(&str, &str)],
+    ) -> io::Result<Response> {
+        self.try_request("POST", path, headers, body)
+    }
+
+    pub fn post(&mut self, path: &str, body: &[u8], headers: &[(&str, &str)]) -> Response {
+        self.request("POST", path, headers, body)
+    }
+
+    pub fn get(&mut self, path: &str) -> Response {
+        self.request("GET", path, &[], b"")
+    }
+
+    fn fill(&mut self) -> io::Result<usize> {
+        let mut tmp = [0u8; 64 * 1024];
+        let n = loop {
+            match self.stream.read(&mut tmp) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other?,
+            }
+        };
+        self.buf.extend_from_slice(&tmp[..n]);
+        Ok(n)
+    }
+
+    fn need(&mut self, n: usize) -> io::Result<()> {
+        while self.buf.len() < n {
+            if self.fill()? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed mid-response",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one response (any status, including `100 Continue`).
+    pub fn read_response(&mut self) -> io::Result<Response> {
+        self.read_response_to(false)
+    }
+
+    /// Reads the response to a `HEAD` request: `Content-Length` but no body.
+    pub fn read_head_response(&mut self) -> io::Result<Response> {
+        self.read_response_to(true)
+    }
+
+    fn read_response_to(&mut self, head_only: bool) -> io::Result<Response> {
+        let head_end = loop {
+            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
+                break i;
+            }
+            if self.buf.len() > 1 << 20 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "response head over 1 MiB",
+                ));
+            }
+            if self.fill()? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "connection closed before a response head (had {:?})",
+                        String::from_utf8_lossy(&self.buf)
+                    ),
+                ));
+            }
+        };
+        let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
+        self.buf.drain(..head_end + 4);
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next().unwrap_or_default();
+        let mut parts = status_line.splitn(3, ' ');
+        let version = parts.next().unwrap_or_default().to_string();
+        let status: u16 = parts.next().and_then(|s| s.parse().ok()).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("bad status line {status_line:?}"),
+            )
+        })?;
+        if !version.starts_with("HTTP/1.") {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("bad status line {status_line:?}"),
+            ));
+        }
+        let reason = parts.next().unwrap_or_default().to_string();
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+            .collect();
+        let mut resp = Response {
+            version,
+            status,
+            reason,
+            headers,
+            body: Vec::new(),
+        };
+        if head_only || (100..200).contains(&status) || status == 204 || status == 304 {
+            return Ok(resp);
+        }
+        if let Some(cl) = resp.header("content-length") {
+            let n: usize = cl.parse().map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("bad content-length {cl:?}"),
+                )
+            })?;
+            self.need(n)?;
+            resp.body = self.buf.drain(..n).collect();
+        } else if resp
+            .header("transfer-encoding")
+            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+        {
+            resp.body = self.read_chunked()?;
+        } else {
+            // Close-delimited.
+            while self.fill()? > 0 {}
+            resp.body = std::mem::take(&mut self.buf);
+        }
+        Ok(resp)
+    }
+
+    fn read_chunked(&mut self) -> io::Result<Vec<u8>> {
+        let mut body = Vec::new();
+        loop {
+            let line_end = loop {
+                if let Some(i) = find(&self.buf, b"\r\n") {
+                    break i;
+                }
+                if self.fill()? == 0 {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+            };
+            let line = String::from_utf8_lossy(&self.buf[..line_end]).into_owned();
+            self.buf.drain(..line_end + 2);
+            let size_text = line.split(';').next().unwrap_or_default().trim();
+            let size = usize::from_str_radix(size_text, 16)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad chunk size"))?;
+            if size == 0 {
+                // Trailers, then the final CRLF.
+                loop {
+                    let end = loop {
+                        if let Some(i) = find(&self.buf, b"\r\n") {
+                            break i;
+                        }
+                        if self.fill()? == 0 {
+                            return Err(io::ErrorKind::UnexpectedEof.into());
+                        }
+                    };
+                    self.buf.drain(..end + 2);
+                    if end == 0 {
+                        return Ok(body);
+                    }
+                }
+            }
+            self.need(size + 2)?;
+            body.extend(self.buf.drain(..size));
+            self.buf.drain(..2);
+        }
+    }
+
+    /// Reads `n` responses in order.
+    pub fn read_responses(&mut self, n: usize) -> io::Result<Vec<Response>> {
+        (0..n).map(|_| self.read_response()).collect()
+    }
+
+    /// Waits (at most `timeout`) for the peer to close; returns how, plus any bytes received.
+    pub fn wait_closed(&mut self, timeout: Duration) -> (Closed, Vec<u8>) {
+        let deadline = Instant::now() + timeout;
+        let mut got = std::mem::take(&mut self.buf);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return (Closed::Open, got);
+            }
+            self.stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .expect("timeout");
+            let mut tmp = [0u8; 16 * 1024];
+            match self.stream.read(&mut tmp) {
+                Ok(0) => return (Closed::Eof, got),
+                Ok(n) => got.extend_from_slice(&tmp[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return (Closed::Reset, got),
+            }
+        }
+    }
+
+    /// Asserts that the server closes the connection within `timeout` (EOF or reset) and
+    /// sends nothing more than `allowed_extra` bytes meanwhile.
+    pub fn assert_closed(&mut self, timeout: Duration) {
+        let (how, got) = self.wait_closed(timeout);
+        assert_ne!(how, Closed::Open, "connection still open after {timeout:?}");
+        assert!(
+            got.is_empty(),
+            "unexpected bytes before close: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+}
+
+/// Encodes a request: adds `Host` unless given, and `Content-Length` for POST/PUT or a
+/// non-empty body unless the caller gave `Content-Length` or `Transfer-Encoding`.
+pub fn encode_request(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let has = |name: &str| headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    let mut out = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
+    if !has("host") {
+        out.extend_from_slice(b"Host: 127.0.0.1\r\n");
+    }
+    if (method == "POST" || method == "PUT" || !body.is_empty())
+        && !has("content-length")
+        && !has("transfer-encoding")
+    {
+        out.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
+    }
+    for (n, v) in headers {
+        out.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    out
+}
+
+/// Encodes `body` as chunks of the given sizes (the rest in one last chunk), with a terminator.
+pub fn chunked(body: &[u8], sizes: &[usize]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut rest = body;
+    for &s in sizes {
+        let s = s.min(rest.len());
+        if s == 0 {
+            continue;
+        }
+        out.extend_from_slice(format!("{s:x}\r\n").as_bytes());
+        out.extend_from_slice(&rest[..s]);
+        out.extend_from_slice(b"\r\n");
+        rest = &rest[s..];
+    }
+    if !rest.is_empty() {
+        out.extend_from_slice(format!("{:x}\r\n", rest.len()).as_bytes());
+        out.extend_from_slice(rest);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    out
+}
+
+pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A body with every byte value, NUL and 0xFF included.
+pub fn binary_body(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i * 7 + 3) as u8)
+        .chain([0u8, 0xFF, 0, 0xFF, b'\r', b'\n'])
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics
+// ---------------------------------------------------------------------------------------------
+
+/// One sample line of the Prometheus text format.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+    pub value: f64,
+    pub line: String,
+}
+
+impl Sample {
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Parses the sample lines (comments skipped).
+pub fn parse_metrics(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = match line.rsplit_once(' ') {
+            Some(x) => x,
+            None => panic!("metrics line without a value: {line:?}"),
+        };
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v
+                .parse()
+                .unwrap_or_else(|_| panic!("metrics value {v:?} in {line:?}")),
+        };
+        let (name, labels) = match series.split_once('{') {
+            None => (series.to_string(), Vec::new()),
+            Some((name, rest)) => {
+                let inner = rest
+                    .strip_suffix('}')
+                    .unwrap_or_else(|| panic!("bad label set in {line:?}"));
+                (name.to_string(), parse_labels(inner))
+            }
+        };
+        out.push(Sample {
+            name,
+            labels,
+            value,
+            line: line.to_string(),
+        });
+    }
+    out
+}
+
+fn parse_labels(inner: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = inner;
+    while !rest.is_empty() {
+        let (name, after) = rest
+            .split_once("=\"")
+            .unwrap_or_else(|| panic!("bad labels {inner:?}"));
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let mut end = None;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, n)) = chars.next() {
+                        value.push(if n == 'n' { '\n' } else { n });
+                    }
+                }
+                '"' => {
+                    end = Some(i);
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        let end = end.unwrap_or_else(|| panic!("unterminated label in {inner:?}"));
+        out.push((name.trim_start_matches(',').to_string(), value));
+        rest = after[end + 1..].trim_start_matches(',');
+    }
+    out
+}
+
+/// Fetches and parses `/metrics`, returning the raw text too.
+pub fn scrape(server: &Server) -> (String, Vec<Sample>) {
+    let r = server.get("/metrics");
+    assert_eq!(r.status, 200, "/metrics: {} {}", r.status, r.text());
+    let text = r.text();
+    let samples = parse_metrics(&text);
+    (text, samples)
+}
+
+/// Polls `f` every 20 ms until it returns true or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
