@@ -45,14 +45,20 @@ run_wrk() { # name port pids...
 
 cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
 
-# sluice: buckets raised so the run measures the accept path, not refusals.
-HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY=100000000 \
-HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY=100000000 \
-HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC=100000000 \
-taskset -c "$SERVER_CPU" "$ROOT/target/release/sluice" serve --listen 127.0.0.1:18080 \
-  --data-dir "$WORK/data" --workers 1 --durability fsync >"$WORK/sluice.out" 2>"$WORK/sluice.err" &
-pids+=($!)
-SLUICE_PID=$!
+start_sluice() { # port durability [env...]
+  local port=$1 durability=$2; shift 2
+  env "$@" taskset -c "$SERVER_CPU" "$ROOT/target/release/sluice" serve --listen "127.0.0.1:$port" \
+    --data-dir "$WORK/data-$port" --workers 1 --durability "$durability" >"$WORK/sluice-$port.out" 2>"$WORK/sluice-$port.err" &
+  pids+=($!)
+}
+# Buckets raised so these runs measure the accept path, not refusals.
+BIG=(HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY=100000000 HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY=100000000
+     HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC=100000000)
+start_sluice 18080 fsync "${BIG[@]}"; SLUICE_FSYNC=$!
+start_sluice 18082 os "${BIG[@]}"; SLUICE_OS=$!
+# Buckets of 1 token, 1/s: nearly every request is refused with 503 (the cost of saying no).
+start_sluice 18083 fsync HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY=1 HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY=1 \
+  HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC=1; SLUICE_REFUSE=$!
 
 mkdir -p "$WORK/nginx/logs"
 cat >"$WORK/nginx/nginx.conf" <<NGX
@@ -72,7 +78,7 @@ taskset -c "$SERVER_CPU" nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
 pids+=($!)
 NGINX_MASTER=$!
 for _ in $(seq 50); do
-  grep -q listening "$WORK/sluice.out" 2>/dev/null && curl -s -o /dev/null http://127.0.0.1:18081/ && break
+  [ "$(cat "$WORK"/sluice-*.out 2>/dev/null | grep -c listening)" = 3 ] && curl -s -o /dev/null http://127.0.0.1:18081/ && break
   sleep 0.1
 done
 NGINX_PIDS=$(pgrep -P "$NGINX_MASTER" | tr '\n' ' ')
@@ -80,4 +86,6 @@ NGINX_PIDS=$(pgrep -P "$NGINX_MASTER" | tr '\n' ' ')
 echo "machine: $(nproc) cores, $(uname -r); server pinned to CPU $SERVER_CPU, wrk to CPU $CLIENT_CPU; ${DUR}s, $CONNS connections"
 echo "data dir filesystem: $(df -T "$WORK" | awk 'NR==2 {print $2}')"
 run_wrk "nginx return 202" 18081 "$NGINX_MASTER" $NGINX_PIDS
-run_wrk "sluice serve --durability fsync" 18080 "$SLUICE_PID"
+run_wrk "sluice serve --durability fsync (202 after fdatasync)" 18080 "$SLUICE_FSYNC"
+run_wrk "sluice serve --durability os (202 after write to page cache)" 18082 "$SLUICE_OS"
+run_wrk "sluice, buckets of 1 token (503 refusals)" 18083 "$SLUICE_REFUSE"

@@ -132,8 +132,9 @@ pub struct RawWal {
     /// `fsync` (202 after fdatasync) or `os` (202 after the write reaches the page cache).
     /// Default: `fsync`.
     pub durability: Option<String>,
-    /// Segment size in bytes. Default: 64 MiB. Range: `wal::MAX_RECORD_BYTES` (about 32.3 MiB,
-    /// so that the largest record fits in an empty segment) ..= 1 GiB.
+    /// Segment size in bytes. Default: 64 MiB. Range: the largest record for
+    /// `server.max_body_bytes` (that body plus ≤ 265 KiB of ids and headers), at least 1 MiB,
+    /// ..= 1 GiB.
     pub segment_bytes: Option<u64>,
     /// `pwrite` or `mmap`. Default: `pwrite` (see BENCHMARKS.md).
     pub write_path: Option<String>,
@@ -297,7 +298,7 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let server = build_server(raw.server, overrides)?;
         let ingest = build_ingest(raw.ingest, env)?;
-        let wal = build_wal(raw.wal, overrides)?;
+        let wal = build_wal(raw.wal, overrides, server.max_body_bytes)?;
         let triggers = build_triggers(raw.triggers)?;
         Ok(Config {
             server,
@@ -466,6 +467,7 @@ fn build_ingest(
     for n in names {
         let lower = n.to_ascii_lowercase();
         if lower.is_empty()
+            || lower.len() > 256
             || !lower
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
@@ -518,7 +520,7 @@ fn build_ingest(
     })
 }
 
-fn build_wal(r: RawWal, o: &Overrides) -> Result<WalSettings, ConfigError> {
+fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, ConfigError> {
     let durability = match o.durability.clone().or(r.durability) {
         None => DurabilityMode::Fsync,
         Some(t) => t
@@ -534,13 +536,18 @@ fn build_wal(r: RawWal, o: &Overrides) -> Result<WalSettings, ConfigError> {
             ))
         }
     };
-    let segment_bytes = ranged(
-        "wal.segment_bytes",
-        r.segment_bytes,
-        64 << 20,
-        crate::wal::MAX_RECORD_BYTES as u64,
-        1 << 30,
-    )?;
+    // The largest record must fit in an empty segment.
+    let min_segment = crate::wal::MIN_SEGMENT_BYTES
+        .max(crate::wal::max_record_bytes_for(max_body as usize) as u64);
+    let segment_bytes = r.segment_bytes.unwrap_or(64 << 20);
+    if segment_bytes < min_segment || segment_bytes > 1 << 30 {
+        return err(format!(
+            "wal.segment_bytes = {segment_bytes} is out of range ({min_segment}..={}): a segment must hold \
+             the largest record (server.max_body_bytes = {max_body} plus up to {} bytes of head)",
+            1u64 << 30,
+            crate::wal::max_record_bytes_for(0)
+        ));
+    }
     Ok(WalSettings {
         durability,
         segment_bytes,
@@ -677,6 +684,23 @@ mod tests {
         assert_eq!(c.server.workers, 3);
         assert_eq!(c.wal.durability, DurabilityMode::Os);
         assert_eq!(c.wal_dir(), PathBuf::from("/tmp/x/wal"));
+    }
+
+    #[test]
+    fn segment_size_follows_the_body_limit() {
+        let small = "[server]\nmax_body_bytes = 65536\n[wal]\nsegment_bytes = 1048576\n";
+        assert_eq!(build(small, &no_env).unwrap().wal.segment_bytes, 1 << 20);
+        let too_small = "[server]\nmax_body_bytes = 2097152\n[wal]\nsegment_bytes = 2097152\n";
+        let e = build(too_small, &no_env).unwrap_err();
+        assert!(
+            e.0.contains("wal.segment_bytes") && e.0.contains("max_body_bytes"),
+            "{e}"
+        );
+        let tiny = "[wal]\nsegment_bytes = 4096\n[server]\nmax_body_bytes = 10\n";
+        assert!(build(tiny, &no_env)
+            .unwrap_err()
+            .0
+            .contains("wal.segment_bytes"));
     }
 
     #[test]

@@ -8,29 +8,7 @@
 
 use std::fmt::Write;
 
-/// Why an admitted-looking request was refused; the `reason` field of the refusal body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// A token bucket (global or per-source) is empty.
-    IngestSaturated,
-    /// The WAL ring stayed full for `offer_timeout`.
-    WalBusy,
-    /// The WAL could not write or sync.
-    WalUnavailable,
-    /// The server is shutting down and no longer admits.
-    Draining,
-}
-
-impl Refusal {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Refusal::IngestSaturated => "ingest_saturated",
-            Refusal::WalBusy => "wal_busy",
-            Refusal::WalUnavailable => "wal_unavailable",
-            Refusal::Draining => "draining",
-        }
-    }
-}
+pub use super::sources::RefusalReason as Refusal;
 
 /// `{"status":"accepted",...}`
 pub fn accepted_body(event_id: &str, trigger_id: &str) -> String {

@@ -55,7 +55,7 @@ pub enum RefusalReason {
     /// The WAL cannot accept writes (I/O error, writer stopped).
     WalUnavailable,
     /// Reserved: the durable backlog bound (`max_pending`) refused.
-    BacklogFull,
+    QueueFull,
     /// Reserved: the server is draining for shutdown.
     Draining,
 }
@@ -66,7 +66,7 @@ impl RefusalReason {
         RefusalReason::IngestSaturated,
         RefusalReason::WalBusy,
         RefusalReason::WalUnavailable,
-        RefusalReason::BacklogFull,
+        RefusalReason::QueueFull,
         RefusalReason::Draining,
     ];
     pub const COUNT: usize = Self::ALL.len();
@@ -76,7 +76,7 @@ impl RefusalReason {
             RefusalReason::IngestSaturated => "ingest_saturated",
             RefusalReason::WalBusy => "wal_busy",
             RefusalReason::WalUnavailable => "wal_unavailable",
-            RefusalReason::BacklogFull => "backlog_full",
+            RefusalReason::QueueFull => "queue_full",
             RefusalReason::Draining => "draining",
         }
     }

@@ -33,6 +33,9 @@ pub enum Phase {
     Body,
     /// Every received request is being answered by the server; no read deadline.
     Busy,
+    /// The final response is written and our side is shut down; the client's remaining input
+    /// is read and discarded until it closes, for a short time.
+    Linger,
 }
 
 /// A queued response, in request order.
@@ -77,6 +80,8 @@ pub struct Conn {
     pub readable: bool,
     /// The peer shut down its sending side (read returned 0).
     pub peer_closed: bool,
+    /// The poller reported the peer's FIN (EPOLLRDHUP): read until EOF.
+    pub rdhup: bool,
     /// No more requests are read; close once the queue is written.
     pub closing: bool,
     /// `100 Continue` was sent for the request being read.
@@ -108,43 +113,46 @@ impl Conn {
             write_since: now,
             readable: true,
             peer_closed: false,
+            rdhup: false,
             closing: false,
             continue_sent: false,
             served: 0,
         }
     }
 
-    /// Reads one chunk into `rbuf`. Returns the number of bytes read (0 on `WouldBlock` or EOF;
-    /// see `readable` / `peer_closed`).
-    pub fn read_chunk(&mut self) -> io::Result<usize> {
-        let start = self.rbuf.len();
-        self.rbuf.resize(start + READ_CHUNK, 0);
+    /// Reads once from the socket into `scratch` and appends what arrived to `rbuf`. Returns the
+    /// number of bytes read (0 on `WouldBlock` or EOF; see `readable` / `peer_closed`).
+    ///
+    /// `scratch` is the worker's reusable read buffer, so no per-read zeroing or growth of
+    /// `rbuf` beyond what arrived. A short read (fewer bytes than `scratch` holds) means the
+    /// socket's receive queue is empty: with edge-triggered epoll, more data raises a new edge,
+    /// so `readable` is cleared without spending a `read` on `WouldBlock` — unless the peer's
+    /// FIN was already signalled (`rdhup`), in which case we read on to see the EOF.
+    pub fn read_into(&mut self, scratch: &mut [u8]) -> io::Result<usize> {
         let r = loop {
-            match self.stream.read(&mut self.rbuf[start..]) {
+            match self.stream.read(scratch) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 other => break other,
             }
         };
         match r {
             Ok(0) => {
-                self.rbuf.truncate(start);
                 self.peer_closed = true;
                 self.readable = false;
                 Ok(0)
             }
             Ok(n) => {
-                self.rbuf.truncate(start + n);
+                self.rbuf.extend_from_slice(&scratch[..n]);
+                if n < scratch.len() && !self.rdhup {
+                    self.readable = false;
+                }
                 Ok(n)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                self.rbuf.truncate(start);
                 self.readable = false;
                 Ok(0)
             }
-            Err(e) => {
-                self.rbuf.truncate(start);
-                Err(e)
-            }
+            Err(e) => Err(e),
         }
     }
 

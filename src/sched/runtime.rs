@@ -91,6 +91,7 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     let wal_cfg = WalConfig {
         dir: config.wal_dir(),
         segment_bytes: config.wal.segment_bytes,
+        max_body_bytes: config.server.max_body_bytes as usize,
         durability: match config.wal.durability {
             DurabilityMode::Fsync => Durability::Fsync,
             DurabilityMode::Os => Durability::Os,

@@ -28,7 +28,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use crate::ingest::event_id::EventIdGen;
 use crate::ingest::respond::{accepted_body, refused_body, Refusal};
 use crate::ingest::router::{OpsEndpoint, RouteMatch};
-use crate::ingest::sources::{RefusalReason, SourceCache};
+use crate::ingest::sources::SourceCache;
 use crate::metrics::{ConnRefusal, CoreMetrics, Route, TimeoutKind};
 use crate::net::conn::{Conn, Flush, PendingIngest, Phase, Slot};
 use crate::net::date::DateCache;
@@ -36,7 +36,7 @@ use crate::net::http::{self, HttpError, ReadEvent, Request};
 use crate::ring;
 use crate::sched::state::{Phase as Lifecycle, Shared};
 use crate::sync::clock::unix_millis;
-use crate::wal::{AppendOutcome, AppendRequest, CompletionSink, EventRecord};
+use crate::wal::{self, AppendOutcome, AppendRequest, CompletionSink, EventRecord};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
@@ -46,6 +46,8 @@ const TICKET_SEQ_BITS: u32 = 40;
 
 /// How often connection deadlines are checked.
 const SWEEP_EVERY: Duration = Duration::from_millis(100);
+/// How long a closing connection's input is read and discarded after the final response.
+const LINGER: Duration = Duration::from_secs(2);
 /// Poll timeout while requests wait for room in the WAL ring.
 const OFFER_RETRY: Duration = Duration::from_millis(1);
 
@@ -107,6 +109,8 @@ pub struct Worker {
     limits: http::Limits,
     hard_stop: Arc<AtomicBool>,
     draining_since: Option<u64>,
+    /// Reusable socket read buffer ([`crate::net::conn::READ_CHUNK`] bytes).
+    scratch: Box<[u8]>,
     dates: DateCache,
     /// The `Date` header value, refreshed once per loop turn.
     date: String,
@@ -157,6 +161,7 @@ impl Worker {
             limits,
             hard_stop,
             draining_since: None,
+            scratch: vec![0u8; crate::net::conn::READ_CHUNK].into_boxed_slice(),
             dates: DateCache::default(),
             date: String::new(),
         };
@@ -205,6 +210,9 @@ impl Worker {
                         if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
                             if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                                 c.readable = true;
+                            }
+                            if ev.is_read_closed() || ev.is_error() {
+                                c.rdhup = true;
                             }
                         }
                         self.drive(i);
@@ -304,16 +312,76 @@ impl Worker {
         }
     }
 
-    /// Reads, parses and answers as far as the connection allows, then writes.
+    /// Closes gracefully after a final response: half-close our side, then read and discard
+    /// what the client is still sending, for at most [`LINGER`]. Closing at once with unread
+    /// input would make the kernel send RST, which can destroy the response (e.g. a 413) before
+    /// the client reads it.
+    fn linger(&mut self, idx: usize, now: u64) {
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        if conn.peer_closed || conn.stream.shutdown(std::net::Shutdown::Write).is_err() {
+            return self.close(idx);
+        }
+        conn.set_phase(Phase::Linger, now);
+        conn.rbuf = Vec::new();
+        self.discard(idx);
+    }
+
+    /// Reads and drops input of a lingering connection; closes it at EOF or on error.
+    fn discard(&mut self, idx: usize) {
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        while conn.readable {
+            let read = conn.read_into(&mut self.scratch);
+            conn.rbuf.clear();
+            if read.is_err() || conn.peer_closed {
+                return self.close(idx);
+            }
+        }
+    }
+
+    /// Reads, parses and answers as far as the connection allows, then writes; repeats while
+    /// writing made room under the pipeline depth for requests already received.
     fn drive(&mut self, idx: usize) {
+        if let Some(Phase::Linger) = self
+            .conns
+            .get(idx)
+            .and_then(Option::as_ref)
+            .map(|c| c.phase)
+        {
+            return self.discard(idx);
+        }
+        let depth = self.shared.config.server.max_pipeline_depth;
+        loop {
+            let at_depth = self.read_and_handle(idx);
+            self.flush(idx);
+            let room = self
+                .conns
+                .get(idx)
+                .and_then(Option::as_ref)
+                .is_some_and(|c| c.phase != Phase::Linger && c.slots.len() < depth);
+            if !(at_depth && room) {
+                return;
+            }
+        }
+    }
+
+    /// Parses buffered requests and reads more, until the socket is drained, the connection is
+    /// closing, or `max_pipeline_depth` responses are queued. Returns true in the last case.
+    fn read_and_handle(&mut self, idx: usize) -> bool {
         let depth = self.shared.config.server.max_pipeline_depth;
         let draining = self.shared.phase() == Lifecycle::Draining;
         loop {
             let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
-                return;
+                return false;
             };
-            if conn.closing || conn.slots.len() >= depth {
-                break;
+            if conn.closing {
+                return false;
+            }
+            if conn.slots.len() >= depth {
+                return true;
             }
             match conn.reader.poll(&mut conn.rbuf) {
                 ReadEvent::Request(req) => {
@@ -337,40 +405,47 @@ impl Worker {
                 ReadEvent::Incomplete => {}
                 ReadEvent::Error(e) => {
                     self.respond_error(idx, e);
-                    break;
+                    return false;
                 }
             }
             let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
-                return;
+                return false;
             };
             if !conn.readable || conn.peer_closed {
-                break;
+                return false;
             }
-            if conn.read_chunk().is_err() {
+            if conn.read_into(&mut self.scratch).is_err() {
                 self.close(idx);
-                return;
+                return false;
             }
         }
-        self.flush(idx);
     }
 
     /// Writes what is ready; closes when done or broken; updates the timeout phase.
     fn flush(&mut self, idx: usize) {
         let now = self.now();
+        let draining = self.shared.phase() == Lifecycle::Draining;
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
+        if conn.phase == Phase::Linger {
+            return;
+        }
         match conn.flush(now) {
             Err(_) => return self.close(idx),
             Ok(Flush::Blocked) => {}
             Ok(Flush::Done) => {
                 if conn.closing && conn.is_quiet() {
-                    return self.close(idx);
+                    return self.linger(idx, now);
                 }
             }
         }
         if conn.peer_closed && conn.is_quiet() {
             // The client will send nothing more and is owed nothing.
+            return self.close(idx);
+        }
+        if draining && conn.is_quiet() && conn.rbuf.is_empty() && conn.reader.is_idle() {
+            // Shutting down: a connection between requests is closed as soon as it is quiet.
             return self.close(idx);
         }
         let phase = if !conn.slots.is_empty() {
@@ -435,6 +510,13 @@ impl Worker {
         let head = &req.head;
         let keep_alive = head.keep_alive && !draining;
         let head_only = head.method.as_str() == "HEAD";
+        if !keep_alive {
+            // This is the connection's last request: nothing pipelined behind it is read (and
+            // so nothing behind it is ingested without an answer).
+            if let Some(c) = self.conns.get_mut(idx).and_then(Option::as_mut) {
+                c.closing = true;
+            }
+        }
         let shared = self.shared.clone();
         match shared.router.route(head.method.as_str(), head.path()) {
             RouteMatch::Ops(ep) => self.handle_ops(idx, ep, keep_alive, head_only),
@@ -544,11 +626,41 @@ impl Worker {
         source: String,
         keep_alive: bool,
     ) {
+        let Request { head, body } = req;
+        let stored = &self.shared.config.ingest.stored_headers;
+        let headers: Vec<(String, Vec<u8>)> = head
+            .headers()
+            .filter(|(n, _)| stored.iter().any(|s| s == n))
+            .map(|(n, v)| (n.to_string(), v.to_vec()))
+            .collect();
+        if headers.len() > wal::MAX_HEADERS
+            || headers
+                .iter()
+                .any(|(_, v)| v.len() > wal::MAX_HEADER_VALUE_BYTES)
+        {
+            // The WAL keeps at most 32 stored headers of at most 8 KiB each: the sender's
+            // fault, refused before any token is spent, never a (retryable) 503.
+            let text = format!(
+                "stored headers exceed {} fields or {} bytes per value\n",
+                wal::MAX_HEADERS,
+                wal::MAX_HEADER_VALUE_BYTES
+            );
+            let headers = [("Content-Type", "text/plain")];
+            return self.push_ready(
+                idx,
+                Route::Webhook,
+                431,
+                &headers,
+                text.as_bytes(),
+                keep_alive,
+                false,
+            );
+        }
         let now = self.now();
         let entry = self.sources.get(&source);
         if let Err(refusal) = self.shared.admission.try_admit(&entry, now) {
             self.metrics.incr_ingest(false);
-            entry.count_refusal(RefusalReason::IngestSaturated);
+            entry.count_refusal(Refusal::IngestSaturated);
             self.refuse(
                 idx,
                 Refusal::IngestSaturated,
@@ -560,13 +672,6 @@ impl Worker {
         self.metrics.incr_ingest(true);
         let received_at_ms = unix_millis();
         let event_id = self.ids.next(received_at_ms);
-        let stored = &self.shared.config.ingest.stored_headers;
-        let Request { head, body } = req;
-        let headers: Vec<(String, Vec<u8>)> = head
-            .headers()
-            .filter(|(n, _)| stored.iter().any(|s| s == n))
-            .map(|(n, v)| (n.to_string(), v.to_vec()))
-            .collect();
         self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
         let ticket = ((idx as u64) << TICKET_SEQ_BITS) | self.seq;
         let request = AppendRequest {
@@ -668,11 +773,7 @@ impl Worker {
                 (202, accepted_body(&p.event_id, &p.trigger_id), None)
             }
             Err(reason) => {
-                let r = match reason {
-                    Refusal::WalBusy => RefusalReason::WalBusy,
-                    _ => RefusalReason::WalUnavailable,
-                };
-                p.source.count_refusal(r);
+                p.source.count_refusal(reason);
                 (503, refused_body(reason, 1), Some("1"))
             }
         };
@@ -707,7 +808,7 @@ impl Worker {
             if self.offer_conn(idx, now) {
                 self.offer_waiters.push_back(idx);
             }
-            self.flush(idx);
+            self.drive(idx);
         }
     }
 
@@ -768,6 +869,7 @@ impl Worker {
                     self.metrics.incr_timeout(TimeoutKind::Body);
                     self.timeout_408(idx);
                 }
+                Phase::Linger if age > LINGER.as_nanos() as u64 => self.close(idx),
                 Phase::Idle if age > idle_t => {
                     self.metrics.incr_timeout(TimeoutKind::Idle);
                     self.close(idx);

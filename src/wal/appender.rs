@@ -48,6 +48,7 @@ pub(crate) enum Staged {
 pub struct Wal {
     pub(crate) dir: PathBuf,
     pub(crate) segment_bytes: u64,
+    pub(crate) max_body_bytes: usize,
     pub(crate) durability: Durability,
     pub(crate) write_path: WritePath,
     pub(crate) max_batch: usize,
@@ -63,6 +64,8 @@ pub struct Wal {
     clock: std::sync::Arc<dyn Clock>,
     /// Where sync latencies go once a writer thread owns this log.
     pub(crate) shared: Option<Arc<WalShared>>,
+    /// The WAL directory's `LOCK` file, `flock`ed exclusively while this `Wal` lives.
+    pub(crate) lock: Option<std::fs::File>,
 }
 
 impl fmt::Debug for Wal {
@@ -98,6 +101,7 @@ impl Wal {
         Wal {
             dir: cfg.dir.clone(),
             segment_bytes: cfg.segment_bytes,
+            max_body_bytes: cfg.max_body_bytes,
             durability: cfg.durability,
             write_path: cfg.write_path,
             max_batch: cfg.max_batch,
@@ -108,6 +112,7 @@ impl Wal {
             wrapper: None,
             clock: std::sync::Arc::new(MonotonicClock::new()),
             shared: None,
+            lock: None,
         }
     }
 
@@ -178,6 +183,13 @@ impl Wal {
 
     /// Encodes `ev` as the next staged record.
     pub(crate) fn stage_event(&mut self, ev: &EventRecord) -> Result<Staged, EncodeError> {
+        if ev.body.len() > self.max_body_bytes {
+            return Err(EncodeError::TooLong {
+                field: "body",
+                len: ev.body.len(),
+                max: self.max_body_bytes,
+            });
+        }
         let start = self.buf.len();
         let lsn = self.next_lsn + self.staged;
         append_record(&mut self.buf, lsn, RecordKind::Event, |out| {

@@ -33,6 +33,11 @@ pub const MAX_EVENT_PAYLOAD_BYTES: usize = 3 * (2 + MAX_ID_BYTES)
 /// A segment must be at least this big, so that every record fits in an empty segment.
 pub const MAX_RECORD_BYTES: usize = RECORD_HEADER_BYTES + MAX_EVENT_PAYLOAD_BYTES;
 
+/// Largest possible record when bodies are at most `max_body` bytes (`<= MAX_BODY_BYTES`).
+pub const fn max_record_bytes_for(max_body: usize) -> usize {
+    MAX_RECORD_BYTES - MAX_BODY_BYTES + max_body
+}
+
 /// What a record carries. Only `Event` is written today; the others are reserved so that their
 /// numbers never change meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

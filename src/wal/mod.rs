@@ -155,6 +155,7 @@ pub use format::{
     decode_event, encode_event, DecodeError, EncodeError, EventRecord, RecordKind, MAX_BODY_BYTES,
     MAX_RECORD_BYTES,
 };
+pub use format::{max_record_bytes_for, MAX_HEADERS, MAX_HEADER_VALUE_BYTES};
 pub use histogram::SyncHistogram;
 pub use recovery::{open, RawRecord, RecoveryReport, WalReader};
 pub use writer::spawn_writer;
@@ -167,6 +168,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Log sequence number: 1 for the first record ever written, consecutive after that.
 pub type Lsn = u64;
+
+/// Smallest segment size accepted: 1 MiB.
+pub const MIN_SEGMENT_BYTES: u64 = 1 << 20;
 
 /// Default segment size: 64 MiB.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
@@ -202,8 +206,13 @@ pub enum WritePath {
 pub struct WalConfig {
     /// The WAL directory, `DATA_DIR/wal`. Created if absent.
     pub dir: PathBuf,
-    /// Size of each segment file. Default: 64 MiB. Range: `MAX_RECORD_BYTES ..= 2^40`.
+    /// Size of each segment file. Default: 64 MiB. Range:
+    /// `max(1 MiB, max_record_bytes_for(max_body_bytes)) ..= 2^40`, so that the largest record
+    /// this log accepts fits in an empty segment.
     pub segment_bytes: u64,
+    /// Largest event body this log accepts (larger: the request completes `Unavailable`).
+    /// Default and maximum: [`MAX_BODY_BYTES`]. Ingest enforces the same limit first (413).
+    pub max_body_bytes: usize,
     /// Default: `Fsync`.
     pub durability: Durability,
     /// Default: `Pwrite`.
@@ -218,6 +227,7 @@ impl WalConfig {
         WalConfig {
             dir: dir.into(),
             segment_bytes: DEFAULT_SEGMENT_BYTES,
+            max_body_bytes: MAX_BODY_BYTES,
             durability: Durability::default(),
             write_path: WritePath::default(),
             max_batch: DEFAULT_MAX_BATCH,
@@ -226,12 +236,21 @@ impl WalConfig {
 
     pub(crate) fn validate(&self) -> Result<(), WalError> {
         let bad = |reason: String| Err(WalError::InvalidConfig { reason });
-        if self.segment_bytes < MAX_RECORD_BYTES as u64 || self.segment_bytes > 1 << 40 {
+        if self.max_body_bytes == 0 || self.max_body_bytes > MAX_BODY_BYTES {
             return bad(format!(
-                "wal segment_bytes {} outside {}..={} (a segment must hold the largest record)",
+                "wal max_body_bytes {} outside 1..={MAX_BODY_BYTES}",
+                self.max_body_bytes
+            ));
+        }
+        let min = MIN_SEGMENT_BYTES.max(max_record_bytes_for(self.max_body_bytes) as u64);
+        if self.segment_bytes < min || self.segment_bytes > 1 << 40 {
+            return bad(format!(
+                "wal segment_bytes {} outside {}..={} (a segment must hold the largest record: \
+                 bodies up to {} bytes)",
                 self.segment_bytes,
-                MAX_RECORD_BYTES,
-                1u64 << 40
+                min,
+                1u64 << 40,
+                self.max_body_bytes
             ));
         }
         if self.max_batch == 0 || self.max_batch > 65536 {
@@ -335,6 +354,9 @@ pub enum WalError {
     },
     /// [`WalConfig`] is out of range.
     InvalidConfig { reason: String },
+    /// Another process holds the WAL directory's lock file (`LOCK`): two writers on one log
+    /// would interleave LSNs and destroy acknowledged events.
+    Locked { path: PathBuf },
     /// An event exceeds the WAL's field bounds.
     Encode(EncodeError),
 }
@@ -366,6 +388,11 @@ impl fmt::Display for WalError {
                 )
             }
             WalError::InvalidConfig { reason } => write!(f, "invalid WAL config: {reason}"),
+            WalError::Locked { path } => write!(
+                f,
+                "WAL directory is in use by another process (lock {} is held)",
+                path.display()
+            ),
             WalError::Encode(e) => write!(f, "cannot append event: {e}"),
         }
     }

@@ -217,6 +217,10 @@ pub struct RecoveryReport {
     pub truncated_tail: Option<(PathBuf, u64)>,
 }
 
+/// Name of the lock file in the WAL directory; held (`flock`) by the process that has the log
+/// open for writing.
+pub const LOCK_FILE: &str = "LOCK";
+
 /// Opens the WAL in `cfg.dir` (creating it if absent): validates `cfg`, scans and verifies every
 /// segment, zeroes a torn tail, and returns the log positioned after the last valid record.
 pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError> {
@@ -229,6 +233,16 @@ pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError> {
                 sync_dir(parent).map_err(|e| WalError::io(parent, e))?;
             }
         }
+    }
+    let lock_path = dir.join(LOCK_FILE);
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| WalError::io(&lock_path, e))?;
+    if !super::sys::try_lock_exclusive(&lock).map_err(|e| WalError::io(&lock_path, e))? {
+        return Err(WalError::Locked { path: lock_path });
     }
     let scan = scan_dir(dir, &mut |_, _, _| Ok(()))?;
     let mut truncated_tail = None;
@@ -268,6 +282,7 @@ pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError> {
         dirty_end,
     };
     let mut wal = Wal::new(cfg, active, scan.next_lsn);
+    wal.lock = Some(lock);
     if dirty_end > end {
         // A torn tail (or stray bytes): zero it now, so the report's promise holds on disk.
         wal.scrub().map_err(io_err)?;
@@ -601,6 +616,19 @@ pub(crate) mod tests {
         let mut expect = pristine.clone();
         expect[offs[2] as usize + 1] ^= 0x10;
         assert_eq!(std::fs::read(&seg).unwrap(), expect);
+    }
+
+    #[test]
+    fn a_second_writer_is_refused_until_the_first_closes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+        let (first, _) = open(&cfg).unwrap();
+        match open(&cfg) {
+            Err(WalError::Locked { path }) => assert_eq!(path, cfg.dir.join(LOCK_FILE)),
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        drop(first);
+        assert!(open(&cfg).is_ok());
     }
 
     #[test]

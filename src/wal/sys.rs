@@ -1,4 +1,4 @@
-//! The only `unsafe` in the WAL: memory maps of segment files and `fallocate`.
+//! The only `unsafe` in the WAL: memory maps of segment files, `fallocate` and `flock`.
 //!
 //! # Contract for every map created here
 //!
@@ -79,5 +79,23 @@ pub fn allocate(file: &File, len: u64) -> io::Result<()> {
             }
             _ => return Err(err),
         }
+    }
+}
+
+/// Takes an exclusive, non-blocking `flock` on `file`. `Ok(false)` if another open file
+/// description (another process, or another `open` in this one) holds it. The lock lives as long
+/// as `file` stays open and is released by the kernel when the process dies, even by SIGKILL.
+pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+    // SAFETY: `flock` only reads the descriptor number, which `file` keeps open for the whole
+    // call; it touches no memory of ours.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(err)
     }
 }
