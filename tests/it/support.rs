@@ -491,13 +491,13 @@ pub fn wal_verify(data_dir: &Path) -> CliOutput {
     run_cli(&["wal", "verify", "--data-dir", path_str(data_dir)])
 }
 
-/// Segment files of `wal_dir`, sorted by name.
+/// Segment files (`*.seg`) of `wal_dir`, sorted by name.
 pub fn segments(wal_dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = fs::read_dir(wal_dir)
         .unwrap_or_else(|e| panic!("read_dir {}: {e}", wal_dir.display()))
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| p.is_file())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "seg"))
         .collect();
     v.sort();
     v
