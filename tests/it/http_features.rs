@@ -288,3 +288,58 @@ fn requests_pipelined_after_connection_close_are_not_ingested() {
         "a request after `Connection: close` was written to the WAL without any response: {unanswered:#?}"
     );
 }
+
+#[test]
+fn request_then_half_close_still_gets_its_response() {
+    let mut server = Server::start(Opts::default());
+    let mut c = server.client();
+    c.send(&encode_request("POST", "/webhooks/halfclose", &[], b"bye"))
+        .expect("send");
+    c.stream
+        .shutdown(std::net::Shutdown::Write)
+        .expect("shutdown(Write)");
+    let (id, _) = accepted(&c.read_response().expect("response after the client's FIN"));
+    c.assert_closed(Duration::from_secs(5));
+    server.stop();
+    find_event(&wal_inspect(&server.data_dir()), &id);
+}
+
+#[test]
+fn long_pipeline_of_posts_is_answered_in_order() {
+    let mut server = Server::start(Opts::default());
+    let mut c = server.client();
+    let n = 100;
+    let mut burst = Vec::new();
+    for i in 0..n {
+        let body = format!("pipelined body {i}");
+        burst.extend(encode_request(
+            "POST",
+            &format!("/webhooks/lp{}", i % 7),
+            &[],
+            body.as_bytes(),
+        ));
+    }
+    c.send(&burst).expect("send");
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let r = c
+            .read_response()
+            .unwrap_or_else(|e| panic!("response {i} of {n}: {e}"));
+        ids.push(accepted(&r).0);
+    }
+    server.stop();
+    let events = wal_inspect(&server.data_dir());
+    for (i, id) in ids.iter().enumerate() {
+        let e = find_event(&events, id);
+        assert_eq!(
+            e.source,
+            format!("lp{}", i % 7),
+            "response {i} answers another request"
+        );
+        assert_eq!(
+            e.body_sha256,
+            sha256_hex(format!("pipelined body {i}").as_bytes())
+        );
+    }
+    assert_eq!(events.len(), n);
+}

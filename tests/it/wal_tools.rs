@@ -265,3 +265,22 @@ fn damage_at_the_end_of_a_non_last_segment_is_corruption_not_a_torn_tail() {
         }
     }
 }
+
+#[test]
+fn inspect_and_verify_work_beside_a_running_server() {
+    let mut server = Server::start(Opts::default());
+    let id = server.ingest("/webhooks/live", b"live");
+    // An operator looks at the WAL of a running server.
+    let events = wal_inspect(&server.data_dir());
+    find_event(&events, &id);
+    let verify = wal_verify(&server.data_dir());
+    assert!(
+        verify.status.success(),
+        "{:?}\n{}",
+        verify.status,
+        verify.all()
+    );
+    // And the server is undisturbed.
+    accepted(&server.post("/webhooks/live", b"again"));
+    server.stop();
+}
