@@ -327,8 +327,6 @@ fn segments_roll_over_and_recover() {
 }
 
 #[test]
-#[ignore = "server bug: wal.segment_bytes has a fixed minimum of ~32.3 MiB (wal::MAX_RECORD_BYTES); \
-            the spec allows max_body_bytes + 1 MiB (min 1 MiB)"]
 fn small_segment_size_allowed_by_the_spec_is_accepted() {
     // Spec: segment_bytes >= max_body_bytes + 1 MiB, min 1 MiB.
     let config = "[server]\nmax_body_bytes = 65536\n[wal]\nsegment_bytes = 1114112\n";
@@ -397,8 +395,6 @@ fn library_reader_returns_identical_bodies_and_stored_headers() {
 }
 
 #[test]
-#[ignore = "server bug: no lock on the data dir; a second server on the same WAL starts, both \
-            acknowledge events, and the WAL ends up corrupt (all acknowledged events lost)"]
 fn second_server_on_the_same_data_dir_is_refused() {
     let mut a = Server::start(Opts::default());
     let second = Server::start_in(a.root(), Opts::default());

@@ -172,8 +172,6 @@ fn chunked_body_is_stored_byte_identical() {
 }
 
 #[test]
-#[ignore = "server bug: requests already read past max_pipeline_depth are not parsed until \
-            another socket event; the connection stalls and gets 408 at header_timeout"]
 fn pipelining_deeper_than_max_pipeline_depth_is_answered_fully() {
     let server = Server::start(Opts::config("[server]\nmax_pipeline_depth = 2\n"));
     // Ops requests (answered at once) and ingest requests (answered after the WAL).
@@ -268,8 +266,6 @@ fn idle_keep_alive_connection_is_closed_after_idle_timeout() {
 }
 
 #[test]
-#[ignore = "server bug: a request pipelined after a `Connection: close` POST is ingested into the WAL \
-            and then dropped unanswered"]
 fn requests_pipelined_after_connection_close_are_not_ingested() {
     let mut server = Server::start(Opts::default());
     let mut c = server.client();

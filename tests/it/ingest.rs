@@ -296,8 +296,6 @@ fn metrics_expose_the_contract_families() {
 }
 
 #[test]
-#[ignore = "server bug: a stored header over the WAL bounds (value > 8 KiB, > 32 fields) gets \
-            503 wal_unavailable + Retry-After: 1 (a permanent error reported as transient)"]
 fn oversized_stored_header_is_refused_as_a_client_error() {
     // User-Agent is a stored header; the WAL keeps at most 8 KiB per value, while the default
     // head limit (16 KiB) lets a 9 KB value through. The client must learn it is its fault
@@ -320,8 +318,6 @@ fn oversized_stored_header_is_refused_as_a_client_error() {
 }
 
 #[test]
-#[ignore = "server bug: a stored header over the WAL bounds (value > 8 KiB, > 32 fields) gets \
-            503 wal_unavailable + Retry-After: 1 (a permanent error reported as transient)"]
 fn many_repeated_stored_headers_are_refused_as_a_client_error() {
     // The WAL keeps at most 32 headers per event; 40 `X-Request-Id` fields fit the head limits.
     let server = Server::start(Opts::default());

@@ -497,7 +497,7 @@ pub fn segments(wal_dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_else(|e| panic!("read_dir {}: {e}", wal_dir.display()))
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| p.is_file())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "seg"))
         .collect();
     v.sort();
     v
