@@ -75,13 +75,7 @@ fn accepted_events_survive_restart_byte_identical() {
     let hi = unix_ms();
     server.stop();
 
-    let verify = wal_verify(&server.data_dir());
-    assert!(
-        verify.status.success(),
-        "wal verify after a clean stop: {:?}\n{}",
-        verify.status,
-        verify.all()
-    );
+    assert_wal_clean(&server.data_dir());
     let events = wal_inspect(&server.data_dir());
     assert_eq!(events.len(), cases.len(), "{events:#?}");
     assert_lsns_unique_and_ordered(&events);
@@ -230,13 +224,7 @@ fn sigkill_mid_burst_keeps_every_acknowledged_event() {
     server.restart();
     let after = server.ingest("/webhooks/after-crash", b"after");
     server.stop();
-    let verify = wal_verify(&server.data_dir());
-    assert!(
-        verify.status.success(),
-        "wal verify after crash + restart: {:?}\n{}",
-        verify.status,
-        verify.all()
-    );
+    assert_wal_clean(&server.data_dir());
     let events = wal_inspect(&server.data_dir());
     assert_lsns_unique_and_ordered(&events);
     let mut count: HashMap<&str, usize> = HashMap::new();
@@ -293,8 +281,7 @@ fn durability_os_mode_accepts_and_persists() {
             sha256_hex(format!("os {i}").as_bytes())
         );
     }
-    let verify = wal_verify(&server.data_dir());
-    assert!(verify.status.success(), "{}", verify.all());
+    assert_wal_clean(&server.data_dir());
 }
 
 #[test]
@@ -329,8 +316,7 @@ fn segments_roll_over_and_recover() {
     server.restart();
     let last = server.ingest("/webhooks/roll", b"last");
     server.stop();
-    let verify = wal_verify(&server.data_dir());
-    assert!(verify.status.success(), "{}", verify.all());
+    assert_wal_clean(&server.data_dir());
     let events = wal_inspect(&server.data_dir());
     assert_lsns_unique_and_ordered(&events);
     assert_eq!(events.len(), sent.len() + 1);

@@ -48,14 +48,23 @@ fn pipelined_posts_are_answered_in_order() {
     server.stop();
     // The i-th response belongs to the i-th request.
     let events = wal_inspect(&server.data_dir());
+    assert_answers_in_order(&events, &ids, |i| (format!("pipe{i}"), format!("body {i}")));
+}
+
+/// The `i`-th id answers the `i`-th request, whose (source, body) is `request(i)`.
+fn assert_answers_in_order(
+    events: &[WalEvent],
+    ids: &[String],
+    request: impl Fn(usize) -> (String, String),
+) {
     for (i, id) in ids.iter().enumerate() {
-        let e = find_event(&events, id);
+        let e = find_event(events, id);
+        let (source, body) = request(i);
         assert_eq!(
-            e.source,
-            format!("pipe{i}"),
+            e.source, source,
             "response {i} carries the id of another request"
         );
-        assert_eq!(e.body_sha256, sha256_hex(format!("body {i}").as_bytes()));
+        assert_eq!(e.body_sha256, sha256_hex(body.as_bytes()), "response {i}");
     }
 }
 
@@ -329,17 +338,8 @@ fn long_pipeline_of_posts_is_answered_in_order() {
     }
     server.stop();
     let events = wal_inspect(&server.data_dir());
-    for (i, id) in ids.iter().enumerate() {
-        let e = find_event(&events, id);
-        assert_eq!(
-            e.source,
-            format!("lp{}", i % 7),
-            "response {i} answers another request"
-        );
-        assert_eq!(
-            e.body_sha256,
-            sha256_hex(format!("pipelined body {i}").as_bytes())
-        );
-    }
+    assert_answers_in_order(&events, &ids, |i| {
+        (format!("lp{}", i % 7), format!("pipelined body {i}"))
+    });
     assert_eq!(events.len(), n);
 }

@@ -491,6 +491,17 @@ pub fn wal_verify(data_dir: &Path) -> CliOutput {
     run_cli(&["wal", "verify", "--data-dir", path_str(data_dir)])
 }
 
+/// Asserts that `sluice wal verify` exits 0.
+pub fn assert_wal_clean(data_dir: &Path) {
+    let v = wal_verify(data_dir);
+    assert!(
+        v.status.success(),
+        "wal verify: {:?}\n{}",
+        v.status,
+        v.all()
+    );
+}
+
 /// Segment files (`*.seg`) of `wal_dir`, sorted by name.
 pub fn segments(wal_dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = fs::read_dir(wal_dir)

@@ -64,13 +64,7 @@ fn assert_recovers_torn_tail(server: &mut Server, written: &[(String, Vec<u8>)])
     server.restart();
     let new_id = server.ingest("/webhooks/waltest", b"after the torn tail");
     server.stop();
-    let verify = wal_verify(&server.data_dir());
-    assert!(
-        verify.status.success(),
-        "wal verify after recovery: {:?}\n{}",
-        verify.status,
-        verify.all()
-    );
+    assert_wal_clean(&server.data_dir());
     let events = wal_inspect(&server.data_dir());
     let (kept, torn) = written.split_at(written.len() - 1);
     for (id, body) in kept {
@@ -200,13 +194,7 @@ fn mentions_offset(text: &str, segment: &str) -> bool {
 fn verify_and_inspect_on_a_clean_wal() {
     let mut server = Server::start(Opts::default());
     let written = write_events(&mut server, 3);
-    let verify = wal_verify(&server.data_dir());
-    assert!(
-        verify.status.success(),
-        "{:?}\n{}",
-        verify.status,
-        verify.all()
-    );
+    assert_wal_clean(&server.data_dir());
     let events = wal_inspect(&server.data_dir());
     assert_eq!(events.len(), 3);
     for (e, (id, body)) in events.iter().zip(&written) {
@@ -273,13 +261,7 @@ fn inspect_and_verify_work_beside_a_running_server() {
     // An operator looks at the WAL of a running server.
     let events = wal_inspect(&server.data_dir());
     find_event(&events, &id);
-    let verify = wal_verify(&server.data_dir());
-    assert!(
-        verify.status.success(),
-        "{:?}\n{}",
-        verify.status,
-        verify.all()
-    );
+    assert_wal_clean(&server.data_dir());
     // And the server is undisturbed.
     accepted(&server.post("/webhooks/live", b"again"));
     server.stop();
