@@ -409,10 +409,11 @@ fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError
             crate::wal::MAX_BODY_BYTES as u64,
         )?,
         max_head_bytes,
+        // Default: 8 KiB, or the head limit if smaller (the target is part of the head).
         max_uri_bytes: ranged(
             "server.max_uri_bytes",
             r.max_uri_bytes,
-            8 * 1024,
+            (8 * 1024).min(max_head_bytes),
             64,
             max_head_bytes,
         )?,
@@ -701,6 +702,12 @@ mod tests {
             .unwrap_err()
             .0
             .contains("wal.segment_bytes"));
+    }
+
+    #[test]
+    fn uri_limit_defaults_within_a_small_head_limit() {
+        let c = build("[server]\nmax_head_bytes = 1024\n", &no_env).unwrap();
+        assert_eq!(c.server.max_uri_bytes, 1024);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //!   its own bounded connection table, per-core metrics and source-bucket cache.
 //! - [`state`] is the little shared state: lifecycle phase and the handles every worker needs.
 
+pub mod backlog;
 pub mod runtime;
 pub mod state;
 pub mod worker;
