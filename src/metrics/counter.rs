@@ -77,6 +77,7 @@ label_enum!(
     Dimension {
         Ingest => "ingest",
         Circuit => "circuit",
+        Destination => "destination",
     }
 );
 
@@ -89,6 +90,7 @@ label_enum!(
         FailFast => "fail_fast",
         HalfOpenProbe => "half_open_probe",
         Closed => "closed",
+        Paused => "paused",
     }
 );
 
@@ -119,6 +121,7 @@ const CONTRACT_PAIRS: &[(Dimension, Action)] = &[
     (Dimension::Circuit, Action::FailFast),
     (Dimension::Circuit, Action::HalfOpenProbe),
     (Dimension::Circuit, Action::Closed),
+    (Dimension::Destination, Action::Paused),
 ];
 
 /// Status codes with their own `status` label value; anything else is `status="other"`.

@@ -340,6 +340,7 @@ harn_backpressure_events_total{action=\"opened\",dimension=\"circuit\"} 0
 harn_backpressure_events_total{action=\"fail_fast\",dimension=\"circuit\"} 0
 harn_backpressure_events_total{action=\"half_open_probe\",dimension=\"circuit\"} 0
 harn_backpressure_events_total{action=\"closed\",dimension=\"circuit\"} 0
+harn_backpressure_events_total{action=\"paused\",dimension=\"destination\"} 0
 # HELP sluice_http_requests_total HTTP requests answered, by route and status.
 # TYPE sluice_http_requests_total counter
 sluice_http_requests_total{route=\"webhook\",status=\"202\"} 2
