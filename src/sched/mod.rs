@@ -6,6 +6,7 @@
 //! - [`state`] is the little shared state: lifecycle phase and the handles every worker needs.
 
 pub mod backlog;
+pub mod placement;
 pub mod runtime;
 pub mod state;
 pub mod worker;

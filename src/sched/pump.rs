@@ -1,0 +1,408 @@
+//! The pump: reads committed events from the WAL, admits at most `max_outstanding` of them to
+//! their destinations' owner cores, collects outcomes, and makes them durable.
+//!
+//! Cursor semantics (DESIGN.md, "Where sluice goes further"): the durable cursor means *done*,
+//! the lowest LSN without a recorded outcome. Nothing is ever acknowledged at admission: an
+//! event becomes done only when its `Done` record (delivered, dead-lettered, or "no handler") is
+//! durable. After a crash, recovery rebuilds the pending set from the log (events minus `Done`
+//! entries, with the latest `Retry` schedule applied) and the pump delivers those again: at
+//! least once, with the same event id.
+//!
+//! Backpressure: when `max_outstanding` jobs are out, the pump stops reading the WAL; its read
+//! position stays, committed events accumulate, the [`Backlog`](crate::sched::backlog::Backlog)
+//! fills, and ingest starts refusing with `queue_full`. Bounds: jobs out ≤ `max_outstanding`;
+//! outcome records waiting to be written ≤ one `Done` record (≤ 4096 entries) per turn plus one
+//! `Retry` record per outcome received; DLQ entries waiting for room (DLQ full) count as
+//! outstanding, so a full DLQ also stops the pump.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_utils::sync::{Parker, Unparker};
+use mio::Waker;
+
+use crate::dispatch::dlq::{DlqEntry, DlqError, DlqReason, DlqStore};
+use crate::dispatch::job::{Job, JobOutcome};
+use crate::ring;
+use crate::sched::state::{Phase, Shared};
+use crate::sched::worker::Completion;
+use crate::sync::clock::unix_millis;
+use crate::wal::{
+    AppendOutcome, AppendRequest, CompletionSink, DispatchRecovery, DoneEntry, DoneRecord, DoneStatus, Lsn,
+    Record, RetryRecord, WalTail,
+};
+
+/// Most entries in one `Done` record.
+pub const MAX_DONE_ENTRIES: usize = 4096;
+/// How long the pump sleeps when there is nothing to do (it is also woken by every outcome and
+/// every durable ingest batch).
+const IDLE_PARK: Duration = Duration::from_millis(5);
+/// How often a DLQ write refused for lack of room is retried.
+const DLQ_RETRY_EVERY_MS: u64 = 1000;
+
+/// The writer's handle on the pump: completions of the pump's own records.
+#[derive(Debug)]
+pub struct PumpSink {
+    pub tx: ring::Sender<Completion>,
+    pub unparker: Unparker,
+}
+
+impl CompletionSink for PumpSink {
+    fn complete(&mut self, ticket: u64, outcome: AppendOutcome) {
+        // Cannot be full: the pump never has more records in flight than this ring's capacity.
+        let _ = self.tx.try_push(Completion { ticket, outcome });
+    }
+    fn notify(&mut self) {
+        self.unparker.unpark();
+    }
+}
+
+/// What the pump needs to talk to the rest of the runtime.
+#[derive(Debug)]
+pub struct PumpLinks {
+    /// One job ring per worker (capacity ≥ `max_outstanding`).
+    pub job_txs: Vec<ring::Sender<Job>>,
+    pub worker_wakers: Vec<Arc<Waker>>,
+    pub outcomes: ring::Receiver<JobOutcome>,
+    pub wal_tx: ring::Sender<AppendRequest>,
+    pub wal_unparker: Unparker,
+    pub completions: ring::Receiver<Completion>,
+    pub parker: Parker,
+    /// Set by the runtime once every worker has exited: flush and stop.
+    pub workers_done: Arc<AtomicBool>,
+    /// This producer's index in the writer's sinks.
+    pub producer: usize,
+    /// Capacity of `completions`: the most records the pump has in flight to the WAL.
+    pub max_records_in_flight: usize,
+}
+
+/// An event the pump admitted and has not yet seen made done.
+#[derive(Debug, Clone)]
+struct Live {
+    cost: u64,
+    received_at_ms: u64,
+    outstanding: bool,
+}
+
+/// The pump thread's state.
+#[derive(Debug)]
+pub struct Pump {
+    shared: Arc<Shared>,
+    links: PumpLinks,
+    tail: WalTail,
+    dlq: DlqStore,
+    /// Events pending at start-up (by LSN, up to `recovered_upto`), with their retry schedule.
+    recovered: DispatchRecovery,
+    live: BTreeMap<Lsn, Live>,
+    outstanding: usize,
+    max_outstanding: usize,
+    /// A job admitted while its core's ring was full (cannot happen with the ring sized to
+    /// `max_outstanding`; kept for robustness).
+    stashed: Option<(usize, Job)>,
+    done_queue: Vec<DoneEntry>,
+    retry_queue: VecDeque<RetryRecord>,
+    /// Dead letters the DLQ refused (full); retried every second; still outstanding.
+    dlq_waiting: VecDeque<(DlqEntry, u32)>,
+    dlq_retry_at_ms: u64,
+    /// Records written and not yet durable: ticket → the done entries they carry.
+    in_flight: HashMap<u64, Vec<DoneEntry>>,
+    seq: u64,
+    drained_since_tick: u64,
+    tick_at_ms: u64,
+}
+
+impl Pump {
+    pub fn new(
+        shared: Arc<Shared>,
+        links: PumpLinks,
+        tail: WalTail,
+        dlq: DlqStore,
+        recovered: DispatchRecovery,
+    ) -> Pump {
+        let max_outstanding = shared.config.pump.max_outstanding;
+        Pump {
+            shared,
+            links,
+            tail,
+            dlq,
+            recovered,
+            live: BTreeMap::new(),
+            outstanding: 0,
+            max_outstanding,
+            stashed: None,
+            done_queue: Vec::new(),
+            retry_queue: VecDeque::new(),
+            dlq_waiting: VecDeque::new(),
+            dlq_retry_at_ms: 0,
+            in_flight: HashMap::new(),
+            seq: 0,
+            drained_since_tick: 0,
+            tick_at_ms: unix_millis(),
+        }
+    }
+
+    /// Runs until the runtime says the workers are done and everything is flushed.
+    pub fn run(mut self) {
+        loop {
+            let now_ms = unix_millis();
+            let mut busy = self.drain_completions();
+            busy |= self.drain_outcomes(now_ms);
+            self.retry_dead_letters(now_ms);
+            if self.shared.phase() != Phase::Draining {
+                busy |= self.admit(now_ms);
+            }
+            busy |= self.flush_records();
+            self.tick(now_ms);
+            if self.links.workers_done.load(Ordering::Acquire)
+                && self.links.outcomes.is_empty()
+                && self.done_queue.is_empty()
+                && self.retry_queue.is_empty()
+                && self.in_flight.is_empty()
+            {
+                return;
+            }
+            if !busy {
+                self.links.parker.park_timeout(IDLE_PARK);
+            }
+        }
+    }
+
+    /// The lowest LSN without a durable outcome (the done cursor), as far as the pump knows.
+    pub fn done_cursor(&self) -> Lsn {
+        self.live.keys().next().copied().unwrap_or_else(|| self.tail.position())
+    }
+
+    // ----- admission --------------------------------------------------------------------------
+
+    /// Reads committed events and admits them while there is room. Returns true if it did work.
+    fn admit(&mut self, now_ms: u64) -> bool {
+        let mut worked = false;
+        if let Some((core, job)) = self.stashed.take() {
+            if let Err(job) = self.send(core, job) {
+                self.stashed = Some((core, job));
+                return false;
+            }
+            worked = true;
+        }
+        let durable = self.shared.wal.durable_lsn();
+        while self.outstanding < self.max_outstanding && self.done_queue.len() < MAX_DONE_ENTRIES {
+            let (lsn, record) = match self.tail.next(durable) {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    // The log below the durable LSN is unreadable: stop admitting (events stay
+                    // pending and are retried after a restart) and say so.
+                    eprintln!("sluice: pump: reading the WAL failed: {e}");
+                    break;
+                }
+            };
+            worked = true;
+            let Record::Event(event) = record else { continue };
+            let (attempt, due_at_ms) = if lsn < self.recovered.next_lsn {
+                match self.recovered.pending.remove(&lsn) {
+                    Some(meta) => (meta.next_attempt.max(1), meta.due_at_ms),
+                    None => continue, // done before the restart
+                }
+            } else {
+                (1, 0)
+            };
+            let cost = crate::wal::event_cost(&event);
+            let trigger = self.shared.config.triggers.iter().find(|t| t.id == event.trigger_id);
+            let dest = trigger.and_then(|t| t.handler);
+            let received_at_ms = event.received_at_ms;
+            let Some(dest) = dest else {
+                // No handler: stored and done at once.
+                self.live.insert(lsn, Live { cost, received_at_ms, outstanding: false });
+                self.done_queue.push(DoneEntry { event_lsn: lsn, status: DoneStatus::NoHandler, attempts: 0 });
+                continue;
+            };
+            self.live.insert(lsn, Live { cost, received_at_ms, outstanding: true });
+            self.outstanding += 1;
+            let core = crate::sched::placement::owner_core(
+                &self.shared.config.destinations[dest].uri,
+                self.links.job_txs.len(),
+            );
+            let job = Job { lsn, event, dest, attempt, due_at_ms };
+            if let Err(job) = self.send(core, job) {
+                self.stashed = Some((core, job));
+                break;
+            }
+        }
+        let _ = now_ms;
+        worked
+    }
+
+    fn send(&mut self, core: usize, job: Job) -> Result<(), Job> {
+        match self.links.job_txs[core].try_push(job) {
+            Ok(()) => {
+                let _ = self.links.worker_wakers[core].wake();
+                Ok(())
+            }
+            Err(e) => Err(e.into_inner()),
+        }
+    }
+
+    // ----- outcomes ---------------------------------------------------------------------------
+
+    fn drain_outcomes(&mut self, now_ms: u64) -> bool {
+        let mut worked = false;
+        while let Some(outcome) = self.links.outcomes.try_pop() {
+            worked = true;
+            match outcome {
+                JobOutcome::Delivered { lsn, attempts, .. } => {
+                    self.finish(lsn);
+                    self.done_queue.push(DoneEntry { event_lsn: lsn, status: DoneStatus::Delivered, attempts });
+                }
+                JobOutcome::RetryScheduled { lsn, next_attempt, due_at_ms, last_error } => {
+                    self.retry_queue.push_back(RetryRecord { event_lsn: lsn, next_attempt, due_at_ms, last_error });
+                }
+                JobOutcome::DeadLetter { job, reason, attempts, last_error } => {
+                    let entry = DlqEntry {
+                        id: job.event.event_id.clone(),
+                        event_lsn: job.lsn,
+                        destination: self.shared.config.destinations[job.dest].uri.clone(),
+                        reason,
+                        attempts,
+                        last_error,
+                        dead_lettered_at_ms: now_ms,
+                        event: job.event,
+                    };
+                    self.dead_letter(entry, attempts, now_ms);
+                }
+            }
+        }
+        worked
+    }
+
+    /// Writes the DLQ entry (durably), then queues the `Done` entry. A full DLQ keeps the event
+    /// outstanding and retries later: never dropped, and it holds back admission.
+    fn dead_letter(&mut self, entry: DlqEntry, attempts: u32, now_ms: u64) {
+        match self.dlq.put(&entry) {
+            Ok(()) => {
+                let lsn = entry.event_lsn;
+                self.shared.metrics_dispatch.observe_accepted_to_dlq(
+                    entry.reason,
+                    now_ms.saturating_sub(entry.event.received_at_ms),
+                );
+                self.finish(lsn);
+                self.done_queue.push(DoneEntry { event_lsn: lsn, status: DoneStatus::DeadLettered, attempts });
+            }
+            Err(DlqError::Full) => {
+                if self.dlq_waiting.is_empty() {
+                    self.dlq_retry_at_ms = now_ms + DLQ_RETRY_EVERY_MS;
+                }
+                self.dlq_waiting.push_back((entry, attempts));
+            }
+            Err(e) => {
+                eprintln!("sluice: pump: writing DLQ entry {} failed: {e}; retrying", entry.id);
+                if self.dlq_waiting.is_empty() {
+                    self.dlq_retry_at_ms = now_ms + DLQ_RETRY_EVERY_MS;
+                }
+                self.dlq_waiting.push_back((entry, attempts));
+            }
+        }
+    }
+
+    fn retry_dead_letters(&mut self, now_ms: u64) {
+        if self.dlq_waiting.is_empty() || now_ms < self.dlq_retry_at_ms {
+            return;
+        }
+        let waiting = std::mem::take(&mut self.dlq_waiting);
+        for (entry, attempts) in waiting {
+            self.dead_letter(entry, attempts, now_ms);
+        }
+        self.dlq_retry_at_ms = now_ms + DLQ_RETRY_EVERY_MS;
+    }
+
+    /// A terminal outcome arrived: the job no longer counts against `max_outstanding`.
+    fn finish(&mut self, lsn: Lsn) {
+        if let Some(l) = self.live.get_mut(&lsn) {
+            if std::mem::replace(&mut l.outstanding, false) {
+                self.outstanding -= 1;
+            }
+        }
+    }
+
+    // ----- records ----------------------------------------------------------------------------
+
+    /// Sends queued `Done` and `Retry` records to the WAL writer. Returns true if it did work.
+    fn flush_records(&mut self) -> bool {
+        let mut worked = false;
+        while self.in_flight.len() < self.links.max_records_in_flight {
+            let (record, entries) = if !self.done_queue.is_empty() {
+                let n = self.done_queue.len().min(MAX_DONE_ENTRIES);
+                let entries: Vec<DoneEntry> = self.done_queue.drain(..n).collect();
+                (Record::Done(DoneRecord { entries: entries.clone() }), entries)
+            } else if let Some(r) = self.retry_queue.pop_front() {
+                (Record::Retry(r), Vec::new())
+            } else {
+                break;
+            };
+            self.seq += 1;
+            let ticket = self.seq;
+            let req = AppendRequest { worker: self.links.producer, ticket, record };
+            match self.links.wal_tx.try_push(req) {
+                Ok(()) => {
+                    self.in_flight.insert(ticket, entries);
+                    self.links.wal_unparker.unpark();
+                    worked = true;
+                }
+                Err(e) => {
+                    // Ring full (ingest is busy) or closed: put it back and try next turn.
+                    match e.into_inner().record {
+                        Record::Done(d) => {
+                            let mut back = d.entries;
+                            back.append(&mut self.done_queue);
+                            self.done_queue = back;
+                        }
+                        Record::Retry(r) => self.retry_queue.push_front(r),
+                        Record::Event(_) => {}
+                    }
+                    break;
+                }
+            }
+        }
+        worked
+    }
+
+    /// Durable records: release the backlog for the events they made done.
+    fn drain_completions(&mut self) -> bool {
+        let mut worked = false;
+        while let Some(c) = self.links.completions.try_pop() {
+            worked = true;
+            let Some(entries) = self.in_flight.remove(&c.ticket) else { continue };
+            match c.outcome {
+                AppendOutcome::Durable { .. } => {
+                    let (mut n, mut bytes) = (0u64, 0u64);
+                    for e in &entries {
+                        if let Some(l) = self.live.remove(&e.event_lsn) {
+                            n += 1;
+                            bytes += l.cost;
+                        }
+                    }
+                    self.shared.backlog.release_many(n, bytes);
+                    self.drained_since_tick += n;
+                }
+                AppendOutcome::Unavailable => {
+                    // Not durable: write them again (the WAL is retrying its disk).
+                    self.done_queue.extend(entries);
+                }
+            }
+        }
+        worked
+    }
+
+    /// Once a second: drain rate and the live gauges.
+    fn tick(&mut self, now_ms: u64) {
+        if now_ms < self.tick_at_ms + 1000 {
+            return;
+        }
+        let elapsed = (now_ms - self.tick_at_ms) as f64 / 1000.0;
+        self.shared.backlog.record_drained(std::mem::take(&mut self.drained_since_tick), elapsed);
+        self.tick_at_ms = now_ms;
+        let oldest = self.live.values().map(|l| l.received_at_ms).min();
+        self.shared.metrics_dispatch.set_pump(self.outstanding as u64, oldest, self.done_cursor());
+    }
+}
