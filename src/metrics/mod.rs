@@ -9,6 +9,7 @@
 //! Counters here use `std` atomics with `Relaxed` ordering and bypass the `crate::sync` shim.
 
 pub mod counter;
+pub mod dispatch;
 pub mod prom;
 
 pub use counter::{

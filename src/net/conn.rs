@@ -60,6 +60,8 @@ pub struct PendingIngest {
     /// Index into the worker's per-source refusal accounting.
     pub source: std::sync::Arc<crate::ingest::sources::SourceEntry>,
     pub keep_alive: bool,
+    /// The share of the durable backlog reserved for this event (released if it fails).
+    pub cost: u64,
 }
 
 /// A client connection owned by one worker.

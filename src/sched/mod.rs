@@ -7,6 +7,7 @@
 
 pub mod backlog;
 pub mod placement;
+pub mod pump;
 pub mod runtime;
 pub mod state;
 pub mod worker;

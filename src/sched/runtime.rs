@@ -27,7 +27,12 @@ use crate::ingest::sources::SourceTable;
 use crate::metrics::Metrics;
 use crate::ring;
 use crate::sched::state::{Phase, Shared};
-use crate::sched::worker::Worker;
+use crate::dispatch::dlq::DlqStore;
+use crate::metrics::dispatch::DispatchMetrics;
+use crate::sched::backlog::Backlog;
+use crate::sched::pump::{Pump, PumpLinks, PumpSink};
+use crate::sched::worker::{DispatchLinks, Worker};
+use crate::wal::WalTail;
 use crate::sync::clock::{Clock, MonotonicClock};
 use crate::wal::{self, CompletionSink, Durability, WalConfig, WalShared, WritePath};
 
@@ -114,6 +119,33 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         }
     );
 
+    let recovered = wal::recover_dispatch(&config.wal_dir()).map_err(RuntimeError::Wal)?;
+    eprintln!(
+        "sluice: {} events pending delivery, done cursor at lsn {}",
+        recovered.pending.len(),
+        recovered.done_cursor
+    );
+    let backlog = Arc::new(Backlog::new(
+        config.dispatch.max_pending_events,
+        config.dispatch.max_pending_bytes,
+        config.dispatch.saturated_high,
+        config.dispatch.saturated_low,
+    ));
+    backlog.preload(
+        recovered.pending.len() as u64,
+        recovered.pending.values().map(|m| m.bytes).sum(),
+    );
+    let dlq = DlqStore::open(&config.server.data_dir.join("dlq"), config.dispatch.max_dlq_entries)
+        .map_err(|e| RuntimeError::Config(format!("dead-letter queue: {e}")))?;
+    let tail = WalTail::open(&config.wal_dir(), recovered.done_cursor).map_err(RuntimeError::Wal)?;
+    let metrics_dispatch = Arc::new(DispatchMetrics::new(
+        &config
+            .destinations
+            .iter()
+            .map(|d| (d.uri.clone(), d.max_in_flight as u64))
+            .collect::<Vec<_>>(),
+    ));
+
     let (ring_tx, ring_rx) = ring::channel(config.wal.ring_capacity);
     let parker = Parker::new();
     let unparker = parker.unparker().clone();
@@ -135,7 +167,19 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         sources,
         wal_shared.clone(),
         Arc::new(Metrics::new(config.server.workers)),
+        backlog,
+        metrics_dispatch,
     ));
+
+    // Pump links: a job ring per worker (never full: the pump has at most max_outstanding
+    // jobs out), one outcome ring, and the pump's own completion ring for its records.
+    let max_outstanding = config.pump.max_outstanding;
+    let pump_parker = Parker::new();
+    let pump_unparker = pump_parker.unparker().clone();
+    let (outcome_tx, outcome_rx) = ring::channel(2 * max_outstanding + 64);
+    let pump_records = 64;
+    let (pump_ctx, pump_crx) = ring::channel(pump_records);
+    let mut job_txs = Vec::new();
 
     // Listeners: the first resolves the port (it may be 0), the others share it.
     let first = bind_reuseport(config.server.listen)
@@ -153,6 +197,9 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         } else {
             bind_reuseport(addr).map_err(io_err(format!("binding {addr}")))?
         };
+        let (job_tx, job_rx) = ring::channel(max_outstanding);
+        job_txs.push(job_tx);
+        let links = DispatchLinks { jobs: job_rx, outcomes: outcome_tx.clone(), pump: pump_unparker.clone() };
         let (w, sink, waker) = Worker::new(
             id,
             listener,
@@ -160,6 +207,7 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
             ring_tx.clone(),
             unparker.clone(),
             hard_stop.clone(),
+            links,
         )
         .map_err(io_err("creating a worker"))?;
         workers.push(w);
@@ -167,9 +215,35 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         wakers.push(waker);
     }
     drop(first);
+    drop(outcome_tx);
+    let pump_producer = sinks.len();
+    sinks.push(Box::new(PumpSink { tx: pump_ctx, unparker: pump_unparker.clone() }));
 
     let writer = wal::spawn_writer(log, ring_rx, parker, sinks, wal_shared)
         .map_err(io_err("starting the WAL writer"))?;
+    let workers_done = Arc::new(AtomicBool::new(false));
+    let pump = Pump::new(
+        shared.clone(),
+        PumpLinks {
+            job_txs,
+            worker_wakers: wakers.clone(),
+            outcomes: outcome_rx,
+            wal_tx: ring_tx.clone(),
+            wal_unparker: unparker.clone(),
+            completions: pump_crx,
+            parker: pump_parker,
+            workers_done: workers_done.clone(),
+            producer: pump_producer,
+            max_records_in_flight: pump_records,
+        },
+        tail,
+        dlq,
+        recovered,
+    );
+    let pump = std::thread::Builder::new()
+        .name("sluice-pump".into())
+        .spawn(move || pump.run())
+        .map_err(io_err("starting the pump"))?;
     let mut handles: Vec<JoinHandle<()>> = Vec::new();
     for w in workers {
         let h = std::thread::Builder::new()
@@ -194,6 +268,10 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
             died = Some("sluice-wal-writer");
             break;
         }
+        if pump.is_finished() {
+            died = Some("sluice-pump");
+            break;
+        }
     }
 
     shared.set_phase(Phase::Draining);
@@ -214,6 +292,19 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     }
     for h in handles {
         let _ = h.join();
+    }
+    // The pump writes the outcomes the workers reported, waits for them to be durable, exits.
+    workers_done.store(true, Ordering::Release);
+    pump_unparker.unpark();
+    let pump_deadline = Instant::now() + Duration::from_secs(5);
+    while !pump.is_finished() && Instant::now() < pump_deadline {
+        std::thread::sleep(Duration::from_millis(5));
+        pump_unparker.unpark();
+    }
+    if pump.is_finished() {
+        let _ = pump.join();
+    } else {
+        eprintln!("sluice: the pump did not finish flushing outcomes; those events stay pending");
     }
     ring_tx.close();
     unparker.unpark();
@@ -256,5 +347,6 @@ pub fn render_metrics(shared: &Shared, ring_depth: usize) -> String {
         );
         shared.wal.render_prometheus(w.buffer_mut());
         shared.sources.render_prometheus(w);
+        shared.metrics_dispatch.render(w, crate::sync::clock::unix_millis(), shared.backlog.pending_events());
     })
 }

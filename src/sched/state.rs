@@ -7,7 +7,9 @@ use crate::config::Config;
 use crate::ingest::bucket::Admission;
 use crate::ingest::router::Router;
 use crate::ingest::sources::SourceTable;
+use crate::metrics::dispatch::DispatchMetrics;
 use crate::metrics::Metrics;
+use crate::sched::backlog::Backlog;
 use crate::sync::clock::Clock;
 use crate::wal::WalShared;
 
@@ -31,6 +33,9 @@ pub struct Shared {
     pub sources: Arc<SourceTable>,
     pub wal: Arc<WalShared>,
     pub metrics: Arc<Metrics>,
+    /// The durable-queue bound (ingest reserves, the pump releases).
+    pub backlog: Arc<Backlog>,
+    pub metrics_dispatch: Arc<DispatchMetrics>,
     // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
     // loop turn. `Relaxed` is enough: the phase carries no data with it, and a worker that sees
     // `Draining` one turn late only delays its drain by one poll timeout.
@@ -47,6 +52,8 @@ impl Shared {
         sources: Arc<SourceTable>,
         wal: Arc<WalShared>,
         metrics: Arc<Metrics>,
+        backlog: Arc<Backlog>,
+        metrics_dispatch: Arc<DispatchMetrics>,
     ) -> Shared {
         Shared {
             config,
@@ -56,6 +63,8 @@ impl Shared {
             sources,
             wal,
             metrics,
+            backlog,
+            metrics_dispatch,
             phase: AtomicU8::new(Phase::Starting as u8),
         }
     }
@@ -78,6 +87,7 @@ impl Shared {
             Phase::Starting => Some("starting"),
             Phase::Draining => Some("draining"),
             Phase::Ready if !self.wal.is_healthy() => Some("wal_unavailable"),
+            Phase::Ready if self.backlog.is_saturated() => Some("saturated"),
             Phase::Ready => None,
         }
     }

@@ -22,6 +22,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_utils::sync::Unparker;
+
+use crate::dispatch::deliver::{Dispatcher, CLIENT_TOKEN_BASE};
+use crate::dispatch::job::{Job, JobOutcome};
+use crate::metrics::dispatch::CoreDispatchMetrics;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
@@ -86,6 +90,14 @@ impl CompletionSink for WorkerSink {
     }
 }
 
+/// A worker's links to the pump.
+#[derive(Debug)]
+pub struct DispatchLinks {
+    pub jobs: ring::Receiver<Job>,
+    pub outcomes: ring::Sender<JobOutcome>,
+    pub pump: Unparker,
+}
+
 /// A worker before it runs: created on the main thread so that bind errors surface at startup.
 #[derive(Debug)]
 pub struct Worker {
@@ -114,6 +126,15 @@ pub struct Worker {
     dates: DateCache,
     /// The `Date` header value, refreshed once per loop turn.
     date: String,
+    /// Delivery to the destinations this core owns.
+    dispatcher: Dispatcher,
+    /// Backlog reservations of appends whose connection closed before the completion came
+    /// (ticket → cost). At most `max_outstanding` entries (appends in flight).
+    orphans: std::collections::HashMap<u64, u64>,
+    /// Jobs from the pump (capacity `max_outstanding`: never full).
+    jobs: ring::Receiver<Job>,
+    /// Wakes the pump (new durable events, outcomes).
+    pump: Unparker,
 }
 
 impl Worker {
@@ -125,6 +146,7 @@ impl Worker {
         ring_tx: ring::Sender<AppendRequest>,
         unparker: Unparker,
         hard_stop: Arc<AtomicBool>,
+        dispatch: DispatchLinks,
     ) -> io::Result<(Worker, WorkerSink, Arc<Waker>)> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -140,6 +162,16 @@ impl Worker {
             max_body_bytes: cfg.server.max_body_bytes,
             ..http::Limits::default()
         };
+        let dispatcher = Dispatcher::new(
+            id,
+            shared.config.clone(),
+            dispatch.outcomes,
+            dispatch.pump.clone(),
+            CoreDispatchMetrics {
+                core: shared.metrics.core(id),
+                shared: shared.metrics_dispatch.clone(),
+            },
+        );
         let worker = Worker {
             id,
             poll,
@@ -164,6 +196,10 @@ impl Worker {
             scratch: vec![0u8; crate::net::conn::READ_CHUNK].into_boxed_slice(),
             dates: DateCache::default(),
             date: String::new(),
+            dispatcher,
+            orphans: std::collections::HashMap::new(),
+            jobs: dispatch.jobs,
+            pump: dispatch.pump,
         };
         let sink = WorkerSink {
             tx: ctx,
@@ -190,11 +226,15 @@ impl Worker {
         let mut events = Events::with_capacity(1024);
         let mut last_sweep = self.now();
         loop {
-            let timeout = if self.offer_waiters.is_empty() {
+            let mut timeout = if self.offer_waiters.is_empty() {
                 SWEEP_EVERY
             } else {
                 OFFER_RETRY
             };
+            if let Some(at) = self.dispatcher.next_deadline() {
+                let wait = Duration::from_nanos(at.saturating_sub(self.now()));
+                timeout = timeout.min(wait.max(Duration::from_millis(1)));
+            }
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     eprintln!("sluice: worker {}: poll failed: {e}", self.id);
@@ -206,6 +246,12 @@ impl Worker {
                 match ev.token() {
                     LISTENER => self.accept_all(),
                     WAKER => {}
+                    Token(t) if t >= CLIENT_TOKEN_BASE => {
+                        let now = self.now();
+                        let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                        let writable = ev.is_writable() || ev.is_error();
+                        self.dispatcher.on_ready(Token(t), readable, writable, now, self.poll.registry());
+                    }
                     Token(i) => {
                         if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
                             if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
@@ -222,6 +268,11 @@ impl Worker {
             self.drain_completions();
             self.retry_offers();
             let now = self.now();
+            let draining = self.shared.phase() == Lifecycle::Draining;
+            while let Some(job) = self.jobs.try_pop() {
+                self.dispatcher.accept(job, now, self.poll.registry(), draining);
+            }
+            self.dispatcher.on_tick(now, self.poll.registry(), draining);
             if now.saturating_sub(last_sweep) >= SWEEP_EVERY.as_nanos() as u64 {
                 last_sweep = now;
                 self.sweep(now);
@@ -306,6 +357,17 @@ impl Worker {
     fn close(&mut self, idx: usize) {
         if let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut c.stream);
+            // Backlog reservations of events that will never be offered are returned now; those
+            // already with the writer are settled when their completion arrives.
+            for slot in &c.slots {
+                if let Slot::Ingest(p) = slot {
+                    if p.offer.is_some() {
+                        self.shared.backlog.release(p.cost);
+                    } else {
+                        self.orphans.insert(p.ticket, p.cost);
+                    }
+                }
+            }
             self.free.push(idx);
             self.open -= 1;
             self.metrics.set_connections_open(self.open as u64);
@@ -671,20 +733,31 @@ impl Worker {
         }
         self.metrics.incr_ingest(true);
         let received_at_ms = unix_millis();
+        let event = EventRecord {
+            event_id: String::new(),
+            trigger_id: trigger_id.clone(),
+            source,
+            received_at_ms,
+            headers,
+            body,
+            replay_of: None,
+        };
+        // The durable backlog bound: reserved now, released by the pump once the event is
+        // done, or below if the append fails.
+        let cost = wal::event_cost(&event);
+        if let Err(retry_after) = self.shared.backlog.try_reserve(cost) {
+            entry.count_refusal(Refusal::QueueFull);
+            self.refuse(idx, Refusal::QueueFull, retry_after, keep_alive);
+            return;
+        }
         let event_id = self.ids.next(received_at_ms);
+        let event = EventRecord { event_id: event_id.clone(), ..event };
         self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
         let ticket = ((idx as u64) << TICKET_SEQ_BITS) | self.seq;
         let request = AppendRequest {
             worker: self.id,
             ticket,
-            event: EventRecord {
-                event_id: event_id.clone(),
-                trigger_id: trigger_id.clone(),
-                source,
-                received_at_ms,
-                headers,
-                body,
-            },
+            record: wal::Record::Event(event),
         };
         let pending = PendingIngest {
             ticket,
@@ -694,6 +767,7 @@ impl Worker {
             trigger_id,
             source: entry,
             keep_alive,
+            cost,
         };
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
@@ -774,6 +848,7 @@ impl Worker {
             }
             Err(reason) => {
                 p.source.count_refusal(reason);
+                self.shared.backlog.release(p.cost);
                 (503, refused_body(reason, 1), Some("1"))
             }
         };
@@ -816,6 +891,14 @@ impl Worker {
         let mut touched: Vec<usize> = Vec::new();
         while let Some(c) = self.completions.try_pop() {
             self.outstanding -= 1;
+            if let Some(cost) = self.orphans.remove(&c.ticket) {
+                // Its connection is gone: nobody to answer, but the backlog must be right.
+                match c.outcome {
+                    AppendOutcome::Durable { .. } => self.pump.unpark(),
+                    AppendOutcome::Unavailable => self.shared.backlog.release(cost),
+                }
+                continue;
+            }
             let idx = (c.ticket >> TICKET_SEQ_BITS) as usize;
             let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
                 continue;
@@ -826,7 +909,11 @@ impl Worker {
                 .position(|s| matches!(s, Slot::Ingest(p) if p.ticket == c.ticket));
             let Some(pos) = pos else { continue };
             let result = match c.outcome {
-                AppendOutcome::Durable { .. } => Ok(()),
+                AppendOutcome::Durable { .. } => {
+                    // A new committed event for the pump to read.
+                    self.pump.unpark();
+                    Ok(())
+                }
                 AppendOutcome::Unavailable => Err(Refusal::WalUnavailable),
             };
             self.finish_slot(idx, pos, result);
@@ -918,6 +1005,7 @@ impl Worker {
         }
         let started = self.draining_since.unwrap_or(now);
         let limit = self.shared.config.server.shutdown_timeout.as_nanos() as u64;
-        (self.open == 0 && self.outstanding == 0) || now.saturating_sub(started) > limit
+        let quiet = self.open == 0 && self.outstanding == 0 && self.dispatcher.in_flight() == 0;
+        quiet || now.saturating_sub(started) > limit
     }
 }

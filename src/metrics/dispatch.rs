@@ -1,0 +1,229 @@
+//! Dispatch metrics: per-destination gauges and counters, delivery latency, the pump's live
+//! gauges, and the accepted-to-DLQ histogram. Destinations come from the config, so every label
+//! set here has a bound known at start-up.
+//!
+//! Writers: a destination's owner core (its gauges and attempt counters), the pump (pump gauges,
+//! DLQ histogram). Readers: `/metrics`. All `Relaxed`: each cell is its own message.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::counter::{Action, CoreMetrics, Dimension};
+use super::prom::{MetricType, PromWriter};
+use crate::dispatch::classify::Class;
+use crate::dispatch::dlq::DlqReason;
+
+/// A fixed-bucket histogram (seconds), lock-free.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    counts: Box<[AtomicU64]>,
+    sum_nanos: AtomicU64,
+}
+
+/// `sluice_dispatch_duration_seconds` buckets.
+pub const DURATION_BOUNDS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+/// `harn_trigger_accepted_to_dlq_seconds` buckets (the Harn TRIGGER_LATENCY set).
+pub const TRIGGER_LATENCY_BOUNDS: &[f64] =
+    &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+
+impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_nanos: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe_nanos(&self, nanos: u64) {
+        let secs = nanos as f64 / 1e9;
+        let i = self.bounds.iter().position(|b| secs <= *b).unwrap_or(self.bounds.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    pub fn render(&self, w: &mut PromWriter, name: &str, labels: &[(&str, &str)]) {
+        let counts: Vec<u64> = self.counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        w.histogram(name, labels, self.bounds, &counts, sum);
+    }
+}
+
+#[derive(Debug)]
+struct DestCells {
+    uri: String,
+    max_in_flight: u64,
+    in_flight: AtomicU64,
+    connections: AtomicU64,
+    delivered: AtomicU64,
+    retryable: AtomicU64,
+    permanent: AtomicU64,
+}
+
+/// Shared dispatch metrics (one per process).
+#[derive(Debug)]
+pub struct DispatchMetrics {
+    dests: Box<[DestCells]>,
+    duration: Histogram,
+    dlq: [Histogram; 3],
+    pump_outstanding: AtomicU64,
+    /// Unix ms of the oldest pending event's receipt; 0 when nothing is pending.
+    oldest_pending_ms: AtomicU64,
+    done_cursor: AtomicU64,
+}
+
+fn reason_index(r: DlqReason) -> usize {
+    match r {
+        DlqReason::RetryExhausted => 0,
+        DlqReason::CircuitOpen => 1,
+        DlqReason::PermanentFailure => 2,
+    }
+}
+
+const REASONS: [DlqReason; 3] = [DlqReason::RetryExhausted, DlqReason::CircuitOpen, DlqReason::PermanentFailure];
+
+impl DispatchMetrics {
+    /// `destinations`: (uri, max_in_flight) in config order.
+    pub fn new(destinations: &[(String, u64)]) -> DispatchMetrics {
+        DispatchMetrics {
+            dests: destinations
+                .iter()
+                .map(|(uri, max)| DestCells {
+                    uri: uri.clone(),
+                    max_in_flight: *max,
+                    in_flight: AtomicU64::new(0),
+                    connections: AtomicU64::new(0),
+                    delivered: AtomicU64::new(0),
+                    retryable: AtomicU64::new(0),
+                    permanent: AtomicU64::new(0),
+                })
+                .collect(),
+            duration: Histogram::new(DURATION_BOUNDS),
+            dlq: std::array::from_fn(|_| Histogram::new(TRIGGER_LATENCY_BOUNDS)),
+            pump_outstanding: AtomicU64::new(0),
+            oldest_pending_ms: AtomicU64::new(0),
+            done_cursor: AtomicU64::new(0),
+        }
+    }
+
+    /// The pump's live gauges.
+    pub fn set_pump(&self, outstanding: u64, oldest_received_at_ms: Option<u64>, done_cursor: u64) {
+        self.pump_outstanding.store(outstanding, Ordering::Relaxed);
+        self.oldest_pending_ms.store(oldest_received_at_ms.unwrap_or(0), Ordering::Relaxed);
+        self.done_cursor.store(done_cursor, Ordering::Relaxed);
+    }
+
+    pub fn observe_accepted_to_dlq(&self, reason: DlqReason, millis: u64) {
+        self.dlq[reason_index(reason)].observe_nanos(millis.saturating_mul(1_000_000));
+    }
+
+    pub fn set_in_flight(&self, dest: usize, n: u64) {
+        if let Some(d) = self.dests.get(dest) {
+            d.in_flight.store(n, Ordering::Relaxed);
+        }
+    }
+
+    pub fn pump_outstanding(&self) -> u64 {
+        self.pump_outstanding.load(Ordering::Relaxed)
+    }
+
+    /// Renders every dispatch family. `now_ms` makes the oldest-pending age live at scrape time.
+    pub fn render(&self, w: &mut PromWriter, now_ms: u64, pending_events: u64) {
+        w.header("harn_orchestrator_pump_outstanding", "Dispatch jobs admitted by the pump and not finished.", MetricType::Gauge);
+        w.sample_u64("harn_orchestrator_pump_outstanding", &[], self.pump_outstanding());
+        let oldest = self.oldest_pending_ms.load(Ordering::Relaxed);
+        let age = if oldest == 0 { 0.0 } else { now_ms.saturating_sub(oldest) as f64 / 1000.0 };
+        w.header(
+            "harn_trigger_oldest_pending_age_seconds",
+            "Age of the oldest accepted event without an outcome (computed at scrape).",
+            MetricType::Gauge,
+        );
+        w.sample("harn_trigger_oldest_pending_age_seconds", &[], age);
+        w.header("sluice_wal_pending_events", "Committed events not yet done (the durable backlog).", MetricType::Gauge);
+        w.sample_u64("sluice_wal_pending_events", &[], pending_events);
+        w.header("sluice_pump_done_cursor", "Lowest LSN without a durable outcome.", MetricType::Gauge);
+        w.sample_u64("sluice_pump_done_cursor", &[], self.done_cursor.load(Ordering::Relaxed));
+        w.header("sluice_destination_in_flight", "Calls in flight per destination.", MetricType::Gauge);
+        for d in self.dests.iter() {
+            w.sample_u64("sluice_destination_in_flight", &[("destination", &d.uri)], d.in_flight.load(Ordering::Relaxed));
+        }
+        w.header("sluice_destination_permits", "Permits (max_in_flight) per destination.", MetricType::Gauge);
+        for d in self.dests.iter() {
+            w.sample_u64("sluice_destination_permits", &[("destination", &d.uri)], d.max_in_flight);
+        }
+        w.header("sluice_destination_connections_opened_total", "Outbound connections opened.", MetricType::Counter);
+        for d in self.dests.iter() {
+            w.sample_u64(
+                "sluice_destination_connections_opened_total",
+                &[("destination", &d.uri)],
+                d.connections.load(Ordering::Relaxed),
+            );
+        }
+        w.header("sluice_dispatch_attempts_total", "Delivery attempts by destination and outcome.", MetricType::Counter);
+        for d in self.dests.iter() {
+            for (outcome, cell) in [("delivered", &d.delivered), ("retryable", &d.retryable), ("permanent", &d.permanent)] {
+                w.sample_u64(
+                    "sluice_dispatch_attempts_total",
+                    &[("destination", &d.uri), ("outcome", outcome)],
+                    cell.load(Ordering::Relaxed),
+                );
+            }
+        }
+        w.header("sluice_dispatch_duration_seconds", "Duration of delivery attempts.", MetricType::Histogram);
+        self.duration.render(w, "sluice_dispatch_duration_seconds", &[]);
+        w.header(
+            "harn_trigger_accepted_to_dlq_seconds",
+            "Time from acceptance to the dead-letter queue, by reason.",
+            MetricType::Histogram,
+        );
+        for r in REASONS {
+            self.dlq[reason_index(r)].render(w, "harn_trigger_accepted_to_dlq_seconds", &[("status", r.as_str())]);
+        }
+    }
+}
+
+/// A core's handle: backpressure counters into its own shard, the rest into the shared cells.
+#[derive(Debug)]
+pub struct CoreDispatchMetrics {
+    pub core: CoreMetrics,
+    pub shared: Arc<DispatchMetrics>,
+}
+
+impl CoreDispatchMetrics {
+    pub fn circuit_opened(&self) {
+        self.core.incr_backpressure(Dimension::Circuit, Action::Opened);
+    }
+    pub fn circuit_closed(&self) {
+        self.core.incr_backpressure(Dimension::Circuit, Action::Closed);
+    }
+    pub fn circuit_fail_fast(&self) {
+        self.core.incr_backpressure(Dimension::Circuit, Action::FailFast);
+    }
+    pub fn circuit_half_open_probe(&self) {
+        self.core.incr_backpressure(Dimension::Circuit, Action::HalfOpenProbe);
+    }
+    pub fn destination_paused(&self) {
+        self.core.incr_backpressure(Dimension::Destination, Action::Paused);
+    }
+    pub fn connection_opened(&self, dest: usize) {
+        if let Some(d) = self.shared.dests.get(dest) {
+            d.connections.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    pub fn set_in_flight(&self, dest: usize, n: u64) {
+        self.shared.set_in_flight(dest, n);
+    }
+    /// One finished attempt of `nanos`.
+    pub fn attempt(&self, dest: usize, class: &Class, nanos: u64) {
+        self.shared.duration.observe_nanos(nanos);
+        if let Some(d) = self.shared.dests.get(dest) {
+            let cell = match class {
+                Class::Delivered => &d.delivered,
+                Class::Retryable { .. } => &d.retryable,
+                Class::Permanent => &d.permanent,
+            };
+            cell.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
