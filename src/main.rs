@@ -88,6 +88,7 @@ fn main() -> ExitCode {
                 data_dir,
                 workers,
                 durability,
+                pump_max_outstanding: None,
             };
             let cfg = match Config::build(raw, &|k| std::env::var(k).ok(), &overrides) {
                 Ok(c) => c,
