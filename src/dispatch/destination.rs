@@ -159,6 +159,13 @@ impl DestinationState {
     }
 
     /// Permits out now.
+    /// Gives a permit back without an outcome: the attempt never reached the destination (a
+    /// kept-alive connection the server had already closed). Feeds neither the circuit nor a
+    /// pause.
+    pub fn release(&mut self, permit: Permit) {
+        self.permits.release(permit);
+    }
+
     pub fn in_flight(&self) -> usize {
         self.permits.in_flight()
     }
