@@ -41,6 +41,9 @@ enum Command {
         /// fsync (202 after fdatasync, default) or os (202 after the page cache has it).
         #[arg(long)]
         durability: Option<String>,
+        /// Most dispatch jobs out at once (default 64; env HARN_ORCHESTRATOR_PUMP_MAX_OUTSTANDING).
+        #[arg(long)]
+        pump_max_outstanding: Option<usize>,
     },
     /// Offline write-ahead-log tools.
     Wal {
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
             data_dir,
             workers,
             durability,
+            pump_max_outstanding,
         } => {
             let raw = match &config {
                 Some(path) => match Config::read_manifest(path) {
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
                 data_dir,
                 workers,
                 durability,
+                pump_max_outstanding,
             };
             let cfg = match Config::build(raw, &|k| std::env::var(k).ok(), &overrides) {
                 Ok(c) => c,

@@ -15,7 +15,11 @@
 //! | `HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY` | `[ingest] global_capacity` | 4096 |
 //! | `HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY` | `[ingest] per_source_capacity` | 1024 |
 //! | `HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC` | `[ingest] refill_per_sec` | 1024 |
+//! | `HARN_ORCHESTRATOR_PUMP_MAX_OUTSTANDING` | `[orchestrator] pumps.max_outstanding` | 64 |
+//!
+//! Destinations, the pump and the backlog bounds are in [`dispatch`].
 
+pub mod dispatch;
 pub mod duration;
 
 use std::net::SocketAddr;
@@ -24,6 +28,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use dispatch::{
+    CircuitConfig, DestinationConfig, DispatchConfig, HandlerUri, PumpConfig, RateConfig,
+    RetryConfig, ENV_PUMP_MAX_OUTSTANDING,
+};
 pub use duration::parse_duration;
 
 /// Environment variable names (Harn orchestrator contract).
@@ -64,6 +72,12 @@ pub struct RawManifest {
     pub wal: RawWal,
     #[serde(default)]
     pub triggers: Vec<RawTrigger>,
+    #[serde(default)]
+    pub destinations: Vec<dispatch::RawDestination>,
+    #[serde(default)]
+    pub orchestrator: dispatch::RawOrchestrator,
+    #[serde(default)]
+    pub dispatch: dispatch::RawDispatch,
 }
 
 /// `[server]`
@@ -155,6 +169,9 @@ pub struct RawTrigger {
     pub provider: String,
     /// Exact request path, starting with `/`.
     pub path: String,
+    /// Where the trigger's events are delivered: `http://host[:port][/path]`. Default: none
+    /// (events are stored and marked done). See [`dispatch::parse_handler`].
+    pub handler: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -230,6 +247,8 @@ pub struct TriggerConfig {
     pub id: String,
     pub provider: String,
     pub path: String,
+    /// Index into [`Config::destinations`] of this trigger's handler, if it has one.
+    pub handler: Option<usize>,
 }
 
 /// The validated configuration. Built once at startup; never mutated.
@@ -239,6 +258,10 @@ pub struct Config {
     pub ingest: IngestConfig,
     pub wal: WalSettings,
     pub triggers: Vec<TriggerConfig>,
+    /// One per distinct trigger handler URI, in order of first use; indices are stable.
+    pub destinations: Vec<DestinationConfig>,
+    pub pump: PumpConfig,
+    pub dispatch: DispatchConfig,
 }
 
 /// Command-line overrides (highest precedence).
@@ -248,6 +271,7 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     pub workers: Option<usize>,
     pub durability: Option<String>,
+    pub pump_max_outstanding: Option<usize>,
 }
 
 /// Default headers stored with each event besides `content-type`.
@@ -299,12 +323,27 @@ impl Config {
         let server = build_server(raw.server, overrides)?;
         let ingest = build_ingest(raw.ingest, env)?;
         let wal = build_wal(raw.wal, overrides, server.max_body_bytes)?;
-        let triggers = build_triggers(raw.triggers)?;
+        let handlers: Vec<(String, Option<String>)> = raw
+            .triggers
+            .iter()
+            .map(|t| (t.id.clone(), t.handler.clone()))
+            .collect();
+        let mut triggers = build_triggers(raw.triggers)?;
+        let (destinations, handler_index) =
+            dispatch::build_destinations(&handlers, raw.destinations)?;
+        for (t, h) in triggers.iter_mut().zip(handler_index) {
+            t.handler = h;
+        }
+        let pump = dispatch::build_pump(raw.orchestrator, env, overrides)?;
+        let dispatch = dispatch::build_dispatch(raw.dispatch, wal.segment_bytes)?;
         Ok(Config {
             server,
             ingest,
             wal,
             triggers,
+            destinations,
+            pump,
+            dispatch,
         })
     }
 
@@ -592,6 +631,7 @@ fn build_triggers(raw: Vec<RawTrigger>) -> Result<Vec<TriggerConfig>, ConfigErro
             id: t.id,
             provider: t.provider,
             path: t.path,
+            handler: None,
         });
     }
     Ok(out)
@@ -677,6 +717,7 @@ mod tests {
             workers: Some(3),
             durability: Some("os".into()),
             data_dir: Some(PathBuf::from("/tmp/x")),
+            pump_max_outstanding: None,
         };
         let raw =
             Config::parse_manifest("[server]\nlisten = \"127.0.0.1:9\"\nworkers = 1\n").unwrap();
@@ -722,7 +763,8 @@ mod tests {
             vec![TriggerConfig {
                 id: "gh".into(),
                 provider: "github".into(),
-                path: "/hooks/github".into()
+                path: "/hooks/github".into(),
+                handler: None,
             }]
         );
     }

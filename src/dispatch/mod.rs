@@ -1,4 +1,29 @@
 //! Delivery to destinations: permits, retries, circuits, the dead-letter queue.
 //!
-//! Not built yet: the ingest edge stores events durably and marks events of triggers without a
-//! handler as done. Dispatch arrives with the pump (see DESIGN.md, "The backpressure chain").
+//! Each destination (a trigger handler URI, see [`crate::config::dispatch`]) is owned by one
+//! worker core, so its policy state is plain single-threaded data: no atomics, no locks, and
+//! every decision is a pure function of the state and the caller's `now` (nanoseconds on the
+//! injected clock's scale, [`crate::sync::clock::Clock`]).
+//!
+//! Policy modules (core-local state machines):
+//!
+//! | module | what | invariant |
+//! |---|---|---|
+//! | [`permits`] | the permit set, the only home of `max_in_flight` | in flight ≤ max, always |
+//! | [`circuit`] | closed / open / half-open breaker | exactly one probe per open window |
+//! | [`rate`] | optional GCRA rate budget (plain `u64` TAT) | ≤ burst back to back, then 1 per `1/per_sec` |
+//! | [`retry`] | exponential backoff, full jitter | delay ∈ [0, min(cap, base·2^(n-2))]; none past `max_attempts` |
+//! | [`rng`] | SplitMix64 for jitter | deterministic per seed |
+//! | [`classify`] | attempt result → delivered / retryable (+ pause) / permanent | only 429/503 pause |
+//! | [`destination`] | the gate: circuit, pause, rate, permits, in that order | nothing consumed unless `Go` |
+//!
+//! The delivery runtime and the DLQ build on these. Every policy module is
+//! `#![forbid(unsafe_code)]`.
+
+pub mod circuit;
+pub mod classify;
+pub mod destination;
+pub mod permits;
+pub mod rate;
+pub mod retry;
+pub mod rng;

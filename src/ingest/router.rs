@@ -123,6 +123,7 @@ mod tests {
                 id: "gh".into(),
                 provider: "github".into(),
                 path: "/hooks/gh".into(),
+                handler: None,
             }],
             true,
         )

@@ -23,8 +23,9 @@ mod tests {
         assert!(a < 2);
         assert_eq!(owner_core("x", 1), 0);
         assert_eq!(owner_core("x", 0), 0);
-        let spread: std::collections::HashSet<usize> =
-            (0..64).map(|i| owner_core(&format!("http://h{i}/"), 4)).collect();
+        let spread: std::collections::HashSet<usize> = (0..64)
+            .map(|i| owner_core(&format!("http://h{i}/"), 4))
+            .collect();
         assert_eq!(spread.len(), 4);
     }
 }

@@ -1,0 +1,983 @@
+//! Dispatch configuration: trigger handler URIs, `[[destinations]]`, `[orchestrator] pumps` and
+//! `[dispatch]`.
+//!
+//! Same two stages as the rest of [`super`]: the `Raw*` serde images (every field documented with
+//! its default and range, unknown keys rejected) are validated once into immutable structs.
+//!
+//! Destinations are keyed by the *normalized* handler URI ([`HandlerUri::uri`]). Every distinct
+//! handler named by a trigger gets exactly one [`DestinationConfig`], in order of first appearance
+//! among the triggers, so its index in [`super::Config::destinations`] is stable for a given
+//! manifest; a `[[destinations]]` entry only overrides that destination's defaults, and one that
+//! no trigger uses is an error (a typo must not silently leave the real destination on defaults).
+//!
+//! Handler URIs (the only kind so far is `http`):
+//!
+//! ```text
+//! http://host[:port][/path][?query]      host = IPv4, [IPv6] or a DNS name; port default 80
+//! ```
+//!
+//! No userinfo (`user@`), no fragment (`#…`), no `https` yet. Normalization lower-cases the scheme
+//! and host, drops a `:80` port and supplies the `/` path: `HTTP://Example.com:80` and
+//! `http://example.com/` are the same destination.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{duration_or, err, ranged, ConfigError, Overrides};
+
+/// Environment variable for the pump bound (Harn orchestrator contract).
+pub const ENV_PUMP_MAX_OUTSTANDING: &str = "HARN_ORCHESTRATOR_PUMP_MAX_OUTSTANDING";
+
+/// Most custom headers per destination.
+pub const MAX_DESTINATION_HEADERS: usize = 64;
+/// Longest custom header value, in bytes.
+pub const MAX_HEADER_VALUE_BYTES: usize = 8 * 1024;
+/// Longest handler URI, in bytes.
+pub const MAX_HANDLER_URI_BYTES: usize = 2048;
+
+/// Headers sluice writes itself on every outbound request (framing, routing, connection
+/// management); a destination may not set them.
+const RESERVED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+];
+
+// ---------------------------------------------------------------------------------------------
+// Stage 1: raw manifest tables.
+// ---------------------------------------------------------------------------------------------
+
+/// `[[destinations]]`: overrides for the destination of one handler URI.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDestination {
+    /// The handler URI this entry configures; compared after normalization. Required; must be the
+    /// `handler` of at least one trigger, and listed at most once.
+    pub uri: String,
+    /// Calls in flight to this destination at once (its permit set). Default: 64.
+    /// Range: 1..=10000.
+    pub max_in_flight: Option<usize>,
+    /// Time allowed for one delivery attempt (connect, send, response). Past it the attempt is a
+    /// retryable timeout. Default: `10s`. Range: any positive duration.
+    pub timeout: Option<String>,
+    /// Outbound rate budget (GCRA). Default: none (only `max_in_flight` bounds the rate).
+    pub rate: Option<RawRate>,
+    /// Circuit breaker. Default: `{ failures = 5, open_for = "60s" }`.
+    pub circuit: Option<RawCircuit>,
+    /// Extra request headers sent with every delivery, e.g. `{ "x-api-key" = "…" }`.
+    /// Default: none. Range: at most 64; names are HTTP tokens, unique case-insensitively, not a
+    /// header sluice sets itself (`host`, `content-length`, `transfer-encoding`, `connection`,
+    /// …); values ≤ 8 KiB without control characters other than tab.
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Retry schedule. Default: `{ max_attempts = 7, base = "1s", cap = "10m" }`.
+    pub retry: Option<RawRetry>,
+}
+
+/// `rate = { per_sec, burst }`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRate {
+    /// Sustained calls per second. Required. Range: 1..=1_000_000_000.
+    pub per_sec: u64,
+    /// Calls allowed back to back after idleness. Default: `per_sec`. Range: ≥ 1 (and
+    /// `burst / per_sec` under 584 years).
+    pub burst: Option<u64>,
+}
+
+/// `circuit = { failures, open_for }`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCircuit {
+    /// Consecutive retryable failures that open the circuit. Default: 5. Range: 1..=10000.
+    pub failures: Option<u32>,
+    /// How long an open circuit fails fast before one half-open probe. Default: `60s`.
+    /// Range: any positive duration.
+    pub open_for: Option<String>,
+}
+
+/// `retry = { max_attempts, base, cap }`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetry {
+    /// Total attempts, the first included (Harn `retry.max`). Default: 7. Range: 1..=100.
+    pub max_attempts: Option<u32>,
+    /// Backoff base: the delay before attempt `n ≥ 2` is uniform in
+    /// `[0, min(cap, base · 2^(n-2))]` (full jitter). Default: `1s`. Range: positive, ≤ `cap`.
+    pub base: Option<String>,
+    /// Largest delay between two attempts. Default: `10m`. Range: positive, ≥ `base`.
+    pub cap: Option<String>,
+}
+
+/// `[orchestrator]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOrchestrator {
+    /// `pumps = { max_outstanding = N }` or `[orchestrator.pumps]`.
+    #[serde(default)]
+    pub pumps: RawPumps,
+}
+
+/// `[orchestrator.pumps]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPumps {
+    /// Events admitted to dispatch and not yet done; a full pump stops reading the WAL.
+    /// Default: 64. Range: 1..=100000. Env `HARN_ORCHESTRATOR_PUMP_MAX_OUTSTANDING`
+    /// (wins over the manifest); the command line wins over both. Alias `max-outstanding`.
+    #[serde(alias = "max-outstanding")]
+    pub max_outstanding: Option<usize>,
+}
+
+/// `[dispatch]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDispatch {
+    /// Committed-but-not-done events past which ingest refuses with 503. Default: 100000.
+    /// Range: 1..=2^40.
+    pub max_pending_events: Option<u64>,
+    /// Committed-but-not-done bytes past which ingest refuses with 503. Default: 1 GiB.
+    /// Range: 1 MiB..=2^50.
+    pub max_pending_bytes: Option<u64>,
+    /// Backlog fraction (of either bound) at which `/readyz` reports saturated. Default: 0.9.
+    /// Range: `saturated_low < saturated_high ≤ 1`.
+    pub saturated_high: Option<f64>,
+    /// Backlog fraction under which `/readyz` reports ready again. Default: 0.7.
+    /// Range: `0 < saturated_low < saturated_high`.
+    pub saturated_low: Option<f64>,
+    /// Done segments older than this are deleted. Default: `7d`. Range: any positive duration.
+    pub retention: Option<String>,
+    /// Bound on the WAL's size on disk. Default: 64 GiB. Range: 2 × `wal.segment_bytes`..=2^50.
+    pub max_wal_bytes: Option<u64>,
+    /// Dead-letter entries kept. Default: 100000. Range: 1..=2^32.
+    pub max_dlq_entries: Option<u64>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage 2: validated config.
+// ---------------------------------------------------------------------------------------------
+
+/// A parsed, normalized handler URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandlerUri {
+    /// Handler kind; `"http"` is the only one so far.
+    pub kind: &'static str,
+    /// Lower-cased host to connect to: a DNS name, an IPv4 address, or an IPv6 address without
+    /// its brackets.
+    pub host: String,
+    /// TCP port (80 when not written).
+    pub port: u16,
+    /// `host[:port]` exactly as written in the manifest (the `Host` header value).
+    pub authority: String,
+    /// Request target: path (default `/`) and query, as written.
+    pub path_and_query: String,
+    /// Normalized URI, the destination key: `http://` + host (IPv6 in brackets) + `:port`
+    /// unless 80 + path_and_query.
+    pub uri: String,
+}
+
+impl HandlerUri {
+    /// The circuit key, handler kind + target URI (Harn reference §7): `"http:" + uri`.
+    pub fn circuit_key(&self) -> String {
+        format!("{}:{}", self.kind, self.uri)
+    }
+}
+
+/// Outbound rate budget of one destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateConfig {
+    pub per_sec: u64,
+    pub burst: u64,
+}
+
+/// Circuit breaker settings of one destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CircuitConfig {
+    pub failures: u32,
+    pub open_for: Duration,
+}
+
+/// Retry schedule of one destination (`base <= cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryConfig {
+    pub max_attempts: u32,
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+/// One destination: everything the owner core needs to deliver to a handler URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestinationConfig {
+    pub handler: HandlerUri,
+    pub max_in_flight: usize,
+    pub timeout: Duration,
+    pub rate: Option<RateConfig>,
+    pub circuit: CircuitConfig,
+    /// Extra request headers, names as written, in name order.
+    pub headers: Vec<(String, String)>,
+    pub retry: RetryConfig,
+}
+
+/// The pump's admission bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PumpConfig {
+    pub max_outstanding: usize,
+}
+
+/// Bounds of the durable backlog, readiness hysteresis, retention.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DispatchConfig {
+    pub max_pending_events: u64,
+    pub max_pending_bytes: u64,
+    pub saturated_high: f64,
+    pub saturated_low: f64,
+    pub retention: Duration,
+    pub max_wal_bytes: u64,
+    pub max_dlq_entries: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handler URIs.
+// ---------------------------------------------------------------------------------------------
+
+/// Parses and normalizes a handler URI. The error text names what is wrong, not the key; the
+/// caller prefixes the key.
+pub fn parse_handler(text: &str) -> Result<HandlerUri, String> {
+    if text.len() > MAX_HANDLER_URI_BYTES {
+        return Err(format!(
+            "handler URI is longer than {MAX_HANDLER_URI_BYTES} bytes"
+        ));
+    }
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return Err(format!("{text:?} is not a URI like http://host:port/path"));
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "http" => {}
+        "https" => return Err("https handlers are not supported yet".into()),
+        _ => {
+            return Err(format!(
+                "{text:?}: unsupported handler scheme {scheme:?} (only http:// is supported)"
+            ))
+        }
+    }
+    if let Some(b) = rest.bytes().find(|b| !(0x21..=0x7e).contains(b)) {
+        return Err(format!(
+            "{text:?} contains byte 0x{b:02x} (spaces and control characters must be percent-encoded)"
+        ));
+    }
+    if rest.contains('#') {
+        return Err(format!("{text:?}: a handler URI may not have a fragment"));
+    }
+    let split = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, target) = rest.split_at(split);
+    if authority.contains('@') {
+        return Err(format!(
+            "{text:?}: a handler URI may not have userinfo (put credentials in headers)"
+        ));
+    }
+    let (host, port) = parse_authority(authority).map_err(|e| format!("{text:?}: {e}"))?;
+    let path_and_query = match target.as_bytes().first() {
+        None => "/".to_string(),
+        Some(b'?') => format!("/{target}"),
+        Some(_) => target.to_string(),
+    };
+    let host_in_uri = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.clone()
+    };
+    let uri = if port == 80 {
+        format!("http://{host_in_uri}{path_and_query}")
+    } else {
+        format!("http://{host_in_uri}:{port}{path_and_query}")
+    };
+    Ok(HandlerUri {
+        kind: "http",
+        host,
+        port,
+        authority: authority.to_string(),
+        path_and_query,
+        uri,
+    })
+}
+
+/// `host[:port]` → (lower-cased host without brackets, port).
+fn parse_authority(authority: &str) -> Result<(String, u16), String> {
+    let (host, port_text) = if let Some(inner) = authority.strip_prefix('[') {
+        let Some((v6, after)) = inner.split_once(']') else {
+            return Err("unterminated [IPv6] host".into());
+        };
+        if v6.parse::<Ipv6Addr>().is_err() {
+            return Err(format!("{v6:?} is not an IPv6 address"));
+        }
+        let port = match after {
+            "" => None,
+            p => Some(
+                p.strip_prefix(':')
+                    .ok_or_else(|| format!("unexpected {p:?} after the IPv6 host"))?,
+            ),
+        };
+        (v6.to_ascii_lowercase(), port)
+    } else {
+        let (h, p) = match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        };
+        let h = h.to_ascii_lowercase();
+        if h.is_empty() {
+            return Err("the host is empty".into());
+        }
+        let looks_numeric = h.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+        if looks_numeric {
+            if h.parse::<Ipv4Addr>().is_err() {
+                return Err(format!("{h:?} is not an IPv4 address"));
+            }
+        } else if !is_dns_name(&h) {
+            return Err(format!("{h:?} is not a host name"));
+        }
+        (h, p)
+    };
+    let port = match port_text {
+        None => 80,
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n >= 1 && p.bytes().all(|b| b.is_ascii_digit()) => n,
+            _ => return Err(format!("port {p:?} is not in 1..=65535")),
+        },
+    };
+    Ok((host, port))
+}
+
+/// Letters, digits and `-` in dot-separated labels of 1..=63 bytes, ≤ 253 bytes in all; no label
+/// starts or ends with `-`. Underscores are allowed too (common in internal service names).
+fn is_dns_name(h: &str) -> bool {
+    h.len() <= 253
+        && h.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// RFC 9110 `tchar`.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Builders (called from `Config::build`).
+// ---------------------------------------------------------------------------------------------
+
+/// Builds one destination per distinct trigger handler. `handlers` is `(trigger id, handler)` in
+/// trigger order. Returns the destinations and, per trigger, the index of its destination.
+pub(super) fn build_destinations(
+    handlers: &[(String, Option<String>)],
+    raw: Vec<RawDestination>,
+) -> Result<(Vec<DestinationConfig>, Vec<Option<usize>>), ConfigError> {
+    let mut uris: Vec<HandlerUri> = Vec::new();
+    let mut index = Vec::with_capacity(handlers.len());
+    for (id, handler) in handlers {
+        let Some(text) = handler else {
+            index.push(None);
+            continue;
+        };
+        let h = parse_handler(text)
+            .map_err(|e| ConfigError(format!("trigger {id:?}: handler: {e}")))?;
+        let i = match uris.iter().position(|u| u.uri == h.uri) {
+            Some(i) => i,
+            None => {
+                uris.push(h);
+                uris.len() - 1
+            }
+        };
+        index.push(Some(i));
+    }
+    let mut listed: Vec<Option<RawDestination>> = uris.iter().map(|_| None).collect();
+    for d in raw {
+        let h = parse_handler(&d.uri)
+            .map_err(|e| ConfigError(format!("destinations: uri {:?}: {e}", d.uri)))?;
+        let Some(i) = uris.iter().position(|u| u.uri == h.uri) else {
+            return err(format!(
+                "destination {:?} is not the handler of any trigger",
+                d.uri
+            ));
+        };
+        if listed[i].is_some() {
+            return err(format!(
+                "destination {:?} is listed twice (as {:?} after normalization)",
+                d.uri, h.uri
+            ));
+        }
+        listed[i] = Some(d);
+    }
+    let destinations = uris
+        .into_iter()
+        .zip(listed)
+        .map(|(h, d)| build_destination(h, d))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((destinations, index))
+}
+
+fn build_destination(
+    handler: HandlerUri,
+    raw: Option<RawDestination>,
+) -> Result<DestinationConfig, ConfigError> {
+    let key = format!("destination {:?}", handler.uri);
+    let r = raw.unwrap_or(RawDestination {
+        uri: String::new(),
+        max_in_flight: None,
+        timeout: None,
+        rate: None,
+        circuit: None,
+        headers: None,
+        retry: None,
+    });
+    let max_in_flight = ranged(
+        &format!("{key}: max_in_flight"),
+        r.max_in_flight,
+        64,
+        1,
+        10_000,
+    )?;
+    let timeout = duration_or(
+        &format!("{key}: timeout"),
+        r.timeout,
+        Duration::from_secs(10),
+    )?;
+    let rate = match r.rate {
+        None => None,
+        Some(rr) => {
+            let burst = rr.burst.unwrap_or(rr.per_sec);
+            if rr.per_sec == 0 {
+                return err(format!("{key}: rate.per_sec must be at least 1"));
+            }
+            if burst == 0 {
+                return err(format!("{key}: rate.burst must be at least 1"));
+            }
+            crate::ingest::bucket::BucketParams::new(burst, rr.per_sec)
+                .map_err(|e| ConfigError(format!("{key}: rate: {e}")))?;
+            Some(RateConfig {
+                per_sec: rr.per_sec,
+                burst,
+            })
+        }
+    };
+    let (failures, open_for) = match r.circuit {
+        None => (None, None),
+        Some(c) => (c.failures, c.open_for),
+    };
+    let circuit = CircuitConfig {
+        failures: ranged(&format!("{key}: circuit.failures"), failures, 5, 1, 10_000)?,
+        open_for: duration_or(
+            &format!("{key}: circuit.open_for"),
+            open_for,
+            Duration::from_secs(60),
+        )?,
+    };
+    let (max_attempts, base, cap) = match r.retry {
+        None => (None, None, None),
+        Some(rt) => (rt.max_attempts, rt.base, rt.cap),
+    };
+    let retry = RetryConfig {
+        max_attempts: ranged(
+            &format!("{key}: retry.max_attempts"),
+            max_attempts,
+            7,
+            1,
+            100,
+        )?,
+        base: duration_or(&format!("{key}: retry.base"), base, Duration::from_secs(1))?,
+        cap: duration_or(&format!("{key}: retry.cap"), cap, Duration::from_secs(600))?,
+    };
+    if retry.base > retry.cap {
+        return err(format!(
+            "{key}: retry.base ({:?}) must not exceed retry.cap ({:?})",
+            retry.base, retry.cap
+        ));
+    }
+    let headers = build_headers(&key, r.headers.unwrap_or_default())?;
+    Ok(DestinationConfig {
+        handler,
+        max_in_flight,
+        timeout,
+        rate,
+        circuit,
+        headers,
+        retry,
+    })
+}
+
+fn build_headers(
+    key: &str,
+    raw: BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    if raw.len() > MAX_DESTINATION_HEADERS {
+        return err(format!(
+            "{key}: headers lists {} headers (at most {MAX_DESTINATION_HEADERS})",
+            raw.len()
+        ));
+    }
+    let mut out: Vec<(String, String)> = Vec::with_capacity(raw.len());
+    for (name, value) in raw {
+        if !is_token(&name) || name.len() > 256 {
+            return err(format!(
+                "{key}: headers: {name:?} is not a header name (token characters, ≤ 256 bytes)"
+            ));
+        }
+        let lower = name.to_ascii_lowercase();
+        if RESERVED_HEADERS.contains(&lower.as_str()) {
+            return err(format!(
+                "{key}: headers: {name:?} is set by sluice and cannot be configured"
+            ));
+        }
+        if let Some((other, _)) = out.iter().find(|(o, _)| o.eq_ignore_ascii_case(&name)) {
+            return err(format!(
+                "{key}: headers: {other:?} and {name:?} are the same header"
+            ));
+        }
+        if value.len() > MAX_HEADER_VALUE_BYTES {
+            return err(format!(
+                "{key}: headers.{name}: value is longer than {MAX_HEADER_VALUE_BYTES} bytes"
+            ));
+        }
+        if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+            return err(format!(
+                "{key}: headers.{name}: value contains a control character (CR, LF, NUL, …)"
+            ));
+        }
+        out.push((name, value));
+    }
+    Ok(out)
+}
+
+/// Precedence: command line, then environment, then manifest, then 64.
+pub(super) fn build_pump(
+    r: RawOrchestrator,
+    env: &dyn Fn(&str) -> Option<String>,
+    o: &Overrides,
+) -> Result<PumpConfig, ConfigError> {
+    const HI: usize = 100_000;
+    if let Some(n) = o.pump_max_outstanding {
+        if !(1..=HI).contains(&n) {
+            return err(format!(
+                "pump_max_outstanding (command line) = {n} is out of range (1..={HI})"
+            ));
+        }
+        return Ok(PumpConfig { max_outstanding: n });
+    }
+    if let Some(v) = env(ENV_PUMP_MAX_OUTSTANDING) {
+        return match v.trim().parse::<usize>() {
+            Ok(n) if (1..=HI).contains(&n) => Ok(PumpConfig { max_outstanding: n }),
+            _ => err(format!(
+                "environment variable {ENV_PUMP_MAX_OUTSTANDING}={v:?} must be an integer in 1..={HI}"
+            )),
+        };
+    }
+    Ok(PumpConfig {
+        max_outstanding: ranged(
+            "orchestrator.pumps.max_outstanding",
+            r.pumps.max_outstanding,
+            64,
+            1,
+            HI,
+        )?,
+    })
+}
+
+pub(super) fn build_dispatch(
+    r: RawDispatch,
+    segment_bytes: u64,
+) -> Result<DispatchConfig, ConfigError> {
+    let high = r.saturated_high.unwrap_or(0.9);
+    let low = r.saturated_low.unwrap_or(0.7);
+    if !(high.is_finite() && high > 0.0 && high <= 1.0) {
+        return err(format!(
+            "dispatch.saturated_high = {high} is out of range (0 < saturated_high <= 1)"
+        ));
+    }
+    if !(low.is_finite() && low > 0.0 && low < high) {
+        return err(format!(
+            "dispatch.saturated_low = {low} is out of range (0 < saturated_low < saturated_high = {high})"
+        ));
+    }
+    Ok(DispatchConfig {
+        max_pending_events: ranged(
+            "dispatch.max_pending_events",
+            r.max_pending_events,
+            100_000,
+            1,
+            1 << 40,
+        )?,
+        max_pending_bytes: ranged(
+            "dispatch.max_pending_bytes",
+            r.max_pending_bytes,
+            1 << 30,
+            1 << 20,
+            1 << 50,
+        )?,
+        saturated_high: high,
+        saturated_low: low,
+        retention: duration_or(
+            "dispatch.retention",
+            r.retention,
+            Duration::from_secs(7 * 86_400),
+        )?,
+        max_wal_bytes: ranged(
+            "dispatch.max_wal_bytes (at least 2 × wal.segment_bytes)",
+            r.max_wal_bytes,
+            64 << 30,
+            segment_bytes.saturating_mul(2),
+            1 << 50,
+        )?,
+        max_dlq_entries: ranged(
+            "dispatch.max_dlq_entries",
+            r.max_dlq_entries,
+            100_000,
+            1,
+            1 << 32,
+        )?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Config, Overrides};
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn build(text: &str) -> Result<Config, ConfigError> {
+        Config::build(
+            Config::parse_manifest(text)?,
+            &no_env,
+            &Overrides::default(),
+        )
+    }
+
+    fn trig(id: &str, path: &str, handler: &str) -> String {
+        format!("[[triggers]]\nid = \"{id}\"\nprovider = \"p\"\npath = \"{path}\"\nhandler = \"{handler}\"\n")
+    }
+
+    #[test]
+    fn handler_parsing_and_normalization() {
+        let h = parse_handler("http://Example.COM:8080/a/b?x=1").unwrap();
+        assert_eq!(h.kind, "http");
+        assert_eq!(h.host, "example.com");
+        assert_eq!(h.port, 8080);
+        assert_eq!(h.authority, "Example.COM:8080");
+        assert_eq!(h.path_and_query, "/a/b?x=1");
+        assert_eq!(h.uri, "http://example.com:8080/a/b?x=1");
+        assert_eq!(h.circuit_key(), "http:http://example.com:8080/a/b?x=1");
+
+        let d = parse_handler("HTTP://10.0.0.1").unwrap();
+        assert_eq!((d.host.as_str(), d.port), ("10.0.0.1", 80));
+        assert_eq!(d.path_and_query, "/");
+        assert_eq!(d.uri, "http://10.0.0.1/");
+        assert_eq!(
+            parse_handler("http://10.0.0.1:80/").unwrap().uri,
+            "http://10.0.0.1/"
+        );
+        assert_eq!(
+            parse_handler("http://h?q=1").unwrap().path_and_query,
+            "/?q=1"
+        );
+
+        let v6 = parse_handler("http://[::1]:9000/x").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 9000));
+        assert_eq!(v6.authority, "[::1]:9000");
+        assert_eq!(v6.uri, "http://[::1]:9000/x");
+        assert_eq!(parse_handler("http://[::1]").unwrap().uri, "http://[::1]/");
+    }
+
+    #[test]
+    fn handler_rejections() {
+        let cases = [
+            ("https://a/b", "https handlers are not supported yet"),
+            ("ftp://a/b", "unsupported handler scheme"),
+            ("a/b", "not a URI"),
+            ("http://user:pw@a/b", "userinfo"),
+            ("http://a/b#frag", "fragment"),
+            ("http://a b/", "0x20"),
+            ("http://a/\r\n", "0x0d"),
+            ("http:///x", "host is empty"),
+            ("http://a:0/", "port"),
+            ("http://a:65536/", "port"),
+            ("http://a:/", "port"),
+            ("http://a:+1/", "port"),
+            ("http://999.1.1.1/", "not an IPv4"),
+            ("http://[zz]/", "not an IPv6"),
+            ("http://[::1/", "unterminated"),
+            ("http://[::1]x/", "after the IPv6"),
+            ("http://-a.b/", "not a host name"),
+            ("http://a..b/", "not a host name"),
+            ("http://a%20b/", "not a host name"),
+        ];
+        for (text, needle) in cases {
+            let e = parse_handler(text).unwrap_err();
+            assert!(e.contains(needle), "{text:?}: {e}");
+        }
+        let long = format!("http://a/{}", "x".repeat(MAX_HANDLER_URI_BYTES));
+        assert!(parse_handler(&long).unwrap_err().contains("longer"));
+    }
+
+    #[test]
+    fn https_handler_fails_startup_with_the_trigger() {
+        let e = build(&trig("t", "/t", "https://a/b")).unwrap_err();
+        assert!(e.0.contains("trigger \"t\""), "{e}");
+        assert!(e.0.contains("https handlers are not supported yet"), "{e}");
+    }
+
+    #[test]
+    fn triggers_share_destinations_by_normalized_uri() {
+        let text = [
+            trig("a", "/a", "http://h:8080/x"),
+            "[[triggers]]\nid = \"n\"\nprovider = \"p\"\npath = \"/n\"\n".to_string(),
+            trig("b", "/b", "http://other/"),
+            trig("c", "/c", "http://H:8080/x"),
+        ]
+        .concat();
+        let c = build(&text).unwrap();
+        assert_eq!(c.destinations.len(), 2);
+        assert_eq!(c.destinations[0].handler.uri, "http://h:8080/x");
+        assert_eq!(c.destinations[1].handler.uri, "http://other/");
+        let idx: Vec<_> = c.triggers.iter().map(|t| t.handler).collect();
+        assert_eq!(idx, vec![Some(0), None, Some(1), Some(0)]);
+        // Defaults for unlisted destinations.
+        let d = &c.destinations[1];
+        assert_eq!(d.max_in_flight, 64);
+        assert_eq!(d.timeout, Duration::from_secs(10));
+        assert_eq!(d.rate, None);
+        assert_eq!(
+            d.circuit,
+            CircuitConfig {
+                failures: 5,
+                open_for: Duration::from_secs(60)
+            }
+        );
+        assert_eq!(
+            d.retry,
+            RetryConfig {
+                max_attempts: 7,
+                base: Duration::from_secs(1),
+                cap: Duration::from_secs(600)
+            }
+        );
+        assert!(d.headers.is_empty());
+    }
+
+    #[test]
+    fn destination_fields_parse() {
+        let text = trig("a", "/a", "http://h:8080/x")
+            + "[[destinations]]\nuri = \"http://H:8080/x\"\nmax_in_flight = 3\ntimeout = \"250ms\"\n\
+               rate = { per_sec = 10 }\ncircuit = { failures = 2, open_for = \"5s\" }\n\
+               headers = { \"x-api-key\" = \"k\", \"X-Tenant\" = \"t 1\" }\n\
+               retry = { max_attempts = 3, base = \"100ms\", cap = \"1h\" }\n";
+        let c = build(&text).unwrap();
+        let d = &c.destinations[0];
+        assert_eq!(d.max_in_flight, 3);
+        assert_eq!(d.timeout, Duration::from_millis(250));
+        assert_eq!(
+            d.rate,
+            Some(RateConfig {
+                per_sec: 10,
+                burst: 10
+            })
+        );
+        assert_eq!(d.circuit.failures, 2);
+        assert_eq!(d.circuit.open_for, Duration::from_secs(5));
+        assert_eq!(
+            d.headers,
+            vec![
+                ("X-Tenant".to_string(), "t 1".to_string()),
+                ("x-api-key".to_string(), "k".to_string())
+            ]
+        );
+        assert_eq!(d.retry.max_attempts, 3);
+        assert_eq!(d.retry.base, Duration::from_millis(100));
+        assert_eq!(d.retry.cap, Duration::from_secs(3600));
+        let burst = trig("a", "/a", "http://h/")
+            + "[[destinations]]\nuri = \"http://h\"\nrate = { per_sec = 10, burst = 1 }\n";
+        assert_eq!(
+            build(&burst).unwrap().destinations[0].rate,
+            Some(RateConfig {
+                per_sec: 10,
+                burst: 1
+            })
+        );
+    }
+
+    #[test]
+    fn destination_errors_name_the_key() {
+        let base = trig("a", "/a", "http://h/");
+        let dest = |body: &str| format!("{base}[[destinations]]\nuri = \"http://h/\"\n{body}\n");
+        let cases = [
+            (
+                format!("{base}[[destinations]]\nuri = \"http://nope/\"\n"),
+                "destination \"http://nope/\" is not the handler of any trigger",
+            ),
+            (
+                format!("{base}[[destinations]]\nuri = \"http://h\"\n[[destinations]]\nuri = \"http://h:80/\"\n"),
+                "listed twice",
+            ),
+            (
+                format!("{base}[[destinations]]\nuri = \"https://h/\"\n"),
+                "https handlers are not supported yet",
+            ),
+            (dest("max_in_flight = 0"), "max_in_flight = 0 is out of range"),
+            (dest("max_in_flight = 10001"), "max_in_flight"),
+            (dest("timeout = \"0s\""), "timeout"),
+            (dest("timeout = \"10\""), "timeout"),
+            (dest("rate = { per_sec = 0 }"), "rate.per_sec"),
+            (dest("rate = { per_sec = 5, burst = 0 }"), "rate.burst"),
+            (dest("rate = { burst = 5 }"), "per_sec"),
+            (dest("rate = { per_sec = 2000000000 }"), "rate"),
+            (dest("circuit = { failures = 0 }"), "circuit.failures"),
+            (dest("circuit = { open_for = \"1y\" }"), "circuit.open_for"),
+            (dest("circuit = { bogus = 1 }"), "bogus"),
+            (dest("retry = { max_attempts = 0 }"), "retry.max_attempts"),
+            (dest("retry = { max_attempts = 101 }"), "retry.max_attempts"),
+            (dest("retry = { base = \"2m\", cap = \"1m\" }"), "retry.base"),
+            (dest("retry = { cap = \"500ms\" }"), "must not exceed retry.cap"),
+            (dest("headers = { \"bad name\" = \"v\" }"), "not a header name"),
+            (dest("headers = { \"\" = \"v\" }"), "not a header name"),
+            (dest("headers = { \"x\" = \"a\\r\\nb\" }"), "control character"),
+            (dest("headers = { \"x\" = \"a\\u0000\" }"), "control character"),
+            (dest("headers = { \"x\" = \"a\\nb\" }"), "headers.x"),
+            (dest("headers = { \"Content-Length\" = \"1\" }"), "set by sluice"),
+            (dest("headers = { \"x-a\" = \"1\", \"X-A\" = \"2\" }"), "same header"),
+            (dest("unknown = 1"), "unknown"),
+        ];
+        for (text, needle) in cases {
+            let e = build(&text).unwrap_err();
+            assert!(e.0.contains(needle), "{text:?}: {e}");
+        }
+        // Every destination error names its destination.
+        let e = build(&dest("max_in_flight = 0")).unwrap_err();
+        assert!(e.0.contains("destination \"http://h/\""), "{e}");
+        // No trigger has a handler at all.
+        let e = build("[[destinations]]\nuri = \"http://h/\"\n").unwrap_err();
+        assert!(e.0.contains("not the handler of any trigger"), "{e}");
+        // Tab is fine in a value.
+        assert!(build(&dest("headers = { \"x\" = \"a\\tb\" }")).is_ok());
+    }
+
+    #[test]
+    fn pump_precedence_and_errors() {
+        let env64 =
+            |v: &'static str| move |k: &str| (k == ENV_PUMP_MAX_OUTSTANDING).then(|| v.to_string());
+        let parse = |t: &str| Config::parse_manifest(t).unwrap();
+        let d = Overrides::default();
+        assert_eq!(build("").unwrap().pump.max_outstanding, 64);
+        assert_eq!(
+            build("[orchestrator]\npumps = { max_outstanding = 5 }\n")
+                .unwrap()
+                .pump
+                .max_outstanding,
+            5
+        );
+        assert_eq!(
+            build("[orchestrator.pumps]\nmax_outstanding = 6\n")
+                .unwrap()
+                .pump
+                .max_outstanding,
+            6
+        );
+        assert_eq!(
+            build("[orchestrator.pumps]\nmax-outstanding = 7\n")
+                .unwrap()
+                .pump
+                .max_outstanding,
+            7
+        );
+        let text = "[orchestrator.pumps]\nmax_outstanding = 6\n";
+        let c = Config::build(parse(text), &env64("9"), &d).unwrap();
+        assert_eq!(c.pump.max_outstanding, 9);
+        let o = Overrides {
+            pump_max_outstanding: Some(11),
+            ..Overrides::default()
+        };
+        let c = Config::build(parse(text), &env64("9"), &o).unwrap();
+        assert_eq!(c.pump.max_outstanding, 11);
+        for bad in ["0", "100001", "x", "-1", ""] {
+            let e = Config::build(parse(""), &env64(bad), &d).unwrap_err();
+            assert!(e.0.contains(ENV_PUMP_MAX_OUTSTANDING), "{bad:?}: {e}");
+        }
+        let e = build("[orchestrator]\npumps = { max_outstanding = 0 }\n").unwrap_err();
+        assert!(e.0.contains("orchestrator.pumps.max_outstanding"), "{e}");
+        let e = build("[orchestrator]\npumps = { max_outstanding = 100001 }\n").unwrap_err();
+        assert!(e.0.contains("orchestrator.pumps.max_outstanding"), "{e}");
+        let e = build("[orchestrator]\nother = 1\n").unwrap_err();
+        assert!(e.0.contains("other"), "{e}");
+        let o = Overrides {
+            pump_max_outstanding: Some(0),
+            ..Overrides::default()
+        };
+        let e = Config::build(parse(""), &no_env, &o).unwrap_err();
+        assert!(e.0.contains("pump_max_outstanding"), "{e}");
+    }
+
+    #[test]
+    fn dispatch_defaults_and_ranges() {
+        let c = build("").unwrap();
+        assert_eq!(
+            c.dispatch,
+            DispatchConfig {
+                max_pending_events: 100_000,
+                max_pending_bytes: 1 << 30,
+                saturated_high: 0.9,
+                saturated_low: 0.7,
+                retention: Duration::from_secs(7 * 86_400),
+                max_wal_bytes: 64 << 30,
+                max_dlq_entries: 100_000,
+            }
+        );
+        assert!(c.destinations.is_empty());
+        let ok = build(
+            "[dispatch]\nmax_pending_events = 1\nmax_pending_bytes = 1048576\nsaturated_high = 1.0\n\
+             saturated_low = 0.5\nretention = \"12h\"\nmax_wal_bytes = 134217728\nmax_dlq_entries = 1\n",
+        )
+        .unwrap();
+        assert_eq!(ok.dispatch.retention, Duration::from_secs(12 * 3600));
+        assert_eq!(ok.dispatch.max_wal_bytes, 128 << 20);
+        let cases = [
+            ("max_pending_events = 0", "dispatch.max_pending_events"),
+            ("max_pending_bytes = 1048575", "dispatch.max_pending_bytes"),
+            ("saturated_high = 1.5", "dispatch.saturated_high"),
+            ("saturated_high = 0.0", "dispatch.saturated_high"),
+            ("saturated_high = nan", "dispatch.saturated_high"),
+            ("saturated_low = 0.95", "dispatch.saturated_low"),
+            ("saturated_low = 0.0", "dispatch.saturated_low"),
+            (
+                "saturated_high = 0.5\nsaturated_low = 0.5",
+                "dispatch.saturated_low",
+            ),
+            ("retention = \"0d\"", "dispatch.retention"),
+            ("max_wal_bytes = 134217727", "dispatch.max_wal_bytes"),
+            ("max_dlq_entries = 0", "dispatch.max_dlq_entries"),
+            ("bogus = 1", "bogus"),
+        ];
+        for (body, needle) in cases {
+            let e = build(&format!("[dispatch]\n{body}\n")).unwrap_err();
+            assert!(e.0.contains(needle), "{body:?}: {e}");
+        }
+        // max_wal_bytes follows the segment size.
+        let e =
+            build("[wal]\nsegment_bytes = 1073741824\n[dispatch]\nmax_wal_bytes = 1073741824\n")
+                .unwrap_err();
+        assert!(e.0.contains("2 × wal.segment_bytes"), "{e}");
+    }
+}

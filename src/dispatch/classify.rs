@@ -1,0 +1,124 @@
+//! Outcome classes of one delivery attempt.
+//!
+//! | attempt result | class | pauses the destination |
+//! |---|---|---|
+//! | status 200..=299 | `Delivered` | |
+//! | status 408, 425 | `Retryable` | |
+//! | status 429, 503 with `Retry-After` > 0 | `Retryable` | for `Retry-After` |
+//! | status 429, 503 without it | `Retryable` | |
+//! | other status 500..=599 | `Retryable` | |
+//! | other status 100..=499 (1xx, 3xx: redirects are not followed; 4xx) | `Permanent` (→ DLQ) | |
+//! | status outside 100..=599 | `Permanent` | |
+//! | connect error, timeout | `Retryable` | |
+//! | I/O error during the exchange (reset, truncated response) | `Retryable` | |
+//!
+//! An I/O error after the request was sent may mean the downstream processed it; retrying is
+//! still right because delivery is at least once and every event carries a stable id for
+//! idempotency (DESIGN.md). Only `Retryable` results feed the circuit (reference §6.3, §7).
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+/// What happened to one attempt, as the outbound client reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptResult {
+    /// A complete response. `retry_after` is the parsed `Retry-After` header (delta-seconds, or
+    /// an HTTP date converted to a delay), if present.
+    Status {
+        code: u16,
+        retry_after: Option<Duration>,
+    },
+    /// The TCP connection could not be established (refused, unreachable, DNS failure).
+    ConnectError,
+    /// The destination's `timeout` elapsed before a complete response.
+    Timeout,
+    /// The connection failed mid-exchange.
+    Io,
+}
+
+/// The class of an attempt result. See the module table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    Delivered,
+    /// Try again (backoff permitting); `pause` is how long the destination asked everyone to
+    /// wait (429/503 with `Retry-After`).
+    Retryable {
+        pause: Option<Duration>,
+    },
+    /// Do not retry: dead-letter it.
+    Permanent,
+}
+
+impl Class {
+    pub const fn is_retryable(&self) -> bool {
+        matches!(self, Class::Retryable { .. })
+    }
+}
+
+/// Classifies one attempt result (the module table).
+pub fn classify(result: &AttemptResult) -> Class {
+    match *result {
+        AttemptResult::Status { code, retry_after } => match code {
+            200..=299 => Class::Delivered,
+            429 | 503 => Class::Retryable {
+                pause: retry_after.filter(|d| !d.is_zero()),
+            },
+            408 | 425 | 500..=599 => Class::Retryable { pause: None },
+            _ => Class::Permanent,
+        },
+        AttemptResult::ConnectError | AttemptResult::Timeout | AttemptResult::Io => {
+            Class::Retryable { pause: None }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16, retry_after: Option<u64>) -> Class {
+        classify(&AttemptResult::Status {
+            code,
+            retry_after: retry_after.map(Duration::from_secs),
+        })
+    }
+
+    #[test]
+    fn the_table() {
+        let retry = Class::Retryable { pause: None };
+        for code in [200, 201, 204, 299] {
+            assert_eq!(status(code, None), Class::Delivered, "{code}");
+        }
+        for code in [408, 425, 429, 500, 502, 503, 504, 599] {
+            assert_eq!(status(code, None), retry, "{code}");
+        }
+        for code in [
+            0, 99, 100, 101, 199, 300, 301, 304, 400, 401, 403, 404, 409, 410, 413, 422, 499, 600,
+            999,
+        ] {
+            assert_eq!(status(code, None), Class::Permanent, "{code}");
+        }
+        for r in [
+            AttemptResult::ConnectError,
+            AttemptResult::Timeout,
+            AttemptResult::Io,
+        ] {
+            assert_eq!(classify(&r), retry);
+            assert!(classify(&r).is_retryable());
+        }
+        assert!(!Class::Permanent.is_retryable());
+    }
+
+    #[test]
+    fn only_429_and_503_pause() {
+        let five = Some(Duration::from_secs(5));
+        assert_eq!(status(429, Some(5)), Class::Retryable { pause: five });
+        assert_eq!(status(503, Some(5)), Class::Retryable { pause: five });
+        assert_eq!(status(503, Some(0)), Class::Retryable { pause: None });
+        for code in [500, 502, 408] {
+            assert_eq!(status(code, Some(5)), Class::Retryable { pause: None });
+        }
+        assert_eq!(status(200, Some(5)), Class::Delivered);
+        assert_eq!(status(400, Some(5)), Class::Permanent);
+    }
+}

@@ -1,0 +1,398 @@
+//! One destination's admission state on its owner core: permits, circuit, rate budget, pause.
+//!
+//! [`DestinationState::gate`] decides whether the next event may be sent now, checking in this
+//! order and stopping at the first "no":
+//!
+//! 1. **Circuit.** Open (or half-open with the probe out) → [`Gate::FailFast`]: the event goes
+//!    to the DLQ (`circuit_open`). This comes first, even while the destination is paused: the
+//!    contract says events fail fast while the circuit is open, and holding them for the pause
+//!    would only grow the backlog for a destination already known to be failing.
+//! 2. **Pause.** A 429/503 `Retry-After` pauses the whole destination until `paused_until`
+//!    → [`Gate::Wait`] `{ until: paused_until }`.
+//! 3. **Rate budget** (if configured) → `Wait { until: when a token is available }`.
+//! 4. **Permits.** All `max_in_flight` out → `Wait { until: 0 }`: wait for a
+//!    [`DestinationState::complete`] to release one.
+//!
+//! Nothing is consumed unless the answer is [`Gate::Go`]: the checks peek, then the permit, the
+//! rate token and (when the window has passed) the one half-open probe are taken together. A
+//! `Go { probe: true }` call is that probe; its result decides the circuit.
+//!
+//! [`DestinationState::complete`] takes the permit back and feeds the result to the circuit and
+//! the pause, returning the transitions for metrics (`opened`, `closed`, `paused`; the gate's
+//! answers give `fail_fast` and `half_open_probe`). A permanent failure (4xx) neither counts
+//! against the circuit nor resets it (as in Harn), except that it ends a half-open probe as a
+//! success: the destination answered, so it is reachable.
+//!
+//! Pauses are bounded by [`MAX_PAUSE`] (a downstream cannot park a destination for a year), and
+//! only ever extend: a shorter `Retry-After` arriving later does not cut an existing pause.
+//!
+//! Invariant: `in_flight() <= max_in_flight()` at all times (the permit set enforces it).
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use super::circuit::{Circuit, CircuitCheck, CircuitState, Transition};
+use super::classify::Class;
+use super::permits::{Permit, Permits};
+use super::rate::RateBudget;
+use crate::config::DestinationConfig;
+use crate::ingest::bucket::ParamError;
+
+/// Longest pause a `Retry-After` can impose on a destination.
+pub const MAX_PAUSE: Duration = Duration::from_secs(3600);
+
+/// The answer of [`DestinationState::gate`].
+#[derive(Debug)]
+pub enum Gate {
+    /// Send now, holding `permit`; hand it back to [`DestinationState::complete`]. `probe` is
+    /// true for the circuit's one half-open probe (metrics action `half_open_probe`).
+    Go { permit: Permit, probe: bool },
+    /// Not now: paused or rate-limited until `until` (nanoseconds, the clock's scale), or, when
+    /// `until == 0`, every permit is out and the next `complete` frees one.
+    Wait { until: u64 },
+    /// The circuit is open: dead-letter the event (`circuit_open`, metrics `fail_fast`).
+    FailFast { retry_after: Duration },
+}
+
+/// A state change worth a metric, reported by [`DestinationState::complete`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DestinationEvent {
+    /// The circuit opened or closed.
+    Circuit(Transition),
+    /// The destination is paused until `until` (metrics action `paused`).
+    Paused { until: u64 },
+}
+
+/// Permits + circuit + optional rate budget + pause of one destination. Core-local.
+#[derive(Debug)]
+pub struct DestinationState {
+    permits: Permits,
+    circuit: Circuit,
+    rate: Option<RateBudget>,
+    /// No call starts before this instant (nanoseconds); 0 = not paused.
+    paused_until: u64,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl DestinationState {
+    pub fn new(permits: Permits, circuit: Circuit, rate: Option<RateBudget>) -> Self {
+        DestinationState {
+            permits,
+            circuit,
+            rate,
+            paused_until: 0,
+        }
+    }
+
+    /// From a validated destination config. The rate parameters were validated by the config
+    /// with the same [`crate::ingest::bucket::BucketParams`] rules, so this fails only for a
+    /// hand-built config.
+    pub fn from_config(c: &DestinationConfig) -> Result<Self, ParamError> {
+        let rate = match c.rate {
+            Some(r) => Some(RateBudget::new(r.per_sec, r.burst)?),
+            None => None,
+        };
+        Ok(Self::new(
+            Permits::new(c.max_in_flight),
+            Circuit::new(c.circuit.failures, c.circuit.open_for),
+            rate,
+        ))
+    }
+
+    /// May the next event be sent at `now`? See the module docs for the order of the checks.
+    pub fn gate(&mut self, now: u64) -> Gate {
+        if let CircuitCheck::FailFast { retry_after } = self.circuit.peek(now) {
+            return Gate::FailFast { retry_after };
+        }
+        if now < self.paused_until {
+            return Gate::Wait {
+                until: self.paused_until,
+            };
+        }
+        if let Some(rate) = &self.rate {
+            if let Err(wait) = rate.peek(now) {
+                return Gate::Wait {
+                    until: now.saturating_add(wait).max(1),
+                };
+            }
+        }
+        let Some(permit) = self.permits.try_acquire() else {
+            return Gate::Wait { until: 0 };
+        };
+        if let Some(rate) = &mut self.rate {
+            // Peeked at the same `now` on the same state just above: cannot refuse.
+            let taken = rate.try_take(now);
+            debug_assert!(taken.is_ok());
+        }
+        let probe = self.circuit.check(now) == CircuitCheck::Probe;
+        Gate::Go { permit, probe }
+    }
+
+    /// The call made with `permit` finished at `now` with `class`. Releases the permit, feeds
+    /// the circuit, applies a pause; returns what changed (usually nothing: an empty `Vec`
+    /// does not allocate).
+    pub fn complete(&mut self, permit: Permit, now: u64, class: &Class) -> Vec<DestinationEvent> {
+        self.permits.release(permit);
+        let mut events = Vec::new();
+        let transition = match class {
+            Class::Delivered => self.circuit.on_success(now),
+            Class::Retryable { .. } => self.circuit.on_failure(now),
+            Class::Permanent if self.circuit.state() == CircuitState::HalfOpen => {
+                self.circuit.on_success(now)
+            }
+            Class::Permanent => None,
+        };
+        if let Some(t) = transition {
+            events.push(DestinationEvent::Circuit(t));
+        }
+        if let Class::Retryable { pause: Some(p) } = class {
+            let until = now.saturating_add(nanos((*p).min(MAX_PAUSE)));
+            if until > self.paused_until && until > now {
+                self.paused_until = until;
+                events.push(DestinationEvent::Paused { until });
+            }
+        }
+        events
+    }
+
+    /// Permits out now.
+    /// Gives a permit back without an outcome: the attempt never reached the destination (a
+    /// kept-alive connection the server had already closed). Feeds neither the circuit nor a
+    /// pause.
+    pub fn release(&mut self, permit: Permit) {
+        self.permits.release(permit);
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.permits.in_flight()
+    }
+
+    pub fn max_in_flight(&self) -> usize {
+        self.permits.max()
+    }
+
+    pub fn circuit_state(&self) -> CircuitState {
+        self.circuit.state()
+    }
+
+    /// The end of the current (or last) pause; not paused when `<= now`.
+    pub fn paused_until(&self) -> u64 {
+        self.paused_until
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatch::rng::SmallRng;
+
+    const MS: u64 = 1_000_000;
+    const S: u64 = 1_000_000_000;
+    const FAIL: Class = Class::Retryable { pause: None };
+
+    fn dest(max: usize, failures: u32, rate: Option<(u64, u64)>) -> DestinationState {
+        DestinationState::new(
+            Permits::new(max),
+            Circuit::new(failures, Duration::from_secs(60)),
+            rate.map(|(p, b)| RateBudget::new(p, b).unwrap()),
+        )
+    }
+
+    fn go(d: &mut DestinationState, now: u64) -> (Permit, bool) {
+        match d.gate(now) {
+            Gate::Go { permit, probe } => (permit, probe),
+            other => panic!("expected Go at {now}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn permits_bound_in_flight_under_any_sequence() {
+        let mut rng = SmallRng::seed_from_u64(11);
+        let mut d = dest(4, 1000, None);
+        let mut held = Vec::new();
+        let mut now = 0;
+        for _ in 0..5000 {
+            now += rng.up_to(MS);
+            if rng.up_to(2) > 0 {
+                match d.gate(now) {
+                    Gate::Go { permit, .. } => held.push(permit),
+                    Gate::Wait { until } => {
+                        assert_eq!(until, 0);
+                        assert_eq!(held.len(), 4);
+                    }
+                    Gate::FailFast { .. } => panic!("circuit cannot open here"),
+                }
+            } else if !held.is_empty() {
+                let i = rng.up_to(held.len() as u64 - 1) as usize;
+                let class = if rng.up_to(1) == 0 {
+                    Class::Delivered
+                } else {
+                    FAIL
+                };
+                d.complete(held.swap_remove(i), now, &class);
+            }
+            assert!(d.in_flight() <= d.max_in_flight());
+            assert_eq!(d.in_flight(), held.len());
+        }
+    }
+
+    #[test]
+    fn circuit_opens_fails_fast_probes_once_and_closes() {
+        let mut d = dest(10, 3, None);
+        for i in 0..3 {
+            let (p, probe) = go(&mut d, 0);
+            assert!(!probe);
+            let ev = d.complete(p, S, &FAIL);
+            let opened = vec![DestinationEvent::Circuit(Transition::Opened)];
+            assert_eq!(ev, if i == 2 { opened } else { vec![] });
+        }
+        assert_eq!(d.circuit_state(), CircuitState::Open);
+        match d.gate(2 * S) {
+            Gate::FailFast { retry_after } => assert_eq!(retry_after, Duration::from_secs(59)),
+            other => panic!("{other:?}"),
+        }
+        let (probe, is_probe) = go(&mut d, 61 * S);
+        assert!(is_probe);
+        assert!(matches!(d.gate(61 * S), Gate::FailFast { .. }));
+        assert!(matches!(d.gate(100 * S), Gate::FailFast { .. }));
+        let ev = d.complete(probe, 62 * S, &Class::Delivered);
+        assert_eq!(ev, vec![DestinationEvent::Circuit(Transition::Closed)]);
+        let (p, probe) = go(&mut d, 62 * S);
+        assert!(!probe);
+        d.complete(p, 62 * S, &Class::Delivered);
+    }
+
+    #[test]
+    fn probe_failure_reopens_and_a_permanent_answer_closes() {
+        let mut d = dest(10, 1, None);
+        let (p, _) = go(&mut d, 0);
+        d.complete(p, 0, &FAIL);
+        let (probe, _) = go(&mut d, 60 * S);
+        let ev = d.complete(probe, 61 * S, &FAIL);
+        assert_eq!(ev, vec![DestinationEvent::Circuit(Transition::Opened)]);
+        assert!(matches!(d.gate(120 * S), Gate::FailFast { .. }));
+        let (probe, is_probe) = go(&mut d, 121 * S);
+        assert!(is_probe);
+        let ev = d.complete(probe, 121 * S, &Class::Permanent);
+        assert_eq!(ev, vec![DestinationEvent::Circuit(Transition::Closed)]);
+        // Closed: a permanent failure neither counts nor resets.
+        let (p, _) = go(&mut d, 122 * S);
+        assert_eq!(d.complete(p, 122 * S, &Class::Permanent), vec![]);
+        assert_eq!(d.circuit_state(), CircuitState::Closed);
+    }
+
+    #[test]
+    fn pause_is_honoured() {
+        let mut d = dest(10, 100, None);
+        let (p, _) = go(&mut d, S);
+        let class = Class::Retryable {
+            pause: Some(Duration::from_secs(5)),
+        };
+        let ev = d.complete(p, S, &class);
+        assert_eq!(ev, vec![DestinationEvent::Paused { until: 6 * S }]);
+        for t in [S, 3 * S, 6 * S - 1] {
+            match d.gate(t) {
+                Gate::Wait { until } => assert_eq!(until, 6 * S),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(d.in_flight(), 0);
+        // A shorter pause does not cut the current one; a longer one extends it.
+        let (a, _) = go(&mut d, 6 * S);
+        let (b, _) = go(&mut d, 6 * S);
+        let short = Class::Retryable {
+            pause: Some(Duration::from_secs(1)),
+        };
+        assert_eq!(d.complete(a, 6 * S, &class).len(), 1); // until 11 s
+        assert_eq!(d.complete(b, 7 * S, &short), vec![]);
+        assert_eq!(d.paused_until(), 11 * S);
+        assert!(matches!(d.gate(11 * S), Gate::Go { .. }));
+    }
+
+    #[test]
+    fn pause_is_bounded() {
+        let mut d = dest(1, 100, None);
+        let (p, _) = go(&mut d, 0);
+        let year = Class::Retryable {
+            pause: Some(Duration::from_secs(365 * 86_400)),
+        };
+        d.complete(p, 0, &year);
+        assert_eq!(d.paused_until(), nanos(MAX_PAUSE));
+    }
+
+    #[test]
+    fn open_circuit_fails_fast_even_while_paused() {
+        let mut d = dest(10, 1, None);
+        let (p, _) = go(&mut d, 0);
+        let class = Class::Retryable {
+            pause: Some(Duration::from_secs(30)),
+        };
+        let ev = d.complete(p, 0, &class);
+        assert_eq!(
+            ev,
+            vec![
+                DestinationEvent::Circuit(Transition::Opened),
+                DestinationEvent::Paused { until: 30 * S }
+            ]
+        );
+        assert!(matches!(d.gate(S), Gate::FailFast { .. }));
+    }
+
+    #[test]
+    fn rate_budget_spaces_calls_and_consumes_nothing_on_wait() {
+        // 10/s, burst 2, 1 permit.
+        let mut d = dest(1, 100, Some((10, 2)));
+        let (p, _) = go(&mut d, 0);
+        // No permit: wait for a release, and the rate token is not spent.
+        assert!(matches!(d.gate(0), Gate::Wait { until: 0 }));
+        d.complete(p, 0, &Class::Delivered);
+        let (p, _) = go(&mut d, 0);
+        d.complete(p, 0, &Class::Delivered);
+        match d.gate(0) {
+            Gate::Wait { until } => assert_eq!(until, 100 * MS),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(d.gate(100 * MS - 1), Gate::Wait { .. }));
+        let (p, _) = go(&mut d, 100 * MS);
+        d.complete(p, 100 * MS, &Class::Delivered);
+        assert!(matches!(d.gate(150 * MS), Gate::Wait { until } if until == 200 * MS));
+    }
+
+    #[test]
+    fn probe_is_not_spent_on_a_wait() {
+        // Open circuit, window passed, but paused: the probe stays available.
+        let mut d = dest(1, 1, None);
+        let (p, _) = go(&mut d, 0);
+        let class = Class::Retryable {
+            pause: Some(Duration::from_secs(90)),
+        };
+        d.complete(p, 0, &class);
+        assert!(matches!(d.gate(70 * S), Gate::Wait { until } if until == 90 * S));
+        assert_eq!(d.circuit_state(), CircuitState::Open);
+        let (probe, is_probe) = go(&mut d, 90 * S);
+        assert!(is_probe);
+        assert!(d.complete(probe, 91 * S, &Class::Delivered).len() == 1);
+    }
+
+    #[test]
+    fn from_config_uses_every_field() {
+        let raw = crate::config::Config::parse_manifest(
+            "[[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/a\"\nhandler = \"http://h/\"\n\
+             [[destinations]]\nuri = \"http://h/\"\nmax_in_flight = 2\nrate = { per_sec = 1, burst = 1 }\n\
+             circuit = { failures = 1, open_for = \"1s\" }\n",
+        )
+        .unwrap();
+        let cfg =
+            crate::config::Config::build(raw, &|_| None, &crate::config::Overrides::default())
+                .unwrap();
+        let mut d = DestinationState::from_config(&cfg.destinations[0]).unwrap();
+        assert_eq!(d.max_in_flight(), 2);
+        let (p, _) = go(&mut d, 0);
+        assert!(matches!(d.gate(0), Gate::Wait { until } if until == S));
+        d.complete(p, 0, &FAIL);
+        assert!(matches!(d.gate(S / 2), Gate::FailFast { .. }));
+    }
+}
