@@ -30,7 +30,8 @@ use mio::{Interest, Registry, Token};
 
 use crate::config::{Config, DestinationConfig};
 use crate::dispatch::classify::{classify, AttemptResult, Class};
-use crate::dispatch::destination::{DestinationState, Gate, Transition};
+use crate::dispatch::circuit::Transition;
+use crate::dispatch::destination::{DestinationEvent, DestinationState, Gate};
 use crate::dispatch::dlq::DlqReason;
 use crate::dispatch::job::{Job, JobOutcome};
 use crate::dispatch::permits::Permit;
@@ -152,7 +153,7 @@ impl Dispatcher {
             outcomes,
             overflow: VecDeque::new(),
             pump,
-            rng: SmallRng::seed_from(0x5eed ^ (core as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ unix_millis()),
+            rng: SmallRng::seed_from_u64(0x5eed ^ (core as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ unix_millis()),
             metrics,
             scratch: vec![0u8; READ_CHUNK].into_boxed_slice(),
             held: 0,
@@ -174,8 +175,10 @@ impl Dispatcher {
         self.dests.entry(d).or_insert_with(|| {
             let c: &DestinationConfig = &config.destinations[d];
             Dest {
-                state: DestinationState::new(c),
-                policy: c.retry_policy(),
+                // Parameters were validated with the config, so this cannot fail; a failure
+                // would be a bug, and unlimited permits are not an acceptable fallback.
+                state: DestinationState::from_config(c).expect("validated destination config"),
+                policy: RetryPolicy::from(&c.retry),
                 queue: VecDeque::new(),
                 idle: Vec::new(),
                 conns: 0,
@@ -274,7 +277,7 @@ impl Dispatcher {
                     self.metrics.circuit_fail_fast();
                     let last_error = format!(
                         "destination circuit open for http:{}; retry after {}s",
-                        self.config.destinations[d].uri,
+                        self.config.destinations[d].handler.uri,
                         retry_after.as_secs().max(1)
                     );
                     let attempts = job.attempt - 1;
@@ -328,8 +331,8 @@ impl Dispatcher {
         }
         let req = OutboundRequest {
             method: "POST",
-            authority: &cfg.authority,
-            path: &cfg.path,
+            authority: &cfg.handler.authority,
+            path: &cfg.handler.path_and_query,
             headers: &headers,
             body: &job.event.body,
         };
@@ -342,6 +345,8 @@ impl Dispatcher {
             self.dead_letter(job, DlqReason::PermanentFailure, attempts, msg);
             return;
         }
+        let in_flight = self.dest(d).state.in_flight() as u64;
+        self.metrics.set_in_flight(d, in_flight);
         let reuse = self.dest(d).idle.pop();
         let attempt = Box::new(Attempt { job, permit, deadline: now + timeout, started: now, reused: false, got_bytes: false });
         match reuse {
@@ -402,9 +407,10 @@ impl Dispatcher {
             return Ok(a);
         }
         let cfg = &self.config.destinations[d];
-        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(cfg.host.as_str(), cfg.port))?
+        let h = &cfg.handler;
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(h.host.as_str(), h.port))?
             .next()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{} did not resolve", cfg.host)))?;
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{} did not resolve", h.host)))?;
         self.dest(d).addr = Some(addr);
         Ok(addr)
     }
@@ -539,15 +545,21 @@ impl Dispatcher {
     fn settle(&mut self, d: usize, attempt: Attempt, result: AttemptResult, now: u64, registry: &Registry) {
         let Attempt { mut job, permit, started, .. } = attempt;
         let class = classify(&result);
-        let uri = self.config.destinations[d].uri.clone();
-        let transitions = self.dest(d).state.complete(permit, now, &class);
-        for t in transitions {
-            match t {
-                Transition::Opened => self.metrics.circuit_opened(),
-                Transition::Closed => self.metrics.circuit_closed(),
-                Transition::Paused => self.metrics.destination_paused(),
+        let uri = self.config.destinations[d].handler.uri.clone();
+        let events = self.dest(d).state.complete(permit, now, &class);
+        let mut opened = false;
+        for e in events {
+            match e {
+                DestinationEvent::Circuit(Transition::Opened) => {
+                    opened = true;
+                    self.metrics.circuit_opened();
+                }
+                DestinationEvent::Circuit(Transition::Closed) => self.metrics.circuit_closed(),
+                DestinationEvent::Paused { .. } => self.metrics.destination_paused(),
             }
         }
+        let in_flight = self.dest(d).state.in_flight() as u64;
+        self.metrics.set_in_flight(d, in_flight);
         self.metrics.attempt(d, &class, now.saturating_sub(started));
         match class {
             Class::Delivered => {
@@ -558,6 +570,15 @@ impl Dispatcher {
             Class::Permanent => {
                 let attempts = job.attempt;
                 self.dead_letter(job, DlqReason::PermanentFailure, attempts, describe(&result, &uri));
+            }
+            Class::Retryable { .. } if opened => {
+                let attempts = job.attempt;
+                let why = format!(
+                    "destination circuit opened for http:{uri} after {} consecutive failures: {}",
+                    self.config.destinations[d].circuit.failures,
+                    describe(&result, &uri)
+                );
+                self.dead_letter(job, DlqReason::CircuitOpen, attempts, why);
             }
             Class::Retryable { .. } => {
                 let next = job.attempt + 1;

@@ -22,7 +22,9 @@
 
 pub mod circuit;
 pub mod classify;
+pub mod deliver;
 pub mod destination;
+pub mod job;
 pub mod permits;
 pub mod rate;
 pub mod retry;
