@@ -109,6 +109,8 @@ pub struct Pump {
     /// Records written and not yet durable: ticket → the done entries they carry.
     in_flight: HashMap<u64, Vec<DoneEntry>>,
     seq: u64,
+    /// Trigger id → destination index (None: no handler).
+    handlers: HashMap<String, Option<usize>>,
     drained_since_tick: u64,
     tick_at_ms: u64,
 }
@@ -122,6 +124,7 @@ impl Pump {
         recovered: DispatchRecovery,
     ) -> Pump {
         let max_outstanding = shared.config.pump.max_outstanding;
+        let handlers = shared.config.triggers.iter().map(|t| (t.id.clone(), t.handler)).collect();
         Pump {
             shared,
             links,
@@ -138,6 +141,7 @@ impl Pump {
             dlq_retry_at_ms: 0,
             in_flight: HashMap::new(),
             seq: 0,
+            handlers,
             drained_since_tick: 0,
             tick_at_ms: unix_millis(),
         }
@@ -209,8 +213,7 @@ impl Pump {
                 (1, 0)
             };
             let cost = crate::wal::event_cost(&event);
-            let trigger = self.shared.config.triggers.iter().find(|t| t.id == event.trigger_id);
-            let dest = trigger.and_then(|t| t.handler);
+            let dest = self.handlers.get(event.trigger_id.as_str()).copied().flatten();
             let received_at_ms = event.received_at_ms;
             let Some(dest) = dest else {
                 // No handler: stored and done at once.
@@ -221,7 +224,7 @@ impl Pump {
             self.live.insert(lsn, Live { cost, received_at_ms, outstanding: true });
             self.outstanding += 1;
             let core = crate::sched::placement::owner_core(
-                &self.shared.config.destinations[dest].uri,
+                &self.shared.config.destinations[dest].handler.uri,
                 self.links.job_txs.len(),
             );
             let job = Job { lsn, event, dest, attempt, due_at_ms };
@@ -262,7 +265,7 @@ impl Pump {
                     let entry = DlqEntry {
                         id: job.event.event_id.clone(),
                         event_lsn: job.lsn,
-                        destination: self.shared.config.destinations[job.dest].uri.clone(),
+                        destination: self.shared.config.destinations[job.dest].handler.uri.clone(),
                         reason,
                         attempts,
                         last_error,

@@ -733,8 +733,9 @@ impl Worker {
         }
         self.metrics.incr_ingest(true);
         let received_at_ms = unix_millis();
+        let event_id = self.ids.next(received_at_ms);
         let event = EventRecord {
-            event_id: String::new(),
+            event_id: event_id.clone(),
             trigger_id: trigger_id.clone(),
             source,
             received_at_ms,
@@ -750,8 +751,6 @@ impl Worker {
             self.refuse(idx, Refusal::QueueFull, retry_after, keep_alive);
             return;
         }
-        let event_id = self.ids.next(received_at_ms);
-        let event = EventRecord { event_id: event_id.clone(), ..event };
         self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
         let ticket = ((idx as u64) << TICKET_SEQ_BITS) | self.seq;
         let request = AppendRequest {
