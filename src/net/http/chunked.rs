@@ -86,11 +86,24 @@ impl ChunkedDecoder {
         body: &mut Vec<u8>,
         limits: &Limits,
     ) -> Result<usize, HttpError> {
+        let cap = limits.max_body_bytes;
+        self.decode_with(input, limits, |data| append_capped(body, data, cap))
+    }
+
+    /// Like [`decode`](Self::decode), but hands each run of chunk data to `sink` instead of
+    /// appending it to a buffer (the client keeps a bounded prefix and discards the rest).
+    /// The running total is still checked against `limits.max_body_bytes`.
+    pub(crate) fn decode_with(
+        &mut self,
+        input: &[u8],
+        limits: &Limits,
+        mut sink: impl FnMut(&[u8]),
+    ) -> Result<usize, HttpError> {
         let mut pos = 0;
         while pos < input.len() && self.state != State::Done {
             if self.state == State::Data {
                 let take = self.size.min((input.len() - pos) as u64) as usize;
-                append_capped(body, &input[pos..pos + take], limits.max_body_bytes);
+                sink(&input[pos..pos + take]);
                 self.size -= take as u64;
                 pos += take;
                 if self.size == 0 {

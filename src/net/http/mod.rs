@@ -1,4 +1,8 @@
-//! Sans-IO HTTP/1.1 server codec: bytes in, requests out; responses in, bytes out.
+//! Sans-IO HTTP/1.1 codec. Server side (this module): bytes in, requests out; responses in,
+//! bytes out. Client side ([`client`], for outbound deliveries): [`client::write_request`]
+//! appends a request, [`client::ResponseReader`] reads responses with the same resumable
+//! `poll`/`poll_slice` contract as [`RequestReader`], keeps a bounded body prefix and shares the
+//! chunked decoder (`chunked.rs`) with the server side; its header documents framing and bounds.
 //!
 //! Nothing here touches a socket, a clock or a thread. The connection layer owns a read buffer
 //! (`Vec<u8>`), appends whatever the socket produced, and calls [`RequestReader::poll`]; the
@@ -73,6 +77,7 @@
 //!   (formatted once per second from the injected clock) in `headers`.
 
 mod chunked;
+pub mod client;
 mod head;
 mod reader;
 mod response;
