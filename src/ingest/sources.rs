@@ -58,16 +58,19 @@ pub enum RefusalReason {
     QueueFull,
     /// Reserved: the server is draining for shutdown.
     Draining,
+    /// The WAL's disk use reached `max_wal_bytes`.
+    WalFull,
 }
 
 impl RefusalReason {
     /// Every reason, in rendering order (`ALL[r as usize] == r`).
-    pub const ALL: [RefusalReason; 5] = [
+    pub const ALL: [RefusalReason; 6] = [
         RefusalReason::IngestSaturated,
         RefusalReason::WalBusy,
         RefusalReason::WalUnavailable,
         RefusalReason::QueueFull,
         RefusalReason::Draining,
+        RefusalReason::WalFull,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -78,6 +81,7 @@ impl RefusalReason {
             RefusalReason::WalUnavailable => "wal_unavailable",
             RefusalReason::QueueFull => "queue_full",
             RefusalReason::Draining => "draining",
+            RefusalReason::WalFull => "wal_full",
         }
     }
 }

@@ -26,6 +26,10 @@ pub struct Backlog {
     saturated: AtomicBool,
     /// Events made done per second (EWMA), × 1000; written by the pump once per second.
     drain_rate_milli: AtomicU64,
+    /// Bytes of WAL segments on disk (measured by the pump every few seconds) and the bound
+    /// past which ingest refuses with `wal_full`.
+    wal_bytes: AtomicU64,
+    max_wal_bytes: u64,
 }
 
 /// Most seconds a `queue_full` refusal asks the client to wait.
@@ -33,7 +37,15 @@ pub const MAX_RETRY_AFTER_SECS: u64 = 60;
 
 impl Backlog {
     pub fn new(max_events: u64, max_bytes: u64, high: f64, low: f64) -> Backlog {
+        Backlog::with_wal_limit(max_events, max_bytes, high, low, u64::MAX)
+    }
+
+    /// As [`Backlog::new`], with the disk bound: ingest refuses (`wal_full`) once the segments
+    /// on disk plus one more segment (`headroom`) would pass `max_wal_bytes`.
+    pub fn with_wal_limit(max_events: u64, max_bytes: u64, high: f64, low: f64, max_wal_bytes: u64) -> Backlog {
         Backlog {
+            wal_bytes: AtomicU64::new(0),
+            max_wal_bytes,
             max_events: max_events.max(1),
             max_bytes: max_bytes.max(1),
             high,
@@ -110,6 +122,20 @@ impl Backlog {
         } else if fill < self.low {
             self.saturated.store(false, Ordering::Relaxed);
         }
+    }
+
+    /// The pump's latest measurement of the WAL's size on disk.
+    pub fn set_wal_bytes(&self, bytes: u64) {
+        self.wal_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    pub fn wal_bytes(&self) -> u64 {
+        self.wal_bytes.load(Ordering::Relaxed)
+    }
+
+    /// True when one more segment of `segment_bytes` would pass `max_wal_bytes`.
+    pub fn wal_full(&self, segment_bytes: u64) -> bool {
+        self.wal_bytes().saturating_add(segment_bytes) > self.max_wal_bytes
     }
 
     /// `/readyz` reports `saturated` while true.
@@ -205,6 +231,14 @@ mod tests {
         assert!(b.is_saturated()); // 6/10: still above low
         b.release_many(2, 2);
         assert!(!b.is_saturated()); // 4/10 < 0.5
+    }
+
+    #[test]
+    fn wal_full_leaves_room_for_one_segment() {
+        let b = Backlog::with_wal_limit(10, 1 << 30, 0.9, 0.5, 100);
+        b.set_wal_bytes(60);
+        assert!(!b.wal_full(40));
+        assert!(b.wal_full(41));
     }
 
     #[test]

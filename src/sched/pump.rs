@@ -113,6 +113,8 @@ pub struct Pump {
     handlers: HashMap<String, Option<usize>>,
     drained_since_tick: u64,
     tick_at_ms: u64,
+    /// When retention next runs (unix ms).
+    retain_at_ms: u64,
 }
 
 impl Pump {
@@ -144,6 +146,7 @@ impl Pump {
             handlers,
             drained_since_tick: 0,
             tick_at_ms: unix_millis(),
+            retain_at_ms: 0,
         }
     }
 
@@ -159,6 +162,7 @@ impl Pump {
             }
             busy |= self.flush_records();
             self.tick(now_ms);
+            self.retain(now_ms);
             if self.links.workers_done.load(Ordering::Acquire)
                 && self.links.outcomes.is_empty()
                 && self.done_queue.is_empty()
@@ -407,5 +411,56 @@ impl Pump {
         self.tick_at_ms = now_ms;
         let oldest = self.live.values().map(|l| l.received_at_ms).min();
         self.shared.metrics_dispatch.set_pump(self.outstanding as u64, oldest, self.done_cursor());
+    }
+}
+
+/// How often retention and the disk measurement run.
+const RETAIN_EVERY_MS: u64 = 5_000;
+
+impl Pump {
+    /// Retention: deletes WAL segments wholly below the done cursor whose last write is older
+    /// than `retention` (never the active segment), and measures the WAL's size on disk for
+    /// the `max_wal_bytes` bound. DLQ entries live in their own files and are unaffected.
+    fn retain(&mut self, now_ms: u64) {
+        if now_ms < self.retain_at_ms {
+            return;
+        }
+        self.retain_at_ms = now_ms + RETAIN_EVERY_MS;
+        let dir = self.shared.config.wal_dir();
+        let segments = match crate::wal::segment::list_segments(&dir) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("sluice: retention: listing {}: {e}", dir.display());
+                return;
+            }
+        };
+        let cursor = self.done_cursor();
+        let retention = self.shared.config.dispatch.retention;
+        let mut total = 0u64;
+        let mut deleting = true;
+        for (i, (_, path)) in segments.iter().enumerate() {
+            let Ok(meta) = std::fs::metadata(path) else { continue };
+            let last_lsn = segments.get(i + 1).map(|(first, _)| first.saturating_sub(1));
+            let old_enough = meta
+                .modified()
+                .ok()
+                .and_then(|m| m.elapsed().ok())
+                .is_some_and(|age| age >= retention);
+            deleting = deleting && last_lsn.is_some_and(|l| l < cursor) && old_enough;
+            if deleting {
+                match std::fs::remove_file(path) {
+                    Ok(()) => {
+                        eprintln!("sluice: retention: deleted {}", path.display());
+                        continue;
+                    }
+                    Err(e) => {
+                        eprintln!("sluice: retention: deleting {}: {e}", path.display());
+                        deleting = false;
+                    }
+                }
+            }
+            total += meta.len();
+        }
+        self.shared.backlog.set_wal_bytes(total);
     }
 }

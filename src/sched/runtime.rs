@@ -125,11 +125,12 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         recovered.pending.len(),
         recovered.done_cursor
     );
-    let backlog = Arc::new(Backlog::new(
+    let backlog = Arc::new(Backlog::with_wal_limit(
         config.dispatch.max_pending_events,
         config.dispatch.max_pending_bytes,
         config.dispatch.saturated_high,
         config.dispatch.saturated_low,
+        config.dispatch.max_wal_bytes,
     ));
     backlog.preload(
         recovered.pending.len() as u64,

@@ -746,6 +746,13 @@ impl Worker {
         // The durable backlog bound: reserved now, released by the pump once the event is
         // done, or below if the append fails.
         let cost = wal::event_cost(&event);
+        let backlog = &self.shared.backlog;
+        if backlog.wal_full(self.shared.config.wal.segment_bytes) {
+            entry.count_refusal(Refusal::WalFull);
+            let retry_after = backlog.retry_after_secs();
+            self.refuse(idx, Refusal::WalFull, retry_after, keep_alive);
+            return;
+        }
         if let Err(retry_after) = self.shared.backlog.try_reserve(cost) {
             entry.count_refusal(Refusal::QueueFull);
             self.refuse(idx, Refusal::QueueFull, retry_after, keep_alive);
