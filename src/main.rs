@@ -42,6 +42,10 @@ enum Command {
         #[arg(long)]
         durability: Option<String>,
     },
+    /// Open-loop HTTP/1.1 load generator (fixed rate or schedule; per-second timeline).
+    Loadgen(sluice::tools::loadgen::LoadgenArgs),
+    /// HTTP server modelling a third party with a capacity (service time, concurrency, rate).
+    MockDownstream(sluice::tools::mock_downstream::MockArgs),
     /// Offline write-ahead-log tools.
     Wal {
         #[command(subcommand)]
@@ -101,6 +105,27 @@ fn main() -> ExitCode {
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(1, &e.to_string()),
+            }
+        }
+        Command::Loadgen(args) => match sluice::tools::loadgen::run(&args) {
+            Ok(summary) => {
+                println!("{}", sluice::tools::loadgen::summary_json(&summary));
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e.exit_code(), &format!("loadgen: {e}")),
+        },
+        Command::MockDownstream(args) => {
+            let result = sluice::tools::mock_downstream::run(&args, &mut |addr| {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "mock-downstream: listening on http://{addr}");
+                let _ = out.flush();
+            });
+            match result {
+                Ok(stats) => {
+                    println!("{}", sluice::tools::mock_downstream::stats_json(&stats));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e.exit_code(), &format!("mock-downstream: {e}")),
             }
         }
         Command::Wal {
