@@ -109,7 +109,7 @@ fn main() -> ExitCode {
         }
         Command::Loadgen(args) => match sluice::tools::loadgen::run(&args) {
             Ok(summary) => {
-                println!("{}", sluice::tools::loadgen::summary_json(&summary));
+                print_line(&sluice::tools::loadgen::summary_json(&summary));
                 ExitCode::SUCCESS
             }
             Err(e) => fail(e.exit_code(), &format!("loadgen: {e}")),
@@ -122,7 +122,7 @@ fn main() -> ExitCode {
             });
             match result {
                 Ok(stats) => {
-                    println!("{}", sluice::tools::mock_downstream::stats_json(&stats));
+                    print_line(&sluice::tools::mock_downstream::stats_json(&stats));
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(e.exit_code(), &format!("mock-downstream: {e}")),
@@ -152,6 +152,13 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Prints a line on stdout, ignoring a closed pipe (`sluice loadgen ... | head`).
+fn print_line(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
 }
 
 fn fail(code: u8, msg: &str) -> ExitCode {
