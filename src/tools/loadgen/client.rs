@@ -29,7 +29,7 @@ use super::OnRefusal;
 use crate::tools::histogram::Histogram;
 use crate::tools::spec::{Rng, Schedule, Targets};
 
-/// How often in-flight deadlines are checked while anything is outstanding.
+/// How often the connection table is scanned for in-flight deadlines and due reconnects.
 const SWEEP: Duration = Duration::from_millis(5);
 /// Wait before reopening a connection that failed to connect.
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
@@ -107,6 +107,8 @@ struct Worker<'a> {
     busy: usize,
     next_k: u64,
     next_due: Option<Instant>,
+    /// Next scan of the connection table (deadlines, reconnects): every `SWEEP`.
+    next_sweep: Instant,
     rng: Rng,
     slot: Slot,
     slot_sec: u64,
@@ -134,6 +136,7 @@ pub fn run(
         busy: 0,
         next_k: id as u64,
         next_due: None,
+        next_sweep: Instant::now(),
         rng: Rng::new(plan.seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
         slot: Slot::default(),
         slot_sec: 0,
@@ -181,8 +184,11 @@ impl Worker<'_> {
                 return Ok(());
             }
             self.issue_due(now);
-            self.expire(now);
-            self.reconnect_due(now);
+            self.expire_pending(now);
+            if now >= self.next_sweep {
+                self.sweep(now);
+                self.next_sweep = now + SWEEP;
+            }
             self.dispatch(now);
             let wait = self.next_wake(now);
             match self.poll.poll(&mut events, Some(wait)) {
@@ -212,9 +218,8 @@ impl Worker<'_> {
         if let Some(Reverse(r)) = self.retries.peek() {
             at = at.min(r.due);
         }
-        if self.busy > 0 || !self.pending.is_empty() {
-            at = at.min(now + SWEEP);
-        }
+        // Deadlines and reconnects are checked every `SWEEP`.
+        at = at.min(self.next_sweep.max(now));
         let next_sec = self.plan.start + Duration::from_secs(self.slot_sec + 1);
         at = at.min(next_sec.max(now));
         at.saturating_duration_since(now)
@@ -269,30 +274,27 @@ impl Worker<'_> {
         }
     }
 
-    /// Timeouts of queued and in-flight requests.
-    fn expire(&mut self, now: Instant) {
+    /// Timeouts of queued requests (the oldest are at the front).
+    fn expire_pending(&mut self, now: Instant) {
         let timeout = self.plan.timeout;
         while self.pending.front().is_some_and(|a| now >= a.due + timeout) {
             self.pending.pop_front();
             self.slot.counts.timeouts += 1;
         }
-        if self.busy == 0 {
-            return;
-        }
-        for i in 0..self.conns.len() {
-            if let State::Busy { req, .. } = &self.conns[i].state {
-                if now >= req.due + timeout {
-                    self.slot.counts.timeouts += 1;
-                    self.drop_conn(i, now, false);
-                }
-            }
-        }
     }
 
-    fn reconnect_due(&mut self, now: Instant) {
+    /// One pass over the connections: in-flight timeouts and due reconnects.
+    fn sweep(&mut self, now: Instant) {
+        let timeout = self.plan.timeout;
         for i in 0..self.conns.len() {
-            if matches!(self.conns[i].state, State::Down { until } if until <= now) {
-                self.connect(i);
+            match self.conns[i].state {
+                State::Busy { req, .. } if now >= req.due + timeout => {
+                    self.slot.counts.timeouts += 1;
+                    self.drop_conn(i, now, false);
+                    self.connect(i);
+                }
+                State::Down { until } if until <= now => self.connect(i),
+                _ => {}
             }
         }
     }
@@ -326,7 +328,8 @@ impl Worker<'_> {
         }
     }
 
-    /// Closes connection `i`; a request on it counts as an error unless already counted.
+    /// Closes connection `i` (reopened by the next sweep); a request on it counts as an error
+    /// unless already counted.
     fn drop_conn(&mut self, i: usize, now: Instant, count_error: bool) {
         let conn = &mut self.conns[i];
         if let Some(mut s) = conn.stream.take() {
