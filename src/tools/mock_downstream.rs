@@ -41,7 +41,9 @@ use serde::Serialize;
 
 use super::spec::{parse_span, Rng, ServiceTime};
 use super::ToolError;
-use crate::net::http::{write_error, write_response, Limits, Method, ReadEvent, RequestReader};
+use crate::net::http::{
+    write_continue, write_error, write_response, Limits, Method, ReadEvent, RequestReader,
+};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 /// Seconds of per-second history kept.
@@ -403,6 +405,12 @@ impl Server {
                 return;
             }
             match conn.reader.poll(&mut conn.input) {
+                ReadEvent::HeadReady {
+                    expect_continue: true,
+                } => {
+                    write_continue(&mut conn.output);
+                    return;
+                }
                 ReadEvent::Incomplete | ReadEvent::HeadReady { .. } => return,
                 ReadEvent::Error(e) => {
                     write_error(&mut conn.output, &e, false);

@@ -171,7 +171,7 @@ fn loadgen_holds_1000_per_second_for_10_seconds() {
     assert_eq!(total, sent, "timeline rows add up to the summary");
     for r in rows.iter().filter(|r| r[sec_col] < 10) {
         assert!(
-            (800..=1200).contains(&r[sent_col]),
+            (700..=1300).contains(&r[sent_col]),
             "second {} sent {}:\n{csv}",
             r[sec_col],
             r[sent_col]
