@@ -10,6 +10,10 @@
 //! once (`immediate`, a retry storm); re-sends are new arrivals counted as `retries`, at most
 //! `--max-retries` per request.
 //!
+//! SIGINT/SIGTERM end the run at once (requests still in flight are not counted); otherwise a
+//! thread ends when its arrivals are issued and answered, timed out or dropped, and at the latest
+//! `--timeout` + 1 s after the arrival window.
+//!
 //! Output: a per-second timeline (`--timeline-out`, CSV or JSON, see `timeline`) and a JSON
 //! summary on stdout with latency percentiles from fixed-memory histograms.
 //!
