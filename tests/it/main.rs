@@ -10,6 +10,7 @@
 //! - `durability`: restart, crash (SIGKILL) mid-burst, durability modes, segment rollover.
 //! - `wal_tools`: torn tails, corruption, `wal verify` / `wal inspect`.
 //! - `shutdown`: graceful drain on SIGTERM.
+//! - `tools`: `sluice loadgen` and `sluice mock-downstream` (rate, concurrency cap, Retry-After).
 
 mod support;
 
@@ -19,4 +20,5 @@ mod http_errors;
 mod http_features;
 mod ingest;
 mod shutdown;
+mod tools;
 mod wal_tools;
