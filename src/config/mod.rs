@@ -16,6 +16,7 @@
 //! | `HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY` | `[ingest] per_source_capacity` | 1024 |
 //! | `HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC` | `[ingest] refill_per_sec` | 1024 |
 
+pub mod auth;
 pub mod duration;
 
 use std::net::SocketAddr;
@@ -24,6 +25,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use auth::{TriggerAuth, ENV_ADMIN_TOKEN};
 pub use duration::parse_duration;
 
 /// Environment variable names (Harn orchestrator contract).
@@ -120,9 +122,12 @@ pub struct RawIngest {
     /// Serve the embedded route `POST /webhooks/{source}`. Default: true.
     pub default_route: Option<bool>,
     /// Request headers stored with each event (case-insensitive names), besides
-    /// `content-type`, which is always kept. At most 32. Default: a list of common provider
-    /// delivery and signature headers.
+    /// `content-type`, which is always kept. At most 32 (31 when a trigger has `dedupe`, whose
+    /// key takes one slot). Default: a list of common provider delivery and signature headers.
     pub stored_headers: Option<Vec<String>>,
+    /// Most dedupe keys held across triggers; past it the oldest are evicted (README
+    /// "Signatures and dedupe"). Default: 1_000_000. Range: 1..=100_000_000.
+    pub dedupe_max_keys: Option<usize>,
 }
 
 /// `[wal]`
@@ -155,6 +160,12 @@ pub struct RawTrigger {
     pub provider: String,
     /// Exact request path, starting with `/`.
     pub path: String,
+    /// Signature scheme; see [`auth`] for this and the four keys below.
+    pub verify: Option<String>,
+    pub secrets: Option<Vec<auth::RawSecretRef>>,
+    pub tolerance: Option<String>,
+    pub hmac: Option<auth::RawHmac>,
+    pub dedupe: Option<auth::RawDedupe>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -214,6 +225,7 @@ pub struct IngestConfig {
     pub default_route: bool,
     /// Lower-cased header names stored with each event (always includes `content-type`).
     pub stored_headers: Vec<String>,
+    pub dedupe_max_keys: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -230,6 +242,8 @@ pub struct TriggerConfig {
     pub id: String,
     pub provider: String,
     pub path: String,
+    /// Signature verification and dedupe (both off by default).
+    pub auth: TriggerAuth,
 }
 
 /// The validated configuration. Built once at startup; never mutated.
@@ -239,6 +253,8 @@ pub struct Config {
     pub ingest: IngestConfig,
     pub wal: WalSettings,
     pub triggers: Vec<TriggerConfig>,
+    /// `SLUICE_ADMIN_TOKEN`; `None`: the `/admin/` routes are off (404).
+    pub admin_token: Option<crate::ingest::secrets::Secret>,
 }
 
 /// Command-line overrides (highest precedence).
@@ -299,12 +315,22 @@ impl Config {
         let server = build_server(raw.server, overrides)?;
         let ingest = build_ingest(raw.ingest, env)?;
         let wal = build_wal(raw.wal, overrides, server.max_body_bytes)?;
-        let triggers = build_triggers(raw.triggers)?;
+        let triggers = build_triggers(raw.triggers, env)?;
+        if triggers.iter().any(|t| t.auth.dedupe.is_some())
+            && ingest.stored_headers.len() >= MAX_STORED_HEADERS
+        {
+            return err(format!(
+                "ingest.stored_headers lists {} headers; with dedupe at most {} (the key is stored too)",
+                ingest.stored_headers.len(),
+                MAX_STORED_HEADERS - 1
+            ));
+        }
         Ok(Config {
             server,
             ingest,
             wal,
             triggers,
+            admin_token: auth::admin_token(env)?,
         })
     }
 
@@ -517,6 +543,13 @@ fn build_ingest(
         )?,
         default_route: r.default_route.unwrap_or(true),
         stored_headers: stored,
+        dedupe_max_keys: ranged(
+            "ingest.dedupe_max_keys",
+            r.dedupe_max_keys,
+            crate::ingest::dedupe::DEFAULT_MAX_KEYS,
+            1,
+            100_000_000,
+        )?,
     })
 }
 
@@ -557,7 +590,10 @@ fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, Con
     })
 }
 
-fn build_triggers(raw: Vec<RawTrigger>) -> Result<Vec<TriggerConfig>, ConfigError> {
+fn build_triggers(
+    raw: Vec<RawTrigger>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<TriggerConfig>, ConfigError> {
     let mut out: Vec<TriggerConfig> = Vec::with_capacity(raw.len());
     for t in raw {
         if !is_valid_id(&t.id) {
@@ -587,10 +623,12 @@ fn build_triggers(raw: Vec<RawTrigger>) -> Result<Vec<TriggerConfig>, ConfigErro
                 other.id, t.id, t.path
             ));
         }
+        let auth = auth::build_trigger_auth(&t, env)?;
         out.push(TriggerConfig {
             id: t.id,
             provider: t.provider,
             path: t.path,
+            auth,
         });
     }
     Ok(out)
@@ -715,7 +753,8 @@ mod tests {
             vec![TriggerConfig {
                 id: "gh".into(),
                 provider: "github".into(),
-                path: "/hooks/github".into()
+                path: "/hooks/github".into(),
+                auth: TriggerAuth::default(),
             }]
         );
     }
