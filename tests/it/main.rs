@@ -10,9 +10,11 @@
 //! - `durability`: restart, crash (SIGKILL) mid-burst, durability modes, segment rollover.
 //! - `wal_tools`: torn tails, corruption, `wal verify` / `wal inspect`.
 //! - `shutdown`: graceful drain on SIGTERM.
+//! - `auth`: signature schemes, dedupe across a crash, the admin token.
 
 mod support;
 
+mod auth;
 mod connections;
 mod durability;
 mod http_errors;
