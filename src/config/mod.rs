@@ -15,6 +15,10 @@
 //! | `HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY` | `[ingest] global_capacity` | 4096 |
 //! | `HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY` | `[ingest] per_source_capacity` | 1024 |
 //! | `HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC` | `[ingest] refill_per_sec` | 1024 |
+//! | `SLUICE_ADMIN_TOKEN` | (environment only; see [`auth`]) | unset: admin routes off |
+//!
+//! Per-trigger signature verification and dedupe keys (`verify`, `secrets`, `tolerance`, `hmac`,
+//! `dedupe`) are validated in [`auth`].
 
 pub mod auth;
 pub mod duration;
