@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::ingest::bucket::Admission;
 use crate::ingest::router::Router;
 use crate::ingest::sources::SourceTable;
+use crate::ingest::Guards;
 use crate::metrics::Metrics;
 use crate::sync::clock::Clock;
 use crate::wal::WalShared;
@@ -29,6 +30,8 @@ pub struct Shared {
     pub router: Router,
     pub admission: Admission,
     pub sources: Arc<SourceTable>,
+    /// Per-trigger signature verifiers and the dedupe index.
+    pub guards: Guards,
     pub wal: Arc<WalShared>,
     pub metrics: Arc<Metrics>,
     // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
@@ -45,6 +48,7 @@ impl Shared {
         router: Router,
         admission: Admission,
         sources: Arc<SourceTable>,
+        guards: Guards,
         wal: Arc<WalShared>,
         metrics: Arc<Metrics>,
     ) -> Shared {
@@ -54,6 +58,7 @@ impl Shared {
             router,
             admission,
             sources,
+            guards,
             wal,
             metrics,
             phase: AtomicU8::new(Phase::Starting as u8),

@@ -11,9 +11,11 @@
 //! - `wal_tools`: torn tails, corruption, `wal verify` / `wal inspect`.
 //! - `shutdown`: graceful drain on SIGTERM.
 //! - `tools`: `sluice loadgen` and `sluice mock-downstream` (rate, concurrency cap, Retry-After).
+//! - `auth`: signature schemes, dedupe across a crash, the admin token.
 
 mod support;
 
+mod auth;
 mod connections;
 mod durability;
 mod http_errors;
