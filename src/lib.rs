@@ -16,4 +16,5 @@ pub mod net;
 pub mod ring;
 pub mod sched;
 pub mod sync;
+pub mod tools;
 pub mod wal;

@@ -45,6 +45,10 @@ enum Command {
         #[arg(long)]
         pump_max_outstanding: Option<usize>,
     },
+    /// Open-loop HTTP/1.1 load generator (fixed rate or schedule; per-second timeline).
+    Loadgen(sluice::tools::loadgen::LoadgenArgs),
+    /// HTTP server modelling a third party with a capacity (service time, concurrency, rate).
+    MockDownstream(sluice::tools::mock_downstream::MockArgs),
     /// Offline write-ahead-log tools.
     Wal {
         #[command(subcommand)]
@@ -108,6 +112,27 @@ fn main() -> ExitCode {
                 Err(e) => fail(1, &e.to_string()),
             }
         }
+        Command::Loadgen(args) => match sluice::tools::loadgen::run(&args) {
+            Ok(summary) => {
+                print_line(&sluice::tools::loadgen::summary_json(&summary));
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e.exit_code(), &format!("loadgen: {e}")),
+        },
+        Command::MockDownstream(args) => {
+            let result = sluice::tools::mock_downstream::run(&args, &mut |addr| {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "mock-downstream: listening on http://{addr}");
+                let _ = out.flush();
+            });
+            match result {
+                Ok(stats) => {
+                    print_line(&sluice::tools::mock_downstream::stats_json(&stats));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e.exit_code(), &format!("mock-downstream: {e}")),
+            }
+        }
         Command::Wal {
             command: WalCommand::Verify { data_dir },
         } => match sluice::wal::tools::verify(&data_dir) {
@@ -132,6 +157,13 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Prints a line on stdout, ignoring a closed pipe (`sluice loadgen ... | head`).
+fn print_line(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
 }
 
 fn fail(code: u8, msg: &str) -> ExitCode {

@@ -16,9 +16,13 @@
 //! | `HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY` | `[ingest] per_source_capacity` | 1024 |
 //! | `HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC` | `[ingest] refill_per_sec` | 1024 |
 //! | `HARN_ORCHESTRATOR_PUMP_MAX_OUTSTANDING` | `[orchestrator] pumps.max_outstanding` | 64 |
+//! | `SLUICE_ADMIN_TOKEN` | (environment only; see [`auth`]) | unset: admin routes off |
 //!
-//! Destinations, the pump and the backlog bounds are in [`dispatch`].
+//! Destinations, the pump and the backlog bounds are in [`dispatch`]. Per-trigger signature
+//! verification and dedupe keys (`verify`, `secrets`, `tolerance`, `hmac`, `dedupe`) are
+//! validated in [`auth`].
 
+pub mod auth;
 pub mod dispatch;
 pub mod duration;
 
@@ -28,6 +32,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use auth::{TriggerAuth, ENV_ADMIN_TOKEN};
 pub use dispatch::{
     CircuitConfig, DestinationConfig, DispatchConfig, HandlerUri, PumpConfig, RateConfig,
     RetryConfig, ENV_PUMP_MAX_OUTSTANDING,
@@ -134,9 +139,12 @@ pub struct RawIngest {
     /// Serve the embedded route `POST /webhooks/{source}`. Default: true.
     pub default_route: Option<bool>,
     /// Request headers stored with each event (case-insensitive names), besides
-    /// `content-type`, which is always kept. At most 32. Default: a list of common provider
-    /// delivery and signature headers.
+    /// `content-type`, which is always kept. At most 32 (31 when a trigger has `dedupe`, whose
+    /// key takes one slot). Default: a list of common provider delivery and signature headers.
     pub stored_headers: Option<Vec<String>>,
+    /// Most dedupe keys held across triggers; past it the oldest are evicted (README
+    /// "Signatures and dedupe"). Default: 1_000_000. Range: 1..=100_000_000.
+    pub dedupe_max_keys: Option<usize>,
 }
 
 /// `[wal]`
@@ -172,6 +180,12 @@ pub struct RawTrigger {
     /// Where the trigger's events are delivered: `http://host[:port][/path]`. Default: none
     /// (events are stored and marked done). See [`dispatch::parse_handler`].
     pub handler: Option<String>,
+    /// Signature scheme; see [`auth`] for this and the four keys below.
+    pub verify: Option<String>,
+    pub secrets: Option<Vec<auth::RawSecretRef>>,
+    pub tolerance: Option<String>,
+    pub hmac: Option<auth::RawHmac>,
+    pub dedupe: Option<auth::RawDedupe>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -231,6 +245,7 @@ pub struct IngestConfig {
     pub default_route: bool,
     /// Lower-cased header names stored with each event (always includes `content-type`).
     pub stored_headers: Vec<String>,
+    pub dedupe_max_keys: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -249,6 +264,8 @@ pub struct TriggerConfig {
     pub path: String,
     /// Index into [`Config::destinations`] of this trigger's handler, if it has one.
     pub handler: Option<usize>,
+    /// Signature verification and dedupe (both off by default).
+    pub auth: TriggerAuth,
 }
 
 /// The validated configuration. Built once at startup; never mutated.
@@ -262,6 +279,8 @@ pub struct Config {
     pub destinations: Vec<DestinationConfig>,
     pub pump: PumpConfig,
     pub dispatch: DispatchConfig,
+    /// `SLUICE_ADMIN_TOKEN`; `None`: the `/admin/` routes are off (404).
+    pub admin_token: Option<crate::ingest::secrets::Secret>,
 }
 
 /// Command-line overrides (highest precedence).
@@ -328,7 +347,7 @@ impl Config {
             .iter()
             .map(|t| (t.id.clone(), t.handler.clone()))
             .collect();
-        let mut triggers = build_triggers(raw.triggers)?;
+        let mut triggers = build_triggers(raw.triggers, env)?;
         let (destinations, handler_index) =
             dispatch::build_destinations(&handlers, raw.destinations)?;
         for (t, h) in triggers.iter_mut().zip(handler_index) {
@@ -336,6 +355,15 @@ impl Config {
         }
         let pump = dispatch::build_pump(raw.orchestrator, env, overrides)?;
         let dispatch = dispatch::build_dispatch(raw.dispatch, wal.segment_bytes)?;
+        if triggers.iter().any(|t| t.auth.dedupe.is_some())
+            && ingest.stored_headers.len() >= MAX_STORED_HEADERS
+        {
+            return err(format!(
+                "ingest.stored_headers lists {} headers; with dedupe at most {} (the key is stored too)",
+                ingest.stored_headers.len(),
+                MAX_STORED_HEADERS - 1
+            ));
+        }
         Ok(Config {
             server,
             ingest,
@@ -344,6 +372,7 @@ impl Config {
             destinations,
             pump,
             dispatch,
+            admin_token: auth::admin_token(env)?,
         })
     }
 
@@ -557,6 +586,13 @@ fn build_ingest(
         )?,
         default_route: r.default_route.unwrap_or(true),
         stored_headers: stored,
+        dedupe_max_keys: ranged(
+            "ingest.dedupe_max_keys",
+            r.dedupe_max_keys,
+            crate::ingest::dedupe::DEFAULT_MAX_KEYS,
+            1,
+            100_000_000,
+        )?,
     })
 }
 
@@ -597,7 +633,10 @@ fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, Con
     })
 }
 
-fn build_triggers(raw: Vec<RawTrigger>) -> Result<Vec<TriggerConfig>, ConfigError> {
+fn build_triggers(
+    raw: Vec<RawTrigger>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<TriggerConfig>, ConfigError> {
     let mut out: Vec<TriggerConfig> = Vec::with_capacity(raw.len());
     for t in raw {
         if !is_valid_id(&t.id) {
@@ -627,11 +666,13 @@ fn build_triggers(raw: Vec<RawTrigger>) -> Result<Vec<TriggerConfig>, ConfigErro
                 other.id, t.id, t.path
             ));
         }
+        let auth = auth::build_trigger_auth(&t, env)?;
         out.push(TriggerConfig {
             id: t.id,
             provider: t.provider,
             path: t.path,
             handler: None,
+            auth,
         });
     }
     Ok(out)
@@ -765,6 +806,7 @@ mod tests {
                 provider: "github".into(),
                 path: "/hooks/github".into(),
                 handler: None,
+                auth: TriggerAuth::default(),
             }]
         );
     }

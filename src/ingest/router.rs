@@ -8,6 +8,12 @@
 //!    false`); `source` must match `[A-Za-z0-9._-]{1,64}`, else `400`. Its events belong to the
 //!    built-in trigger [`DEFAULT_TRIGGER_ID`].
 //!
+//! 4. `/admin/…` when the admin routes are on ([`Router::with_admin`], i.e. `SLUICE_ADMIN_TOKEN`
+//!    is set): [`RouteMatch::Admin`]. The worker checks the bearer token *before* looking at the
+//!    admin route, so without the token every `/admin/` path is `401` (nothing to enumerate).
+//!    When the admin routes are off, every `/admin/` path is `404`. Admin endpoints:
+//!    `GET /admin/ping` (the DLQ replay route will join it).
+//!
 //! A known path with the wrong method is `405` with `Allow`; anything else is `404`.
 //! The query string is ignored for matching.
 
@@ -21,6 +27,20 @@ pub const DEFAULT_TRIGGER_ID: &str = "default";
 /// Prefix of the embedded route.
 pub const DEFAULT_ROUTE_PREFIX: &str = "/webhooks/";
 
+/// Prefix of the admin routes.
+pub const ADMIN_PREFIX: &str = "/admin/";
+
+/// An admin route, resolved before authentication (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminRoute {
+    /// `GET|HEAD /admin/ping` → 200.
+    Ping,
+    /// A known admin path with the wrong method; the value is the `Allow` header.
+    MethodNotAllowed(&'static str),
+    /// Under `/admin/` but no such route.
+    NotFound,
+}
+
 /// The operational endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpsEndpoint {
@@ -33,6 +53,8 @@ pub enum OpsEndpoint {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RouteMatch<'a> {
     Ops(OpsEndpoint),
+    /// Under `/admin/` with the admin routes on (token not yet checked).
+    Admin(AdminRoute),
     Ingest {
         trigger_id: &'a str,
         source: &'a str,
@@ -49,6 +71,7 @@ pub enum RouteMatch<'a> {
 pub struct Router {
     triggers: HashMap<String, (String, String)>,
     default_route: bool,
+    admin: bool,
 }
 
 const ALLOW_GET: &str = "GET, HEAD";
@@ -63,7 +86,14 @@ impl Router {
         Router {
             triggers,
             default_route,
+            admin: false,
         }
+    }
+
+    /// Turns the `/admin/` routes on (they are off, i.e. `404`, by default).
+    pub fn with_admin(mut self, on: bool) -> Router {
+        self.admin = on;
+        self
     }
 
     /// Resolves `method` + `path` (the request target without its query).
@@ -83,6 +113,15 @@ impl Router {
             } else {
                 RouteMatch::MethodNotAllowed(ALLOW_GET)
             };
+        }
+        if self.admin {
+            if let Some(rest) = path.strip_prefix(ADMIN_PREFIX) {
+                return RouteMatch::Admin(match rest {
+                    "ping" if is_get => AdminRoute::Ping,
+                    "ping" => AdminRoute::MethodNotAllowed(ALLOW_GET),
+                    _ => AdminRoute::NotFound,
+                });
+            }
         }
         if let Some((id, provider)) = self.triggers.get(path) {
             return if is_post {
@@ -124,6 +163,7 @@ mod tests {
                 provider: "github".into(),
                 path: "/hooks/gh".into(),
                 handler: None,
+                auth: Default::default(),
             }],
             true,
         )
@@ -174,6 +214,30 @@ mod tests {
         );
         assert_eq!(r.route("POST", "/nope"), RouteMatch::NotFound);
         assert_eq!(r.route("GET", "/"), RouteMatch::NotFound);
+    }
+
+    #[test]
+    fn admin_routes_only_when_on() {
+        let off = router();
+        assert_eq!(off.route("GET", "/admin/ping"), RouteMatch::NotFound);
+        let on = router().with_admin(true);
+        assert_eq!(
+            on.route("GET", "/admin/ping?x"),
+            RouteMatch::Admin(AdminRoute::Ping)
+        );
+        assert_eq!(
+            on.route("POST", "/admin/ping"),
+            RouteMatch::Admin(AdminRoute::MethodNotAllowed("GET, HEAD"))
+        );
+        assert_eq!(
+            on.route("GET", "/admin/nope"),
+            RouteMatch::Admin(AdminRoute::NotFound)
+        );
+        assert_eq!(on.route("GET", "/admin"), RouteMatch::NotFound);
+        assert_eq!(
+            on.route("GET", "/metrics"),
+            RouteMatch::Ops(OpsEndpoint::Metrics)
+        );
     }
 
     #[test]

@@ -6,8 +6,11 @@
 //! - [`prom`]: the text writer ([`PromWriter`]) and [`render`], which other modules extend with
 //!   their own families (WAL histograms, ring depth, per-source counters) through a callback.
 //!
+//! - [`auth`]: per-trigger `sluice_signature_failures_total` and `sluice_dedupe_dropped_total`.
+//!
 //! Counters here use `std` atomics with `Relaxed` ordering and bypass the `crate::sync` shim.
 
+pub mod auth;
 pub mod counter;
 pub mod dispatch;
 pub mod prom;

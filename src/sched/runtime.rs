@@ -24,6 +24,7 @@ use crate::config::{Config, DurabilityMode, WritePathMode};
 use crate::ingest::bucket::{Admission, BucketParams};
 use crate::ingest::router::Router;
 use crate::ingest::sources::SourceTable;
+use crate::ingest::Guards;
 use crate::metrics::Metrics;
 use crate::ring;
 use crate::sched::state::{Phase, Shared};
@@ -33,7 +34,7 @@ use crate::sched::backlog::Backlog;
 use crate::sched::pump::{Pump, PumpLinks, PumpSink};
 use crate::sched::worker::{DispatchLinks, Worker};
 use crate::wal::WalTail;
-use crate::sync::clock::{Clock, MonotonicClock};
+use crate::sync::clock::{unix_millis, Clock, MonotonicClock};
 use crate::wal::{self, CompletionSink, Durability, WalConfig, WalShared, WritePath};
 
 /// Why the server could not start or stopped abnormally.
@@ -160,12 +161,23 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         bucket(config.ingest.per_source_capacity)?,
     ));
     let admission = Admission::new(bucket(config.ingest.global_capacity)?, clock.now_nanos());
+    // Before the writer starts: the dedupe index is rebuilt from what is already durable.
+    let guards = Guards::new(&config.triggers, config.ingest.dedupe_max_keys);
+    let rebuilt = guards
+        .rebuild_dedupe(&config.wal_dir(), unix_millis() / 1000)
+        .map_err(RuntimeError::Wal)?;
+    if rebuilt > 0 {
+        eprintln!("sluice: dedupe index rebuilt from the wal: {rebuilt} keys");
+    }
+    let router = Router::new(&config.triggers, config.ingest.default_route)
+        .with_admin(config.admin_token.is_some());
     let shared = Arc::new(Shared::new(
         config.clone(),
         clock.clone(),
-        Router::new(&config.triggers, config.ingest.default_route),
+        router,
         admission,
         sources,
+        guards,
         wal_shared.clone(),
         Arc::new(Metrics::new(config.server.workers)),
         backlog,
@@ -348,6 +360,7 @@ pub fn render_metrics(shared: &Shared, ring_depth: usize) -> String {
         );
         shared.wal.render_prometheus(w.buffer_mut());
         shared.sources.render_prometheus(w);
-        shared.metrics_dispatch.render(w, crate::sync::clock::unix_millis(), shared.backlog.pending_events());
+        shared.metrics_dispatch.render(w, unix_millis(), shared.backlog.pending_events());
+        shared.guards.render_prometheus(w);
     })
 }

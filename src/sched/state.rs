@@ -8,6 +8,7 @@ use crate::ingest::bucket::Admission;
 use crate::ingest::router::Router;
 use crate::ingest::sources::SourceTable;
 use crate::metrics::dispatch::DispatchMetrics;
+use crate::ingest::Guards;
 use crate::metrics::Metrics;
 use crate::sched::backlog::Backlog;
 use crate::sync::clock::Clock;
@@ -31,6 +32,8 @@ pub struct Shared {
     pub router: Router,
     pub admission: Admission,
     pub sources: Arc<SourceTable>,
+    /// Per-trigger signature verifiers and the dedupe index.
+    pub guards: Guards,
     pub wal: Arc<WalShared>,
     pub metrics: Arc<Metrics>,
     /// The durable-queue bound (ingest reserves, the pump releases).
@@ -50,6 +53,7 @@ impl Shared {
         router: Router,
         admission: Admission,
         sources: Arc<SourceTable>,
+        guards: Guards,
         wal: Arc<WalShared>,
         metrics: Arc<Metrics>,
         backlog: Arc<Backlog>,
@@ -61,6 +65,7 @@ impl Shared {
             router,
             admission,
             sources,
+            guards,
             wal,
             metrics,
             backlog,

@@ -3,19 +3,26 @@
 //! Each worker owns: a `mio::Poll`, its own `SO_REUSEPORT` listener (the kernel spreads new
 //! connections across workers), a bounded connection table, a cache of per-source buckets, a
 //! shard of the metrics, a producer handle on the WAL ring and the receiving end of its own
-//! completion ring. Nothing here takes a lock on the request path.
+//! completion ring. Nothing here takes a lock on the request path, except the dedupe index's
+//! sharded locks for triggers with `dedupe` (held for one hash-map operation; `ingest::dedupe`).
 //!
-//! The life of an ingest request: parse (sans-IO codec) → route → token buckets (all-or-nothing
-//! across global and per-source) → build the WAL record → `try_push` into the WAL ring (if the
-//! ring is full, retry every millisecond until `offer_timeout`, then `503 wal_busy`) → the writer
-//! group-commits and sends a completion through this worker's completion ring and wakes the
-//! poll → `202` (or `503 wal_unavailable`) is queued in request order on the connection.
+//! The life of an ingest request: parse (sans-IO codec) → route → signature (`401`) → token
+//! buckets (all-or-nothing across global and per-source) → dedupe claim (`200
+//! duplicate_dropped`, `503 duplicate_in_flight`) → build the WAL record → `try_push` into the
+//! WAL ring (if the ring is full, retry every millisecond until `offer_timeout`, then `503
+//! wal_busy`) → the writer group-commits and sends a completion through this worker's
+//! completion ring and wakes the poll → `202` (or `503 wal_unavailable`) is queued in request
+//! order on the connection.
 //!
 //! Bounds: connections ≤ `max_connections_per_core` (past it: `503` and close); appends in flight
 //! from this worker ≤ `ring_capacity + max_batch` (= the completion ring's capacity, so the
 //! writer can always report back); queued responses per connection ≤ `max_pipeline_depth`.
+//!
+//! Dedupe claims (`ingest::dedupe`) are kept per ticket in `claims` until settled: confirmed
+//! when the WAL reports the event durable (before the 202 is queued), released when the append
+//! is refused or fails, or when the connection closes before its event reached the WAL ring.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -29,10 +36,13 @@ use crate::metrics::dispatch::CoreDispatchMetrics;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use crate::ingest::dedupe::{self, Claim, ClaimToken, DEDUPE_KEY_HEADER};
 use crate::ingest::event_id::EventIdGen;
 use crate::ingest::respond::{accepted_body, refused_body, Refusal};
-use crate::ingest::router::{OpsEndpoint, RouteMatch};
+use crate::ingest::router::{AdminRoute, OpsEndpoint, RouteMatch};
 use crate::ingest::sources::SourceCache;
+use crate::ingest::verify;
+use crate::ingest::TriggerGuard;
 use crate::metrics::{ConnRefusal, CoreMetrics, Route, TimeoutKind};
 use crate::net::conn::{Conn, Flush, PendingIngest, Phase, Slot};
 use crate::net::date::DateCache;
@@ -117,6 +127,8 @@ pub struct Worker {
     max_outstanding: usize,
     seq: u64,
     offer_waiters: VecDeque<usize>,
+    /// Unsettled dedupe claims by ticket (module docs).
+    claims: HashMap<u64, ClaimToken>,
     ids: EventIdGen,
     limits: http::Limits,
     hard_stop: Arc<AtomicBool>,
@@ -189,6 +201,7 @@ impl Worker {
             max_outstanding,
             seq: 0,
             offer_waiters: VecDeque::new(),
+            claims: HashMap::new(),
             ids: EventIdGen::new(id),
             limits,
             hard_stop,
@@ -357,11 +370,12 @@ impl Worker {
     fn close(&mut self, idx: usize) {
         if let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut c.stream);
-            // Backlog reservations of events that will never be offered are returned now; those
-            // already with the writer are settled when their completion arrives.
+            // Events never offered to the WAL: release their dedupe claim and backlog share now.
+            // Events already with the writer are settled when their completion arrives.
             for slot in &c.slots {
                 if let Slot::Ingest(p) = slot {
                     if p.offer.is_some() {
+                        self.settle_claim(p.ticket, false);
                         self.shared.backlog.release(p.cost);
                     } else {
                         self.orphans.insert(p.ticket, p.cost);
@@ -582,6 +596,7 @@ impl Worker {
         let shared = self.shared.clone();
         match shared.router.route(head.method.as_str(), head.path()) {
             RouteMatch::Ops(ep) => self.handle_ops(idx, ep, keep_alive, head_only),
+            RouteMatch::Admin(route) => self.handle_admin(idx, route, head, keep_alive, head_only),
             RouteMatch::MethodNotAllowed(allow) => self.push_ready(
                 idx,
                 Route::Unmatched,
@@ -666,6 +681,45 @@ impl Worker {
         }
     }
 
+    /// `/admin/…`: the bearer token first (`401` for any path without it), then the route.
+    fn handle_admin(
+        &mut self,
+        idx: usize,
+        route: AdminRoute,
+        head: &http::RequestHead,
+        keep_alive: bool,
+        head_only: bool,
+    ) {
+        let authorized = self
+            .shared
+            .config
+            .admin_token
+            .as_ref()
+            .is_some_and(|t| verify::bearer_matches(t, head.header("authorization")));
+        let json = ("Content-Type", "application/json");
+        let (status, extra, body): (u16, Option<(&str, &str)>, &[u8]) = match route {
+            _ if !authorized => (
+                401,
+                Some(("WWW-Authenticate", "Bearer")),
+                br#"{"status":"refused","reason":"unauthorized"}"#,
+            ),
+            AdminRoute::Ping => (200, None, br#"{"status":"ok"}"#),
+            AdminRoute::MethodNotAllowed(allow) => (405, Some(("Allow", allow)), b"{}"),
+            AdminRoute::NotFound => (404, None, br#"{"status":"not_found"}"#),
+        };
+        let mut headers = vec![json];
+        headers.extend(extra);
+        self.push_ready(
+            idx,
+            Route::Admin,
+            status,
+            &headers,
+            body,
+            keep_alive,
+            head_only,
+        );
+    }
+
     fn refuse(&mut self, idx: usize, reason: Refusal, retry_after: u64, keep_alive: bool) {
         let body = refused_body(reason, retry_after);
         let ra = retry_after.to_string();
@@ -689,13 +743,17 @@ impl Worker {
         keep_alive: bool,
     ) {
         let Request { head, body } = req;
-        let stored = &self.shared.config.ingest.stored_headers;
-        let headers: Vec<(String, Vec<u8>)> = head
+        let shared = Arc::clone(&self.shared);
+        let guard = shared.guards.get(&trigger_id);
+        let stored = &shared.config.ingest.stored_headers;
+        let mut headers: Vec<(String, Vec<u8>)> = head
             .headers()
-            .filter(|(n, _)| stored.iter().any(|s| s == n))
+            .filter(|(n, _)| *n != DEDUPE_KEY_HEADER && stored.iter().any(|s| s == n))
             .map(|(n, v)| (n.to_string(), v.to_vec()))
             .collect();
-        if headers.len() > wal::MAX_HEADERS
+        // The dedupe key is stored too (config keeps a slot free for it).
+        let key_slot = usize::from(guard.is_some_and(|g| g.dedupe.is_some()));
+        if headers.len() + key_slot > wal::MAX_HEADERS
             || headers
                 .iter()
                 .any(|(_, v)| v.len() > wal::MAX_HEADER_VALUE_BYTES)
@@ -718,6 +776,22 @@ impl Worker {
                 false,
             );
         }
+        let received_at_ms = unix_millis();
+        if let Some(g) = guard {
+            if let Err(f) = shared.guards.verify(g, &head, &body, received_at_ms / 1000) {
+                let body = verify::unauthorized_body(f.as_str());
+                let h = [("Content-Type", "application/json")];
+                return self.push_ready(
+                    idx,
+                    Route::Webhook,
+                    401,
+                    &h,
+                    body.as_bytes(),
+                    keep_alive,
+                    false,
+                );
+            }
+        }
         let now = self.now();
         let entry = self.sources.get(&source);
         if let Err(refusal) = self.shared.admission.try_admit(&entry, now) {
@@ -732,8 +806,32 @@ impl Worker {
             return;
         }
         self.metrics.incr_ingest(true);
-        let received_at_ms = unix_millis();
         let event_id = self.ids.next(received_at_ms);
+        let claim = match guard {
+            Some(g) => {
+                let at = received_at_ms / 1000;
+                match self.claim_dedupe(
+                    idx,
+                    g,
+                    &trigger_id,
+                    &head,
+                    &body,
+                    &event_id,
+                    at,
+                    keep_alive,
+                ) {
+                    Some(claim) => claim,
+                    None => return, // answered: duplicate or in flight
+                }
+            }
+            None => None,
+        };
+        self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
+        let ticket = ((idx as u64) << TICKET_SEQ_BITS) | self.seq;
+        if let Some((token, key)) = claim {
+            self.claims.insert(ticket, token);
+            headers.push((DEDUPE_KEY_HEADER.to_string(), key.into_bytes()));
+        }
         let event = EventRecord {
             event_id: event_id.clone(),
             trigger_id: trigger_id.clone(),
@@ -744,22 +842,20 @@ impl Worker {
             replay_of: None,
         };
         // The durable backlog bound: reserved now, released by the pump once the event is
-        // done, or below if the append fails.
+        // done, or when the append fails.
         let cost = wal::event_cost(&event);
         let backlog = &self.shared.backlog;
-        if backlog.wal_full(self.shared.config.wal.segment_bytes) {
-            entry.count_refusal(Refusal::WalFull);
-            let retry_after = backlog.retry_after_secs();
-            self.refuse(idx, Refusal::WalFull, retry_after, keep_alive);
+        let refusal = if backlog.wal_full(self.shared.config.wal.segment_bytes) {
+            Some((Refusal::WalFull, backlog.retry_after_secs()))
+        } else {
+            backlog.try_reserve(cost).err().map(|ra| (Refusal::QueueFull, ra))
+        };
+        if let Some((reason, retry_after)) = refusal {
+            self.settle_claim(ticket, false);
+            entry.count_refusal(reason);
+            self.refuse(idx, reason, retry_after, keep_alive);
             return;
         }
-        if let Err(retry_after) = self.shared.backlog.try_reserve(cost) {
-            entry.count_refusal(Refusal::QueueFull);
-            self.refuse(idx, Refusal::QueueFull, retry_after, keep_alive);
-            return;
-        }
-        self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
-        let ticket = ((idx as u64) << TICKET_SEQ_BITS) | self.seq;
         let request = AppendRequest {
             worker: self.id,
             ticket,
@@ -786,6 +882,57 @@ impl Worker {
         } else if self.offer_waiters.back() != Some(&idx) {
             // FIFO behind connections already waiting for ring space.
             self.offer_waiters.push_back(idx);
+        }
+    }
+
+    /// The dedupe step of `handle_ingest`. `Some(None)`: no dedupe; `Some(Some(claim))`: the key
+    /// is claimed (stored with the event); `None`: answered here (`200 duplicate_dropped` or
+    /// `503 duplicate_in_flight`), nothing is written.
+    #[allow(clippy::too_many_arguments)]
+    fn claim_dedupe(
+        &mut self,
+        idx: usize,
+        g: &TriggerGuard,
+        trigger_id: &str,
+        head: &http::RequestHead,
+        body: &[u8],
+        event_id: &str,
+        now_secs: u64,
+        keep_alive: bool,
+    ) -> Option<Option<(ClaimToken, String)>> {
+        let Some(rule) = g.dedupe else {
+            return Some(None);
+        };
+        let key = dedupe::dedupe_key(rule.source, head, body);
+        let guards = &self.shared.guards;
+        let json = ("Content-Type", "application/json");
+        match guards.claim(g, rule, trigger_id, &key, event_id, now_secs) {
+            Claim::New(token) => return Some(Some((token, key))),
+            Claim::Duplicate(original) => {
+                let text = dedupe::duplicate_body(trigger_id, &original);
+                self.push_ready(
+                    idx,
+                    Route::Webhook,
+                    200,
+                    &[json],
+                    text.as_bytes(),
+                    keep_alive,
+                    false,
+                );
+            }
+            Claim::InFlight => {
+                let h = [("Retry-After", "1"), json];
+                let text = dedupe::IN_FLIGHT_BODY.as_bytes();
+                self.push_ready(idx, Route::Webhook, 503, &h, text, keep_alive, false);
+            }
+        }
+        None
+    }
+
+    /// Confirms (`durable`) or releases the dedupe claim of `ticket`, if it has one.
+    fn settle_claim(&mut self, ticket: u64, durable: bool) {
+        if let Some(token) = self.claims.remove(&ticket) {
+            self.shared.guards.settle(token, durable);
         }
     }
 
@@ -846,6 +993,9 @@ impl Worker {
         let Some(Slot::Ingest(p)) = conn.slots.get(pos) else {
             return;
         };
+        if let Some(token) = self.claims.remove(&p.ticket) {
+            self.shared.guards.settle(token, result.is_ok());
+        }
         let keep_alive = p.keep_alive;
         let (status, body, retry_after) = match result {
             Ok(()) => {
@@ -897,6 +1047,9 @@ impl Worker {
         let mut touched: Vec<usize> = Vec::new();
         while let Some(c) = self.completions.try_pop() {
             self.outstanding -= 1;
+            // Settled before the 202 is queued (and even if the connection is gone).
+            let durable = matches!(c.outcome, AppendOutcome::Durable { .. });
+            self.settle_claim(c.ticket, durable);
             if let Some(cost) = self.orphans.remove(&c.ticket) {
                 // Its connection is gone: nobody to answer, but the backlog must be right.
                 match c.outcome {

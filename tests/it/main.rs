@@ -10,13 +10,17 @@
 //! - `durability`: restart, crash (SIGKILL) mid-burst, durability modes, segment rollover.
 //! - `wal_tools`: torn tails, corruption, `wal verify` / `wal inspect`.
 //! - `shutdown`: graceful drain on SIGTERM.
+//! - `tools`: `sluice loadgen` and `sluice mock-downstream` (rate, concurrency cap, Retry-After).
+//! - `auth`: signature schemes, dedupe across a crash, the admin token.
 
 mod support;
 
+mod auth;
 mod connections;
 mod durability;
 mod http_errors;
 mod http_features;
 mod ingest;
 mod shutdown;
+mod tools;
 mod wal_tools;

@@ -1,0 +1,357 @@
+//! Manifest keys of the ingest edge checks: per-trigger signature verification and dedupe, and
+//! the admin token. Parsed by [`super::Config::build`] into [`TriggerAuth`] (on each
+//! [`super::TriggerConfig`]) and [`super::Config::admin_token`].
+//!
+//! ```toml
+//! [[triggers]]
+//! id = "gh"
+//! provider = "github"
+//! path = "/hooks/github"
+//! verify = "github"            # github | stripe | slack | standard-webhooks | hmac
+//! secrets = [ { env = "GITHUB_SECRET" }, { file = "/run/secrets/gh_next" } ]   # 1..=8, any may sign
+//! tolerance = "300s"           # stripe, slack, standard-webhooks only. Default 300s. Range 1s..=24h
+//! hmac = { header = "x-signature", prefix = "sha256=", algorithm = "sha256", encoding = "hex" }
+//!                              # verify = "hmac" only (required there). Defaults: prefix "",
+//!                              # algorithm sha256 (sha1, sha512), encoding hex (base64)
+//! dedupe = true                # or { window = "24h" }. Default window 24h. Range 1s..=365d
+//! ```
+//!
+//! Secrets are read at startup (see `crate::ingest::secrets`); a missing one fails startup naming
+//! the variable or file. `SLUICE_ADMIN_TOKEN` (environment only), when set, turns on the
+//! `/admin/` routes behind `Authorization: Bearer <token>`; set but empty is an error.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{parse_duration, ConfigError, RawTrigger};
+use crate::ingest::dedupe::{DedupeRule, KeySource, DEFAULT_WINDOW};
+use crate::ingest::secrets::{Secret, SecretSource};
+use crate::ingest::verify::{HmacScheme, Scheme, Verifier, DEFAULT_TOLERANCE};
+
+/// Environment variable holding the admin bearer token.
+pub const ENV_ADMIN_TOKEN: &str = "SLUICE_ADMIN_TOKEN";
+/// Most secrets per trigger (each costs one HMAC per failed request).
+pub const MAX_SECRETS: usize = 8;
+
+/// `secrets = [ { env = "…" } | { file = "…" } ]`: exactly one of the two keys.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSecretRef {
+    pub env: Option<String>,
+    pub file: Option<PathBuf>,
+}
+
+/// `hmac = { header, prefix, algorithm, encoding }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHmac {
+    /// Header carrying the signature. Required.
+    pub header: String,
+    /// Text before the encoded MAC, e.g. `sha256=`. Default: empty.
+    pub prefix: Option<String>,
+    /// `sha256` (default), `sha1` or `sha512`.
+    pub algorithm: Option<String>,
+    /// `hex` (default) or `base64`.
+    pub encoding: Option<String>,
+}
+
+/// `dedupe = true | false | { window = "24h" }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawDedupe {
+    Flag(bool),
+    Options(RawDedupeOptions),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDedupeOptions {
+    /// Default: `24h`. Range: 1s..=365d.
+    pub window: Option<String>,
+}
+
+/// A trigger's validated edge checks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TriggerAuth {
+    pub verify: Option<Verifier>,
+    pub dedupe: Option<DedupeRule>,
+}
+
+/// Validates the auth keys of trigger `t`, reading its secrets through `env` and the file system.
+pub(super) fn build_trigger_auth(
+    t: &RawTrigger,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<TriggerAuth, ConfigError> {
+    let id = &t.id;
+    let fail = |msg: String| ConfigError(format!("trigger {id:?}: {msg}"));
+    let scheme = match t.verify.as_deref() {
+        None => None,
+        Some("github") => Some(Scheme::Github),
+        Some("stripe") => Some(Scheme::Stripe),
+        Some("slack") => Some(Scheme::Slack),
+        Some("standard-webhooks") => Some(Scheme::StandardWebhooks),
+        Some("hmac") => {
+            let h = t
+                .hmac
+                .as_ref()
+                .ok_or_else(|| fail("verify = \"hmac\" needs hmac = { header = \"…\" }".into()))?;
+            Some(Scheme::Hmac(
+                hmac_scheme(h).map_err(|e| fail(format!("hmac: {e}")))?,
+            ))
+        }
+        Some(other) => {
+            return Err(fail(format!(
+                "verify must be \"github\", \"stripe\", \"slack\", \"standard-webhooks\" or \
+                 \"hmac\", got {other:?}"
+            )))
+        }
+    };
+    if t.hmac.is_some() && !matches!(scheme, Some(Scheme::Hmac(_))) {
+        return Err(fail(
+            "hmac = {…} is only valid with verify = \"hmac\"".into(),
+        ));
+    }
+    let verify = match &scheme {
+        None => {
+            if t.secrets.is_some() || t.tolerance.is_some() {
+                return Err(fail("secrets and tolerance need verify = \"…\"".into()));
+            }
+            None
+        }
+        Some(scheme) => {
+            let tolerance = match &t.tolerance {
+                None => DEFAULT_TOLERANCE,
+                Some(_) if !scheme.has_timestamp() => {
+                    return Err(fail(format!(
+                        "tolerance does not apply to verify = {:?} (no timestamp)",
+                        scheme.name()
+                    )))
+                }
+                Some(text) => {
+                    let d = parse_duration(text).map_err(|e| fail(format!("tolerance: {e}")))?;
+                    if d < Duration::from_secs(1) || d > Duration::from_secs(86_400) {
+                        return Err(fail(format!(
+                            "tolerance {text:?} is out of range (1s..=24h)"
+                        )));
+                    }
+                    d
+                }
+            };
+            let secrets = load_secrets(t.secrets.as_deref().unwrap_or(&[]), env).map_err(fail)?;
+            let v = Verifier::new(scheme.clone(), &secrets, tolerance)
+                .map_err(|e| fail(format!("secrets: {e}")))?;
+            Some(v)
+        }
+    };
+    let window = match &t.dedupe {
+        None | Some(RawDedupe::Flag(false)) => None,
+        Some(RawDedupe::Flag(true)) => Some(DEFAULT_WINDOW),
+        Some(RawDedupe::Options(o)) => Some(match &o.window {
+            None => DEFAULT_WINDOW,
+            Some(text) => {
+                let d = parse_duration(text).map_err(|e| fail(format!("dedupe.window: {e}")))?;
+                if d < Duration::from_secs(1) || d > Duration::from_secs(365 * 86_400) {
+                    return Err(fail(format!(
+                        "dedupe.window {text:?} is out of range (1s..=365d)"
+                    )));
+                }
+                d
+            }
+        }),
+    };
+    Ok(TriggerAuth {
+        dedupe: window.map(|window| DedupeRule {
+            window,
+            source: KeySource::for_scheme(scheme.as_ref()),
+        }),
+        verify,
+    })
+}
+
+fn hmac_scheme(h: &RawHmac) -> Result<HmacScheme, String> {
+    let header = h.header.to_ascii_lowercase();
+    if header.is_empty()
+        || header.len() > 256
+        || !header
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(format!("header {:?} is not a header name", h.header));
+    }
+    Ok(HmacScheme {
+        header,
+        prefix: h.prefix.clone().unwrap_or_default(),
+        algorithm: h.algorithm.as_deref().unwrap_or("sha256").parse()?,
+        encoding: h.encoding.as_deref().unwrap_or("hex").parse()?,
+    })
+}
+
+fn load_secrets(
+    refs: &[RawSecretRef],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<Secret>, String> {
+    if refs.is_empty() || refs.len() > MAX_SECRETS {
+        return Err(format!(
+            "secrets must list 1..={MAX_SECRETS} entries like {{ env = \"NAME\" }} or {{ file = \"/path\" }}"
+        ));
+    }
+    refs.iter()
+        .map(|r| {
+            let source =
+                match (&r.env, &r.file) {
+                    (Some(name), None) if !name.is_empty() => SecretSource::Env(name.clone()),
+                    (None, Some(path)) if !path.as_os_str().is_empty() => {
+                        SecretSource::File(path.clone())
+                    }
+                    _ => return Err(
+                        "each secret is exactly one of { env = \"NAME\" } or { file = \"/path\" }"
+                            .to_string(),
+                    ),
+                };
+            source.load(env).map_err(|e| format!("secret {e}"))
+        })
+        .collect()
+}
+
+/// `SLUICE_ADMIN_TOKEN`: `None` when unset (admin routes off).
+pub(super) fn admin_token(
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<Secret>, ConfigError> {
+    match env(ENV_ADMIN_TOKEN) {
+        None => Ok(None),
+        Some(v) if v.trim().is_empty() => Err(ConfigError(format!(
+            "environment variable {ENV_ADMIN_TOKEN} is set but empty (unset it to turn the admin routes off)"
+        ))),
+        Some(v) => Ok(Some(Secret::new(v.trim().as_bytes().to_vec()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError, Overrides};
+    use crate::ingest::dedupe::KeySource;
+    use crate::ingest::verify::{Algorithm, Encoding, Scheme};
+    use std::time::Duration;
+
+    fn env(k: &str) -> Option<String> {
+        match k {
+            "GH" => Some("gh-secret".into()),
+            "GH2" => Some("gh-secret-2".into()),
+            "SW" => Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()),
+            _ => None,
+        }
+    }
+
+    fn build(triggers: &str) -> Result<Config, ConfigError> {
+        let text = format!("[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\n{triggers}");
+        Config::build(Config::parse_manifest(&text)?, &env, &Overrides::default())
+    }
+
+    #[test]
+    fn parses_every_scheme() {
+        let c = build(
+            "verify = \"github\"\nsecrets = [{ env = \"GH\" }, { env = \"GH2\" }]\ndedupe = true\n",
+        )
+        .unwrap();
+        let a = &c.triggers[0].auth;
+        assert_eq!(a.verify.as_ref().unwrap().scheme(), &Scheme::Github);
+        let d = a.dedupe.unwrap();
+        assert_eq!(d.window, Duration::from_secs(86_400));
+        assert_eq!(d.source, KeySource::GithubDelivery);
+
+        let c = build(
+            "verify = \"standard-webhooks\"\nsecrets = [{ env = \"SW\" }]\ntolerance = \"60s\"\ndedupe = { window = \"1h\" }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.triggers[0].auth.dedupe.unwrap().window,
+            Duration::from_secs(3600)
+        );
+        assert_eq!(
+            c.triggers[0].auth.dedupe.unwrap().source,
+            KeySource::WebhookId
+        );
+
+        let c = build(
+            "verify = \"hmac\"\nsecrets = [{ env = \"GH\" }]\nhmac = { header = \"X-Sig\", prefix = \"sha1=\", algorithm = \"sha1\", encoding = \"base64\" }\n",
+        )
+        .unwrap();
+        match c.triggers[0].auth.verify.as_ref().unwrap().scheme() {
+            Scheme::Hmac(h) => {
+                assert_eq!(h.header, "x-sig");
+                assert_eq!(h.prefix, "sha1=");
+                assert_eq!(h.algorithm, Algorithm::Sha1);
+                assert_eq!(h.encoding, Encoding::Base64);
+            }
+            other => panic!("{other:?}"),
+        }
+        for s in ["stripe", "slack"] {
+            build(&format!(
+                "verify = \"{s}\"\nsecrets = [{{ env = \"GH\" }}]\n"
+            ))
+            .unwrap();
+        }
+        // No checks by default.
+        let c = build("").unwrap();
+        assert_eq!(c.triggers[0].auth, Default::default());
+        assert!(c.admin_token.is_none());
+    }
+
+    #[test]
+    fn secret_files_are_read_and_missing_ones_fail_startup_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s");
+        std::fs::write(&p, "file-secret\n").unwrap();
+        build(&format!(
+            "verify = \"github\"\nsecrets = [{{ file = \"{}\" }}]\n",
+            p.display()
+        ))
+        .unwrap();
+        let missing = dir.path().join("missing");
+        let e = build(&format!(
+            "verify = \"github\"\nsecrets = [{{ file = \"{}\" }}]\n",
+            missing.display()
+        ))
+        .unwrap_err();
+        assert!(e.0.contains(&missing.display().to_string()), "{e}");
+        let e = build("verify = \"github\"\nsecrets = [{ env = \"NOT_SET_X\" }]\n").unwrap_err();
+        assert!(e.0.contains("NOT_SET_X") && e.0.contains("\"t\""), "{e}");
+    }
+
+    #[test]
+    fn invalid_combinations_fail_with_the_key() {
+        let cases = [
+            ("verify = \"gitlab\"\nsecrets = [{ env = \"GH\" }]\n", "verify must be"),
+            ("verify = \"github\"\n", "secrets must list"),
+            ("verify = \"github\"\nsecrets = []\n", "secrets must list"),
+            ("secrets = [{ env = \"GH\" }]\n", "need verify"),
+            ("verify = \"github\"\nsecrets = [{ env = \"GH\", file = \"/x\" }]\n", "exactly one"),
+            ("verify = \"github\"\nsecrets = [{ env = \"GH\" }]\ntolerance = \"5s\"\n", "tolerance does not apply"),
+            ("verify = \"stripe\"\nsecrets = [{ env = \"GH\" }]\ntolerance = \"2d\"\n", "tolerance"),
+            ("verify = \"hmac\"\nsecrets = [{ env = \"GH\" }]\n", "needs hmac"),
+            ("verify = \"hmac\"\nsecrets = [{ env = \"GH\" }]\nhmac = { header = \"x\", algorithm = \"md5\" }\n", "algorithm"),
+            ("verify = \"github\"\nsecrets = [{ env = \"GH\" }]\nhmac = { header = \"x\" }\n", "only valid"),
+            ("verify = \"standard-webhooks\"\nsecrets = [{ env = \"GH2\" }]\n", "whsec_"),
+            ("dedupe = { window = \"0s\" }\n", "dedupe.window"),
+            ("dedupe = { windw = \"1h\" }\n", "dedupe"),
+        ];
+        for (text, needle) in cases {
+            let e = build(text).unwrap_err();
+            assert!(e.0.contains(needle), "{text:?}: {e}");
+            assert!(!e.0.contains("gh-secret"), "secret leaked: {e}");
+        }
+    }
+
+    #[test]
+    fn admin_token_from_env() {
+        let with =
+            |v: &'static str| move |k: &str| (k == super::ENV_ADMIN_TOKEN).then(|| v.to_string());
+        let c = Config::build(Default::default(), &with("tok"), &Overrides::default()).unwrap();
+        assert_eq!(c.admin_token.unwrap().expose(), b"tok");
+        let e = Config::build(Default::default(), &with(" "), &Overrides::default()).unwrap_err();
+        assert!(e.0.contains(super::ENV_ADMIN_TOKEN), "{e}");
+    }
+}

@@ -1,0 +1,121 @@
+//! Signing secrets: where they come from and how they are kept.
+//!
+//! A secret is named in the manifest, never written in it: `{ env = "GITHUB_SECRET" }` reads an
+//! environment variable, `{ file = "/run/secrets/gh" }` reads a file (one trailing `\n` or
+//! `\r\n` is dropped, as editors and `echo` add one). Both are read **once, at startup**; a
+//! variable that is unset or empty, or a file that is missing, unreadable or empty, is a startup
+//! error that names the variable or the file, never the value.
+//!
+//! [`Secret`] holds the bytes. Its `Debug` prints `Secret(<redacted, N bytes>)`, so a config dump
+//! or a panic message cannot leak it; nothing in the crate formats a secret's bytes.
+#![forbid(unsafe_code)]
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Secret bytes. `Debug` is redacted; there is no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Secret {
+        Secret(bytes.into())
+    }
+
+    /// The key material (for MAC computation and constant-time comparison only).
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secret(<redacted, {} bytes>)", self.0.len())
+    }
+}
+
+/// Where a secret is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    /// An environment variable.
+    Env(String),
+    /// A file (for example a mounted Docker/Kubernetes secret).
+    File(PathBuf),
+}
+
+impl fmt::Display for SecretSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SecretSource::Env(name) => write!(f, "environment variable {name}"),
+            SecretSource::File(path) => write!(f, "file {}", path.display()),
+        }
+    }
+}
+
+impl SecretSource {
+    /// Reads the secret; `env` is the process environment (injected so tests control it).
+    /// The error names the source, never the value.
+    pub fn load(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Secret, String> {
+        let bytes = match self {
+            SecretSource::Env(name) => match env(name) {
+                Some(v) => v.into_bytes(),
+                None => return Err(format!("{self} is not set")),
+            },
+            SecretSource::File(path) => read_file(path).map_err(|e| format!("{self}: {e}"))?,
+        };
+        if bytes.is_empty() {
+            return Err(format!("{self} is empty"));
+        }
+        Ok(Secret(bytes))
+    }
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, String> {
+    let mut bytes = std::fs::read(path).map_err(|e| e.kind().to_string())?;
+    if bytes.ends_with(b"\n") {
+        bytes.pop();
+        if bytes.ends_with(b"\r") {
+            bytes.pop();
+        }
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_and_file_sources() {
+        let env = |k: &str| match k {
+            "GH" => Some("s3cret".to_string()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        };
+        assert_eq!(
+            SecretSource::Env("GH".into()).load(&env).unwrap().expose(),
+            b"s3cret"
+        );
+        let e = SecretSource::Env("NOPE".into()).load(&env).unwrap_err();
+        assert_eq!(e, "environment variable NOPE is not set");
+        let e = SecretSource::Env("EMPTY".into()).load(&env).unwrap_err();
+        assert!(e.contains("EMPTY") && e.contains("empty"), "{e}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("gh");
+        std::fs::write(&p, b"from-file\r\n").unwrap();
+        let s = SecretSource::File(p.clone()).load(&env).unwrap();
+        assert_eq!(s.expose(), b"from-file");
+        let missing = dir.path().join("missing");
+        let e = SecretSource::File(missing.clone()).load(&env).unwrap_err();
+        assert!(e.contains(&missing.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn debug_is_redacted() {
+        let s = Secret::new(b"hunter2".to_vec());
+        let text = format!("{s:?}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert_eq!(text, "Secret(<redacted, 7 bytes>)");
+    }
+}
