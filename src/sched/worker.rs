@@ -677,14 +677,15 @@ impl Worker {
         let request = AppendRequest {
             worker: self.id,
             ticket,
-            event: EventRecord {
+            record: wal::Record::Event(EventRecord {
                 event_id: event_id.clone(),
                 trigger_id: trigger_id.clone(),
                 source,
                 received_at_ms,
                 headers,
                 body,
-            },
+                replay_of: None,
+            }),
         };
         let pending = PendingIngest {
             ticket,
