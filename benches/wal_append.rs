@@ -8,7 +8,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use sluice::sync::clock::{Clock, MonotonicClock};
 use sluice::wal::format::{event_payload_len, RECORD_HEADER_BYTES};
-use sluice::wal::{open, Durability, EventRecord, WalConfig, WritePath};
+use sluice::wal::{open, Durability, EventRecord, Record, WalConfig, WritePath};
 use std::time::Duration;
 
 const RECORD_BYTES: usize = 1024;
@@ -22,6 +22,7 @@ fn one_kib_event() -> EventRecord {
         received_at_ms: 1_700_000_000_000,
         headers: vec![("content-type".to_owned(), b"application/json".to_vec())],
         body: Vec::new(),
+        replay_of: None,
     };
     let overhead = RECORD_HEADER_BYTES + event_payload_len(&ev).expect("within bounds");
     ev.body = vec![b'x'; RECORD_BYTES - overhead];
@@ -39,7 +40,7 @@ fn append(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(3));
     for batch in [1usize, 16, 128] {
         g.throughput(Throughput::Elements(batch as u64));
-        let events = vec![ev.clone(); batch];
+        let records = vec![Record::Event(ev.clone()); batch];
         for path in [WritePath::Pwrite, WritePath::Mmap] {
             let tmp = tempfile::tempdir_in(&base).expect("tempdir");
             let cfg = WalConfig {
@@ -53,7 +54,7 @@ fn append(c: &mut Criterion) {
                 b.iter_custom(|iters| {
                     let t0 = clock.now_nanos();
                     for _ in 0..iters {
-                        wal.append_events(&events).expect("append");
+                        wal.append(&records).expect("append");
                     }
                     Duration::from_nanos(clock.now_nanos() - t0)
                 })

@@ -1,7 +1,7 @@
 //! The `sluice` binary: parse the command line, load config, run, map errors to exit codes.
 //!
 //! Exit codes: 0 success; 1 runtime failure (WAL, I/O, a thread died); 2 invalid configuration
-//! or usage; 3 `wal verify` found corruption.
+//! or usage; 3 `wal verify` found corruption; 4 `dlq` entry not found.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -53,6 +53,41 @@ enum Command {
     Wal {
         #[command(subcommand)]
         command: WalCommand,
+    },
+    /// Dead-letter queue tools (exit 4 when the entry does not exist).
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DlqCommand {
+    /// One line per entry, oldest first (JSON objects with --json).
+    List {
+        #[arg(long)]
+        data_dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The entry as JSON, with its headers and body (UTF-8 text if valid, else base64).
+    Show {
+        id: String,
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
+    /// Delete the entry.
+    Discard {
+        id: String,
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
+    /// Append the entry's event to the WAL as a new event (server stopped), then delete the
+    /// entry; prints the new event id.
+    Replay {
+        id: String,
+        #[arg(long)]
+        data_dir: PathBuf,
     },
 }
 
@@ -156,6 +191,26 @@ fn main() -> ExitCode {
                 Err(e) => fail(1, &e.to_string()),
             }
         }
+        Command::Dlq { command } => dlq(command),
+    }
+}
+
+fn dlq(command: DlqCommand) -> ExitCode {
+    use sluice::dispatch::dlq_tools;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let result = match command {
+        DlqCommand::List { data_dir, json } => dlq_tools::list(&data_dir, json, &mut out).map(drop),
+        DlqCommand::Show { id, data_dir } => dlq_tools::show_json(&data_dir, &id, &mut out),
+        DlqCommand::Discard { id, data_dir } => dlq_tools::discard(&data_dir, &id),
+        DlqCommand::Replay { id, data_dir } => dlq_tools::replay(&data_dir, &id).map(|r| {
+            let _ = writeln!(out, "{}", r.event_id);
+        }),
+    };
+    let _ = out.flush();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e.exit_code(), &e.to_string()),
     }
 }
 

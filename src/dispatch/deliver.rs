@@ -17,8 +17,8 @@
 //! per attempt ≤ `ClientLimits::max_body_keep`; outcomes the pump has not taken yet ≤ one per
 //! held job per attempt (the overflow queue, normally empty).
 
-use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,8 +29,8 @@ use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
 use crate::config::{Config, DestinationConfig};
-use crate::dispatch::classify::{classify, AttemptResult, Class};
 use crate::dispatch::circuit::Transition;
+use crate::dispatch::classify::{classify, AttemptResult, Class};
 use crate::dispatch::destination::{DestinationEvent, DestinationState, Gate};
 use crate::dispatch::dlq::DlqReason;
 use crate::dispatch::job::{Job, JobOutcome};
@@ -38,7 +38,9 @@ use crate::dispatch::permits::Permit;
 use crate::dispatch::retry::RetryPolicy;
 use crate::dispatch::rng::SmallRng;
 use crate::metrics::dispatch::CoreDispatchMetrics;
-use crate::net::http::client::{self, ClientLimits, OutboundRequest, ResponseEvent, ResponseReader};
+use crate::net::http::client::{
+    self, ClientLimits, OutboundRequest, ResponseEvent, ResponseReader,
+};
 use crate::ring;
 use crate::sync::clock::unix_millis;
 
@@ -51,7 +53,9 @@ const READ_CHUNK: usize = 16 * 1024;
 enum ConnState {
     /// Placeholder while a broken connection is being torn down.
     Broken,
-    Idle { since: u64 },
+    Idle {
+        since: u64,
+    },
     Busy(Box<Attempt>),
 }
 
@@ -153,7 +157,9 @@ impl Dispatcher {
             outcomes,
             overflow: VecDeque::new(),
             pump,
-            rng: SmallRng::seed_from_u64(0x5eed ^ (core as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ unix_millis()),
+            rng: SmallRng::seed_from_u64(
+                0x5eed ^ (core as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ unix_millis(),
+            ),
             metrics,
             scratch: vec![0u8; READ_CHUNK].into_boxed_slice(),
             held: 0,
@@ -167,7 +173,11 @@ impl Dispatcher {
 
     /// Attempts on the wire.
     pub fn in_flight(&self) -> usize {
-        self.conns.iter().flatten().filter(|c| matches!(c.state, ConnState::Busy(_))).count()
+        self.conns
+            .iter()
+            .flatten()
+            .filter(|c| matches!(c.state, ConnState::Busy(_)))
+            .count()
     }
 
     fn dest(&mut self, d: usize) -> &mut Dest {
@@ -207,7 +217,11 @@ impl Dispatcher {
 
     fn delay(&mut self, job: Job, due: u64) {
         self.seq += 1;
-        self.delayed.push(Reverse(Delayed { due, seq: self.seq, job }));
+        self.delayed.push(Reverse(Delayed {
+            due,
+            seq: self.seq,
+            job,
+        }));
     }
 
     /// The earliest time something here needs attention (for the poll timeout).
@@ -228,13 +242,17 @@ impl Dispatcher {
     pub fn on_tick(&mut self, now: u64, registry: &Registry, draining: bool) {
         let mut touched: Vec<usize> = Vec::new();
         while self.delayed.peek().is_some_and(|Reverse(d)| d.due <= now) {
-            let Some(Reverse(d)) = self.delayed.pop() else { break };
+            let Some(Reverse(d)) = self.delayed.pop() else {
+                break;
+            };
             let dest = d.job.dest;
             self.dest(dest).queue.push_back(d.job);
             touched.push(dest);
         }
         while self.wakes.peek().is_some_and(|Reverse((t, _))| *t <= now) {
-            let Some(Reverse((_, dest))) = self.wakes.pop() else { break };
+            let Some(Reverse((_, dest))) = self.wakes.pop() else {
+                break;
+            };
             self.dest(dest).wake_at = 0;
             touched.push(dest);
         }
@@ -273,7 +291,9 @@ impl Dispatcher {
             }
             match dest.state.gate(now) {
                 Gate::FailFast { retry_after } => {
-                    let Some(job) = dest.queue.pop_front() else { return };
+                    let Some(job) = dest.queue.pop_front() else {
+                        return;
+                    };
                     self.metrics.circuit_fail_fast();
                     let last_error = format!(
                         "destination circuit open for http:{}; retry after {}s",
@@ -291,10 +311,12 @@ impl Dispatcher {
                     return;
                 }
                 Gate::Go { permit, probe } => {
+                    let Some(job) = dest.queue.pop_front() else {
+                        return;
+                    };
                     if probe {
                         self.metrics.circuit_half_open_probe();
                     }
-                    let Some(job) = dest.queue.pop_front() else { return };
                     self.start(d, job, permit, now, registry);
                 }
             }
@@ -348,10 +370,19 @@ impl Dispatcher {
         let in_flight = self.dest(d).state.in_flight() as u64;
         self.metrics.set_in_flight(d, in_flight);
         let reuse = self.dest(d).idle.pop();
-        let attempt = Box::new(Attempt { job, permit, deadline: now + timeout, started: now, reused: false, got_bytes: false });
+        let attempt = Box::new(Attempt {
+            job,
+            permit,
+            deadline: now + timeout,
+            started: now,
+            reused: false,
+            got_bytes: false,
+        });
         match reuse {
             Some(id) => {
-                let Some(c) = self.conns[id].as_mut() else { return };
+                let Some(c) = self.conns[id].as_mut() else {
+                    return;
+                };
                 c.wbuf = wbuf;
                 c.wpos = 0;
                 let mut attempt = attempt;
@@ -363,14 +394,39 @@ impl Dispatcher {
         }
     }
 
-    fn connect(&mut self, d: usize, attempt: Box<Attempt>, wbuf: Vec<u8>, now: u64, registry: &Registry) {
+    fn connect(
+        &mut self,
+        d: usize,
+        attempt: Box<Attempt>,
+        wbuf: Vec<u8>,
+        now: u64,
+        registry: &Registry,
+    ) {
         let addr = match self.resolve(d) {
             Ok(a) => a,
-            Err(e) => return self.attempt_failed(d, attempt, AttemptResult::ConnectError, e.to_string(), now, registry),
+            Err(e) => {
+                return self.attempt_failed(
+                    d,
+                    attempt,
+                    AttemptResult::ConnectError,
+                    e.to_string(),
+                    now,
+                    registry,
+                )
+            }
         };
         let stream = match TcpStream::connect(addr) {
             Ok(s) => s,
-            Err(e) => return self.attempt_failed(d, attempt, AttemptResult::ConnectError, e.to_string(), now, registry),
+            Err(e) => {
+                return self.attempt_failed(
+                    d,
+                    attempt,
+                    AttemptResult::ConnectError,
+                    e.to_string(),
+                    now,
+                    registry,
+                )
+            }
         };
         let id = match self.free.pop() {
             Some(i) => i,
@@ -389,9 +445,20 @@ impl Dispatcher {
             reader: ResponseReader::new(ClientLimits::default()),
             served: 0,
         };
-        if let Err(e) = registry.register(&mut conn.stream, Token(CLIENT_TOKEN_BASE + id), Interest::READABLE | Interest::WRITABLE) {
+        if let Err(e) = registry.register(
+            &mut conn.stream,
+            Token(CLIENT_TOKEN_BASE + id),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
             self.free.push(id);
-            return self.attempt_failed(d, attempt, AttemptResult::ConnectError, e.to_string(), now, registry);
+            return self.attempt_failed(
+                d,
+                attempt,
+                AttemptResult::ConnectError,
+                e.to_string(),
+                now,
+                registry,
+            );
         }
         self.dest(d).conns += 1;
         conn.state = ConnState::Busy(attempt);
@@ -410,19 +477,37 @@ impl Dispatcher {
         let h = &cfg.handler;
         let addr = std::net::ToSocketAddrs::to_socket_addrs(&(h.host.as_str(), h.port))?
             .next()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{} did not resolve", h.host)))?;
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("{} did not resolve", h.host),
+                )
+            })?;
         self.dest(d).addr = Some(addr);
         Ok(addr)
     }
 
     /// Readiness of an outbound connection.
-    pub fn on_ready(&mut self, token: Token, readable: bool, writable: bool, now: u64, registry: &Registry) {
+    pub fn on_ready(
+        &mut self,
+        token: Token,
+        readable: bool,
+        writable: bool,
+        now: u64,
+        registry: &Registry,
+    ) {
         let id = token.0 - CLIENT_TOKEN_BASE;
-        let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else { return };
+        let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else {
+            return;
+        };
         // A failed non-blocking connect (or a reset) shows up as a pending socket error.
         if let Ok(Some(_)) | Err(_) = c.stream.take_error() {
             let fresh = c.served == 0 && c.wpos == 0;
-            let r = if fresh { AttemptResult::ConnectError } else { AttemptResult::Io };
+            let r = if fresh {
+                AttemptResult::ConnectError
+            } else {
+                AttemptResult::Io
+            };
             return self.fail_conn(id, r, now, registry);
         }
         if writable {
@@ -434,7 +519,9 @@ impl Dispatcher {
     }
 
     fn write(&mut self, id: usize, now: u64, registry: &Registry) {
-        let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else { return };
+        let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else {
+            return;
+        };
         while c.wpos < c.wbuf.len() {
             match c.stream.write(&c.wbuf[c.wpos..]) {
                 Ok(0) => return self.fail_conn(id, AttemptResult::Io, now, registry),
@@ -444,7 +531,11 @@ impl Dispatcher {
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => return, // still connecting
                 Err(_) => {
                     let connecting = c.served == 0 && c.wpos == 0;
-                    let r = if connecting { AttemptResult::ConnectError } else { AttemptResult::Io };
+                    let r = if connecting {
+                        AttemptResult::ConnectError
+                    } else {
+                        AttemptResult::Io
+                    };
                     return self.fail_conn(id, r, now, registry);
                 }
             }
@@ -453,16 +544,28 @@ impl Dispatcher {
 
     fn read(&mut self, id: usize, now: u64, registry: &Registry) {
         loop {
-            let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else { return };
+            let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else {
+                return;
+            };
             let n = match c.stream.read(&mut self.scratch) {
                 Ok(0) => {
                     // EOF: a close-delimited body ends, anything else is broken.
                     let ev = c.reader.on_eof();
                     return match (ev, &c.state) {
-                        (ResponseEvent::Response(r), ConnState::Busy(_)) => {
-                            self.complete(id, AttemptResult::Status { code: r.status, retry_after: None }, false, r.retry_after.map(|ra| ra.delay_from(unix_millis() / 1000)), now, registry)
+                        (ResponseEvent::Response(r), ConnState::Busy(_)) => self.complete(
+                            id,
+                            AttemptResult::Status {
+                                code: r.status,
+                                retry_after: None,
+                            },
+                            false,
+                            r.retry_after.map(|ra| ra.delay_from(unix_millis() / 1000)),
+                            now,
+                            registry,
+                        ),
+                        (_, ConnState::Busy(_)) => {
+                            self.fail_conn(id, AttemptResult::Io, now, registry)
                         }
-                        (_, ConnState::Busy(_)) => self.fail_conn(id, AttemptResult::Io, now, registry),
                         _ => self.close(id, registry),
                     };
                 }
@@ -470,7 +573,11 @@ impl Dispatcher {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    let r = if e.kind() == io::ErrorKind::ConnectionRefused { AttemptResult::ConnectError } else { AttemptResult::Io };
+                    let r = if e.kind() == io::ErrorKind::ConnectionRefused {
+                        AttemptResult::ConnectError
+                    } else {
+                        AttemptResult::Io
+                    };
                     return self.fail_conn(id, r, now, registry);
                 }
             };
@@ -485,20 +592,37 @@ impl Dispatcher {
                 ResponseEvent::Incomplete => continue,
                 ResponseEvent::Response(r) => {
                     let pause = r.retry_after.map(|ra| ra.delay_from(unix_millis() / 1000));
-                    let result = AttemptResult::Status { code: r.status, retry_after: pause };
+                    let result = AttemptResult::Status {
+                        code: r.status,
+                        retry_after: pause,
+                    };
                     return self.complete(id, result, r.keep_alive, pause, now, registry);
                 }
-                ResponseEvent::Error(_) => return self.fail_conn(id, AttemptResult::Io, now, registry),
+                ResponseEvent::Error(_) => {
+                    return self.fail_conn(id, AttemptResult::Io, now, registry)
+                }
             }
         }
     }
 
     /// An attempt on connection `id` got a response.
-    fn complete(&mut self, id: usize, result: AttemptResult, keep_alive: bool, _pause: Option<Duration>, now: u64, registry: &Registry) {
-        let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else { return };
+    fn complete(
+        &mut self,
+        id: usize,
+        result: AttemptResult,
+        keep_alive: bool,
+        _pause: Option<Duration>,
+        now: u64,
+        registry: &Registry,
+    ) {
+        let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else {
+            return;
+        };
         let d = c.dest;
         let state = std::mem::replace(&mut c.state, ConnState::Idle { since: now });
-        let ConnState::Busy(attempt) = state else { return };
+        let ConnState::Busy(attempt) = state else {
+            return;
+        };
         c.served += 1;
         c.wbuf.clear();
         c.wpos = 0;
@@ -519,7 +643,9 @@ impl Dispatcher {
 
     /// The connection broke (or timed out) during an attempt, or while idle.
     fn fail_conn(&mut self, id: usize, result: AttemptResult, now: u64, registry: &Registry) {
-        let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else { return };
+        let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else {
+            return;
+        };
         let d = c.dest;
         let state = std::mem::replace(&mut c.state, ConnState::Broken);
         self.close(id, registry);
@@ -537,13 +663,33 @@ impl Dispatcher {
         }
     }
 
-    fn attempt_failed(&mut self, d: usize, attempt: Box<Attempt>, result: AttemptResult, _why: String, now: u64, registry: &Registry) {
+    fn attempt_failed(
+        &mut self,
+        d: usize,
+        attempt: Box<Attempt>,
+        result: AttemptResult,
+        _why: String,
+        now: u64,
+        registry: &Registry,
+    ) {
         self.settle(d, *attempt, result, now, registry);
     }
 
     /// Feeds the gate and decides the job's fate after one attempt.
-    fn settle(&mut self, d: usize, attempt: Attempt, result: AttemptResult, now: u64, registry: &Registry) {
-        let Attempt { mut job, permit, started, .. } = attempt;
+    fn settle(
+        &mut self,
+        d: usize,
+        attempt: Attempt,
+        result: AttemptResult,
+        now: u64,
+        registry: &Registry,
+    ) {
+        let Attempt {
+            mut job,
+            permit,
+            started,
+            ..
+        } = attempt;
         let class = classify(&result);
         let uri = self.config.destinations[d].handler.uri.clone();
         let events = self.dest(d).state.complete(permit, now, &class);
@@ -565,11 +711,20 @@ impl Dispatcher {
             Class::Delivered => {
                 let lsn = job.lsn;
                 self.held -= 1;
-                self.send(JobOutcome::Delivered { lsn, attempts: job.attempt, received_at_ms: job.event.received_at_ms });
+                self.send(JobOutcome::Delivered {
+                    lsn,
+                    attempts: job.attempt,
+                    received_at_ms: job.event.received_at_ms,
+                });
             }
             Class::Permanent => {
                 let attempts = job.attempt;
-                self.dead_letter(job, DlqReason::PermanentFailure, attempts, describe(&result, &uri));
+                self.dead_letter(
+                    job,
+                    DlqReason::PermanentFailure,
+                    attempts,
+                    describe(&result, &uri),
+                );
             }
             Class::Retryable { .. } if opened => {
                 let attempts = job.attempt;
@@ -582,18 +737,29 @@ impl Dispatcher {
             }
             Class::Retryable { .. } => {
                 let next = job.attempt + 1;
-                match self.dest(d).policy.delay_before(next, &mut self.rng) {
+                let policy = self.dest(d).policy;
+                match policy.delay_before(next, &mut self.rng) {
                     Some(delay) => {
                         let due = now + delay.as_nanos() as u64;
                         let due_at_ms = unix_millis() + delay.as_millis() as u64;
                         let last_error = describe(&result, &uri);
                         job.attempt = next;
-                        self.send(JobOutcome::RetryScheduled { lsn: job.lsn, next_attempt: next, due_at_ms, last_error });
+                        self.send(JobOutcome::RetryScheduled {
+                            lsn: job.lsn,
+                            next_attempt: next,
+                            due_at_ms,
+                            last_error,
+                        });
                         self.delay(job, due);
                     }
                     None => {
                         let attempts = job.attempt;
-                        self.dead_letter(job, DlqReason::RetryExhausted, attempts, describe(&result, &uri));
+                        self.dead_letter(
+                            job,
+                            DlqReason::RetryExhausted,
+                            attempts,
+                            describe(&result, &uri),
+                        );
                     }
                 }
             }
@@ -604,20 +770,22 @@ impl Dispatcher {
 
     fn dead_letter(&mut self, job: Job, reason: DlqReason, attempts: u32, last_error: String) {
         self.held -= 1;
-        self.send(JobOutcome::DeadLetter { job, reason, attempts, last_error });
+        self.send(JobOutcome::DeadLetter {
+            job,
+            reason,
+            attempts,
+            last_error,
+        });
     }
 
     fn send(&mut self, o: JobOutcome) {
-        if self.overflow.is_empty() {
-            match self.outcomes.try_push(o) {
-                Ok(()) => {
-                    self.pump.unpark();
-                    return;
-                }
-                Err(e) => self.overflow.push_back(e.into_inner()),
-            }
-        } else {
+        if !self.overflow.is_empty() {
             self.overflow.push_back(o);
+            return;
+        }
+        match self.outcomes.try_push(o) {
+            Ok(()) => self.pump.unpark(),
+            Err(e) => self.overflow.push_back(e.into_inner()),
         }
     }
 

@@ -27,12 +27,26 @@ pub struct Job {
 #[derive(Debug)]
 pub enum JobOutcome {
     /// A 2xx: done.
-    Delivered { lsn: Lsn, attempts: u32, received_at_ms: u64 },
+    Delivered {
+        lsn: Lsn,
+        attempts: u32,
+        received_at_ms: u64,
+    },
     /// An attempt failed retryably; the next one is due at `due_at_ms` (not terminal: the job
     /// stays with the core). The pump persists the schedule.
-    RetryScheduled { lsn: Lsn, next_attempt: u32, due_at_ms: u64, last_error: String },
+    RetryScheduled {
+        lsn: Lsn,
+        next_attempt: u32,
+        due_at_ms: u64,
+        last_error: String,
+    },
     /// Terminal failure: the pump writes the DLQ entry, then the outcome.
-    DeadLetter { job: Job, reason: DlqReason, attempts: u32, last_error: String },
+    DeadLetter {
+        job: Job,
+        reason: DlqReason,
+        attempts: u32,
+        last_error: String,
+    },
 }
 
 impl JobOutcome {

@@ -24,6 +24,8 @@ pub mod circuit;
 pub mod classify;
 pub mod deliver;
 pub mod destination;
+pub mod dlq;
+pub mod dlq_tools;
 pub mod job;
 pub mod permits;
 pub mod rate;

@@ -593,11 +593,12 @@ mod tests {
                 received_at_ms: *at,
                 headers: vec![(DEDUPE_KEY_HEADER.into(), key.as_bytes().to_vec())],
                 body: b"{}".to_vec(),
+                replay_of: None,
             };
             let req = AppendRequest {
                 worker: 0,
                 ticket: i as u64,
-                event: ev,
+                record: crate::wal::Record::Event(ev),
             };
             tx.try_push(req).unwrap();
             unparker.unpark();

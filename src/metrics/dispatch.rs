@@ -22,10 +22,13 @@ pub struct Histogram {
 }
 
 /// `sluice_dispatch_duration_seconds` buckets.
-pub const DURATION_BOUNDS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+pub const DURATION_BOUNDS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
 /// `harn_trigger_accepted_to_dlq_seconds` buckets (the Harn TRIGGER_LATENCY set).
-pub const TRIGGER_LATENCY_BOUNDS: &[f64] =
-    &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+pub const TRIGGER_LATENCY_BOUNDS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
 
 impl Histogram {
     pub fn new(bounds: &'static [f64]) -> Histogram {
@@ -38,13 +41,21 @@ impl Histogram {
 
     pub fn observe_nanos(&self, nanos: u64) {
         let secs = nanos as f64 / 1e9;
-        let i = self.bounds.iter().position(|b| secs <= *b).unwrap_or(self.bounds.len());
+        let i = self
+            .bounds
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(self.bounds.len());
         self.counts[i].fetch_add(1, Ordering::Relaxed);
         self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
     pub fn render(&self, w: &mut PromWriter, name: &str, labels: &[(&str, &str)]) {
-        let counts: Vec<u64> = self.counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let counts: Vec<u64> = self
+            .counts
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
         let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
         w.histogram(name, labels, self.bounds, &counts, sum);
     }
@@ -81,7 +92,11 @@ fn reason_index(r: DlqReason) -> usize {
     }
 }
 
-const REASONS: [DlqReason; 3] = [DlqReason::RetryExhausted, DlqReason::CircuitOpen, DlqReason::PermanentFailure];
+const REASONS: [DlqReason; 3] = [
+    DlqReason::RetryExhausted,
+    DlqReason::CircuitOpen,
+    DlqReason::PermanentFailure,
+];
 
 impl DispatchMetrics {
     /// `destinations`: (uri, max_in_flight) in config order.
@@ -110,7 +125,8 @@ impl DispatchMetrics {
     /// The pump's live gauges.
     pub fn set_pump(&self, outstanding: u64, oldest_received_at_ms: Option<u64>, done_cursor: u64) {
         self.pump_outstanding.store(outstanding, Ordering::Relaxed);
-        self.oldest_pending_ms.store(oldest_received_at_ms.unwrap_or(0), Ordering::Relaxed);
+        self.oldest_pending_ms
+            .store(oldest_received_at_ms.unwrap_or(0), Ordering::Relaxed);
         self.done_cursor.store(done_cursor, Ordering::Relaxed);
     }
 
@@ -130,29 +146,73 @@ impl DispatchMetrics {
 
     /// Renders every dispatch family. `now_ms` makes the oldest-pending age live at scrape time.
     pub fn render(&self, w: &mut PromWriter, now_ms: u64, pending_events: u64) {
-        w.header("harn_orchestrator_pump_outstanding", "Dispatch jobs admitted by the pump and not finished.", MetricType::Gauge);
-        w.sample_u64("harn_orchestrator_pump_outstanding", &[], self.pump_outstanding());
+        w.header(
+            "harn_orchestrator_pump_outstanding",
+            "Dispatch jobs admitted by the pump and not finished.",
+            MetricType::Gauge,
+        );
+        w.sample_u64(
+            "harn_orchestrator_pump_outstanding",
+            &[],
+            self.pump_outstanding(),
+        );
         let oldest = self.oldest_pending_ms.load(Ordering::Relaxed);
-        let age = if oldest == 0 { 0.0 } else { now_ms.saturating_sub(oldest) as f64 / 1000.0 };
+        let age = if oldest == 0 {
+            0.0
+        } else {
+            now_ms.saturating_sub(oldest) as f64 / 1000.0
+        };
         w.header(
             "harn_trigger_oldest_pending_age_seconds",
             "Age of the oldest accepted event without an outcome (computed at scrape).",
             MetricType::Gauge,
         );
         w.sample("harn_trigger_oldest_pending_age_seconds", &[], age);
-        w.header("sluice_wal_pending_events", "Committed events not yet done (the durable backlog).", MetricType::Gauge);
+        w.header(
+            "sluice_wal_pending_events",
+            "Committed events not yet done (the durable backlog).",
+            MetricType::Gauge,
+        );
         w.sample_u64("sluice_wal_pending_events", &[], pending_events);
-        w.header("sluice_pump_done_cursor", "Lowest LSN without a durable outcome.", MetricType::Gauge);
-        w.sample_u64("sluice_pump_done_cursor", &[], self.done_cursor.load(Ordering::Relaxed));
-        w.header("sluice_destination_in_flight", "Calls in flight per destination.", MetricType::Gauge);
+        w.header(
+            "sluice_pump_done_cursor",
+            "Lowest LSN without a durable outcome.",
+            MetricType::Gauge,
+        );
+        w.sample_u64(
+            "sluice_pump_done_cursor",
+            &[],
+            self.done_cursor.load(Ordering::Relaxed),
+        );
+        w.header(
+            "sluice_destination_in_flight",
+            "Calls in flight per destination.",
+            MetricType::Gauge,
+        );
         for d in self.dests.iter() {
-            w.sample_u64("sluice_destination_in_flight", &[("destination", &d.uri)], d.in_flight.load(Ordering::Relaxed));
+            w.sample_u64(
+                "sluice_destination_in_flight",
+                &[("destination", &d.uri)],
+                d.in_flight.load(Ordering::Relaxed),
+            );
         }
-        w.header("sluice_destination_permits", "Permits (max_in_flight) per destination.", MetricType::Gauge);
+        w.header(
+            "sluice_destination_permits",
+            "Permits (max_in_flight) per destination.",
+            MetricType::Gauge,
+        );
         for d in self.dests.iter() {
-            w.sample_u64("sluice_destination_permits", &[("destination", &d.uri)], d.max_in_flight);
+            w.sample_u64(
+                "sluice_destination_permits",
+                &[("destination", &d.uri)],
+                d.max_in_flight,
+            );
         }
-        w.header("sluice_destination_connections_opened_total", "Outbound connections opened.", MetricType::Counter);
+        w.header(
+            "sluice_destination_connections_opened_total",
+            "Outbound connections opened.",
+            MetricType::Counter,
+        );
         for d in self.dests.iter() {
             w.sample_u64(
                 "sluice_destination_connections_opened_total",
@@ -160,9 +220,17 @@ impl DispatchMetrics {
                 d.connections.load(Ordering::Relaxed),
             );
         }
-        w.header("sluice_dispatch_attempts_total", "Delivery attempts by destination and outcome.", MetricType::Counter);
+        w.header(
+            "sluice_dispatch_attempts_total",
+            "Delivery attempts by destination and outcome.",
+            MetricType::Counter,
+        );
         for d in self.dests.iter() {
-            for (outcome, cell) in [("delivered", &d.delivered), ("retryable", &d.retryable), ("permanent", &d.permanent)] {
+            for (outcome, cell) in [
+                ("delivered", &d.delivered),
+                ("retryable", &d.retryable),
+                ("permanent", &d.permanent),
+            ] {
                 w.sample_u64(
                     "sluice_dispatch_attempts_total",
                     &[("destination", &d.uri), ("outcome", outcome)],
@@ -170,15 +238,24 @@ impl DispatchMetrics {
                 );
             }
         }
-        w.header("sluice_dispatch_duration_seconds", "Duration of delivery attempts.", MetricType::Histogram);
-        self.duration.render(w, "sluice_dispatch_duration_seconds", &[]);
+        w.header(
+            "sluice_dispatch_duration_seconds",
+            "Duration of delivery attempts.",
+            MetricType::Histogram,
+        );
+        self.duration
+            .render(w, "sluice_dispatch_duration_seconds", &[]);
         w.header(
             "harn_trigger_accepted_to_dlq_seconds",
             "Time from acceptance to the dead-letter queue, by reason.",
             MetricType::Histogram,
         );
         for r in REASONS {
-            self.dlq[reason_index(r)].render(w, "harn_trigger_accepted_to_dlq_seconds", &[("status", r.as_str())]);
+            self.dlq[reason_index(r)].render(
+                w,
+                "harn_trigger_accepted_to_dlq_seconds",
+                &[("status", r.as_str())],
+            );
         }
     }
 }
@@ -192,19 +269,24 @@ pub struct CoreDispatchMetrics {
 
 impl CoreDispatchMetrics {
     pub fn circuit_opened(&self) {
-        self.core.incr_backpressure(Dimension::Circuit, Action::Opened);
+        self.core
+            .incr_backpressure(Dimension::Circuit, Action::Opened);
     }
     pub fn circuit_closed(&self) {
-        self.core.incr_backpressure(Dimension::Circuit, Action::Closed);
+        self.core
+            .incr_backpressure(Dimension::Circuit, Action::Closed);
     }
     pub fn circuit_fail_fast(&self) {
-        self.core.incr_backpressure(Dimension::Circuit, Action::FailFast);
+        self.core
+            .incr_backpressure(Dimension::Circuit, Action::FailFast);
     }
     pub fn circuit_half_open_probe(&self) {
-        self.core.incr_backpressure(Dimension::Circuit, Action::HalfOpenProbe);
+        self.core
+            .incr_backpressure(Dimension::Circuit, Action::HalfOpenProbe);
     }
     pub fn destination_paused(&self) {
-        self.core.incr_backpressure(Dimension::Destination, Action::Paused);
+        self.core
+            .incr_backpressure(Dimension::Destination, Action::Paused);
     }
     pub fn connection_opened(&self, dest: usize) {
         if let Some(d) = self.shared.dests.get(dest) {

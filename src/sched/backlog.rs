@@ -42,7 +42,13 @@ impl Backlog {
 
     /// As [`Backlog::new`], with the disk bound: ingest refuses (`wal_full`) once the segments
     /// on disk plus one more segment (`headroom`) would pass `max_wal_bytes`.
-    pub fn with_wal_limit(max_events: u64, max_bytes: u64, high: f64, low: f64, max_wal_bytes: u64) -> Backlog {
+    pub fn with_wal_limit(
+        max_events: u64,
+        max_bytes: u64,
+        high: f64,
+        low: f64,
+        max_wal_bytes: u64,
+    ) -> Backlog {
         Backlog {
             wal_bytes: AtomicU64::new(0),
             max_wal_bytes,

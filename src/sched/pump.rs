@@ -23,19 +23,19 @@ use std::time::Duration;
 use crossbeam_utils::sync::{Parker, Unparker};
 use mio::Waker;
 
-use crate::dispatch::dlq::{DlqEntry, DlqError, DlqReason, DlqStore};
+use crate::dispatch::dlq::{DlqEntry, DlqError, DlqStore};
 use crate::dispatch::job::{Job, JobOutcome};
 use crate::ring;
 use crate::sched::state::{Phase, Shared};
 use crate::sched::worker::Completion;
 use crate::sync::clock::unix_millis;
 use crate::wal::{
-    AppendOutcome, AppendRequest, CompletionSink, DispatchRecovery, DoneEntry, DoneRecord, DoneStatus, Lsn,
-    Record, RetryRecord, WalTail,
+    AppendOutcome, AppendRequest, CompletionSink, DispatchRecovery, DoneEntry, DoneRecord,
+    DoneStatus, Lsn, Record, RetryRecord, WalTail,
 };
 
 /// Most entries in one `Done` record.
-pub const MAX_DONE_ENTRIES: usize = 4096;
+pub const MAX_DONE_ENTRIES: usize = crate::wal::MAX_DONE_ENTRIES;
 /// How long the pump sleeps when there is nothing to do (it is also woken by every outcome and
 /// every durable ingest batch).
 const IDLE_PARK: Duration = Duration::from_millis(5);
@@ -126,7 +126,12 @@ impl Pump {
         recovered: DispatchRecovery,
     ) -> Pump {
         let max_outstanding = shared.config.pump.max_outstanding;
-        let handlers = shared.config.triggers.iter().map(|t| (t.id.clone(), t.handler)).collect();
+        let handlers = shared
+            .config
+            .triggers
+            .iter()
+            .map(|t| (t.id.clone(), t.handler))
+            .collect();
         Pump {
             shared,
             links,
@@ -179,7 +184,11 @@ impl Pump {
 
     /// The lowest LSN without a durable outcome (the done cursor), as far as the pump knows.
     pub fn done_cursor(&self) -> Lsn {
-        self.live.keys().next().copied().unwrap_or_else(|| self.tail.position())
+        self.live
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or_else(|| self.tail.next_lsn())
     }
 
     // ----- admission --------------------------------------------------------------------------
@@ -207,7 +216,9 @@ impl Pump {
                 }
             };
             worked = true;
-            let Record::Event(event) = record else { continue };
+            let Record::Event(event) = record else {
+                continue;
+            };
             let (attempt, due_at_ms) = if lsn < self.recovered.next_lsn {
                 match self.recovered.pending.remove(&lsn) {
                     Some(meta) => (meta.next_attempt.max(1), meta.due_at_ms),
@@ -217,21 +228,49 @@ impl Pump {
                 (1, 0)
             };
             let cost = crate::wal::event_cost(&event);
-            let dest = self.handlers.get(event.trigger_id.as_str()).copied().flatten();
+            let dest = self
+                .handlers
+                .get(event.trigger_id.as_str())
+                .copied()
+                .flatten();
             let received_at_ms = event.received_at_ms;
             let Some(dest) = dest else {
                 // No handler: stored and done at once.
-                self.live.insert(lsn, Live { cost, received_at_ms, outstanding: false });
-                self.done_queue.push(DoneEntry { event_lsn: lsn, status: DoneStatus::NoHandler, attempts: 0 });
+                self.live.insert(
+                    lsn,
+                    Live {
+                        cost,
+                        received_at_ms,
+                        outstanding: false,
+                    },
+                );
+                self.done_queue.push(DoneEntry {
+                    event_lsn: lsn,
+                    status: DoneStatus::NoHandler,
+                    attempts: 0,
+                });
                 continue;
             };
-            self.live.insert(lsn, Live { cost, received_at_ms, outstanding: true });
+            self.live.insert(
+                lsn,
+                Live {
+                    cost,
+                    received_at_ms,
+                    outstanding: true,
+                },
+            );
             self.outstanding += 1;
             let core = crate::sched::placement::owner_core(
                 &self.shared.config.destinations[dest].handler.uri,
                 self.links.job_txs.len(),
             );
-            let job = Job { lsn, event, dest, attempt, due_at_ms };
+            let job = Job {
+                lsn,
+                event,
+                dest,
+                attempt,
+                due_at_ms,
+            };
             if let Err(job) = self.send(core, job) {
                 self.stashed = Some((core, job));
                 break;
@@ -241,6 +280,8 @@ impl Pump {
         worked
     }
 
+    /// Hands `job` to its owner core; gives it back if the core's ring is full.
+    #[allow(clippy::result_large_err)] // the job is handed back by value on purpose, like `try_push`
     fn send(&mut self, core: usize, job: Job) -> Result<(), Job> {
         match self.links.job_txs[core].try_push(job) {
             Ok(()) => {
@@ -260,16 +301,38 @@ impl Pump {
             match outcome {
                 JobOutcome::Delivered { lsn, attempts, .. } => {
                     self.finish(lsn);
-                    self.done_queue.push(DoneEntry { event_lsn: lsn, status: DoneStatus::Delivered, attempts });
+                    self.done_queue.push(DoneEntry {
+                        event_lsn: lsn,
+                        status: DoneStatus::Delivered,
+                        attempts,
+                    });
                 }
-                JobOutcome::RetryScheduled { lsn, next_attempt, due_at_ms, last_error } => {
-                    self.retry_queue.push_back(RetryRecord { event_lsn: lsn, next_attempt, due_at_ms, last_error });
+                JobOutcome::RetryScheduled {
+                    lsn,
+                    next_attempt,
+                    due_at_ms,
+                    last_error,
+                } => {
+                    self.retry_queue.push_back(RetryRecord {
+                        event_lsn: lsn,
+                        next_attempt,
+                        due_at_ms,
+                        last_error,
+                    });
                 }
-                JobOutcome::DeadLetter { job, reason, attempts, last_error } => {
+                JobOutcome::DeadLetter {
+                    job,
+                    reason,
+                    attempts,
+                    last_error,
+                } => {
                     let entry = DlqEntry {
                         id: job.event.event_id.clone(),
                         event_lsn: job.lsn,
-                        destination: self.shared.config.destinations[job.dest].handler.uri.clone(),
+                        destination: self.shared.config.destinations[job.dest]
+                            .handler
+                            .uri
+                            .clone(),
                         reason,
                         attempts,
                         last_error,
@@ -294,16 +357,23 @@ impl Pump {
                     now_ms.saturating_sub(entry.event.received_at_ms),
                 );
                 self.finish(lsn);
-                self.done_queue.push(DoneEntry { event_lsn: lsn, status: DoneStatus::DeadLettered, attempts });
+                self.done_queue.push(DoneEntry {
+                    event_lsn: lsn,
+                    status: DoneStatus::DeadLettered,
+                    attempts,
+                });
             }
-            Err(DlqError::Full) => {
+            Err(DlqError::Full { .. }) => {
                 if self.dlq_waiting.is_empty() {
                     self.dlq_retry_at_ms = now_ms + DLQ_RETRY_EVERY_MS;
                 }
                 self.dlq_waiting.push_back((entry, attempts));
             }
             Err(e) => {
-                eprintln!("sluice: pump: writing DLQ entry {} failed: {e}; retrying", entry.id);
+                eprintln!(
+                    "sluice: pump: writing DLQ entry {} failed: {e}; retrying",
+                    entry.id
+                );
                 if self.dlq_waiting.is_empty() {
                     self.dlq_retry_at_ms = now_ms + DLQ_RETRY_EVERY_MS;
                 }
@@ -341,7 +411,12 @@ impl Pump {
             let (record, entries) = if !self.done_queue.is_empty() {
                 let n = self.done_queue.len().min(MAX_DONE_ENTRIES);
                 let entries: Vec<DoneEntry> = self.done_queue.drain(..n).collect();
-                (Record::Done(DoneRecord { entries: entries.clone() }), entries)
+                (
+                    Record::Done(DoneRecord {
+                        entries: entries.clone(),
+                    }),
+                    entries,
+                )
             } else if let Some(r) = self.retry_queue.pop_front() {
                 (Record::Retry(r), Vec::new())
             } else {
@@ -349,7 +424,11 @@ impl Pump {
             };
             self.seq += 1;
             let ticket = self.seq;
-            let req = AppendRequest { worker: self.links.producer, ticket, record };
+            let req = AppendRequest {
+                worker: self.links.producer,
+                ticket,
+                record,
+            };
             match self.links.wal_tx.try_push(req) {
                 Ok(()) => {
                     self.in_flight.insert(ticket, entries);
@@ -379,7 +458,9 @@ impl Pump {
         let mut worked = false;
         while let Some(c) = self.links.completions.try_pop() {
             worked = true;
-            let Some(entries) = self.in_flight.remove(&c.ticket) else { continue };
+            let Some(entries) = self.in_flight.remove(&c.ticket) else {
+                continue;
+            };
             match c.outcome {
                 AppendOutcome::Durable { .. } => {
                     let (mut n, mut bytes) = (0u64, 0u64);
@@ -407,10 +488,14 @@ impl Pump {
             return;
         }
         let elapsed = (now_ms - self.tick_at_ms) as f64 / 1000.0;
-        self.shared.backlog.record_drained(std::mem::take(&mut self.drained_since_tick), elapsed);
+        self.shared
+            .backlog
+            .record_drained(std::mem::take(&mut self.drained_since_tick), elapsed);
         self.tick_at_ms = now_ms;
         let oldest = self.live.values().map(|l| l.received_at_ms).min();
-        self.shared.metrics_dispatch.set_pump(self.outstanding as u64, oldest, self.done_cursor());
+        self.shared
+            .metrics_dispatch
+            .set_pump(self.outstanding as u64, oldest, self.done_cursor());
     }
 }
 
@@ -439,8 +524,12 @@ impl Pump {
         let mut total = 0u64;
         let mut deleting = true;
         for (i, (_, path)) in segments.iter().enumerate() {
-            let Ok(meta) = std::fs::metadata(path) else { continue };
-            let last_lsn = segments.get(i + 1).map(|(first, _)| first.saturating_sub(1));
+            let Ok(meta) = std::fs::metadata(path) else {
+                continue;
+            };
+            let last_lsn = segments
+                .get(i + 1)
+                .map(|(first, _)| first.saturating_sub(1));
             let old_enough = meta
                 .modified()
                 .ok()

@@ -21,20 +21,20 @@ use mio::Waker;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::{Config, DurabilityMode, WritePathMode};
+use crate::dispatch::dlq::DlqStore;
 use crate::ingest::bucket::{Admission, BucketParams};
 use crate::ingest::router::Router;
 use crate::ingest::sources::SourceTable;
 use crate::ingest::Guards;
+use crate::metrics::dispatch::DispatchMetrics;
 use crate::metrics::Metrics;
 use crate::ring;
-use crate::sched::state::{Phase, Shared};
-use crate::dispatch::dlq::DlqStore;
-use crate::metrics::dispatch::DispatchMetrics;
 use crate::sched::backlog::Backlog;
 use crate::sched::pump::{Pump, PumpLinks, PumpSink};
+use crate::sched::state::{Phase, Shared};
 use crate::sched::worker::{DispatchLinks, Worker};
-use crate::wal::WalTail;
 use crate::sync::clock::{unix_millis, Clock, MonotonicClock};
+use crate::wal::WalTail;
 use crate::wal::{self, CompletionSink, Durability, WalConfig, WalShared, WritePath};
 
 /// Why the server could not start or stopped abnormally.
@@ -137,14 +137,18 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         recovered.pending.len() as u64,
         recovered.pending.values().map(|m| m.bytes).sum(),
     );
-    let dlq = DlqStore::open(&config.server.data_dir.join("dlq"), config.dispatch.max_dlq_entries)
-        .map_err(|e| RuntimeError::Config(format!("dead-letter queue: {e}")))?;
-    let tail = WalTail::open(&config.wal_dir(), recovered.done_cursor).map_err(RuntimeError::Wal)?;
+    let dlq = DlqStore::open(
+        &config.server.data_dir.join("dlq"),
+        config.dispatch.max_dlq_entries as usize,
+    )
+    .map_err(|e| RuntimeError::Config(format!("dead-letter queue: {e}")))?;
+    let tail =
+        WalTail::open(&config.wal_dir(), recovered.done_cursor).map_err(RuntimeError::Wal)?;
     let metrics_dispatch = Arc::new(DispatchMetrics::new(
         &config
             .destinations
             .iter()
-            .map(|d| (d.uri.clone(), d.max_in_flight as u64))
+            .map(|d| (d.handler.uri.clone(), d.max_in_flight as u64))
             .collect::<Vec<_>>(),
     ));
 
@@ -212,7 +216,11 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         };
         let (job_tx, job_rx) = ring::channel(max_outstanding);
         job_txs.push(job_tx);
-        let links = DispatchLinks { jobs: job_rx, outcomes: outcome_tx.clone(), pump: pump_unparker.clone() };
+        let links = DispatchLinks {
+            jobs: job_rx,
+            outcomes: outcome_tx.clone(),
+            pump: pump_unparker.clone(),
+        };
         let (w, sink, waker) = Worker::new(
             id,
             listener,
@@ -230,7 +238,10 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     drop(first);
     drop(outcome_tx);
     let pump_producer = sinks.len();
-    sinks.push(Box::new(PumpSink { tx: pump_ctx, unparker: pump_unparker.clone() }));
+    sinks.push(Box::new(PumpSink {
+        tx: pump_ctx,
+        unparker: pump_unparker.clone(),
+    }));
 
     let writer = wal::spawn_writer(log, ring_rx, parker, sinks, wal_shared)
         .map_err(io_err("starting the WAL writer"))?;
@@ -360,7 +371,9 @@ pub fn render_metrics(shared: &Shared, ring_depth: usize) -> String {
         );
         shared.wal.render_prometheus(w.buffer_mut());
         shared.sources.render_prometheus(w);
-        shared.metrics_dispatch.render(w, unix_millis(), shared.backlog.pending_events());
+        shared
+            .metrics_dispatch
+            .render(w, unix_millis(), shared.backlog.pending_events());
         shared.guards.render_prometheus(w);
     })
 }

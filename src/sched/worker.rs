@@ -263,7 +263,13 @@ impl Worker {
                         let now = self.now();
                         let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
                         let writable = ev.is_writable() || ev.is_error();
-                        self.dispatcher.on_ready(Token(t), readable, writable, now, self.poll.registry());
+                        self.dispatcher.on_ready(
+                            Token(t),
+                            readable,
+                            writable,
+                            now,
+                            self.poll.registry(),
+                        );
                     }
                     Token(i) => {
                         if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
@@ -283,7 +289,8 @@ impl Worker {
             let now = self.now();
             let draining = self.shared.phase() == Lifecycle::Draining;
             while let Some(job) = self.jobs.try_pop() {
-                self.dispatcher.accept(job, now, self.poll.registry(), draining);
+                self.dispatcher
+                    .accept(job, now, self.poll.registry(), draining);
             }
             self.dispatcher.on_tick(now, self.poll.registry(), draining);
             if now.saturating_sub(last_sweep) >= SWEEP_EVERY.as_nanos() as u64 {
@@ -848,7 +855,10 @@ impl Worker {
         let refusal = if backlog.wal_full(self.shared.config.wal.segment_bytes) {
             Some((Refusal::WalFull, backlog.retry_after_secs()))
         } else {
-            backlog.try_reserve(cost).err().map(|ra| (Refusal::QueueFull, ra))
+            backlog
+                .try_reserve(cost)
+                .err()
+                .map(|ra| (Refusal::QueueFull, ra))
         };
         if let Some((reason, retry_after)) = refusal {
             self.settle_claim(ticket, false);

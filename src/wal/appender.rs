@@ -6,7 +6,10 @@
 //! calls [`Wal::roll`], and stages the record again.
 #![forbid(unsafe_code)]
 
-use super::format::{append_record, encode_event_into, EncodeError, EventRecord, RecordKind};
+use super::format::{
+    append_record, encode_event_into, encode_payload_into, EncodeError, EventRecord, Record,
+    RecordKind,
+};
 use super::segment::{open_for_write, segment_path, sync_dir, SegmentFile};
 use super::{Durability, Lsn, WalError, WalShared, WritePath};
 use crate::sync::clock::{Clock, MonotonicClock};
@@ -153,10 +156,32 @@ impl Wal {
     /// the LSN of the last one. On error the records of the failed chunk are not in the log;
     /// those of earlier chunks (an earlier segment) are: [`Wal::next_lsn`] tells how far it got.
     pub fn append_events(&mut self, events: &[EventRecord]) -> Result<Lsn, WalError> {
-        for ev in events {
+        self.append_with(events.len(), |wal, i| wal.stage_event(&events[i]))
+    }
+
+    /// [`Wal::append_events`] for records of any kind (the offline `dlq replay`, tests, benches).
+    pub fn append(&mut self, records: &[Record]) -> Result<Lsn, WalError> {
+        self.append_with(records.len(), |wal, i| wal.stage_record(&records[i]))
+    }
+
+    fn append_with(
+        &mut self,
+        count: usize,
+        mut stage: impl FnMut(&mut Wal, usize) -> Result<Staged, EncodeError>,
+    ) -> Result<Lsn, WalError> {
+        for i in 0..count {
             loop {
-                match self.stage_event(ev) {
+                match stage(self, i) {
                     Ok(Staged::Lsn(_)) => break,
+                    // Cannot happen with a validated config (every record fits an empty segment);
+                    // refusing keeps a bad one from rolling empty segments forever.
+                    Ok(Staged::NoRoom) if self.active_is_empty() => {
+                        return Err(WalError::Encode(EncodeError::TooLong {
+                            field: "record",
+                            len: usize::MAX,
+                            max: self.active.capacity as usize,
+                        }));
+                    }
                     Ok(Staged::NoRoom) => {
                         self.commit()
                             .map_err(|e| WalError::io(&self.active.path, e))?;
@@ -181,7 +206,15 @@ impl Wal {
             .map_err(|e| WalError::io(&self.active.path, e))
     }
 
-    /// Encodes `ev` as the next staged record.
+    /// Encodes `rec` as the next staged record.
+    pub(crate) fn stage_record(&mut self, rec: &Record) -> Result<Staged, EncodeError> {
+        match rec {
+            Record::Event(ev) => self.stage_event(ev),
+            _ => self.stage(rec.kind(), |out| encode_payload_into(rec, out)),
+        }
+    }
+
+    /// Encodes `ev` as the next staged record (kind 1, or 5 for a replay).
     pub(crate) fn stage_event(&mut self, ev: &EventRecord) -> Result<Staged, EncodeError> {
         if ev.body.len() > self.max_body_bytes {
             return Err(EncodeError::TooLong {
@@ -190,11 +223,17 @@ impl Wal {
                 max: self.max_body_bytes,
             });
         }
+        self.stage(ev.kind(), |out| encode_event_into(ev, out))
+    }
+
+    fn stage(
+        &mut self,
+        kind: RecordKind,
+        payload: impl FnOnce(&mut Vec<u8>) -> Result<(), EncodeError>,
+    ) -> Result<Staged, EncodeError> {
         let start = self.buf.len();
         let lsn = self.next_lsn + self.staged;
-        append_record(&mut self.buf, lsn, RecordKind::Event, |out| {
-            encode_event_into(ev, out)
-        })?;
+        append_record(&mut self.buf, lsn, kind, payload)?;
         if self.active.end + self.buf.len() as u64 > self.active.capacity {
             self.buf.truncate(start);
             return Ok(Staged::NoRoom);

@@ -1,4 +1,4 @@
-//! Byte layout of WAL records and of the event payload (pure functions over bytes).
+//! Byte layout of WAL records and their payloads (pure functions over bytes).
 //!
 //! The layout is specified byte by byte in the `wal` module header; this file is its only
 //! implementation. Every decoder bounds-checks each length before slicing and returns a typed
@@ -29,35 +29,50 @@ pub const MAX_EVENT_PAYLOAD_BYTES: usize = 3 * (2 + MAX_ID_BYTES)
     + 4
     + MAX_BODY_BYTES;
 
-/// Largest possible record (header + largest payload of any kind) = 33 825 701 bytes.
-/// A segment must be at least this big, so that every record fits in an empty segment.
-pub const MAX_RECORD_BYTES: usize = RECORD_HEADER_BYTES + MAX_EVENT_PAYLOAD_BYTES;
+/// Largest `replay_of` prefix of a kind-5 (`ReplayEvent`) payload: `u16` length + an id.
+pub const REPLAY_PREFIX_MAX_BYTES: usize = 2 + MAX_ID_BYTES;
+
+/// Largest possible record (header + largest payload of any kind: a replayed event with every
+/// field at its bound) = 33 825 959 bytes. A segment must be at least this big, so that every
+/// record fits in an empty segment.
+pub const MAX_RECORD_BYTES: usize =
+    RECORD_HEADER_BYTES + REPLAY_PREFIX_MAX_BYTES + MAX_EVENT_PAYLOAD_BYTES;
 
 /// Largest possible record when bodies are at most `max_body` bytes (`<= MAX_BODY_BYTES`).
 pub const fn max_record_bytes_for(max_body: usize) -> usize {
     MAX_RECORD_BYTES - MAX_BODY_BYTES + max_body
 }
 
-/// What a record carries. Only `Event` is written today; the others are reserved so that their
-/// numbers never change meaning.
+/// Most entries in one [`DoneRecord`]; encoders refuse more.
+pub const MAX_DONE_ENTRIES: usize = 4096;
+/// Longest [`RetryRecord::last_error`], in bytes (UTF-8); callers truncate with [`truncate_utf8`].
+pub const MAX_ERROR_BYTES: usize = 1024;
+
+/// What a record carries. The numbers never change meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum RecordKind {
+    /// An accepted event ([`EventRecord`] with `replay_of: None`).
     Event = 1,
-    Outcome = 2,
-    RetryScheduled = 3,
-    Dlq = 4,
-    Replay = 5,
+    /// Outcomes: events that are finished ([`DoneRecord`]).
+    Done = 2,
+    /// A durable retry schedule for one event ([`RetryRecord`]).
+    Retry = 3,
+    /// Never in the WAL: the framing of a dead-letter file (`dispatch::dlq`). A WAL record of
+    /// this kind is corruption.
+    DlqEntry = 4,
+    /// A replayed event ([`EventRecord`] with `replay_of: Some(_)`).
+    ReplayEvent = 5,
 }
 
 impl RecordKind {
     pub fn from_u8(b: u8) -> Option<RecordKind> {
         Some(match b {
             1 => RecordKind::Event,
-            2 => RecordKind::Outcome,
-            3 => RecordKind::RetryScheduled,
-            4 => RecordKind::Dlq,
-            5 => RecordKind::Replay,
+            2 => RecordKind::Done,
+            3 => RecordKind::Retry,
+            4 => RecordKind::DlqEntry,
+            5 => RecordKind::ReplayEvent,
             _ => return None,
         })
     }
@@ -74,6 +89,116 @@ pub struct EventRecord {
     /// Selected request headers (at most [`MAX_HEADERS`]).
     pub headers: Vec<(String, Vec<u8>)>,
     pub body: Vec<u8>,
+    /// For a replay from the dead-letter queue: the DLQ entry id (the original event id) this
+    /// event re-delivers. Stored as kind 5 when set, kind 1 when not.
+    pub replay_of: Option<String>,
+}
+
+impl EventRecord {
+    /// `Event`, or `ReplayEvent` when `replay_of` is set.
+    pub fn kind(&self) -> RecordKind {
+        match self.replay_of {
+            None => RecordKind::Event,
+            Some(_) => RecordKind::ReplayEvent,
+        }
+    }
+}
+
+/// Outcome of one finished event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DoneStatus {
+    Delivered = 1,
+    /// Moved to the dead-letter queue (the DLQ file is written before this record).
+    DeadLettered = 2,
+    /// Dropped by a flow-control gate (`rate_limit`, `singleton`, ...).
+    Skipped = 3,
+    /// The trigger has no handler: nothing to deliver.
+    NoHandler = 4,
+}
+
+impl DoneStatus {
+    pub fn from_u8(b: u8) -> Option<DoneStatus> {
+        Some(match b {
+            1 => DoneStatus::Delivered,
+            2 => DoneStatus::DeadLettered,
+            3 => DoneStatus::Skipped,
+            4 => DoneStatus::NoHandler,
+            _ => return None,
+        })
+    }
+}
+
+/// One finished event inside a [`DoneRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DoneEntry {
+    /// LSN of the event record (kind 1 or 5) this outcome finishes.
+    pub event_lsn: u64,
+    pub status: DoneStatus,
+    /// Delivery attempts made (0 if none).
+    pub attempts: u32,
+}
+
+/// Outcomes of up to [`MAX_DONE_ENTRIES`] events, recorded together (kind 2).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DoneRecord {
+    pub entries: Vec<DoneEntry>,
+}
+
+/// A durable retry schedule (kind 3): attempt `next_attempt` of the event at `event_lsn` is due
+/// at `due_at_ms`. The latest one for an event wins.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RetryRecord {
+    pub event_lsn: u64,
+    /// Number of the attempt to make next (the first attempt is 1).
+    pub next_attempt: u32,
+    /// Unix milliseconds.
+    pub due_at_ms: u64,
+    /// At most [`MAX_ERROR_BYTES`]; the caller truncates ([`truncate_utf8`]).
+    pub last_error: String,
+}
+
+/// Anything the writer appends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// Kind 1, or kind 5 when `replay_of` is set.
+    Event(EventRecord),
+    Done(DoneRecord),
+    Retry(RetryRecord),
+}
+
+impl Record {
+    pub fn kind(&self) -> RecordKind {
+        match self {
+            Record::Event(ev) => ev.kind(),
+            Record::Done(_) => RecordKind::Done,
+            Record::Retry(_) => RecordKind::Retry,
+        }
+    }
+
+    /// Bytes this record contributes to a batch's size bound (its body, or its entries).
+    pub fn batch_weight(&self) -> usize {
+        match self {
+            Record::Event(ev) => ev.body.len(),
+            Record::Done(d) => d.entries.len() * DONE_ENTRY_BYTES,
+            Record::Retry(r) => r.last_error.len(),
+        }
+    }
+}
+
+/// Bytes per [`DoneEntry`] in a kind-2 payload.
+pub const DONE_ENTRY_BYTES: usize = 8 + 1 + 4;
+
+/// The longest prefix of `s` that is at most `max` bytes and ends on a character boundary.
+pub fn truncate_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// Why an event cannot be encoded (a field exceeds its documented bound).
@@ -93,7 +218,7 @@ impl fmt::Display for EncodeError {
             EncodeError::TooLong { field, len, max } => {
                 write!(
                     f,
-                    "event field `{field}` is {len}, above the WAL bound {max}"
+                    "record field `{field}` is {len}, above the WAL bound {max}"
                 )
             }
         }
@@ -115,8 +240,11 @@ pub enum DecodeError {
     },
     /// `field` is not valid UTF-8.
     InvalidUtf8 { field: &'static str },
-    /// Bytes remain after the body.
+    /// Bytes remain after the last field.
     TrailingBytes { count: usize },
+    /// `field` holds a value outside its defined set (an unknown status code, or a record kind
+    /// that has no place in the WAL).
+    Invalid { field: &'static str },
 }
 
 impl fmt::Display for DecodeError {
@@ -128,6 +256,7 @@ impl fmt::Display for DecodeError {
             }
             DecodeError::InvalidUtf8 { field } => write!(f, "`{field}` is not UTF-8"),
             DecodeError::TrailingBytes { count } => write!(f, "{count} trailing bytes"),
+            DecodeError::Invalid { field } => write!(f, "`{field}` has an undefined value"),
         }
     }
 }
@@ -141,14 +270,22 @@ fn check(field: &'static str, len: usize, max: usize) -> Result<(), EncodeError>
     Ok(())
 }
 
-/// The exact encoded size of `ev`'s payload, after checking every bound.
+/// The exact encoded size of `ev`'s payload (for its [`EventRecord::kind`]: with the
+/// `replay_of` prefix when set), after checking every bound.
 pub fn event_payload_len(ev: &EventRecord) -> Result<usize, EncodeError> {
+    let prefix = match &ev.replay_of {
+        Some(id) => {
+            check("replay_of", id.len(), MAX_ID_BYTES)?;
+            2 + id.len()
+        }
+        None => 0,
+    };
     check("event_id", ev.event_id.len(), MAX_ID_BYTES)?;
     check("trigger_id", ev.trigger_id.len(), MAX_ID_BYTES)?;
     check("source", ev.source.len(), MAX_ID_BYTES)?;
     check("headers", ev.headers.len(), MAX_HEADERS)?;
     check("body", ev.body.len(), MAX_BODY_BYTES)?;
-    let mut n = 3 * 2 + ev.event_id.len() + ev.trigger_id.len() + ev.source.len() + 8 + 2;
+    let mut n = prefix + 3 * 2 + ev.event_id.len() + ev.trigger_id.len() + ev.source.len() + 8 + 2;
     for (name, value) in &ev.headers {
         check("header name", name.len(), MAX_HEADER_NAME_BYTES)?;
         check("header value", value.len(), MAX_HEADER_VALUE_BYTES)?;
@@ -157,23 +294,29 @@ pub fn event_payload_len(ev: &EventRecord) -> Result<usize, EncodeError> {
     Ok(n + 4 + ev.body.len())
 }
 
-/// Appends `ev`'s payload to `out` (see the module header for the layout).
-/// On error nothing is appended.
+fn put_str16(out: &mut Vec<u8>, s: &[u8]) {
+    // Callers bounds-checked `s` (every bound is far below u16::MAX).
+    out.extend_from_slice(&(s.len() as u16).to_le_bytes());
+    out.extend_from_slice(s);
+}
+
+/// Appends `ev`'s payload to `out`: kind 1, or kind 5 (the `replay_of` prefix, then the kind-1
+/// payload) when `replay_of` is set; see the module header. On error nothing is appended.
 pub fn encode_event_into(ev: &EventRecord, out: &mut Vec<u8>) -> Result<(), EncodeError> {
     let len = event_payload_len(ev)?;
     out.reserve(len);
     // Each length below was bounds-checked by `event_payload_len`, so the casts cannot truncate.
+    if let Some(id) = &ev.replay_of {
+        put_str16(out, id.as_bytes());
+    }
     for s in [&ev.event_id, &ev.trigger_id, &ev.source] {
-        out.extend_from_slice(&(s.len() as u16).to_le_bytes());
-        out.extend_from_slice(s.as_bytes());
+        put_str16(out, s.as_bytes());
     }
     out.extend_from_slice(&ev.received_at_ms.to_le_bytes());
     out.extend_from_slice(&(ev.headers.len() as u16).to_le_bytes());
     for (name, value) in &ev.headers {
-        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(&(value.len() as u16).to_le_bytes());
-        out.extend_from_slice(value);
+        put_str16(out, name.as_bytes());
+        put_str16(out, value);
     }
     out.extend_from_slice(&(ev.body.len() as u32).to_le_bytes());
     out.extend_from_slice(&ev.body);
@@ -185,6 +328,56 @@ pub fn encode_event(ev: &EventRecord) -> Result<Vec<u8>, EncodeError> {
     let mut out = Vec::new();
     encode_event_into(ev, &mut out)?;
     Ok(out)
+}
+
+/// The exact encoded size of `rec`'s payload, after checking every bound.
+/// The length of `ev`'s WAL record, header included: its share of the `max_pending_bytes`
+/// backlog bound. Equal to what recovery reports as `PendingMeta::bytes` for the same event, so
+/// reservations at ingest and releases by the pump balance. An event over the WAL's field
+/// bounds (refused by the writer anyway) is counted by its body length.
+pub fn event_cost(ev: &EventRecord) -> u64 {
+    match event_payload_len(ev) {
+        Ok(n) => (RECORD_HEADER_BYTES + n) as u64,
+        Err(_) => ev.body.len() as u64,
+    }
+}
+
+pub fn payload_len(rec: &Record) -> Result<usize, EncodeError> {
+    match rec {
+        Record::Event(ev) => event_payload_len(ev),
+        Record::Done(d) => {
+            check("done entries", d.entries.len(), MAX_DONE_ENTRIES)?;
+            Ok(2 + d.entries.len() * DONE_ENTRY_BYTES)
+        }
+        Record::Retry(r) => {
+            check("last_error", r.last_error.len(), MAX_ERROR_BYTES)?;
+            Ok(8 + 4 + 8 + 2 + r.last_error.len())
+        }
+    }
+}
+
+/// Appends `rec`'s payload (for [`Record::kind`]) to `out`. On error nothing is appended.
+pub fn encode_payload_into(rec: &Record, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    let len = payload_len(rec)?;
+    out.reserve(len);
+    match rec {
+        Record::Event(ev) => return encode_event_into(ev, out),
+        Record::Done(d) => {
+            out.extend_from_slice(&(d.entries.len() as u16).to_le_bytes());
+            for e in &d.entries {
+                out.extend_from_slice(&e.event_lsn.to_le_bytes());
+                out.push(e.status as u8);
+                out.extend_from_slice(&e.attempts.to_le_bytes());
+            }
+        }
+        Record::Retry(r) => {
+            out.extend_from_slice(&r.event_lsn.to_le_bytes());
+            out.extend_from_slice(&r.next_attempt.to_le_bytes());
+            out.extend_from_slice(&r.due_at_ms.to_le_bytes());
+            put_str16(out, r.last_error.as_bytes());
+        }
+    }
+    Ok(())
 }
 
 /// A bounds-checked little-endian cursor.
@@ -225,49 +418,150 @@ impl<'a> Cursor<'a> {
         }
         self.take(len, field)
     }
-    fn string(&mut self, max: usize, field: &'static str) -> Result<String, DecodeError> {
+    fn str(&mut self, max: usize, field: &'static str) -> Result<&'a str, DecodeError> {
         let b = self.bytes(2, max, field)?;
-        std::str::from_utf8(b)
-            .map(str::to_owned)
-            .map_err(|_| DecodeError::InvalidUtf8 { field })
+        std::str::from_utf8(b).map_err(|_| DecodeError::InvalidUtf8 { field })
+    }
+    fn string(&mut self, max: usize, field: &'static str) -> Result<String, DecodeError> {
+        self.str(max, field).map(str::to_owned)
+    }
+    fn finish(&self) -> Result<(), DecodeError> {
+        if self.rest.is_empty() {
+            Ok(())
+        } else {
+            Err(DecodeError::TrailingBytes {
+                count: self.rest.len(),
+            })
+        }
     }
 }
 
-/// Decodes an event payload. Never panics; every malformed input is a [`DecodeError`].
-pub fn decode_event(payload: &[u8]) -> Result<EventRecord, DecodeError> {
+/// An event payload parsed and bounds-checked in place, without copying the body or headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventView<'a> {
+    pub replay_of: Option<&'a str>,
+    pub event_id: &'a str,
+    pub trigger_id: &'a str,
+    pub source: &'a str,
+    pub received_at_ms: u64,
+    header_count: usize,
+    /// The encoded headers (already validated).
+    headers: &'a [u8],
+    pub body: &'a [u8],
+}
+
+impl EventView<'_> {
+    /// An owned copy.
+    pub fn to_record(&self) -> EventRecord {
+        let mut c = Cursor { rest: self.headers };
+        let headers = (0..self.header_count)
+            .filter_map(|_| {
+                // Validated when the view was made; `ok()` only to stay panic-free.
+                let name = c.string(MAX_HEADER_NAME_BYTES, "header name").ok()?;
+                let value = c.bytes(2, MAX_HEADER_VALUE_BYTES, "header value").ok()?;
+                Some((name, value.to_vec()))
+            })
+            .collect();
+        EventRecord {
+            event_id: self.event_id.to_owned(),
+            trigger_id: self.trigger_id.to_owned(),
+            source: self.source.to_owned(),
+            received_at_ms: self.received_at_ms,
+            headers,
+            body: self.body.to_vec(),
+            replay_of: self.replay_of.map(str::to_owned),
+        }
+    }
+}
+
+/// Parses an event payload of kind `Event` (1) or `ReplayEvent` (5) in place. Never panics.
+pub fn parse_event(kind: RecordKind, payload: &[u8]) -> Result<EventView<'_>, DecodeError> {
     let mut c = Cursor { rest: payload };
-    let event_id = c.string(MAX_ID_BYTES, "event_id")?;
-    let trigger_id = c.string(MAX_ID_BYTES, "trigger_id")?;
-    let source = c.string(MAX_ID_BYTES, "source")?;
+    let replay_of = match kind {
+        RecordKind::Event => None,
+        RecordKind::ReplayEvent => Some(c.str(MAX_ID_BYTES, "replay_of")?),
+        _ => return Err(DecodeError::Invalid { field: "kind" }),
+    };
+    let event_id = c.str(MAX_ID_BYTES, "event_id")?;
+    let trigger_id = c.str(MAX_ID_BYTES, "trigger_id")?;
+    let source = c.str(MAX_ID_BYTES, "source")?;
     let received_at_ms = u64::from_le_bytes(c.array("received_at")?);
-    let count = c.u16("headers")?;
-    if count > MAX_HEADERS {
+    let header_count = c.u16("headers")?;
+    if header_count > MAX_HEADERS {
         return Err(DecodeError::TooLong {
             field: "headers",
-            len: count,
+            len: header_count,
             max: MAX_HEADERS,
         });
     }
-    let mut headers = Vec::with_capacity(count);
-    for _ in 0..count {
-        let name = c.string(MAX_HEADER_NAME_BYTES, "header name")?;
-        let value = c.bytes(2, MAX_HEADER_VALUE_BYTES, "header value")?.to_vec();
-        headers.push((name, value));
+    let headers_start = c.rest;
+    for _ in 0..header_count {
+        c.str(MAX_HEADER_NAME_BYTES, "header name")?;
+        c.bytes(2, MAX_HEADER_VALUE_BYTES, "header value")?;
     }
-    let body = c.bytes(4, MAX_BODY_BYTES, "body")?.to_vec();
-    if !c.rest.is_empty() {
-        return Err(DecodeError::TrailingBytes {
-            count: c.rest.len(),
-        });
-    }
-    Ok(EventRecord {
+    let headers = &headers_start[..headers_start.len() - c.rest.len()];
+    let body = c.bytes(4, MAX_BODY_BYTES, "body")?;
+    c.finish()?;
+    Ok(EventView {
+        replay_of,
         event_id,
         trigger_id,
         source,
         received_at_ms,
+        header_count,
         headers,
         body,
     })
+}
+
+/// Decodes a kind-1 event payload. Never panics; every malformed input is a [`DecodeError`].
+pub fn decode_event(payload: &[u8]) -> Result<EventRecord, DecodeError> {
+    parse_event(RecordKind::Event, payload).map(|v| v.to_record())
+}
+
+/// Decodes the payload of a record of `kind`. Never panics. `DlqEntry` is `Invalid` (it never
+/// belongs in the WAL).
+pub fn decode_payload(kind: RecordKind, payload: &[u8]) -> Result<Record, DecodeError> {
+    let mut c = Cursor { rest: payload };
+    let rec = match kind {
+        RecordKind::Event | RecordKind::ReplayEvent => {
+            return parse_event(kind, payload).map(|v| Record::Event(v.to_record()))
+        }
+        RecordKind::DlqEntry => return Err(DecodeError::Invalid { field: "kind" }),
+        RecordKind::Done => {
+            let n = c.u16("done entries")?;
+            if n > MAX_DONE_ENTRIES {
+                return Err(DecodeError::TooLong {
+                    field: "done entries",
+                    len: n,
+                    max: MAX_DONE_ENTRIES,
+                });
+            }
+            let mut entries = Vec::with_capacity(n);
+            for _ in 0..n {
+                let event_lsn = u64::from_le_bytes(c.array("done event_lsn")?);
+                let [code] = c.array("done status")?;
+                let status = DoneStatus::from_u8(code).ok_or(DecodeError::Invalid {
+                    field: "done status",
+                })?;
+                let attempts = u32::from_le_bytes(c.array("done attempts")?);
+                entries.push(DoneEntry {
+                    event_lsn,
+                    status,
+                    attempts,
+                });
+            }
+            Record::Done(DoneRecord { entries })
+        }
+        RecordKind::Retry => Record::Retry(RetryRecord {
+            event_lsn: u64::from_le_bytes(c.array("retry event_lsn")?),
+            next_attempt: u32::from_le_bytes(c.array("retry next_attempt")?),
+            due_at_ms: u64::from_le_bytes(c.array("retry due_at")?),
+            last_error: c.str(MAX_ERROR_BYTES, "retry last_error")?.to_owned(),
+        }),
+    };
+    c.finish()?;
+    Ok(rec)
 }
 
 /// CRC32C of a record: its `len` field followed by everything after the `crc` field.
@@ -325,6 +619,12 @@ pub enum Parsed<'a> {
 /// Parses the record at the start of `bytes`. Checks length bounds, CRC and kind; the caller
 /// checks LSN continuity. Never panics.
 pub fn parse_record(bytes: &[u8]) -> Parsed<'_> {
+    parse_record_max(bytes, MAX_RECORD_BYTES)
+}
+
+/// [`parse_record`] with another bound on the record length (dead-letter files hold a little
+/// more than the largest WAL record).
+pub fn parse_record_max(bytes: &[u8], max_len: usize) -> Parsed<'_> {
     if bytes.len() < 4 {
         return Parsed::End;
     }
@@ -336,7 +636,7 @@ pub fn parse_record(bytes: &[u8]) -> Parsed<'_> {
     if len < RECORD_HEADER_BYTES {
         return Parsed::Bad("record length below the header size");
     }
-    if len > MAX_RECORD_BYTES {
+    if len > max_len {
         return Parsed::Bad("record length above the maximum record size");
     }
     let Some(rec) = bytes.get(..len) else {
@@ -377,6 +677,7 @@ pub(crate) mod tests {
                 ),
             ],
             body: (0..body_len).map(|j| (j as u64 ^ i) as u8).collect(),
+            replay_of: None,
         }
     }
 
@@ -435,17 +736,144 @@ pub(crate) mod tests {
                 MAX_HEADERS
             ],
             body: vec![1; MAX_BODY_BYTES],
+            replay_of: Some("r".repeat(MAX_ID_BYTES)),
         };
         let mut out = Vec::new();
-        let len = append_record(&mut out, 9, RecordKind::Event, |o| {
-            encode_event_into(&ev, o)
-        })
-        .unwrap();
+        let len = append_record(&mut out, 9, ev.kind(), |o| encode_event_into(&ev, o)).unwrap();
         assert_eq!(len, MAX_RECORD_BYTES);
         let Parsed::Record(r) = parse_record(&out) else {
             panic!("not a record")
         };
-        assert_eq!(decode_event(r.payload).unwrap(), ev);
+        assert_eq!(r.kind, RecordKind::ReplayEvent);
+        assert_eq!(
+            decode_payload(r.kind, r.payload).unwrap(),
+            Record::Event(ev)
+        );
+    }
+
+    pub(crate) fn sample_records(i: u64) -> Vec<Record> {
+        let mut replay = sample_event(i, 33);
+        replay.replay_of = Some(format!("01HZX3K9V7Q2W8E5R4T6Y1U{i:03}"));
+        vec![
+            Record::Event(sample_event(i, 10)),
+            Record::Event(replay),
+            Record::Done(DoneRecord {
+                entries: vec![
+                    DoneEntry {
+                        event_lsn: i + 1,
+                        status: DoneStatus::Delivered,
+                        attempts: 1,
+                    },
+                    DoneEntry {
+                        event_lsn: u64::MAX,
+                        status: DoneStatus::NoHandler,
+                        attempts: 0,
+                    },
+                ],
+            }),
+            Record::Done(DoneRecord::default()),
+            Record::Retry(RetryRecord {
+                event_lsn: i,
+                next_attempt: 3,
+                due_at_ms: 1_700_000_000_123,
+                last_error: "503 Service Unavailable \u{e9}".to_owned(),
+            }),
+        ]
+    }
+
+    #[test]
+    fn every_kind_round_trips_and_replay_keeps_kind_one_layout() {
+        for rec in sample_records(4) {
+            let mut out = Vec::new();
+            encode_payload_into(&rec, &mut out).unwrap();
+            assert_eq!(out.len(), payload_len(&rec).unwrap());
+            assert_eq!(decode_payload(rec.kind(), &out).unwrap(), rec);
+            assert!(decode_payload(RecordKind::DlqEntry, &out).is_err());
+        }
+        // Kind 5 = `u16 n + replay_of` then exactly the kind-1 payload.
+        let mut ev = sample_event(9, 50);
+        let plain = encode_event(&ev).unwrap();
+        ev.replay_of = Some("01HZX3K9V7Q2W8E5R4T6Y1U0AB".to_owned());
+        let replay = encode_event(&ev).unwrap();
+        assert_eq!(&replay[..2], &26u16.to_le_bytes());
+        assert_eq!(&replay[2..28], b"01HZX3K9V7Q2W8E5R4T6Y1U0AB");
+        assert_eq!(&replay[28..], &plain[..]);
+        assert_eq!(ev.kind(), RecordKind::ReplayEvent);
+        // The status codes are fixed.
+        let done = Record::Done(DoneRecord {
+            entries: vec![DoneEntry {
+                event_lsn: 0x0102,
+                status: DoneStatus::DeadLettered,
+                attempts: 7,
+            }],
+        });
+        let mut out = Vec::new();
+        encode_payload_into(&done, &mut out).unwrap();
+        assert_eq!(out, [1, 0, 2, 1, 0, 0, 0, 0, 0, 0, 2, 7, 0, 0, 0]);
+        out[10] = 9;
+        assert_eq!(
+            decode_payload(RecordKind::Done, &out),
+            Err(DecodeError::Invalid {
+                field: "done status"
+            })
+        );
+    }
+
+    #[test]
+    fn done_and_retry_bounds_are_enforced() {
+        let entry = DoneEntry {
+            event_lsn: 1,
+            status: DoneStatus::Skipped,
+            attempts: 0,
+        };
+        let full = Record::Done(DoneRecord {
+            entries: vec![entry; MAX_DONE_ENTRIES],
+        });
+        assert_eq!(payload_len(&full).unwrap(), 2 + 4096 * 13);
+        let over = Record::Done(DoneRecord {
+            entries: vec![entry; MAX_DONE_ENTRIES + 1],
+        });
+        let mut out = vec![7];
+        assert!(encode_payload_into(&over, &mut out).is_err());
+        assert_eq!(out, [7], "nothing appended on error");
+        // A decoder given a count above the bound refuses it before reading entries.
+        let mut bad = ((MAX_DONE_ENTRIES + 1) as u16).to_le_bytes().to_vec();
+        bad.resize(2 + 13 * (MAX_DONE_ENTRIES + 1), 1);
+        assert!(matches!(
+            decode_payload(RecordKind::Done, &bad),
+            Err(DecodeError::TooLong { .. })
+        ));
+        let mut retry = RetryRecord {
+            last_error: "x".repeat(MAX_ERROR_BYTES + 1),
+            ..RetryRecord::default()
+        };
+        assert!(encode_payload_into(&Record::Retry(retry.clone()), &mut out).is_err());
+        retry.last_error = truncate_utf8(&retry.last_error, MAX_ERROR_BYTES).to_owned();
+        assert!(encode_payload_into(&Record::Retry(retry), &mut out).is_ok());
+        assert_eq!(truncate_utf8("a\u{e9}b", 2), "a");
+        assert_eq!(truncate_utf8("a\u{e9}b", 3), "a\u{e9}");
+    }
+
+    #[test]
+    fn new_kinds_never_panic_on_truncations_and_mutations() {
+        let mut rng = Rng(0x0DD_BA11_5EED_0002);
+        for rec in sample_records(1) {
+            let mut payload = Vec::new();
+            encode_payload_into(&rec, &mut payload).unwrap();
+            for cut in 0..payload.len() {
+                assert!(decode_payload(rec.kind(), &payload[..cut]).is_err());
+            }
+            for _ in 0..2000 {
+                let mut p = payload.clone();
+                if !p.is_empty() {
+                    let i = (rng.next() as usize) % p.len();
+                    p[i] = rng.next() as u8;
+                }
+                for kind in [1, 2, 3, 4, 5].into_iter().filter_map(RecordKind::from_u8) {
+                    let _ = decode_payload(kind, &p);
+                }
+            }
+        }
     }
 
     #[test]

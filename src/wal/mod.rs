@@ -3,20 +3,29 @@
 //! One writer thread ([`spawn_writer`]) drains the ingest ring, appends records to fixed-size,
 //! preallocated segment files with *group commit* (one `fdatasync` per batch, however many
 //! records the batch holds), publishes the durable LSN and completes each request back to the
-//! worker that sent it. [`open`] recovers the log at startup; [`WalReader`] iterates it;
-//! [`tools`] holds the offline `sluice wal verify|inspect` implementations.
+//! worker that sent it. [`open`] recovers the log at startup; [`WalReader`] iterates it (offline,
+//! through read-only maps); [`WalTail`] follows it while the writer appends (`pread` up to the
+//! durable LSN); [`recover_dispatch`] rebuilds the pump's pending set; [`tools`] holds the
+//! offline `sluice wal verify|inspect` implementations.
 //!
 //! # API used by the rest of the crate (sched, main)
 //!
 //! ```ignore
 //! pub type Lsn = u64;
 //! pub struct EventRecord { pub event_id: String, pub trigger_id: String, pub source: String,
-//!                          pub received_at_ms: u64, pub headers: Vec<(String, Vec<u8>)>, pub body: Vec<u8> }
+//!                          pub received_at_ms: u64, pub headers: Vec<(String, Vec<u8>)>, pub body: Vec<u8>,
+//!                          pub replay_of: Option<String> }
+//! pub enum Record { Event(EventRecord), Done(DoneRecord), Retry(RetryRecord) }
+//! pub struct DoneRecord { pub entries: Vec<DoneEntry> }          // <= MAX_DONE_ENTRIES (4096)
+//! pub struct DoneEntry { pub event_lsn: Lsn, pub status: DoneStatus, pub attempts: u32 }
+//! pub enum DoneStatus { Delivered = 1, DeadLettered = 2, Skipped = 3, NoHandler = 4 }
+//! pub struct RetryRecord { pub event_lsn: Lsn, pub next_attempt: u32, pub due_at_ms: u64,
+//!                          pub last_error: String /* <= MAX_ERROR_BYTES (1024) */ }
 //! pub enum Durability { Fsync /* default */, Os }        // serde: "fsync" | "os"
 //! pub enum WritePath { Pwrite /* default */, Mmap }      // serde: "pwrite" | "mmap"
 //! pub struct WalConfig { pub dir: PathBuf /* DATA_DIR/wal */, pub segment_bytes: u64, pub durability: Durability,
 //!                        pub write_path: WritePath, pub max_batch: usize }   // WalConfig::new(dir) = defaults
-//! pub struct AppendRequest { pub worker: usize, pub ticket: u64, pub event: EventRecord }
+//! pub struct AppendRequest { pub worker: usize, pub ticket: u64, pub record: Record }
 //! pub enum AppendOutcome { Durable { lsn: Lsn }, Unavailable }
 //! pub trait CompletionSink: Send { fn complete(&mut self, ticket: u64, outcome: AppendOutcome); fn notify(&mut self); }
 //! pub struct WalShared { pub durable_lsn: AtomicU64, pub healthy: AtomicBool, pub appends_total: AtomicU64,
@@ -32,8 +41,17 @@
 //!                     InvalidConfig { reason }, Encode(EncodeError) }
 //! pub struct WalReader;  // open(dir) / open_from(dir, lsn); Iterator<Item = Result<RawRecord, WalError>>;
 //!                        // next_event() -> Option<Result<(Lsn, EventRecord), WalError>>
-//! pub fn encode_event(&EventRecord) -> Result<Vec<u8>, EncodeError>;
-//! pub fn decode_event(&[u8]) -> Result<EventRecord, DecodeError>;
+//! impl Wal { fn append(&mut self, &[Record]) -> Result<Lsn, WalError>;     // offline / tests
+//!            fn append_events(&mut self, &[EventRecord]) -> Result<Lsn, WalError>; fn sync(..) }
+//! pub struct WalTail;    // open(wal_dir, from_lsn); next(durable_lsn) -> Result<Option<(Lsn, Record)>, WalError>
+//! pub fn recover_dispatch(wal_dir: &Path) -> Result<DispatchRecovery, WalError>;
+//! pub struct DispatchRecovery { pub pending: BTreeMap<Lsn, PendingMeta>, pub done_cursor: Lsn, pub next_lsn: Lsn }
+//! pub struct PendingMeta { pub bytes: u64, pub received_at_ms: u64, pub trigger_id: String,
+//!                          pub next_attempt: u32, pub due_at_ms: u64 }
+//! pub fn encode_event(&EventRecord) -> Result<Vec<u8>, EncodeError>;   // kind 1, or 5 with replay_of
+//! pub fn decode_event(&[u8]) -> Result<EventRecord, DecodeError>;      // kind 1
+//! pub fn encode_payload_into(&Record, &mut Vec<u8>) -> Result<(), EncodeError>;
+//! pub fn decode_payload(RecordKind, &[u8]) -> Result<Record, DecodeError>;
 //! pub mod tools { pub fn verify(data_dir: &Path) -> Result<VerifyReport, WalError>;
 //!                 pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError>; }
 //! ```
@@ -44,9 +62,9 @@
 //! zero-padded to 20 digits so lexical order is numeric order: `00000000000000000001.seg`.
 //! A segment has no header. Each is preallocated to [`WalConfig::segment_bytes`] (default
 //! 64 MiB) with `fallocate` (falling back to `set_len`), so the unused tail reads as zeros.
-//! `segment_bytes` must be at least [`MAX_RECORD_BYTES`] (33 825 701 bytes, the largest record
-//! the field bounds below allow) so that every record fits in an empty segment; [`open`] refuses
-//! smaller values. A record never spans segments: when it does not fit in the space left, the
+//! `segment_bytes` must be at least [`MAX_RECORD_BYTES`] (33 825 959 bytes, the largest record
+//! the field bounds below allow: a replayed event with every field at its bound) so that every
+//! record fits in an empty segment; [`open`] refuses smaller values. A record never spans segments: when it does not fit in the space left, the
 //! writer creates (and, in `Fsync` mode, `fsync`s the directory entry of) the next segment.
 //! LSNs start at 1 and are consecutive across segments.
 //!
@@ -59,8 +77,10 @@
 //!      4     4  crc    u32  CRC32C (Castagnoli) over bytes [0,4) (len) then [8,len) (lsn, kind,
 //!                           payload); so a corrupted length is caught too.
 //!      8     8  lsn    u64  log sequence number, consecutive from the segment name's LSN.
-//!     16     1  kind   u8   1 = event; reserved: 2 = outcome, 3 = retry_scheduled, 4 = dlq,
-//!                           5 = replay. Other values are corruption.
+//!     16     1  kind   u8   1 = event, 2 = done, 3 = retry, 5 = replayed event.
+//!                           4 = DLQ entry is the framing of `DATA_DIR/dlq/` files only
+//!                           (`dispatch::dlq`): a kind-4 record in the WAL does not decode
+//!                           (`wal verify` reports it as corrupt). Other values are corruption.
 //!     17   len-17  payload
 //! ```
 //!
@@ -78,8 +98,41 @@
 //! (nothing after the body)
 //! ```
 //!
-//! Decoding ([`decode_event`], [`format::parse_record`]) bounds-checks every length and never
-//! panics; malformed bytes are a [`DecodeError`] / a corruption finding.
+//! Replayed-event payload (kind 5): an event re-delivered from the dead-letter queue
+//! ([`EventRecord::replay_of`] set). Kind 1 stays exactly as it was, so logs written before kind 5
+//! existed read unchanged.
+//!
+//! ```text
+//! u16 n, n bytes   replay_of   UTF-8, n <= 256: the DLQ entry id (the original event id)
+//! ...              the kind-1 payload above, field for field
+//! ```
+//!
+//! Done payload (kind 2): outcomes of events that are finished and must never be delivered
+//! again (the pump's done cursor is the lowest event LSN without one).
+//!
+//! ```text
+//! u16 n            entry count, n <= 4096 (MAX_DONE_ENTRIES; encoders refuse more); n times:
+//!   u64              event_lsn  LSN of an event record (kind 1 or 5), below this record's LSN
+//!   u8               status     1 delivered, 2 dead_lettered, 3 skipped, 4 no_handler;
+//!                               other values are corruption
+//!   u32              attempts   delivery attempts made
+//! (nothing after the last entry; at most 2 + 4096 * 13 = 53 250 bytes)
+//! ```
+//!
+//! Retry payload (kind 3): a durable retry schedule; the latest one for an event wins.
+//!
+//! ```text
+//! u64              event_lsn     LSN of an event record, below this record's LSN
+//! u32              next_attempt  the attempt to make next (the first attempt is 1)
+//! u64              due_at        Unix milliseconds
+//! u16 n, n bytes   last_error    UTF-8, n <= 1024 (MAX_ERROR_BYTES; the caller truncates)
+//! (nothing after last_error)
+//! ```
+//!
+//! Decoding ([`decode_payload`], [`decode_event`], [`format::parse_record`]) bounds-checks every
+//! length and never panics; malformed bytes are a [`DecodeError`] / a corruption finding.
+//! [`open`] checks framing (length, CRC, kind, LSN); `sluice wal verify`, [`recover_dispatch`],
+//! [`WalReader::next_record`] and [`WalTail`] also decode every payload.
 //!
 //! # Recovery
 //!
@@ -146,18 +199,23 @@ pub mod format;
 mod histogram;
 mod recovery;
 pub mod segment;
+pub mod state;
 mod sys;
+pub mod tail;
 pub mod tools;
 mod writer;
 
 pub use appender::{FileWrapper, Wal};
 pub use format::{
-    decode_event, encode_event, DecodeError, EncodeError, EventRecord, RecordKind, MAX_BODY_BYTES,
-    MAX_RECORD_BYTES,
+    decode_event, decode_payload, encode_event, encode_payload_into, truncate_utf8, DecodeError,
+    DoneEntry, DoneRecord, DoneStatus, EncodeError, EventRecord, Record, RecordKind, RetryRecord,
+    MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_RECORD_BYTES,
 };
-pub use format::{max_record_bytes_for, MAX_HEADERS, MAX_HEADER_VALUE_BYTES};
+pub use format::{event_cost, max_record_bytes_for, MAX_HEADERS, MAX_HEADER_VALUE_BYTES};
 pub use histogram::SyncHistogram;
 pub use recovery::{open, RawRecord, RecoveryReport, WalReader};
+pub use state::{recover_dispatch, DispatchRecovery, PendingMeta};
+pub use tail::WalTail;
 pub use writer::spawn_writer;
 
 // std atomics on purpose: the WAL runs on its own thread and is not a loom model (see crate::sync).
@@ -263,21 +321,21 @@ impl WalConfig {
     }
 }
 
-/// One event to append, from worker `worker`; `ticket` is echoed back in the completion.
+/// One record to append, from worker `worker`; `ticket` is echoed back in the completion.
 #[derive(Debug)]
 pub struct AppendRequest {
     pub worker: usize,
     pub ticket: u64,
-    pub event: EventRecord,
+    pub record: Record,
 }
 
 /// The result of one [`AppendRequest`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppendOutcome {
-    /// The event is in the log at `lsn`, durable per the configured [`Durability`].
+    /// The record is in the log at `lsn`, durable per the configured [`Durability`].
     Durable { lsn: Lsn },
-    /// The event is not in the log: the disk failed or is full (see [`WalShared::healthy`]),
-    /// or the event exceeds the WAL's field bounds (ingest checks those first).
+    /// The record is not in the log: the disk failed or is full (see [`WalShared::healthy`]),
+    /// or it exceeds the WAL's field bounds (ingest checks those first).
     Unavailable,
 }
 
@@ -357,7 +415,7 @@ pub enum WalError {
     /// Another process holds the WAL directory's lock file (`LOCK`): two writers on one log
     /// would interleave LSNs and destroy acknowledged events.
     Locked { path: PathBuf },
-    /// An event exceeds the WAL's field bounds.
+    /// A record exceeds the WAL's field bounds.
     Encode(EncodeError),
 }
 
@@ -393,7 +451,7 @@ impl fmt::Display for WalError {
                 "WAL directory is in use by another process (lock {} is held)",
                 path.display()
             ),
-            WalError::Encode(e) => write!(f, "cannot append event: {e}"),
+            WalError::Encode(e) => write!(f, "cannot append record: {e}"),
         }
     }
 }

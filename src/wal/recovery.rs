@@ -5,7 +5,8 @@
 
 use super::appender::{Active, Wal};
 use super::format::{
-    decode_event, parse_record, EventRecord, Parsed, RecordKind, RecordRef, RECORD_HEADER_BYTES,
+    decode_payload, parse_record, EventRecord, Parsed, Record, RecordKind, RecordRef,
+    RECORD_HEADER_BYTES,
 };
 use super::segment::{list_segments, open_for_write, segment_path, sync_dir};
 use super::{sys, Durability, Lsn, WalConfig, WalError};
@@ -353,21 +354,30 @@ impl WalReader {
         Ok(r)
     }
 
-    /// The next event record (other kinds are skipped), decoded; an undecodable payload is
-    /// `Err(Corrupt)` at that record.
+    /// The next event record (kind 1 or 5; other kinds are skipped), decoded; an undecodable
+    /// payload is `Err(Corrupt)` at that record.
     pub fn next_event(&mut self) -> Option<Result<(Lsn, EventRecord), WalError>> {
         loop {
-            let rec = match self.next()? {
-                Ok(rec) if rec.kind == RecordKind::Event => rec,
+            match self.next_record()? {
+                Ok((lsn, Record::Event(ev))) => return Some(Ok((lsn, ev))),
                 Ok(_) => continue,
                 Err(e) => return Some(Err(e)),
-            };
-            return match decode_event(&rec.payload) {
-                Ok(ev) => Some(Ok((rec.lsn, ev))),
-                Err(e) => Some(Err(
-                    self.corrupt_error(rec.offset, format!("event payload: {e}"))
-                )),
-            };
+            }
+        }
+    }
+
+    /// The next record of any kind, decoded; an undecodable payload is `Err(Corrupt)` at that
+    /// record.
+    pub fn next_record(&mut self) -> Option<Result<(Lsn, Record), WalError>> {
+        let rec = match self.next()? {
+            Ok(rec) => rec,
+            Err(e) => return Some(Err(e)),
+        };
+        match decode_payload(rec.kind, &rec.payload) {
+            Ok(r) => Some(Ok((rec.lsn, r))),
+            Err(e) => Some(Err(
+                self.corrupt_error(rec.offset, format!("{:?} payload: {e}", rec.kind))
+            )),
         }
     }
 
@@ -475,7 +485,7 @@ pub(crate) mod tests {
             .map(|r| {
                 let r = r.unwrap();
                 assert_eq!(r.kind, RecordKind::Event);
-                (r.lsn, decode_event(&r.payload).unwrap())
+                (r.lsn, crate::wal::decode_event(&r.payload).unwrap())
             })
             .collect()
     }

@@ -4,7 +4,7 @@
 //! running one they may report the tail being appended as torn.
 #![forbid(unsafe_code)]
 
-use super::format::{decode_event, RecordKind, RecordRef};
+use super::format::{decode_payload, RecordRef};
 use super::recovery::scan_dir;
 pub use super::recovery::Finding;
 use super::{Lsn, WalError, WalReader};
@@ -72,15 +72,13 @@ impl std::fmt::Display for VerifyReport {
 }
 
 /// Checks every record of `DATA_DIR/wal`: lengths, CRC, kind, LSN continuity, and that every
-/// event payload decodes. Reports the first problem with its segment and offset.
+/// payload (event, replayed event, done, retry) decodes. Reports the first problem with its segment and offset.
 /// `Err` only when the log cannot be read at all (I/O).
 pub fn verify(data_dir: &Path) -> Result<VerifyReport, WalError> {
     let dir = data_dir.join(WAL_SUBDIR);
     let mut valid = 0u64;
     let mut check = |_: &Path, _: u64, r: &RecordRef<'_>| {
-        if r.kind == RecordKind::Event {
-            decode_event(r.payload).map_err(|e| format!("event payload: {e}"))?;
-        }
+        decode_payload(r.kind, r.payload).map_err(|e| format!("{:?} payload: {e}", r.kind))?;
         valid += 1;
         Ok(())
     };
@@ -109,6 +107,8 @@ struct InspectLine<'a> {
     received_at: u64,
     body_len: usize,
     body_sha256: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replay_of: Option<&'a str>,
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -124,8 +124,10 @@ fn hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// Writes one JSON object per event in `DATA_DIR/wal`, in LSN order:
-/// `{"event_id","lsn","trigger_id","source","received_at","body_len","body_sha256"}`.
+/// Writes one JSON object per event (kind 1 or 5; done and retry records are not listed) in
+/// `DATA_DIR/wal`, in LSN order:
+/// `{"event_id","lsn","trigger_id","source","received_at","body_len","body_sha256"}`, plus
+/// `"replay_of"` for a replayed event.
 /// Stops with `Err(Corrupt)` at damage; a torn tail just ends the output.
 pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError> {
     let dir = data_dir.join(WAL_SUBDIR);
@@ -141,6 +143,7 @@ pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError
             received_at: ev.received_at_ms,
             body_len: ev.body.len(),
             body_sha256: hex(&Sha256::digest(&ev.body)),
+            replay_of: ev.replay_of.as_deref(),
         };
         serde_json::to_writer(&mut *out, &line).map_err(|e| out_err(e.into()))?;
         out.write_all(b"\n").map_err(out_err)?;
@@ -152,9 +155,70 @@ pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError
 mod tests {
     use super::*;
     use crate::wal::format::tests::sample_event;
+    use crate::wal::format::tests::sample_records;
     use crate::wal::recovery::tests::test_cfg;
-    use crate::wal::{open, WritePath};
+    use crate::wal::{open, Record, RecordKind, WritePath};
     use std::os::unix::fs::FileExt;
+
+    #[test]
+    fn verify_and_inspect_with_every_record_kind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+        let recs = sample_records(2); // event, replay, done, empty done, retry
+        open(&cfg).unwrap().0.append(&recs).unwrap();
+        let r = verify(tmp.path()).unwrap();
+        assert!(r.is_clean(), "{r}");
+        assert_eq!(r.records, 5);
+        let mut out = Vec::new();
+        inspect_json(tmp.path(), &mut out).unwrap();
+        let lines: Vec<serde_json::Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2, "one object per event only");
+        assert_eq!(lines[0]["lsn"], 1);
+        assert!(lines[0].get("replay_of").is_none());
+        let Record::Event(replay) = &recs[1] else {
+            panic!()
+        };
+        assert_eq!(lines[1]["lsn"], 2);
+        assert_eq!(lines[1]["replay_of"], replay.replay_of.as_deref().unwrap());
+        assert_eq!(lines[1]["event_id"], replay.event_id.as_str());
+    }
+
+    #[test]
+    fn verify_reports_undecodable_done_payload() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join(WAL_SUBDIR);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut bytes = Vec::new();
+        for (lsn, kind, payload) in [
+            (1, RecordKind::Done, &[0u8, 0][..]),
+            (
+                2,
+                RecordKind::Done,
+                &[1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0][..],
+            ),
+        ] {
+            super::super::format::append_record(&mut bytes, lsn, kind, |o| {
+                o.extend_from_slice(payload);
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        }
+        bytes.resize(4096, 0);
+        std::fs::write(dir.join("00000000000000000001.seg"), &bytes).unwrap();
+        let r = verify(tmp.path()).unwrap();
+        match &r.finding {
+            Some(Finding::Corrupt { offset, reason, .. }) => {
+                assert_eq!(*offset, 19, "{reason}");
+                assert!(reason.contains("done status"), "{reason}");
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        assert_eq!(r.records, 1);
+    }
 
     fn setup(n: u64) -> (tempfile::TempDir, PathBuf) {
         let tmp = tempfile::tempdir().unwrap();

@@ -90,7 +90,7 @@ impl Writer {
         let mut bytes = 0;
         while self.batch.len() < self.wal.max_batch && bytes < MAX_BATCH_BYTES {
             let Some(req) = self.rx.try_pop() else { break };
-            bytes += req.event.body.len();
+            bytes += req.record.batch_weight();
             self.batch.push(req);
         }
         !self.batch.is_empty()
@@ -108,7 +108,7 @@ impl Writer {
                 i += 1;
                 continue;
             }
-            match self.wal.stage_event(&self.batch[i].event) {
+            match self.wal.stage_record(&self.batch[i].record) {
                 Ok(Staged::Lsn(lsn)) => self.outcomes.push(AppendOutcome::Durable { lsn }),
                 // Above the WAL's field bounds: refuse this request only.
                 Err(_) => self.outcomes.push(AppendOutcome::Unavailable),
@@ -188,13 +188,13 @@ impl Writer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::ring::{self, PushError, Sender};
     use crate::wal::format::tests::sample_event;
     use crate::wal::recovery::tests::{read_events, test_cfg};
     use crate::wal::segment::SegmentFile;
-    use crate::wal::{open, Durability, Lsn, WritePath, MAX_BODY_BYTES};
+    use crate::wal::{open, Durability, Lsn, Record, WritePath, MAX_BODY_BYTES};
     use crossbeam_utils::sync::Unparker;
     use parking_lot::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicUsize};
@@ -218,17 +218,18 @@ mod tests {
         }
     }
 
-    struct Harness {
+    /// A real writer thread on a real ring, with sinks that log completions.
+    pub(crate) struct Harness {
         tx: Sender<AppendRequest>,
         unparker: Unparker,
         log: Log,
         notifies: Arc<AtomicUsize>,
-        shared: Arc<WalShared>,
+        pub(crate) shared: Arc<WalShared>,
         handle: JoinHandle<()>,
     }
 
     impl Harness {
-        fn start(wal: Wal, workers: usize) -> Harness {
+        pub(crate) fn start(wal: Wal, workers: usize) -> Harness {
             let (tx, rx) = ring::channel(256);
             let parker = Parker::new();
             let unparker = parker.unparker().clone();
@@ -256,10 +257,14 @@ mod tests {
         }
 
         fn push(&self, worker: usize, ticket: u64, body: usize) {
+            self.push_record(worker, ticket, Record::Event(sample_event(ticket, body)));
+        }
+
+        pub(crate) fn push_record(&self, worker: usize, ticket: u64, record: Record) {
             let mut req = AppendRequest {
                 worker,
                 ticket,
-                event: sample_event(ticket, body),
+                record,
             };
             loop {
                 match self.tx.try_push(req) {
@@ -276,7 +281,7 @@ mod tests {
         }
 
         /// Waits (bounded) until `n` completions arrived; returns them.
-        fn wait_for(&self, n: usize) -> Vec<(usize, u64, AppendOutcome)> {
+        pub(crate) fn wait_for(&self, n: usize) -> Vec<(usize, u64, AppendOutcome)> {
             let deadline = Instant::now() + Duration::from_secs(20);
             while self.log.lock().len() < n {
                 assert!(
@@ -288,7 +293,7 @@ mod tests {
             std::mem::take(&mut *self.log.lock())
         }
 
-        fn finish(self) -> Arc<WalShared> {
+        pub(crate) fn finish(self) -> Arc<WalShared> {
             self.tx.close();
             self.unparker.unpark();
             self.handle.join().unwrap();

@@ -20,7 +20,11 @@ pub struct Behavior {
 
 impl Default for Behavior {
     fn default() -> Self {
-        Behavior { delay: Duration::ZERO, status: 200, retry_after: None }
+        Behavior {
+            delay: Duration::ZERO,
+            status: 200,
+            retry_after: None,
+        }
     }
 }
 
@@ -29,6 +33,7 @@ impl Default for Behavior {
 pub struct Seen {
     pub at: Instant,
     pub webhook_id: String,
+    /// `x-sluice-attempt` (1 for the first try).
     pub attempt: u32,
     pub replay_of: Option<String>,
     pub content_type: Option<String>,
@@ -61,7 +66,10 @@ impl Downstream {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind downstream");
         listener.set_nonblocking(true).expect("nonblocking");
         let addr = listener.local_addr().expect("addr");
-        let state = Arc::new(State { behavior: Mutex::new(behavior), ..State::default() });
+        let state = Arc::new(State {
+            behavior: Mutex::new(behavior),
+            ..State::default()
+        });
         let st = state.clone();
         let accept = std::thread::spawn(move || {
             while !st.stop.load(Ordering::Relaxed) {
@@ -81,7 +89,11 @@ impl Downstream {
                 }
             }
         });
-        Downstream { addr, state, accept: Some(accept) }
+        Downstream {
+            addr,
+            state,
+            accept: Some(accept),
+        }
     }
 
     /// `http://127.0.0.1:PORT{path}`
@@ -154,7 +166,10 @@ fn serve(stream: TcpStream, st: &State) {
                     }
                     head.push(line);
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
                     if st.stop.load(Ordering::Relaxed) {
                         return;
                     }
@@ -172,23 +187,38 @@ fn serve(stream: TcpStream, st: &State) {
         let header = |name: &str| {
             head.iter().skip(1).find_map(|l| {
                 let (n, v) = l.split_once(':')?;
-                n.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+                n.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| v.trim().to_string())
             })
         };
-        let len: usize = header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let len: usize = header("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         let mut body = vec![0u8; len.min(64 << 20)];
-        let _ = reader.get_mut().set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = reader
+            .get_mut()
+            .set_read_timeout(Some(Duration::from_secs(5)));
         if reader.read_exact(&mut body).is_err() {
             return;
         }
-        let _ = reader.get_mut().set_read_timeout(Some(Duration::from_millis(200)));
+        let _ = reader
+            .get_mut()
+            .set_read_timeout(Some(Duration::from_millis(200)));
         let now_serving = st.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         st.peak.fetch_max(now_serving, Ordering::SeqCst);
-        let b = st.script.lock().unwrap().pop_front().unwrap_or_else(|| st.behavior.lock().unwrap().clone());
+        let b = st
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_else(|| st.behavior.lock().unwrap().clone());
         st.seen.lock().unwrap().push(Seen {
             at: Instant::now(),
             webhook_id: header("webhook-id").unwrap_or_default(),
-            attempt: header("x-sluice-attempt").and_then(|v| v.parse().ok()).unwrap_or(0),
+            attempt: header("x-sluice-attempt")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
             replay_of: header("x-sluice-replay-of"),
             content_type: header("content-type"),
             body,

@@ -17,6 +17,8 @@ mod support;
 
 mod auth;
 mod connections;
+mod dispatch;
+mod downstream;
 mod durability;
 mod http_errors;
 mod http_features;

@@ -21,6 +21,36 @@ fn write_events(server: &mut Server, n: usize) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// Appends `n` events straight to the WAL with the library while the server is stopped, so the
+/// last record of the log is an event (a running server also writes outcome records after its
+/// events). Returns their ids and bodies.
+fn write_events_offline(server: &mut Server, n: usize) -> Vec<(String, Vec<u8>)> {
+    server.stop();
+    let cfg = sluice::wal::WalConfig::new(server.wal_dir());
+    let (mut wal, _) = sluice::wal::open(&cfg).expect("open WAL");
+    let mut ids = sluice::ingest::event_id::EventIdGen::new(7);
+    let written: Vec<(String, Vec<u8>)> = (0..n)
+        .map(|i| {
+            let body = format!("wal event number {i}; ").repeat(6).into_bytes();
+            (ids.next(1_700_000_000_000 + i as u64), body)
+        })
+        .collect();
+    let events: Vec<sluice::wal::EventRecord> = written
+        .iter()
+        .map(|(id, body)| sluice::wal::EventRecord {
+            event_id: id.clone(),
+            trigger_id: "default".into(),
+            source: "waltest".into(),
+            received_at_ms: 1_700_000_000_000,
+            headers: Vec::new(),
+            body: body.clone(),
+            replay_of: None,
+        })
+        .collect();
+    wal.append_events(&events).expect("append");
+    written
+}
+
 /// The highest-named segment and the offset of its last non-zero byte.
 fn last_segment_end(wal_dir: &Path) -> (PathBuf, usize) {
     let segs = segments(wal_dir);
@@ -83,7 +113,7 @@ fn assert_recovers_torn_tail(server: &mut Server, written: &[(String, Vec<u8>)])
 #[test]
 fn torn_tail_zeroed_is_truncated_on_restart() {
     let mut server = Server::start(Opts::default());
-    let written = write_events(&mut server, 5);
+    let written = write_events_offline(&mut server, 5);
     let (seg, end) = last_segment_end(&server.wal_dir());
     // The last 8 bytes of the last record never reached the disk.
     write_at(&seg, (end - 7) as u64, &[0u8; 8]);
@@ -93,7 +123,7 @@ fn torn_tail_zeroed_is_truncated_on_restart() {
 #[test]
 fn torn_tail_truncated_file_is_recovered() {
     let mut server = Server::start(Opts::default());
-    let written = write_events(&mut server, 5);
+    let written = write_events_offline(&mut server, 5);
     let (seg, end) = last_segment_end(&server.wal_dir());
     // The file ends in the middle of the last record.
     let f = OpenOptions::new()

@@ -1,0 +1,234 @@
+//! Dispatch state recovery: which events are unfinished after a restart, and when each is due.
+//!
+//! One pass over the log ([`recover_dispatch`]), in LSN order:
+//!
+//! * an event record (kind 1 or 5) becomes *pending* with its record length, receive time and
+//!   trigger, due now (`next_attempt = 1`, `due_at_ms = 0`);
+//! * a retry record (kind 3) for a pending event replaces its `next_attempt` / `due_at_ms` (the
+//!   latest one wins);
+//! * a done record (kind 2) removes each listed event from the pending set.
+//!
+//! Retry and done entries for an LSN that is not pending are ignored: the event finished earlier
+//! (a duplicate outcome written again after a crash) or lies below the first segment (retention
+//! only deletes segments wholly below the done cursor). An entry naming its own record's LSN or a
+//! later one is impossible for a correct writer (an outcome follows its event) and is reported as
+//! corruption at that record.
+//!
+//! # Memory bound
+//!
+//! One [`PendingMeta`] (~80 bytes + the trigger id) per pending event, nothing per finished one.
+//! At runtime the pending count is bounded by `max_pending_events` through ingest refusal
+//! (DESIGN.md, "The backpressure chain", hop 3), so the map recovered from a log written under
+//! that bound is bounded by it too. Payloads are parsed in place from read-only maps; bodies are
+//! never copied.
+//!
+//! Call it after [`super::open`] (which holds the lock and zeroes a torn tail) and before the
+//! writer starts appending; a torn tail found anyway just ends the scan, as in recovery.
+#![forbid(unsafe_code)]
+
+use super::format::{decode_payload, parse_event, Record, RecordKind, RecordRef};
+use super::recovery::{scan_dir, Finding};
+use super::{Lsn, WalError};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// What the pump needs to know about one unfinished event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingMeta {
+    /// Length of the event's WAL record, header included (for the `max_pending_bytes` bound).
+    pub bytes: u64,
+    /// Unix milliseconds (for `harn_trigger_oldest_pending_age_seconds`).
+    pub received_at_ms: u64,
+    pub trigger_id: String,
+    /// The attempt to make next: 1 if never tried.
+    pub next_attempt: u32,
+    /// Unix milliseconds when that attempt is due; 0 if due now.
+    pub due_at_ms: u64,
+}
+
+/// The dispatch state recovered from the log.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DispatchRecovery {
+    /// Every event without a done entry, with its latest retry schedule applied.
+    pub pending: BTreeMap<Lsn, PendingMeta>,
+    /// The durable "done" cursor: the lowest pending LSN, or `next_lsn` if none is pending.
+    pub done_cursor: Lsn,
+    /// The LSN after the last valid record (`last_lsn + 1`).
+    pub next_lsn: Lsn,
+}
+
+/// Folds records, in LSN order, into a [`DispatchRecovery`].
+#[derive(Debug, Default)]
+pub(crate) struct DispatchScan {
+    pending: BTreeMap<Lsn, PendingMeta>,
+}
+
+impl DispatchScan {
+    /// Applies one record; `Err(reason)` when its payload does not decode or it refers forward.
+    pub(crate) fn observe(&mut self, r: &RecordRef<'_>) -> Result<(), String> {
+        let forward = |what: &str, target: Lsn| {
+            format!(
+                "{what} refers to LSN {target}, not before its own record {}",
+                r.lsn
+            )
+        };
+        if matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent) {
+            let ev = parse_event(r.kind, r.payload).map_err(|e| format!("event payload: {e}"))?;
+            let meta = PendingMeta {
+                bytes: r.len as u64,
+                received_at_ms: ev.received_at_ms,
+                trigger_id: ev.trigger_id.to_owned(),
+                next_attempt: 1,
+                due_at_ms: 0,
+            };
+            self.pending.insert(r.lsn, meta);
+            return Ok(());
+        }
+        match decode_payload(r.kind, r.payload).map_err(|e| format!("{:?} payload: {e}", r.kind))? {
+            Record::Done(done) => {
+                for e in &done.entries {
+                    if e.event_lsn >= r.lsn {
+                        return Err(forward("done entry", e.event_lsn));
+                    }
+                    self.pending.remove(&e.event_lsn);
+                }
+            }
+            Record::Retry(retry) => {
+                if retry.event_lsn >= r.lsn {
+                    return Err(forward("retry record", retry.event_lsn));
+                }
+                if let Some(meta) = self.pending.get_mut(&retry.event_lsn) {
+                    meta.next_attempt = retry.next_attempt;
+                    meta.due_at_ms = retry.due_at_ms;
+                }
+            }
+            // Only the event kinds decode to events; they were handled above.
+            Record::Event(_) => {}
+        }
+        Ok(())
+    }
+
+    pub(crate) fn finish(self, next_lsn: Lsn) -> DispatchRecovery {
+        let done_cursor = self.pending.keys().next().copied().unwrap_or(next_lsn);
+        DispatchRecovery {
+            pending: self.pending,
+            done_cursor,
+            next_lsn,
+        }
+    }
+}
+
+/// Scans the WAL directory `wal_dir` once and returns the unfinished events (see the module
+/// docs). `Err(Corrupt)` on damage that is not a torn tail, or on an undecodable payload.
+pub fn recover_dispatch(wal_dir: &Path) -> Result<DispatchRecovery, WalError> {
+    let mut state = DispatchScan::default();
+    let scan = scan_dir(wal_dir, &mut |_, _, r| state.observe(r))?;
+    if let Some(Finding::Corrupt {
+        segment,
+        offset,
+        reason,
+    }) = scan.finding
+    {
+        return Err(WalError::Corrupt {
+            segment,
+            offset,
+            reason,
+        });
+    }
+    Ok(state.finish(scan.next_lsn))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wal::format::tests::sample_event;
+    use crate::wal::recovery::tests::test_cfg;
+    use crate::wal::{open, DoneEntry, DoneRecord, DoneStatus, RetryRecord, WritePath};
+
+    fn done(entries: &[(Lsn, DoneStatus)]) -> Record {
+        Record::Done(DoneRecord {
+            entries: entries
+                .iter()
+                .map(|&(event_lsn, status)| DoneEntry {
+                    event_lsn,
+                    status,
+                    attempts: 1,
+                })
+                .collect(),
+        })
+    }
+
+    fn retry(event_lsn: Lsn, next_attempt: u32, due_at_ms: u64) -> Record {
+        Record::Retry(RetryRecord {
+            event_lsn,
+            next_attempt,
+            due_at_ms,
+            last_error: "HTTP 503".to_owned(),
+        })
+    }
+
+    #[test]
+    fn pending_is_every_event_without_done_with_latest_retry() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+        let (mut wal, _) = open(&cfg).unwrap();
+        let ev = |i| Record::Event(sample_event(i, 100));
+        let mut replay = sample_event(9, 5);
+        replay.replay_of = Some("01HZX3K9V7Q2W8E5R4T6Y1U0AB".to_owned());
+        let log = vec![
+            ev(1),                                                         // 1
+            ev(2),                                                         // 2
+            ev(3),                                                         // 3
+            retry(2, 2, 5_000),                                            // 4
+            done(&[(1, DoneStatus::Delivered), (0, DoneStatus::Skipped)]), // 5 (0: not pending)
+            retry(2, 3, 9_000),                                            // 6
+            Record::Event(replay),                                         // 7
+            retry(1, 2, 1),                                                // 8 (1 is done: ignored)
+            done(&[(3, DoneStatus::NoHandler)]),                           // 9
+        ];
+        assert_eq!(wal.append(&log).unwrap(), 9);
+        drop(wal);
+        let r = recover_dispatch(&cfg.dir).unwrap();
+        assert_eq!(r.pending.keys().copied().collect::<Vec<_>>(), [2, 7]);
+        assert_eq!((r.done_cursor, r.next_lsn), (2, 10));
+        let two = &r.pending[&2];
+        assert_eq!((two.next_attempt, two.due_at_ms), (3, 9_000));
+        assert_eq!(two.received_at_ms, sample_event(2, 0).received_at_ms);
+        assert_eq!(two.trigger_id, "github-push");
+        let seven = &r.pending[&7];
+        assert_eq!((seven.next_attempt, seven.due_at_ms), (1, 0));
+        let rec_len = crate::wal::format::RECORD_HEADER_BYTES
+            + crate::wal::format::event_payload_len(&sample_event(2, 100)).unwrap();
+        assert_eq!(two.bytes, rec_len as u64);
+        // Everything done: the cursor is past the last record.
+        let (mut wal, _) = open(&cfg).unwrap();
+        wal.append(&[done(&[
+            (2, DoneStatus::Delivered),
+            (7, DoneStatus::DeadLettered),
+        ])])
+        .unwrap();
+        drop(wal);
+        let r = recover_dispatch(&cfg.dir).unwrap();
+        assert!(r.pending.is_empty());
+        assert_eq!((r.done_cursor, r.next_lsn), (11, 11));
+    }
+
+    #[test]
+    fn empty_log_and_forward_references() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+        let (mut wal, _) = open(&cfg).unwrap();
+        let r = recover_dispatch(&cfg.dir).unwrap();
+        assert_eq!((r.pending.len(), r.done_cursor, r.next_lsn), (0, 1, 1));
+        wal.append(&[
+            Record::Event(sample_event(1, 1)),
+            done(&[(2, DoneStatus::Delivered)]),
+        ])
+        .unwrap();
+        drop(wal);
+        match recover_dispatch(&cfg.dir) {
+            Err(WalError::Corrupt { reason, .. }) => assert!(reason.contains("LSN 2"), "{reason}"),
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! [`WalTail`]: follows the log while the writer appends to it (the pump's reader).
+//!
+//! Reads with `pread` ([`FileExt::read_at`]), not a map: the active segment is being written
+//! while we read, and only bytes below the published durable LSN are looked at. The writer never
+//! rewrites those (it scrubs and writes only past the last committed record), so a record at or
+//! below the durable LSN is complete and final: the tail never sees a torn or partial record,
+//! and any mismatch there (bad length, CRC, LSN) is corruption, not a race.
+//!
+//! Segment rollover: a zero `len` field (or the end of the file) where the record of LSN `n`
+//! should start means it is the first record of the segment named `n`. The writer creates,
+//! preallocates and writes that segment before it publishes a durable LSN `>= n`.
+//!
+//! Memory: one read buffer holding the current record (up to [`MAX_RECORD_BYTES`]; shrunk back
+//! to [`READ_BUF_KEEP`] after a large one) plus the decoded record handed to the caller.
+#![forbid(unsafe_code)]
+
+use super::format::{decode_payload, parse_record, Parsed, Record, RECORD_HEADER_BYTES};
+use super::segment::{list_segments, segment_path};
+use super::{Lsn, WalError, MAX_RECORD_BYTES};
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Read-buffer capacity kept between records; a larger one is released after use.
+pub const READ_BUF_KEEP: usize = 1 << 20;
+
+/// The segment being read.
+#[derive(Debug)]
+struct Segment {
+    path: PathBuf,
+    file: File,
+}
+
+/// A reader that returns records in LSN order up to a durable LSN the caller supplies.
+#[derive(Debug)]
+pub struct WalTail {
+    dir: PathBuf,
+    segment: Option<Segment>,
+    /// Offset of the record `next_lsn` in `segment`.
+    pos: u64,
+    /// LSN of the record at `pos`.
+    next_lsn: Lsn,
+    /// Records below this LSN are skipped (by header, without being read whole).
+    from_lsn: Lsn,
+    buf: Vec<u8>,
+}
+
+impl WalTail {
+    /// A tail of the WAL directory `wal_dir` starting at the first record with LSN `>= from_lsn`.
+    /// If the log starts above `from_lsn` (earlier segments were deleted by retention), it starts
+    /// at the log's first record.
+    pub fn open(wal_dir: &Path, from_lsn: Lsn) -> Result<WalTail, WalError> {
+        let mut tail = WalTail {
+            dir: wal_dir.to_owned(),
+            segment: None,
+            pos: 0,
+            next_lsn: from_lsn.max(1),
+            from_lsn,
+            buf: Vec::new(),
+        };
+        tail.locate()?;
+        Ok(tail)
+    }
+
+    /// LSN of the next record [`WalTail::next`] will return.
+    pub fn next_lsn(&self) -> Lsn {
+        self.next_lsn
+    }
+
+    /// The next record if its LSN is `<= durable_lsn`; `Ok(None)` when caught up (call again
+    /// once the durable LSN moved). `Err(Corrupt)` on damage below the durable LSN.
+    pub fn next(&mut self, durable_lsn: Lsn) -> Result<Option<(Lsn, Record)>, WalError> {
+        loop {
+            if self.next_lsn > durable_lsn {
+                return Ok(None);
+            }
+            if self.segment.is_none() {
+                self.locate()?;
+            }
+            let Some(len) = self.header()? else {
+                self.roll()?;
+                continue;
+            };
+            if self.next_lsn < self.from_lsn {
+                self.pos += len as u64;
+                self.next_lsn += 1;
+                continue;
+            }
+            let rec = self.read_record(len)?;
+            self.pos += len as u64;
+            self.next_lsn += 1;
+            return Ok(Some(rec));
+        }
+    }
+
+    /// Opens the segment holding `next_lsn` (the last one whose first LSN is `<=` it), at its
+    /// start; with no segment yet, stays unopened.
+    fn locate(&mut self) -> Result<(), WalError> {
+        let segments = list_segments(&self.dir)?;
+        let found = segments
+            .iter()
+            .rev()
+            .find(|(first, _)| *first <= self.next_lsn)
+            .or(segments.first());
+        if let Some((first, path)) = found {
+            self.segment = Some(open_segment(path)?);
+            self.pos = 0;
+            self.next_lsn = *first;
+        }
+        Ok(())
+    }
+
+    /// Moves to the segment named `next_lsn`, which must exist (the record is durable).
+    fn roll(&mut self) -> Result<(), WalError> {
+        let path = segment_path(&self.dir, self.next_lsn);
+        if !path.exists() {
+            let reason = format!(
+                "durable record {} is neither here nor in a segment {}",
+                self.next_lsn,
+                path.display()
+            );
+            return Err(self.corrupt(reason));
+        }
+        self.segment = Some(open_segment(&path)?);
+        self.pos = 0;
+        Ok(())
+    }
+
+    /// Reads and checks the header at `pos`: `Some(len)` for a record, `None` at the end of
+    /// the segment's data.
+    fn header(&mut self) -> Result<Option<usize>, WalError> {
+        let mut h = [0u8; RECORD_HEADER_BYTES];
+        let n = self.read_at(&mut h)?;
+        let len = if n >= 4 {
+            u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize
+        } else {
+            0
+        };
+        if len == 0 {
+            return Ok(None);
+        }
+        if n < RECORD_HEADER_BYTES || !(RECORD_HEADER_BYTES..=MAX_RECORD_BYTES).contains(&len) {
+            return Err(self.corrupt(format!("bad record length {len}")));
+        }
+        let mut lsn = [0u8; 8];
+        lsn.copy_from_slice(&h[8..16]);
+        let lsn = u64::from_le_bytes(lsn);
+        if lsn != self.next_lsn {
+            let reason = format!("LSN gap: expected {}, found {lsn}", self.next_lsn);
+            return Err(self.corrupt(reason));
+        }
+        Ok(Some(len))
+    }
+
+    fn read_record(&mut self, len: usize) -> Result<(Lsn, Record), WalError> {
+        if self.buf.capacity() > READ_BUF_KEEP && len <= READ_BUF_KEEP {
+            self.buf = Vec::with_capacity(READ_BUF_KEEP);
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.resize(len, 0);
+        let read = self.read_at(&mut buf);
+        let result = match read {
+            Ok(n) if n < len => Err(self.corrupt("record extends past the end of the segment")),
+            Ok(_) => match parse_record(&buf) {
+                Parsed::Record(r) => decode_payload(r.kind, r.payload)
+                    .map(|rec| (r.lsn, rec))
+                    .map_err(|e| self.corrupt(format!("{:?} payload: {e}", r.kind))),
+                Parsed::Bad(reason) => Err(self.corrupt(reason)),
+                Parsed::End => Err(self.corrupt("record vanished")),
+            },
+            Err(e) => Err(e),
+        };
+        self.buf = buf;
+        result
+    }
+
+    /// Fills `buf` from `pos` as far as the file goes; returns the bytes read.
+    fn read_at(&self, buf: &mut [u8]) -> Result<usize, WalError> {
+        let Some(seg) = &self.segment else {
+            return Ok(0);
+        };
+        let mut done = 0;
+        while done < buf.len() {
+            match seg.file.read_at(&mut buf[done..], self.pos + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(WalError::io(&seg.path, e)),
+            }
+        }
+        Ok(done)
+    }
+
+    fn corrupt(&self, reason: impl Into<String>) -> WalError {
+        WalError::Corrupt {
+            segment: self
+                .segment
+                .as_ref()
+                .map(|s| s.path.clone())
+                .unwrap_or_else(|| self.dir.clone()),
+            offset: self.pos,
+            reason: reason.into(),
+        }
+    }
+}
+
+fn open_segment(path: &Path) -> Result<Segment, WalError> {
+    let file = File::open(path).map_err(|e| WalError::io(path, e))?;
+    Ok(Segment {
+        path: path.to_owned(),
+        file,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wal::format::tests::{sample_event, sample_records};
+    use crate::wal::recovery::tests::test_cfg;
+    use crate::wal::writer::tests::Harness;
+    use crate::wal::{open, AppendOutcome, Durability, EventRecord, WalConfig, WritePath};
+    use std::time::{Duration, Instant};
+
+    /// 1 MiB segments, bodies up to 64 KiB: a few dozen events per segment.
+    fn small_cfg(dir: &Path) -> WalConfig {
+        WalConfig {
+            segment_bytes: 1 << 20,
+            max_body_bytes: 64 * 1024,
+            ..test_cfg(dir, WritePath::Pwrite)
+        }
+    }
+
+    fn event(i: u64) -> EventRecord {
+        sample_event(i, 1000 + (i as usize * 7919) % 60_000)
+    }
+
+    fn drain(tail: &mut WalTail, durable: Lsn) -> Vec<(Lsn, Record)> {
+        std::iter::from_fn(|| tail.next(durable).unwrap()).collect()
+    }
+
+    #[test]
+    fn tail_follows_a_writer_thread_across_rollovers() {
+        for path in [WritePath::Pwrite, WritePath::Mmap] {
+            let tmp = tempfile::tempdir().unwrap();
+            let cfg = WalConfig {
+                write_path: path,
+                durability: Durability::Fsync,
+                ..small_cfg(tmp.path())
+            };
+            let (wal, _) = open(&cfg).unwrap();
+            let h = Harness::start(wal, 1);
+            let shared = h.shared.clone();
+            let dir = cfg.dir.clone();
+            const N: u64 = 300;
+            let reader = std::thread::spawn(move || {
+                let mut tail = WalTail::open(&dir, 1).unwrap();
+                let mut got = Vec::new();
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while (got.len() as u64) < N {
+                    assert!(Instant::now() < deadline, "tail stalled at {}", got.len());
+                    let durable = shared.durable_lsn();
+                    match tail.next(durable).unwrap() {
+                        Some((lsn, rec)) => {
+                            assert!(lsn <= durable);
+                            got.push((lsn, rec));
+                        }
+                        None => std::thread::sleep(Duration::from_micros(200)),
+                    }
+                }
+                assert_eq!(tail.next(shared.durable_lsn()).unwrap(), None, "caught up");
+                got
+            });
+            for i in 0..N {
+                h.push_record(0, i, Record::Event(event(i)));
+                if i % 16 == 0 {
+                    std::thread::sleep(Duration::from_millis(1)); // let the tail catch up now and then
+                }
+            }
+            let got = reader.join().unwrap();
+            assert!(h
+                .wait_for(N as usize)
+                .iter()
+                .all(|c| matches!(c.2, AppendOutcome::Durable { .. })));
+            h.finish();
+            let segments = list_segments(&cfg.dir).unwrap().len();
+            assert!(segments >= 5, "{segments} segments: no rollover exercised");
+            for (i, (lsn, rec)) in got.into_iter().enumerate() {
+                assert_eq!(lsn, i as Lsn + 1, "{path:?}");
+                assert_eq!(rec, Record::Event(event(i as u64)), "{path:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn tail_from_a_middle_lsn_of_every_kind_and_bounded_by_durable() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = small_cfg(tmp.path());
+        let (mut wal, _) = open(&cfg).unwrap();
+        let mut all = Vec::new();
+        for i in 0..60 {
+            all.push(Record::Event(event(i)));
+            all.extend(sample_records(i));
+        }
+        let last = wal.append(&all).unwrap();
+        assert_eq!(last, all.len() as Lsn);
+        assert!(list_segments(&cfg.dir).unwrap().len() >= 2);
+        for from in [0, 1, 2, 37, 150, last - 1, last, last + 1] {
+            let mut tail = WalTail::open(&cfg.dir, from).unwrap();
+            let got = drain(&mut tail, last);
+            let start = from.max(1);
+            assert_eq!(
+                got.len() as u64,
+                (last + 1).saturating_sub(start),
+                "from {from}"
+            );
+            for (lsn, rec) in got {
+                assert_eq!(rec, all[lsn as usize - 1], "from {from} lsn {lsn}");
+            }
+        }
+        // Only up to the durable LSN given; then resumes.
+        let mut tail = WalTail::open(&cfg.dir, 1).unwrap();
+        assert_eq!(drain(&mut tail, 10).len(), 10);
+        assert_eq!(tail.next(10).unwrap(), None);
+        assert_eq!(tail.next_lsn(), 11);
+        assert_eq!(drain(&mut tail, last).len() as u64, last - 10);
+        // Appends after the tail caught up are picked up, in a new segment too.
+        let more: Vec<_> = (0..40).map(|i| Record::Event(event(1000 + i))).collect();
+        let new_last = wal.append(&more).unwrap();
+        let got = drain(&mut tail, new_last);
+        assert_eq!(got.len(), 40);
+        assert_eq!(got[39], (new_last, more[39].clone()));
+    }
+
+    #[test]
+    fn damage_below_the_durable_lsn_is_corruption() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = small_cfg(tmp.path());
+        let (mut wal, _) = open(&cfg).unwrap();
+        let evs: Vec<_> = (0..5).map(event).collect();
+        wal.append_events(&evs).unwrap();
+        drop(wal);
+        let seg = segment_path(&cfg.dir, 1);
+        let mut tail = WalTail::open(&cfg.dir, 1).unwrap();
+        let (_, first) = tail.next(5).unwrap().unwrap();
+        assert_eq!(first, Record::Event(evs[0].clone()));
+        let off = tail.pos;
+        let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+        f.write_all_at(&[0xAB], off + 40).unwrap();
+        match tail.next(5) {
+            Err(WalError::Corrupt {
+                segment, offset, ..
+            }) => {
+                assert_eq!((segment, offset), (seg.clone(), off))
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        // A durable LSN past the log's end: the missing segment is reported, not waited for.
+        let mut tail = WalTail::open(&cfg.dir, 1).unwrap();
+        tail.next(1).unwrap();
+        f.write_all_at(&[0; 17], tail.pos).unwrap();
+        assert!(matches!(tail.next(2), Err(WalError::Corrupt { .. })));
+    }
+}
