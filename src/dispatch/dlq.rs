@@ -439,7 +439,14 @@ impl DlqStore {
     pub fn get(&self, id: &str) -> Result<DlqEntry, DlqError> {
         let path = self.path_of(id)?;
         let bytes = read_entry_file(&path, id)?;
-        decode_entry(&bytes).map_err(|reason| DlqError::Corrupt { path, reason })
+        match decode_entry(&bytes) {
+            Ok(e) if e.id == id => Ok(e),
+            Ok(e) => {
+                let reason = format!("holds entry {} under another name", e.id);
+                Err(DlqError::Corrupt { path, reason })
+            }
+            Err(reason) => Err(DlqError::Corrupt { path, reason }),
+        }
     }
 
     /// Deletes the entry `id` durably; [`DlqError::NotFound`] if absent.
@@ -720,6 +727,7 @@ pub(crate) mod tests {
         // A valid entry stored under another id's name.
         std::fs::write(&path, encode_entry(&sample_entry(4)).unwrap()).unwrap();
         assert!(matches!(store.list(), Err(DlqError::Corrupt { .. })));
+        assert!(matches!(store.get(&e.id), Err(DlqError::Corrupt { .. })));
         // Discarding the damaged entry by id unblocks the listing.
         store.remove(&e.id).unwrap();
         assert_eq!(store.list().unwrap().len(), 1);

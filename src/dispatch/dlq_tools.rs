@@ -446,8 +446,7 @@ mod tests {
         let r = replay(tmp.path(), &entries[1].id).unwrap();
         assert!(valid_id(&r.event_id) && r.event_id != entries[1].id);
         assert_eq!(r.lsn, 2);
-        let events: Vec<_> = WalReader::open(&wal_cfg.dir).unwrap().map(|_| ()).collect();
-        assert_eq!(events.len(), 2);
+        assert_eq!(WalReader::open(&wal_cfg.dir).unwrap().count(), 2);
         let mut reader = WalReader::open(&wal_cfg.dir).unwrap();
         reader.next_event().unwrap().unwrap();
         let (lsn, ev) = reader.next_event().unwrap().unwrap();

@@ -43,7 +43,8 @@ pub(crate) struct Active {
 pub(crate) enum Staged {
     /// Staged; it will get this LSN if the commit succeeds.
     Lsn(Lsn),
-    /// Does not fit in the active segment after what is already staged.
+    /// Does not fit in the active segment after what is already staged (a record that does not
+    /// fit an empty segment is refused as `EncodeError::TooLong` instead).
     NoRoom,
 }
 
@@ -173,15 +174,6 @@ impl Wal {
             loop {
                 match stage(self, i) {
                     Ok(Staged::Lsn(_)) => break,
-                    // Cannot happen with a validated config (every record fits an empty segment);
-                    // refusing keeps a bad one from rolling empty segments forever.
-                    Ok(Staged::NoRoom) if self.active_is_empty() => {
-                        return Err(WalError::Encode(EncodeError::TooLong {
-                            field: "record",
-                            len: usize::MAX,
-                            max: self.active.capacity as usize,
-                        }));
-                    }
                     Ok(Staged::NoRoom) => {
                         self.commit()
                             .map_err(|e| WalError::io(&self.active.path, e))?;
@@ -233,9 +225,18 @@ impl Wal {
     ) -> Result<Staged, EncodeError> {
         let start = self.buf.len();
         let lsn = self.next_lsn + self.staged;
-        append_record(&mut self.buf, lsn, kind, payload)?;
+        let len = append_record(&mut self.buf, lsn, kind, payload)?;
         if self.active.end + self.buf.len() as u64 > self.active.capacity {
             self.buf.truncate(start);
+            if self.active_is_empty() {
+                // Cannot happen with a validated config (every record fits an empty segment);
+                // refusing keeps a bad one from rolling empty segments forever.
+                return Err(EncodeError::TooLong {
+                    field: "record",
+                    len,
+                    max: self.active.capacity as usize,
+                });
+            }
             return Ok(Staged::NoRoom);
         }
         self.staged += 1;
@@ -248,8 +249,8 @@ impl Wal {
     }
 
     /// True if the active segment holds nothing committed and nothing is staged: a record that
-    /// gets `NoRoom` now can never fit (cannot happen with a validated config).
-    pub(crate) fn active_is_empty(&self) -> bool {
+    /// does not fit now can never fit (cannot happen with a validated config).
+    fn active_is_empty(&self) -> bool {
         self.staged == 0 && self.active.end == 0
     }
 

@@ -59,7 +59,7 @@ pub enum RecordKind {
     /// A durable retry schedule for one event ([`RetryRecord`]).
     Retry = 3,
     /// Never in the WAL: the framing of a dead-letter file (`dispatch::dlq`). A WAL record of
-    /// this kind is corruption.
+    /// this kind does not decode ([`decode_payload`] refuses it; `wal verify` reports it).
     DlqEntry = 4,
     /// A replayed event ([`EventRecord`] with `replay_of: Some(_)`).
     ReplayEvent = 5,

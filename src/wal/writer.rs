@@ -110,11 +110,8 @@ impl Writer {
             }
             match self.wal.stage_record(&self.batch[i].record) {
                 Ok(Staged::Lsn(lsn)) => self.outcomes.push(AppendOutcome::Durable { lsn }),
-                // Above the WAL's field bounds: refuse this request only.
+                // Above the WAL's field bounds (or larger than a segment): refuse this one only.
                 Err(_) => self.outcomes.push(AppendOutcome::Unavailable),
-                Ok(Staged::NoRoom) if self.wal.active_is_empty() => {
-                    self.outcomes.push(AppendOutcome::Unavailable)
-                }
                 Ok(Staged::NoRoom) => {
                     failed = !self.commit_chunk(chunk_start) || !self.roll();
                     chunk_start = i;
@@ -350,6 +347,29 @@ pub(crate) mod tests {
         h.push(0, 7, 10);
         assert_eq!(h.wait_for(1), [(0, 7, AppendOutcome::Durable { lsn: 601 })]);
         h.finish();
+    }
+
+    #[test]
+    fn writer_appends_every_record_kind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+        let (wal, _) = open(&cfg).unwrap();
+        let h = Harness::start(wal, 1);
+        let recs = crate::wal::format::tests::sample_records(3);
+        for (t, r) in recs.iter().enumerate() {
+            h.push_record(0, t as u64, r.clone());
+        }
+        let done = h.wait_for(recs.len());
+        for (t, c) in done.iter().enumerate() {
+            assert_eq!(c.2, AppendOutcome::Durable { lsn: t as Lsn + 1 });
+        }
+        h.finish();
+        let mut reader = crate::wal::WalReader::open(&cfg.dir).unwrap();
+        for (i, want) in recs.iter().enumerate() {
+            let (lsn, got) = reader.next_record().unwrap().unwrap();
+            assert_eq!((lsn, &got), (i as Lsn + 1, want));
+        }
+        assert!(reader.next_record().is_none());
     }
 
     /// Storage that can be told to fail: partial writes then `EIO`, or `EIO` on sync.
