@@ -189,7 +189,7 @@ fn hmac_scheme(h: &RawHmac) -> Result<HmacScheme, String> {
     })
 }
 
-fn load_secrets(
+pub(super) fn load_secrets(
     refs: &[RawSecretRef],
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<Secret>, String> {

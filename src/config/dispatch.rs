@@ -80,6 +80,10 @@ pub struct RawDestination {
     pub headers: Option<BTreeMap<String, String>>,
     /// Retry schedule. Default: `{ max_attempts = 7, base = "1s", cap = "10m" }`.
     pub retry: Option<RawRetry>,
+    /// Sign every delivery with the Standard Webhooks scheme (`webhook-signature: v1,<b64>`
+    /// over `id.timestamp.body`). The secret is `whsec_<base64>` (or bare base64), read from
+    /// `{ env = "NAME" }` or `{ file = "/path" }`; never inline, never logged. Default: unsigned.
+    pub signing_secret: Option<super::auth::RawSecretRef>,
 }
 
 /// `rate = { per_sec, burst }`
@@ -224,6 +228,8 @@ pub struct DestinationConfig {
     /// Extra request headers, names as written, in name order.
     pub headers: Vec<(String, String)>,
     pub retry: RetryConfig,
+    /// Decoded Standard Webhooks signing key, when `signing_secret` is set.
+    pub signing_key: Option<crate::ingest::secrets::Secret>,
 }
 
 /// The pump's admission bound.
@@ -385,6 +391,7 @@ fn is_token(s: &str) -> bool {
 pub(super) fn build_destinations(
     handlers: &[(String, Option<String>)],
     raw: Vec<RawDestination>,
+    env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Vec<DestinationConfig>, Vec<Option<usize>>), ConfigError> {
     let mut uris: Vec<HandlerUri> = Vec::new();
     let mut index = Vec::with_capacity(handlers.len());
@@ -425,7 +432,7 @@ pub(super) fn build_destinations(
     let destinations = uris
         .into_iter()
         .zip(listed)
-        .map(|(h, d)| build_destination(h, d))
+        .map(|(h, d)| build_destination(h, d, env))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((destinations, index))
 }
@@ -433,6 +440,7 @@ pub(super) fn build_destinations(
 fn build_destination(
     handler: HandlerUri,
     raw: Option<RawDestination>,
+    env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<DestinationConfig, ConfigError> {
     let key = format!("destination {:?}", handler.uri);
     let r = raw.unwrap_or(RawDestination {
@@ -443,6 +451,7 @@ fn build_destination(
         circuit: None,
         headers: None,
         retry: None,
+        signing_secret: None,
     });
     let max_in_flight = ranged(
         &format!("{key}: max_in_flight"),
@@ -508,6 +517,21 @@ fn build_destination(
         ));
     }
     let headers = build_headers(&key, r.headers.unwrap_or_default())?;
+    let signing_key = match &r.signing_secret {
+        None => None,
+        Some(secret_ref) => {
+            let secret = super::auth::load_secrets(std::slice::from_ref(secret_ref), env)
+                .map_err(|e| ConfigError(format!("{key}: signing_secret: {e}")))?
+                .remove(0);
+            let key_bytes = crate::ingest::verify::decode_standard_webhooks_secret(secret.expose())
+                .ok_or_else(|| {
+                    ConfigError(format!(
+                        "{key}: signing_secret must be whsec_<base64> (or base64) of a non-empty key"
+                    ))
+                })?;
+            Some(key_bytes)
+        }
+    };
     Ok(DestinationConfig {
         handler,
         max_in_flight,
@@ -516,6 +540,7 @@ fn build_destination(
         circuit,
         headers,
         retry,
+        signing_key,
     })
 }
 

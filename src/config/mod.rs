@@ -349,7 +349,7 @@ impl Config {
             .collect();
         let mut triggers = build_triggers(raw.triggers, env)?;
         let (destinations, handler_index) =
-            dispatch::build_destinations(&handlers, raw.destinations)?;
+            dispatch::build_destinations(&handlers, raw.destinations, env)?;
         for (t, h) in triggers.iter_mut().zip(handler_index) {
             t.handler = h;
         }

@@ -329,7 +329,18 @@ impl Dispatcher {
         // Encode the request.
         let mut wbuf = Vec::with_capacity(256 + job.event.body.len());
         let attempt = job.attempt.to_string();
-        let ts = (job.event.received_at_ms / 1000).to_string();
+        // The send time, not the receipt time: receivers check it against a window (Standard
+        // Webhooks: 5 minutes), which a retried or replayed event would otherwise fail.
+        let ts_secs = unix_millis() / 1000;
+        let ts = ts_secs.to_string();
+        let signature = cfg.signing_key.as_ref().map(|k| {
+            crate::ingest::verify::sign_standard_webhooks(
+                k.expose(),
+                &job.event.event_id,
+                ts_secs,
+                &job.event.body,
+            )
+        });
         let content_type = job
             .event
             .headers
@@ -347,6 +358,9 @@ impl Dispatcher {
         ];
         if let Some(r) = &job.event.replay_of {
             headers.push(("x-sluice-replay-of", r.as_bytes()));
+        }
+        if let Some(sig) = &signature {
+            headers.push(("webhook-signature", sig.as_bytes()));
         }
         for (n, v) in &cfg.headers {
             headers.push((n.as_str(), v.as_bytes()));

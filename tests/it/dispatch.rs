@@ -72,6 +72,10 @@ fn permits_bind_exactly_at_max_in_flight() {
     let first = &ds.seen()[0];
     assert_eq!(first.content_type.as_deref(), Some("application/json"));
     assert!(
+        ds.seen().iter().all(|s| s.signature.is_none()),
+        "no signing_secret, no signature"
+    );
+    assert!(
         ds.seen().iter().all(|s| s.attempt == 1),
         "a 200 downstream needs no retries"
     );
@@ -358,4 +362,81 @@ fn max_pending_refuses_with_queue_full_and_memory_stays_flat() {
         end_rss < start_rss + 16 * 1024,
         "RSS grew from {start_rss} kB to {end_rss} kB"
     );
+}
+
+#[test]
+fn deliveries_are_signed_with_standard_webhooks_when_configured() {
+    use base64::Engine as _;
+    use hmac::{Hmac, Mac};
+    let ds = Downstream::start(Behavior::default());
+    let uri = ds.uri("/sink");
+    let key = b"an independent 32-byte test key!";
+    let secret = format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(key)
+    );
+    let dest = "signing_secret = { env = \"SINK_SIGNING_SECRET\" }";
+    let opts =
+        big_buckets(Opts::config(&manifest(&uri, dest, ""))).env("SINK_SIGNING_SECRET", &secret);
+    let server = Server::start(opts);
+    let body = b"{\"signed\":true}";
+    let id = server.ingest("/hooks/t", body);
+    assert!(
+        ds.wait(Duration::from_secs(10), |s| !s.is_empty()),
+        "not delivered"
+    );
+    let seen = ds.seen().remove(0);
+    assert_eq!(seen.webhook_id, id);
+    let ts = seen.timestamp.expect("webhook-timestamp");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let ts_n: u64 = ts.parse().expect("numeric timestamp");
+    assert!(
+        ts_n.abs_diff(now) <= 60,
+        "timestamp {ts_n} far from now {now}"
+    );
+    // Independent computation: HMAC-SHA256(key, "id.ts.body"), base64, "v1," prefix.
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+    mac.update(format!("{id}.{ts}.").as_bytes());
+    mac.update(body);
+    let expected = format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+    );
+    let sig = seen.signature.expect("webhook-signature");
+    assert!(
+        sig.split(' ').any(|s| s == expected),
+        "signature {sig:?} != {expected:?}"
+    );
+    assert!(
+        server.stderr().find(&secret).is_none(),
+        "the secret leaked into the log"
+    );
+}
+
+#[test]
+fn signing_secret_that_is_missing_or_malformed_fails_startup() {
+    let uri = "http://127.0.0.1:9/sink";
+    for (env_value, needle) in [
+        (None, "SINK_KEY"),
+        (Some("whsec_!!notbase64!!"), "signing_secret"),
+    ] {
+        let dest = "signing_secret = { env = \"SINK_KEY\" }";
+        let mut opts = Opts::config(&manifest(uri, dest, ""));
+        if let Some(v) = env_value {
+            opts = opts.env("SINK_KEY", v);
+        }
+        let failure = match Server::start_in(temp_root(), opts) {
+            Err(f) => f,
+            Ok(_) => panic!("started with a bad signing secret"),
+        };
+        assert!(
+            failure.status.is_some_and(|s| !s.success()),
+            "{}",
+            failure.stderr
+        );
+        assert!(failure.stderr.contains(needle), "{}", failure.stderr);
+    }
 }

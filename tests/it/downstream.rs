@@ -37,6 +37,9 @@ pub struct Seen {
     pub attempt: u32,
     pub replay_of: Option<String>,
     pub content_type: Option<String>,
+    /// `webhook-timestamp` and `webhook-signature`, as sent.
+    pub timestamp: Option<String>,
+    pub signature: Option<String>,
     pub body: Vec<u8>,
     pub status: u16,
 }
@@ -221,6 +224,8 @@ fn serve(stream: TcpStream, st: &State) {
                 .unwrap_or(0),
             replay_of: header("x-sluice-replay-of"),
             content_type: header("content-type"),
+            timestamp: header("webhook-timestamp"),
+            signature: header("webhook-signature"),
             body,
             status: b.status,
         });
