@@ -35,10 +35,18 @@ pub const ADMIN_PREFIX: &str = "/admin/";
 pub enum AdminRoute {
     /// `GET|HEAD /admin/ping` → 200.
     Ping,
+    /// `POST /admin/dlq/{id}/replay`: replay a dead-lettered event (id via [`dlq_replay_id`]).
+    DlqReplay,
     /// A known admin path with the wrong method; the value is the `Allow` header.
     MethodNotAllowed(&'static str),
     /// Under `/admin/` but no such route.
     NotFound,
+}
+
+/// The `{id}` of `/admin/dlq/{id}/replay` (a path without its query), if it is that route.
+pub fn dlq_replay_id(path: &str) -> Option<&str> {
+    let id = path.strip_prefix("/admin/dlq/")?.strip_suffix("/replay")?;
+    (!id.is_empty() && !id.contains('/')).then_some(id)
 }
 
 /// The operational endpoints.
@@ -119,6 +127,8 @@ impl Router {
                 return RouteMatch::Admin(match rest {
                     "ping" if is_get => AdminRoute::Ping,
                     "ping" => AdminRoute::MethodNotAllowed(ALLOW_GET),
+                    _ if dlq_replay_id(path).is_some() && is_post => AdminRoute::DlqReplay,
+                    _ if dlq_replay_id(path).is_some() => AdminRoute::MethodNotAllowed(ALLOW_POST),
                     _ => AdminRoute::NotFound,
                 });
             }
@@ -244,5 +254,13 @@ mod tests {
     fn default_route_can_be_disabled() {
         let r = Router::new(&[], false);
         assert_eq!(r.route("POST", "/webhooks/x"), RouteMatch::NotFound);
+    }
+
+    #[test]
+    fn dlq_replay_route() {
+        assert_eq!(dlq_replay_id("/admin/dlq/01ABC/replay"), Some("01ABC"));
+        assert_eq!(dlq_replay_id("/admin/dlq//replay"), None);
+        assert_eq!(dlq_replay_id("/admin/dlq/a/b/replay"), None);
+        assert_eq!(dlq_replay_id("/admin/dlq/a"), None);
     }
 }

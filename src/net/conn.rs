@@ -65,6 +65,8 @@ pub struct PendingIngest {
     pub keep_alive: bool,
     /// The share of the durable backlog reserved for this event (released if it fails).
     pub cost: u64,
+    /// Set for an admin replay: the DLQ entry to remove once the new event is durable.
+    pub replay_of: Option<String>,
 }
 
 /// A client connection owned by one worker.

@@ -711,6 +711,12 @@ impl Worker {
                 br#"{"status":"refused","reason":"unauthorized"}"#,
             ),
             AdminRoute::Ping => (200, None, br#"{"status":"ok"}"#),
+            AdminRoute::DlqReplay => {
+                let id = crate::ingest::router::dlq_replay_id(head.path())
+                    .unwrap_or("")
+                    .to_string();
+                return self.replay_dead_letter(idx, &id, keep_alive);
+            }
             AdminRoute::MethodNotAllowed(allow) => (405, Some(("Allow", allow)), b"{}"),
             AdminRoute::NotFound => (404, None, br#"{"status":"not_found"}"#),
         };
@@ -840,14 +846,28 @@ impl Worker {
             headers.push((DEDUPE_KEY_HEADER.to_string(), key.into_bytes()));
         }
         let event = EventRecord {
-            event_id: event_id.clone(),
-            trigger_id: trigger_id.clone(),
+            event_id,
+            trigger_id,
             source,
             received_at_ms,
             headers,
             body,
             replay_of: None,
         };
+        self.enqueue(idx, ticket, event, entry, keep_alive, now);
+    }
+
+    /// Reserves the event's share of the durable backlog and offers it to the WAL; its answer
+    /// (`202` once durable, or a refusal) takes the connection's next slot.
+    fn enqueue(
+        &mut self,
+        idx: usize,
+        ticket: u64,
+        event: EventRecord,
+        entry: std::sync::Arc<crate::ingest::sources::SourceEntry>,
+        keep_alive: bool,
+        now: u64,
+    ) {
         // The durable backlog bound: reserved now, released by the pump once the event is
         // done, or when the append fails.
         let cost = wal::event_cost(&event);
@@ -866,6 +886,8 @@ impl Worker {
             self.refuse(idx, reason, retry_after, keep_alive);
             return;
         }
+        let (event_id, trigger_id) = (event.event_id.clone(), event.trigger_id.clone());
+        let replay_of = event.replay_of.clone();
         let request = AppendRequest {
             worker: self.id,
             ticket,
@@ -880,6 +902,7 @@ impl Worker {
             source: entry,
             keep_alive,
             cost,
+            replay_of,
         };
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
@@ -893,6 +916,49 @@ impl Worker {
             // FIFO behind connections already waiting for ring space.
             self.offer_waiters.push_back(idx);
         }
+    }
+
+    /// `POST /admin/dlq/{id}/replay`: a new event (new id, `replay_of = id`) with the
+    /// dead-lettered event's trigger, source, headers and body goes through the normal durable
+    /// path; once it is durable the DLQ entry is removed and the answer is `202`. Two concurrent
+    /// replays of one entry both deliver (at least once, as everywhere).
+    fn replay_dead_letter(&mut self, idx: usize, id: &str, keep_alive: bool) {
+        let dir = self.shared.config.server.data_dir.join("dlq");
+        let found = crate::dispatch::dlq::DlqStore::open_existing(&dir).and_then(|s| s.get(id));
+        let entry = match found {
+            Ok(e) => e,
+            Err(e) => {
+                use crate::dispatch::dlq::DlqError;
+                let (status, reason) = match e {
+                    DlqError::NotFound { .. } => (404, "not_found"),
+                    DlqError::InvalidId { .. } => (400, "invalid_id"),
+                    _ => (500, "dlq_unreadable"),
+                };
+                let body = format!("{{\"status\":\"error\",\"reason\":\"{reason}\"}}");
+                let h = [("Content-Type", "application/json")];
+                return self.push_ready(
+                    idx,
+                    Route::Admin,
+                    status,
+                    &h,
+                    body.as_bytes(),
+                    keep_alive,
+                    false,
+                );
+            }
+        };
+        let now = self.now();
+        let received_at_ms = unix_millis();
+        let source = self.sources.get(&entry.event.source);
+        let event = EventRecord {
+            event_id: self.ids.next(received_at_ms),
+            received_at_ms,
+            replay_of: Some(entry.id.clone()),
+            ..entry.event
+        };
+        self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
+        let ticket = ((idx as u64) << TICKET_SEQ_BITS) | self.seq;
+        self.enqueue(idx, ticket, event, source, keep_alive, now);
     }
 
     /// The dedupe step of `handle_ingest`. `Some(None)`: no dedupe; `Some(Some(claim))`: the key
@@ -1010,7 +1076,22 @@ impl Worker {
         let (status, body, retry_after) = match result {
             Ok(()) => {
                 p.source.count_accepted();
-                (202, accepted_body(&p.event_id, &p.trigger_id), None)
+                let mut body = accepted_body(&p.event_id, &p.trigger_id);
+                if let Some(of) = &p.replay_of {
+                    // The replay is durable: the entry leaves the DLQ (a failure to unlink only
+                    // means a second replay would deliver again: at least once).
+                    let dir = self.shared.config.server.data_dir.join("dlq");
+                    if let Err(e) = crate::dispatch::dlq::DlqStore::open_existing(&dir)
+                        .and_then(|s| s.remove(of))
+                    {
+                        eprintln!("sluice: replayed {of} but could not remove its DLQ entry: {e}");
+                    }
+                    body.pop();
+                    body.push_str(",\"replay_of\":");
+                    crate::ingest::respond::json_str(&mut body, of);
+                    body.push('}');
+                }
+                (202, body, None)
             }
             Err(reason) => {
                 p.source.count_refusal(reason);

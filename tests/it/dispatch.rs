@@ -440,3 +440,51 @@ fn signing_secret_that_is_missing_or_malformed_fails_startup() {
         assert!(failure.stderr.contains(needle), "{}", failure.stderr);
     }
 }
+
+#[test]
+fn admin_route_replays_a_dead_letter_online() {
+    let ds = Downstream::start(Behavior {
+        status: 400,
+        ..Behavior::default()
+    });
+    let uri = ds.uri("/sink");
+    let opts = big_buckets(Opts::config(&manifest(&uri, "", "")))
+        .env("SLUICE_ADMIN_TOKEN", "s3cret-token");
+    let server = Server::start(opts);
+    let id = server.ingest("/hooks/t", b"replay me");
+    let dir = server.data_dir();
+    assert!(
+        wait_until(Duration::from_secs(10), || dlq_list(&dir)
+            .iter()
+            .any(|e| e["id"] == id.as_str())),
+        "not dead-lettered"
+    );
+    ds.set(Behavior::default());
+    let path = format!("/admin/dlq/{id}/replay");
+    let r = server.client().post(&path, b"", &[]);
+    assert_eq!(r.status, 401, "no token: {}", r.text());
+    let r = server
+        .client()
+        .post(&path, b"", &[("Authorization", "Bearer s3cret-token")]);
+    assert_eq!(r.status, 202, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["replay_of"], id.as_str());
+    let new_id = v["event_id"].as_str().expect("new event id").to_string();
+    assert_ne!(new_id, id);
+    assert!(
+        ds.wait(Duration::from_secs(10), |s| s
+            .iter()
+            .any(|x| x.status == 200
+                && x.webhook_id == new_id
+                && x.replay_of.as_deref() == Some(id.as_str()))),
+        "replay not delivered"
+    );
+    assert!(
+        dlq_list(&dir).iter().all(|e| e["id"] != id.as_str()),
+        "entry still in the DLQ"
+    );
+    let r = server
+        .client()
+        .post(&path, b"", &[("Authorization", "Bearer s3cret-token")]);
+    assert_eq!(r.status, 404, "a replayed entry is gone: {}", r.text());
+}
