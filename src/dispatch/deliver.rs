@@ -416,31 +416,9 @@ impl Dispatcher {
         now: u64,
         registry: &Registry,
     ) {
-        let addr = match self.resolve(d) {
-            Ok(a) => a,
-            Err(e) => {
-                return self.attempt_failed(
-                    d,
-                    attempt,
-                    AttemptResult::ConnectError,
-                    e.to_string(),
-                    now,
-                    registry,
-                )
-            }
-        };
-        let stream = match TcpStream::connect(addr) {
+        let stream = match self.resolve(d).and_then(TcpStream::connect) {
             Ok(s) => s,
-            Err(e) => {
-                return self.attempt_failed(
-                    d,
-                    attempt,
-                    AttemptResult::ConnectError,
-                    e.to_string(),
-                    now,
-                    registry,
-                )
-            }
+            Err(_) => return self.settle(d, *attempt, AttemptResult::ConnectError, now, registry),
         };
         let id = match self.free.pop() {
             Some(i) => i,
@@ -459,20 +437,14 @@ impl Dispatcher {
             reader: ResponseReader::new(ClientLimits::default()),
             served: 0,
         };
-        if let Err(e) = registry.register(
-            &mut conn.stream,
-            Token(CLIENT_TOKEN_BASE + id),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
+        let token = Token(CLIENT_TOKEN_BASE + id);
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        if registry
+            .register(&mut conn.stream, token, interest)
+            .is_err()
+        {
             self.free.push(id);
-            return self.attempt_failed(
-                d,
-                attempt,
-                AttemptResult::ConnectError,
-                e.to_string(),
-                now,
-                registry,
-            );
+            return self.settle(d, *attempt, AttemptResult::ConnectError, now, registry);
         }
         self.dest(d).conns += 1;
         conn.state = ConnState::Busy(attempt);
@@ -675,18 +647,6 @@ impl Dispatcher {
             }
             self.settle(d, *attempt, result, now, registry);
         }
-    }
-
-    fn attempt_failed(
-        &mut self,
-        d: usize,
-        attempt: Box<Attempt>,
-        result: AttemptResult,
-        _why: String,
-        now: u64,
-        registry: &Registry,
-    ) {
-        self.settle(d, *attempt, result, now, registry);
     }
 
     /// Feeds the gate and decides the job's fate after one attempt.

@@ -57,6 +57,7 @@ use std::mem::{self, MaybeUninit};
 use std::time::Duration;
 
 use super::chunked::{append_capped, ChunkedDecoder};
+use super::response::push_decimal;
 use super::{HttpError, Limits};
 use crate::net::date::parse_http_date;
 
@@ -205,20 +206,6 @@ static TCHAR: [bool; 256] = {
     }
     table
 };
-
-fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Responses

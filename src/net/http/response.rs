@@ -128,7 +128,7 @@ fn safe_field(s: &str) -> bool {
 }
 
 /// Appends `n` in decimal without going through `fmt`.
-fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {
