@@ -211,8 +211,12 @@ impl Dispatcher {
     /// WAL and are evaluated by the gates and delivered after the restart).
     pub fn accept(&mut self, job: Job, now: u64, registry: &Registry, draining: bool) {
         self.held += 1;
-        if draining {
-            self.enqueue(job, now);
+        if draining || !self.flow.gates(&job.event.trigger_id) {
+            if let Some(d) = self.enqueue(job, now) {
+                if !draining {
+                    self.pump_dest(d, now, registry);
+                }
+            }
             return;
         }
         let mut out = FlowOut::default();

@@ -222,6 +222,11 @@ impl FlowEngine {
         self.timers.peek().map(|Reverse((t, ..))| *t)
     }
 
+    /// Does trigger `id` have any gate? (Without, [`FlowEngine::offer`] just passes the job.)
+    pub fn gates(&self, id: &str) -> bool {
+        self.by_id.contains_key(id)
+    }
+
     /// An event from the pump enters the gates of its trigger.
     pub fn offer(&mut self, job: Job, now: u64, out: &mut FlowOut) {
         let Some(&t) = self.by_id.get(job.event.trigger_id.as_str()) else {
