@@ -25,6 +25,7 @@
 pub mod auth;
 pub mod dispatch;
 pub mod duration;
+pub mod flow;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,7 @@ pub use dispatch::{
     RetryConfig, ENV_PUMP_MAX_OUTSTANDING,
 };
 pub use duration::parse_duration;
+pub use flow::{FlowConfig, FlowSettings};
 
 /// Environment variable names (Harn orchestrator contract).
 pub const ENV_GLOBAL_CAPACITY: &str = "HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY";
@@ -83,6 +85,8 @@ pub struct RawManifest {
     pub orchestrator: dispatch::RawOrchestrator,
     #[serde(default)]
     pub dispatch: dispatch::RawDispatch,
+    #[serde(default)]
+    pub flow: flow::RawFlowSection,
 }
 
 /// `[server]`
@@ -186,6 +190,14 @@ pub struct RawTrigger {
     pub tolerance: Option<String>,
     pub hmac: Option<auth::RawHmac>,
     pub dedupe: Option<auth::RawDedupe>,
+    /// Flow-control gates; see [`flow`] for these seven keys.
+    pub concurrency: Option<flow::RawConcurrency>,
+    pub priority: Option<flow::RawPriority>,
+    pub throttle: Option<flow::RawWindow>,
+    pub rate_limit: Option<flow::RawWindow>,
+    pub debounce: Option<flow::RawDebounce>,
+    pub singleton: Option<flow::RawSingleton>,
+    pub batch: Option<flow::RawBatch>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -266,6 +278,8 @@ pub struct TriggerConfig {
     pub handler: Option<usize>,
     /// Signature verification and dedupe (both off by default).
     pub auth: TriggerAuth,
+    /// Flow-control gates (none by default).
+    pub flow: FlowConfig,
 }
 
 /// The validated configuration. Built once at startup; never mutated.
@@ -279,6 +293,8 @@ pub struct Config {
     pub destinations: Vec<DestinationConfig>,
     pub pump: PumpConfig,
     pub dispatch: DispatchConfig,
+    /// `[flow]`: bounds of the per-core flow-control state.
+    pub flow: FlowSettings,
     /// `SLUICE_ADMIN_TOKEN`; `None`: the `/admin/` routes are off (404).
     pub admin_token: Option<crate::ingest::secrets::Secret>,
 }
@@ -340,7 +356,7 @@ impl Config {
         overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
         let server = build_server(raw.server, overrides)?;
-        let ingest = build_ingest(raw.ingest, env)?;
+        let mut ingest = build_ingest(raw.ingest, env)?;
         let wal = build_wal(raw.wal, overrides, server.max_body_bytes)?;
         let handlers: Vec<(String, Option<String>)> = raw
             .triggers
@@ -355,6 +371,23 @@ impl Config {
         }
         let pump = dispatch::build_pump(raw.orchestrator, env, overrides)?;
         let dispatch = dispatch::build_dispatch(raw.dispatch, wal.segment_bytes)?;
+        let flow = flow::build_flow_settings(raw.flow)?;
+        // A gate key can only read headers stored with the event: add them to the stored set.
+        for t in &triggers {
+            for h in t.flow.headers() {
+                if !ingest.stored_headers.iter().any(|s| s == h) {
+                    if ingest.stored_headers.len() >= MAX_STORED_HEADERS {
+                        return err(format!(
+                            "trigger {:?}: a flow-control key reads header {h:?}, which would be \
+                             stored header number {} (ingest.stored_headers: at most {MAX_STORED_HEADERS})",
+                            t.id,
+                            ingest.stored_headers.len() + 1
+                        ));
+                    }
+                    ingest.stored_headers.push(h.to_string());
+                }
+            }
+        }
         if triggers.iter().any(|t| t.auth.dedupe.is_some())
             && ingest.stored_headers.len() >= MAX_STORED_HEADERS
         {
@@ -372,6 +405,7 @@ impl Config {
             destinations,
             pump,
             dispatch,
+            flow,
             admin_token: auth::admin_token(env)?,
         })
     }
@@ -667,12 +701,25 @@ fn build_triggers(
             ));
         }
         let auth = auth::build_trigger_auth(&t, env)?;
+        let flow = flow::build_flow(
+            &t.id,
+            flow::RawFlow {
+                concurrency: t.concurrency,
+                priority: t.priority,
+                throttle: t.throttle,
+                rate_limit: t.rate_limit,
+                debounce: t.debounce,
+                singleton: t.singleton,
+                batch: t.batch,
+            },
+        )?;
         out.push(TriggerConfig {
             id: t.id,
             provider: t.provider,
             path: t.path,
             handler: None,
             auth,
+            flow,
         });
     }
     Ok(out)
@@ -807,6 +854,7 @@ mod tests {
                 path: "/hooks/github".into(),
                 handler: None,
                 auth: TriggerAuth::default(),
+                flow: FlowConfig::default(),
             }]
         );
     }

@@ -4,13 +4,18 @@
 //! need no atomics and no locks.
 //!
 //! Flow: the pump hands a [`Job`] to its destination's owner core → [`Dispatcher::accept`]
-//! queues it (or parks it until its recovered retry time) → [`Dispatcher::pump_dest`] asks the
+//! passes it through its trigger's flow-control gates ([`crate::dispatch::flow`], core-local
+//! like everything here: they may skip it, hold it, or merge it into a batch) → queues it (or
+//! parks it until its recovered retry time) → [`Dispatcher::pump_dest`] asks the
 //! destination's gate: fail fast (circuit open → DLQ `circuit_open`), wait (paused by a
 //! downstream `Retry-After`, rate budget, or no free permit), or go with a permit → an idle
 //! keep-alive connection (or a new one, never more than `max_in_flight` per destination, as each
 //! busy connection holds a permit) carries `POST` with the raw body → the response is classified:
 //! 2xx delivered; connect errors, timeouts, 408, 425, 429, 5xx retryable (backoff with full
 //! jitter, the schedule reported to the pump to be made durable); other 4xx permanent (DLQ).
+//!
+//! A terminal outcome (delivered, dead-lettered) releases the event's singleton/concurrency
+//! holds; a batch carrier reports its outcome once per member.
 //!
 //! Bounds: jobs held ≤ the pump's `max_outstanding` (the pump admits no more); connections per
 //! destination ≤ `max_in_flight` busy + idle ones capped at the same number; response bytes kept
@@ -33,6 +38,7 @@ use crate::dispatch::circuit::Transition;
 use crate::dispatch::classify::{classify, AttemptResult, Class};
 use crate::dispatch::destination::{DestinationEvent, DestinationState, Gate};
 use crate::dispatch::dlq::DlqReason;
+use crate::dispatch::flow::{FlowEngine, FlowOut};
 use crate::dispatch::job::{Job, JobOutcome};
 use crate::dispatch::permits::Permit;
 use crate::dispatch::retry::RetryPolicy;
@@ -135,7 +141,9 @@ pub struct Dispatcher {
     rng: SmallRng,
     metrics: CoreDispatchMetrics,
     scratch: Box<[u8]>,
+    /// Events held (a batch carrier counts its members).
     held: usize,
+    flow: FlowEngine,
 }
 
 impl Dispatcher {
@@ -147,6 +155,7 @@ impl Dispatcher {
         metrics: CoreDispatchMetrics,
     ) -> Dispatcher {
         Dispatcher {
+            flow: FlowEngine::new(config.clone(), metrics.shared.clone()),
             config,
             dests: HashMap::new(),
             conns: Vec::new(),
@@ -199,19 +208,66 @@ impl Dispatcher {
     }
 
     /// Takes a job from the pump. While draining, jobs are only held (they stay pending in the
-    /// WAL and are delivered after the restart).
+    /// WAL and are evaluated by the gates and delivered after the restart).
     pub fn accept(&mut self, job: Job, now: u64, registry: &Registry, draining: bool) {
         self.held += 1;
+        if draining || !self.flow.gates(&job.event.trigger_id) {
+            if let Some(d) = self.enqueue(job, now) {
+                if !draining {
+                    self.pump_dest(d, now, registry);
+                }
+            }
+            return;
+        }
+        let mut out = FlowOut::default();
+        self.flow.offer(job, now, &mut out);
+        for d in self.apply_flow(out, now) {
+            self.pump_dest(d, now, registry);
+        }
+    }
+
+    /// Queues a job that passed the gates, or parks it until its recovered retry time. Returns
+    /// its destination when it was queued.
+    fn enqueue(&mut self, job: Job, now: u64) -> Option<usize> {
         let wait_ms = job.due_at_ms.saturating_sub(unix_millis());
         if wait_ms > 0 {
             let due = now + wait_ms * 1_000_000;
             self.delay(job, due);
-            return;
+            return None;
         }
         let d = job.dest;
         self.dest(d).queue.push_back(job);
-        if !draining {
-            self.pump_dest(d, now, registry);
+        Some(d)
+    }
+
+    /// Carries out the gates' decisions: skipped events get their (terminal) outcome, ready
+    /// jobs are queued. Returns the destinations to pump (deduplicated).
+    fn apply_flow(&mut self, out: FlowOut, now: u64) -> Vec<usize> {
+        for (job, reason) in out.skipped {
+            self.held -= 1;
+            self.send(JobOutcome::Skipped {
+                lsn: job.lsn,
+                reason,
+                attempts: job.attempt.saturating_sub(1),
+            });
+        }
+        let mut touched: Vec<usize> = out
+            .ready
+            .into_iter()
+            .filter_map(|job| self.enqueue(job, now))
+            .collect();
+        touched.sort_unstable();
+        touched.dedup();
+        touched
+    }
+
+    /// The event at `lsn` is done: release its gate holds; admitted waiters are queued (the
+    /// caller pumps their destination, which is the released event's).
+    fn release_flow(&mut self, lsn: u64, now: u64) {
+        let mut out = FlowOut::default();
+        self.flow.release(lsn, &mut out);
+        if !out.ready.is_empty() || !out.skipped.is_empty() {
+            self.apply_flow(out, now);
         }
     }
 
@@ -227,6 +283,9 @@ impl Dispatcher {
     /// The earliest time something here needs attention (for the poll timeout).
     pub fn next_deadline(&self) -> Option<u64> {
         let mut t = self.delayed.peek().map(|Reverse(d)| d.due);
+        if let Some(f) = self.flow.next_deadline() {
+            t = Some(t.map_or(f, |x| x.min(f)));
+        }
         if let Some(Reverse((w, _))) = self.wakes.peek() {
             t = Some(t.map_or(*w, |x| x.min(*w)));
         }
@@ -273,6 +332,9 @@ impl Dispatcher {
             }
         }
         if !draining {
+            let mut out = FlowOut::default();
+            self.flow.on_tick(now, &mut out);
+            touched.extend(self.apply_flow(out, now));
             touched.sort_unstable();
             touched.dedup();
             for d in touched {
@@ -301,7 +363,7 @@ impl Dispatcher {
                         retry_after.as_secs().max(1)
                     );
                     let attempts = job.attempt - 1;
-                    self.dead_letter(job, DlqReason::CircuitOpen, attempts, last_error);
+                    self.dead_letter(job, DlqReason::CircuitOpen, attempts, last_error, now);
                 }
                 Gate::Wait { until } => {
                     if until > 0 && (dest.wake_at == 0 || until < dest.wake_at) {
@@ -378,7 +440,7 @@ impl Dispatcher {
             let dest = self.dest(d);
             dest.state.release(permit);
             let attempts = job.attempt;
-            self.dead_letter(job, DlqReason::PermanentFailure, attempts, msg);
+            self.dead_letter(job, DlqReason::PermanentFailure, attempts, msg, now);
             return;
         }
         let in_flight = self.dest(d).state.in_flight() as u64;
@@ -683,13 +745,15 @@ impl Dispatcher {
         self.metrics.attempt(d, &class, now.saturating_sub(started));
         match class {
             Class::Delivered => {
-                let lsn = job.lsn;
-                self.held -= 1;
-                self.send(JobOutcome::Delivered {
-                    lsn,
-                    attempts: job.attempt,
-                    received_at_ms: job.event.received_at_ms,
-                });
+                let attempts = job.attempt;
+                self.held -= job.events();
+                if job.batch.is_empty() {
+                    self.delivered(job.lsn, attempts, job.event.received_at_ms, now);
+                } else {
+                    for m in job.batch {
+                        self.delivered(m.lsn, attempts, m.event.received_at_ms, now);
+                    }
+                }
             }
             Class::Permanent => {
                 let attempts = job.attempt;
@@ -698,6 +762,7 @@ impl Dispatcher {
                     DlqReason::PermanentFailure,
                     attempts,
                     describe(&result, &uri),
+                    now,
                 );
             }
             Class::Retryable { .. } if opened => {
@@ -707,7 +772,7 @@ impl Dispatcher {
                     self.config.destinations[d].circuit.failures,
                     describe(&result, &uri)
                 );
-                self.dead_letter(job, DlqReason::CircuitOpen, attempts, why);
+                self.dead_letter(job, DlqReason::CircuitOpen, attempts, why, now);
             }
             Class::Retryable { .. } => {
                 let next = job.attempt + 1;
@@ -718,12 +783,14 @@ impl Dispatcher {
                         let due_at_ms = unix_millis() + delay.as_millis() as u64;
                         let last_error = describe(&result, &uri);
                         job.attempt = next;
-                        self.send(JobOutcome::RetryScheduled {
-                            lsn: job.lsn,
-                            next_attempt: next,
-                            due_at_ms,
-                            last_error,
-                        });
+                        for lsn in job.lsns() {
+                            self.send(JobOutcome::RetryScheduled {
+                                lsn,
+                                next_attempt: next,
+                                due_at_ms,
+                                last_error: last_error.clone(),
+                            });
+                        }
                         self.delay(job, due);
                     }
                     None => {
@@ -733,6 +800,7 @@ impl Dispatcher {
                             DlqReason::RetryExhausted,
                             attempts,
                             describe(&result, &uri),
+                            now,
                         );
                     }
                 }
@@ -742,14 +810,35 @@ impl Dispatcher {
         self.flush_outcomes();
     }
 
-    fn dead_letter(&mut self, job: Job, reason: DlqReason, attempts: u32, last_error: String) {
-        self.held -= 1;
-        self.send(JobOutcome::DeadLetter {
-            job,
-            reason,
+    fn delivered(&mut self, lsn: u64, attempts: u32, received_at_ms: u64, now: u64) {
+        self.send(JobOutcome::Delivered {
+            lsn,
             attempts,
-            last_error,
+            received_at_ms,
         });
+        self.release_flow(lsn, now);
+    }
+
+    /// Terminal failure of `job` (every member of a batch gets its own DLQ entry).
+    fn dead_letter(
+        &mut self,
+        job: Job,
+        reason: DlqReason,
+        attempts: u32,
+        last_error: String,
+        now: u64,
+    ) {
+        self.held -= job.events();
+        for m in job.into_members() {
+            let lsn = m.lsn;
+            self.send(JobOutcome::DeadLetter {
+                job: m,
+                reason,
+                attempts,
+                last_error: last_error.clone(),
+            });
+            self.release_flow(lsn, now);
+        }
     }
 
     fn send(&mut self, o: JobOutcome) {

@@ -4,7 +4,11 @@
 //! core's bounded job ring; the core reports back through the pump's outcome ring with a
 //! [`JobOutcome`]. A job is *outstanding* from admission until a terminal outcome
 //! (`Delivered` or `DeadLetter`) reaches the pump; the pump admits at most `max_outstanding`
-//! jobs, so each job ring (capacity `max_outstanding`) can never be full.
+//! jobs, so each job ring (capacity `max_outstanding`) can never be full. A flow-control gate
+//! may also end a job with `Skipped` (a durable outcome: the event is done, never delivered).
+//!
+//! A `batch` gate merges several jobs into one *carrier* job whose `batch` lists the members;
+//! every member gets the carrier's outcome, reported under its own LSN.
 
 use crate::dispatch::dlq::DlqReason;
 use crate::wal::{EventRecord, Lsn};
@@ -21,6 +25,45 @@ pub struct Job {
     pub attempt: u32,
     /// Unix ms before which the attempt must not start (a recovered retry schedule); 0 = now.
     pub due_at_ms: u64,
+    /// Empty for one event; for a batch carrier, its members (see `dispatch::flow::batch`).
+    pub batch: Vec<Job>,
+}
+
+impl Job {
+    /// A job for one event.
+    pub fn new(lsn: Lsn, event: EventRecord, dest: usize, attempt: u32, due_at_ms: u64) -> Job {
+        Job {
+            lsn,
+            event,
+            dest,
+            attempt,
+            due_at_ms,
+            batch: Vec::new(),
+        }
+    }
+
+    /// Events this job stands for: 1, or the members of a batch.
+    pub fn events(&self) -> usize {
+        self.batch.len().max(1)
+    }
+
+    /// The LSNs of the events this job stands for.
+    pub fn lsns(&self) -> Vec<Lsn> {
+        if self.batch.is_empty() {
+            vec![self.lsn]
+        } else {
+            self.batch.iter().map(|m| m.lsn).collect()
+        }
+    }
+
+    /// The jobs of the events this job stands for (itself, or the batch members).
+    pub fn into_members(self) -> Vec<Job> {
+        if self.batch.is_empty() {
+            vec![self]
+        } else {
+            self.batch
+        }
+    }
 }
 
 /// What became of a job (or of one attempt of it).
@@ -47,12 +90,42 @@ pub enum JobOutcome {
         attempts: u32,
         last_error: String,
     },
+    /// Terminal: a flow-control gate decided the event is not delivered. The pump writes a
+    /// `Done` entry with status `Skipped`; the reason goes to metrics.
+    Skipped {
+        lsn: Lsn,
+        reason: SkipReason,
+        attempts: u32,
+    },
+}
+
+/// Why a gate skipped an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// `rate_limit`: the window was full.
+    RateLimited,
+    /// `debounce`: a later event for the same key superseded it.
+    Debounced,
+    /// `singleton`: a delivery for the same key was in progress.
+    SingletonActive,
+}
+
+impl SkipReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::RateLimited => "rate_limited",
+            SkipReason::Debounced => "debounced",
+            SkipReason::SingletonActive => "singleton_active",
+        }
+    }
 }
 
 impl JobOutcome {
     pub fn lsn(&self) -> Lsn {
         match self {
-            JobOutcome::Delivered { lsn, .. } | JobOutcome::RetryScheduled { lsn, .. } => *lsn,
+            JobOutcome::Delivered { lsn, .. }
+            | JobOutcome::RetryScheduled { lsn, .. }
+            | JobOutcome::Skipped { lsn, .. } => *lsn,
             JobOutcome::DeadLetter { job, .. } => job.lsn,
         }
     }

@@ -16,6 +16,7 @@
 //! | [`rng`] | SplitMix64 for jitter | deterministic per seed |
 //! | [`classify`] | attempt result → delivered / retryable (+ pause) / permanent | only 429/503 pause |
 //! | [`destination`] | the gate: circuit, pause, rate, permits, in that order | nothing consumed unless `Go` |
+//! | [`flow`] | per-trigger gates: batch, debounce, rate_limit, throttle, singleton, concurrency | state bounded by held jobs and `max_gate_keys` |
 //!
 //! The delivery runtime and the DLQ build on these. Every policy module is
 //! `#![forbid(unsafe_code)]`.
@@ -26,6 +27,7 @@ pub mod deliver;
 pub mod destination;
 pub mod dlq;
 pub mod dlq_tools;
+pub mod flow;
 pub mod job;
 pub mod permits;
 pub mod rate;

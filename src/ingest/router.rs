@@ -174,6 +174,7 @@ mod tests {
                 path: "/hooks/gh".into(),
                 handler: None,
                 auth: Default::default(),
+                flow: Default::default(),
             }],
             true,
         )

@@ -82,6 +82,8 @@ pub struct DispatchMetrics {
     /// Unix ms of the oldest pending event's receipt; 0 when nothing is pending.
     oldest_pending_ms: AtomicU64,
     done_cursor: AtomicU64,
+    /// `sluice_flow_control_total` (empty unless [`DispatchMetrics::with_flow`]).
+    pub flow: super::flow::FlowMetrics,
 }
 
 fn reason_index(r: DlqReason) -> usize {
@@ -119,7 +121,14 @@ impl DispatchMetrics {
             pump_outstanding: AtomicU64::new(0),
             oldest_pending_ms: AtomicU64::new(0),
             done_cursor: AtomicU64::new(0),
+            flow: super::flow::FlowMetrics::default(),
         }
+    }
+
+    /// Adds the flow-control family for `triggers`.
+    pub fn with_flow(mut self, triggers: &[crate::config::TriggerConfig]) -> DispatchMetrics {
+        self.flow = super::flow::FlowMetrics::new(triggers);
+        self
     }
 
     /// The pump's live gauges.
@@ -257,6 +266,7 @@ impl DispatchMetrics {
                 &[("status", r.as_str())],
             );
         }
+        self.flow.render_prometheus(w);
     }
 }
 

@@ -7,12 +7,14 @@
 //!   their own families (WAL histograms, ring depth, per-source counters) through a callback.
 //!
 //! - [`auth`]: per-trigger `sluice_signature_failures_total` and `sluice_dedupe_dropped_total`.
+//! - [`flow`]: per-trigger `sluice_flow_control_total{trigger,gate,decision}`.
 //!
 //! Counters here use `std` atomics with `Relaxed` ordering and bypass the `crate::sync` shim.
 
 pub mod auth;
 pub mod counter;
 pub mod dispatch;
+pub mod flow;
 pub mod prom;
 
 pub use counter::{

@@ -3,10 +3,12 @@
 //!
 //! Cursor semantics (DESIGN.md, "Where sluice goes further"): the durable cursor means *done*,
 //! the lowest LSN without a recorded outcome. Nothing is ever acknowledged at admission: an
-//! event becomes done only when its `Done` record (delivered, dead-lettered, or "no handler") is
-//! durable. After a crash, recovery rebuilds the pending set from the log (events minus `Done`
-//! entries, with the latest `Retry` schedule applied) and the pump delivers those again: at
-//! least once, with the same event id.
+//! event becomes done only when its `Done` record (delivered, dead-lettered, skipped by a
+//! flow-control gate, or "no handler") is durable. After a crash, recovery rebuilds the pending
+//! set from the log (events minus `Done` entries, with the latest `Retry` schedule applied) and
+//! the pump delivers those again: at least once, with the same event id. Events waiting in a
+//! flow-control gate are outstanding jobs held by their core, so they count against
+//! `max_outstanding` and, after a restart, are pending and evaluated by the gates again.
 //!
 //! Backpressure: when `max_outstanding` jobs are out, the pump stops reading the WAL; its read
 //! position stays, committed events accumulate, the [`Backlog`](crate::sched::backlog::Backlog)
@@ -264,13 +266,7 @@ impl Pump {
                 &self.shared.config.destinations[dest].handler.uri,
                 self.links.job_txs.len(),
             );
-            let job = Job {
-                lsn,
-                event,
-                dest,
-                attempt,
-                due_at_ms,
-            };
+            let job = Job::new(lsn, event, dest, attempt, due_at_ms);
             if let Err(job) = self.send(core, job) {
                 self.stashed = Some((core, job));
                 break;
@@ -304,6 +300,19 @@ impl Pump {
                     self.done_queue.push(DoneEntry {
                         event_lsn: lsn,
                         status: DoneStatus::Delivered,
+                        attempts,
+                    });
+                }
+                JobOutcome::Skipped {
+                    lsn,
+                    reason: _,
+                    attempts,
+                } => {
+                    // The reason is counted by the gate (`sluice_flow_control_total`).
+                    self.finish(lsn);
+                    self.done_queue.push(DoneEntry {
+                        event_lsn: lsn,
+                        status: DoneStatus::Skipped,
                         attempts,
                     });
                 }

@@ -144,13 +144,16 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     .map_err(|e| RuntimeError::Config(format!("dead-letter queue: {e}")))?;
     let tail =
         WalTail::open(&config.wal_dir(), recovered.done_cursor).map_err(RuntimeError::Wal)?;
-    let metrics_dispatch = Arc::new(DispatchMetrics::new(
-        &config
-            .destinations
-            .iter()
-            .map(|d| (d.handler.uri.clone(), d.max_in_flight as u64))
-            .collect::<Vec<_>>(),
-    ));
+    let metrics_dispatch = Arc::new(
+        DispatchMetrics::new(
+            &config
+                .destinations
+                .iter()
+                .map(|d| (d.handler.uri.clone(), d.max_in_flight as u64))
+                .collect::<Vec<_>>(),
+        )
+        .with_flow(&config.triggers),
+    );
 
     let (ring_tx, ring_rx) = ring::channel(config.wal.ring_capacity);
     let parker = Parker::new();

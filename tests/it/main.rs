@@ -12,6 +12,7 @@
 //! - `shutdown`: graceful drain on SIGTERM.
 //! - `tools`: `sluice loadgen` and `sluice mock-downstream` (rate, concurrency cap, Retry-After).
 //! - `auth`: signature schemes, dedupe across a crash, the admin token.
+//! - `flow`: per-trigger flow-control gates with a real downstream.
 
 mod support;
 
@@ -20,6 +21,7 @@ mod connections;
 mod dispatch;
 mod downstream;
 mod durability;
+mod flow;
 mod http_errors;
 mod http_features;
 mod ingest;

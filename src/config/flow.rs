@@ -1,0 +1,561 @@
+//! Per-trigger flow-control gates (`[[triggers]]` keys `concurrency`, `priority`, `throttle`,
+//! `rate_limit`, `debounce`, `singleton`, `batch`) and the `[flow]` table.
+//!
+//! Same two stages as the rest of [`super`]: the `Raw*` serde images, every field documented,
+//! are validated once into [`FlowConfig`]. The semantics live in [`crate::dispatch::flow`].
+//!
+//! ```toml
+//! concurrency = { key = "event.headers.x-tenant", max = 10 }
+//! priority    = { key = "event.headers.x-tier", order = ["gold", "silver", "bronze"] }
+//! throttle    = { key = "event.body.user.id", period = "1m", max = 30 }
+//! rate_limit  = { period = "1h", max = 1000 }
+//! debounce    = { key = "event.body.pull_request.id", period = "30s" }
+//! singleton   = { key = "event.body.repository.id" }          # `singleton = {}` allowed
+//! batch       = { key = "event.source", size = 50, timeout = "2s" }
+//! ```
+//!
+//! Key selectors ([`KeySelector`]): `event.source`, `event.trigger`, `event.headers.<name>`
+//! (case-insensitive) and `event.body.<dotted.json.path>`. Only headers stored with the event
+//! are visible to a selector, so a header a selector names is **added to
+//! `[ingest] stored_headers`** at startup (see [`super::Config::build`]); past the 32-header
+//! bound that is a startup error naming the trigger and the header. Durations: a positive
+//! integer with `ms`, `s`, `m`, `h`, `d` or `w`.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{err, ConfigError};
+
+/// Most values in `priority.order`.
+pub const MAX_PRIORITY_ORDER: usize = 64;
+/// Largest `max` of `rate_limit` / `throttle` (each key keeps up to `max` timestamps).
+pub const MAX_WINDOW_MAX: u64 = 1_000_000;
+/// Largest `concurrency.max`.
+pub const MAX_CONCURRENCY: u64 = 100_000;
+/// Largest `batch.size` (a batch is one request body holding every member).
+pub const MAX_BATCH_SIZE: u64 = 10_000;
+/// Default of `[flow] max_gate_keys`.
+pub const DEFAULT_MAX_GATE_KEYS: usize = 100_000;
+
+// ---------------------------------------------------------------------------------------------
+// Stage 1: raw tables.
+// ---------------------------------------------------------------------------------------------
+
+/// `concurrency = { key?, max }`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConcurrency {
+    /// Key selector. Default: one gate for the trigger.
+    pub key: Option<String>,
+    /// Deliveries in progress at once per key. Required. Range: 1..=100_000.
+    pub max: Option<u64>,
+}
+
+/// `priority = { key, order }` (requires `concurrency`)
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPriority {
+    /// Key selector whose value is looked up in `order`. Required.
+    pub key: Option<String>,
+    /// Values, highest priority first; values not listed rank last. Required, 1..=64 distinct.
+    pub order: Option<Vec<String>>,
+}
+
+/// `throttle` and `rate_limit = { key?, period, max }`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWindow {
+    /// Key selector. Default: one gate for the trigger.
+    pub key: Option<String>,
+    /// Sliding window length. Required.
+    pub period: Option<String>,
+    /// Events per window per key. Required. Range: 1..=1_000_000.
+    pub max: Option<u64>,
+}
+
+/// `debounce = { key?, period }`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDebounce {
+    /// Key selector. Default: one gate for the trigger.
+    pub key: Option<String>,
+    /// Quiet time after the latest event of a key before it is delivered. Required.
+    pub period: Option<String>,
+}
+
+/// `singleton = { key? }`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSingleton {
+    /// Key selector. Default: one gate for the trigger.
+    pub key: Option<String>,
+}
+
+/// `batch = { key?, size, timeout }`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBatch {
+    /// Key selector. Default: one batch for the trigger.
+    pub key: Option<String>,
+    /// Members per batch. Required. Range: 1..=10_000.
+    pub size: Option<u64>,
+    /// A batch is delivered this long after its first member even if not full. Required.
+    pub timeout: Option<String>,
+}
+
+/// `[flow]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFlowSection {
+    /// Per core: most `rate_limit` / `throttle` keys with state. Idle keys (empty window, no
+    /// waiters) are evicted to make room; if none is idle, the event uses the gate's shared
+    /// `_overflow` key. Default: 100_000. Range: 1..=10_000_000.
+    pub max_gate_keys: Option<usize>,
+}
+
+/// The gate keys of one `[[triggers]]` entry, as written.
+#[derive(Debug, Default)]
+pub struct RawFlow {
+    pub concurrency: Option<RawConcurrency>,
+    pub priority: Option<RawPriority>,
+    pub throttle: Option<RawWindow>,
+    pub rate_limit: Option<RawWindow>,
+    pub debounce: Option<RawDebounce>,
+    pub singleton: Option<RawSingleton>,
+    pub batch: Option<RawBatch>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage 2: validated.
+// ---------------------------------------------------------------------------------------------
+
+/// What a gate key is taken from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySelector {
+    /// No `key`: one gate for the whole trigger.
+    Global,
+    /// `event.source`
+    Source,
+    /// `event.trigger`
+    Trigger,
+    /// `event.headers.<name>`, name lower-cased.
+    Header(String),
+    /// `event.body.<a.b.c>`: object members (or array indices) of the JSON body.
+    Body(Vec<String>),
+}
+
+impl KeySelector {
+    /// Parses a selector; the error says what is wrong (the caller names the key).
+    pub fn parse(text: &str) -> Result<KeySelector, String> {
+        let expected = "expected event.source, event.trigger, event.headers.<name> or \
+                        event.body.<dotted.path>";
+        match text {
+            "event.source" => return Ok(KeySelector::Source),
+            "event.trigger" => return Ok(KeySelector::Trigger),
+            _ => {}
+        }
+        if let Some(name) = text.strip_prefix("event.headers.") {
+            let ok = !name.is_empty()
+                && name.len() <= 256
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !ok {
+                return Err(format!("{text:?}: {name:?} is not a header name"));
+            }
+            return Ok(KeySelector::Header(name.to_ascii_lowercase()));
+        }
+        if let Some(path) = text.strip_prefix("event.body.") {
+            let segments: Vec<String> = path.split('.').map(str::to_string).collect();
+            if path.len() > 1024 || segments.iter().any(|s| s.is_empty()) {
+                return Err(format!(
+                    "{text:?}: the body path must be dot-separated non-empty names (≤ 1024 bytes)"
+                ));
+            }
+            return Ok(KeySelector::Body(segments));
+        }
+        Err(format!("{text:?} is not a key selector ({expected})"))
+    }
+
+    /// The header this selector reads, if any.
+    pub fn header(&self) -> Option<&str> {
+        match self {
+            KeySelector::Header(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+/// `concurrency` (with its optional `priority`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConcurrencyGate {
+    pub key: KeySelector,
+    pub max: usize,
+    pub priority: Option<PriorityOrder>,
+}
+
+/// `priority`: rank = position of the key's value in `order`; unlisted values rank `order.len()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorityOrder {
+    pub key: KeySelector,
+    pub order: Vec<String>,
+}
+
+impl PriorityOrder {
+    pub fn rank(&self, value: &str) -> usize {
+        self.order
+            .iter()
+            .position(|v| v == value)
+            .unwrap_or(self.order.len())
+    }
+}
+
+/// `throttle` / `rate_limit`: at most `max` per sliding `period` per key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowGate {
+    pub key: KeySelector,
+    pub period: Duration,
+    pub max: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DebounceGate {
+    pub key: KeySelector,
+    pub period: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SingletonGate {
+    pub key: KeySelector,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchGate {
+    pub key: KeySelector,
+    pub size: usize,
+    pub timeout: Duration,
+}
+
+/// A trigger's gates; all `None` (the default) means no flow control.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FlowConfig {
+    pub batch: Option<BatchGate>,
+    pub debounce: Option<DebounceGate>,
+    pub rate_limit: Option<WindowGate>,
+    pub throttle: Option<WindowGate>,
+    pub singleton: Option<SingletonGate>,
+    pub concurrency: Option<ConcurrencyGate>,
+}
+
+impl FlowConfig {
+    pub fn is_empty(&self) -> bool {
+        self == &FlowConfig::default()
+    }
+
+    /// Every header a selector of this trigger reads.
+    pub fn headers(&self) -> Vec<&str> {
+        let mut keys: Vec<&KeySelector> = Vec::new();
+        keys.extend(self.batch.as_ref().map(|g| &g.key));
+        keys.extend(self.debounce.as_ref().map(|g| &g.key));
+        keys.extend(self.rate_limit.as_ref().map(|g| &g.key));
+        keys.extend(self.throttle.as_ref().map(|g| &g.key));
+        keys.extend(self.singleton.as_ref().map(|g| &g.key));
+        if let Some(c) = &self.concurrency {
+            keys.push(&c.key);
+            keys.extend(c.priority.as_ref().map(|p| &p.key));
+        }
+        keys.into_iter().filter_map(KeySelector::header).collect()
+    }
+}
+
+/// `[flow]`, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowSettings {
+    pub max_gate_keys: usize,
+}
+
+pub(super) fn build_flow_settings(r: RawFlowSection) -> Result<FlowSettings, ConfigError> {
+    Ok(FlowSettings {
+        max_gate_keys: super::ranged(
+            "flow.max_gate_keys",
+            r.max_gate_keys,
+            DEFAULT_MAX_GATE_KEYS,
+            1,
+            10_000_000,
+        )?,
+    })
+}
+
+/// Flow-control durations: a positive integer with `ms`, `s`, `m`, `h`, `d` or `w` (weeks).
+pub fn parse_flow_duration(text: &str) -> Result<Duration, String> {
+    if let Some(n) = text.trim().strip_suffix('w') {
+        let days = super::parse_duration(&format!("{n}d"))
+            .map_err(|_| format!("duration {text:?} must be a positive integer with a unit"))?;
+        return days
+            .checked_mul(7)
+            .ok_or_else(|| format!("duration {text:?} is too large"));
+    }
+    super::parse_duration(text)
+        .map_err(|e| e.replace("(use ms, s, m, h or d)", "(use ms, s, m, h, d or w)"))
+}
+
+/// Validates one trigger's gates. `id` names the trigger in every message.
+pub fn build_flow(id: &str, r: RawFlow) -> Result<FlowConfig, ConfigError> {
+    let at = |key: &str, msg: String| ConfigError(format!("trigger {id:?}: {key}: {msg}"));
+    let selector = |gate: &str, key: Option<String>| -> Result<KeySelector, ConfigError> {
+        match key {
+            None => Ok(KeySelector::Global),
+            Some(k) => KeySelector::parse(&k).map_err(|e| at(&format!("{gate}.key"), e)),
+        }
+    };
+    let required = |gate: &str, field: &str| at(gate, format!("{field} is required"));
+    let number = |gate: &str, field: &str, v: Option<u64>, hi: u64| match v {
+        None => Err(required(gate, field)),
+        Some(n) if (1..=hi).contains(&n) => Ok(n as usize),
+        Some(n) => Err(at(
+            &format!("{gate}.{field}"),
+            format!("{n} is out of range (1..={hi})"),
+        )),
+    };
+    let duration = |gate: &str, field: &str, v: Option<String>| match v {
+        None => Err(required(gate, field)),
+        Some(t) => parse_flow_duration(&t).map_err(|e| at(&format!("{gate}.{field}"), e)),
+    };
+    if r.batch.is_some() {
+        let others = [
+            ("debounce", r.debounce.is_some()),
+            ("singleton", r.singleton.is_some()),
+            ("concurrency", r.concurrency.is_some()),
+            ("priority", r.priority.is_some()),
+            ("throttle", r.throttle.is_some()),
+            ("rate_limit", r.rate_limit.is_some()),
+        ];
+        if let Some((other, _)) = others.iter().find(|(_, set)| *set) {
+            return err(format!(
+                "trigger {id:?}: batch cannot be combined with {other} (remove one of the two keys)"
+            ));
+        }
+    }
+    if r.priority.is_some() && r.concurrency.is_none() {
+        return err(format!(
+            "trigger {id:?}: priority requires concurrency (priority orders concurrency waiters)"
+        ));
+    }
+    let window = |gate: &str, w: Option<RawWindow>| -> Result<Option<WindowGate>, ConfigError> {
+        let Some(w) = w else { return Ok(None) };
+        Ok(Some(WindowGate {
+            key: selector(gate, w.key)?,
+            period: duration(gate, "period", w.period)?,
+            max: number(gate, "max", w.max, MAX_WINDOW_MAX)?,
+        }))
+    };
+    let priority = match r.priority {
+        None => None,
+        Some(p) => {
+            let key = match p.key {
+                None => return Err(required("priority", "key")),
+                Some(k) => selector("priority", Some(k))?,
+            };
+            let order = p.order.ok_or_else(|| required("priority", "order"))?;
+            if order.is_empty() || order.len() > MAX_PRIORITY_ORDER {
+                return Err(at(
+                    "priority.order",
+                    format!("must list 1..={MAX_PRIORITY_ORDER} values"),
+                ));
+            }
+            for (i, v) in order.iter().enumerate() {
+                if order[..i].contains(v) {
+                    return Err(at("priority.order", format!("{v:?} is listed twice")));
+                }
+            }
+            Some(PriorityOrder { key, order })
+        }
+    };
+    let concurrency = match r.concurrency {
+        None => None,
+        Some(c) => Some(ConcurrencyGate {
+            key: selector("concurrency", c.key)?,
+            max: number("concurrency", "max", c.max, MAX_CONCURRENCY)?,
+            priority,
+        }),
+    };
+    Ok(FlowConfig {
+        batch: match r.batch {
+            None => None,
+            Some(b) => Some(BatchGate {
+                key: selector("batch", b.key)?,
+                size: number("batch", "size", b.size, MAX_BATCH_SIZE)?,
+                timeout: duration("batch", "timeout", b.timeout)?,
+            }),
+        },
+        debounce: match r.debounce {
+            None => None,
+            Some(d) => Some(DebounceGate {
+                key: selector("debounce", d.key)?,
+                period: duration("debounce", "period", d.period)?,
+            }),
+        },
+        rate_limit: window("rate_limit", r.rate_limit)?,
+        throttle: window("throttle", r.throttle)?,
+        singleton: match r.singleton {
+            None => None,
+            Some(s) => Some(SingletonGate {
+                key: selector("singleton", s.key)?,
+            }),
+        },
+        concurrency,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Config, ConfigError, Overrides};
+    use super::*;
+
+    fn build(gates: &str) -> Result<Config, ConfigError> {
+        let text = format!(
+            "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\nhandler = \"http://h/\"\n{gates}\n"
+        );
+        Config::build(
+            Config::parse_manifest(&text)?,
+            &|_| None,
+            &Overrides::default(),
+        )
+    }
+
+    fn flow(gates: &str) -> FlowConfig {
+        build(gates).unwrap().triggers[0].flow.clone()
+    }
+
+    #[test]
+    fn parses_the_issue_example() {
+        let f = flow(
+            "concurrency = { key = \"event.headers.X-Tenant\", max = 10 }\n\
+             priority = { key = \"event.headers.x-tier\", order = [\"gold\", \"silver\", \"bronze\"] }\n\
+             throttle = { key = \"event.body.user.id\", period = \"1m\", max = 30 }\n\
+             rate_limit = { period = \"1h\", max = 1000 }\n\
+             debounce = { key = \"event.body.pull_request.id\", period = \"30s\" }\n\
+             singleton = { key = \"event.body.repository.id\" }\n",
+        );
+        let c = f.concurrency.unwrap();
+        assert_eq!(c.key, KeySelector::Header("x-tenant".into()));
+        assert_eq!(c.max, 10);
+        let p = c.priority.unwrap();
+        assert_eq!((p.rank("gold"), p.rank("bronze"), p.rank("tin")), (0, 2, 3));
+        let t = f.throttle.unwrap();
+        assert_eq!(t.key, KeySelector::Body(vec!["user".into(), "id".into()]));
+        assert_eq!((t.period, t.max), (Duration::from_secs(60), 30));
+        let r = f.rate_limit.unwrap();
+        assert_eq!(r.key, KeySelector::Global);
+        assert_eq!(r.period, Duration::from_secs(3600));
+        assert_eq!(f.debounce.unwrap().period, Duration::from_secs(30));
+        assert!(f.singleton.is_some());
+        assert!(f.batch.is_none());
+    }
+
+    #[test]
+    fn empty_singleton_batch_and_weeks() {
+        assert_eq!(
+            flow("singleton = {}\n").singleton.unwrap().key,
+            KeySelector::Global
+        );
+        let b = flow("batch = { key = \"event.source\", size = 50, timeout = \"2s\" }")
+            .batch
+            .unwrap();
+        assert_eq!(
+            (b.key, b.size, b.timeout),
+            (KeySelector::Source, 50, Duration::from_secs(2))
+        );
+        assert_eq!(
+            flow("rate_limit = { period = \"2w\", max = 1 }")
+                .rate_limit
+                .unwrap()
+                .period,
+            Duration::from_secs(14 * 86_400)
+        );
+        assert_eq!(
+            flow("debounce = { period = \"250ms\", key = \"event.trigger\" }")
+                .debounce
+                .unwrap()
+                .period,
+            Duration::from_millis(250)
+        );
+        assert!(flow("").is_empty());
+    }
+
+    #[test]
+    fn selector_headers_are_added_to_the_stored_set() {
+        let c = build("concurrency = { key = \"event.headers.X-Tenant\", max = 1 }").unwrap();
+        assert!(c.ingest.stored_headers.iter().any(|h| h == "x-tenant"));
+    }
+
+    #[test]
+    fn invalid_input_names_the_trigger_and_key() {
+        let cases = [
+            ("concurrency = { max = 0 }", "concurrency.max"),
+            ("concurrency = {}", "concurrency: max is required"),
+            ("concurrency = { key = \"event.id\", max = 1 }", "concurrency.key"),
+            ("concurrency = { key = \"event.body.\", max = 1 }", "concurrency.key"),
+            ("concurrency = { key = \"event.body.a..b\", max = 1 }", "concurrency.key"),
+            ("concurrency = { key = \"event.headers.a b\", max = 1 }", "concurrency.key"),
+            ("throttle = { period = \"0s\", max = 1 }", "throttle.period"),
+            ("throttle = { period = \"1y\", max = 1 }", "throttle.period"),
+            ("throttle = { period = \"1.5s\", max = 1 }", "throttle.period"),
+            ("rate_limit = { max = 1 }", "rate_limit: period is required"),
+            ("rate_limit = { period = \"1s\", max = 0 }", "rate_limit.max"),
+            ("debounce = { key = \"event.source\" }", "debounce: period is required"),
+            ("batch = { size = 0, timeout = \"1s\" }", "batch.size"),
+            ("batch = { size = 2 }", "batch: timeout is required"),
+            ("priority = { key = \"event.source\", order = [\"a\"] }", "requires concurrency"),
+            (
+                "concurrency = { max = 1 }\npriority = { key = \"event.source\", order = [] }",
+                "priority.order",
+            ),
+            (
+                "concurrency = { max = 1 }\npriority = { key = \"event.source\", order = [\"a\", \"a\"] }",
+                "listed twice",
+            ),
+            (
+                "concurrency = { max = 1 }\npriority = { order = [\"a\"] }",
+                "priority: key is required",
+            ),
+            ("singleton = { kee = \"event.source\" }", "kee"),
+        ];
+        for (gates, needle) in cases {
+            let e = build(gates).unwrap_err();
+            assert!(e.0.contains(needle), "{gates:?}: {e}");
+            assert!(
+                e.0.contains("\"t\"") || needle == "kee",
+                "{gates:?}: {e} does not name the trigger"
+            );
+        }
+    }
+
+    #[test]
+    fn batch_excludes_every_other_gate_naming_both() {
+        for other in [
+            "debounce = { period = \"1s\" }",
+            "singleton = {}",
+            "concurrency = { max = 1 }",
+            "throttle = { period = \"1s\", max = 1 }",
+            "rate_limit = { period = \"1s\", max = 1 }",
+        ] {
+            let gates = format!("batch = {{ size = 2, timeout = \"1s\" }}\n{other}");
+            let e = build(&gates).unwrap_err();
+            let name = other.split_whitespace().next().unwrap();
+            assert!(
+                e.0.contains("\"t\"") && e.0.contains("batch") && e.0.contains(name),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn max_gate_keys_range() {
+        let c = build("").unwrap();
+        assert_eq!(c.flow.max_gate_keys, DEFAULT_MAX_GATE_KEYS);
+        let e = build("[flow]\nmax_gate_keys = 0").unwrap_err();
+        assert!(e.0.contains("flow.max_gate_keys"), "{e}");
+    }
+}

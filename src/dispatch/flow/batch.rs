@@ -1,0 +1,129 @@
+//! A batch's request: one [`Job`] carrying its members.
+//!
+//! The body is a JSON array, one object per member in arrival order:
+//! `{"event_id","source","received_at","body"}` where `received_at` is Unix milliseconds and
+//! `body` is the member's body verbatim when it is a JSON document; otherwise the object has
+//! `"body_base64"` (standard alphabet, padded) instead of `"body"`. The request's content type is
+//! `application/json`; its `webhook-id` is the first member's event id.
+//!
+//! The carrier job's `lsn`, `dest` and identity are the first member's; its attempt number and
+//! recovered due time are the largest of the members'. Every member gets the carrier's outcome
+//! (see `Dispatcher`).
+#![forbid(unsafe_code)]
+
+use base64::Engine as _;
+
+use crate::dispatch::job::Job;
+use crate::wal::EventRecord;
+
+/// Builds the carrier of `members` (at least one).
+pub fn carrier(members: Vec<Job>) -> Job {
+    debug_assert!(!members.is_empty());
+    let body = body(&members);
+    let first = &members[0];
+    let event = EventRecord {
+        event_id: first.event.event_id.clone(),
+        trigger_id: first.event.trigger_id.clone(),
+        source: first.event.source.clone(),
+        received_at_ms: first.event.received_at_ms,
+        headers: vec![("content-type".into(), b"application/json".to_vec())],
+        body,
+        replay_of: None,
+    };
+    Job {
+        lsn: first.lsn,
+        event,
+        dest: first.dest,
+        attempt: members.iter().map(|m| m.attempt).max().unwrap_or(1),
+        due_at_ms: members.iter().map(|m| m.due_at_ms).max().unwrap_or(0),
+        batch: members,
+    }
+}
+
+/// The JSON array of the members.
+pub fn body(members: &[Job]) -> Vec<u8> {
+    let size: usize = members
+        .iter()
+        .map(|m| m.event.body.len() * 4 / 3 + 128)
+        .sum();
+    let mut out = Vec::with_capacity(size + 2);
+    out.push(b'[');
+    for (i, m) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let e = &m.event;
+        out.extend_from_slice(b"{\"event_id\":");
+        push_json_string(&mut out, &e.event_id);
+        out.extend_from_slice(b",\"source\":");
+        push_json_string(&mut out, &e.source);
+        out.extend_from_slice(format!(",\"received_at\":{}", e.received_at_ms).as_bytes());
+        if serde_json::from_slice::<serde::de::IgnoredAny>(&e.body).is_ok() {
+            out.extend_from_slice(b",\"body\":");
+            out.extend_from_slice(&e.body);
+        } else {
+            out.extend_from_slice(b",\"body_base64\":\"");
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(&e.body)
+                    .as_bytes(),
+            );
+            out.push(b'"');
+        }
+        out.push(b'}');
+    }
+    out.push(b']');
+    out
+}
+
+fn push_json_string(out: &mut Vec<u8>, s: &str) {
+    // Serializing a &str into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn job(lsn: u64, id: &str, body: &[u8], attempt: u32) -> Job {
+        Job {
+            lsn,
+            event: EventRecord {
+                event_id: id.into(),
+                trigger_id: "t".into(),
+                source: "gh\"x".into(),
+                received_at_ms: 1000 + lsn,
+                headers: vec![],
+                body: body.to_vec(),
+                replay_of: None,
+            },
+            dest: 3,
+            attempt,
+            due_at_ms: lsn,
+            batch: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn json_and_binary_members() {
+        let c = carrier(vec![
+            job(7, "a", br#" {"k": [1, 2]} "#, 1),
+            job(9, "b", b"\xff\x00raw", 3),
+            job(8, "c", b"", 1),
+        ]);
+        assert_eq!((c.lsn, c.dest, c.attempt, c.due_at_ms), (7, 3, 3, 9));
+        assert_eq!(c.event.event_id, "a");
+        assert_eq!(c.batch.len(), 3);
+        let v: Value = serde_json::from_slice(&c.event.body).unwrap();
+        let a = v.as_array().unwrap();
+        assert_eq!(a.len(), 3);
+        assert_eq!(a[0]["event_id"], "a");
+        assert_eq!(a[0]["source"], "gh\"x");
+        assert_eq!(a[0]["received_at"], 1007);
+        assert_eq!(a[0]["body"]["k"][1], 2);
+        assert_eq!(a[1]["body_base64"], "/wByYXc=");
+        assert!(a[1].get("body").is_none());
+        assert_eq!(a[2]["body_base64"], "", "an empty body is not JSON");
+    }
+}

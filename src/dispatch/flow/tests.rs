@@ -1,0 +1,445 @@
+//! Gate tests on a manual clock: every decision is a function of the engine's state and `now`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::config::{Config, Overrides};
+use crate::metrics::flow::{DECISIONS, GATES};
+use crate::sync::clock::{Clock, ManualClock};
+
+const MS: Duration = Duration::from_millis(1);
+
+struct Rig {
+    engine: FlowEngine,
+    metrics: Arc<DispatchMetrics>,
+    clock: ManualClock,
+    lsn: u64,
+}
+
+impl Rig {
+    /// One trigger `t` with `gates`, plus `[flow]` text.
+    fn new(gates: &str, flow: &str) -> Rig {
+        let text = format!(
+            "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\nhandler = \"http://h/\"\n{gates}\n\
+             [[triggers]]\nid = \"plain\"\nprovider = \"p\"\npath = \"/plain\"\nhandler = \"http://h/\"\n\
+             {flow}\n"
+        );
+        let cfg = Arc::new(
+            Config::build(
+                Config::parse_manifest(&text).unwrap(),
+                &|_| None,
+                &Overrides::default(),
+            )
+            .unwrap(),
+        );
+        let metrics = Arc::new(DispatchMetrics::new(&[]).with_flow(&cfg.triggers));
+        Rig {
+            engine: FlowEngine::new(cfg, metrics.clone()),
+            metrics,
+            clock: ManualClock::new(1_000_000_000),
+            lsn: 0,
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now_nanos()
+    }
+
+    fn advance(&mut self, d: Duration) -> FlowOut {
+        self.clock.advance(d);
+        let mut out = FlowOut::default();
+        let now = self.now();
+        self.engine.on_tick(now, &mut out);
+        out
+    }
+
+    /// Offers an event of trigger `t` with `body` and headers; returns (lsn, out).
+    fn offer_with(
+        &mut self,
+        trigger: &str,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> (u64, FlowOut) {
+        self.lsn += 1;
+        let event = EventRecord {
+            event_id: format!("e{}", self.lsn),
+            trigger_id: trigger.into(),
+            source: "p".into(),
+            received_at_ms: self.lsn,
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            body: body.as_bytes().to_vec(),
+            replay_of: None,
+        };
+        let mut out = FlowOut::default();
+        let now = self.now();
+        self.engine
+            .offer(Job::new(self.lsn, event, 0, 1, 0), now, &mut out);
+        (self.lsn, out)
+    }
+
+    fn offer(&mut self, body: &str) -> (u64, FlowOut) {
+        self.offer_with("t", body, &[])
+    }
+
+    fn release(&mut self, lsn: u64) -> FlowOut {
+        let mut out = FlowOut::default();
+        self.engine.release(lsn, &mut out);
+        out
+    }
+
+    fn count(&self, gate: &str, decision: &str) -> u64 {
+        let g = GATES.iter().position(|x| *x == gate).unwrap();
+        let d = DECISIONS.iter().position(|x| *x == decision).unwrap();
+        self.metrics.flow.get(0, g, d)
+    }
+}
+
+fn ready(out: &FlowOut) -> Vec<u64> {
+    out.ready.iter().map(|j| j.lsn).collect()
+}
+
+fn skipped(out: &FlowOut) -> Vec<(u64, SkipReason)> {
+    out.skipped.iter().map(|(j, r)| (j.lsn, *r)).collect()
+}
+
+#[test]
+fn triggers_without_gates_pass_untouched() {
+    let mut r = Rig::new("rate_limit = { period = \"1s\", max = 1 }", "");
+    for _ in 0..3 {
+        let (lsn, out) = r.offer_with("plain", "{}", &[]);
+        assert_eq!(ready(&out), vec![lsn]);
+    }
+    assert_eq!(r.engine.next_deadline(), None);
+}
+
+#[test]
+fn rate_limit_skips_past_max_per_sliding_window() {
+    let mut r = Rig::new("rate_limit = { period = \"60s\", max = 1 }", "");
+    let (a, out) = r.offer("{}");
+    assert_eq!(ready(&out), vec![a]);
+    let (b, out) = r.offer("{}");
+    assert!(out.ready.is_empty());
+    assert_eq!(skipped(&out), vec![(b, SkipReason::RateLimited)]);
+    assert_eq!(r.engine.waiting(), 0, "a skip holds nothing");
+    r.advance(Duration::from_secs(60) - MS);
+    let (c, out) = r.offer("{}");
+    assert_eq!(skipped(&out), vec![(c, SkipReason::RateLimited)]);
+    r.advance(MS);
+    let (d, out) = r.offer("{}");
+    assert_eq!(
+        ready(&out),
+        vec![d],
+        "the first hit left the window at +60 s"
+    );
+    assert_eq!(
+        (r.count("rate_limit", "pass"), r.count("rate_limit", "skip")),
+        (2, 2)
+    );
+}
+
+#[test]
+fn rate_limit_is_per_key() {
+    let mut r = Rig::new(
+        "rate_limit = { key = \"event.body.user\", period = \"1m\", max = 2 }",
+        "",
+    );
+    for user in ["a", "a", "b", "b"] {
+        let (_, out) = r.offer(&format!("{{\"user\":\"{user}\"}}"));
+        assert_eq!(out.ready.len(), 1, "{user}");
+    }
+    let (_, out) = r.offer("{\"user\":\"a\"}");
+    assert_eq!(out.skipped.len(), 1);
+    let (_, out) = r.offer("{\"other\":1}");
+    assert_eq!(out.ready.len(), 1, "a missing value is the key \"null\"");
+}
+
+#[test]
+fn throttle_delays_excess_until_the_window_has_room() {
+    let mut r = Rig::new("throttle = { period = \"1s\", max = 1 }", "");
+    let (a, out) = r.offer("{}");
+    assert_eq!(ready(&out), vec![a]);
+    r.advance(100 * MS);
+    let (b, out) = r.offer("{}");
+    let (c, out2) = r.offer("{}");
+    assert!(out.ready.is_empty() && out2.ready.is_empty());
+    assert!(
+        out.skipped.is_empty() && out2.skipped.is_empty(),
+        "never dropped"
+    );
+    assert_eq!(r.engine.waiting(), 2);
+    assert_eq!(
+        r.engine.next_deadline(),
+        Some(1_000_000_000 + 1_000_000_000)
+    );
+    assert!(r.advance(899 * MS).ready.is_empty());
+    assert_eq!(ready(&r.advance(MS)), vec![b], "b goes at a + 1 s");
+    assert!(r.advance(999 * MS).ready.is_empty());
+    assert_eq!(ready(&r.advance(MS)), vec![c], "c goes at b + 1 s, FIFO");
+    assert_eq!(r.engine.waiting(), 0);
+    assert_eq!(
+        (r.count("throttle", "pass"), r.count("throttle", "wait")),
+        (1, 2)
+    );
+}
+
+#[test]
+fn throttle_newcomers_queue_behind_waiters() {
+    let mut r = Rig::new("throttle = { period = \"1s\", max = 2 }", "");
+    r.offer("{}");
+    r.offer("{}");
+    let (c, _) = r.offer("{}");
+    r.advance(Duration::from_secs(1) - MS);
+    let (d, out) = r.offer("{}");
+    assert!(out.ready.is_empty());
+    let out = r.advance(MS);
+    assert_eq!(
+        ready(&out),
+        vec![c, d],
+        "both hits left together: two waiters go, in order"
+    );
+}
+
+#[test]
+fn debounce_delivers_only_the_latest_after_quiet() {
+    let mut r = Rig::new("debounce = { period = \"500ms\" }", "");
+    let mut skipped_all = Vec::new();
+    let mut last = 0;
+    for _ in 0..5 {
+        let (lsn, out) = r.offer("{}");
+        assert!(out.ready.is_empty());
+        skipped_all.extend(skipped(&out));
+        last = lsn;
+        r.advance(100 * MS);
+    }
+    assert_eq!(
+        skipped_all,
+        (1..5)
+            .map(|l| (l, SkipReason::Debounced))
+            .collect::<Vec<_>>()
+    );
+    // The latest arrived at +400 ms; it goes at +900 ms.
+    assert!(r.advance(399 * MS).ready.is_empty());
+    assert_eq!(ready(&r.advance(MS)), vec![last]);
+    assert_eq!(r.engine.waiting(), 0);
+    assert_eq!(
+        r.engine.next_deadline(),
+        None,
+        "one timer per key, re-armed, then gone"
+    );
+    assert_eq!(
+        (r.count("debounce", "wait"), r.count("debounce", "skip")),
+        (5, 4)
+    );
+}
+
+#[test]
+fn debounce_keys_are_independent() {
+    let mut r = Rig::new(
+        "debounce = { key = \"event.headers.x-k\", period = \"1s\" }",
+        "",
+    );
+    let (a, _) = r.offer_with("t", "", &[("x-k", "1")]);
+    let (b, out) = r.offer_with("t", "", &[("x-k", "2")]);
+    assert!(out.skipped.is_empty());
+    let mut out = r.advance(Duration::from_secs(1));
+    out.ready.sort_by_key(|j| j.lsn);
+    assert_eq!(ready(&out), vec![a, b]);
+}
+
+#[test]
+fn singleton_skips_while_in_progress_and_frees_at_release() {
+    let mut r = Rig::new("singleton = { key = \"event.body.repo\" }", "");
+    let (a, out) = r.offer("{\"repo\":1}");
+    assert_eq!(ready(&out), vec![a]);
+    let (b, out) = r.offer("{\"repo\":1}");
+    assert_eq!(skipped(&out), vec![(b, SkipReason::SingletonActive)]);
+    let (c, out) = r.offer("{\"repo\":2}");
+    assert_eq!(ready(&out), vec![c], "another key is free");
+    assert!(r.release(a).ready.is_empty());
+    let (d, out) = r.offer("{\"repo\":1}");
+    assert_eq!(ready(&out), vec![d]);
+    assert_eq!(r.count("singleton", "skip"), 1);
+}
+
+#[test]
+fn empty_singleton_is_one_gate_for_the_trigger() {
+    let mut r = Rig::new("singleton = {}", "");
+    let (a, _) = r.offer("{\"repo\":1}");
+    let (_, out) = r.offer("{\"repo\":2}");
+    assert_eq!(out.skipped.len(), 1);
+    r.release(a);
+    assert_eq!(r.offer("{}").1.ready.len(), 1);
+}
+
+#[test]
+fn concurrency_orders_waiters_by_priority_then_arrival() {
+    let mut r = Rig::new(
+        "concurrency = { max = 1 }\n\
+         priority = { key = \"event.headers.x-tier\", order = [\"gold\", \"silver\", \"bronze\"] }",
+        "",
+    );
+    let (first, out) = r.offer_with("t", "", &[("x-tier", "bronze")]);
+    assert_eq!(ready(&out), vec![first]);
+    let mut lsn = |tier: &str| {
+        let (l, out) = r.offer_with("t", "", &[("x-tier", tier)]);
+        assert!(out.ready.is_empty() && out.skipped.is_empty());
+        l
+    };
+    let bronze = lsn("bronze");
+    let unlisted = lsn("tin");
+    let gold = lsn("gold");
+    let silver = lsn("silver");
+    let gold2 = lsn("gold");
+    let none = {
+        let (l, out) = r.offer("");
+        assert!(out.ready.is_empty());
+        l
+    };
+    assert_eq!(r.engine.waiting(), 6);
+    let mut order = Vec::new();
+    let mut current = first;
+    for _ in 0..6 {
+        let out = r.release(current);
+        assert_eq!(out.ready.len(), 1, "max = 1: one admitted per release");
+        current = out.ready[0].lsn;
+        order.push(current);
+    }
+    assert_eq!(order, vec![gold, gold2, silver, bronze, unlisted, none]);
+    assert!(r.release(current).ready.is_empty());
+    assert_eq!(r.engine.waiting(), 0);
+    assert_eq!(
+        (
+            r.count("concurrency", "pass"),
+            r.count("concurrency", "wait")
+        ),
+        (1, 6)
+    );
+}
+
+#[test]
+fn concurrency_max_per_key() {
+    let mut r = Rig::new("concurrency = { key = \"event.body.t\", max = 2 }", "");
+    let (a, _) = r.offer("{\"t\":\"x\"}");
+    let (b, out) = r.offer("{\"t\":\"x\"}");
+    assert_eq!(ready(&out), vec![b]);
+    let (c, out) = r.offer("{\"t\":\"x\"}");
+    assert!(out.ready.is_empty());
+    assert_eq!(r.offer("{\"t\":\"y\"}").1.ready.len(), 1);
+    assert_eq!(ready(&r.release(a)), vec![c]);
+    assert!(r.release(b).ready.is_empty());
+    assert!(r.release(c).ready.is_empty());
+    assert!(
+        !r.engine.gates[0].concurrency.contains_key("x"),
+        "idle key removed"
+    );
+}
+
+#[test]
+fn gates_run_in_order_singleton_holds_through_a_concurrency_wait() {
+    let mut r = Rig::new(
+        "rate_limit = { period = \"1h\", max = 3 }\n\
+         singleton = { key = \"event.body.k\" }\n\
+         concurrency = { max = 1 }",
+        "",
+    );
+    let (a, out) = r.offer("{\"k\":1}");
+    assert_eq!(ready(&out), vec![a]);
+    let (b, out) = r.offer("{\"k\":2}");
+    assert!(out.ready.is_empty(), "b waits for the concurrency slot");
+    let (c, out) = r.offer("{\"k\":2}");
+    assert_eq!(
+        skipped(&out),
+        vec![(c, SkipReason::SingletonActive)],
+        "b holds k=2"
+    );
+    let (d, out) = r.offer("{\"k\":3}");
+    assert_eq!(
+        skipped(&out),
+        vec![(d, SkipReason::RateLimited)],
+        "rate_limit comes before singleton: c used the third hit"
+    );
+    assert_eq!(ready(&r.release(a)), vec![b]);
+}
+
+#[test]
+fn batch_flushes_at_size_and_at_timeout() {
+    let mut r = Rig::new("batch = { size = 3, timeout = \"2s\" }", "");
+    let (a, o1) = r.offer("{\"n\":1}");
+    let (b, o2) = r.offer("not json");
+    assert!(o1.ready.is_empty() && o2.ready.is_empty());
+    let (c, out) = r.offer("{\"n\":3}");
+    assert_eq!(out.ready.len(), 1);
+    let carrier = &out.ready[0];
+    assert_eq!(carrier.lsn, a);
+    assert_eq!(carrier.lsns(), vec![a, b, c]);
+    assert_eq!(carrier.events(), 3);
+    let body: serde_json::Value = serde_json::from_slice(&carrier.event.body).unwrap();
+    assert_eq!(body.as_array().unwrap().len(), 3);
+    assert_eq!(body[1]["body_base64"], "bm90IGpzb24=");
+    assert_eq!(r.engine.waiting(), 0);
+    // A partial batch leaves at its timeout, counted from its first member.
+    let (d, _) = r.offer("{}");
+    r.advance(Duration::from_secs(1));
+    let (e, _) = r.offer("{}");
+    assert!(r.advance(Duration::from_secs(1) - MS).ready.is_empty());
+    let out = r.advance(MS);
+    assert_eq!(out.ready.len(), 1);
+    assert_eq!(out.ready[0].lsns(), vec![d, e]);
+    // The stale timer of the size-flushed batch fired harmlessly.
+    assert_eq!(r.engine.next_deadline(), None);
+    assert_eq!((r.count("batch", "pass"), r.count("batch", "wait")), (1, 4));
+}
+
+#[test]
+fn batch_keys_collect_separately() {
+    let mut r = Rig::new(
+        "batch = { key = \"event.body.g\", size = 2, timeout = \"1s\" }",
+        "",
+    );
+    let (a, _) = r.offer("{\"g\":1}");
+    let (_, out) = r.offer("{\"g\":2}");
+    assert!(out.ready.is_empty());
+    let (b, out) = r.offer("{\"g\":1}");
+    assert_eq!(out.ready[0].lsns(), vec![a, b]);
+}
+
+#[test]
+fn window_keys_are_bounded_idle_ones_evicted_then_overflow_shared() {
+    let mut r = Rig::new(
+        "rate_limit = { key = \"event.body.k\", period = \"1s\", max = 1 }",
+        "[flow]\nmax_gate_keys = 2",
+    );
+    assert_eq!(r.offer("{\"k\":1}").1.ready.len(), 1);
+    assert_eq!(r.offer("{\"k\":2}").1.ready.len(), 1);
+    assert_eq!(r.engine.window_keys(), 2);
+    // Table full, nothing idle: k=3 and k=4 share the overflow key (limit applies to both).
+    assert_eq!(r.offer("{\"k\":3}").1.ready.len(), 1);
+    assert_eq!(r.offer("{\"k\":4}").1.skipped.len(), 1);
+    assert_eq!(r.count("rate_limit", "overflow"), 2);
+    assert_eq!(r.engine.window_keys(), 2);
+    // After the windows empty, idle keys are evicted and new keys get their own entry.
+    r.advance(Duration::from_secs(1));
+    assert_eq!(r.offer("{\"k\":5}").1.ready.len(), 1);
+    assert_eq!(r.offer("{\"k\":6}").1.ready.len(), 1);
+    assert_eq!(r.engine.window_keys(), 2);
+    assert_eq!(r.count("rate_limit", "overflow"), 2);
+    assert!(r.engine.gates[0].rate_limit.contains_key("5"));
+}
+
+#[test]
+fn throttle_keys_with_waiters_are_not_evicted() {
+    let mut r = Rig::new(
+        "throttle = { key = \"event.body.k\", period = \"1s\", max = 1 }",
+        "[flow]\nmax_gate_keys = 1",
+    );
+    r.offer("{\"k\":1}");
+    let (b, _) = r.offer("{\"k\":1}");
+    r.advance(Duration::from_millis(999));
+    r.engine.sweep(r.now());
+    assert_eq!(r.engine.window_keys(), 1);
+    assert_eq!(ready(&r.advance(MS)), vec![b]);
+}
