@@ -106,8 +106,11 @@ fn throttle_delays_the_second_event_by_the_period() {
     assert_eq!((&seen[1].webhook_id, &seen[2].webhook_id), (&a, &b));
     let gap = seen[2].at.duration_since(seen[1].at);
     eprintln!("throttle: the second call came {gap:?} after the first");
+    // The gate spaces the two by the period on sluice's clock, at the moment it admits each;
+    // the downstream stamps them after delivery, so scheduling jitter between the two calls
+    // (a loaded 2-core machine can delay one write by a few ms) is allowed for, and no more.
     assert!(
-        gap >= Duration::from_secs(1),
+        gap >= Duration::from_millis(990),
         "the throttled event came {gap:?} after the first"
     );
     assert!(gap < Duration::from_secs(3), "waited too long: {gap:?}");
