@@ -246,8 +246,8 @@ const WIDTH: f64 = 960.0;
 const PANEL_HEIGHT: f64 = 190.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 20.0;
-const TOP: f64 = 44.0;
-const PANEL_GAP: f64 = 46.0;
+const TOP: f64 = 40.0;
+const PANEL_GAP: f64 = 62.0;
 const PALETTE: &[&str] = &[
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
 ];
@@ -370,7 +370,7 @@ fn render(title: &str, xlabel: &str, panels: &[Panel], marks: &[f64]) -> String 
         escape(title)
     );
     for (k, panel) in panels.iter().enumerate() {
-        let top = TOP + k as f64 * (PANEL_HEIGHT + PANEL_GAP) + 16.0;
+        let top = TOP + k as f64 * (PANEL_HEIGHT + PANEL_GAP) + 32.0;
         let bottom = top + PANEL_HEIGHT;
         let y_max = panel
             .series
@@ -378,12 +378,13 @@ fn render(title: &str, xlabel: &str, panels: &[Panel], marks: &[f64]) -> String 
             .flat_map(|s| s.points.iter().map(|p| p.1))
             .fold(0.0f64, f64::max);
         let y_step = nice_step(if y_max > 0.0 { y_max } else { 1.0 }, 4.0);
-        let y_end = ((y_max / y_step).ceil() * y_step).max(y_step);
+        // Headroom, so a series at its maximum does not sit on the frame.
+        let y_end = ((y_max * 1.08 / y_step).ceil() * y_step).max(y_step);
         let sy = |y: f64| bottom - y / y_end * PANEL_HEIGHT;
         let _ = writeln!(
             s,
             r#"<text x="{LEFT}" y="{}" font-size="12" font-weight="bold">{}</text>"#,
-            top - 6.0,
+            top - 20.0,
             escape(&panel.title)
         );
         // Grid and axes.

@@ -35,7 +35,7 @@ OFFSET=$(awk -v a="$T0" -v b="$MOCK_T0" 'BEGIN { printf "%d", a - b }')
   --panel "Arrivals and answers per second|lg_offered:offered,lg_sent:sent incl. retries,lg_2xx:202,lg_503:503|requests/s" \
   --panel "Durable backlog (committed, not delivered)|pending_events:pending events,pump_outstanding:pump outstanding|events" \
   --panel "Delivered per second (200s at the downstream)|mock_200:delivered/s|events/s" \
-  --panel "Calls in flight to the downstream (all three lines sit at 10)|permits:permits,mock_max_concurrency:peak in service at downstream (per second),in_flight:sluice in flight (sampled)|calls" \
+  --panel "Calls in flight to the downstream (the three lines coincide at 10)|permits:permits,mock_max_concurrency:peak in service at downstream (per second),in_flight:sluice in flight (sampled)|calls" \
   --panel "Refusals per second by reason|refused_queue_full:queue_full,refused_ingest_saturated:ingest_saturated,refused_wal_busy:wal_busy,refused_other:other|refusals/s" \
   --panel "Latency seen by the sender|lg_accepted_p99_ms:202 p99,lg_refused_p99_ms:503 p99|ms" \
   --panel "sluice resident memory|rss_kib:VmRSS|KiB" \
