@@ -41,4 +41,5 @@ OFFSET=$(awk -v a="$T0" -v b="$MOCK_T0" 'BEGIN { printf "%d", a - b }')
   --panel "sluice resident memory|rss_kib:VmRSS|KiB" \
   --panel "CPU (100 ticks/s = one core busy)|cpu_ticks:sluice,machine_busy_ticks:whole machine (2 cores; shared)|ticks/s"
 check_permits_json "$OUT/mock-stats.json" "$PERMITS"
+check_inflight "$OUT/timeline.csv"
 echo "burst: wrote $OUT"

@@ -182,3 +182,12 @@ check_permits_json() {
     return 1
   fi
 }
+
+# check_inflight TIMELINE_CSV: fails loudly if sluice's own sampled in-flight gauge ever exceeded
+# its permits gauge.
+check_inflight() {
+  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    $c["in_flight"] != "" && $c["in_flight"] > $c["permits"] {
+      printf "INVARIANT BROKEN: second %s: in flight %s > permits %s\n", $1, $c["in_flight"], $c["permits"] > "/dev/stderr"; bad = 1 }
+    END { exit bad }' "$1"
+}

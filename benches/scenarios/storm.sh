@@ -39,6 +39,7 @@ for MODE in honor immediate; do
      $mock[0].per_status["200"], $mock[0].max_concurrency_seen, ($mock[0].per_status["503"] // 0),
      $r0, $rm, $cpu] | @csv' "$OUT/loadgen-$MODE.json" | tr -d '"' >>"$OUT/table.csv"
   check_permits_json "$OUT/mock-$MODE.json" "$PERMITS"
+  check_inflight "$OUT/timeline-$MODE.csv"
 done
 column -s, -t "$OUT/table.csv"
 "$REPORT" join --in "honor=$OUT/timeline-honor.csv" --in "immediate=$OUT/timeline-immediate.csv" --out "$WORK/joined.csv"

@@ -66,6 +66,7 @@ for P in "${LIST[@]}"; do
      [$p, (.totals.offered / ($L | tonumber) | floor), (.totals["2xx"] / ($L | tonumber) | floor),
       .totals["503"], $d, $m503, $to, $r, $pa, $peak, $inf, .accepted.mean_ms, .accepted.p99_ms, $dm, $am, $ae,
       $pend, $dlq, $op, $rss] | @csv' "$WORK/loadgen-summary.json" | tr -d '"' >>"$TABLE"
+  check_inflight "$OUT/timeline-p$P.csv"
   tail -1 "$TABLE"
 done
 column -s, -t "$TABLE"
