@@ -139,6 +139,16 @@ impl DestinationState {
         let mut events = Vec::new();
         let transition = match class {
             Class::Delivered => self.circuit.on_success(now),
+            // A 429/503 *with* `Retry-After` is the destination's own backpressure signal: it is
+            // obeyed through the pause below and is not a failure of the destination, so it
+            // does not count towards opening the circuit (a wave of them from a busy but
+            // healthy destination must not dead-letter everything behind it). A half-open probe
+            // answered that way still reopens the circuit: the destination is not ready.
+            Class::Retryable { pause: Some(_) }
+                if self.circuit.state() != CircuitState::HalfOpen =>
+            {
+                None
+            }
             Class::Retryable { .. } => self.circuit.on_failure(now),
             Class::Permanent if self.circuit.state() == CircuitState::HalfOpen => {
                 self.circuit.on_success(now)
@@ -158,7 +168,6 @@ impl DestinationState {
         events
     }
 
-    /// Permits out now.
     /// Gives a permit back without an outcome: the attempt never reached the destination (a
     /// kept-alive connection the server had already closed). Feeds neither the circuit nor a
     /// pause.
@@ -166,6 +175,7 @@ impl DestinationState {
         self.permits.release(permit);
     }
 
+    /// Permits out now.
     pub fn in_flight(&self) -> usize {
         self.permits.in_flight()
     }
@@ -237,6 +247,33 @@ mod tests {
             assert!(d.in_flight() <= d.max_in_flight());
             assert_eq!(d.in_flight(), held.len());
         }
+    }
+
+    #[test]
+    fn retry_after_backpressure_pauses_but_does_not_open_the_circuit() {
+        let busy = Class::Retryable {
+            pause: Some(Duration::from_millis(10)),
+        };
+        let mut d = dest(10, 3, None);
+        let mut now = 0;
+        for _ in 0..10 {
+            now += 20 * MS; // past the previous pause
+            let (p, _) = go(&mut d, now);
+            let ev = d.complete(p, now, &busy);
+            assert!(
+                ev.iter()
+                    .all(|e| matches!(e, DestinationEvent::Paused { .. })),
+                "{ev:?}"
+            );
+        }
+        assert_eq!(d.circuit_state(), CircuitState::Closed);
+        // The same status without Retry-After is a failure like any other.
+        for _ in 0..3 {
+            now += 20 * MS;
+            let (p, _) = go(&mut d, now);
+            d.complete(p, now, &FAIL);
+        }
+        assert_eq!(d.circuit_state(), CircuitState::Open);
     }
 
     #[test]
@@ -326,18 +363,15 @@ mod tests {
     #[test]
     fn open_circuit_fails_fast_even_while_paused() {
         let mut d = dest(10, 1, None);
-        let (p, _) = go(&mut d, 0);
+        let (p1, _) = go(&mut d, 0);
+        let (p2, _) = go(&mut d, 0);
+        let ev = d.complete(p1, 0, &FAIL);
+        assert_eq!(ev, vec![DestinationEvent::Circuit(Transition::Opened)]);
         let class = Class::Retryable {
             pause: Some(Duration::from_secs(30)),
         };
-        let ev = d.complete(p, 0, &class);
-        assert_eq!(
-            ev,
-            vec![
-                DestinationEvent::Circuit(Transition::Opened),
-                DestinationEvent::Paused { until: 30 * S }
-            ]
-        );
+        let ev = d.complete(p2, 0, &class);
+        assert_eq!(ev, vec![DestinationEvent::Paused { until: 30 * S }]);
         assert!(matches!(d.gate(S), Gate::FailFast { .. }));
     }
 
@@ -364,12 +398,14 @@ mod tests {
     #[test]
     fn probe_is_not_spent_on_a_wait() {
         // Open circuit, window passed, but paused: the probe stays available.
-        let mut d = dest(1, 1, None);
-        let (p, _) = go(&mut d, 0);
+        let mut d = dest(2, 1, None);
+        let (p1, _) = go(&mut d, 0);
+        let (p2, _) = go(&mut d, 0);
+        d.complete(p1, 0, &FAIL);
         let class = Class::Retryable {
             pause: Some(Duration::from_secs(90)),
         };
-        d.complete(p, 0, &class);
+        d.complete(p2, 0, &class);
         assert!(matches!(d.gate(70 * S), Gate::Wait { until } if until == 90 * S));
         assert_eq!(d.circuit_state(), CircuitState::Open);
         let (probe, is_probe) = go(&mut d, 90 * S);

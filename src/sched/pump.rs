@@ -491,8 +491,14 @@ impl Pump {
         worked
     }
 
-    /// Once a second: drain rate and the live gauges.
+    /// Live gauges every turn; the drain rate once a second.
     fn tick(&mut self, now_ms: u64) {
+        // Every turn: the live gauges (three stores). The oldest pending event is the one with
+        // the lowest LSN (receipt order), so its age at scrape time is always current.
+        let oldest = self.live.first_key_value().map(|(_, l)| l.received_at_ms);
+        self.shared
+            .metrics_dispatch
+            .set_pump(self.outstanding as u64, oldest, self.done_cursor());
         if now_ms < self.tick_at_ms + 1000 {
             return;
         }
@@ -501,10 +507,6 @@ impl Pump {
             .backlog
             .record_drained(std::mem::take(&mut self.drained_since_tick), elapsed);
         self.tick_at_ms = now_ms;
-        let oldest = self.live.values().map(|l| l.received_at_ms).min();
-        self.shared
-            .metrics_dispatch
-            .set_pump(self.outstanding as u64, oldest, self.done_cursor());
     }
 }
 
