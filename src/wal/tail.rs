@@ -10,8 +10,14 @@
 //! should start means it is the first record of the segment named `n`. The writer creates,
 //! preallocates and writes that segment before it publishes a durable LSN `>= n`.
 //!
-//! Memory: one read buffer holding the current record (up to [`MAX_RECORD_BYTES`]; shrunk back
-//! to [`READ_BUF_KEEP`] after a large one) plus the decoded record handed to the caller.
+//! Read-ahead: each `pread` fetches at least [`READ_AHEAD`] bytes into a window, and following
+//! records are parsed from the window without another system call. The window remembers the
+//! durable LSN at the time it was read; a record is taken from it only if its LSN is at or below
+//! that mark (its bytes were final when read), otherwise the window is read again. So read-ahead
+//! past the durable frontier is harmless: those bytes are never trusted.
+//!
+//! Memory: the window (at least [`READ_AHEAD`], up to one [`MAX_RECORD_BYTES`] record; shrunk
+//! back to [`READ_BUF_KEEP`] after a large one) plus the decoded record handed to the caller.
 #![forbid(unsafe_code)]
 
 use super::format::{decode_payload, parse_record, Parsed, Record, RECORD_HEADER_BYTES};
@@ -24,6 +30,8 @@ use std::path::{Path, PathBuf};
 
 /// Read-buffer capacity kept between records; a larger one is released after use.
 pub const READ_BUF_KEEP: usize = 1 << 20;
+/// Bytes fetched per `pread` at least.
+pub const READ_AHEAD: usize = 256 * 1024;
 
 /// The segment being read.
 #[derive(Debug)]
@@ -43,7 +51,11 @@ pub struct WalTail {
     next_lsn: Lsn,
     /// Records below this LSN are skipped (by header, without being read whole).
     from_lsn: Lsn,
+    /// Read-ahead window: bytes of the current segment from file offset `win_start`.
     buf: Vec<u8>,
+    win_start: u64,
+    /// The durable LSN when the window was read: records up to it are final in the window.
+    win_durable: Lsn,
 }
 
 impl WalTail {
@@ -58,6 +70,8 @@ impl WalTail {
             next_lsn: from_lsn.max(1),
             from_lsn,
             buf: Vec::new(),
+            win_start: 0,
+            win_durable: 0,
         };
         tail.locate()?;
         Ok(tail)
@@ -78,7 +92,7 @@ impl WalTail {
             if self.segment.is_none() {
                 self.locate()?;
             }
-            let Some(len) = self.header()? else {
+            let Some(len) = self.header(durable_lsn)? else {
                 self.roll()?;
                 continue;
             };
@@ -87,7 +101,7 @@ impl WalTail {
                 self.next_lsn += 1;
                 continue;
             }
-            let rec = self.read_record(len)?;
+            let rec = self.read_record(len, durable_lsn)?;
             self.pos += len as u64;
             self.next_lsn += 1;
             return Ok(Some(rec));
@@ -107,6 +121,7 @@ impl WalTail {
             self.segment = Some(open_segment(path)?);
             self.pos = 0;
             self.next_lsn = *first;
+            self.buf.clear();
         }
         Ok(())
     }
@@ -124,14 +139,17 @@ impl WalTail {
         }
         self.segment = Some(open_segment(&path)?);
         self.pos = 0;
+        self.buf.clear();
         Ok(())
     }
 
     /// Reads and checks the header at `pos`: `Some(len)` for a record, `None` at the end of
     /// the segment's data.
-    fn header(&mut self) -> Result<Option<usize>, WalError> {
+    fn header(&mut self, durable: Lsn) -> Result<Option<usize>, WalError> {
+        let view = self.window(RECORD_HEADER_BYTES, durable)?;
+        let n = view.len();
         let mut h = [0u8; RECORD_HEADER_BYTES];
-        let n = self.read_at(&mut h)?;
+        h[..n].copy_from_slice(view);
         let len = if n >= 4 {
             u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize
         } else {
@@ -153,26 +171,52 @@ impl WalTail {
         Ok(Some(len))
     }
 
-    fn read_record(&mut self, len: usize) -> Result<(Lsn, Record), WalError> {
-        if self.buf.capacity() > READ_BUF_KEEP && len <= READ_BUF_KEEP {
-            self.buf = Vec::with_capacity(READ_BUF_KEEP);
+    fn read_record(&mut self, len: usize, durable: Lsn) -> Result<(Lsn, Record), WalError> {
+        let n = self.window(len, durable)?.len();
+        if n < len {
+            return Err(self.corrupt("record extends past the end of the segment"));
         }
-        let mut buf = std::mem::take(&mut self.buf);
-        buf.resize(len, 0);
-        let read = self.read_at(&mut buf);
-        let result = match read {
-            Ok(n) if n < len => Err(self.corrupt("record extends past the end of the segment")),
-            Ok(_) => match parse_record(&buf) {
-                Parsed::Record(r) => decode_payload(r.kind, r.payload)
-                    .map(|rec| (r.lsn, rec))
-                    .map_err(|e| self.corrupt(format!("{:?} payload: {e}", r.kind))),
-                Parsed::Bad(reason) => Err(self.corrupt(reason)),
-                Parsed::End => Err(self.corrupt("record vanished")),
-            },
-            Err(e) => Err(e),
+        let off = (self.pos - self.win_start) as usize;
+        let result = match parse_record(&self.buf[off..off + len]) {
+            Parsed::Record(r) => decode_payload(r.kind, r.payload)
+                .map(|rec| (r.lsn, rec))
+                .map_err(|e| format!("{:?} payload: {e}", r.kind)),
+            Parsed::Bad(reason) => Err(reason.to_string()),
+            Parsed::End => Err("record vanished".to_string()),
         };
-        self.buf = buf;
-        result
+        result.map_err(|reason| self.corrupt(reason))
+    }
+
+    /// The bytes `[pos, pos + len)` of the segment (shorter at its end), from the window if it
+    /// holds them *and* was read when the record at `pos` was already durable; otherwise the
+    /// window is read again from `pos` (at least [`READ_AHEAD`] bytes).
+    fn window(&mut self, len: usize, durable: Lsn) -> Result<&[u8], WalError> {
+        let end = self.win_start + self.buf.len() as u64;
+        let fresh = self.next_lsn <= self.win_durable;
+        if !(fresh && self.pos >= self.win_start && self.pos + len as u64 <= end) {
+            let want = len.max(READ_AHEAD);
+            if self.buf.capacity() > READ_BUF_KEEP.max(want) {
+                self.buf = Vec::new();
+            }
+            let mut buf = std::mem::take(&mut self.buf);
+            buf.clear();
+            buf.resize(want, 0);
+            let read = self.read_at(&mut buf);
+            let n = match read {
+                Ok(n) => n,
+                Err(e) => {
+                    self.buf = Vec::new();
+                    return Err(e);
+                }
+            };
+            buf.truncate(n);
+            self.buf = buf;
+            self.win_start = self.pos;
+            self.win_durable = durable;
+        }
+        let off = (self.pos - self.win_start) as usize;
+        let avail = self.buf.len() - off;
+        Ok(&self.buf[off..off + len.min(avail)])
     }
 
     /// Fills `buf` from `pos` as far as the file goes; returns the bytes read.
@@ -347,6 +391,10 @@ mod tests {
         let off = tail.pos;
         let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
         f.write_all_at(&[0xAB], off + 40).unwrap();
+        // Bytes below the durable LSN are final, so a tail trusts what it already read ahead;
+        // a fresh tail reads the damage.
+        let mut tail = WalTail::open(&cfg.dir, 1).unwrap();
+        assert_eq!(tail.next(5).unwrap().unwrap().1, Record::Event(evs[0].clone()));
         match tail.next(5) {
             Err(WalError::Corrupt {
                 segment, offset, ..
@@ -359,6 +407,8 @@ mod tests {
         let mut tail = WalTail::open(&cfg.dir, 1).unwrap();
         tail.next(1).unwrap();
         f.write_all_at(&[0; 17], tail.pos).unwrap();
+        let mut tail = WalTail::open(&cfg.dir, 1).unwrap();
+        tail.next(1).unwrap();
         assert!(matches!(tail.next(2), Err(WalError::Corrupt { .. })));
     }
 }
