@@ -273,10 +273,10 @@ impl<T: Send> Sender<T> {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        // SAFETY: our CAS is the only one that moved the tail from `tail`, so we
-                        // alone own this slot until we bump its stamp; the consumer will not read
-                        // it before seeing `tail + READY`, and it holds no live value (stamp ==
-                        // tail means the previous lap's value was moved out, Acquire above).
+                        // Our CAS alone moved the tail from `tail`: we own this slot until we bump
+                        // its stamp; the consumer waits for `tail + READY`; stamp == tail means the
+                        // last lap's value was moved out (Acquire above), so nothing live is here.
+                        // SAFETY: exclusive access to an empty slot, as argued just above.
                         slot.value.with_mut(|p| unsafe { (*p).write(value) });
                         // Release: pairs with the consumer's Acquire load in `try_pop`, which
                         // then sees the value fully written.
@@ -341,10 +341,10 @@ impl<T: Send> Receiver<T> {
         if slot.stamp.load(Ordering::Acquire) != head | READY {
             return None;
         }
-        // SAFETY: stamp == head + READY means the producer of position `head` has written the
-        // value (Acquire above) and will not touch the slot again; no producer may write it
-        // before we bump the stamp to `head + lap`; and we are the only consumer (`&mut self`),
-        // so we move the value out exactly once.
+        // stamp == head + READY: the producer of `head` wrote the value (Acquire above) and is
+        // done with the slot; no producer writes it before we bump the stamp to `head + lap`;
+        // we are the only consumer (`&mut self`), so the value is moved out exactly once.
+        // SAFETY: the slot holds an initialised value that only we may read, as argued above.
         let value = slot.value.with(|p| unsafe { (*p).assume_init_read() });
         // Release: pairs with the Acquire stamp load of the producer that claims this slot one
         // lap later, so our read happens before its write.

@@ -394,7 +394,10 @@ mod tests {
         // Bytes below the durable LSN are final, so a tail trusts what it already read ahead;
         // a fresh tail reads the damage.
         let mut tail = WalTail::open(&cfg.dir, 1).unwrap();
-        assert_eq!(tail.next(5).unwrap().unwrap().1, Record::Event(evs[0].clone()));
+        assert_eq!(
+            tail.next(5).unwrap().unwrap().1,
+            Record::Event(evs[0].clone())
+        );
         match tail.next(5) {
             Err(WalError::Corrupt {
                 segment, offset, ..
