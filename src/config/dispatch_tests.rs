@@ -1,0 +1,327 @@
+//! Tests of `config::dispatch` (kept apart: the module itself is long).
+use super::super::{Config, Overrides};
+use super::*;
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn build(text: &str) -> Result<Config, ConfigError> {
+    Config::build(
+        Config::parse_manifest(text)?,
+        &no_env,
+        &Overrides::default(),
+    )
+}
+
+fn trig(id: &str, path: &str, handler: &str) -> String {
+    format!("[[triggers]]\nid = \"{id}\"\nprovider = \"p\"\npath = \"{path}\"\nhandler = \"{handler}\"\n")
+}
+
+#[test]
+fn handler_parsing_and_normalization() {
+    let h = parse_handler("http://Example.COM:8080/a/b?x=1").unwrap();
+    assert_eq!(h.kind, "http");
+    assert_eq!(h.host, "example.com");
+    assert_eq!(h.port, 8080);
+    assert_eq!(h.authority, "Example.COM:8080");
+    assert_eq!(h.path_and_query, "/a/b?x=1");
+    assert_eq!(h.uri, "http://example.com:8080/a/b?x=1");
+    assert_eq!(h.circuit_key(), "http:http://example.com:8080/a/b?x=1");
+
+    let d = parse_handler("HTTP://10.0.0.1").unwrap();
+    assert_eq!((d.host.as_str(), d.port), ("10.0.0.1", 80));
+    assert_eq!(d.path_and_query, "/");
+    assert_eq!(d.uri, "http://10.0.0.1/");
+    assert_eq!(
+        parse_handler("http://10.0.0.1:80/").unwrap().uri,
+        "http://10.0.0.1/"
+    );
+    assert_eq!(
+        parse_handler("http://h?q=1").unwrap().path_and_query,
+        "/?q=1"
+    );
+
+    let v6 = parse_handler("http://[::1]:9000/x").unwrap();
+    assert_eq!((v6.host.as_str(), v6.port), ("::1", 9000));
+    assert_eq!(v6.authority, "[::1]:9000");
+    assert_eq!(v6.uri, "http://[::1]:9000/x");
+    assert_eq!(parse_handler("http://[::1]").unwrap().uri, "http://[::1]/");
+}
+
+#[test]
+fn handler_rejections() {
+    let cases = [
+        ("https://a/b", "https handlers are not supported yet"),
+        ("ftp://a/b", "unsupported handler scheme"),
+        ("a/b", "not a URI"),
+        ("http://user:pw@a/b", "userinfo"),
+        ("http://a/b#frag", "fragment"),
+        ("http://a b/", "0x20"),
+        ("http://a/\r\n", "0x0d"),
+        ("http:///x", "host is empty"),
+        ("http://a:0/", "port"),
+        ("http://a:65536/", "port"),
+        ("http://a:/", "port"),
+        ("http://a:+1/", "port"),
+        ("http://999.1.1.1/", "not an IPv4"),
+        ("http://[zz]/", "not an IPv6"),
+        ("http://[::1/", "unterminated"),
+        ("http://[::1]x/", "after the IPv6"),
+        ("http://-a.b/", "not a host name"),
+        ("http://a..b/", "not a host name"),
+        ("http://a%20b/", "not a host name"),
+    ];
+    for (text, needle) in cases {
+        let e = parse_handler(text).unwrap_err();
+        assert!(e.contains(needle), "{text:?}: {e}");
+    }
+    let long = format!("http://a/{}", "x".repeat(MAX_HANDLER_URI_BYTES));
+    assert!(parse_handler(&long).unwrap_err().contains("longer"));
+}
+
+#[test]
+fn https_handler_fails_startup_with_the_trigger() {
+    let e = build(&trig("t", "/t", "https://a/b")).unwrap_err();
+    assert!(e.0.contains("trigger \"t\""), "{e}");
+    assert!(e.0.contains("https handlers are not supported yet"), "{e}");
+}
+
+#[test]
+fn triggers_share_destinations_by_normalized_uri() {
+    let text = [
+        trig("a", "/a", "http://h:8080/x"),
+        "[[triggers]]\nid = \"n\"\nprovider = \"p\"\npath = \"/n\"\n".to_string(),
+        trig("b", "/b", "http://other/"),
+        trig("c", "/c", "http://H:8080/x"),
+    ]
+    .concat();
+    let c = build(&text).unwrap();
+    assert_eq!(c.destinations.len(), 2);
+    assert_eq!(c.destinations[0].handler.uri, "http://h:8080/x");
+    assert_eq!(c.destinations[1].handler.uri, "http://other/");
+    let idx: Vec<_> = c.triggers.iter().map(|t| t.handler).collect();
+    assert_eq!(idx, vec![Some(0), None, Some(1), Some(0)]);
+    // Defaults for unlisted destinations.
+    let d = &c.destinations[1];
+    assert_eq!(d.max_in_flight, 64);
+    assert_eq!(d.timeout, Duration::from_secs(10));
+    assert_eq!(d.rate, None);
+    assert_eq!(
+        d.circuit,
+        CircuitConfig {
+            failures: 5,
+            open_for: Duration::from_secs(60)
+        }
+    );
+    assert_eq!(
+        d.retry,
+        RetryConfig {
+            max_attempts: 7,
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(600)
+        }
+    );
+    assert!(d.headers.is_empty());
+}
+
+#[test]
+fn destination_fields_parse() {
+    let text = trig("a", "/a", "http://h:8080/x")
+        + "[[destinations]]\nuri = \"http://H:8080/x\"\nmax_in_flight = 3\ntimeout = \"250ms\"\n\
+           rate = { per_sec = 10 }\ncircuit = { failures = 2, open_for = \"5s\" }\n\
+           headers = { \"x-api-key\" = \"k\", \"X-Tenant\" = \"t 1\" }\n\
+           retry = { max_attempts = 3, base = \"100ms\", cap = \"1h\" }\n";
+    let c = build(&text).unwrap();
+    let d = &c.destinations[0];
+    assert_eq!(d.max_in_flight, 3);
+    assert_eq!(d.timeout, Duration::from_millis(250));
+    assert_eq!(
+        d.rate,
+        Some(RateConfig {
+            per_sec: 10,
+            burst: 10
+        })
+    );
+    assert_eq!(d.circuit.failures, 2);
+    assert_eq!(d.circuit.open_for, Duration::from_secs(5));
+    assert_eq!(
+        d.headers,
+        vec![
+            ("X-Tenant".to_string(), "t 1".to_string()),
+            ("x-api-key".to_string(), "k".to_string())
+        ]
+    );
+    assert_eq!(d.retry.max_attempts, 3);
+    assert_eq!(d.retry.base, Duration::from_millis(100));
+    assert_eq!(d.retry.cap, Duration::from_secs(3600));
+    let burst = trig("a", "/a", "http://h/")
+        + "[[destinations]]\nuri = \"http://h\"\nrate = { per_sec = 10, burst = 1 }\n";
+    assert_eq!(
+        build(&burst).unwrap().destinations[0].rate,
+        Some(RateConfig {
+            per_sec: 10,
+            burst: 1
+        })
+    );
+}
+
+#[test]
+fn destination_errors_name_the_key() {
+    let base = trig("a", "/a", "http://h/");
+    let dest = |body: &str| format!("{base}[[destinations]]\nuri = \"http://h/\"\n{body}\n");
+    let cases = [
+        (
+            format!("{base}[[destinations]]\nuri = \"http://nope/\"\n"),
+            "destination \"http://nope/\" is not the handler of any trigger",
+        ),
+        (
+            format!("{base}[[destinations]]\nuri = \"http://h\"\n[[destinations]]\nuri = \"http://h:80/\"\n"),
+            "listed twice",
+        ),
+        (
+            format!("{base}[[destinations]]\nuri = \"https://h/\"\n"),
+            "https handlers are not supported yet",
+        ),
+        (dest("max_in_flight = 0"), "max_in_flight = 0 is out of range"),
+        (dest("max_in_flight = 10001"), "max_in_flight"),
+        (dest("timeout = \"0s\""), "timeout"),
+        (dest("timeout = \"10\""), "timeout"),
+        (dest("rate = { per_sec = 0 }"), "rate.per_sec"),
+        (dest("rate = { per_sec = 5, burst = 0 }"), "rate.burst"),
+        (dest("rate = { burst = 5 }"), "per_sec"),
+        (dest("rate = { per_sec = 2000000000 }"), "rate"),
+        (dest("circuit = { failures = 0 }"), "circuit.failures"),
+        (dest("circuit = { open_for = \"1y\" }"), "circuit.open_for"),
+        (dest("circuit = { bogus = 1 }"), "bogus"),
+        (dest("retry = { max_attempts = 0 }"), "retry.max_attempts"),
+        (dest("retry = { max_attempts = 101 }"), "retry.max_attempts"),
+        (dest("retry = { base = \"2m\", cap = \"1m\" }"), "retry.base"),
+        (dest("retry = { cap = \"500ms\" }"), "must not exceed retry.cap"),
+        (dest("headers = { \"bad name\" = \"v\" }"), "not a header name"),
+        (dest("headers = { \"\" = \"v\" }"), "not a header name"),
+        (dest("headers = { \"x\" = \"a\\r\\nb\" }"), "control character"),
+        (dest("headers = { \"x\" = \"a\\u0000\" }"), "control character"),
+        (dest("headers = { \"x\" = \"a\\nb\" }"), "headers.x"),
+        (dest("headers = { \"Content-Length\" = \"1\" }"), "set by sluice"),
+        (dest("headers = { \"x-a\" = \"1\", \"X-A\" = \"2\" }"), "same header"),
+        (dest("unknown = 1"), "unknown"),
+    ];
+    for (text, needle) in cases {
+        let e = build(&text).unwrap_err();
+        assert!(e.0.contains(needle), "{text:?}: {e}");
+    }
+    // Every destination error names its destination.
+    let e = build(&dest("max_in_flight = 0")).unwrap_err();
+    assert!(e.0.contains("destination \"http://h/\""), "{e}");
+    // No trigger has a handler at all.
+    let e = build("[[destinations]]\nuri = \"http://h/\"\n").unwrap_err();
+    assert!(e.0.contains("not the handler of any trigger"), "{e}");
+    // Tab is fine in a value.
+    assert!(build(&dest("headers = { \"x\" = \"a\\tb\" }")).is_ok());
+}
+
+#[test]
+fn pump_precedence_and_errors() {
+    let env64 =
+        |v: &'static str| move |k: &str| (k == ENV_PUMP_MAX_OUTSTANDING).then(|| v.to_string());
+    let parse = |t: &str| Config::parse_manifest(t).unwrap();
+    let d = Overrides::default();
+    assert_eq!(build("").unwrap().pump.max_outstanding, 64);
+    assert_eq!(
+        build("[orchestrator]\npumps = { max_outstanding = 5 }\n")
+            .unwrap()
+            .pump
+            .max_outstanding,
+        5
+    );
+    assert_eq!(
+        build("[orchestrator.pumps]\nmax_outstanding = 6\n")
+            .unwrap()
+            .pump
+            .max_outstanding,
+        6
+    );
+    assert_eq!(
+        build("[orchestrator.pumps]\nmax-outstanding = 7\n")
+            .unwrap()
+            .pump
+            .max_outstanding,
+        7
+    );
+    let text = "[orchestrator.pumps]\nmax_outstanding = 6\n";
+    let c = Config::build(parse(text), &env64("9"), &d).unwrap();
+    assert_eq!(c.pump.max_outstanding, 9);
+    let o = Overrides {
+        pump_max_outstanding: Some(11),
+        ..Overrides::default()
+    };
+    let c = Config::build(parse(text), &env64("9"), &o).unwrap();
+    assert_eq!(c.pump.max_outstanding, 11);
+    for bad in ["0", "100001", "x", "-1", ""] {
+        let e = Config::build(parse(""), &env64(bad), &d).unwrap_err();
+        assert!(e.0.contains(ENV_PUMP_MAX_OUTSTANDING), "{bad:?}: {e}");
+    }
+    let e = build("[orchestrator]\npumps = { max_outstanding = 0 }\n").unwrap_err();
+    assert!(e.0.contains("orchestrator.pumps.max_outstanding"), "{e}");
+    let e = build("[orchestrator]\npumps = { max_outstanding = 100001 }\n").unwrap_err();
+    assert!(e.0.contains("orchestrator.pumps.max_outstanding"), "{e}");
+    let e = build("[orchestrator]\nother = 1\n").unwrap_err();
+    assert!(e.0.contains("other"), "{e}");
+    let o = Overrides {
+        pump_max_outstanding: Some(0),
+        ..Overrides::default()
+    };
+    let e = Config::build(parse(""), &no_env, &o).unwrap_err();
+    assert!(e.0.contains("pump_max_outstanding"), "{e}");
+}
+
+#[test]
+fn dispatch_defaults_and_ranges() {
+    let c = build("").unwrap();
+    assert_eq!(
+        c.dispatch,
+        DispatchConfig {
+            max_pending_events: 100_000,
+            max_pending_bytes: 1 << 30,
+            saturated_high: 0.9,
+            saturated_low: 0.7,
+            retention: Duration::from_secs(7 * 86_400),
+            max_wal_bytes: 64 << 30,
+            max_dlq_entries: 100_000,
+        }
+    );
+    assert!(c.destinations.is_empty());
+    let ok = build(
+        "[dispatch]\nmax_pending_events = 1\nmax_pending_bytes = 1048576\nsaturated_high = 1.0\n\
+         saturated_low = 0.5\nretention = \"12h\"\nmax_wal_bytes = 134217728\nmax_dlq_entries = 1\n",
+    )
+    .unwrap();
+    assert_eq!(ok.dispatch.retention, Duration::from_secs(12 * 3600));
+    assert_eq!(ok.dispatch.max_wal_bytes, 128 << 20);
+    let cases = [
+        ("max_pending_events = 0", "dispatch.max_pending_events"),
+        ("max_pending_bytes = 1048575", "dispatch.max_pending_bytes"),
+        ("saturated_high = 1.5", "dispatch.saturated_high"),
+        ("saturated_high = 0.0", "dispatch.saturated_high"),
+        ("saturated_high = nan", "dispatch.saturated_high"),
+        ("saturated_low = 0.95", "dispatch.saturated_low"),
+        ("saturated_low = 0.0", "dispatch.saturated_low"),
+        (
+            "saturated_high = 0.5\nsaturated_low = 0.5",
+            "dispatch.saturated_low",
+        ),
+        ("retention = \"0d\"", "dispatch.retention"),
+        ("max_wal_bytes = 134217727", "dispatch.max_wal_bytes"),
+        ("max_dlq_entries = 0", "dispatch.max_dlq_entries"),
+        ("bogus = 1", "bogus"),
+    ];
+    for (body, needle) in cases {
+        let e = build(&format!("[dispatch]\n{body}\n")).unwrap_err();
+        assert!(e.0.contains(needle), "{body:?}: {e}");
+    }
+    // max_wal_bytes follows the segment size.
+    let e = build("[wal]\nsegment_bytes = 1073741824\n[dispatch]\nmax_wal_bytes = 1073741824\n")
+        .unwrap_err();
+    assert!(e.0.contains("2 × wal.segment_bytes"), "{e}");
+}
