@@ -10,6 +10,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use sluice::wal::format::{append_record, decode_payload, parse_record, Parsed};
+use sluice::wal::tools::Finding;
 use sluice::wal::{self, Durability, RecordKind, WalConfig, WalReader};
 use std::path::Path;
 
@@ -68,13 +69,21 @@ fn check(root: &Path, segments: &[(u64, &[u8])]) {
         ..WalConfig::new(&wal_dir)
     };
     let opened = wal::open(&cfg);
-    if let Ok((log, _report)) = opened {
+    if let Ok((log, report)) = opened {
         drop(log);
+        // `open` checks framing (length, CRC, kind, LSN continuity) and truncates a torn tail;
+        // `verify` also decodes every payload. After a successful open: no torn tail is left,
+        // the framing agrees, and a payload that does not decode makes the dispatch recovery
+        // (the next start-up step) refuse too, never skip it silently.
         let v = wal::tools::verify(root).expect("verify after open");
-        assert!(
-            v.is_clean(),
-            "open succeeded but the log does not verify: {v}"
-        );
+        match &v.finding {
+            None => assert_eq!(v.records, report.records, "{v}"),
+            Some(Finding::TornTail { .. }) => panic!("torn tail left after open: {v}"),
+            Some(Finding::Corrupt { .. }) => assert!(
+                wal::recover_dispatch(&wal_dir).is_err(),
+                "undecodable payload accepted by the dispatch recovery: {v}"
+            ),
+        }
     }
 }
 

@@ -262,3 +262,41 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Fuzz regressions (inputs found by `fuzz/`, kept as plain tests)
+
+/// `fuzz/wal_recovery`, first run: a record with a valid length, CRC, kind and LSN whose event
+/// payload does not decode (40 zero bytes: 20 trailing). `open` checks framing only and accepts
+/// it; `wal verify` must report the corruption, and the dispatch recovery (the next start-up
+/// step) must refuse rather than skip the event.
+#[test]
+fn fuzz_regression_valid_frame_with_undecodable_event_payload() {
+    use sluice::wal::format::append_record;
+    use sluice::wal::{self, Durability, RecordKind, WalConfig};
+    let tmp = tempfile::tempdir().unwrap();
+    let wal_dir = tmp.path().join("wal");
+    std::fs::create_dir_all(&wal_dir).unwrap();
+    let mut seg = Vec::new();
+    append_record::<()>(&mut seg, 1, RecordKind::Event, |o| {
+        o.extend_from_slice(&[0u8; 40]);
+        Ok(())
+    })
+    .unwrap();
+    std::fs::write(wal_dir.join(format!("{:020}.seg", 1)), &seg).unwrap();
+    let cfg = WalConfig {
+        segment_bytes: wal::MIN_SEGMENT_BYTES,
+        max_body_bytes: 4096,
+        durability: Durability::Os,
+        ..WalConfig::new(&wal_dir)
+    };
+    let (log, report) = wal::open(&cfg).expect("framing is valid");
+    drop(log);
+    assert_eq!(report.records, 1);
+    let v = wal::tools::verify(tmp.path()).unwrap();
+    assert!(
+        matches!(v.finding, Some(wal::tools::Finding::Corrupt { .. })),
+        "{v}"
+    );
+    assert!(wal::recover_dispatch(&wal_dir).is_err());
+}
