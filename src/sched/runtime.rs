@@ -108,7 +108,11 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         },
         max_batch: config.wal.max_batch,
     };
-    let (log, report) = wal::open(&wal_cfg).map_err(RuntimeError::Wal)?;
+    #[cfg_attr(not(feature = "failpoints"), allow(unused_mut))]
+    let (mut log, report) = wal::open(&wal_cfg).map_err(RuntimeError::Wal)?;
+    // Test builds only: storage faults switched by a control file (`wal::failpoints`).
+    #[cfg(feature = "failpoints")]
+    wal::failpoints::install_from_env(&mut log);
     eprintln!(
         "sluice: wal recovered: {} segments, {} records, last lsn {}{}",
         report.segments,

@@ -195,6 +195,8 @@
 #![deny(unsafe_code)]
 
 mod appender;
+#[cfg(feature = "failpoints")]
+pub mod failpoints;
 pub mod format;
 mod histogram;
 mod recovery;

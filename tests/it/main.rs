@@ -11,6 +11,10 @@
 //! - `wal_tools`: torn tails, corruption, `wal verify` / `wal inspect`.
 //! - `shutdown`: graceful drain on SIGTERM.
 //! - `tools`: `sluice loadgen` and `sluice mock-downstream` (rate, concurrency cap, Retry-After).
+//! - `faults` (`--features failpoints`): storage faults in a running server.
+//! - `crash`: SIGKILL at random moments under load; redelivery bounds.
+//! - `hostile`: slowloris, floods, garbage; a good client keeps its latency.
+//! - `props`: proptest models of the codecs, the ring and the token bucket.
 //! - `auth`: signature schemes, dedupe across a crash, the admin token.
 //! - `flow`: per-trigger flow-control gates with a real downstream.
 
@@ -18,13 +22,18 @@ mod support;
 
 mod auth;
 mod connections;
+mod crash;
 mod dispatch;
 mod downstream;
 mod durability;
+#[cfg(feature = "failpoints")]
+mod faults;
 mod flow;
+mod hostile;
 mod http_errors;
 mod http_features;
 mod ingest;
+mod props;
 mod shutdown;
 mod tools;
 mod wal_tools;

@@ -1,0 +1,164 @@
+//! Storage failpoints for the fault-injection suite (`--features failpoints`; off by default).
+//!
+//! `SLUICE_FAILPOINTS=<path>` (read once, when the server opens its WAL) names a *control file*.
+//! Every segment file operation reads it and injects the fault it names, so a test can switch
+//! faults on and off while the server runs:
+//!
+//! | control file | effect |
+//! |---|---|
+//! | empty, missing, `off` | none |
+//! | `enospc` | `write_at` and `allocate` fail with `ENOSPC`; nothing is written |
+//! | `eio-write` | `write_at` writes the first half of the buffer, then fails with `EIO` |
+//! | `eio-sync` | `sync` fails with `EIO` (the write itself reached the page cache) |
+//! | `short-write` | `write_at` writes the first half and reports `WriteZero` (a short `pwrite`) |
+//!
+//! Each injected fault is counted ([`injected`]) and logged to stderr as
+//! `sluice: failpoint <mode> injected (#N)`. This module only wraps [`SegmentFile`] through the
+//! existing seam ([`Wal::set_file_wrapper`]); the writer's handling of the errors is the code
+//! under test.
+#![forbid(unsafe_code)]
+
+use super::segment::SegmentFile;
+use super::Wal;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The environment variable naming the control file.
+pub const ENV: &str = "SLUICE_FAILPOINTS";
+
+/// Faults injected so far (`Relaxed`: a counter).
+static INJECTED: AtomicU64 = AtomicU64::new(0);
+
+/// Faults injected so far in this process.
+pub fn injected() -> u64 {
+    INJECTED.load(Ordering::Relaxed)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Off,
+    Enospc,
+    EioWrite,
+    EioSync,
+    ShortWrite,
+}
+
+impl Mode {
+    fn parse(text: &str) -> Mode {
+        match text.trim() {
+            "enospc" => Mode::Enospc,
+            "eio-write" => Mode::EioWrite,
+            "eio-sync" => Mode::EioSync,
+            "short-write" => Mode::ShortWrite,
+            _ => Mode::Off,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::Enospc => "enospc",
+            Mode::EioWrite => "eio-write",
+            Mode::EioSync => "eio-sync",
+            Mode::ShortWrite => "short-write",
+        }
+    }
+}
+
+/// Installs the failpoint wrapper on `wal` if [`ENV`] is set; returns the control file path.
+pub fn install_from_env(wal: &mut Wal) -> Option<PathBuf> {
+    let control = PathBuf::from(std::env::var_os(ENV)?);
+    eprintln!(
+        "sluice: failpoints enabled, control file {}",
+        control.display()
+    );
+    let path = control.clone();
+    wal.set_file_wrapper(Box::new(move |inner| {
+        Box::new(Failpoints {
+            inner,
+            control: path.clone(),
+        })
+    }));
+    Some(control)
+}
+
+struct Failpoints {
+    inner: Box<dyn SegmentFile>,
+    control: PathBuf,
+}
+
+impl Failpoints {
+    fn mode(&self) -> Mode {
+        std::fs::read_to_string(&self.control)
+            .map(|t| Mode::parse(&t))
+            .unwrap_or(Mode::Off)
+    }
+
+    fn inject(mode: Mode, err: io::Error) -> io::Error {
+        let n = INJECTED.fetch_add(1, Ordering::Relaxed) + 1;
+        eprintln!("sluice: failpoint {} injected (#{n})", mode.name());
+        err
+    }
+}
+
+impl SegmentFile for Failpoints {
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        match self.mode() {
+            Mode::Enospc => Err(Self::inject(
+                Mode::Enospc,
+                io::Error::from_raw_os_error(libc::ENOSPC),
+            )),
+            m @ (Mode::EioWrite | Mode::ShortWrite) => {
+                self.inner.write_at(offset, &buf[..buf.len() / 2])?;
+                let err = if m == Mode::EioWrite {
+                    io::Error::from_raw_os_error(libc::EIO)
+                } else {
+                    io::Error::new(io::ErrorKind::WriteZero, "short write")
+                };
+                Err(Self::inject(m, err))
+            }
+            Mode::Off | Mode::EioSync => self.inner.write_at(offset, buf),
+        }
+    }
+
+    fn sync(&mut self, offset: u64, len: u64) -> io::Result<()> {
+        match self.mode() {
+            Mode::EioSync => Err(Self::inject(
+                Mode::EioSync,
+                io::Error::from_raw_os_error(libc::EIO),
+            )),
+            _ => self.inner.sync(offset, len),
+        }
+    }
+
+    fn allocate(&mut self, len: u64) -> io::Result<()> {
+        match self.mode() {
+            Mode::Enospc => Err(Self::inject(
+                Mode::Enospc,
+                io::Error::from_raw_os_error(libc::ENOSPC),
+            )),
+            _ => self.inner.allocate(len),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Mode;
+
+    #[test]
+    fn modes_parse_and_unknown_is_off() {
+        for m in [
+            Mode::Off,
+            Mode::Enospc,
+            Mode::EioWrite,
+            Mode::EioSync,
+            Mode::ShortWrite,
+        ] {
+            assert_eq!(Mode::parse(&format!("{}\n", m.name())), m);
+        }
+        assert_eq!(Mode::parse("bogus"), Mode::Off);
+        assert_eq!(Mode::parse(""), Mode::Off);
+    }
+}
