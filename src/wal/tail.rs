@@ -10,13 +10,14 @@
 //! should start means it is the first record of the segment named `n`. The writer creates,
 //! preallocates and writes that segment before it publishes a durable LSN `>= n`.
 //!
-//! Read-ahead: each `pread` fetches at least [`READ_AHEAD`] bytes into a window, and following
+//! Read-ahead: each `pread` fetches a window of [`READ_AHEAD_MIN`]..=[`READ_AHEAD`] bytes
+//! (adapting to how much of the last one was used), and following
 //! records are parsed from the window without another system call. The window remembers the
 //! durable LSN at the time it was read; a record is taken from it only if its LSN is at or below
 //! that mark (its bytes were final when read), otherwise the window is read again. So read-ahead
 //! past the durable frontier is harmless: those bytes are never trusted.
 //!
-//! Memory: the window (at least [`READ_AHEAD`], up to one [`MAX_RECORD_BYTES`] record; shrunk
+//! Memory: the window (at most [`READ_AHEAD`], or one [`MAX_RECORD_BYTES`] record; shrunk
 //! back to [`READ_BUF_KEEP`] after a large one) plus the decoded record handed to the caller.
 #![forbid(unsafe_code)]
 
@@ -30,8 +31,10 @@ use std::path::{Path, PathBuf};
 
 /// Read-buffer capacity kept between records; a larger one is released after use.
 pub const READ_BUF_KEEP: usize = 1 << 20;
-/// Bytes fetched per `pread` at least.
+/// Most bytes fetched per `pread` (while catching up on a backlog).
 pub const READ_AHEAD: usize = 256 * 1024;
+/// Fewest bytes fetched per `pread` (at the durable frontier, where little is new each time).
+pub const READ_AHEAD_MIN: usize = 4 * 1024;
 
 /// The segment being read.
 #[derive(Debug)]
@@ -56,6 +59,10 @@ pub struct WalTail {
     win_start: u64,
     /// The durable LSN when the window was read: records up to it are final in the window.
     win_durable: Lsn,
+    /// Size of the next read: doubles while whole windows are consumed (catching up), shrinks to
+    /// twice what was used when reads come back mostly unused (at the frontier, where reading
+    /// far ahead would only copy the segment's preallocated zeros).
+    ahead: usize,
 }
 
 impl WalTail {
@@ -72,6 +79,7 @@ impl WalTail {
             buf: Vec::new(),
             win_start: 0,
             win_durable: 0,
+            ahead: READ_AHEAD_MIN,
         };
         tail.locate()?;
         Ok(tail)
@@ -189,12 +197,20 @@ impl WalTail {
 
     /// The bytes `[pos, pos + len)` of the segment (shorter at its end), from the window if it
     /// holds them *and* was read when the record at `pos` was already durable; otherwise the
-    /// window is read again from `pos` (at least [`READ_AHEAD`] bytes).
+    /// window is read again from `pos` (its size adapts, see `ahead`).
     fn window(&mut self, len: usize, durable: Lsn) -> Result<&[u8], WalError> {
         let end = self.win_start + self.buf.len() as u64;
         let fresh = self.next_lsn <= self.win_durable;
         if !(fresh && self.pos >= self.win_start && self.pos + len as u64 <= end) {
-            let want = len.max(READ_AHEAD);
+            if !self.buf.is_empty() {
+                let used = self.pos.saturating_sub(self.win_start) as usize;
+                self.ahead = if used * 2 >= self.ahead {
+                    (self.ahead * 2).min(READ_AHEAD)
+                } else {
+                    (used * 2).clamp(READ_AHEAD_MIN, READ_AHEAD)
+                };
+            }
+            let want = len.max(self.ahead);
             if self.buf.capacity() > READ_BUF_KEEP.max(want) {
                 self.buf = Vec::new();
             }
