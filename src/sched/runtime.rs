@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_utils::sync::Parker;
 use mio::Waker;
@@ -313,8 +313,9 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     for w in &wakers {
         let _ = w.wake();
     }
-    let deadline = Instant::now() + config.server.shutdown_timeout + Duration::from_secs(1);
-    while handles.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
+    let grace = config.server.shutdown_timeout + Duration::from_secs(1);
+    let deadline = clock.now_nanos() + grace.as_nanos() as u64;
+    while handles.iter().any(|h| !h.is_finished()) && clock.now_nanos() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
     hard_stop.store(true, Ordering::Relaxed);
@@ -327,8 +328,8 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     // The pump writes the outcomes the workers reported, waits for them to be durable, exits.
     workers_done.store(true, Ordering::Release);
     pump_unparker.unpark();
-    let pump_deadline = Instant::now() + Duration::from_secs(5);
-    while !pump.is_finished() && Instant::now() < pump_deadline {
+    let pump_deadline = clock.now_nanos() + Duration::from_secs(5).as_nanos() as u64;
+    while !pump.is_finished() && clock.now_nanos() < pump_deadline {
         std::thread::sleep(Duration::from_millis(5));
         pump_unparker.unpark();
     }
