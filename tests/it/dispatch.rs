@@ -531,3 +531,40 @@ fn retention_deletes_done_segments_and_recovery_still_works() {
         "deleted segments' events are gone from the log"
     );
 }
+
+#[test]
+fn max_wal_bytes_refuses_with_wal_full() {
+    // Two 1 MiB segments at most: once the second exists, one more would pass the bound.
+    let cfg = "[server]\nmax_body_bytes = 65536\n[wal]\nsegment_bytes = 1048576\n\
+               [dispatch]\nmax_wal_bytes = 2097152\n";
+    let server = Server::start(big_buckets(Opts::config(cfg)));
+    let mut c = server.client();
+    let body = vec![b'w'; 60_000];
+    let mut accepted_n = 0;
+    let refused = wait_until(Duration::from_secs(30), || {
+        let r = c.post("/webhooks/full", &body, &[]);
+        match r.status {
+            202 => {
+                accepted_n += 1;
+                false
+            }
+            503 => {
+                assert_eq!(r.json()["reason"], "wal_full", "{}", r.text());
+                assert!(r.header("retry-after").is_some());
+                true
+            }
+            s => panic!("unexpected {s}: {}", r.text()),
+        }
+    });
+    assert!(refused, "never refused wal_full after {accepted_n} events");
+    assert!(
+        accepted_n >= 17,
+        "refused before the first segment was full ({accepted_n})"
+    );
+    let (_, samples) = scrape(&server);
+    assert!(samples
+        .iter()
+        .any(|s| s.name == "sluice_ingest_refusals_total"
+            && s.label("reason") == Some("wal_full")
+            && s.value >= 1.0));
+}
