@@ -170,12 +170,16 @@ fn main() -> ExitCode {
         }
         Command::Wal {
             command: WalCommand::Verify { data_dir },
-        } => match sluice::wal::tools::verify(&data_dir) {
-            Ok(report) if report.is_clean() => {
-                println!("{report}");
-                ExitCode::SUCCESS
+        } => match sluice::wal::tools::verify_all(&data_dir) {
+            Ok(reports) => {
+                for r in reports.iter().filter(|r| r.is_clean()) {
+                    println!("{r}");
+                }
+                match reports.iter().find(|r| !r.is_clean()) {
+                    None => ExitCode::SUCCESS,
+                    Some(bad) => fail(3, &bad.to_string()),
+                }
             }
-            Ok(report) => fail(3, &report.to_string()),
             Err(e) => fail(3, &e.to_string()),
         },
         Command::Wal {

@@ -621,9 +621,12 @@ pub(super) fn build_pump(
     })
 }
 
+/// `workers` matters for `max_wal_bytes`: each core's log holds at least one preallocated
+/// segment, and one more is needed to roll.
 pub(super) fn build_dispatch(
     r: RawDispatch,
     segment_bytes: u64,
+    workers: usize,
 ) -> Result<DispatchConfig, ConfigError> {
     let high = r.saturated_high.unwrap_or(0.9);
     let low = r.saturated_low.unwrap_or(0.7);
@@ -660,10 +663,10 @@ pub(super) fn build_dispatch(
             Duration::from_secs(7 * 86_400),
         )?,
         max_wal_bytes: ranged(
-            "dispatch.max_wal_bytes (at least 2 × wal.segment_bytes)",
+            "dispatch.max_wal_bytes (at least (server.workers + 1) × wal.segment_bytes)",
             r.max_wal_bytes,
             64 << 30,
-            segment_bytes.saturating_mul(2),
+            segment_bytes.saturating_mul(workers as u64 + 1),
             1 << 50,
         )?,
         max_dlq_entries: ranged(

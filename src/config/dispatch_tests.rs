@@ -293,8 +293,9 @@ fn dispatch_defaults_and_ranges() {
     );
     assert!(c.destinations.is_empty());
     let ok = build(
-        "[dispatch]\nmax_pending_events = 1\nmax_pending_bytes = 1048576\nsaturated_high = 1.0\n\
-         saturated_low = 0.5\nretention = \"12h\"\nmax_wal_bytes = 134217728\nmax_dlq_entries = 1\n",
+        "[server]\nworkers = 1\n[dispatch]\nmax_pending_events = 1\nmax_pending_bytes = 1048576\n\
+         saturated_high = 1.0\nsaturated_low = 0.5\nretention = \"12h\"\nmax_wal_bytes = 134217728\n\
+         max_dlq_entries = 1\n",
     )
     .unwrap();
     assert_eq!(ok.dispatch.retention, Duration::from_secs(12 * 3600));
@@ -317,11 +318,14 @@ fn dispatch_defaults_and_ranges() {
         ("bogus = 1", "bogus"),
     ];
     for (body, needle) in cases {
-        let e = build(&format!("[dispatch]\n{body}\n")).unwrap_err();
+        let e = build(&format!("[server]\nworkers = 1\n[dispatch]\n{body}\n")).unwrap_err();
         assert!(e.0.contains(needle), "{body:?}: {e}");
     }
     // max_wal_bytes follows the segment size.
     let e = build("[wal]\nsegment_bytes = 1073741824\n[dispatch]\nmax_wal_bytes = 1073741824\n")
         .unwrap_err();
-    assert!(e.0.contains("2 × wal.segment_bytes"), "{e}");
+    assert!(
+        e.0.contains("(server.workers + 1) × wal.segment_bytes"),
+        "{e}"
+    );
 }

@@ -370,7 +370,7 @@ impl Config {
             t.handler = h;
         }
         let pump = dispatch::build_pump(raw.orchestrator, env, overrides)?;
-        let dispatch = dispatch::build_dispatch(raw.dispatch, wal.segment_bytes)?;
+        let dispatch = dispatch::build_dispatch(raw.dispatch, wal.segment_bytes, server.workers)?;
         let flow = flow::build_flow_settings(raw.flow)?;
         // A gate key can only read headers stored with the event: add them to the stored set.
         for t in &triggers {

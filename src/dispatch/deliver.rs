@@ -29,7 +29,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_utils::sync::Unparker;
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
@@ -47,7 +46,6 @@ use crate::metrics::dispatch::CoreDispatchMetrics;
 use crate::net::http::client::{
     self, ClientLimits, OutboundRequest, ResponseEvent, ResponseReader,
 };
-use crate::ring;
 use crate::sync::clock::unix_millis;
 
 /// Tokens at and above this value belong to outbound connections.
@@ -135,9 +133,9 @@ pub struct Dispatcher {
     delayed: BinaryHeap<Reverse<Delayed>>,
     wakes: BinaryHeap<Reverse<(u64, usize)>>,
     seq: u64,
-    outcomes: ring::Sender<JobOutcome>,
-    overflow: VecDeque<JobOutcome>,
-    pump: Unparker,
+    /// Outcomes for the pumps, taken by the core's loop every turn ([`Dispatcher::
+    /// take_outcomes`]); at most one per held job per attempt between two turns.
+    outbox: VecDeque<JobOutcome>,
     rng: SmallRng,
     metrics: CoreDispatchMetrics,
     scratch: Box<[u8]>,
@@ -147,13 +145,7 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub fn new(
-        core: usize,
-        config: Arc<Config>,
-        outcomes: ring::Sender<JobOutcome>,
-        pump: Unparker,
-        metrics: CoreDispatchMetrics,
-    ) -> Dispatcher {
+    pub fn new(core: usize, config: Arc<Config>, metrics: CoreDispatchMetrics) -> Dispatcher {
         Dispatcher {
             flow: FlowEngine::new(config.clone(), metrics.shared.clone()),
             config,
@@ -163,9 +155,7 @@ impl Dispatcher {
             delayed: BinaryHeap::new(),
             wakes: BinaryHeap::new(),
             seq: 0,
-            outcomes,
-            overflow: VecDeque::new(),
-            pump,
+            outbox: VecDeque::new(),
             rng: SmallRng::seed_from_u64(
                 0x5eed ^ (core as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ unix_millis(),
             ),
@@ -341,7 +331,6 @@ impl Dispatcher {
                 self.pump_dest(d, now, registry);
             }
         }
-        self.flush_outcomes();
     }
 
     /// Starts as many queued jobs of destination `d` as its gate allows.
@@ -807,7 +796,6 @@ impl Dispatcher {
             }
         }
         self.pump_dest(d, now, registry);
-        self.flush_outcomes();
     }
 
     fn delivered(&mut self, lsn: u64, attempts: u32, received_at_ms: u64, now: u64) {
@@ -842,25 +830,12 @@ impl Dispatcher {
     }
 
     fn send(&mut self, o: JobOutcome) {
-        if !self.overflow.is_empty() {
-            self.overflow.push_back(o);
-            return;
-        }
-        match self.outcomes.try_push(o) {
-            Ok(()) => self.pump.unpark(),
-            Err(e) => self.overflow.push_back(e.into_inner()),
-        }
+        self.outbox.push_back(o);
     }
 
-    /// Hands outcomes the pump's ring had no room for (normally none).
-    pub fn flush_outcomes(&mut self) {
-        while let Some(o) = self.overflow.pop_front() {
-            if let Err(e) = self.outcomes.try_push(o) {
-                self.overflow.push_front(e.into_inner());
-                break;
-            }
-        }
-        self.pump.unpark();
+    /// The outcomes reported since the last call, for the core's loop to route to the pumps.
+    pub fn take_outcomes(&mut self) -> VecDeque<JobOutcome> {
+        std::mem::take(&mut self.outbox)
     }
 
     fn close(&mut self, id: usize, registry: &Registry) {

@@ -290,12 +290,13 @@ fn offline_wal_config(wal_dir: &Path) -> Result<WalConfig, WalError> {
     Ok(cfg)
 }
 
-/// Re-delivers the entry `id`: appends it to the WAL as a new event (see the module docs),
+/// Re-delivers the entry `id`: appends it to core 0's log as a new event (see the module docs),
 /// syncs, then deletes the entry. Needs the server stopped ([`WalError::Locked`] otherwise).
 pub fn replay(data_dir: &Path, id: &str) -> Result<Replayed, DlqToolError> {
     let store = store(data_dir)?;
     let entry = store.get(id)?;
-    let wal_dir: PathBuf = data_dir.join(wal::tools::WAL_SUBDIR);
+    // Core 0's log: its lock is the one a running server always holds.
+    let wal_dir: PathBuf = wal::core_log_dir(&data_dir.join(wal::tools::WAL_SUBDIR), 0);
     let (mut log, _) = wal::open(&offline_wal_config(&wal_dir)?)?;
     let event = replay_event(
         &entry,
@@ -428,7 +429,7 @@ mod tests {
         let (tmp, entries) = setup();
         let wal_cfg = WalConfig {
             segment_bytes: MAX_RECORD_BYTES as u64,
-            ..WalConfig::new(tmp.path().join("wal"))
+            ..WalConfig::new(wal::core_log_dir(&tmp.path().join("wal"), 0))
         };
         let (mut log, _) = wal::open(&wal_cfg).unwrap();
         log.append(&[Record::Event(crate::wal::format::tests::sample_event(

@@ -551,34 +551,14 @@ mod tests {
 
     #[test]
     fn rebuild_from_the_wal() {
-        use crate::wal::{AppendOutcome, AppendRequest, CompletionSink, WalConfig, WalShared};
+        use crate::wal::WalConfig;
         let dir = tempfile::tempdir().unwrap();
         let cfg = WalConfig {
             segment_bytes: 1 << 20,
             max_body_bytes: 4096,
             ..WalConfig::new(dir.path())
         };
-        let (wal, _) = crate::wal::open(&cfg).unwrap();
-        let (tx, rx) = crate::ring::channel(16);
-        let parker = crossbeam_utils::sync::Parker::new();
-        let unparker = parker.unparker().clone();
-        #[derive(Debug)]
-        struct Sink(std::sync::mpsc::Sender<AppendOutcome>);
-        impl CompletionSink for Sink {
-            fn complete(&mut self, _: u64, o: AppendOutcome) {
-                let _ = self.0.send(o);
-            }
-            fn notify(&mut self) {}
-        }
-        let (otx, orx) = std::sync::mpsc::channel();
-        let writer = crate::wal::spawn_writer(
-            wal,
-            rx,
-            parker,
-            vec![Box::new(Sink(otx))],
-            std::sync::Arc::new(WalShared::new()),
-        )
-        .unwrap();
+        let (mut wal, _) = crate::wal::open(&cfg).unwrap();
         let now_ms = 1_700_000_000_000u64;
         let events = [
             ("gh", "k-old", ID_A, now_ms - 2 * 86_400_000),
@@ -595,20 +575,10 @@ mod tests {
                 body: b"{}".to_vec(),
                 replay_of: None,
             };
-            let req = AppendRequest {
-                worker: 0,
-                ticket: i as u64,
-                record: crate::wal::Record::Event(ev),
-            };
-            tx.try_push(req).unwrap();
-            unparker.unpark();
-            let o = orx.recv_timeout(Duration::from_secs(10)).unwrap();
-            assert!(matches!(o, AppendOutcome::Durable { .. }), "{o:?}");
+            wal.append_events(&[ev]).unwrap();
+            assert_eq!(wal.last_lsn(), i as u64 + 1);
         }
-        tx.close();
-        unparker.unpark();
-        drop(tx);
-        writer.join().unwrap();
+        drop(wal);
 
         let rules: HashMap<String, DedupeRule> = [(
             "gh".to_string(),

@@ -61,6 +61,12 @@ impl Histogram {
     }
 }
 
+#[derive(Debug, Default)]
+struct PumpCells {
+    oldest_pending_ms: AtomicU64,
+    done_cursor: AtomicU64,
+}
+
 #[derive(Debug)]
 struct DestCells {
     uri: String,
@@ -79,9 +85,9 @@ pub struct DispatchMetrics {
     duration: Histogram,
     dlq: [Histogram; 3],
     pump_outstanding: AtomicU64,
-    /// Unix ms of the oldest pending event's receipt; 0 when nothing is pending.
-    oldest_pending_ms: AtomicU64,
-    done_cursor: AtomicU64,
+    /// Per core (written by that core's pump): unix ms of the oldest pending event's receipt
+    /// (0 when none), and the done cursor of the core's own log.
+    pumps: Box<[PumpCells]>,
     /// `sluice_flow_control_total` (empty unless [`DispatchMetrics::with_flow`]).
     pub flow: super::flow::FlowMetrics,
 }
@@ -119,8 +125,7 @@ impl DispatchMetrics {
             duration: Histogram::new(DURATION_BOUNDS),
             dlq: std::array::from_fn(|_| Histogram::new(TRIGGER_LATENCY_BOUNDS)),
             pump_outstanding: AtomicU64::new(0),
-            oldest_pending_ms: AtomicU64::new(0),
-            done_cursor: AtomicU64::new(0),
+            pumps: Box::new([]),
             flow: super::flow::FlowMetrics::default(),
         }
     }
@@ -131,12 +136,26 @@ impl DispatchMetrics {
         self
     }
 
-    /// The pump's live gauges.
-    pub fn set_pump(&self, outstanding: u64, oldest_received_at_ms: Option<u64>, done_cursor: u64) {
+    /// One pump gauge cell per core.
+    pub fn with_cores(mut self, cores: usize) -> DispatchMetrics {
+        self.pumps = (0..cores).map(|_| PumpCells::default()).collect();
+        self
+    }
+
+    /// Core `core`'s pump gauges; `outstanding` is the process-wide count.
+    pub fn set_pump_core(
+        &self,
+        core: usize,
+        outstanding: u64,
+        oldest_received_at_ms: Option<u64>,
+        done_cursor: u64,
+    ) {
         self.pump_outstanding.store(outstanding, Ordering::Relaxed);
-        self.oldest_pending_ms
-            .store(oldest_received_at_ms.unwrap_or(0), Ordering::Relaxed);
-        self.done_cursor.store(done_cursor, Ordering::Relaxed);
+        if let Some(c) = self.pumps.get(core) {
+            c.oldest_pending_ms
+                .store(oldest_received_at_ms.unwrap_or(0), Ordering::Relaxed);
+            c.done_cursor.store(done_cursor, Ordering::Relaxed);
+        }
     }
 
     pub fn observe_accepted_to_dlq(&self, reason: DlqReason, millis: u64) {
@@ -165,7 +184,13 @@ impl DispatchMetrics {
             &[],
             self.pump_outstanding(),
         );
-        let oldest = self.oldest_pending_ms.load(Ordering::Relaxed);
+        let oldest = self
+            .pumps
+            .iter()
+            .map(|c| c.oldest_pending_ms.load(Ordering::Relaxed))
+            .filter(|&ms| ms != 0)
+            .min()
+            .unwrap_or(0);
         let age = if oldest == 0 {
             0.0
         } else {
@@ -185,14 +210,17 @@ impl DispatchMetrics {
         w.sample_u64("sluice_wal_pending_events", &[], pending_events);
         w.header(
             "sluice_pump_done_cursor",
-            "Lowest LSN without a durable outcome.",
+            "Lowest LSN without a durable outcome, in each core's own log.",
             MetricType::Gauge,
         );
-        w.sample_u64(
-            "sluice_pump_done_cursor",
-            &[],
-            self.done_cursor.load(Ordering::Relaxed),
-        );
+        for (core, c) in self.pumps.iter().enumerate() {
+            let core = core.to_string();
+            w.sample_u64(
+                "sluice_pump_done_cursor",
+                &[("core", &core)],
+                c.done_cursor.load(Ordering::Relaxed),
+            );
+        }
         w.header(
             "sluice_destination_in_flight",
             "Calls in flight per destination.",

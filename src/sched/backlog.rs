@@ -30,6 +30,10 @@ pub struct Backlog {
     /// past which ingest refuses with `wal_full`.
     wal_bytes: AtomicU64,
     max_wal_bytes: u64,
+    /// Events made done since start, summed over the cores' pumps (`Relaxed`: a counter), and
+    /// its value at the last drain-rate update (written by core 0's pump only).
+    drained_total: AtomicU64,
+    drained_at_update: AtomicU64,
 }
 
 /// Most seconds a `queue_full` refusal asks the client to wait.
@@ -60,6 +64,8 @@ impl Backlog {
             bytes: AtomicU64::new(0),
             saturated: AtomicBool::new(false),
             drain_rate_milli: AtomicU64::new(0),
+            drained_total: AtomicU64::new(0),
+            drained_at_update: AtomicU64::new(0),
         }
     }
 
@@ -171,6 +177,28 @@ impl Backlog {
         };
         self.drain_rate_milli
             .store((ewma * 1000.0) as u64, Ordering::Relaxed);
+    }
+
+    /// A core's pump made `n` more events done.
+    pub fn note_drained(&self, n: u64) {
+        self.drained_total.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Folds the events made done since the last call, over `elapsed_secs`, into the drain
+    /// rate. Called once a second by one pump (core 0's) for all of them.
+    pub fn update_drain_rate(&self, elapsed_secs: f64) {
+        let total = self.drained_total.load(Ordering::Relaxed);
+        let last = self.drained_at_update.swap(total, Ordering::Relaxed);
+        self.record_drained(total.saturating_sub(last), elapsed_secs);
+    }
+
+    /// A pump measured one of its logs at `new` bytes on disk, `old` at its last measurement.
+    pub fn adjust_wal_bytes(&self, old: u64, new: u64) {
+        if new >= old {
+            self.wal_bytes.fetch_add(new - old, Ordering::Relaxed);
+        } else {
+            self.wal_bytes.fetch_sub(old - new, Ordering::Relaxed);
+        }
     }
 
     /// Events per second the pump has been making done (EWMA).

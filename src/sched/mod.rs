@@ -6,6 +6,9 @@
 //! - [`state`] is the little shared state: lifecycle phase and the handles every worker needs.
 
 pub mod backlog;
+pub mod commit;
+pub mod logs;
+pub mod outstanding;
 pub mod placement;
 pub mod pump;
 pub mod runtime;

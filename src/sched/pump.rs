@@ -1,86 +1,65 @@
-//! The pump: reads committed events from the WAL, admits at most `max_outstanding` of them to
-//! their destinations' owner cores, collects outcomes, and makes them durable.
+//! The pump, per core: turns the durable events of the logs a core owns into jobs for their
+//! destinations' owner cores, and the jobs' outcomes into durable records in the same logs.
 //!
-//! Cursor semantics (DESIGN.md, "Where sluice goes further"): the durable cursor means *done*,
-//! the lowest LSN without a recorded outcome. Nothing is ever acknowledged at admission: an
-//! event becomes done only when its `Done` record (delivered, dead-lettered, skipped by a
-//! flow-control gate, or "no handler") is durable. After a crash, recovery rebuilds the pending
-//! set from the log (events minus `Done` entries, with the latest `Retry` schedule applied) and
-//! the pump delivers those again: at least once, with the same event id. Events waiting in a
-//! flow-control gate are outstanding jobs held by their core, so they count against
-//! `max_outstanding` and, after a restart, are pending and evaluated by the gates again.
+//! Cursor semantics (DESIGN.md, "Where sluice goes further"): a log's cursor means *done*, the
+//! lowest LSN without a recorded outcome. Nothing is acknowledged at admission: an event is done
+//! only once its `Done` record (delivered, dead-lettered, skipped by a flow-control gate, or "no
+//! handler") is durable in the log that holds the event. After a crash, recovery rebuilds each
+//! log's pending set (events minus `Done` entries, latest `Retry` schedule applied) and the pump
+//! delivers those again: at least once, with the same event id.
 //!
-//! Backpressure: when `max_outstanding` jobs are out, the pump stops reading the WAL; its read
-//! position stays, committed events accumulate, the [`Backlog`](crate::sched::backlog::Backlog)
-//! fills, and ingest starts refusing with `queue_full`. Bounds: jobs out ≤ `max_outstanding`;
-//! outcome records waiting to be written ≤ one `Done` record (≤ 4096 entries) per turn plus one
-//! `Retry` record per outcome received; DLQ entries waiting for room (DLQ full) count as
-//! outstanding, so a full DLQ also stops the pump.
+//! # Where events come from: memory, or the log
+//!
+//! A core's own log feeds the pump *from memory*: when the commit helper reports an ingest event
+//! durable, the loop hands the event (already in memory: it just wrote it) to [`CorePump::
+//! on_durable`], which keeps it in a window of at most [`WINDOW_EVENTS`] events and
+//! [`WINDOW_BYTES`] bytes. The log is read back ([`WalTail`]) only when that window overflows —
+//! the pump then reads from the first event it has not admitted and switches back to memory once
+//! it has caught up with the durable LSN — and after a restart, and for adopted logs. Events of
+//! triggers without a handler are marked done straight from memory, with no read-back.
+//!
+//! # Backpressure
+//!
+//! At most `max_outstanding` jobs are out across all cores (one shared counter, [`Outstanding`]).
+//! When it is reached no log is read: committed events wait in the window or the log, the
+//! [`Backlog`](crate::sched::backlog::Backlog) fills, and ingest refuses with `queue_full`.
+//!
+//! Bounds: jobs out ≤ `max_outstanding`; the window ≤ [`WINDOW_EVENTS`] / [`WINDOW_BYTES`];
+//! records with the commit helper ≤ [`MAX_RECORDS_IN_FLIGHT`] per log; `Done` entries queued ≤
+//! [`MAX_DONE_ENTRIES`] per log (admission stops there); `Retry` records queued ≤ one per outcome
+//! received; dead letters waiting for room in a full DLQ count as outstanding.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use crossbeam_utils::sync::{Parker, Unparker};
-use mio::Waker;
-
-use crate::dispatch::dlq::{DlqEntry, DlqError, DlqStore};
+use crate::dispatch::dlq::{DlqEntry, DlqError};
 use crate::dispatch::job::{Job, JobOutcome};
-use crate::ring;
-use crate::sched::state::{Phase, Shared};
-use crate::sched::worker::Completion;
-use crate::sync::clock::unix_millis;
+use crate::sched::commit::{Committer, Item};
+use crate::sched::logs::{event_key, split_key};
+pub use crate::sched::outstanding::Outstanding;
+use crate::sched::state::Shared;
 use crate::wal::{
-    AppendOutcome, AppendRequest, CompletionSink, DispatchRecovery, DoneEntry, DoneRecord,
-    DoneStatus, Lsn, Record, RetryRecord, WalTail,
+    AppendOutcome, DispatchRecovery, DoneEntry, DoneRecord, DoneStatus, EventRecord, Lsn, Record,
+    RetryRecord, WalError, WalTail,
 };
 
 /// Most entries in one `Done` record.
 pub const MAX_DONE_ENTRIES: usize = crate::wal::MAX_DONE_ENTRIES;
-/// How long the pump sleeps when there is nothing to do (it is also woken by every outcome and
-/// every durable ingest batch).
-const IDLE_PARK: Duration = Duration::from_millis(5);
+/// Most durable events of a core's own log kept in memory for dispatch.
+pub const WINDOW_EVENTS: usize = 4096;
+/// Most bytes (record cost) of the events in the window.
+pub const WINDOW_BYTES: u64 = 64 << 20;
+/// Most `Done`/`Retry` records per log with the commit helper.
+pub const MAX_RECORDS_IN_FLIGHT: usize = 64;
 /// How often a DLQ write refused for lack of room is retried.
 const DLQ_RETRY_EVERY_MS: u64 = 1000;
+/// How often retention and the disk measurement run.
+const RETAIN_EVERY_MS: u64 = 5_000;
+/// Tickets of the pump's own items carry this bit (ingest tickets never do).
+pub const PUMP_TICKET: u64 = 1 << 63;
 
-/// The writer's handle on the pump: completions of the pump's own records.
-#[derive(Debug)]
-pub struct PumpSink {
-    pub tx: ring::Sender<Completion>,
-    pub unparker: Unparker,
-}
-
-impl CompletionSink for PumpSink {
-    fn complete(&mut self, ticket: u64, outcome: AppendOutcome) {
-        // Cannot be full: the pump never has more records in flight than this ring's capacity.
-        let _ = self.tx.try_push(Completion { ticket, outcome });
-    }
-    fn notify(&mut self) {
-        self.unparker.unpark();
-    }
-}
-
-/// What the pump needs to talk to the rest of the runtime.
-#[derive(Debug)]
-pub struct PumpLinks {
-    /// One job ring per worker (capacity ≥ `max_outstanding`).
-    pub job_txs: Vec<ring::Sender<Job>>,
-    pub worker_wakers: Vec<Arc<Waker>>,
-    pub outcomes: ring::Receiver<JobOutcome>,
-    pub wal_tx: ring::Sender<AppendRequest>,
-    pub wal_unparker: Unparker,
-    pub completions: ring::Receiver<Completion>,
-    pub parker: Parker,
-    /// Set by the runtime once every worker has exited: flush and stop.
-    pub workers_done: Arc<AtomicBool>,
-    /// This producer's index in the writer's sinks.
-    pub producer: usize,
-    /// Capacity of `completions`: the most records the pump has in flight to the WAL.
-    pub max_records_in_flight: usize,
-}
-
-/// An event the pump admitted and has not yet seen made done.
+/// An admitted event not yet made done.
 #[derive(Debug, Clone)]
 struct Live {
     cost: u64,
@@ -88,479 +67,594 @@ struct Live {
     outstanding: bool,
 }
 
-/// The pump thread's state.
+/// Where a log's events not yet admitted are.
 #[derive(Debug)]
-pub struct Pump {
-    shared: Arc<Shared>,
-    links: PumpLinks,
-    tail: WalTail,
-    dlq: DlqStore,
-    /// Events pending at start-up (by LSN, up to `recovered_upto`), with their retry schedule.
+enum Source {
+    /// Read back from the log from the tail's position (after a restart, an overflow, and for
+    /// adopted logs).
+    Log(WalTail),
+    /// Every durable event not yet admitted is here, in LSN order.
+    Memory {
+        events: VecDeque<(Lsn, EventRecord)>,
+        bytes: u64,
+    },
+}
+
+/// One log the core owns.
+#[derive(Debug)]
+struct LogPump {
+    /// Index in the run's logs (the key prefix).
+    index: usize,
+    name: String,
+    dir: PathBuf,
+    /// Whether new events are appended to it (the core's own log).
+    own: bool,
+    /// Highest LSN known durable in this log.
+    durable: Lsn,
+    source: Source,
     recovered: DispatchRecovery,
     live: BTreeMap<Lsn, Live>,
-    outstanding: usize,
-    max_outstanding: usize,
-    /// A job admitted while its core's ring was full (cannot happen with the ring sized to
-    /// `max_outstanding`; kept for robustness).
-    stashed: Option<(usize, Job)>,
     done_queue: Vec<DoneEntry>,
     retry_queue: VecDeque<RetryRecord>,
-    /// Dead letters the DLQ refused (full); retried every second; still outstanding.
-    dlq_waiting: VecDeque<(DlqEntry, u32)>,
-    dlq_retry_at_ms: u64,
-    /// Records written and not yet durable: ticket → the done entries they carry.
-    in_flight: HashMap<u64, Vec<DoneEntry>>,
-    seq: u64,
+    records_in_flight: usize,
+    /// Bytes of segments on disk at the last measurement.
+    disk_bytes: u64,
+}
+
+impl LogPump {
+    /// The next event not yet admitted, if one is durable.
+    fn next_event(&mut self) -> Result<Option<(Lsn, EventRecord)>, WalError> {
+        match &mut self.source {
+            Source::Memory { events, bytes } => Ok(events.pop_front().map(|(lsn, ev)| {
+                *bytes -= crate::wal::event_cost(&ev);
+                (lsn, ev)
+            })),
+            Source::Log(tail) => loop {
+                match tail.next(self.durable)? {
+                    Some((lsn, Record::Event(ev))) => return Ok(Some((lsn, ev))),
+                    Some(_) => continue,
+                    None => {
+                        if self.own && tail.next_lsn() > self.durable {
+                            // Caught up: from now on durable events arrive from memory.
+                            self.source = Source::Memory {
+                                events: VecDeque::new(),
+                                bytes: 0,
+                            };
+                        }
+                        return Ok(None);
+                    }
+                }
+            },
+        }
+    }
+
+    /// The lowest LSN whose record may still be needed: the done cursor.
+    fn cursor(&self) -> Lsn {
+        let unadmitted = match &self.source {
+            Source::Log(tail) => tail.next_lsn(),
+            Source::Memory { events, .. } => events.front().map_or(self.durable + 1, |e| e.0),
+        };
+        self.live
+            .keys()
+            .next()
+            .copied()
+            .map_or(unadmitted, |l| l.min(unadmitted))
+    }
+}
+
+/// The pump of one core.
+#[derive(Debug)]
+pub struct CorePump {
+    core: usize,
+    workers: usize,
+    shared: Arc<Shared>,
+    logs: Vec<LogPump>,
+    /// Log index → slot in `logs`, for the logs this core owns.
+    slot_of: HashMap<usize, usize>,
+    outstanding: Arc<Outstanding>,
+    /// Every core's waker, by core (cores waiting for an outstanding slot are woken).
+    wakers: Vec<Arc<mio::Waker>>,
     /// Trigger id → destination index (None: no handler).
     handlers: HashMap<String, Option<usize>>,
-    drained_since_tick: u64,
+    /// Dead letters the DLQ refused (full, or an I/O error): retried every second; outstanding.
+    dlq_waiting: VecDeque<(DlqEntry, u32, u64)>,
+    dlq_retry_at_ms: u64,
+    /// The pump's items with the commit helper: ticket → what it carries.
+    tickets: HashMap<u64, Ticket>,
+    seq: u64,
+    drained_total: u64,
     tick_at_ms: u64,
-    /// When retention next runs (unix ms).
+    drained_at_tick: u64,
     retain_at_ms: u64,
 }
 
-impl Pump {
+#[derive(Debug)]
+enum Ticket {
+    /// A `Done` (entries) or `Retry` (no entries) record in log slot `slot`.
+    Record {
+        slot: usize,
+        entries: Vec<DoneEntry>,
+    },
+    /// A dead letter for the event `key`.
+    DeadLetter { key: u64, attempts: u32 },
+}
+
+/// A log handed to a core's pump at start-up.
+#[derive(Debug)]
+pub struct PumpLog {
+    pub index: usize,
+    pub name: String,
+    pub dir: PathBuf,
+    pub own: bool,
+    pub durable: Lsn,
+    pub recovered: DispatchRecovery,
+}
+
+impl CorePump {
     pub fn new(
+        core: usize,
         shared: Arc<Shared>,
-        links: PumpLinks,
-        tail: WalTail,
-        dlq: DlqStore,
-        recovered: DispatchRecovery,
-    ) -> Pump {
-        let max_outstanding = shared.config.pump.max_outstanding;
+        logs: Vec<PumpLog>,
+        outstanding: Arc<Outstanding>,
+        wakers: Vec<Arc<mio::Waker>>,
+        now_ms: u64,
+    ) -> Result<CorePump, WalError> {
         let handlers = shared
             .config
             .triggers
             .iter()
             .map(|t| (t.id.clone(), t.handler))
             .collect();
-        Pump {
+        let mut pumps = Vec::new();
+        let mut slot_of = HashMap::new();
+        for (slot, l) in logs.into_iter().enumerate() {
+            slot_of.insert(l.index, slot);
+            let tail = WalTail::open(&l.dir, l.recovered.done_cursor)?;
+            pumps.push(LogPump {
+                index: l.index,
+                name: l.name,
+                dir: l.dir,
+                own: l.own,
+                durable: l.durable,
+                source: Source::Log(tail),
+                recovered: l.recovered,
+                live: BTreeMap::new(),
+                done_queue: Vec::new(),
+                retry_queue: VecDeque::new(),
+                records_in_flight: 0,
+                disk_bytes: 0,
+            });
+        }
+        Ok(CorePump {
+            core,
+            workers: shared.config.server.workers,
             shared,
-            links,
-            tail,
-            dlq,
-            recovered,
-            live: BTreeMap::new(),
-            outstanding: 0,
-            max_outstanding,
-            stashed: None,
-            done_queue: Vec::new(),
-            retry_queue: VecDeque::new(),
+            logs: pumps,
+            slot_of,
+            outstanding,
+            wakers,
+            handlers,
             dlq_waiting: VecDeque::new(),
             dlq_retry_at_ms: 0,
-            in_flight: HashMap::new(),
+            tickets: HashMap::new(),
             seq: 0,
-            handlers,
-            drained_since_tick: 0,
-            tick_at_ms: unix_millis(),
+            drained_total: 0,
+            tick_at_ms: now_ms,
+            drained_at_tick: 0,
             retain_at_ms: 0,
-        }
+        })
     }
 
-    /// Runs until the runtime says the workers are done and everything is flushed.
-    pub fn run(mut self) {
-        loop {
-            let now_ms = unix_millis();
-            let mut busy = self.drain_completions();
-            busy |= self.drain_outcomes(now_ms);
-            self.retry_dead_letters(now_ms);
-            if self.shared.phase() != Phase::Draining {
-                busy |= self.admit(now_ms);
-            }
-            busy |= self.flush_records();
-            self.tick(now_ms);
-            self.retain(now_ms);
-            if self.links.workers_done.load(Ordering::Acquire)
-                && self.links.outcomes.is_empty()
-                && self.done_queue.is_empty()
-                && self.retry_queue.is_empty()
-                && self.in_flight.is_empty()
-            {
+    /// An ingest event of the core's own log (slot 0) is durable at `lsn`; the loop hands over
+    /// the event it wrote.
+    pub fn on_durable(&mut self, lsn: Lsn, event: EventRecord) {
+        let log = &mut self.logs[0];
+        log.durable = log.durable.max(lsn);
+        if let Source::Memory { events, bytes } = &mut log.source {
+            let cost = crate::wal::event_cost(&event);
+            if events.len() < WINDOW_EVENTS && *bytes + cost <= WINDOW_BYTES {
+                events.push_back((lsn, event));
+                *bytes += cost;
                 return;
             }
-            if !busy {
-                self.links.parker.park_timeout(IDLE_PARK);
+            // The window is full: the events not yet admitted are read back from the log.
+            let from = events.front().map_or(lsn, |e| e.0);
+            match WalTail::open(&log.dir, from) {
+                Ok(tail) => log.source = Source::Log(tail),
+                Err(e) => eprintln!("sluice: pump: reading {} back: {e}", log.dir.display()),
             }
         }
     }
 
-    /// The lowest LSN without a durable outcome (the done cursor), as far as the pump knows.
-    pub fn done_cursor(&self) -> Lsn {
-        self.live
-            .keys()
-            .next()
-            .copied()
-            .unwrap_or_else(|| self.tail.next_lsn())
+    /// One turn: outcomes of the pump's items, admission, records, timers. Jobs admitted are
+    /// pushed to `jobs` as `(owner core, job)`.
+    pub fn turn(
+        &mut self,
+        now_ms: u64,
+        draining: bool,
+        committer: &mut Committer,
+        jobs: &mut Vec<(usize, Job)>,
+    ) {
+        self.retry_dead_letters(now_ms, committer);
+        if !draining {
+            self.admit(jobs);
+        }
+        self.flush_records(committer);
+        self.tick(now_ms);
+        self.retain(now_ms);
+    }
+
+    /// True when nothing is queued for or with the commit helper.
+    pub fn is_flushed(&self) -> bool {
+        self.tickets.is_empty()
+            && self
+                .logs
+                .iter()
+                .all(|l| l.done_queue.is_empty() && l.retry_queue.is_empty())
     }
 
     // ----- admission --------------------------------------------------------------------------
 
-    /// Reads committed events and admits them while there is room. Returns true if it did work.
-    fn admit(&mut self, now_ms: u64) -> bool {
-        let mut worked = false;
-        if let Some((core, job)) = self.stashed.take() {
-            if let Err(job) = self.send(core, job) {
-                self.stashed = Some((core, job));
-                return false;
-            }
-            worked = true;
-        }
-        let durable = self.shared.wal.durable_lsn();
-        while self.outstanding < self.max_outstanding && self.done_queue.len() < MAX_DONE_ENTRIES {
-            let (lsn, record) = match self.tail.next(durable) {
-                Ok(Some(r)) => r,
-                Ok(None) => break,
-                Err(e) => {
-                    // The log below the durable LSN is unreadable: stop admitting (events stay
-                    // pending and are retried after a restart) and say so.
-                    eprintln!("sluice: pump: reading the WAL failed: {e}");
-                    break;
+    fn admit(&mut self, jobs: &mut Vec<(usize, Job)>) {
+        for slot in 0..self.logs.len() {
+            while self.logs[slot].done_queue.len() < MAX_DONE_ENTRIES {
+                if !self.outstanding.try_acquire() {
+                    if self.outstanding.wait(self.core) && self.outstanding.try_acquire() {
+                        // A slot was freed between the two looks.
+                    } else {
+                        return;
+                    }
                 }
-            };
-            worked = true;
-            let Record::Event(event) = record else {
-                continue;
-            };
-            let (attempt, due_at_ms) = if lsn < self.recovered.next_lsn {
-                match self.recovered.pending.remove(&lsn) {
-                    Some(meta) => (meta.next_attempt.max(1), meta.due_at_ms),
-                    None => continue, // done before the restart
+                let next = self.logs[slot].next_event();
+                let (lsn, event) = match next {
+                    Ok(Some(e)) => e,
+                    Ok(None) => {
+                        self.release_slot();
+                        break;
+                    }
+                    Err(e) => {
+                        // The log below the durable LSN is unreadable: stop reading it (its
+                        // events stay pending and are retried after a restart) and say so.
+                        self.release_slot();
+                        eprintln!("sluice: pump: reading {}: {e}", self.logs[slot].name);
+                        break;
+                    }
+                };
+                if let Some(job) = self.admit_one(slot, lsn, event) {
+                    jobs.push(job);
+                } else {
+                    self.release_slot();
                 }
-            } else {
-                (1, 0)
-            };
-            let cost = crate::wal::event_cost(&event);
-            let dest = self
-                .handlers
-                .get(event.trigger_id.as_str())
-                .copied()
-                .flatten();
-            let received_at_ms = event.received_at_ms;
-            let Some(dest) = dest else {
-                // No handler: stored and done at once.
-                self.live.insert(
-                    lsn,
-                    Live {
-                        cost,
-                        received_at_ms,
-                        outstanding: false,
-                    },
-                );
-                self.done_queue.push(DoneEntry {
-                    event_lsn: lsn,
-                    status: DoneStatus::NoHandler,
-                    attempts: 0,
-                });
-                continue;
-            };
-            self.live.insert(
-                lsn,
-                Live {
-                    cost,
-                    received_at_ms,
-                    outstanding: true,
-                },
-            );
-            self.outstanding += 1;
-            let core = crate::sched::placement::owner_core(
-                &self.shared.config.destinations[dest].handler.uri,
-                self.links.job_txs.len(),
-            );
-            let job = Job::new(lsn, event, dest, attempt, due_at_ms);
-            if let Err(job) = self.send(core, job) {
-                self.stashed = Some((core, job));
-                break;
             }
         }
-        let _ = now_ms;
-        worked
     }
 
-    /// Hands `job` to its owner core; gives it back if the core's ring is full.
-    #[allow(clippy::result_large_err)] // the job is handed back by value on purpose, like `try_push`
-    fn send(&mut self, core: usize, job: Job) -> Result<(), Job> {
-        match self.links.job_txs[core].try_push(job) {
-            Ok(()) => {
-                let _ = self.links.worker_wakers[core].wake();
-                Ok(())
-            }
-            Err(e) => Err(e.into_inner()),
-        }
+    /// Admits one event; `Some(job)` if it goes to a destination (and holds its slot).
+    fn admit_one(&mut self, slot: usize, lsn: Lsn, event: EventRecord) -> Option<(usize, Job)> {
+        let log = &mut self.logs[slot];
+        let (attempt, due_at_ms) = if lsn < log.recovered.next_lsn {
+            let meta = log.recovered.pending.remove(&lsn)?; // None: done before the restart
+            (meta.next_attempt.max(1), meta.due_at_ms)
+        } else {
+            (1, 0)
+        };
+        let cost = crate::wal::event_cost(&event);
+        let received_at_ms = event.received_at_ms;
+        let dest = self
+            .handlers
+            .get(event.trigger_id.as_str())
+            .copied()
+            .flatten();
+        let live = Live {
+            cost,
+            received_at_ms,
+            outstanding: dest.is_some(),
+        };
+        log.live.insert(lsn, live);
+        let Some(dest) = dest else {
+            // No handler: stored, and done at once.
+            log.done_queue.push(DoneEntry {
+                event_lsn: lsn,
+                status: DoneStatus::NoHandler,
+                attempts: 0,
+            });
+            return None;
+        };
+        let owner = crate::sched::placement::owner_core(
+            &self.shared.config.destinations[dest].handler.uri,
+            self.workers,
+        );
+        let key = event_key(log.index, lsn);
+        Some((owner, Job::new(key, event, dest, attempt, due_at_ms)))
     }
 
     // ----- outcomes ---------------------------------------------------------------------------
 
-    fn drain_outcomes(&mut self, now_ms: u64) -> bool {
-        let mut worked = false;
-        while let Some(outcome) = self.links.outcomes.try_pop() {
-            worked = true;
-            match outcome {
-                JobOutcome::Delivered { lsn, attempts, .. } => {
-                    self.finish(lsn);
-                    self.done_queue.push(DoneEntry {
-                        event_lsn: lsn,
-                        status: DoneStatus::Delivered,
-                        attempts,
-                    });
-                }
-                JobOutcome::Skipped {
-                    lsn,
-                    reason: _,
-                    attempts,
-                } => {
-                    // The reason is counted by the gate (`sluice_flow_control_total`).
-                    self.finish(lsn);
-                    self.done_queue.push(DoneEntry {
-                        event_lsn: lsn,
-                        status: DoneStatus::Skipped,
-                        attempts,
-                    });
-                }
-                JobOutcome::RetryScheduled {
-                    lsn,
-                    next_attempt,
-                    due_at_ms,
-                    last_error,
-                } => {
-                    self.retry_queue.push_back(RetryRecord {
-                        event_lsn: lsn,
-                        next_attempt,
-                        due_at_ms,
-                        last_error,
-                    });
-                }
-                JobOutcome::DeadLetter {
-                    job,
+    /// An outcome of a job whose event is in one of this core's logs.
+    pub fn on_outcome(&mut self, outcome: JobOutcome, now_ms: u64, committer: &mut Committer) {
+        let key = outcome.lsn();
+        let (index, lsn) = split_key(key);
+        let Some(&slot) = self.slot_of.get(&index) else {
+            eprintln!(
+                "sluice: pump: outcome for log {index}, not owned by core {}",
+                self.core
+            );
+            return;
+        };
+        match outcome {
+            JobOutcome::Delivered { attempts, .. } => {
+                self.finish(slot, lsn, DoneStatus::Delivered, attempts)
+            }
+            // The reason is counted by the gate (`sluice_flow_control_total`).
+            JobOutcome::Skipped { attempts, .. } => {
+                self.finish(slot, lsn, DoneStatus::Skipped, attempts)
+            }
+            JobOutcome::RetryScheduled {
+                next_attempt,
+                due_at_ms,
+                last_error,
+                ..
+            } => self.logs[slot].retry_queue.push_back(RetryRecord {
+                event_lsn: lsn,
+                next_attempt,
+                due_at_ms,
+                last_error,
+            }),
+            JobOutcome::DeadLetter {
+                job,
+                reason,
+                attempts,
+                last_error,
+            } => {
+                let entry = DlqEntry {
+                    id: job.event.event_id.clone(),
+                    event_lsn: lsn,
+                    destination: self.shared.config.destinations[job.dest]
+                        .handler
+                        .uri
+                        .clone(),
                     reason,
                     attempts,
                     last_error,
-                } => {
-                    let entry = DlqEntry {
-                        id: job.event.event_id.clone(),
-                        event_lsn: job.lsn,
-                        destination: self.shared.config.destinations[job.dest]
-                            .handler
-                            .uri
-                            .clone(),
-                        reason,
-                        attempts,
-                        last_error,
-                        dead_lettered_at_ms: now_ms,
-                        event: job.event,
-                    };
-                    self.dead_letter(entry, attempts, now_ms);
-                }
-            }
-        }
-        worked
-    }
-
-    /// Writes the DLQ entry (durably), then queues the `Done` entry. A full DLQ keeps the event
-    /// outstanding and retries later: never dropped, and it holds back admission.
-    fn dead_letter(&mut self, entry: DlqEntry, attempts: u32, now_ms: u64) {
-        match self.dlq.put(&entry) {
-            Ok(()) => {
-                let lsn = entry.event_lsn;
-                self.shared.metrics_dispatch.observe_accepted_to_dlq(
-                    entry.reason,
-                    now_ms.saturating_sub(entry.event.received_at_ms),
-                );
-                self.finish(lsn);
-                self.done_queue.push(DoneEntry {
-                    event_lsn: lsn,
-                    status: DoneStatus::DeadLettered,
-                    attempts,
-                });
-            }
-            Err(DlqError::Full { .. }) => {
-                if self.dlq_waiting.is_empty() {
-                    self.dlq_retry_at_ms = now_ms + DLQ_RETRY_EVERY_MS;
-                }
-                self.dlq_waiting.push_back((entry, attempts));
-            }
-            Err(e) => {
-                eprintln!(
-                    "sluice: pump: writing DLQ entry {} failed: {e}; retrying",
-                    entry.id
-                );
-                if self.dlq_waiting.is_empty() {
-                    self.dlq_retry_at_ms = now_ms + DLQ_RETRY_EVERY_MS;
-                }
-                self.dlq_waiting.push_back((entry, attempts));
+                    dead_lettered_at_ms: now_ms,
+                    event: job.event,
+                };
+                self.dead_letter(entry, attempts, key, committer);
             }
         }
     }
 
-    fn retry_dead_letters(&mut self, now_ms: u64) {
+    /// Sends the dead letter to the commit helper; its `Done` entry follows once it is durable.
+    fn dead_letter(&mut self, entry: DlqEntry, attempts: u32, key: u64, committer: &mut Committer) {
+        let ticket = self.ticket(Ticket::DeadLetter { key, attempts });
+        committer.push(Item::DeadLetter { ticket, entry });
+    }
+
+    fn retry_dead_letters(&mut self, now_ms: u64, committer: &mut Committer) {
         if self.dlq_waiting.is_empty() || now_ms < self.dlq_retry_at_ms {
             return;
         }
-        let waiting = std::mem::take(&mut self.dlq_waiting);
-        for (entry, attempts) in waiting {
-            self.dead_letter(entry, attempts, now_ms);
+        for (entry, attempts, key) in std::mem::take(&mut self.dlq_waiting) {
+            self.dead_letter(entry, attempts, key, committer);
         }
         self.dlq_retry_at_ms = now_ms + DLQ_RETRY_EVERY_MS;
     }
 
-    /// A terminal outcome arrived: the job no longer counts against `max_outstanding`.
-    fn finish(&mut self, lsn: Lsn) {
-        if let Some(l) = self.live.get_mut(&lsn) {
-            if std::mem::replace(&mut l.outstanding, false) {
-                self.outstanding -= 1;
+    /// A terminal outcome: the job no longer counts against `max_outstanding`; its `Done` entry
+    /// is queued.
+    fn finish(&mut self, slot: usize, lsn: Lsn, status: DoneStatus, attempts: u32) {
+        let log = &mut self.logs[slot];
+        let held = log
+            .live
+            .get_mut(&lsn)
+            .is_some_and(|l| std::mem::replace(&mut l.outstanding, false));
+        log.done_queue.push(DoneEntry {
+            event_lsn: lsn,
+            status,
+            attempts,
+        });
+        if held {
+            self.release_slot();
+        }
+    }
+
+    /// Gives an outstanding slot back and wakes the cores that wait for one.
+    fn release_slot(&self) {
+        let marked = self.outstanding.release();
+        for (core, w) in self.wakers.iter().enumerate().take(64) {
+            if marked & (1 << core) != 0 {
+                let _ = w.wake();
             }
         }
+    }
+
+    fn ticket(&mut self, t: Ticket) -> u64 {
+        self.seq += 1;
+        let ticket = PUMP_TICKET | self.seq;
+        self.tickets.insert(ticket, t);
+        ticket
     }
 
     // ----- records ----------------------------------------------------------------------------
 
-    /// Sends queued `Done` and `Retry` records to the WAL writer. Returns true if it did work.
-    fn flush_records(&mut self) -> bool {
-        let mut worked = false;
-        while self.in_flight.len() < self.links.max_records_in_flight {
-            let (record, entries) = if !self.done_queue.is_empty() {
-                let n = self.done_queue.len().min(MAX_DONE_ENTRIES);
-                let entries: Vec<DoneEntry> = self.done_queue.drain(..n).collect();
-                (
-                    Record::Done(DoneRecord {
+    /// Sends queued `Done` and `Retry` records to the commit helper.
+    fn flush_records(&mut self, committer: &mut Committer) {
+        for slot in 0..self.logs.len() {
+            while self.logs[slot].records_in_flight < MAX_RECORDS_IN_FLIGHT {
+                let log = &mut self.logs[slot];
+                let (record, entries) = if !log.done_queue.is_empty() {
+                    let n = log.done_queue.len().min(MAX_DONE_ENTRIES);
+                    let entries: Vec<DoneEntry> = log.done_queue.drain(..n).collect();
+                    let record = Record::Done(DoneRecord {
                         entries: entries.clone(),
-                    }),
-                    entries,
-                )
-            } else if let Some(r) = self.retry_queue.pop_front() {
-                (Record::Retry(r), Vec::new())
-            } else {
-                break;
-            };
-            self.seq += 1;
-            let ticket = self.seq;
-            let req = AppendRequest {
-                worker: self.links.producer,
-                ticket,
-                record,
-            };
-            match self.links.wal_tx.try_push(req) {
-                Ok(()) => {
-                    self.in_flight.insert(ticket, entries);
-                    self.links.wal_unparker.unpark();
-                    worked = true;
-                }
-                Err(e) => {
-                    // Ring full (ingest is busy) or closed: put it back and try next turn.
-                    match e.into_inner().record {
-                        Record::Done(d) => {
-                            let mut back = d.entries;
-                            back.append(&mut self.done_queue);
-                            self.done_queue = back;
-                        }
-                        Record::Retry(r) => self.retry_queue.push_front(r),
-                        Record::Event(_) => {}
-                    }
+                    });
+                    (record, entries)
+                } else if let Some(r) = log.retry_queue.pop_front() {
+                    (Record::Retry(r), Vec::new())
+                } else {
                     break;
-                }
+                };
+                log.records_in_flight += 1;
+                let ticket = self.ticket(Ticket::Record { slot, entries });
+                committer.push(Item::Append {
+                    log: slot,
+                    ticket,
+                    record,
+                });
             }
         }
-        worked
     }
 
-    /// Durable records: release the backlog for the events they made done.
-    fn drain_completions(&mut self) -> bool {
-        let mut worked = false;
-        while let Some(c) = self.links.completions.try_pop() {
-            worked = true;
-            let Some(entries) = self.in_flight.remove(&c.ticket) else {
-                continue;
-            };
-            match c.outcome {
-                AppendOutcome::Durable { .. } => {
-                    let (mut n, mut bytes) = (0u64, 0u64);
-                    for e in &entries {
-                        if let Some(l) = self.live.remove(&e.event_lsn) {
-                            n += 1;
-                            bytes += l.cost;
-                        }
+    /// The commit helper's answer for one of the pump's records.
+    pub fn on_record_done(&mut self, ticket: u64, outcome: AppendOutcome) {
+        let Some(Ticket::Record { slot, entries }) = self.tickets.remove(&ticket) else {
+            return;
+        };
+        let log = &mut self.logs[slot];
+        log.records_in_flight -= 1;
+        match outcome {
+            AppendOutcome::Durable { lsn } => {
+                log.durable = log.durable.max(lsn);
+                let (mut n, mut bytes) = (0u64, 0u64);
+                for e in &entries {
+                    if let Some(l) = log.live.remove(&e.event_lsn) {
+                        n += 1;
+                        bytes += l.cost;
                     }
-                    self.shared.backlog.release_many(n, bytes);
-                    self.drained_since_tick += n;
                 }
-                AppendOutcome::Unavailable => {
-                    // Not durable: write them again (the WAL is retrying its disk).
-                    self.done_queue.extend(entries);
-                }
+                self.shared.backlog.release_many(n, bytes);
+                self.drained_total += n;
             }
+            // Not durable: written again (the log retries its disk). A retry record is only
+            // a schedule: after a restart without it the event is simply due at once.
+            AppendOutcome::Unavailable => log.done_queue.extend(entries),
         }
-        worked
     }
 
-    /// Live gauges every turn; the drain rate once a second.
+    /// The commit helper's answer for one of the pump's dead letters.
+    pub fn on_dead_letter_done(
+        &mut self,
+        ticket: u64,
+        entry: DlqEntry,
+        result: Result<(), DlqError>,
+        now_ms: u64,
+    ) {
+        let Some(Ticket::DeadLetter { key, attempts }) = self.tickets.remove(&ticket) else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                self.shared.metrics_dispatch.observe_accepted_to_dlq(
+                    entry.reason,
+                    now_ms.saturating_sub(entry.event.received_at_ms),
+                );
+                let (index, lsn) = split_key(key);
+                if let Some(&slot) = self.slot_of.get(&index) {
+                    self.finish(slot, lsn, DoneStatus::DeadLettered, attempts);
+                }
+            }
+            Err(e) => {
+                // Full: backpressure, not loss — the event stays outstanding and is retried.
+                if !matches!(e, DlqError::Full { .. }) {
+                    eprintln!(
+                        "sluice: pump: writing DLQ entry {} failed: {e}; retrying",
+                        entry.id
+                    );
+                }
+                if self.dlq_waiting.is_empty() {
+                    self.dlq_retry_at_ms = now_ms + DLQ_RETRY_EVERY_MS;
+                }
+                self.dlq_waiting.push_back((entry, attempts, key));
+            }
+        }
+    }
+
+    // ----- timers -----------------------------------------------------------------------------
+
+    /// Live gauges every turn; the drain rate once a second (core 0, for all cores).
     fn tick(&mut self, now_ms: u64) {
-        // Every turn: the live gauges (three stores). The oldest pending event is the one with
-        // the lowest LSN (receipt order), so its age at scrape time is always current.
-        let oldest = self.live.first_key_value().map(|(_, l)| l.received_at_ms);
-        self.shared
-            .metrics_dispatch
-            .set_pump(self.outstanding as u64, oldest, self.done_cursor());
+        let oldest = self
+            .logs
+            .iter()
+            .filter_map(|l| l.live.first_key_value().map(|(_, v)| v.received_at_ms))
+            .min();
+        self.shared.metrics_dispatch.set_pump_core(
+            self.core,
+            self.outstanding.get(),
+            oldest,
+            self.logs.first().map_or(0, |l| l.cursor()),
+        );
+        if self.drained_total > self.drained_at_tick {
+            let n = self.drained_total - self.drained_at_tick;
+            self.shared.backlog.note_drained(n);
+            self.drained_at_tick = self.drained_total;
+        }
         if now_ms < self.tick_at_ms + 1000 {
             return;
         }
-        let elapsed = (now_ms - self.tick_at_ms) as f64 / 1000.0;
-        self.shared
-            .backlog
-            .record_drained(std::mem::take(&mut self.drained_since_tick), elapsed);
+        if self.core == 0 {
+            let elapsed = (now_ms - self.tick_at_ms) as f64 / 1000.0;
+            self.shared.backlog.update_drain_rate(elapsed);
+        }
         self.tick_at_ms = now_ms;
     }
-}
 
-/// How often retention and the disk measurement run.
-const RETAIN_EVERY_MS: u64 = 5_000;
-
-impl Pump {
-    /// Retention: deletes WAL segments wholly below the done cursor whose last write is older
-    /// than `retention` (never the active segment), and measures the WAL's size on disk for
-    /// the `max_wal_bytes` bound. DLQ entries live in their own files and are unaffected.
+    /// Retention, per log: deletes segments wholly below the log's done cursor whose last write
+    /// is older than `retention` (never the active segment), and measures the logs' size on disk
+    /// for the `max_wal_bytes` bound. DLQ entries live in their own files and are unaffected.
     fn retain(&mut self, now_ms: u64) {
         if now_ms < self.retain_at_ms {
             return;
         }
         self.retain_at_ms = now_ms + RETAIN_EVERY_MS;
-        let dir = self.shared.config.wal_dir();
-        let segments = match crate::wal::segment::list_segments(&dir) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("sluice: retention: listing {}: {e}", dir.display());
-                return;
-            }
-        };
-        let cursor = self.done_cursor();
         let retention = self.shared.config.dispatch.retention;
-        let mut total = 0u64;
-        let mut deleting = true;
-        for (i, (_, path)) in segments.iter().enumerate() {
-            let Ok(meta) = std::fs::metadata(path) else {
-                continue;
-            };
-            let last_lsn = segments
-                .get(i + 1)
-                .map(|(first, _)| first.saturating_sub(1));
-            let old_enough = meta
-                .modified()
-                .ok()
-                .and_then(|m| m.elapsed().ok())
-                .is_some_and(|age| age >= retention);
-            deleting = deleting && last_lsn.is_some_and(|l| l < cursor) && old_enough;
-            if deleting {
-                match std::fs::remove_file(path) {
-                    Ok(()) => {
-                        eprintln!("sluice: retention: deleted {}", path.display());
-                        continue;
-                    }
-                    Err(e) => {
-                        eprintln!("sluice: retention: deleting {}: {e}", path.display());
-                        deleting = false;
-                    }
+        for log in &mut self.logs {
+            let total = retain_log(log, retention);
+            let (old, new) = (log.disk_bytes, total);
+            log.disk_bytes = new;
+            self.shared.backlog.adjust_wal_bytes(old, new);
+        }
+    }
+}
+
+/// Applies retention to one log; returns the bytes of the segments left.
+fn retain_log(log: &LogPump, retention: std::time::Duration) -> u64 {
+    let segments = match crate::wal::segment::list_segments(&log.dir) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sluice: retention: listing {}: {e}", log.dir.display());
+            return log.disk_bytes;
+        }
+    };
+    let cursor = log.cursor();
+    let mut total = 0u64;
+    let mut deleting = true;
+    for (i, (_, path)) in segments.iter().enumerate() {
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue;
+        };
+        let last_lsn = segments
+            .get(i + 1)
+            .map(|(first, _)| first.saturating_sub(1));
+        let old_enough = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age >= retention);
+        deleting = deleting && last_lsn.is_some_and(|l| l < cursor) && old_enough;
+        if deleting {
+            match std::fs::remove_file(path) {
+                Ok(()) => {
+                    eprintln!("sluice: retention: deleted {}", path.display());
+                    continue;
+                }
+                Err(e) => {
+                    eprintln!("sluice: retention: deleting {}: {e}", path.display());
+                    deleting = false;
                 }
             }
-            total += meta.len();
         }
-        self.shared.backlog.set_wal_bytes(total);
+        total += meta.len();
     }
+    total
 }

@@ -16,8 +16,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_utils::sync::Parker;
-use mio::Waker;
+use mio::{Poll, Waker};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::{Config, DurabilityMode, WritePathMode};
@@ -28,14 +27,14 @@ use crate::ingest::sources::SourceTable;
 use crate::ingest::Guards;
 use crate::metrics::dispatch::DispatchMetrics;
 use crate::metrics::Metrics;
-use crate::ring;
 use crate::sched::backlog::Backlog;
-use crate::sched::pump::{Pump, PumpLinks, PumpSink};
+use crate::sched::commit::{Committer, HelperLog};
+use crate::sched::logs;
+use crate::sched::pump::{CorePump, Outstanding, PumpLog};
 use crate::sched::state::{Phase, Shared};
-use crate::sched::worker::{DispatchLinks, Worker};
+use crate::sched::worker::{self, CoreLinks, CoreParts, Worker};
 use crate::sync::clock::{unix_millis, Clock, MonotonicClock};
-use crate::wal::WalTail;
-use crate::wal::{self, CompletionSink, Durability, WalConfig, WalShared, WritePath};
+use crate::wal::{self, Durability, WalConfig, WalShared, WritePath};
 
 /// Why the server could not start or stopped abnormally.
 #[derive(Debug)]
@@ -89,13 +88,37 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         signal_hook::flag::register(sig, term.clone())
             .map_err(io_err("installing signal handlers"))?;
     }
-    let config = Arc::new(config);
-    let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+    let run = build(Arc::new(config))?;
+    let shared = run.shared.clone();
+    let (handles, addr) = start(run)?;
+    shared.set_phase(Phase::Ready);
+    on_ready(addr);
+    let died = wait_for_signal(&term, &handles);
+    drain(
+        &shared,
+        handles.threads,
+        &handles.wakers,
+        &handles.hard_stop,
+    );
+    eprintln!("sluice: stopped");
+    match died {
+        Some(name) => Err(RuntimeError::ThreadDied(name.into())),
+        None => Ok(()),
+    }
+}
 
-    std::fs::create_dir_all(config.wal_dir())
-        .map_err(io_err(format!("creating {}", config.wal_dir().display())))?;
-    let wal_cfg = WalConfig {
-        dir: config.wal_dir(),
+/// Everything built before any thread starts.
+struct Run {
+    shared: Arc<Shared>,
+    listeners: Vec<std::net::TcpListener>,
+    addr: SocketAddr,
+    cores: Vec<CoreParts>,
+}
+
+/// The WAL settings of `config`, for the log directory `dir`.
+fn wal_config(config: &Config, dir: std::path::PathBuf) -> WalConfig {
+    WalConfig {
+        dir,
         segment_bytes: config.wal.segment_bytes,
         max_body_bytes: config.server.max_body_bytes as usize,
         durability: match config.wal.durability {
@@ -107,29 +130,34 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
             WritePathMode::Mmap => WritePath::Mmap,
         },
         max_batch: config.wal.max_batch,
-    };
-    #[cfg_attr(not(feature = "failpoints"), allow(unused_mut))]
-    let (mut log, report) = wal::open(&wal_cfg).map_err(RuntimeError::Wal)?;
-    // Test builds only: storage faults switched by a control file (`wal::failpoints`).
-    #[cfg(feature = "failpoints")]
-    wal::failpoints::install_from_env(&mut log);
-    eprintln!(
-        "sluice: wal recovered: {} segments, {} records, last lsn {}{}",
-        report.segments,
-        report.records,
-        report.last_lsn,
-        match &report.truncated_tail {
-            Some((seg, off)) => format!(", torn tail truncated at {}:{}", seg.display(), off),
-            None => String::new(),
-        }
-    );
+    }
+}
 
-    let recovered = wal::recover_dispatch(&config.wal_dir()).map_err(RuntimeError::Wal)?;
-    eprintln!(
-        "sluice: {} events pending delivery, done cursor at lsn {}",
-        recovered.pending.len(),
-        recovered.done_cursor
-    );
+/// Recovers every log, builds the shared state, binds the listeners and wires the cores.
+fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
+    let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+    let workers = config.server.workers;
+    let wal_dir = config.wal_dir();
+    let run_logs = logs::open_logs(&wal_config(&config, wal_dir.clone()), workers)
+        .map_err(RuntimeError::Wal)?;
+    let (mut pending_events, mut pending_bytes) = (0u64, 0u64);
+    for log in &run_logs.logs {
+        let r = &log.report;
+        eprintln!(
+            "sluice: wal {} recovered: {} segments, {} records, last lsn {}, {} pending{}",
+            log.name,
+            r.segments,
+            r.records,
+            r.last_lsn,
+            log.recovered.pending.len(),
+            match &r.truncated_tail {
+                Some((seg, off)) => format!(", torn tail truncated at {}:{}", seg.display(), off),
+                None => String::new(),
+            }
+        );
+        pending_events += log.recovered.pending.len() as u64;
+        pending_bytes += log.recovered.pending.values().map(|m| m.bytes).sum::<u64>();
+    }
     let backlog = Arc::new(Backlog::with_wal_limit(
         config.dispatch.max_pending_events,
         config.dispatch.max_pending_bytes,
@@ -137,17 +165,14 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         config.dispatch.saturated_low,
         config.dispatch.max_wal_bytes,
     ));
-    backlog.preload(
-        recovered.pending.len() as u64,
-        recovered.pending.values().map(|m| m.bytes).sum(),
+    backlog.preload(pending_events, pending_bytes);
+    let dlq = Arc::new(
+        DlqStore::open(
+            &config.server.data_dir.join("dlq"),
+            config.dispatch.max_dlq_entries as usize,
+        )
+        .map_err(|e| RuntimeError::Config(format!("dead-letter queue: {e}")))?,
     );
-    let dlq = DlqStore::open(
-        &config.server.data_dir.join("dlq"),
-        config.dispatch.max_dlq_entries as usize,
-    )
-    .map_err(|e| RuntimeError::Config(format!("dead-letter queue: {e}")))?;
-    let tail =
-        WalTail::open(&config.wal_dir(), recovered.done_cursor).map_err(RuntimeError::Wal)?;
     let metrics_dispatch = Arc::new(
         DispatchMetrics::new(
             &config
@@ -156,13 +181,9 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
                 .map(|d| (d.handler.uri.clone(), d.max_in_flight as u64))
                 .collect::<Vec<_>>(),
         )
-        .with_flow(&config.triggers),
+        .with_flow(&config.triggers)
+        .with_cores(workers),
     );
-
-    let (ring_tx, ring_rx) = ring::channel(config.wal.ring_capacity);
-    let parker = Parker::new();
-    let unparker = parker.unparker().clone();
-    let wal_shared = Arc::new(WalShared::new());
     let bucket = |capacity| {
         BucketParams::new(capacity, config.ingest.refill_per_sec)
             .map_err(|e| RuntimeError::Config(format!("ingest bucket: {e}")))
@@ -172,38 +193,42 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         bucket(config.ingest.per_source_capacity)?,
     ));
     let admission = Admission::new(bucket(config.ingest.global_capacity)?, clock.now_nanos());
-    // Before the writer starts: the dedupe index is rebuilt from what is already durable.
+    // Before any core appends: the dedupe index is rebuilt from what is already durable.
     let guards = Guards::new(&config.triggers, config.ingest.dedupe_max_keys);
-    let rebuilt = guards
-        .rebuild_dedupe(&config.wal_dir(), unix_millis() / 1000)
-        .map_err(RuntimeError::Wal)?;
+    let mut rebuilt = 0;
+    for log in &run_logs.logs {
+        rebuilt += guards
+            .rebuild_dedupe(&log.dir, unix_millis() / 1000)
+            .map_err(RuntimeError::Wal)?;
+    }
     if rebuilt > 0 {
         eprintln!("sluice: dedupe index rebuilt from the wal: {rebuilt} keys");
     }
     let router = Router::new(&config.triggers, config.ingest.default_route)
         .with_admin(config.admin_token.is_some());
+    let histogram = Arc::new(wal::SyncHistogram::new());
+    let wal_states: Vec<Arc<WalShared>> = run_logs
+        .logs
+        .iter()
+        .map(|l| {
+            let s = WalShared::sharing(histogram.clone());
+            s.durable_lsn
+                .store(l.report.last_lsn, std::sync::atomic::Ordering::Release);
+            Arc::new(s)
+        })
+        .collect();
     let shared = Arc::new(Shared::new(
         config.clone(),
-        clock.clone(),
+        clock,
         router,
         admission,
         sources,
         guards,
-        wal_shared.clone(),
-        Arc::new(Metrics::new(config.server.workers)),
+        wal_states.clone(),
+        Arc::new(Metrics::new(workers)),
         backlog,
         metrics_dispatch,
     ));
-
-    // Pump links: a job ring per worker (never full: the pump has at most max_outstanding
-    // jobs out), one outcome ring, and the pump's own completion ring for its records.
-    let max_outstanding = config.pump.max_outstanding;
-    let pump_parker = Parker::new();
-    let pump_unparker = pump_parker.unparker().clone();
-    let (outcome_tx, outcome_rx) = ring::channel(2 * max_outstanding + 64);
-    let pump_records = 64;
-    let (pump_ctx, pump_crx) = ring::channel(pump_records);
-    let mut job_txs = Vec::new();
 
     // Listeners: the first resolves the port (it may be 0), the others share it.
     let first = bind_reuseport(config.server.listen)
@@ -211,173 +236,204 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     let addr = first
         .local_addr()
         .map_err(io_err("reading the bound address"))?;
-    let hard_stop = Arc::new(AtomicBool::new(false));
-    let mut workers = Vec::new();
-    let mut sinks: Vec<Box<dyn CompletionSink>> = Vec::new();
-    let mut wakers: Vec<Arc<Waker>> = Vec::new();
-    for id in 0..config.server.workers {
-        let listener = if id == 0 {
-            first.try_clone().map_err(io_err("cloning the listener"))?
-        } else {
-            bind_reuseport(addr).map_err(io_err(format!("binding {addr}")))?
-        };
-        let (job_tx, job_rx) = ring::channel(max_outstanding);
-        job_txs.push(job_tx);
-        let links = DispatchLinks {
-            jobs: job_rx,
-            outcomes: outcome_tx.clone(),
-            pump: pump_unparker.clone(),
-        };
-        let (w, sink, waker) = Worker::new(
-            id,
-            listener,
-            shared.clone(),
-            ring_tx.clone(),
-            unparker.clone(),
-            hard_stop.clone(),
-            links,
-        )
-        .map_err(io_err("creating a worker"))?;
-        workers.push(w);
-        sinks.push(Box::new(sink));
+    let mut listeners = vec![first];
+    for _ in 1..workers {
+        listeners.push(bind_reuseport(addr).map_err(io_err(format!("binding {addr}")))?);
+    }
+
+    let cores = wire_cores(&shared, run_logs, &wal_states, dlq)?;
+    Ok(Run {
+        shared,
+        listeners,
+        addr,
+        cores,
+    })
+}
+
+/// Gives each core its poll, its commit helper over the logs it owns, its pump and its links.
+fn wire_cores(
+    shared: &Arc<Shared>,
+    run_logs: logs::RunLogs,
+    wal_states: &[Arc<WalShared>],
+    dlq: Arc<DlqStore>,
+) -> Result<Vec<CoreParts>, RuntimeError> {
+    let config = &shared.config;
+    let workers = config.server.workers;
+    let owners: Arc<[usize]> = run_logs.owners().into();
+    let mut polls = Vec::new();
+    let mut wakers = Vec::new();
+    for _ in 0..workers {
+        let poll = Poll::new().map_err(io_err("creating a poll"))?;
+        let waker = Arc::new(
+            Waker::new(poll.registry(), worker::WAKER_TOKEN).map_err(io_err("creating a waker"))?,
+        );
+        polls.push(poll);
         wakers.push(waker);
     }
-    drop(first);
-    drop(outcome_tx);
-    let pump_producer = sinks.len();
-    sinks.push(Box::new(PumpSink {
-        tx: pump_ctx,
-        unparker: pump_unparker.clone(),
-    }));
+    let max_outstanding = config.pump.max_outstanding;
+    let outstanding = Arc::new(Outstanding::new(max_outstanding));
+    let mut links = CoreLinks::wire(workers, max_outstanding, wakers.clone(), owners.clone());
+    let mut per_core: Vec<(Vec<HelperLog>, Vec<PumpLog>)> =
+        (0..workers).map(|_| (Vec::new(), Vec::new())).collect();
+    for (index, log) in run_logs.logs.into_iter().enumerate() {
+        let mut wal = log.wal;
+        wal.shared = Some(wal_states[index].clone());
+        // Test builds only: storage faults switched by a control file (`wal::failpoints`).
+        #[cfg(feature = "failpoints")]
+        wal::failpoints::install_from_env(&mut wal);
+        let (helper_logs, pump_logs) = &mut per_core[log.owner];
+        pump_logs.push(PumpLog {
+            index,
+            name: log.name,
+            dir: log.dir,
+            own: index < workers,
+            durable: log.report.last_lsn,
+            recovered: log.recovered,
+        });
+        helper_logs.push(HelperLog {
+            wal,
+            shared: wal_states[index].clone(),
+        });
+    }
+    let now_ms = unix_millis();
+    let mut cores = Vec::new();
+    for (core, ((helper_logs, pump_logs), poll)) in per_core.into_iter().zip(polls).enumerate() {
+        let committer = Committer::start(
+            core,
+            helper_logs,
+            dlq.clone(),
+            wakers[core].clone(),
+            config.wal.max_batch,
+        )
+        .map_err(io_err("starting a commit helper"))?;
+        let pump = CorePump::new(
+            core,
+            shared.clone(),
+            pump_logs,
+            outstanding.clone(),
+            wakers.clone(),
+            now_ms,
+        )
+        .map_err(RuntimeError::Wal)?;
+        cores.push(CoreParts {
+            poll,
+            committer,
+            pump,
+            links: links.remove(0),
+        });
+    }
+    Ok(cores)
+}
 
-    let writer = wal::spawn_writer(log, ring_rx, parker, sinks, wal_shared)
-        .map_err(io_err("starting the WAL writer"))?;
-    let workers_done = Arc::new(AtomicBool::new(false));
-    let pump = Pump::new(
-        shared.clone(),
-        PumpLinks {
-            job_txs,
-            worker_wakers: wakers.clone(),
-            outcomes: outcome_rx,
-            wal_tx: ring_tx.clone(),
-            wal_unparker: unparker.clone(),
-            completions: pump_crx,
-            parker: pump_parker,
-            workers_done: workers_done.clone(),
-            producer: pump_producer,
-            max_records_in_flight: pump_records,
-        },
-        tail,
-        dlq,
-        recovered,
-    );
-    let pump = std::thread::Builder::new()
-        .name("sluice-pump".into())
-        .spawn(move || pump.run())
-        .map_err(io_err("starting the pump"))?;
-    let mut handles: Vec<JoinHandle<()>> = Vec::new();
-    for w in workers {
+/// The running threads.
+struct Handles {
+    threads: Vec<JoinHandle<()>>,
+    wakers: Vec<Arc<Waker>>,
+    hard_stop: Arc<AtomicBool>,
+}
+
+/// Starts one worker thread per core.
+fn start(run: Run) -> Result<(Handles, SocketAddr), RuntimeError> {
+    let hard_stop = Arc::new(AtomicBool::new(false));
+    let wakers = run
+        .cores
+        .first()
+        .map(|c| c.links.wakers.clone())
+        .unwrap_or_default();
+    let mut threads = Vec::new();
+    for (id, (listener, parts)) in run.listeners.into_iter().zip(run.cores).enumerate() {
+        let w = Worker::new(id, listener, run.shared.clone(), hard_stop.clone(), parts)
+            .map_err(io_err("creating a worker"))?;
         let h = std::thread::Builder::new()
-            .name("sluice-worker".into())
+            .name(format!("sluice-core-{id}"))
             .spawn(move || w.run())
             .map_err(io_err("starting a worker"))?;
-        handles.push(h);
+        threads.push(h);
     }
+    Ok((
+        Handles {
+            threads,
+            wakers,
+            hard_stop,
+        },
+        run.addr,
+    ))
+}
 
-    shared.set_phase(Phase::Ready);
-    on_ready(addr);
-
-    // Wait for a signal, watching that every thread stays alive.
-    let mut died = None;
+/// Waits for SIGTERM/SIGINT, watching that every core stays alive; names a core that died.
+fn wait_for_signal(term: &AtomicBool, handles: &Handles) -> Option<&'static str> {
     while !term.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
-        if handles.iter().any(|h| h.is_finished()) {
-            died = Some("sluice-worker");
-            break;
-        }
-        if writer.is_finished() {
-            died = Some("sluice-wal-writer");
-            break;
-        }
-        if pump.is_finished() {
-            died = Some("sluice-pump");
-            break;
+        if handles.threads.iter().any(|h| h.is_finished()) {
+            return Some("sluice-core");
         }
     }
+    None
+}
 
+/// The drain: phase `Draining`, every core finishes what it has (bounded by
+/// `shutdown_timeout`), then a hard stop for any core still running.
+fn drain(
+    shared: &Shared,
+    threads: Vec<JoinHandle<()>>,
+    wakers: &[Arc<Waker>],
+    hard_stop: &AtomicBool,
+) {
+    let config = &shared.config;
     shared.set_phase(Phase::Draining);
     eprintln!(
         "sluice: draining (up to {:?})",
         config.server.shutdown_timeout
     );
-    for w in &wakers {
+    for w in wakers {
         let _ = w.wake();
     }
+    let clock = &shared.clock;
     let grace = config.server.shutdown_timeout + Duration::from_secs(1);
     let deadline = clock.now_nanos() + grace.as_nanos() as u64;
-    while handles.iter().any(|h| !h.is_finished()) && clock.now_nanos() < deadline {
+    while threads.iter().any(|h| !h.is_finished()) && clock.now_nanos() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
     hard_stop.store(true, Ordering::Relaxed);
-    for w in &wakers {
+    for w in wakers {
         let _ = w.wake();
     }
-    for h in handles {
+    for h in threads {
         let _ = h.join();
-    }
-    // The pump writes the outcomes the workers reported, waits for them to be durable, exits.
-    workers_done.store(true, Ordering::Release);
-    pump_unparker.unpark();
-    let pump_deadline = clock.now_nanos() + Duration::from_secs(5).as_nanos() as u64;
-    while !pump.is_finished() && clock.now_nanos() < pump_deadline {
-        std::thread::sleep(Duration::from_millis(5));
-        pump_unparker.unpark();
-    }
-    if pump.is_finished() {
-        let _ = pump.join();
-    } else {
-        eprintln!("sluice: the pump did not finish flushing outcomes; those events stay pending");
-    }
-    ring_tx.close();
-    unparker.unpark();
-    drop(ring_tx);
-    if writer.join().is_err() {
-        return Err(RuntimeError::ThreadDied("sluice-wal-writer".into()));
-    }
-    eprintln!("sluice: stopped");
-    match died {
-        Some(name) => Err(RuntimeError::ThreadDied(name.into())),
-        None => Ok(()),
     }
 }
 
 /// Renders `/metrics`: the merged per-core counters plus the WAL's and the sources' families.
-pub fn render_metrics(shared: &Shared, ring_depth: usize) -> String {
+pub fn render_metrics(shared: &Shared) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
     shared.metrics.render(&mut |w| {
-        w.gauge(
-            "sluice_wal_ring_depth",
-            "Events waiting in the WAL ring.",
-            ring_depth as f64,
-        );
         w.counter(
             "sluice_wal_appends_total",
-            "Events appended to the WAL and reported durable.",
+            "Records appended to the WAL and reported durable, over all logs.",
             shared
                 .wal
-                .appends_total
-                .load(std::sync::atomic::Ordering::Relaxed),
+                .iter()
+                .map(|l| l.appends_total.load(Relaxed))
+                .sum(),
         );
-        w.gauge(
+        w.header(
             "sluice_wal_durable_lsn",
-            "Highest LSN known durable.",
-            shared.wal.durable_lsn() as f64,
+            "Highest LSN known durable, per log (own logs are core-K).",
+            crate::metrics::MetricType::Gauge,
         );
+        for (i, l) in shared.wal.iter().enumerate() {
+            let log = i.to_string();
+            w.sample_u64("sluice_wal_durable_lsn", &[("log", &log)], l.durable_lsn());
+        }
         w.gauge(
             "sluice_wal_healthy",
-            "1 when the WAL accepts writes, 0 after a write or sync error.",
-            if shared.wal.is_healthy() { 1.0 } else { 0.0 },
+            "1 when every log accepts writes, 0 after a write or sync error.",
+            if shared.wal_healthy() { 1.0 } else { 0.0 },
         );
-        shared.wal.render_prometheus(w.buffer_mut());
+        if let Some(first) = shared.wal.first() {
+            // One histogram shared by every log.
+            first.render_prometheus(w.buffer_mut());
+        }
         shared.sources.render_prometheus(w);
         shared
             .metrics_dispatch

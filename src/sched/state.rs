@@ -34,7 +34,8 @@ pub struct Shared {
     pub sources: Arc<SourceTable>,
     /// Per-trigger signature verifiers and the dedupe index.
     pub guards: Guards,
-    pub wal: Arc<WalShared>,
+    /// The published state of every log of this run, by log index (own logs first).
+    pub wal: Vec<Arc<WalShared>>,
     pub metrics: Arc<Metrics>,
     /// The durable-queue bound (ingest reserves, the pump releases).
     pub backlog: Arc<Backlog>,
@@ -54,7 +55,7 @@ impl Shared {
         admission: Admission,
         sources: Arc<SourceTable>,
         guards: Guards,
-        wal: Arc<WalShared>,
+        wal: Vec<Arc<WalShared>>,
         metrics: Arc<Metrics>,
         backlog: Arc<Backlog>,
         metrics_dispatch: Arc<DispatchMetrics>,
@@ -86,12 +87,17 @@ impl Shared {
         self.phase.store(p as u8, Ordering::Relaxed);
     }
 
+    /// True while every log accepts writes.
+    pub fn wal_healthy(&self) -> bool {
+        self.wal.iter().all(|w| w.is_healthy())
+    }
+
     /// `/readyz`: `None` when ready, else the reason for 503.
     pub fn not_ready_reason(&self) -> Option<&'static str> {
         match self.phase() {
             Phase::Starting => Some("starting"),
             Phase::Draining => Some("draining"),
-            Phase::Ready if !self.wal.is_healthy() => Some("wal_unavailable"),
+            Phase::Ready if !self.wal_healthy() => Some("wal_unavailable"),
             Phase::Ready if self.backlog.is_saturated() => Some("saturated"),
             Phase::Ready => None,
         }

@@ -55,7 +55,6 @@ pub struct Wal {
     pub(crate) max_body_bytes: usize,
     pub(crate) durability: Durability,
     pub(crate) write_path: WritePath,
-    pub(crate) max_batch: usize,
     pub(crate) active: Active,
     /// LSN of the next record to commit.
     pub(crate) next_lsn: Lsn,
@@ -108,7 +107,6 @@ impl Wal {
             max_body_bytes: cfg.max_body_bytes,
             durability: cfg.durability,
             write_path: cfg.write_path,
-            max_batch: cfg.max_batch,
             active,
             next_lsn,
             staged: 0,

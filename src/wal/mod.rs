@@ -1,9 +1,9 @@
 //! The write-ahead log: the durable queue of accepted events.
 //!
-//! One writer thread ([`spawn_writer`]) drains the ingest ring, appends records to fixed-size,
-//! preallocated segment files with *group commit* (one `fdatasync` per batch, however many
-//! records the batch holds), publishes the durable LSN and completes each request back to the
-//! worker that sent it. [`open`] recovers the log at startup; [`WalReader`] iterates it (offline,
+//! Each core owns one log (`DATA_DIR/wal/core-K/`, see `sched::logs`); its commit helper
+//! (`sched::commit`) appends a loop turn's records to fixed-size, preallocated segment files
+//! with *group commit* ([`commit_batch`]: one `fdatasync` per batch, however many records the
+//! batch holds) and publishes the log's durable LSN. [`open`] recovers the log at startup; [`WalReader`] iterates it (offline,
 //! through read-only maps); [`WalTail`] follows it while the writer appends (`pread` up to the
 //! durable LSN); [`recover_dispatch`] rebuilds the pump's pending set; [`tools`] holds the
 //! offline `sluice wal verify|inspect` implementations.
@@ -25,9 +25,8 @@
 //! pub enum WritePath { Pwrite /* default */, Mmap }      // serde: "pwrite" | "mmap"
 //! pub struct WalConfig { pub dir: PathBuf /* DATA_DIR/wal */, pub segment_bytes: u64, pub durability: Durability,
 //!                        pub write_path: WritePath, pub max_batch: usize }   // WalConfig::new(dir) = defaults
-//! pub struct AppendRequest { pub worker: usize, pub ticket: u64, pub record: Record }
+//! pub struct AppendRequest { pub log: usize, pub ticket: u64, pub record: Record }
 //! pub enum AppendOutcome { Durable { lsn: Lsn }, Unavailable }
-//! pub trait CompletionSink: Send { fn complete(&mut self, ticket: u64, outcome: AppendOutcome); fn notify(&mut self); }
 //! pub struct WalShared { pub durable_lsn: AtomicU64, pub healthy: AtomicBool, pub appends_total: AtomicU64,
 //!                        pub sync_seconds: SyncHistogram }
 //! impl WalShared { fn new() -> Self; fn durable_lsn(&self) -> Lsn; fn is_healthy(&self) -> bool;
@@ -35,8 +34,8 @@
 //! pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError>;
 //! pub struct RecoveryReport { pub segments: usize, pub records: u64, pub last_lsn: Lsn,
 //!                             pub truncated_tail: Option<(PathBuf, u64)> }
-//! pub fn spawn_writer(wal: Wal, rx: ring::Receiver<AppendRequest>, parker: Parker,
-//!                     sinks: Vec<Box<dyn CompletionSink>>, shared: Arc<WalShared>) -> io::Result<JoinHandle<()>>;
+//! pub fn commit_batch(wal: &mut Wal, shared: &WalShared, records: impl IntoIterator<Item = &Record>,
+//!                     outcomes: &mut Vec<AppendOutcome>);   // one group commit, one outcome per record
 //! pub enum WalError { Io { path, source }, Corrupt { segment: PathBuf, offset: u64, reason: String },
 //!                     InvalidConfig { reason }, Encode(EncodeError) }
 //! pub struct WalReader;  // open(dir) / open_from(dir, lsn); Iterator<Item = Result<RawRecord, WalError>>;
@@ -199,7 +198,8 @@ mod appender;
 pub mod failpoints;
 pub mod format;
 mod histogram;
-mod recovery;
+pub mod layout;
+pub(crate) mod recovery;
 pub mod segment;
 pub mod state;
 mod sys;
@@ -215,10 +215,12 @@ pub use format::{
 };
 pub use format::{event_cost, max_record_bytes_for, MAX_HEADERS, MAX_HEADER_VALUE_BYTES};
 pub use histogram::SyncHistogram;
+pub use layout::{core_log_dir, log_dirs, LogDir};
+pub use recovery::LOCK_FILE;
 pub use recovery::{open, RawRecord, RecoveryReport, WalReader};
 pub use state::{recover_dispatch, DispatchRecovery, PendingMeta};
 pub use tail::WalTail;
-pub use writer::spawn_writer;
+pub use writer::commit_batch;
 
 // std atomics on purpose: the WAL runs on its own thread and is not a loom model (see crate::sync).
 use std::fmt;
@@ -323,10 +325,11 @@ impl WalConfig {
     }
 }
 
-/// One record to append, from worker `worker`; `ticket` is echoed back in the completion.
+/// One record to append; `ticket` is echoed back in the completion.
 #[derive(Debug)]
 pub struct AppendRequest {
-    pub worker: usize,
+    /// The log to append to, as the core's slot (0 = the core's own log).
+    pub log: usize,
     pub ticket: u64,
     pub record: Record,
 }
@@ -339,15 +342,6 @@ pub enum AppendOutcome {
     /// The record is not in the log: the disk failed or is full (see [`WalShared::healthy`]),
     /// or it exceeds the WAL's field bounds (ingest checks those first).
     Unavailable,
-}
-
-/// Where the writer reports completions for one worker. Called on the writer thread; must never
-/// block (push into a bounded ring / set a flag, then wake the worker in `notify`).
-pub trait CompletionSink: Send {
-    /// The outcome of request `ticket`. Called in request order for this worker.
-    fn complete(&mut self, ticket: u64, outcome: AppendOutcome);
-    /// Called once after each batch's completions for this worker.
-    fn notify(&mut self);
 }
 
 /// State the writer publishes to every other thread.
@@ -365,8 +359,9 @@ pub struct WalShared {
     pub healthy: AtomicBool,
     /// Records appended successfully (`Relaxed`: a counter).
     pub appends_total: std::sync::atomic::AtomicU64,
-    /// Latency of each `fdatasync` / `msync`: `sluice_wal_sync_seconds`.
-    pub sync_seconds: SyncHistogram,
+    /// Latency of each `fdatasync` / `msync`: `sluice_wal_sync_seconds` (one histogram shared
+    /// by all the logs of a process: [`WalShared::sharing`]).
+    pub sync_seconds: std::sync::Arc<SyncHistogram>,
 }
 
 impl Default for WalShared {
@@ -381,7 +376,15 @@ impl WalShared {
             durable_lsn: AtomicU64::new(0),
             healthy: AtomicBool::new(true),
             appends_total: std::sync::atomic::AtomicU64::new(0),
-            sync_seconds: SyncHistogram::new(),
+            sync_seconds: std::sync::Arc::new(SyncHistogram::new()),
+        }
+    }
+
+    /// A log's state whose sync latencies go to `histogram` (shared with the other logs).
+    pub fn sharing(histogram: std::sync::Arc<SyncHistogram>) -> Self {
+        WalShared {
+            sync_seconds: histogram,
+            ..WalShared::new()
         }
     }
 

@@ -67,11 +67,37 @@ impl Scanner {
                 reason: format!("LSN gap: expected {}, found {}", self.next_lsn, r.lsn),
                 torn: false,
             },
-            Parsed::End if rest.iter().all(|&b| b == 0) => Step::End,
+            Parsed::End if all_zero(rest) => Step::End,
             Parsed::End => bad("non-zero bytes after the end-of-data marker"),
             Parsed::Bad(reason) => bad(reason),
         }
     }
+}
+
+/// True if `bytes` are all zero. Compares 64 KiB pieces against a static zero block (`memcmp`):
+/// a 64 MiB preallocated segment tail is checked at every open, so this must be fast even in
+/// unoptimised builds.
+pub(crate) fn all_zero(bytes: &[u8]) -> bool {
+    static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+    bytes.chunks(ZEROS.len()).all(|c| c == &ZEROS[..c.len()])
+}
+
+/// Offset of the last non-zero byte: skips all-zero 64 KiB blocks from the end with
+/// [`all_zero`] (the preallocated tail of a segment), then looks inside the last other block.
+fn last_non_zero(bytes: &[u8]) -> Option<usize> {
+    const BLOCK: usize = 64 * 1024;
+    let mut end = bytes.len();
+    while end > 0 {
+        let start = end.saturating_sub(BLOCK);
+        if !all_zero(&bytes[start..end]) {
+            return bytes[start..end]
+                .iter()
+                .rposition(|&b| b != 0)
+                .map(|p| start + p);
+        }
+        end = start;
+    }
+    None
 }
 
 /// True if some offset `>= from` holds a CRC-valid record whose LSN is at least `min_lsn` (and
@@ -192,10 +218,7 @@ pub(crate) fn scan_dir(
         scan.next_lsn = sc.next_lsn;
         scan.last_end = sc.pos as u64;
         if i + 1 == count {
-            scan.last_dirty_end = bytes
-                .iter()
-                .rposition(|&b| b != 0)
-                .map_or(0, |p| p as u64 + 1);
+            scan.last_dirty_end = last_non_zero(bytes).map_or(0, |p| p as u64 + 1);
         }
         if finding.is_some() {
             scan.finding = finding;
@@ -464,6 +487,20 @@ impl Iterator for WalReader {
 
 #[cfg(test)]
 pub(crate) mod tests {
+
+    #[test]
+    fn zero_scans_find_the_last_written_byte_across_blocks() {
+        let mut b = vec![0u8; 200 * 1024];
+        assert!(all_zero(&b));
+        assert_eq!(last_non_zero(&b), None);
+        for at in [0, 65_535, 65_536, 131_073, b.len() - 1] {
+            b[at] = 7;
+            assert!(!all_zero(&b));
+            assert_eq!(last_non_zero(&b), Some(at), "{at}");
+        }
+        assert_eq!(last_non_zero(&[]), None);
+    }
+
     use super::*;
     use crate::wal::format::tests::sample_event;
     use crate::wal::{WritePath, MAX_BODY_BYTES, MAX_RECORD_BYTES};

@@ -309,7 +309,7 @@ mod tests {
                 ..small_cfg(tmp.path())
             };
             let (wal, _) = open(&cfg).unwrap();
-            let h = Harness::start(wal, 1);
+            let mut h = Harness::start(wal, 1);
             let shared = h.shared.clone();
             let dir = cfg.dir.clone();
             const N: u64 = 300;
@@ -333,6 +333,9 @@ mod tests {
             });
             for i in 0..N {
                 h.push_record(0, i, Record::Event(event(i)));
+                if i % 16 == 15 || i == N - 1 {
+                    h.flush();
+                }
                 if i % 16 == 0 {
                     std::thread::sleep(Duration::from_millis(1)); // let the tail catch up now and then
                 }

@@ -71,11 +71,26 @@ impl std::fmt::Display for VerifyReport {
     }
 }
 
-/// Checks every record of `DATA_DIR/wal`: lengths, CRC, kind, LSN continuity, and that every
-/// payload (event, replayed event, done, retry) decodes. Reports the first problem with its segment and offset.
-/// `Err` only when the log cannot be read at all (I/O).
+/// Checks every log of `DATA_DIR/wal` (`wal::layout`: `core-K`, then the legacy log), one
+/// report per log, in that order. `Err` only when a log cannot be read at all (I/O).
+pub fn verify_all(data_dir: &Path) -> Result<Vec<VerifyReport>, WalError> {
+    super::layout::log_dirs(&data_dir.join(WAL_SUBDIR))?
+        .iter()
+        .map(|l| verify_dir(&l.dir))
+        .collect()
+}
+
+/// [`verify_dir`] of the log directly in `DATA_DIR/wal` (the legacy single-log layout; the
+/// fuzz target and format tests write one log there).
 pub fn verify(data_dir: &Path) -> Result<VerifyReport, WalError> {
-    let dir = data_dir.join(WAL_SUBDIR);
+    verify_dir(&data_dir.join(WAL_SUBDIR))
+}
+
+/// Checks every record of one log directory: lengths, CRC, kind, LSN continuity, and that every
+/// payload (event, replayed event, done, retry) decodes. Reports the first problem with its
+/// segment and offset. `Err` only when the log cannot be read at all (I/O).
+pub fn verify_dir(dir: &Path) -> Result<VerifyReport, WalError> {
+    let dir = dir.to_owned();
     let mut valid = 0u64;
     let mut check = |_: &Path, _: u64, r: &RecordRef<'_>| {
         decode_payload(r.kind, r.payload).map_err(|e| format!("{:?} payload: {e}", r.kind))?;
@@ -101,6 +116,8 @@ pub fn verify(data_dir: &Path) -> Result<VerifyReport, WalError> {
 #[derive(serde::Serialize)]
 struct InspectLine<'a> {
     event_id: &'a str,
+    /// The log holding the event (`core-K` or `legacy`); LSNs are per log.
+    log: &'a str,
     lsn: Lsn,
     trigger_id: &'a str,
     source: &'a str,
@@ -124,19 +141,27 @@ fn hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// Writes one JSON object per event (kind 1 or 5; done and retry records are not listed) in
-/// `DATA_DIR/wal`, in LSN order:
-/// `{"event_id","lsn","trigger_id","source","received_at","body_len","body_sha256"}`, plus
+/// Writes one JSON object per event (kind 1 or 5; done and retry records are not listed) of
+/// every log in `DATA_DIR/wal` (log by log, in LSN order within a log):
+/// `{"event_id","log","lsn","trigger_id","source","received_at","body_len","body_sha256"}`, plus
 /// `"replay_of"` for a replayed event.
-/// Stops with `Err(Corrupt)` at damage; a torn tail just ends the output.
+/// Stops with `Err(Corrupt)` at damage; a torn tail just ends that log's output.
 pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError> {
-    let dir = data_dir.join(WAL_SUBDIR);
-    let mut reader = WalReader::open(&dir)?;
+    for log in super::layout::log_dirs(&data_dir.join(WAL_SUBDIR))? {
+        inspect_log(&log.dir, &log.name, out)?;
+    }
+    let out_err = |e: std::io::Error| WalError::io(Path::new("<output>"), e);
+    out.flush().map_err(out_err)
+}
+
+fn inspect_log(dir: &Path, name: &str, out: &mut dyn Write) -> Result<(), WalError> {
+    let mut reader = WalReader::open(dir)?;
     let out_err = |e: std::io::Error| WalError::io(Path::new("<output>"), e);
     while let Some(next) = reader.next_event() {
         let (lsn, ev) = next?;
         let line = InspectLine {
             event_id: &ev.event_id,
+            log: name,
             lsn,
             trigger_id: &ev.trigger_id,
             source: &ev.source,
@@ -148,7 +173,7 @@ pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError
         serde_json::to_writer(&mut *out, &line).map_err(|e| out_err(e.into()))?;
         out.write_all(b"\n").map_err(out_err)?;
     }
-    out.flush().map_err(out_err)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,299 +1,185 @@
-//! The WAL writer thread: drain the ring, group-commit, publish the durable LSN, complete.
+//! Group commit of one batch of records into one log: [`commit_batch`].
 //!
-//! Loop: pop up to `max_batch` requests (or until their bodies reach [`MAX_BATCH_BYTES`]); stage
-//! each with the next LSN; commit the batch with one write and one sync (more only when the
-//! batch crosses into a new segment); publish `durable_lsn` (`Release`); complete every request
-//! to its worker's sink in order; `notify` each worker touched once. With nothing to do, park
-//! for [`IDLE_PARK`] (producers `unpark` after each push). Exit when the ring is closed and
-//! drained, after a final sync.
+//! The caller (a core's commit helper, `sched::commit`) hands over a whole batch at once. The
+//! records are staged with consecutive LSNs into the log's staging buffer and committed with one
+//! write and one sync (more only when the batch crosses into a new segment); on success the
+//! log's [`WalShared::durable_lsn`] is published (`Release`). Each record gets its own
+//! [`AppendOutcome`], in batch order. A write or sync failure turns the outcomes of the failed
+//! chunk and everything after it into `Unavailable` (none of them is in the log) and marks the
+//! log unhealthy; the next successful commit marks it healthy again.
 #![forbid(unsafe_code)]
 
 use super::appender::{Staged, Wal};
-use super::{AppendOutcome, AppendRequest, CompletionSink, WalShared, MAX_BATCH_BYTES};
-use crate::ring::Receiver;
-use crossbeam_utils::sync::Parker;
-use std::io;
+use super::format::Record;
+use super::{AppendOutcome, WalShared};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
 
-/// How long the writer sleeps when the ring is empty, if nobody unparks it.
-pub const IDLE_PARK: Duration = Duration::from_millis(5);
-
-/// Starts the writer thread (named `sluice-wal`).
+/// Commits `records` to `wal` as one group commit, appending one outcome per record to
+/// `outcomes` (cleared first). `shared` is the log's published state.
 ///
-/// Producers hold clones of `parker.unparker()` (take them before calling) and `unpark` after
-/// each successful push. `sinks[w]` receives the completions of requests with `worker == w`
-/// (requests naming a worker without a sink are dropped). `shared.durable_lsn` is set to the
-/// recovered last LSN before the thread starts.
-pub fn spawn_writer(
-    mut wal: Wal,
-    rx: Receiver<AppendRequest>,
-    parker: Parker,
-    sinks: Vec<Box<dyn CompletionSink>>,
-    shared: Arc<WalShared>,
-) -> io::Result<JoinHandle<()>> {
-    shared.durable_lsn.store(wal.last_lsn(), Ordering::Release);
-    wal.shared = Some(shared.clone());
-    let writer = Writer {
-        batch: Vec::with_capacity(wal.max_batch),
-        outcomes: Vec::with_capacity(wal.max_batch),
-        touched: vec![false; sinks.len()],
-        wal,
-        rx,
-        parker,
-        sinks,
-        shared,
-    };
-    std::thread::Builder::new()
-        .name("sluice-wal".to_owned())
-        .spawn(move || writer.run())
-}
-
-struct Writer {
-    wal: Wal,
-    rx: Receiver<AppendRequest>,
-    parker: Parker,
-    sinks: Vec<Box<dyn CompletionSink>>,
-    shared: Arc<WalShared>,
-    batch: Vec<AppendRequest>,
-    /// `outcomes[i]` is the (tentative, until committed) outcome of `batch[i]`.
-    outcomes: Vec<AppendOutcome>,
-    touched: Vec<bool>,
-}
-
-impl Writer {
-    fn run(mut self) {
+/// The batch should respect `Wal::max_batch` and [`super::MAX_BATCH_BYTES`]; a larger one is still
+/// committed correctly (only with a larger write).
+pub fn commit_batch<'a>(
+    wal: &mut Wal,
+    shared: &WalShared,
+    records: impl IntoIterator<Item = &'a Record>,
+    outcomes: &mut Vec<AppendOutcome>,
+) {
+    outcomes.clear();
+    let mut chunk_start = 0;
+    let mut failed = false;
+    for record in records {
         loop {
-            if !self.fill() {
-                // Closed is checked before the last pop: a push that succeeded before the close
-                // is seen by this `fill`, and none can succeed after it.
-                if !self.rx.is_closed() {
-                    self.parker.park_timeout(IDLE_PARK);
-                    continue;
-                }
-                if !self.fill() {
-                    break;
-                }
-            }
-            self.process();
-            self.complete();
-        }
-        if self.wal.sync().is_err() {
-            self.shared.healthy.store(false, Ordering::Relaxed);
-        }
-    }
-
-    /// Pops the next batch; false if the ring was empty.
-    fn fill(&mut self) -> bool {
-        let mut bytes = 0;
-        while self.batch.len() < self.wal.max_batch && bytes < MAX_BATCH_BYTES {
-            let Some(req) = self.rx.try_pop() else { break };
-            bytes += req.record.batch_weight();
-            self.batch.push(req);
-        }
-        !self.batch.is_empty()
-    }
-
-    /// Stages and commits the batch, filling `outcomes`.
-    fn process(&mut self) {
-        self.outcomes.clear();
-        let mut chunk_start = 0;
-        let mut failed = false;
-        let mut i = 0;
-        while i < self.batch.len() {
             if failed {
-                self.outcomes.push(AppendOutcome::Unavailable);
-                i += 1;
-                continue;
+                outcomes.push(AppendOutcome::Unavailable);
+                break;
             }
-            match self.wal.stage_record(&self.batch[i].record) {
-                Ok(Staged::Lsn(lsn)) => self.outcomes.push(AppendOutcome::Durable { lsn }),
+            match wal.stage_record(record) {
+                Ok(Staged::Lsn(lsn)) => outcomes.push(AppendOutcome::Durable { lsn }),
                 // Above the WAL's field bounds (or larger than a segment): refuse this one only.
-                Err(_) => self.outcomes.push(AppendOutcome::Unavailable),
+                Err(_) => outcomes.push(AppendOutcome::Unavailable),
                 Ok(Staged::NoRoom) => {
-                    failed = !self.commit_chunk(chunk_start) || !self.roll();
-                    chunk_start = i;
-                    continue; // stage batch[i] again, in the new segment
+                    failed = !commit_chunk(wal, shared, outcomes, chunk_start)
+                        || !roll(wal, shared, outcomes);
+                    chunk_start = outcomes.len();
+                    continue; // stage this record again, in the new segment
                 }
             }
-            i += 1;
-        }
-        if !failed {
-            self.commit_chunk(chunk_start);
+            break;
         }
     }
+    if !failed {
+        commit_chunk(wal, shared, outcomes, chunk_start);
+    }
+}
 
-    /// Commits what is staged (`outcomes[from..]`). On success publishes the durable LSN; on
-    /// failure turns the chunk's tentative outcomes into `Unavailable`. Returns success.
-    fn commit_chunk(&mut self, from: usize) -> bool {
-        let staged = self.wal.staged();
-        if staged == 0 {
-            return true;
+/// Commits what is staged (`outcomes[from..]`). On success publishes the durable LSN; on
+/// failure turns the chunk's tentative outcomes into `Unavailable`. Returns success.
+fn commit_chunk(
+    wal: &mut Wal,
+    shared: &WalShared,
+    outcomes: &mut [AppendOutcome],
+    from: usize,
+) -> bool {
+    let staged = wal.staged();
+    if staged == 0 {
+        return true;
+    }
+    match wal.commit() {
+        Ok(()) => {
+            // Release: pairs with `WalShared::durable_lsn`'s Acquire (module docs there).
+            shared.durable_lsn.store(wal.last_lsn(), Ordering::Release);
+            shared.appends_total.fetch_add(staged, Ordering::Relaxed);
+            shared.healthy.store(true, Ordering::Relaxed);
+            true
         }
-        match self.wal.commit() {
-            Ok(()) => {
-                // Release: pairs with `WalShared::durable_lsn`'s Acquire (module docs there).
-                self.shared
-                    .durable_lsn
-                    .store(self.wal.last_lsn(), Ordering::Release);
-                self.shared
-                    .appends_total
-                    .fetch_add(staged, std::sync::atomic::Ordering::Relaxed);
-                self.shared.healthy.store(true, Ordering::Relaxed);
-                true
-            }
-            Err(_) => {
-                self.fail(from);
-                false
-            }
+        Err(e) => {
+            eprintln!(
+                "sluice: wal: committing to {} failed: {e} (errno {})",
+                wal.active_segment().display(),
+                e.raw_os_error().unwrap_or(0)
+            );
+            fail(shared, &mut outcomes[from..]);
+            false
         }
     }
+}
 
-    fn roll(&mut self) -> bool {
-        match self.wal.roll() {
-            Ok(()) => true,
-            Err(_) => {
-                self.fail(self.outcomes.len());
-                false
-            }
+fn roll(wal: &mut Wal, shared: &WalShared, outcomes: &mut [AppendOutcome]) -> bool {
+    match wal.roll() {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!(
+                "sluice: wal: starting a new segment in {} failed: {e} (errno {})",
+                wal.dir().display(),
+                e.raw_os_error().unwrap_or(0)
+            );
+            let n = outcomes.len();
+            fail(shared, &mut outcomes[n..]);
+            false
         }
     }
+}
 
-    fn fail(&mut self, from: usize) {
-        self.shared.healthy.store(false, Ordering::Relaxed);
-        for o in &mut self.outcomes[from..] {
-            *o = AppendOutcome::Unavailable;
-        }
-    }
-
-    /// Sends every outcome to its worker's sink, then one `notify` per worker touched.
-    fn complete(&mut self) {
-        for (req, outcome) in self.batch.drain(..).zip(self.outcomes.drain(..)) {
-            if let Some(sink) = self.sinks.get_mut(req.worker) {
-                sink.complete(req.ticket, outcome);
-                self.touched[req.worker] = true;
-            }
-        }
-        for (sink, touched) in self.sinks.iter_mut().zip(&mut self.touched) {
-            if std::mem::take(touched) {
-                sink.notify();
-            }
-        }
+fn fail(shared: &WalShared, outcomes: &mut [AppendOutcome]) {
+    shared.healthy.store(false, Ordering::Relaxed);
+    for o in outcomes {
+        *o = AppendOutcome::Unavailable;
     }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::ring::{self, PushError, Sender};
     use crate::wal::format::tests::sample_event;
     use crate::wal::recovery::tests::{read_events, test_cfg};
     use crate::wal::segment::SegmentFile;
-    use crate::wal::{open, Durability, Lsn, Record, WritePath, MAX_BODY_BYTES};
-    use crossbeam_utils::sync::Unparker;
-    use parking_lot::Mutex;
-    use std::sync::atomic::{AtomicBool, AtomicUsize};
-    use std::time::Instant;
+    use crate::wal::{open, Durability, Lsn, WritePath, MAX_BODY_BYTES};
+    use std::io;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
 
-    type Log = Arc<Mutex<Vec<(usize, u64, AppendOutcome)>>>;
-
-    struct TestSink {
-        worker: usize,
-        log: Log,
-        notifies: Arc<AtomicUsize>,
-    }
-
-    impl CompletionSink for TestSink {
-        fn complete(&mut self, ticket: u64, outcome: AppendOutcome) {
-            self.log.lock().push((self.worker, ticket, outcome));
-        }
-        fn notify(&mut self) {
-            self.notifies
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
-    /// A real writer thread on a real ring, with sinks that log completions.
+    /// A log and its published state; records pushed are committed as one batch by `flush`
+    /// (or `wait_for`), as a core's commit helper does with a loop turn's records.
     pub(crate) struct Harness {
-        tx: Sender<AppendRequest>,
-        unparker: Unparker,
-        log: Log,
-        notifies: Arc<AtomicUsize>,
+        wal: Wal,
+        pending: Vec<(usize, u64, Record)>,
+        done: Vec<(usize, u64, AppendOutcome)>,
         pub(crate) shared: Arc<WalShared>,
-        handle: JoinHandle<()>,
+        batches: usize,
     }
 
     impl Harness {
-        pub(crate) fn start(wal: Wal, workers: usize) -> Harness {
-            let (tx, rx) = ring::channel(256);
-            let parker = Parker::new();
-            let unparker = parker.unparker().clone();
-            let log = Log::default();
-            let notifies = Arc::new(AtomicUsize::new(0));
-            let sinks = (0..workers)
-                .map(|worker| {
-                    Box::new(TestSink {
-                        worker,
-                        log: log.clone(),
-                        notifies: notifies.clone(),
-                    }) as Box<dyn CompletionSink>
-                })
-                .collect();
+        pub(crate) fn start(mut wal: Wal, _producers: usize) -> Harness {
             let shared = Arc::new(WalShared::new());
-            let handle = spawn_writer(wal, rx, parker, sinks, shared.clone()).unwrap();
+            shared.durable_lsn.store(wal.last_lsn(), Ordering::Release);
+            wal.shared = Some(shared.clone());
             Harness {
-                tx,
-                unparker,
-                log,
-                notifies,
+                wal,
+                pending: Vec::new(),
+                done: Vec::new(),
                 shared,
-                handle,
+                batches: 0,
             }
         }
 
-        fn push(&self, worker: usize, ticket: u64, body: usize) {
-            self.push_record(worker, ticket, Record::Event(sample_event(ticket, body)));
+        fn push(&mut self, producer: usize, ticket: u64, body: usize) {
+            self.push_record(producer, ticket, Record::Event(sample_event(ticket, body)));
         }
 
-        pub(crate) fn push_record(&self, worker: usize, ticket: u64, record: Record) {
-            let mut req = AppendRequest {
-                worker,
-                ticket,
-                record,
-            };
-            loop {
-                match self.tx.try_push(req) {
-                    Ok(()) => break,
-                    Err(PushError::Full(r)) => {
-                        req = r;
-                        self.unparker.unpark();
-                        std::thread::yield_now();
-                    }
-                    Err(PushError::Closed(_)) => panic!("ring closed"),
-                }
+        pub(crate) fn push_record(&mut self, producer: usize, ticket: u64, record: Record) {
+            self.pending.push((producer, ticket, record));
+        }
+
+        /// Commits what was pushed as one batch.
+        pub(crate) fn flush(&mut self) {
+            if self.pending.is_empty() {
+                return;
             }
-            self.unparker.unpark();
-        }
-
-        /// Waits (bounded) until `n` completions arrived; returns them.
-        pub(crate) fn wait_for(&self, n: usize) -> Vec<(usize, u64, AppendOutcome)> {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while self.log.lock().len() < n {
-                assert!(
-                    Instant::now() < deadline,
-                    "timed out waiting for {n} completions"
-                );
-                std::thread::sleep(Duration::from_millis(1));
+            let batch = std::mem::take(&mut self.pending);
+            let mut outcomes = Vec::new();
+            commit_batch(
+                &mut self.wal,
+                &self.shared,
+                batch.iter().map(|(_, _, r)| r),
+                &mut outcomes,
+            );
+            self.batches += 1;
+            for ((p, t, _), o) in batch.into_iter().zip(outcomes) {
+                self.done.push((p, t, o));
             }
-            std::mem::take(&mut *self.log.lock())
         }
 
-        pub(crate) fn finish(self) -> Arc<WalShared> {
-            self.tx.close();
-            self.unparker.unpark();
-            self.handle.join().unwrap();
+        /// Commits what is pending and returns the `n` outcomes since the last call.
+        pub(crate) fn wait_for(&mut self, n: usize) -> Vec<(usize, u64, AppendOutcome)> {
+            self.flush();
+            assert_eq!(self.done.len(), n, "outcomes");
+            std::mem::take(&mut self.done)
+        }
+
+        pub(crate) fn finish(mut self) -> Arc<WalShared> {
+            self.flush();
+            self.wal.sync().unwrap();
             self.shared
         }
     }
@@ -304,12 +190,12 @@ pub(crate) mod tests {
         let mut cfg = test_cfg(tmp.path(), WritePath::Pwrite);
         cfg.durability = Durability::Fsync;
         let (wal, _) = open(&cfg).unwrap();
-        let h = Harness::start(wal, 3);
+        let mut h = Harness::start(wal, 3);
         for ticket in 0..600u64 {
             h.push(ticket as usize % 3, ticket, 1024);
         }
         let done = h.wait_for(600);
-        assert!(h.notifies.load(std::sync::atomic::Ordering::Relaxed) >= 3);
+        assert_eq!(h.batches, 1, "one group commit for the whole batch");
         let shared = h.finish();
         // Each worker sees its tickets in push order; one producer, so LSN = ticket + 1.
         for w in 0..3 {
@@ -324,12 +210,7 @@ pub(crate) mod tests {
             assert_eq!(*outcome, AppendOutcome::Durable { lsn: ticket + 1 });
         }
         assert_eq!(shared.durable_lsn(), 600);
-        assert_eq!(
-            shared
-                .appends_total
-                .load(std::sync::atomic::Ordering::Relaxed),
-            600
-        );
+        assert_eq!(shared.appends_total.load(Ordering::Relaxed), 600);
         assert!(shared.is_healthy());
         let syncs = shared.sync_seconds.count();
         assert!((1..=601).contains(&syncs), "{syncs} syncs");
@@ -342,7 +223,7 @@ pub(crate) mod tests {
         // The writer resumes after the recovered LSN.
         let (wal, report) = open(&cfg).unwrap();
         assert_eq!(report.last_lsn, 600);
-        let h = Harness::start(wal, 1);
+        let mut h = Harness::start(wal, 1);
         assert_eq!(h.shared.durable_lsn(), 600);
         h.push(0, 7, 10);
         assert_eq!(h.wait_for(1), [(0, 7, AppendOutcome::Durable { lsn: 601 })]);
@@ -354,7 +235,7 @@ pub(crate) mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
         let (wal, _) = open(&cfg).unwrap();
-        let h = Harness::start(wal, 1);
+        let mut h = Harness::start(wal, 1);
         let recs = crate::wal::format::tests::sample_records(3);
         for (t, r) in recs.iter().enumerate() {
             h.push_record(0, t as u64, r.clone());
@@ -382,23 +263,20 @@ pub(crate) mod tests {
 
     impl SegmentFile for Faulty {
         fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
-            if self.fail_write.load(std::sync::atomic::Ordering::Relaxed) {
+            if self.fail_write.load(Ordering::Relaxed) {
                 self.inner.write_at(offset, &buf[..buf.len() / 2])?;
                 return Err(io::Error::from_raw_os_error(libc::EIO));
             }
             self.inner.write_at(offset, buf)
         }
         fn sync(&mut self, offset: u64, len: u64) -> io::Result<()> {
-            if self.fail_sync.load(std::sync::atomic::Ordering::Relaxed) {
+            if self.fail_sync.load(Ordering::Relaxed) {
                 return Err(io::Error::from_raw_os_error(libc::EIO));
             }
             self.inner.sync(offset, len)
         }
         fn allocate(&mut self, len: u64) -> io::Result<()> {
-            if self
-                .fail_allocate
-                .load(std::sync::atomic::Ordering::Relaxed)
-            {
+            if self.fail_allocate.load(Ordering::Relaxed) {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
             self.inner.allocate(len)
@@ -426,7 +304,7 @@ pub(crate) mod tests {
         let cfg = test_cfg(tmp.path(), WritePath::Mmap);
         let (mut wal, _) = open(&cfg).unwrap();
         let [_, _, fail_allocate] = faulty(&mut wal);
-        let h = Harness::start(wal, 1);
+        let mut h = Harness::start(wal, 1);
         for t in 0..4 {
             h.push(0, t, MAX_BODY_BYTES / 4); // four quarter-max events fill the smallest segment
         }
@@ -434,11 +312,11 @@ pub(crate) mod tests {
             h.wait_for(4).last().unwrap().2,
             AppendOutcome::Durable { lsn: 4 }
         );
-        fail_allocate.store(true, std::sync::atomic::Ordering::Relaxed);
+        fail_allocate.store(true, Ordering::Relaxed);
         h.push(0, 10, MAX_BODY_BYTES / 4);
         assert_eq!(h.wait_for(1), [(0, 10, AppendOutcome::Unavailable)]);
         assert!(!h.shared.is_healthy());
-        fail_allocate.store(false, std::sync::atomic::Ordering::Relaxed);
+        fail_allocate.store(false, Ordering::Relaxed);
         h.push(0, 11, MAX_BODY_BYTES / 4);
         assert_eq!(h.wait_for(1), [(0, 11, AppendOutcome::Durable { lsn: 5 })]);
         assert!(h.shared.is_healthy());
@@ -458,7 +336,7 @@ pub(crate) mod tests {
             cfg.durability = Durability::Fsync;
             let (mut wal, _) = open(&cfg).unwrap();
             let [fail_write, fail_sync, _] = faulty(&mut wal);
-            let h = Harness::start(wal, 1);
+            let mut h = Harness::start(wal, 1);
             for t in 0..5 {
                 h.push(0, t, 100);
             }
@@ -467,7 +345,7 @@ pub(crate) mod tests {
                 .iter()
                 .all(|c| matches!(c.2, AppendOutcome::Durable { .. })));
             for (flag, first_ticket) in [(&fail_write, 100), (&fail_sync, 200)] {
-                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                flag.store(true, Ordering::Relaxed);
                 for t in first_ticket..first_ticket + 3 {
                     h.push(0, t, 3000);
                 }
@@ -478,7 +356,7 @@ pub(crate) mod tests {
                 );
                 assert!(!h.shared.is_healthy());
                 assert_eq!(h.shared.durable_lsn(), 5);
-                flag.store(false, std::sync::atomic::Ordering::Relaxed);
+                flag.store(false, Ordering::Relaxed);
             }
             // The fault cleared: the next (shorter) batch reuses LSN 6 and health returns.
             h.push(0, 300, 10);

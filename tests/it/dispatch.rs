@@ -493,7 +493,7 @@ fn admin_route_replays_a_dead_letter_online() {
 fn retention_deletes_done_segments_and_recovery_still_works() {
     let cfg = "[server]\nmax_body_bytes = 65536\n[wal]\nsegment_bytes = 1048576\n\
                [dispatch]\nretention = \"1s\"\n";
-    let mut server = Server::start(big_buckets(Opts::config(cfg)));
+    let mut server = Server::start(big_buckets(Opts::config(cfg).workers(1)));
     let mut c = server.client();
     let mut ids = Vec::new();
     for i in 0..40u32 {
@@ -534,10 +534,11 @@ fn retention_deletes_done_segments_and_recovery_still_works() {
 
 #[test]
 fn max_wal_bytes_refuses_with_wal_full() {
-    // Two 1 MiB segments at most: once the second exists, one more would pass the bound.
+    // One worker, two 1 MiB segments at most: once the second exists, one more would pass
+    // the bound.
     let cfg = "[server]\nmax_body_bytes = 65536\n[wal]\nsegment_bytes = 1048576\n\
                [dispatch]\nmax_wal_bytes = 2097152\n";
-    let server = Server::start(big_buckets(Opts::config(cfg)));
+    let server = Server::start(big_buckets(Opts::config(cfg).workers(1)));
     let mut c = server.client();
     let body = vec![b'w'; 60_000];
     let mut accepted_n = 0;

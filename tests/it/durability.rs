@@ -35,7 +35,8 @@ fn assert_received_at(e: &WalEvent, lo_ms: u64, hi_ms: u64) {
 
 fn assert_lsns_unique_and_ordered(events: &[WalEvent]) {
     let mut seen = HashSet::new();
-    for w in events.windows(2) {
+    // LSNs are per log: ordered within each log (inspect lists log by log).
+    for w in events.windows(2).filter(|w| w[0].log == w[1].log) {
         assert!(
             w[0].lsn < w[1].lsn,
             "inspect lists LSNs out of order: {} then {}",
@@ -44,7 +45,12 @@ fn assert_lsns_unique_and_ordered(events: &[WalEvent]) {
         );
     }
     for e in events {
-        assert!(seen.insert(e.lsn), "LSN {} listed twice", e.lsn);
+        assert!(
+            seen.insert((e.log.clone(), e.lsn)),
+            "LSN {} of {} listed twice",
+            e.lsn,
+            e.log
+        );
         assert!(e.lsn >= 1, "LSN 0");
     }
 }
@@ -107,12 +113,19 @@ fn accepted_events_survive_restart_byte_identical() {
             (e.lsn, &e.body_sha256, &e.source)
         );
     }
-    let max_old = events.iter().map(|e| e.lsn).max().unwrap_or(0);
+    // LSNs are per log: the new event follows the old ones of its own log.
     let new = find_event(&events2, &after);
+    let max_old = events
+        .iter()
+        .filter(|e| e.log == new.log)
+        .map(|e| e.lsn)
+        .max()
+        .unwrap_or(0);
     assert!(
         new.lsn > max_old,
-        "LSN after restart {} <= {max_old}",
-        new.lsn
+        "LSN after restart {} <= {max_old} in {}",
+        new.lsn,
+        new.log
     );
     assert_eq!(new.source, "after-restart");
     assert_lsns_unique_and_ordered(&events2);
@@ -296,7 +309,7 @@ fn durability_mode_from_manifest() {
 fn segments_roll_over_and_recover() {
     // The smallest segment the server accepts; 40 bodies of 1 MB fill more than one.
     let config = "[server]\nmax_body_bytes = 1048576\n[wal]\nsegment_bytes = 33825701\n";
-    let mut server = Server::start(Opts::config(config));
+    let mut server = Server::start(Opts::config(config).workers(1));
     let mut sent = Vec::new();
     let mut c = server.client();
     for i in 0..40u32 {
@@ -341,7 +354,7 @@ fn small_segment_size_allowed_by_the_spec_is_accepted() {
 
 #[test]
 fn library_reader_returns_identical_bodies_and_stored_headers() {
-    let mut server = Server::start(Opts::default());
+    let mut server = Server::start(Opts::default().workers(1));
     let body = binary_body(2048);
     let r = server.client().post(
         "/webhooks/lib",

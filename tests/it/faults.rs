@@ -36,8 +36,10 @@ fn storage_faults_refuse_then_recover_without_restart() {
     let control = root.path().join("failpoints");
     fs::write(&control, "").unwrap();
     // Small segments so that a burst rolls over and `allocate` is exercised too.
+    // One worker: the segment counts below are of core 0's log.
     let manifest = "[server]\nmax_body_bytes = 65536\n[wal]\nsegment_bytes = 1048576\n";
     let opts = Opts::config(manifest)
+        .workers(1)
         .env("SLUICE_FAILPOINTS", path_str(&control))
         .env(ENV_GLOBAL_CAPACITY, "1000000")
         .env(ENV_PER_SOURCE_CAPACITY, "1000000")

@@ -251,7 +251,7 @@ fn metrics_expose_the_contract_families() {
         "harn_backpressure_events_total",
         "sluice_http_requests_total",
         "sluice_wal_appends_total",
-        "sluice_wal_ring_depth",
+        "sluice_wal_durable_lsn",
         "sluice_wal_sync_seconds_bucket",
         "sluice_wal_sync_seconds_sum",
         "sluice_wal_sync_seconds_count",

@@ -33,6 +33,7 @@ mod hostile;
 mod http_errors;
 mod http_features;
 mod ingest;
+mod percore;
 mod props;
 mod shutdown;
 mod tools;

@@ -238,8 +238,9 @@ impl Server {
         self.root.path().join("data")
     }
 
+    /// Core 0's log (`wal/core-0`): the only log of a one-worker server.
     pub fn wal_dir(&self) -> PathBuf {
-        self.data_dir().join("wal")
+        self.data_dir().join("wal").join("core-0")
     }
 
     pub fn pid(&self) -> Option<i32> {
@@ -436,6 +437,8 @@ pub fn run_cli(args: &[&str]) -> CliOutput {
 #[derive(Clone, Debug)]
 pub struct WalEvent {
     pub event_id: String,
+    /// The log holding it (`core-K`, `legacy`); LSNs are per log.
+    pub log: String,
     pub lsn: u64,
     pub trigger_id: String,
     pub source: String,
@@ -472,6 +475,7 @@ pub fn wal_inspect(data_dir: &Path) -> Vec<WalEvent> {
             };
             WalEvent {
                 event_id: s("event_id"),
+                log: s("log"),
                 lsn: n("lsn"),
                 trigger_id: s("trigger_id"),
                 source: s("source"),

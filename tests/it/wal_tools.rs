@@ -112,7 +112,7 @@ fn assert_recovers_torn_tail(server: &mut Server, written: &[(String, Vec<u8>)])
 
 #[test]
 fn torn_tail_zeroed_is_truncated_on_restart() {
-    let mut server = Server::start(Opts::default());
+    let mut server = Server::start(Opts::default().workers(1));
     let written = write_events_offline(&mut server, 5);
     let (seg, end) = last_segment_end(&server.wal_dir());
     // The last 8 bytes of the last record never reached the disk.
@@ -122,7 +122,7 @@ fn torn_tail_zeroed_is_truncated_on_restart() {
 
 #[test]
 fn torn_tail_truncated_file_is_recovered() {
-    let mut server = Server::start(Opts::default());
+    let mut server = Server::start(Opts::default().workers(1));
     let written = write_events_offline(&mut server, 5);
     let (seg, end) = last_segment_end(&server.wal_dir());
     // The file ends in the middle of the last record.
@@ -138,7 +138,7 @@ fn torn_tail_truncated_file_is_recovered() {
 
 #[test]
 fn corrupt_record_before_valid_ones_is_reported_and_blocks_startup() {
-    let mut server = Server::start(Opts::default());
+    let mut server = Server::start(Opts::default().workers(1));
     write_events(&mut server, 5);
     let segs = segments(&server.wal_dir());
     let seg = segs.first().expect("a segment").clone();
@@ -222,7 +222,7 @@ fn mentions_offset(text: &str, segment: &str) -> bool {
 
 #[test]
 fn verify_and_inspect_on_a_clean_wal() {
-    let mut server = Server::start(Opts::default());
+    let mut server = Server::start(Opts::default().workers(1));
     let written = write_events(&mut server, 3);
     assert_wal_clean(&server.data_dir());
     let events = wal_inspect(&server.data_dir());
@@ -238,7 +238,7 @@ fn verify_and_inspect_on_a_clean_wal() {
 fn damage_at_the_end_of_a_non_last_segment_is_corruption_not_a_torn_tail() {
     // Two segments (the smallest segment size the server accepts, 40 bodies of 1 MB).
     let config = "[server]\nmax_body_bytes = 1048576\n[wal]\nsegment_bytes = 33825701\n";
-    let mut server = Server::start(Opts::config(config));
+    let mut server = Server::start(Opts::config(config).workers(1));
     let mut c = server.client();
     for i in 0..40u32 {
         let body: Vec<u8> = (0..1_000_000u32)
@@ -286,7 +286,7 @@ fn damage_at_the_end_of_a_non_last_segment_is_corruption_not_a_torn_tail() {
 
 #[test]
 fn inspect_and_verify_work_beside_a_running_server() {
-    let mut server = Server::start(Opts::default());
+    let mut server = Server::start(Opts::default().workers(1));
     let id = server.ingest("/webhooks/live", b"live");
     // An operator looks at the WAL of a running server.
     let events = wal_inspect(&server.data_dir());

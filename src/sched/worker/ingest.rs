@@ -168,7 +168,7 @@ impl Worker {
         let (event_id, trigger_id) = (event.event_id.clone(), event.trigger_id.clone());
         let replay_of = event.replay_of.clone();
         let request = AppendRequest {
-            worker: self.id,
+            log: 0,
             ticket,
             record: wal::Record::Event(event),
         };
@@ -302,22 +302,14 @@ impl Worker {
         for (pos, slot) in conn.slots.iter_mut().enumerate() {
             let Slot::Ingest(p) = slot else { continue };
             let Some(req) = p.offer.take() else { continue };
-            if self.outstanding >= self.max_outstanding {
-                p.offer = Some(req);
-            } else {
-                match self.ring_tx.try_push(req) {
-                    Ok(()) => {
-                        self.outstanding += 1;
-                        self.unparker.unpark();
-                        continue;
-                    }
-                    Err(ring::PushError::Full(req)) => p.offer = Some(req),
-                    Err(ring::PushError::Closed(_)) => {
-                        expired.push(pos);
-                        continue;
-                    }
-                }
+            if self.outstanding < self.max_outstanding
+                && self.committer.has_room(req.record.batch_weight())
+            {
+                self.committer.push_ingest(req.log, req.ticket, req.record);
+                self.outstanding += 1;
+                continue;
             }
+            p.offer = Some(req);
             if now >= p.offer_deadline {
                 p.offer = None;
                 expired.push(pos);
@@ -326,16 +318,7 @@ impl Worker {
             }
         }
         for pos in expired {
-            let closed = self.ring_tx.is_closed();
-            self.finish_slot(
-                idx,
-                pos,
-                if closed {
-                    Err(Refusal::WalUnavailable)
-                } else {
-                    Err(Refusal::WalBusy)
-                },
-            );
+            self.finish_slot(idx, pos, Err(Refusal::WalBusy));
         }
         still_waiting
     }
@@ -413,46 +396,32 @@ impl Worker {
         }
     }
 
-    pub(super) fn drain_completions(&mut self) {
-        let mut touched: Vec<usize> = Vec::new();
-        while let Some(c) = self.completions.try_pop() {
-            self.outstanding -= 1;
-            // Settled before the 202 is queued (and even if the connection is gone).
-            let durable = matches!(c.outcome, AppendOutcome::Durable { .. });
-            self.settle_claim(c.ticket, durable);
-            if let Some(cost) = self.orphans.remove(&c.ticket) {
-                // Its connection is gone: nobody to answer, but the backlog must be right.
-                match c.outcome {
-                    AppendOutcome::Durable { .. } => self.pump.unpark(),
-                    AppendOutcome::Unavailable => self.shared.backlog.release(cost),
-                }
-                continue;
+    /// The commit helper's answer for ingest ticket `ticket`: settles its dedupe claim and
+    /// answers its slot. Returns the connection answered, if it is still open.
+    pub(super) fn ingest_done(&mut self, ticket: u64, outcome: AppendOutcome) -> Option<usize> {
+        self.outstanding -= 1;
+        // Settled before the 202 is queued (and even if the connection is gone).
+        let durable = matches!(outcome, AppendOutcome::Durable { .. });
+        self.settle_claim(ticket, durable);
+        if let Some(cost) = self.orphans.remove(&ticket) {
+            // Its connection is gone: nobody to answer, but the backlog must be right.
+            if !durable {
+                self.shared.backlog.release(cost);
             }
-            let idx = (c.ticket >> TICKET_SEQ_BITS) as usize;
-            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
-                continue;
-            };
-            let pos = conn
-                .slots
-                .iter()
-                .position(|s| matches!(s, Slot::Ingest(p) if p.ticket == c.ticket));
-            let Some(pos) = pos else { continue };
-            let result = match c.outcome {
-                AppendOutcome::Durable { .. } => {
-                    // A new committed event for the pump to read.
-                    self.pump.unpark();
-                    Ok(())
-                }
-                AppendOutcome::Unavailable => Err(Refusal::WalUnavailable),
-            };
-            self.finish_slot(idx, pos, result);
-            if touched.last() != Some(&idx) {
-                touched.push(idx);
-            }
+            return None;
         }
-        for idx in touched {
-            // A connection that stopped reading at its pipeline depth may read again now.
-            self.drive(idx);
-        }
+        let idx = (ticket >> TICKET_SEQ_BITS) as usize;
+        let conn = self.conns.get_mut(idx).and_then(Option::as_mut)?;
+        let pos = conn
+            .slots
+            .iter()
+            .position(|s| matches!(s, Slot::Ingest(p) if p.ticket == ticket))?;
+        let result = if durable {
+            Ok(())
+        } else {
+            Err(Refusal::WalUnavailable)
+        };
+        self.finish_slot(idx, pos, result);
+        Some(idx)
     }
 }

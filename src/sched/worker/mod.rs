@@ -28,13 +28,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_utils::sync::Unparker;
-
 use crate::dispatch::deliver::{Dispatcher, CLIENT_TOKEN_BASE};
-use crate::dispatch::job::{Job, JobOutcome};
 use crate::metrics::dispatch::CoreDispatchMetrics;
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Token};
 
 use crate::ingest::dedupe::{self, Claim, ClaimToken, DEDUPE_KEY_HEADER};
 use crate::ingest::event_id::EventIdGen;
@@ -47,15 +44,20 @@ use crate::metrics::{ConnRefusal, CoreMetrics, Route, TimeoutKind};
 use crate::net::conn::{Conn, Flush, PendingIngest, Phase, Slot};
 use crate::net::date::DateCache;
 use crate::net::http::{self, HttpError, ReadEvent, Request};
-use crate::ring;
+use crate::sched::commit::Committer;
+use crate::sched::pump::CorePump;
 use crate::sched::state::{Phase as Lifecycle, Shared};
 use crate::sync::clock::unix_millis;
-use crate::wal::{self, AppendOutcome, AppendRequest, CompletionSink, EventRecord};
+use crate::wal::{self, AppendOutcome, AppendRequest, EventRecord};
 
 mod ingest;
+mod links;
+
+pub use links::CoreLinks;
+/// The poll token of a core's waker.
+pub const WAKER_TOKEN: Token = links::WAKER;
 
 const LISTENER: Token = Token(usize::MAX - 1);
-const WAKER: Token = Token(usize::MAX - 2);
 
 /// Bits of a ticket that carry the per-worker sequence; the bits above hold the connection slot.
 const TICKET_SEQ_BITS: u32 = 40;
@@ -67,47 +69,14 @@ const LINGER: Duration = Duration::from_secs(2);
 /// Poll timeout while requests wait for room in the WAL ring.
 const OFFER_RETRY: Duration = Duration::from_millis(1);
 
-/// A WAL append result routed back to the worker that asked for it.
+/// What a worker's core owns besides its connections: its poll (with the waker its commit
+/// helper and the other cores use), its commit helper, its pump and its links to other cores.
 #[derive(Debug)]
-pub struct Completion {
-    pub ticket: u64,
-    pub outcome: AppendOutcome,
-}
-
-/// The writer's handle on one worker: pushes completions, wakes the worker's poll.
-#[derive(Debug)]
-pub struct WorkerSink {
-    tx: ring::Sender<Completion>,
-    waker: Arc<Waker>,
-    touched: bool,
-}
-
-impl CompletionSink for WorkerSink {
-    fn complete(&mut self, ticket: u64, outcome: AppendOutcome) {
-        // Cannot be full: a worker never has more appends in flight than this ring's capacity.
-        if let Err(e) = self.tx.try_push(Completion { ticket, outcome }) {
-            let c = e.into_inner();
-            eprintln!(
-                "sluice: completion ring full or closed; ticket {} unanswered",
-                c.ticket
-            );
-        }
-        self.touched = true;
-    }
-
-    fn notify(&mut self) {
-        if std::mem::take(&mut self.touched) {
-            let _ = self.waker.wake();
-        }
-    }
-}
-
-/// A worker's links to the pump.
-#[derive(Debug)]
-pub struct DispatchLinks {
-    pub jobs: ring::Receiver<Job>,
-    pub outcomes: ring::Sender<JobOutcome>,
-    pub pump: Unparker,
+pub struct CoreParts {
+    pub poll: Poll,
+    pub committer: Committer,
+    pub pump: CorePump,
+    pub links: CoreLinks,
 }
 
 /// A worker before it runs: created on the main thread so that bind errors surface at startup.
@@ -122,9 +91,13 @@ pub struct Worker {
     shared: Arc<Shared>,
     metrics: CoreMetrics,
     sources: SourceCache,
-    ring_tx: ring::Sender<AppendRequest>,
-    unparker: Unparker,
-    completions: ring::Receiver<Completion>,
+    /// The core's commit helper (its log's group commit, dead letters).
+    committer: Committer,
+    /// The core's pump over the logs it owns.
+    pump: CorePump,
+    /// Rings and wakers to and from the other cores.
+    links: CoreLinks,
+    /// Ingest appends staged or with the commit helper.
     outstanding: usize,
     max_outstanding: usize,
     seq: u64,
@@ -145,31 +118,31 @@ pub struct Worker {
     /// Backlog reservations of appends whose connection closed before the completion came
     /// (ticket → cost). At most `max_outstanding` entries (appends in flight).
     orphans: std::collections::HashMap<u64, u64>,
-    /// Jobs from the pump (capacity `max_outstanding`: never full).
-    jobs: ring::Receiver<Job>,
-    /// Wakes the pump (new durable events, outcomes).
-    pump: Unparker,
+    /// When this core reported itself quiet during the drain.
+    reported_quiet: bool,
 }
 
 impl Worker {
-    /// Builds worker `id` with its listener; returns the worker and the writer's sink for it.
+    /// Builds worker `id` with its listener and the parts of its core.
     pub fn new(
         id: usize,
         listener: std::net::TcpListener,
         shared: Arc<Shared>,
-        ring_tx: ring::Sender<AppendRequest>,
-        unparker: Unparker,
         hard_stop: Arc<AtomicBool>,
-        dispatch: DispatchLinks,
-    ) -> io::Result<(Worker, WorkerSink, Arc<Waker>)> {
-        let poll = Poll::new()?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        parts: CoreParts,
+    ) -> io::Result<Worker> {
+        let CoreParts {
+            poll,
+            committer,
+            pump,
+            links,
+        } = parts;
         let mut listener = TcpListener::from_std(listener);
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let cfg = &shared.config;
-        let max_outstanding = cfg.wal.ring_capacity + cfg.wal.max_batch;
-        let (ctx, crx) = ring::channel(max_outstanding);
+        // Staged (one batch filling) plus with the helper (one batch).
+        let max_outstanding = 2 * cfg.wal.max_batch;
         let limits = http::Limits {
             max_head_bytes: cfg.server.max_head_bytes,
             max_uri_bytes: cfg.server.max_uri_bytes,
@@ -179,14 +152,12 @@ impl Worker {
         let dispatcher = Dispatcher::new(
             id,
             shared.config.clone(),
-            dispatch.outcomes,
-            dispatch.pump.clone(),
             CoreDispatchMetrics {
                 core: shared.metrics.core(id),
                 shared: shared.metrics_dispatch.clone(),
             },
         );
-        let worker = Worker {
+        Ok(Worker {
             id,
             poll,
             listener: Some(listener),
@@ -196,9 +167,9 @@ impl Worker {
             metrics: shared.metrics.core(id),
             sources: SourceCache::new(shared.sources.clone()),
             shared,
-            ring_tx,
-            unparker,
-            completions: crx,
+            committer,
+            pump,
+            links,
             outstanding: 0,
             max_outstanding,
             seq: 0,
@@ -213,15 +184,8 @@ impl Worker {
             date: String::new(),
             dispatcher,
             orphans: std::collections::HashMap::new(),
-            jobs: dispatch.jobs,
-            pump: dispatch.pump,
-        };
-        let sink = WorkerSink {
-            tx: ctx,
-            waker: waker.clone(),
-            touched: false,
-        };
-        Ok((worker, sink, waker))
+            reported_quiet: false,
+        })
     }
 
     fn refresh_date(&mut self) {
@@ -260,7 +224,7 @@ impl Worker {
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept_all(),
-                    WAKER => {}
+                    links::WAKER => {}
                     Token(t) if t >= CLIENT_TOKEN_BASE => {
                         let now = self.now();
                         let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
@@ -286,15 +250,10 @@ impl Worker {
                     }
                 }
             }
-            self.drain_completions();
+            self.take_commits();
             self.retry_offers();
             let now = self.now();
-            let draining = self.shared.phase() == Lifecycle::Draining;
-            while let Some(job) = self.jobs.try_pop() {
-                self.dispatcher
-                    .accept(job, now, self.poll.registry(), draining);
-            }
-            self.dispatcher.on_tick(now, self.poll.registry(), draining);
+            self.exchange(now);
             if now.saturating_sub(last_sweep) >= SWEEP_EVERY.as_nanos() as u64 {
                 last_sweep = now;
                 self.sweep(now);
@@ -676,7 +635,7 @@ impl Worker {
                 }
             },
             OpsEndpoint::Metrics => {
-                let body = crate::sched::runtime::render_metrics(&self.shared, self.ring_tx.len());
+                let body = crate::sched::runtime::render_metrics(&self.shared);
                 self.push_ready(
                     idx,
                     Route::Metrics,
@@ -814,6 +773,12 @@ impl Worker {
         let started = self.draining_since.unwrap_or(now);
         let limit = self.shared.config.server.shutdown_timeout.as_nanos() as u64;
         let quiet = self.open == 0 && self.outstanding == 0 && self.dispatcher.in_flight() == 0;
-        quiet || now.saturating_sub(started) > limit
+        if quiet && !std::mem::replace(&mut self.reported_quiet, true) {
+            self.links.report_quiet();
+        }
+        // Outcomes of other cores' deliveries may still arrive until every core is quiet; then
+        // the last records are made durable before the core stops.
+        let done = quiet && self.links.all_quiet() && self.settled();
+        done || now.saturating_sub(started) > limit
     }
 }

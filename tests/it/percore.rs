@@ -1,0 +1,123 @@
+//! Per-core logs (`wal/core-K/`): the upgrade from the single-log layout, adoption of the logs
+//! of a run with more workers, and events spread over several logs.
+
+use crate::support::*;
+use sluice::wal::{EventRecord, WalConfig};
+use std::time::Duration;
+
+fn pending(server: &Server) -> f64 {
+    let (_, samples) = scrape(server);
+    samples
+        .iter()
+        .find(|s| s.name == "sluice_wal_pending_events")
+        .map_or(-1.0, |s| s.value)
+}
+
+fn event(i: u64) -> EventRecord {
+    EventRecord {
+        event_id: format!("01LEGACY0000000000000000{i:02}"),
+        trigger_id: "default".into(),
+        source: "old".into(),
+        received_at_ms: 1_700_000_000_000 + i,
+        headers: vec![("content-type".into(), b"application/json".to_vec())],
+        body: format!("{{\"n\":{i}}}").into_bytes(),
+        replay_of: None,
+    }
+}
+
+#[test]
+fn a_data_dir_of_the_single_log_layout_is_adopted_on_first_start() {
+    let root = temp_root();
+    let wal_dir = root.path().join("data").join("wal");
+    // What the previous version wrote: segments directly in data/wal, three events pending.
+    {
+        let (mut wal, _) = sluice::wal::open(&WalConfig::new(&wal_dir)).expect("old layout");
+        wal.append_events(&[event(1), event(2), event(3)])
+            .expect("append");
+    }
+    let mut server = Server::start_in(root, Opts::default().workers(1)).expect("starts");
+    // The adopted events have no handler: core 0 marks them done in the legacy log itself.
+    assert!(
+        wait_until(Duration::from_secs(10), || pending(&server) == 0.0),
+        "legacy events still pending: {}",
+        pending(&server)
+    );
+    let new_id = server.ingest("/webhooks/new", b"{}");
+    server.stop();
+    let events = wal_inspect(&server.data_dir());
+    for i in 1..=3 {
+        let e = find_event(&events, &event(i).event_id);
+        assert_eq!(e.body_sha256, sha256_hex(&event(i).body));
+    }
+    find_event(&events, &new_id);
+    assert_wal_clean(&server.data_dir());
+    // The new event went to core 0's own log; the legacy log only got outcomes.
+    assert!(!segments(&server.wal_dir()).is_empty());
+    let inspect = run_cli(&[
+        "wal",
+        "inspect",
+        "--data-dir",
+        path_str(&server.data_dir()),
+        "--json",
+    ]);
+    let logs: Vec<String> = inspect
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["log"].to_string())
+        .collect();
+    assert_eq!(
+        logs,
+        ["\"core-0\"", "\"legacy\"", "\"legacy\"", "\"legacy\""],
+        "{}",
+        inspect.stdout
+    );
+    // Nothing is delivered or marked again after another restart.
+    server.restart();
+    assert_eq!(pending(&server), 0.0);
+}
+
+#[test]
+fn a_restart_with_fewer_workers_adopts_the_orphaned_logs() {
+    let root = temp_root();
+    let toml = r#"
+[dispatch]
+max_pending_events = 100000
+"#;
+    let mut server = Server::start_in(root.clone(), Opts::config(toml).workers(3)).expect("starts");
+    // Many connections: the kernel spreads them over the three listeners.
+    let mut ids = Vec::new();
+    for i in 0..60 {
+        let mut c = server.client();
+        let r = c.post(&format!("/webhooks/s{i}"), b"{}", &[]);
+        ids.push(accepted(&r).0);
+    }
+    server.stop();
+    let inspect = run_cli(&[
+        "wal",
+        "inspect",
+        "--data-dir",
+        path_str(&server.data_dir()),
+        "--json",
+    ]);
+    let mut logs: Vec<String> = inspect
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["log"].to_string())
+        .collect();
+    logs.dedup();
+    assert!(
+        logs.len() >= 2,
+        "events spread over the cores' logs: {logs:?}"
+    );
+    drop(server);
+    let mut server = Server::start_in(root, Opts::config(toml).workers(1)).expect("restarts");
+    let id = server.ingest("/webhooks/after", b"{}");
+    assert!(wait_until(Duration::from_secs(10), || pending(&server) == 0.0));
+    server.stop();
+    let events = wal_inspect(&server.data_dir());
+    for id in ids.iter().chain([&id]) {
+        find_event(&events, id);
+    }
+    assert_eq!(events.len(), 61);
+    assert_wal_clean(&server.data_dir());
+}
