@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use crossbeam_utils::sync::Unparker;
 
-use crate::dispatch::deliver::{Dispatcher, CLIENT_TOKEN_BASE};
+use crate::dispatch::dispatcher::{Dispatcher, CLIENT_TOKEN_BASE};
 use crate::dispatch::job::{Job, JobOutcome};
 use crate::metrics::dispatch::CoreDispatchMetrics;
 use mio::net::{TcpListener, TcpStream};

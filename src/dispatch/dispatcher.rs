@@ -1,0 +1,962 @@
+//! The dispatcher of a destination's owner core: the decisions of delivery. Per-destination
+//! queues, flow-control gates, permits, circuits, rate budgets, pauses, retry timers and
+//! outcome reporting. Everything here is single-threaded (one [`Dispatcher`] per worker, driven
+//! from that worker's mio loop), so the permit set, circuit, rate budget and pause of a
+//! destination need no atomics and no locks. The I/O (connections, keep-alive reuse, writing
+//! the request, reading the response) is the [`OutboundPool`]'s
+//! ([`crate::dispatch::outbound`]); this file tells it what to send and settles what it reports.
+//!
+//! Flow: the pump hands a [`Job`] to its destination's owner core → [`Dispatcher::accept`]
+//! passes it through its trigger's flow-control gates ([`crate::dispatch::flow`], core-local
+//! like everything here: they may skip it, hold it, or merge it into a batch) → queues it (or
+//! parks it until its recovered retry time) → `pump_dest` asks the destination's gate: fail
+//! fast (circuit open → DLQ `circuit_open`), wait (paused by a downstream `Retry-After`, rate
+//! budget, or no free permit), or go with a permit → the request is encoded ([`encode`]: raw
+//! body, Standard Webhooks headers and signature) and the pool carries it on an idle keep-alive
+//! connection or a new one (never more than `max_in_flight` busy per destination, as each
+//! attempt holds a permit) → the pool reports a [`Finished`] attempt, which `settle`
+//! classifies: 2xx delivered; connect errors, timeouts, 408, 425, 429, 5xx retryable (backoff
+//! with full jitter, the schedule reported to the pump to be made durable); other 4xx permanent
+//! (DLQ). A stale keep-alive connection is not an attempt: the job is sent again at no cost.
+//!
+//! A terminal outcome (delivered, dead-lettered) releases the event's singleton/concurrency
+//! holds; a batch carrier reports its outcome once per member.
+//!
+//! Bounds: jobs held ≤ the pump's `max_outstanding` (the pump admits no more); connections per
+//! destination: see [`crate::dispatch::outbound`]; attempts finished and not yet settled ≤
+//! the connections of one tick (a reused buffer); outcomes the pump has not taken yet ≤ one per
+//! held job per attempt (the overflow queue, normally empty).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use crossbeam_utils::sync::Unparker;
+use mio::{Registry, Token};
+
+use crate::config::{Config, DestinationConfig};
+use crate::dispatch::circuit::Transition;
+use crate::dispatch::classify::{classify, AttemptResult, Class};
+use crate::dispatch::destination::{DestinationEvent, DestinationState, Gate};
+use crate::dispatch::dlq::DlqReason;
+use crate::dispatch::flow::{FlowEngine, FlowOut};
+use crate::dispatch::job::{Job, JobOutcome};
+pub use crate::dispatch::outbound::CLIENT_TOKEN_BASE;
+use crate::dispatch::outbound::{Finished, OutboundPool, Started, Target};
+use crate::dispatch::permits::Permit;
+use crate::dispatch::retry::RetryPolicy;
+use crate::dispatch::rng::SmallRng;
+use crate::metrics::dispatch::CoreDispatchMetrics;
+use crate::net::http::client::{self, OutboundRequest, RequestError};
+use crate::ring;
+use crate::sync::clock::unix_millis;
+
+/// What an attempt carries through the outbound pool.
+#[derive(Debug)]
+struct Attempt {
+    job: Job,
+    permit: Permit,
+    started: u64,
+}
+
+#[derive(Debug)]
+struct Dest {
+    state: DestinationState,
+    policy: RetryPolicy,
+    queue: VecDeque<Job>,
+    /// A wake-up timer is already set for this time (avoid piling up duplicates).
+    wake_at: u64,
+}
+
+/// A job waiting for its retry time (min-heap on `due`).
+#[derive(Debug)]
+struct Delayed {
+    due: u64,
+    seq: u64,
+    job: Job,
+}
+impl PartialEq for Delayed {
+    fn eq(&self, o: &Self) -> bool {
+        (self.due, self.seq) == (o.due, o.seq)
+    }
+}
+impl Eq for Delayed {}
+impl PartialOrd for Delayed {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Delayed {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.due, self.seq).cmp(&(o.due, o.seq))
+    }
+}
+
+/// One core's delivery engine.
+#[derive(Debug)]
+pub struct Dispatcher {
+    config: Arc<Config>,
+    dests: HashMap<usize, Dest>,
+    pool: OutboundPool<Attempt>,
+    /// Attempts the pool finished in one call, settled right after (capacity reused).
+    finished: Vec<Finished<Attempt>>,
+    delayed: BinaryHeap<Reverse<Delayed>>,
+    wakes: BinaryHeap<Reverse<(u64, usize)>>,
+    seq: u64,
+    outcomes: ring::Sender<JobOutcome>,
+    overflow: VecDeque<JobOutcome>,
+    pump: Unparker,
+    rng: SmallRng,
+    metrics: CoreDispatchMetrics,
+    /// Events held (a batch carrier counts its members).
+    held: usize,
+    flow: FlowEngine,
+}
+
+impl Dispatcher {
+    pub fn new(
+        core: usize,
+        config: Arc<Config>,
+        outcomes: ring::Sender<JobOutcome>,
+        pump: Unparker,
+        metrics: CoreDispatchMetrics,
+    ) -> Dispatcher {
+        Dispatcher {
+            flow: FlowEngine::new(config.clone(), metrics.shared.clone()),
+            pool: OutboundPool::new(config.server.idle_timeout.as_nanos() as u64),
+            config,
+            dests: HashMap::new(),
+            finished: Vec::new(),
+            delayed: BinaryHeap::new(),
+            wakes: BinaryHeap::new(),
+            seq: 0,
+            outcomes,
+            overflow: VecDeque::new(),
+            pump,
+            rng: SmallRng::seed_from_u64(
+                0x5eed ^ (core as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ unix_millis(),
+            ),
+            metrics,
+            held: 0,
+        }
+    }
+
+    /// Jobs this core holds (queued, waiting for a retry, or in flight).
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Attempts on the wire.
+    pub fn in_flight(&self) -> usize {
+        self.pool.in_flight()
+    }
+
+    fn dest(&mut self, d: usize) -> &mut Dest {
+        let config = &self.config;
+        self.dests.entry(d).or_insert_with(|| {
+            let c: &DestinationConfig = &config.destinations[d];
+            Dest {
+                // Parameters were validated with the config, so this cannot fail; a failure
+                // would be a bug, and unlimited permits are not an acceptable fallback.
+                state: DestinationState::from_config(c).expect("validated destination config"),
+                policy: RetryPolicy::from(&c.retry),
+                queue: VecDeque::new(),
+                wake_at: 0,
+            }
+        })
+    }
+
+    /// Takes a job from the pump. While draining, jobs are only held (they stay pending in the
+    /// WAL and are evaluated by the gates and delivered after the restart).
+    pub fn accept(&mut self, job: Job, now: u64, registry: &Registry, draining: bool) {
+        self.held += 1;
+        if draining || !self.flow.gates(&job.event.trigger_id) {
+            if let Some(d) = self.enqueue(job, now) {
+                if !draining {
+                    self.pump_dest(d, now, registry);
+                }
+            }
+            return;
+        }
+        let mut out = FlowOut::default();
+        self.flow.offer(job, now, &mut out);
+        for d in self.apply_flow(out, now) {
+            self.pump_dest(d, now, registry);
+        }
+    }
+
+    /// Queues a job that passed the gates, or parks it until its recovered retry time. Returns
+    /// its destination when it was queued.
+    fn enqueue(&mut self, job: Job, now: u64) -> Option<usize> {
+        let wait_ms = job.due_at_ms.saturating_sub(unix_millis());
+        if wait_ms > 0 {
+            let due = now + wait_ms * 1_000_000;
+            self.delay(job, due);
+            return None;
+        }
+        let d = job.dest;
+        self.dest(d).queue.push_back(job);
+        Some(d)
+    }
+
+    /// Carries out the gates' decisions: skipped events get their (terminal) outcome, ready
+    /// jobs are queued. Returns the destinations to pump (deduplicated).
+    fn apply_flow(&mut self, out: FlowOut, now: u64) -> Vec<usize> {
+        for (job, reason) in out.skipped {
+            self.held -= 1;
+            self.send(JobOutcome::Skipped {
+                lsn: job.lsn,
+                reason,
+                attempts: job.attempt.saturating_sub(1),
+            });
+        }
+        let mut touched: Vec<usize> = out
+            .ready
+            .into_iter()
+            .filter_map(|job| self.enqueue(job, now))
+            .collect();
+        touched.sort_unstable();
+        touched.dedup();
+        touched
+    }
+
+    /// The event at `lsn` is done: release its gate holds; admitted waiters are queued (the
+    /// caller pumps their destination, which is the released event's).
+    fn release_flow(&mut self, lsn: u64, now: u64) {
+        let mut out = FlowOut::default();
+        self.flow.release(lsn, &mut out);
+        if !out.ready.is_empty() || !out.skipped.is_empty() {
+            self.apply_flow(out, now);
+        }
+    }
+
+    fn delay(&mut self, job: Job, due: u64) {
+        self.seq += 1;
+        self.delayed.push(Reverse(Delayed {
+            due,
+            seq: self.seq,
+            job,
+        }));
+    }
+
+    /// The earliest time something here needs attention (for the poll timeout).
+    pub fn next_deadline(&self) -> Option<u64> {
+        let mut t = self.delayed.peek().map(|Reverse(d)| d.due);
+        if let Some(f) = self.flow.next_deadline() {
+            t = Some(t.map_or(f, |x| x.min(f)));
+        }
+        if let Some(Reverse((w, _))) = self.wakes.peek() {
+            t = Some(t.map_or(*w, |x| x.min(*w)));
+        }
+        if let Some(a) = self.pool.next_deadline() {
+            t = Some(t.map_or(a, |x| x.min(a)));
+        }
+        t
+    }
+
+    /// Timers: due retries, destination wake-ups, attempt timeouts, idle connections.
+    pub fn on_tick(&mut self, now: u64, registry: &Registry, draining: bool) {
+        let mut touched: Vec<usize> = Vec::new();
+        while self.delayed.peek().is_some_and(|Reverse(d)| d.due <= now) {
+            let Some(Reverse(d)) = self.delayed.pop() else {
+                break;
+            };
+            let dest = d.job.dest;
+            self.dest(dest).queue.push_back(d.job);
+            touched.push(dest);
+        }
+        while self.wakes.peek().is_some_and(|Reverse((t, _))| *t <= now) {
+            let Some(Reverse((_, dest))) = self.wakes.pop() else {
+                break;
+            };
+            self.dest(dest).wake_at = 0;
+            touched.push(dest);
+        }
+        let mut finished = std::mem::take(&mut self.finished);
+        self.pool.on_tick(now, registry, &mut finished);
+        for f in finished.drain(..) {
+            touched.push(f.dest());
+            self.finish(f, now, registry);
+        }
+        self.finished = finished;
+        if !draining {
+            let mut out = FlowOut::default();
+            self.flow.on_tick(now, &mut out);
+            touched.extend(self.apply_flow(out, now));
+            touched.sort_unstable();
+            touched.dedup();
+            for d in touched {
+                self.pump_dest(d, now, registry);
+            }
+        }
+        self.flush_outcomes();
+    }
+
+    /// Starts as many queued jobs of destination `d` as its gate allows.
+    fn pump_dest(&mut self, d: usize, now: u64, registry: &Registry) {
+        loop {
+            let dest = self.dest(d);
+            if dest.queue.is_empty() {
+                return;
+            }
+            match dest.state.gate(now) {
+                Gate::FailFast { retry_after } => {
+                    let Some(job) = dest.queue.pop_front() else {
+                        return;
+                    };
+                    self.metrics.circuit_fail_fast();
+                    let last_error = format!(
+                        "destination circuit open for http:{}; retry after {}s",
+                        self.config.destinations[d].handler.uri,
+                        retry_after.as_secs().max(1)
+                    );
+                    let attempts = job.attempt - 1;
+                    self.dead_letter(job, DlqReason::CircuitOpen, attempts, last_error, now);
+                }
+                Gate::Wait { until } => {
+                    if until > 0 && (dest.wake_at == 0 || until < dest.wake_at) {
+                        dest.wake_at = until;
+                        self.wakes.push(Reverse((until, d)));
+                    }
+                    return;
+                }
+                Gate::Go { permit, probe } => {
+                    let Some(job) = dest.queue.pop_front() else {
+                        return;
+                    };
+                    if probe {
+                        self.metrics.circuit_half_open_probe();
+                    }
+                    self.start(d, job, permit, now, registry);
+                }
+            }
+        }
+    }
+
+    fn start(&mut self, d: usize, job: Job, permit: Permit, now: u64, registry: &Registry) {
+        let cfg = &self.config.destinations[d];
+        let deadline = now + cfg.timeout.as_nanos() as u64;
+        // The send time, not the receipt time: receivers check it against a window (Standard
+        // Webhooks: 5 minutes), which a retried or replayed event would otherwise fail.
+        let request = match encode(cfg, &job, unix_millis() / 1000) {
+            Ok(r) => r,
+            Err(e) => {
+                // Validated config and stored headers cannot produce this; fail the event
+                // visibly.
+                let msg = format!("cannot encode request: {e}");
+                self.dest(d).state.release(permit);
+                let attempts = job.attempt;
+                self.dead_letter(job, DlqReason::PermanentFailure, attempts, msg, now);
+                return;
+            }
+        };
+        let in_flight = self.dests.get(&d).map_or(0, |x| x.state.in_flight());
+        self.metrics.set_in_flight(d, in_flight as u64);
+        let h = &cfg.handler;
+        let target = Target {
+            dest: d,
+            host: &h.host,
+            port: h.port,
+            idle_cap: cfg.max_in_flight,
+        };
+        let attempt = Attempt {
+            job,
+            permit,
+            started: now,
+        };
+        match self
+            .pool
+            .start(target, attempt, request, deadline, registry)
+        {
+            Ok(Started::Opened) => self.metrics.connection_opened(d),
+            Ok(Started::Reused) => {}
+            Err(f) => self.finish(f, now, registry),
+        }
+    }
+
+    /// Readiness of an outbound connection.
+    pub fn on_ready(
+        &mut self,
+        token: Token,
+        readable: bool,
+        writable: bool,
+        now: u64,
+        registry: &Registry,
+    ) {
+        let mut finished = std::mem::take(&mut self.finished);
+        self.pool
+            .on_ready(token, readable, writable, now, registry, &mut finished);
+        for f in finished.drain(..) {
+            self.finish(f, now, registry);
+        }
+        self.finished = finished;
+    }
+
+    /// An attempt the pool carried ended.
+    fn finish(&mut self, f: Finished<Attempt>, now: u64, registry: &Registry) {
+        match f {
+            Finished::Done {
+                dest,
+                payload,
+                result,
+            } => self.settle(dest, payload, result, now, registry),
+            Finished::Stale { dest, payload } => {
+                // A kept-alive connection the server had closed: resend on a fresh connection,
+                // once, without counting an attempt or feeding the circuit.
+                let Attempt { job, permit, .. } = payload;
+                self.dest(dest).state.release(permit);
+                self.dest(dest).queue.push_front(job);
+                self.pump_dest(dest, now, registry);
+            }
+        }
+    }
+
+    /// Feeds the gate and decides the job's fate after one attempt.
+    fn settle(
+        &mut self,
+        d: usize,
+        attempt: Attempt,
+        result: AttemptResult,
+        now: u64,
+        registry: &Registry,
+    ) {
+        let Attempt {
+            mut job,
+            permit,
+            started,
+            ..
+        } = attempt;
+        let class = classify(&result);
+        let uri = self.config.destinations[d].handler.uri.clone();
+        let events = self.dest(d).state.complete(permit, now, &class);
+        let mut opened = false;
+        for e in events {
+            match e {
+                DestinationEvent::Circuit(Transition::Opened) => {
+                    opened = true;
+                    self.metrics.circuit_opened();
+                }
+                DestinationEvent::Circuit(Transition::Closed) => self.metrics.circuit_closed(),
+                DestinationEvent::Paused { .. } => self.metrics.destination_paused(),
+            }
+        }
+        let in_flight = self.dest(d).state.in_flight() as u64;
+        self.metrics.set_in_flight(d, in_flight);
+        self.metrics.attempt(d, &class, now.saturating_sub(started));
+        match class {
+            Class::Delivered => {
+                let attempts = job.attempt;
+                self.held -= job.events();
+                if job.batch.is_empty() {
+                    self.delivered(job.lsn, attempts, job.event.received_at_ms, now);
+                } else {
+                    for m in job.batch {
+                        self.delivered(m.lsn, attempts, m.event.received_at_ms, now);
+                    }
+                }
+            }
+            Class::Permanent => {
+                let attempts = job.attempt;
+                self.dead_letter(
+                    job,
+                    DlqReason::PermanentFailure,
+                    attempts,
+                    describe(&result, &uri),
+                    now,
+                );
+            }
+            Class::Retryable { .. } if opened => {
+                let attempts = job.attempt;
+                let why = format!(
+                    "destination circuit opened for http:{uri} after {} consecutive failures: {}",
+                    self.config.destinations[d].circuit.failures,
+                    describe(&result, &uri)
+                );
+                self.dead_letter(job, DlqReason::CircuitOpen, attempts, why, now);
+            }
+            Class::Retryable { .. } => {
+                let next = job.attempt + 1;
+                let policy = self.dest(d).policy;
+                match policy.delay_before(next, &mut self.rng) {
+                    Some(delay) => {
+                        let due = now + delay.as_nanos() as u64;
+                        let due_at_ms = unix_millis() + delay.as_millis() as u64;
+                        let last_error = describe(&result, &uri);
+                        job.attempt = next;
+                        for lsn in job.lsns() {
+                            self.send(JobOutcome::RetryScheduled {
+                                lsn,
+                                next_attempt: next,
+                                due_at_ms,
+                                last_error: last_error.clone(),
+                            });
+                        }
+                        self.delay(job, due);
+                    }
+                    None => {
+                        let attempts = job.attempt;
+                        self.dead_letter(
+                            job,
+                            DlqReason::RetryExhausted,
+                            attempts,
+                            describe(&result, &uri),
+                            now,
+                        );
+                    }
+                }
+            }
+        }
+        self.pump_dest(d, now, registry);
+        self.flush_outcomes();
+    }
+
+    fn delivered(&mut self, lsn: u64, attempts: u32, received_at_ms: u64, now: u64) {
+        self.send(JobOutcome::Delivered {
+            lsn,
+            attempts,
+            received_at_ms,
+        });
+        self.release_flow(lsn, now);
+    }
+
+    /// Terminal failure of `job` (every member of a batch gets its own DLQ entry).
+    fn dead_letter(
+        &mut self,
+        job: Job,
+        reason: DlqReason,
+        attempts: u32,
+        last_error: String,
+        now: u64,
+    ) {
+        self.held -= job.events();
+        for m in job.into_members() {
+            let lsn = m.lsn;
+            self.send(JobOutcome::DeadLetter {
+                job: m,
+                reason,
+                attempts,
+                last_error: last_error.clone(),
+            });
+            self.release_flow(lsn, now);
+        }
+    }
+
+    fn send(&mut self, o: JobOutcome) {
+        if !self.overflow.is_empty() {
+            self.overflow.push_back(o);
+            return;
+        }
+        match self.outcomes.try_push(o) {
+            Ok(()) => self.pump.unpark(),
+            Err(e) => self.overflow.push_back(e.into_inner()),
+        }
+    }
+
+    /// Hands outcomes the pump's ring had no room for (normally none).
+    pub fn flush_outcomes(&mut self) {
+        while let Some(o) = self.overflow.pop_front() {
+            if let Err(e) = self.outcomes.try_push(o) {
+                self.overflow.push_front(e.into_inner());
+                break;
+            }
+        }
+        self.pump.unpark();
+    }
+}
+
+/// `last_error` text for an attempt.
+fn describe(result: &AttemptResult, uri: &str) -> String {
+    match result {
+        AttemptResult::Status { code, .. } => format!("{uri} answered {code}"),
+        AttemptResult::ConnectError => format!("cannot connect to {uri}"),
+        AttemptResult::Timeout => format!("{uri} did not answer within the timeout"),
+        AttemptResult::Io => format!("connection to {uri} broke before a complete response"),
+    }
+}
+
+/// Encodes the `POST` of `job` to `cfg`'s handler, sent at `ts_secs` (Unix seconds): the raw
+/// body, its stored `content-type`, the Standard Webhooks id/timestamp (and signature when the
+/// destination has a signing key), sluice's attempt/trigger/replay headers, then the
+/// destination's configured headers.
+fn encode(cfg: &DestinationConfig, job: &Job, ts_secs: u64) -> Result<Vec<u8>, RequestError> {
+    let mut wbuf = Vec::with_capacity(256 + job.event.body.len());
+    let attempt = job.attempt.to_string();
+    let ts = ts_secs.to_string();
+    let signature = cfg.signing_key.as_ref().map(|k| {
+        crate::ingest::verify::sign_standard_webhooks(
+            k.expose(),
+            &job.event.event_id,
+            ts_secs,
+            &job.event.body,
+        )
+    });
+    let content_type = job
+        .event
+        .headers
+        .iter()
+        .find(|(n, _)| n == "content-type")
+        .map(|(_, v)| v.as_slice())
+        .unwrap_or(b"application/octet-stream");
+    let mut headers: Vec<(&str, &[u8])> = vec![
+        ("content-type", content_type),
+        ("webhook-id", job.event.event_id.as_bytes()),
+        ("webhook-timestamp", ts.as_bytes()),
+        ("x-sluice-attempt", attempt.as_bytes()),
+        ("x-sluice-trigger", job.event.trigger_id.as_bytes()),
+        ("user-agent", b"sluice"),
+    ];
+    if let Some(r) = &job.event.replay_of {
+        headers.push(("x-sluice-replay-of", r.as_bytes()));
+    }
+    if let Some(sig) = &signature {
+        headers.push(("webhook-signature", sig.as_bytes()));
+    }
+    for (n, v) in &cfg.headers {
+        headers.push((n.as_str(), v.as_bytes()));
+    }
+    let req = OutboundRequest {
+        method: "POST",
+        authority: &cfg.handler.authority,
+        path: &cfg.handler.path_and_query,
+        headers: &headers,
+        body: &job.event.body,
+    };
+    client::write_request(&mut wbuf, &req)?;
+    Ok(wbuf)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The dispatcher's decisions without sockets: jobs are held (`draining`), attempts taken
+    //! through the destination's gate as `pump_dest` would, and the pool's reports fed to
+    //! `finish` as the pool would hand them over.
+    use super::*;
+    use crate::config::Overrides;
+    use crate::metrics::counter::Metrics;
+    use crate::metrics::dispatch::DispatchMetrics;
+    use crate::wal::EventRecord;
+    use std::time::Duration;
+
+    use crossbeam_utils::sync::Parker;
+    use mio::Poll;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    struct Rig {
+        d: Dispatcher,
+        outcomes: ring::Receiver<JobOutcome>,
+        poll: Poll,
+        _parker: Parker,
+    }
+
+    /// A dispatcher for one trigger whose destination has `dest` settings; the outcome ring
+    /// holds `ring_cap` outcomes.
+    fn rig(dest: &str, ring_cap: usize) -> Rig {
+        let text = format!(
+            "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\n\
+             handler = \"http://127.0.0.1:9/h\"\n\
+             [[destinations]]\nuri = \"http://127.0.0.1:9/h\"\n{dest}\n"
+        );
+        let config = Config::build(
+            Config::parse_manifest(&text).unwrap(),
+            &|_: &str| None,
+            &Overrides::default(),
+        )
+        .unwrap();
+        let (tx, rx) = ring::channel(ring_cap);
+        let parker = Parker::new();
+        let metrics = CoreDispatchMetrics {
+            core: Metrics::new(1).core(0),
+            shared: Arc::new(DispatchMetrics::new(&[("http://127.0.0.1:9/h".into(), 4)])),
+        };
+        Rig {
+            d: Dispatcher::new(0, Arc::new(config), tx, parker.unparker().clone(), metrics),
+            outcomes: rx,
+            poll: Poll::new().unwrap(),
+            _parker: parker,
+        }
+    }
+
+    fn job(lsn: u64) -> Job {
+        let event = EventRecord {
+            event_id: format!("evt_{lsn}"),
+            trigger_id: "t".into(),
+            source: "s".into(),
+            received_at_ms: 1_000,
+            headers: vec![("content-type".into(), b"application/json".to_vec())],
+            body: b"{}".to_vec(),
+            replay_of: None,
+        };
+        Job::new(lsn, event, 0, 1, 0)
+    }
+
+    impl Rig {
+        /// Holds `job` (draining: queued, not started).
+        fn hold(&mut self, job: Job, now: u64) {
+            self.d.accept(job, now, self.poll.registry(), true);
+        }
+
+        /// Takes the next queued job through the gate, as `pump_dest` does before `start`.
+        fn take(&mut self, now: u64) -> Attempt {
+            let dest = self.d.dest(0);
+            let Gate::Go { permit, .. } = dest.state.gate(now) else {
+                panic!("gate closed");
+            };
+            let job = dest.queue.pop_front().expect("a queued job");
+            Attempt {
+                job,
+                permit,
+                started: now,
+            }
+        }
+
+        fn report(&mut self, attempt: Attempt, result: AttemptResult, now: u64) {
+            let f = Finished::Done {
+                dest: 0,
+                payload: attempt,
+                result,
+            };
+            self.d.finish(f, now, self.poll.registry());
+        }
+
+        fn outcomes(&mut self) -> Vec<JobOutcome> {
+            std::iter::from_fn(|| self.outcomes.try_pop()).collect()
+        }
+
+        fn in_flight(&mut self) -> usize {
+            self.d.dest(0).state.in_flight()
+        }
+    }
+
+    fn status(code: u16) -> AttemptResult {
+        AttemptResult::Status {
+            code,
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn a_2xx_is_delivered_and_frees_the_permit() {
+        let mut r = rig("", 16);
+        r.hold(job(5), 0);
+        assert_eq!((r.d.held(), r.d.in_flight()), (1, 0));
+        let a = r.take(0);
+        assert_eq!(r.in_flight(), 1);
+        r.report(a, status(204), SECOND);
+        assert_eq!(r.in_flight(), 0);
+        assert_eq!(r.d.held(), 0);
+        let out = r.outcomes();
+        assert!(
+            matches!(
+                out[..],
+                [JobOutcome::Delivered {
+                    lsn: 5,
+                    attempts: 1,
+                    received_at_ms: 1_000
+                }]
+            ),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_5xx_schedules_a_retry_that_the_tick_queues_again() {
+        let mut r = rig(
+            "retry = { max_attempts = 3, base = \"1s\", cap = \"1s\" }",
+            16,
+        );
+        r.hold(job(7), 0);
+        let a = r.take(0);
+        r.report(a, status(503), 10 * SECOND);
+        let out = r.outcomes();
+        let [JobOutcome::RetryScheduled {
+            lsn: 7,
+            next_attempt: 2,
+            ref last_error,
+            ..
+        }] = out[..]
+        else {
+            panic!("{out:?}");
+        };
+        assert_eq!(last_error, "http://127.0.0.1:9/h answered 503");
+        assert_eq!(r.d.held(), 1, "a retry is not terminal");
+        let due = r.d.next_deadline().expect("a retry timer");
+        assert!((10 * SECOND..=11 * SECOND).contains(&due), "{due}");
+        r.d.on_tick(due, r.poll.registry(), true);
+        let a = r.take(due);
+        assert_eq!((a.job.lsn, a.job.attempt), (7, 2));
+        // The last allowed attempt fails too: dead-lettered, retries exhausted.
+        r.report(a, AttemptResult::Timeout, due);
+        let a = {
+            let due = r.d.next_deadline().unwrap();
+            r.d.on_tick(due, r.poll.registry(), true);
+            r.take(due)
+        };
+        r.report(a, AttemptResult::Io, 20 * SECOND);
+        let out = r.outcomes();
+        assert!(
+            matches!(
+                out[..],
+                [
+                    JobOutcome::RetryScheduled {
+                        next_attempt: 3,
+                        ..
+                    },
+                    JobOutcome::DeadLetter {
+                        reason: DlqReason::RetryExhausted,
+                        attempts: 3,
+                        ..
+                    }
+                ]
+            ),
+            "{out:?}"
+        );
+        assert_eq!(r.d.held(), 0);
+    }
+
+    #[test]
+    fn a_4xx_is_dead_lettered_at_once() {
+        let mut r = rig("", 16);
+        r.hold(job(1), 0);
+        let a = r.take(0);
+        r.report(a, status(404), 0);
+        let out = r.outcomes();
+        let [JobOutcome::DeadLetter {
+            reason: DlqReason::PermanentFailure,
+            attempts: 1,
+            ref last_error,
+            ..
+        }] = out[..]
+        else {
+            panic!("{out:?}");
+        };
+        assert_eq!(last_error, "http://127.0.0.1:9/h answered 404");
+        assert_eq!((r.d.held(), r.in_flight()), (0, 0));
+    }
+
+    #[test]
+    fn the_failure_that_opens_the_circuit_dead_letters_and_new_jobs_fail_fast() {
+        let mut r = rig(
+            "circuit = { failures = 2, open_for = \"30s\" }\nretry = { max_attempts = 5 }",
+            16,
+        );
+        r.hold(job(1), 0);
+        r.hold(job(2), 0);
+        // Both taken before any report: settling pumps the queue, which must stay empty here
+        // (a start would open a socket).
+        let (a, b) = (r.take(0), r.take(0));
+        r.report(a, AttemptResult::ConnectError, SECOND);
+        assert!(matches!(
+            r.outcomes()[..],
+            [JobOutcome::RetryScheduled { lsn: 1, .. }]
+        ));
+        // The second consecutive failure opens the circuit: that job is dead-lettered.
+        r.report(b, AttemptResult::ConnectError, SECOND);
+        let out = r.outcomes();
+        let [JobOutcome::DeadLetter {
+            reason: DlqReason::CircuitOpen,
+            attempts: 1,
+            ref last_error,
+            ..
+        }] = out[..]
+        else {
+            panic!("{out:?}");
+        };
+        assert!(
+            last_error.contains("after 2 consecutive failures"),
+            "{last_error}"
+        );
+        // A new job while the circuit is open fails fast, without an attempt.
+        r.d.accept(job(3), 2 * SECOND, r.poll.registry(), false);
+        let out = r.outcomes();
+        assert!(
+            matches!(
+                out[..],
+                [JobOutcome::DeadLetter {
+                    reason: DlqReason::CircuitOpen,
+                    attempts: 0,
+                    ..
+                }]
+            ),
+            "{out:?}"
+        );
+        assert_eq!(r.d.in_flight(), 0);
+        assert_eq!(r.d.held(), 1, "the first job waits for its retry");
+    }
+
+    #[test]
+    fn a_stale_connection_sends_the_job_again_without_counting_an_attempt() {
+        let mut r = rig("max_in_flight = 2", 16);
+        r.hold(job(1), 0);
+        r.hold(job(2), 0);
+        let (a, b) = (r.take(0), r.take(0));
+        // A 429 with Retry-After pauses the destination, so nothing starts (no socket).
+        let pause = AttemptResult::Status {
+            code: 429,
+            retry_after: Some(Duration::from_secs(30)),
+        };
+        r.report(a, pause, SECOND);
+        let f = Finished::Stale {
+            dest: 0,
+            payload: b,
+        };
+        r.d.finish(f, SECOND, r.poll.registry());
+        let out = r.outcomes();
+        assert!(
+            matches!(out[..], [JobOutcome::RetryScheduled { lsn: 1, .. }]),
+            "nothing reported for the stale one: {out:?}"
+        );
+        assert_eq!(r.in_flight(), 0, "its permit is back");
+        let q = &r.d.dest(0).queue;
+        assert_eq!(q.len(), 1);
+        assert_eq!((q[0].lsn, q[0].attempt), (2, 1));
+        assert_eq!(r.d.held(), 2);
+    }
+
+    #[test]
+    fn outcomes_past_the_ring_wait_in_order_until_flushed() {
+        let mut r = rig("max_in_flight = 4", 1);
+        for lsn in 1..=3 {
+            r.hold(job(lsn), 0);
+        }
+        let taken: Vec<Attempt> = (0..3).map(|_| r.take(0)).collect();
+        for a in taken {
+            r.report(a, status(200), 0);
+        }
+        let mut lsns = Vec::new();
+        for _ in 0..3 {
+            let o = r.outcomes.try_pop().expect("an outcome");
+            lsns.push(o.lsn());
+            r.d.flush_outcomes();
+        }
+        assert_eq!(lsns, [1, 2, 3]);
+        assert!(r.outcomes.try_pop().is_none());
+    }
+
+    #[test]
+    fn the_request_carries_standard_webhooks_headers_and_a_verifiable_signature() {
+        let r = rig("", 16);
+        let mut cfg = r.d.config.destinations[0].clone();
+        cfg.signing_key = Some(crate::ingest::secrets::Secret::new(b"k3y".to_vec()));
+        let mut j = job(9);
+        j.attempt = 3;
+        j.event.replay_of = Some("evt_0".into());
+        let req = encode(&cfg, &j, 1_700_000_000).unwrap();
+        let text = String::from_utf8(req).unwrap();
+        let sig =
+            crate::ingest::verify::sign_standard_webhooks(b"k3y", "evt_9", 1_700_000_000, b"{}");
+        assert!(text.starts_with("POST /h HTTP/1.1\r\n"), "{text}");
+        for h in [
+            "content-type: application/json\r\n".to_string(),
+            "webhook-id: evt_9\r\n".into(),
+            "webhook-timestamp: 1700000000\r\n".into(),
+            "x-sluice-attempt: 3\r\n".into(),
+            "x-sluice-trigger: t\r\n".into(),
+            "x-sluice-replay-of: evt_0\r\n".into(),
+            format!("webhook-signature: {sig}\r\n"),
+        ] {
+            assert!(text.contains(&h), "missing {h:?} in {text}");
+        }
+        assert!(text.ends_with("\r\n\r\n{}"), "{text}");
+    }
+}
