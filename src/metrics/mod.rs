@@ -6,6 +6,9 @@
 //! - [`prom`]: the text writer ([`PromWriter`]) and [`render`], which other modules extend with
 //!   their own families (WAL histograms, ring depth, per-source counters) through a callback.
 //!
+//! - [`histogram`]: the one Prometheus histogram type (fixed buckets, nanoseconds in, seconds
+//!   out), used by the WAL's sync timing and dispatch durations.
+//!
 //! - [`auth`]: per-trigger `sluice_signature_failures_total` and `sluice_dedupe_dropped_total`.
 //! - [`flow`]: per-trigger `sluice_flow_control_total{trigger,gate,decision}`.
 //!
@@ -15,6 +18,7 @@ pub mod auth;
 pub mod counter;
 pub mod dispatch;
 pub mod flow;
+pub mod histogram;
 pub mod prom;
 
 pub use counter::{

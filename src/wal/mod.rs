@@ -29,7 +29,7 @@
 //! pub enum AppendOutcome { Durable { lsn: Lsn }, Unavailable }
 //! pub trait CompletionSink: Send { fn complete(&mut self, ticket: u64, outcome: AppendOutcome); fn notify(&mut self); }
 //! pub struct WalShared { pub durable_lsn: AtomicU64, pub healthy: AtomicBool, pub appends_total: AtomicU64,
-//!                        pub sync_seconds: SyncHistogram }
+//!                        pub sync_seconds: metrics::histogram::Histogram }
 //! impl WalShared { fn new() -> Self; fn durable_lsn(&self) -> Lsn; fn is_healthy(&self) -> bool;
 //!                  fn render_prometheus(&self, out: &mut String) }
 //! pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError>;
@@ -198,7 +198,6 @@ mod appender;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
 pub mod format;
-mod histogram;
 mod recovery;
 pub mod segment;
 pub mod state;
@@ -214,7 +213,6 @@ pub use format::{
     MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_RECORD_BYTES,
 };
 pub use format::{event_cost, max_record_bytes_for, MAX_HEADERS, MAX_HEADER_VALUE_BYTES};
-pub use histogram::SyncHistogram;
 pub use recovery::{open, RawRecord, RecoveryReport, WalReader};
 pub use state::{recover_dispatch, DispatchRecovery, PendingMeta};
 pub use tail::WalTail;
@@ -225,6 +223,9 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::metrics::histogram::Histogram;
+use crate::metrics::{MetricType, PromWriter};
 
 /// Log sequence number: 1 for the first record ever written, consecutive after that.
 pub type Lsn = u64;
@@ -366,8 +367,25 @@ pub struct WalShared {
     /// Records appended successfully (`Relaxed`: a counter).
     pub appends_total: std::sync::atomic::AtomicU64,
     /// Latency of each `fdatasync` / `msync`: `sluice_wal_sync_seconds`.
-    pub sync_seconds: SyncHistogram,
+    pub sync_seconds: Histogram,
 }
+
+/// `sluice_wal_sync_seconds` buckets (ns; 0.0001 s .. 1 s).
+pub const SYNC_BOUNDS_NANOS: &[u64] = &[
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+];
 
 impl Default for WalShared {
     fn default() -> Self {
@@ -381,7 +399,7 @@ impl WalShared {
             durable_lsn: AtomicU64::new(0),
             healthy: AtomicBool::new(true),
             appends_total: std::sync::atomic::AtomicU64::new(0),
-            sync_seconds: SyncHistogram::new(),
+            sync_seconds: Histogram::new(SYNC_BOUNDS_NANOS),
         }
     }
 
@@ -396,8 +414,15 @@ impl WalShared {
 
     /// Appends the Prometheus text of the WAL metrics (`sluice_wal_sync_seconds`).
     pub fn render_prometheus(&self, out: &mut String) {
+        let mut w = PromWriter::appending(std::mem::take(out));
+        w.header(
+            "sluice_wal_sync_seconds",
+            "Duration of each WAL fdatasync (or msync).",
+            MetricType::Histogram,
+        );
         self.sync_seconds
-            .render_prometheus("sluice_wal_sync_seconds", out);
+            .render(&mut w, "sluice_wal_sync_seconds", &[]);
+        *out = w.finish();
     }
 }
 
@@ -465,5 +490,35 @@ impl std::error::Error for WalError {
             WalError::Encode(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sync_histogram_keeps_its_name_and_bucket_bounds() {
+        let shared = WalShared::new();
+        shared.sync_seconds.observe_nanos(3_000_000);
+        let mut text = String::from("before\n");
+        shared.render_prometheus(&mut text);
+        assert!(
+            text.starts_with("before\n# HELP sluice_wal_sync_seconds "),
+            "{text}"
+        );
+        let les: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("sluice_wal_sync_seconds_bucket{le=\""))
+            .map(|l| l.split('"').next().unwrap())
+            .collect();
+        let want = [
+            "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05",
+            "0.1", "0.25", "0.5", "1", "+Inf",
+        ];
+        assert_eq!(les, want);
+        assert!(text.contains("sluice_wal_sync_seconds_bucket{le=\"0.005\"} 1\n"));
+        assert!(text.contains("sluice_wal_sync_seconds_sum 0.003\n"));
+        assert!(text.contains("sluice_wal_sync_seconds_count 1\n"));
     }
 }
