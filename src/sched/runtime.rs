@@ -20,7 +20,7 @@ use crossbeam_utils::sync::Parker;
 use mio::Waker;
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::config::{Config, DurabilityMode, WritePathMode};
+use crate::config::Config;
 use crate::dispatch::dlq::DlqStore;
 use crate::ingest::bucket::{Admission, BucketParams};
 use crate::ingest::router::Router;
@@ -35,7 +35,7 @@ use crate::sched::state::{Phase, Shared};
 use crate::sched::worker::{DispatchLinks, Worker};
 use crate::sync::clock::{unix_millis, Clock, MonotonicClock};
 use crate::wal::WalTail;
-use crate::wal::{self, CompletionSink, Durability, WalConfig, WalShared, WritePath};
+use crate::wal::{self, CompletionSink, WalConfig, WalShared};
 
 /// Why the server could not start or stopped abnormally.
 #[derive(Debug)]
@@ -98,14 +98,8 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         dir: config.wal_dir(),
         segment_bytes: config.wal.segment_bytes,
         max_body_bytes: config.server.max_body_bytes as usize,
-        durability: match config.wal.durability {
-            DurabilityMode::Fsync => Durability::Fsync,
-            DurabilityMode::Os => Durability::Os,
-        },
-        write_path: match config.wal.write_path {
-            WritePathMode::Pwrite => WritePath::Pwrite,
-            WritePathMode::Mmap => WritePath::Mmap,
-        },
+        durability: config.wal.durability,
+        write_path: config.wal.write_path,
         max_batch: config.wal.max_batch,
     };
     #[cfg_attr(not(feature = "failpoints"), allow(unused_mut))]

@@ -21,8 +21,8 @@
 //! pub enum DoneStatus { Delivered = 1, DeadLettered = 2, Skipped = 3, NoHandler = 4 }
 //! pub struct RetryRecord { pub event_lsn: Lsn, pub next_attempt: u32, pub due_at_ms: u64,
 //!                          pub last_error: String /* <= MAX_ERROR_BYTES (1024) */ }
-//! pub enum Durability { Fsync /* default */, Os }        // serde: "fsync" | "os"
-//! pub enum WritePath { Pwrite /* default */, Mmap }      // serde: "pwrite" | "mmap"
+//! pub enum Durability { Fsync /* default */, Os }        // serde and FromStr: "fsync" | "os"
+//! pub enum WritePath { Pwrite /* default */, Mmap }      // serde and FromStr: "pwrite" | "mmap"
 //! pub struct WalConfig { pub dir: PathBuf /* DATA_DIR/wal */, pub segment_bytes: u64, pub durability: Durability,
 //!                        pub write_path: WritePath, pub max_batch: usize }   // WalConfig::new(dir) = defaults
 //! pub struct AppendRequest { pub worker: usize, pub ticket: u64, pub record: Record }
@@ -262,6 +262,52 @@ pub enum WritePath {
     Mmap,
 }
 
+/// A name that is not one of an enum's variants (`"sometimes"` for [`Durability`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownVariant {
+    /// The accepted names, e.g. `"fsync" or "os"`.
+    pub expected: &'static str,
+    pub got: String,
+}
+
+impl fmt::Display for UnknownVariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "must be {}, got {:?}", self.expected, self.got)
+    }
+}
+
+impl std::error::Error for UnknownVariant {}
+
+/// The serde names (`fsync`, `os`), for command-line and environment overrides.
+impl std::str::FromStr for Durability {
+    type Err = UnknownVariant;
+    fn from_str(s: &str) -> Result<Self, UnknownVariant> {
+        match s {
+            "fsync" => Ok(Durability::Fsync),
+            "os" => Ok(Durability::Os),
+            other => Err(UnknownVariant {
+                expected: "\"fsync\" or \"os\"",
+                got: other.to_string(),
+            }),
+        }
+    }
+}
+
+/// The serde names (`pwrite`, `mmap`).
+impl std::str::FromStr for WritePath {
+    type Err = UnknownVariant;
+    fn from_str(s: &str) -> Result<Self, UnknownVariant> {
+        match s {
+            "pwrite" => Ok(WritePath::Pwrite),
+            "mmap" => Ok(WritePath::Mmap),
+            other => Err(UnknownVariant {
+                expected: "\"pwrite\" or \"mmap\"",
+                got: other.to_string(),
+            }),
+        }
+    }
+}
+
 /// WAL settings, validated by [`open`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalConfig {
@@ -496,6 +542,18 @@ impl std::error::Error for WalError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn modes_parse_from_their_serde_names_and_name_the_choices_otherwise() {
+        assert_eq!("fsync".parse(), Ok(Durability::Fsync));
+        assert_eq!("os".parse(), Ok(Durability::Os));
+        assert_eq!("pwrite".parse(), Ok(WritePath::Pwrite));
+        assert_eq!("mmap".parse(), Ok(WritePath::Mmap));
+        let e = "Fsync".parse::<Durability>().unwrap_err();
+        assert_eq!(e.to_string(), r#"must be "fsync" or "os", got "Fsync""#);
+        let e = "mmap2".parse::<WritePath>().unwrap_err();
+        assert_eq!(e.to_string(), r#"must be "pwrite" or "mmap", got "mmap2""#);
+    }
 
     #[test]
     fn sync_histogram_keeps_its_name_and_bucket_bounds() {
