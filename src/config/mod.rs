@@ -578,7 +578,7 @@ fn build_ingest(
         ("global_capacity", global_capacity),
         ("per_source_capacity", per_source_capacity),
     ] {
-        crate::ingest::bucket::BucketParams::new(capacity, refill_per_sec)
+        crate::sync::gcra::BucketParams::new(capacity, refill_per_sec)
             .map_err(|e| ConfigError(format!("ingest.{key} / refill_per_sec: {e}")))?;
     }
     Ok(IngestConfig {
