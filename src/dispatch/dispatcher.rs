@@ -41,12 +41,12 @@ use crate::dispatch::destination::{DestinationEvent, DestinationState, Gate};
 use crate::dispatch::dlq::DlqReason;
 use crate::dispatch::flow::{FlowEngine, FlowOut};
 use crate::dispatch::job::{Job, JobOutcome};
+use crate::dispatch::metrics::CoreDispatchMetrics;
 pub use crate::dispatch::outbound::CLIENT_TOKEN_BASE;
 use crate::dispatch::outbound::{Finished, OutboundPool, Started, Target};
 use crate::dispatch::permits::Permit;
 use crate::dispatch::retry::RetryPolicy;
 use crate::dispatch::rng::SmallRng;
-use crate::metrics::dispatch::CoreDispatchMetrics;
 use crate::net::http::client::{self, OutboundRequest, RequestError};
 use crate::ring;
 use crate::sync::clock::unix_millis;
@@ -632,8 +632,8 @@ mod tests {
     //! `finish` as the pool would hand them over.
     use super::*;
     use crate::config::Overrides;
+    use crate::dispatch::metrics::DispatchMetrics;
     use crate::metrics::counter::Metrics;
-    use crate::metrics::dispatch::DispatchMetrics;
     use crate::wal::EventRecord;
     use std::time::Duration;
 

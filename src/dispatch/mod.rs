@@ -20,8 +20,8 @@
 //!
 //! The delivery runtime builds on these: [`dispatcher`] (the decisions: queues, gates, retry
 //! timers, outcomes) drives [`outbound`] (the I/O: connections, keep-alive reuse, request and
-//! response). The DLQ is [`dlq`]. Every policy module is
-//! `#![forbid(unsafe_code)]`.
+//! response). The DLQ is [`dlq`]; the dispatch metric families are [`metrics`] (built from the
+//! leaf [`crate::metrics`] toolkit). Every policy module is `#![forbid(unsafe_code)]`.
 
 pub mod circuit;
 pub mod classify;
@@ -31,6 +31,7 @@ pub mod dlq;
 pub mod dlq_tools;
 pub mod flow;
 pub mod job;
+pub mod metrics;
 pub mod outbound;
 pub mod permits;
 pub mod rate;

@@ -22,11 +22,11 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::Config;
 use crate::dispatch::dlq::DlqStore;
+use crate::dispatch::metrics::DispatchMetrics;
 use crate::ingest::bucket::{Admission, BucketParams};
 use crate::ingest::router::Router;
 use crate::ingest::sources::SourceTable;
 use crate::ingest::Guards;
-use crate::metrics::dispatch::DispatchMetrics;
 use crate::metrics::Metrics;
 use crate::ring;
 use crate::sched::backlog::Backlog;

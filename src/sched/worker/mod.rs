@@ -32,7 +32,7 @@ use crossbeam_utils::sync::Unparker;
 
 use crate::dispatch::dispatcher::{Dispatcher, CLIENT_TOKEN_BASE};
 use crate::dispatch::job::{Job, JobOutcome};
-use crate::metrics::dispatch::CoreDispatchMetrics;
+use crate::dispatch::metrics::CoreDispatchMetrics;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 

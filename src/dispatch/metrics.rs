@@ -1,6 +1,7 @@
 //! Dispatch metrics: per-destination gauges and counters, delivery latency, the pump's live
 //! gauges, and the accepted-to-DLQ histogram. Destinations come from the config, so every label
-//! set here has a bound known at start-up.
+//! set here has a bound known at start-up. Built from the leaf [`crate::metrics`] toolkit
+//! (counters, histogram, Prometheus writer), which knows nothing of dispatch.
 //!
 //! Writers: a destination's owner core (its gauges and attempt counters), the pump (pump gauges,
 //! DLQ histogram). Readers: `/metrics`. All `Relaxed`: each cell is its own message.
@@ -8,11 +9,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::counter::{Action, CoreMetrics, Dimension};
-use super::histogram::Histogram;
-use super::prom::{MetricType, PromWriter};
 use crate::dispatch::classify::Class;
 use crate::dispatch::dlq::DlqReason;
+use crate::dispatch::flow::metrics::FlowMetrics;
+use crate::metrics::counter::{Action, CoreMetrics, Dimension};
+use crate::metrics::histogram::Histogram;
+use crate::metrics::prom::{MetricType, PromWriter};
 
 /// `sluice_dispatch_duration_seconds` buckets (ns; 0.005 s .. 30 s).
 pub const DURATION_BOUNDS_NANOS: &[u64] = &[
@@ -71,7 +73,7 @@ pub struct DispatchMetrics {
     oldest_pending_ms: AtomicU64,
     done_cursor: AtomicU64,
     /// `sluice_flow_control_total` (empty unless [`DispatchMetrics::with_flow`]).
-    pub flow: super::flow::FlowMetrics,
+    pub flow: FlowMetrics,
 }
 
 fn reason_index(r: DlqReason) -> usize {
@@ -109,13 +111,13 @@ impl DispatchMetrics {
             pump_outstanding: AtomicU64::new(0),
             oldest_pending_ms: AtomicU64::new(0),
             done_cursor: AtomicU64::new(0),
-            flow: super::flow::FlowMetrics::default(),
+            flow: FlowMetrics::default(),
         }
     }
 
     /// Adds the flow-control family for `triggers`.
     pub fn with_flow(mut self, triggers: &[crate::config::TriggerConfig]) -> DispatchMetrics {
-        self.flow = super::flow::FlowMetrics::new(triggers);
+        self.flow = FlowMetrics::new(triggers);
         self
     }
 
