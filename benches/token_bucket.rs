@@ -13,8 +13,8 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use governor::clock::MonotonicClock as StdClock;
 use governor::{Quota, RateLimiter};
-use sluice::ingest::bucket::{BucketParams, TokenBucket};
 use sluice::sync::clock::{Clock, MonotonicClock};
+use sluice::sync::gcra::{BucketParams, TokenBucket};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::Barrier;

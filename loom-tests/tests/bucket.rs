@@ -1,5 +1,6 @@
-//! Loom models of the admission token buckets (`sluice::ingest::bucket`): the GCRA word's CAS
-//! loop and the all-or-nothing refund, on the real code compiled with `--cfg loom`.
+//! Loom models of the admission token buckets: the GCRA word's CAS loop (`sluice::sync::gcra`)
+//! and the all-or-nothing refund (`sluice::ingest::bucket`), on the real code compiled with
+//! `--cfg loom`.
 //!
 //! Every model runs its contenders on spawned threads, joins them from the model body, and
 //! asserts that more than one interleaving was explored.
@@ -10,8 +11,9 @@ use std::sync::Arc as StdArc;
 
 use loom::sync::Arc;
 use loom::thread;
-use sluice::ingest::bucket::{Admission, BucketParams, TokenBucket};
+use sluice::ingest::bucket::Admission;
 use sluice::ingest::sources::SourceTable;
+use sluice::sync::gcra::{BucketParams, TokenBucket};
 
 fn explore(name: &str, f: impl Fn() + Send + Sync + 'static) -> usize {
     let iterations = StdArc::new(AtomicUsize::new(0));
@@ -89,7 +91,7 @@ fn all_or_nothing_refunds_global() {
             .map(|_| {
                 let (adm, src, n) = (admission.clone(), source.clone(), admitted.clone());
                 thread::spawn(move || {
-                    if adm.try_admit(&src, 0).is_ok() {
+                    if adm.try_admit(src.bucket(), 0).is_ok() {
                         n.fetch_add(1, loom::sync::atomic::Ordering::Relaxed);
                     }
                 })

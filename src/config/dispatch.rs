@@ -475,7 +475,7 @@ fn build_destination(
             if burst == 0 {
                 return err(format!("{key}: rate.burst must be at least 1"));
             }
-            crate::ingest::bucket::BucketParams::new(burst, rr.per_sec)
+            crate::sync::gcra::BucketParams::new(burst, rr.per_sec)
                 .map_err(|e| ConfigError(format!("{key}: rate: {e}")))?;
             Some(RateConfig {
                 per_sec: rr.per_sec,

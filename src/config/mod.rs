@@ -204,33 +204,6 @@ pub struct RawTrigger {
 // Stage 2: the validated, immutable config.
 // ---------------------------------------------------------------------------------------------
 
-/// Durability mode of the WAL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DurabilityMode {
-    Fsync,
-    Os,
-}
-
-impl std::str::FromStr for DurabilityMode {
-    type Err = ConfigError;
-    fn from_str(s: &str) -> Result<Self, ConfigError> {
-        match s {
-            "fsync" => Ok(DurabilityMode::Fsync),
-            "os" => Ok(DurabilityMode::Os),
-            other => err(format!(
-                "durability must be \"fsync\" or \"os\", got {other:?}"
-            )),
-        }
-    }
-}
-
-/// WAL write path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WritePathMode {
-    Pwrite,
-    Mmap,
-}
-
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
@@ -262,9 +235,9 @@ pub struct IngestConfig {
 
 #[derive(Debug, Clone)]
 pub struct WalSettings {
-    pub durability: DurabilityMode,
+    pub durability: crate::wal::Durability,
     pub segment_bytes: u64,
-    pub write_path: WritePathMode,
+    pub write_path: crate::wal::WritePath,
     pub ring_capacity: usize,
     pub max_batch: usize,
 }
@@ -605,7 +578,7 @@ fn build_ingest(
         ("global_capacity", global_capacity),
         ("per_source_capacity", per_source_capacity),
     ] {
-        crate::ingest::bucket::BucketParams::new(capacity, refill_per_sec)
+        crate::sync::gcra::BucketParams::new(capacity, refill_per_sec)
             .map_err(|e| ConfigError(format!("ingest.{key} / refill_per_sec: {e}")))?;
     }
     Ok(IngestConfig {
@@ -632,19 +605,16 @@ fn build_ingest(
 
 fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, ConfigError> {
     let durability = match o.durability.clone().or(r.durability) {
-        None => DurabilityMode::Fsync,
+        None => crate::wal::Durability::default(),
         Some(t) => t
             .parse()
-            .map_err(|e: ConfigError| ConfigError(format!("wal.{}", e.0)))?,
+            .map_err(|e| ConfigError(format!("wal.durability {e}")))?,
     };
-    let write_path = match r.write_path.as_deref() {
-        None | Some("pwrite") => WritePathMode::Pwrite,
-        Some("mmap") => WritePathMode::Mmap,
-        Some(other) => {
-            return err(format!(
-                "wal.write_path must be \"pwrite\" or \"mmap\", got {other:?}"
-            ))
-        }
+    let write_path = match r.write_path {
+        None => crate::wal::WritePath::default(),
+        Some(t) => t
+            .parse()
+            .map_err(|e| ConfigError(format!("wal.write_path {e}")))?,
     };
     // The largest record must fit in an empty segment.
     let min_segment = crate::wal::MIN_SEGMENT_BYTES
@@ -748,7 +718,7 @@ mod tests {
         assert_eq!(c.ingest.offer_timeout, Duration::from_millis(50));
         assert_eq!(c.server.max_body_bytes, 10 << 20);
         assert_eq!(c.server.shutdown_timeout, Duration::from_secs(30));
-        assert_eq!(c.wal.durability, DurabilityMode::Fsync);
+        assert_eq!(c.wal.durability, crate::wal::Durability::Fsync);
         assert!(c.server.workers >= 1);
         assert_eq!(c.ingest.stored_headers[0], "content-type");
     }
@@ -812,7 +782,7 @@ mod tests {
         let c = Config::build(raw, &no_env, &o).unwrap();
         assert_eq!(c.server.listen.port(), 0);
         assert_eq!(c.server.workers, 3);
-        assert_eq!(c.wal.durability, DurabilityMode::Os);
+        assert_eq!(c.wal.durability, crate::wal::Durability::Os);
         assert_eq!(c.wal_dir(), PathBuf::from("/tmp/x/wal"));
     }
 

@@ -36,7 +36,7 @@ use super::classify::Class;
 use super::permits::{Permit, Permits};
 use super::rate::RateBudget;
 use crate::config::DestinationConfig;
-use crate::ingest::bucket::ParamError;
+use crate::sync::gcra::ParamError;
 
 /// Longest pause a `Retry-After` can impose on a destination.
 pub const MAX_PAUSE: Duration = Duration::from_secs(3600);
@@ -88,7 +88,7 @@ impl DestinationState {
     }
 
     /// From a validated destination config. The rate parameters were validated by the config
-    /// with the same [`crate::ingest::bucket::BucketParams`] rules, so this fails only for a
+    /// with the same [`crate::sync::gcra::BucketParams`] rules, so this fails only for a
     /// hand-built config.
     pub fn from_config(c: &DestinationConfig) -> Result<Self, ParamError> {
         let rate = match c.rate {

@@ -18,17 +18,21 @@
 //! | [`destination`] | the gate: circuit, pause, rate, permits, in that order | nothing consumed unless `Go` |
 //! | [`flow`] | per-trigger gates: batch, debounce, rate_limit, throttle, singleton, concurrency | state bounded by held jobs and `max_gate_keys` |
 //!
-//! The delivery runtime and the DLQ build on these. Every policy module is
-//! `#![forbid(unsafe_code)]`.
+//! The delivery runtime builds on these: [`dispatcher`] (the decisions: queues, gates, retry
+//! timers, outcomes) drives [`outbound`] (the I/O: connections, keep-alive reuse, request and
+//! response). The DLQ is [`dlq`]; the dispatch metric families are [`metrics`] (built from the
+//! leaf [`crate::metrics`] toolkit). Every policy module is `#![forbid(unsafe_code)]`.
 
 pub mod circuit;
 pub mod classify;
-pub mod deliver;
 pub mod destination;
+pub mod dispatcher;
 pub mod dlq;
 pub mod dlq_tools;
 pub mod flow;
 pub mod job;
+pub mod metrics;
+pub mod outbound;
 pub mod permits;
 pub mod rate;
 pub mod retry;

@@ -1,12 +1,12 @@
 //! A destination's outbound rate budget: GCRA without atomics.
 //!
-//! The same algorithm as the ingest buckets ([`crate::ingest::bucket`], whose pure
-//! [`decide`] this reuses): one theoretical arrival time (TAT), emission interval
-//! `T = 1 s / per_sec`, burst `burst`. The budget is owned by the destination's core, so the TAT is
-//! a plain `u64`. A new budget is full (`TAT = 0`).
+//! The same algorithm as the ingest buckets ([`crate::sync::gcra`], whose pure [`decide`] this
+//! uses): one theoretical arrival time (TAT), emission interval `T = 1 s / per_sec`, burst
+//! `burst`. The budget is owned by the destination's core, so the TAT is a plain `u64`. A new
+//! budget is full (`TAT = 0`).
 #![forbid(unsafe_code)]
 
-use crate::ingest::bucket::{decide, BucketParams, Decision, ParamError};
+use crate::sync::gcra::{decide, BucketParams, Decision, ParamError};
 
 /// GCRA over a plain `u64`.
 #[derive(Debug, Clone)]

@@ -30,8 +30,8 @@
 //! model; the bucket inside an entry is the part a loom model covers.
 #![forbid(unsafe_code)]
 
-use super::bucket::{BucketParams, TokenBucket};
 use crate::metrics::{Counter, MetricType, PromWriter};
+use crate::sync::gcra::{BucketParams, TokenBucket};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;

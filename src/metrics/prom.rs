@@ -55,6 +55,11 @@ impl PromWriter {
         PromWriter { out: buf }
     }
 
+    /// Append to `buf`, keeping what it holds (whole lines).
+    pub fn appending(buf: String) -> Self {
+        PromWriter { out: buf }
+    }
+
     pub fn as_str(&self) -> &str {
         &self.out
     }

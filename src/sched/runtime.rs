@@ -19,13 +19,13 @@ use std::time::Duration;
 use mio::{Poll, Waker};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::config::{Config, DurabilityMode, WritePathMode};
+use crate::config::Config;
 use crate::dispatch::dlq::DlqStore;
+use crate::dispatch::metrics::DispatchMetrics;
 use crate::ingest::bucket::{Admission, BucketParams};
 use crate::ingest::router::Router;
 use crate::ingest::sources::SourceTable;
 use crate::ingest::Guards;
-use crate::metrics::dispatch::DispatchMetrics;
 use crate::metrics::Metrics;
 use crate::sched::backlog::Backlog;
 use crate::sched::commit::{Committer, HelperLog};
@@ -34,7 +34,7 @@ use crate::sched::pump::{CorePump, Outstanding, PumpLog};
 use crate::sched::state::{Phase, Shared};
 use crate::sched::worker::{self, CoreLinks, CoreParts, Worker};
 use crate::sync::clock::{unix_millis, Clock, MonotonicClock};
-use crate::wal::{self, Durability, WalConfig, WalShared, WritePath};
+use crate::wal::{self, WalConfig, WalShared};
 
 /// Why the server could not start or stopped abnormally.
 #[derive(Debug)]
@@ -121,14 +121,8 @@ fn wal_config(config: &Config, dir: std::path::PathBuf) -> WalConfig {
         dir,
         segment_bytes: config.wal.segment_bytes,
         max_body_bytes: config.server.max_body_bytes as usize,
-        durability: match config.wal.durability {
-            DurabilityMode::Fsync => Durability::Fsync,
-            DurabilityMode::Os => Durability::Os,
-        },
-        write_path: match config.wal.write_path {
-            WritePathMode::Pwrite => WritePath::Pwrite,
-            WritePathMode::Mmap => WritePath::Mmap,
-        },
+        durability: config.wal.durability,
+        write_path: config.wal.write_path,
         max_batch: config.wal.max_batch,
     }
 }
@@ -206,7 +200,9 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
     }
     let router = Router::new(&config.triggers, config.ingest.default_route)
         .with_admin(config.admin_token.is_some());
-    let histogram = Arc::new(wal::SyncHistogram::new());
+    let histogram = Arc::new(crate::metrics::histogram::Histogram::new(
+        wal::SYNC_BOUNDS_NANOS,
+    ));
     let wal_states: Vec<Arc<WalShared>> = run_logs
         .logs
         .iter()

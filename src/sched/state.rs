@@ -4,11 +4,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::config::Config;
+use crate::dispatch::metrics::DispatchMetrics;
 use crate::ingest::bucket::Admission;
 use crate::ingest::router::Router;
 use crate::ingest::sources::SourceTable;
 use crate::ingest::Guards;
-use crate::metrics::dispatch::DispatchMetrics;
 use crate::metrics::Metrics;
 use crate::sched::backlog::Backlog;
 use crate::sync::clock::Clock;

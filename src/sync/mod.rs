@@ -2,7 +2,7 @@
 //!
 //! Under `--cfg loom` the atomics, `Arc` and thread primitives come from `loom`, so the models in
 //! `loom-tests/` explore every interleaving of the real code; otherwise they are `std`'s. Code in
-//! `src/ring` and `src/ingest` must import atomics from here, never from `std` directly.
+//! `src/ring`, `src/ingest` and [`gcra`] must import atomics from here, never from `std` directly.
 //! Metrics counters bypass the shim on purpose (`crate::metrics` uses `std` atomics with
 //! `Relaxed` ordering): they carry no synchronisation and would only blow up loom's state space.
 
@@ -21,6 +21,7 @@ pub use std::sync::Arc;
 pub use std::thread;
 
 pub mod clock;
+pub mod gcra;
 
 pub use crossbeam_utils::CachePadded;
 

@@ -2,7 +2,8 @@
 //! and a capacity-modelled third-party server (`sluice mock-downstream`). They exist so that
 //! performance claims and tuning advice are reproducible with the project's own code.
 //!
-//! - `histogram`: fixed-memory log-linear latency histogram (HdrHistogram style).
+//! - `histogram`: fixed-memory log-linear latency histogram (HdrHistogram style) for the
+//!   loadgen's percentiles; not the server's Prometheus histogram (`crate::metrics::histogram`).
 //! - `spec`: parsers for spans, rate schedules, weighted targets, service times; a PRNG.
 //! - `loadgen`: the load generator (arrivals, connections, timeline, summary).
 //! - `mock_downstream`: the mock third party.

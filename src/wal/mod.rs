@@ -21,14 +21,14 @@
 //! pub enum DoneStatus { Delivered = 1, DeadLettered = 2, Skipped = 3, NoHandler = 4 }
 //! pub struct RetryRecord { pub event_lsn: Lsn, pub next_attempt: u32, pub due_at_ms: u64,
 //!                          pub last_error: String /* <= MAX_ERROR_BYTES (1024) */ }
-//! pub enum Durability { Fsync /* default */, Os }        // serde: "fsync" | "os"
-//! pub enum WritePath { Pwrite /* default */, Mmap }      // serde: "pwrite" | "mmap"
+//! pub enum Durability { Fsync /* default */, Os }        // serde and FromStr: "fsync" | "os"
+//! pub enum WritePath { Pwrite /* default */, Mmap }      // serde and FromStr: "pwrite" | "mmap"
 //! pub struct WalConfig { pub dir: PathBuf /* DATA_DIR/wal */, pub segment_bytes: u64, pub durability: Durability,
 //!                        pub write_path: WritePath, pub max_batch: usize }   // WalConfig::new(dir) = defaults
 //! pub struct AppendRequest { pub log: usize, pub ticket: u64, pub record: Record }
 //! pub enum AppendOutcome { Durable { lsn: Lsn }, Unavailable }
 //! pub struct WalShared { pub durable_lsn: AtomicU64, pub healthy: AtomicBool, pub appends_total: AtomicU64,
-//!                        pub sync_seconds: SyncHistogram }
+//!                        pub sync_seconds: metrics::histogram::Histogram }
 //! impl WalShared { fn new() -> Self; fn durable_lsn(&self) -> Lsn; fn is_healthy(&self) -> bool;
 //!                  fn render_prometheus(&self, out: &mut String) }
 //! pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError>;
@@ -197,7 +197,6 @@ mod appender;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
 pub mod format;
-mod histogram;
 pub mod layout;
 pub(crate) mod recovery;
 pub mod segment;
@@ -214,7 +213,6 @@ pub use format::{
     MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_RECORD_BYTES,
 };
 pub use format::{event_cost, max_record_bytes_for, MAX_HEADERS, MAX_HEADER_VALUE_BYTES};
-pub use histogram::SyncHistogram;
 pub use layout::{core_log_dir, log_dirs, LogDir};
 pub use recovery::LOCK_FILE;
 pub use recovery::{open, RawRecord, RecoveryReport, WalReader};
@@ -227,6 +225,9 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::metrics::histogram::Histogram;
+use crate::metrics::{MetricType, PromWriter};
 
 /// Log sequence number: 1 for the first record ever written, consecutive after that.
 pub type Lsn = u64;
@@ -261,6 +262,52 @@ pub enum WritePath {
     Pwrite,
     /// Copy into a `MmapMut` of the segment + `msync`.
     Mmap,
+}
+
+/// A name that is not one of an enum's variants (`"sometimes"` for [`Durability`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownVariant {
+    /// The accepted names, e.g. `"fsync" or "os"`.
+    pub expected: &'static str,
+    pub got: String,
+}
+
+impl fmt::Display for UnknownVariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "must be {}, got {:?}", self.expected, self.got)
+    }
+}
+
+impl std::error::Error for UnknownVariant {}
+
+/// The serde names (`fsync`, `os`), for command-line and environment overrides.
+impl std::str::FromStr for Durability {
+    type Err = UnknownVariant;
+    fn from_str(s: &str) -> Result<Self, UnknownVariant> {
+        match s {
+            "fsync" => Ok(Durability::Fsync),
+            "os" => Ok(Durability::Os),
+            other => Err(UnknownVariant {
+                expected: "\"fsync\" or \"os\"",
+                got: other.to_string(),
+            }),
+        }
+    }
+}
+
+/// The serde names (`pwrite`, `mmap`).
+impl std::str::FromStr for WritePath {
+    type Err = UnknownVariant;
+    fn from_str(s: &str) -> Result<Self, UnknownVariant> {
+        match s {
+            "pwrite" => Ok(WritePath::Pwrite),
+            "mmap" => Ok(WritePath::Mmap),
+            other => Err(UnknownVariant {
+                expected: "\"pwrite\" or \"mmap\"",
+                got: other.to_string(),
+            }),
+        }
+    }
 }
 
 /// WAL settings, validated by [`open`].
@@ -361,8 +408,25 @@ pub struct WalShared {
     pub appends_total: std::sync::atomic::AtomicU64,
     /// Latency of each `fdatasync` / `msync`: `sluice_wal_sync_seconds` (one histogram shared
     /// by all the logs of a process: [`WalShared::sharing`]).
-    pub sync_seconds: std::sync::Arc<SyncHistogram>,
+    pub sync_seconds: std::sync::Arc<Histogram>,
 }
+
+/// `sluice_wal_sync_seconds` buckets (ns; 0.0001 s .. 1 s).
+pub const SYNC_BOUNDS_NANOS: &[u64] = &[
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+];
 
 impl Default for WalShared {
     fn default() -> Self {
@@ -376,12 +440,12 @@ impl WalShared {
             durable_lsn: AtomicU64::new(0),
             healthy: AtomicBool::new(true),
             appends_total: std::sync::atomic::AtomicU64::new(0),
-            sync_seconds: std::sync::Arc::new(SyncHistogram::new()),
+            sync_seconds: std::sync::Arc::new(Histogram::new(SYNC_BOUNDS_NANOS)),
         }
     }
 
     /// A log's state whose sync latencies go to `histogram` (shared with the other logs).
-    pub fn sharing(histogram: std::sync::Arc<SyncHistogram>) -> Self {
+    pub fn sharing(histogram: std::sync::Arc<Histogram>) -> Self {
         WalShared {
             sync_seconds: histogram,
             ..WalShared::new()
@@ -399,8 +463,15 @@ impl WalShared {
 
     /// Appends the Prometheus text of the WAL metrics (`sluice_wal_sync_seconds`).
     pub fn render_prometheus(&self, out: &mut String) {
+        let mut w = PromWriter::appending(std::mem::take(out));
+        w.header(
+            "sluice_wal_sync_seconds",
+            "Duration of each WAL fdatasync (or msync).",
+            MetricType::Histogram,
+        );
         self.sync_seconds
-            .render_prometheus("sluice_wal_sync_seconds", out);
+            .render(&mut w, "sluice_wal_sync_seconds", &[]);
+        *out = w.finish();
     }
 }
 
@@ -468,5 +539,47 @@ impl std::error::Error for WalError {
             WalError::Encode(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_from_their_serde_names_and_name_the_choices_otherwise() {
+        assert_eq!("fsync".parse(), Ok(Durability::Fsync));
+        assert_eq!("os".parse(), Ok(Durability::Os));
+        assert_eq!("pwrite".parse(), Ok(WritePath::Pwrite));
+        assert_eq!("mmap".parse(), Ok(WritePath::Mmap));
+        let e = "Fsync".parse::<Durability>().unwrap_err();
+        assert_eq!(e.to_string(), r#"must be "fsync" or "os", got "Fsync""#);
+        let e = "mmap2".parse::<WritePath>().unwrap_err();
+        assert_eq!(e.to_string(), r#"must be "pwrite" or "mmap", got "mmap2""#);
+    }
+
+    #[test]
+    fn sync_histogram_keeps_its_name_and_bucket_bounds() {
+        let shared = WalShared::new();
+        shared.sync_seconds.observe_nanos(3_000_000);
+        let mut text = String::from("before\n");
+        shared.render_prometheus(&mut text);
+        assert!(
+            text.starts_with("before\n# HELP sluice_wal_sync_seconds "),
+            "{text}"
+        );
+        let les: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("sluice_wal_sync_seconds_bucket{le=\""))
+            .map(|l| l.split('"').next().unwrap())
+            .collect();
+        let want = [
+            "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05",
+            "0.1", "0.25", "0.5", "1", "+Inf",
+        ];
+        assert_eq!(les, want);
+        assert!(text.contains("sluice_wal_sync_seconds_bucket{le=\"0.005\"} 1\n"));
+        assert!(text.contains("sluice_wal_sync_seconds_sum 0.003\n"));
+        assert!(text.contains("sluice_wal_sync_seconds_count 1\n"));
     }
 }

@@ -5,12 +5,12 @@
 use std::collections::VecDeque;
 
 use proptest::prelude::*;
-use sluice::ingest::bucket::{BucketParams, TokenBucket};
 use sluice::net::http::client::{
     write_request, ClientLimits, OutboundRequest, ResponseEvent, ResponseReader,
 };
 use sluice::net::http::{write_response, Limits, ReadEvent, RequestReader};
 use sluice::ring::{self, PushError};
+use sluice::sync::gcra::{BucketParams, TokenBucket};
 
 /// Header names that carry no framing or connection semantics (`x-` + token characters).
 fn header_name() -> impl Strategy<Value = String> {

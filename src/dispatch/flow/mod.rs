@@ -42,6 +42,7 @@
 
 pub mod batch;
 pub mod key;
+pub mod metrics;
 pub mod window;
 
 use std::cmp::Reverse;
@@ -51,7 +52,7 @@ use std::sync::Arc;
 use crate::config::flow::{BatchGate, ConcurrencyGate, DebounceGate, FlowConfig, WindowGate};
 use crate::config::Config;
 use crate::dispatch::job::{Job, SkipReason};
-use crate::metrics::dispatch::DispatchMetrics;
+use crate::dispatch::metrics::DispatchMetrics;
 use crate::wal::{EventRecord, Lsn};
 use key::{Resolver, OVERFLOW_KEY};
 use window::Window;

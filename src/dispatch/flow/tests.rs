@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::{Config, Overrides};
-use crate::metrics::flow::{DECISIONS, GATES};
+use crate::dispatch::flow::metrics::{DECISIONS, GATES};
 use crate::sync::clock::{Clock, ManualClock};
 
 const MS: Duration = Duration::from_millis(1);

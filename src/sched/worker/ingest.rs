@@ -86,7 +86,7 @@ impl Worker {
         }
         let now = self.now();
         let entry = self.sources.get(&source);
-        if let Err(refusal) = self.shared.admission.try_admit(&entry, now) {
+        if let Err(refusal) = self.shared.admission.try_admit(entry.bucket(), now) {
             self.metrics.incr_ingest(false);
             entry.count_refusal(Refusal::IngestSaturated);
             self.refuse(

@@ -28,8 +28,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::dispatch::deliver::{Dispatcher, CLIENT_TOKEN_BASE};
-use crate::metrics::dispatch::CoreDispatchMetrics;
+use crate::dispatch::dispatcher::{Dispatcher, CLIENT_TOKEN_BASE};
+use crate::dispatch::metrics::CoreDispatchMetrics;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 

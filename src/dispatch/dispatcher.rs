@@ -1,36 +1,37 @@
-//! Delivery on a destination's owner core: per-destination queues, gates, outbound connections,
-//! retry timers. Everything here is single-threaded (one [`Dispatcher`] per worker, driven from
-//! that worker's mio loop), so the permit set, circuit, rate budget and pause of a destination
-//! need no atomics and no locks.
+//! The dispatcher of a destination's owner core: the decisions of delivery. Per-destination
+//! queues, flow-control gates, permits, circuits, rate budgets, pauses, retry timers and
+//! outcome reporting. Everything here is single-threaded (one [`Dispatcher`] per worker, driven
+//! from that worker's mio loop), so the permit set, circuit, rate budget and pause of a
+//! destination need no atomics and no locks. The I/O (connections, keep-alive reuse, writing
+//! the request, reading the response) is the [`OutboundPool`]'s
+//! ([`crate::dispatch::outbound`]); this file tells it what to send and settles what it reports.
 //!
 //! Flow: the pump hands a [`Job`] to its destination's owner core → [`Dispatcher::accept`]
 //! passes it through its trigger's flow-control gates ([`crate::dispatch::flow`], core-local
 //! like everything here: they may skip it, hold it, or merge it into a batch) → queues it (or
-//! parks it until its recovered retry time) → [`Dispatcher::pump_dest`] asks the
-//! destination's gate: fail fast (circuit open → DLQ `circuit_open`), wait (paused by a
-//! downstream `Retry-After`, rate budget, or no free permit), or go with a permit → an idle
-//! keep-alive connection (or a new one, never more than `max_in_flight` per destination, as each
-//! busy connection holds a permit) carries `POST` with the raw body → the response is classified:
-//! 2xx delivered; connect errors, timeouts, 408, 425, 429, 5xx retryable (backoff with full
-//! jitter, the schedule reported to the pump to be made durable); other 4xx permanent (DLQ).
+//! parks it until its recovered retry time) → `pump_dest` asks the destination's gate: fail
+//! fast (circuit open → DLQ `circuit_open`), wait (paused by a downstream `Retry-After`, rate
+//! budget, or no free permit), or go with a permit → the request is encoded ([`encode`]: raw
+//! body, Standard Webhooks headers and signature) and the pool carries it on an idle keep-alive
+//! connection or a new one (never more than `max_in_flight` busy per destination, as each
+//! attempt holds a permit) → the pool reports a [`Finished`] attempt, which `settle`
+//! classifies: 2xx delivered; connect errors, timeouts, 408, 425, 429, 5xx retryable (backoff
+//! with full jitter, the schedule reported to the pump to be made durable); other 4xx permanent
+//! (DLQ). A stale keep-alive connection is not an attempt: the job is sent again at no cost.
 //!
 //! A terminal outcome (delivered, dead-lettered) releases the event's singleton/concurrency
 //! holds; a batch carrier reports its outcome once per member.
 //!
 //! Bounds: jobs held ≤ the pump's `max_outstanding` (the pump admits no more); connections per
-//! destination ≤ `max_in_flight` busy + idle ones capped at the same number; response bytes kept
-//! per attempt ≤ `ClientLimits::max_body_keep`; outcomes the pump has not taken yet ≤ one per
-//! held job per attempt (the overflow queue, normally empty).
+//! destination: see [`crate::dispatch::outbound`]; attempts finished and not yet settled ≤
+//! the connections of one tick (a reused buffer); outcomes not yet taken by the core's loop
+//! (`take_outcomes`, every turn) ≤ one per held job per attempt.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::io::{self, Read, Write};
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use mio::net::TcpStream;
-use mio::{Interest, Registry, Token};
+use mio::{Registry, Token};
 
 use crate::config::{Config, DestinationConfig};
 use crate::dispatch::circuit::Transition;
@@ -39,52 +40,21 @@ use crate::dispatch::destination::{DestinationEvent, DestinationState, Gate};
 use crate::dispatch::dlq::DlqReason;
 use crate::dispatch::flow::{FlowEngine, FlowOut};
 use crate::dispatch::job::{Job, JobOutcome};
+use crate::dispatch::metrics::CoreDispatchMetrics;
+pub use crate::dispatch::outbound::CLIENT_TOKEN_BASE;
+use crate::dispatch::outbound::{Finished, OutboundPool, Started, Target};
 use crate::dispatch::permits::Permit;
 use crate::dispatch::retry::RetryPolicy;
 use crate::dispatch::rng::SmallRng;
-use crate::metrics::dispatch::CoreDispatchMetrics;
-use crate::net::http::client::{
-    self, ClientLimits, OutboundRequest, ResponseEvent, ResponseReader,
-};
+use crate::net::http::client::{self, OutboundRequest, RequestError};
 use crate::sync::clock::unix_millis;
 
-/// Tokens at and above this value belong to outbound connections.
-pub const CLIENT_TOKEN_BASE: usize = 1 << 40;
-
-const READ_CHUNK: usize = 16 * 1024;
-
-#[derive(Debug)]
-enum ConnState {
-    /// Placeholder while a broken connection is being torn down.
-    Broken,
-    Idle {
-        since: u64,
-    },
-    Busy(Box<Attempt>),
-}
-
+/// What an attempt carries through the outbound pool.
 #[derive(Debug)]
 struct Attempt {
     job: Job,
     permit: Permit,
-    deadline: u64,
     started: u64,
-    /// The connection had served a request before this one (a stale keep-alive connection
-    /// closing under us is retried once at no cost).
-    reused: bool,
-    got_bytes: bool,
-}
-
-#[derive(Debug)]
-struct ClientConn {
-    dest: usize,
-    stream: TcpStream,
-    state: ConnState,
-    wbuf: Vec<u8>,
-    wpos: usize,
-    rbuf: Vec<u8>,
-    reader: ResponseReader,
-    served: u64,
 }
 
 #[derive(Debug)]
@@ -92,9 +62,6 @@ struct Dest {
     state: DestinationState,
     policy: RetryPolicy,
     queue: VecDeque<Job>,
-    idle: Vec<usize>,
-    conns: usize,
-    addr: Option<SocketAddr>,
     /// A wake-up timer is already set for this time (avoid piling up duplicates).
     wake_at: u64,
 }
@@ -128,8 +95,9 @@ impl Ord for Delayed {
 pub struct Dispatcher {
     config: Arc<Config>,
     dests: HashMap<usize, Dest>,
-    conns: Vec<Option<ClientConn>>,
-    free: Vec<usize>,
+    pool: OutboundPool<Attempt>,
+    /// Attempts the pool finished in one call, settled right after (capacity reused).
+    finished: Vec<Finished<Attempt>>,
     delayed: BinaryHeap<Reverse<Delayed>>,
     wakes: BinaryHeap<Reverse<(u64, usize)>>,
     seq: u64,
@@ -138,7 +106,6 @@ pub struct Dispatcher {
     outbox: VecDeque<JobOutcome>,
     rng: SmallRng,
     metrics: CoreDispatchMetrics,
-    scratch: Box<[u8]>,
     /// Events held (a batch carrier counts its members).
     held: usize,
     flow: FlowEngine,
@@ -148,10 +115,10 @@ impl Dispatcher {
     pub fn new(core: usize, config: Arc<Config>, metrics: CoreDispatchMetrics) -> Dispatcher {
         Dispatcher {
             flow: FlowEngine::new(config.clone(), metrics.shared.clone()),
+            pool: OutboundPool::new(config.server.idle_timeout.as_nanos() as u64),
             config,
             dests: HashMap::new(),
-            conns: Vec::new(),
-            free: Vec::new(),
+            finished: Vec::new(),
             delayed: BinaryHeap::new(),
             wakes: BinaryHeap::new(),
             seq: 0,
@@ -160,7 +127,6 @@ impl Dispatcher {
                 0x5eed ^ (core as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ unix_millis(),
             ),
             metrics,
-            scratch: vec![0u8; READ_CHUNK].into_boxed_slice(),
             held: 0,
         }
     }
@@ -172,11 +138,7 @@ impl Dispatcher {
 
     /// Attempts on the wire.
     pub fn in_flight(&self) -> usize {
-        self.conns
-            .iter()
-            .flatten()
-            .filter(|c| matches!(c.state, ConnState::Busy(_)))
-            .count()
+        self.pool.in_flight()
     }
 
     fn dest(&mut self, d: usize) -> &mut Dest {
@@ -189,9 +151,6 @@ impl Dispatcher {
                 state: DestinationState::from_config(c).expect("validated destination config"),
                 policy: RetryPolicy::from(&c.retry),
                 queue: VecDeque::new(),
-                idle: Vec::new(),
-                conns: 0,
-                addr: None,
                 wake_at: 0,
             }
         })
@@ -279,10 +238,8 @@ impl Dispatcher {
         if let Some(Reverse((w, _))) = self.wakes.peek() {
             t = Some(t.map_or(*w, |x| x.min(*w)));
         }
-        for c in self.conns.iter().flatten() {
-            if let ConnState::Busy(a) = &c.state {
-                t = Some(t.map_or(a.deadline, |x| x.min(a.deadline)));
-            }
+        if let Some(a) = self.pool.next_deadline() {
+            t = Some(t.map_or(a, |x| x.min(a)));
         }
         t
     }
@@ -305,22 +262,13 @@ impl Dispatcher {
             self.dest(dest).wake_at = 0;
             touched.push(dest);
         }
-        for id in 0..self.conns.len() {
-            let expired = match self.conns[id].as_ref().map(|c| &c.state) {
-                Some(ConnState::Busy(a)) => a.deadline <= now,
-                Some(ConnState::Idle { since }) => {
-                    now.saturating_sub(*since) > self.config.server.idle_timeout.as_nanos() as u64
-                }
-                _ => false,
-            };
-            if expired {
-                let dest = self.conns[id].as_ref().map(|c| c.dest);
-                self.fail_conn(id, AttemptResult::Timeout, now, registry);
-                if let Some(d) = dest {
-                    touched.push(d);
-                }
-            }
+        let mut finished = std::mem::take(&mut self.finished);
+        self.pool.on_tick(now, registry, &mut finished);
+        for f in finished.drain(..) {
+            touched.push(f.dest());
+            self.finish(f, now, registry);
         }
+        self.finished = finished;
         if !draining {
             let mut out = FlowOut::default();
             self.flow.on_tick(now, &mut out);
@@ -334,7 +282,7 @@ impl Dispatcher {
     }
 
     /// Starts as many queued jobs of destination `d` as its gate allows.
-    pub fn pump_dest(&mut self, d: usize, now: u64, registry: &Registry) {
+    fn pump_dest(&mut self, d: usize, now: u64, registry: &Registry) {
         loop {
             let dest = self.dest(d);
             if dest.queue.is_empty() {
@@ -376,152 +324,43 @@ impl Dispatcher {
 
     fn start(&mut self, d: usize, job: Job, permit: Permit, now: u64, registry: &Registry) {
         let cfg = &self.config.destinations[d];
-        let timeout = cfg.timeout.as_nanos() as u64;
-        // Encode the request.
-        let mut wbuf = Vec::with_capacity(256 + job.event.body.len());
-        let attempt = job.attempt.to_string();
+        let deadline = now + cfg.timeout.as_nanos() as u64;
         // The send time, not the receipt time: receivers check it against a window (Standard
         // Webhooks: 5 minutes), which a retried or replayed event would otherwise fail.
-        let ts_secs = unix_millis() / 1000;
-        let ts = ts_secs.to_string();
-        let signature = cfg.signing_key.as_ref().map(|k| {
-            crate::ingest::verify::sign_standard_webhooks(
-                k.expose(),
-                &job.event.event_id,
-                ts_secs,
-                &job.event.body,
-            )
-        });
-        let content_type = job
-            .event
-            .headers
-            .iter()
-            .find(|(n, _)| n == "content-type")
-            .map(|(_, v)| v.as_slice())
-            .unwrap_or(b"application/octet-stream");
-        let mut headers: Vec<(&str, &[u8])> = vec![
-            ("content-type", content_type),
-            ("webhook-id", job.event.event_id.as_bytes()),
-            ("webhook-timestamp", ts.as_bytes()),
-            ("x-sluice-attempt", attempt.as_bytes()),
-            ("x-sluice-trigger", job.event.trigger_id.as_bytes()),
-            ("user-agent", b"sluice"),
-        ];
-        if let Some(r) = &job.event.replay_of {
-            headers.push(("x-sluice-replay-of", r.as_bytes()));
-        }
-        if let Some(sig) = &signature {
-            headers.push(("webhook-signature", sig.as_bytes()));
-        }
-        for (n, v) in &cfg.headers {
-            headers.push((n.as_str(), v.as_bytes()));
-        }
-        let req = OutboundRequest {
-            method: "POST",
-            authority: &cfg.handler.authority,
-            path: &cfg.handler.path_and_query,
-            headers: &headers,
-            body: &job.event.body,
+        let request = match encode(cfg, &job, unix_millis() / 1000) {
+            Ok(r) => r,
+            Err(e) => {
+                // Validated config and stored headers cannot produce this; fail the event
+                // visibly.
+                let msg = format!("cannot encode request: {e}");
+                self.dest(d).state.release(permit);
+                let attempts = job.attempt;
+                self.dead_letter(job, DlqReason::PermanentFailure, attempts, msg, now);
+                return;
+            }
         };
-        if let Err(e) = client::write_request(&mut wbuf, &req) {
-            // Validated config and stored headers cannot produce this; fail the event visibly.
-            let msg = format!("cannot encode request: {e}");
-            let dest = self.dest(d);
-            dest.state.release(permit);
-            let attempts = job.attempt;
-            self.dead_letter(job, DlqReason::PermanentFailure, attempts, msg, now);
-            return;
-        }
-        let in_flight = self.dest(d).state.in_flight() as u64;
-        self.metrics.set_in_flight(d, in_flight);
-        let reuse = self.dest(d).idle.pop();
-        let attempt = Box::new(Attempt {
+        let in_flight = self.dests.get(&d).map_or(0, |x| x.state.in_flight());
+        self.metrics.set_in_flight(d, in_flight as u64);
+        let h = &cfg.handler;
+        let target = Target {
+            dest: d,
+            host: &h.host,
+            port: h.port,
+            idle_cap: cfg.max_in_flight,
+        };
+        let attempt = Attempt {
             job,
             permit,
-            deadline: now + timeout,
             started: now,
-            reused: false,
-            got_bytes: false,
-        });
-        match reuse {
-            Some(id) => {
-                let Some(c) = self.conns[id].as_mut() else {
-                    return;
-                };
-                c.wbuf = wbuf;
-                c.wpos = 0;
-                let mut attempt = attempt;
-                attempt.reused = c.served > 0;
-                c.state = ConnState::Busy(attempt);
-                self.write(id, now, registry);
-            }
-            None => self.connect(d, attempt, wbuf, now, registry),
-        }
-    }
-
-    fn connect(
-        &mut self,
-        d: usize,
-        attempt: Box<Attempt>,
-        wbuf: Vec<u8>,
-        now: u64,
-        registry: &Registry,
-    ) {
-        let stream = match self.resolve(d).and_then(TcpStream::connect) {
-            Ok(s) => s,
-            Err(_) => return self.settle(d, *attempt, AttemptResult::ConnectError, now, registry),
         };
-        let id = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.conns.push(None);
-                self.conns.len() - 1
-            }
-        };
-        let mut conn = ClientConn {
-            dest: d,
-            stream,
-            state: ConnState::Broken,
-            wbuf,
-            wpos: 0,
-            rbuf: Vec::new(),
-            reader: ResponseReader::new(ClientLimits::default()),
-            served: 0,
-        };
-        let token = Token(CLIENT_TOKEN_BASE + id);
-        let interest = Interest::READABLE | Interest::WRITABLE;
-        if registry
-            .register(&mut conn.stream, token, interest)
-            .is_err()
+        match self
+            .pool
+            .start(target, attempt, request, deadline, registry)
         {
-            self.free.push(id);
-            return self.settle(d, *attempt, AttemptResult::ConnectError, now, registry);
+            Ok(Started::Opened) => self.metrics.connection_opened(d),
+            Ok(Started::Reused) => {}
+            Err(f) => self.finish(f, now, registry),
         }
-        self.dest(d).conns += 1;
-        conn.state = ConnState::Busy(attempt);
-        self.conns[id] = Some(conn);
-        self.metrics.connection_opened(d);
-        // The write happens on the first writable event (connection established).
-    }
-
-    /// Resolves the destination's address once (a blocking lookup on first use only; an IP
-    /// literal resolves without I/O).
-    fn resolve(&mut self, d: usize) -> io::Result<SocketAddr> {
-        if let Some(a) = self.dest(d).addr {
-            return Ok(a);
-        }
-        let cfg = &self.config.destinations[d];
-        let h = &cfg.handler;
-        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(h.host.as_str(), h.port))?
-            .next()
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("{} did not resolve", h.host),
-                )
-            })?;
-        self.dest(d).addr = Some(addr);
-        Ok(addr)
     }
 
     /// Readiness of an outbound connection.
@@ -533,170 +372,31 @@ impl Dispatcher {
         now: u64,
         registry: &Registry,
     ) {
-        let id = token.0 - CLIENT_TOKEN_BASE;
-        let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else {
-            return;
-        };
-        // A failed non-blocking connect (or a reset) shows up as a pending socket error.
-        if let Ok(Some(_)) | Err(_) = c.stream.take_error() {
-            let fresh = c.served == 0 && c.wpos == 0;
-            let r = if fresh {
-                AttemptResult::ConnectError
-            } else {
-                AttemptResult::Io
-            };
-            return self.fail_conn(id, r, now, registry);
+        let mut finished = std::mem::take(&mut self.finished);
+        self.pool
+            .on_ready(token, readable, writable, now, registry, &mut finished);
+        for f in finished.drain(..) {
+            self.finish(f, now, registry);
         }
-        if writable {
-            self.write(id, now, registry);
-        }
-        if readable {
-            self.read(id, now, registry);
-        }
+        self.finished = finished;
     }
 
-    fn write(&mut self, id: usize, now: u64, registry: &Registry) {
-        let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else {
-            return;
-        };
-        while c.wpos < c.wbuf.len() {
-            match c.stream.write(&c.wbuf[c.wpos..]) {
-                Ok(0) => return self.fail_conn(id, AttemptResult::Io, now, registry),
-                Ok(n) => c.wpos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => return, // still connecting
-                Err(_) => {
-                    let connecting = c.served == 0 && c.wpos == 0;
-                    let r = if connecting {
-                        AttemptResult::ConnectError
-                    } else {
-                        AttemptResult::Io
-                    };
-                    return self.fail_conn(id, r, now, registry);
-                }
-            }
-        }
-    }
-
-    fn read(&mut self, id: usize, now: u64, registry: &Registry) {
-        loop {
-            let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else {
-                return;
-            };
-            let n = match c.stream.read(&mut self.scratch) {
-                Ok(0) => {
-                    // EOF: a close-delimited body ends, anything else is broken.
-                    let ev = c.reader.on_eof();
-                    return match (ev, &c.state) {
-                        (ResponseEvent::Response(r), ConnState::Busy(_)) => self.complete(
-                            id,
-                            AttemptResult::Status {
-                                code: r.status,
-                                retry_after: None,
-                            },
-                            false,
-                            r.retry_after.map(|ra| ra.delay_from(unix_millis() / 1000)),
-                            now,
-                            registry,
-                        ),
-                        (_, ConnState::Busy(_)) => {
-                            self.fail_conn(id, AttemptResult::Io, now, registry)
-                        }
-                        _ => self.close(id, registry),
-                    };
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    let r = if e.kind() == io::ErrorKind::ConnectionRefused {
-                        AttemptResult::ConnectError
-                    } else {
-                        AttemptResult::Io
-                    };
-                    return self.fail_conn(id, r, now, registry);
-                }
-            };
-            c.rbuf.extend_from_slice(&self.scratch[..n]);
-            if let ConnState::Busy(a) = &mut c.state {
-                a.got_bytes = true;
-            } else {
-                // Bytes on an idle connection: the server is confused; drop the connection.
-                return self.close(id, registry);
-            }
-            match c.reader.poll(&mut c.rbuf) {
-                ResponseEvent::Incomplete => continue,
-                ResponseEvent::Response(r) => {
-                    let pause = r.retry_after.map(|ra| ra.delay_from(unix_millis() / 1000));
-                    let result = AttemptResult::Status {
-                        code: r.status,
-                        retry_after: pause,
-                    };
-                    return self.complete(id, result, r.keep_alive, pause, now, registry);
-                }
-                ResponseEvent::Error(_) => {
-                    return self.fail_conn(id, AttemptResult::Io, now, registry)
-                }
-            }
-        }
-    }
-
-    /// An attempt on connection `id` got a response.
-    fn complete(
-        &mut self,
-        id: usize,
-        result: AttemptResult,
-        keep_alive: bool,
-        _pause: Option<Duration>,
-        now: u64,
-        registry: &Registry,
-    ) {
-        let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else {
-            return;
-        };
-        let d = c.dest;
-        let state = std::mem::replace(&mut c.state, ConnState::Idle { since: now });
-        let ConnState::Busy(attempt) = state else {
-            return;
-        };
-        c.served += 1;
-        c.wbuf.clear();
-        c.wpos = 0;
-        c.reader = ResponseReader::new(ClientLimits::default());
-        if keep_alive && c.rbuf.is_empty() {
-            let cap = self.config.destinations[d].max_in_flight;
-            let dest = self.dest(d);
-            if dest.idle.len() < cap {
-                dest.idle.push(id);
-            } else {
-                self.close(id, registry);
-            }
-        } else {
-            self.close(id, registry);
-        }
-        self.settle(d, *attempt, result, now, registry);
-    }
-
-    /// The connection broke (or timed out) during an attempt, or while idle.
-    fn fail_conn(&mut self, id: usize, result: AttemptResult, now: u64, registry: &Registry) {
-        let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else {
-            return;
-        };
-        let d = c.dest;
-        let state = std::mem::replace(&mut c.state, ConnState::Broken);
-        self.close(id, registry);
-        if let ConnState::Busy(attempt) = state {
-            if attempt.reused && !attempt.got_bytes && !matches!(result, AttemptResult::Timeout) {
+    /// An attempt the pool carried ended.
+    fn finish(&mut self, f: Finished<Attempt>, now: u64, registry: &Registry) {
+        match f {
+            Finished::Done {
+                dest,
+                payload,
+                result,
+            } => self.settle(dest, payload, result, now, registry),
+            Finished::Stale { dest, payload } => {
                 // A kept-alive connection the server had closed: resend on a fresh connection,
                 // once, without counting an attempt or feeding the circuit.
-                let Attempt { job, permit, .. } = *attempt;
-                self.dest(d).state.release(permit);
-                self.dest(d).queue.push_front(job);
-                self.pump_dest(d, now, registry);
-                return;
+                let Attempt { job, permit, .. } = payload;
+                self.dest(dest).state.release(permit);
+                self.dest(dest).queue.push_front(job);
+                self.pump_dest(dest, now, registry);
             }
-            self.settle(d, *attempt, result, now, registry);
         }
     }
 
@@ -837,17 +537,6 @@ impl Dispatcher {
     pub fn take_outcomes(&mut self) -> VecDeque<JobOutcome> {
         std::mem::take(&mut self.outbox)
     }
-
-    fn close(&mut self, id: usize, registry: &Registry) {
-        if let Some(mut c) = self.conns.get_mut(id).and_then(Option::take) {
-            let _ = registry.deregister(&mut c.stream);
-            self.free.push(id);
-            if let Some(dest) = self.dests.get_mut(&c.dest) {
-                dest.conns -= 1;
-                dest.idle.retain(|&x| x != id);
-            }
-        }
-    }
 }
 
 /// `last_error` text for an attempt.
@@ -859,3 +548,58 @@ fn describe(result: &AttemptResult, uri: &str) -> String {
         AttemptResult::Io => format!("connection to {uri} broke before a complete response"),
     }
 }
+
+/// Encodes the `POST` of `job` to `cfg`'s handler, sent at `ts_secs` (Unix seconds): the raw
+/// body, its stored `content-type`, the Standard Webhooks id/timestamp (and signature when the
+/// destination has a signing key), sluice's attempt/trigger/replay headers, then the
+/// destination's configured headers.
+fn encode(cfg: &DestinationConfig, job: &Job, ts_secs: u64) -> Result<Vec<u8>, RequestError> {
+    let mut wbuf = Vec::with_capacity(256 + job.event.body.len());
+    let attempt = job.attempt.to_string();
+    let ts = ts_secs.to_string();
+    let signature = cfg.signing_key.as_ref().map(|k| {
+        crate::ingest::verify::sign_standard_webhooks(
+            k.expose(),
+            &job.event.event_id,
+            ts_secs,
+            &job.event.body,
+        )
+    });
+    let content_type = job
+        .event
+        .headers
+        .iter()
+        .find(|(n, _)| n == "content-type")
+        .map(|(_, v)| v.as_slice())
+        .unwrap_or(b"application/octet-stream");
+    let mut headers: Vec<(&str, &[u8])> = vec![
+        ("content-type", content_type),
+        ("webhook-id", job.event.event_id.as_bytes()),
+        ("webhook-timestamp", ts.as_bytes()),
+        ("x-sluice-attempt", attempt.as_bytes()),
+        ("x-sluice-trigger", job.event.trigger_id.as_bytes()),
+        ("user-agent", b"sluice"),
+    ];
+    if let Some(r) = &job.event.replay_of {
+        headers.push(("x-sluice-replay-of", r.as_bytes()));
+    }
+    if let Some(sig) = &signature {
+        headers.push(("webhook-signature", sig.as_bytes()));
+    }
+    for (n, v) in &cfg.headers {
+        headers.push((n.as_str(), v.as_bytes()));
+    }
+    let req = OutboundRequest {
+        method: "POST",
+        authority: &cfg.handler.authority,
+        path: &cfg.handler.path_and_query,
+        headers: &headers,
+        body: &job.event.body,
+    };
+    client::write_request(&mut wbuf, &req)?;
+    Ok(wbuf)
+}
+
+#[cfg(test)]
+#[path = "dispatcher_tests.rs"]
+mod tests;

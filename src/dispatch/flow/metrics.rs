@@ -13,9 +13,9 @@
 //! indexed by the trigger's position in the config, written by the trigger's owner core.
 #![forbid(unsafe_code)]
 
-use super::counter::Counter;
-use super::prom::{MetricType, PromWriter};
 use crate::config::TriggerConfig;
+use crate::metrics::counter::Counter;
+use crate::metrics::prom::{MetricType, PromWriter};
 
 /// `gate` label values, in evaluation order (index = `dispatch::flow::Stage as usize`).
 pub const GATES: [&str; 6] = [

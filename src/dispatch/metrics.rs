@@ -1,6 +1,7 @@
 //! Dispatch metrics: per-destination gauges and counters, delivery latency, the pump's live
 //! gauges, and the accepted-to-DLQ histogram. Destinations come from the config, so every label
-//! set here has a bound known at start-up.
+//! set here has a bound known at start-up. Built from the leaf [`crate::metrics`] toolkit
+//! (counters, histogram, Prometheus writer), which knows nothing of dispatch.
 //!
 //! Writers: a destination's owner core (its gauges and attempt counters), the pump (pump gauges,
 //! DLQ histogram). Readers: `/metrics`. All `Relaxed`: each cell is its own message.
@@ -8,58 +9,47 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::counter::{Action, CoreMetrics, Dimension};
-use super::prom::{MetricType, PromWriter};
 use crate::dispatch::classify::Class;
 use crate::dispatch::dlq::DlqReason;
+use crate::dispatch::flow::metrics::FlowMetrics;
+use crate::metrics::counter::{Action, CoreMetrics, Dimension};
+use crate::metrics::histogram::Histogram;
+use crate::metrics::prom::{MetricType, PromWriter};
 
-/// A fixed-bucket histogram (seconds), lock-free.
-#[derive(Debug)]
-pub struct Histogram {
-    bounds: &'static [f64],
-    counts: Box<[AtomicU64]>,
-    sum_nanos: AtomicU64,
-}
-
-/// `sluice_dispatch_duration_seconds` buckets.
-pub const DURATION_BOUNDS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+/// `sluice_dispatch_duration_seconds` buckets (ns; 0.005 s .. 30 s).
+pub const DURATION_BOUNDS_NANOS: &[u64] = &[
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    30_000_000_000,
 ];
-/// `harn_trigger_accepted_to_dlq_seconds` buckets (the Harn TRIGGER_LATENCY set).
-pub const TRIGGER_LATENCY_BOUNDS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+/// `harn_trigger_accepted_to_dlq_seconds` buckets (ns; the Harn TRIGGER_LATENCY set, 0.005 s ..
+/// 300 s).
+pub const TRIGGER_LATENCY_BOUNDS_NANOS: &[u64] = &[
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    30_000_000_000,
+    60_000_000_000,
+    120_000_000_000,
+    300_000_000_000,
 ];
-
-impl Histogram {
-    pub fn new(bounds: &'static [f64]) -> Histogram {
-        Histogram {
-            bounds,
-            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum_nanos: AtomicU64::new(0),
-        }
-    }
-
-    pub fn observe_nanos(&self, nanos: u64) {
-        let secs = nanos as f64 / 1e9;
-        let i = self
-            .bounds
-            .iter()
-            .position(|b| secs <= *b)
-            .unwrap_or(self.bounds.len());
-        self.counts[i].fetch_add(1, Ordering::Relaxed);
-        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
-    }
-
-    pub fn render(&self, w: &mut PromWriter, name: &str, labels: &[(&str, &str)]) {
-        let counts: Vec<u64> = self
-            .counts
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
-            .collect();
-        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        w.histogram(name, labels, self.bounds, &counts, sum);
-    }
-}
 
 #[derive(Debug, Default)]
 struct PumpCells {
@@ -89,7 +79,7 @@ pub struct DispatchMetrics {
     /// (0 when none), and the done cursor of the core's own log.
     pumps: Box<[PumpCells]>,
     /// `sluice_flow_control_total` (empty unless [`DispatchMetrics::with_flow`]).
-    pub flow: super::flow::FlowMetrics,
+    pub flow: FlowMetrics,
 }
 
 fn reason_index(r: DlqReason) -> usize {
@@ -122,17 +112,17 @@ impl DispatchMetrics {
                     permanent: AtomicU64::new(0),
                 })
                 .collect(),
-            duration: Histogram::new(DURATION_BOUNDS),
-            dlq: std::array::from_fn(|_| Histogram::new(TRIGGER_LATENCY_BOUNDS)),
+            duration: Histogram::new(DURATION_BOUNDS_NANOS),
+            dlq: std::array::from_fn(|_| Histogram::new(TRIGGER_LATENCY_BOUNDS_NANOS)),
             pump_outstanding: AtomicU64::new(0),
             pumps: Box::new([]),
-            flow: super::flow::FlowMetrics::default(),
+            flow: FlowMetrics::default(),
         }
     }
 
     /// Adds the flow-control family for `triggers`.
     pub fn with_flow(mut self, triggers: &[crate::config::TriggerConfig]) -> DispatchMetrics {
-        self.flow = super::flow::FlowMetrics::new(triggers);
+        self.flow = FlowMetrics::new(triggers);
         self
     }
 
@@ -345,5 +335,49 @@ impl CoreDispatchMetrics {
             };
             cell.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn les(text: &str, family: &str) -> Vec<String> {
+        let prefix = format!("{family}_bucket{{");
+        text.lines()
+            .filter_map(|l| l.strip_prefix(&prefix))
+            .filter_map(|l| l.split("le=\"").nth(1))
+            .map(|l| l.split('"').next().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn histograms_keep_their_names_and_bucket_bounds() {
+        let m = DispatchMetrics::new(&[("http://h/".into(), 4)]);
+        m.duration.observe_nanos(7_000_000);
+        m.observe_accepted_to_dlq(DlqReason::CircuitOpen, 90_000);
+        let mut w = PromWriter::new();
+        m.render(&mut w, 0, 0);
+        let text = w.finish();
+        let duration = les(&text, "sluice_dispatch_duration_seconds");
+        assert_eq!(
+            duration,
+            [
+                "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10",
+                "30", "+Inf"
+            ]
+        );
+        assert!(text.contains("sluice_dispatch_duration_seconds_bucket{le=\"0.01\"} 1\n"));
+        assert!(text.contains("sluice_dispatch_duration_seconds_count 1\n"));
+        let dlq = les(&text, "harn_trigger_accepted_to_dlq_seconds");
+        let per_reason = [
+            "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30",
+            "60", "120", "300", "+Inf",
+        ];
+        assert_eq!(dlq.len(), 3 * per_reason.len());
+        assert_eq!(dlq[..per_reason.len()], per_reason);
+        assert!(text.contains(
+            "harn_trigger_accepted_to_dlq_seconds_bucket{le=\"120\",status=\"circuit_open\"} 1\n"
+        ));
     }
 }

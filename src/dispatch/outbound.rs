@@ -1,0 +1,841 @@
+//! The outbound pool of one core's dispatcher: the I/O half of delivery.
+//!
+//! It opens non-blocking TCP connections to destinations, keeps answered keep-alive connections
+//! idle for reuse, writes an encoded request, reads and parses the response with the sans-IO
+//! [`ResponseReader`], and hands back what happened to each attempt as a [`Finished`]: a
+//! response or a failure ([`AttemptResult`]), or a stale keep-alive connection that closed
+//! before answering. It decides nothing about the job: permits, gates, classification, retries
+//! and outcomes belong to [`crate::dispatch::dispatcher`]. The pool is generic over the payload
+//! `T` an attempt carries (the dispatcher's job and permit), so it is tested here with plain
+//! numbers against a real local listener.
+//!
+//! Like the dispatcher, a pool belongs to one worker core and is driven from that core's mio
+//! loop: plain single-threaded data. Connection `id` is registered under
+//! `Token(CLIENT_TOKEN_BASE + id)`.
+//!
+//! Bounds: busy connections ≤ attempts started and not finished (the dispatcher starts one per
+//! permit, so ≤ `max_in_flight` per destination); idle connections per destination ≤ the
+//! `idle_cap` the caller passes (the dispatcher passes `max_in_flight`), each closed after
+//! `idle_timeout`; response bytes kept per attempt ≤ `ClientLimits::max_body_keep`; one read
+//! scratch buffer of [`READ_CHUNK`] bytes per pool.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+
+use crate::dispatch::classify::AttemptResult;
+use crate::net::http::client::{ClientLimits, ResponseEvent, ResponseReader};
+use crate::sync::clock::unix_millis;
+
+/// Tokens at and above this value belong to outbound connections.
+pub const CLIENT_TOKEN_BASE: usize = 1 << 40;
+
+/// Bytes read from a socket per `read` call.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Where an attempt goes.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// The destination's index (idle connections are kept per destination).
+    pub dest: usize,
+    /// Host to resolve on first use (an IP literal resolves without I/O).
+    pub host: &'a str,
+    pub port: u16,
+    /// Idle keep-alive connections kept for this destination at most.
+    pub idle_cap: usize,
+}
+
+/// What happened to an attempt the pool carried.
+#[derive(Debug)]
+pub enum Finished<T> {
+    /// The attempt ended: a complete response (`AttemptResult::Status`; the connection went
+    /// back to the idle set or was closed) or a failure (connect error, timeout, broken
+    /// exchange; the connection is closed).
+    Done {
+        dest: usize,
+        payload: T,
+        result: AttemptResult,
+    },
+    /// A reused keep-alive connection broke before any byte of the response arrived: the
+    /// server had closed it. Not an attempt; resend on a fresh connection.
+    Stale { dest: usize, payload: T },
+}
+
+impl<T> Finished<T> {
+    /// The destination the attempt went to.
+    pub fn dest(&self) -> usize {
+        match self {
+            Finished::Done { dest, .. } | Finished::Stale { dest, .. } => *dest,
+        }
+    }
+}
+
+/// How [`OutboundPool::start`] carried an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Started {
+    /// On an idle keep-alive connection of the destination.
+    Reused,
+    /// On a new connection (the request is written once it is established).
+    Opened,
+}
+
+#[derive(Debug)]
+enum ConnState<T> {
+    /// Placeholder while a broken connection is being torn down.
+    Broken,
+    Idle {
+        since: u64,
+    },
+    Busy(Box<InFlight<T>>),
+}
+
+/// An attempt on the wire.
+#[derive(Debug)]
+struct InFlight<T> {
+    payload: T,
+    deadline: u64,
+    /// The connection had served a request before this one (a stale keep-alive connection
+    /// closing under us is reported as [`Finished::Stale`]).
+    reused: bool,
+    got_bytes: bool,
+}
+
+#[derive(Debug)]
+struct ClientConn<T> {
+    dest: usize,
+    stream: TcpStream,
+    state: ConnState<T>,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    rbuf: Vec<u8>,
+    reader: ResponseReader,
+    served: u64,
+}
+
+/// A destination's connections as the pool sees them.
+#[derive(Debug, Default)]
+struct DestConns {
+    /// Idle keep-alive connections, most recently used last.
+    idle: Vec<usize>,
+    /// Idle connections kept at most (the last [`Target::idle_cap`] seen).
+    idle_cap: usize,
+    /// Open connections, busy and idle.
+    open: usize,
+    /// Resolved on first use.
+    addr: Option<SocketAddr>,
+}
+
+/// One core's outbound connections.
+#[derive(Debug)]
+pub struct OutboundPool<T> {
+    conns: Vec<Option<ClientConn<T>>>,
+    free: Vec<usize>,
+    dests: HashMap<usize, DestConns>,
+    scratch: Box<[u8]>,
+    /// Idle connections older than this (ns) are closed on a tick.
+    idle_timeout: u64,
+}
+
+impl<T> OutboundPool<T> {
+    /// A pool closing idle connections after `idle_timeout_nanos`.
+    pub fn new(idle_timeout_nanos: u64) -> OutboundPool<T> {
+        OutboundPool {
+            conns: Vec::new(),
+            free: Vec::new(),
+            dests: HashMap::new(),
+            scratch: vec![0u8; READ_CHUNK].into_boxed_slice(),
+            idle_timeout: idle_timeout_nanos,
+        }
+    }
+
+    /// Attempts on the wire.
+    pub fn in_flight(&self) -> usize {
+        self.conns
+            .iter()
+            .flatten()
+            .filter(|c| matches!(c.state, ConnState::Busy(_)))
+            .count()
+    }
+
+    /// Open connections (busy and idle) to `dest`.
+    pub fn connections(&self, dest: usize) -> usize {
+        self.dests.get(&dest).map_or(0, |d| d.open)
+    }
+
+    /// Idle keep-alive connections to `dest`.
+    pub fn idle(&self, dest: usize) -> usize {
+        self.dests.get(&dest).map_or(0, |d| d.idle.len())
+    }
+
+    /// The earliest attempt deadline (for the poll timeout).
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.conns
+            .iter()
+            .flatten()
+            .filter_map(|c| match &c.state {
+                ConnState::Busy(a) => Some(a.deadline),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Sends `request` (an encoded HTTP request) to `target` on an idle connection, or on a new
+    /// one. The attempt times out at `deadline`. A failure known at once (no address, connect
+    /// refused, registration failed, a reused connection broke on the first write) is returned
+    /// as the attempt's end; later ones come from [`Self::on_ready`] and [`Self::on_tick`].
+    pub fn start(
+        &mut self,
+        target: Target<'_>,
+        payload: T,
+        request: Vec<u8>,
+        deadline: u64,
+        registry: &Registry,
+    ) -> Result<Started, Finished<T>> {
+        let d = target.dest;
+        self.dests.entry(d).or_default().idle_cap = target.idle_cap;
+        let attempt = Box::new(InFlight {
+            payload,
+            deadline,
+            reused: false,
+            got_bytes: false,
+        });
+        let reuse = self.dests.get_mut(&d).and_then(|x| x.idle.pop());
+        // An idle id always names an open connection (`close` removes it from the idle set).
+        if let Some((id, c)) = reuse.and_then(|id| Some((id, self.conns[id].as_mut()?))) {
+            c.wbuf = request;
+            c.wpos = 0;
+            let mut attempt = attempt;
+            attempt.reused = c.served > 0;
+            c.state = ConnState::Busy(attempt);
+            return match self.write(id, registry) {
+                Some(f) => Err(f),
+                None => Ok(Started::Reused),
+            };
+        }
+        self.connect(target, attempt, request, registry)
+    }
+
+    fn connect(
+        &mut self,
+        target: Target<'_>,
+        attempt: Box<InFlight<T>>,
+        wbuf: Vec<u8>,
+        registry: &Registry,
+    ) -> Result<Started, Finished<T>> {
+        let d = target.dest;
+        let connect_error = |attempt: Box<InFlight<T>>| Finished::Done {
+            dest: d,
+            payload: attempt.payload,
+            result: AttemptResult::ConnectError,
+        };
+        let stream = match self.resolve(target).and_then(TcpStream::connect) {
+            Ok(s) => s,
+            Err(_) => return Err(connect_error(attempt)),
+        };
+        let id = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        let mut conn = ClientConn {
+            dest: d,
+            stream,
+            state: ConnState::Broken,
+            wbuf,
+            wpos: 0,
+            rbuf: Vec::new(),
+            reader: ResponseReader::new(ClientLimits::default()),
+            served: 0,
+        };
+        let token = Token(CLIENT_TOKEN_BASE + id);
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        if registry
+            .register(&mut conn.stream, token, interest)
+            .is_err()
+        {
+            self.free.push(id);
+            return Err(connect_error(attempt));
+        }
+        self.dests.entry(d).or_default().open += 1;
+        conn.state = ConnState::Busy(attempt);
+        self.conns[id] = Some(conn);
+        // The write happens on the first writable event (connection established).
+        Ok(Started::Opened)
+    }
+
+    /// Resolves the destination's address once (a blocking lookup on first use only; an IP
+    /// literal resolves without I/O).
+    fn resolve(&mut self, target: Target<'_>) -> io::Result<SocketAddr> {
+        let dest = self.dests.entry(target.dest).or_default();
+        if let Some(a) = dest.addr {
+            return Ok(a);
+        }
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(target.host, target.port))?
+            .next()
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("{} did not resolve", target.host),
+                )
+            })?;
+        dest.addr = Some(addr);
+        Ok(addr)
+    }
+
+    /// Readiness of an outbound connection. Pushes the attempt's end, if it ended, to `out`;
+    /// an answered keep-alive connection is idle (reusable) before that happens.
+    pub fn on_ready(
+        &mut self,
+        token: Token,
+        readable: bool,
+        writable: bool,
+        now: u64,
+        registry: &Registry,
+        out: &mut Vec<Finished<T>>,
+    ) {
+        let Some(id) = token.0.checked_sub(CLIENT_TOKEN_BASE) else {
+            return;
+        };
+        let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else {
+            return;
+        };
+        // A failed non-blocking connect (or a reset) shows up as a pending socket error.
+        if let Ok(Some(_)) | Err(_) = c.stream.take_error() {
+            let fresh = c.served == 0 && c.wpos == 0;
+            let r = if fresh {
+                AttemptResult::ConnectError
+            } else {
+                AttemptResult::Io
+            };
+            out.extend(self.fail_conn(id, r, registry));
+            return;
+        }
+        if writable {
+            if let Some(f) = self.write(id, registry) {
+                // The connection is gone; nothing left to read.
+                out.push(f);
+                return;
+            }
+        }
+        if readable {
+            out.extend(self.read(id, now, registry));
+        }
+    }
+
+    /// Timers: attempts past their deadline end with `Timeout`; idle connections older than
+    /// `idle_timeout` are closed.
+    pub fn on_tick(&mut self, now: u64, registry: &Registry, out: &mut Vec<Finished<T>>) {
+        for id in 0..self.conns.len() {
+            let expired = match self.conns[id].as_ref().map(|c| &c.state) {
+                Some(ConnState::Busy(a)) => a.deadline <= now,
+                Some(ConnState::Idle { since }) => now.saturating_sub(*since) > self.idle_timeout,
+                _ => false,
+            };
+            if expired {
+                out.extend(self.fail_conn(id, AttemptResult::Timeout, registry));
+            }
+        }
+    }
+
+    /// Writes what is left of the request. A broken connection is torn down and its attempt's
+    /// end returned.
+    fn write(&mut self, id: usize, registry: &Registry) -> Option<Finished<T>> {
+        let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
+        while c.wpos < c.wbuf.len() {
+            match c.stream.write(&c.wbuf[c.wpos..]) {
+                Ok(0) => return self.fail_conn(id, AttemptResult::Io, registry),
+                Ok(n) => c.wpos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return None, // connecting
+                Err(_) => {
+                    let connecting = c.served == 0 && c.wpos == 0;
+                    let r = if connecting {
+                        AttemptResult::ConnectError
+                    } else {
+                        AttemptResult::Io
+                    };
+                    return self.fail_conn(id, r, registry);
+                }
+            }
+        }
+        None
+    }
+
+    fn read(&mut self, id: usize, now: u64, registry: &Registry) -> Option<Finished<T>> {
+        loop {
+            let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
+            let n = match c.stream.read(&mut self.scratch) {
+                Ok(0) => {
+                    // EOF: a close-delimited body ends, anything else is broken.
+                    let ev = c.reader.on_eof();
+                    return match (ev, &c.state) {
+                        (ResponseEvent::Response(r), ConnState::Busy(_)) => {
+                            let result = AttemptResult::Status {
+                                code: r.status,
+                                retry_after: None,
+                            };
+                            self.complete(id, result, false, now, registry)
+                        }
+                        (_, ConnState::Busy(_)) => self.fail_conn(id, AttemptResult::Io, registry),
+                        _ => {
+                            self.close(id, registry);
+                            None
+                        }
+                    };
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let r = if e.kind() == io::ErrorKind::ConnectionRefused {
+                        AttemptResult::ConnectError
+                    } else {
+                        AttemptResult::Io
+                    };
+                    return self.fail_conn(id, r, registry);
+                }
+            };
+            c.rbuf.extend_from_slice(&self.scratch[..n]);
+            if let ConnState::Busy(a) = &mut c.state {
+                a.got_bytes = true;
+            } else {
+                // Bytes on an idle connection: the server is confused; drop the connection.
+                self.close(id, registry);
+                return None;
+            }
+            match c.reader.poll(&mut c.rbuf) {
+                ResponseEvent::Incomplete => continue,
+                ResponseEvent::Response(r) => {
+                    let pause = r.retry_after.map(|ra| ra.delay_from(unix_millis() / 1000));
+                    let result = AttemptResult::Status {
+                        code: r.status,
+                        retry_after: pause,
+                    };
+                    return self.complete(id, result, r.keep_alive, now, registry);
+                }
+                ResponseEvent::Error(_) => return self.fail_conn(id, AttemptResult::Io, registry),
+            }
+        }
+    }
+
+    /// An attempt on connection `id` got a response: keep the connection idle (keep-alive,
+    /// nothing extra buffered, under the destination's idle cap) or close it.
+    fn complete(
+        &mut self,
+        id: usize,
+        result: AttemptResult,
+        keep_alive: bool,
+        now: u64,
+        registry: &Registry,
+    ) -> Option<Finished<T>> {
+        let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
+        let d = c.dest;
+        let state = std::mem::replace(&mut c.state, ConnState::Idle { since: now });
+        let ConnState::Busy(attempt) = state else {
+            return None;
+        };
+        c.served += 1;
+        c.wbuf.clear();
+        c.wpos = 0;
+        c.reader = ResponseReader::new(ClientLimits::default());
+        let keep = keep_alive && c.rbuf.is_empty();
+        let dest = self.dests.entry(d).or_default();
+        if keep && dest.idle.len() < dest.idle_cap {
+            dest.idle.push(id);
+        } else {
+            self.close(id, registry);
+        }
+        Some(Finished::Done {
+            dest: d,
+            payload: attempt.payload,
+            result,
+        })
+    }
+
+    /// The connection broke (or timed out) during an attempt, or while idle: close it and
+    /// report the attempt's end, if one was on it.
+    fn fail_conn(
+        &mut self,
+        id: usize,
+        result: AttemptResult,
+        registry: &Registry,
+    ) -> Option<Finished<T>> {
+        let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
+        let dest = c.dest;
+        let state = std::mem::replace(&mut c.state, ConnState::Broken);
+        self.close(id, registry);
+        let ConnState::Busy(attempt) = state else {
+            return None;
+        };
+        let stale = attempt.reused && !attempt.got_bytes && result != AttemptResult::Timeout;
+        let payload = attempt.payload;
+        Some(if stale {
+            Finished::Stale { dest, payload }
+        } else {
+            Finished::Done {
+                dest,
+                payload,
+                result,
+            }
+        })
+    }
+
+    fn close(&mut self, id: usize, registry: &Registry) {
+        if let Some(mut c) = self.conns.get_mut(id).and_then(Option::take) {
+            let _ = registry.deregister(&mut c.stream);
+            self.free.push(id);
+            if let Some(dest) = self.dests.get_mut(&c.dest) {
+                dest.open -= 1;
+                dest.idle.retain(|&x| x != id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The pool against a real listener on 127.0.0.1: each test's server thread is bounded by
+    //! a read timeout, and each poll loop by a deadline.
+    use super::*;
+    use std::io::{BufRead, BufReader};
+    use std::net::TcpListener;
+    use std::thread::{self, JoinHandle};
+    use std::time::{Duration, Instant};
+
+    use mio::{Events, Poll};
+
+    const REQUEST: &[u8] = b"POST /h HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\nhi";
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+    const SECOND: u64 = 1_000_000_000;
+
+    fn target(port: u16, idle_cap: usize) -> Target<'static> {
+        Target {
+            dest: 0,
+            host: "127.0.0.1",
+            port,
+            idle_cap,
+        }
+    }
+
+    /// Reads one request of the shape of [`REQUEST`] (head, then a 2-byte body).
+    fn read_request(r: &mut BufReader<std::net::TcpStream>) -> bool {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match r.read_line(&mut line) {
+                Ok(0) | Err(_) => return false,
+                Ok(_) if line == "\r\n" => break,
+                Ok(_) => {}
+            }
+        }
+        let mut body = [0u8; 2];
+        r.read_exact(&mut body).is_ok()
+    }
+
+    /// A server that accepts `conns` connections and answers each request on them with the
+    /// next of `answers` (then closes that connection when the list for it is exhausted).
+    /// Returns its port and a handle yielding the number of requests it read.
+    fn server(conns: usize, answers: Vec<&'static [u8]>) -> (u16, JoinHandle<usize>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let h = thread::spawn(move || {
+            let mut served = 0;
+            let mut answers = answers.into_iter();
+            for _ in 0..conns {
+                let (s, _) = l.accept().unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let mut w = s.try_clone().unwrap();
+                let mut r = BufReader::new(s);
+                while read_request(&mut r) {
+                    served += 1;
+                    match answers.next() {
+                        Some(a) if !a.is_empty() => w.write_all(a).unwrap(),
+                        // An empty answer: stay silent until the client closes (or the read
+                        // timeout).
+                        _ => {
+                            let mut sink = Vec::new();
+                            let _ = r.read_to_end(&mut sink);
+                            break;
+                        }
+                    }
+                    if answers.len() == 0 {
+                        break;
+                    }
+                }
+            }
+            served
+        });
+        (port, h)
+    }
+
+    /// Polls until `want` attempts finished (at most 5 s).
+    fn drive(
+        pool: &mut OutboundPool<u32>,
+        poll: &mut Poll,
+        now: u64,
+        want: usize,
+    ) -> Vec<Finished<u32>> {
+        let mut out = Vec::new();
+        let mut events = Events::with_capacity(16);
+        let stop = Instant::now() + Duration::from_secs(5);
+        while out.len() < want && Instant::now() < stop {
+            poll.poll(&mut events, Some(Duration::from_millis(20)))
+                .unwrap();
+            for e in events.iter() {
+                let readable = e.is_readable() || e.is_read_closed() || e.is_error();
+                let writable = e.is_writable() || e.is_error();
+                pool.on_ready(
+                    e.token(),
+                    readable,
+                    writable,
+                    now,
+                    poll.registry(),
+                    &mut out,
+                );
+            }
+        }
+        out
+    }
+
+    fn done(f: &Finished<u32>) -> (u32, AttemptResult) {
+        match f {
+            Finished::Done {
+                payload, result, ..
+            } => (*payload, *result),
+            other => panic!("expected Done, got {other:?}"),
+        }
+    }
+
+    const STATUS_200: AttemptResult = AttemptResult::Status {
+        code: 200,
+        retry_after: None,
+    };
+
+    #[test]
+    fn an_answered_keep_alive_connection_carries_the_next_attempt() {
+        let (port, server) = server(1, vec![OK, OK]);
+        let mut poll = Poll::new().unwrap();
+        let mut pool = OutboundPool::<u32>::new(60 * SECOND);
+        let r = pool.start(
+            target(port, 4),
+            1,
+            REQUEST.to_vec(),
+            10 * SECOND,
+            poll.registry(),
+        );
+        assert_eq!(r.unwrap(), Started::Opened);
+        assert_eq!(pool.in_flight(), 1);
+        assert_eq!(pool.next_deadline(), Some(10 * SECOND));
+        let out = drive(&mut pool, &mut poll, 1, 1);
+        assert_eq!(out.len(), 1);
+        assert_eq!(done(&out[0]), (1, STATUS_200));
+        assert_eq!(
+            (pool.in_flight(), pool.idle(0), pool.connections(0)),
+            (0, 1, 1)
+        );
+        assert_eq!(pool.next_deadline(), None);
+
+        let r = pool.start(
+            target(port, 4),
+            2,
+            REQUEST.to_vec(),
+            10 * SECOND,
+            poll.registry(),
+        );
+        assert_eq!(r.unwrap(), Started::Reused);
+        let out = drive(&mut pool, &mut poll, 2, 1);
+        assert_eq!(done(&out[0]), (2, STATUS_200));
+        assert_eq!(pool.connections(0), 1, "one connection served both");
+        assert_eq!(server.join().unwrap(), 2);
+    }
+
+    #[test]
+    fn a_kept_alive_connection_the_server_closed_is_stale_not_an_attempt() {
+        // The server answers once, then closes the connection when the list runs out.
+        let (port, server) = server(1, vec![OK]);
+        let mut poll = Poll::new().unwrap();
+        let mut pool = OutboundPool::<u32>::new(60 * SECOND);
+        pool.start(
+            target(port, 4),
+            1,
+            REQUEST.to_vec(),
+            10 * SECOND,
+            poll.registry(),
+        )
+        .unwrap();
+        assert_eq!(done(&drive(&mut pool, &mut poll, 1, 1)[0]), (1, STATUS_200));
+        assert_eq!(server.join().unwrap(), 1);
+        // The server's close is not seen yet (no poll in between): the idle connection is
+        // reused, and breaks before any byte of a response.
+        let r = pool.start(
+            target(port, 4),
+            2,
+            REQUEST.to_vec(),
+            10 * SECOND,
+            poll.registry(),
+        );
+        let f = match r {
+            Ok(Started::Reused) => drive(&mut pool, &mut poll, 2, 1).pop().unwrap(),
+            Ok(Started::Opened) => panic!("the idle connection was not reused"),
+            Err(f) => f,
+        };
+        assert!(
+            matches!(
+                f,
+                Finished::Stale {
+                    dest: 0,
+                    payload: 2
+                }
+            ),
+            "{f:?}"
+        );
+        assert_eq!(pool.connections(0), 0);
+    }
+
+    #[test]
+    fn a_refused_connect_is_a_connect_error() {
+        let port = {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let mut poll = Poll::new().unwrap();
+        let mut pool = OutboundPool::<u32>::new(60 * SECOND);
+        let f = match pool.start(
+            target(port, 4),
+            7,
+            REQUEST.to_vec(),
+            SECOND,
+            poll.registry(),
+        ) {
+            Ok(Started::Opened) => drive(&mut pool, &mut poll, 1, 1).pop().unwrap(),
+            Ok(Started::Reused) => panic!("nothing to reuse"),
+            Err(f) => f,
+        };
+        assert_eq!(done(&f), (7, AttemptResult::ConnectError));
+        assert_eq!((pool.in_flight(), pool.connections(0)), (0, 0));
+    }
+
+    #[test]
+    fn a_silent_server_times_the_attempt_out_at_its_deadline() {
+        // The server reads the request and never answers.
+        let (port, server) = server(1, vec![b""]);
+        let mut poll = Poll::new().unwrap();
+        let mut pool = OutboundPool::<u32>::new(60 * SECOND);
+        pool.start(
+            target(port, 4),
+            3,
+            REQUEST.to_vec(),
+            2 * SECOND,
+            poll.registry(),
+        )
+        .unwrap();
+        // Let the connection establish and the request go out; nothing comes back.
+        let mut events = Events::with_capacity(16);
+        let mut out = Vec::new();
+        for _ in 0..10 {
+            poll.poll(&mut events, Some(Duration::from_millis(20)))
+                .unwrap();
+            for e in events.iter() {
+                let (r, w) = (e.is_readable(), e.is_writable());
+                pool.on_ready(e.token(), r, w, SECOND, poll.registry(), &mut out);
+            }
+        }
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(pool.in_flight(), 1);
+        pool.on_tick(2 * SECOND - 1, poll.registry(), &mut out);
+        assert!(out.is_empty(), "not before the deadline");
+        pool.on_tick(2 * SECOND, poll.registry(), &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(done(&out[0]), (3, AttemptResult::Timeout));
+        assert_eq!(pool.connections(0), 0);
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn idle_connections_close_after_idle_timeout_and_past_the_idle_cap() {
+        let (port, server) = server(2, vec![OK, OK]);
+        let mut poll = Poll::new().unwrap();
+        let mut pool = OutboundPool::<u32>::new(5 * SECOND);
+        // idle_cap 0: the answered connection is closed at once.
+        pool.start(
+            target(port, 0),
+            1,
+            REQUEST.to_vec(),
+            10 * SECOND,
+            poll.registry(),
+        )
+        .unwrap();
+        assert_eq!(
+            done(&drive(&mut pool, &mut poll, SECOND, 1)[0]),
+            (1, STATUS_200)
+        );
+        assert_eq!(pool.connections(0), 0);
+        // idle_cap 1: kept, then closed once idle for longer than the idle timeout.
+        pool.start(
+            target(port, 1),
+            2,
+            REQUEST.to_vec(),
+            10 * SECOND,
+            poll.registry(),
+        )
+        .unwrap();
+        assert_eq!(
+            done(&drive(&mut pool, &mut poll, SECOND, 1)[0]),
+            (2, STATUS_200)
+        );
+        assert_eq!(pool.idle(0), 1);
+        let mut out = Vec::new();
+        pool.on_tick(6 * SECOND, poll.registry(), &mut out);
+        assert_eq!(pool.idle(0), 1, "idle for exactly the timeout: kept");
+        pool.on_tick(6 * SECOND + 1, poll.registry(), &mut out);
+        assert!(out.is_empty(), "closing an idle connection ends no attempt");
+        assert_eq!((pool.idle(0), pool.connections(0)), (0, 0));
+        assert_eq!(server.join().unwrap(), 2);
+    }
+
+    #[test]
+    fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure() {
+        let (port, server) = server(
+            2,
+            vec![
+                b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 7\r\ncontent-length: 0\r\n\r\n",
+                b"nonsense\r\n\r\n",
+            ],
+        );
+        let mut poll = Poll::new().unwrap();
+        let mut pool = OutboundPool::<u32>::new(60 * SECOND);
+        pool.start(
+            target(port, 0),
+            1,
+            REQUEST.to_vec(),
+            10 * SECOND,
+            poll.registry(),
+        )
+        .unwrap();
+        let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
+        let want = AttemptResult::Status {
+            code: 429,
+            retry_after: Some(Duration::from_secs(7)),
+        };
+        assert_eq!(done(&f), (1, want));
+        pool.start(
+            target(port, 0),
+            2,
+            REQUEST.to_vec(),
+            10 * SECOND,
+            poll.registry(),
+        )
+        .unwrap();
+        let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
+        assert_eq!(done(&f), (2, AttemptResult::Io));
+        assert_eq!(pool.connections(0), 0);
+        assert_eq!(server.join().unwrap(), 2);
+    }
+}
