@@ -8,6 +8,7 @@
 //!
 //! - [`auth`]: per-trigger `sluice_signature_failures_total` and `sluice_dedupe_dropped_total`.
 //! - [`flow`]: per-trigger `sluice_flow_control_total{trigger,gate,decision}`.
+//! - [`shared`]: the one `/metrics` rendering concurrent scrapes share.
 //!
 //! Counters here use `std` atomics with `Relaxed` ordering and bypass the `crate::sync` shim.
 
@@ -16,9 +17,10 @@ pub mod counter;
 pub mod dispatch;
 pub mod flow;
 pub mod prom;
+pub mod shared;
 
 pub use counter::{
-    status_slot, Action, ConnRefusal, CoreMetrics, Counter, Dimension, Metrics, Route, TimeoutKind,
-    STATUS_CODES,
+    status_slot, Action, ConnRefusal, CoreMetrics, Counter, Dimension, Metrics, PauseBound, Route,
+    TimeoutKind, STATUS_CODES,
 };
 pub use prom::{render, MetricType, PromWriter};

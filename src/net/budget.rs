@@ -93,6 +93,20 @@ impl BodyBudget {
     pub fn limit(&self) -> u64 {
         self.limit
     }
+
+    /// `sluice_body_budget_bytes` (reserved now) and `sluice_body_budget_limit_bytes`.
+    pub fn render_prometheus(&self, w: &mut crate::metrics::PromWriter) {
+        w.gauge(
+            "sluice_body_budget_bytes",
+            "Bytes of request bodies being received, reserved against max_inflight_body_bytes.",
+            self.in_use() as f64,
+        );
+        w.gauge(
+            "sluice_body_budget_limit_bytes",
+            "The in-flight body budget (server.max_inflight_body_bytes).",
+            self.limit as f64,
+        );
+    }
 }
 
 /// One connection's share of the budget. Releases everything it holds when dropped, so a

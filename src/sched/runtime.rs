@@ -382,6 +382,8 @@ pub fn render_metrics(shared: &Shared, ring_depth: usize) -> String {
         );
         shared.wal.render_prometheus(w.buffer_mut());
         shared.sources.render_prometheus(w);
+        shared.body_budget.render_prometheus(w);
+        shared.scrapes.render_prometheus(w);
         shared
             .metrics_dispatch
             .render(w, unix_millis(), shared.backlog.pending_events());

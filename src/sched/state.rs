@@ -9,7 +9,9 @@ use crate::ingest::router::Router;
 use crate::ingest::sources::SourceTable;
 use crate::ingest::Guards;
 use crate::metrics::dispatch::DispatchMetrics;
+use crate::metrics::shared::SharedRendering;
 use crate::metrics::Metrics;
+use crate::net::budget::BodyBudget;
 use crate::sched::backlog::Backlog;
 use crate::sync::clock::Clock;
 use crate::wal::WalShared;
@@ -39,6 +41,10 @@ pub struct Shared {
     /// The durable-queue bound (ingest reserves, the pump releases).
     pub backlog: Arc<Backlog>,
     pub metrics_dispatch: Arc<DispatchMetrics>,
+    /// The in-flight body budget (`server.max_inflight_body_bytes`), one for all cores.
+    pub body_budget: Arc<BodyBudget>,
+    /// The `/metrics` rendering shared by concurrent scrapes (`metrics::shared`).
+    pub scrapes: SharedRendering,
     // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
     // loop turn. `Relaxed` is enough: the phase carries no data with it, and a worker that sees
     // `Draining` one turn late only delays its drain by one poll timeout.
@@ -59,6 +65,7 @@ impl Shared {
         backlog: Arc<Backlog>,
         metrics_dispatch: Arc<DispatchMetrics>,
     ) -> Shared {
+        let body_budget = Arc::new(BodyBudget::new(config.server.max_inflight_body_bytes));
         Shared {
             config,
             clock,
@@ -69,6 +76,8 @@ impl Shared {
             wal,
             metrics,
             backlog,
+            body_budget,
+            scrapes: SharedRendering::default(),
             metrics_dispatch,
             phase: AtomicU8::new(Phase::Starting as u8),
         }
