@@ -350,3 +350,140 @@ impl Conn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::http::Limits;
+    use std::time::{Duration, Instant};
+
+    /// A `Conn` on one end of a real loopback connection, and the peer's end.
+    fn pair(budget: &Arc<BodyBudget>) -> (Conn, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (ours, _) = listener.accept().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let reader = RequestReader::new(Limits::default());
+        let conn = Conn::new(TcpStream::from_std(ours), reader, budget.clone(), 0);
+        (conn, peer)
+    }
+
+    fn read_exactly(peer: &mut std::net::TcpStream, n: usize) -> Vec<u8> {
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut out = vec![0; n];
+        peer.read_exact(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn queued_bytes_follow_pushes_fills_and_writes() {
+        let budget = Arc::new(BodyBudget::new(1 << 20));
+        let (mut c, mut peer) = pair(&budget);
+        let shared: Arc<[u8]> = Arc::from(&b"0123456789"[..]);
+        c.push(Slot::Ready {
+            bytes: b"abc".to_vec(),
+            close: false,
+        });
+        c.push(Slot::Deferred {
+            keep_alive: true,
+            head_only: false,
+            charge: 100,
+        });
+        assert_eq!(c.queued_bytes(), 103);
+        c.fill_slot(
+            1,
+            Slot::Shared {
+                head: b"H:".to_vec(),
+                body: shared.clone(),
+                close: false,
+            },
+        );
+        assert_eq!(c.queued_bytes(), 3 + 2 + 10);
+        // Two connections' worth of the same body is one allocation.
+        assert_eq!(Arc::strong_count(&shared), 2);
+        assert_eq!(c.flush(1).unwrap(), Flush::Done);
+        assert_eq!(c.queued_bytes(), 0);
+        assert!(c.is_quiet());
+        assert_eq!(read_exactly(&mut peer, 15), b"abcH:0123456789");
+        assert_eq!(Arc::strong_count(&shared), 1, "written, then let go");
+    }
+
+    #[test]
+    fn a_pending_front_holds_back_the_queue_and_close_drops_the_rest() {
+        let budget = Arc::new(BodyBudget::new(1 << 20));
+        let (mut c, mut peer) = pair(&budget);
+        c.push(Slot::Deferred {
+            keep_alive: true,
+            head_only: false,
+            charge: 7,
+        });
+        c.push(Slot::Ready {
+            bytes: b"tail".to_vec(),
+            close: false,
+        });
+        // The front is not ready: nothing is written, in order.
+        assert_eq!(c.flush(0).unwrap(), Flush::Done);
+        assert_eq!(c.queued_bytes(), 11);
+        c.fill_slot(
+            0,
+            Slot::Ready {
+                bytes: b"bye".to_vec(),
+                close: true,
+            },
+        );
+        assert_eq!(c.flush(0).unwrap(), Flush::Done);
+        assert!(c.closing);
+        assert_eq!(c.queued_bytes(), 0, "slots behind a close are dropped");
+        assert_eq!(read_exactly(&mut peer, 3), b"bye");
+    }
+
+    #[test]
+    fn unread_responses_stay_counted_until_the_peer_reads() {
+        let budget = Arc::new(BodyBudget::new(1 << 20));
+        let (mut c, mut peer) = pair(&budget);
+        let big: Arc<[u8]> = Arc::from(vec![7u8; 8 << 20]);
+        c.push(Slot::Shared {
+            head: b"head".to_vec(),
+            body: big.clone(),
+            close: false,
+        });
+        // 8 MiB does not fit in the socket buffers of a peer that does not read.
+        assert_eq!(c.flush(0).unwrap(), Flush::Blocked);
+        let left = c.queued_bytes();
+        assert!(left > 0 && left < 4 + (8 << 20), "{left}");
+        // The peer reads everything; the rest goes out.
+        let reader = std::thread::spawn(move || read_exactly(&mut peer, 4 + (8 << 20)));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while c.flush(0).unwrap() == Flush::Blocked {
+            assert!(Instant::now() < deadline, "peer never drained");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let got = reader.join().unwrap();
+        assert_eq!(&got[..4], b"head");
+        assert!(got[4..].iter().all(|&b| b == 7));
+        assert_eq!(c.queued_bytes(), 0);
+    }
+
+    #[test]
+    fn dropping_a_connection_releases_its_body_share() {
+        let budget = Arc::new(BodyBudget::new(100));
+        let (mut c, peer) = pair(&budget);
+        assert!(c.body.grow_to(60));
+        assert!(!budget.try_reserve(41));
+        drop(peer);
+        drop(c);
+        assert_eq!(budget.in_use(), 0);
+    }
+
+    #[test]
+    fn an_empty_read_buffer_is_given_back() {
+        let budget = Arc::new(BodyBudget::new(100));
+        let (mut c, _peer) = pair(&budget);
+        c.rbuf.extend_from_slice(&[0; READ_CHUNK]);
+        c.trim();
+        assert!(c.rbuf.capacity() >= READ_CHUNK, "not empty: kept");
+        c.rbuf.clear();
+        c.trim();
+        assert_eq!(c.rbuf.capacity(), 0);
+    }
+}
