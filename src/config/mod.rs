@@ -23,6 +23,7 @@
 //! validated in [`auth`].
 
 pub mod auth;
+mod budgets;
 pub mod dispatch;
 pub mod duration;
 pub mod flow;
@@ -543,28 +544,12 @@ fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError
             1,
             1024,
         )?,
-        max_inflight_body_bytes: inflight_body_bytes(r.max_inflight_body_bytes, max_body_bytes)?,
-        max_queued_response_bytes: ranged(
-            "server.max_queued_response_bytes",
-            r.max_queued_response_bytes,
-            64 * 1024,
-            4 * 1024,
-            64 << 20,
+        max_inflight_body_bytes: budgets::inflight_body_bytes(
+            r.max_inflight_body_bytes,
+            max_body_bytes,
         )?,
+        max_queued_response_bytes: budgets::queued_response_bytes(r.max_queued_response_bytes)?,
     })
-}
-
-/// `server.max_inflight_body_bytes`: at least one largest body, or such a body could never be
-/// admitted.
-fn inflight_body_bytes(v: Option<u64>, max_body_bytes: u64) -> Result<u64, ConfigError> {
-    let x = v.unwrap_or(crate::net::budget::DEFAULT_MAX_INFLIGHT_BODY_BYTES);
-    if x < max_body_bytes {
-        return err(format!(
-            "server.max_inflight_body_bytes = {x} is below server.max_body_bytes = \
-             {max_body_bytes}: a body of the largest accepted size could never be received"
-        ));
-    }
-    ranged("server.max_inflight_body_bytes", Some(x), x, 1, 64 << 30)
 }
 
 /// Reads a positive integer from the environment; a set but invalid value is an error.
