@@ -416,6 +416,8 @@ impl Worker {
         }
         conn.set_phase(Phase::Linger, now);
         conn.rbuf = Vec::new();
+        // Nothing more is read into a body: its budget share goes back now, not at the close.
+        conn.body.release();
         self.discard(idx);
     }
 
@@ -613,6 +615,10 @@ impl Worker {
     }
 
     fn respond_error(&mut self, idx: usize, e: HttpError) {
+        // The failed reader dropped any partial body.
+        if let Some(c) = self.conns.get_mut(idx).and_then(Option::as_mut) {
+            c.body.release();
+        }
         let body = format!("{}\n", e.reason());
         self.push_ready(
             idx,
