@@ -163,7 +163,7 @@ impl Conn {
     pub fn new(
         stream: TcpStream,
         reader: RequestReader,
-        budget: Arc<BodyBudget>,
+        budget: crate::sync::Arc<BodyBudget>,
         now: u64,
     ) -> Conn {
         Conn {
@@ -358,7 +358,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     /// A `Conn` on one end of a real loopback connection, and the peer's end.
-    fn pair(budget: &Arc<BodyBudget>) -> (Conn, std::net::TcpStream) {
+    fn pair(budget: &crate::sync::Arc<BodyBudget>) -> (Conn, std::net::TcpStream) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (ours, _) = listener.accept().unwrap();
@@ -377,7 +377,7 @@ mod tests {
 
     #[test]
     fn queued_bytes_follow_pushes_fills_and_writes() {
-        let budget = Arc::new(BodyBudget::new(1 << 20));
+        let budget = crate::sync::Arc::new(BodyBudget::new(1 << 20));
         let (mut c, mut peer) = pair(&budget);
         let shared: Arc<[u8]> = Arc::from(&b"0123456789"[..]);
         c.push(Slot::Ready {
@@ -410,7 +410,7 @@ mod tests {
 
     #[test]
     fn a_pending_front_holds_back_the_queue_and_close_drops_the_rest() {
-        let budget = Arc::new(BodyBudget::new(1 << 20));
+        let budget = crate::sync::Arc::new(BodyBudget::new(1 << 20));
         let (mut c, mut peer) = pair(&budget);
         c.push(Slot::Deferred {
             keep_alive: true,
@@ -439,7 +439,7 @@ mod tests {
 
     #[test]
     fn unread_responses_stay_counted_until_the_peer_reads() {
-        let budget = Arc::new(BodyBudget::new(1 << 20));
+        let budget = crate::sync::Arc::new(BodyBudget::new(1 << 20));
         let (mut c, mut peer) = pair(&budget);
         let big: Arc<[u8]> = Arc::from(vec![7u8; 8 << 20]);
         c.push(Slot::Shared {
@@ -466,7 +466,7 @@ mod tests {
 
     #[test]
     fn dropping_a_connection_releases_its_body_share() {
-        let budget = Arc::new(BodyBudget::new(100));
+        let budget = crate::sync::Arc::new(BodyBudget::new(100));
         let (mut c, peer) = pair(&budget);
         assert!(c.body.grow_to(60));
         assert!(!budget.try_reserve(41));
@@ -477,7 +477,7 @@ mod tests {
 
     #[test]
     fn an_empty_read_buffer_is_given_back() {
-        let budget = Arc::new(BodyBudget::new(100));
+        let budget = crate::sync::Arc::new(BodyBudget::new(100));
         let (mut c, _peer) = pair(&budget);
         c.rbuf.extend_from_slice(&[0; READ_CHUNK]);
         c.trim();

@@ -42,7 +42,7 @@ pub struct Shared {
     pub backlog: Arc<Backlog>,
     pub metrics_dispatch: Arc<DispatchMetrics>,
     /// The in-flight body budget (`server.max_inflight_body_bytes`), one for all cores.
-    pub body_budget: Arc<BodyBudget>,
+    pub body_budget: crate::sync::Arc<BodyBudget>,
     /// The `/metrics` rendering shared by concurrent scrapes (`metrics::shared`).
     pub scrapes: SharedRendering,
     // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
@@ -65,7 +65,8 @@ impl Shared {
         backlog: Arc<Backlog>,
         metrics_dispatch: Arc<DispatchMetrics>,
     ) -> Shared {
-        let body_budget = Arc::new(BodyBudget::new(config.server.max_inflight_body_bytes));
+        let budget = BodyBudget::new(config.server.max_inflight_body_bytes);
+        let body_budget = crate::sync::Arc::new(budget);
         Shared {
             config,
             clock,

@@ -371,7 +371,7 @@ impl Worker {
         }
         let now = self.now();
         let reader = http::RequestReader::new(self.limits.clone()).with_body_gate();
-        let budget = Arc::clone(&self.shared.body_budget);
+        let budget = self.shared.body_budget.clone();
         let mut conn = Conn::new(stream, reader, budget, now);
         // A new connection must send its head within the header timeout (slowloris).
         conn.set_phase(Phase::Head, now);
