@@ -23,6 +23,7 @@
 //! validated in [`auth`].
 
 pub mod auth;
+mod budgets;
 pub mod dispatch;
 pub mod duration;
 pub mod flow;
@@ -122,6 +123,15 @@ pub struct RawServer {
     /// Requests one connection may have queued (pipelined) before the server stops reading
     /// from it. Default: 16. Range: 1..=1024.
     pub max_pipeline_depth: Option<usize>,
+    /// Bytes of request bodies being received at once, over all connections and cores: a
+    /// declared `Content-Length` is reserved when the head arrives, a chunked body as it grows.
+    /// A body the budget cannot cover is refused at once with `503 body_budget` and is not
+    /// read. Default: 256 MiB. Range: `max_body_bytes`..=64 GiB.
+    pub max_inflight_body_bytes: Option<u64>,
+    /// Response bytes one connection may have queued (unsent because the client does not read)
+    /// before the server stops reading its requests. One response may take a connection past
+    /// it. Default: 64 KiB. Range: 4 KiB..=64 MiB.
+    pub max_queued_response_bytes: Option<usize>,
 }
 
 /// `[ingest]`
@@ -137,6 +147,10 @@ pub struct RawIngest {
     /// Distinct sources with their own bucket; later sources share the `_overflow` bucket.
     /// Default: 10000. Range: 1..=1_000_000.
     pub max_sources: Option<usize>,
+    /// Sources with their own per-source series in `/metrics` (the N with the most accepted
+    /// plus refused requests at scrape time); all others are summed into `source="_other"`.
+    /// Default: 100. Range: 0..=10_000.
+    pub metrics_top_sources: Option<usize>,
     /// How long a request waits for room in the full WAL ring before `503 wal_busy`.
     /// Default: `50ms`.
     pub offer_timeout: Option<String>,
@@ -218,6 +232,8 @@ pub struct ServerConfig {
     pub max_head_bytes: usize,
     pub max_uri_bytes: usize,
     pub max_pipeline_depth: usize,
+    pub max_inflight_body_bytes: u64,
+    pub max_queued_response_bytes: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -226,6 +242,7 @@ pub struct IngestConfig {
     pub per_source_capacity: u64,
     pub refill_per_sec: u64,
     pub max_sources: usize,
+    pub metrics_top_sources: usize,
     pub offer_timeout: Duration,
     pub default_route: bool,
     /// Lower-cased header names stored with each event (always includes `content-type`).
@@ -441,6 +458,13 @@ fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError
         1024,
         1 << 20,
     )?;
+    let max_body_bytes = ranged(
+        "server.max_body_bytes",
+        r.max_body_bytes,
+        10 << 20,
+        1,
+        crate::wal::MAX_BODY_BYTES as u64,
+    )?;
     Ok(ServerConfig {
         listen,
         data_dir: o
@@ -476,13 +500,7 @@ fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError
             r.shutdown_timeout,
             Duration::from_secs(30),
         )?,
-        max_body_bytes: ranged(
-            "server.max_body_bytes",
-            r.max_body_bytes,
-            10 << 20,
-            1,
-            crate::wal::MAX_BODY_BYTES as u64,
-        )?,
+        max_body_bytes,
         max_head_bytes,
         // Default: 8 KiB, or the head limit if smaller (the target is part of the head).
         max_uri_bytes: ranged(
@@ -499,6 +517,11 @@ fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError
             1,
             1024,
         )?,
+        max_inflight_body_bytes: budgets::inflight_body_bytes(
+            r.max_inflight_body_bytes,
+            max_body_bytes,
+        )?,
+        max_queued_response_bytes: budgets::queued_response_bytes(r.max_queued_response_bytes)?,
     })
 }
 
@@ -586,6 +609,13 @@ fn build_ingest(
         per_source_capacity,
         refill_per_sec,
         max_sources: ranged("ingest.max_sources", r.max_sources, 10_000, 1, 1_000_000)?,
+        metrics_top_sources: ranged(
+            "ingest.metrics_top_sources",
+            r.metrics_top_sources,
+            crate::ingest::sources::DEFAULT_METRICS_TOP_SOURCES,
+            0,
+            10_000,
+        )?,
         offer_timeout: duration_or(
             "ingest.offer_timeout",
             r.offer_timeout,

@@ -22,8 +22,14 @@
 //!   at a time). Only a core that sees more distinct names than the bound, i.e. only while the
 //!   overflow entry is in use, ever clears its cache. Names longer than [`MAX_SOURCE_NAME_LEN`]
 //!   are neither cached nor looked up under the lock: they go straight to the overflow entry.
-//! - Metrics cardinality: `sluice_ingest_refusals_total{reason,source}` has at most
-//!   `(max_sources + 1) × RefusalReason::COUNT` series.
+//! - Metrics cardinality: the per-source families (`sluice_ingest_refusals_total{reason,source}`,
+//!   `sluice_ingest_accepted_total{source}`) have series for at most `metrics_top_sources`
+//!   entries (default [`DEFAULT_METRICS_TOP_SOURCES`]; the ones with the most accepted plus
+//!   refused requests at scrape time) plus one [`OTHER_SERIES`] that sums all the others, i.e.
+//!   at most `(metrics_top_sources + 1) × (RefusalReason::COUNT + 1)` series however many
+//!   sources clients create. `sluice_metrics_sources_folded` says how many were summed. The
+//!   name `_other` is reserved like `_overflow`: a source of that name shares the overflow
+//!   entry, so its series cannot be confused with the sum.
 //!
 //! Counters are [`crate::metrics::Counter`]s (std atomics, `Relaxed`; metrics bypass the shim).
 //! The registry uses `std::sync::Arc` and a `parking_lot` lock: it is a cold path loom does not
@@ -33,6 +39,7 @@
 use crate::metrics::{Counter, MetricType, PromWriter};
 use crate::sync::gcra::{BucketParams, TokenBucket};
 use parking_lot::Mutex;
+use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -40,6 +47,11 @@ use std::sync::Arc;
 pub const DEFAULT_MAX_SOURCES: usize = 10_000;
 /// The name of the entry shared by sources past the bound.
 pub const OVERFLOW_SOURCE: &str = "_overflow";
+/// The `source` label value of the series that sums the sources outside the top
+/// `metrics_top_sources` (reserved: a source of this name shares the overflow entry).
+pub const OTHER_SERIES: &str = "_other";
+/// Default `[ingest] metrics_top_sources`.
+pub const DEFAULT_METRICS_TOP_SOURCES: usize = 100;
 /// Longest source name with its own entry; longer names share the overflow entry.
 pub const MAX_SOURCE_NAME_LEN: usize = 128;
 
@@ -60,17 +72,21 @@ pub enum RefusalReason {
     Draining,
     /// The WAL's disk use reached `max_wal_bytes`.
     WalFull,
+    /// The process-wide in-flight body budget (`max_inflight_body_bytes`) could not cover the
+    /// declared body: refused before it was read.
+    BodyBudget,
 }
 
 impl RefusalReason {
     /// Every reason, in rendering order (`ALL[r as usize] == r`).
-    pub const ALL: [RefusalReason; 6] = [
+    pub const ALL: [RefusalReason; 7] = [
         RefusalReason::IngestSaturated,
         RefusalReason::WalBusy,
         RefusalReason::WalUnavailable,
         RefusalReason::QueueFull,
         RefusalReason::Draining,
         RefusalReason::WalFull,
+        RefusalReason::BodyBudget,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -82,6 +98,7 @@ impl RefusalReason {
             RefusalReason::QueueFull => "queue_full",
             RefusalReason::Draining => "draining",
             RefusalReason::WalFull => "wal_full",
+            RefusalReason::BodyBudget => "body_budget",
         }
     }
 }
@@ -140,6 +157,8 @@ impl SourceEntry {
 pub struct SourceTable {
     per_source: BucketParams,
     max_sources: usize,
+    /// Entries with per-source series of their own (module docs, "Metrics cardinality").
+    metrics_top: usize,
     registry: Mutex<HashMap<Box<str>, Arc<SourceEntry>>>,
     overflow: Arc<SourceEntry>,
 }
@@ -151,6 +170,7 @@ impl SourceTable {
         SourceTable {
             per_source,
             max_sources,
+            metrics_top: DEFAULT_METRICS_TOP_SOURCES,
             registry: Mutex::new(HashMap::new()),
             overflow: Arc::new(SourceEntry::new(OVERFLOW_SOURCE, per_source)),
         }
@@ -180,7 +200,7 @@ impl SourceTable {
     /// The entry for `name`, registering it if there is room. Takes the lock: the slow path
     /// behind [`SourceCache::get`].
     pub fn lookup(&self, name: &str) -> Arc<SourceEntry> {
-        if name.len() > MAX_SOURCE_NAME_LEN || name == OVERFLOW_SOURCE {
+        if name.len() > MAX_SOURCE_NAME_LEN || name == OVERFLOW_SOURCE || name == OTHER_SERIES {
             return Arc::clone(&self.overflow);
         }
         let mut registry = self.registry.lock();
@@ -198,27 +218,65 @@ impl SourceTable {
     /// Visit every entry, sorted by name, the overflow entry last. The lock is held only while
     /// the entries are collected, not while `f` runs.
     pub fn for_each(&self, mut f: impl FnMut(&str, &SourceEntry)) {
-        let mut entries: Vec<Arc<SourceEntry>> = self.registry.lock().values().cloned().collect();
+        let mut entries = self.entries();
         entries.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         for entry in entries.iter().chain(std::iter::once(&self.overflow)) {
             f(&entry.name, entry);
         }
     }
 
-    /// Append `sluice_ingest_refusals_total{reason,source}` (non-zero series only) and
-    /// `sluice_ingest_accepted_total{source}` (every entry).
+    /// The registered entries (not the overflow entry), collected under the lock.
+    fn entries(&self) -> Vec<Arc<SourceEntry>> {
+        self.registry.lock().values().cloned().collect()
+    }
+
+    /// Sets how many sources get series of their own in [`render_prometheus`]
+    /// (`[ingest] metrics_top_sources`; default [`DEFAULT_METRICS_TOP_SOURCES`]).
+    ///
+    /// [`render_prometheus`]: Self::render_prometheus
+    pub fn with_metrics_top(mut self, n: usize) -> Self {
+        self.metrics_top = n;
+        self
+    }
+
+    /// Append `sluice_ingest_refusals_total{reason,source}` (non-zero series only),
+    /// `sluice_ingest_accepted_total{source}` and `sluice_metrics_sources_folded`.
+    ///
+    /// Cardinality bound (module docs): the `metrics_top` entries (the overflow entry included)
+    /// with the most accepted plus refused requests get their own series, sorted by name; every
+    /// other entry is summed into one `source="_other"` series per family. Membership is
+    /// decided per scrape, so a source entering or leaving the top makes its own series and
+    /// `_other` jump (a decrease reads as a counter reset to Prometheus).
     pub fn render_prometheus(&self, w: &mut PromWriter) {
         const REFUSALS: &str = "sluice_ingest_refusals_total";
         const ACCEPTED: &str = "sluice_ingest_accepted_total";
-        let mut accepted = Vec::new();
+        let mut top = self.entries();
+        top.push(Arc::clone(&self.overflow));
+        let folded = top_by_traffic(&mut top, self.metrics_top);
+        top.sort_unstable_by(|a, b| {
+            let last = |e: &SourceEntry| e.name.as_ref() == OVERFLOW_SOURCE;
+            (last(a), &a.name).cmp(&(last(b), &b.name))
+        });
+        let mut other = Totals::default();
+        for entry in &folded {
+            other.add(entry);
+        }
         w.header(
             REFUSALS,
             "Ingest refusals by reason and source.",
             MetricType::Counter,
         );
-        self.for_each(|name, entry| {
+        let series = top.iter().map(|e| (e.name(), Totals::of(e)));
+        let series: Vec<(&str, Totals)> = if folded.is_empty() {
+            series.collect()
+        } else {
+            series
+                .chain(std::iter::once((OTHER_SERIES, other)))
+                .collect()
+        };
+        for (name, t) in &series {
             for reason in RefusalReason::ALL {
-                let v = entry.refusals(reason);
+                let v = t.refusals[reason as usize];
                 if v != 0 {
                     w.sample_u64(
                         REFUSALS,
@@ -227,16 +285,64 @@ impl SourceTable {
                     );
                 }
             }
-            accepted.push((name.to_owned(), entry.accepted()));
-        });
+        }
         w.header(
             ACCEPTED,
             "Ingest requests accepted, by source.",
             MetricType::Counter,
         );
-        for (name, v) in &accepted {
-            w.sample_u64(ACCEPTED, &[("source", name)], *v);
+        for (name, t) in &series {
+            w.sample_u64(ACCEPTED, &[("source", name)], t.accepted);
         }
+        w.gauge(
+            "sluice_metrics_sources_folded",
+            "Sources without series of their own, summed into source=\"_other\" (ingest.metrics_top_sources).",
+            folded.len() as f64,
+        );
+    }
+}
+
+/// Splits `entries` into the `n` with the most traffic (kept in `entries`, unordered) and the
+/// rest (returned). Ties go to the smaller name, so membership does not flap between scrapes.
+fn top_by_traffic(entries: &mut Vec<Arc<SourceEntry>>, n: usize) -> Vec<Arc<SourceEntry>> {
+    if entries.len() <= n {
+        return Vec::new();
+    }
+    let key = |e: &Arc<SourceEntry>| (Reverse(Totals::of(e).traffic()), e.name.clone());
+    let mut keyed: Vec<_> = entries.drain(..).map(|e| (key(&e), e)).collect();
+    if n > 0 {
+        keyed.select_nth_unstable_by(n - 1, |a, b| a.0.cmp(&b.0));
+    }
+    let rest = keyed.split_off(n);
+    entries.extend(keyed.into_iter().map(|(_, e)| e));
+    rest.into_iter().map(|(_, e)| e).collect()
+}
+
+/// One entry's counters as read at scrape time (or a sum of several).
+#[derive(Debug, Default, Clone, Copy)]
+struct Totals {
+    refusals: [u64; RefusalReason::COUNT],
+    accepted: u64,
+}
+
+impl Totals {
+    fn of(e: &SourceEntry) -> Totals {
+        let mut t = Totals::default();
+        t.add(e);
+        t
+    }
+
+    fn add(&mut self, e: &SourceEntry) {
+        for reason in RefusalReason::ALL {
+            self.refusals[reason as usize] += e.refusals(reason);
+        }
+        self.accepted += e.accepted();
+    }
+
+    fn traffic(&self) -> u64 {
+        self.refusals
+            .iter()
+            .fold(self.accepted, |a, &r| a.saturating_add(r))
     }
 }
 
@@ -405,7 +511,66 @@ mod tests {
              # HELP sluice_ingest_accepted_total Ingest requests accepted, by source.\n\
              # TYPE sluice_ingest_accepted_total counter\n\
              sluice_ingest_accepted_total{source=\"b\\\"q\"} 1\n\
-             sluice_ingest_accepted_total{source=\"_overflow\"} 0\n"
+             sluice_ingest_accepted_total{source=\"_overflow\"} 0\n\
+             # HELP sluice_metrics_sources_folded Sources without series of their own, summed into source=\"_other\" (ingest.metrics_top_sources).\n\
+             # TYPE sluice_metrics_sources_folded gauge\n\
+             sluice_metrics_sources_folded 0\n"
         );
+    }
+
+    #[test]
+    fn only_the_top_sources_get_series_and_the_rest_sum_into_other() {
+        let t =
+            Arc::new(SourceTable::new(100, BucketParams::new(1, 1).unwrap()).with_metrics_top(2));
+        for (name, accepted, refused) in [("a", 1, 0), ("b", 5, 0), ("c", 0, 3), ("d", 2, 1)] {
+            let e = t.lookup(name);
+            (0..accepted).for_each(|_| e.count_accepted());
+            (0..refused).for_each(|_| e.count_refusal(RefusalReason::BodyBudget));
+        }
+        // A client cannot pose as the sum.
+        assert!(Arc::ptr_eq(&t.lookup(OTHER_SERIES), t.overflow()));
+        let mut w = PromWriter::new();
+        t.render_prometheus(&mut w);
+        let text = w.as_str();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        // Top 2 by accepted + refused: b (5) and c (3); a, d and the idle overflow entry fold.
+        assert_eq!(
+            lines,
+            [
+                "sluice_ingest_refusals_total{reason=\"body_budget\",source=\"c\"} 3",
+                "sluice_ingest_refusals_total{reason=\"body_budget\",source=\"_other\"} 1",
+                "sluice_ingest_accepted_total{source=\"b\"} 5",
+                "sluice_ingest_accepted_total{source=\"c\"} 0",
+                "sluice_ingest_accepted_total{source=\"_other\"} 3",
+                "sluice_metrics_sources_folded 3",
+            ]
+        );
+    }
+
+    #[test]
+    fn three_thousand_sources_render_a_bounded_text() {
+        let t = SourceTable::new(10_000, BucketParams::new(1, 1).unwrap());
+        for i in 0..3000 {
+            t.lookup(&format!("source-{i:04}")).count_accepted();
+        }
+        let mut w = PromWriter::new();
+        t.render_prometheus(&mut w);
+        let series = w
+            .as_str()
+            .lines()
+            .filter(|l| l.starts_with("sluice_ingest"))
+            .count();
+        assert_eq!(series, DEFAULT_METRICS_TOP_SOURCES + 1);
+        assert!(w.as_str().len() < 16 * 1024, "{} bytes", w.as_str().len());
+        // Ties go to the smaller name: the same sources every scrape.
+        assert!(w.as_str().contains("source=\"source-0000\""));
+        assert!(!w.as_str().contains("source=\"source-2999\""));
+        let zero = SourceTable::new(5, BucketParams::new(1, 1).unwrap()).with_metrics_top(0);
+        zero.lookup("x").count_accepted();
+        let mut w = PromWriter::new();
+        zero.render_prometheus(&mut w);
+        assert!(w
+            .as_str()
+            .contains("sluice_ingest_accepted_total{source=\"_other\"} 1"));
     }
 }

@@ -105,10 +105,21 @@ label_enum!(
 );
 
 label_enum!(
-    /// `reason` label of `sluice_connections_refused_total`.
+    /// `reason` label of `sluice_connections_refused_total`. `fd_limit`: `accept` failed with
+    /// EMFILE/ENFILE (or ENOBUFS/ENOMEM); the connection stays in the listen backlog and the
+    /// worker retries on a timer. Counted per failed attempt.
     ConnRefusal {
         PerCoreCap => "per_core_cap",
         AcceptError => "accept_error",
+        FdLimit => "fd_limit",
+    }
+);
+
+label_enum!(
+    /// `bound` label of `sluice_connections_read_paused_total`.
+    PauseBound {
+        PipelineDepth => "pipeline_depth",
+        ResponseBytes => "response_bytes",
     }
 );
 
@@ -171,7 +182,9 @@ pub mod slot {
     pub const CONN_TIMED_OUT: usize = CONN_REFUSED + ConnRefusal::COUNT;
     /// Gauge: open connections of this core (stored by its worker).
     pub const CONN_OPEN: usize = CONN_TIMED_OUT + TimeoutKind::COUNT;
-    pub const COUNT: usize = CONN_OPEN + 1;
+    pub const READ_PAUSED: usize = CONN_OPEN + 1;
+    pub const BODY_BUDGET_REFUSED: usize = READ_PAUSED + PauseBound::COUNT;
+    pub const COUNT: usize = BODY_BUDGET_REFUSED + 1;
 
     #[inline]
     pub const fn backpressure(d: Dimension, a: Action) -> usize {
@@ -249,6 +262,18 @@ impl CoreMetrics {
     pub fn incr_timeout(&self, kind: TimeoutKind) {
         self.shard.add(slot::CONN_TIMED_OUT + kind as usize, 1);
     }
+    /// A connection stopped being read because its queued responses reached `bound`.
+    #[inline]
+    pub fn incr_read_paused(&self, bound: PauseBound) {
+        self.shard.add(slot::READ_PAUSED + bound as usize, 1);
+    }
+
+    /// A request body refused by the in-flight body budget.
+    #[inline]
+    pub fn incr_body_budget_refused(&self) {
+        self.shard.add(slot::BODY_BUDGET_REFUSED, 1);
+    }
+
     /// Set this core's `sluice_connections_open`. Only the owning worker stores it, so a plain
     /// `Relaxed` store is exact.
     #[inline]
@@ -301,6 +326,14 @@ impl Metrics {
     pub fn connections_timed_out(&self, kind: TimeoutKind) -> u64 {
         self.sum(slot::CONN_TIMED_OUT + kind as usize)
     }
+    pub fn read_paused(&self, bound: PauseBound) -> u64 {
+        self.sum(slot::READ_PAUSED + bound as usize)
+    }
+
+    pub fn body_budget_refused(&self) -> u64 {
+        self.sum(slot::BODY_BUDGET_REFUSED)
+    }
+
     /// Open connections of core `core` (a gauge).
     pub fn connections_open(&self, core: usize) -> u64 {
         self.shards[core].get(slot::CONN_OPEN)
@@ -389,6 +422,21 @@ impl Metrics {
             let label = core.to_string();
             w.sample_u64(OPEN, &[("core", &label)], self.connections_open(core));
         }
+
+        const PAUSED: &str = "sluice_connections_read_paused_total";
+        w.header(
+            PAUSED,
+            "Times a connection stopped being read because its queued responses reached a bound.",
+            MetricType::Counter,
+        );
+        for &b in PauseBound::ALL {
+            w.sample_u64(PAUSED, &[("bound", b.as_str())], self.read_paused(b));
+        }
+        w.counter(
+            "sluice_body_budget_refusals_total",
+            "Request bodies refused (503 body_budget) because max_inflight_body_bytes could not cover them.",
+            self.body_budget_refused(),
+        );
     }
 }
 

@@ -17,6 +17,7 @@
 //!
 //! - [`auth`]: per-trigger `sluice_signature_failures_total` and `sluice_dedupe_dropped_total`
 //!   (keyed by trigger id strings; no domain types).
+//! - [`shared`]: the one `/metrics` rendering concurrent scrapes share.
 //!
 //! Counters here use `std` atomics with `Relaxed` ordering and bypass the `crate::sync` shim.
 
@@ -24,10 +25,11 @@ pub mod auth;
 pub mod counter;
 pub mod histogram;
 pub mod prom;
+pub mod shared;
 
 pub use counter::{
-    status_slot, Action, ConnRefusal, CoreMetrics, Counter, Dimension, Metrics, Route, TimeoutKind,
-    STATUS_CODES,
+    status_slot, Action, ConnRefusal, CoreMetrics, Counter, Dimension, Metrics, PauseBound, Route,
+    TimeoutKind, STATUS_CODES,
 };
 pub use prom::{render, MetricType, PromWriter};
 

@@ -358,6 +358,7 @@ sluice_connections_accepted_total 2
 # TYPE sluice_connections_refused_total counter
 sluice_connections_refused_total{reason=\"per_core_cap\"} 1
 sluice_connections_refused_total{reason=\"accept_error\"} 0
+sluice_connections_refused_total{reason=\"fd_limit\"} 0
 # HELP sluice_connections_timed_out_total Connections closed by a timeout, by kind.
 # TYPE sluice_connections_timed_out_total counter
 sluice_connections_timed_out_total{kind=\"header\"} 0
@@ -368,6 +369,13 @@ sluice_connections_timed_out_total{kind=\"write\"} 0
 # TYPE sluice_connections_open gauge
 sluice_connections_open{core=\"0\"} 2
 sluice_connections_open{core=\"1\"} 0
+# HELP sluice_connections_read_paused_total Times a connection stopped being read because its queued responses reached a bound.
+# TYPE sluice_connections_read_paused_total counter
+sluice_connections_read_paused_total{bound=\"pipeline_depth\"} 0
+sluice_connections_read_paused_total{bound=\"response_bytes\"} 0
+# HELP sluice_body_budget_refusals_total Request bodies refused (503 body_budget) because max_inflight_body_bytes could not cover them.
+# TYPE sluice_body_budget_refusals_total counter
+sluice_body_budget_refusals_total 0
 # HELP sluice_wal_ring_depth Records in the WAL ring.
 # TYPE sluice_wal_ring_depth gauge
 sluice_wal_ring_depth 7

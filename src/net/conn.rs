@@ -3,24 +3,38 @@
 //! The connection does I/O and bookkeeping only; what a request *means* is decided by the worker
 //! (`crate::sched::worker`). Bounds, per connection:
 //! - read buffer: at most [`READ_CHUNK`] bytes past what the request reader still needs (the
-//!   reader itself refuses heads over `max_head_bytes` and bodies over `max_body_bytes`);
-//! - queued responses: at most `max_pipeline_depth`; past it the connection is not read from
-//!   (the client's bytes wait in the kernel socket buffer: TCP backpressure);
-//! - write buffer: the queued responses, so also bounded by the pipeline depth.
+//!   reader itself refuses heads over `max_head_bytes` and bodies over `max_body_bytes`), and
+//!   given back (not kept at its high-water capacity) once empty: [`Conn::trim`]. Body bytes
+//!   pass through it one read at a time into the reader's body buffer, so a body is held once;
+//! - the body being received: covered by a share of the process-wide body budget
+//!   ([`crate::net::budget`]) that the connection owns ([`Conn::body`]) and that is released
+//!   when the request completes or the connection is dropped;
+//! - queued responses: at most `max_pipeline_depth` slots and `max_queued_response_bytes`
+//!   bytes ([`Conn::queued_bytes`]: ready slots plus what is not yet written); past either the
+//!   connection is not read from (the client's bytes wait in the kernel socket buffer: TCP
+//!   backpressure). One response may take it past the byte bound, so the bound is
+//!   `max_queued_response_bytes` plus the largest response. A [`Slot::Shared`] response body
+//!   (the `/metrics` rendering) is queued by reference, not copied per connection, but counts
+//!   in full;
+//! - write buffer: the response being written, so also bounded by the above.
 //!
 //! Responses leave in request order (pipelining): a slot waiting for the WAL holds back the
 //! slots behind it.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
+use std::sync::Arc;
 
 use mio::net::TcpStream;
 
+use crate::net::budget::{BodyBudget, Reservation};
 use crate::net::http::RequestReader;
 use crate::wal::AppendRequest;
 
 /// Bytes read from the socket per `read` call.
 pub const READ_CHUNK: usize = 64 * 1024;
+/// Read-buffer capacity an idle connection keeps; a larger empty buffer is freed.
+const RBUF_KEEP: usize = 4 * 1024;
 
 /// What the connection is waiting for, for timeouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,8 +60,35 @@ pub enum Phase {
 pub enum Slot {
     /// Encoded and ready to write; `close` means the connection closes after it.
     Ready { bytes: Vec<u8>, close: bool },
+    /// A response head plus a body shared with other connections (written by reference).
+    Shared {
+        head: Vec<u8>,
+        body: Arc<[u8]>,
+        close: bool,
+    },
+    /// A response the worker fills in later in this loop turn (a `/metrics` scrape, rendered
+    /// once for every scrape read in the turn). `charge` is its expected size, counted against
+    /// the queued-bytes bound until it is filled.
+    Deferred {
+        keep_alive: bool,
+        head_only: bool,
+        charge: usize,
+    },
     /// An accepted event on its way to the WAL.
     Ingest(PendingIngest),
+}
+
+impl Slot {
+    /// Bytes this slot counts against `max_queued_response_bytes`. An ingest slot counts
+    /// nothing until its (small) response is filled in; at most `max_pipeline_depth` wait.
+    pub fn charge(&self) -> usize {
+        match self {
+            Slot::Ready { bytes, .. } => bytes.len(),
+            Slot::Shared { head, body, .. } => head.len() + body.len(),
+            Slot::Deferred { charge, .. } => *charge,
+            Slot::Ingest(_) => 0,
+        }
+    }
 }
 
 /// An admitted event waiting to be durable before its 202.
@@ -76,8 +117,20 @@ pub struct Conn {
     pub rbuf: Vec<u8>,
     wbuf: Vec<u8>,
     wpos: usize,
+    /// A shared response body written after `wbuf` (from a [`Slot::Shared`]).
+    wbody: Option<Arc<[u8]>>,
+    wbody_pos: usize,
     pub reader: RequestReader,
+    /// This connection's share of the body budget: what the body being received reserved.
+    pub body: Reservation,
+    /// In request order. Add and replace slots through [`push`](Self::push) and
+    /// [`fill_slot`](Self::fill_slot), which keep [`queued_bytes`](Self::queued_bytes) exact.
     pub slots: VecDeque<Slot>,
+    /// Sum of [`Slot::charge`] over `slots`.
+    slot_bytes: usize,
+    /// When a read last returned bytes (clock nanos, taken after the read returned): every
+    /// request handled since was sent before this time.
+    pub read_at: u64,
     pub phase: Phase,
     /// When `phase` last changed (clock nanos).
     pub phase_since: u64,
@@ -107,14 +160,24 @@ pub enum Flush {
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream, reader: RequestReader, now: u64) -> Conn {
+    pub fn new(
+        stream: TcpStream,
+        reader: RequestReader,
+        budget: crate::sync::Arc<BodyBudget>,
+        now: u64,
+    ) -> Conn {
         Conn {
             stream,
             rbuf: Vec::new(),
             wbuf: Vec::new(),
             wpos: 0,
+            wbody: None,
+            wbody_pos: 0,
             reader,
+            body: Reservation::new(budget),
             slots: VecDeque::new(),
+            slot_bytes: 0,
+            read_at: now,
             phase: Phase::Idle,
             phase_since: now,
             write_since: now,
@@ -128,7 +191,8 @@ impl Conn {
     }
 
     /// Reads once from the socket into `scratch` and appends what arrived to `rbuf`. Returns the
-    /// number of bytes read (0 on `WouldBlock` or EOF; see `readable` / `peer_closed`).
+    /// number of bytes read (0 on `WouldBlock` or EOF; see `readable` / `peer_closed`). The
+    /// caller sets `read_at` after a read that returned bytes.
     ///
     /// `scratch` is the worker's reusable read buffer, so no per-read zeroing or growth of
     /// `rbuf` beyond what arrived. A short read (fewer bytes than `scratch` holds) means the
@@ -163,37 +227,50 @@ impl Conn {
         }
     }
 
-    /// Queues raw bytes ahead of every slot (used for `100 Continue`).
-    pub fn push_interim(&mut self, bytes: &[u8]) {
-        self.wbuf.extend_from_slice(bytes);
+    /// Queues a response behind the others.
+    pub fn push(&mut self, slot: Slot) {
+        self.slot_bytes += slot.charge();
+        self.slots.push_back(slot);
+    }
+
+    /// Replaces the slot at `pos` (an ingest or deferred slot getting its response).
+    pub fn fill_slot(&mut self, pos: usize, slot: Slot) {
+        self.slot_bytes += slot.charge();
+        let old = std::mem::replace(&mut self.slots[pos], slot);
+        self.slot_bytes -= old.charge();
+    }
+
+    /// Response bytes queued and not yet written (the `max_queued_response_bytes` measure).
+    pub fn queued_bytes(&self) -> usize {
+        self.slot_bytes + self.unwritten()
+    }
+
+    /// Frees an empty read buffer that grew past [`RBUF_KEEP`], so a connection that once
+    /// received a large body or a burst does not keep that memory while idle.
+    pub fn trim(&mut self) {
+        if self.rbuf.is_empty() && self.rbuf.capacity() > RBUF_KEEP {
+            self.rbuf = Vec::new();
+        }
     }
 
     /// Moves ready responses from the front of the queue to the socket, in order.
     /// After a `close` response, everything behind it is dropped and `closing` is set.
     pub fn flush(&mut self, now: u64) -> io::Result<Flush> {
         loop {
-            if self.wpos == self.wbuf.len() {
+            if self.unwritten() == 0 {
                 self.wbuf.clear();
                 self.wpos = 0;
-                match self.slots.front() {
-                    Some(Slot::Ready { .. }) => {
-                        if let Some(Slot::Ready { bytes, close }) = self.slots.pop_front() {
-                            self.wbuf = bytes;
-                            self.write_since = now;
-                            if close {
-                                self.closing = true;
-                                self.slots.clear();
-                            }
-                        }
-                    }
-                    _ => return Ok(Flush::Done),
+                self.wbody = None;
+                self.wbody_pos = 0;
+                if !self.start_next(now) {
+                    return Ok(Flush::Done);
                 }
                 continue;
             }
-            match self.stream.write(&self.wbuf[self.wpos..]) {
+            match self.write_some() {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
-                    self.wpos += n;
+                    self.advance(n);
                     self.write_since = now;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -203,9 +280,61 @@ impl Conn {
         }
     }
 
+    /// Takes the front slot into the write buffers if it is ready; false if there is none.
+    fn start_next(&mut self, now: u64) -> bool {
+        if !matches!(
+            self.slots.front(),
+            Some(Slot::Ready { .. } | Slot::Shared { .. })
+        ) {
+            return false;
+        }
+        let Some(slot) = self.slots.pop_front() else {
+            return false;
+        };
+        self.slot_bytes -= slot.charge();
+        let close = match slot {
+            Slot::Ready { bytes, close } => {
+                self.wbuf = bytes;
+                close
+            }
+            Slot::Shared { head, body, close } => {
+                self.wbuf = head;
+                self.wbody = Some(body);
+                close
+            }
+            Slot::Deferred { .. } | Slot::Ingest(_) => unreachable!("checked above"),
+        };
+        self.write_since = now;
+        if close {
+            self.closing = true;
+            self.slots.clear();
+            self.slot_bytes = 0;
+        }
+        true
+    }
+
+    /// One write of what is buffered: the head and a shared body go out in one `writev`.
+    fn write_some(&mut self) -> io::Result<usize> {
+        let head = &self.wbuf[self.wpos..];
+        match &self.wbody {
+            Some(body) if !head.is_empty() => self
+                .stream
+                .write_vectored(&[IoSlice::new(head), IoSlice::new(&body[self.wbody_pos..])]),
+            Some(body) => self.stream.write(&body[self.wbody_pos..]),
+            None => self.stream.write(head),
+        }
+    }
+
+    fn advance(&mut self, n: usize) {
+        let head = (self.wbuf.len() - self.wpos).min(n);
+        self.wpos += head;
+        self.wbody_pos += n - head;
+    }
+
     /// Bytes accepted for writing but not yet written.
     pub fn unwritten(&self) -> usize {
-        self.wbuf.len() - self.wpos
+        let body = self.wbody.as_ref().map_or(0, |b| b.len() - self.wbody_pos);
+        self.wbuf.len() - self.wpos + body
     }
 
     /// True when nothing remains to be answered or written.
@@ -219,5 +348,142 @@ impl Conn {
             self.phase = phase;
             self.phase_since = now;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::http::Limits;
+    use std::time::{Duration, Instant};
+
+    /// A `Conn` on one end of a real loopback connection, and the peer's end.
+    fn pair(budget: &crate::sync::Arc<BodyBudget>) -> (Conn, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (ours, _) = listener.accept().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let reader = RequestReader::new(Limits::default());
+        let conn = Conn::new(TcpStream::from_std(ours), reader, budget.clone(), 0);
+        (conn, peer)
+    }
+
+    fn read_exactly(peer: &mut std::net::TcpStream, n: usize) -> Vec<u8> {
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut out = vec![0; n];
+        peer.read_exact(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn queued_bytes_follow_pushes_fills_and_writes() {
+        let budget = crate::sync::Arc::new(BodyBudget::new(1 << 20));
+        let (mut c, mut peer) = pair(&budget);
+        let shared: Arc<[u8]> = Arc::from(&b"0123456789"[..]);
+        c.push(Slot::Ready {
+            bytes: b"abc".to_vec(),
+            close: false,
+        });
+        c.push(Slot::Deferred {
+            keep_alive: true,
+            head_only: false,
+            charge: 100,
+        });
+        assert_eq!(c.queued_bytes(), 103);
+        c.fill_slot(
+            1,
+            Slot::Shared {
+                head: b"H:".to_vec(),
+                body: shared.clone(),
+                close: false,
+            },
+        );
+        assert_eq!(c.queued_bytes(), 3 + 2 + 10);
+        // Two connections' worth of the same body is one allocation.
+        assert_eq!(Arc::strong_count(&shared), 2);
+        assert_eq!(c.flush(1).unwrap(), Flush::Done);
+        assert_eq!(c.queued_bytes(), 0);
+        assert!(c.is_quiet());
+        assert_eq!(read_exactly(&mut peer, 15), b"abcH:0123456789");
+        assert_eq!(Arc::strong_count(&shared), 1, "written, then let go");
+    }
+
+    #[test]
+    fn a_pending_front_holds_back_the_queue_and_close_drops_the_rest() {
+        let budget = crate::sync::Arc::new(BodyBudget::new(1 << 20));
+        let (mut c, mut peer) = pair(&budget);
+        c.push(Slot::Deferred {
+            keep_alive: true,
+            head_only: false,
+            charge: 7,
+        });
+        c.push(Slot::Ready {
+            bytes: b"tail".to_vec(),
+            close: false,
+        });
+        // The front is not ready: nothing is written, in order.
+        assert_eq!(c.flush(0).unwrap(), Flush::Done);
+        assert_eq!(c.queued_bytes(), 11);
+        c.fill_slot(
+            0,
+            Slot::Ready {
+                bytes: b"bye".to_vec(),
+                close: true,
+            },
+        );
+        assert_eq!(c.flush(0).unwrap(), Flush::Done);
+        assert!(c.closing);
+        assert_eq!(c.queued_bytes(), 0, "slots behind a close are dropped");
+        assert_eq!(read_exactly(&mut peer, 3), b"bye");
+    }
+
+    #[test]
+    fn unread_responses_stay_counted_until_the_peer_reads() {
+        let budget = crate::sync::Arc::new(BodyBudget::new(1 << 20));
+        let (mut c, mut peer) = pair(&budget);
+        let big: Arc<[u8]> = Arc::from(vec![7u8; 8 << 20]);
+        c.push(Slot::Shared {
+            head: b"head".to_vec(),
+            body: big.clone(),
+            close: false,
+        });
+        // 8 MiB does not fit in the socket buffers of a peer that does not read.
+        assert_eq!(c.flush(0).unwrap(), Flush::Blocked);
+        let left = c.queued_bytes();
+        assert!(left > 0 && left < 4 + (8 << 20), "{left}");
+        // The peer reads everything; the rest goes out.
+        let reader = std::thread::spawn(move || read_exactly(&mut peer, 4 + (8 << 20)));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while c.flush(0).unwrap() == Flush::Blocked {
+            assert!(Instant::now() < deadline, "peer never drained");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let got = reader.join().unwrap();
+        assert_eq!(&got[..4], b"head");
+        assert!(got[4..].iter().all(|&b| b == 7));
+        assert_eq!(c.queued_bytes(), 0);
+    }
+
+    #[test]
+    fn dropping_a_connection_releases_its_body_share() {
+        let budget = crate::sync::Arc::new(BodyBudget::new(100));
+        let (mut c, peer) = pair(&budget);
+        assert!(c.body.grow_to(60));
+        assert!(!budget.try_reserve(41));
+        drop(peer);
+        drop(c);
+        assert_eq!(budget.in_use(), 0);
+    }
+
+    #[test]
+    fn an_empty_read_buffer_is_given_back() {
+        let budget = crate::sync::Arc::new(BodyBudget::new(100));
+        let (mut c, _peer) = pair(&budget);
+        c.rbuf.extend_from_slice(&[0; READ_CHUNK]);
+        c.trim();
+        assert!(c.rbuf.capacity() >= READ_CHUNK, "not empty: kept");
+        c.rbuf.clear();
+        c.trim();
+        assert_eq!(c.rbuf.capacity(), 0);
     }
 }

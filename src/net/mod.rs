@@ -1,5 +1,7 @@
-//! Networking: the sans-IO HTTP/1.1 codec (`http`) and the connection layer on mio (`conn`).
+//! Networking: the sans-IO HTTP/1.1 codec (`http`), the connection layer on mio (`conn`) and
+//! the process-wide in-flight body budget (`budget`).
 
+pub mod budget;
 pub mod conn;
 pub mod date;
 pub mod http;

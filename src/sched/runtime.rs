@@ -182,10 +182,13 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         BucketParams::new(capacity, config.ingest.refill_per_sec)
             .map_err(|e| RuntimeError::Config(format!("ingest bucket: {e}")))
     };
-    let sources = Arc::new(SourceTable::new(
-        config.ingest.max_sources,
-        bucket(config.ingest.per_source_capacity)?,
-    ));
+    let sources = Arc::new(
+        SourceTable::new(
+            config.ingest.max_sources,
+            bucket(config.ingest.per_source_capacity)?,
+        )
+        .with_metrics_top(config.ingest.metrics_top_sources),
+    );
     let admission = Admission::new(bucket(config.ingest.global_capacity)?, clock.now_nanos());
     // Before any core appends: the dedupe index is rebuilt from what is already durable.
     let guards = Guards::new(&config.triggers, config.ingest.dedupe_max_keys);
@@ -431,6 +434,8 @@ pub fn render_metrics(shared: &Shared) -> String {
             first.render_prometheus(w.buffer_mut());
         }
         shared.sources.render_prometheus(w);
+        shared.body_budget.render_prometheus(w);
+        shared.scrapes.render_prometheus(w);
         shared
             .metrics_dispatch
             .render(w, unix_millis(), shared.backlog.pending_events());

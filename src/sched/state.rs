@@ -9,7 +9,9 @@ use crate::ingest::bucket::Admission;
 use crate::ingest::router::Router;
 use crate::ingest::sources::SourceTable;
 use crate::ingest::Guards;
+use crate::metrics::shared::SharedRendering;
 use crate::metrics::Metrics;
+use crate::net::budget::BodyBudget;
 use crate::sched::backlog::Backlog;
 use crate::sync::clock::Clock;
 use crate::wal::WalShared;
@@ -40,6 +42,10 @@ pub struct Shared {
     /// The durable-queue bound (ingest reserves, the pump releases).
     pub backlog: Arc<Backlog>,
     pub metrics_dispatch: Arc<DispatchMetrics>,
+    /// The in-flight body budget (`server.max_inflight_body_bytes`), one for all cores.
+    pub body_budget: crate::sync::Arc<BodyBudget>,
+    /// The `/metrics` rendering shared by concurrent scrapes (`metrics::shared`).
+    pub scrapes: SharedRendering,
     // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
     // loop turn. `Relaxed` is enough: the phase carries no data with it, and a worker that sees
     // `Draining` one turn late only delays its drain by one poll timeout.
@@ -60,6 +66,8 @@ impl Shared {
         backlog: Arc<Backlog>,
         metrics_dispatch: Arc<DispatchMetrics>,
     ) -> Shared {
+        let budget = BodyBudget::new(config.server.max_inflight_body_bytes);
+        let body_budget = crate::sync::Arc::new(budget);
         Shared {
             config,
             clock,
@@ -70,6 +78,8 @@ impl Shared {
             wal,
             metrics,
             backlog,
+            body_budget,
+            scrapes: SharedRendering::default(),
             metrics_dispatch,
             phase: AtomicU8::new(Phase::Starting as u8),
         }

@@ -17,10 +17,12 @@
 //! - `props`: proptest models of the codecs, the ring and the token bucket.
 //! - `auth`: signature schemes, dedupe across a crash, the admin token.
 //! - `flow`: per-trigger flow-control gates with a real downstream.
+//! - `budgets`: the in-flight body budget, unread responses, accepts at the fd limit (RSS).
 
 mod support;
 
 mod auth;
+mod budgets;
 mod connections;
 mod crash;
 mod dispatch;

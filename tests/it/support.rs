@@ -52,6 +52,8 @@ pub struct Opts {
     pub workers: usize,
     /// `--durability`.
     pub durability: Option<String>,
+    /// `RLIMIT_NOFILE` (soft and hard) of the server process.
+    pub nofile: Option<u64>,
 }
 
 impl Default for Opts {
@@ -61,6 +63,7 @@ impl Default for Opts {
             env: Vec::new(),
             workers: 2,
             durability: None,
+            nofile: None,
         }
     }
 }
@@ -85,6 +88,11 @@ impl Opts {
 
     pub fn durability(mut self, mode: &str) -> Opts {
         self.durability = Some(mode.to_string());
+        self
+    }
+
+    pub fn nofile(mut self, limit: u64) -> Opts {
+        self.nofile = Some(limit);
         self
     }
 }
@@ -161,6 +169,24 @@ impl Server {
         }
         for (k, v) in &opts.env {
             cmd.env(k, v);
+        }
+        if let Some(limit) = opts.nofile {
+            use std::os::unix::process::CommandExt;
+            let rlim = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // SAFETY: the closure runs in the forked child before exec and only calls
+            // setrlimit(2), which is async-signal-safe, on a value copied into the closure; it
+            // allocates nothing and touches no lock.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &rlim) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -1049,6 +1075,30 @@ pub fn scrape(server: &Server) -> (String, Vec<Sample>) {
     let text = r.text();
     let samples = parse_metrics(&text);
     (text, samples)
+}
+
+/// The resident set size of process `pid` (`VmRSS` of `/proc/PID/status`), in bytes.
+pub fn rss_bytes(pid: i32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"));
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("bad VmRSS line {line:?}"));
+    kib * 1024
+}
+
+/// The value of the sample `name` whose labels include `labels` (0 if absent).
+pub fn sample_value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(v)))
+        .map(|s| s.value)
+        .sum()
 }
 
 /// Polls `f` every 20 ms until it returns true or `timeout` passes.

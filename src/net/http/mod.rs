@@ -71,7 +71,9 @@
 //!   limit is refused even before its line ends (no `max_uri_bytes + slack` heuristic needed).
 //! - Empty lines before a request line are skipped (RFC 9112 §2.2), e.g. a stray CRLF after a
 //!   body. Absolute-form targets are accepted; [`RequestHead::path`] strips scheme and authority.
-//! - The response writer adds `content-length` (except for 1xx and 204) and `connection: close`;
+//! - The response writer adds `content-length` (except for 1xx and 204) and `connection: close`
+//!   or `connection: keep-alive` (the latter is what keeps an HTTP/1.0 client that asked for
+//!   keep-alive from waiting for a close, e.g. `ab -k`; on HTTP/1.1 it restates the default);
 //!   it writes no `Date`, because the codec has no clock. RFC 9110 §6.6.1 requires an origin
 //!   server with a clock to send `Date` on 2xx–4xx, so the connection layer should pass one
 //!   (formatted once per second from the injected clock) in `headers`.
@@ -256,7 +258,9 @@ pub enum ReadEvent {
     /// More bytes are needed.
     Incomplete,
     /// The head is parsed (see [`RequestReader::pending_head`]) but the body is not complete yet.
-    /// Returned once per request, and only when a body is still expected. If `expect_continue`,
+    /// Returned once per request, and only when a body is still expected; with
+    /// [`RequestReader::with_body_gate`], for every request with a body, before any of it is
+    /// consumed (see [`RequestReader::declared_length`]). If `expect_continue`,
     /// the caller may send [`write_continue`] (once) or refuse early with a final status.
     HeadReady { expect_continue: bool },
     /// A complete request; bytes after it stay in the buffer.

@@ -12,6 +12,8 @@ use super::{BodyFraming, HttpError, Limits, ReadEvent, Request, RequestHead};
 pub struct RequestReader {
     limits: Limits,
     state: State,
+    /// [`with_body_gate`](Self::with_body_gate): stop after every head that has a body.
+    gate_bodies: bool,
 }
 
 #[derive(Debug)]
@@ -36,7 +38,18 @@ impl RequestReader {
         RequestReader {
             limits,
             state: State::Head(HeadScanner::new()),
+            gate_bodies: false,
         }
+    }
+
+    /// A reader that returns [`ReadEvent::HeadReady`] for *every* request with a body, before
+    /// consuming any byte of it (without the gate, a body that is already buffered is read in
+    /// the same call and only [`ReadEvent::Request`] is returned). The caller can then decide
+    /// whether the body may be received at all (e.g. the in-flight body budget), answer and
+    /// close if not, or `poll` again to read it.
+    pub fn with_body_gate(mut self) -> Self {
+        self.gate_bodies = true;
+        self
     }
 
     /// The limits this reader enforces.
@@ -89,6 +102,26 @@ impl RequestReader {
         }
     }
 
+    /// Bytes allocated for the pending request's body (≥ [`body_received`](Self::body_received);
+    /// never more than the declared `Content-Length`, or `max_body_bytes` when chunked).
+    pub fn body_capacity(&self) -> usize {
+        match &self.state {
+            State::Body { body, .. } => body.capacity(),
+            _ => 0,
+        }
+    }
+
+    /// The declared `Content-Length` of the pending request (`None` when chunked or idle).
+    pub fn declared_length(&self) -> Option<u64> {
+        match &self.state {
+            State::Body {
+                decoder: BodyDecoder::Length { declared, .. },
+                ..
+            } => Some(*declared),
+            _ => None,
+        }
+    }
+
     fn step(&mut self, buf: &[u8], consumed: &mut usize) -> ReadEvent {
         match &mut self.state {
             State::Failed(e) => ReadEvent::Error(*e),
@@ -131,6 +164,9 @@ impl RequestReader {
                     body: Vec::new(),
                     decoder,
                 };
+                if self.gate_bodies {
+                    return ReadEvent::HeadReady { expect_continue };
+                }
                 match self.read_body(buf, consumed) {
                     ReadEvent::Incomplete => ReadEvent::HeadReady { expect_continue },
                     event => event,

@@ -8,6 +8,8 @@ use super::HttpError;
 /// HTTP/1.1 <status> <reason>\r\n
 /// content-length: <body.len()>\r\n      (omitted for 1xx and 204, RFC 9110 §8.6)
 /// connection: close\r\n                (when !keep_alive)
+/// connection: keep-alive\r\n           (when keep_alive: required for HTTP/1.0 clients that
+///                                       asked for it, RFC 9112 §9.3; harmless on HTTP/1.1)
 /// <name>: <value>\r\n                   (each of `headers`, in order)
 /// \r\n
 /// <body>                                (omitted when head_only, e.g. for HEAD)
@@ -42,7 +44,9 @@ pub fn write_response(
         push_decimal(out, body.len() as u64);
         out.extend_from_slice(b"\r\n");
     }
-    if !keep_alive {
+    if keep_alive {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    } else {
         out.extend_from_slice(b"connection: close\r\n");
     }
     for (name, value) in headers {
@@ -164,7 +168,7 @@ mod tests {
         );
         assert_eq!(
             text(&out),
-            "HTTP/1.1 202 Accepted\r\ncontent-length: 18\r\ncontent-type: application/json\r\n\r\n{\"event_id\":\"01J\"}"
+            "HTTP/1.1 202 Accepted\r\ncontent-length: 18\r\nconnection: keep-alive\r\ncontent-type: application/json\r\n\r\n{\"event_id\":\"01J\"}"
         );
     }
 
@@ -182,10 +186,16 @@ mod tests {
     fn no_content_length_for_204_and_unknown_reason() {
         let mut out = Vec::new();
         write_response(&mut out, 204, &[], b"", true, false);
-        assert_eq!(text(&out), "HTTP/1.1 204 No Content\r\n\r\n");
+        assert_eq!(
+            text(&out),
+            "HTTP/1.1 204 No Content\r\nconnection: keep-alive\r\n\r\n"
+        );
         out.clear();
         write_response(&mut out, 299, &[], b"", true, false);
-        assert_eq!(text(&out), "HTTP/1.1 299 \r\ncontent-length: 0\r\n\r\n");
+        assert_eq!(
+            text(&out),
+            "HTTP/1.1 299 \r\ncontent-length: 0\r\nconnection: keep-alive\r\n\r\n"
+        );
     }
 
     #[test]

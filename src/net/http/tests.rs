@@ -509,3 +509,35 @@ fn mutated_inputs_never_panic_and_split_consistently() {
         );
     }
 }
+
+#[test]
+fn body_gate_stops_before_every_body() {
+    let mut reader = RequestReader::new(Limits::default()).with_body_gate();
+    let mut buf = b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabcGET /b HTTP/1.1\r\nHost: h\r\n\r\nPOST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nxy\r\n0\r\n\r\n".to_vec();
+    // The whole body is buffered, yet the gate reports the head first and consumes nothing of it.
+    assert!(matches!(
+        reader.poll(&mut buf),
+        ReadEvent::HeadReady {
+            expect_continue: false
+        }
+    ));
+    assert_eq!(reader.declared_length(), Some(3));
+    assert_eq!((reader.body_received(), reader.body_capacity()), (0, 0));
+    assert!(buf.starts_with(b"abc"));
+    let ReadEvent::Request(r) = reader.poll(&mut buf) else {
+        panic!("request")
+    };
+    assert_eq!(r.body, b"abc");
+    // No body: no gate.
+    let ReadEvent::Request(r) = reader.poll(&mut buf) else {
+        panic!("request")
+    };
+    assert_eq!(r.head.path(), "/b");
+    assert!(matches!(reader.poll(&mut buf), ReadEvent::HeadReady { .. }));
+    assert_eq!(reader.declared_length(), None, "chunked");
+    let ReadEvent::Request(r) = reader.poll(&mut buf) else {
+        panic!("request")
+    };
+    assert_eq!(r.body, b"xy");
+    assert!(buf.is_empty() && reader.is_idle());
+}

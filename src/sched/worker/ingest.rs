@@ -375,10 +375,13 @@ impl Worker {
             keep_alive,
             false,
         );
-        conn.slots[pos] = Slot::Ready {
-            bytes,
-            close: !keep_alive,
-        };
+        conn.fill_slot(
+            pos,
+            Slot::Ready {
+                bytes,
+                close: !keep_alive,
+            },
+        );
         self.metrics.incr_http(Route::Webhook, status);
     }
 

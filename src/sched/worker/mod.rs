@@ -50,6 +50,7 @@ use crate::sched::state::{Phase as Lifecycle, Shared};
 use crate::sync::clock::unix_millis;
 use crate::wal::{self, AppendOutcome, AppendRequest, EventRecord};
 
+mod budgets;
 mod ingest;
 mod links;
 
@@ -120,6 +121,8 @@ pub struct Worker {
     orphans: std::collections::HashMap<u64, u64>,
     /// When this core reported itself quiet during the drain.
     reported_quiet: bool,
+    /// Connection budgets: deferred scrapes, the accept retry (`budgets.rs`).
+    edge: budgets::Edge,
 }
 
 impl Worker {
@@ -185,6 +188,7 @@ impl Worker {
             dispatcher,
             orphans: std::collections::HashMap::new(),
             reported_quiet: false,
+            edge: budgets::Edge::default(),
         })
     }
 
@@ -205,6 +209,7 @@ impl Worker {
         let mut events = Events::with_capacity(1024);
         let mut last_sweep = self.now();
         loop {
+            self.finish_scrapes();
             let mut timeout = if self.offer_waiters.is_empty() {
                 SWEEP_EVERY
             } else {
@@ -214,6 +219,7 @@ impl Worker {
                 let wait = Duration::from_nanos(at.saturating_sub(self.now()));
                 timeout = timeout.min(wait.max(Duration::from_millis(1)));
             }
+            timeout = self.edge_timeout(timeout, self.now());
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     eprintln!("sluice: worker {}: poll failed: {e}", self.id);
@@ -253,6 +259,7 @@ impl Worker {
             self.take_commits();
             self.retry_offers();
             let now = self.now();
+            self.retry_accept(now);
             self.exchange(now);
             if now.saturating_sub(last_sweep) >= SWEEP_EVERY.as_nanos() as u64 {
                 last_sweep = now;
@@ -279,12 +286,9 @@ impl Worker {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    // EMFILE/ENFILE and friends: leave the rest in the backlog; the next
-                    // readiness event retries. Counted so operators see it.
-                    self.metrics
-                        .incr_connections_refused(ConnRefusal::AcceptError);
-                    eprintln!("sluice: worker {}: accept failed: {e}", self.id);
-                    return;
+                    // EMFILE/ENFILE and friends: leave the rest in the backlog and retry on a
+                    // timer (`budgets.rs`). Counted so operators see it.
+                    return self.accept_failed(&e);
                 }
             }
         }
@@ -325,7 +329,9 @@ impl Worker {
             return;
         }
         let now = self.now();
-        let mut conn = Conn::new(stream, http::RequestReader::new(self.limits.clone()), now);
+        let reader = http::RequestReader::new(self.limits.clone()).with_body_gate();
+        let budget = self.shared.body_budget.clone();
+        let mut conn = Conn::new(stream, reader, budget, now);
         // A new connection must send its head within the header timeout (slowloris).
         conn.set_phase(Phase::Head, now);
         self.conns[idx] = Some(conn);
@@ -369,6 +375,8 @@ impl Worker {
         }
         conn.set_phase(Phase::Linger, now);
         conn.rbuf = Vec::new();
+        // Nothing more is read into a body: its budget share goes back now, not at the close.
+        conn.body.release();
         self.discard(idx);
     }
 
@@ -397,7 +405,8 @@ impl Worker {
         {
             return self.discard(idx);
         }
-        let depth = self.shared.config.server.max_pipeline_depth;
+        let cfg = &self.shared.config.server;
+        let (depth, max_bytes) = (cfg.max_pipeline_depth, cfg.max_queued_response_bytes);
         loop {
             let at_depth = self.read_and_handle(idx);
             self.flush(idx);
@@ -405,7 +414,11 @@ impl Worker {
                 .conns
                 .get(idx)
                 .and_then(Option::as_ref)
-                .is_some_and(|c| c.phase != Phase::Linger && c.slots.len() < depth);
+                .is_some_and(|c| {
+                    c.phase != Phase::Linger
+                        && c.slots.len() < depth
+                        && c.queued_bytes() < max_bytes
+                });
             if !(at_depth && room) {
                 return;
             }
@@ -413,9 +426,9 @@ impl Worker {
     }
 
     /// Parses buffered requests and reads more, until the socket is drained, the connection is
-    /// closing, or `max_pipeline_depth` responses are queued. Returns true in the last case.
+    /// closing, or its queued responses reach `max_pipeline_depth` or
+    /// `max_queued_response_bytes`. Returns true in the last case.
     fn read_and_handle(&mut self, idx: usize) -> bool {
-        let depth = self.shared.config.server.max_pipeline_depth;
         let draining = self.shared.phase() == Lifecycle::Draining;
         loop {
             let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
@@ -424,29 +437,46 @@ impl Worker {
             if conn.closing {
                 return false;
             }
-            if conn.slots.len() >= depth {
+            if self.read_paused(idx) {
                 return true;
             }
+            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+                return false;
+            };
             match conn.reader.poll(&mut conn.rbuf) {
                 ReadEvent::Request(req) => {
                     conn.continue_sent = false;
                     conn.served += 1;
+                    // The body now belongs to the ingest path and its bounds.
+                    conn.body.release();
                     self.handle(idx, req, draining);
                     continue;
                 }
                 ReadEvent::HeadReady { expect_continue } => {
+                    // The body gate: nothing of the body is read before the budget covers it.
+                    if !self.admit_body(idx) {
+                        return false;
+                    }
+                    let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+                        return false;
+                    };
                     if expect_continue && !conn.continue_sent {
                         conn.continue_sent = true;
                         let mut bytes = Vec::with_capacity(32);
                         http::write_continue(&mut bytes);
-                        conn.slots.push_back(Slot::Ready {
+                        conn.push(Slot::Ready {
                             bytes,
                             close: false,
                         });
                         self.metrics.incr_http(Route::Webhook, 100);
                     }
+                    continue;
                 }
-                ReadEvent::Incomplete => {}
+                ReadEvent::Incomplete => {
+                    if conn.reader.pending_head().is_some() && !self.charge_body(idx) {
+                        return false;
+                    }
+                }
                 ReadEvent::Error(e) => {
                     self.respond_error(idx, e);
                     return false;
@@ -458,9 +488,14 @@ impl Worker {
             if !conn.readable || conn.peer_closed {
                 return false;
             }
-            if conn.read_into(&mut self.scratch).is_err() {
-                self.close(idx);
-                return false;
+            match conn.read_into(&mut self.scratch) {
+                Err(_) => {
+                    self.close(idx);
+                    return false;
+                }
+                Ok(0) => {}
+                // After the read returned: every request in these bytes was sent before it.
+                Ok(_) => conn.read_at = self.shared.clock.now_nanos(),
             }
         }
     }
@@ -492,6 +527,7 @@ impl Worker {
             // Shutting down: a connection between requests is closed as soon as it is quiet.
             return self.close(idx);
         }
+        conn.trim();
         let phase = if !conn.slots.is_empty() {
             Phase::Busy
         } else if conn.reader.pending_head().is_some() {
@@ -528,7 +564,7 @@ impl Worker {
         all.extend_from_slice(headers);
         let mut bytes = Vec::with_capacity(160 + body.len());
         http::write_response(&mut bytes, status, &all, body, keep_alive, head_only);
-        conn.slots.push_back(Slot::Ready {
+        conn.push(Slot::Ready {
             bytes,
             close: !keep_alive,
         });
@@ -538,6 +574,10 @@ impl Worker {
     }
 
     fn respond_error(&mut self, idx: usize, e: HttpError) {
+        // The failed reader dropped any partial body.
+        if let Some(c) = self.conns.get_mut(idx).and_then(Option::as_mut) {
+            c.body.release();
+        }
         let body = format!("{}\n", e.reason());
         self.push_ready(
             idx,
@@ -634,18 +674,8 @@ impl Worker {
                     )
                 }
             },
-            OpsEndpoint::Metrics => {
-                let body = crate::sched::runtime::render_metrics(&self.shared);
-                self.push_ready(
-                    idx,
-                    Route::Metrics,
-                    200,
-                    &[("Content-Type", "text/plain; version=0.0.4")],
-                    body.as_bytes(),
-                    keep_alive,
-                    head_only,
-                )
-            }
+            // Rendered once for every scrape of this loop turn (`budgets.rs`).
+            OpsEndpoint::Metrics => self.defer_scrape(idx, keep_alive, head_only),
         }
     }
 
@@ -738,7 +768,8 @@ impl Worker {
             if conn.closing {
                 return self.close(idx);
             }
-            conn.reader = http::RequestReader::new(self.limits.clone());
+            conn.reader = http::RequestReader::new(self.limits.clone()).with_body_gate();
+            conn.body.release();
             conn.rbuf.clear();
         }
         self.push_ready(
