@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 use super::bucket::{BucketParams, TokenBucket};
+use super::schedule::SourcePromise;
 use crate::metrics::{Counter, MetricType, PromWriter};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -94,6 +95,9 @@ pub struct SourceEntry {
     bucket: TokenBucket,
     refusals: [Counter; RefusalReason::COUNT],
     accepted: Counter,
+    /// The latest return promised by `Retry-After` and the early-return counter
+    /// ([`super::schedule`]); one word and one counter, bounded with the table.
+    returns: SourcePromise,
 }
 
 impl SourceEntry {
@@ -104,7 +108,13 @@ impl SourceEntry {
             bucket: TokenBucket::new(params, 0),
             refusals: Default::default(),
             accepted: Counter::new(),
+            returns: SourcePromise::new(),
         }
+    }
+
+    /// This source's part of the return schedule.
+    pub fn returns(&self) -> &SourcePromise {
+        &self.returns
     }
 
     pub fn name(&self) -> &str {
@@ -205,12 +215,15 @@ impl SourceTable {
         }
     }
 
-    /// Append `sluice_ingest_refusals_total{reason,source}` (non-zero series only) and
-    /// `sluice_ingest_accepted_total{source}` (every entry).
+    /// Append `sluice_ingest_refusals_total{reason,source}` (non-zero series only),
+    /// `sluice_ingest_accepted_total{source}` (every entry) and
+    /// `sluice_ingest_early_returns_total{source}` (non-zero series only).
     pub fn render_prometheus(&self, w: &mut PromWriter) {
         const REFUSALS: &str = "sluice_ingest_refusals_total";
         const ACCEPTED: &str = "sluice_ingest_accepted_total";
+        const EARLY: &str = "sluice_ingest_early_returns_total";
         let mut accepted = Vec::new();
+        let mut early = Vec::new();
         w.header(
             REFUSALS,
             "Ingest refusals by reason and source.",
@@ -228,6 +241,10 @@ impl SourceTable {
                 }
             }
             accepted.push((name.to_owned(), entry.accepted()));
+            let e = entry.returns.early_returns();
+            if e != 0 {
+                early.push((name.to_owned(), e));
+            }
         });
         w.header(
             ACCEPTED,
@@ -236,6 +253,14 @@ impl SourceTable {
         );
         for (name, v) in &accepted {
             w.sample_u64(ACCEPTED, &[("source", name)], *v);
+        }
+        w.header(
+            EARLY,
+            "Refusals of requests that came back before the Retry-After promised to their source.",
+            MetricType::Counter,
+        );
+        for (name, v) in &early {
+            w.sample_u64(EARLY, &[("source", name)], *v);
         }
     }
 }
@@ -405,7 +430,9 @@ mod tests {
              # HELP sluice_ingest_accepted_total Ingest requests accepted, by source.\n\
              # TYPE sluice_ingest_accepted_total counter\n\
              sluice_ingest_accepted_total{source=\"b\\\"q\"} 1\n\
-             sluice_ingest_accepted_total{source=\"_overflow\"} 0\n"
+             sluice_ingest_accepted_total{source=\"_overflow\"} 0\n\
+             # HELP sluice_ingest_early_returns_total Refusals of requests that came back before the Retry-After promised to their source.\n\
+             # TYPE sluice_ingest_early_returns_total counter\n"
         );
     }
 }

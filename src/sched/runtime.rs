@@ -380,6 +380,9 @@ pub fn render_metrics(shared: &Shared, ring_depth: usize) -> String {
         shared.wal.render_prometheus(w.buffer_mut());
         shared.sources.render_prometheus(w);
         shared
+            .returns
+            .render_prometheus(w, shared.clock.now_nanos());
+        shared
             .metrics_dispatch
             .render(w, unix_millis(), shared.backlog.pending_events());
         shared.guards.render_prometheus(w);

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::ingest::bucket::Admission;
 use crate::ingest::router::Router;
+use crate::ingest::schedule::ReturnSchedule;
 use crate::ingest::sources::SourceTable;
 use crate::ingest::Guards;
 use crate::metrics::dispatch::DispatchMetrics;
@@ -39,6 +40,8 @@ pub struct Shared {
     /// The durable-queue bound (ingest reserves, the pump releases).
     pub backlog: Arc<Backlog>,
     pub metrics_dispatch: Arc<DispatchMetrics>,
+    /// `Retry-After` of `queue_full` / `ingest_saturated` refusals (issue 16).
+    pub returns: ReturnSchedule,
     // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
     // loop turn. `Relaxed` is enough: the phase carries no data with it, and a worker that sees
     // `Draining` one turn late only delays its drain by one poll timeout.
@@ -59,7 +62,9 @@ impl Shared {
         backlog: Arc<Backlog>,
         metrics_dispatch: Arc<DispatchMetrics>,
     ) -> Shared {
+        let returns = ReturnSchedule::new(config.ingest.refill_per_sec);
         Shared {
+            returns,
             config,
             clock,
             router,
