@@ -17,6 +17,8 @@
 //! - `props`: proptest models of the codecs, the ring and the token bucket.
 //! - `auth`: signature schemes, dedupe across a crash, the admin token.
 //! - `flow`: per-trigger flow-control gates with a real downstream.
+//! - `returns`: the return schedule (`Retry-After` that schedules) with honouring and
+//!   non-honouring clients against a real slow downstream.
 
 mod support;
 
@@ -34,6 +36,7 @@ mod http_errors;
 mod http_features;
 mod ingest;
 mod props;
+mod returns;
 mod shutdown;
 mod tools;
 mod wal_tools;
