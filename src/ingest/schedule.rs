@@ -127,6 +127,7 @@ impl SlotRing {
         if room == 0 || first > last {
             return None;
         }
+        // Relaxed: a hint, validated below against `room` and `now_sec`; pairs with no store.
         let (h_sec, h_room) = unpack(self.hint.load(Ordering::Relaxed));
         let base = if room <= h_room && h_sec > now_sec {
             h_sec
@@ -139,6 +140,8 @@ impl SlotRing {
         while s <= last {
             if self.try_add(s, Some(room)) {
                 if extends && s > base {
+                    // Relaxed: publishes nothing but itself; a racing store may regress it,
+                    // which only lengthens a later scan.
                     self.hint.store(pack(s, room), Ordering::Relaxed);
                 }
                 return Some(s);
@@ -153,6 +156,7 @@ impl SlotRing {
 
     /// A second of the last window (round-robin), counted there regardless of room.
     pub fn spread(&self, now_sec: u64) -> u64 {
+        // Relaxed: only spreads; the count itself is kept by the slot's CAS.
         let k = self.spread.fetch_add(1, Ordering::Relaxed) % SPREAD_SECS;
         let s = now_sec + MAX_RETURN_SECS - k;
         self.try_add(s, None);
@@ -361,6 +365,8 @@ fn assign(ring: &SlotRing, now: u64, source: &SourcePromise, room: u64, min_secs
         Some(s) => s,
         None => ring.spread(now_sec),
     };
+    // Relaxed: one location, read by the next refusal of this source (`check`); no other
+    // memory is published through it.
     source.until.fetch_max(s * NANOS_PER_SEC, Ordering::Relaxed);
     s - now_sec
 }

@@ -246,3 +246,22 @@ fn concurrent_refusals_never_over_promise_a_second() {
     }
     assert_eq!(all.iter().filter(|&&x| x == 1058).count(), 1);
 }
+
+#[test]
+fn every_word_has_a_cache_line_pair_to_itself() {
+    use std::mem::{align_of, size_of};
+    let padded = size_of::<CachePadded<AtomicU64>>();
+    assert!(padded >= 64 && align_of::<SlotRing>() == align_of::<CachePadded<AtomicU64>>());
+    assert_eq!(size_of::<SlotRing>(), (SLOTS + 2) * padded);
+    let ring = SlotRing::new();
+    let base = &ring as *const SlotRing as usize;
+    let offsets = [
+        &ring.slots[0] as *const _ as usize,
+        &ring.slots[1] as *const _ as usize,
+        &ring.hint as *const _ as usize,
+        &ring.spread as *const _ as usize,
+    ];
+    for o in offsets {
+        assert_eq!((o - base) % padded, 0, "a word not on its own padded line");
+    }
+}
