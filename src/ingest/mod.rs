@@ -5,6 +5,8 @@
 //!   [`bucket::Admission`] through the global and a per-source bucket.
 //! - [`sources`]: bounded per-source registry, per-core caches, per-source refusal counters.
 //! - [`respond`]: the 202/503 bodies; [`event_id`]: ULID-shaped event ids.
+//! - [`schedule`]: the return schedule: `Retry-After` of `queue_full` and `ingest_saturated`
+//!   refusals from a ring of future one-second slots, so refused senders return spread out.
 //! - [`verify`]: per-trigger signature schemes (`401`), outbound Standard Webhooks signing;
 //!   [`secrets`]: where signing secrets come from; [`dedupe`]: the sharded dedupe index.
 //! - [`Guards`]: the per-trigger checks above, assembled from the config for the workers.
@@ -22,6 +24,7 @@ pub mod dedupe;
 pub mod event_id;
 pub mod respond;
 pub mod router;
+pub mod schedule;
 pub mod secrets;
 pub mod sources;
 pub mod verify;

@@ -36,6 +36,7 @@
 //! model; the bucket inside an entry is the part a loom model covers.
 #![forbid(unsafe_code)]
 
+use super::schedule::SourcePromise;
 use crate::metrics::{Counter, MetricType, PromWriter};
 use crate::sync::gcra::{BucketParams, TokenBucket};
 use parking_lot::Mutex;
@@ -111,6 +112,9 @@ pub struct SourceEntry {
     bucket: TokenBucket,
     refusals: [Counter; RefusalReason::COUNT],
     accepted: Counter,
+    /// The latest return promised by `Retry-After` and the early-return counter
+    /// ([`super::schedule`]); one word and one counter, bounded with the table.
+    returns: SourcePromise,
 }
 
 impl SourceEntry {
@@ -121,7 +125,13 @@ impl SourceEntry {
             bucket: TokenBucket::new(params, 0),
             refusals: Default::default(),
             accepted: Counter::new(),
+            returns: SourcePromise::new(),
         }
+    }
+
+    /// This source's part of the return schedule.
+    pub fn returns(&self) -> &SourcePromise {
+        &self.returns
     }
 
     pub fn name(&self) -> &str {
@@ -240,7 +250,8 @@ impl SourceTable {
     }
 
     /// Append `sluice_ingest_refusals_total{reason,source}` (non-zero series only),
-    /// `sluice_ingest_accepted_total{source}` and `sluice_metrics_sources_folded`.
+    /// `sluice_ingest_accepted_total{source}`, `sluice_ingest_early_returns_total{source}`
+    /// (non-zero series only) and `sluice_metrics_sources_folded`.
     ///
     /// Cardinality bound (module docs): the `metrics_top` entries (the overflow entry included)
     /// with the most accepted plus refused requests get their own series, sorted by name; every
@@ -250,6 +261,7 @@ impl SourceTable {
     pub fn render_prometheus(&self, w: &mut PromWriter) {
         const REFUSALS: &str = "sluice_ingest_refusals_total";
         const ACCEPTED: &str = "sluice_ingest_accepted_total";
+        const EARLY: &str = "sluice_ingest_early_returns_total";
         let mut top = self.entries();
         top.push(Arc::clone(&self.overflow));
         let folded = top_by_traffic(&mut top, self.metrics_top);
@@ -294,6 +306,16 @@ impl SourceTable {
         for (name, t) in &series {
             w.sample_u64(ACCEPTED, &[("source", name)], t.accepted);
         }
+        w.header(
+            EARLY,
+            "Refusals of requests that came back before the Retry-After promised to their source.",
+            MetricType::Counter,
+        );
+        for (name, t) in &series {
+            if t.early != 0 {
+                w.sample_u64(EARLY, &[("source", name)], t.early);
+            }
+        }
         w.gauge(
             "sluice_metrics_sources_folded",
             "Sources without series of their own, summed into source=\"_other\" (ingest.metrics_top_sources).",
@@ -323,6 +345,8 @@ fn top_by_traffic(entries: &mut Vec<Arc<SourceEntry>>, n: usize) -> Vec<Arc<Sour
 struct Totals {
     refusals: [u64; RefusalReason::COUNT],
     accepted: u64,
+    /// Early returns (issue 16): not traffic, only summed for `_other`.
+    early: u64,
 }
 
 impl Totals {
@@ -337,6 +361,7 @@ impl Totals {
             self.refusals[reason as usize] += e.refusals(reason);
         }
         self.accepted += e.accepted();
+        self.early += e.returns.early_returns();
     }
 
     fn traffic(&self) -> u64 {
@@ -512,6 +537,8 @@ mod tests {
              # TYPE sluice_ingest_accepted_total counter\n\
              sluice_ingest_accepted_total{source=\"b\\\"q\"} 1\n\
              sluice_ingest_accepted_total{source=\"_overflow\"} 0\n\
+             # HELP sluice_ingest_early_returns_total Refusals of requests that came back before the Retry-After promised to their source.\n\
+             # TYPE sluice_ingest_early_returns_total counter\n\
              # HELP sluice_metrics_sources_folded Sources without series of their own, summed into source=\"_other\" (ingest.metrics_top_sources).\n\
              # TYPE sluice_metrics_sources_folded gauge\n\
              sluice_metrics_sources_folded 0\n"

@@ -437,6 +437,9 @@ pub fn render_metrics(shared: &Shared) -> String {
         shared.body_budget.render_prometheus(w);
         shared.scrapes.render_prometheus(w);
         shared
+            .returns
+            .render_prometheus(w, shared.clock.now_nanos());
+        shared
             .metrics_dispatch
             .render(w, unix_millis(), shared.backlog.pending_events());
         shared.guards.render_prometheus(w);

@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::dispatch::metrics::DispatchMetrics;
 use crate::ingest::bucket::Admission;
 use crate::ingest::router::Router;
+use crate::ingest::schedule::ReturnSchedule;
 use crate::ingest::sources::SourceTable;
 use crate::ingest::Guards;
 use crate::metrics::shared::SharedRendering;
@@ -46,6 +47,8 @@ pub struct Shared {
     pub body_budget: crate::sync::Arc<BodyBudget>,
     /// The `/metrics` rendering shared by concurrent scrapes (`metrics::shared`).
     pub scrapes: SharedRendering,
+    /// `Retry-After` of `queue_full` / `ingest_saturated` refusals (issue 16).
+    pub returns: ReturnSchedule,
     // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
     // loop turn. `Relaxed` is enough: the phase carries no data with it, and a worker that sees
     // `Draining` one turn late only delays its drain by one poll timeout.
@@ -68,7 +71,9 @@ impl Shared {
     ) -> Shared {
         let budget = BodyBudget::new(config.server.max_inflight_body_bytes);
         let body_budget = crate::sync::Arc::new(budget);
+        let returns = ReturnSchedule::new(config.ingest.refill_per_sec);
         Shared {
+            returns,
             config,
             clock,
             router,

@@ -18,6 +18,8 @@
 //! - `auth`: signature schemes, dedupe across a crash, the admin token.
 //! - `flow`: per-trigger flow-control gates with a real downstream.
 //! - `budgets`: the in-flight body budget, unread responses, accepts at the fd limit (RSS).
+//! - `returns`: the return schedule (`Retry-After` that schedules) with honouring and
+//!   non-honouring clients against a real slow downstream.
 
 mod support;
 
@@ -37,6 +39,7 @@ mod http_features;
 mod ingest;
 mod percore;
 mod props;
+mod returns;
 mod shutdown;
 mod tools;
 mod wal_tools;

@@ -16,7 +16,7 @@ use crate::support::{run_cli, temp_root, wait_until, Client, BIN};
 const MOCK_LISTENING: &str = "mock-downstream: listening on http://";
 
 /// A running `sluice mock-downstream`; SIGKILLed on drop if still running.
-struct Mock {
+pub(crate) struct Mock {
     child: Option<Child>,
     addr: SocketAddr,
     /// Every stdout line after the listening line.
@@ -24,7 +24,7 @@ struct Mock {
 }
 
 impl Mock {
-    fn start(args: &[&str]) -> Mock {
+    pub(crate) fn start(args: &[&str]) -> Mock {
         let mut child = Command::new(BIN)
             .arg("mock-downstream")
             .args(["--listen", "127.0.0.1:0"])
@@ -59,11 +59,11 @@ impl Mock {
         }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    fn stats(&self) -> Value {
+    pub(crate) fn stats(&self) -> Value {
         let r = Client::connect(self.addr).expect("connect").get("/stats");
         assert_eq!(r.status, 200);
         r.json()

@@ -89,12 +89,9 @@ impl Worker {
         if let Err(refusal) = self.shared.admission.try_admit(entry.bucket(), now) {
             self.metrics.incr_ingest(false);
             entry.count_refusal(Refusal::IngestSaturated);
-            self.refuse(
-                idx,
-                Refusal::IngestSaturated,
-                refusal.retry_after_secs(),
-                keep_alive,
-            );
+            let emission = entry.bucket().params().emission_nanos();
+            let secs = (self.shared.returns).bucket(now, entry.returns(), &refusal, emission);
+            self.refuse(idx, Refusal::IngestSaturated, secs, keep_alive);
             return;
         }
         self.metrics.incr_ingest(true);
@@ -154,10 +151,11 @@ impl Worker {
         let refusal = if backlog.wal_full(self.shared.config.wal.segment_bytes) {
             Some((Refusal::WalFull, backlog.retry_after_secs()))
         } else {
-            backlog
-                .try_reserve(cost)
-                .err()
-                .map(|ra| (Refusal::QueueFull, ra))
+            backlog.try_reserve(cost).err().map(|_| {
+                let returns = &self.shared.returns;
+                let ra = returns.queue_full(now, entry.returns(), backlog.drain_rate());
+                (Refusal::QueueFull, ra)
+            })
         };
         if let Some((reason, retry_after)) = refusal {
             self.settle_claim(ticket, false);
