@@ -396,7 +396,7 @@ impl Dispatcher {
         let ts_secs = unix_millis() / 1000;
         let ts = ts_secs.to_string();
         let signature = cfg.signing_key.as_ref().map(|k| {
-            crate::ingest::verify::sign_standard_webhooks(
+            crate::sign::standard_webhooks::sign(
                 k.expose(),
                 &job.event.event_id,
                 ts_secs,

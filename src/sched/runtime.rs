@@ -167,10 +167,18 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         BucketParams::new(capacity, config.ingest.refill_per_sec)
             .map_err(|e| RuntimeError::Config(format!("ingest bucket: {e}")))
     };
-    let sources = Arc::new(SourceTable::new(
-        config.ingest.max_sources,
-        bucket(config.ingest.per_source_capacity)?,
-    ));
+    let sources = Arc::new(
+        SourceTable::new(
+            config.ingest.max_sources,
+            bucket(config.ingest.per_source_capacity)?,
+        )
+        .with_triggers(
+            config
+                .triggers
+                .iter()
+                .map(|t| (t.id.as_str(), t.provider.as_str())),
+        ),
+    );
     let admission = Admission::new(bucket(config.ingest.global_capacity)?, clock.now_nanos());
     // Before the writer starts: the dedupe index is rebuilt from what is already durable.
     let guards = Guards::new(&config.triggers, config.ingest.dedupe_max_keys);

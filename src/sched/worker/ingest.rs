@@ -83,9 +83,15 @@ impl Worker {
                     false,
                 );
             }
+            // Slack's `url_verification`: answered, not stored (`TriggerGuard::handshake`).
+            if let Some(answer) = g.handshake(&body) {
+                let h = [("Content-Type", "application/json")];
+                let answer = answer.as_bytes();
+                return self.push_ready(idx, Route::Webhook, 200, &h, answer, keep_alive, false);
+            }
         }
         let now = self.now();
-        let entry = self.sources.get(&source);
+        let entry = self.sources.get_for(&trigger_id, &source);
         if let Err(refusal) = self.shared.admission.try_admit(&entry, now) {
             self.metrics.incr_ingest(false);
             entry.count_refusal(Refusal::IngestSaturated);
