@@ -137,6 +137,9 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return fail(2, &format!("invalid configuration: {e}")),
             };
+            for w in cfg.warnings() {
+                eprintln!("sluice: warning: {w}");
+            }
             let result = sluice::sched::runtime::serve(cfg, &mut |addr| {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "sluice: listening on http://{addr}");

@@ -110,8 +110,14 @@ pub struct RawServer {
     pub body_timeout: Option<String>,
     /// Idle keep-alive connections are closed after this long. Default: `60s`.
     pub idle_timeout: Option<String>,
-    /// On SIGTERM/SIGINT, time given to in-flight requests before exit. Default: `30s`.
+    /// On SIGTERM/SIGINT, time given to in-flight requests before exit (counted after
+    /// `drain_grace`). Default: `30s`.
     pub shutdown_timeout: Option<String>,
+    /// On SIGTERM/SIGINT, `/readyz` answers `503 draining` at once, but the listener stays open
+    /// and requests are served as usual for this long, so a load balancer polling `/readyz` can
+    /// take the instance out of rotation before it stops accepting. `0s`: stop accepting at
+    /// once. Default: `2s`. Range: `0s..=365d`.
+    pub drain_grace: Option<String>,
     /// Largest accepted request body; larger gets `413`. Default: 10 MiB. Range: 1..=32 MiB
     /// (the WAL's record bound, `wal::MAX_BODY_BYTES`).
     pub max_body_bytes: Option<u64>,
@@ -241,6 +247,8 @@ pub struct ServerConfig {
     pub body_timeout: Duration,
     pub idle_timeout: Duration,
     pub shutdown_timeout: Duration,
+    /// Serving on after SIGTERM/SIGINT, before accepting stops (`RawServer::drain_grace`).
+    pub drain_grace: Duration,
     pub max_body_bytes: u64,
     pub max_head_bytes: usize,
     pub max_uri_bytes: usize,
@@ -419,6 +427,25 @@ impl Config {
         )
     }
 
+    /// Start-up warnings: settings that are valid but cannot work as written (printed by
+    /// `serve` on stderr). Today: a destination whose `max_in_flight` exceeds the pump's
+    /// `max_outstanding`, i.e. permits it can never reach (the pump has at most
+    /// `max_outstanding` jobs out in all).
+    pub fn warnings(&self) -> Vec<String> {
+        let cap = self.pump.max_outstanding;
+        self.destinations
+            .iter()
+            .filter(|d| d.max_in_flight > cap)
+            .map(|d| {
+                format!(
+                    "destination {}: max_in_flight = {} exceeds orchestrator.pumps.max_outstanding = {cap}; \
+                     at most {cap} calls can be in flight",
+                    d.handler.uri, d.max_in_flight
+                )
+            })
+            .collect()
+    }
+
     /// Where the WAL segments live.
     pub fn wal_dir(&self) -> PathBuf {
         self.server.data_dir.join("wal")
@@ -503,6 +530,11 @@ fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError
             r.shutdown_timeout,
             Duration::from_secs(30),
         )?,
+        drain_grace: match r.drain_grace {
+            None => Duration::from_secs(2),
+            Some(t) => duration::parse_duration_or_zero(&t)
+                .map_err(|e| ConfigError(format!("server.drain_grace: {e}")))?,
+        },
         max_body_bytes: ranged(
             "server.max_body_bytes",
             r.max_body_bytes,
@@ -679,6 +711,12 @@ fn build_triggers(
                 t.id
             ));
         }
+        if t.id == crate::ingest::router::DEFAULT_TRIGGER_ID {
+            return err(format!(
+                "triggers: id {:?} is reserved for the default route POST /webhooks/{{source}}",
+                t.id
+            ));
+        }
         if !is_valid_id(&t.provider) {
             return err(format!(
                 "trigger {:?}: provider {:?} must match [A-Za-z0-9._-]{{1,64}}",
@@ -688,6 +726,13 @@ fn build_triggers(
         if !t.path.starts_with('/') || t.path.len() > 1024 || t.path.contains(['?', '#', ' ']) {
             return err(format!(
                 "trigger {:?}: path {:?} must be an absolute path without query (≤ 1024 bytes)",
+                t.id, t.path
+            ));
+        }
+        if let Some(route) = crate::ingest::router::reserved_route(&t.path) {
+            return err(format!(
+                "trigger {:?}: path {:?} is taken by the built-in route {route} \
+                 (reserved: /healthz, /readyz, /metrics, /admin, /admin/…, /ui…, /api/…)",
                 t.id, t.path
             ));
         }
@@ -791,11 +836,61 @@ mod tests {
                 "[[triggers]]\nid = \"a\"\nprovider = \"x\"\npath = \"/x\"\n[[triggers]]\nid = \"b\"\nprovider = \"x\"\npath = \"/x\"\n",
                 "both use path",
             ),
+            ("[server]\nheader_timeout = \"18446744074s\"\n", "server.header_timeout"),
+            ("[server]\nshutdown_timeout = \"366d\"\n", "server.shutdown_timeout"),
+            ("[server]\ndrain_grace = \"-1s\"\n", "server.drain_grace"),
+            ("[server]\ndrain_grace = \"18446744074s\"\n", "server.drain_grace"),
+            ("[ingest]\noffer_timeout = \"99999999999h\"\n", "ingest.offer_timeout"),
+            ("[[triggers]]\nid = \"default\"\nprovider = \"x\"\npath = \"/x\"\n", "\"default\" is reserved"),
         ];
         for (text, needle) in cases {
             let e = build(text, &no_env).unwrap_err();
             assert!(e.0.contains(needle), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn trigger_paths_on_built_in_routes_fail_with_the_trigger() {
+        for path in [
+            "/healthz", "/readyz", "/metrics", "/admin", "/admin/x", "/ui", "/api/v1",
+        ] {
+            let text = format!("[[triggers]]\nid = \"t1\"\nprovider = \"x\"\npath = \"{path}\"\n");
+            let e = build(&text, &no_env).unwrap_err();
+            assert!(
+                e.0.contains("\"t1\"") && e.0.contains("built-in route"),
+                "{path}: {e}"
+            );
+        }
+        assert!(build(
+            "[[triggers]]\nid = \"t1\"\nprovider = \"x\"\npath = \"/adminx\"\n",
+            &no_env
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn drain_grace_defaults_to_two_seconds_and_may_be_zero() {
+        assert_eq!(
+            build("", &no_env).unwrap().server.drain_grace,
+            Duration::from_secs(2)
+        );
+        let c = build("[server]\ndrain_grace = \"0s\"\n", &no_env).unwrap();
+        assert_eq!(c.server.drain_grace, Duration::ZERO);
+    }
+
+    #[test]
+    fn unreachable_permits_are_a_warning_naming_both_keys() {
+        let text = "[[triggers]]\nid = \"t\"\nprovider = \"x\"\npath = \"/x\"\nhandler = \"http://127.0.0.1:9/x\"\n\
+                    [[destinations]]\nuri = \"http://127.0.0.1:9/x\"\nmax_in_flight = 100\n\
+                    [orchestrator]\npumps = { max_outstanding = 10 }\n";
+        let c = build(text, &no_env).unwrap();
+        let w = c.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("max_in_flight = 100") && w[0].contains("max_outstanding = 10"),
+            "{w:?}"
+        );
+        assert!(build("", &no_env).unwrap().warnings().is_empty());
     }
 
     #[test]
