@@ -315,6 +315,8 @@ pub struct Overrides {
     pub workers: Option<usize>,
     pub durability: Option<String>,
     pub pump_max_outstanding: Option<usize>,
+    /// `--drain-grace` (wins over `server.drain_grace`).
+    pub drain_grace: Option<String>,
 }
 
 /// Default headers stored with each event besides `content-type`.
@@ -530,7 +532,7 @@ fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError
             r.shutdown_timeout,
             Duration::from_secs(30),
         )?,
-        drain_grace: match r.drain_grace {
+        drain_grace: match o.drain_grace.clone().or(r.drain_grace) {
             None => Duration::from_secs(2),
             Some(t) => duration::parse_duration_or_zero(&t)
                 .map_err(|e| ConfigError(format!("server.drain_grace: {e}")))?,
@@ -901,6 +903,7 @@ mod tests {
             durability: Some("os".into()),
             data_dir: Some(PathBuf::from("/tmp/x")),
             pump_max_outstanding: None,
+            ..Overrides::default()
         };
         let raw =
             Config::parse_manifest("[server]\nlisten = \"127.0.0.1:9\"\nworkers = 1\n").unwrap();

@@ -3,3 +3,4 @@
 pub mod conn;
 pub mod date;
 pub mod http;
+pub mod listen;

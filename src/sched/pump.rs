@@ -28,7 +28,7 @@ use mio::Waker;
 use crate::dispatch::dlq::{DlqEntry, DlqError, DlqStore};
 use crate::dispatch::job::{Job, JobOutcome};
 use crate::ring;
-use crate::sched::state::{Phase, Shared};
+use crate::sched::state::Shared;
 use crate::sched::worker::Completion;
 use crate::sync::clock::unix_millis;
 use crate::wal::{
@@ -164,7 +164,7 @@ impl Pump {
             let mut busy = self.drain_completions();
             busy |= self.drain_outcomes(now_ms);
             self.retry_dead_letters(now_ms);
-            if self.shared.phase() != Phase::Draining {
+            if !self.shared.accepting_stopped(self.shared.clock.now_nanos()) {
                 busy |= self.admit(now_ms);
             }
             busy |= self.flush_records();

@@ -5,8 +5,9 @@
 //! bound (so a bad address fails before anything runs), then the writer and workers start, and
 //! only then is the phase `Ready` and the address printed.
 //!
-//! Shutdown (SIGTERM/SIGINT): phase `Draining` (`/readyz` → 503 `draining`); each worker stops
-//! accepting, closes idle connections and answers what it has already received, with
+//! Shutdown (SIGTERM/SIGINT): phase `Draining` (`/readyz` → 503 `draining`) at once; for
+//! `drain_grace` the listeners stay open and requests are served (with `Connection: close`), so
+//! a load balancer polling `/readyz` can move traffic away; then each worker stops accepting, closes idle connections and answers what it has already received, with
 //! `Connection: close`; workers exit when they have nothing in flight, or after
 //! `shutdown_timeout`. Then the WAL ring is closed, the writer drains it, syncs and exits.
 
@@ -89,6 +90,13 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         signal_hook::flag::register(sig, term.clone())
             .map_err(io_err("installing signal handlers"))?;
     }
+    // A port held by another process fails start-up before the WAL is touched (checked again
+    // right before binding).
+    let listen = config.server.listen;
+    crate::net::listen::ensure_free(listen).map_err(|e| RuntimeError::Io {
+        what: crate::net::listen::describe_bind_error(listen, &e),
+        source: e,
+    })?;
     let config = Arc::new(config);
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
 
@@ -213,9 +221,14 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     let (pump_ctx, pump_crx) = ring::channel(pump_records);
     let mut job_txs = Vec::new();
 
-    // Listeners: the first resolves the port (it may be 0), the others share it.
-    let first = bind_reuseport(config.server.listen)
-        .map_err(io_err(format!("binding {}", config.server.listen)))?;
+    // Listeners: the first resolves the port (it may be 0), the others share it. No other
+    // process may hold the address (`net::listen`): SO_REUSEPORT would let it share silently.
+    let first = crate::net::listen::ensure_free(listen)
+        .and_then(|()| bind_reuseport(listen))
+        .map_err(|e| RuntimeError::Io {
+            what: crate::net::listen::describe_bind_error(listen, &e),
+            source: e,
+        })?;
     let addr = first
         .local_addr()
         .map_err(io_err("reading the bound address"))?;
@@ -313,15 +326,16 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         }
     }
 
-    shared.set_phase(Phase::Draining);
+    shared.begin_drain(clock.now_nanos(), config.server.drain_grace);
     eprintln!(
-        "sluice: draining (up to {:?})",
-        config.server.shutdown_timeout
+        "sluice: draining: serving for drain_grace {:?}, then up to shutdown_timeout {:?}",
+        config.server.drain_grace, config.server.shutdown_timeout
     );
     for w in &wakers {
         let _ = w.wake();
     }
-    let grace = config.server.shutdown_timeout + Duration::from_secs(1);
+    let grace =
+        config.server.drain_grace + config.server.shutdown_timeout + Duration::from_secs(1);
     let deadline = clock.now_nanos() + grace.as_nanos() as u64;
     while handles.iter().any(|h| !h.is_finished()) && clock.now_nanos() < deadline {
         std::thread::sleep(Duration::from_millis(10));

@@ -52,6 +52,9 @@ pub struct Opts {
     pub workers: usize,
     /// `--durability`.
     pub durability: Option<String>,
+    /// `--drain-grace`: `0s` by default here (the server's default is 2s), so that stopping a
+    /// test server does not wait; `None` leaves it to the manifest.
+    pub drain_grace: Option<String>,
 }
 
 impl Default for Opts {
@@ -61,6 +64,7 @@ impl Default for Opts {
             env: Vec::new(),
             workers: 2,
             durability: None,
+            drain_grace: Some("0s".into()),
         }
     }
 }
@@ -155,6 +159,9 @@ impl Server {
         }
         if let Some(d) = &opts.durability {
             cmd.arg("--durability").arg(d);
+        }
+        if let Some(g) = &opts.drain_grace {
+            cmd.arg("--drain-grace").arg(g);
         }
         for k in HARN_ENV {
             cmd.env_remove(k);

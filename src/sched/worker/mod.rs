@@ -289,7 +289,8 @@ impl Worker {
             self.drain_completions();
             self.retry_offers();
             let now = self.now();
-            let draining = self.shared.phase() == Lifecycle::Draining;
+            // Past `drain_grace` (not at the signal): the drain proper.
+            let draining = self.shared.accepting_stopped(now);
             while let Some(job) = self.jobs.try_pop() {
                 self.dispatcher
                     .accept(job, now, self.poll.registry(), draining);
@@ -302,7 +303,7 @@ impl Worker {
             if self.hard_stop.load(Ordering::Relaxed) {
                 return;
             }
-            if self.shared.phase() == Lifecycle::Draining && self.drain_step(now) {
+            if draining && self.drain_step(now) {
                 return;
             }
         }
