@@ -63,8 +63,9 @@ impl SyncHistogram {
     }
 
     /// Appends the Prometheus text exposition of this histogram as metric `name`.
-    pub fn render_prometheus(&self, name: &str, out: &mut String) {
+    pub fn render_prometheus(&self, name: &str, help: &str, out: &mut String) {
         // `write!` into a `String` cannot fail.
+        let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} histogram");
         let mut cumulative = 0;
         for (bucket, le) in self.buckets.iter().zip(LE_LABELS) {
@@ -92,8 +93,10 @@ mod tests {
         h.observe_nanos(3_000_000); // <= 0.005
         h.observe_nanos(2_000_000_000); // +Inf only
         let mut s = String::new();
-        h.render_prometheus("sluice_wal_sync_seconds", &mut s);
-        assert!(s.starts_with("# TYPE sluice_wal_sync_seconds histogram\n"));
+        h.render_prometheus("sluice_wal_sync_seconds", "Help.", &mut s);
+        assert!(s.starts_with(
+            "# HELP sluice_wal_sync_seconds Help.\n# TYPE sluice_wal_sync_seconds histogram\n"
+        ));
         assert!(s.contains("sluice_wal_sync_seconds_bucket{le=\"0.0001\"} 2\n"));
         assert!(s.contains("sluice_wal_sync_seconds_bucket{le=\"0.0025\"} 2\n"));
         assert!(s.contains("sluice_wal_sync_seconds_bucket{le=\"0.005\"} 3\n"));

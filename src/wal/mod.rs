@@ -396,8 +396,11 @@ impl WalShared {
 
     /// Appends the Prometheus text of the WAL metrics (`sluice_wal_sync_seconds`).
     pub fn render_prometheus(&self, out: &mut String) {
-        self.sync_seconds
-            .render_prometheus("sluice_wal_sync_seconds", out);
+        self.sync_seconds.render_prometheus(
+            "sluice_wal_sync_seconds",
+            "Seconds per WAL group-commit sync.",
+            out,
+        );
     }
 }
 

@@ -57,7 +57,7 @@ impl Worker {
                 wal::MAX_HEADERS,
                 wal::MAX_HEADER_VALUE_BYTES
             );
-            let headers = [("Content-Type", "text/plain")];
+            let headers = [("Content-Type", http::TEXT_PLAIN)];
             return self.push_ready(
                 idx,
                 Route::Webhook,

@@ -340,7 +340,7 @@ impl Worker {
             http::write_response(
                 &mut out,
                 503,
-                &[("Retry-After", "1"), ("Content-Type", "text/plain")],
+                &[("Retry-After", "1"), ("Content-Type", http::TEXT_PLAIN)],
                 b"connection limit reached\n",
                 false,
                 false,
@@ -585,7 +585,7 @@ impl Worker {
             idx,
             Route::Unmatched,
             e.status(),
-            &[("Content-Type", "text/plain")],
+            &[("Content-Type", http::TEXT_PLAIN)],
             body.as_bytes(),
             false,
             false,
@@ -611,7 +611,7 @@ impl Worker {
                 idx,
                 Route::Unmatched,
                 405,
-                &[("Allow", allow), ("Content-Type", "text/plain")],
+                &[("Allow", allow), ("Content-Type", http::TEXT_PLAIN)],
                 b"method not allowed\n",
                 keep_alive,
                 head_only,
@@ -620,7 +620,7 @@ impl Worker {
                 idx,
                 Route::Webhook,
                 400,
-                &[("Content-Type", "text/plain")],
+                &[("Content-Type", http::TEXT_PLAIN)],
                 b"invalid source: must match [A-Za-z0-9._-]{1,64}\n",
                 keep_alive,
                 head_only,
@@ -629,7 +629,7 @@ impl Worker {
                 idx,
                 Route::Unmatched,
                 404,
-                &[("Content-Type", "text/plain")],
+                &[("Content-Type", http::TEXT_PLAIN)],
                 b"not found\n",
                 keep_alive,
                 head_only,
@@ -642,7 +642,7 @@ impl Worker {
     }
 
     fn handle_ops(&mut self, idx: usize, ep: OpsEndpoint, keep_alive: bool, head_only: bool) {
-        let text = [("Content-Type", "text/plain")];
+        let text = [("Content-Type", http::TEXT_PLAIN)];
         match ep {
             OpsEndpoint::Healthz => self.push_ready(
                 idx,
@@ -787,7 +787,7 @@ impl Worker {
             idx,
             Route::Unmatched,
             408,
-            &[("Content-Type", "text/plain")],
+            &[("Content-Type", http::TEXT_PLAIN)],
             b"request timeout\n",
             false,
             false,
