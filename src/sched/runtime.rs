@@ -334,8 +334,7 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     for w in &wakers {
         let _ = w.wake();
     }
-    let grace =
-        config.server.drain_grace + config.server.shutdown_timeout + Duration::from_secs(1);
+    let grace = config.server.drain_grace + config.server.shutdown_timeout + Duration::from_secs(1);
     let deadline = clock.now_nanos() + grace.as_nanos() as u64;
     while handles.iter().any(|h| !h.is_finished()) && clock.now_nanos() < deadline {
         std::thread::sleep(Duration::from_millis(10));
