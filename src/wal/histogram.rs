@@ -104,6 +104,6 @@ mod tests {
         assert!(s.contains("sluice_wal_sync_seconds_bucket{le=\"+Inf\"} 4\n"));
         assert!(s.contains("sluice_wal_sync_seconds_sum 2.00315\n"));
         assert!(s.contains("sluice_wal_sync_seconds_count 4\n"));
-        assert_eq!(s.lines().count(), 1 + 14 + 2);
+        assert_eq!(s.lines().count(), 2 + 14 + 2);
     }
 }

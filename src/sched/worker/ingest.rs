@@ -234,7 +234,7 @@ impl Worker {
         };
         let now = self.now();
         let received_at_ms = unix_millis();
-        let source = self.sources.get(&entry.event.source);
+        let source = (self.sources).get_for(&entry.event.trigger_id, &entry.event.source);
         let event = EventRecord {
             event_id: self.ids.next(received_at_ms),
             received_at_ms,
