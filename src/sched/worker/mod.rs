@@ -530,8 +530,11 @@ impl Worker {
             // The client will send nothing more and is owed nothing.
             return self.close(idx);
         }
-        if draining && conn.is_quiet() && conn.rbuf.is_empty() && conn.reader.is_idle() {
-            // Shutting down: a connection between requests is closed as soon as it is quiet.
+        let between_requests = conn.served > 0 && conn.rbuf.is_empty() && conn.reader.is_idle();
+        if draining && conn.is_quiet() && between_requests {
+            // Shutting down: a connection between requests is closed as soon as it is quiet. A
+            // new one (accepted during `drain_grace`) waits for its first request (header
+            // timeout); once the grace ends, `drain_step` closes those still silent.
             return self.close(idx);
         }
         let phase = if !conn.slots.is_empty() {
