@@ -734,7 +734,7 @@ fn build_triggers(
         if let Some(route) = crate::ingest::router::reserved_route(&t.path) {
             return err(format!(
                 "trigger {:?}: path {:?} is taken by the built-in route {route} \
-                 (reserved: /healthz, /readyz, /metrics, /admin, /admin/…, /ui…, /api/…)",
+                 (reserved: /healthz, /readyz, /metrics, /admin, /ui, /api and everything under them)",
                 t.id, t.path
             ));
         }

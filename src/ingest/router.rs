@@ -30,26 +30,24 @@ pub const DEFAULT_ROUTE_PREFIX: &str = "/webhooks/";
 /// Prefix of the admin routes.
 pub const ADMIN_PREFIX: &str = "/admin/";
 
-/// Path prefixes reserved for built-in routes that later issues add (a web UI, an API).
-pub const RESERVED_PREFIXES: [&str; 2] = ["/ui", "/api/"];
+/// Path prefixes reserved for built-in routes that later issues add (a web UI, an API): the
+/// prefix itself without its trailing slash is reserved too (`/ui`, `/ui/…`, `/api`, `/api/…`).
+pub const RESERVED_PREFIXES: [&str; 2] = ["/ui/", "/api/"];
 
 /// The built-in route a trigger `path` would collide with, if any: the operational endpoints,
-/// `/admin` and everything under `/admin/`, and the reserved prefixes [`RESERVED_PREFIXES`]
-/// (`/ui`, `/ui/…`, `/uix` alike; `/api/…`). A trigger on such a path would never be reached
-/// (or would capture a later built-in route), so the config refuses it.
+/// `/admin` and everything under `/admin/`, and [`RESERVED_PREFIXES`]. A trigger on such a path
+/// would never be reached (or would capture a later built-in route), so the config refuses it.
 pub fn reserved_route(path: &str) -> Option<&'static str> {
     match path {
         "/healthz" => return Some("/healthz"),
         "/readyz" => return Some("/readyz"),
         "/metrics" => return Some("/metrics"),
-        "/admin" => return Some("/admin"),
-        "/api" => return Some("/api/"),
         _ => {}
     }
-    if path.starts_with(ADMIN_PREFIX) {
-        return Some(ADMIN_PREFIX);
-    }
-    RESERVED_PREFIXES.into_iter().find(|p| path.starts_with(p))
+    [ADMIN_PREFIX]
+        .into_iter()
+        .chain(RESERVED_PREFIXES)
+        .find(|p| path.starts_with(p) || path == p.trim_end_matches('/'))
 }
 
 /// An admin route, resolved before authentication (see the module docs).
