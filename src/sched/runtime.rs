@@ -7,7 +7,8 @@
 //!
 //! Shutdown (SIGTERM/SIGINT): phase `Draining` (`/readyz` → 503 `draining`) at once; for
 //! `drain_grace` the listeners stay open and requests are served (with `Connection: close`), so
-//! a load balancer polling `/readyz` can move traffic away; then each worker stops accepting, closes idle connections and answers what it has already received, with
+//! a load balancer polling `/readyz` can move traffic away; then each worker stops accepting,
+//! closes idle connections and answers what it has already received, with
 //! `Connection: close`; workers exit when they have nothing in flight, or after
 //! `shutdown_timeout`. Then the WAL ring is closed, the writer drains it, syncs and exits.
 
