@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod net;
 pub mod ring;
 pub mod sched;
+pub mod sign;
 pub mod sync;
 pub mod tools;
 pub mod wal;

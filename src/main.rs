@@ -44,6 +44,9 @@ enum Command {
         /// Most dispatch jobs out at once (default 64; env HARN_ORCHESTRATOR_PUMP_MAX_OUTSTANDING).
         #[arg(long)]
         pump_max_outstanding: Option<usize>,
+        /// Serve on for this long after SIGTERM/SIGINT while /readyz says draining (default 2s).
+        #[arg(long)]
+        drain_grace: Option<String>,
     },
     /// Open-loop HTTP/1.1 load generator (fixed rate or schedule; per-second timeline).
     Loadgen(sluice::tools::loadgen::LoadgenArgs),
@@ -118,6 +121,7 @@ fn main() -> ExitCode {
             workers,
             durability,
             pump_max_outstanding,
+            drain_grace,
         } => {
             let raw = match &config {
                 Some(path) => match Config::read_manifest(path) {
@@ -132,11 +136,15 @@ fn main() -> ExitCode {
                 workers,
                 durability,
                 pump_max_outstanding,
+                drain_grace,
             };
             let cfg = match Config::build(raw, &|k| std::env::var(k).ok(), &overrides) {
                 Ok(c) => c,
                 Err(e) => return fail(2, &format!("invalid configuration: {e}")),
             };
+            for w in cfg.warnings() {
+                eprintln!("sluice: warning: {w}");
+            }
             let result = sluice::sched::runtime::serve(cfg, &mut |addr| {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "sluice: listening on http://{addr}");

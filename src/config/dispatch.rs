@@ -523,7 +523,8 @@ fn build_destination(
             let secret = super::auth::load_secrets(std::slice::from_ref(secret_ref), env)
                 .map_err(|e| ConfigError(format!("{key}: signing_secret: {e}")))?
                 .remove(0);
-            let key_bytes = crate::ingest::verify::decode_standard_webhooks_secret(secret.expose())
+            let key_bytes = crate::sign::standard_webhooks::decode_secret(secret.expose())
+                .map(crate::ingest::secrets::Secret::new)
                 .ok_or_else(|| {
                     ConfigError(format!(
                         "{key}: signing_secret must be whsec_<base64> (or base64) of a non-empty key"

@@ -2,12 +2,30 @@
 //!
 //! Accepted units: `ms`, `s`, `m`, `h`, `d` (case-sensitive, no spaces, no fractions).
 //! `0` of any unit is rejected: every duration in sluice bounds a wait, and a zero bound is
-//! almost always a typo that would turn a timeout into "refuse everything".
+//! almost always a typo that would turn a timeout into "refuse everything" (the few keys where
+//! zero means "none", such as `server.drain_grace`, use [`parse_duration_or_zero`]).
+//!
+//! Every duration is at most [`MAX_DURATION`] (365 days): a bound far beyond any sensible wait,
+//! whose nanoseconds fit in a `u64` with room for `now + d` on the monotonic clock. Larger
+//! values are refused, never wrapped or clamped (`"18446744074s"` would otherwise overflow the
+//! nanosecond arithmetic of the timeouts and behave as a fraction of a second).
 
 use std::time::Duration;
 
-/// Parses `"250ms"`, `"10s"`, `"5m"`, `"2h"`, `"7d"`.
+/// The largest duration any key accepts: 365 days.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 86_400);
+
+/// Parses `"250ms"`, `"10s"`, `"5m"`, `"2h"`, `"7d"` (1ms..=365d).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let d = parse_duration_or_zero(text)?;
+    if d.is_zero() {
+        return Err(format!("duration {text:?} must be greater than zero"));
+    }
+    Ok(d)
+}
+
+/// As [`parse_duration`], but `0` of any unit is allowed (for keys where zero means "none").
+pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let split = t
         .find(|c: char| !c.is_ascii_digit())
@@ -21,9 +39,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let n: u64 = digits
         .parse()
         .map_err(|_| format!("duration {text:?}: {digits:?} is not a valid integer"))?;
-    if n == 0 {
-        return Err(format!("duration {text:?} must be greater than zero"));
-    }
     let unit_ms: u64 = match unit {
         "ms" => 1,
         "s" => 1_000,
@@ -36,10 +51,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             ))
         }
     };
-    let ms = n
-        .checked_mul(unit_ms)
-        .ok_or_else(|| format!("duration {text:?} is too large"))?;
-    Ok(Duration::from_millis(ms))
+    let max_ms = MAX_DURATION.as_millis() as u64;
+    match n.checked_mul(unit_ms) {
+        Some(ms) if ms <= max_ms => Ok(Duration::from_millis(ms)),
+        _ => Err(format!(
+            "duration {text:?} is too large (at most 365d = {}s)",
+            MAX_DURATION.as_secs()
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -59,6 +78,29 @@ mod tests {
     }
 
     #[test]
+    fn the_maximum_is_365_days_and_fits_in_u64_nanoseconds() {
+        assert_eq!(parse_duration("365d").unwrap(), MAX_DURATION);
+        assert_eq!(parse_duration("31536000s").unwrap(), MAX_DURATION);
+        assert!(u64::try_from(MAX_DURATION.as_nanos()).unwrap() < u64::MAX / 4);
+        let e = parse_duration("18446744074s").unwrap_err();
+        assert!(e.contains("too large"), "{e}");
+    }
+
+    #[test]
+    fn zero_only_where_allowed() {
+        assert_eq!(parse_duration_or_zero("0s").unwrap(), Duration::ZERO);
+        assert_eq!(parse_duration_or_zero("0ms").unwrap(), Duration::ZERO);
+        assert_eq!(
+            parse_duration_or_zero("2s").unwrap(),
+            Duration::from_secs(2)
+        );
+        assert!(parse_duration("0s")
+            .unwrap_err()
+            .contains("greater than zero"));
+        assert!(parse_duration_or_zero("-1s").is_err());
+    }
+
+    #[test]
     fn rejects_bad_input_with_a_reason() {
         for bad in [
             "",
@@ -70,6 +112,9 @@ mod tests {
             "10 s",
             "10sec",
             "99999999999999999999d",
+            "18446744074s",
+            "366d",
+            "31536001s",
         ] {
             let err = parse_duration(bad).unwrap_err();
             assert!(err.contains("duration"), "{bad:?} -> {err}");

@@ -294,7 +294,8 @@ pub fn parse_flow_duration(text: &str) -> Result<Duration, String> {
             .map_err(|_| format!("duration {text:?} must be a positive integer with a unit"))?;
         return days
             .checked_mul(7)
-            .ok_or_else(|| format!("duration {text:?} is too large"));
+            .filter(|d| *d <= super::duration::MAX_DURATION)
+            .ok_or_else(|| format!("duration {text:?} is too large (at most 365d)"));
     }
     super::parse_duration(text)
         .map_err(|e| e.replace("(use ms, s, m, h or d)", "(use ms, s, m, h, d or w)"))

@@ -111,8 +111,14 @@ pub struct RawServer {
     pub body_timeout: Option<String>,
     /// Idle keep-alive connections are closed after this long. Default: `60s`.
     pub idle_timeout: Option<String>,
-    /// On SIGTERM/SIGINT, time given to in-flight requests before exit. Default: `30s`.
+    /// On SIGTERM/SIGINT, time given to in-flight requests before exit (counted after
+    /// `drain_grace`). Default: `30s`.
     pub shutdown_timeout: Option<String>,
+    /// On SIGTERM/SIGINT, `/readyz` answers `503 draining` at once, but the listener stays open
+    /// and requests are served as usual for this long, so a load balancer polling `/readyz` can
+    /// take the instance out of rotation before it stops accepting. `0s`: stop accepting at
+    /// once. Default: `2s`. Range: `0s..=365d`.
+    pub drain_grace: Option<String>,
     /// Largest accepted request body; larger gets `413`. Default: 10 MiB. Range: 1..=32 MiB
     /// (the WAL's record bound, `wal::MAX_BODY_BYTES`).
     pub max_body_bytes: Option<u64>,
@@ -228,6 +234,8 @@ pub struct ServerConfig {
     pub body_timeout: Duration,
     pub idle_timeout: Duration,
     pub shutdown_timeout: Duration,
+    /// Serving on after SIGTERM/SIGINT, before accepting stops (`RawServer::drain_grace`).
+    pub drain_grace: Duration,
     pub max_body_bytes: u64,
     pub max_head_bytes: usize,
     pub max_uri_bytes: usize,
@@ -297,6 +305,8 @@ pub struct Overrides {
     pub workers: Option<usize>,
     pub durability: Option<String>,
     pub pump_max_outstanding: Option<usize>,
+    /// `--drain-grace` (wins over `server.drain_grace`).
+    pub drain_grace: Option<String>,
 }
 
 /// Default headers stored with each event besides `content-type`.
@@ -409,6 +419,25 @@ impl Config {
         )
     }
 
+    /// Start-up warnings: settings that are valid but cannot work as written (printed by
+    /// `serve` on stderr). Today: a destination whose `max_in_flight` exceeds the pump's
+    /// `max_outstanding`, i.e. permits it can never reach (the pump has at most
+    /// `max_outstanding` jobs out in all).
+    pub fn warnings(&self) -> Vec<String> {
+        let cap = self.pump.max_outstanding;
+        self.destinations
+            .iter()
+            .filter(|d| d.max_in_flight > cap)
+            .map(|d| {
+                format!(
+                    "destination {}: max_in_flight = {} exceeds orchestrator.pumps.max_outstanding = {cap}; \
+                     at most {cap} calls can be in flight",
+                    d.handler.uri, d.max_in_flight
+                )
+            })
+            .collect()
+    }
+
     /// Where the WAL segments live.
     pub fn wal_dir(&self) -> PathBuf {
         self.server.data_dir.join("wal")
@@ -500,6 +529,11 @@ fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError
             r.shutdown_timeout,
             Duration::from_secs(30),
         )?,
+        drain_grace: match o.drain_grace.clone().or(r.drain_grace) {
+            None => Duration::from_secs(2),
+            Some(t) => duration::parse_duration_or_zero(&t)
+                .map_err(|e| ConfigError(format!("server.drain_grace: {e}")))?,
+        },
         max_body_bytes,
         max_head_bytes,
         // Default: 8 KiB, or the head limit if smaller (the target is part of the head).
@@ -679,6 +713,12 @@ fn build_triggers(
                 t.id
             ));
         }
+        if t.id == crate::ingest::router::DEFAULT_TRIGGER_ID {
+            return err(format!(
+                "triggers: id {:?} is reserved for the default route POST /webhooks/{{source}}",
+                t.id
+            ));
+        }
         if !is_valid_id(&t.provider) {
             return err(format!(
                 "trigger {:?}: provider {:?} must match [A-Za-z0-9._-]{{1,64}}",
@@ -688,6 +728,13 @@ fn build_triggers(
         if !t.path.starts_with('/') || t.path.len() > 1024 || t.path.contains(['?', '#', ' ']) {
             return err(format!(
                 "trigger {:?}: path {:?} must be an absolute path without query (≤ 1024 bytes)",
+                t.id, t.path
+            ));
+        }
+        if let Some(route) = crate::ingest::router::reserved_route(&t.path) {
+            return err(format!(
+                "trigger {:?}: path {:?} is taken by the built-in route {route} \
+                 (reserved: /healthz, /readyz, /metrics, /admin, /ui, /api and everything under them)",
                 t.id, t.path
             ));
         }
@@ -724,6 +771,10 @@ fn build_triggers(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+#[path = "limits_tests.rs"]
+mod limits_tests;
 
 #[cfg(test)]
 mod tests {
@@ -806,6 +857,7 @@ mod tests {
             durability: Some("os".into()),
             data_dir: Some(PathBuf::from("/tmp/x")),
             pump_max_outstanding: None,
+            ..Overrides::default()
         };
         let raw =
             Config::parse_manifest("[server]\nlisten = \"127.0.0.1:9\"\nworkers = 1\n").unwrap();

@@ -558,7 +558,7 @@ fn encode(cfg: &DestinationConfig, job: &Job, ts_secs: u64) -> Result<Vec<u8>, R
     let attempt = job.attempt.to_string();
     let ts = ts_secs.to_string();
     let signature = cfg.signing_key.as_ref().map(|k| {
-        crate::ingest::verify::sign_standard_webhooks(
+        crate::sign::standard_webhooks::sign(
             k.expose(),
             &job.event.event_id,
             ts_secs,

@@ -296,7 +296,7 @@ fn the_request_carries_standard_webhooks_headers_and_a_verifiable_signature() {
     j.event.replay_of = Some("evt_0".into());
     let req = encode(&cfg, &j, 1_700_000_000).unwrap();
     let text = String::from_utf8(req).unwrap();
-    let sig = crate::ingest::verify::sign_standard_webhooks(b"k3y", "evt_9", 1_700_000_000, b"{}");
+    let sig = crate::sign::standard_webhooks::sign(b"k3y", "evt_9", 1_700_000_000, b"{}");
     assert!(text.starts_with("POST /h HTTP/1.1\r\n"), "{text}");
     for h in [
         "content-type: application/json\r\n".to_string(),

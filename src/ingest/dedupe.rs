@@ -3,7 +3,7 @@
 //! # Key
 //! Per trigger with `dedupe = true` (or `dedupe = { window = "24h" }`), the key is the
 //! provider's delivery id ([`KeySource`]): `X-GitHub-Delivery` (`verify = "github"`),
-//! `webhook-id` (`standard-webhooks`), the top-level string `id` of the JSON body (`stripe`), the
+//! `webhook-id` or `svix-id` (`standard-webhooks`), the top-level string `id` of the JSON body (`stripe`), the
 //! top-level string `event_id` of the JSON body (`slack`); when that is absent (or for other
 //! triggers) it is `sha256:<hex of the body>`. A key longer than [`MAX_KEY_LEN`] bytes is replaced
 //! by `key-sha256:<hex of the key>`. Keys are scoped per trigger: the index holds the first 16
@@ -106,7 +106,10 @@ pub struct DedupeRule {
 pub fn dedupe_key<H: Headers + ?Sized>(source: KeySource, headers: &H, body: &[u8]) -> String {
     let native = match source {
         KeySource::GithubDelivery => header_text(headers, "x-github-delivery"),
-        KeySource::WebhookId => header_text(headers, "webhook-id"),
+        // Svix's libraries send the same id as `svix-id` (see `crate::sign`).
+        KeySource::WebhookId => {
+            header_text(headers, "webhook-id").or_else(|| header_text(headers, "svix-id"))
+        }
         KeySource::JsonId => json_field(body, "id"),
         KeySource::JsonEventId => json_field(body, "event_id"),
         KeySource::BodyDigest => None,
@@ -454,6 +457,11 @@ mod tests {
         assert!(dedupe_key(KeySource::JsonId, h, br#"{"id":7}"#).starts_with("sha256:"));
         assert!(dedupe_key(KeySource::JsonId, h, br#"[1]"#).starts_with("sha256:"));
         let long = "k".repeat(MAX_KEY_LEN + 1);
+        let svix: [(&str, &[u8]); 1] = [("svix-id", b"msg_svix")];
+        assert_eq!(
+            dedupe_key(KeySource::WebhookId, &svix[..], b"x"),
+            "msg_svix"
+        );
         let h2: [(&str, &[u8]); 1] = [("webhook-id", long.as_bytes())];
         let k = dedupe_key(KeySource::WebhookId, &h2[..], b"");
         assert!(k.starts_with("key-sha256:") && k.len() == 11 + 64, "{k}");

@@ -48,6 +48,18 @@ pub struct TriggerGuard {
     pub dedupe: Option<DedupeRule>,
 }
 
+impl TriggerGuard {
+    /// A provider handshake to answer instead of storing the request: for `verify = "slack"`,
+    /// a `url_verification` body → the `200` JSON body echoing its challenge. Call only after
+    /// the request verified.
+    pub fn handshake(&self, body: &[u8]) -> Option<String> {
+        match self.verifier.as_ref()?.scheme() {
+            verify::Scheme::Slack => verify::slack_challenge(body),
+            _ => None,
+        }
+    }
+}
+
 /// The per-trigger signature verifiers and the shared dedupe index, with their counters.
 /// Immutable apart from the index's shards and the counters; shared by all workers.
 #[derive(Debug)]

@@ -30,6 +30,26 @@ pub const DEFAULT_ROUTE_PREFIX: &str = "/webhooks/";
 /// Prefix of the admin routes.
 pub const ADMIN_PREFIX: &str = "/admin/";
 
+/// Path prefixes reserved for built-in routes that later issues add (a web UI, an API): the
+/// prefix itself without its trailing slash is reserved too (`/ui`, `/ui/…`, `/api`, `/api/…`).
+pub const RESERVED_PREFIXES: [&str; 2] = ["/ui/", "/api/"];
+
+/// The built-in route a trigger `path` would collide with, if any: the operational endpoints,
+/// `/admin` and everything under `/admin/`, and [`RESERVED_PREFIXES`]. A trigger on such a path
+/// would never be reached (or would capture a later built-in route), so the config refuses it.
+pub fn reserved_route(path: &str) -> Option<&'static str> {
+    match path {
+        "/healthz" => return Some("/healthz"),
+        "/readyz" => return Some("/readyz"),
+        "/metrics" => return Some("/metrics"),
+        _ => {}
+    }
+    [ADMIN_PREFIX]
+        .into_iter()
+        .chain(RESERVED_PREFIXES)
+        .find(|p| path.starts_with(p) || path == p.trim_end_matches('/'))
+}
+
 /// An admin route, resolved before authentication (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdminRoute {
@@ -249,6 +269,34 @@ mod tests {
             on.route("GET", "/metrics"),
             RouteMatch::Ops(OpsEndpoint::Metrics)
         );
+    }
+
+    #[test]
+    fn reserved_routes() {
+        for p in [
+            "/healthz",
+            "/readyz",
+            "/metrics",
+            "/admin",
+            "/admin/",
+            "/admin/x",
+            "/ui",
+            "/ui/x",
+            "/api",
+            "/api/v1/events",
+        ] {
+            assert!(reserved_route(p).is_some(), "{p}");
+        }
+        for p in [
+            "/hooks/gh",
+            "/healthz2",
+            "/metrics/x",
+            "/administrator",
+            "/apix",
+            "/",
+        ] {
+            assert_eq!(reserved_route(p), None, "{p}");
+        }
     }
 
     #[test]

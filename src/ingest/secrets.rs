@@ -70,8 +70,36 @@ impl SecretSource {
     }
 }
 
+/// Largest secret file read: a secret is a few dozen bytes; anything near this is a mistake
+/// (a wrong path, a device).
+pub const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
+
+/// Reads a secret file: it must be a regular file (a FIFO, socket or device is refused without
+/// blocking: the open is non-blocking and the type is checked on the open descriptor) of at
+/// most [`MAX_SECRET_FILE_BYTES`]; the read itself is bounded too (a file growing meanwhile).
 fn read_file(path: &Path) -> Result<Vec<u8>, String> {
-    let mut bytes = std::fs::read(path).map_err(|e| e.kind().to_string())?;
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| e.kind().to_string())?;
+    let meta = file.metadata().map_err(|e| e.kind().to_string())?;
+    if !meta.file_type().is_file() {
+        return Err("is not a regular file".into());
+    }
+    let too_large = || format!("is larger than {MAX_SECRET_FILE_BYTES} bytes (64 KiB)");
+    if meta.len() > MAX_SECRET_FILE_BYTES {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_SECRET_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.kind().to_string())?;
+    if bytes.len() as u64 > MAX_SECRET_FILE_BYTES {
+        return Err(too_large());
+    }
     if bytes.ends_with(b"\n") {
         bytes.pop();
         if bytes.ends_with(b"\r") {
@@ -109,6 +137,39 @@ mod tests {
         let missing = dir.path().join("missing");
         let e = SecretSource::File(missing.clone()).load(&env).unwrap_err();
         assert!(e.contains(&missing.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn only_small_regular_files_are_read() {
+        let env = |_: &str| None;
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'a'; 64 * 1024 + 1]).unwrap();
+        let e = SecretSource::File(big).load(&env).unwrap_err();
+        assert!(e.contains("larger than 65536"), "{e}");
+        let max = dir.path().join("max");
+        std::fs::write(&max, vec![b'a'; 64 * 1024]).unwrap();
+        assert_eq!(
+            SecretSource::File(max).load(&env).unwrap().expose().len(),
+            65536
+        );
+        let e = SecretSource::File("/dev/zero".into())
+            .load(&env)
+            .unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        let e = SecretSource::File(dir.path().to_path_buf())
+            .load(&env)
+            .unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        // A FIFO with no writer: refused at once, not a hang.
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let e = SecretSource::File(fifo).load(&env).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 
     #[test]

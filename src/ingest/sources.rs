@@ -8,6 +8,17 @@
 //! was cleared). Each worker owns a [`SourceCache`], a plain map from name to entry; for a known
 //! source the hot path is one hash lookup and the bucket's compare-and-swap, with no lock.
 //!
+//! # Trigger sources are separate from default-route sources
+//! Traffic that has not passed a trigger's verification must never spend that trigger's
+//! per-source bucket. So every `[[triggers]]` entry gets a **reserved entry of its own**, keyed
+//! by trigger id and named `<provider>@<trigger-id>` (the name in metrics labels; `@` cannot
+//! occur in a default-route source, which is `[A-Za-z0-9._-]{1,64}`). Requests on the default
+//! route `POST /webhooks/{source}` use the entry named `{source}`: `/webhooks/github` and a
+//! `provider = "github"` trigger never share a bucket, and neither do two triggers. Reserved
+//! entries are created at start-up, are not counted against `max_sources`, and never fall into
+//! the overflow entry (default-route traffic cannot push a trigger there). The global bucket is
+//! shared by everything, as before.
+//!
 //! # Bounds
 //! - The table holds at most `max_sources` entries (default [`DEFAULT_MAX_SOURCES`]) plus one
 //!   overflow entry named [`OVERFLOW_SOURCE`]. Entries are never evicted (a bucket that vanished
@@ -171,6 +182,9 @@ pub struct SourceTable {
     metrics_top: usize,
     registry: Mutex<HashMap<Box<str>, Arc<SourceEntry>>>,
     overflow: Arc<SourceEntry>,
+    /// Reserved entries of the triggers, by trigger id (module docs). Immutable after
+    /// [`SourceTable::with_triggers`]: read without a lock.
+    triggers: HashMap<Box<str>, Arc<SourceEntry>>,
 }
 
 impl SourceTable {
@@ -183,7 +197,27 @@ impl SourceTable {
             metrics_top: DEFAULT_METRICS_TOP_SOURCES,
             registry: Mutex::new(HashMap::new()),
             overflow: Arc::new(SourceEntry::new(OVERFLOW_SOURCE, per_source)),
+            triggers: HashMap::new(),
         }
+    }
+
+    /// Reserves one entry per trigger `(id, provider)`, named `<provider>@<id>` (module docs).
+    pub fn with_triggers<'a>(
+        mut self,
+        triggers: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Self {
+        for (id, provider) in triggers {
+            let name = trigger_source_name(provider, id);
+            let entry = Arc::new(SourceEntry::new(&name, self.per_source));
+            self.triggers.insert(id.into(), entry);
+        }
+        self
+    }
+
+    /// The reserved entry of trigger `trigger_id`, if it is a configured trigger.
+    #[inline]
+    pub fn trigger(&self, trigger_id: &str) -> Option<&Arc<SourceEntry>> {
+        self.triggers.get(trigger_id)
     }
 
     pub fn per_source_params(&self) -> &BucketParams {
@@ -235,9 +269,11 @@ impl SourceTable {
         }
     }
 
-    /// The registered entries (not the overflow entry), collected under the lock.
+    /// The registered entries and the triggers' reserved ones (not the overflow entry).
     fn entries(&self) -> Vec<Arc<SourceEntry>> {
-        self.registry.lock().values().cloned().collect()
+        let mut entries: Vec<Arc<SourceEntry>> = self.registry.lock().values().cloned().collect();
+        entries.extend(self.triggers.values().cloned());
+        entries
     }
 
     /// Sets how many sources get series of their own in [`render_prometheus`]
@@ -371,6 +407,11 @@ impl Totals {
     }
 }
 
+/// The metrics name of trigger `id`'s reserved entry.
+pub fn trigger_source_name(provider: &str, id: &str) -> String {
+    format!("{provider}@{id}")
+}
+
 /// A worker core's private map from source name to entry: the lock-free hot path.
 ///
 /// Owned by one thread (`&mut self`); bounded by the table's `max_sources` (module docs).
@@ -396,6 +437,16 @@ impl SourceCache {
 
     pub fn table(&self) -> &Arc<SourceTable> {
         &self.table
+    }
+
+    /// The entry whose buckets a request to `trigger_id` spends: the trigger's reserved entry,
+    /// or for the default route the entry of `source` (module docs).
+    #[inline]
+    pub fn get_for(&mut self, trigger_id: &str, source: &str) -> Arc<SourceEntry> {
+        match self.table.trigger(trigger_id) {
+            Some(entry) => Arc::clone(entry),
+            None => self.get(source),
+        }
     }
 
     /// The entry for `name`: a local hash lookup, or on a miss [`SourceTable::lookup`].
@@ -510,6 +561,36 @@ mod tests {
         let mut cache = SourceCache::new(t.clone());
         assert!(Arc::ptr_eq(&cache.get("a"), t.overflow()));
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn trigger_sources_are_separate_from_default_route_sources() {
+        let t = Arc::new(
+            SourceTable::new(1, BucketParams::new(1, 1).unwrap())
+                .with_triggers([("gh", "github"), ("gh2", "github")]),
+        );
+        let mut cache = SourceCache::new(t.clone());
+        let route = cache.get_for(crate::ingest::router::DEFAULT_TRIGGER_ID, "github");
+        let trig = cache.get_for("gh", "github");
+        let trig2 = cache.get_for("gh2", "github");
+        assert_eq!(route.name(), "github");
+        assert_eq!(trig.name(), "github@gh");
+        assert!(!Arc::ptr_eq(&route, &trig) && !Arc::ptr_eq(&trig, &trig2));
+        // Spending the default route's bucket leaves the trigger's full.
+        route.bucket().try_acquire(0).unwrap();
+        assert!(route.bucket().try_acquire(0).is_err());
+        trig.bucket().try_acquire(0).unwrap();
+        // Reserved entries do not count against max_sources (1): "github" took the one slot.
+        assert_eq!(t.len(), 1);
+        assert!(Arc::ptr_eq(&cache.get("y"), t.overflow()));
+        // Filling the table never moves a trigger to the overflow entry.
+        assert!(Arc::ptr_eq(&cache.get_for("gh", "github"), &trig));
+        let mut names = Vec::new();
+        t.for_each(|n, _| names.push(n.to_owned()));
+        assert_eq!(
+            names,
+            ["github", "github@gh", "github@gh2", OVERFLOW_SOURCE]
+        );
     }
 
     #[test]

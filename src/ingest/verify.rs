@@ -1,4 +1,5 @@
-//! Webhook signature verification per trigger, and outbound Standard Webhooks signing.
+//! Webhook signature verification per trigger. The HMAC primitives and the Standard Webhooks
+//! scheme live in the leaf module [`crate::sign`], which outbound signing uses too.
 //!
 //! Every scheme is an HMAC over the **raw body** (as received, after de-chunking), compared in
 //! constant time ([`ct_eq`]). The schemes and their wire formats follow the providers'
@@ -9,7 +10,7 @@
 //! | `github` | `X-Hub-Signature-256: sha256=<hex>` | body | SHA-256, hex |
 //! | `stripe` | `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…]` | `<t>.<body>` | SHA-256, hex |
 //! | `slack` | `X-Slack-Signature: v0=<hex>`, `X-Slack-Request-Timestamp: <unix>` | `v0:<ts>:<body>` | SHA-256, hex |
-//! | `standard-webhooks` | `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<b64> [v1,<b64>…]` | `<id>.<ts>.<body>` | SHA-256, base64; key = base64 of the secret after `whsec_` |
+//! | `standard-webhooks` | `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<b64> [v1,<b64>…]` (or the Svix names `svix-id`, `svix-timestamp`, `svix-signature`) | `<id>.<ts>.<body>` | SHA-256, base64; key = base64 of the secret after `whsec_` |
 //! | `hmac` | configured header, optional prefix | body | SHA-1/256/512, hex or base64 |
 //!
 //! Timestamps, as sent (their exact text is what is signed), are Unix seconds; the window is
@@ -24,18 +25,22 @@
 //! `missing_signature`; a header present but malformed, or no signature matching →
 //! `bad_signature`; a timestamp outside the window → `timestamp_out_of_window`.
 //!
+//! Slack's Events API set-up sends a signed `url_verification` request and expects its
+//! `challenge` echoed: [`slack_challenge`] recognises it (after verification), and the worker
+//! answers `200 {"challenge":"…"}` and stores nothing.
+//!
 //! Time is a parameter (`now_unix_secs`): the decision is a pure function, so tests pin it; the
 //! worker passes the wall clock read once per request.
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
 
-use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine;
-use hmac::{Hmac, Mac};
 
 use super::secrets::Secret;
 use crate::net::http::RequestHead;
+pub use crate::sign::{ct_eq, Algorithm};
+use crate::sign::{hmac as compute, standard_webhooks, B64, MAC_BUF};
 
 /// Default timestamp tolerance of `stripe`, `slack` and `standard-webhooks`.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
@@ -44,14 +49,6 @@ pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 const MAX_SIGNATURE_CHARS: usize = 256;
 /// Signatures read from one header; more are ignored.
 const MAX_CANDIDATES: usize = 8;
-/// Room for a decoded MAC (SHA-512 is 64 bytes; base64 decoding wants slack).
-const MAC_BUF: usize = 96;
-
-/// Standard base64 alphabet, padding optional on input; padded on output.
-const B64: GeneralPurpose = GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
-);
 
 /// Why a request was refused (`401`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -83,28 +80,6 @@ impl Failure {
 /// `401` body: `{"status":"refused","reason":"…"}`.
 pub fn unauthorized_body(reason: &str) -> String {
     format!("{{\"status\":\"refused\",\"reason\":\"{reason}\"}}")
-}
-
-/// MAC algorithm of the generic `hmac` scheme.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Algorithm {
-    Sha1,
-    Sha256,
-    Sha512,
-}
-
-impl std::str::FromStr for Algorithm {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "sha1" => Ok(Algorithm::Sha1),
-            "sha256" => Ok(Algorithm::Sha256),
-            "sha512" => Ok(Algorithm::Sha512),
-            _ => Err(format!(
-                "algorithm must be \"sha256\", \"sha1\" or \"sha512\", got {s:?}"
-            )),
-        }
-    }
 }
 
 /// Signature encoding of the generic `hmac` scheme.
@@ -263,20 +238,19 @@ impl Verifier {
                 self.check(Algorithm::Sha256, &parts, &[sig], Encoding::Hex)
             }
             Scheme::StandardWebhooks => {
-                let id = headers.get("webhook-id");
-                let ts = headers.get("webhook-timestamp");
-                let sig = headers.get("webhook-signature");
+                // The standard's header names, else Svix's (same scheme); never mixed.
+                let (id, ts, sig) = standard_webhooks::HEADER_SETS
+                    .iter()
+                    .find(|(_, _, sig)| headers.get(sig).is_some())
+                    .map(|(id, ts, sig)| (headers.get(id), headers.get(ts), headers.get(sig)))
+                    .ok_or(Failure::MissingSignature)?;
                 let (Some(id), Some(ts), Some(sig)) = (id, ts, sig) else {
                     return Err(Failure::MissingSignature);
                 };
                 self.window(ts, now_unix_secs)?;
-                let sigs: Vec<&[u8]> = sig
-                    .split(|&b| b == b' ')
-                    .filter_map(|s| s.strip_prefix(b"v1,"))
-                    .take(MAX_CANDIDATES)
-                    .collect();
-                let parts: [&[u8]; 5] = [id, b".", ts, b".", body];
-                self.check(Algorithm::Sha256, &parts, &sigs, Encoding::Base64)
+                let keys: Vec<&[u8]> = self.keys.iter().map(Secret::expose).collect();
+                standard_webhooks::verify(&keys, id, ts, body, sig)
+                    .map_err(|_| Failure::BadSignature)
             }
             Scheme::Hmac(h) => {
                 let v = headers.get(&h.header).ok_or(Failure::MissingSignature)?;
@@ -386,56 +360,32 @@ fn hex_digit(c: u8) -> Option<u8> {
     }
 }
 
-/// HMAC of the concatenation of `parts` into `out`; returns the MAC length.
-fn compute(alg: Algorithm, key: &[u8], parts: &[&[u8]], out: &mut [u8; MAC_BUF]) -> usize {
-    fn run<M: Mac + hmac::digest::KeyInit>(key: &[u8], parts: &[&[u8]], out: &mut [u8]) -> usize {
-        // HMAC accepts keys of any length, so this cannot fail.
-        let mut m = <M as hmac::digest::KeyInit>::new_from_slice(key)
-            .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
-        for p in parts {
-            m.update(p);
-        }
-        let tag = m.finalize().into_bytes();
-        out[..tag.len()].copy_from_slice(&tag);
-        tag.len()
-    }
-    match alg {
-        Algorithm::Sha1 => run::<Hmac<sha1::Sha1>>(key, parts, out),
-        Algorithm::Sha256 => run::<Hmac<sha2::Sha256>>(key, parts, out),
-        Algorithm::Sha512 => run::<Hmac<sha2::Sha512>>(key, parts, out),
-    }
-}
-
-/// Constant-time equality: the time depends on the lengths only (MAC lengths are public), not
-/// on where the contents differ.
-pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut diff = 0u8;
-    for (x, y) in a.iter().zip(b) {
-        diff |= x ^ y;
-    }
-    // Keep the optimiser from turning the fold into an early-exit comparison.
-    std::hint::black_box(diff) == 0
-}
-
 /// The key of a Standard Webhooks secret: the base64 after an optional `whsec_` prefix.
 pub fn decode_standard_webhooks_secret(secret: &[u8]) -> Option<Secret> {
-    let b64 = secret.strip_prefix(b"whsec_").unwrap_or(secret);
-    let key = B64.decode(b64).ok()?;
-    (!key.is_empty()).then(|| Secret::new(key))
+    standard_webhooks::decode_secret(secret).map(Secret::new)
 }
 
-/// The `webhook-signature` value (`v1,<base64>`) of an outbound delivery under the Standard
-/// Webhooks scheme: HMAC-SHA256 with `key` (the decoded secret, see
-/// [`decode_standard_webhooks_secret`]) over `<id>.<ts>.<body>`.
-pub fn sign_standard_webhooks(key: &[u8], id: &str, ts: u64, body: &[u8]) -> String {
-    let ts = ts.to_string();
-    let parts: [&[u8]; 5] = [id.as_bytes(), b".", ts.as_bytes(), b".", body];
-    let mut mac = [0u8; MAC_BUF];
-    let n = compute(Algorithm::Sha256, key, &parts, &mut mac);
-    format!("v1,{}", B64.encode(&mac[..n]))
+/// Longest Slack `challenge` echoed (Slack's are ~50 characters).
+const MAX_CHALLENGE_CHARS: usize = 256;
+
+/// The answer to a Slack `url_verification` request: `Some({"challenge":"…"})` when `body` is a
+/// JSON object with `"type":"url_verification"` and a string `challenge` (≤ 256 characters);
+/// `None` for anything else (an ordinary event). Call only after the request verified.
+pub fn slack_challenge(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Handshake<'a> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        challenge: Option<std::borrow::Cow<'a, str>>,
+    }
+    // Cheap pre-check: ordinary events are not parsed twice.
+    if !body.windows(16).any(|w| w == b"url_verification") {
+        return None;
+    }
+    let h: Handshake = serde_json::from_slice(body).ok()?;
+    let challenge = h.challenge.filter(|c| c.len() <= MAX_CHALLENGE_CHARS)?;
+    (h.kind == "url_verification")
+        .then(|| serde_json::json!({ "challenge": challenge }).to_string())
 }
 
 /// `Authorization: Bearer <token>` against the expected token, in constant time.
@@ -454,7 +404,9 @@ pub fn bearer_matches(expected: &Secret, authorization: Option<&[u8]>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sign::standard_webhooks::sign as sign_standard_webhooks;
     use base64::engine::general_purpose::STANDARD;
+    use hmac::{Hmac, Mac};
 
     const NOW: u64 = 1_700_000_000;
     const BODY: &[u8] = br#"{"id":"evt_1","action":"opened"}"#;
@@ -686,6 +638,71 @@ mod tests {
             ("webhook-signature", sig.as_bytes()),
         ];
         assert_eq!(v.verify(&h[..], BODY, NOW), Ok(()));
+    }
+
+    #[test]
+    fn standard_webhooks_accepts_the_svix_header_names() {
+        let key = b"svix-key-0123456789abcdef012345";
+        let secret = format!("whsec_{}", STANDARD.encode(key));
+        let v = verifier(Scheme::StandardWebhooks, &[secret.as_bytes()]);
+        let ts = NOW.to_string();
+        let sig = sw_headers(key, "msg_svix", NOW, BODY);
+        let svix = [
+            ("svix-id", "msg_svix"),
+            ("svix-timestamp", ts.as_str()),
+            ("svix-signature", sig.as_str()),
+        ];
+        assert_eq!(run(&v, &svix, BODY), Ok(()));
+        assert_eq!(run(&v, &svix, b"tampered"), Err(Failure::BadSignature));
+        // The families are not mixed: a webhook-signature with svix-id only is incomplete.
+        let mixed = [
+            ("svix-id", "msg_svix"),
+            ("webhook-timestamp", ts.as_str()),
+            ("webhook-signature", sig.as_str()),
+        ];
+        assert_eq!(run(&v, &mixed, BODY), Err(Failure::MissingSignature));
+        let stale = (NOW - 301).to_string();
+        let sig = sw_headers(key, "msg_svix", NOW - 301, BODY);
+        let old = [
+            ("svix-id", "msg_svix"),
+            ("svix-timestamp", stale.as_str()),
+            ("svix-signature", sig.as_str()),
+        ];
+        assert_eq!(run(&v, &old, BODY), Err(Failure::TimestampOutOfWindow));
+    }
+
+    #[test]
+    fn slack_url_verification_is_recognised() {
+        let body = br#"{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
+        let answer = slack_challenge(body).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"})
+        );
+        // Escapes survive the round trip.
+        let tricky = br#"{"type":"url_verification","challenge":"a\"b\\c"}"#;
+        let v: serde_json::Value = serde_json::from_str(&slack_challenge(tricky).unwrap()).unwrap();
+        assert_eq!(v["challenge"], "a\"b\\c");
+        for other in [
+            &br#"{"type":"event_callback","event":{"text":"url_verification"}}"#[..],
+            br#"{"type":"url_verification"}"#,
+            br#"{"type":"url_verification","challenge":5}"#,
+            b"url_verification",
+            b"",
+        ] {
+            assert_eq!(
+                slack_challenge(other),
+                None,
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
+        let long = format!(
+            r#"{{"type":"url_verification","challenge":"{}"}}"#,
+            "x".repeat(257)
+        );
+        assert_eq!(slack_challenge(long.as_bytes()), None);
     }
 
     #[test]

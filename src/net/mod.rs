@@ -5,3 +5,4 @@ pub mod budget;
 pub mod conn;
 pub mod date;
 pub mod http;
+pub mod listen;

@@ -5,8 +5,10 @@
 //! bound (so a bad address fails before anything runs), then the writer and workers start, and
 //! only then is the phase `Ready` and the address printed.
 //!
-//! Shutdown (SIGTERM/SIGINT): phase `Draining` (`/readyz` → 503 `draining`); each worker stops
-//! accepting, closes idle connections and answers what it has already received, with
+//! Shutdown (SIGTERM/SIGINT): phase `Draining` (`/readyz` → 503 `draining`) at once; for
+//! `drain_grace` the listeners stay open and requests are served (with `Connection: close`), so
+//! a load balancer polling `/readyz` can move traffic away; then each worker stops accepting,
+//! closes idle connections and answers what it has already received, with
 //! `Connection: close`; workers exit when they have nothing in flight, or after
 //! `shutdown_timeout`. Then the WAL ring is closed, the writer drains it, syncs and exits.
 
@@ -88,6 +90,13 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         signal_hook::flag::register(sig, term.clone())
             .map_err(io_err("installing signal handlers"))?;
     }
+    // A port held by another process fails start-up before the WAL is touched (checked again
+    // right before binding).
+    let listen = config.server.listen;
+    crate::net::listen::ensure_free(listen).map_err(|e| RuntimeError::Io {
+        what: crate::net::listen::describe_bind_error(listen, &e),
+        source: e,
+    })?;
     let run = build(Arc::new(config))?;
     let shared = run.shared.clone();
     let (handles, addr) = start(run)?;
@@ -187,7 +196,13 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
             config.ingest.max_sources,
             bucket(config.ingest.per_source_capacity)?,
         )
-        .with_metrics_top(config.ingest.metrics_top_sources),
+        .with_metrics_top(config.ingest.metrics_top_sources)
+        .with_triggers(
+            config
+                .triggers
+                .iter()
+                .map(|t| (t.id.as_str(), t.provider.as_str())),
+        ),
     );
     let admission = Admission::new(bucket(config.ingest.global_capacity)?, clock.now_nanos());
     // Before any core appends: the dedupe index is rebuilt from what is already durable.
@@ -229,9 +244,15 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         metrics_dispatch,
     ));
 
-    // Listeners: the first resolves the port (it may be 0), the others share it.
-    let first = bind_reuseport(config.server.listen)
-        .map_err(io_err(format!("binding {}", config.server.listen)))?;
+    // Listeners: the first resolves the port (it may be 0), the others share it. No other
+    // process may hold the address (`net::listen`): SO_REUSEPORT would let it share silently.
+    let listen = config.server.listen;
+    let first = crate::net::listen::ensure_free(listen)
+        .and_then(|()| bind_reuseport(listen))
+        .map_err(|e| RuntimeError::Io {
+            what: crate::net::listen::describe_bind_error(listen, &e),
+            source: e,
+        })?;
     let addr = first
         .local_addr()
         .map_err(io_err("reading the bound address"))?;
@@ -379,16 +400,16 @@ fn drain(
     hard_stop: &AtomicBool,
 ) {
     let config = &shared.config;
-    shared.set_phase(Phase::Draining);
+    let clock = &shared.clock;
+    shared.begin_drain(clock.now_nanos(), config.server.drain_grace);
     eprintln!(
-        "sluice: draining (up to {:?})",
-        config.server.shutdown_timeout
+        "sluice: draining: serving for drain_grace {:?}, then up to shutdown_timeout {:?}",
+        config.server.drain_grace, config.server.shutdown_timeout
     );
     for w in wakers {
         let _ = w.wake();
     }
-    let clock = &shared.clock;
-    let grace = config.server.shutdown_timeout + Duration::from_secs(1);
+    let grace = config.server.drain_grace + config.server.shutdown_timeout + Duration::from_secs(1);
     let deadline = clock.now_nanos() + grace.as_nanos() as u64;
     while threads.iter().any(|h| !h.is_finished()) && clock.now_nanos() < deadline {
         std::thread::sleep(Duration::from_millis(10));

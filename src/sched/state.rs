@@ -1,6 +1,6 @@
 //! State shared by all workers: lifecycle phase, config, admission, WAL status, metrics.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::config::Config;
@@ -53,6 +53,11 @@ pub struct Shared {
     // loop turn. `Relaxed` is enough: the phase carries no data with it, and a worker that sees
     // `Draining` one turn late only delays its drain by one poll timeout.
     phase: AtomicU8,
+    // When accepting stops (clock nanos): `u64::MAX` until the drain begins, then the signal's
+    // time plus `server.drain_grace`. Written once by the main thread ([`Shared::begin_drain`]),
+    // read by workers and the pump per loop turn. `Relaxed` is enough for the same reason as
+    // `phase`: it carries no data, and a reader that sees it one turn late stops one turn late.
+    stop_accepting_at: AtomicU64,
 }
 
 impl Shared {
@@ -87,6 +92,7 @@ impl Shared {
             scrapes: SharedRendering::default(),
             metrics_dispatch,
             phase: AtomicU8::new(Phase::Starting as u8),
+            stop_accepting_at: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -105,6 +111,21 @@ impl Shared {
     /// True while every log accepts writes.
     pub fn wal_healthy(&self) -> bool {
         self.wal.iter().all(|w| w.is_healthy())
+    }
+
+    /// SIGTERM/SIGINT: `/readyz` says `draining` from now on; requests are still accepted and
+    /// served until `now + grace`, then [`Shared::accepting_stopped`] turns true and the workers
+    /// drain (stop accepting, finish what they have, exit).
+    pub fn begin_drain(&self, now: u64, grace: std::time::Duration) {
+        let grace = u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX);
+        self.stop_accepting_at
+            .store(now.saturating_add(grace), Ordering::Relaxed);
+        self.set_phase(Phase::Draining);
+    }
+
+    /// Has the drain grace ended (listeners closed, new work held back)?
+    pub fn accepting_stopped(&self, now: u64) -> bool {
+        now >= self.stop_accepting_at.load(Ordering::Relaxed)
     }
 
     /// `/readyz`: `None` when ready, else the reason for 503.

@@ -30,6 +30,7 @@ mod crash;
 mod dispatch;
 mod downstream;
 mod durability;
+mod edge;
 #[cfg(feature = "failpoints")]
 mod faults;
 mod flow;

@@ -54,6 +54,9 @@ pub struct Opts {
     pub durability: Option<String>,
     /// `RLIMIT_NOFILE` (soft and hard) of the server process.
     pub nofile: Option<u64>,
+    /// `--drain-grace`: `0s` by default here (the server's default is 2s), so that stopping a
+    /// test server does not wait; `None` leaves it to the manifest.
+    pub drain_grace: Option<String>,
 }
 
 impl Default for Opts {
@@ -64,6 +67,7 @@ impl Default for Opts {
             workers: 2,
             durability: None,
             nofile: None,
+            drain_grace: Some("0s".into()),
         }
     }
 }
@@ -163,6 +167,9 @@ impl Server {
         }
         if let Some(d) = &opts.durability {
             cmd.arg("--durability").arg(d);
+        }
+        if let Some(g) = &opts.drain_grace {
+            cmd.arg("--drain-grace").arg(g);
         }
         for k in HARN_ENV {
             cmd.env_remove(k);

@@ -71,6 +71,11 @@ pub fn write_response(
     }
 }
 
+/// The content type of every plain-text body sluice writes: protocol and routing errors (the
+/// codec's, the router's, timeouts, the connection cap) and the operational endpoints. Decisions
+/// about an event (`202`, `401`, `503` refusals) and the admin routes are `application/json`.
+pub const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
+
 /// Appends the response for a codec error: its status, a `text/plain` body with
 /// [`HttpError::reason`], and `connection: close` (the connection must be closed after it).
 pub fn write_error(out: &mut Vec<u8>, error: &HttpError, head_only: bool) {
@@ -78,7 +83,7 @@ pub fn write_error(out: &mut Vec<u8>, error: &HttpError, head_only: bool) {
     let mut body = Vec::with_capacity(reason.len() + 1);
     body.extend_from_slice(reason.as_bytes());
     body.push(b'\n');
-    let headers = [("content-type", "text/plain; charset=utf-8")];
+    let headers = [("content-type", TEXT_PLAIN)];
     write_response(out, error.status(), &headers, &body, false, head_only);
 }
 

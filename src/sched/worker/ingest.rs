@@ -57,7 +57,7 @@ impl Worker {
                 wal::MAX_HEADERS,
                 wal::MAX_HEADER_VALUE_BYTES
             );
-            let headers = [("Content-Type", "text/plain")];
+            let headers = [("Content-Type", http::TEXT_PLAIN)];
             return self.push_ready(
                 idx,
                 Route::Webhook,
@@ -83,9 +83,15 @@ impl Worker {
                     false,
                 );
             }
+            // Slack's `url_verification`: answered, not stored (`TriggerGuard::handshake`).
+            if let Some(answer) = g.handshake(&body) {
+                let h = [("Content-Type", "application/json")];
+                let answer = answer.as_bytes();
+                return self.push_ready(idx, Route::Webhook, 200, &h, answer, keep_alive, false);
+            }
         }
         let now = self.now();
-        let entry = self.sources.get(&source);
+        let entry = self.sources.get_for(&trigger_id, &source);
         if let Err(refusal) = self.shared.admission.try_admit(entry.bucket(), now) {
             self.metrics.incr_ingest(false);
             entry.count_refusal(Refusal::IngestSaturated);
@@ -226,7 +232,7 @@ impl Worker {
         };
         let now = self.now();
         let received_at_ms = unix_millis();
-        let source = self.sources.get(&entry.event.source);
+        let source = (self.sources).get_for(&entry.event.trigger_id, &entry.event.source);
         let event = EventRecord {
             event_id: self.ids.next(received_at_ms),
             received_at_ms,

@@ -160,7 +160,8 @@ impl Worker {
     /// Moves jobs and outcomes: inbound rings, the dispatcher's outcomes, the pump's admissions.
     pub(super) fn exchange(&mut self, now: u64) {
         let now_ms = crate::sync::clock::unix_millis();
-        let draining = self.shared.phase() == crate::sched::state::Phase::Draining;
+        // Past `drain_grace` (not at the signal): the drain proper holds new work back.
+        let draining = self.shared.accepting_stopped(now);
         let registry = self.poll.registry();
         while let Some(job) = self.links.jobs_in.try_pop() {
             self.dispatcher.accept(job, now, registry, draining);

@@ -268,7 +268,7 @@ impl Worker {
             if self.hard_stop.load(Ordering::Relaxed) {
                 return;
             }
-            if self.shared.phase() == Lifecycle::Draining && self.drain_step(now) {
+            if self.shared.accepting_stopped(now) && self.drain_step(now) {
                 return;
             }
         }
@@ -302,7 +302,7 @@ impl Worker {
             http::write_response(
                 &mut out,
                 503,
-                &[("Retry-After", "1"), ("Content-Type", "text/plain")],
+                &[("Retry-After", "1"), ("Content-Type", http::TEXT_PLAIN)],
                 b"connection limit reached\n",
                 false,
                 false,
@@ -523,8 +523,11 @@ impl Worker {
             // The client will send nothing more and is owed nothing.
             return self.close(idx);
         }
-        if draining && conn.is_quiet() && conn.rbuf.is_empty() && conn.reader.is_idle() {
-            // Shutting down: a connection between requests is closed as soon as it is quiet.
+        let between_requests = conn.served > 0 && conn.rbuf.is_empty() && conn.reader.is_idle();
+        if draining && conn.is_quiet() && between_requests {
+            // Shutting down: a connection between requests is closed as soon as it is quiet. A
+            // new one (accepted during `drain_grace`) waits for its first request (header
+            // timeout); once the grace ends, `drain_step` closes those still silent.
             return self.close(idx);
         }
         conn.trim();
@@ -583,7 +586,7 @@ impl Worker {
             idx,
             Route::Unmatched,
             e.status(),
-            &[("Content-Type", "text/plain")],
+            &[("Content-Type", http::TEXT_PLAIN)],
             body.as_bytes(),
             false,
             false,
@@ -609,7 +612,7 @@ impl Worker {
                 idx,
                 Route::Unmatched,
                 405,
-                &[("Allow", allow), ("Content-Type", "text/plain")],
+                &[("Allow", allow), ("Content-Type", http::TEXT_PLAIN)],
                 b"method not allowed\n",
                 keep_alive,
                 head_only,
@@ -618,7 +621,7 @@ impl Worker {
                 idx,
                 Route::Webhook,
                 400,
-                &[("Content-Type", "text/plain")],
+                &[("Content-Type", http::TEXT_PLAIN)],
                 b"invalid source: must match [A-Za-z0-9._-]{1,64}\n",
                 keep_alive,
                 head_only,
@@ -627,7 +630,7 @@ impl Worker {
                 idx,
                 Route::Unmatched,
                 404,
-                &[("Content-Type", "text/plain")],
+                &[("Content-Type", http::TEXT_PLAIN)],
                 b"not found\n",
                 keep_alive,
                 head_only,
@@ -640,7 +643,7 @@ impl Worker {
     }
 
     fn handle_ops(&mut self, idx: usize, ep: OpsEndpoint, keep_alive: bool, head_only: bool) {
-        let text = [("Content-Type", "text/plain")];
+        let text = [("Content-Type", http::TEXT_PLAIN)];
         match ep {
             OpsEndpoint::Healthz => self.push_ready(
                 idx,
@@ -776,7 +779,7 @@ impl Worker {
             idx,
             Route::Unmatched,
             408,
-            &[("Content-Type", "text/plain")],
+            &[("Content-Type", http::TEXT_PLAIN)],
             b"request timeout\n",
             false,
             false,
