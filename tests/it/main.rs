@@ -17,6 +17,7 @@
 //! - `props`: proptest models of the codecs, the ring and the token bucket.
 //! - `auth`: signature schemes, dedupe across a crash, the admin token.
 //! - `flow`: per-trigger flow-control gates with a real downstream.
+//! - `dlq_corrupt`: a damaged DLQ entry among good ones.
 
 mod support;
 
@@ -24,6 +25,7 @@ mod auth;
 mod connections;
 mod crash;
 mod dispatch;
+mod dlq_corrupt;
 mod downstream;
 mod durability;
 #[cfg(feature = "failpoints")]
