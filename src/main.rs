@@ -46,6 +46,12 @@ enum Command {
         /// Most dispatch jobs out at once (default 64; env HARN_ORCHESTRATOR_PUMP_MAX_OUTSTANDING).
         #[arg(long)]
         pump_max_outstanding: Option<usize>,
+        /// Start although the WAL checkpoint says records are missing (deleted or truncated
+        /// segment files): the missing LSN ranges are logged and counted
+        /// (sluice_wal_loss_accepted_total) and cannot be recovered. Without it, such a start
+        /// exits 1 naming the missing ranges.
+        #[arg(long)]
+        accept_wal_loss: bool,
     },
     /// Open-loop HTTP/1.1 load generator (fixed rate or schedule; per-second timeline).
     Loadgen(sluice::tools::loadgen::LoadgenArgs),
@@ -121,6 +127,7 @@ fn main() -> ExitCode {
             workers,
             durability,
             pump_max_outstanding,
+            accept_wal_loss,
         } => {
             let raw = match &config {
                 Some(path) => match Config::read_manifest(path) {
@@ -135,6 +142,7 @@ fn main() -> ExitCode {
                 workers,
                 durability,
                 pump_max_outstanding,
+                accept_wal_loss,
             };
             let cfg = match Config::build(raw, &|k| std::env::var(k).ok(), &overrides) {
                 Ok(c) => c,

@@ -267,6 +267,8 @@ pub struct WalSettings {
     pub write_path: WritePathMode,
     pub ring_capacity: usize,
     pub max_batch: usize,
+    /// `serve --accept-wal-loss`: start although the WAL checkpoint says records are missing.
+    pub accept_loss: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -307,6 +309,8 @@ pub struct Overrides {
     pub workers: Option<usize>,
     pub durability: Option<String>,
     pub pump_max_outstanding: Option<usize>,
+    /// `--accept-wal-loss` (there is no manifest key: it is a decision for one start).
+    pub accept_wal_loss: bool,
 }
 
 /// Default headers stored with each event besides `content-type`.
@@ -664,6 +668,7 @@ fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, Con
         write_path,
         ring_capacity: ranged("wal.ring_capacity", r.ring_capacity, 4096, 2, 1 << 20)?,
         max_batch: ranged("wal.max_batch", r.max_batch, 1024, 1, 65536)?,
+        accept_loss: o.accept_wal_loss,
     })
 }
 
@@ -806,6 +811,7 @@ mod tests {
             durability: Some("os".into()),
             data_dir: Some(PathBuf::from("/tmp/x")),
             pump_max_outstanding: None,
+            accept_wal_loss: false,
         };
         let raw =
             Config::parse_manifest("[server]\nlisten = \"127.0.0.1:9\"\nworkers = 1\n").unwrap();

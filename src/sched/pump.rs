@@ -514,8 +514,9 @@ impl Pump {
 const RETAIN_EVERY_MS: u64 = 5_000;
 
 impl Pump {
-    /// Retention: deletes WAL segments wholly below the done cursor whose last write is older
-    /// than `retention` (never the active segment), and measures the WAL's size on disk for
+    /// Retention: has the WAL writer delete segments wholly below the done cursor whose last
+    /// write is older than `retention` (never the active segment; `WalShared::request_retire`),
+    /// and measures the WAL's size on disk for
     /// the `max_wal_bytes` bound. DLQ entries live in their own files and are unaffected.
     fn retain(&mut self, now_ms: u64) {
         if now_ms < self.retain_at_ms {
@@ -534,6 +535,7 @@ impl Pump {
         let retention = self.shared.config.dispatch.retention;
         let mut total = 0u64;
         let mut deleting = true;
+        let mut retire_below = None;
         for (i, (_, path)) in segments.iter().enumerate() {
             let Ok(meta) = std::fs::metadata(path) else {
                 continue;
@@ -548,18 +550,14 @@ impl Pump {
                 .is_some_and(|age| age >= retention);
             deleting = deleting && last_lsn.is_some_and(|l| l < cursor) && old_enough;
             if deleting {
-                match std::fs::remove_file(path) {
-                    Ok(()) => {
-                        eprintln!("sluice: retention: deleted {}", path.display());
-                        continue;
-                    }
-                    Err(e) => {
-                        eprintln!("sluice: retention: deleting {}: {e}", path.display());
-                        deleting = false;
-                    }
-                }
+                // The writer deletes it, after checkpointing the new first live LSN.
+                retire_below = last_lsn.map(|l| l + 1);
+                continue;
             }
             total += meta.len();
+        }
+        if let Some(lsn) = retire_below {
+            self.shared.wal.request_retire(lsn);
         }
         self.shared.backlog.set_wal_bytes(total);
     }

@@ -107,6 +107,7 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
             WritePathMode::Mmap => WritePath::Mmap,
         },
         max_batch: config.wal.max_batch,
+        accept_loss: config.wal.accept_loss,
     };
     #[cfg_attr(not(feature = "failpoints"), allow(unused_mut))]
     let (mut log, report) = wal::open(&wal_cfg).map_err(RuntimeError::Wal)?;

@@ -195,10 +195,13 @@
 #![deny(unsafe_code)]
 
 mod appender;
+pub mod checkpoint;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
 pub mod format;
 mod histogram;
+#[cfg(test)]
+mod loss_tests;
 mod recovery;
 pub mod segment;
 pub mod state;
@@ -207,7 +210,8 @@ pub mod tail;
 pub mod tools;
 mod writer;
 
-pub use appender::{FileWrapper, Wal};
+pub use appender::{FileWrapper, Wal, CHECKPOINT_EVERY, PROBE_EVERY};
+pub use checkpoint::{Checkpoint, LostRange};
 pub use format::{
     decode_event, decode_payload, encode_event, encode_payload_into, truncate_utf8, DecodeError,
     DoneEntry, DoneRecord, DoneStatus, EncodeError, EventRecord, Record, RecordKind, RetryRecord,
@@ -279,6 +283,10 @@ pub struct WalConfig {
     pub write_path: WritePath,
     /// Most requests per group commit. Default: 1024. Range: `1..=65536`.
     pub max_batch: usize,
+    /// Open even when the checkpoint says records are missing (`serve --accept-wal-loss`):
+    /// the missing ranges are logged, reported in [`RecoveryReport::lost`] and counted; the
+    /// checkpoint is then rewritten to what exists. Default: false ([`WalError::Lost`]).
+    pub accept_loss: bool,
 }
 
 impl WalConfig {
@@ -291,6 +299,7 @@ impl WalConfig {
             durability: Durability::default(),
             write_path: WritePath::default(),
             max_batch: DEFAULT_MAX_BATCH,
+            accept_loss: false,
         }
     }
 
@@ -367,6 +376,16 @@ pub struct WalShared {
     pub appends_total: std::sync::atomic::AtomicU64,
     /// Latency of each `fdatasync` / `msync`: `sluice_wal_sync_seconds`.
     pub sync_seconds: SyncHistogram,
+    /// Retention's request: delete the segments wholly below this LSN (0: none). Written by
+    /// whoever runs retention ([`WalShared::request_retire`], `fetch_max`), read by the writer,
+    /// which advances the checkpoint's first live LSN *before* it deletes anything.
+    /// `Relaxed`: the value is the whole message (the segments are files, not memory).
+    pub retire_request: AtomicU64,
+    /// Missing LSN ranges accepted at start-up with `--accept-wal-loss`, and the LSNs in them
+    /// (`sluice_wal_loss_accepted_total`, `sluice_wal_lost_lsns_accepted`). Set once when the
+    /// writer attaches; `Relaxed`: counters.
+    pub loss_accepted_total: AtomicU64,
+    pub lost_lsns_accepted: AtomicU64,
 }
 
 impl Default for WalShared {
@@ -382,7 +401,16 @@ impl WalShared {
             healthy: AtomicBool::new(true),
             appends_total: std::sync::atomic::AtomicU64::new(0),
             sync_seconds: SyncHistogram::new(),
+            retire_request: AtomicU64::new(0),
+            loss_accepted_total: AtomicU64::new(0),
+            lost_lsns_accepted: AtomicU64::new(0),
         }
+    }
+
+    /// Asks the writer to delete the segments wholly below `lsn` (a segment's first LSN; never
+    /// the active segment). It checkpoints the new first live LSN, then unlinks them.
+    pub fn request_retire(&self, lsn: Lsn) {
+        self.retire_request.fetch_max(lsn, Ordering::Relaxed);
     }
 
     /// The durable LSN (`Acquire`; see the field).
@@ -398,6 +426,24 @@ impl WalShared {
     pub fn render_prometheus(&self, out: &mut String) {
         self.sync_seconds
             .render_prometheus("sluice_wal_sync_seconds", out);
+        self.render_loss(out);
+    }
+
+    /// `sluice_wal_loss_accepted_total` and `sluice_wal_lost_lsns_accepted`.
+    fn render_loss(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        // `write!` into a `String` cannot fail.
+        let _ = write!(
+            out,
+            "# HELP sluice_wal_loss_accepted_total Missing WAL ranges accepted at start-up with \
+             --accept-wal-loss.\n# TYPE sluice_wal_loss_accepted_total counter\n\
+             sluice_wal_loss_accepted_total {}\n\
+             # HELP sluice_wal_lost_lsns_accepted LSNs the checkpoint promised that were missing \
+             and accepted as lost at start-up.\n# TYPE sluice_wal_lost_lsns_accepted gauge\n\
+             sluice_wal_lost_lsns_accepted {}\n",
+            self.loss_accepted_total.load(Ordering::Relaxed),
+            self.lost_lsns_accepted.load(Ordering::Relaxed)
+        );
     }
 }
 
@@ -419,6 +465,14 @@ pub enum WalError {
     Locked { path: PathBuf },
     /// A record exceeds the WAL's field bounds.
     Encode(EncodeError),
+    /// The checkpoint of log directory `dir` promises LSNs the segments do not hold (segment
+    /// files deleted or truncated). Startup stops unless `--accept-wal-loss`.
+    Lost {
+        dir: PathBuf,
+        ranges: Vec<LostRange>,
+    },
+    /// The checkpoint file exists but no slot of it is valid.
+    CheckpointDamaged(checkpoint::Damaged),
 }
 
 impl WalError {
@@ -454,6 +508,20 @@ impl fmt::Display for WalError {
                 path.display()
             ),
             WalError::Encode(e) => write!(f, "cannot append record: {e}"),
+            WalError::Lost { dir, ranges } => {
+                write!(f, "WAL records lost in {}:", dir.display())?;
+                for r in ranges {
+                    write!(f, " {r};")?;
+                }
+                write!(
+                    f,
+                    " start with --accept-wal-loss to run without them (they cannot be recovered)"
+                )
+            }
+            WalError::CheckpointDamaged(d) => write!(
+                f,
+                "{d}; start with --accept-wal-loss to rebuild it from the segments"
+            ),
         }
     }
 }

@@ -35,7 +35,7 @@ pub fn spawn_writer(
     shared: Arc<WalShared>,
 ) -> io::Result<JoinHandle<()>> {
     shared.durable_lsn.store(wal.last_lsn(), Ordering::Release);
-    wal.shared = Some(shared.clone());
+    wal.attach_shared(shared.clone());
     let writer = Writer {
         batch: Vec::with_capacity(wal.max_batch),
         outcomes: Vec::with_capacity(wal.max_batch),
@@ -66,6 +66,8 @@ struct Writer {
 impl Writer {
     fn run(mut self) {
         loop {
+            // Checkpoint, retention, probe of a failed disk (appender.rs, `Wal::tick`).
+            self.wal.tick(self.wal.now_nanos());
             if !self.fill() {
                 // Closed is checked before the last pop: a push that succeeded before the close
                 // is seen by this `fill`, and none can succeed after it.
