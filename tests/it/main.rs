@@ -18,6 +18,7 @@
 //! - `auth`: signature schemes, dedupe across a crash, the admin token.
 //! - `flow`: per-trigger flow-control gates with a real downstream.
 //! - `dlq_corrupt`: a damaged DLQ entry among good ones.
+//! - `wal_loss`: lost segment files and damaged acknowledged records are detected.
 
 mod support;
 
@@ -38,4 +39,5 @@ mod ingest;
 mod props;
 mod shutdown;
 mod tools;
+mod wal_loss;
 mod wal_tools;

@@ -52,6 +52,8 @@ pub struct Opts {
     pub workers: usize,
     /// `--durability`.
     pub durability: Option<String>,
+    /// More `serve` arguments (e.g. `--accept-wal-loss`).
+    pub args: Vec<String>,
 }
 
 impl Default for Opts {
@@ -61,6 +63,7 @@ impl Default for Opts {
             env: Vec::new(),
             workers: 2,
             durability: None,
+            args: Vec::new(),
         }
     }
 }
@@ -80,6 +83,11 @@ impl Opts {
 
     pub fn workers(mut self, n: usize) -> Opts {
         self.workers = n;
+        self
+    }
+
+    pub fn arg(mut self, arg: &str) -> Opts {
+        self.args.push(arg.to_string());
         self
     }
 
@@ -156,6 +164,7 @@ impl Server {
         if let Some(d) = &opts.durability {
             cmd.arg("--durability").arg(d);
         }
+        cmd.args(&opts.args);
         for k in HARN_ENV {
             cmd.env_remove(k);
         }
