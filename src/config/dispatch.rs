@@ -163,6 +163,10 @@ pub struct RawDispatch {
     pub max_wal_bytes: Option<u64>,
     /// Dead-letter entries kept. Default: 100000. Range: 1..=2^32.
     pub max_dlq_entries: Option<u64>,
+    /// Bytes that triggers with `when_backlog_full = "absorb"` may add past
+    /// `max_pending_bytes` (and past `max_pending_events` while bytes allow). Default: a tenth
+    /// of `max_wal_bytes`. Range: 0..=`max_wal_bytes`.
+    pub absorb_max_bytes: Option<u64>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -248,6 +252,7 @@ pub struct DispatchConfig {
     pub retention: Duration,
     pub max_wal_bytes: u64,
     pub max_dlq_entries: u64,
+    pub absorb_max_bytes: u64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -637,6 +642,20 @@ pub(super) fn build_dispatch(
             "dispatch.saturated_low = {low} is out of range (0 < saturated_low < saturated_high = {high})"
         ));
     }
+    let max_wal_bytes = ranged(
+        "dispatch.max_wal_bytes (at least 2 × wal.segment_bytes)",
+        r.max_wal_bytes,
+        64 << 30,
+        segment_bytes.saturating_mul(2),
+        1 << 50,
+    )?;
+    let absorb_max_bytes = ranged(
+        "dispatch.absorb_max_bytes (at most dispatch.max_wal_bytes)",
+        r.absorb_max_bytes,
+        max_wal_bytes / 10,
+        0,
+        max_wal_bytes,
+    )?;
     Ok(DispatchConfig {
         max_pending_events: ranged(
             "dispatch.max_pending_events",
@@ -659,13 +678,8 @@ pub(super) fn build_dispatch(
             r.retention,
             Duration::from_secs(7 * 86_400),
         )?,
-        max_wal_bytes: ranged(
-            "dispatch.max_wal_bytes (at least 2 × wal.segment_bytes)",
-            r.max_wal_bytes,
-            64 << 30,
-            segment_bytes.saturating_mul(2),
-            1 << 50,
-        )?,
+        max_wal_bytes,
+        absorb_max_bytes,
         max_dlq_entries: ranged(
             "dispatch.max_dlq_entries",
             r.max_dlq_entries,

@@ -198,6 +198,10 @@ pub struct RawTrigger {
     pub debounce: Option<flow::RawDebounce>,
     pub singleton: Option<flow::RawSingleton>,
     pub batch: Option<flow::RawBatch>,
+    /// `"refuse"` (503 `queue_full`, the sender retries) or `"absorb"` (keep accepting into
+    /// the WAL up to `dispatch.absorb_max_bytes` more, for senders that never retry). Default:
+    /// `"absorb"` with `verify = "github"` (GitHub does not redeliver), `"refuse"` otherwise.
+    pub when_backlog_full: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -282,6 +286,8 @@ pub struct TriggerConfig {
     pub auth: TriggerAuth,
     /// Flow-control gates (none by default).
     pub flow: FlowConfig,
+    /// What this trigger's events do when the durable backlog is full.
+    pub when_backlog_full: crate::sched::backlog::WhenFull,
 }
 
 /// The validated configuration. Built once at startup; never mutated.
@@ -718,6 +724,7 @@ fn build_triggers(
                 batch: t.batch,
             },
         )?;
+        let when_backlog_full = when_backlog_full(&t.id, t.when_backlog_full.as_deref(), &auth)?;
         out.push(TriggerConfig {
             id: t.id,
             provider: t.provider,
@@ -725,9 +732,30 @@ fn build_triggers(
             handler: None,
             auth,
             flow,
+            when_backlog_full,
         });
     }
     Ok(out)
+}
+
+/// `when_backlog_full`: as given, else `absorb` for `verify = "github"`, `refuse` otherwise.
+fn when_backlog_full(
+    id: &str,
+    v: Option<&str>,
+    auth: &TriggerAuth,
+) -> Result<crate::sched::backlog::WhenFull, ConfigError> {
+    use crate::sched::backlog::WhenFull;
+    match v {
+        Some(text) => WhenFull::parse(text).ok_or_else(|| {
+            ConfigError(format!(
+                "trigger {id:?}: when_backlog_full must be \"refuse\" or \"absorb\", got {text:?}"
+            ))
+        }),
+        None => Ok(match auth.verify.as_ref().map(|v| v.scheme()) {
+            Some(crate::ingest::verify::Scheme::Github) => WhenFull::Absorb,
+            _ => WhenFull::Refuse,
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -861,6 +889,7 @@ mod tests {
                 handler: None,
                 auth: TriggerAuth::default(),
                 flow: FlowConfig::default(),
+                when_backlog_full: crate::sched::backlog::WhenFull::Refuse,
             }]
         );
     }

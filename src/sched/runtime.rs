@@ -131,13 +131,19 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
         recovered.pending.len(),
         recovered.done_cursor
     );
-    let backlog = Arc::new(Backlog::with_wal_limit(
-        config.dispatch.max_pending_events,
-        config.dispatch.max_pending_bytes,
-        config.dispatch.saturated_high,
-        config.dispatch.saturated_low,
-        config.dispatch.max_wal_bytes,
-    ));
+    let backlog = Arc::new(
+        Backlog::with_wal_limit(
+            config.dispatch.max_pending_events,
+            config.dispatch.max_pending_bytes,
+            config.dispatch.saturated_high,
+            config.dispatch.saturated_low,
+            config.dispatch.max_wal_bytes,
+        )
+        .with_absorb(
+            config.dispatch.absorb_max_bytes,
+            &crate::sched::backlog::absorbing_triggers(&config.triggers),
+        ),
+    );
     backlog.preload(
         recovered.pending.len() as u64,
         recovered.pending.values().map(|m| m.bytes).sum(),
@@ -384,5 +390,6 @@ pub fn render_metrics(shared: &Shared, ring_depth: usize) -> String {
             .metrics_dispatch
             .render(w, unix_millis(), shared.backlog.pending_events());
         shared.guards.render_prometheus(w);
+        shared.backlog.render_prometheus(w);
     })
 }

@@ -301,7 +301,8 @@ impl CheckpointFile {
             .open(&tmp)
             .map_err(tmp_err)?;
         file.set_len(FILE_BYTES).map_err(tmp_err)?;
-        file.write_all_at(&encode_slot(1, &c, now_ms), 1 % 2 * SLOT_STRIDE)
+        // Update 1 goes to slot 1 (`seq % 2`); slot 0 stays zeros (invalid) until update 2.
+        file.write_all_at(&encode_slot(1, &c, now_ms), SLOT_STRIDE)
             .map_err(tmp_err)?;
         file.sync_all().map_err(tmp_err)?;
         std::fs::rename(&tmp, &p).map_err(|e| WalError::io(&p, e))?;
@@ -328,7 +329,7 @@ impl CheckpointFile {
     pub fn write(&mut self, c: Checkpoint, now_ms: u64) -> io::Result<()> {
         let seq = self.seq + 1;
         let slot = encode_slot(seq, &c, now_ms);
-        self.file.write_all_at(&slot, seq % 2 * SLOT_STRIDE)?;
+        self.file.write_all_at(&slot, (seq % 2) * SLOT_STRIDE)?;
         self.file.sync_data()?;
         self.seq = seq;
         self.current = c;

@@ -18,10 +18,12 @@
 //! - `auth`: signature schemes, dedupe across a crash, the admin token.
 //! - `flow`: per-trigger flow-control gates with a real downstream.
 //! - `dlq_corrupt`: a damaged DLQ entry among good ones.
+//! - `absorb`: triggers whose senders never retry absorb past the backlog bound.
 //! - `wal_loss`: lost segment files and damaged acknowledged records are detected.
 
 mod support;
 
+mod absorb;
 mod auth;
 mod connections;
 mod crash;

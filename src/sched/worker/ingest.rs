@@ -155,7 +155,7 @@ impl Worker {
             Some((Refusal::WalFull, backlog.retry_after_secs()))
         } else {
             backlog
-                .try_reserve(cost)
+                .reserve_for(&event.trigger_id, cost)
                 .err()
                 .map(|ra| (Refusal::QueueFull, ra))
         };
