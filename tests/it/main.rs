@@ -19,6 +19,7 @@
 //! - `flow`: per-trigger flow-control gates with a real downstream.
 //! - `dlq_corrupt`: a damaged DLQ entry among good ones.
 //! - `absorb`: triggers whose senders never retry absorb past the backlog bound.
+//! - `wal_probe` (`--features failpoints`): `/readyz` recovers from `wal_unavailable` alone.
 //! - `wal_loss`: lost segment files and damaged acknowledged records are detected.
 
 mod support;
@@ -42,4 +43,6 @@ mod props;
 mod shutdown;
 mod tools;
 mod wal_loss;
+#[cfg(feature = "failpoints")]
+mod wal_probe;
 mod wal_tools;
