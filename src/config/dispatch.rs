@@ -690,6 +690,26 @@ pub(super) fn build_dispatch(
     })
 }
 
+/// `when_backlog_full`: as given, else `absorb` for `verify = "github"`, `refuse` otherwise.
+pub(super) fn when_backlog_full(
+    id: &str,
+    v: Option<&str>,
+    auth: &super::TriggerAuth,
+) -> Result<crate::sched::backlog::WhenFull, ConfigError> {
+    use crate::sched::backlog::WhenFull;
+    match v {
+        Some(text) => WhenFull::parse(text).ok_or_else(|| {
+            ConfigError(format!(
+                "trigger {id:?}: when_backlog_full must be \"refuse\" or \"absorb\", got {text:?}"
+            ))
+        }),
+        None => Ok(match auth.verify.as_ref().map(|v| v.scheme()) {
+            Some(crate::ingest::verify::Scheme::Github) => WhenFull::Absorb,
+            _ => WhenFull::Refuse,
+        }),
+    }
+}
+
 #[cfg(test)]
 #[path = "dispatch_tests.rs"]
 mod tests;

@@ -724,7 +724,8 @@ fn build_triggers(
                 batch: t.batch,
             },
         )?;
-        let when_backlog_full = when_backlog_full(&t.id, t.when_backlog_full.as_deref(), &auth)?;
+        let when_backlog_full =
+            dispatch::when_backlog_full(&t.id, t.when_backlog_full.as_deref(), &auth)?;
         out.push(TriggerConfig {
             id: t.id,
             provider: t.provider,
@@ -736,26 +737,6 @@ fn build_triggers(
         });
     }
     Ok(out)
-}
-
-/// `when_backlog_full`: as given, else `absorb` for `verify = "github"`, `refuse` otherwise.
-fn when_backlog_full(
-    id: &str,
-    v: Option<&str>,
-    auth: &TriggerAuth,
-) -> Result<crate::sched::backlog::WhenFull, ConfigError> {
-    use crate::sched::backlog::WhenFull;
-    match v {
-        Some(text) => WhenFull::parse(text).ok_or_else(|| {
-            ConfigError(format!(
-                "trigger {id:?}: when_backlog_full must be \"refuse\" or \"absorb\", got {text:?}"
-            ))
-        }),
-        None => Ok(match auth.verify.as_ref().map(|v| v.scheme()) {
-            Some(crate::ingest::verify::Scheme::Github) => WhenFull::Absorb,
-            _ => WhenFull::Refuse,
-        }),
-    }
 }
 
 #[cfg(test)]

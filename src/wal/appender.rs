@@ -528,7 +528,7 @@ impl Wal {
     }
 
     /// A probe of a failed disk, committing no record: retries the failed roll if the last
-    /// roll failed; otherwise zeroes what a failed write may have left (or [`PROBE_BYTES`] of
+    /// roll failed; otherwise zeroes what a failed write may have left (or `PROBE_BYTES`, 4 KiB, of
     /// already-zero space at the end of the log) and syncs it; then writes the checkpoint. `Ok`
     /// means the disk accepts writes and syncs again.
     pub fn probe(&mut self) -> io::Result<()> {

@@ -24,7 +24,8 @@
 //! pub enum Durability { Fsync /* default */, Os }        // serde: "fsync" | "os"
 //! pub enum WritePath { Pwrite /* default */, Mmap }      // serde: "pwrite" | "mmap"
 //! pub struct WalConfig { pub dir: PathBuf /* DATA_DIR/wal */, pub segment_bytes: u64, pub durability: Durability,
-//!                        pub write_path: WritePath, pub max_batch: usize }   // WalConfig::new(dir) = defaults
+//!                        pub write_path: WritePath, pub max_batch: usize,
+//!                        pub accept_loss: bool }                              // WalConfig::new(dir) = defaults
 //! pub struct AppendRequest { pub worker: usize, pub ticket: u64, pub record: Record }
 //! pub enum AppendOutcome { Durable { lsn: Lsn }, Unavailable }
 //! pub trait CompletionSink: Send { fn complete(&mut self, ticket: u64, outcome: AppendOutcome); fn notify(&mut self); }
@@ -34,11 +35,15 @@
 //!                  fn render_prometheus(&self, out: &mut String) }
 //! pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError>;
 //! pub struct RecoveryReport { pub segments: usize, pub records: u64, pub last_lsn: Lsn,
-//!                             pub truncated_tail: Option<(PathBuf, u64)> }
+//!                             pub truncated_tail: Option<(PathBuf, u64)>, pub lost: Vec<LostRange> }
 //! pub fn spawn_writer(wal: Wal, rx: ring::Receiver<AppendRequest>, parker: Parker,
 //!                     sinks: Vec<Box<dyn CompletionSink>>, shared: Arc<WalShared>) -> io::Result<JoinHandle<()>>;
 //! pub enum WalError { Io { path, source }, Corrupt { segment: PathBuf, offset: u64, reason: String },
-//!                     InvalidConfig { reason }, Encode(EncodeError) }
+//!                     InvalidConfig { reason }, Encode(EncodeError), Locked { path },
+//!                     Lost { dir, ranges: Vec<LostRange> }, CheckpointDamaged(checkpoint::Damaged) }
+//! impl Wal { fn tick(&mut self, now_ns); fn checkpoint_if_due(&mut self, now_ns) -> io::Result<bool>;
+//!            fn probe(&mut self) -> io::Result<()>; fn retire_below(&mut self, Lsn) -> io::Result<usize> }
+//! impl WalShared { fn request_retire(&self, Lsn) }   // retention's request to the writer
 //! pub struct WalReader;  // open(dir) / open_from(dir, lsn); Iterator<Item = Result<RawRecord, WalError>>;
 //!                        // next_event() -> Option<Result<(Lsn, EventRecord), WalError>>
 //! impl Wal { fn append(&mut self, &[Record]) -> Result<Lsn, WalError>;     // offline / tests
@@ -67,6 +72,10 @@
 //! record fits in an empty segment; [`open`] refuses smaller values. A record never spans segments: when it does not fit in the space left, the
 //! writer creates (and, in `Fsync` mode, `fsync`s the directory entry of) the next segment.
 //! LSNs start at 1 and are consecutive across segments.
+//!
+//! Beside the segments: `LOCK` (held with `flock` by the process that has the log open) and
+//! `CHECKPOINT`, what must exist (first live LSN, highest synced LSN), spelled out byte by byte
+//! in [`checkpoint`]. Other files are ignored.
 //!
 //! # Record format (all integers little-endian)
 //!
@@ -145,6 +154,16 @@
 //! and startup continues. Anything else — a bad record followed by a valid one, a bad record in
 //! a non-last segment, an LSN gap — is [`WalError::Corrupt`] naming the segment and offset.
 //!
+//! Then the segments are compared with the checkpoint ([`checkpoint::missing`]): LSNs it
+//! promises (`first_live_lsn..=durable_lsn`) that no segment holds — the oldest segments deleted,
+//! the newest truncated or deleted — are [`WalError::Lost`]; a torn tail at or below the
+//! checkpointed durable LSN is [`WalError::Corrupt`] (a synced record cannot be torn by a crash).
+//! Both stop startup unless [`WalConfig::accept_loss`], which logs, reports
+//! ([`RecoveryReport::lost`]) and counts them, truncates a damaged tail, and rewrites the
+//! checkpoint. After recovery the active segment and the directory are synced (what the scan read
+//! may have been in the page cache only) and the checkpoint is written with what exists; a log
+//! without a checkpoint (older versions) gets one then.
+//!
 //! # Write paths and the measured choice
 //!
 //! Both write paths implement [`segment::SegmentFile`] (`write_at`, `sync`, `allocate`):
@@ -190,7 +209,10 @@
 //! `Unavailable`, nothing in it is reported durable, [`WalShared::healthy`] turns false, and the
 //! LSNs are reused by the next batch. Bytes the failed write may have left past the last good
 //! offset are zeroed (and synced) before the next write, so recovery can never find a stale,
-//! CRC-valid record from a failed batch. The next successful batch turns `healthy` back on.
+//! CRC-valid record from a failed batch. The next successful batch turns `healthy` back on, and
+//! so does a successful probe ([`Wal::probe`], at most every [`PROBE_EVERY`] from [`Wal::tick`]
+//! while unhealthy: the failed roll retried, or the dirty bytes zeroed, or 4 KiB of zeros written
+//! at the log end, then synced — no record committed), so health returns without a request.
 // `unsafe` is confined to `sys.rs` (maps and `fallocate`), which alone opts back in.
 #![deny(unsafe_code)]
 
