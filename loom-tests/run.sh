@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the loom models of src/ring and src/ingest/bucket against the real code compiled with `--cfg loom`.
+# Runs the loom models of src/ring, src/ingest/bucket and src/sched/backlog against the real code compiled with `--cfg loom`.
 # Usage: loom-tests/run.sh [extra cargo test args]
 # Bounded preemptions keep the run to seconds on 2 cores; raise LOOM_MAX_PREEMPTIONS for a
 # deeper (much slower) search.

@@ -30,7 +30,9 @@
 //! header and ids: over 60 bytes). The budget in use is `sluice_ingest_absorb_bytes`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+// Through the shim: the bounds are modelled with loom (`loom-tests/tests/backlog.rs`).
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::metrics::prom::{MetricType, PromWriter};
 
@@ -103,8 +105,9 @@ pub struct Backlog {
     absorb_bytes: AtomicU64,
     /// Absorbing trigger id → its index in `absorbed` (empty: no absorbing trigger).
     absorbing: HashMap<String, usize>,
-    /// Events absorbed, per absorbing trigger (`Relaxed`: counters).
-    absorbed: Vec<(String, AtomicU64)>,
+    /// Events absorbed, per absorbing trigger (`Relaxed`; metrics counters, `std` atomics
+    /// bypassing the shim as `crate::metrics` does).
+    absorbed: Vec<(String, std::sync::atomic::AtomicU64)>,
 }
 
 /// Most seconds a `queue_full` refusal asks the client to wait.
@@ -149,7 +152,8 @@ impl Backlog {
         for id in absorbing {
             let i = self.absorbed.len();
             self.absorbing.insert((*id).to_owned(), i);
-            self.absorbed.push(((*id).to_owned(), AtomicU64::new(0)));
+            self.absorbed
+                .push(((*id).to_owned(), std::sync::atomic::AtomicU64::new(0)));
         }
         self
     }
@@ -166,7 +170,9 @@ impl Backlog {
         };
         let r = self.try_reserve_absorbing(bytes)?;
         if r == Reserved::Absorbed {
-            self.absorbed[slot].1.fetch_add(1, Ordering::Relaxed);
+            self.absorbed[slot]
+                .1
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(r)
     }
@@ -195,9 +201,11 @@ impl Backlog {
 
     /// Events absorbed so far by trigger `id` (0 for a trigger that does not absorb).
     pub fn absorbed(&self, id: &str) -> u64 {
-        self.absorbing
-            .get(id)
-            .map_or(0, |&i| self.absorbed[i].1.load(Ordering::Relaxed))
+        self.absorbing.get(id).map_or(0, |&i| {
+            self.absorbed[i]
+                .1
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
     }
 
     /// `sluice_ingest_absorbed_total{trigger}`, one sample per absorbing trigger.
@@ -210,7 +218,8 @@ impl Backlog {
             MetricType::Counter,
         );
         for (id, n) in &self.absorbed {
-            w.sample_u64(NAME, &[("trigger", id)], n.load(Ordering::Relaxed));
+            let n = n.load(std::sync::atomic::Ordering::Relaxed);
+            w.sample_u64(NAME, &[("trigger", id)], n);
         }
         const BUDGET: &str = "sluice_ingest_absorb_bytes";
         w.header(
