@@ -219,3 +219,19 @@ fn flipped_byte_in_the_last_acknowledged_record_is_corruption_not_a_torn_tail() 
     accepted_server.sigkill();
     drop(ds);
 }
+
+#[test]
+fn a_data_dir_from_before_checkpoints_starts_and_gets_one() {
+    let mut server = Server::start(Opts::default());
+    let id = server.ingest("/webhooks/old", b"written by an older version");
+    server.stop();
+    let ckpt = server.wal_dir().join("CHECKPOINT");
+    assert!(ckpt.exists(), "a stopped server leaves a checkpoint");
+    fs::remove_file(&ckpt).unwrap();
+    assert_wal_clean(&server.data_dir());
+    server.restart();
+    assert!(ckpt.exists(), "created at start-up");
+    server.stop();
+    assert_wal_clean(&server.data_dir());
+    find_event(&wal_inspect(&server.data_dir()), &id);
+}
