@@ -1,7 +1,9 @@
 //! The `sluice` binary: parse the command line, load config, run, map errors to exit codes.
 //!
 //! Exit codes: 0 success; 1 runtime failure (WAL, I/O, a thread died); 2 invalid configuration
-//! or usage; 3 `wal verify` found corruption; 4 `dlq` entry not found.
+//! or usage; 3 `wal verify` found corruption or lost records, `dlq list` found unreadable entries
+//! (the readable ones are still listed), `dlq show` found the entry damaged; 4 `dlq` entry not
+//! found.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -47,6 +49,12 @@ enum Command {
         /// Serve on for this long after SIGTERM/SIGINT while /readyz says draining (default 2s).
         #[arg(long)]
         drain_grace: Option<String>,
+        /// Start although the WAL checkpoint says records are missing (deleted or truncated
+        /// segment files): the missing LSN ranges are logged and counted
+        /// (sluice_wal_loss_accepted_total) and cannot be recovered. Without it, such a start
+        /// exits 1 naming the missing ranges.
+        #[arg(long)]
+        accept_wal_loss: bool,
     },
     /// Open-loop HTTP/1.1 load generator (fixed rate or schedule; per-second timeline).
     Loadgen(sluice::tools::loadgen::LoadgenArgs),
@@ -66,7 +74,8 @@ enum Command {
 
 #[derive(Subcommand)]
 enum DlqCommand {
-    /// One line per entry, oldest first (JSON objects with --json).
+    /// One line per entry, oldest first (JSON objects with --json); then one line per unreadable
+    /// entry file (exit 3 if there is any).
     List {
         #[arg(long)]
         data_dir: PathBuf,
@@ -122,6 +131,7 @@ fn main() -> ExitCode {
             durability,
             pump_max_outstanding,
             drain_grace,
+            accept_wal_loss,
         } => {
             let raw = match &config {
                 Some(path) => match Config::read_manifest(path) {
@@ -137,6 +147,7 @@ fn main() -> ExitCode {
                 durability,
                 pump_max_outstanding,
                 drain_grace,
+                accept_wal_loss,
             };
             let cfg = match Config::build(raw, &|k| std::env::var(k).ok(), &overrides) {
                 Ok(c) => c,
@@ -212,7 +223,20 @@ fn dlq(command: DlqCommand) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let result = match command {
-        DlqCommand::List { data_dir, json } => dlq_tools::list(&data_dir, json, &mut out).map(drop),
+        DlqCommand::List { data_dir, json } => match dlq_tools::list(&data_dir, json, &mut out) {
+            Ok(listed) if listed.unreadable > 0 => {
+                let _ = out.flush();
+                return fail(
+                    3,
+                    &format!(
+                        "{} DLQ entries listed, {} unreadable (listed with their problem; \
+                         `dlq discard ID` removes one)",
+                        listed.entries, listed.unreadable
+                    ),
+                );
+            }
+            other => other.map(drop),
+        },
         DlqCommand::Show { id, data_dir } => dlq_tools::show_json(&data_dir, &id, &mut out),
         DlqCommand::Discard { id, data_dir } => dlq_tools::discard(&data_dir, &id),
         DlqCommand::Replay { id, data_dir } => dlq_tools::replay(&data_dir, &id).map(|r| {

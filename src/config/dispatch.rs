@@ -163,6 +163,10 @@ pub struct RawDispatch {
     pub max_wal_bytes: Option<u64>,
     /// Dead-letter entries kept. Default: 100000. Range: 1..=2^32.
     pub max_dlq_entries: Option<u64>,
+    /// Bytes that triggers with `when_backlog_full = "absorb"` may add past
+    /// `max_pending_bytes` (and past `max_pending_events` while bytes allow). Default: a tenth
+    /// of `max_wal_bytes`. Range: 0..=`max_wal_bytes`.
+    pub absorb_max_bytes: Option<u64>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -248,6 +252,7 @@ pub struct DispatchConfig {
     pub retention: Duration,
     pub max_wal_bytes: u64,
     pub max_dlq_entries: u64,
+    pub absorb_max_bytes: u64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -641,6 +646,20 @@ pub(super) fn build_dispatch(
             "dispatch.saturated_low = {low} is out of range (0 < saturated_low < saturated_high = {high})"
         ));
     }
+    let max_wal_bytes = ranged(
+        "dispatch.max_wal_bytes (at least (server.workers + 1) × wal.segment_bytes)",
+        r.max_wal_bytes,
+        64 << 30,
+        segment_bytes.saturating_mul(workers as u64 + 1),
+        1 << 50,
+    )?;
+    let absorb_max_bytes = ranged(
+        "dispatch.absorb_max_bytes (at most dispatch.max_wal_bytes)",
+        r.absorb_max_bytes,
+        max_wal_bytes / 10,
+        0,
+        max_wal_bytes,
+    )?;
     Ok(DispatchConfig {
         max_pending_events: ranged(
             "dispatch.max_pending_events",
@@ -663,13 +682,8 @@ pub(super) fn build_dispatch(
             r.retention,
             Duration::from_secs(7 * 86_400),
         )?,
-        max_wal_bytes: ranged(
-            "dispatch.max_wal_bytes (at least (server.workers + 1) × wal.segment_bytes)",
-            r.max_wal_bytes,
-            64 << 30,
-            segment_bytes.saturating_mul(workers as u64 + 1),
-            1 << 50,
-        )?,
+        max_wal_bytes,
+        absorb_max_bytes,
         max_dlq_entries: ranged(
             "dispatch.max_dlq_entries",
             r.max_dlq_entries,
@@ -678,6 +692,26 @@ pub(super) fn build_dispatch(
             1 << 32,
         )?,
     })
+}
+
+/// `when_backlog_full`: as given, else `absorb` for `verify = "github"`, `refuse` otherwise.
+pub(super) fn when_backlog_full(
+    id: &str,
+    v: Option<&str>,
+    auth: &super::TriggerAuth,
+) -> Result<crate::sched::backlog::WhenFull, ConfigError> {
+    use crate::sched::backlog::WhenFull;
+    match v {
+        Some(text) => WhenFull::parse(text).ok_or_else(|| {
+            ConfigError(format!(
+                "trigger {id:?}: when_backlog_full must be \"refuse\" or \"absorb\", got {text:?}"
+            ))
+        }),
+        None => Ok(match auth.verify.as_ref().map(|v| v.scheme()) {
+            Some(crate::ingest::verify::Scheme::Github) => WhenFull::Absorb,
+            _ => WhenFull::Refuse,
+        }),
+    }
 }
 
 #[cfg(test)]

@@ -289,6 +289,7 @@ fn dispatch_defaults_and_ranges() {
             retention: Duration::from_secs(7 * 86_400),
             max_wal_bytes: 64 << 30,
             max_dlq_entries: 100_000,
+            absorb_max_bytes: (64 << 30) / 10,
         }
     );
     assert!(c.destinations.is_empty());
@@ -326,6 +327,55 @@ fn dispatch_defaults_and_ranges() {
         .unwrap_err();
     assert!(
         e.0.contains("(server.workers + 1) × wal.segment_bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn when_backlog_full_defaults_by_verify_scheme_and_absorb_max_bytes_follows_the_wal_bound() {
+    use crate::sched::backlog::WhenFull;
+    let env = |k: &str| (k == "GH").then(|| "s3cret".to_owned());
+    let text = "[server]\nworkers = 1\n[dispatch]\nmax_wal_bytes = 134217728\n\
+                [[triggers]]\nid = \"gh\"\nprovider = \"github\"\npath = \"/gh\"\nverify = \"github\"\nsecrets = [{ env = \"GH\" }]\n\
+                [[triggers]]\nid = \"plain\"\nprovider = \"p\"\npath = \"/p\"\n\
+                [[triggers]]\nid = \"gh-refuse\"\nprovider = \"github\"\npath = \"/g2\"\nverify = \"github\"\nsecrets = [{ env = \"GH\" }]\nwhen_backlog_full = \"refuse\"\n\
+                [[triggers]]\nid = \"plain-absorb\"\nprovider = \"p\"\npath = \"/p2\"\nwhen_backlog_full = \"absorb\"\n";
+    let c = Config::build(
+        Config::parse_manifest(text).unwrap(),
+        &env,
+        &Overrides::default(),
+    )
+    .unwrap();
+    let policy: Vec<WhenFull> = c.triggers.iter().map(|t| t.when_backlog_full).collect();
+    assert_eq!(
+        policy,
+        [
+            WhenFull::Absorb,
+            WhenFull::Refuse,
+            WhenFull::Refuse,
+            WhenFull::Absorb
+        ]
+    );
+    assert_eq!(
+        crate::sched::backlog::absorbing_triggers(&c.triggers),
+        ["gh", "plain-absorb"]
+    );
+    assert_eq!(c.dispatch.absorb_max_bytes, 134217728 / 10);
+    let ok = build(
+        "[server]\nworkers = 1\n[dispatch]\nmax_wal_bytes = 134217728\nabsorb_max_bytes = 0\n",
+    )
+    .unwrap();
+    assert_eq!(ok.dispatch.absorb_max_bytes, 0);
+    let e =
+        build("[server]\nworkers = 1\n[dispatch]\nmax_wal_bytes = 134217728\nabsorb_max_bytes = 134217729\n").unwrap_err();
+    assert!(e.0.contains("dispatch.absorb_max_bytes"), "{e}");
+    let e = build(&format!(
+        "{}when_backlog_full = \"maybe\"\n",
+        trig("t", "/t", "http://127.0.0.1:9/x")
+    ))
+    .unwrap_err();
+    assert!(
+        e.0.contains("when_backlog_full") && e.0.contains("\"t\""),
         "{e}"
     );
 }

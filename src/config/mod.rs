@@ -218,6 +218,10 @@ pub struct RawTrigger {
     pub debounce: Option<flow::RawDebounce>,
     pub singleton: Option<flow::RawSingleton>,
     pub batch: Option<flow::RawBatch>,
+    /// `"refuse"` (503 `queue_full`, the sender retries) or `"absorb"` (keep accepting into
+    /// the WAL up to `dispatch.absorb_max_bytes` more, for senders that never retry). Default:
+    /// `"absorb"` with `verify = "github"` (GitHub does not redeliver), `"refuse"` otherwise.
+    pub when_backlog_full: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -265,6 +269,8 @@ pub struct WalSettings {
     pub write_path: crate::wal::WritePath,
     pub ring_capacity: usize,
     pub max_batch: usize,
+    /// `serve --accept-wal-loss`: start although the WAL checkpoint says records are missing.
+    pub accept_loss: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -278,6 +284,8 @@ pub struct TriggerConfig {
     pub auth: TriggerAuth,
     /// Flow-control gates (none by default).
     pub flow: FlowConfig,
+    /// What this trigger's events do when the durable backlog is full.
+    pub when_backlog_full: crate::sched::backlog::WhenFull,
 }
 
 /// The validated configuration. Built once at startup; never mutated.
@@ -307,6 +315,8 @@ pub struct Overrides {
     pub pump_max_outstanding: Option<usize>,
     /// `--drain-grace` (wins over `server.drain_grace`).
     pub drain_grace: Option<String>,
+    /// `--accept-wal-loss` (there is no manifest key: it is a decision for one start).
+    pub accept_wal_loss: bool,
 }
 
 /// Default headers stored with each event besides `content-type`.
@@ -698,6 +708,7 @@ fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, Con
         write_path,
         ring_capacity: ranged("wal.ring_capacity", r.ring_capacity, 4096, 2, 1 << 20)?,
         max_batch: ranged("wal.max_batch", r.max_batch, 1024, 1, 65536)?,
+        accept_loss: o.accept_wal_loss,
     })
 }
 
@@ -760,6 +771,8 @@ fn build_triggers(
                 batch: t.batch,
             },
         )?;
+        let when_backlog_full =
+            dispatch::when_backlog_full(&t.id, t.when_backlog_full.as_deref(), &auth)?;
         out.push(TriggerConfig {
             id: t.id,
             provider: t.provider,
@@ -767,6 +780,7 @@ fn build_triggers(
             handler: None,
             auth,
             flow,
+            when_backlog_full,
         });
     }
     Ok(out)
@@ -907,6 +921,7 @@ mod tests {
                 handler: None,
                 auth: TriggerAuth::default(),
                 flow: FlowConfig::default(),
+                when_backlog_full: crate::sched::backlog::WhenFull::Refuse,
             }]
         );
     }

@@ -465,49 +465,81 @@ impl DlqStore {
         Ok(())
     }
 
-    /// Every entry, sorted by `dead_lettered_at_ms` (then id). A damaged file is
-    /// [`DlqError::Corrupt`] naming it (discard it by id to proceed).
-    pub fn list(&self) -> Result<Vec<DlqSummary>, DlqError> {
+    /// Every entry, sorted by `dead_lettered_at_ms` (then id), and every entry file that cannot
+    /// be read (damaged: bad length, CRC or fields; stored under another id's name; or an I/O
+    /// error reading it), sorted by id. One damaged file never hides the others. `Err` only when
+    /// the directory itself cannot be read. Holds one entry file in memory at a time; the listing
+    /// holds one summary (or one [`Unreadable`]) per file, at most `max_entries` of them.
+    pub fn list(&self) -> Result<DlqListing, DlqError> {
+        let mut listing = DlqListing::default();
         if !self.dir.exists() {
-            return Ok(Vec::new());
+            return Ok(listing);
         }
-        let mut out = Vec::new();
         for name in read_names(&self.dir)? {
             if !valid_id(&name) {
                 continue;
             }
-            let path = self.dir.join(&name);
-            let bytes = match read_entry_file(&path, &name) {
-                Ok(b) => b,
-                Err(DlqError::NotFound { .. }) => continue, // removed while listing
-                Err(e) => return Err(e),
-            };
-            let v = parse_entry(&bytes).map_err(|reason| DlqError::Corrupt {
-                path: path.clone(),
-                reason,
-            })?;
-            if v.id != name {
-                let reason = format!("holds entry {} under another name", v.id);
-                return Err(DlqError::Corrupt { path, reason });
+            match self.summary(&name) {
+                Ok(s) => listing.entries.push(s),
+                Err(DlqError::NotFound { .. }) => {} // removed while listing
+                Err(e) => listing.unreadable.push(Unreadable {
+                    id: name,
+                    problem: e.to_string(),
+                }),
             }
-            out.push(DlqSummary {
-                id: v.id.to_owned(),
-                event_lsn: v.event_lsn,
-                trigger_id: v.event.trigger_id.to_owned(),
-                source: v.event.source.to_owned(),
-                destination: v.destination.to_owned(),
-                reason: v.reason,
-                attempts: v.attempts,
-                last_error: v.last_error.to_owned(),
-                dead_lettered_at_ms: v.dead_lettered_at_ms,
-                received_at_ms: v.event.received_at_ms,
-                body_len: v.event.body.len(),
-                replay_of: v.event.replay_of.map(str::to_owned),
-            });
         }
-        out.sort_by(|a, b| (a.dead_lettered_at_ms, &a.id).cmp(&(b.dead_lettered_at_ms, &b.id)));
-        Ok(out)
+        listing
+            .entries
+            .sort_by(|a, b| (a.dead_lettered_at_ms, &a.id).cmp(&(b.dead_lettered_at_ms, &b.id)));
+        listing.unreadable.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(listing)
     }
+
+    /// The summary of the entry file `name` (a valid id).
+    fn summary(&self, name: &str) -> Result<DlqSummary, DlqError> {
+        let path = self.dir.join(name);
+        let bytes = read_entry_file(&path, name)?;
+        let v = parse_entry(&bytes).map_err(|reason| DlqError::Corrupt {
+            path: path.clone(),
+            reason,
+        })?;
+        if v.id != name {
+            let reason = format!("holds entry {} under another name", v.id);
+            return Err(DlqError::Corrupt { path, reason });
+        }
+        Ok(DlqSummary {
+            id: v.id.to_owned(),
+            event_lsn: v.event_lsn,
+            trigger_id: v.event.trigger_id.to_owned(),
+            source: v.event.source.to_owned(),
+            destination: v.destination.to_owned(),
+            reason: v.reason,
+            attempts: v.attempts,
+            last_error: v.last_error.to_owned(),
+            dead_lettered_at_ms: v.dead_lettered_at_ms,
+            received_at_ms: v.event.received_at_ms,
+            body_len: v.event.body.len(),
+            replay_of: v.event.replay_of.map(str::to_owned),
+        })
+    }
+}
+
+/// What [`DlqStore::list`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DlqListing {
+    /// Readable entries, oldest dead-lettered first.
+    pub entries: Vec<DlqSummary>,
+    /// Entry files that could not be read, by id.
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// An entry file [`DlqStore::list`] could not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    /// The file's name: a well-formed entry id.
+    pub id: String,
+    /// What is wrong, naming the file (the [`DlqError`] text: corrupt and why, or the I/O error).
+    pub problem: String,
 }
 
 fn read_names(dir: &Path) -> Result<Vec<String>, DlqError> {
@@ -596,7 +628,7 @@ pub(crate) mod tests {
             assert_eq!(&store.get(&e.id).unwrap(), e);
         }
         // Sorted by dead_lettered_at: sample_entry(2) died first.
-        let list = store.list().unwrap();
+        let list = store.list().unwrap().entries;
         let ids: Vec<_> = list.iter().map(|s| s.id.as_str()).collect();
         assert_eq!(ids, [&entries[2].id, &entries[1].id, &entries[0].id]);
         assert_eq!(list[1].reason, DlqReason::CircuitOpen);
@@ -688,7 +720,7 @@ pub(crate) mod tests {
         let offline = DlqStore::open_existing(dir).unwrap();
         assert_eq!(offline.len(), 1);
         assert_eq!(
-            offline.list().unwrap().len(),
+            offline.list().unwrap().entries.len(),
             1,
             "tmp files are not entries"
         );
@@ -714,7 +746,11 @@ pub(crate) mod tests {
                 matches!(store.get(&e.id), Err(DlqError::Corrupt { path: p, .. }) if p == path),
                 "{bytes:?}"
             );
-            assert!(matches!(store.list(), Err(DlqError::Corrupt { .. })));
+            let listing = store.list().unwrap();
+            assert_eq!(listing.entries.len(), 1, "the good entry is still listed");
+            assert_eq!(listing.unreadable.len(), 1);
+            assert_eq!(listing.unreadable[0].id, e.id);
+            assert!(listing.unreadable[0].problem.contains(&e.id), "{listing:?}");
         };
         let mut flipped = pristine.clone();
         flipped[40] ^= 1;
@@ -726,11 +762,17 @@ pub(crate) mod tests {
         check(b"");
         // A valid entry stored under another id's name.
         std::fs::write(&path, encode_entry(&sample_entry(4)).unwrap()).unwrap();
-        assert!(matches!(store.list(), Err(DlqError::Corrupt { .. })));
+        let listing = store.list().unwrap();
+        assert_eq!(listing.unreadable[0].id, e.id);
+        assert!(
+            listing.unreadable[0].problem.contains("another name"),
+            "{listing:?}"
+        );
         assert!(matches!(store.get(&e.id), Err(DlqError::Corrupt { .. })));
-        // Discarding the damaged entry by id unblocks the listing.
+        // Discarding the damaged entry by id clears the listing.
         store.remove(&e.id).unwrap();
-        assert_eq!(store.list().unwrap().len(), 1);
+        let listing = store.list().unwrap();
+        assert_eq!((listing.entries.len(), listing.unreadable.len()), (1, 0));
     }
 
     #[test]

@@ -38,11 +38,13 @@ pub enum DlqToolError {
 }
 
 impl DlqToolError {
-    /// The exit code of `sluice dlq`: 4 not found, 2 malformed id (usage), 1 anything else.
+    /// The exit code of `sluice dlq`: 4 not found, 2 malformed id (usage), 3 the entry file is
+    /// damaged (corrupt), 1 anything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             DlqToolError::Dlq(DlqError::NotFound { .. }) => 4,
             DlqToolError::Dlq(DlqError::InvalidId { .. }) => 2,
+            DlqToolError::Dlq(DlqError::Corrupt { .. }) => 3,
             _ => 1,
         }
     }
@@ -121,14 +123,32 @@ impl<'a> From<&'a DlqSummary> for ListLine<'a> {
     }
 }
 
+#[derive(serde::Serialize)]
+struct UnreadableLine<'a> {
+    id: &'a str,
+    unreadable: bool,
+    problem: &'a str,
+}
+
+/// What [`list`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listed {
+    /// Readable entries listed.
+    pub entries: usize,
+    /// Entry files listed as unreadable (`sluice dlq list` then exits 3).
+    pub unreadable: usize,
+}
+
 /// Writes one line per entry, oldest dead-lettered first: a JSON object (`json`) with `id`,
 /// `reason`, `attempts`, `destination`, `trigger_id`, `dead_lettered_at` (Unix ms),
 /// `last_error`, `event_lsn`, `source`, `received_at`, `body_len` (+ `replay_of`), or text:
 /// `ID REASON attempts=N destination=D trigger=T dead_lettered_at=MS last_error="E"`.
-/// Returns the number of entries.
-pub fn list(data_dir: &Path, json: bool, out: &mut dyn Write) -> Result<usize, DlqToolError> {
-    let entries = store(data_dir)?.list()?;
-    for s in &entries {
+/// Then one line per entry file that cannot be read, by id:
+/// `{"id","unreadable":true,"problem"}` or `ID unreadable problem="P"`; the other entries are
+/// listed all the same.
+pub fn list(data_dir: &Path, json: bool, out: &mut dyn Write) -> Result<Listed, DlqToolError> {
+    let listing = store(data_dir)?.list()?;
+    for s in &listing.entries {
         if json {
             serde_json::to_writer(&mut *out, &ListLine::from(s)).map_err(io::Error::from)?;
             out.write_all(b"\n")?;
@@ -146,8 +166,24 @@ pub fn list(data_dir: &Path, json: bool, out: &mut dyn Write) -> Result<usize, D
             )?;
         }
     }
+    for u in &listing.unreadable {
+        if json {
+            let line = UnreadableLine {
+                id: &u.id,
+                unreadable: true,
+                problem: &u.problem,
+            };
+            serde_json::to_writer(&mut *out, &line).map_err(io::Error::from)?;
+            out.write_all(b"\n")?;
+        } else {
+            writeln!(out, "{} unreadable problem={:?}", u.id, u.problem)?;
+        }
+    }
     out.flush()?;
-    Ok(entries.len())
+    Ok(Listed {
+        entries: listing.entries.len(),
+        unreadable: listing.unreadable.len(),
+    })
 }
 
 #[derive(serde::Serialize)]
@@ -364,7 +400,7 @@ mod tests {
     fn list_and_show() {
         let (tmp, entries) = setup();
         let mut out = Vec::new();
-        assert_eq!(list(tmp.path(), true, &mut out).unwrap(), 2);
+        assert_eq!(list(tmp.path(), true, &mut out).unwrap().entries, 2);
         let lines: Vec<serde_json::Value> = String::from_utf8(out)
             .unwrap()
             .lines()
@@ -410,7 +446,54 @@ mod tests {
         );
         // No DLQ directory at all: an empty listing.
         let empty = tempfile::tempdir().unwrap();
-        assert_eq!(list(empty.path(), true, &mut Vec::new()).unwrap(), 0);
+        assert_eq!(
+            list(empty.path(), true, &mut Vec::new()).unwrap(),
+            Listed {
+                entries: 0,
+                unreadable: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_corrupt_entry_is_listed_as_unreadable_and_show_names_the_problem() {
+        let (tmp, entries) = setup();
+        let path = tmp.path().join(DLQ_SUBDIR).join(&entries[0].id);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[30] ^= 0x40;
+        std::fs::write(&path, bytes).unwrap();
+        let mut out = Vec::new();
+        let listed = list(tmp.path(), true, &mut out).unwrap();
+        assert_eq!(
+            listed,
+            Listed {
+                entries: 1,
+                unreadable: 1
+            }
+        );
+        let lines: Vec<serde_json::Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0]["id"], entries[1].id.as_str());
+        assert_eq!(lines[1]["id"], entries[0].id.as_str());
+        assert_eq!(lines[1]["unreadable"], true);
+        let problem = lines[1]["problem"].as_str().unwrap();
+        assert!(
+            problem.contains("corrupt") && problem.contains(&entries[0].id),
+            "{problem}"
+        );
+        let mut out = Vec::new();
+        list(tmp.path(), false, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains(&format!("{} unreadable problem=", entries[0].id)),
+            "{text}"
+        );
+        let err = show_json(tmp.path(), &entries[0].id, &mut Vec::new()).unwrap_err();
+        assert_eq!(err.exit_code(), 3);
+        assert!(err.to_string().contains(&entries[0].id), "{err}");
     }
 
     #[test]
@@ -421,7 +504,7 @@ mod tests {
             discard(tmp.path(), &entries[0].id).unwrap_err().exit_code(),
             4
         );
-        assert_eq!(list(tmp.path(), true, &mut Vec::new()).unwrap(), 1);
+        assert_eq!(list(tmp.path(), true, &mut Vec::new()).unwrap().entries, 1);
     }
 
     #[test]
@@ -470,7 +553,7 @@ mod tests {
             replay(tmp.path(), &entries[1].id).unwrap_err().exit_code(),
             4
         );
-        assert_eq!(list(tmp.path(), true, &mut Vec::new()).unwrap(), 1);
+        assert_eq!(list(tmp.path(), true, &mut Vec::new()).unwrap().entries, 1);
         let state = recover_dispatch(&wal_cfg.dir).unwrap();
         assert_eq!(state.pending.keys().copied().collect::<Vec<_>>(), [1, 2]);
     }

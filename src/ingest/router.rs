@@ -195,6 +195,7 @@ mod tests {
                 handler: None,
                 auth: Default::default(),
                 flow: Default::default(),
+                when_backlog_full: crate::sched::backlog::WhenFull::Refuse,
             }],
             true,
         )

@@ -9,8 +9,77 @@
 //! The two counters are separate atomics, so a reservation is "events first, then bytes, undo on
 //! failure": concurrent reservers can each see the other's tentative bytes and both refuse when
 //! one of them alone would have fit. That errs towards refusing, never past the bound.
+//!
+//! # Absorbing triggers (senders that never retry)
+//!
+//! A trigger with `when_backlog_full = "absorb"` ([`WhenFull::Absorb`]; the default for
+//! `verify = "github"`: GitHub does not redeliver a failed delivery) reserves as usual while the
+//! normal bounds allow; past them ([`Backlog::try_reserve_absorbing`]) its events draw on an
+//! *absorb budget* of `absorb_max_bytes`: a reservation is *absorbed* (counted per trigger,
+//! `sluice_ingest_absorbed_total{trigger}`) when the budget in use plus its bytes stays within
+//! `absorb_max_bytes`, and refused (`queue_full`, as today) past it. Which pending events were
+//! absorbed is not tracked: every release drains the budget first (saturating at 0), so the
+//! budget in use is at most the absorbed bytes still pending. Both kinds share the event and
+//! byte counters, so while absorbing triggers hold the backlog above the normal bounds every
+//! `refuse` trigger gets `queue_full`.
+//!
+//! Bounds: the bytes reserved by normal reservations never pass `max_pending_bytes` (+ one
+//! event) and the budget never passes `absorb_max_bytes`, so pending bytes stay within
+//! `max_pending_bytes + absorb_max_bytes` (+ one event), and pending events within
+//! `max_pending_events + absorb_max_bytes / c`, `c` being the least an event costs (its record
+//! header and ids: over 60 bytes). The budget in use is `sluice_ingest_absorb_bytes`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashMap;
+
+// Through the shim: the bounds are modelled with loom (`loom-tests/tests/backlog.rs`).
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::metrics::prom::{MetricType, PromWriter};
+
+/// What a trigger's events do when the durable backlog is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenFull {
+    /// `503 queue_full` with `Retry-After` (the sender retries).
+    Refuse,
+    /// Keep accepting into the WAL up to `absorb_max_bytes` more (the sender never retries).
+    Absorb,
+}
+
+impl WhenFull {
+    /// Parses the manifest value `"refuse"` | `"absorb"`.
+    pub fn parse(text: &str) -> Option<WhenFull> {
+        match text {
+            "refuse" => Some(WhenFull::Refuse),
+            "absorb" => Some(WhenFull::Absorb),
+            _ => None,
+        }
+    }
+}
+
+/// `counter -= n`, stopping at 0.
+fn sub_saturating(counter: &AtomicU64, n: u64) {
+    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+        Some(c.saturating_sub(n))
+    });
+}
+
+/// Ids of the triggers whose events absorb (for [`Backlog::with_absorb`]).
+pub fn absorbing_triggers(triggers: &[crate::config::TriggerConfig]) -> Vec<&str> {
+    triggers
+        .iter()
+        .filter(|t| t.when_backlog_full == WhenFull::Absorb)
+        .map(|t| t.id.as_str())
+        .collect()
+}
+
+/// How a reservation fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserved {
+    /// Within `max_pending_events` / `max_pending_bytes`.
+    Within,
+    /// Past them, within the absorbing ceiling.
+    Absorbed,
+}
 
 /// Shared by all workers (reserve) and the pump (release, drain rate).
 #[derive(Debug)]
@@ -34,6 +103,15 @@ pub struct Backlog {
     /// its value at the last drain-rate update (written by core 0's pump only).
     drained_total: AtomicU64,
     drained_at_update: AtomicU64,
+    /// The absorb budget: bytes absorbing triggers may reserve past the normal bounds.
+    absorb_max_bytes: u64,
+    /// The budget in use (`Relaxed`, like the other counters).
+    absorb_bytes: AtomicU64,
+    /// Absorbing trigger id → its index in `absorbed` (empty: no absorbing trigger).
+    absorbing: HashMap<String, usize>,
+    /// Events absorbed, per absorbing trigger (`Relaxed`; metrics counters, `std` atomics
+    /// bypassing the shim as `crate::metrics` does).
+    absorbed: Vec<(String, std::sync::atomic::AtomicU64)>,
 }
 
 /// Most seconds a `queue_full` refusal asks the client to wait.
@@ -66,7 +144,96 @@ impl Backlog {
             drain_rate_milli: AtomicU64::new(0),
             drained_total: AtomicU64::new(0),
             drained_at_update: AtomicU64::new(0),
+            absorb_max_bytes: 0,
+            absorb_bytes: AtomicU64::new(0),
+            absorbing: HashMap::new(),
+            absorbed: Vec::new(),
         }
+    }
+
+    /// Lets the triggers `absorbing` fill `absorb_max_bytes` past the byte bound (and past the
+    /// event bound while bytes allow); see the module docs.
+    pub fn with_absorb(mut self, absorb_max_bytes: u64, absorbing: &[&str]) -> Backlog {
+        self.absorb_max_bytes = absorb_max_bytes;
+        for id in absorbing {
+            let i = self.absorbed.len();
+            self.absorbing.insert((*id).to_owned(), i);
+            self.absorbed
+                .push(((*id).to_owned(), std::sync::atomic::AtomicU64::new(0)));
+        }
+        self
+    }
+
+    /// Reserves room for one event of `bytes` of trigger `trigger_id`, by that trigger's
+    /// [`WhenFull`] policy. `Err(retry_after_secs)` past its bound.
+    pub fn reserve_for(&self, trigger_id: &str, bytes: u64) -> Result<Reserved, u64> {
+        let slot = match self.absorbing.is_empty() {
+            true => None,
+            false => self.absorbing.get(trigger_id).copied(),
+        };
+        let Some(slot) = slot else {
+            return self.try_reserve(bytes).map(|()| Reserved::Within);
+        };
+        let r = self.try_reserve_absorbing(bytes)?;
+        if r == Reserved::Absorbed {
+            self.absorbed[slot]
+                .1
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(r)
+    }
+
+    /// A reservation for an absorbing trigger: within the normal bounds if they allow, else
+    /// from the absorb budget (module docs). `Err(retry_after_secs)` past both.
+    pub fn try_reserve_absorbing(&self, bytes: u64) -> Result<Reserved, u64> {
+        if self.try_reserve(bytes).is_ok() {
+            return Ok(Reserved::Within);
+        }
+        let before = self.absorb_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if before + bytes > self.absorb_max_bytes {
+            sub_saturating(&self.absorb_bytes, bytes);
+            return Err(self.retry_after_secs());
+        }
+        self.events.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.update_saturation();
+        Ok(Reserved::Absorbed)
+    }
+
+    /// The absorb budget in use, bytes.
+    pub fn absorb_bytes(&self) -> u64 {
+        self.absorb_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Events absorbed so far by trigger `id` (0 for a trigger that does not absorb).
+    pub fn absorbed(&self, id: &str) -> u64 {
+        self.absorbing.get(id).map_or(0, |&i| {
+            self.absorbed[i]
+                .1
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
+    /// `sluice_ingest_absorbed_total{trigger}`, one sample per absorbing trigger.
+    pub fn render_prometheus(&self, w: &mut PromWriter) {
+        const NAME: &str = "sluice_ingest_absorbed_total";
+        w.header(
+            NAME,
+            "Events accepted past max_pending_events/max_pending_bytes by triggers with \
+             when_backlog_full = \"absorb\", by trigger.",
+            MetricType::Counter,
+        );
+        for (id, n) in &self.absorbed {
+            let n = n.load(std::sync::atomic::Ordering::Relaxed);
+            w.sample_u64(NAME, &[("trigger", id)], n);
+        }
+        const BUDGET: &str = "sluice_ingest_absorb_bytes";
+        w.header(
+            BUDGET,
+            "Bytes of the absorb budget (dispatch.absorb_max_bytes) in use.",
+            MetricType::Gauge,
+        );
+        w.sample_u64(BUDGET, &[], self.absorb_bytes());
     }
 
     /// Counts events that were pending at start-up (recovered from the WAL). They may exceed
@@ -97,8 +264,9 @@ impl Backlog {
         let before = self.bytes.fetch_add(bytes, Ordering::Relaxed);
         if before + bytes > self.max_bytes && before > 0 {
             // A single event larger than the whole byte bound is still admitted when the queue
-            // is empty (the body limit is the real bound on it); otherwise refuse.
-            self.release(bytes);
+            // is empty (the body limit is the real bound on it); otherwise refuse. Undone
+            // without touching the absorb budget: nothing pending was released.
+            self.undo(bytes);
             return Err(self.retry_after_secs());
         }
         self.update_saturation();
@@ -110,8 +278,20 @@ impl Backlog {
         self.release_many(1, bytes);
     }
 
-    /// Gives back `events` reservations totalling `bytes`.
+    /// Gives back `events` reservations totalling `bytes` (draining the absorb budget first).
     pub fn release_many(&self, events: u64, bytes: u64) {
+        if self.absorb_max_bytes > 0 {
+            sub_saturating(&self.absorb_bytes, bytes);
+        }
+        self.take_back(events, bytes);
+    }
+
+    /// Undoes this thread's own tentative reservation of one event of `bytes`.
+    fn undo(&self, bytes: u64) {
+        self.take_back(1, bytes);
+    }
+
+    fn take_back(&self, events: u64, bytes: u64) {
         let _ = self
             .events
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |e| {
@@ -273,6 +453,51 @@ mod tests {
         b.set_wal_bytes(60);
         assert!(!b.wal_full(40));
         assert!(b.wal_full(41));
+    }
+
+    #[test]
+    fn absorbing_triggers_fill_past_the_bounds_up_to_the_absorb_budget() {
+        let b = Backlog::new(3, 1000, 0.9, 0.5).with_absorb(100, &["gh"]);
+        for _ in 0..3 {
+            assert_eq!(b.reserve_for("gh", 10), Ok(Reserved::Within));
+        }
+        // Past max_events: a refusing trigger is refused, the absorbing one absorbed.
+        assert!(b.reserve_for("generic", 10).is_err());
+        assert_eq!(b.reserve_for("gh", 10), Ok(Reserved::Absorbed));
+        assert_eq!((b.absorbed("gh"), b.absorbed("generic")), (1, 0));
+        // The budget: 100 bytes.
+        for _ in 0..9 {
+            assert_eq!(b.reserve_for("gh", 10), Ok(Reserved::Absorbed));
+        }
+        assert_eq!(b.absorb_bytes(), 100);
+        assert_eq!((b.pending_events(), b.pending_bytes()), (13, 130));
+        assert!(b.reserve_for("gh", 1).is_err(), "past the absorb budget");
+        assert_eq!((b.pending_events(), b.pending_bytes()), (13, 130), "undone");
+        assert_eq!(b.absorb_bytes(), 100);
+        assert!(b.reserve_for("generic", 1).is_err());
+        assert_eq!(b.absorbed("gh"), 10);
+        assert!(b.is_saturated());
+        // Releases drain the budget first.
+        b.release_many(2, 20);
+        assert_eq!(b.absorb_bytes(), 80);
+        assert_eq!(b.reserve_for("gh", 20), Ok(Reserved::Absorbed));
+        // Drained below the normal bounds: everyone is in again, the budget is free.
+        b.release_many(12, 130);
+        assert_eq!(b.absorb_bytes(), 0);
+        assert_eq!(b.reserve_for("generic", 10), Ok(Reserved::Within));
+        // The byte bound (events within theirs) absorbs the same way.
+        let b = Backlog::new(100, 100, 0.9, 0.5).with_absorb(50, &["gh"]);
+        assert_eq!(b.reserve_for("gh", 90), Ok(Reserved::Within));
+        assert_eq!(b.reserve_for("gh", 20), Ok(Reserved::Absorbed));
+        assert!(b.reserve_for("gh", 31).is_err());
+        let mut w = PromWriter::new();
+        b.render_prometheus(&mut w);
+        for line in [
+            "sluice_ingest_absorbed_total{trigger=\"gh\"} 1\n",
+            "sluice_ingest_absorb_bytes 20\n",
+        ] {
+            assert!(w.as_str().contains(line), "{}", w.as_str());
+        }
     }
 
     #[test]

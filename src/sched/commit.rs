@@ -1,6 +1,10 @@
 //! A core's commit helper: the one thread that does the core's blocking file I/O, one batch per
 //! wake-up (DIRECTION.md, "What an fdatasync costs here": the switches are per batch).
 //!
+//! Between batches (and at least every 100 ms) the helper also ticks each log (`Wal::tick`):
+//! the checkpoint of what must exist, retention the pump asked for, and while a log is unhealthy
+//! a probe write, so `/readyz` recovers without a request.
+//!
 //! The core's loop collects what must reach the disk during a loop turn — ingest events, the
 //! pump's `Done`/`Retry` records, dead letters — into the *next* batch ([`Committer::push`]).
 //! At the end of the turn, if no batch is with the helper, the next batch is handed over
@@ -32,8 +36,8 @@ use crate::dispatch::dlq::{DlqEntry, DlqError, DlqStore};
 use crate::ring;
 use crate::wal::{self, AppendOutcome, Record, Wal, WalShared};
 
-/// How long the helper sleeps with nothing to do if nobody unparks it (it then only checks
-/// whether the loop has closed the ring).
+/// How long the helper sleeps with nothing to do if nobody unparks it (it then ticks its logs —
+/// checkpoint, retention, probe — and checks whether the loop has closed the ring).
 const IDLE_PARK: Duration = Duration::from_millis(100);
 
 /// One thing for the disk.
@@ -206,6 +210,12 @@ struct Helper {
 impl Helper {
     fn run(mut self) {
         loop {
+            for log in &mut self.logs {
+                // Checkpoint (at least once a second while written), retention requests, and a
+                // probe of a failed disk so health returns without a request (`Wal::tick`).
+                let now = log.wal.now_nanos();
+                log.wal.tick(now);
+            }
             if let Some(batch) = self.rx.try_pop() {
                 self.serve(batch);
                 continue;

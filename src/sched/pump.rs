@@ -599,9 +599,11 @@ impl CorePump {
         self.tick_at_ms = now_ms;
     }
 
-    /// Retention, per log: deletes segments wholly below the log's done cursor whose last write
-    /// is older than `retention` (never the active segment), and measures the logs' size on disk
-    /// for the `max_wal_bytes` bound. DLQ entries live in their own files and are unaffected.
+    /// Retention, per log: asks the log's commit helper to delete the segments wholly below the
+    /// log's done cursor whose last write is older than `retention` (never the active segment;
+    /// `WalShared::request_retire`: the helper checkpoints the new first live LSN first), and
+    /// measures the logs' size on disk for the `max_wal_bytes` bound. DLQ entries live in their
+    /// own files and are unaffected.
     fn retain(&mut self, now_ms: u64) {
         if now_ms < self.retain_at_ms {
             return;
@@ -609,7 +611,10 @@ impl CorePump {
         self.retain_at_ms = now_ms + RETAIN_EVERY_MS;
         let retention = self.shared.config.dispatch.retention;
         for log in &mut self.logs {
-            let total = retain_log(log, retention);
+            let (total, retire_below) = retain_log(log, retention);
+            if let Some(lsn) = retire_below {
+                self.shared.wal[log.index].request_retire(lsn);
+            }
             let (old, new) = (log.disk_bytes, total);
             log.disk_bytes = new;
             self.shared.backlog.adjust_wal_bytes(old, new);
@@ -617,18 +622,20 @@ impl CorePump {
     }
 }
 
-/// Applies retention to one log; returns the bytes of the segments left.
-fn retain_log(log: &LogPump, retention: std::time::Duration) -> u64 {
+/// Retention of one log: the bytes of the segments that stay, and the LSN below which every
+/// segment may be deleted (`None`: none may).
+fn retain_log(log: &LogPump, retention: std::time::Duration) -> (u64, Option<Lsn>) {
     let segments = match crate::wal::segment::list_segments(&log.dir) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("sluice: retention: listing {}: {e}", log.dir.display());
-            return log.disk_bytes;
+            return (log.disk_bytes, None);
         }
     };
     let cursor = log.cursor();
     let mut total = 0u64;
     let mut deleting = true;
+    let mut retire_below = None;
     for (i, (_, path)) in segments.iter().enumerate() {
         let Ok(meta) = std::fs::metadata(path) else {
             continue;
@@ -643,18 +650,11 @@ fn retain_log(log: &LogPump, retention: std::time::Duration) -> u64 {
             .is_some_and(|age| age >= retention);
         deleting = deleting && last_lsn.is_some_and(|l| l < cursor) && old_enough;
         if deleting {
-            match std::fs::remove_file(path) {
-                Ok(()) => {
-                    eprintln!("sluice: retention: deleted {}", path.display());
-                    continue;
-                }
-                Err(e) => {
-                    eprintln!("sluice: retention: deleting {}: {e}", path.display());
-                    deleting = false;
-                }
-            }
+            // The commit helper deletes it, after checkpointing the new first live LSN.
+            retire_below = last_lsn.map(|l| l + 1);
+            continue;
         }
         total += meta.len();
     }
-    total
+    (total, retire_below)
 }

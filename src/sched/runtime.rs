@@ -133,6 +133,7 @@ fn wal_config(config: &Config, dir: std::path::PathBuf) -> WalConfig {
         durability: config.wal.durability,
         write_path: config.wal.write_path,
         max_batch: config.wal.max_batch,
+        accept_loss: config.wal.accept_loss,
     }
 }
 
@@ -161,13 +162,19 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         pending_events += log.recovered.pending.len() as u64;
         pending_bytes += log.recovered.pending.values().map(|m| m.bytes).sum::<u64>();
     }
-    let backlog = Arc::new(Backlog::with_wal_limit(
-        config.dispatch.max_pending_events,
-        config.dispatch.max_pending_bytes,
-        config.dispatch.saturated_high,
-        config.dispatch.saturated_low,
-        config.dispatch.max_wal_bytes,
-    ));
+    let backlog = Arc::new(
+        Backlog::with_wal_limit(
+            config.dispatch.max_pending_events,
+            config.dispatch.max_pending_bytes,
+            config.dispatch.saturated_high,
+            config.dispatch.saturated_low,
+            config.dispatch.max_wal_bytes,
+        )
+        .with_absorb(
+            config.dispatch.absorb_max_bytes,
+            &crate::sched::backlog::absorbing_triggers(&config.triggers),
+        ),
+    );
     backlog.preload(pending_events, pending_bytes);
     let dlq = Arc::new(
         DlqStore::open(
@@ -297,7 +304,7 @@ fn wire_cores(
         (0..workers).map(|_| (Vec::new(), Vec::new())).collect();
     for (index, log) in run_logs.logs.into_iter().enumerate() {
         let mut wal = log.wal;
-        wal.shared = Some(wal_states[index].clone());
+        wal.attach_shared(wal_states[index].clone());
         // Test builds only: storage faults switched by a control file (`wal::failpoints`).
         #[cfg(feature = "failpoints")]
         wal::failpoints::install_from_env(&mut wal);
@@ -454,6 +461,24 @@ pub fn render_metrics(shared: &Shared) -> String {
             // One histogram shared by every log.
             first.render_prometheus(w.buffer_mut());
         }
+        w.counter(
+            "sluice_wal_loss_accepted_total",
+            "Missing WAL ranges accepted at start-up with --accept-wal-loss, over all logs.",
+            shared
+                .wal
+                .iter()
+                .map(|l| l.loss_accepted_total.load(Relaxed))
+                .sum(),
+        );
+        w.gauge(
+            "sluice_wal_lost_lsns_accepted",
+            "LSNs the checkpoints promised that were missing and accepted as lost at start-up.",
+            shared
+                .wal
+                .iter()
+                .map(|l| l.lost_lsns_accepted.load(Relaxed))
+                .sum::<u64>() as f64,
+        );
         shared.sources.render_prometheus(w);
         shared.body_budget.render_prometheus(w);
         shared.scrapes.render_prometheus(w);
@@ -464,5 +489,6 @@ pub fn render_metrics(shared: &Shared) -> String {
             .metrics_dispatch
             .render(w, unix_millis(), shared.backlog.pending_events());
         shared.guards.render_prometheus(w);
+        shared.backlog.render_prometheus(w);
     })
 }

@@ -4,19 +4,36 @@
 //! single `write_at` and (in `Fsync` mode) a single `sync`: that is the group commit. A staged
 //! chunk never spans segments: when a record does not fit, the caller commits what is staged,
 //! calls [`Wal::roll`], and stages the record again.
+//!
+//! The `Wal` also keeps its directory's checkpoint ([`super::checkpoint`]): written at open, at
+//! every roll, at retention ([`Wal::retire_below`]), at [`Wal::sync`], and at most every
+//! [`CHECKPOINT_EVERY`] while records are committed ([`Wal::checkpoint_if_due`]). And it probes
+//! a failed disk ([`Wal::probe`]) so health returns without a request having to write.
+//! [`Wal::tick`] runs all of that; the loop that owns the log calls it every turn.
 #![forbid(unsafe_code)]
 
+use super::checkpoint::{Checkpoint, CheckpointFile, LostRange};
 use super::format::{
     append_record, encode_event_into, encode_payload_into, EncodeError, EventRecord, Record,
     RecordKind,
 };
-use super::segment::{open_for_write, segment_path, sync_dir, SegmentFile};
+use super::segment::{list_segments, open_for_write, segment_path, sync_dir, SegmentFile};
 use super::{Durability, Lsn, WalError, WalShared, WritePath};
-use crate::sync::clock::{Clock, MonotonicClock};
+use crate::sync::clock::{unix_millis, Clock, MonotonicClock};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The checkpoint's durable LSN is brought up to date at least this often while records are
+/// committed (and not more often: one `pwrite` + `fdatasync` of the checkpoint file each time).
+pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// While the log is unhealthy, a probe write is tried at most this often.
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// Bytes of zeros a probe writes (and syncs) at the end of the active segment.
+const PROBE_BYTES: u64 = 4096;
 
 /// Wraps each segment file the writer opens; the storage-fault seam (tests wrap the real file in
 /// one that fails with `ENOSPC`, `EIO` or short writes on demand).
@@ -28,6 +45,8 @@ static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 /// The segment being appended to.
 pub(crate) struct Active {
     pub(crate) path: PathBuf,
+    /// LSN the segment is named by (its first record's).
+    pub(crate) first_lsn: Lsn,
     pub(crate) file: Box<dyn SegmentFile>,
     /// Bytes the segment may hold (its preallocated size).
     pub(crate) capacity: u64,
@@ -69,6 +88,20 @@ pub struct Wal {
     pub(crate) shared: Option<Arc<WalShared>>,
     /// The WAL directory's `LOCK` file, `flock`ed exclusively while this `Wal` lives.
     pub(crate) lock: Option<std::fs::File>,
+    /// The directory's checkpoint; `None` only inside [`super::open`], before it is written.
+    pub(crate) checkpoint: Option<CheckpointFile>,
+    /// Highest LSN synced to disk (what the checkpoint may promise).
+    pub(crate) synced_lsn: Lsn,
+    /// Clock reading of the last checkpoint write attempt, retention and probe.
+    checkpoint_at_ns: u64,
+    retire_at_ns: u64,
+    probe_at_ns: u64,
+    /// True after a checkpoint write failed, until one succeeds (logs the transitions only).
+    checkpoint_failing: bool,
+    /// True after a roll failed, until one succeeds: the probe then retries the roll.
+    roll_failed: bool,
+    /// Missing ranges accepted at open (`--accept-wal-loss`), published when a writer attaches.
+    pub(crate) lost_accepted: Vec<LostRange>,
 }
 
 impl fmt::Debug for Wal {
@@ -115,7 +148,41 @@ impl Wal {
             clock: std::sync::Arc::new(MonotonicClock::new()),
             shared: None,
             lock: None,
+            checkpoint: None,
+            synced_lsn: next_lsn - 1,
+            checkpoint_at_ns: 0,
+            retire_at_ns: 0,
+            probe_at_ns: 0,
+            checkpoint_failing: false,
+            roll_failed: false,
+            lost_accepted: Vec::new(),
         }
+    }
+
+    /// Hands the log to a writer: sync latencies, health and the accepted-loss counters go to
+    /// `shared` from now on.
+    pub fn attach_shared(&mut self, shared: Arc<WalShared>) {
+        let lsns = self.lost_accepted.iter().map(LostRange::len).sum();
+        shared
+            .loss_accepted_total
+            .store(self.lost_accepted.len() as u64, Ordering::Relaxed);
+        shared.lost_lsns_accepted.store(lsns, Ordering::Relaxed);
+        self.shared = Some(shared);
+    }
+
+    /// Missing ranges accepted at open (`WalConfig::accept_loss`); empty normally.
+    pub fn lost_accepted(&self) -> &[LostRange] {
+        &self.lost_accepted
+    }
+
+    /// A reading of this log's clock (the one [`Wal::tick`] expects).
+    pub fn now_nanos(&self) -> u64 {
+        self.clock.now_nanos()
+    }
+
+    /// The last checkpoint written.
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        self.checkpoint.as_ref().map(CheckpointFile::current)
     }
 
     /// Replaces the clock used to time syncs (tests use a `ManualClock`).
@@ -189,11 +256,15 @@ impl Wal {
         Ok(self.last_lsn())
     }
 
-    /// Syncs the active segment (for `Os` durability at shutdown; harmless otherwise).
+    /// Syncs the active segment (for `Os` durability at shutdown; harmless otherwise) and
+    /// brings the checkpoint up to date.
     pub fn sync(&mut self) -> Result<(), WalError> {
         let end = self.active.end;
         self.timed_sync(0, end)
-            .map_err(|e| WalError::io(&self.active.path, e))
+            .map_err(|e| WalError::io(&self.active.path, e))?;
+        self.synced_lsn = self.last_lsn();
+        self.write_checkpoint(self.wanted_checkpoint())
+            .map_err(|e| WalError::io(&self.dir, e))
     }
 
     /// Encodes `rec` as the next staged record.
@@ -271,6 +342,9 @@ impl Wal {
             Ok(()) => {
                 self.active.end += len;
                 self.next_lsn += self.staged;
+                if self.durability == Durability::Fsync {
+                    self.synced_lsn = self.next_lsn - 1;
+                }
             }
             Err(_) => {
                 self.active.dirty_end = self.active.dirty_end.max(self.active.end + len);
@@ -327,6 +401,16 @@ impl Wal {
     /// `next_lsn`. Must be called with nothing staged. On error the active segment is unchanged
     /// (a half-created next segment is empty and is reused by the next attempt).
     pub(crate) fn roll(&mut self) -> io::Result<()> {
+        let res = self.try_roll();
+        self.roll_failed = res.is_err();
+        if res.is_ok() {
+            // A failure is logged and retried by `tick`; an older checkpoint only promises less.
+            let _ = self.write_checkpoint(self.wanted_checkpoint());
+        }
+        res
+    }
+
+    fn try_roll(&mut self) -> io::Result<()> {
         debug_assert_eq!(self.staged, 0, "roll with staged records");
         self.discard();
         if self.active.dirty_end > self.active.end {
@@ -351,14 +435,143 @@ impl Wal {
                 return Err(e);
             }
         };
+        if self.durability == Durability::Os {
+            // The old segment was created without a directory sync in this mode; the
+            // checkpoint written next promises its records, so its entry must be durable too.
+            sync_dir(&self.dir)?;
+        }
+        self.synced_lsn = self.last_lsn();
         self.active = Active {
             path,
+            first_lsn: self.next_lsn,
             file,
             capacity: self.segment_bytes,
             end: 0,
             dirty_end: 0,
         };
         Ok(())
+    }
+
+    /// The checkpoint this log may write now: the current first live LSN, `synced_lsn`.
+    fn wanted_checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            first_live_lsn: self.checkpoint().map_or(1, |c| c.first_live_lsn),
+            durable_lsn: self.synced_lsn,
+        }
+    }
+
+    /// Writes `c` to the checkpoint file; logs the first failure and the recovery after it.
+    fn write_checkpoint(&mut self, c: Checkpoint) -> io::Result<()> {
+        let Some(file) = self.checkpoint.as_mut() else {
+            return Ok(());
+        };
+        self.checkpoint_at_ns = self.clock.now_nanos();
+        let res = file.write(c, unix_millis());
+        match (&res, self.checkpoint_failing) {
+            (Err(e), false) => eprintln!(
+                "sluice: wal: writing checkpoint {}: {e} (retried every second)",
+                file.path().display()
+            ),
+            (Ok(()), true) => eprintln!("sluice: wal: checkpoint written again"),
+            _ => {}
+        }
+        self.checkpoint_failing = res.is_err();
+        res
+    }
+
+    /// Brings the checkpoint's durable LSN up to `synced_lsn` if it lags and the last write
+    /// was [`CHECKPOINT_EVERY`] or longer ago (`now_ns` on this log's clock). Returns whether
+    /// it wrote.
+    pub fn checkpoint_if_due(&mut self, now_ns: u64) -> io::Result<bool> {
+        let lags = self
+            .checkpoint()
+            .is_some_and(|c| c.durable_lsn != self.synced_lsn);
+        if !lags
+            || now_ns.saturating_sub(self.checkpoint_at_ns) < CHECKPOINT_EVERY.as_nanos() as u64
+        {
+            return Ok(false);
+        }
+        self.write_checkpoint(self.wanted_checkpoint())?;
+        Ok(true)
+    }
+
+    /// Retention: deletes the segments wholly below `lsn` (clamped to the active segment's
+    /// first LSN, so the active segment is never deleted). The checkpoint's first live LSN is
+    /// advanced and synced *first*, so a crash in between leaves extra segments, never a
+    /// checkpoint that promises deleted ones. Returns the number of segments deleted.
+    pub fn retire_below(&mut self, lsn: Lsn) -> io::Result<usize> {
+        let keep = lsn.min(self.active.first_lsn);
+        if self.checkpoint().is_some_and(|c| c.first_live_lsn < keep) {
+            let c = Checkpoint {
+                first_live_lsn: keep,
+                durable_lsn: self.synced_lsn,
+            };
+            self.write_checkpoint(c)?;
+        }
+        let segments = list_segments(&self.dir).map_err(|e| match e {
+            WalError::Io { source, .. } => source,
+            other => io::Error::other(other.to_string()),
+        })?;
+        let mut deleted = 0;
+        for pair in segments.windows(2) {
+            let ((_, path), (next_first, _)) = (&pair[0], &pair[1]);
+            if *next_first > keep {
+                break;
+            }
+            std::fs::remove_file(path)?;
+            eprintln!("sluice: retention: deleted {}", path.display());
+            deleted += 1;
+        }
+        Ok(deleted)
+    }
+
+    /// A probe of a failed disk, committing no record: retries the failed roll if the last
+    /// roll failed; otherwise zeroes what a failed write may have left (or `PROBE_BYTES`, 4 KiB, of
+    /// already-zero space at the end of the log) and syncs it; then writes the checkpoint. `Ok`
+    /// means the disk accepts writes and syncs again.
+    pub fn probe(&mut self) -> io::Result<()> {
+        self.discard();
+        if self.roll_failed || self.active.end >= self.active.capacity {
+            self.roll()?;
+        } else if self.active.dirty_end > self.active.end {
+            self.scrub()?;
+        } else {
+            let end = self.active.end;
+            let n = PROBE_BYTES.min(self.active.capacity - end);
+            self.active.file.write_at(end, &ZEROS[..n as usize])?;
+            self.timed_sync(end, n)?;
+        }
+        self.write_checkpoint(self.wanted_checkpoint())
+    }
+
+    /// Housekeeping for the loop that owns the log, once per turn (`now_ns` from
+    /// [`Wal::now_nanos`]): retention requested through [`WalShared::request_retire`] (at most
+    /// once a second), a [`Wal::probe`] while [`WalShared::healthy`] is false (at most every
+    /// [`PROBE_EVERY`]; success turns health back on), and [`Wal::checkpoint_if_due`].
+    pub fn tick(&mut self, now_ns: u64) {
+        let second = Duration::from_secs(1).as_nanos() as u64;
+        let (retire, healthy) = match &self.shared {
+            Some(s) => (s.retire_request.load(Ordering::Relaxed), s.is_healthy()),
+            None => (0, true),
+        };
+        let first_live = self.checkpoint().map_or(0, |c| c.first_live_lsn);
+        if retire > first_live && now_ns.saturating_sub(self.retire_at_ns) >= second {
+            self.retire_at_ns = now_ns;
+            if let Err(e) = self.retire_below(retire) {
+                eprintln!("sluice: retention: {e} (retried in a second)");
+            }
+        }
+        if !healthy && now_ns.saturating_sub(self.probe_at_ns) >= PROBE_EVERY.as_nanos() as u64 {
+            self.probe_at_ns = now_ns;
+            if self.probe().is_ok() {
+                if let Some(s) = &self.shared {
+                    s.healthy.store(true, Ordering::Relaxed);
+                }
+                eprintln!("sluice: wal: probe write succeeded; accepting writes again");
+            }
+        }
+        // A failure is logged by `write_checkpoint` and retried a second later.
+        let _ = self.checkpoint_if_due(now_ns);
     }
 
     /// Creates, wraps and preallocates the segment file at `path` (synced with its directory

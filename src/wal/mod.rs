@@ -24,7 +24,8 @@
 //! pub enum Durability { Fsync /* default */, Os }        // serde and FromStr: "fsync" | "os"
 //! pub enum WritePath { Pwrite /* default */, Mmap }      // serde and FromStr: "pwrite" | "mmap"
 //! pub struct WalConfig { pub dir: PathBuf /* DATA_DIR/wal */, pub segment_bytes: u64, pub durability: Durability,
-//!                        pub write_path: WritePath, pub max_batch: usize }   // WalConfig::new(dir) = defaults
+//!                        pub write_path: WritePath, pub max_batch: usize,
+//!                        pub accept_loss: bool }                              // WalConfig::new(dir) = defaults
 //! pub struct AppendRequest { pub log: usize, pub ticket: u64, pub record: Record }
 //! pub enum AppendOutcome { Durable { lsn: Lsn }, Unavailable }
 //! pub struct WalShared { pub durable_lsn: AtomicU64, pub healthy: AtomicBool, pub appends_total: AtomicU64,
@@ -33,11 +34,15 @@
 //!                  fn render_prometheus(&self, out: &mut String) }
 //! pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError>;
 //! pub struct RecoveryReport { pub segments: usize, pub records: u64, pub last_lsn: Lsn,
-//!                             pub truncated_tail: Option<(PathBuf, u64)> }
+//!                             pub truncated_tail: Option<(PathBuf, u64)>, pub lost: Vec<LostRange> }
 //! pub fn commit_batch(wal: &mut Wal, shared: &WalShared, records: impl IntoIterator<Item = &Record>,
 //!                     outcomes: &mut Vec<AppendOutcome>);   // one group commit, one outcome per record
 //! pub enum WalError { Io { path, source }, Corrupt { segment: PathBuf, offset: u64, reason: String },
-//!                     InvalidConfig { reason }, Encode(EncodeError) }
+//!                     InvalidConfig { reason }, Encode(EncodeError), Locked { path },
+//!                     Lost { dir, ranges: Vec<LostRange> }, CheckpointDamaged(checkpoint::Damaged) }
+//! impl Wal { fn tick(&mut self, now_ns); fn checkpoint_if_due(&mut self, now_ns) -> io::Result<bool>;
+//!            fn probe(&mut self) -> io::Result<()>; fn retire_below(&mut self, Lsn) -> io::Result<usize> }
+//! impl WalShared { fn request_retire(&self, Lsn) }   // retention's request to the writer
 //! pub struct WalReader;  // open(dir) / open_from(dir, lsn); Iterator<Item = Result<RawRecord, WalError>>;
 //!                        // next_event() -> Option<Result<(Lsn, EventRecord), WalError>>
 //! impl Wal { fn append(&mut self, &[Record]) -> Result<Lsn, WalError>;     // offline / tests
@@ -66,6 +71,10 @@
 //! record fits in an empty segment; [`open`] refuses smaller values. A record never spans segments: when it does not fit in the space left, the
 //! writer creates (and, in `Fsync` mode, `fsync`s the directory entry of) the next segment.
 //! LSNs start at 1 and are consecutive across segments.
+//!
+//! Beside the segments: `LOCK` (held with `flock` by the process that has the log open) and
+//! `CHECKPOINT`, what must exist (first live LSN, highest synced LSN), spelled out byte by byte
+//! in [`checkpoint`]. Other files are ignored.
 //!
 //! # Record format (all integers little-endian)
 //!
@@ -144,6 +153,16 @@
 //! and startup continues. Anything else — a bad record followed by a valid one, a bad record in
 //! a non-last segment, an LSN gap — is [`WalError::Corrupt`] naming the segment and offset.
 //!
+//! Then the segments are compared with the checkpoint ([`checkpoint::missing`]): LSNs it
+//! promises (`first_live_lsn..=durable_lsn`) that no segment holds — the oldest segments deleted,
+//! the newest truncated or deleted — are [`WalError::Lost`]; a torn tail at or below the
+//! checkpointed durable LSN is [`WalError::Corrupt`] (a synced record cannot be torn by a crash).
+//! Both stop startup unless [`WalConfig::accept_loss`], which logs, reports
+//! ([`RecoveryReport::lost`]) and counts them, truncates a damaged tail, and rewrites the
+//! checkpoint. After recovery the active segment and the directory are synced (what the scan read
+//! may have been in the page cache only) and the checkpoint is written with what exists; a log
+//! without a checkpoint (older versions) gets one then.
+//!
 //! # Write paths and the measured choice
 //!
 //! Both write paths implement [`segment::SegmentFile`] (`write_at`, `sync`, `allocate`):
@@ -189,15 +208,21 @@
 //! `Unavailable`, nothing in it is reported durable, [`WalShared::healthy`] turns false, and the
 //! LSNs are reused by the next batch. Bytes the failed write may have left past the last good
 //! offset are zeroed (and synced) before the next write, so recovery can never find a stale,
-//! CRC-valid record from a failed batch. The next successful batch turns `healthy` back on.
+//! CRC-valid record from a failed batch. The next successful batch turns `healthy` back on, and
+//! so does a successful probe ([`Wal::probe`], at most every [`PROBE_EVERY`] from [`Wal::tick`]
+//! while unhealthy: the failed roll retried, or the dirty bytes zeroed, or 4 KiB of zeros written
+//! at the log end, then synced — no record committed), so health returns without a request.
 // `unsafe` is confined to `sys.rs` (maps and `fallocate`), which alone opts back in.
 #![deny(unsafe_code)]
 
 mod appender;
+pub mod checkpoint;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
 pub mod format;
 pub mod layout;
+#[cfg(test)]
+mod loss_tests;
 pub(crate) mod recovery;
 pub mod segment;
 pub mod state;
@@ -206,7 +231,8 @@ pub mod tail;
 pub mod tools;
 mod writer;
 
-pub use appender::{FileWrapper, Wal};
+pub use appender::{FileWrapper, Wal, CHECKPOINT_EVERY, PROBE_EVERY};
+pub use checkpoint::{Checkpoint, LostRange};
 pub use format::{
     decode_event, decode_payload, encode_event, encode_payload_into, truncate_utf8, DecodeError,
     DoneEntry, DoneRecord, DoneStatus, EncodeError, EventRecord, Record, RecordKind, RetryRecord,
@@ -328,6 +354,10 @@ pub struct WalConfig {
     pub write_path: WritePath,
     /// Most requests per group commit. Default: 1024. Range: `1..=65536`.
     pub max_batch: usize,
+    /// Open even when the checkpoint says records are missing (`serve --accept-wal-loss`):
+    /// the missing ranges are logged, reported in [`RecoveryReport::lost`] and counted; the
+    /// checkpoint is then rewritten to what exists. Default: false ([`WalError::Lost`]).
+    pub accept_loss: bool,
 }
 
 impl WalConfig {
@@ -340,6 +370,7 @@ impl WalConfig {
             durability: Durability::default(),
             write_path: WritePath::default(),
             max_batch: DEFAULT_MAX_BATCH,
+            accept_loss: false,
         }
     }
 
@@ -409,6 +440,16 @@ pub struct WalShared {
     /// Latency of each `fdatasync` / `msync`: `sluice_wal_sync_seconds` (one histogram shared
     /// by all the logs of a process: [`WalShared::sharing`]).
     pub sync_seconds: std::sync::Arc<Histogram>,
+    /// Retention's request: delete the segments wholly below this LSN (0: none). Written by
+    /// whoever runs retention ([`WalShared::request_retire`], `fetch_max`), read by the writer,
+    /// which advances the checkpoint's first live LSN *before* it deletes anything.
+    /// `Relaxed`: the value is the whole message (the segments are files, not memory).
+    pub retire_request: AtomicU64,
+    /// Missing LSN ranges accepted at start-up with `--accept-wal-loss`, and the LSNs in them
+    /// (`sluice_wal_loss_accepted_total`, `sluice_wal_lost_lsns_accepted`). Set once when the
+    /// writer attaches; `Relaxed`: counters.
+    pub loss_accepted_total: AtomicU64,
+    pub lost_lsns_accepted: AtomicU64,
 }
 
 /// `sluice_wal_sync_seconds` buckets (ns; 0.0001 s .. 1 s).
@@ -441,6 +482,9 @@ impl WalShared {
             healthy: AtomicBool::new(true),
             appends_total: std::sync::atomic::AtomicU64::new(0),
             sync_seconds: std::sync::Arc::new(Histogram::new(SYNC_BOUNDS_NANOS)),
+            retire_request: AtomicU64::new(0),
+            loss_accepted_total: AtomicU64::new(0),
+            lost_lsns_accepted: AtomicU64::new(0),
         }
     }
 
@@ -450,6 +494,12 @@ impl WalShared {
             sync_seconds: histogram,
             ..WalShared::new()
         }
+    }
+
+    /// Asks the writer to delete the segments wholly below `lsn` (a segment's first LSN; never
+    /// the active segment). It checkpoints the new first live LSN, then unlinks them.
+    pub fn request_retire(&self, lsn: Lsn) {
+        self.retire_request.fetch_max(lsn, Ordering::Relaxed);
     }
 
     /// The durable LSN (`Acquire`; see the field).
@@ -493,6 +543,14 @@ pub enum WalError {
     Locked { path: PathBuf },
     /// A record exceeds the WAL's field bounds.
     Encode(EncodeError),
+    /// The checkpoint of log directory `dir` promises LSNs the segments do not hold (segment
+    /// files deleted or truncated). Startup stops unless `--accept-wal-loss`.
+    Lost {
+        dir: PathBuf,
+        ranges: Vec<LostRange>,
+    },
+    /// The checkpoint file exists but no slot of it is valid.
+    CheckpointDamaged(checkpoint::Damaged),
 }
 
 impl WalError {
@@ -528,6 +586,20 @@ impl fmt::Display for WalError {
                 path.display()
             ),
             WalError::Encode(e) => write!(f, "cannot append record: {e}"),
+            WalError::Lost { dir, ranges } => {
+                write!(f, "WAL records lost in {}:", dir.display())?;
+                for r in ranges {
+                    write!(f, " {r};")?;
+                }
+                write!(
+                    f,
+                    " start with --accept-wal-loss to run without them (they cannot be recovered)"
+                )
+            }
+            WalError::CheckpointDamaged(d) => write!(
+                f,
+                "{d}; start with --accept-wal-loss to rebuild it from the segments"
+            ),
         }
     }
 }

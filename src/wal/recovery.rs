@@ -4,12 +4,14 @@
 #![forbid(unsafe_code)]
 
 use super::appender::{Active, Wal};
+use super::checkpoint::{self, Checkpoint, CheckpointFile, Extent, LostRange};
 use super::format::{
     decode_payload, parse_record, EventRecord, Parsed, Record, RecordKind, RecordRef,
     RECORD_HEADER_BYTES,
 };
 use super::segment::{list_segments, open_for_write, segment_path, sync_dir};
 use super::{sys, Durability, Lsn, WalConfig, WalError};
+use crate::sync::clock::unix_millis;
 use memmap2::Mmap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -239,6 +241,9 @@ pub struct RecoveryReport {
     pub last_lsn: Lsn,
     /// The torn tail zeroed: segment and offset it was truncated at.
     pub truncated_tail: Option<(PathBuf, u64)>,
+    /// LSN ranges the checkpoint promised and the log did not hold, accepted because
+    /// [`WalConfig::accept_loss`] was set (empty otherwise: missing ranges fail the open).
+    pub lost: Vec<LostRange>,
 }
 
 /// Name of the lock file in the WAL directory; held (`flock`) by the process that has the log
@@ -268,56 +273,139 @@ pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError> {
     if !super::sys::try_lock_exclusive(&lock).map_err(|e| WalError::io(&lock_path, e))? {
         return Err(WalError::Locked { path: lock_path });
     }
+    let promised = promised(dir, cfg.accept_loss)?;
     let scan = scan_dir(dir, &mut |_, _, _| Ok(()))?;
     let mut truncated_tail = None;
-    match scan.finding {
+    match &scan.finding {
         Some(Finding::Corrupt {
             segment,
             offset,
             reason,
         }) => {
             return Err(WalError::Corrupt {
-                segment,
-                offset,
-                reason,
+                segment: segment.clone(),
+                offset: *offset,
+                reason: reason.clone(),
             })
         }
-        Some(Finding::TornTail { segment, offset }) => truncated_tail = Some((segment, offset)),
+        Some(Finding::TornTail { segment, offset }) => {
+            truncated_tail = Some((segment.clone(), *offset))
+        }
         None => {}
     }
-    let (path, end, dirty_end) = match scan.segments.last() {
-        Some((_, path)) => (path.clone(), scan.last_end, scan.last_dirty_end),
-        None => (segment_path(dir, scan.next_lsn), 0, 0),
+    let lost = match &promised {
+        Some(c) => check_promise(dir, c, &scan, &truncated_tail, cfg.accept_loss)?,
+        None => Vec::new(),
+    };
+    let next_lsn = match (scan.segments.is_empty(), &promised) {
+        // Every segment is gone (loss accepted): LSNs continue after the promised ones.
+        (true, Some(c)) => scan.next_lsn.max(c.durable_lsn + 1).max(c.first_live_lsn),
+        _ => scan.next_lsn,
+    };
+    let (path, first_lsn, end, dirty_end) = match scan.segments.last() {
+        Some((first, path)) => (path.clone(), *first, scan.last_end, scan.last_dirty_end),
+        None => (segment_path(dir, next_lsn), next_lsn, 0, 0),
     };
     let io_err = |e| WalError::io(&path, e);
     let mut file = open_for_write(&path, cfg.write_path).map_err(io_err)?;
     let len = std::fs::metadata(&path).map_err(io_err)?.len();
     let capacity = len.max(cfg.segment_bytes);
     file.allocate(capacity).map_err(io_err)?;
-    if scan.segments.is_empty() && cfg.durability == Durability::Fsync {
-        file.sync(0, 0).map_err(io_err)?;
-        sync_dir(dir).map_err(|e| WalError::io(dir, e))?;
-    }
     let active = Active {
         path: path.clone(),
+        first_lsn,
         file,
         capacity,
         end,
         dirty_end,
     };
-    let mut wal = Wal::new(cfg, active, scan.next_lsn);
+    let mut wal = Wal::new(cfg, active, next_lsn);
     wal.lock = Some(lock);
     if dirty_end > end {
         // A torn tail (or stray bytes): zero it now, so the report's promise holds on disk.
         wal.scrub().map_err(io_err)?;
     }
+    // What the scan read may be in the page cache only (a crash before a sync, `Os` mode):
+    // make it durable before the checkpoint promises it.
+    wal.active.file.sync(0, end).map_err(io_err)?;
+    sync_dir(dir).map_err(|e| WalError::io(dir, e))?;
+    let first_live_lsn = scan.segments.first().map_or(next_lsn, |s| s.0);
+    let c = Checkpoint {
+        first_live_lsn,
+        durable_lsn: next_lsn - 1,
+    };
+    wal.checkpoint = Some(CheckpointFile::open_or_create(dir, c, unix_millis())?);
+    wal.lost_accepted = lost.clone();
     let report = RecoveryReport {
         segments: scan.segments.len(),
         records: scan.records,
-        last_lsn: scan.next_lsn - 1,
+        last_lsn: next_lsn - 1,
         truncated_tail,
+        lost,
     };
     Ok((wal, report))
+}
+
+/// The checkpoint of `dir`, if it has one. A damaged one fails the open unless `accept_loss`
+/// (then it is rebuilt from the segments, which is all that can be done).
+fn promised(dir: &Path, accept_loss: bool) -> Result<Option<Checkpoint>, WalError> {
+    match checkpoint::read(dir)? {
+        None => Ok(None),
+        Some(Ok(c)) => Ok(Some(c)),
+        Some(Err(damaged)) if accept_loss => {
+            eprintln!(
+                "sluice: wal: {damaged}; rebuilding it from the segments (--accept-wal-loss)"
+            );
+            Ok(None)
+        }
+        Some(Err(damaged)) => Err(WalError::CheckpointDamaged(damaged)),
+    }
+}
+
+/// Compares the scan with the checkpoint `c`: the missing ranges, accepted (logged, returned)
+/// if `accept_loss`, else an error: [`WalError::Corrupt`] for a damaged record at or below the
+/// checkpointed durable LSN (it is not a torn tail), [`WalError::Lost`] for missing files.
+fn check_promise(
+    dir: &Path,
+    c: &Checkpoint,
+    scan: &DirScan,
+    torn: &Option<(PathBuf, u64)>,
+    accept_loss: bool,
+) -> Result<Vec<LostRange>, WalError> {
+    let extent = Extent {
+        first_segment_lsn: scan.segments.first().map(|s| s.0),
+        next_lsn: scan.next_lsn,
+        damaged_tail: torn.clone(),
+    };
+    let lost = checkpoint::missing(c, &extent);
+    if lost.is_empty() {
+        return Ok(lost);
+    }
+    if accept_loss {
+        for r in &lost {
+            eprintln!(
+                "sluice: wal {}: ACCEPTING LOSS (--accept-wal-loss): {r}",
+                dir.display()
+            );
+        }
+        return Ok(lost);
+    }
+    match torn {
+        Some((segment, offset)) if scan.next_lsn <= c.durable_lsn => Err(WalError::Corrupt {
+            segment: segment.clone(),
+            offset: *offset,
+            reason: format!(
+                "the record with LSN {} is damaged or incomplete, but the checkpoint records \
+                 LSNs up to {} as durable: corruption, not a torn tail (LSNs {}..={} would be \
+                 lost; --accept-wal-loss truncates there)",
+                scan.next_lsn, c.durable_lsn, scan.next_lsn, c.durable_lsn
+            ),
+        }),
+        _ => Err(WalError::Lost {
+            dir: dir.to_owned(),
+            ranges: lost,
+        }),
+    }
 }
 
 /// One record read back from the log.
@@ -631,14 +719,39 @@ pub(crate) mod tests {
             bytes[end as usize..].iter().all(|&b| b == 0),
             "tail not zeroed"
         );
-        // Now a CRC failure in the last record: torn at its offset.
+        // Now a CRC failure in the last record. The opens above synced records 1..=3 and the
+        // checkpoint promises them: corruption at its offset, not a torn tail.
         f.write_all_at(&[0xFF], offs[2] + 20).unwrap();
-        let (_, report) = open(&cfg).unwrap();
-        assert_eq!(report.truncated_tail, Some((seg, offs[2])));
+        assert_eq!(corrupt_at(&cfg), (seg.clone(), offs[2]));
+        // Accepting the loss truncates there.
+        let accept = WalConfig {
+            accept_loss: true,
+            ..cfg.clone()
+        };
+        let (mut wal, report) = open(&accept).unwrap();
+        assert_eq!(report.truncated_tail, Some((seg.clone(), offs[2])));
+        assert_eq!(
+            report
+                .lost
+                .iter()
+                .map(|r| (r.first, r.last))
+                .collect::<Vec<_>>(),
+            [(3, 3)]
+        );
         assert_eq!(
             read_events(&cfg.dir),
             (1..).zip(events(0..2)).collect::<Vec<_>>()
         );
+        // Records appended after the last checkpoint (`Os` mode: committed, never synced) are
+        // not promised: damage in the last of them is a torn tail.
+        assert_eq!(wal.append_events(&events(10..12)).unwrap(), 4);
+        drop(wal);
+        let offs = offsets(&cfg.dir);
+        f.write_all_at(&[0xFF], offs[3] + 20).unwrap();
+        let (_, report) = open(&cfg).unwrap();
+        assert_eq!(report.truncated_tail, Some((seg, offs[3])));
+        assert!(report.lost.is_empty());
+        assert_eq!(report.last_lsn, 3);
     }
 
     #[test]

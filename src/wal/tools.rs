@@ -4,6 +4,7 @@
 //! running one they may report the tail being appended as torn.
 #![forbid(unsafe_code)]
 
+use super::checkpoint::{self, Checkpoint, Extent, LostRange};
 use super::format::{decode_payload, RecordRef};
 use super::recovery::scan_dir;
 pub use super::recovery::Finding;
@@ -29,13 +30,20 @@ pub struct VerifyReport {
     /// LSN of the last valid record, if any.
     pub last_lsn: Option<Lsn>,
     /// The first problem: a torn tail (recovery would truncate it) or corruption (startup would
-    /// fail). `None`: the log is clean.
+    /// fail; this includes a damaged record at or below the checkpointed durable LSN). `None`:
+    /// the segments are clean.
     pub finding: Option<Finding>,
+    /// The log's checkpoint (`None`: none, written by an older version, or damaged).
+    pub checkpoint: Option<Checkpoint>,
+    /// The checkpoint file exists but is damaged: why.
+    pub checkpoint_damaged: Option<String>,
+    /// LSN ranges the checkpoint promises that the segments do not hold (startup would fail).
+    pub lost: Vec<LostRange>,
 }
 
 impl VerifyReport {
     pub fn is_clean(&self) -> bool {
-        self.finding.is_none()
+        self.finding.is_none() && self.lost.is_empty() && self.checkpoint_damaged.is_none()
     }
 }
 
@@ -67,29 +75,40 @@ impl std::fmt::Display for VerifyReport {
                 "; CORRUPT: segment {} at offset {offset}: {reason}",
                 segment.display()
             ),
+        }?;
+        for r in &self.lost {
+            write!(f, "; LOST: {r}")?;
         }
+        if let Some(why) = &self.checkpoint_damaged {
+            write!(f, "; CHECKPOINT DAMAGED: {why}")?;
+        }
+        Ok(())
     }
 }
 
-/// Checks every log of `DATA_DIR/wal` (`wal::layout`: `core-K`, then the legacy log), one
-/// report per log, in that order. `Err` only when a log cannot be read at all (I/O).
+/// Checks every log of `DATA_DIR/wal` (`wal::layout`: `core-K`, then the legacy log) with
+/// [`verify_log`], one report per log, in that order. `Err` only when a log cannot be read at
+/// all (I/O).
 pub fn verify_all(data_dir: &Path) -> Result<Vec<VerifyReport>, WalError> {
     super::layout::log_dirs(&data_dir.join(WAL_SUBDIR))?
         .iter()
-        .map(|l| verify_dir(&l.dir))
+        .map(|l| verify_log(&l.dir))
         .collect()
 }
 
-/// [`verify_dir`] of the log directly in `DATA_DIR/wal` (the legacy single-log layout; the
+/// [`verify_log`] of the log directly in `DATA_DIR/wal` (the legacy single-log layout; the
 /// fuzz target and format tests write one log there).
 pub fn verify(data_dir: &Path) -> Result<VerifyReport, WalError> {
-    verify_dir(&data_dir.join(WAL_SUBDIR))
+    verify_log(&data_dir.join(WAL_SUBDIR))
 }
 
-/// Checks every record of one log directory: lengths, CRC, kind, LSN continuity, and that every
-/// payload (event, replayed event, done, retry) decodes. Reports the first problem with its
-/// segment and offset. `Err` only when the log cannot be read at all (I/O).
-pub fn verify_dir(dir: &Path) -> Result<VerifyReport, WalError> {
+/// Checks every record of the log directory `dir`: lengths, CRC, kind, LSN continuity, and that
+/// every payload (event, replayed event, done, retry) decodes; then compares what exists with
+/// the directory's checkpoint (missing head or tail ranges; a damaged record at or below the
+/// checkpointed durable LSN is corruption, not a torn tail). Reports the first problem with its
+/// segment and offset, and every missing LSN range. `Err` only when the log cannot be read at
+/// all (I/O).
+pub fn verify_log(dir: &Path) -> Result<VerifyReport, WalError> {
     let dir = dir.to_owned();
     let mut valid = 0u64;
     let mut check = |_: &Path, _: u64, r: &RecordRef<'_>| {
@@ -103,13 +122,50 @@ pub fn verify_dir(dir: &Path) -> Result<VerifyReport, WalError> {
         .first_lsn
         .filter(|_| records > 0)
         .map(|first| first + records - 1);
+    let (checkpoint, checkpoint_damaged) = match checkpoint::read(&dir)? {
+        None => (None, None),
+        Some(Ok(c)) => (Some(c), None),
+        Some(Err(d)) => (None, Some(d.to_string())),
+    };
+    let mut finding = scan.finding;
+    let mut lost = Vec::new();
+    if let Some(c) = &checkpoint {
+        let torn = match &finding {
+            Some(Finding::TornTail { segment, offset }) => Some((segment.clone(), *offset)),
+            _ => None,
+        };
+        // A corrupt record stops the scan early; its range is named by the finding instead.
+        if !matches!(finding, Some(Finding::Corrupt { .. })) {
+            let extent = Extent {
+                first_segment_lsn: scan.segments.first().map(|s| s.0),
+                next_lsn: scan.next_lsn,
+                damaged_tail: torn.clone(),
+            };
+            lost = checkpoint::missing(c, &extent);
+        }
+        if let Some((segment, offset)) = torn.filter(|_| scan.next_lsn <= c.durable_lsn) {
+            let reason = format!(
+                "the record with LSN {} is damaged or incomplete, but the checkpoint records LSNs \
+                 up to {} as durable: corruption, not a torn tail",
+                scan.next_lsn, c.durable_lsn
+            );
+            finding = Some(Finding::Corrupt {
+                segment,
+                offset,
+                reason,
+            });
+        }
+    }
     Ok(VerifyReport {
         dir,
         segments: scan.segments.len(),
         records,
         first_lsn: scan.first_lsn,
         last_lsn,
-        finding: scan.finding,
+        finding,
+        checkpoint,
+        checkpoint_damaged,
+        lost,
     })
 }
 

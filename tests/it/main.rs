@@ -20,14 +20,20 @@
 //! - `budgets`: the in-flight body budget, unread responses, accepts at the fd limit (RSS).
 //! - `returns`: the return schedule (`Retry-After` that schedules) with honouring and
 //!   non-honouring clients against a real slow downstream.
+//! - `dlq_corrupt`: a damaged DLQ entry among good ones.
+//! - `absorb`: triggers whose senders never retry absorb past the backlog bound.
+//! - `wal_probe` (`--features failpoints`): `/readyz` recovers from `wal_unavailable` alone.
+//! - `wal_loss`: lost segment files and damaged acknowledged records are detected.
 
 mod support;
 
+mod absorb;
 mod auth;
 mod budgets;
 mod connections;
 mod crash;
 mod dispatch;
+mod dlq_corrupt;
 mod downstream;
 mod durability;
 mod edge;
@@ -43,4 +49,7 @@ mod props;
 mod returns;
 mod shutdown;
 mod tools;
+mod wal_loss;
+#[cfg(feature = "failpoints")]
+mod wal_probe;
 mod wal_tools;

@@ -57,6 +57,8 @@ pub struct Opts {
     /// `--drain-grace`: `0s` by default here (the server's default is 2s), so that stopping a
     /// test server does not wait; `None` leaves it to the manifest.
     pub drain_grace: Option<String>,
+    /// More `serve` arguments (e.g. `--accept-wal-loss`).
+    pub args: Vec<String>,
 }
 
 impl Default for Opts {
@@ -68,6 +70,7 @@ impl Default for Opts {
             durability: None,
             nofile: None,
             drain_grace: Some("0s".into()),
+            args: Vec::new(),
         }
     }
 }
@@ -87,6 +90,11 @@ impl Opts {
 
     pub fn workers(mut self, n: usize) -> Opts {
         self.workers = n;
+        self
+    }
+
+    pub fn arg(mut self, arg: &str) -> Opts {
+        self.args.push(arg.to_string());
         self
     }
 
@@ -171,6 +179,7 @@ impl Server {
         if let Some(g) = &opts.drain_grace {
             cmd.arg("--drain-grace").arg(g);
         }
+        cmd.args(&opts.args);
         for k in HARN_ENV {
             cmd.env_remove(k);
         }

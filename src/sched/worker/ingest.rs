@@ -157,7 +157,7 @@ impl Worker {
         let refusal = if backlog.wal_full(self.shared.config.wal.segment_bytes) {
             Some((Refusal::WalFull, backlog.retry_after_secs()))
         } else {
-            backlog.try_reserve(cost).err().map(|_| {
+            backlog.reserve_for(&event.trigger_id, cost).err().map(|_| {
                 let returns = &self.shared.returns;
                 let ra = returns.queue_full(now, entry.returns(), backlog.drain_rate());
                 (Refusal::QueueFull, ra)

@@ -1,0 +1,445 @@
+//! The log checkpoint: a small durable record of what must exist in one log directory, so that
+//! lost segment files are detected instead of silently accepted.
+//!
+//! A log directory (`DATA_DIR/wal/`, or one per-core log `DATA_DIR/wal/core-K/`) holds one
+//! `CHECKPOINT` file beside its segments. It records
+//!
+//! * `first_live_lsn`: the first LSN of the oldest segment that must exist (advanced by
+//!   retention *before* it deletes a segment), and
+//! * `durable_lsn`: the highest LSN known to be on disk (synced) — every record in
+//!   `first_live_lsn..=durable_lsn` must be readable.
+//!
+//! The [`Wal`](super::Wal) appender that owns the directory is its only writer: at
+//! [`open`](super::open) (after recovery), at every segment roll, at retention, at shutdown, and
+//! at least once a second while the log is written (`Wal::checkpoint_if_due`). Recovery and
+//! `sluice wal verify` compare the segments found with it ([`missing`]): LSNs the checkpoint
+//! promises but the segments do not hold are a [`LostRange`]; a damaged record at or below
+//! `durable_lsn` is corruption, never a torn tail.
+//!
+//! # File format (all integers little-endian)
+//!
+//! The file is [`FILE_BYTES`] (8 KiB) long and holds two *slots* at offsets 0 and 4096, each in
+//! its own 4 KiB page, so a write to one never rewrites the page holding the other. Updates
+//! alternate between them: update number `seq` goes to slot `seq % 2`, with one `pwrite` and one
+//! `fdatasync` — no rename, no directory sync. The valid slot with the higher `seq` is current;
+//! a torn update damages only the slot being written (its CRC fails) and the other slot, one
+//! update older, is read instead.
+//!
+//! ```text
+//! slot offset  size  field
+//!           0     8  magic           b"SLUICECK"
+//!           8     4  version         u32 = 1 (other values: the slot is invalid)
+//!          12     4  reserved        u32 = 0
+//!          16     8  seq             u64 update number, 1 for the first; the higher valid wins
+//!          24     8  first_live_lsn  u64 first LSN of the oldest segment that must exist
+//!          32     8  durable_lsn     u64 highest LSN synced to disk; 0 = none
+//!          40     8  written_at      u64 Unix milliseconds of the update (diagnostics only)
+//!          48     4  crc             u32 CRC32C (Castagnoli) of slot bytes [0, 48)
+//!          52  4044  zero
+//! ```
+//!
+//! The file is created whole (both slots, the second all zeros) as `CHECKPOINT.tmp`, synced,
+//! renamed into place, and the directory synced; so a `CHECKPOINT` file always has a valid
+//! slot unless the disk damaged it. A file with no valid slot is reported as damaged. A log
+//! directory without the file (written by a version before checkpoints) opens as before and the
+//! file is created then.
+#![forbid(unsafe_code)]
+
+use super::segment::sync_dir;
+use super::{Lsn, WalError};
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Name of the checkpoint file in a log directory.
+pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
+/// Size of the checkpoint file: two 4 KiB slots.
+pub const FILE_BYTES: u64 = 2 * SLOT_STRIDE;
+const SLOT_STRIDE: u64 = 4096;
+const SLOT_BYTES: usize = 52;
+const MAGIC: &[u8; 8] = b"SLUICECK";
+const VERSION: u32 = 1;
+
+/// What a log directory must hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// First LSN of the oldest segment that must exist.
+    pub first_live_lsn: Lsn,
+    /// Highest LSN synced to disk (0: none); `first_live_lsn..=durable_lsn` must be readable.
+    pub durable_lsn: Lsn,
+}
+
+/// LSNs `first..=last` the checkpoint promises and the log does not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostRange {
+    pub first: Lsn,
+    pub last: Lsn,
+    /// What is missing, for the operator (names the segment when one is known).
+    pub why: String,
+}
+
+impl LostRange {
+    /// How many LSNs the range covers.
+    pub fn len(&self) -> u64 {
+        self.last - self.first + 1
+    }
+
+    /// Never true: a range holds at least one LSN.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl fmt::Display for LostRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "LSNs {}..={} missing: {}",
+            self.first, self.last, self.why
+        )
+    }
+}
+
+/// The path of the checkpoint file of log directory `dir`.
+pub fn path(dir: &Path) -> PathBuf {
+    dir.join(CHECKPOINT_FILE)
+}
+
+fn encode_slot(seq: u64, c: &Checkpoint, now_ms: u64) -> [u8; SLOT_BYTES] {
+    let mut b = [0u8; SLOT_BYTES];
+    b[0..8].copy_from_slice(MAGIC);
+    b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    b[16..24].copy_from_slice(&seq.to_le_bytes());
+    b[24..32].copy_from_slice(&c.first_live_lsn.to_le_bytes());
+    b[32..40].copy_from_slice(&c.durable_lsn.to_le_bytes());
+    b[40..48].copy_from_slice(&now_ms.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..48]);
+    b[48..52].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}
+
+/// The slot's `(seq, checkpoint)` if it is valid.
+fn decode_slot(b: &[u8]) -> Option<(u64, Checkpoint)> {
+    let b = b.get(..SLOT_BYTES)?;
+    let crc = u32::from_le_bytes([b[48], b[49], b[50], b[51]]);
+    let version = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+    if &b[0..8] != MAGIC || version != VERSION || crc32c::crc32c(&b[..48]) != crc {
+        return None;
+    }
+    let c = Checkpoint {
+        first_live_lsn: u64_at(b, 24),
+        durable_lsn: u64_at(b, 32),
+    };
+    Some((u64_at(b, 16), c))
+}
+
+/// The current `(seq, checkpoint)` of file bytes `bytes`, or why there is none.
+fn decode_file(bytes: &[u8]) -> Result<(u64, Checkpoint), String> {
+    let slot = |i: u64| {
+        bytes
+            .get((i * SLOT_STRIDE) as usize..)
+            .and_then(decode_slot)
+    };
+    match (slot(0), slot(1)) {
+        (Some(a), Some(b)) => Ok(if a.0 >= b.0 { a } else { b }),
+        (Some(a), None) | (None, Some(a)) => Ok(a),
+        (None, None) => Err(format!(
+            "no valid slot (file of {} bytes; expected {FILE_BYTES} with a CRC-valid slot)",
+            bytes.len()
+        )),
+    }
+}
+
+/// Why [`read`] found no usable checkpoint in an existing file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damaged {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+impl fmt::Display for Damaged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "checkpoint {} is damaged: {}",
+            self.path.display(),
+            self.reason
+        )
+    }
+}
+
+/// Reads the checkpoint of log directory `dir` without modifying anything: `Ok(None)` when
+/// there is no checkpoint file (a log written before checkpoints existed), `Ok(Err(_))` when the
+/// file exists but no slot is valid, `Err` on an I/O error.
+pub fn read(dir: &Path) -> Result<Option<Result<Checkpoint, Damaged>>, WalError> {
+    let p = path(dir);
+    let bytes = match std::fs::read(&p) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(WalError::io(&p, e)),
+    };
+    Ok(Some(decode_file(&bytes).map(|(_, c)| c).map_err(
+        |reason| Damaged {
+            path: p.clone(),
+            reason,
+        },
+    )))
+}
+
+/// What the segments of a log directory hold, for [`missing`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extent {
+    /// First LSN of the oldest segment; `None` when there is no segment.
+    pub first_segment_lsn: Option<Lsn>,
+    /// The LSN after the last valid record.
+    pub next_lsn: Lsn,
+    /// A damaged or incomplete record at the end of the log (the record with LSN `next_lsn`):
+    /// its segment and offset.
+    pub damaged_tail: Option<(PathBuf, u64)>,
+}
+
+/// The LSN ranges checkpoint `c` promises that `extent` does not hold: the head (oldest
+/// segments deleted) and the tail (newest segment truncated or deleted, or its last durable
+/// records damaged). Empty when nothing is missing.
+pub fn missing(c: &Checkpoint, extent: &Extent) -> Vec<LostRange> {
+    let mut out = Vec::new();
+    if c.durable_lsn < c.first_live_lsn {
+        return out; // nothing was ever promised
+    }
+    let Some(head) = extent.first_segment_lsn else {
+        out.push(LostRange {
+            first: c.first_live_lsn,
+            last: c.durable_lsn,
+            why: "no segment file is left".to_owned(),
+        });
+        return out;
+    };
+    if head > c.first_live_lsn {
+        out.push(LostRange {
+            first: c.first_live_lsn,
+            last: (head - 1).min(c.durable_lsn),
+            why: format!(
+                "the oldest segment starts at LSN {head} but the checkpoint says the log starts \
+                 at {} (segment files deleted)",
+                c.first_live_lsn
+            ),
+        });
+    }
+    let from = extent.next_lsn.max(head);
+    if from <= c.durable_lsn {
+        let why = match &extent.damaged_tail {
+            Some((segment, offset)) => format!(
+                "the record with LSN {from} at offset {offset} of {} is damaged or incomplete",
+                segment.display()
+            ),
+            None => format!(
+                "the log ends at LSN {} (the newest segment was truncated or deleted)",
+                extent.next_lsn - 1
+            ),
+        };
+        out.push(LostRange {
+            first: from,
+            last: c.durable_lsn,
+            why,
+        });
+    }
+    out
+}
+
+/// The checkpoint file of one log directory, open for updates. Owned by the log's `Wal`.
+#[derive(Debug)]
+pub struct CheckpointFile {
+    path: PathBuf,
+    file: File,
+    /// Update number of the current slot.
+    seq: u64,
+    current: Checkpoint,
+}
+
+impl CheckpointFile {
+    /// Opens the checkpoint of `dir` and writes `c` to it; creates the file (atomically: see the
+    /// module docs) if it does not exist or has no valid slot.
+    pub fn open_or_create(dir: &Path, c: Checkpoint, now_ms: u64) -> Result<Self, WalError> {
+        let p = path(dir);
+        let io_err = |e| WalError::io(&p, e);
+        let existing = match std::fs::read(&p) {
+            Ok(bytes) => decode_file(&bytes).ok(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_err(e)),
+        };
+        let Some((seq, current)) = existing else {
+            return Self::create(dir, c, now_ms);
+        };
+        let file = OpenOptions::new().write(true).open(&p).map_err(io_err)?;
+        let mut f = CheckpointFile {
+            path: p.clone(),
+            file,
+            seq,
+            current,
+        };
+        f.write(c, now_ms).map_err(io_err)?;
+        Ok(f)
+    }
+
+    fn create(dir: &Path, c: Checkpoint, now_ms: u64) -> Result<Self, WalError> {
+        let p = path(dir);
+        let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
+        let tmp_err = |e| WalError::io(&tmp, e);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(tmp_err)?;
+        file.set_len(FILE_BYTES).map_err(tmp_err)?;
+        // Update 1 goes to slot 1 (`seq % 2`); slot 0 stays zeros (invalid) until update 2.
+        file.write_all_at(&encode_slot(1, &c, now_ms), SLOT_STRIDE)
+            .map_err(tmp_err)?;
+        file.sync_all().map_err(tmp_err)?;
+        std::fs::rename(&tmp, &p).map_err(|e| WalError::io(&p, e))?;
+        sync_dir(dir).map_err(|e| WalError::io(dir, e))?;
+        Ok(CheckpointFile {
+            path: p,
+            file,
+            seq: 1,
+            current: c,
+        })
+    }
+
+    /// The last checkpoint written.
+    pub fn current(&self) -> Checkpoint {
+        self.current
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `c` as the next update (the other slot) and `fdatasync`s it. On error the current
+    /// checkpoint is unchanged as far as a reader is concerned (the older slot stays valid).
+    pub fn write(&mut self, c: Checkpoint, now_ms: u64) -> io::Result<()> {
+        let seq = self.seq + 1;
+        let slot = encode_slot(seq, &c, now_ms);
+        self.file.write_all_at(&slot, (seq % 2) * SLOT_STRIDE)?;
+        self.file.sync_data()?;
+        self.seq = seq;
+        self.current = c;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ck(first: Lsn, durable: Lsn) -> Checkpoint {
+        Checkpoint {
+            first_live_lsn: first,
+            durable_lsn: durable,
+        }
+    }
+
+    #[test]
+    fn create_update_reopen_alternates_slots_and_reads_the_newest() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(read(tmp.path()).unwrap(), None);
+        let mut f = CheckpointFile::open_or_create(tmp.path(), ck(1, 0), 5).unwrap();
+        assert_eq!(std::fs::metadata(f.path()).unwrap().len(), FILE_BYTES);
+        assert_eq!(read(tmp.path()).unwrap(), Some(Ok(ck(1, 0))));
+        for d in 1..=5 {
+            f.write(ck(1, d * 10), 6).unwrap();
+            assert_eq!(read(tmp.path()).unwrap(), Some(Ok(ck(1, d * 10))));
+        }
+        drop(f);
+        let f = CheckpointFile::open_or_create(tmp.path(), ck(3, 77), 7).unwrap();
+        assert_eq!(f.current(), ck(3, 77));
+        assert_eq!(read(tmp.path()).unwrap(), Some(Ok(ck(3, 77))));
+        assert!(!tmp.path().join("CHECKPOINT.tmp").exists());
+    }
+
+    #[test]
+    fn a_torn_update_falls_back_to_the_other_slot_and_no_valid_slot_is_damage() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut f = CheckpointFile::open_or_create(tmp.path(), ck(1, 5), 0).unwrap();
+        f.write(ck(1, 9), 0).unwrap(); // seq 2: slot 0
+        f.write(ck(1, 12), 0).unwrap(); // seq 3: slot 1
+        let p = path(tmp.path());
+        let file = OpenOptions::new().write(true).open(&p).unwrap();
+        // Tear the newest update (slot 1): the previous one is current again.
+        file.write_all_at(&[0xFF; 4], SLOT_STRIDE + 30).unwrap();
+        assert_eq!(read(tmp.path()).unwrap(), Some(Ok(ck(1, 9))));
+        // Both slots damaged: reported, never guessed.
+        file.write_all_at(&[0xFF; 4], 20).unwrap();
+        let got = read(tmp.path()).unwrap().unwrap().unwrap_err();
+        assert!(got.reason.contains("no valid slot"), "{got}");
+        // Truncated to nothing: damaged too; open_or_create rebuilds it.
+        file.set_len(0).unwrap();
+        assert!(matches!(read(tmp.path()).unwrap(), Some(Err(_))));
+        let f = CheckpointFile::open_or_create(tmp.path(), ck(4, 4), 0).unwrap();
+        assert_eq!(f.current(), ck(4, 4));
+        assert_eq!(read(tmp.path()).unwrap(), Some(Ok(ck(4, 4))));
+    }
+
+    #[test]
+    fn every_slot_byte_is_covered_by_the_crc() {
+        let c = ck(17, 1234);
+        let good = encode_slot(9, &c, 42);
+        assert_eq!(decode_slot(&good), Some((9, c)));
+        for i in 0..SLOT_BYTES {
+            let mut bad = good;
+            bad[i] ^= 0x01;
+            assert_eq!(decode_slot(&bad), None, "byte {i}");
+        }
+    }
+
+    fn extent(first: Option<Lsn>, next: Lsn) -> Extent {
+        Extent {
+            first_segment_lsn: first,
+            next_lsn: next,
+            damaged_tail: None,
+        }
+    }
+
+    #[test]
+    fn missing_ranges_at_head_and_tail() {
+        // Nothing missing: the log holds at least what was promised (more is fine).
+        assert!(missing(&ck(1, 10), &extent(Some(1), 11)).is_empty());
+        assert!(missing(&ck(1, 10), &extent(Some(1), 15)).is_empty());
+        // Segments below first_live left over by an interrupted retention are fine.
+        assert!(missing(&ck(5, 10), &extent(Some(1), 11)).is_empty());
+        // A fresh log promises nothing.
+        assert!(missing(&ck(1, 0), &extent(None, 1)).is_empty());
+        // The oldest segment deleted.
+        let m = missing(&ck(1, 10), &extent(Some(5), 11));
+        assert_eq!((m.len(), m[0].first, m[0].last), (1, 1, 4));
+        // The newest segment truncated to nothing (it started at 9).
+        let m = missing(&ck(1, 10), &extent(Some(1), 9));
+        assert_eq!((m.len(), m[0].first, m[0].last), (1, 9, 10));
+        assert!(m[0].why.contains("ends at LSN 8"), "{}", m[0]);
+        // Both.
+        let m = missing(&ck(1, 10), &extent(Some(5), 9));
+        assert_eq!(
+            m.iter().map(|r| (r.first, r.last)).collect::<Vec<_>>(),
+            [(1, 4), (9, 10)]
+        );
+        assert_eq!(m.iter().map(LostRange::len).sum::<u64>(), 6);
+        // No segment at all.
+        let m = missing(&ck(3, 10), &extent(None, 1));
+        assert_eq!((m.len(), m[0].first, m[0].last), (1, 3, 10));
+        // A damaged durable record names its segment and offset.
+        let mut e = extent(Some(1), 10);
+        e.damaged_tail = Some((PathBuf::from("seg"), 640));
+        let m = missing(&ck(1, 10), &e);
+        assert_eq!((m[0].first, m[0].last), (10, 10));
+        assert!(m[0].why.contains("offset 640 of seg"), "{}", m[0]);
+    }
+}

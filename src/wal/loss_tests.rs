@@ -1,0 +1,294 @@
+//! Unit tests of lost-file detection (the checkpoint against the segments), retention through
+//! the writer, the once-a-second checkpoint and the probe of a failed disk.
+
+use super::checkpoint::{self, Checkpoint, CHECKPOINT_FILE};
+use super::format::tests::sample_event;
+use super::recovery::tests::test_cfg;
+use super::segment::{list_segments, segment_path, SegmentFile};
+use super::tools::verify_log;
+use super::{open, Lsn, WalConfig, WalError, WalShared, WritePath, MAX_BODY_BYTES};
+use crate::sync::clock::ManualClock;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Ten quarter-max events in the smallest segments: segments named 1, 5 and 9; synced, so the
+/// checkpoint promises LSNs 1..=10.
+fn three_segments(dir: &Path, path: WritePath) -> WalConfig {
+    let cfg = test_cfg(dir, path);
+    let big: Vec<_> = (0..10)
+        .map(|i| sample_event(i, MAX_BODY_BYTES / 4))
+        .collect();
+    let (mut wal, _) = open(&cfg).unwrap();
+    assert_eq!(wal.append_events(&big).unwrap(), 10);
+    wal.sync().unwrap();
+    assert_eq!(
+        wal.checkpoint(),
+        Some(Checkpoint {
+            first_live_lsn: 1,
+            durable_lsn: 10
+        })
+    );
+    cfg
+}
+
+fn firsts(dir: &Path) -> Vec<Lsn> {
+    list_segments(dir)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.0)
+        .collect()
+}
+
+fn lost_of(cfg: &WalConfig) -> Vec<(Lsn, Lsn)> {
+    match open(cfg) {
+        Err(WalError::Lost { ranges, .. }) => ranges.iter().map(|r| (r.first, r.last)).collect(),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+}
+
+fn accepting(cfg: &WalConfig) -> WalConfig {
+    WalConfig {
+        accept_loss: true,
+        ..cfg.clone()
+    }
+}
+
+fn truncate(path: &PathBuf, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
+#[test]
+fn truncated_newest_segment_is_a_lost_range_until_accepted() {
+    for path in [WritePath::Pwrite, WritePath::Mmap] {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = three_segments(tmp.path(), path);
+        truncate(&segment_path(&cfg.dir, 9), 0);
+        assert_eq!(lost_of(&cfg), [(9, 10)], "{path:?}");
+        let report = verify_log(&cfg.dir).unwrap();
+        assert!(!report.is_clean());
+        assert_eq!(
+            report
+                .lost
+                .iter()
+                .map(|r| (r.first, r.last))
+                .collect::<Vec<_>>(),
+            [(9, 10)]
+        );
+        assert!(
+            report.to_string().contains("LSNs 9..=10 missing"),
+            "{report}"
+        );
+        // The refused open changed nothing: still lost.
+        assert_eq!(lost_of(&cfg), [(9, 10)]);
+        let (mut wal, report) = open(&accepting(&cfg)).unwrap();
+        assert_eq!(
+            (report.last_lsn, report.lost.len(), report.lost[0].len()),
+            (8, 1, 2)
+        );
+        assert_eq!(wal.lost_accepted().len(), 1);
+        let shared = Arc::new(WalShared::new());
+        wal.attach_shared(shared.clone());
+        assert_eq!(shared.loss_accepted_total.load(Ordering::Relaxed), 1);
+        assert_eq!(shared.lost_lsns_accepted.load(Ordering::Relaxed), 2);
+        // (`sched::runtime::render_metrics` sums these over the logs.)
+        // Appends continue after what exists; the checkpoint now matches the log.
+        assert_eq!(wal.append_events(&[sample_event(99, 10)]).unwrap(), 9);
+        drop(wal);
+        let (_, report) = open(&cfg).unwrap();
+        assert!(report.lost.is_empty());
+        assert!(verify_log(&cfg.dir).unwrap().is_clean());
+    }
+}
+
+#[test]
+fn deleted_oldest_or_every_segment_is_a_lost_range() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = three_segments(tmp.path(), WritePath::Pwrite);
+    std::fs::remove_file(segment_path(&cfg.dir, 1)).unwrap();
+    assert_eq!(lost_of(&cfg), [(1, 4)]);
+    let msg = open(&cfg).unwrap_err().to_string();
+    assert!(
+        msg.contains("LSNs 1..=4 missing") && msg.contains("--accept-wal-loss"),
+        "{msg}"
+    );
+    // Oldest deleted and newest truncated: both ranges.
+    truncate(&segment_path(&cfg.dir, 9), 0);
+    assert_eq!(lost_of(&cfg), [(1, 4), (9, 10)]);
+    // Every segment gone: the whole promise; accepted, LSNs continue after it.
+    for (_, p) in list_segments(&cfg.dir).unwrap() {
+        std::fs::remove_file(p).unwrap();
+    }
+    assert_eq!(lost_of(&cfg), [(1, 10)]);
+    let (mut wal, report) = open(&accepting(&cfg)).unwrap();
+    assert_eq!(report.lost[0].len(), 10);
+    assert_eq!(wal.next_lsn(), 11);
+    assert_eq!(wal.append_events(&[sample_event(1, 10)]).unwrap(), 11);
+    drop(wal);
+    assert_eq!(firsts(&cfg.dir), [11]);
+    assert!(open(&cfg).is_ok());
+}
+
+#[test]
+fn a_log_without_a_checkpoint_opens_and_gets_one_and_a_damaged_one_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = three_segments(tmp.path(), WritePath::Pwrite);
+    let ckpt = cfg.dir.join(CHECKPOINT_FILE);
+    // Written by a version before checkpoints: nothing to compare with, opens as before.
+    std::fs::remove_file(&ckpt).unwrap();
+    truncate(&segment_path(&cfg.dir, 9), 0);
+    let (wal, report) = open(&cfg).unwrap();
+    assert!(report.lost.is_empty());
+    assert_eq!(report.last_lsn, 8);
+    drop(wal);
+    assert_eq!(
+        checkpoint::read(&cfg.dir).unwrap(),
+        Some(Ok(Checkpoint {
+            first_live_lsn: 1,
+            durable_lsn: 8
+        }))
+    );
+    // A checkpoint with no valid slot is damage, reported, never guessed around.
+    std::fs::write(&ckpt, [0xAB; 8192]).unwrap();
+    assert!(matches!(open(&cfg), Err(WalError::CheckpointDamaged(_))));
+    assert!(verify_log(&cfg.dir).unwrap().checkpoint_damaged.is_some());
+    let (_, report) = open(&accepting(&cfg)).unwrap();
+    assert_eq!(report.last_lsn, 8);
+    assert!(open(&cfg).is_ok(), "rebuilt from the segments");
+}
+
+#[test]
+fn retention_checkpoints_the_first_live_lsn_before_deleting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = three_segments(tmp.path(), WritePath::Pwrite);
+    let (mut wal, _) = open(&cfg).unwrap();
+    // Asked through the shared state, as the pump does; done by `tick`.
+    let shared = Arc::new(WalShared::new());
+    wal.attach_shared(shared.clone());
+    shared.request_retire(5);
+    let clock = Arc::new(ManualClock::new(0));
+    let mut wal = wal.with_clock(clock.clone());
+    clock.advance(Duration::from_secs(2));
+    wal.tick(wal.now_nanos());
+    assert_eq!(firsts(&cfg.dir), [5, 9]);
+    assert_eq!(wal.checkpoint().unwrap().first_live_lsn, 5);
+    // Never the active segment, whatever is asked.
+    assert_eq!(wal.retire_below(1000).unwrap(), 1);
+    assert_eq!(firsts(&cfg.dir), [9]);
+    assert_eq!(wal.checkpoint().unwrap().first_live_lsn, 9);
+    drop(wal);
+    let (_, report) = open(&cfg).unwrap();
+    assert!(report.lost.is_empty());
+    assert!(verify_log(&cfg.dir).unwrap().is_clean());
+}
+
+#[test]
+fn the_durable_lsn_is_checkpointed_at_most_once_a_second_and_at_every_roll() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+    cfg.durability = super::Durability::Fsync;
+    let clock = Arc::new(ManualClock::new(0));
+    let (wal, _) = open(&cfg).unwrap();
+    let mut wal = wal.with_clock(clock.clone());
+    let durable = |wal: &super::Wal| wal.checkpoint().unwrap().durable_lsn;
+    clock.advance(Duration::from_secs(5));
+    wal.append_events(&[sample_event(1, 100)]).unwrap();
+    assert_eq!(durable(&wal), 0);
+    assert!(wal.checkpoint_if_due(wal.now_nanos()).unwrap());
+    assert_eq!(durable(&wal), 1);
+    wal.append_events(&[sample_event(2, 100)]).unwrap();
+    clock.advance(Duration::from_millis(999));
+    assert!(!wal.checkpoint_if_due(wal.now_nanos()).unwrap());
+    clock.advance(Duration::from_millis(1));
+    assert!(wal.checkpoint_if_due(wal.now_nanos()).unwrap());
+    assert_eq!(durable(&wal), 2);
+    assert!(
+        !wal.checkpoint_if_due(wal.now_nanos() + 10_000_000_000)
+            .unwrap(),
+        "nothing new: no write"
+    );
+    // A roll checkpoints at once (no clock movement).
+    let big: Vec<_> = (0..5)
+        .map(|i| sample_event(i, MAX_BODY_BYTES / 4))
+        .collect();
+    wal.append_events(&big).unwrap();
+    assert_eq!(firsts(&cfg.dir).len(), 2);
+    assert!(durable(&wal) >= 5, "{}", durable(&wal));
+    assert_eq!(
+        checkpoint::read(&cfg.dir).unwrap().unwrap().unwrap(),
+        wal.checkpoint().unwrap()
+    );
+}
+
+/// A segment file whose syncs fail while `fail` is set.
+struct FailingSync {
+    inner: Box<dyn SegmentFile>,
+    fail: Arc<AtomicBool>,
+}
+
+impl SegmentFile for FailingSync {
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&mut self, offset: u64, len: u64) -> io::Result<()> {
+        if self.fail.load(Ordering::Relaxed) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.inner.sync(offset, len)
+    }
+    fn allocate(&mut self, len: u64) -> io::Result<()> {
+        self.inner.allocate(len)
+    }
+}
+
+#[test]
+fn the_probe_restores_health_once_the_disk_syncs_again_at_most_once_a_second() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+    cfg.durability = super::Durability::Fsync;
+    let clock = Arc::new(ManualClock::new(0));
+    let (wal, _) = open(&cfg).unwrap();
+    let mut wal = wal.with_clock(clock.clone());
+    let fail = Arc::new(AtomicBool::new(false));
+    let f = fail.clone();
+    wal.set_file_wrapper(Box::new(move |inner| {
+        Box::new(FailingSync {
+            inner,
+            fail: f.clone(),
+        })
+    }));
+    let shared = Arc::new(WalShared::new());
+    wal.attach_shared(shared.clone());
+    wal.append_events(&[sample_event(1, 100)]).unwrap();
+    fail.store(true, Ordering::Relaxed);
+    assert!(wal.append_events(&[sample_event(2, 100)]).is_err());
+    shared.healthy.store(false, Ordering::Relaxed); // what the writer does on the error
+    let syncs = shared.sync_seconds.count();
+    clock.advance(Duration::from_secs(1));
+    wal.tick(wal.now_nanos()); // probes: fails
+    assert!(!shared.is_healthy());
+    assert_eq!(shared.sync_seconds.count(), syncs + 1, "one probe");
+    fail.store(false, Ordering::Relaxed);
+    wal.tick(wal.now_nanos() + 999_999_999); // not due yet
+    assert!(!shared.is_healthy());
+    assert_eq!(
+        shared.sync_seconds.count(),
+        syncs + 1,
+        "at most one probe a second"
+    );
+    clock.advance(Duration::from_secs(1));
+    wal.tick(wal.now_nanos());
+    assert!(shared.is_healthy(), "health returns without any append");
+    assert_eq!(wal.next_lsn(), 2, "the probe committed no record");
+    assert_eq!(wal.append_events(&[sample_event(3, 100)]).unwrap(), 2);
+    drop(wal);
+    let (_, report) = open(&cfg).unwrap();
+    assert_eq!((report.last_lsn, report.truncated_tail), (2, None));
+}
