@@ -152,7 +152,8 @@ fn honouring_clients_are_refused_about_once_and_early_returns_are_counted() {
 
     let (_, samples) = scrape(&server);
     const EARLY: &str = "sluice_ingest_early_returns_total";
-    let rude_early = metric(&samples, EARLY, &[("source", "rude")]);
+    // Trigger sources are labelled `<provider>@<trigger id>` (source isolation, README).
+    let rude_early = metric(&samples, EARLY, &[("source", "rude@rude")]);
     assert!(
         rude_refused >= 2,
         "the rude client was refused {rude_refused} times"
@@ -162,7 +163,7 @@ fn honouring_clients_are_refused_about_once_and_early_returns_are_counted() {
         "rude: {rude_early} early returns of {rude_refused} refusals"
     );
     for i in 0..POLITE {
-        let source = format!("polite-{i}");
+        let source = format!("polite-{i}@polite-{i}");
         let early = metric(&samples, EARLY, &[("source", &source)]);
         assert_eq!(
             early, 0.0,
