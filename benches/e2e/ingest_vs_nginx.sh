@@ -28,12 +28,29 @@ cpu_ticks() { # sum utime+stime of a process and its threads/children listed by 
   echo "$total"
 }
 
+ctx_switches() { # voluntary + involuntary context switches of every thread of a process
+  local total=0 n
+  for f in /proc/"$1"/task/*/status; do
+    n=$(awk '/^(voluntary|nonvoluntary)_ctxt_switches/ {s += $2} END {print s + 0}' "$f" 2>/dev/null || echo 0)
+    total=$((total + n))
+  done
+  echo "$total"
+}
+
+wal_syncs() { # group commits so far (sluice_wal_sync_seconds_count), 0 for nginx
+  curl -s "http://127.0.0.1:$1/metrics" 2>/dev/null | awk '/^sluice_wal_sync_seconds_count/ {print $2; f=1} END {if (!f) print 0}'
+}
+
 run_wrk() { # name port pids...
   local name=$1 port=$2; shift 2
-  local before after out reqs
+  local before after out reqs cs_before cs_after syncs_before syncs_after
+  cs_before=$(ctx_switches "$1")
+  syncs_before=$(wal_syncs "$port")
   before=$(cpu_ticks "$@")
   out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${DUR}s" --latency -s "$ROOT/benches/e2e/post1k.lua" "http://127.0.0.1:$port")
   after=$(cpu_ticks "$@")
+  cs_after=$(ctx_switches "$1")
+  syncs_after=$(wal_syncs "$port")
   reqs=$(echo "$out" | awk '/requests in/ {print $1}')
   local non2xx
   non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
@@ -41,6 +58,11 @@ run_wrk() { # name port pids...
   echo "== $name"
   echo "$out" | grep -E 'Requests/sec|Latency|50%|99%|Non-2xx|requests in'
   echo "cpu_us_total=$cpu_us requests=$reqs non_2xx=${non2xx:-0} cpu_us_per_request=$(awk -v c="$cpu_us" -v r="$reqs" 'BEGIN{printf "%.2f", c/r}')"
+  # Issue 10's measure: context switches of all threads beyond four per group commit, per request.
+  awk -v cs=$((cs_after - cs_before)) -v s=$((syncs_after - syncs_before)) -v r="$reqs" 'BEGIN {
+    printf "ctx_switches=%d group_commits=%d requests_per_commit=%.1f cs_per_request=%.3f cs_beyond_4_per_commit_per_request=%.4f\n",
+      cs, s, (s > 0 ? r / s : 0), cs / r, (cs - 4 * s) / r }'
+
 }
 
 cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"

@@ -267,7 +267,10 @@ pub struct WalSettings {
     pub durability: crate::wal::Durability,
     pub segment_bytes: u64,
     pub write_path: crate::wal::WritePath,
-    pub ring_capacity: usize,
+    /// `wal.ring_capacity` as given (validated `2..=1048576`), or `None`. It sized the ring to
+    /// the single WAL writer, which per-core logs replaced: it has no effect, and a start-up
+    /// warning says so ([`Config::warnings`]) instead of ignoring it silently.
+    pub ring_capacity: Option<usize>,
     pub max_batch: usize,
     /// `serve --accept-wal-loss`: start although the WAL checkpoint says records are missing.
     pub accept_loss: bool,
@@ -432,10 +435,11 @@ impl Config {
     /// Start-up warnings: settings that are valid but cannot work as written (printed by
     /// `serve` on stderr). Today: a destination whose `max_in_flight` exceeds the pump's
     /// `max_outstanding`, i.e. permits it can never reach (the pump has at most
-    /// `max_outstanding` jobs out in all).
+    /// `max_outstanding` jobs out in all); `wal.ring_capacity`, which no longer sizes anything.
     pub fn warnings(&self) -> Vec<String> {
         let cap = self.pump.max_outstanding;
-        self.destinations
+        let mut warnings: Vec<String> = self
+            .destinations
             .iter()
             .filter(|d| d.max_in_flight > cap)
             .map(|d| {
@@ -445,7 +449,15 @@ impl Config {
                     d.handler.uri, d.max_in_flight
                 )
             })
-            .collect()
+            .collect();
+        if let Some(n) = self.wal.ring_capacity {
+            warnings.push(format!(
+                "wal.ring_capacity = {n} has no effect: each core commits its own log; the group \
+                 commit is bounded by wal.max_batch = {}",
+                self.wal.max_batch
+            ));
+        }
+        warnings
     }
 
     /// Where the WAL segments live.
@@ -706,7 +718,10 @@ fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, Con
         durability,
         segment_bytes,
         write_path,
-        ring_capacity: ranged("wal.ring_capacity", r.ring_capacity, 4096, 2, 1 << 20)?,
+        ring_capacity: r
+            .ring_capacity
+            .map(|v| ranged("wal.ring_capacity", Some(v), v, 2, 1 << 20))
+            .transpose()?,
         max_batch: ranged("wal.max_batch", r.max_batch, 1024, 1, 65536)?,
         accept_loss: o.accept_wal_loss,
     })

@@ -463,8 +463,9 @@ fn second_server_on_the_same_data_dir_is_refused() {
 
 #[test]
 fn full_wal_ring_refuses_with_wal_busy_and_never_writes_refused_events() {
-    // A tiny ring and one record per group commit: concurrent clients outrun the writer.
-    let config = "[wal]\nring_capacity = 2\nmax_batch = 1\n[ingest]\noffer_timeout = \"1ms\"\n";
+    // One record per group commit (one batch filling, one with the commit helper): concurrent
+    // clients outrun the disk.
+    let config = "[wal]\nmax_batch = 1\n[ingest]\noffer_timeout = \"1ms\"\n";
     let mut server = Server::start(Opts::config(config).workers(1));
     let addr = server.addr();
     let mut threads = Vec::new();

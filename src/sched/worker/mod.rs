@@ -8,15 +8,16 @@
 //!
 //! The life of an ingest request: parse (sans-IO codec) → route → signature (`401`) → token
 //! buckets (all-or-nothing across global and per-source) → dedupe claim (`200
-//! duplicate_dropped`, `503 duplicate_in_flight`) → build the WAL record → `try_push` into the
-//! WAL ring (if the ring is full, retry every millisecond until `offer_timeout`, then `503
-//! wal_busy`) → the writer group-commits and sends a completion through this worker's
-//! completion ring and wakes the poll → `202` (or `503 wal_unavailable`) is queued in request
-//! order on the connection.
+//! duplicate_dropped`, `503 duplicate_in_flight`) → the durable backlog reservation → the record
+//! is staged in the core's next group commit (`sched::commit`; if that batch is full, retry every
+//! millisecond until `offer_timeout`, then `503 wal_busy`) → at the end of the loop turn the batch
+//! goes to the core's commit helper, which writes and syncs it and wakes the poll once → `202`
+//! (or `503 wal_unavailable`) is queued in request order on the connection, and the durable event
+//! goes to the core's pump from memory (`links.rs`).
 //!
-//! Bounds: connections ≤ `max_connections_per_core` (past it: `503` and close); appends in flight
-//! from this worker ≤ `ring_capacity + max_batch` (= the completion ring's capacity, so the
-//! writer can always report back); queued responses per connection ≤ `max_pipeline_depth`.
+//! Bounds: connections ≤ `max_connections_per_core` (past it: `503` and close); ingest appends
+//! staged or with the commit helper ≤ `2 × max_batch`; queued responses per connection ≤
+//! `max_pipeline_depth` and `max_queued_response_bytes`.
 //!
 //! Dedupe claims (`ingest::dedupe`) are kept per ticket in `claims` until settled: confirmed
 //! when the WAL reports the event durable (before the 202 is queued), released when the append

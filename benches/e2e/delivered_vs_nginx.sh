@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# CPU per *delivered* event (issue 10): one sluice worker pinned to one core, a trigger whose
+# handler is nginx `return 200`; a wrk burst of DURATION seconds (1 KiB POSTs, 64 keep-alive
+# connections) into the trigger, then the drain until every accepted event is delivered. All of
+# sluice's CPU (every thread, ingest + WAL + dispatch) from the start of the burst until the
+# backlog is empty, divided by the events delivered; beside it, nginx's CPU per `return 202`
+# request under the same wrk load, measured in the same run.
+#
+# Usage: benches/e2e/delivered_vs_nginx.sh [DURATION_SECONDS]
+# Needs: wrk and nginx (Debian: apt-get install wrk nginx-light), a release build.
+set -euo pipefail
+DUR=${1:-5}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+WORK=$(mktemp -d /tmp/sluice-deliver.XXXXXX)
+SERVER_CPU=${SERVER_CPU:-1}
+CLIENT_CPU=${CLIENT_CPU:-0}
+HZ=$(getconf CLK_TCK)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+cpu_ticks() {
+  local total=0
+  for p in "$@"; do
+    if [ -r "/proc/$p/stat" ]; then
+      read -r -a f < <(sed 's/.*) //' "/proc/$p/stat")
+      total=$((total + f[11] + f[12]))
+    fi
+  done
+  echo "$total"
+}
+metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m {print $2; f=1} END {if (!f) print 0}'; }
+
+cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
+
+# nginx: the downstream (200) on 18181 and the reference (202) on 18182, on the client's core.
+mkdir -p "$WORK/nginx/logs"
+cat >"$WORK/nginx/nginx.conf" <<NGX
+worker_processes 1;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/logs/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_buffer_size 16k;
+  keepalive_requests 1000000;
+  server { listen 127.0.0.1:18181; location / { return 200 'ok'; } }
+  server { listen 127.0.0.1:18182; location / { return 202 '{"status":"accepted"}'; } }
+}
+NGX
+taskset -c "$CLIENT_CPU" nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
+pids+=($!)
+NGINX_MASTER=$!
+cat >"$WORK/sluice.toml" <<TOML
+[[triggers]]
+id = "bench"
+provider = "bench"
+path = "/webhooks/bench"
+handler = "http://127.0.0.1:18181/events"
+
+[[destinations]]
+uri = "http://127.0.0.1:18181/events"
+max_in_flight = 64
+
+[dispatch]
+max_pending_events = 10000000
+max_pending_bytes = 68719476736
+TOML
+env HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY=100000000 HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY=100000000 \
+  HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC=100000000 \
+  taskset -c "$SERVER_CPU" "$ROOT/target/release/sluice" serve --config "$WORK/sluice.toml" \
+  --listen 127.0.0.1:18180 --data-dir "$WORK/data" --workers 1 >"$WORK/sluice.out" 2>"$WORK/sluice.err" &
+pids+=($!)
+SLUICE=$!
+for _ in $(seq 100); do
+  grep -q listening "$WORK/sluice.out" 2>/dev/null && curl -s -o /dev/null http://127.0.0.1:18182/ && break
+  sleep 0.1
+done
+NGINX_PIDS=$(pgrep -P "$NGINX_MASTER" | tr '\n' ' ')
+echo "machine: $(nproc) cores, $(uname -r); sluice pinned to CPU $SERVER_CPU; wrk and nginx on CPU $CLIENT_CPU; burst ${DUR}s"
+
+# The reference: nginx's CPU per `return 202` request (nginx alone on the client core with wrk;
+# its CPU is read from its own process).
+before=$(cpu_ticks "$NGINX_MASTER" $NGINX_PIDS)
+out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c64 -d"${DUR}s" -s "$ROOT/benches/e2e/post1k.lua" http://127.0.0.1:18182)
+after=$(cpu_ticks "$NGINX_MASTER" $NGINX_PIDS)
+nreq=$(echo "$out" | awk '/requests in/ {print $1}')
+nginx_us=$(awk -v c=$(( (after - before) * 1000000 / HZ )) -v r="$nreq" 'BEGIN {printf "%.2f", c / r}')
+echo "nginx return 202: $nreq requests, cpu_us_per_request=$nginx_us"
+
+# The burst into sluice, then the drain.
+start=$(date +%s.%N)
+before=$(cpu_ticks "$SLUICE")
+out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c64 -d"${DUR}s" -s "$ROOT/benches/e2e/post1k.lua" http://127.0.0.1:18180)
+accepted=$(echo "$out" | awk '/requests in/ {print $1}')
+for _ in $(seq 600); do
+  pending=$(metric 18180 sluice_wal_pending_events)
+  [ "${pending%.*}" = 0 ] && break
+  sleep 0.1
+done
+after=$(cpu_ticks "$SLUICE")
+delivered=$(curl -s http://127.0.0.1:18180/metrics | awk '/^sluice_dispatch_attempts_total/ && /outcome="delivered"/ {s += $2} END {print s + 0}')
+elapsed=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}')
+sluice_us=$(awk -v c=$(( (after - before) * 1000000 / HZ )) -v d="$delivered" 'BEGIN {printf "%.2f", (d > 0 ? c / d : 0)}')
+echo "sluice: $accepted requests in the burst, $delivered delivered, pending $(metric 18180 sluice_wal_pending_events) after ${elapsed}s; cpu_us_per_delivered_event=$sluice_us"
+awk -v s="$sluice_us" -v n="$nginx_us" 'BEGIN {printf "ratio (sluice per delivered event / nginx per return 202) = %.2f\n", s / n}'
