@@ -2,8 +2,7 @@
 //!
 //! Each worker owns: a `mio::Poll`, its own `SO_REUSEPORT` listener (the kernel spreads new
 //! connections across workers), a bounded connection table, a cache of per-source buckets, a
-//! shard of the metrics, a producer handle on the WAL ring and the receiving end of its own
-//! completion ring. Nothing here takes a lock on the request path, except the dedupe index's
+//! shard of the metrics, its log's commit helper, its pump and its dispatcher (`CoreParts`). Nothing here takes a lock on the request path, except the dedupe index's
 //! sharded locks for triggers with `dedupe` (held for one hash-map operation; `ingest::dedupe`).
 //!
 //! The life of an ingest request: parse (sans-IO codec) → route → signature (`401`) → token
