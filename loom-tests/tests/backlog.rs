@@ -6,25 +6,14 @@
 //! asserts that more than one interleaving was explored.
 #![cfg(loom)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc as StdArc;
+mod common;
+use common::explore;
+
 
 use loom::sync::Arc;
 use loom::thread;
 use sluice::sched::backlog::{Backlog, Reserved};
 
-fn explore(name: &str, f: impl Fn() + Send + Sync + 'static) -> usize {
-    let iterations = StdArc::new(AtomicUsize::new(0));
-    let counter = iterations.clone();
-    loom::model(move || {
-        counter.fetch_add(1, Ordering::Relaxed);
-        f();
-    });
-    let n = iterations.load(Ordering::Relaxed);
-    println!("{name}: {n} iterations");
-    assert!(n > 1, "{name}: the model explored only {n} interleaving(s)");
-    n
-}
 
 /// Two absorbing reservations and one refusing one race on a backlog bounded at one event, with
 /// an absorb budget that holds exactly one more event. Whatever the interleaving: at most two

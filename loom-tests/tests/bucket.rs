@@ -6,8 +6,9 @@
 //! asserts that more than one interleaving was explored.
 #![cfg(loom)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc as StdArc;
+mod common;
+use common::explore;
+
 
 use loom::sync::Arc;
 use loom::thread;
@@ -15,18 +16,6 @@ use sluice::ingest::bucket::Admission;
 use sluice::ingest::sources::SourceTable;
 use sluice::sync::gcra::{BucketParams, TokenBucket};
 
-fn explore(name: &str, f: impl Fn() + Send + Sync + 'static) -> usize {
-    let iterations = StdArc::new(AtomicUsize::new(0));
-    let counter = iterations.clone();
-    loom::model(move || {
-        counter.fetch_add(1, Ordering::Relaxed);
-        f();
-    });
-    let n = iterations.load(Ordering::Relaxed);
-    println!("{name}: {n} iterations");
-    assert!(n > 1, "{name}: the model explored only {n} interleaving(s)");
-    n
-}
 
 /// Two threads race for the only token of a capacity-1 bucket: exactly one wins, and the bucket
 /// is empty afterwards (no token is created or lost by the CAS loop).

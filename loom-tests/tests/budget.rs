@@ -6,25 +6,14 @@
 //! spawned threads; the model asserts that more than one interleaving was explored.
 #![cfg(loom)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc as StdArc;
+mod common;
+use common::explore;
+
 
 use loom::sync::Arc;
 use loom::thread;
 use sluice::net::budget::{BodyBudget, Reservation};
 
-fn explore(name: &str, f: impl Fn() + Send + Sync + 'static) -> usize {
-    let iterations = StdArc::new(AtomicUsize::new(0));
-    let counter = iterations.clone();
-    loom::model(move || {
-        counter.fetch_add(1, Ordering::Relaxed);
-        f();
-    });
-    let n = iterations.load(Ordering::Relaxed);
-    println!("{name}: {n} iterations");
-    assert!(n > 1, "{name}: the model explored only {n} interleaving(s)");
-    n
-}
 
 /// Budget 10; each thread tries to reserve 6 (two 6s never fit together, so at least one wins
 /// and never both at once), checks the bound while holding, releases, then grows a

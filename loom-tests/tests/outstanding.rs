@@ -5,25 +5,14 @@
 //! Run: `loom-tests/run.sh --test outstanding`.
 #![cfg(loom)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc as StdArc;
+mod common;
+use common::explore;
+
 
 use loom::sync::Arc;
 use loom::thread;
 use sluice::sched::outstanding::Outstanding;
 
-fn explore(name: &str, f: impl Fn() + Send + Sync + 'static) -> usize {
-    let iterations = StdArc::new(AtomicUsize::new(0));
-    let counter = iterations.clone();
-    loom::model(move || {
-        counter.fetch_add(1, Ordering::Relaxed);
-        f();
-    });
-    let n = iterations.load(Ordering::Relaxed);
-    println!("{name}: {n} iterations");
-    assert!(n > 1, "{name}: the model explored only {n} interleaving(s)");
-    n
-}
 
 #[test]
 fn outstanding_two_reservers_never_pass_the_bound() {

@@ -13,26 +13,15 @@
 //! set-up (a full ring) is built in the model body before the threads start.
 #![cfg(loom)]
 
+mod common;
+use common::explore;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc as StdArc;
 
 use loom::thread;
 use sluice::ring::{channel, PushError, Sender};
 
-/// Runs `f` under `loom::model`, returns how many interleavings were explored, and asserts that
-/// there was more than one.
-fn explore(name: &str, f: impl Fn() + Send + Sync + 'static) -> usize {
-    let iterations = StdArc::new(AtomicUsize::new(0));
-    let counter = iterations.clone();
-    loom::model(move || {
-        counter.fetch_add(1, Ordering::Relaxed);
-        f();
-    });
-    let n = iterations.load(Ordering::Relaxed);
-    println!("{name}: {n} iterations");
-    assert!(n > 1, "{name}: the model explored only {n} interleaving(s)");
-    n
-}
 
 /// Pushes `v`, yielding to the model checker while the ring is full. Returns the value back if
 /// the ring is closed.

@@ -6,8 +6,9 @@
 //! asserts that more than one interleaving was explored.
 #![cfg(loom)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc as StdArc;
+mod common;
+use common::explore;
+
 
 use loom::sync::Arc;
 use loom::thread;
@@ -15,28 +16,6 @@ use sluice::ingest::schedule::{Constraint, ReturnSchedule, SlotRing, SourcePromi
 
 const SEC: u64 = 1_000_000_000;
 
-fn explore(name: &str, f: impl Fn() + Send + Sync + 'static) -> usize {
-    let iterations = StdArc::new(AtomicUsize::new(0));
-    let counter = iterations.clone();
-    let f = StdArc::new(f);
-    loom::model(move || {
-        counter.fetch_add(1, Ordering::Relaxed);
-        // A schedule is two rings of 64 padded words, built on the stack before it moves into
-        // its `Arc`: more than loom's default coroutine stack, so the body runs on a thread
-        // with a larger one.
-        let f = f.clone();
-        thread::Builder::new()
-            .stack_size(4 << 20)
-            .spawn(move || f())
-            .unwrap()
-            .join()
-            .unwrap();
-    });
-    let n = iterations.load(Ordering::Relaxed);
-    println!("{name}: {n} iterations");
-    assert!(n > 1, "{name}: the model explored only {n} interleaving(s)");
-    n
-}
 
 /// Two refusals race for a second with room for one: they get two different seconds, and each
 /// second holds exactly one promise (the CAS never over-promises, the hint never skips).

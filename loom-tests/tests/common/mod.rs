@@ -1,0 +1,20 @@
+//! Shared by every model file: [`explore`].
+#![cfg(loom)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Runs `f` under `loom::model`, prints and returns how many interleavings were explored, and
+/// asserts that there was more than one (a model that explores nothing proves nothing).
+pub fn explore(name: &str, f: impl Fn() + Send + Sync + 'static) -> usize {
+    let iterations = Arc::new(AtomicUsize::new(0));
+    let counter = iterations.clone();
+    loom::model(move || {
+        counter.fetch_add(1, Ordering::Relaxed);
+        f();
+    });
+    let n = iterations.load(Ordering::Relaxed);
+    println!("{name}: {n} iterations");
+    assert!(n > 1, "{name}: the model explored only {n} interleaving(s)");
+    n
+}
