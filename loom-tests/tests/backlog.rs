@@ -9,11 +9,9 @@
 mod common;
 use common::explore;
 
-
 use loom::sync::Arc;
 use loom::thread;
 use sluice::sched::backlog::{Backlog, Reserved};
-
 
 /// Two absorbing reservations and one refusing one race on a backlog bounded at one event, with
 /// an absorb budget that holds exactly one more event. Whatever the interleaving: at most two

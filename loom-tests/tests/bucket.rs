@@ -9,13 +9,11 @@
 mod common;
 use common::explore;
 
-
 use loom::sync::Arc;
 use loom::thread;
 use sluice::ingest::bucket::Admission;
 use sluice::ingest::sources::SourceTable;
 use sluice::sync::gcra::{BucketParams, TokenBucket};
-
 
 /// Two threads race for the only token of a capacity-1 bucket: exactly one wins, and the bucket
 /// is empty afterwards (no token is created or lost by the CAS loop).

@@ -9,11 +9,9 @@
 mod common;
 use common::explore;
 
-
 use loom::sync::Arc;
 use loom::thread;
 use sluice::net::budget::{BodyBudget, Reservation};
-
 
 /// Budget 10; each thread tries to reserve 6 (two 6s never fit together, so at least one wins
 /// and never both at once), checks the bound while holding, releases, then grows a

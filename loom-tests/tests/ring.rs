@@ -22,7 +22,6 @@ use std::sync::Arc as StdArc;
 use loom::thread;
 use sluice::ring::{channel, PushError, Sender};
 
-
 /// Pushes `v`, yielding to the model checker while the ring is full. Returns the value back if
 /// the ring is closed.
 fn push_retrying<T: Send>(tx: &Sender<T>, mut v: T) -> Result<(), T> {
