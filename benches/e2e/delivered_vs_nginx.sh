@@ -18,36 +18,13 @@ HZ=$(getconf CLK_TCK)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
-cpu_ticks() {
-  local total=0
-  for p in "$@"; do
-    if [ -r "/proc/$p/stat" ]; then
-      read -r -a f < <(sed 's/.*) //' "/proc/$p/stat")
-      total=$((total + f[11] + f[12]))
-    fi
-  done
-  echo "$total"
-}
+source "$ROOT/benches/e2e/lib.sh"
 metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m {print $2; f=1} END {if (!f) print 0}'; }
 
 cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
 
 # nginx: the downstream (200) on 18181 and the reference (202) on 18182, on the client's core.
-mkdir -p "$WORK/nginx/logs"
-cat >"$WORK/nginx/nginx.conf" <<NGX
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/logs/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_buffer_size 16k;
-  keepalive_requests 1000000;
-  server { listen 127.0.0.1:18181; location / { return 200 'ok'; } }
-  server { listen 127.0.0.1:18182; location / { return 202 '{"status":"accepted"}'; } }
-}
-NGX
+nginx_conf '18181 200 ok' '18182 202 {"status":"accepted"}'
 taskset -c "$CLIENT_CPU" nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
 pids+=($!)
 NGINX_MASTER=$!

@@ -17,16 +17,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-cpu_ticks() { # sum utime+stime of a process and its threads/children listed by pid
-  local total=0
-  for p in "$@"; do
-    if [ -r "/proc/$p/stat" ]; then
-      read -r -a f < <(sed 's/.*) //' "/proc/$p/stat")
-      total=$((total + f[11] + f[12]))
-    fi
-  done
-  echo "$total"
-}
+source "$ROOT/benches/e2e/lib.sh"
 
 ctx_switches() { # voluntary + involuntary context switches of every thread of a process
   local total=0 n
@@ -82,20 +73,7 @@ start_sluice 18082 os "${BIG[@]}"; SLUICE_OS=$!
 start_sluice 18083 fsync HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY=1 HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY=1 \
   HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC=1; SLUICE_REFUSE=$!
 
-mkdir -p "$WORK/nginx/logs"
-cat >"$WORK/nginx/nginx.conf" <<NGX
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/logs/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_buffer_size 16k;
-  keepalive_requests 1000000;
-  server { listen 127.0.0.1:18081; location / { return 202 '{"status":"accepted"}'; } }
-}
-NGX
+nginx_conf '18081 202 {"status":"accepted"}'
 taskset -c "$SERVER_CPU" nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
 pids+=($!)
 NGINX_MASTER=$!
