@@ -90,7 +90,8 @@ impl Worker {
                 return self.push_ready(idx, Route::Webhook, 200, &h, answer, keep_alive, false);
             }
         }
-        let now = self.now();
+        // The loop turn's clock reading (one `Instant::now()` per turn, not per request).
+        let now = self.turn_now;
         let entry = self.sources.get_for(&trigger_id, &source);
         if let Err(refusal) = self.shared.admission.try_admit(entry.bucket(), now) {
             self.metrics.incr_ingest(false);

@@ -121,6 +121,8 @@ pub struct Worker {
     orphans: std::collections::HashMap<u64, u64>,
     /// When this core reported itself quiet during the drain.
     reported_quiet: bool,
+    /// The injected clock read once per loop turn (nanos): token-bucket decisions use it.
+    turn_now: u64,
     /// Connection budgets: deferred scrapes, the accept retry (`budgets.rs`).
     edge: budgets::Edge,
 }
@@ -188,6 +190,7 @@ impl Worker {
             dispatcher,
             orphans: std::collections::HashMap::new(),
             reported_quiet: false,
+            turn_now: 0,
             edge: budgets::Edge::default(),
         })
     }
@@ -227,6 +230,10 @@ impl Worker {
                 }
             }
             self.refresh_date();
+            // One clock read per loop turn for admission decisions (token buckets): a turn is
+            // short (bounded work per event), and `Instant::now()` was most of a bucket
+            // decision's cost.
+            self.turn_now = self.now();
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept_all(),
