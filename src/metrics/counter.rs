@@ -184,7 +184,9 @@ pub mod slot {
     pub const CONN_OPEN: usize = CONN_TIMED_OUT + TimeoutKind::COUNT;
     pub const READ_PAUSED: usize = CONN_OPEN + 1;
     pub const BODY_BUDGET_REFUSED: usize = READ_PAUSED + PauseBound::COUNT;
-    pub const COUNT: usize = BODY_BUDGET_REFUSED + 1;
+    /// Gauge: records in this core's next group commit and with its commit helper.
+    pub const COMMIT_QUEUED: usize = BODY_BUDGET_REFUSED + 1;
+    pub const COUNT: usize = COMMIT_QUEUED + 1;
 
     #[inline]
     pub const fn backpressure(d: Dimension, a: Action) -> usize {
@@ -280,6 +282,13 @@ impl CoreMetrics {
     pub fn set_connections_open(&self, open: u64) {
         self.shard.cells[slot::CONN_OPEN].store(open, Ordering::Relaxed);
     }
+
+    /// Set this core's `sluice_commit_queued_records` (the owning worker only, like
+    /// `set_connections_open`).
+    #[inline]
+    pub fn set_commit_queued(&self, records: u64) {
+        self.shard.cells[slot::COMMIT_QUEUED].store(records, Ordering::Relaxed);
+    }
 }
 
 impl Metrics {
@@ -337,6 +346,11 @@ impl Metrics {
     /// Open connections of core `core` (a gauge).
     pub fn connections_open(&self, core: usize) -> u64 {
         self.shards[core].get(slot::CONN_OPEN)
+    }
+
+    /// Records of core `core` staged for or with its commit helper (a gauge).
+    pub fn commit_queued(&self, core: usize) -> u64 {
+        self.shards[core].get(slot::COMMIT_QUEUED)
     }
 
     /// The whole `/metrics` body: this module's families, then whatever `extra` appends.
@@ -421,6 +435,17 @@ impl Metrics {
         for core in 0..self.cores() {
             let label = core.to_string();
             w.sample_u64(OPEN, &[("core", &label)], self.connections_open(core));
+        }
+
+        const QUEUED: &str = "sluice_commit_queued_records";
+        w.header(
+            QUEUED,
+            "Records in a core's next group commit and with its commit helper (bound: 2 x wal.max_batch ingest records plus the pump's).",
+            MetricType::Gauge,
+        );
+        for core in 0..self.cores() {
+            let label = core.to_string();
+            w.sample_u64(QUEUED, &[("core", &label)], self.commit_queued(core));
         }
 
         const PAUSED: &str = "sluice_connections_read_paused_total";

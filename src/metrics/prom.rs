@@ -369,6 +369,10 @@ sluice_connections_timed_out_total{kind=\"write\"} 0
 # TYPE sluice_connections_open gauge
 sluice_connections_open{core=\"0\"} 2
 sluice_connections_open{core=\"1\"} 0
+# HELP sluice_commit_queued_records Records in a core's next group commit and with its commit helper (bound: 2 x wal.max_batch ingest records plus the pump's).
+# TYPE sluice_commit_queued_records gauge
+sluice_commit_queued_records{core=\"0\"} 0
+sluice_commit_queued_records{core=\"1\"} 0
 # HELP sluice_connections_read_paused_total Times a connection stopped being read because its queued responses reached a bound.
 # TYPE sluice_connections_read_paused_total counter
 sluice_connections_read_paused_total{bound=\"pipeline_depth\"} 0

@@ -87,6 +87,8 @@ pub struct Committer {
     next: Batch,
     /// A batch is with the helper.
     in_flight: bool,
+    /// Items in that batch.
+    in_flight_items: usize,
     max_batch: usize,
 }
 
@@ -122,6 +124,7 @@ impl Committer {
             thread: Some(thread),
             next: Batch::default(),
             in_flight: false,
+            in_flight_items: 0,
             max_batch,
         })
     }
@@ -156,9 +159,11 @@ impl Committer {
             return;
         }
         let batch = std::mem::take(&mut self.next);
+        let items = batch.items.len();
         match self.to_helper.try_push(batch) {
             Ok(()) => {
                 self.in_flight = true;
+                self.in_flight_items = items;
                 self.helper.unpark();
             }
             // Cannot happen (one batch at a time, capacity 2); keep the batch if it does.
@@ -170,7 +175,13 @@ impl Committer {
     pub fn take_done(&mut self) -> Option<Batch> {
         let done = self.from_helper.try_pop()?;
         self.in_flight = false;
+        self.in_flight_items = 0;
         Some(done)
+    }
+
+    /// Records (and dead letters) filling plus those with the helper, for the gauge.
+    pub fn queued(&self) -> usize {
+        self.next.items.len() + self.in_flight_items
     }
 
     /// Nothing filling and nothing with the helper.

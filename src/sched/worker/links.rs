@@ -193,6 +193,8 @@ impl Worker {
         self.send_out();
         self.links.wake_touched();
         self.committer.kick();
+        self.metrics
+            .set_commit_queued(self.committer.queued() as u64);
     }
 
     /// Offers the queued cross-core items to their rings, in order per kind.
