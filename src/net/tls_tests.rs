@@ -224,3 +224,80 @@ fn faults_read_as_reasons() {
         "a plain socket error is no TLS fault"
     );
 }
+
+#[test]
+fn a_request_larger_than_the_handshake_buffer_goes_out_whole() {
+    // 300 KiB: more than rustls buffers before the handshake ends (64 KiB) and more than one
+    // socket buffer, so both WouldBlock paths of `write` are taken.
+    const LEN: usize = 300 * 1024;
+    let p = pki(&["localhost"]);
+    let key = PrivatePkcs8KeyDer::from(p.server_key.clone());
+    let config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(p.server_chain.clone(), key.into())
+        .unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let srv = thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let conn = ServerConnection::new(Arc::new(config)).unwrap();
+        let mut tls = StreamOwned::new(conn, s);
+        let mut got = vec![0u8; LEN];
+        tls.read_exact(&mut got).unwrap();
+        let sum: u64 = got.iter().map(|&b| b as u64).sum();
+        tls.write_all(format!("pong{sum:020}").as_bytes()).unwrap();
+        tls.flush().unwrap();
+    });
+    let msg: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+    let want: u64 = msg.iter().map(|&b| b as u64).sum();
+    let got = exchange_until(port, &client(&p.ca_der, "localhost"), &msg, 24).unwrap();
+    assert_eq!(got, format!("pong{want:020}").as_bytes());
+    srv.join().unwrap();
+}
+
+/// Like [`exchange`], but waits for an answer of `answer_len` bytes.
+fn exchange_until(port: u16, c: &TlsClient, msg: &[u8], answer_len: usize) -> io::Result<Vec<u8>> {
+    let mut poll = Poll::new().unwrap();
+    let tcp = TcpStream::connect(format!("127.0.0.1:{port}").parse().unwrap()).unwrap();
+    let mut wire = Wire::new(tcp, Some(c))?;
+    poll.registry()
+        .register(
+            wire.tcp(),
+            Token(1),
+            Interest::READABLE | Interest::WRITABLE,
+        )
+        .unwrap();
+    let mut events = Events::with_capacity(8);
+    let (mut wpos, mut got) = (0, Vec::new());
+    let stop = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < stop && got.len() < answer_len {
+        poll.poll(&mut events, Some(Duration::from_millis(20)))
+            .unwrap();
+        // The pool's order: write, read, write again.
+        for _ in 0..2 {
+            loop {
+                match wire.write(&msg[wpos..]) {
+                    Ok(0) => break,
+                    Ok(n) => wpos += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotConnected => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            let mut buf = [0u8; 256];
+            loop {
+                match wire.read(&mut buf) {
+                    Ok(0) => return Ok(got),
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    assert_eq!(wpos, msg.len(), "the whole message went to rustls");
+    Ok(got)
+}

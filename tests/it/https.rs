@@ -159,7 +159,7 @@ fn serve(s: std::net::TcpStream, config: Arc<ServerConfig>, st: &Seen, close_eac
         let len: usize = header("content-length")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        let mut body = vec![0u8; len.min(1 << 20)];
+        let mut body = vec![0u8; len.min(4 << 20)];
         if r.read_exact(&mut body).is_err() {
             return;
         }
@@ -242,11 +242,15 @@ fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
     p.display().to_string()
 }
 
-/// Body `i`: varied sizes and every byte value, so byte-identity is a real check.
+/// Body `i`: varied sizes and every byte value, so byte-identity is a real check; body 0 is
+/// 1.5 MiB (far more than rustls buffers before the handshake ends, and than a socket buffer).
 fn body(i: usize) -> Vec<u8> {
-    (0..(i * 397) % 9000 + 1)
-        .map(|k| (k * 31 + i) as u8)
-        .collect()
+    let len = if i == 0 {
+        1536 * 1024
+    } else {
+        (i * 397) % 9000 + 1
+    };
+    (0..len).map(|k| (k * 31 + i) as u8).collect()
 }
 
 #[test]
