@@ -10,15 +10,17 @@
 //! manifest; a `[[destinations]]` entry only overrides that destination's defaults, and one that
 //! no trigger uses is an error (a typo must not silently leave the real destination on defaults).
 //!
-//! Handler URIs (the only kind so far is `http`):
+//! Handler URIs (kind `http`, plain or over TLS):
 //!
 //! ```text
 //! http://host[:port][/path][?query]      host = IPv4, [IPv6] or a DNS name; port default 80
+//! https://host[:port][/path][?query]     the same over TLS (rustls); port default 443
 //! ```
 //!
-//! No userinfo (`user@`), no fragment (`#…`), no `https` yet. Normalization lower-cases the scheme
-//! and host, drops a `:80` port and supplies the `/` path: `HTTP://Example.com:80` and
-//! `http://example.com/` are the same destination.
+//! No userinfo (`user@`), no fragment (`#…`). Normalization lower-cases the scheme and host, drops
+//! the scheme's default port and supplies the `/` path: `HTTP://Example.com:80` and
+//! `http://example.com/` are the same destination. An `https` destination may carry
+//! `tls = { … }` ([`super::tls`]).
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -84,6 +86,10 @@ pub struct RawDestination {
     /// over `id.timestamp.body`). The secret is `whsec_<base64>` (or bare base64), read from
     /// `{ env = "NAME" }` or `{ file = "/path" }`; never inline, never logged. Default: unsigned.
     pub signing_secret: Option<super::auth::RawSecretRef>,
+    /// TLS settings of an `https://` destination (see [`super::tls::RawTls`] for each key's
+    /// default). Default: the compiled-in Mozilla roots, no client certificate, the handler's
+    /// host as server name. An error on an `http://` destination.
+    pub tls: Option<super::tls::RawTls>,
 }
 
 /// `rate = { per_sec, burst }`
@@ -176,19 +182,21 @@ pub struct RawDispatch {
 /// A parsed, normalized handler URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandlerUri {
-    /// Handler kind; `"http"` is the only one so far.
+    /// Handler kind; `"http"` is the only one so far (`https` is kind `http` over TLS).
     pub kind: &'static str,
+    /// `https://`: the connection speaks TLS.
+    pub tls: bool,
     /// Lower-cased host to connect to: a DNS name, an IPv4 address, or an IPv6 address without
     /// its brackets.
     pub host: String,
-    /// TCP port (80 when not written).
+    /// TCP port (80, or 443 for `https`, when not written).
     pub port: u16,
     /// `host[:port]` exactly as written in the manifest (the `Host` header value).
     pub authority: String,
     /// Request target: path (default `/`) and query, as written.
     pub path_and_query: String,
-    /// Normalized URI, the destination key: `http://` + host (IPv6 in brackets) + `:port`
-    /// unless 80 + path_and_query.
+    /// Normalized URI, the destination key: `http://` (or `https://`) + host (IPv6 in
+    /// brackets) + `:port` unless the scheme's default + path_and_query.
     pub uri: String,
 }
 
@@ -234,6 +242,8 @@ pub struct DestinationConfig {
     pub retry: RetryConfig,
     /// Decoded Standard Webhooks signing key, when `signing_secret` is set.
     pub signing_key: Option<crate::ingest::secrets::Secret>,
+    /// TLS client settings; `Some` exactly for `https://` handlers.
+    pub tls: Option<super::tls::TlsConfig>,
 }
 
 /// The pump's admission bound.
@@ -270,15 +280,15 @@ pub fn parse_handler(text: &str) -> Result<HandlerUri, String> {
     let Some((scheme, rest)) = text.split_once("://") else {
         return Err(format!("{text:?} is not a URI like http://host:port/path"));
     };
-    match scheme.to_ascii_lowercase().as_str() {
-        "http" => {}
-        "https" => return Err("https handlers are not supported yet".into()),
+    let (tls, default_port) = match scheme.to_ascii_lowercase().as_str() {
+        "http" => (false, 80),
+        "https" => (true, 443),
         _ => {
             return Err(format!(
-                "{text:?}: unsupported handler scheme {scheme:?} (only http:// is supported)"
+                "{text:?}: unsupported handler scheme {scheme:?} (only http:// and https:// are supported)"
             ))
         }
-    }
+    };
     if let Some(b) = rest.bytes().find(|b| !(0x21..=0x7e).contains(b)) {
         return Err(format!(
             "{text:?} contains byte 0x{b:02x} (spaces and control characters must be percent-encoded)"
@@ -294,7 +304,8 @@ pub fn parse_handler(text: &str) -> Result<HandlerUri, String> {
             "{text:?}: a handler URI may not have userinfo (put credentials in headers)"
         ));
     }
-    let (host, port) = parse_authority(authority).map_err(|e| format!("{text:?}: {e}"))?;
+    let (host, port) =
+        parse_authority(authority, default_port).map_err(|e| format!("{text:?}: {e}"))?;
     let path_and_query = match target.as_bytes().first() {
         None => "/".to_string(),
         Some(b'?') => format!("/{target}"),
@@ -305,13 +316,15 @@ pub fn parse_handler(text: &str) -> Result<HandlerUri, String> {
     } else {
         host.clone()
     };
-    let uri = if port == 80 {
-        format!("http://{host_in_uri}{path_and_query}")
+    let scheme = if tls { "https" } else { "http" };
+    let uri = if port == default_port {
+        format!("{scheme}://{host_in_uri}{path_and_query}")
     } else {
-        format!("http://{host_in_uri}:{port}{path_and_query}")
+        format!("{scheme}://{host_in_uri}:{port}{path_and_query}")
     };
     Ok(HandlerUri {
         kind: "http",
+        tls,
         host,
         port,
         authority: authority.to_string(),
@@ -321,7 +334,7 @@ pub fn parse_handler(text: &str) -> Result<HandlerUri, String> {
 }
 
 /// `host[:port]` → (lower-cased host without brackets, port).
-fn parse_authority(authority: &str) -> Result<(String, u16), String> {
+fn parse_authority(authority: &str, default_port: u16) -> Result<(String, u16), String> {
     let (host, port_text) = if let Some(inner) = authority.strip_prefix('[') {
         let Some((v6, after)) = inner.split_once(']') else {
             return Err("unterminated [IPv6] host".into());
@@ -357,7 +370,7 @@ fn parse_authority(authority: &str) -> Result<(String, u16), String> {
         (h, p)
     };
     let port = match port_text {
-        None => 80,
+        None => default_port,
         Some(p) => match p.parse::<u16>() {
             Ok(n) if n >= 1 && p.bytes().all(|b| b.is_ascii_digit()) => n,
             _ => return Err(format!("port {p:?} is not in 1..=65535")),
@@ -457,6 +470,7 @@ fn build_destination(
         headers: None,
         retry: None,
         signing_secret: None,
+        tls: None,
     });
     let max_in_flight = ranged(
         &format!("{key}: max_in_flight"),
@@ -538,8 +552,20 @@ fn build_destination(
             Some(key_bytes)
         }
     };
+    let tls = match (handler.tls, r.tls) {
+        (true, raw) => Some(super::tls::build_tls(
+            &key,
+            &handler.host,
+            raw.unwrap_or_default(),
+        )?),
+        (false, None) => None,
+        (false, Some(_)) => {
+            return err(format!("{key}: tls applies to https:// destinations only"))
+        }
+    };
     Ok(DestinationConfig {
         handler,
+        tls,
         max_in_flight,
         timeout,
         rate,

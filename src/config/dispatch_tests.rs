@@ -52,7 +52,6 @@ fn handler_parsing_and_normalization() {
 #[test]
 fn handler_rejections() {
     let cases = [
-        ("https://a/b", "https handlers are not supported yet"),
         ("ftp://a/b", "unsupported handler scheme"),
         ("a/b", "not a URI"),
         ("http://user:pw@a/b", "userinfo"),
@@ -81,10 +80,29 @@ fn handler_rejections() {
 }
 
 #[test]
-fn https_handler_fails_startup_with_the_trigger() {
-    let e = build(&trig("t", "/t", "https://a/b")).unwrap_err();
-    assert!(e.0.contains("trigger \"t\""), "{e}");
-    assert!(e.0.contains("https handlers are not supported yet"), "{e}");
+fn https_handlers_parse_with_port_443_and_get_default_tls() {
+    let h = parse_handler("HTTPS://Example.com:443/hook").unwrap();
+    assert!(h.tls);
+    assert_eq!((h.host.as_str(), h.port), ("example.com", 443));
+    assert_eq!(h.uri, "https://example.com/hook");
+    assert_eq!(
+        parse_handler("https://h:8443").unwrap().uri,
+        "https://h:8443/"
+    );
+    // http and https of the same host are different destinations.
+    assert_ne!(
+        parse_handler("http://h/").unwrap().uri,
+        parse_handler("https://h/").unwrap().uri
+    );
+    let c = build(&trig("t", "/t", "https://a/b")).unwrap();
+    let tls = c.destinations[0]
+        .tls
+        .as_ref()
+        .expect("https gets TLS settings");
+    assert_eq!(tls.source.server_name, "a");
+    assert_eq!(tls.source.ca_file, None);
+    let c = build(&trig("t", "/t", "http://a/b")).unwrap();
+    assert!(c.destinations[0].tls.is_none());
 }
 
 #[test]
@@ -181,7 +199,11 @@ fn destination_errors_name_the_key() {
         ),
         (
             format!("{base}[[destinations]]\nuri = \"https://h/\"\n"),
-            "https handlers are not supported yet",
+            "destination \"https://h/\" is not the handler of any trigger",
+        ),
+        (
+            dest("tls = { ca_file = \"/nonexistent\" }"),
+            "tls applies to https:// destinations only",
         ),
         (dest("max_in_flight = 0"), "max_in_flight = 0 is out of range"),
         (dest("max_in_flight = 10001"), "max_in_flight"),

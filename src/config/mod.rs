@@ -27,6 +27,7 @@ mod budgets;
 pub mod dispatch;
 pub mod duration;
 pub mod flow;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

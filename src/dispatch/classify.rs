@@ -10,6 +10,7 @@
 //! | other status 100..=499 (1xx, 3xx: redirects are not followed; 4xx) | `Permanent` (→ DLQ) | |
 //! | status outside 100..=599 | `Permanent` | |
 //! | connect error, timeout | `Retryable` | |
+//! | TLS certificate or handshake failure (`tls_error`) | `Retryable` | |
 //! | I/O error during the exchange (reset, truncated response) | `Retryable` | |
 //!
 //! An I/O error after the request was sent may mean the downstream processed it; retrying is
@@ -34,6 +35,17 @@ pub enum AttemptResult {
     Timeout,
     /// The connection failed mid-exchange.
     Io,
+    /// The TLS handshake failed: the server's certificate was not trusted or not valid for the
+    /// name, the server rejected us, or it hung up during the handshake. Retried like a connect
+    /// error (a rotated certificate or a fixed CA file heals it), counted as `tls_error`.
+    TlsError(crate::net::tls::TlsFault),
+}
+
+impl AttemptResult {
+    /// A TLS failure (`sluice_dispatch_attempts_total{outcome="tls_error"}`).
+    pub const fn is_tls_error(&self) -> bool {
+        matches!(self, AttemptResult::TlsError(_))
+    }
 }
 
 /// The class of an attempt result. See the module table.
@@ -66,9 +78,10 @@ pub fn classify(result: &AttemptResult) -> Class {
             408 | 425 | 500..=599 => Class::Retryable { pause: None },
             _ => Class::Permanent,
         },
-        AttemptResult::ConnectError | AttemptResult::Timeout | AttemptResult::Io => {
-            Class::Retryable { pause: None }
-        }
+        AttemptResult::ConnectError
+        | AttemptResult::Timeout
+        | AttemptResult::Io
+        | AttemptResult::TlsError(_) => Class::Retryable { pause: None },
     }
 }
 
@@ -102,6 +115,8 @@ mod tests {
             AttemptResult::ConnectError,
             AttemptResult::Timeout,
             AttemptResult::Io,
+            AttemptResult::TlsError(crate::net::tls::TlsFault::UnknownIssuer),
+            AttemptResult::TlsError(crate::net::tls::TlsFault::HandshakeAborted),
         ] {
             assert_eq!(classify(&r), retry);
             assert!(classify(&r).is_retryable());

@@ -347,6 +347,7 @@ impl Dispatcher {
             host: &h.host,
             port: h.port,
             idle_cap: cfg.max_in_flight,
+            tls: cfg.tls.as_ref().map(|t| &t.client),
         };
         let attempt = Attempt {
             job,
@@ -431,7 +432,12 @@ impl Dispatcher {
         }
         let in_flight = self.dest(d).state.in_flight() as u64;
         self.metrics.set_in_flight(d, in_flight);
-        self.metrics.attempt(d, &class, now.saturating_sub(started));
+        self.metrics.attempt(
+            d,
+            &class,
+            result.is_tls_error(),
+            now.saturating_sub(started),
+        );
         match class {
             Class::Delivered => {
                 let attempts = job.attempt;
@@ -546,6 +552,7 @@ fn describe(result: &AttemptResult, uri: &str) -> String {
         AttemptResult::ConnectError => format!("cannot connect to {uri}"),
         AttemptResult::Timeout => format!("{uri} did not answer within the timeout"),
         AttemptResult::Io => format!("connection to {uri} broke before a complete response"),
+        AttemptResult::TlsError(f) => format!("TLS handshake with {uri} failed: {f}"),
     }
 }
 

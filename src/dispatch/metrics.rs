@@ -66,6 +66,7 @@ struct DestCells {
     delivered: AtomicU64,
     retryable: AtomicU64,
     permanent: AtomicU64,
+    tls_error: AtomicU64,
 }
 
 /// Shared dispatch metrics (one per process).
@@ -110,6 +111,7 @@ impl DispatchMetrics {
                     delivered: AtomicU64::new(0),
                     retryable: AtomicU64::new(0),
                     permanent: AtomicU64::new(0),
+                    tls_error: AtomicU64::new(0),
                 })
                 .collect(),
             duration: Histogram::new(DURATION_BOUNDS_NANOS),
@@ -257,6 +259,7 @@ impl DispatchMetrics {
                 ("delivered", &d.delivered),
                 ("retryable", &d.retryable),
                 ("permanent", &d.permanent),
+                ("tls_error", &d.tls_error),
             ] {
                 w.sample_u64(
                     "sluice_dispatch_attempts_total",
@@ -324,11 +327,13 @@ impl CoreDispatchMetrics {
     pub fn set_in_flight(&self, dest: usize, n: u64) {
         self.shared.set_in_flight(dest, n);
     }
-    /// One finished attempt of `nanos`.
-    pub fn attempt(&self, dest: usize, class: &Class, nanos: u64) {
+    /// One finished attempt of `nanos`. A TLS failure (`tls`) is counted as `tls_error`, not
+    /// under its class, so the outcomes add up to the attempts.
+    pub fn attempt(&self, dest: usize, class: &Class, tls: bool, nanos: u64) {
         self.shared.duration.observe_nanos(nanos);
         if let Some(d) = self.shared.dests.get(dest) {
             let cell = match class {
+                _ if tls => &d.tls_error,
                 Class::Delivered => &d.delivered,
                 Class::Retryable { .. } => &d.retryable,
                 Class::Permanent => &d.permanent,

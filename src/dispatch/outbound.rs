@@ -18,10 +18,15 @@
 //! `idle_cap` the caller passes (the dispatcher passes `max_in_flight`), each closed after
 //! `idle_timeout`; response bytes kept per attempt ≤ `ClientLimits::max_body_keep`; one read
 //! scratch buffer of [`READ_CHUNK`] bytes per pool.
+//!
+//! An `https` destination's connections speak TLS through [`Wire`] (rustls driven over the same
+//! non-blocking stream, on this core's loop); the pool sees plaintext either way. A TLS
+//! connection is written and read on every readiness event (TLS couples the directions), and a
+//! certificate or handshake failure ends the attempt as [`AttemptResult::TlsError`].
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::SocketAddr;
 
 use mio::net::TcpStream;
@@ -29,6 +34,7 @@ use mio::{Interest, Registry, Token};
 
 use crate::dispatch::classify::AttemptResult;
 use crate::net::http::client::{ClientLimits, ResponseEvent, ResponseReader};
+use crate::net::tls::{tls_fault, TlsClient, Wire};
 use crate::sync::clock::unix_millis;
 
 /// Tokens at and above this value belong to outbound connections.
@@ -47,6 +53,8 @@ pub struct Target<'a> {
     pub port: u16,
     /// Idle keep-alive connections kept for this destination at most.
     pub idle_cap: usize,
+    /// TLS settings of an `https` destination (`None`: plain TCP).
+    pub tls: Option<&'a TlsClient>,
 }
 
 /// What happened to an attempt the pool carried.
@@ -107,7 +115,7 @@ struct InFlight<T> {
 #[derive(Debug)]
 struct ClientConn<T> {
     dest: usize,
-    stream: TcpStream,
+    wire: Wire,
     state: ConnState<T>,
     wbuf: Vec<u8>,
     wpos: usize,
@@ -236,6 +244,16 @@ impl<T> OutboundPool<T> {
             Ok(s) => s,
             Err(_) => return Err(connect_error(attempt)),
         };
+        let wire = match Wire::new(stream, target.tls) {
+            Ok(w) => w,
+            Err(e) => {
+                return Err(Finished::Done {
+                    dest: d,
+                    payload: attempt.payload,
+                    result: failure(&e, AttemptResult::ConnectError),
+                })
+            }
+        };
         let id = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -245,7 +263,7 @@ impl<T> OutboundPool<T> {
         };
         let mut conn = ClientConn {
             dest: d,
-            stream,
+            wire,
             state: ConnState::Broken,
             wbuf,
             wpos: 0,
@@ -255,10 +273,7 @@ impl<T> OutboundPool<T> {
         };
         let token = Token(CLIENT_TOKEN_BASE + id);
         let interest = Interest::READABLE | Interest::WRITABLE;
-        if registry
-            .register(&mut conn.stream, token, interest)
-            .is_err()
-        {
+        if registry.register(conn.wire.tcp(), token, interest).is_err() {
             self.free.push(id);
             return Err(connect_error(attempt));
         }
@@ -306,9 +321,11 @@ impl<T> OutboundPool<T> {
             return;
         };
         // A failed non-blocking connect (or a reset) shows up as a pending socket error.
-        if let Ok(Some(_)) | Err(_) = c.stream.take_error() {
+        if let Ok(Some(_)) | Err(_) = c.wire.tcp().take_error() {
             let fresh = c.served == 0 && c.wpos == 0;
-            let r = if fresh {
+            let r = if c.wire.in_handshake() {
+                AttemptResult::TlsError(crate::net::tls::TlsFault::HandshakeAborted)
+            } else if fresh {
                 AttemptResult::ConnectError
             } else {
                 AttemptResult::Io
@@ -316,15 +333,23 @@ impl<T> OutboundPool<T> {
             out.extend(self.fail_conn(id, r, registry));
             return;
         }
-        if writable {
+        // TLS couples the directions (a handshake read lets the request go out): drive both.
+        let tls = c.wire.is_tls();
+        if writable || tls {
             if let Some(f) = self.write(id, registry) {
                 // The connection is gone; nothing left to read.
                 out.push(f);
                 return;
             }
         }
-        if readable {
-            out.extend(self.read(id, now, registry));
+        if readable || tls {
+            if let Some(f) = self.read(id, now, registry) {
+                out.push(f);
+                return;
+            }
+        }
+        if tls {
+            out.extend(self.write(id, registry));
         }
     }
 
@@ -347,21 +372,27 @@ impl<T> OutboundPool<T> {
     /// end returned.
     fn write(&mut self, id: usize, registry: &Registry) -> Option<Finished<T>> {
         let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
-        while c.wpos < c.wbuf.len() {
-            match c.stream.write(&c.wbuf[c.wpos..]) {
+        loop {
+            // A TLS connection may hold records after the last plaintext byte went in.
+            let rest = &c.wbuf[c.wpos..];
+            if rest.is_empty() && !c.wire.is_tls() {
+                break;
+            }
+            match c.wire.write(rest) {
+                Ok(0) if rest.is_empty() => break,
                 Ok(0) => return self.fail_conn(id, AttemptResult::Io, registry),
                 Ok(n) => c.wpos += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => return None, // connecting
-                Err(_) => {
-                    let connecting = c.served == 0 && c.wpos == 0;
+                Err(e) => {
+                    let connecting = c.served == 0 && c.wpos == 0 && !c.wire.is_tls();
                     let r = if connecting {
                         AttemptResult::ConnectError
                     } else {
                         AttemptResult::Io
                     };
-                    return self.fail_conn(id, r, registry);
+                    return self.fail_conn(id, failure(&e, r), registry);
                 }
             }
         }
@@ -371,7 +402,7 @@ impl<T> OutboundPool<T> {
     fn read(&mut self, id: usize, now: u64, registry: &Registry) -> Option<Finished<T>> {
         loop {
             let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
-            let n = match c.stream.read(&mut self.scratch) {
+            let n = match c.wire.read(&mut self.scratch) {
                 Ok(0) => {
                     // EOF: a close-delimited body ends, anything else is broken.
                     let ev = c.reader.on_eof();
@@ -399,7 +430,7 @@ impl<T> OutboundPool<T> {
                     } else {
                         AttemptResult::Io
                     };
-                    return self.fail_conn(id, r, registry);
+                    return self.fail_conn(id, failure(&e, r), registry);
                 }
             };
             c.rbuf.extend_from_slice(&self.scratch[..n]);
@@ -489,7 +520,7 @@ impl<T> OutboundPool<T> {
 
     fn close(&mut self, id: usize, registry: &Registry) {
         if let Some(mut c) = self.conns.get_mut(id).and_then(Option::take) {
-            let _ = registry.deregister(&mut c.stream);
+            let _ = registry.deregister(c.wire.tcp());
             self.free.push(id);
             if let Some(dest) = self.dests.get_mut(&c.dest) {
                 dest.open -= 1;
@@ -499,12 +530,17 @@ impl<T> OutboundPool<T> {
     }
 }
 
+/// The attempt result of a failed read/write: a TLS fault, or `otherwise`.
+fn failure(e: &io::Error, otherwise: AttemptResult) -> AttemptResult {
+    tls_fault(e).map_or(otherwise, AttemptResult::TlsError)
+}
+
 #[cfg(test)]
 mod tests {
     //! The pool against a real listener on 127.0.0.1: each test's server thread is bounded by
     //! a read timeout, and each poll loop by a deadline.
     use super::*;
-    use std::io::{BufRead, BufReader};
+    use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpListener;
     use std::thread::{self, JoinHandle};
     use std::time::{Duration, Instant};
@@ -521,6 +557,7 @@ mod tests {
             host: "127.0.0.1",
             port,
             idle_cap,
+            tls: None,
         }
     }
 

@@ -6,3 +6,4 @@ pub mod conn;
 pub mod date;
 pub mod http;
 pub mod listen;
+pub mod tls;

@@ -24,6 +24,7 @@
 //! - `absorb`: triggers whose senders never retry absorb past the backlog bound.
 //! - `wal_probe` (`--features failpoints`): `/readyz` recovers from `wal_unavailable` alone.
 //! - `wal_loss`: lost segment files and damaged acknowledged records are detected.
+//! - `https`: HTTPS destinations against a local rustls server with a generated CA.
 
 mod support;
 
@@ -43,6 +44,7 @@ mod flow;
 mod hostile;
 mod http_errors;
 mod http_features;
+mod https;
 mod ingest;
 mod percore;
 mod props;
