@@ -27,7 +27,9 @@
 //! Bounds: jobs out ≤ `max_outstanding`; the window ≤ [`WINDOW_EVENTS`] / [`WINDOW_BYTES`];
 //! records with the commit helper ≤ [`MAX_RECORDS_IN_FLIGHT`] per log; `Done` entries queued ≤
 //! [`MAX_DONE_ENTRIES`] per log (admission stops there); `Retry` records queued ≤ one per outcome
-//! received; dead letters waiting for room in a full DLQ count as outstanding.
+//! received; dead letters waiting for room in a full DLQ ≤ the events pending (each stays in its
+//! trigger's backlog share, so a full DLQ refuses only the triggers whose events wait for it,
+//! but gives its `max_outstanding` slot back: other triggers keep being dispatched).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -63,6 +65,8 @@ pub const PUMP_TICKET: u64 = 1 << 63;
 #[derive(Debug, Clone)]
 struct Live {
     cost: u64,
+    /// Its backlog slot (its trigger's, or the recovered events'), released when it is done.
+    slot: usize,
     received_at_ms: u64,
     outstanding: bool,
 }
@@ -156,7 +160,8 @@ pub struct CorePump {
     wakers: Vec<Arc<mio::Waker>>,
     /// Trigger id → destination index (None: no handler).
     handlers: HashMap<String, Option<usize>>,
-    /// Dead letters the DLQ refused (full, or an I/O error): retried every second; outstanding.
+    /// Dead letters the DLQ refused (full, or an I/O error): retried every second; pending in
+    /// their trigger's backlog share, no longer holding a `max_outstanding` slot.
     dlq_waiting: VecDeque<(DlqEntry, u32, u64)>,
     dlq_retry_at_ms: u64,
     /// The pump's items with the commit helper: ticket → what it carries.
@@ -340,6 +345,12 @@ impl CorePump {
         };
         let cost = crate::wal::event_cost(&event);
         let received_at_ms = event.received_at_ms;
+        // Recovered events were counted in the recovered slot (`Backlog::preload`).
+        let backlog = &self.shared.backlog;
+        let slot_in_backlog = match lsn < log.recovered.next_lsn {
+            true => backlog.recovered_slot(),
+            false => backlog.slot(&event.trigger_id),
+        };
         let dest = self
             .handlers
             .get(event.trigger_id.as_str())
@@ -347,6 +358,7 @@ impl CorePump {
             .flatten();
         let live = Live {
             cost,
+            slot: slot_in_backlog,
             received_at_ms,
             outstanding: dest.is_some(),
         };
@@ -458,6 +470,21 @@ impl CorePump {
         }
     }
 
+    /// The event `key` stops holding a `max_outstanding` slot (it waits for room in the DLQ).
+    fn unhold(&mut self, key: u64) {
+        let (index, lsn) = split_key(key);
+        let Some(&slot) = self.slot_of.get(&index) else {
+            return;
+        };
+        let held = self.logs[slot]
+            .live
+            .get_mut(&lsn)
+            .is_some_and(|l| std::mem::replace(&mut l.outstanding, false));
+        if held {
+            self.release_slot();
+        }
+    }
+
     /// Gives an outstanding slot back and wakes the cores that wait for one.
     fn release_slot(&self) {
         let marked = self.outstanding.release();
@@ -515,15 +542,20 @@ impl CorePump {
         match outcome {
             AppendOutcome::Durable { lsn } => {
                 log.durable = log.durable.max(lsn);
-                let (mut n, mut bytes) = (0u64, 0u64);
+                // Released per backlog slot (few distinct per record): (slot, events, bytes).
+                let mut by_slot: Vec<(usize, u64, u64)> = Vec::new();
                 for e in &entries {
                     if let Some(l) = log.live.remove(&e.event_lsn) {
-                        n += 1;
-                        bytes += l.cost;
+                        match by_slot.iter_mut().find(|s| s.0 == l.slot) {
+                            Some(s) => (s.1, s.2) = (s.1 + 1, s.2 + l.cost),
+                            None => by_slot.push((l.slot, 1, l.cost)),
+                        }
                     }
                 }
-                self.shared.backlog.release_many(n, bytes);
-                self.drained_total += n;
+                for (slot, n, bytes) in by_slot {
+                    self.shared.backlog.release_done(slot, n, bytes);
+                    self.drained_total += n;
+                }
             }
             // Not durable: written again (the log retries its disk). A retry record is only
             // a schedule: after a restart without it the event is simply due at once.
@@ -554,7 +586,10 @@ impl CorePump {
                 }
             }
             Err(e) => {
-                // Full: backpressure, not loss — the event stays outstanding and is retried.
+                // Full: backpressure, not loss — the event stays pending (in its trigger's
+                // backlog share) and is retried, but gives its dispatch slot back so that other
+                // triggers' events keep flowing (`finish` then releases nothing).
+                self.unhold(key);
                 if !matches!(e, DlqError::Full { .. }) {
                     eprintln!(
                         "sluice: pump: writing DLQ entry {} failed: {e}; retrying",

@@ -170,6 +170,11 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
             config.dispatch.saturated_low,
             config.dispatch.max_wal_bytes,
         )
+        .with_triggers(
+            &crate::sched::backlog::trigger_shares(&config.triggers),
+            config.ingest.default_route,
+        )
+        .map_err(RuntimeError::Config)?
         .with_absorb(
             config.dispatch.absorb_max_bytes,
             &crate::sched::backlog::absorbing_triggers(&config.triggers),
