@@ -78,7 +78,10 @@ fn one_source_two_refusals_keep_the_bound_and_the_latest_promise() {
         let got: Vec<u64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         assert_eq!(got, [2, 2]);
         let ring = sched.ring(Constraint::Backlog);
-        assert_eq!((ring.promised(1), ring.promised(2), ring.promised(3)), (2, 2, 0));
+        assert_eq!(
+            (ring.promised(1), ring.promised(2), ring.promised(3)),
+            (2, 2, 0)
+        );
         assert_eq!(source.until(), 2 * SEC);
     });
 }
