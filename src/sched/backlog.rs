@@ -149,6 +149,12 @@ pub struct Backlog {
     bytes: AtomicU64,
     share_events: ShareDim,
     share_bytes: ShareDim,
+    /// Jobs each slot holds of the shared dispatch window (`max_outstanding`), capped per
+    /// trigger (shares only, no pool; [`Backlog::with_window`]).
+    window: ShareDim,
+    /// Durable events the pumps set aside because their trigger's window cap was reached
+    /// (a gauge, `std` atomic).
+    parked: StdAtomicU64,
     /// Trigger id → slot; slots `0..triggers` are the configured triggers, then the default
     /// route's, then the recovered events'.
     slot_of: HashMap<String, usize>,
@@ -229,6 +235,11 @@ impl Backlog {
                 shares: vec![],
                 pool: 0,
             }),
+            window: ShareDim::new(Split {
+                shares: vec![],
+                pool: 0,
+            }),
+            parked: StdAtomicU64::new(0),
             slot_of: HashMap::new(),
             names: Vec::new(),
             ready_slots: 0,
@@ -278,6 +289,10 @@ impl Backlog {
         };
         self.share_events = ShareDim::new(split_of(self.max_events, &events, "events")?);
         self.share_bytes = ShareDim::new(split_of(self.max_bytes, &bytes, "bytes")?);
+        self.window = ShareDim::new(Split {
+            shares: vec![u64::MAX; triggers.len() + 2],
+            pool: 0,
+        });
         self.names = triggers.iter().map(|t| t.id.to_owned()).collect();
         self.names.push(DEFAULT_SLOT.to_owned());
         self.names.push(RECOVERED_SLOT.to_owned());
@@ -304,6 +319,46 @@ impl Backlog {
             }
         }
         self
+    }
+
+    /// Caps the jobs one trigger may hold of the shared dispatch window when two or more
+    /// triggers have a handler: `max_outstanding − max_outstanding / 4` (at least 1), so a
+    /// quarter of the window is always left to the others (DESIGN.md "Backlog shares"). With
+    /// fewer, no cap. Call after [`Backlog::with_triggers`].
+    pub fn with_window(mut self, max_outstanding: usize, triggers_with_handler: usize) -> Backlog {
+        let cap = match triggers_with_handler {
+            0 | 1 => u64::MAX,
+            _ => (max_outstanding - max_outstanding / 4).max(1) as u64,
+        };
+        self.window = ShareDim::new(Split {
+            shares: vec![cap; self.names.len()],
+            pool: 0,
+        });
+        self
+    }
+
+    /// Takes one of the dispatch window's slots for trigger slot `slot`; false at its cap.
+    pub fn window_take(&self, slot: usize) -> bool {
+        self.window.take(slot, 1).is_some()
+    }
+
+    /// Gives one window slot of `slot` back.
+    pub fn window_give(&self, slot: usize) {
+        self.window.give(slot, 1);
+    }
+
+    /// True while `slot` is below its window cap.
+    pub fn window_room(&self, slot: usize) -> bool {
+        self.window.own(slot) < self.window.share(slot)
+    }
+
+    /// A pump set `n` events aside (`parked_delta > 0`) or took them back (`< 0`).
+    pub fn note_parked(&self, parked_delta: i64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        match parked_delta >= 0 {
+            true => self.parked.fetch_add(parked_delta as u64, Relaxed),
+            false => self.parked.fetch_sub(parked_delta.unsigned_abs(), Relaxed),
+        };
     }
 
     /// The slot of trigger `id`: its own, or the default route's for an id the config does not
@@ -574,6 +629,27 @@ impl Backlog {
             w.header(name, help, MetricType::Gauge);
             w.sample_u64(name, &[("state", "used")], dim.pool_used());
             w.sample_u64(name, &[("state", "size")], dim.pool_size());
+        }
+        const PARKED: &str = "sluice_pump_parked_events";
+        w.header(
+            PARKED,
+            "Durable events set aside by the pumps because their trigger holds its cap of the \
+             dispatch window (max_outstanding); at most 4096 per log.",
+            MetricType::Gauge,
+        );
+        w.sample_u64(
+            PARKED,
+            &[],
+            self.parked.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        const WINDOW: &str = "sluice_pump_window_jobs";
+        w.header(
+            WINDOW,
+            "Jobs of the dispatch window (max_outstanding) held, by trigger.",
+            MetricType::Gauge,
+        );
+        for (s, id) in self.names.iter().enumerate().take(self.names.len() - 1) {
+            w.sample_u64(WINDOW, &[("trigger", id)], self.window.own(s));
         }
         const REFUSED: &str = "sluice_ingest_trigger_refusals_total";
         w.header(

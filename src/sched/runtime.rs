@@ -175,6 +175,14 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
             config.ingest.default_route,
         )
         .map_err(RuntimeError::Config)?
+        .with_window(
+            config.pump.max_outstanding,
+            config
+                .triggers
+                .iter()
+                .filter(|t| t.handler.is_some())
+                .count(),
+        )
         .with_absorb(
             config.dispatch.absorb_max_bytes,
             &crate::sched::backlog::absorbing_triggers(&config.triggers),
