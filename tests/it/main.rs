@@ -44,6 +44,7 @@ mod hostile;
 mod http_errors;
 mod http_features;
 mod ingest;
+mod isolation;
 mod percore;
 mod props;
 mod returns;
