@@ -25,7 +25,7 @@ fn backlog(max: u64, ids: &[(&'static str, u64)]) -> Backlog {
         })
         .collect();
     Backlog::new(max, 1000, 0.9, 0.5)
-        .with_triggers(&shares, false)
+        .with_triggers(&shares, false, 0.5)
         .unwrap()
 }
 

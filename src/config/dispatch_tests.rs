@@ -290,6 +290,7 @@ fn dispatch_defaults_and_ranges() {
             max_wal_bytes: 64 << 30,
             max_dlq_entries: 100_000,
             absorb_max_bytes: (64 << 30) / 10,
+            reserved_fraction: 0.5,
         }
     );
     assert!(c.destinations.is_empty());

@@ -174,6 +174,11 @@ pub struct Backlog {
     /// its value at the last drain-rate update (written by core 0's pump only).
     drained_total: AtomicU64,
     drained_at_update: AtomicU64,
+    /// Events given back to the pool by done releases, since start, and the pool's drain rate
+    /// (`std` atomics: metrics-like, written by the pumps / core 0's pump).
+    pool_drained: StdAtomicU64,
+    pool_drained_at_update: StdAtomicU64,
+    pool_rate_milli: StdAtomicU64,
     /// The absorb budget: bytes absorbing triggers may reserve past the normal bounds.
     absorb_max_bytes: u64,
     /// The budget in use (`Relaxed`, like the other counters).
@@ -249,10 +254,13 @@ impl Backlog {
             drain_rate_milli: AtomicU64::new(0),
             drained_total: AtomicU64::new(0),
             drained_at_update: AtomicU64::new(0),
+            pool_drained: StdAtomicU64::new(0),
+            pool_drained_at_update: StdAtomicU64::new(0),
+            pool_rate_milli: StdAtomicU64::new(0),
             absorb_max_bytes: 0,
             absorb_bytes: AtomicU64::new(0),
         };
-        b.set_slots(&[], true)
+        b.set_slots(&[], true, crate::sched::shares::DEFAULT_RESERVED)
             .expect("no explicit share cannot pass the bound");
         b
     }
@@ -265,8 +273,9 @@ impl Backlog {
         mut self,
         triggers: &[TriggerShare<'_>],
         default_route: bool,
+        reserved_fraction: f64,
     ) -> Result<Backlog, String> {
-        self.set_slots(triggers, default_route)?;
+        self.set_slots(triggers, default_route, reserved_fraction)?;
         Ok(self)
     }
 
@@ -274,6 +283,7 @@ impl Backlog {
         &mut self,
         triggers: &[TriggerShare<'_>],
         default_route: bool,
+        reserved: f64,
     ) -> Result<(), String> {
         let off = (!default_route).then_some(0);
         let mut events: Vec<Option<u64>> = triggers.iter().map(|t| t.events).collect();
@@ -281,7 +291,7 @@ impl Backlog {
         events.push(off);
         bytes.push(off);
         let split_of = |max: u64, explicit: &[Option<u64>], what: &str| {
-            let mut s = split(max, explicit).map_err(|sum| {
+            let mut s = split(max, explicit, reserved).map_err(|sum| {
                 format!("the triggers' max_pending.{what} sum to {sum}, past max_pending_{what} = {max}")
             })?;
             s.shares.push(0); // the recovered slot: borrowed only
@@ -462,22 +472,24 @@ impl Backlog {
     /// Gives back `events` reservations of `slot` totalling `bytes` that are now done (the
     /// pump): counted in the slot's drain rate.
     pub fn release_done(&self, slot: usize, events: u64, bytes: u64) {
-        self.release_slot(slot, events, bytes);
-        self.stats[slot]
-            .drained
-            .fetch_add(events, std::sync::atomic::Ordering::Relaxed);
+        let to_pool = self.release_slot(slot, events, bytes);
+        use std::sync::atomic::Ordering::Relaxed;
+        self.stats[slot].drained.fetch_add(events, Relaxed);
+        self.pool_drained.fetch_add(to_pool, Relaxed);
     }
 
     /// Gives back `events` reservations of `slot` totalling `bytes` (draining the absorb budget
-    /// first, then the slot's borrowed, then its own share).
-    pub fn release_slot(&self, slot: usize, events: u64, bytes: u64) {
+    /// first, then the slot's borrowed, then its own share). Returns the events given back
+    /// to the pool.
+    pub fn release_slot(&self, slot: usize, events: u64, bytes: u64) -> u64 {
         if self.absorb_max_bytes > 0 {
             sub_saturating(&self.absorb_bytes, bytes);
         }
-        self.share_events.give(slot, events);
+        let to_pool = self.share_events.give(slot, events);
         self.share_bytes.give(slot, bytes);
         sub_saturating(&self.events, events);
         sub_saturating(&self.bytes, bytes);
+        to_pool
     }
 
     /// Counts a refusal of trigger `trigger_id`'s event for `reason`
@@ -719,6 +731,11 @@ impl Backlog {
             return;
         }
         use std::sync::atomic::Ordering::Relaxed;
+        let total = self.pool_drained.load(Relaxed);
+        let last = self.pool_drained_at_update.swap(total, Relaxed);
+        let sample = total.saturating_sub(last) as f64 / elapsed_secs;
+        let old = self.pool_rate_milli.load(Relaxed);
+        self.pool_rate_milli.store(ewma(old, sample), Relaxed);
         for st in &self.stats {
             let total = st.drained.load(Relaxed);
             let last = st.drained_at_update.swap(total, Relaxed);
@@ -742,11 +759,18 @@ impl Backlog {
         self.drain_rate_milli.load(Ordering::Relaxed) as f64 / 1000.0
     }
 
-    /// Events per second trigger `id`'s events have been made done (EWMA): the room its
-    /// `queue_full` refusals are promised (`ReturnSchedule::queue_full`).
+    /// The room per second that comes back to trigger `id` (EWMAs): its own events made done
+    /// (its share frees up) plus the events given back to the common pool by every trigger
+    /// (the pool frees up). What its `queue_full` refusals are promised
+    /// (`ReturnSchedule::queue_full`).
     pub fn drain_rate_of(&self, id: &str) -> f64 {
-        let st = &self.stats[self.slot(id)];
-        st.rate_milli.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1000.0
+        self.room_rate(self.slot(id))
+    }
+
+    fn room_rate(&self, slot: usize) -> f64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let own = self.stats[slot].rate_milli.load(Relaxed);
+        (own + self.pool_rate_milli.load(Relaxed)) as f64 / 1000.0
     }
 
     /// Seconds until the node's backlog should have drained below the low-water mark at the
@@ -758,15 +782,11 @@ impl Backlog {
     }
 
     /// As [`Backlog::retry_after_secs`] for one slot: until it holds less than `low ×` its share,
-    /// at its own drain rate.
+    /// at the rate room comes back to it ([`Backlog::drain_rate_of`]).
     fn retry_after_secs_for(&self, slot: usize) -> u64 {
         let target = (self.share_events.share(slot) as f64 * self.low).floor() as u64;
         let excess = self.share_events.used(slot).saturating_sub(target);
-        let rate = self.stats[slot]
-            .rate_milli
-            .load(std::sync::atomic::Ordering::Relaxed) as f64
-            / 1000.0;
-        retry_after(excess, rate)
+        retry_after(excess, self.room_rate(slot))
     }
 }
 

@@ -9,7 +9,7 @@ fn two_triggers(max_events: u64, max_bytes: u64) -> Backlog {
         bytes: None,
     };
     Backlog::new(max_events, max_bytes, 0.9, 0.5)
-        .with_triggers(&[t("a"), t("b")], true)
+        .with_triggers(&[t("a"), t("b")], true, 0.5)
         .unwrap()
 }
 
@@ -59,6 +59,7 @@ fn explicit_shares_and_the_byte_dimension() {
                 },
             ],
             false,
+            0.5,
         )
         .unwrap();
     // Default route off: its share is 0; b gets half the bound minus a's share.
@@ -82,6 +83,7 @@ fn explicit_shares_and_the_byte_dimension() {
             bytes: None,
         }],
         true,
+        0.5,
     );
     assert!(too_much.unwrap_err().contains("max_pending_events = 10"));
 }
@@ -145,7 +147,7 @@ fn absorbing_triggers_fill_past_their_share_and_the_pool_up_to_the_budget() {
         bytes: None,
     };
     let b = Backlog::new(4, 1000, 0.9, 0.5)
-        .with_triggers(&[t("gh"), t("generic")], false)
+        .with_triggers(&[t("gh"), t("generic")], false, 0.5)
         .unwrap()
         .with_absorb(100, &["gh"]);
     // Shares 1 + 1, pool 2: gh takes 1 own + 2 pool, then absorbs.
@@ -187,12 +189,13 @@ fn retry_after_follows_each_triggers_own_drain_rate() {
     assert_eq!(b.drain_rate_of("b"), 100.0);
     assert_eq!(b.drain_rate_of("a"), 0.0);
     assert_eq!(b.reserve_for("a", 10), Err(MAX_RETRY_AFTER_SECS));
-    // a drains 10/s: (668 − 83) / 10 → 59 s.
+    // a drains 10/s, all of it given back to the pool (borrowed first): room comes back to a
+    // at 10 (its own) + 10 (the pool's) per second: (668 − 83) / 20 → 30 s.
     b.release_done(b.slot("a"), 10, 100);
     b.update_drain_rate(1.0);
-    assert_eq!(b.drain_rate_of("a"), 10.0);
+    assert_eq!(b.drain_rate_of("a"), 20.0);
     fill(&b, "a", 10);
-    assert_eq!(b.reserve_for("a", 10), Err(59));
+    assert_eq!(b.reserve_for("a", 10), Err(30));
 }
 
 #[test]

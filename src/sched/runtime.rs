@@ -173,6 +173,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         .with_triggers(
             &crate::sched::backlog::trigger_shares(&config.triggers),
             config.ingest.default_route,
+            config.dispatch.reserved_fraction,
         )
         .map_err(RuntimeError::Config)?
         .with_window(

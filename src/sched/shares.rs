@@ -12,8 +12,8 @@
 //! # The split ([`split`]), per dimension (events, bytes)
 //!
 //! A trigger with `max_pending = { events = N, bytes = B }` is guaranteed `N` / `B`. The
-//! slots without an explicit value share the *default reserve* equally: [`DEFAULT_RESERVED`]
-//! (a half) of the bound, minus what explicit shares took (never below 0), `floor`ed per slot.
+//! slots without an explicit value share the *default reserve* equally: `reserved_fraction`
+//! ([`DEFAULT_RESERVED`], a half, unless `dispatch.reserved_fraction` says otherwise) of the bound, minus what explicit shares took (never below 0), `floor`ed per slot.
 //! The pool is what is left: `max − Σ shares`. Explicit shares summing past the bound are a
 //! config error.
 //!
@@ -40,7 +40,9 @@ pub struct Split {
 
 /// Splits `max` into one share per entry of `explicit` (`None`: a default share) and a pool.
 /// `Err(sum)` when the explicit shares sum past `max`.
-pub fn split(max: u64, explicit: &[Option<u64>]) -> Result<Split, u64> {
+/// `reserved`: the fraction of `max` the default shares divide ([`DEFAULT_RESERVED`] unless
+/// `dispatch.reserved_fraction` says otherwise).
+pub fn split(max: u64, explicit: &[Option<u64>], reserved: f64) -> Result<Split, u64> {
     let taken: u64 = explicit
         .iter()
         .flatten()
@@ -49,7 +51,7 @@ pub fn split(max: u64, explicit: &[Option<u64>]) -> Result<Split, u64> {
         return Err(taken);
     }
     let implicit = explicit.iter().filter(|e| e.is_none()).count() as u64;
-    let reserve = ((max as f64 * DEFAULT_RESERVED).floor() as u64).saturating_sub(taken);
+    let reserve = ((max as f64 * reserved).floor() as u64).saturating_sub(taken);
     let each = reserve.checked_div(implicit).unwrap_or(0);
     let shares: Vec<u64> = explicit.iter().map(|e| e.unwrap_or(each)).collect();
     let pool = max - taken - each * implicit;
@@ -127,11 +129,13 @@ impl ShareDim {
         self.borrowed[slot].fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Gives `n` of `slot` back: borrowed first, then own (each stopping at 0).
-    pub fn give(&self, slot: usize, n: u64) {
+    /// Gives `n` of `slot` back: borrowed first, then own (each stopping at 0). Returns what
+    /// went back to the pool.
+    pub fn give(&self, slot: usize, n: u64) -> u64 {
         let b = take_up_to(&self.borrowed[slot], n);
         take_up_to(&self.pool, b);
         take_up_to(&self.own[slot], n - b);
+        b
     }
 
     /// What `slot` holds (own + borrowed).
@@ -181,23 +185,23 @@ mod tests {
     #[test]
     fn default_split_reserves_half_equally_and_pools_the_rest() {
         // Two triggers and the default route share 500 of 1000: 166 each, pool 502.
-        let s = split(1000, &[None, None, None]).unwrap();
+        let s = split(1000, &[None, None, None], DEFAULT_RESERVED).unwrap();
         assert_eq!(s.shares, vec![166, 166, 166]);
         assert_eq!(s.pool, 502);
         // Explicit shares come out of the default reserve first.
-        let s = split(1000, &[Some(300), None, None]).unwrap();
+        let s = split(1000, &[Some(300), None, None], DEFAULT_RESERVED).unwrap();
         assert_eq!(s.shares, vec![300, 100, 100]);
         assert_eq!(s.pool, 500);
         // Past the reserve: the others get 0, the pool what is left.
-        let s = split(1000, &[Some(800), None]).unwrap();
+        let s = split(1000, &[Some(800), None], DEFAULT_RESERVED).unwrap();
         assert_eq!(s.shares, vec![800, 0]);
         assert_eq!(s.pool, 200);
         // Exactly the bound: no pool.
-        let s = split(10, &[Some(4), Some(6)]).unwrap();
+        let s = split(10, &[Some(4), Some(6)], DEFAULT_RESERVED).unwrap();
         assert_eq!((s.shares, s.pool), (vec![4, 6], 0));
-        assert_eq!(split(10, &[Some(4), Some(7)]), Err(11));
+        assert_eq!(split(10, &[Some(4), Some(7)], DEFAULT_RESERVED), Err(11));
         // A tiny bound: shares of 0, everything in the pool.
-        let s = split(3, &[None, None, None, None]).unwrap();
+        let s = split(3, &[None, None, None, None], DEFAULT_RESERVED).unwrap();
         assert_eq!((s.shares, s.pool), (vec![0, 0, 0, 0], 3));
     }
 

@@ -17,7 +17,8 @@ const BOUND: usize = 20;
 /// One trigger per polite client (each its own source), one for the rude client and one for
 /// the events that fill the backlog, all delivered to `uri` with 2 permits.
 fn manifest(uri: &str) -> String {
-    let mut m = format!("[dispatch]\nmax_pending_events = {BOUND}\n\n");
+    // One shared pool (no default shares): every trigger is refused once the filler filled it.
+    let mut m = format!("[dispatch]\nmax_pending_events = {BOUND}\nreserved_fraction = 0\n\n");
     let names = (0..POLITE)
         .map(|i| format!("polite-{i}"))
         .chain(["rude".to_string(), "filler".to_string()]);
@@ -152,7 +153,8 @@ fn honouring_clients_are_refused_about_once_and_early_returns_are_counted() {
 
     let (_, samples) = scrape(&server);
     const EARLY: &str = "sluice_ingest_early_returns_total";
-    let rude_early = metric(&samples, EARLY, &[("source", "rude")]);
+    // A trigger's events are source `provider@trigger` (source isolation, issue 11).
+    let rude_early = metric(&samples, EARLY, &[("source", "rude@rude")]);
     assert!(
         rude_refused >= 2,
         "the rude client was refused {rude_refused} times"
@@ -162,7 +164,7 @@ fn honouring_clients_are_refused_about_once_and_early_returns_are_counted() {
         "rude: {rude_early} early returns of {rude_refused} refusals"
     );
     for i in 0..POLITE {
-        let source = format!("polite-{i}");
+        let source = format!("polite-{i}@polite-{i}");
         let early = metric(&samples, EARLY, &[("source", &source)]);
         assert_eq!(
             early, 0.0,
