@@ -407,7 +407,10 @@ fn max_pending_shares_and_reserved_fraction() {
         "{e}"
     );
     let e = build(&two.replace("events = 600", "events = 0")).unwrap_err();
-    assert!(e.0.contains("\"a\"") && e.0.contains("max_pending.events = 0"), "{e}");
+    assert!(
+        e.0.contains("\"a\"") && e.0.contains("max_pending.events = 0"),
+        "{e}"
+    );
     let e = build(&two.replace("bytes = 5", "bytse = 5")).unwrap_err();
     assert!(e.0.contains("bytse"), "unknown keys are errors: {e}");
     let e = build("[dispatch]\nreserved_fraction = 1.5\n").unwrap_err();

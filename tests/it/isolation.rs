@@ -168,3 +168,67 @@ fn a_stalled_trigger_fills_only_its_share_and_the_pool_while_another_keeps_flowi
     drop(server);
     drop(silent);
 }
+
+/// A full DLQ holds back only the trigger whose events wait to be dead-lettered: `a`'s handler
+/// refuses everything permanently (400), the DLQ holds one entry, `max_outstanding = 4`. `a`'s
+/// waiting dead letters stay pending in its backlog share but hold no dispatch slot, so `b`'s
+/// events keep being delivered.
+#[test]
+fn a_full_dlq_holds_back_only_the_trigger_whose_events_wait_for_it() {
+    let refusing = Mock::start(&[
+        "--service-time",
+        "0ms",
+        "--fail-rate",
+        "1",
+        "--fail-status",
+        "400",
+    ]);
+    let mock = Mock::start(&["--service-time", "0ms"]);
+    let a_uri = format!("{}/refuse", refusing.url());
+    let b_uri = format!("{}/hook", mock.url());
+    let cfg = format!(
+        "[orchestrator.pumps]\nmax_outstanding = 4\n\n\
+         [dispatch]\nmax_pending_events = 1000\nmax_dlq_entries = 1\n\n\
+         [[triggers]]\nid = \"a\"\nprovider = \"pa\"\npath = \"/hooks/a\"\nhandler = \"{a_uri}\"\n\n\
+         [[triggers]]\nid = \"b\"\nprovider = \"pb\"\npath = \"/hooks/b\"\nhandler = \"{b_uri}\"\n"
+    );
+    let server = Server::start(
+        Opts::config(&cfg)
+            .env(ENV_GLOBAL_CAPACITY, "1000000")
+            .env(ENV_PER_SOURCE_CAPACITY, "1000000")
+            .env(ENV_REFILL_PER_SEC, "1000000"),
+    );
+    let mut c = server.client();
+    for n in 0..10 {
+        let r = c.post("/hooks/a", format!("{{\"n\":{n}}}").as_bytes(), &[]);
+        assert_eq!(r.status, 202, "{}", r.text());
+    }
+    // Each of a's events is refused by its handler once and dead-lettered: one fits the DLQ,
+    // nine wait for room, pending in a's share but holding no dispatch slot.
+    let waiting = || {
+        let (_, s) = scrape(&server);
+        (
+            gauge(&s, "sluice_backlog_events", "a"),
+            gauge(&s, "sluice_pump_window_jobs", "a"),
+        )
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            refusing.stats()["per_status"]["400"].as_u64() == Some(10) && waiting() == (9.0, 0.0)
+        }),
+        "a's dead letters waiting: {:?} (backlog, window jobs)",
+        waiting()
+    );
+    for n in 0..50 {
+        let r = c.post("/hooks/b", format!("{{\"m\":{n}}}").as_bytes(), &[]);
+        assert_eq!(r.status, 202, "{}", r.text());
+    }
+    let delivered = |m: &Mock| m.stats()["per_status"]["200"].as_u64().unwrap_or(0);
+    assert!(
+        wait_until(Duration::from_secs(20), || delivered(&mock) == 50),
+        "b delivered {} of 50",
+        delivered(&mock)
+    );
+    assert_eq!(waiting().0, 9.0, "a's events still wait for the DLQ");
+    assert_eq!(server.get("/readyz").status, 200);
+}
