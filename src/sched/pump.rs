@@ -391,9 +391,9 @@ impl CorePump {
                     i += 1;
                     continue;
                 }
-                if !self.outstanding.try_acquire()
-                    && !(self.outstanding.wait(self.core) && self.outstanding.try_acquire())
-                {
+                let acquired = self.outstanding.try_acquire()
+                    || (self.outstanding.wait(self.core) && self.outstanding.try_acquire());
+                if !acquired {
                     return false;
                 }
                 let log = &mut self.logs[slot];
