@@ -33,8 +33,8 @@
 //! first (saturating at 0), so the budget in use is at most the absorbed bytes still pending.
 //!
 //! Bounds: shares + pool = the bound; the bytes of normal reservations never pass
-//! `max_pending_bytes` (+ one event: a single event larger than the bound is admitted when the
-//! backlog holds no bytes) and the budget never passes `absorb_max_bytes`, so pending bytes stay
+//! `max_pending_bytes` (+ one event: a single event larger than its trigger's share plus the
+//! whole pool is admitted while the pool is empty) and the budget never passes `absorb_max_bytes`, so pending bytes stay
 //! within `max_pending_bytes + absorb_max_bytes` (+ one event), and pending events within
 //! `max_pending_events + absorb_max_bytes / c`, `c` being the least an event costs (its record
 //! header and ids: over 60 bytes), plus the events recovered at start-up. The budget in use is
@@ -420,17 +420,15 @@ impl Backlog {
         if self.share_events.take(slot, 1).is_none() {
             return false;
         }
-        if self.share_bytes.take(slot, bytes).is_some() {
-            self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        } else if bytes > self.max_bytes
-            && self
-                .bytes
-                .compare_exchange(0, bytes, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
+        let could_never_fit =
+            || bytes > self.share_bytes.share(slot) + self.share_bytes.pool_size();
+        if self.share_bytes.take(slot, bytes).is_some()
+            // A single event larger than its trigger's share and the whole pool is still
+            // admitted while the pool is empty, one at a time (the body limit is the real bound
+            // on it): without this it could never be accepted.
+            || (could_never_fit() && self.share_bytes.force_if_pool_empty(slot, bytes))
         {
-            // A single event larger than the whole byte bound is still admitted when the
-            // backlog holds no bytes (the body limit is the real bound on it).
-            self.share_bytes.force_pool(slot, bytes);
+            self.bytes.fetch_add(bytes, Ordering::Relaxed);
         } else {
             self.share_events.give(slot, 1);
             return false;

@@ -101,10 +101,20 @@ fn release_for_and_failed_reservations_leave_nothing_behind() {
         (b.pending_events(), b.pending_bytes(), b.pool_used()),
         (0, 0, (0, 0))
     );
-    // A single event larger than the whole byte bound is admitted on an empty backlog only.
-    assert!(b.reserve_for("b", 500).is_ok());
-    assert!(b.reserve_for("b", 500).is_err());
-    b.release_for("b", 500);
+    // A single event larger than its share + the whole pool (16 + 52) is admitted while the
+    // pool is empty, one at a time.
+    assert!(
+        b.reserve_for("a", 10).is_ok(),
+        "a's own share: the pool stays empty"
+    );
+    assert!(b.reserve_for("b", 70).is_ok());
+    assert!(b.reserve_for("b", 500).is_err(), "the pool is in use");
+    assert!(
+        b.reserve_for("a", 60).is_err(),
+        "60 fits a's share + pool, so it must wait"
+    );
+    b.release_for("a", 10);
+    b.release_for("b", 70);
     assert_eq!((b.pending_bytes(), b.pool_used().1), (0, 0));
 }
 

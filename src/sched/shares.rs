@@ -129,6 +129,21 @@ impl ShareDim {
         self.borrowed[slot].fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Counts `n` for `slot` as borrowed past the pool's size, only if the pool is empty (CAS
+    /// from 0: one such reservation at a time). For a single reservation that could never fit
+    /// the slot's share plus the pool.
+    pub fn force_if_pool_empty(&self, slot: usize, n: u64) -> bool {
+        if self
+            .pool
+            .compare_exchange(0, n, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        self.borrowed[slot].fetch_add(n, Ordering::Relaxed);
+        true
+    }
+
     /// Gives `n` of `slot` back: borrowed first, then own (each stopping at 0). Returns what
     /// went back to the pool.
     pub fn give(&self, slot: usize, n: u64) -> u64 {
