@@ -1,6 +1,6 @@
-//! Loom models of the durable-backlog bound with an absorbing trigger
-//! (`sluice::sched::backlog`): the events/bytes counters and the absorb budget are separate
-//! atomics, so their bounds must hold under every interleaving of reservations and releases.
+//! Loom models of the durable-backlog bound (`sluice::sched::backlog`): per-trigger shares, the
+//! common pool, the events/bytes totals and the absorb budget are separate atomics, so their
+//! bounds must hold under every interleaving of reservations and releases.
 //!
 //! Every model runs its contenders on spawned threads, joins them from the model body, and
 //! asserts that more than one interleaving was explored.
@@ -11,7 +11,23 @@ use common::explore;
 
 use loom::sync::Arc;
 use loom::thread;
-use sluice::sched::backlog::{Backlog, Reserved};
+use sluice::sched::backlog::{Backlog, Reserved, TriggerShare};
+
+/// A backlog of `max` events whose triggers `ids` have explicit event shares `share` (the
+/// default route off: the pool is `max − Σ shares`).
+fn backlog(max: u64, ids: &[(&'static str, u64)]) -> Backlog {
+    let shares: Vec<TriggerShare<'_>> = ids
+        .iter()
+        .map(|&(id, n)| TriggerShare {
+            id,
+            events: Some(n),
+            bytes: None,
+        })
+        .collect();
+    Backlog::new(max, 1000, 0.9, 0.5)
+        .with_triggers(&shares, false, 0.5)
+        .unwrap()
+}
 
 /// Two absorbing reservations and one refusing one race on a backlog bounded at one event, with
 /// an absorb budget that holds exactly one more event. Whatever the interleaving: at most two
@@ -21,7 +37,7 @@ use sluice::sched::backlog::{Backlog, Reserved};
 #[test]
 fn absorb_budget_and_bounds_hold_under_races() {
     explore("absorb_budget_and_bounds_hold_under_races", || {
-        let backlog = Arc::new(Backlog::new(1, 1000, 0.9, 0.5).with_absorb(10, &["gh"]));
+        let backlog = Arc::new(backlog(1, &[("gh", 0), ("plain", 0)]).with_absorb(10, &["gh"]));
         let spawn = |trigger: &'static str| {
             let b = backlog.clone();
             thread::spawn(move || b.reserve_for(trigger, 6))
@@ -48,11 +64,11 @@ fn absorb_budget_and_bounds_hold_under_races() {
 #[test]
 fn release_races_absorbing_reservation() {
     explore("release_races_absorbing_reservation", || {
-        let backlog = Arc::new(Backlog::new(1, 1000, 0.9, 0.5).with_absorb(10, &["gh"]));
+        let backlog = Arc::new(backlog(1, &[("gh", 0), ("plain", 0)]).with_absorb(10, &["gh"]));
         assert_eq!(backlog.reserve_for("gh", 6), Ok(Reserved::Within));
         let releaser = {
             let b = backlog.clone();
-            thread::spawn(move || b.release(6))
+            thread::spawn(move || b.release_for("gh", 6))
         };
         let reserver = {
             let b = backlog.clone();
@@ -64,5 +80,67 @@ fn release_races_absorbing_reservation() {
         assert_eq!(backlog.pending_events(), 1);
         assert_eq!(backlog.pending_bytes(), 6);
         assert!(backlog.absorb_bytes() <= 6);
+    });
+}
+
+/// Two triggers, each with a guaranteed share of one event, race two reservations each for a
+/// pool of one event. Whatever the interleaving: each gets its own share, exactly one of them
+/// the pool's event, the pool in use never passes its size, and the totals hold exactly the
+/// successful reservations.
+#[test]
+fn shares_and_pool_hold_under_two_reservers() {
+    explore("shares_and_pool_hold_under_two_reservers", || {
+        let b = Arc::new(backlog(3, &[("a", 1), ("b", 1)]));
+        let spawn = |trigger: &'static str| {
+            let b = b.clone();
+            thread::spawn(move || {
+                (0..2).filter(|_| b.reserve_for(trigger, 5).is_ok()).count() as u64
+            })
+        };
+        let (ha, hb) = (spawn("a"), spawn("b"));
+        let (a, bb) = (ha.join().unwrap(), hb.join().unwrap());
+        assert!(a >= 1 && bb >= 1, "each has its own share: a {a}, b {bb}");
+        assert_eq!(
+            a + bb,
+            3,
+            "the pool's one event went to exactly one of them"
+        );
+        assert_eq!(b.pool_used(), (1, 0), "the bytes fit the shares (250 each)");
+        assert_eq!(b.pending_events(), 3);
+        assert_eq!(b.pending_bytes(), 15);
+        assert_eq!(b.trigger_pending("a"), (a, 5 * a));
+        assert_eq!(b.trigger_pending("b"), (bb, 5 * bb));
+    });
+}
+
+/// A release of the trigger holding the pool races the other trigger's borrowing: the release
+/// gives the pool back first, the borrow either sees it or not, and nothing wraps or leaks.
+#[test]
+fn release_races_a_borrow_from_the_pool() {
+    explore("release_races_a_borrow_from_the_pool", || {
+        let b = Arc::new(backlog(3, &[("a", 1), ("b", 1)]));
+        assert!(b.reserve_for("a", 5).is_ok());
+        assert!(b.reserve_for("a", 5).is_ok()); // borrowed
+        assert!(b.reserve_for("b", 5).is_ok());
+        let releaser = {
+            let b = b.clone();
+            let slot = b.slot("a");
+            thread::spawn(move || b.release_done(slot, 1, 5))
+        };
+        let borrower = {
+            let b = b.clone();
+            thread::spawn(move || b.reserve_for("b", 5).is_ok())
+        };
+        releaser.join().unwrap();
+        let got = borrower.join().unwrap() as u64;
+        assert!(b.pool_used().0 <= 1);
+        assert_eq!(
+            b.pool_used().0,
+            got,
+            "the pool holds b's borrow, or nothing"
+        );
+        assert_eq!(b.trigger_pending("a"), (1, 5));
+        assert_eq!(b.trigger_pending("b"), (1 + got, 5 + 5 * got));
+        assert_eq!(b.pending_events(), 2 + got);
     });
 }

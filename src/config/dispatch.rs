@@ -173,6 +173,10 @@ pub struct RawDispatch {
     /// `max_pending_bytes` (and past `max_pending_events` while bytes allow). Default: a tenth
     /// of `max_wal_bytes`. Range: 0..=`max_wal_bytes`.
     pub absorb_max_bytes: Option<u64>,
+    /// Fraction of `max_pending_events` / `max_pending_bytes` reserved, by default, for the
+    /// triggers (and the default route) without `max_pending`, in equal shares; the rest is the
+    /// common pool. Default: 0.5. Range: 0..=1 (0: no default shares, one shared pool).
+    pub reserved_fraction: Option<f64>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -263,6 +267,7 @@ pub struct DispatchConfig {
     pub max_wal_bytes: u64,
     pub max_dlq_entries: u64,
     pub absorb_max_bytes: u64,
+    pub reserved_fraction: f64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -686,7 +691,16 @@ pub(super) fn build_dispatch(
         0,
         max_wal_bytes,
     )?;
+    let reserved_fraction = r
+        .reserved_fraction
+        .unwrap_or(crate::sched::shares::DEFAULT_RESERVED);
+    if !(0.0..=1.0).contains(&reserved_fraction) {
+        return err(format!(
+            "dispatch.reserved_fraction = {reserved_fraction} is out of range (0 <= reserved_fraction <= 1)"
+        ));
+    }
     Ok(DispatchConfig {
+        reserved_fraction,
         max_pending_events: ranged(
             "dispatch.max_pending_events",
             r.max_pending_events,

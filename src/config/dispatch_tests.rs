@@ -312,6 +312,7 @@ fn dispatch_defaults_and_ranges() {
             max_wal_bytes: 64 << 30,
             max_dlq_entries: 100_000,
             absorb_max_bytes: (64 << 30) / 10,
+            reserved_fraction: 0.5,
         }
     );
     assert!(c.destinations.is_empty());
@@ -400,4 +401,42 @@ fn when_backlog_full_defaults_by_verify_scheme_and_absorb_max_bytes_follows_the_
         e.0.contains("when_backlog_full") && e.0.contains("\"t\""),
         "{e}"
     );
+}
+
+#[test]
+fn max_pending_shares_and_reserved_fraction() {
+    let two = format!(
+        "[dispatch]\nmax_pending_events = 1000\nmax_pending_bytes = 1048576\n\
+         {}max_pending = {{ events = 600 }}\n{}max_pending = {{ events = 400, bytes = 5 }}\n",
+        trig("a", "/a", "http://127.0.0.1:9/x"),
+        trig("b", "/b", "http://127.0.0.1:9/x"),
+    );
+    let c = build(&two).unwrap();
+    use super::super::shares::MaxPending;
+    assert_eq!(
+        c.triggers[0].max_pending,
+        MaxPending {
+            events: Some(600),
+            bytes: None
+        }
+    );
+    assert_eq!(c.triggers[1].max_pending.bytes, Some(5));
+    assert_eq!(c.dispatch.reserved_fraction, 0.5);
+    // Past the bound: an error naming both sides.
+    let e = build(&two.replace("events = 400", "events = 401")).unwrap_err();
+    assert!(
+        e.0.contains("max_pending.events sum to 1001") && e.0.contains("max_pending_events = 1000"),
+        "{e}"
+    );
+    let e = build(&two.replace("events = 600", "events = 0")).unwrap_err();
+    assert!(
+        e.0.contains("\"a\"") && e.0.contains("max_pending.events = 0"),
+        "{e}"
+    );
+    let e = build(&two.replace("bytes = 5", "bytse = 5")).unwrap_err();
+    assert!(e.0.contains("bytse"), "unknown keys are errors: {e}");
+    let e = build("[dispatch]\nreserved_fraction = 1.5\n").unwrap_err();
+    assert!(e.0.contains("dispatch.reserved_fraction = 1.5"), "{e}");
+    let ok = build("[dispatch]\nreserved_fraction = 0\n").unwrap();
+    assert_eq!(ok.dispatch.reserved_fraction, 0.0);
 }

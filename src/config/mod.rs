@@ -27,6 +27,7 @@ mod budgets;
 pub mod dispatch;
 pub mod duration;
 pub mod flow;
+pub mod shares;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -223,6 +224,8 @@ pub struct RawTrigger {
     /// the WAL up to `dispatch.absorb_max_bytes` more, for senders that never retry). Default:
     /// `"absorb"` with `verify = "github"` (GitHub does not redeliver), `"refuse"` otherwise.
     pub when_backlog_full: Option<String>,
+    /// Guaranteed share of the durable backlog, `{ events = N, bytes = B }`; see [`shares`].
+    pub max_pending: Option<shares::RawMaxPending>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -290,6 +293,8 @@ pub struct TriggerConfig {
     pub flow: FlowConfig,
     /// What this trigger's events do when the durable backlog is full.
     pub when_backlog_full: crate::sched::backlog::WhenFull,
+    /// Guaranteed share of the durable backlog (`None` values: the default share).
+    pub max_pending: shares::MaxPending,
 }
 
 /// The validated configuration. Built once at startup; never mutated.
@@ -386,6 +391,7 @@ impl Config {
         let pump = dispatch::build_pump(raw.orchestrator, env, overrides)?;
         let dispatch = dispatch::build_dispatch(raw.dispatch, wal.segment_bytes, server.workers)?;
         let flow = flow::build_flow_settings(raw.flow)?;
+        shares::check_sums(&triggers, &dispatch)?;
         // A gate key can only read headers stored with the event: add them to the stored set.
         for t in &triggers {
             for h in t.flow.headers() {
@@ -789,6 +795,7 @@ fn build_triggers(
         )?;
         let when_backlog_full =
             dispatch::when_backlog_full(&t.id, t.when_backlog_full.as_deref(), &auth)?;
+        let max_pending = shares::build(&t.id, t.max_pending)?;
         out.push(TriggerConfig {
             id: t.id,
             provider: t.provider,
@@ -797,6 +804,7 @@ fn build_triggers(
             auth,
             flow,
             when_backlog_full,
+            max_pending,
         });
     }
     Ok(out)
@@ -938,6 +946,7 @@ mod tests {
                 auth: TriggerAuth::default(),
                 flow: FlowConfig::default(),
                 when_backlog_full: crate::sched::backlog::WhenFull::Refuse,
+                max_pending: Default::default(),
             }]
         );
     }

@@ -196,6 +196,7 @@ mod tests {
                 auth: Default::default(),
                 flow: Default::default(),
                 when_backlog_full: crate::sched::backlog::WhenFull::Refuse,
+                max_pending: Default::default(),
             }],
             true,
         )

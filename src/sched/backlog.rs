@@ -1,40 +1,55 @@
-//! The durable-queue bound: committed-but-not-done events, counted in events and bytes.
+//! The durable-queue bound: committed-but-not-done events, counted in events and bytes, in
+//! per-trigger shares plus a common pool (issue 18; the arithmetic is [`crate::sched::shares`]).
 //!
-//! Ingest *reserves* an event's share before offering it to the WAL (so the bound holds for
-//! events in flight to the disk too) and gives it back if the append fails; the pump releases it
-//! once the event's outcome is durable. Past either bound ingest answers `503 queue_full` with a
-//! `Retry-After` estimated from the measured drain rate, and `/readyz` reports `saturated` with
-//! hysteresis: on at `high × max_events` (or bytes), off again only below `low ×`.
+//! Ingest *reserves* an event's room before offering it to the WAL (so the bound holds for
+//! events in flight to the disk too), in its trigger's slot ([`Backlog::reserve_for`]): from the
+//! trigger's guaranteed share (`[[triggers]] max_pending`, default: an equal part of half the
+//! bound) while it has room, else borrowed from the common pool while *it* has room. It gives the
+//! room back if the append fails; the pump gives it back once the event's outcome is durable
+//! ([`Backlog::release_done`], borrowed first, so the pool frees up for everyone). A trigger past
+//! its share with the pool in use is refused `503 queue_full`, its `Retry-After` from its own
+//! drain rate; the other triggers keep their shares. Events recovered from the WAL at start-up
+//! are counted in their own slot, borrowed from the pool (past its size if need be).
 //!
-//! The two counters are separate atomics, so a reservation is "events first, then bytes, undo on
-//! failure": concurrent reservers can each see the other's tentative bytes and both refuse when
-//! one of them alone would have fit. That errs towards refusing, never past the bound.
+//! `/readyz` reports `saturated` ([`Backlog::is_saturated`]) only when the node as a whole
+//! cannot accept: its *fill* is the smaller of (the pool's fill) and (the share fill that more
+//! than half of the slots reach — the triggers, plus the default route when it is on), taking
+//! the fuller of events and bytes for each; `saturated` from `fill ≥ high`, off again only
+//! below `low` (hysteresis, evaluated when asked).
+//!
+//! The events and bytes are separate counters, so a reservation is "events first, then bytes,
+//! undo on failure": concurrent reservers can each see the other's tentative bytes and both
+//! refuse when one of them alone would have fit. That errs towards refusing, never past a bound.
 //!
 //! # Absorbing triggers (senders that never retry)
 //!
 //! A trigger with `when_backlog_full = "absorb"` ([`WhenFull::Absorb`]; the default for
-//! `verify = "github"`: GitHub does not redeliver a failed delivery) reserves as usual while the
-//! normal bounds allow; past them ([`Backlog::try_reserve_absorbing`]) its events draw on an
-//! *absorb budget* of `absorb_max_bytes`: a reservation is *absorbed* (counted per trigger,
-//! `sluice_ingest_absorbed_total{trigger}`) when the budget in use plus its bytes stays within
-//! `absorb_max_bytes`, and refused (`queue_full`, as today) past it. Which pending events were
-//! absorbed is not tracked: every release drains the budget first (saturating at 0), so the
-//! budget in use is at most the absorbed bytes still pending. Both kinds share the event and
-//! byte counters, so while absorbing triggers hold the backlog above the normal bounds every
-//! `refuse` trigger gets `queue_full`.
+//! `verify = "github"`: GitHub does not redeliver a failed delivery) reserves as usual while its
+//! share and the pool allow; past them its events draw on an *absorb budget* of
+//! `absorb_max_bytes`: a reservation is *absorbed* (counted per trigger,
+//! `sluice_ingest_absorbed_total{trigger}`, and in the trigger's own share, past its size) when
+//! the budget in use plus its bytes stays within `absorb_max_bytes`, and refused (`queue_full`)
+//! past it. Which pending events were absorbed is not tracked: every release drains the budget
+//! first (saturating at 0), so the budget in use is at most the absorbed bytes still pending.
 //!
-//! Bounds: the bytes reserved by normal reservations never pass `max_pending_bytes` (+ one
-//! event) and the budget never passes `absorb_max_bytes`, so pending bytes stay within
-//! `max_pending_bytes + absorb_max_bytes` (+ one event), and pending events within
+//! Bounds: shares + pool = the bound; the bytes of normal reservations never pass
+//! `max_pending_bytes` (+ one event: a single event larger than its trigger's share plus the
+//! whole pool is admitted while the pool is empty) and the budget never passes `absorb_max_bytes`, so pending bytes stay
+//! within `max_pending_bytes + absorb_max_bytes` (+ one event), and pending events within
 //! `max_pending_events + absorb_max_bytes / c`, `c` being the least an event costs (its record
-//! header and ids: over 60 bytes). The budget in use is `sluice_ingest_absorb_bytes`.
+//! header and ids: over 60 bytes), plus the events recovered at start-up. The budget in use is
+//! `sluice_ingest_absorb_bytes`; per trigger `sluice_backlog_events{trigger}` /
+//! `sluice_backlog_bytes{trigger}`; the pool `sluice_backlog_pool_events` / `_bytes`.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64 as StdAtomicU64;
 
 // Through the shim: the bounds are modelled with loom (`loom-tests/tests/backlog.rs`).
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::ingest::sources::RefusalReason;
 use crate::metrics::prom::{MetricType, PromWriter};
+use crate::sched::shares::{split, ShareDim, Split};
 
 /// What a trigger's events do when the durable backlog is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,16 +87,55 @@ pub fn absorbing_triggers(triggers: &[crate::config::TriggerConfig]) -> Vec<&str
         .collect()
 }
 
+/// One trigger's explicit share (`[[triggers]] max_pending`; `None`: the default share).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TriggerShare<'a> {
+    pub id: &'a str,
+    pub events: Option<u64>,
+    pub bytes: Option<u64>,
+}
+
+/// The configured triggers' shares (for [`Backlog::with_triggers`]).
+pub fn trigger_shares(triggers: &[crate::config::TriggerConfig]) -> Vec<TriggerShare<'_>> {
+    triggers
+        .iter()
+        .map(|t| TriggerShare {
+            id: &t.id,
+            events: t.max_pending.events,
+            bytes: t.max_pending.bytes,
+        })
+        .collect()
+}
+
+/// Label of the default route's slot (the built-in trigger id).
+const DEFAULT_SLOT: &str = crate::ingest::router::DEFAULT_TRIGGER_ID;
+/// Label of the slot of the events recovered at start-up.
+const RECOVERED_SLOT: &str = "_recovered";
+
 /// How a reservation fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reserved {
-    /// Within `max_pending_events` / `max_pending_bytes`.
+    /// Within the trigger's share or the pool.
     Within,
-    /// Past them, within the absorbing ceiling.
+    /// Past them, within the absorb budget.
     Absorbed,
 }
 
-/// Shared by all workers (reserve) and the pump (release, drain rate).
+/// Per-slot counters that are metrics, not bounds (`std` atomics, bypassing the loom shim as
+/// `crate::metrics` does; `Relaxed`).
+#[derive(Debug, Default)]
+struct SlotStats {
+    absorbed: StdAtomicU64,
+    /// Events made done (released by the pump), since start.
+    drained: StdAtomicU64,
+    /// `drained` at the last drain-rate update (core 0's pump only).
+    drained_at_update: StdAtomicU64,
+    /// Events made done per second (EWMA) × 1000.
+    rate_milli: StdAtomicU64,
+    refusals: [StdAtomicU64; RefusalReason::COUNT],
+}
+
+/// Shared by all workers (reserve) and the pumps (release, drain rate).
 #[derive(Debug)]
 pub struct Backlog {
     max_events: u64,
@@ -89,11 +143,28 @@ pub struct Backlog {
     high: f64,
     low: f64,
     // All `Relaxed`: each counter is its own message (no other memory is published through it),
-    // and the bound is enforced by the CAS / fetch_add on the counter itself.
+    // and each bound is enforced by the CAS / fetch_add on its own counter.
+    /// Totals over all slots (gauges; the bounds are the shares' and the pool's).
     events: AtomicU64,
     bytes: AtomicU64,
+    share_events: ShareDim,
+    share_bytes: ShareDim,
+    /// Jobs each slot holds of the shared dispatch window (`max_outstanding`), capped per
+    /// trigger (shares only, no pool; [`Backlog::with_window`]).
+    window: ShareDim,
+    /// Durable events the pumps set aside because their trigger's window cap was reached
+    /// (a gauge, `std` atomic).
+    parked: StdAtomicU64,
+    /// Trigger id → slot; slots `0..triggers` are the configured triggers, then the default
+    /// route's, then the recovered events'.
+    slot_of: HashMap<String, usize>,
+    names: Vec<String>,
+    /// Slots counted in the readiness median (the triggers, and the default route when on).
+    ready_slots: usize,
+    absorbing: Vec<bool>,
+    stats: Vec<SlotStats>,
     saturated: AtomicBool,
-    /// Events made done per second (EWMA), × 1000; written by the pump once per second.
+    /// Events made done per second (EWMA), × 1000; written by core 0's pump once per second.
     drain_rate_milli: AtomicU64,
     /// Bytes of WAL segments on disk (measured by the pump every few seconds) and the bound
     /// past which ingest refuses with `wal_full`.
@@ -103,21 +174,40 @@ pub struct Backlog {
     /// its value at the last drain-rate update (written by core 0's pump only).
     drained_total: AtomicU64,
     drained_at_update: AtomicU64,
+    /// Events given back to the pool by done releases, since start, and the pool's drain rate
+    /// (`std` atomics: metrics-like, written by the pumps / core 0's pump).
+    pool_drained: StdAtomicU64,
+    pool_drained_at_update: StdAtomicU64,
+    pool_rate_milli: StdAtomicU64,
     /// The absorb budget: bytes absorbing triggers may reserve past the normal bounds.
     absorb_max_bytes: u64,
     /// The budget in use (`Relaxed`, like the other counters).
     absorb_bytes: AtomicU64,
-    /// Absorbing trigger id → its index in `absorbed` (empty: no absorbing trigger).
-    absorbing: HashMap<String, usize>,
-    /// Events absorbed, per absorbing trigger (`Relaxed`; metrics counters, `std` atomics
-    /// bypassing the shim as `crate::metrics` does).
-    absorbed: Vec<(String, std::sync::atomic::AtomicU64)>,
 }
 
 /// Most seconds a `queue_full` refusal asks the client to wait.
 pub const MAX_RETRY_AFTER_SECS: u64 = 60;
 
+/// `ceil(excess / rate)` seconds, 1..=[`MAX_RETRY_AFTER_SECS`] (the maximum when nothing drains).
+fn retry_after(excess: u64, rate: f64) -> u64 {
+    if rate <= 0.0 {
+        return MAX_RETRY_AFTER_SECS;
+    }
+    ((excess.max(1) as f64 / rate).ceil() as u64).clamp(1, MAX_RETRY_AFTER_SECS)
+}
+
+fn ewma(old_milli: u64, sample: f64) -> u64 {
+    let old = old_milli as f64 / 1000.0;
+    let v = if old == 0.0 {
+        sample
+    } else {
+        0.7 * old + 0.3 * sample
+    };
+    (v * 1000.0) as u64
+}
+
 impl Backlog {
+    /// A backlog without configured triggers (the default route's slot has the default share).
     pub fn new(max_events: u64, max_bytes: u64, high: f64, low: f64) -> Backlog {
         Backlog::with_wal_limit(max_events, max_bytes, high, low, u64::MAX)
     }
@@ -131,73 +221,220 @@ impl Backlog {
         low: f64,
         max_wal_bytes: u64,
     ) -> Backlog {
-        Backlog {
+        let max_events = max_events.max(1);
+        let max_bytes = max_bytes.max(1);
+        let mut b = Backlog {
             wal_bytes: AtomicU64::new(0),
             max_wal_bytes,
-            max_events: max_events.max(1),
-            max_bytes: max_bytes.max(1),
+            max_events,
+            max_bytes,
             high,
             low,
             events: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            share_events: ShareDim::new(Split {
+                shares: vec![],
+                pool: 0,
+            }),
+            share_bytes: ShareDim::new(Split {
+                shares: vec![],
+                pool: 0,
+            }),
+            window: ShareDim::new(Split {
+                shares: vec![],
+                pool: 0,
+            }),
+            parked: StdAtomicU64::new(0),
+            slot_of: HashMap::new(),
+            names: Vec::new(),
+            ready_slots: 0,
+            absorbing: Vec::new(),
+            stats: Vec::new(),
             saturated: AtomicBool::new(false),
             drain_rate_milli: AtomicU64::new(0),
             drained_total: AtomicU64::new(0),
             drained_at_update: AtomicU64::new(0),
+            pool_drained: StdAtomicU64::new(0),
+            pool_drained_at_update: StdAtomicU64::new(0),
+            pool_rate_milli: StdAtomicU64::new(0),
             absorb_max_bytes: 0,
             absorb_bytes: AtomicU64::new(0),
-            absorbing: HashMap::new(),
-            absorbed: Vec::new(),
-        }
+        };
+        b.set_slots(&[], true, crate::sched::shares::DEFAULT_RESERVED)
+            .expect("no explicit share cannot pass the bound");
+        b
     }
 
-    /// Lets the triggers `absorbing` fill `absorb_max_bytes` past the byte bound (and past the
-    /// event bound while bytes allow); see the module docs.
+    /// Gives each trigger its slot and share (module docs, [`crate::sched::shares`]); the
+    /// default route's slot counts for readiness only when `default_route` is on (off: its share
+    /// is 0). Call before [`Backlog::with_absorb`] and before any reservation. `Err` names the
+    /// dimension whose explicit shares pass the bound (the config validates this first).
+    pub fn with_triggers(
+        mut self,
+        triggers: &[TriggerShare<'_>],
+        default_route: bool,
+        reserved_fraction: f64,
+    ) -> Result<Backlog, String> {
+        self.set_slots(triggers, default_route, reserved_fraction)?;
+        Ok(self)
+    }
+
+    fn set_slots(
+        &mut self,
+        triggers: &[TriggerShare<'_>],
+        default_route: bool,
+        reserved: f64,
+    ) -> Result<(), String> {
+        let off = (!default_route).then_some(0);
+        let mut events: Vec<Option<u64>> = triggers.iter().map(|t| t.events).collect();
+        let mut bytes: Vec<Option<u64>> = triggers.iter().map(|t| t.bytes).collect();
+        events.push(off);
+        bytes.push(off);
+        let split_of = |max: u64, explicit: &[Option<u64>], what: &str| {
+            let mut s = split(max, explicit, reserved).map_err(|sum| {
+                format!("the triggers' max_pending.{what} sum to {sum}, past max_pending_{what} = {max}")
+            })?;
+            s.shares.push(0); // the recovered slot: borrowed only
+            Ok::<Split, String>(s)
+        };
+        self.share_events = ShareDim::new(split_of(self.max_events, &events, "events")?);
+        self.share_bytes = ShareDim::new(split_of(self.max_bytes, &bytes, "bytes")?);
+        self.window = ShareDim::new(Split {
+            shares: vec![u64::MAX; triggers.len() + 2],
+            pool: 0,
+        });
+        self.names = triggers.iter().map(|t| t.id.to_owned()).collect();
+        self.names.push(DEFAULT_SLOT.to_owned());
+        self.names.push(RECOVERED_SLOT.to_owned());
+        self.slot_of = triggers
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.id.to_owned(), i))
+            .collect();
+        self.ready_slots = triggers.len() + usize::from(default_route);
+        self.absorbing = vec![false; self.names.len()];
+        self.stats = (0..self.names.len())
+            .map(|_| SlotStats::default())
+            .collect();
+        Ok(())
+    }
+
+    /// Lets the triggers `absorbing` fill `absorb_max_bytes` past their share and the pool
+    /// (module docs). Ids without a slot (not given to [`Backlog::with_triggers`]) are ignored.
     pub fn with_absorb(mut self, absorb_max_bytes: u64, absorbing: &[&str]) -> Backlog {
         self.absorb_max_bytes = absorb_max_bytes;
         for id in absorbing {
-            let i = self.absorbed.len();
-            self.absorbing.insert((*id).to_owned(), i);
-            self.absorbed
-                .push(((*id).to_owned(), std::sync::atomic::AtomicU64::new(0)));
+            if let Some(&s) = self.slot_of.get(*id) {
+                self.absorbing[s] = true;
+            }
         }
         self
     }
 
-    /// Reserves room for one event of `bytes` of trigger `trigger_id`, by that trigger's
-    /// [`WhenFull`] policy. `Err(retry_after_secs)` past its bound.
-    pub fn reserve_for(&self, trigger_id: &str, bytes: u64) -> Result<Reserved, u64> {
-        let slot = match self.absorbing.is_empty() {
-            true => None,
-            false => self.absorbing.get(trigger_id).copied(),
+    /// Caps the jobs one trigger may hold of the shared dispatch window when two or more
+    /// triggers have a handler: `max_outstanding − max_outstanding / 4` (at least 1), so a
+    /// quarter of the window is always left to the others (DESIGN.md "Backlog shares"). With
+    /// fewer, no cap. Call after [`Backlog::with_triggers`].
+    pub fn with_window(mut self, max_outstanding: usize, triggers_with_handler: usize) -> Backlog {
+        let cap = match triggers_with_handler {
+            0 | 1 => u64::MAX,
+            _ => (max_outstanding - max_outstanding / 4).max(1) as u64,
         };
-        let Some(slot) = slot else {
-            return self.try_reserve(bytes).map(|()| Reserved::Within);
-        };
-        let r = self.try_reserve_absorbing(bytes)?;
-        if r == Reserved::Absorbed {
-            self.absorbed[slot]
-                .1
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(r)
+        self.window = ShareDim::new(Split {
+            shares: vec![cap; self.names.len()],
+            pool: 0,
+        });
+        self
     }
 
-    /// A reservation for an absorbing trigger: within the normal bounds if they allow, else
-    /// from the absorb budget (module docs). `Err(retry_after_secs)` past both.
-    pub fn try_reserve_absorbing(&self, bytes: u64) -> Result<Reserved, u64> {
-        if self.try_reserve(bytes).is_ok() {
+    /// Takes one of the dispatch window's slots for trigger slot `slot`; false at its cap.
+    pub fn window_take(&self, slot: usize) -> bool {
+        self.window.take(slot, 1).is_some()
+    }
+
+    /// Gives one window slot of `slot` back.
+    pub fn window_give(&self, slot: usize) {
+        self.window.give(slot, 1);
+    }
+
+    /// True while `slot` is below its window cap.
+    pub fn window_room(&self, slot: usize) -> bool {
+        self.window.own(slot) < self.window.share(slot)
+    }
+
+    /// A pump set `n` events aside (`parked_delta > 0`) or took them back (`< 0`).
+    pub fn note_parked(&self, parked_delta: i64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        match parked_delta >= 0 {
+            true => self.parked.fetch_add(parked_delta as u64, Relaxed),
+            false => self.parked.fetch_sub(parked_delta.unsigned_abs(), Relaxed),
+        };
+    }
+
+    /// The slot of trigger `id`: its own, or the default route's for an id the config does not
+    /// name (the default route, a replay of a trigger since removed).
+    pub fn slot(&self, id: &str) -> usize {
+        self.slot_of
+            .get(id)
+            .copied()
+            .unwrap_or(self.names.len() - 2)
+    }
+
+    /// The slot of the events recovered at start-up.
+    pub fn recovered_slot(&self) -> usize {
+        self.names.len() - 1
+    }
+
+    /// Reserves room for one event of `bytes` of trigger `trigger_id`, by that trigger's
+    /// [`WhenFull`] policy. `Err(retry_after_secs)` past its share with the pool in use.
+    pub fn reserve_for(&self, trigger_id: &str, bytes: u64) -> Result<Reserved, u64> {
+        self.reserve_slot(self.slot(trigger_id), bytes)
+    }
+
+    /// [`Backlog::reserve_for`] by slot.
+    pub fn reserve_slot(&self, slot: usize, bytes: u64) -> Result<Reserved, u64> {
+        if self.try_take(slot, bytes) {
             return Ok(Reserved::Within);
+        }
+        if !self.absorbing[slot] {
+            return Err(self.retry_after_secs_for(slot));
         }
         let before = self.absorb_bytes.fetch_add(bytes, Ordering::Relaxed);
         if before + bytes > self.absorb_max_bytes {
             sub_saturating(&self.absorb_bytes, bytes);
-            return Err(self.retry_after_secs());
+            return Err(self.retry_after_secs_for(slot));
         }
+        self.share_events.force_own(slot, 1);
+        self.share_bytes.force_own(slot, bytes);
         self.events.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.update_saturation();
+        self.stats[slot]
+            .absorbed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Reserved::Absorbed)
+    }
+
+    /// One event of `bytes` into `slot`'s share or the pool; false (nothing left behind) if
+    /// neither has room.
+    fn try_take(&self, slot: usize, bytes: u64) -> bool {
+        if self.share_events.take(slot, 1).is_none() {
+            return false;
+        }
+        let could_never_fit =
+            || bytes > self.share_bytes.share(slot) + self.share_bytes.pool_size();
+        if self.share_bytes.take(slot, bytes).is_some()
+            // A single event larger than its trigger's share and the whole pool is still
+            // admitted while the pool is empty, one at a time (the body limit is the real bound
+            // on it): without this it could never be accepted.
+            || (could_never_fit() && self.share_bytes.force_if_pool_empty(slot, bytes))
+        {
+            self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        } else {
+            self.share_events.give(slot, 1);
+            return false;
+        }
+        self.events.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// The absorb budget in use, bytes.
@@ -207,25 +444,142 @@ impl Backlog {
 
     /// Events absorbed so far by trigger `id` (0 for a trigger that does not absorb).
     pub fn absorbed(&self, id: &str) -> u64 {
-        self.absorbing.get(id).map_or(0, |&i| {
-            self.absorbed[i]
-                .1
+        self.slot_of.get(id).map_or(0, |&s| {
+            self.stats[s]
+                .absorbed
                 .load(std::sync::atomic::Ordering::Relaxed)
         })
     }
 
-    /// `sluice_ingest_absorbed_total{trigger}`, one sample per absorbing trigger.
+    /// Counts events that were pending at start-up (recovered from the WAL) in the recovered
+    /// slot, borrowed from the pool past its size if need be: the triggers keep their shares
+    /// and borrow again once these drain. The pump releases them from that slot.
+    pub fn preload(&self, events: u64, bytes: u64) {
+        let slot = self.recovered_slot();
+        self.share_events.force_pool(slot, events);
+        self.share_bytes.force_pool(slot, bytes);
+        self.events.fetch_add(events, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Gives back one event's reservation of trigger `trigger_id` (its append failed).
+    pub fn release_for(&self, trigger_id: &str, bytes: u64) {
+        self.release_slot(self.slot(trigger_id), 1, bytes);
+    }
+
+    /// Gives back `events` reservations of `slot` totalling `bytes` that are now done (the
+    /// pump): counted in the slot's drain rate.
+    pub fn release_done(&self, slot: usize, events: u64, bytes: u64) {
+        let to_pool = self.release_slot(slot, events, bytes);
+        use std::sync::atomic::Ordering::Relaxed;
+        self.stats[slot].drained.fetch_add(events, Relaxed);
+        self.pool_drained.fetch_add(to_pool, Relaxed);
+    }
+
+    /// Gives back `events` reservations of `slot` totalling `bytes` (draining the absorb budget
+    /// first, then the slot's borrowed, then its own share). Returns the events given back
+    /// to the pool.
+    pub fn release_slot(&self, slot: usize, events: u64, bytes: u64) -> u64 {
+        if self.absorb_max_bytes > 0 {
+            sub_saturating(&self.absorb_bytes, bytes);
+        }
+        let to_pool = self.share_events.give(slot, events);
+        self.share_bytes.give(slot, bytes);
+        sub_saturating(&self.events, events);
+        sub_saturating(&self.bytes, bytes);
+        to_pool
+    }
+
+    /// Counts a refusal of trigger `trigger_id`'s event for `reason`
+    /// (`sluice_ingest_trigger_refusals_total`).
+    pub fn count_refusal(&self, trigger_id: &str, reason: RefusalReason) {
+        self.stats[self.slot(trigger_id)].refusals[reason as usize]
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Refusals of trigger `trigger_id`'s events for `reason` so far.
+    pub fn refusals(&self, trigger_id: &str, reason: RefusalReason) -> u64 {
+        self.stats[self.slot(trigger_id)].refusals[reason as usize]
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The node's fill (module docs): min(pool fill, the share fill more than half of the
+    /// readiness slots reach), each the fuller of events and bytes.
+    pub fn node_fill(&self) -> f64 {
+        let pool = self
+            .share_events
+            .pool_fill()
+            .max(self.share_bytes.pool_fill());
+        if self.ready_slots == 0 {
+            return pool;
+        }
+        let mut fills: Vec<f64> = (0..self.ready_slots)
+            .map(|s| {
+                self.share_events
+                    .share_fill(s)
+                    .max(self.share_bytes.share_fill(s))
+            })
+            .collect();
+        fills.sort_by(|a, b| b.total_cmp(a));
+        pool.min(fills[self.ready_slots / 2])
+    }
+
+    /// `/readyz` reports `saturated` while true: on at a node fill ≥ `high`, off below `low`.
+    pub fn is_saturated(&self) -> bool {
+        let fill = self.node_fill();
+        if fill >= self.high {
+            self.saturated.store(true, Ordering::Relaxed);
+        } else if fill < self.low {
+            self.saturated.store(false, Ordering::Relaxed);
+        }
+        self.saturated.load(Ordering::Relaxed)
+    }
+
+    /// True when trigger `id` has filled its own share (events or bytes).
+    pub fn trigger_at_share(&self, id: &str) -> bool {
+        let s = self.slot(id);
+        self.share_events.share_fill(s) >= 1.0 || self.share_bytes.share_fill(s) >= 1.0
+    }
+
+    /// Events and bytes trigger `id` holds (its share and what it borrowed).
+    pub fn trigger_pending(&self, id: &str) -> (u64, u64) {
+        let s = self.slot(id);
+        (self.share_events.used(s), self.share_bytes.used(s))
+    }
+
+    /// The pool in use: (events, bytes).
+    pub fn pool_used(&self) -> (u64, u64) {
+        (self.share_events.pool_used(), self.share_bytes.pool_used())
+    }
+
+    /// The pool's size: (events, bytes).
+    pub fn pool_size(&self) -> (u64, u64) {
+        (self.share_events.pool_size(), self.share_bytes.pool_size())
+    }
+
+    /// Trigger `id`'s guaranteed share: (events, bytes).
+    pub fn share_of(&self, id: &str) -> (u64, u64) {
+        let s = self.slot(id);
+        (self.share_events.share(s), self.share_bytes.share(s))
+    }
+
+    /// Per-trigger gauges, refusals and the pool; absorbed events and the absorb budget.
     pub fn render_prometheus(&self, w: &mut PromWriter) {
+        self.render_shares(w);
         const NAME: &str = "sluice_ingest_absorbed_total";
         w.header(
             NAME,
-            "Events accepted past max_pending_events/max_pending_bytes by triggers with \
+            "Events accepted past their trigger's share and the pool by triggers with \
              when_backlog_full = \"absorb\", by trigger.",
             MetricType::Counter,
         );
-        for (id, n) in &self.absorbed {
-            let n = n.load(std::sync::atomic::Ordering::Relaxed);
-            w.sample_u64(NAME, &[("trigger", id)], n);
+        for (s, id) in self.names.iter().enumerate() {
+            if self.absorbing[s] {
+                let n = self.stats[s]
+                    .absorbed
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                w.sample_u64(NAME, &[("trigger", id)], n);
+            }
         }
         const BUDGET: &str = "sluice_ingest_absorb_bytes";
         w.header(
@@ -236,83 +590,95 @@ impl Backlog {
         w.sample_u64(BUDGET, &[], self.absorb_bytes());
     }
 
-    /// Counts events that were pending at start-up (recovered from the WAL). They may exceed
-    /// the bound (a smaller bound than before a restart); ingest then refuses until they drain.
-    pub fn preload(&self, events: u64, bytes: u64) {
-        self.events.fetch_add(events, Ordering::Relaxed);
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.update_saturation();
-    }
-
-    /// Reserves room for one event of `bytes`. `Err(retry_after_secs)` past either bound.
-    pub fn try_reserve(&self, bytes: u64) -> Result<(), u64> {
-        let mut cur = self.events.load(Ordering::Relaxed);
-        loop {
-            if cur >= self.max_events {
-                return Err(self.retry_after_secs());
+    fn render_shares(&self, w: &mut PromWriter) {
+        let per_slot: [(&str, &str, &ShareDim, bool); 4] = [
+            (
+                "sluice_backlog_events",
+                "Committed events not yet done, by trigger (its share and what it borrowed).",
+                &self.share_events,
+                false,
+            ),
+            (
+                "sluice_backlog_bytes",
+                "Bytes of committed events not yet done, by trigger.",
+                &self.share_bytes,
+                false,
+            ),
+            (
+                "sluice_backlog_share_events",
+                "Events of the backlog guaranteed to each trigger (max_pending.events).",
+                &self.share_events,
+                true,
+            ),
+            (
+                "sluice_backlog_share_bytes",
+                "Bytes of the backlog guaranteed to each trigger (max_pending.bytes).",
+                &self.share_bytes,
+                true,
+            ),
+        ];
+        for (name, help, dim, share) in per_slot {
+            w.header(name, help, MetricType::Gauge);
+            for (s, id) in self.names.iter().enumerate() {
+                let v = if share { dim.share(s) } else { dim.used(s) };
+                w.sample_u64(name, &[("trigger", id)], v);
             }
-            match self.events.compare_exchange_weak(
-                cur,
-                cur + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(now) => cur = now,
+        }
+        for (name, help, dim) in [
+            (
+                "sluice_backlog_pool_events",
+                "Events borrowed from the backlog's common pool, and its size.",
+                &self.share_events,
+            ),
+            (
+                "sluice_backlog_pool_bytes",
+                "Bytes borrowed from the backlog's common pool, and its size.",
+                &self.share_bytes,
+            ),
+        ] {
+            w.header(name, help, MetricType::Gauge);
+            w.sample_u64(name, &[("state", "used")], dim.pool_used());
+            w.sample_u64(name, &[("state", "size")], dim.pool_size());
+        }
+        const PARKED: &str = "sluice_pump_parked_events";
+        w.header(
+            PARKED,
+            "Durable events set aside by the pumps because their trigger holds its cap of the \
+             dispatch window (max_outstanding); at most 4096 per log.",
+            MetricType::Gauge,
+        );
+        w.sample_u64(
+            PARKED,
+            &[],
+            self.parked.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        const WINDOW: &str = "sluice_pump_window_jobs";
+        w.header(
+            WINDOW,
+            "Jobs of the dispatch window (max_outstanding) held, by trigger.",
+            MetricType::Gauge,
+        );
+        for (s, id) in self.names.iter().enumerate().take(self.names.len() - 1) {
+            w.sample_u64(WINDOW, &[("trigger", id)], self.window.own(s));
+        }
+        const REFUSED: &str = "sluice_ingest_trigger_refusals_total";
+        w.header(
+            REFUSED,
+            "Events refused by the durable queue (queue_full, wal_full, wal_busy, \
+             wal_unavailable), by trigger and reason.",
+            MetricType::Counter,
+        );
+        for (s, id) in self.names.iter().enumerate().take(self.names.len() - 1) {
+            for r in [
+                RefusalReason::QueueFull,
+                RefusalReason::WalFull,
+                RefusalReason::WalBusy,
+                RefusalReason::WalUnavailable,
+            ] {
+                let n =
+                    self.stats[s].refusals[r as usize].load(std::sync::atomic::Ordering::Relaxed);
+                w.sample_u64(REFUSED, &[("reason", r.as_str()), ("trigger", id)], n);
             }
-        }
-        let before = self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        if before + bytes > self.max_bytes && before > 0 {
-            // A single event larger than the whole byte bound is still admitted when the queue
-            // is empty (the body limit is the real bound on it); otherwise refuse. Undone
-            // without touching the absorb budget: nothing pending was released.
-            self.undo(bytes);
-            return Err(self.retry_after_secs());
-        }
-        self.update_saturation();
-        Ok(())
-    }
-
-    /// Gives back one event's reservation (append failed, or the event is done).
-    pub fn release(&self, bytes: u64) {
-        self.release_many(1, bytes);
-    }
-
-    /// Gives back `events` reservations totalling `bytes` (draining the absorb budget first).
-    pub fn release_many(&self, events: u64, bytes: u64) {
-        if self.absorb_max_bytes > 0 {
-            sub_saturating(&self.absorb_bytes, bytes);
-        }
-        self.take_back(events, bytes);
-    }
-
-    /// Undoes this thread's own tentative reservation of one event of `bytes`.
-    fn undo(&self, bytes: u64) {
-        self.take_back(1, bytes);
-    }
-
-    fn take_back(&self, events: u64, bytes: u64) {
-        let _ = self
-            .events
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |e| {
-                Some(e.saturating_sub(events))
-            });
-        let _ = self
-            .bytes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                Some(b.saturating_sub(bytes))
-            });
-        self.update_saturation();
-    }
-
-    fn update_saturation(&self) {
-        let e = self.events.load(Ordering::Relaxed) as f64 / self.max_events as f64;
-        let b = self.bytes.load(Ordering::Relaxed) as f64 / self.max_bytes as f64;
-        let fill = e.max(b);
-        if fill >= self.high {
-            self.saturated.store(true, Ordering::Relaxed);
-        } else if fill < self.low {
-            self.saturated.store(false, Ordering::Relaxed);
         }
     }
 
@@ -330,11 +696,6 @@ impl Backlog {
         self.wal_bytes().saturating_add(segment_bytes) > self.max_wal_bytes
     }
 
-    /// `/readyz` reports `saturated` while true.
-    pub fn is_saturated(&self) -> bool {
-        self.saturated.load(Ordering::Relaxed)
-    }
-
     pub fn pending_events(&self) -> u64 {
         self.events.load(Ordering::Relaxed)
     }
@@ -348,15 +709,9 @@ impl Backlog {
         if elapsed_secs <= 0.0 {
             return;
         }
-        let sample = done as f64 / elapsed_secs;
-        let old = self.drain_rate_milli.load(Ordering::Relaxed) as f64 / 1000.0;
-        let ewma = if old == 0.0 {
-            sample
-        } else {
-            0.7 * old + 0.3 * sample
-        };
+        let old = self.drain_rate_milli.load(Ordering::Relaxed);
         self.drain_rate_milli
-            .store((ewma * 1000.0) as u64, Ordering::Relaxed);
+            .store(ewma(old, done as f64 / elapsed_secs), Ordering::Relaxed);
     }
 
     /// A core's pump made `n` more events done.
@@ -365,11 +720,27 @@ impl Backlog {
     }
 
     /// Folds the events made done since the last call, over `elapsed_secs`, into the drain
-    /// rate. Called once a second by one pump (core 0's) for all of them.
+    /// rates (the node's and each trigger's). Called once a second by one pump (core 0's).
     pub fn update_drain_rate(&self, elapsed_secs: f64) {
         let total = self.drained_total.load(Ordering::Relaxed);
         let last = self.drained_at_update.swap(total, Ordering::Relaxed);
         self.record_drained(total.saturating_sub(last), elapsed_secs);
+        if elapsed_secs <= 0.0 {
+            return;
+        }
+        use std::sync::atomic::Ordering::Relaxed;
+        let total = self.pool_drained.load(Relaxed);
+        let last = self.pool_drained_at_update.swap(total, Relaxed);
+        let sample = total.saturating_sub(last) as f64 / elapsed_secs;
+        let old = self.pool_rate_milli.load(Relaxed);
+        self.pool_rate_milli.store(ewma(old, sample), Relaxed);
+        for st in &self.stats {
+            let total = st.drained.load(Relaxed);
+            let last = st.drained_at_update.swap(total, Relaxed);
+            let sample = total.saturating_sub(last) as f64 / elapsed_secs;
+            st.rate_milli
+                .store(ewma(st.rate_milli.load(Relaxed), sample), Relaxed);
+        }
     }
 
     /// A pump measured one of its logs at `new` bytes on disk, `old` at its last measurement.
@@ -381,133 +752,42 @@ impl Backlog {
         }
     }
 
-    /// Events per second the pump has been making done (EWMA).
+    /// Events per second the pumps have been making done (EWMA).
     pub fn drain_rate(&self) -> f64 {
         self.drain_rate_milli.load(Ordering::Relaxed) as f64 / 1000.0
     }
 
-    /// Seconds until the backlog should have drained below the low-water mark at the measured
-    /// rate: `ceil(excess / rate)`, at least 1, at most [`MAX_RETRY_AFTER_SECS`] (also when
-    /// nothing drains at all).
+    /// The room per second that comes back to trigger `id` (EWMAs): its own events made done
+    /// (its share frees up) plus the events given back to the common pool by every trigger
+    /// (the pool frees up). What its `queue_full` refusals are promised
+    /// (`ReturnSchedule::queue_full`).
+    pub fn drain_rate_of(&self, id: &str) -> f64 {
+        self.room_rate(self.slot(id))
+    }
+
+    fn room_rate(&self, slot: usize) -> f64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let own = self.stats[slot].rate_milli.load(Relaxed);
+        (own + self.pool_rate_milli.load(Relaxed)) as f64 / 1000.0
+    }
+
+    /// Seconds until the node's backlog should have drained below the low-water mark at the
+    /// measured rate (`wal_full` refusals): `ceil(excess / rate)`, 1..=[`MAX_RETRY_AFTER_SECS`].
     pub fn retry_after_secs(&self) -> u64 {
         let target = (self.max_events as f64 * self.low).floor() as u64;
-        let excess = self
-            .events
-            .load(Ordering::Relaxed)
-            .saturating_sub(target)
-            .max(1);
-        let rate = self.drain_rate();
-        if rate <= 0.0 {
-            return MAX_RETRY_AFTER_SECS;
-        }
-        ((excess as f64 / rate).ceil() as u64).clamp(1, MAX_RETRY_AFTER_SECS)
+        let excess = self.pending_events().saturating_sub(target);
+        retry_after(excess, self.drain_rate())
+    }
+
+    /// As [`Backlog::retry_after_secs`] for one slot: until it holds less than `low ×` its share,
+    /// at the rate room comes back to it ([`Backlog::drain_rate_of`]).
+    fn retry_after_secs_for(&self, slot: usize) -> u64 {
+        let target = (self.share_events.share(slot) as f64 * self.low).floor() as u64;
+        let excess = self.share_events.used(slot).saturating_sub(target);
+        retry_after(excess, self.room_rate(slot))
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bound_on_events_and_release() {
-        let b = Backlog::new(3, 1 << 30, 0.9, 0.5);
-        for _ in 0..3 {
-            b.try_reserve(10).unwrap();
-        }
-        assert!(b.try_reserve(10).is_err());
-        assert_eq!(b.pending_events(), 3);
-        b.release(10);
-        b.try_reserve(10).unwrap();
-        assert_eq!(b.pending_bytes(), 30);
-    }
-
-    #[test]
-    fn bound_on_bytes_undoes_the_event() {
-        let b = Backlog::new(100, 100, 0.9, 0.5);
-        b.try_reserve(60).unwrap();
-        assert!(b.try_reserve(60).is_err());
-        assert_eq!((b.pending_events(), b.pending_bytes()), (1, 60));
-        // An oversized event alone is admitted on an empty queue.
-        let empty = Backlog::new(100, 100, 0.9, 0.5);
-        empty.try_reserve(500).unwrap();
-    }
-
-    #[test]
-    fn saturation_has_hysteresis() {
-        let b = Backlog::new(10, 1 << 30, 0.8, 0.5);
-        for _ in 0..7 {
-            b.try_reserve(1).unwrap();
-        }
-        assert!(!b.is_saturated());
-        b.try_reserve(1).unwrap();
-        assert!(b.is_saturated()); // 8/10 >= 0.8
-        b.release_many(2, 2);
-        assert!(b.is_saturated()); // 6/10: still above low
-        b.release_many(2, 2);
-        assert!(!b.is_saturated()); // 4/10 < 0.5
-    }
-
-    #[test]
-    fn wal_full_leaves_room_for_one_segment() {
-        let b = Backlog::with_wal_limit(10, 1 << 30, 0.9, 0.5, 100);
-        b.set_wal_bytes(60);
-        assert!(!b.wal_full(40));
-        assert!(b.wal_full(41));
-    }
-
-    #[test]
-    fn absorbing_triggers_fill_past_the_bounds_up_to_the_absorb_budget() {
-        let b = Backlog::new(3, 1000, 0.9, 0.5).with_absorb(100, &["gh"]);
-        for _ in 0..3 {
-            assert_eq!(b.reserve_for("gh", 10), Ok(Reserved::Within));
-        }
-        // Past max_events: a refusing trigger is refused, the absorbing one absorbed.
-        assert!(b.reserve_for("generic", 10).is_err());
-        assert_eq!(b.reserve_for("gh", 10), Ok(Reserved::Absorbed));
-        assert_eq!((b.absorbed("gh"), b.absorbed("generic")), (1, 0));
-        // The budget: 100 bytes.
-        for _ in 0..9 {
-            assert_eq!(b.reserve_for("gh", 10), Ok(Reserved::Absorbed));
-        }
-        assert_eq!(b.absorb_bytes(), 100);
-        assert_eq!((b.pending_events(), b.pending_bytes()), (13, 130));
-        assert!(b.reserve_for("gh", 1).is_err(), "past the absorb budget");
-        assert_eq!((b.pending_events(), b.pending_bytes()), (13, 130), "undone");
-        assert_eq!(b.absorb_bytes(), 100);
-        assert!(b.reserve_for("generic", 1).is_err());
-        assert_eq!(b.absorbed("gh"), 10);
-        assert!(b.is_saturated());
-        // Releases drain the budget first.
-        b.release_many(2, 20);
-        assert_eq!(b.absorb_bytes(), 80);
-        assert_eq!(b.reserve_for("gh", 20), Ok(Reserved::Absorbed));
-        // Drained below the normal bounds: everyone is in again, the budget is free.
-        b.release_many(12, 130);
-        assert_eq!(b.absorb_bytes(), 0);
-        assert_eq!(b.reserve_for("generic", 10), Ok(Reserved::Within));
-        // The byte bound (events within theirs) absorbs the same way.
-        let b = Backlog::new(100, 100, 0.9, 0.5).with_absorb(50, &["gh"]);
-        assert_eq!(b.reserve_for("gh", 90), Ok(Reserved::Within));
-        assert_eq!(b.reserve_for("gh", 20), Ok(Reserved::Absorbed));
-        assert!(b.reserve_for("gh", 31).is_err());
-        let mut w = PromWriter::new();
-        b.render_prometheus(&mut w);
-        for line in [
-            "sluice_ingest_absorbed_total{trigger=\"gh\"} 1\n",
-            "sluice_ingest_absorb_bytes 20\n",
-        ] {
-            assert!(w.as_str().contains(line), "{}", w.as_str());
-        }
-    }
-
-    #[test]
-    fn retry_after_follows_the_drain_rate() {
-        let b = Backlog::new(100, 1 << 30, 0.9, 0.5);
-        assert_eq!(b.retry_after_secs(), MAX_RETRY_AFTER_SECS); // nothing drains yet
-        b.preload(100, 100);
-        b.record_drained(10, 1.0);
-        assert_eq!(b.retry_after_secs(), 5); // 50 over the low mark at 10/s
-        b.record_drained(1000, 1.0);
-        assert_eq!(b.retry_after_secs(), 1);
-    }
-}
+#[cfg(all(test, not(loom)))]
+#[path = "backlog_tests.rs"]
+mod tests;

@@ -12,5 +12,6 @@ pub mod outstanding;
 pub mod placement;
 pub mod pump;
 pub mod runtime;
+pub mod shares;
 pub mod state;
 pub mod worker;

@@ -27,7 +27,9 @@
 //! Bounds: jobs out ≤ `max_outstanding`; the window ≤ [`WINDOW_EVENTS`] / [`WINDOW_BYTES`];
 //! records with the commit helper ≤ [`MAX_RECORDS_IN_FLIGHT`] per log; `Done` entries queued ≤
 //! [`MAX_DONE_ENTRIES`] per log (admission stops there); `Retry` records queued ≤ one per outcome
-//! received; dead letters waiting for room in a full DLQ count as outstanding.
+//! received; dead letters waiting for room in a full DLQ ≤ the events pending (each stays in its
+//! trigger's backlog share, so a full DLQ refuses only the triggers whose events wait for it,
+//! but gives its `max_outstanding` slot back: other triggers keep being dispatched).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -63,6 +65,10 @@ pub const PUMP_TICKET: u64 = 1 << 63;
 #[derive(Debug, Clone)]
 struct Live {
     cost: u64,
+    /// Its backlog slot (its trigger's, or the recovered events'), released when it is done.
+    slot: usize,
+    /// The trigger slot whose dispatch-window cap it holds while `outstanding`.
+    window: Option<usize>,
     received_at_ms: u64,
     outstanding: bool,
 }
@@ -94,6 +100,11 @@ struct LogPump {
     source: Source,
     recovered: DispatchRecovery,
     live: BTreeMap<Lsn, Live>,
+    /// Durable events set aside because their trigger held its dispatch-window cap, in LSN
+    /// order, with their trigger slot; ≤ [`WINDOW_EVENTS`] / [`WINDOW_BYTES`] (then the log
+    /// is not read further until some are admitted).
+    parked: VecDeque<(Lsn, EventRecord, usize)>,
+    parked_bytes: u64,
     done_queue: Vec<DoneEntry>,
     retry_queue: VecDeque<RetryRecord>,
     records_in_flight: usize,
@@ -134,11 +145,20 @@ impl LogPump {
             Source::Log(tail) => tail.next_lsn(),
             Source::Memory { events, .. } => events.front().map_or(self.durable + 1, |e| e.0),
         };
+        let parked = self
+            .parked
+            .front()
+            .map_or(unadmitted, |p| p.0.min(unadmitted));
         self.live
             .keys()
             .next()
             .copied()
-            .map_or(unadmitted, |l| l.min(unadmitted))
+            .map_or(parked, |l| l.min(parked))
+    }
+
+    /// True when no more events may be set aside.
+    fn parked_full(&self) -> bool {
+        self.parked.len() >= WINDOW_EVENTS || self.parked_bytes >= WINDOW_BYTES
     }
 }
 
@@ -156,7 +176,8 @@ pub struct CorePump {
     wakers: Vec<Arc<mio::Waker>>,
     /// Trigger id → destination index (None: no handler).
     handlers: HashMap<String, Option<usize>>,
-    /// Dead letters the DLQ refused (full, or an I/O error): retried every second; outstanding.
+    /// Dead letters the DLQ refused (full, or an I/O error): retried every second; pending in
+    /// their trigger's backlog share, no longer holding a `max_outstanding` slot.
     dlq_waiting: VecDeque<(DlqEntry, u32, u64)>,
     dlq_retry_at_ms: u64,
     /// The pump's items with the commit helper: ticket → what it carries.
@@ -177,6 +198,17 @@ enum Ticket {
     },
     /// A dead letter for the event `key`.
     DeadLetter { key: u64, attempts: u32 },
+}
+
+/// What admitting one event came to.
+#[derive(Debug)]
+enum Admit {
+    /// A job for its destination's owner core (it holds an outstanding slot).
+    Job((usize, Job)),
+    /// Nothing to dispatch (no handler, or done before a restart).
+    Done,
+    /// Its trigger holds its dispatch-window cap: set aside, with its trigger slot.
+    Park(Lsn, EventRecord, usize),
 }
 
 /// A log handed to a core's pump at start-up.
@@ -219,6 +251,8 @@ impl CorePump {
                 source: Source::Log(tail),
                 recovered: l.recovered,
                 live: BTreeMap::new(),
+                parked: VecDeque::new(),
+                parked_bytes: 0,
                 done_queue: Vec::new(),
                 retry_queue: VecDeque::new(),
                 records_in_flight: 0,
@@ -296,8 +330,13 @@ impl CorePump {
     // ----- admission --------------------------------------------------------------------------
 
     fn admit(&mut self, jobs: &mut Vec<(usize, Job)>) {
+        if !self.admit_parked(jobs) {
+            return;
+        }
         for slot in 0..self.logs.len() {
-            while self.logs[slot].done_queue.len() < MAX_DONE_ENTRIES {
+            while self.logs[slot].done_queue.len() < MAX_DONE_ENTRIES
+                && !self.logs[slot].parked_full()
+            {
                 if !self.outstanding.try_acquire() {
                     if self.outstanding.wait(self.core) && self.outstanding.try_acquire() {
                         // A slot was freed between the two looks.
@@ -320,33 +359,107 @@ impl CorePump {
                         break;
                     }
                 };
-                if let Some(job) = self.admit_one(slot, lsn, event) {
-                    jobs.push(job);
-                } else {
-                    self.release_slot();
+                match self.admit_one(slot, lsn, event) {
+                    Admit::Job(job) => jobs.push(job),
+                    Admit::Done => self.release_slot(),
+                    Admit::Park(lsn, event, w) => {
+                        self.park(slot, lsn, event, w);
+                        self.release_slot();
+                    }
                 }
             }
         }
     }
 
-    /// Admits one event; `Some(job)` if it goes to a destination (and holds its slot).
-    fn admit_one(&mut self, slot: usize, lsn: Lsn, event: EventRecord) -> Option<(usize, Job)> {
+    /// Sets a durable event aside: its trigger holds its dispatch-window cap.
+    fn park(&mut self, slot: usize, lsn: Lsn, event: EventRecord, window: usize) {
         let log = &mut self.logs[slot];
-        let (attempt, due_at_ms) = if lsn < log.recovered.next_lsn {
-            let meta = log.recovered.pending.remove(&lsn)?; // None: done before the restart
-            (meta.next_attempt.max(1), meta.due_at_ms)
-        } else {
-            (1, 0)
-        };
-        let cost = crate::wal::event_cost(&event);
-        let received_at_ms = event.received_at_ms;
+        log.parked_bytes += crate::wal::event_cost(&event);
+        log.parked.push_back((lsn, event, window));
+        self.shared.backlog.note_parked(1);
+    }
+
+    /// Admits the parked events whose trigger has room in the window again, in LSN order per
+    /// log. False when the window (`max_outstanding`) is exhausted.
+    fn admit_parked(&mut self, jobs: &mut Vec<(usize, Job)>) -> bool {
+        for slot in 0..self.logs.len() {
+            let mut i = 0;
+            while i < self.logs[slot].parked.len()
+                && self.logs[slot].done_queue.len() < MAX_DONE_ENTRIES
+            {
+                if !self.shared.backlog.window_room(self.logs[slot].parked[i].2) {
+                    i += 1;
+                    continue;
+                }
+                let acquired = self.outstanding.try_acquire()
+                    || (self.outstanding.wait(self.core) && self.outstanding.try_acquire());
+                if !acquired {
+                    return false;
+                }
+                let log = &mut self.logs[slot];
+                let Some((lsn, event, _)) = log.parked.remove(i) else {
+                    self.release_slot();
+                    break;
+                };
+                log.parked_bytes -= crate::wal::event_cost(&event);
+                self.shared.backlog.note_parked(-1);
+                match self.admit_one(slot, lsn, event) {
+                    Admit::Job(job) => jobs.push(job),
+                    Admit::Done => self.release_slot(),
+                    Admit::Park(lsn, event, w) => {
+                        // Lost the room to another core: back in its place.
+                        let log = &mut self.logs[slot];
+                        log.parked_bytes += crate::wal::event_cost(&event);
+                        log.parked.insert(i, (lsn, event, w));
+                        self.shared.backlog.note_parked(1);
+                        self.release_slot();
+                        i += 1;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Admits one event: a job if it goes to a destination (and holds its slot), `Park` if
+    /// its trigger holds its dispatch-window cap.
+    fn admit_one(&mut self, slot: usize, lsn: Lsn, event: EventRecord) -> Admit {
+        let log = &mut self.logs[slot];
+        let recovered = lsn < log.recovered.next_lsn;
+        if recovered && !log.recovered.pending.contains_key(&lsn) {
+            return Admit::Done; // done before the restart
+        }
         let dest = self
             .handlers
             .get(event.trigger_id.as_str())
             .copied()
             .flatten();
+        let backlog = &self.shared.backlog;
+        let window = match dest {
+            Some(_) => {
+                let w = backlog.slot(&event.trigger_id);
+                if !backlog.window_take(w) {
+                    return Admit::Park(lsn, event, w);
+                }
+                Some(w)
+            }
+            None => None,
+        };
+        let (attempt, due_at_ms) = match log.recovered.pending.remove(&lsn) {
+            Some(meta) if recovered => (meta.next_attempt.max(1), meta.due_at_ms),
+            _ => (1, 0),
+        };
+        let cost = crate::wal::event_cost(&event);
+        let received_at_ms = event.received_at_ms;
+        // Recovered events were counted in the recovered slot (`Backlog::preload`).
+        let slot_in_backlog = match recovered {
+            true => backlog.recovered_slot(),
+            false => backlog.slot(&event.trigger_id),
+        };
         let live = Live {
             cost,
+            slot: slot_in_backlog,
+            window,
             received_at_ms,
             outstanding: dest.is_some(),
         };
@@ -358,14 +471,14 @@ impl CorePump {
                 status: DoneStatus::NoHandler,
                 attempts: 0,
             });
-            return None;
+            return Admit::Done;
         };
         let owner = crate::sched::placement::owner_core(
             &self.shared.config.destinations[dest].handler.uri,
             self.workers,
         );
         let key = event_key(log.index, lsn);
-        Some((owner, Job::new(key, event, dest, attempt, due_at_ms)))
+        Admit::Job((owner, Job::new(key, event, dest, attempt, due_at_ms)))
     }
 
     // ----- outcomes ---------------------------------------------------------------------------
@@ -443,19 +556,27 @@ impl CorePump {
     /// A terminal outcome: the job no longer counts against `max_outstanding`; its `Done` entry
     /// is queued.
     fn finish(&mut self, slot: usize, lsn: Lsn, status: DoneStatus, attempts: u32) {
-        let log = &mut self.logs[slot];
-        let held = log
-            .live
-            .get_mut(&lsn)
-            .is_some_and(|l| std::mem::replace(&mut l.outstanding, false));
-        log.done_queue.push(DoneEntry {
+        self.unhold(slot, lsn);
+        self.logs[slot].done_queue.push(DoneEntry {
             event_lsn: lsn,
             status,
             attempts,
         });
-        if held {
-            self.release_slot();
+    }
+
+    /// The event at `lsn` of log slot `slot` stops holding its `max_outstanding` slot and its
+    /// trigger's window slot (it is done, or waits for room in the DLQ); idempotent.
+    fn unhold(&mut self, slot: usize, lsn: Lsn) {
+        let Some(l) = self.logs[slot].live.get_mut(&lsn) else {
+            return;
+        };
+        if !std::mem::replace(&mut l.outstanding, false) {
+            return;
         }
+        if let Some(w) = l.window.take() {
+            self.shared.backlog.window_give(w);
+        }
+        self.release_slot();
     }
 
     /// Gives an outstanding slot back and wakes the cores that wait for one.
@@ -515,15 +636,20 @@ impl CorePump {
         match outcome {
             AppendOutcome::Durable { lsn } => {
                 log.durable = log.durable.max(lsn);
-                let (mut n, mut bytes) = (0u64, 0u64);
+                // Released per backlog slot (few distinct per record): (slot, events, bytes).
+                let mut by_slot: Vec<(usize, u64, u64)> = Vec::new();
                 for e in &entries {
                     if let Some(l) = log.live.remove(&e.event_lsn) {
-                        n += 1;
-                        bytes += l.cost;
+                        match by_slot.iter_mut().find(|s| s.0 == l.slot) {
+                            Some(s) => (s.1, s.2) = (s.1 + 1, s.2 + l.cost),
+                            None => by_slot.push((l.slot, 1, l.cost)),
+                        }
                     }
                 }
-                self.shared.backlog.release_many(n, bytes);
-                self.drained_total += n;
+                for (slot, n, bytes) in by_slot {
+                    self.shared.backlog.release_done(slot, n, bytes);
+                    self.drained_total += n;
+                }
             }
             // Not durable: written again (the log retries its disk). A retry record is only
             // a schedule: after a restart without it the event is simply due at once.
@@ -554,7 +680,13 @@ impl CorePump {
                 }
             }
             Err(e) => {
-                // Full: backpressure, not loss — the event stays outstanding and is retried.
+                // Full: backpressure, not loss — the event stays pending (in its trigger's
+                // backlog share) and is retried, but gives its dispatch slot back so that other
+                // triggers' events keep flowing (`finish` then releases nothing).
+                let (index, lsn) = split_key(key);
+                if let Some(&slot) = self.slot_of.get(&index) {
+                    self.unhold(slot, lsn);
+                }
                 if !matches!(e, DlqError::Full { .. }) {
                     eprintln!(
                         "sluice: pump: writing DLQ entry {} failed: {e}; retrying",

@@ -170,6 +170,20 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
             config.dispatch.saturated_low,
             config.dispatch.max_wal_bytes,
         )
+        .with_triggers(
+            &crate::sched::backlog::trigger_shares(&config.triggers),
+            config.ingest.default_route,
+            config.dispatch.reserved_fraction,
+        )
+        .map_err(RuntimeError::Config)?
+        .with_window(
+            config.pump.max_outstanding,
+            config
+                .triggers
+                .iter()
+                .filter(|t| t.handler.is_some())
+                .count(),
+        )
         .with_absorb(
             config.dispatch.absorb_max_bytes,
             &crate::sched::backlog::absorbing_triggers(&config.triggers),

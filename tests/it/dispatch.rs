@@ -314,7 +314,9 @@ fn max_pending_refuses_with_queue_full_and_memory_stays_flat() {
     let cfg = manifest(
         &uri,
         "max_in_flight = 2\ntimeout = \"60s\"",
-        "[dispatch]\nmax_pending_events = 100\n",
+        // One shared pool (no default shares): the whole bound is this trigger's to fill, and
+        // the node is saturated once it has (tests/it/isolation.rs covers the shares).
+        "[dispatch]\nmax_pending_events = 100\nreserved_fraction = 0\n",
     );
     let server = Server::start(big_buckets(Opts::config(&cfg)));
     let mut c = server.client();

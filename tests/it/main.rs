@@ -46,6 +46,7 @@ mod http_errors;
 mod http_features;
 mod https;
 mod ingest;
+mod isolation;
 mod percore;
 mod props;
 mod returns;

@@ -17,7 +17,8 @@ const BOUND: usize = 20;
 /// One trigger per polite client (each its own source), one for the rude client and one for
 /// the events that fill the backlog, all delivered to `uri` with 2 permits.
 fn manifest(uri: &str) -> String {
-    let mut m = format!("[dispatch]\nmax_pending_events = {BOUND}\n\n");
+    // One shared pool (no default shares): every trigger is refused once the filler filled it.
+    let mut m = format!("[dispatch]\nmax_pending_events = {BOUND}\nreserved_fraction = 0\n\n");
     let names = (0..POLITE)
         .map(|i| format!("polite-{i}"))
         .chain(["rude".to_string(), "filler".to_string()]);

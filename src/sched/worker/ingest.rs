@@ -158,13 +158,16 @@ impl Worker {
         let refusal = if backlog.wal_full(self.shared.config.wal.segment_bytes) {
             Some((Refusal::WalFull, backlog.retry_after_secs()))
         } else {
+            // Past the trigger's share with the pool in use: `Retry-After` from the return
+            // schedule, fed by this trigger's own drain rate.
             backlog.reserve_for(&event.trigger_id, cost).err().map(|_| {
-                let returns = &self.shared.returns;
-                let ra = returns.queue_full(now, entry.returns(), backlog.drain_rate());
+                let rate = backlog.drain_rate_of(&event.trigger_id);
+                let ra = self.shared.returns.queue_full(now, entry.returns(), rate);
                 (Refusal::QueueFull, ra)
             })
         };
         if let Some((reason, retry_after)) = refusal {
+            backlog.count_refusal(&event.trigger_id, reason);
             self.settle_claim(ticket, false);
             entry.count_refusal(reason);
             self.refuse(idx, reason, retry_after, keep_alive);
@@ -362,7 +365,8 @@ impl Worker {
             }
             Err(reason) => {
                 p.source.count_refusal(reason);
-                self.shared.backlog.release(p.cost);
+                self.shared.backlog.count_refusal(&p.trigger_id, reason);
+                self.shared.backlog.release_for(&p.trigger_id, p.cost);
                 (503, refused_body(reason, 1), Some("1"))
             }
         };
@@ -411,10 +415,10 @@ impl Worker {
         // Settled before the 202 is queued (and even if the connection is gone).
         let durable = matches!(outcome, AppendOutcome::Durable { .. });
         self.settle_claim(ticket, durable);
-        if let Some(cost) = self.orphans.remove(&ticket) {
+        if let Some((slot, cost)) = self.orphans.remove(&ticket) {
             // Its connection is gone: nobody to answer, but the backlog must be right.
             if !durable {
-                self.shared.backlog.release(cost);
+                self.shared.backlog.release_slot(slot, 1, cost);
             }
             return None;
         }

@@ -117,8 +117,8 @@ pub struct Worker {
     /// Delivery to the destinations this core owns.
     dispatcher: Dispatcher,
     /// Backlog reservations of appends whose connection closed before the completion came
-    /// (ticket → cost). At most `max_outstanding` entries (appends in flight).
-    orphans: std::collections::HashMap<u64, u64>,
+    /// (ticket → (backlog slot, cost)). At most `max_outstanding` entries (appends in flight).
+    orphans: std::collections::HashMap<u64, (usize, u64)>,
     /// When this core reported itself quiet during the drain.
     reported_quiet: bool,
     /// The injected clock read once per loop turn (nanos): token-bucket decisions use it.
@@ -357,9 +357,10 @@ impl Worker {
                 if let Slot::Ingest(p) = slot {
                     if p.offer.is_some() {
                         self.settle_claim(p.ticket, false);
-                        self.shared.backlog.release(p.cost);
+                        self.shared.backlog.release_for(&p.trigger_id, p.cost);
                     } else {
-                        self.orphans.insert(p.ticket, p.cost);
+                        let slot = self.shared.backlog.slot(&p.trigger_id);
+                        self.orphans.insert(p.ticket, (slot, p.cost));
                     }
                 }
             }

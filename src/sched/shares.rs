@@ -1,0 +1,267 @@
+//! Per-trigger shares of the durable backlog: a guaranteed share per trigger plus a common
+//! pool any trigger may borrow from while it is free (issue 18, DESIGN.md "Backlog shares").
+//!
+//! # Slots
+//!
+//! One slot per `[[triggers]]` entry (config order), then one for the default route
+//! (`POST /webhooks/{source}`, and any event whose trigger id the config no longer knows), then
+//! the *recovered* slot: events pending at start-up (read back from the WAL) were reserved
+//! before this run's shares existed, so they are counted there, all of it borrowed from the
+//! pool (which they may overfill: a smaller bound than before a restart), until they drain.
+//!
+//! # The split ([`split`]), per dimension (events, bytes)
+//!
+//! A trigger with `max_pending = { events = N, bytes = B }` is guaranteed `N` / `B`. The
+//! slots without an explicit value share the *default reserve* equally: `reserved_fraction`
+//! ([`DEFAULT_RESERVED`], a half, unless `dispatch.reserved_fraction` says otherwise) of the bound, minus what explicit shares took (never below 0), `floor`ed per slot.
+//! The pool is what is left: `max − Σ shares`. Explicit shares summing past the bound are a
+//! config error.
+//!
+//! # Counting ([`ShareDim`])
+//!
+//! Each slot counts what it holds of its own share (`own`, ≤ share except for absorbed
+//! reservations) and what it borrowed (`borrowed`); the pool counts the sum of the borrowed
+//! (`pool`, ≥ Σ borrowed at every instant: it is raised before and lowered after the slot's
+//! `borrowed`). A reservation takes from the own share if it fits, else from the pool if it fits,
+//! else fails. A release gives back borrowed first (so the pool frees up for everyone), then
+//! own. All counters are `Relaxed` atomics; each bound is enforced by the CAS on its own counter.
+
+use crate::sync::atomic::{AtomicU64, Ordering};
+
+/// Fraction of each bound reserved, by default, for the slots without an explicit share.
+pub const DEFAULT_RESERVED: f64 = 0.5;
+
+/// The guaranteed shares of one dimension and the pool left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Split {
+    pub shares: Vec<u64>,
+    pub pool: u64,
+}
+
+/// Splits `max` into one share per entry of `explicit` (`None`: a default share) and a pool.
+/// `Err(sum)` when the explicit shares sum past `max`.
+/// `reserved`: the fraction of `max` the default shares divide ([`DEFAULT_RESERVED`] unless
+/// `dispatch.reserved_fraction` says otherwise).
+pub fn split(max: u64, explicit: &[Option<u64>], reserved: f64) -> Result<Split, u64> {
+    let taken: u64 = explicit
+        .iter()
+        .flatten()
+        .fold(0u64, |a, &n| a.saturating_add(n));
+    if taken > max {
+        return Err(taken);
+    }
+    let implicit = explicit.iter().filter(|e| e.is_none()).count() as u64;
+    let reserve = ((max as f64 * reserved).floor() as u64).saturating_sub(taken);
+    let each = reserve.checked_div(implicit).unwrap_or(0);
+    let shares: Vec<u64> = explicit.iter().map(|e| e.unwrap_or(each)).collect();
+    let pool = max - taken - each * implicit;
+    Ok(Split { shares, pool })
+}
+
+/// `counter -= n`, stopping at 0; returns what was actually taken.
+fn take_up_to(counter: &AtomicU64, n: u64) -> u64 {
+    match counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+        Some(c.saturating_sub(n))
+    }) {
+        Ok(before) | Err(before) => before.min(n),
+    }
+}
+
+/// `counter += n` if the result stays within `bound`.
+fn add_within(counter: &AtomicU64, n: u64, bound: u64) -> bool {
+    counter
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+            c.checked_add(n).filter(|&s| s <= bound)
+        })
+        .is_ok()
+}
+
+/// Where a reservation of one dimension came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Took {
+    Own,
+    Pool,
+}
+
+/// The counters of one dimension (events or bytes) over all slots.
+#[derive(Debug)]
+pub struct ShareDim {
+    shares: Vec<u64>,
+    pool_size: u64,
+    own: Vec<AtomicU64>,
+    borrowed: Vec<AtomicU64>,
+    pool: AtomicU64,
+}
+
+impl ShareDim {
+    pub fn new(split: Split) -> ShareDim {
+        let n = split.shares.len();
+        ShareDim {
+            shares: split.shares,
+            pool_size: split.pool,
+            own: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            borrowed: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            pool: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes `n` for `slot`: from its share if it fits, else from the pool if it fits.
+    pub fn take(&self, slot: usize, n: u64) -> Option<Took> {
+        if add_within(&self.own[slot], n, self.shares[slot]) {
+            return Some(Took::Own);
+        }
+        if add_within(&self.pool, n, self.pool_size) {
+            self.borrowed[slot].fetch_add(n, Ordering::Relaxed);
+            return Some(Took::Pool);
+        }
+        None
+    }
+
+    /// Counts `n` for `slot` past every bound: into its own share (an absorbed reservation).
+    pub fn force_own(&self, slot: usize, n: u64) {
+        self.own[slot].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts `n` for `slot` as borrowed, past the pool's size if need be (recovered events, a
+    /// single event larger than the byte bound on an empty backlog).
+    pub fn force_pool(&self, slot: usize, n: u64) {
+        self.pool.fetch_add(n, Ordering::Relaxed);
+        self.borrowed[slot].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts `n` for `slot` as borrowed past the pool's size, only if the pool is empty (CAS
+    /// from 0: one such reservation at a time). For a single reservation that could never fit
+    /// the slot's share plus the pool.
+    pub fn force_if_pool_empty(&self, slot: usize, n: u64) -> bool {
+        if self
+            .pool
+            .compare_exchange(0, n, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        self.borrowed[slot].fetch_add(n, Ordering::Relaxed);
+        true
+    }
+
+    /// Gives `n` of `slot` back: borrowed first, then own (each stopping at 0). Returns what
+    /// went back to the pool.
+    pub fn give(&self, slot: usize, n: u64) -> u64 {
+        let b = take_up_to(&self.borrowed[slot], n);
+        take_up_to(&self.pool, b);
+        take_up_to(&self.own[slot], n - b);
+        b
+    }
+
+    /// What `slot` holds (own + borrowed).
+    pub fn used(&self, slot: usize) -> u64 {
+        self.own[slot].load(Ordering::Relaxed) + self.borrowed[slot].load(Ordering::Relaxed)
+    }
+
+    /// What `slot` holds of its own share.
+    pub fn own(&self, slot: usize) -> u64 {
+        self.own[slot].load(Ordering::Relaxed)
+    }
+
+    pub fn share(&self, slot: usize) -> u64 {
+        self.shares[slot]
+    }
+
+    /// The pool in use (≥ the sum of the slots' borrowed).
+    pub fn pool_used(&self) -> u64 {
+        self.pool.load(Ordering::Relaxed)
+    }
+
+    pub fn pool_size(&self) -> u64 {
+        self.pool_size
+    }
+
+    /// Fill of `slot`'s own share, 0..=1 (a share of 0 is always full).
+    pub fn share_fill(&self, slot: usize) -> f64 {
+        match self.shares[slot] {
+            0 => 1.0,
+            s => (self.own(slot) as f64 / s as f64).min(1.0),
+        }
+    }
+
+    /// Fill of the pool, 0.. (a pool of 0 is always full).
+    pub fn pool_fill(&self) -> f64 {
+        match self.pool_size {
+            0 => 1.0,
+            s => self.pool_used() as f64 / s as f64,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_split_reserves_half_equally_and_pools_the_rest() {
+        // Two triggers and the default route share 500 of 1000: 166 each, pool 502.
+        let s = split(1000, &[None, None, None], DEFAULT_RESERVED).unwrap();
+        assert_eq!(s.shares, vec![166, 166, 166]);
+        assert_eq!(s.pool, 502);
+        // Explicit shares come out of the default reserve first.
+        let s = split(1000, &[Some(300), None, None], DEFAULT_RESERVED).unwrap();
+        assert_eq!(s.shares, vec![300, 100, 100]);
+        assert_eq!(s.pool, 500);
+        // Past the reserve: the others get 0, the pool what is left.
+        let s = split(1000, &[Some(800), None], DEFAULT_RESERVED).unwrap();
+        assert_eq!(s.shares, vec![800, 0]);
+        assert_eq!(s.pool, 200);
+        // Exactly the bound: no pool.
+        let s = split(10, &[Some(4), Some(6)], DEFAULT_RESERVED).unwrap();
+        assert_eq!((s.shares, s.pool), (vec![4, 6], 0));
+        assert_eq!(split(10, &[Some(4), Some(7)], DEFAULT_RESERVED), Err(11));
+        // A tiny bound: shares of 0, everything in the pool.
+        let s = split(3, &[None, None, None, None], DEFAULT_RESERVED).unwrap();
+        assert_eq!((s.shares, s.pool), (vec![0, 0, 0, 0], 3));
+    }
+
+    #[test]
+    fn take_own_then_pool_release_borrowed_first() {
+        let d = ShareDim::new(Split {
+            shares: vec![2, 2],
+            pool: 3,
+        });
+        assert_eq!(d.take(0, 1), Some(Took::Own));
+        assert_eq!(d.take(0, 1), Some(Took::Own));
+        for _ in 0..3 {
+            assert_eq!(d.take(0, 1), Some(Took::Pool));
+        }
+        assert_eq!(d.take(0, 1), None, "own share full and the pool in use");
+        assert_eq!((d.used(0), d.pool_used()), (5, 3));
+        // The other slot still has its guaranteed share, but nothing more.
+        assert_eq!(d.take(1, 1), Some(Took::Own));
+        assert_eq!(d.take(1, 1), Some(Took::Own));
+        assert_eq!(d.take(1, 1), None);
+        // A release of slot 0 frees the pool first: slot 1 may borrow it.
+        d.give(0, 1);
+        assert_eq!((d.own(0), d.pool_used()), (2, 2));
+        assert_eq!(d.take(1, 1), Some(Took::Pool));
+        d.give(0, 4);
+        assert_eq!((d.used(0), d.pool_used()), (0, 1));
+        assert_eq!((d.share_fill(0), d.share_fill(1)), (0.0, 1.0));
+        assert!((d.pool_fill() - 1.0 / 3.0).abs() < 1e-9);
+        // Releases never wrap.
+        d.give(0, 10);
+        assert_eq!(d.used(0), 0);
+    }
+
+    #[test]
+    fn forced_counts_are_given_back() {
+        let d = ShareDim::new(Split {
+            shares: vec![1],
+            pool: 1,
+        });
+        d.force_pool(0, 5);
+        assert_eq!((d.pool_used(), d.take(0, 1)), (5, Some(Took::Own)));
+        assert_eq!(d.take(0, 1), None);
+        d.force_own(0, 2);
+        assert_eq!(d.used(0), 8);
+        d.give(0, 8);
+        assert_eq!((d.used(0), d.pool_used()), (0, 0));
+    }
+}
