@@ -97,7 +97,7 @@ pub struct RawRate {
     pub burst: Option<u64>,
 }
 
-/// `circuit = { failures, open_for }`
+/// `circuit = { failures, open_for, on_open }`
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCircuit {
@@ -106,6 +106,10 @@ pub struct RawCircuit {
     /// How long an open circuit fails fast before one half-open probe. Default: `60s`.
     /// Range: any positive duration.
     pub open_for: Option<String>,
+    /// What happens to events while the circuit is open: `"dlq"` dead-letters them
+    /// (`circuit_open`, the Harn contract), `"hold"` keeps them pending until the half-open
+    /// probe succeeds (the backlog bound then refuses at the edge). Default: `"dlq"`.
+    pub on_open: Option<String>,
 }
 
 /// `retry = { max_attempts, base, cap }`
@@ -211,6 +215,29 @@ pub struct RateConfig {
 pub struct CircuitConfig {
     pub failures: u32,
     pub open_for: Duration,
+    pub on_open: OnOpen,
+}
+
+/// `circuit.on_open`: the fate of events while a destination's circuit is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnOpen {
+    /// Dead-letter them as `circuit_open` (Harn `fail_fast`).
+    #[default]
+    Dlq,
+    /// Keep them pending on the owner core until the half-open probe succeeds.
+    Hold,
+}
+
+impl OnOpen {
+    fn parse(key: &str, text: Option<&str>) -> Result<OnOpen, ConfigError> {
+        match text {
+            None | Some("dlq") => Ok(OnOpen::Dlq),
+            Some("hold") => Ok(OnOpen::Hold),
+            Some(other) => err(format!(
+                "{key}: circuit.on_open must be \"dlq\" or \"hold\", not {other:?}"
+            )),
+        }
+    }
 }
 
 /// Retry schedule of one destination (`base <= cap`).
@@ -488,9 +515,9 @@ fn build_destination(
             })
         }
     };
-    let (failures, open_for) = match r.circuit {
-        None => (None, None),
-        Some(c) => (c.failures, c.open_for),
+    let (failures, open_for, on_open) = match r.circuit {
+        None => (None, None, None),
+        Some(c) => (c.failures, c.open_for, c.on_open),
     };
     let circuit = CircuitConfig {
         failures: ranged(&format!("{key}: circuit.failures"), failures, 5, 1, 10_000)?,
@@ -499,6 +526,7 @@ fn build_destination(
             open_for,
             Duration::from_secs(60),
         )?,
+        on_open: OnOpen::parse(&key, on_open.as_deref())?,
     };
     let (max_attempts, base, cap) = match r.retry {
         None => (None, None, None),

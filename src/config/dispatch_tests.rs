@@ -111,7 +111,8 @@ fn triggers_share_destinations_by_normalized_uri() {
         d.circuit,
         CircuitConfig {
             failures: 5,
-            open_for: Duration::from_secs(60)
+            open_for: Duration::from_secs(60),
+            on_open: crate::config::OnOpen::Dlq,
         }
     );
     assert_eq!(
@@ -129,7 +130,7 @@ fn triggers_share_destinations_by_normalized_uri() {
 fn destination_fields_parse() {
     let text = trig("a", "/a", "http://h:8080/x")
         + "[[destinations]]\nuri = \"http://H:8080/x\"\nmax_in_flight = 3\ntimeout = \"250ms\"\n\
-           rate = { per_sec = 10 }\ncircuit = { failures = 2, open_for = \"5s\" }\n\
+           rate = { per_sec = 10 }\ncircuit = { failures = 2, open_for = \"5s\", on_open = \"hold\" }\n\
            headers = { \"x-api-key\" = \"k\", \"X-Tenant\" = \"t 1\" }\n\
            retry = { max_attempts = 3, base = \"100ms\", cap = \"1h\" }\n";
     let c = build(&text).unwrap();
@@ -145,6 +146,7 @@ fn destination_fields_parse() {
     );
     assert_eq!(d.circuit.failures, 2);
     assert_eq!(d.circuit.open_for, Duration::from_secs(5));
+    assert_eq!(d.circuit.on_open, crate::config::OnOpen::Hold);
     assert_eq!(
         d.headers,
         vec![
@@ -194,6 +196,10 @@ fn destination_errors_name_the_key() {
         (dest("circuit = { failures = 0 }"), "circuit.failures"),
         (dest("circuit = { open_for = \"1y\" }"), "circuit.open_for"),
         (dest("circuit = { bogus = 1 }"), "bogus"),
+        (
+            dest("circuit = { on_open = \"queue\" }"),
+            "circuit.on_open must be \"dlq\" or \"hold\", not \"queue\"",
+        ),
         (dest("retry = { max_attempts = 0 }"), "retry.max_attempts"),
         (dest("retry = { max_attempts = 101 }"), "retry.max_attempts"),
         (dest("retry = { base = \"2m\", cap = \"1m\" }"), "retry.base"),

@@ -36,7 +36,7 @@ use serde::Deserialize;
 
 pub use auth::{TriggerAuth, ENV_ADMIN_TOKEN};
 pub use dispatch::{
-    CircuitConfig, DestinationConfig, DispatchConfig, HandlerUri, PumpConfig, RateConfig,
+    CircuitConfig, DestinationConfig, DispatchConfig, HandlerUri, OnOpen, PumpConfig, RateConfig,
     RetryConfig, ENV_PUMP_MAX_OUTSTANDING,
 };
 pub use duration::parse_duration;

@@ -6,7 +6,11 @@
 //! 1. **Circuit.** Open (or half-open with the probe out) → [`Gate::FailFast`]: the event goes
 //!    to the DLQ (`circuit_open`). This comes first, even while the destination is paused: the
 //!    contract says events fail fast while the circuit is open, and holding them for the pause
-//!    would only grow the backlog for a destination already known to be failing.
+//!    would only grow the backlog for a destination already known to be failing. With
+//!    `circuit.on_open = "hold"` ([`OnOpen::Hold`]) the answer is instead
+//!    `Wait { until: when the circuit could let its probe through }`: the events stay queued
+//!    (bounded by the pump's `max_outstanding`, then by the backlog bound at the edge) and
+//!    the probe decides when delivery resumes.
 //! 2. **Pause.** A 429/503 `Retry-After` pauses the whole destination until `paused_until`
 //!    → [`Gate::Wait`] `{ until: paused_until }`.
 //! 3. **Rate budget** (if configured) → `Wait { until: when a token is available }`.
@@ -35,7 +39,7 @@ use super::circuit::{Circuit, CircuitCheck, CircuitState, Transition};
 use super::classify::Class;
 use super::permits::{Permit, Permits};
 use super::rate::RateBudget;
-use crate::config::DestinationConfig;
+use crate::config::{DestinationConfig, OnOpen};
 use crate::sync::gcra::ParamError;
 
 /// Longest pause a `Retry-After` can impose on a destination.
@@ -71,6 +75,7 @@ pub struct DestinationState {
     rate: Option<RateBudget>,
     /// No call starts before this instant (nanoseconds); 0 = not paused.
     paused_until: u64,
+    on_open: OnOpen,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -84,7 +89,22 @@ impl DestinationState {
             circuit,
             rate,
             paused_until: 0,
+            on_open: OnOpen::Dlq,
         }
+    }
+
+    /// The same state with `circuit.on_open = mode`.
+    pub fn with_on_open(mut self, mode: OnOpen) -> Self {
+        self.on_open = mode;
+        self
+    }
+
+    /// Whether a retryable failure reported now is an outage to wait out rather than an
+    /// attempt to charge: `on_open = "hold"` and the circuit is not closed. The dispatcher then
+    /// puts the job back at the head of its queue with its attempt count unchanged, so an
+    /// outage can neither dead-letter nor exhaust the retries of the events it catches.
+    pub fn holds(&self) -> bool {
+        self.on_open == OnOpen::Hold && self.circuit.state() != CircuitState::Closed
     }
 
     /// From a validated destination config. The rate parameters were validated by the config
@@ -99,13 +119,19 @@ impl DestinationState {
             Permits::new(c.max_in_flight),
             Circuit::new(c.circuit.failures, c.circuit.open_for),
             rate,
-        ))
+        )
+        .with_on_open(c.circuit.on_open))
     }
 
     /// May the next event be sent at `now`? See the module docs for the order of the checks.
     pub fn gate(&mut self, now: u64) -> Gate {
         if let CircuitCheck::FailFast { retry_after } = self.circuit.peek(now) {
-            return Gate::FailFast { retry_after };
+            return match self.on_open {
+                OnOpen::Dlq => Gate::FailFast { retry_after },
+                OnOpen::Hold => Gate::Wait {
+                    until: now.saturating_add(nanos(retry_after)).max(1),
+                },
+            };
         }
         if now < self.paused_until {
             return Gate::Wait {
@@ -411,6 +437,38 @@ mod tests {
         let (probe, is_probe) = go(&mut d, 90 * S);
         assert!(is_probe);
         assert!(d.complete(probe, 91 * S, &Class::Delivered).len() == 1);
+    }
+
+    #[test]
+    fn hold_mode_waits_for_the_probe_instead_of_failing_fast() {
+        let mut d = dest(4, 2, None).with_on_open(OnOpen::Hold);
+        let (a, _) = go(&mut d, 0);
+        let (b, _) = go(&mut d, 0);
+        assert!(!d.holds());
+        d.complete(a, S, &FAIL);
+        assert!(!d.holds()); // one failure: closed, an ordinary retry
+        let ev = d.complete(b, S, &FAIL);
+        assert_eq!(ev, vec![DestinationEvent::Circuit(Transition::Opened)]);
+        assert!(d.holds());
+        // Open: wait until the window ends, never fail fast.
+        for t in [S, 30 * S, 61 * S - 1] {
+            match d.gate(t) {
+                Gate::Wait { until } => assert_eq!(until, 61 * S, "at {t}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        let (probe, is_probe) = go(&mut d, 61 * S);
+        assert!(is_probe);
+        // Half-open with the probe out: wait for it (or for its reissue time).
+        assert!(matches!(d.gate(62 * S), Gate::Wait { until } if until == 121 * S));
+        assert!(d.holds());
+        d.complete(probe, 62 * S, &FAIL); // reopens
+        assert!(matches!(d.gate(62 * S), Gate::Wait { until } if until == 122 * S));
+        let (probe, _) = go(&mut d, 122 * S);
+        let ev = d.complete(probe, 122 * S, &Class::Delivered);
+        assert_eq!(ev, vec![DestinationEvent::Circuit(Transition::Closed)]);
+        assert!(!d.holds());
+        assert!(matches!(d.gate(122 * S), Gate::Go { probe: false, .. }));
     }
 
     #[test]

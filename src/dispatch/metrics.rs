@@ -312,6 +312,12 @@ impl CoreDispatchMetrics {
         self.core
             .incr_backpressure(Dimension::Circuit, Action::HalfOpenProbe);
     }
+    /// An attempt's failure under `circuit.on_open = "hold"`: the job went back to its queue
+    /// uncharged (`harn_backpressure_events_total{dimension="circuit",action="held"}`).
+    pub fn circuit_held(&self) {
+        self.core
+            .incr_backpressure(Dimension::Circuit, Action::Held);
+    }
     pub fn destination_paused(&self) {
         self.core
             .incr_backpressure(Dimension::Destination, Action::Paused);
