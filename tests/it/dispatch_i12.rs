@@ -102,3 +102,171 @@ fn hold_keeps_events_through_an_outage_and_delivers_them_all() {
         "{failed_during_outage} calls during the outage: the circuit did not hold them back"
     );
 }
+
+/// Ingests `n` events that a 400-answering downstream dead-letters as `permanent_failure`;
+/// returns their ids once all are in the DLQ.
+fn dead_letter_n(server: &Server, n: usize) -> HashSet<String> {
+    let mut c = server.client();
+    let ids: HashSet<String> = (0..n)
+        .map(|i| accepted(&c.post("/hooks/t", format!("{{\"n\":{i}}}").as_bytes(), &[])).0)
+        .collect();
+    let dir = server.data_dir();
+    assert!(
+        wait_until(Duration::from_secs(20), || dlq_list(&dir).len() >= n),
+        "only {} of {n} dead-lettered",
+        dlq_list(&dir).len()
+    );
+    for e in dlq_list(&dir) {
+        assert_eq!(e["reason"], "permanent_failure", "{e}");
+    }
+    ids
+}
+
+fn replays_delivered(ds: &Downstream) -> HashSet<String> {
+    ds.seen()
+        .iter()
+        .filter(|s| s.status == 200)
+        .filter_map(|s| s.replay_of.clone())
+        .collect()
+}
+
+/// Issue 12 acceptance: 20 events dead-lettered as `permanent_failure`, the downstream fixed,
+/// one bulk replay call: 20 delivered and the DLQ empty.
+#[test]
+fn bulk_replay_route_replays_every_matching_entry() {
+    let ds = Downstream::start(Behavior {
+        status: 400,
+        ..Behavior::default()
+    });
+    let uri = ds.uri("/sink");
+    let opts =
+        big_buckets(Opts::config(&manifest(&uri, ""))).env("SLUICE_ADMIN_TOKEN", "s3cret-token");
+    let server = Server::start(opts);
+    let ids = dead_letter_n(&server, 20);
+    ds.set(Behavior::default());
+    let auth = [("Authorization", "Bearer s3cret-token")];
+    let path = "/admin/dlq/replay";
+    let r = server.client().post(path, b"", &[]);
+    assert_eq!(r.status, 401, "no token: {}", r.text());
+    // Bad filters are refused precisely, nothing replayed.
+    for (q, needle) in [
+        ("?reason=nope", "reason"),
+        ("?since=yesterday", "since"),
+        ("?limit=3", "unknown parameter"),
+    ] {
+        let r = server.client().post(&format!("{path}{q}"), b"", &auth);
+        assert_eq!(r.status, 400, "{q}: {}", r.text());
+        assert!(r.text().contains(needle), "{q}: {}", r.text());
+    }
+    // A filter that matches nothing: 200, nothing replayed.
+    let r = server
+        .client()
+        .post(&format!("{path}?reason=circuit_open"), b"", &auth);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["replayed"], 0);
+    assert_eq!(dlq_list(&server.data_dir()).len(), 20);
+    // The call: every permanent failure of trigger t since an hour ago.
+    let since = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        - 3_600_000)
+        .to_string();
+    let r = server.client().post(
+        &format!("{path}?reason=permanent_failure&trigger=t&since={since}"),
+        b"",
+        &auth,
+    );
+    assert_eq!(r.status, 202, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["replayed"], 20, "{v}");
+    assert_eq!(v["remaining"], 0, "{v}");
+    assert!(
+        wait_until(Duration::from_secs(20), || replays_delivered(&ds).len()
+            >= 20),
+        "only {} replays delivered",
+        replays_delivered(&ds).len()
+    );
+    assert_eq!(replays_delivered(&ds), ids, "each entry replayed once");
+    let dir = server.data_dir();
+    assert!(
+        wait_until(Duration::from_secs(10), || dlq_list(&dir).is_empty()),
+        "DLQ not empty: {:?}",
+        dlq_list(&dir)
+    );
+    let r = server.client().post(path, b"", &auth);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["replayed"], 0);
+}
+
+/// `sluice dlq replay --all` (server stopped), with a filter that selects a subset.
+#[test]
+fn offline_bulk_replay_replays_the_selection() {
+    let ds = Downstream::start(Behavior {
+        status: 400,
+        ..Behavior::default()
+    });
+    let uri = ds.uri("/sink");
+    let mut server = Server::start(big_buckets(Opts::config(&manifest(&uri, ""))));
+    let ids = dead_letter_n(&server, 12);
+    server.stop();
+    ds.set(Behavior::default());
+    let dir = server.data_dir();
+    let d = path_str(&dir);
+    let out = run_cli(&[
+        "dlq",
+        "replay",
+        "--all",
+        "--reason",
+        "nope",
+        "--data-dir",
+        d,
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", out.all());
+    let out = run_cli(&["dlq", "replay", "--data-dir", d]);
+    assert_eq!(out.status.code(), Some(2), "an ID or --all: {}", out.all());
+    let out = run_cli(&[
+        "dlq",
+        "replay",
+        "--all",
+        "--reason",
+        "circuit_open",
+        "--data-dir",
+        d,
+    ]);
+    assert!(out.status.success(), "{}", out.all());
+    assert_eq!(out.stdout.trim(), "replayed 0 remaining 0");
+    let out = run_cli(&[
+        "dlq",
+        "replay",
+        "--all",
+        "--trigger",
+        "t",
+        "--limit",
+        "5",
+        "--data-dir",
+        d,
+    ]);
+    assert!(out.status.success(), "{}", out.all());
+    assert_eq!(out.stdout.trim(), "replayed 5 remaining 7");
+    let out = run_cli(&[
+        "dlq",
+        "replay",
+        "--all",
+        "--reason",
+        "permanent_failure",
+        "--data-dir",
+        d,
+    ]);
+    assert!(out.status.success(), "{}", out.all());
+    assert_eq!(out.stdout.trim(), "replayed 7 remaining 0");
+    assert!(dlq_list(&dir).is_empty());
+    server.restart();
+    assert!(
+        wait_until(Duration::from_secs(20), || replays_delivered(&ds).len()
+            >= 12),
+        "only {} replays delivered",
+        replays_delivered(&ds).len()
+    );
+    assert_eq!(replays_delivered(&ds), ids);
+}

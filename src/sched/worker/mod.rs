@@ -53,6 +53,7 @@ use crate::wal::{self, AppendOutcome, AppendRequest, EventRecord};
 mod budgets;
 mod ingest;
 mod links;
+mod replay;
 
 pub use links::CoreLinks;
 /// The poll token of a core's waker.
@@ -121,6 +122,8 @@ pub struct Worker {
     orphans: std::collections::HashMap<u64, u64>,
     /// When this core reported itself quiet during the drain.
     reported_quiet: bool,
+    /// Bulk DLQ replays whose append has not completed (`replay.rs`).
+    replays: replay::Replays,
     /// Connection budgets: deferred scrapes, the accept retry (`budgets.rs`).
     edge: budgets::Edge,
 }
@@ -188,6 +191,7 @@ impl Worker {
             dispatcher,
             orphans: std::collections::HashMap::new(),
             reported_quiet: false,
+            replays: replay::Replays::default(),
             edge: budgets::Edge::default(),
         })
     }
@@ -711,6 +715,7 @@ impl Worker {
                     .to_string();
                 return self.replay_dead_letter(idx, &id, keep_alive);
             }
+            AdminRoute::DlqBulkReplay => return self.bulk_replay(idx, head, keep_alive),
             AdminRoute::MethodNotAllowed(allow) => (405, Some(("Allow", allow)), b"{}"),
             AdminRoute::NotFound => (404, None, br#"{"status":"not_found"}"#),
         };
