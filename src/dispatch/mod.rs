@@ -23,6 +23,7 @@
 //! response). The DLQ is [`dlq`]; the dispatch metric families are [`metrics`] (built from the
 //! leaf [`crate::metrics`] toolkit). Every policy module is `#![forbid(unsafe_code)]`.
 
+pub mod adaptive;
 pub mod bulk_replay;
 pub mod circuit;
 pub mod classify;
