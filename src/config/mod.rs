@@ -36,8 +36,8 @@ use serde::Deserialize;
 
 pub use auth::{TriggerAuth, ENV_ADMIN_TOKEN};
 pub use dispatch::{
-    CircuitConfig, DestinationConfig, DispatchConfig, HandlerUri, OnOpen, PumpConfig, RateConfig,
-    RetryConfig, ENV_PUMP_MAX_OUTSTANDING,
+    AdaptiveConfig, CircuitConfig, DestinationConfig, DispatchConfig, HandlerUri, OnOpen,
+    PumpConfig, RateConfig, RetryConfig, ENV_PUMP_MAX_OUTSTANDING,
 };
 pub use duration::parse_duration;
 pub use flow::{FlowConfig, FlowSettings};

@@ -35,6 +35,7 @@
 
 use std::time::Duration;
 
+use super::adaptive::{AdaptiveLimit, Sample};
 use super::circuit::{Circuit, CircuitCheck, CircuitState, Transition};
 use super::classify::Class;
 use super::permits::{Permit, Permits};
@@ -76,6 +77,8 @@ pub struct DestinationState {
     /// No call starts before this instant (nanoseconds); 0 = not paused.
     paused_until: u64,
     on_open: OnOpen,
+    /// `max_in_flight = "auto"`: the controller that sets the permit bound.
+    adaptive: Option<AdaptiveLimit>,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -90,7 +93,32 @@ impl DestinationState {
             rate,
             paused_until: 0,
             on_open: OnOpen::Dlq,
+            adaptive: None,
         }
+    }
+
+    /// The same state with an adaptive limit (`max_in_flight = "auto"`): the permit bound
+    /// starts at the controller's limit and follows it.
+    pub fn with_adaptive(mut self, limit: AdaptiveLimit) -> Self {
+        self.permits.set_max(limit.limit());
+        self.adaptive = Some(limit);
+        self
+    }
+
+    /// Feeds a finished call to the adaptive limit (nothing for a fixed one); `in_flight` is
+    /// the calls out when it started. Returns the new limit when it changed; the permits follow
+    /// it exactly ([`Permits::set_max`]).
+    pub fn observe(&mut self, now: u64, in_flight: usize, sample: Sample) -> Option<usize> {
+        let changed = self.adaptive.as_mut()?.on_sample(now, in_flight, sample)?;
+        self.permits.set_max(changed);
+        Some(changed)
+    }
+
+    /// The limit now: the adaptive controller's, or the fixed `max_in_flight`.
+    pub fn limit(&self) -> usize {
+        self.adaptive
+            .as_ref()
+            .map_or(self.permits.max(), AdaptiveLimit::limit)
     }
 
     /// The same state with `circuit.on_open = mode`.
@@ -115,12 +143,16 @@ impl DestinationState {
             Some(r) => Some(RateBudget::new(r.per_sec, r.burst)?),
             None => None,
         };
-        Ok(Self::new(
+        let state = Self::new(
             Permits::new(c.max_in_flight),
             Circuit::new(c.circuit.failures, c.circuit.open_for),
             rate,
         )
-        .with_on_open(c.circuit.on_open))
+        .with_on_open(c.circuit.on_open);
+        Ok(match c.adaptive {
+            Some(a) => state.with_adaptive(AdaptiveLimit::new(a.min, a.cap, 0)),
+            None => state,
+        })
     }
 
     /// May the next event be sent at `now`? See the module docs for the order of the checks.
@@ -469,6 +501,33 @@ mod tests {
         assert_eq!(ev, vec![DestinationEvent::Circuit(Transition::Closed)]);
         assert!(!d.holds());
         assert!(matches!(d.gate(122 * S), Gate::Go { probe: false, .. }));
+    }
+
+    #[test]
+    fn adaptive_limit_drives_the_permits_exactly() {
+        let mut d = dest(500, 1000, None).with_adaptive(AdaptiveLimit::new(1, 500, 0));
+        assert_eq!(d.max_in_flight(), crate::dispatch::adaptive::INITIAL);
+        let mut held: Vec<Permit> = (0..16).map(|_| go(&mut d, 0).0).collect();
+        assert!(matches!(d.gate(0), Gate::Wait { until: 0 }));
+        // An overload: the limit drops to 12 while 16 are out; no new call until 5 return.
+        assert_eq!(d.observe(1, 16, Sample::Overload), Some(12));
+        assert_eq!(d.limit(), 12);
+        for i in 0..4 {
+            d.complete(held.pop().unwrap(), 2, &Class::Delivered);
+            assert!(matches!(d.gate(2), Gate::Wait { until: 0 }), "release {i}");
+            assert!(d.in_flight() <= d.max_in_flight());
+        }
+        assert_eq!(d.max_in_flight(), 12);
+        d.complete(held.pop().unwrap(), 2, &Class::Delivered);
+        held.push(go(&mut d, 2).0);
+        assert!(matches!(d.gate(2), Gate::Wait { until: 0 }));
+        for p in held {
+            d.complete(p, 3, &Class::Delivered);
+        }
+        // A fixed limit ignores samples.
+        let mut f = dest(4, 1000, None);
+        assert_eq!(f.observe(1, 4, Sample::Overload), None);
+        assert_eq!(f.limit(), 4);
     }
 
     #[test]

@@ -34,6 +34,7 @@ use std::sync::Arc;
 use mio::{Registry, Token};
 
 use crate::config::{Config, DestinationConfig};
+use crate::dispatch::adaptive::Sample;
 use crate::dispatch::circuit::Transition;
 use crate::dispatch::classify::{classify, AttemptResult, Class};
 use crate::dispatch::destination::{DestinationEvent, DestinationState, Gate};
@@ -417,7 +418,13 @@ impl Dispatcher {
         } = attempt;
         let class = classify(&result);
         let uri = self.config.destinations[d].handler.uri.clone();
+        let in_flight_at_end = self.dest(d).state.in_flight();
         let events = self.dest(d).state.complete(permit, now, &class);
+        if let Some(sample) = adaptive_sample(&result, now.saturating_sub(started)) {
+            if let Some(limit) = self.dest(d).state.observe(now, in_flight_at_end, sample) {
+                self.metrics.set_permits(d, limit as u64);
+            }
+        }
         let mut opened = false;
         for e in events {
             match e {
@@ -542,6 +549,20 @@ impl Dispatcher {
     /// The outcomes reported since the last call, for the core's loop to route to the pumps.
     pub fn take_outcomes(&mut self) -> VecDeque<JobOutcome> {
         std::mem::take(&mut self.outbox)
+    }
+}
+
+/// What an attempt tells the adaptive limit: an answer's latency, an overload (timeout,
+/// connect error, 429, 503), or nothing (a 5xx other than 503, a broken connection: failures
+/// of the downstream the circuit handles, not signs of its capacity).
+fn adaptive_sample(result: &AttemptResult, rtt: u64) -> Option<Sample> {
+    match result {
+        AttemptResult::Timeout | AttemptResult::ConnectError => Some(Sample::Overload),
+        AttemptResult::Status {
+            code: 429 | 503, ..
+        } => Some(Sample::Overload),
+        AttemptResult::Status { code, .. } if *code < 500 => Some(Sample::Answered { rtt }),
+        AttemptResult::Status { .. } | AttemptResult::Io => None,
     }
 }
 

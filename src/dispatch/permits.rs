@@ -22,13 +22,28 @@ pub struct Permit {
 pub struct Permits {
     max: usize,
     in_flight: usize,
+    /// Where [`Permits::set_max`] is taking `max`: a decrease below `in_flight` waits for
+    /// releases (each one lowers `max` until it reaches the target).
+    target: usize,
 }
 
 impl Permits {
     /// A set of `max` permits (`max_in_flight`, validated ≥ 1 by the config). With `max == 0`
     /// nothing is ever granted.
     pub const fn new(max: usize) -> Self {
-        Permits { max, in_flight: 0 }
+        Permits {
+            max,
+            in_flight: 0,
+            target: max,
+        }
+    }
+
+    /// Changes the bound (the adaptive limit). An increase applies at once; a decrease applies
+    /// at once down to `in_flight` and then one step per release, so `in_flight <= max` holds
+    /// at every moment and no call is ever cut short.
+    pub fn set_max(&mut self, target: usize) {
+        self.target = target;
+        self.max = target.max(self.in_flight);
     }
 
     /// Whether [`Permits::try_acquire`] would succeed now.
@@ -55,6 +70,9 @@ impl Permits {
         let Permit { _private: () } = permit;
         debug_assert!(self.in_flight > 0, "permit released to a set with none out");
         self.in_flight = self.in_flight.saturating_sub(1);
+        if self.max > self.target {
+            self.max = self.target.max(self.in_flight);
+        }
     }
 
     /// Permits currently out.
@@ -73,6 +91,32 @@ impl Permits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn set_max_grows_at_once_and_shrinks_as_permits_return() {
+        let mut p = Permits::new(2);
+        let a = p.try_acquire().unwrap();
+        let b = p.try_acquire().unwrap();
+        p.set_max(4);
+        let c = p.try_acquire().unwrap();
+        let d = p.try_acquire().unwrap();
+        assert!(p.try_acquire().is_none());
+        p.set_max(1);
+        assert_eq!(p.max(), 4, "never below in_flight");
+        assert!(!p.available());
+        p.release(a);
+        assert_eq!(p.max(), 3);
+        assert!(p.try_acquire().is_none(), "shrinking: no new permit");
+        p.release(b);
+        p.release(c);
+        assert_eq!(p.max(), 1);
+        assert!(p.try_acquire().is_none());
+        p.release(d);
+        assert_eq!(p.max(), 1);
+        let e = p.try_acquire().unwrap();
+        assert!(p.try_acquire().is_none());
+        p.release(e);
+    }
     use crate::dispatch::rng::SmallRng;
 
     #[test]

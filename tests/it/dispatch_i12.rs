@@ -270,3 +270,111 @@ fn offline_bulk_replay_replays_the_selection() {
     );
     assert_eq!(replays_delivered(&ds), ids);
 }
+
+fn sum_samples(samples: &[Sample], name: &str, label: Option<(&str, &str)>) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name && label.map_or(true, |(k, v)| s.label(k) == Some(v)))
+        .map(|s| s.value)
+        .sum()
+}
+
+/// Issue 12 acceptance scenario for `max_in_flight = "auto"`: `sluice mock-downstream` serving
+/// 40 at once, 40 ms each, FIFO beyond; timeout 500 ms; cap 500; 6,000 events. Prints what it
+/// measures (goodput after the first 3 s, mean latency over the second half, the limit over
+/// time) and asserts a robust version of the behaviour: the limit settles between 20 and 120
+/// (a fixed 500 would queue ~460 calls past their timeout), at most 1% dead-lettered, and every
+/// event delivered.
+#[test]
+fn adaptive_permits_find_the_downstream_concurrency() {
+    let mock = crate::tools::Mock::start(&[
+        "--max-concurrency",
+        "40",
+        "--service-time",
+        "40ms",
+        "--over-capacity",
+        "queue",
+    ]);
+    let uri = format!("{}/sink", mock.url());
+    let dest = "max_in_flight = \"auto\"\nmax_in_flight_cap = 500\ntimeout = \"500ms\"\n\
+                retry = { base = \"100ms\", cap = \"1s\" }";
+    let opts = big_buckets(Opts::config(&manifest(&uri, dest))).arg("--pump-max-outstanding=600");
+    let server = Server::start(opts);
+    const N: usize = 6000;
+    let started = Instant::now();
+    let senders: Vec<_> = (0..4)
+        .map(|t| {
+            let addr = server.addr();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr).expect("connect");
+                for i in 0..N / 4 {
+                    let r = c.post(
+                        "/hooks/t",
+                        format!("{{\"t\":{t},\"i\":{i}}}").as_bytes(),
+                        &[],
+                    );
+                    assert_eq!(r.status, 202, "{}", r.text());
+                }
+            })
+        })
+        .collect();
+    // (elapsed s, delivered, duration sum, duration count, permits)
+    let mut trace: Vec<(f64, f64, f64, f64, f64)> = Vec::new();
+    let uri_label = ("destination", uri.as_str());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let (_, s) = scrape(&server);
+        let delivered = sum_samples(
+            &s,
+            "sluice_dispatch_attempts_total",
+            Some(("outcome", "delivered")),
+        );
+        trace.push((
+            started.elapsed().as_secs_f64(),
+            delivered,
+            sum_samples(&s, "sluice_dispatch_duration_seconds_sum", None),
+            sum_samples(&s, "sluice_dispatch_duration_seconds_count", None),
+            sum_samples(&s, "sluice_destination_permits", Some(uri_label)),
+        ));
+        let dlq = dlq_list(&server.data_dir()).len();
+        if delivered as usize + dlq >= N || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    for s in senders {
+        s.join().expect("sender");
+    }
+    let dead = dlq_list(&server.data_dir()).len();
+    let last = *trace.last().unwrap();
+    let at3 = trace.iter().find(|t| t.0 >= 3.0).copied().unwrap_or(last);
+    let half = trace
+        .iter()
+        .find(|t| t.1 >= N as f64 / 2.0)
+        .copied()
+        .unwrap_or(last);
+    let goodput = (last.1 - at3.1) / (last.0 - at3.0).max(0.001);
+    let mean_ms = (last.2 - half.2) / (last.3 - half.3).max(1.0) * 1000.0;
+    let limits: Vec<f64> = trace.iter().map(|t| t.4).collect();
+    eprintln!(
+        "adaptive: {} delivered, {dead} dead-lettered in {:.1} s; goodput after 3 s {goodput:.0}/s; \
+         mean latency second half {mean_ms:.1} ms; mock peak concurrency {}; limit every 250 ms {limits:?}",
+        last.1,
+        last.0,
+        mock.stats()["max_concurrency_seen"]
+    );
+    assert!(
+        dead * 100 <= N,
+        "{dead} of {N} dead-lettered (more than 1%)"
+    );
+    assert!(last.1 as usize + dead >= N, "not finished: {last:?}");
+    let second_half: Vec<f64> = trace
+        .iter()
+        .filter(|t| t.1 >= N as f64 / 2.0)
+        .map(|t| t.4)
+        .collect();
+    assert!(
+        second_half.iter().all(|l| (20.0..=120.0).contains(l)),
+        "the limit did not settle between 20 and 120: {second_half:?}"
+    );
+}
