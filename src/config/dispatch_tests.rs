@@ -169,6 +169,67 @@ fn destination_fields_parse() {
 }
 
 #[test]
+fn max_in_flight_auto_parses_with_its_range() {
+    let base = trig("a", "/a", "http://h/");
+    let dest = |body: &str| format!("{base}[[destinations]]\nuri = \"http://h/\"\n{body}\n");
+    let c = build(&dest("max_in_flight = \"auto\"")).unwrap();
+    let d = &c.destinations[0];
+    assert_eq!(
+        d.adaptive,
+        Some(crate::config::AdaptiveConfig { min: 1, cap: 256 })
+    );
+    assert_eq!(d.max_in_flight, 256);
+    assert_eq!(d.initial_permits(), crate::dispatch::adaptive::INITIAL);
+    let c = build(&dest(
+        "max_in_flight = \"auto\"\nmax_in_flight_cap = 8\nmin_in_flight = 2",
+    ))
+    .unwrap();
+    let d = &c.destinations[0];
+    assert_eq!(
+        d.adaptive,
+        Some(crate::config::AdaptiveConfig { min: 2, cap: 8 })
+    );
+    assert_eq!(d.initial_permits(), 8);
+    let c = build(&dest("max_in_flight = 7")).unwrap();
+    assert_eq!(c.destinations[0].adaptive, None);
+    assert_eq!(c.destinations[0].initial_permits(), 7);
+    for (body, needle) in [
+        (
+            "max_in_flight = \"fast\"",
+            "max_in_flight must be a number in 1..=10000 or \"auto\", not \"fast\"",
+        ),
+        ("max_in_flight = -1", "max_in_flight = -1 is out of range"),
+        (
+            "max_in_flight = 4\nmax_in_flight_cap = 9",
+            "apply only to max_in_flight = \"auto\"",
+        ),
+        (
+            "min_in_flight = 2",
+            "apply only to max_in_flight = \"auto\"",
+        ),
+        (
+            "max_in_flight = \"auto\"\nmax_in_flight_cap = 0",
+            "max_in_flight_cap",
+        ),
+        (
+            "max_in_flight = \"auto\"\nmax_in_flight_cap = 10001",
+            "max_in_flight_cap",
+        ),
+        (
+            "max_in_flight = \"auto\"\nmin_in_flight = 0",
+            "min_in_flight",
+        ),
+        (
+            "max_in_flight = \"auto\"\nmax_in_flight_cap = 4\nmin_in_flight = 5",
+            "min_in_flight (5) must not exceed max_in_flight_cap (4)",
+        ),
+    ] {
+        let e = build(&dest(body)).unwrap_err();
+        assert!(e.0.contains(needle), "{body:?}: {e}");
+    }
+}
+
+#[test]
 fn destination_errors_name_the_key() {
     let base = trig("a", "/a", "http://h/");
     let dest = |body: &str| format!("{base}[[destinations]]\nuri = \"http://h/\"\n{body}\n");

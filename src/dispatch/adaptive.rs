@@ -32,7 +32,7 @@ pub const WINDOW: u64 = 100_000_000;
 /// Latency allowed above the minimum before the limit shrinks.
 pub const TOLERANCE: f64 = 1.5;
 /// Weight of the new target at each window end.
-pub const SMOOTHING: f64 = 0.25;
+pub const SMOOTHING: f64 = 0.5;
 /// Multiplicative decrease on an overload signal.
 pub const DECREASE: f64 = 0.75;
 /// How long a measured minimum latency is trusted.
