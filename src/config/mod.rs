@@ -439,8 +439,12 @@ impl Config {
             .iter()
             .filter(|d| d.max_in_flight > cap)
             .map(|d| {
+                let what = match d.adaptive {
+                    Some(_) => "max_in_flight_cap",
+                    None => "max_in_flight",
+                };
                 format!(
-                    "destination {}: max_in_flight = {} exceeds orchestrator.pumps.max_outstanding = {cap}; \
+                    "destination {}: {what} = {} exceeds orchestrator.pumps.max_outstanding = {cap}; \
                      at most {cap} calls can be in flight",
                     d.handler.uri, d.max_in_flight
                 )
