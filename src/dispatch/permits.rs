@@ -7,7 +7,9 @@
 //! without the type checker noticing; forgetting to release it is the remaining misuse, which
 //! shows up as `in_flight()` never returning to zero.
 //!
-//! Invariant: `in_flight() <= max()` after every operation.
+//! Invariant: `in_flight() <= max()` after every operation. [`Permits::set_max`] (the adaptive
+//! limit) moves `max` towards a target without breaking it: up at once, down no further than
+//! `in_flight`, then one step per release until the target is reached.
 #![forbid(unsafe_code)]
 
 /// One unit of a destination's in-flight budget. Hand it back with [`Permits::release`].
@@ -91,6 +93,7 @@ impl Permits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dispatch::rng::SmallRng;
 
     #[test]
     fn set_max_grows_at_once_and_shrinks_as_permits_return() {
@@ -117,7 +120,42 @@ mod tests {
         assert!(p.try_acquire().is_none());
         p.release(e);
     }
-    use crate::dispatch::rng::SmallRng;
+
+    #[test]
+    fn in_flight_never_exceeds_a_changing_max() {
+        for seed in 0..20 {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut p = Permits::new(4);
+            let mut held = Vec::new();
+            let mut target = 4usize;
+            for _ in 0..5000 {
+                match rng.up_to(4) {
+                    0 => {
+                        target = 1 + rng.up_to(15) as usize;
+                        p.set_max(target);
+                    }
+                    1 | 2 => {
+                        if let Some(permit) = p.try_acquire() {
+                            assert!(held.len() < target, "granted past the target");
+                            held.push(permit);
+                        }
+                    }
+                    _ if !held.is_empty() => {
+                        let i = rng.up_to(held.len() as u64 - 1) as usize;
+                        p.release(held.swap_remove(i));
+                    }
+                    _ => {}
+                }
+                assert!(p.in_flight() <= p.max());
+                assert!(p.max() == target || p.max() == p.in_flight());
+                assert_eq!(p.in_flight(), held.len());
+            }
+            for permit in held.drain(..) {
+                p.release(permit);
+            }
+            assert_eq!(p.max(), target);
+        }
+    }
 
     #[test]
     fn grants_up_to_max() {
