@@ -359,7 +359,7 @@ pub struct BulkReplayed {
 }
 
 /// Entries appended per sync by [`replay_all`].
-const OFFLINE_BATCH: usize = 256;
+pub const OFFLINE_BATCH: usize = 256;
 
 /// Replays every entry `filter` selects, oldest first, at most `limit` (server stopped, as
 /// [`replay`]): batches of [`OFFLINE_BATCH`] events are appended to core 0's log and synced,
