@@ -10,11 +10,14 @@
 //!   longer than `TOLERANCE` times the fastest seen (they queue inside the downstream), and a
 //!   queue allowance of `√limit` lets it grow while they do not:
 //!   `target = limit · g + √limit`, then `limit ← limit + SMOOTHING · (target − limit)`.
-//!   Growth needs demand: if the window never had more than half the limit in flight, the limit
-//!   does not grow (a quiet destination must not drift to the cap).
-//! * A window with an overload signal (a timeout, a connect error, a 429 or 503) ends at once
-//!   with a multiplicative decrease: `limit ← limit · DECREASE` (one decrease per window, so a
-//!   burst of timeouts from one queue does not collapse the limit to the minimum in one go).
+//!   Growth needs demand: unless the window had the whole limit in flight at some point, the
+//!   limit does not grow (a destination that does not use its permits must not drift to the
+//!   cap; as in Vector, which grows only windows that reached the limit).
+//! * An overload signal (a timeout, a connect error, a 429 or 503) ends the window with a
+//!   multiplicative decrease, `limit ← limit · DECREASE`: at once when the last decrease is at
+//!   least [`WINDOW`] old, else at the window's normal end. So there is at most one decrease
+//!   per [`WINDOW`]: the burst of 503s or timeouts that the calls already out bring back after
+//!   one overload does not collapse the limit to the minimum.
 //! * `min_rtt` is the lowest window mean seen. Every [`MIN_RTT_RESET`] it is re-measured, so a
 //!   downstream that became slower for good is not held to a stale minimum: the limit is halved
 //!   for [`PROBE_WINDOWS`] windows (the first drains the downstream's queue, the last measures),
@@ -64,6 +67,8 @@ pub struct AdaptiveLimit {
     samples: u64,
     peak_in_flight: usize,
     overloaded: bool,
+    /// When the limit was last decreased for an overload (`None`: never).
+    last_decrease: Option<u64>,
     /// Windows left in a minimum-latency probe, and the limit to restore after it.
     probe: Option<(u8, f64)>,
 }
@@ -85,6 +90,7 @@ impl AdaptiveLimit {
             samples: 0,
             peak_in_flight: 0,
             overloaded: false,
+            last_decrease: None,
             probe: None,
         }
     }
@@ -110,7 +116,11 @@ impl AdaptiveLimit {
             }
             Sample::Overload => self.overloaded = true,
         }
-        if !self.overloaded && now.saturating_sub(self.window_start) < WINDOW {
+        let window_done = now.saturating_sub(self.window_start) >= WINDOW;
+        let cooled = self
+            .last_decrease
+            .map_or(true, |t| now.saturating_sub(t) >= WINDOW);
+        if !window_done && !(self.overloaded && cooled) {
             return None;
         }
         if !self.overloaded && self.samples == 0 {
@@ -128,6 +138,7 @@ impl AdaptiveLimit {
             // An overload ends a probe too: the restored limit is decreased instead.
             let base = probe.map_or(self.limit, |(_, before)| before);
             self.limit = (base * DECREASE).max(self.min);
+            self.last_decrease = Some(now);
         } else if let Some((left, before)) = probe {
             if left > 1 {
                 self.probe = Some((left - 1, before));
@@ -156,7 +167,7 @@ impl AdaptiveLimit {
                 1.0
             };
             let mut target = self.limit * gradient + self.limit.sqrt();
-            if (self.peak_in_flight as f64) * 2.0 < self.limit {
+            if (self.peak_in_flight as f64) < self.limit.floor() {
                 target = target.min(self.limit); // no demand: do not grow
             }
             self.limit = (self.limit + SMOOTHING * (target - self.limit)).clamp(self.min, self.cap);
@@ -243,16 +254,21 @@ mod tests {
         let mut c = AdaptiveLimit::new(1, 500, 0);
         assert_eq!(c.limit(), INITIAL);
         assert_eq!(c.on_sample(1, 16, Sample::Overload), Some(12));
-        // The next overload ends the next (immediately started) window: one decrease per call
-        // of end_window, and never below min.
-        assert_eq!(c.on_sample(2, 16, Sample::Overload), Some(9));
-        for t in 3..40 {
-            c.on_sample(t, 16, Sample::Overload);
+        // The burst that follows (the other calls out) changes nothing until WINDOW has passed.
+        for t in 2..=WINDOW {
+            assert_eq!(c.on_sample(t, 16, Sample::Overload), None, "at {t}");
+        }
+        // Then one more decrease, and so on: at most one per WINDOW, never below min.
+        assert_eq!(c.on_sample(WINDOW + 1, 16, Sample::Overload), Some(9));
+        let mut now = WINDOW + 1;
+        for _ in 0..40 {
+            now += WINDOW;
+            c.on_sample(now, 16, Sample::Overload);
         }
         assert_eq!(c.limit(), 1);
         let mut m = AdaptiveLimit::new(5, 500, 0);
-        for t in 0..40 {
-            m.on_sample(t, 16, Sample::Overload);
+        for i in 0..40 {
+            m.on_sample(i * WINDOW, 16, Sample::Overload);
         }
         assert_eq!(m.limit(), 5);
     }
