@@ -120,7 +120,7 @@ impl AdaptiveLimit {
         let cooled = self
             .last_decrease
             .map_or(true, |t| now.saturating_sub(t) >= WINDOW);
-        if !window_done && !(self.overloaded && cooled) {
+        if !(window_done || (self.overloaded && cooled)) {
             return None;
         }
         if !self.overloaded && self.samples == 0 {
