@@ -95,11 +95,28 @@ enum DlqCommand {
         data_dir: PathBuf,
     },
     /// Append the entry's event to the WAL as a new event (server stopped), then delete the
-    /// entry; prints the new event id.
+    /// entry; prints the new event id. With --all (no ID): every entry matching the filters,
+    /// oldest first; prints `replayed N remaining M` (exit 3 if some entry was unreadable).
     Replay {
-        id: String,
+        #[arg(required_unless_present = "all")]
+        id: Option<String>,
         #[arg(long)]
         data_dir: PathBuf,
+        /// Replay every matching entry instead of one ID.
+        #[arg(long, conflicts_with = "id")]
+        all: bool,
+        /// Only entries with this reason (retry_exhausted, circuit_open, permanent_failure).
+        #[arg(long, requires = "all")]
+        reason: Option<String>,
+        /// Only entries of this trigger id.
+        #[arg(long, requires = "all")]
+        trigger: Option<String>,
+        /// Only entries dead-lettered at or after this time (Unix ms or RFC 3339).
+        #[arg(long, requires = "all")]
+        since: Option<String>,
+        /// Replay at most N entries (the restarted server's backlog bound counts them).
+        #[arg(long, requires = "all")]
+        limit: Option<usize>,
     },
 }
 
@@ -239,13 +256,71 @@ fn dlq(command: DlqCommand) -> ExitCode {
         },
         DlqCommand::Show { id, data_dir } => dlq_tools::show_json(&data_dir, &id, &mut out),
         DlqCommand::Discard { id, data_dir } => dlq_tools::discard(&data_dir, &id),
-        DlqCommand::Replay { id, data_dir } => dlq_tools::replay(&data_dir, &id).map(|r| {
+        DlqCommand::Replay {
+            id: Some(id),
+            data_dir,
+            ..
+        } => dlq_tools::replay(&data_dir, &id).map(|r| {
             let _ = writeln!(out, "{}", r.event_id);
         }),
+        DlqCommand::Replay {
+            id: None,
+            data_dir,
+            reason,
+            trigger,
+            since,
+            limit,
+            ..
+        } => return replay_all(&data_dir, reason, trigger, since, limit),
     };
     let _ = out.flush();
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e.exit_code(), &e.to_string()),
+    }
+}
+
+/// `sluice dlq replay --all`: exit 0, 2 for a bad filter, 3 when some entry was unreadable
+/// (the readable ones are replayed), 1 for a WAL or DLQ failure.
+fn replay_all(
+    data_dir: &std::path::Path,
+    reason: Option<String>,
+    trigger: Option<String>,
+    since: Option<String>,
+    limit: Option<usize>,
+) -> ExitCode {
+    use sluice::dispatch::{bulk_replay, dlq_tools};
+    let filter = (|| {
+        Ok::<_, String>(bulk_replay::ReplayFilter {
+            reason: reason
+                .as_deref()
+                .map(bulk_replay::parse_reason)
+                .transpose()?,
+            trigger,
+            since_ms: since.as_deref().map(bulk_replay::parse_since).transpose()?,
+        })
+    })();
+    let filter = match filter {
+        Ok(f) => f,
+        Err(e) => return fail(2, &e),
+    };
+    match dlq_tools::replay_all(data_dir, &filter, limit) {
+        Ok(r) => {
+            print_line(&format!(
+                "replayed {} remaining {}",
+                r.replayed, r.remaining
+            ));
+            if r.unreadable > 0 {
+                return fail(
+                    3,
+                    &format!(
+                        "{} DLQ entry files unreadable and left in place (`dlq list` names them)",
+                        r.unreadable
+                    ),
+                );
+            }
+            ExitCode::SUCCESS
+        }
         Err(e) => fail(e.exit_code(), &e.to_string()),
     }
 }

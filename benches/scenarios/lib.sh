@@ -84,6 +84,7 @@ manifest() {
     printf '[[triggers]]\nid = "partner"\nprovider = "partner"\npath = "/hooks/partner"\n'
     if [ -n "$handler" ]; then
       printf 'handler = "%s"\n' "$handler"
+      [ "$permits" = auto ] && permits='"auto"'  # adaptive permits (a TOML string)
       printf '[[destinations]]\nuri = "%s"\nmax_in_flight = %s\n' "$handler" "$permits"
     fi
     printf '%s\n' "$extra"

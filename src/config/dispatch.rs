@@ -65,9 +65,16 @@ pub struct RawDestination {
     /// The handler URI this entry configures; compared after normalization. Required; must be the
     /// `handler` of at least one trigger, and listed at most once.
     pub uri: String,
-    /// Calls in flight to this destination at once (its permit set). Default: 64.
-    /// Range: 1..=10000.
-    pub max_in_flight: Option<usize>,
+    /// Calls in flight to this destination at once (its permit set): an integer, or `"auto"`
+    /// for a limit that follows the downstream's latency and overload signals
+    /// (`dispatch::adaptive`) between `min_in_flight` and `max_in_flight_cap`. Default: 64.
+    /// Range: 1..=10000 or `"auto"`.
+    pub max_in_flight: Option<RawMaxInFlight>,
+    /// With `max_in_flight = "auto"` only: the largest limit. Default: 256. Range: 1..=10000.
+    pub max_in_flight_cap: Option<usize>,
+    /// With `max_in_flight = "auto"` only: the smallest limit. Default: 1. Range:
+    /// 1..=`max_in_flight_cap`.
+    pub min_in_flight: Option<usize>,
     /// Time allowed for one delivery attempt (connect, send, response). Past it the attempt is a
     /// retryable timeout. Default: `10s`. Range: any positive duration.
     pub timeout: Option<String>,
@@ -92,6 +99,14 @@ pub struct RawDestination {
     pub tls: Option<super::tls::RawTls>,
 }
 
+/// `max_in_flight`: a number or `"auto"`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawMaxInFlight {
+    Fixed(i64),
+    Word(String),
+}
+
 /// `rate = { per_sec, burst }`
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -103,7 +118,7 @@ pub struct RawRate {
     pub burst: Option<u64>,
 }
 
-/// `circuit = { failures, open_for }`
+/// `circuit = { failures, open_for, on_open }`
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCircuit {
@@ -112,6 +127,10 @@ pub struct RawCircuit {
     /// How long an open circuit fails fast before one half-open probe. Default: `60s`.
     /// Range: any positive duration.
     pub open_for: Option<String>,
+    /// What happens to events while the circuit is open: `"dlq"` dead-letters them
+    /// (`circuit_open`, the Harn contract), `"hold"` keeps them pending until the half-open
+    /// probe succeeds (the backlog bound then refuses at the edge). Default: `"dlq"`.
+    pub on_open: Option<String>,
 }
 
 /// `retry = { max_attempts, base, cap }`
@@ -223,6 +242,29 @@ pub struct RateConfig {
 pub struct CircuitConfig {
     pub failures: u32,
     pub open_for: Duration,
+    pub on_open: OnOpen,
+}
+
+/// `circuit.on_open`: the fate of events while a destination's circuit is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnOpen {
+    /// Dead-letter them as `circuit_open` (Harn `fail_fast`).
+    #[default]
+    Dlq,
+    /// Keep them pending on the owner core until the half-open probe succeeds.
+    Hold,
+}
+
+impl OnOpen {
+    fn parse(key: &str, text: Option<&str>) -> Result<OnOpen, ConfigError> {
+        match text {
+            None | Some("dlq") => Ok(OnOpen::Dlq),
+            Some("hold") => Ok(OnOpen::Hold),
+            Some(other) => err(format!(
+                "{key}: circuit.on_open must be \"dlq\" or \"hold\", not {other:?}"
+            )),
+        }
+    }
 }
 
 /// Retry schedule of one destination (`base <= cap`).
@@ -233,11 +275,21 @@ pub struct RetryConfig {
     pub cap: Duration,
 }
 
+/// `max_in_flight = "auto"`: the adaptive limit's range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptiveConfig {
+    pub min: usize,
+    pub cap: usize,
+}
+
 /// One destination: everything the owner core needs to deliver to a handler URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DestinationConfig {
     pub handler: HandlerUri,
+    /// The fixed limit, or with `adaptive` the cap (the most permits there can ever be).
     pub max_in_flight: usize,
+    /// `Some` for `max_in_flight = "auto"`.
+    pub adaptive: Option<AdaptiveConfig>,
     pub timeout: Duration,
     pub rate: Option<RateConfig>,
     pub circuit: CircuitConfig,
@@ -248,6 +300,16 @@ pub struct DestinationConfig {
     pub signing_key: Option<crate::ingest::secrets::Secret>,
     /// TLS client settings; `Some` exactly for `https://` handlers.
     pub tls: Option<super::tls::TlsConfig>,
+}
+
+impl DestinationConfig {
+    /// The permits at start: `max_in_flight`, or the adaptive limit's starting value.
+    pub fn initial_permits(&self) -> usize {
+        match self.adaptive {
+            Some(a) => crate::dispatch::adaptive::INITIAL.clamp(a.min, a.cap),
+            None => self.max_in_flight,
+        }
+    }
 }
 
 /// The pump's admission bound.
@@ -469,6 +531,8 @@ fn build_destination(
     let r = raw.unwrap_or(RawDestination {
         uri: String::new(),
         max_in_flight: None,
+        max_in_flight_cap: None,
+        min_in_flight: None,
         timeout: None,
         rate: None,
         circuit: None,
@@ -477,13 +541,7 @@ fn build_destination(
         signing_secret: None,
         tls: None,
     });
-    let max_in_flight = ranged(
-        &format!("{key}: max_in_flight"),
-        r.max_in_flight,
-        64,
-        1,
-        10_000,
-    )?;
+    let (max_in_flight, adaptive) = build_max_in_flight(&key, &r)?;
     let timeout = duration_or(
         &format!("{key}: timeout"),
         r.timeout,
@@ -507,9 +565,9 @@ fn build_destination(
             })
         }
     };
-    let (failures, open_for) = match r.circuit {
-        None => (None, None),
-        Some(c) => (c.failures, c.open_for),
+    let (failures, open_for, on_open) = match r.circuit {
+        None => (None, None, None),
+        Some(c) => (c.failures, c.open_for, c.on_open),
     };
     let circuit = CircuitConfig {
         failures: ranged(&format!("{key}: circuit.failures"), failures, 5, 1, 10_000)?,
@@ -518,6 +576,7 @@ fn build_destination(
             open_for,
             Duration::from_secs(60),
         )?,
+        on_open: OnOpen::parse(&key, on_open.as_deref())?,
     };
     let (max_attempts, base, cap) = match r.retry {
         None => (None, None, None),
@@ -572,6 +631,7 @@ fn build_destination(
         handler,
         tls,
         max_in_flight,
+        adaptive,
         timeout,
         rate,
         circuit,
@@ -579,6 +639,58 @@ fn build_destination(
         retry,
         signing_key,
     })
+}
+
+/// `max_in_flight` (a number or `"auto"`), `max_in_flight_cap`, `min_in_flight`.
+fn build_max_in_flight(
+    key: &str,
+    r: &RawDestination,
+) -> Result<(usize, Option<AdaptiveConfig>), ConfigError> {
+    let fixed = match &r.max_in_flight {
+        None => Some(64),
+        Some(RawMaxInFlight::Fixed(n)) => match usize::try_from(*n) {
+            Ok(n) if (1..=10_000).contains(&n) => Some(n),
+            _ => {
+                return err(format!(
+                    "{key}: max_in_flight = {n} is out of range 1..=10000 (or \"auto\")"
+                ))
+            }
+        },
+        Some(RawMaxInFlight::Word(w)) if w == "auto" => None,
+        Some(RawMaxInFlight::Word(w)) => {
+            return err(format!(
+                "{key}: max_in_flight must be a number in 1..=10000 or \"auto\", not {w:?}"
+            ))
+        }
+    };
+    if let Some(n) = fixed {
+        if r.max_in_flight_cap.is_some() || r.min_in_flight.is_some() {
+            return err(format!(
+                "{key}: max_in_flight_cap and min_in_flight apply only to max_in_flight = \"auto\""
+            ));
+        }
+        return Ok((n, None));
+    }
+    let cap = ranged(
+        &format!("{key}: max_in_flight_cap"),
+        r.max_in_flight_cap,
+        256,
+        1,
+        10_000,
+    )?;
+    let min = ranged(
+        &format!("{key}: min_in_flight"),
+        r.min_in_flight,
+        1,
+        1,
+        10_000,
+    )?;
+    if min > cap {
+        return err(format!(
+            "{key}: min_in_flight ({min}) must not exceed max_in_flight_cap ({cap})"
+        ));
+    }
+    Ok((cap, Some(AdaptiveConfig { min, cap })))
 }
 
 fn build_headers(

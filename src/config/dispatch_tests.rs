@@ -129,7 +129,8 @@ fn triggers_share_destinations_by_normalized_uri() {
         d.circuit,
         CircuitConfig {
             failures: 5,
-            open_for: Duration::from_secs(60)
+            open_for: Duration::from_secs(60),
+            on_open: crate::config::OnOpen::Dlq,
         }
     );
     assert_eq!(
@@ -147,7 +148,7 @@ fn triggers_share_destinations_by_normalized_uri() {
 fn destination_fields_parse() {
     let text = trig("a", "/a", "http://h:8080/x")
         + "[[destinations]]\nuri = \"http://H:8080/x\"\nmax_in_flight = 3\ntimeout = \"250ms\"\n\
-           rate = { per_sec = 10 }\ncircuit = { failures = 2, open_for = \"5s\" }\n\
+           rate = { per_sec = 10 }\ncircuit = { failures = 2, open_for = \"5s\", on_open = \"hold\" }\n\
            headers = { \"x-api-key\" = \"k\", \"X-Tenant\" = \"t 1\" }\n\
            retry = { max_attempts = 3, base = \"100ms\", cap = \"1h\" }\n";
     let c = build(&text).unwrap();
@@ -163,6 +164,7 @@ fn destination_fields_parse() {
     );
     assert_eq!(d.circuit.failures, 2);
     assert_eq!(d.circuit.open_for, Duration::from_secs(5));
+    assert_eq!(d.circuit.on_open, crate::config::OnOpen::Hold);
     assert_eq!(
         d.headers,
         vec![
@@ -182,6 +184,67 @@ fn destination_fields_parse() {
             burst: 1
         })
     );
+}
+
+#[test]
+fn max_in_flight_auto_parses_with_its_range() {
+    let base = trig("a", "/a", "http://h/");
+    let dest = |body: &str| format!("{base}[[destinations]]\nuri = \"http://h/\"\n{body}\n");
+    let c = build(&dest("max_in_flight = \"auto\"")).unwrap();
+    let d = &c.destinations[0];
+    assert_eq!(
+        d.adaptive,
+        Some(crate::config::AdaptiveConfig { min: 1, cap: 256 })
+    );
+    assert_eq!(d.max_in_flight, 256);
+    assert_eq!(d.initial_permits(), crate::dispatch::adaptive::INITIAL);
+    let c = build(&dest(
+        "max_in_flight = \"auto\"\nmax_in_flight_cap = 8\nmin_in_flight = 2",
+    ))
+    .unwrap();
+    let d = &c.destinations[0];
+    assert_eq!(
+        d.adaptive,
+        Some(crate::config::AdaptiveConfig { min: 2, cap: 8 })
+    );
+    assert_eq!(d.initial_permits(), 8);
+    let c = build(&dest("max_in_flight = 7")).unwrap();
+    assert_eq!(c.destinations[0].adaptive, None);
+    assert_eq!(c.destinations[0].initial_permits(), 7);
+    for (body, needle) in [
+        (
+            "max_in_flight = \"fast\"",
+            "max_in_flight must be a number in 1..=10000 or \"auto\", not \"fast\"",
+        ),
+        ("max_in_flight = -1", "max_in_flight = -1 is out of range"),
+        (
+            "max_in_flight = 4\nmax_in_flight_cap = 9",
+            "apply only to max_in_flight = \"auto\"",
+        ),
+        (
+            "min_in_flight = 2",
+            "apply only to max_in_flight = \"auto\"",
+        ),
+        (
+            "max_in_flight = \"auto\"\nmax_in_flight_cap = 0",
+            "max_in_flight_cap",
+        ),
+        (
+            "max_in_flight = \"auto\"\nmax_in_flight_cap = 10001",
+            "max_in_flight_cap",
+        ),
+        (
+            "max_in_flight = \"auto\"\nmin_in_flight = 0",
+            "min_in_flight",
+        ),
+        (
+            "max_in_flight = \"auto\"\nmax_in_flight_cap = 4\nmin_in_flight = 5",
+            "min_in_flight (5) must not exceed max_in_flight_cap (4)",
+        ),
+    ] {
+        let e = build(&dest(body)).unwrap_err();
+        assert!(e.0.contains(needle), "{body:?}: {e}");
+    }
 }
 
 #[test]
@@ -216,6 +279,10 @@ fn destination_errors_name_the_key() {
         (dest("circuit = { failures = 0 }"), "circuit.failures"),
         (dest("circuit = { open_for = \"1y\" }"), "circuit.open_for"),
         (dest("circuit = { bogus = 1 }"), "bogus"),
+        (
+            dest("circuit = { on_open = \"queue\" }"),
+            "circuit.on_open must be \"dlq\" or \"hold\", not \"queue\"",
+        ),
         (dest("retry = { max_attempts = 0 }"), "retry.max_attempts"),
         (dest("retry = { max_attempts = 101 }"), "retry.max_attempts"),
         (dest("retry = { base = \"2m\", cap = \"1m\" }"), "retry.base"),

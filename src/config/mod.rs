@@ -38,8 +38,8 @@ use serde::Deserialize;
 
 pub use auth::{TriggerAuth, ENV_ADMIN_TOKEN};
 pub use dispatch::{
-    CircuitConfig, DestinationConfig, DispatchConfig, HandlerUri, PumpConfig, RateConfig,
-    RetryConfig, ENV_PUMP_MAX_OUTSTANDING,
+    AdaptiveConfig, CircuitConfig, DestinationConfig, DispatchConfig, HandlerUri, OnOpen,
+    PumpConfig, RateConfig, RetryConfig, ENV_PUMP_MAX_OUTSTANDING,
 };
 pub use duration::parse_duration;
 pub use flow::{FlowConfig, FlowSettings};
@@ -450,8 +450,12 @@ impl Config {
             .iter()
             .filter(|d| d.max_in_flight > cap)
             .map(|d| {
+                let what = match d.adaptive {
+                    Some(_) => "max_in_flight_cap",
+                    None => "max_in_flight",
+                };
                 format!(
-                    "destination {}: max_in_flight = {} exceeds orchestrator.pumps.max_outstanding = {cap}; \
+                    "destination {}: {what} = {} exceeds orchestrator.pumps.max_outstanding = {cap}; \
                      at most {cap} calls can be in flight",
                     d.handler.uri, d.max_in_flight
                 )

@@ -6,7 +6,11 @@
 //! 1. **Circuit.** Open (or half-open with the probe out) → [`Gate::FailFast`]: the event goes
 //!    to the DLQ (`circuit_open`). This comes first, even while the destination is paused: the
 //!    contract says events fail fast while the circuit is open, and holding them for the pause
-//!    would only grow the backlog for a destination already known to be failing.
+//!    would only grow the backlog for a destination already known to be failing. With
+//!    `circuit.on_open = "hold"` ([`OnOpen::Hold`]) the answer is instead
+//!    `Wait { until: when the circuit could let its probe through }`: the events stay queued
+//!    (bounded by the pump's `max_outstanding`, then by the backlog bound at the edge) and
+//!    the probe decides when delivery resumes.
 //! 2. **Pause.** A 429/503 `Retry-After` pauses the whole destination until `paused_until`
 //!    → [`Gate::Wait`] `{ until: paused_until }`.
 //! 3. **Rate budget** (if configured) → `Wait { until: when a token is available }`.
@@ -31,11 +35,12 @@
 
 use std::time::Duration;
 
+use super::adaptive::{AdaptiveLimit, Sample};
 use super::circuit::{Circuit, CircuitCheck, CircuitState, Transition};
 use super::classify::Class;
 use super::permits::{Permit, Permits};
 use super::rate::RateBudget;
-use crate::config::DestinationConfig;
+use crate::config::{DestinationConfig, OnOpen};
 use crate::sync::gcra::ParamError;
 
 /// Longest pause a `Retry-After` can impose on a destination.
@@ -71,6 +76,9 @@ pub struct DestinationState {
     rate: Option<RateBudget>,
     /// No call starts before this instant (nanoseconds); 0 = not paused.
     paused_until: u64,
+    on_open: OnOpen,
+    /// `max_in_flight = "auto"`: the controller that sets the permit bound.
+    adaptive: Option<AdaptiveLimit>,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -84,7 +92,47 @@ impl DestinationState {
             circuit,
             rate,
             paused_until: 0,
+            on_open: OnOpen::Dlq,
+            adaptive: None,
         }
+    }
+
+    /// The same state with an adaptive limit (`max_in_flight = "auto"`): the permit bound
+    /// starts at the controller's limit and follows it.
+    pub fn with_adaptive(mut self, limit: AdaptiveLimit) -> Self {
+        self.permits.set_max(limit.limit());
+        self.adaptive = Some(limit);
+        self
+    }
+
+    /// Feeds a finished call to the adaptive limit (nothing for a fixed one); `in_flight` is
+    /// the calls out when it started. Returns the new limit when it changed; the permits follow
+    /// it exactly ([`Permits::set_max`]).
+    pub fn observe(&mut self, now: u64, in_flight: usize, sample: Sample) -> Option<usize> {
+        let changed = self.adaptive.as_mut()?.on_sample(now, in_flight, sample)?;
+        self.permits.set_max(changed);
+        Some(changed)
+    }
+
+    /// The limit now: the adaptive controller's, or the fixed `max_in_flight`.
+    pub fn limit(&self) -> usize {
+        self.adaptive
+            .as_ref()
+            .map_or(self.permits.max(), AdaptiveLimit::limit)
+    }
+
+    /// The same state with `circuit.on_open = mode`.
+    pub fn with_on_open(mut self, mode: OnOpen) -> Self {
+        self.on_open = mode;
+        self
+    }
+
+    /// Whether a retryable failure reported now is an outage to wait out rather than an
+    /// attempt to charge: `on_open = "hold"` and the circuit is not closed. The dispatcher then
+    /// puts the job back at the head of its queue with its attempt count unchanged, so an
+    /// outage can neither dead-letter nor exhaust the retries of the events it catches.
+    pub fn holds(&self) -> bool {
+        self.on_open == OnOpen::Hold && self.circuit.state() != CircuitState::Closed
     }
 
     /// From a validated destination config. The rate parameters were validated by the config
@@ -95,17 +143,27 @@ impl DestinationState {
             Some(r) => Some(RateBudget::new(r.per_sec, r.burst)?),
             None => None,
         };
-        Ok(Self::new(
+        let state = Self::new(
             Permits::new(c.max_in_flight),
             Circuit::new(c.circuit.failures, c.circuit.open_for),
             rate,
-        ))
+        )
+        .with_on_open(c.circuit.on_open);
+        Ok(match c.adaptive {
+            Some(a) => state.with_adaptive(AdaptiveLimit::new(a.min, a.cap, 0)),
+            None => state,
+        })
     }
 
     /// May the next event be sent at `now`? See the module docs for the order of the checks.
     pub fn gate(&mut self, now: u64) -> Gate {
         if let CircuitCheck::FailFast { retry_after } = self.circuit.peek(now) {
-            return Gate::FailFast { retry_after };
+            return match self.on_open {
+                OnOpen::Dlq => Gate::FailFast { retry_after },
+                OnOpen::Hold => Gate::Wait {
+                    until: now.saturating_add(nanos(retry_after)).max(1),
+                },
+            };
         }
         if now < self.paused_until {
             return Gate::Wait {
@@ -411,6 +469,65 @@ mod tests {
         let (probe, is_probe) = go(&mut d, 90 * S);
         assert!(is_probe);
         assert!(d.complete(probe, 91 * S, &Class::Delivered).len() == 1);
+    }
+
+    #[test]
+    fn hold_mode_waits_for_the_probe_instead_of_failing_fast() {
+        let mut d = dest(4, 2, None).with_on_open(OnOpen::Hold);
+        let (a, _) = go(&mut d, 0);
+        let (b, _) = go(&mut d, 0);
+        assert!(!d.holds());
+        d.complete(a, S, &FAIL);
+        assert!(!d.holds()); // one failure: closed, an ordinary retry
+        let ev = d.complete(b, S, &FAIL);
+        assert_eq!(ev, vec![DestinationEvent::Circuit(Transition::Opened)]);
+        assert!(d.holds());
+        // Open: wait until the window ends, never fail fast.
+        for t in [S, 30 * S, 61 * S - 1] {
+            match d.gate(t) {
+                Gate::Wait { until } => assert_eq!(until, 61 * S, "at {t}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        let (probe, is_probe) = go(&mut d, 61 * S);
+        assert!(is_probe);
+        // Half-open with the probe out: wait for it (or for its reissue time).
+        assert!(matches!(d.gate(62 * S), Gate::Wait { until } if until == 121 * S));
+        assert!(d.holds());
+        d.complete(probe, 62 * S, &FAIL); // reopens
+        assert!(matches!(d.gate(62 * S), Gate::Wait { until } if until == 122 * S));
+        let (probe, _) = go(&mut d, 122 * S);
+        let ev = d.complete(probe, 122 * S, &Class::Delivered);
+        assert_eq!(ev, vec![DestinationEvent::Circuit(Transition::Closed)]);
+        assert!(!d.holds());
+        assert!(matches!(d.gate(122 * S), Gate::Go { probe: false, .. }));
+    }
+
+    #[test]
+    fn adaptive_limit_drives_the_permits_exactly() {
+        let mut d = dest(500, 1000, None).with_adaptive(AdaptiveLimit::new(1, 500, 0));
+        assert_eq!(d.max_in_flight(), crate::dispatch::adaptive::INITIAL);
+        let mut held: Vec<Permit> = (0..16).map(|_| go(&mut d, 0).0).collect();
+        assert!(matches!(d.gate(0), Gate::Wait { until: 0 }));
+        // An overload: the limit drops to 12 while 16 are out; no new call until 5 return.
+        assert_eq!(d.observe(1, 16, Sample::Overload), Some(12));
+        assert_eq!(d.limit(), 12);
+        for i in 0..4 {
+            d.complete(held.pop().unwrap(), 2, &Class::Delivered);
+            assert!(matches!(d.gate(2), Gate::Wait { until: 0 }), "release {i}");
+            assert!(d.in_flight() <= d.max_in_flight());
+        }
+        assert_eq!(d.max_in_flight(), 12);
+        d.complete(held.pop().unwrap(), 2, &Class::Delivered);
+        held.push(go(&mut d, 2).0);
+        assert!(matches!(d.gate(2), Gate::Wait { until: 0 }));
+        for p in held {
+            d.complete(p, 3, &Class::Delivered);
+        }
+        // A fixed limit ignores samples.
+        let mut f = dest(4, 1000, None);
+        assert_eq!(f.observe(1, 4, Sample::Overload), None);
+        assert_eq!(f.limit(), 4);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! like everything here: they may skip it, hold it, or merge it into a batch) → queues it (or
 //! parks it until its recovered retry time) → `pump_dest` asks the destination's gate: fail
 //! fast (circuit open → DLQ `circuit_open`), wait (paused by a downstream `Retry-After`, rate
-//! budget, or no free permit), or go with a permit → the request is encoded ([`encode`]: raw
+//! budget, no free permit, or an open circuit with `on_open = "hold"`), or go with a permit → the request is encoded ([`encode`]: raw
 //! body, Standard Webhooks headers and signature) and the pool carries it on an idle keep-alive
 //! connection or a new one (never more than `max_in_flight` busy per destination, as each
 //! attempt holds a permit) → the pool reports a [`Finished`] attempt, which `settle`
@@ -34,6 +34,7 @@ use std::sync::Arc;
 use mio::{Registry, Token};
 
 use crate::config::{Config, DestinationConfig};
+use crate::dispatch::adaptive::Sample;
 use crate::dispatch::circuit::Transition;
 use crate::dispatch::classify::{classify, AttemptResult, Class};
 use crate::dispatch::destination::{DestinationEvent, DestinationState, Gate};
@@ -418,7 +419,13 @@ impl Dispatcher {
         } = attempt;
         let class = classify(&result);
         let uri = self.config.destinations[d].handler.uri.clone();
+        let in_flight_at_end = self.dest(d).state.in_flight();
         let events = self.dest(d).state.complete(permit, now, &class);
+        if let Some(sample) = adaptive_sample(&result, now.saturating_sub(started)) {
+            if let Some(limit) = self.dest(d).state.observe(now, in_flight_at_end, sample) {
+                self.metrics.set_permits(d, limit as u64);
+            }
+        }
         let mut opened = false;
         for e in events {
             match e {
@@ -459,6 +466,12 @@ impl Dispatcher {
                     describe(&result, &uri),
                     now,
                 );
+            }
+            Class::Retryable { .. } if self.dest(d).state.holds() => {
+                // `on_open = "hold"`: the outage is not the event's failure. Back to the head
+                // of the queue, attempt count unchanged; the gate waits for the probe.
+                self.metrics.circuit_held();
+                self.dest(d).queue.push_front(job);
             }
             Class::Retryable { .. } if opened => {
                 let attempts = job.attempt;
@@ -542,6 +555,21 @@ impl Dispatcher {
     /// The outcomes reported since the last call, for the core's loop to route to the pumps.
     pub fn take_outcomes(&mut self) -> VecDeque<JobOutcome> {
         std::mem::take(&mut self.outbox)
+    }
+}
+
+/// What an attempt tells the adaptive limit: an answer's latency, an overload (timeout,
+/// connect error, 429, 503), or nothing (a 5xx other than 503, a broken connection: failures
+/// of the downstream the circuit handles, not signs of its capacity).
+fn adaptive_sample(result: &AttemptResult, rtt: u64) -> Option<Sample> {
+    match result {
+        AttemptResult::Timeout | AttemptResult::ConnectError => Some(Sample::Overload),
+        AttemptResult::Status {
+            code: 429 | 503, ..
+        } => Some(Sample::Overload),
+        AttemptResult::Status { code, .. } if *code < 500 => Some(Sample::Answered { rtt }),
+        // A handshake or certificate failure says nothing about the downstream's capacity.
+        AttemptResult::Status { .. } | AttemptResult::Io | AttemptResult::TlsError(_) => None,
     }
 }
 

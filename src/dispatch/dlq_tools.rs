@@ -347,6 +347,75 @@ pub fn replay(data_dir: &Path, id: &str) -> Result<Replayed, DlqToolError> {
     Ok(Replayed { event_id, lsn })
 }
 
+/// What [`replay_all`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BulkReplayed {
+    /// Entries appended as new events (and removed from the DLQ).
+    pub replayed: usize,
+    /// Matching entries left in the DLQ (over `limit`).
+    pub remaining: usize,
+    /// Entry files that could not be read (left in place; `dlq list` names them).
+    pub unreadable: usize,
+}
+
+/// Entries appended per sync by [`replay_all`].
+pub const OFFLINE_BATCH: usize = 256;
+
+/// Replays every entry `filter` selects, oldest first, at most `limit` (server stopped, as
+/// [`replay`]): batches of [`OFFLINE_BATCH`] events are appended to core 0's log and synced,
+/// then their entries are deleted, so a crash leaves at most one batch both replayed and still
+/// in the DLQ (at least once). An entry removed or damaged since the listing is skipped.
+pub fn replay_all(
+    data_dir: &Path,
+    filter: &super::bulk_replay::ReplayFilter,
+    limit: Option<usize>,
+) -> Result<BulkReplayed, DlqToolError> {
+    let store = store(data_dir)?;
+    let listing = store.list()?;
+    let mut done = BulkReplayed {
+        unreadable: listing.unreadable.len(),
+        ..BulkReplayed::default()
+    };
+    let selected: Vec<&DlqSummary> = listing
+        .entries
+        .iter()
+        .filter(|s| filter.matches(s))
+        .collect();
+    let take = limit.unwrap_or(usize::MAX).min(selected.len());
+    done.remaining = selected.len() - take;
+    if take == 0 {
+        return Ok(done);
+    }
+    let wal_dir: PathBuf = wal::core_log_dir(&data_dir.join(wal::tools::WAL_SUBDIR), 0);
+    let (mut log, _) = wal::open(&offline_wal_config(&wal_dir)?)?;
+    let mut ids = EventIdGen::new(OFFLINE_ID_WORKER);
+    for chunk in selected[..take].chunks(OFFLINE_BATCH) {
+        let mut records = Vec::with_capacity(chunk.len());
+        let mut replayed_ids = Vec::with_capacity(chunk.len());
+        for s in chunk {
+            match store.get(&s.id) {
+                Ok(entry) => {
+                    records.push(Record::Event(replay_event(&entry, &mut ids, unix_millis())));
+                    replayed_ids.push(entry.id);
+                }
+                Err(DlqError::NotFound { .. }) => {}
+                Err(DlqError::Corrupt { .. }) => done.unreadable += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if records.is_empty() {
+            continue;
+        }
+        log.append(&records)?;
+        log.sync()?;
+        for id in &replayed_ids {
+            store.remove(id)?;
+        }
+        done.replayed += replayed_ids.len();
+    }
+    Ok(done)
+}
+
 /// The new event a replay of `entry` appends.
 fn replay_event(entry: &DlqEntry, ids: &mut EventIdGen, now_ms: u64) -> wal::EventRecord {
     wal::EventRecord {

@@ -60,7 +60,8 @@ struct PumpCells {
 #[derive(Debug)]
 struct DestCells {
     uri: String,
-    max_in_flight: u64,
+    /// The current limit: `max_in_flight`, or the adaptive limit.
+    permits: AtomicU64,
     in_flight: AtomicU64,
     connections: AtomicU64,
     delivered: AtomicU64,
@@ -105,7 +106,7 @@ impl DispatchMetrics {
                 .iter()
                 .map(|(uri, max)| DestCells {
                     uri: uri.clone(),
-                    max_in_flight: *max,
+                    permits: AtomicU64::new(*max),
                     in_flight: AtomicU64::new(0),
                     connections: AtomicU64::new(0),
                     delivered: AtomicU64::new(0),
@@ -227,14 +228,14 @@ impl DispatchMetrics {
         }
         w.header(
             "sluice_destination_permits",
-            "Permits (max_in_flight) per destination.",
+            "Permits per destination: max_in_flight, or the current adaptive limit.",
             MetricType::Gauge,
         );
         for d in self.dests.iter() {
             w.sample_u64(
                 "sluice_destination_permits",
                 &[("destination", &d.uri)],
-                d.max_in_flight,
+                d.permits.load(Ordering::Relaxed),
             );
         }
         w.header(
@@ -315,6 +316,12 @@ impl CoreDispatchMetrics {
         self.core
             .incr_backpressure(Dimension::Circuit, Action::HalfOpenProbe);
     }
+    /// An attempt's failure under `circuit.on_open = "hold"`: the job went back to its queue
+    /// uncharged (`harn_backpressure_events_total{dimension="circuit",action="held"}`).
+    pub fn circuit_held(&self) {
+        self.core
+            .incr_backpressure(Dimension::Circuit, Action::Held);
+    }
     pub fn destination_paused(&self) {
         self.core
             .incr_backpressure(Dimension::Destination, Action::Paused);
@@ -326,6 +333,12 @@ impl CoreDispatchMetrics {
     }
     pub fn set_in_flight(&self, dest: usize, n: u64) {
         self.shared.set_in_flight(dest, n);
+    }
+    /// `sluice_destination_permits`: the destination's current limit.
+    pub fn set_permits(&self, dest: usize, n: u64) {
+        if let Some(d) = self.shared.dests.get(dest) {
+            d.permits.store(n, Ordering::Relaxed);
+        }
     }
     /// One finished attempt of `nanos`. A TLS failure (`tls`) is counted as `tls_error`, not
     /// under its class, so the outcomes add up to the attempts.

@@ -9,20 +9,23 @@
 //!
 //! | module | what | invariant |
 //! |---|---|---|
-//! | [`permits`] | the permit set, the only home of `max_in_flight` | in flight ≤ max, always |
+//! | [`permits`] | the permit set, the only home of `max_in_flight` | in flight ≤ max, always (also while `set_max` shrinks it) |
+//! | [`adaptive`] | `max_in_flight = "auto"`: gradient on latency vs the observed minimum, decrease on overload | limit ∈ `[min_in_flight, max_in_flight_cap]` |
 //! | [`circuit`] | closed / open / half-open breaker | exactly one probe per open window |
 //! | [`rate`] | optional GCRA rate budget (plain `u64` TAT) | ≤ burst back to back, then 1 per `1/per_sec` |
 //! | [`retry`] | exponential backoff, full jitter | delay ∈ [0, min(cap, base·2^(n-2))]; none past `max_attempts` |
 //! | [`rng`] | SplitMix64 for jitter | deterministic per seed |
 //! | [`classify`] | attempt result → delivered / retryable (+ pause) / permanent | only 429/503 pause |
-//! | [`destination`] | the gate: circuit, pause, rate, permits, in that order | nothing consumed unless `Go` |
+//! | [`destination`] | the gate: circuit, pause, rate, permits, in that order | nothing consumed unless `Go`; `on_open = "hold"` waits instead of failing fast |
 //! | [`flow`] | per-trigger gates: batch, debounce, rate_limit, throttle, singleton, concurrency | state bounded by held jobs and `max_gate_keys` |
 //!
 //! The delivery runtime builds on these: [`dispatcher`] (the decisions: queues, gates, retry
 //! timers, outcomes) drives [`outbound`] (the I/O: connections, keep-alive reuse, request and
-//! response). The DLQ is [`dlq`]; the dispatch metric families are [`metrics`] (built from the
+//! response). The DLQ is [`dlq`] (bulk replay selection: [`bulk_replay`]); the dispatch metric families are [`metrics`] (built from the
 //! leaf [`crate::metrics`] toolkit). Every policy module is `#![forbid(unsafe_code)]`.
 
+pub mod adaptive;
+pub mod bulk_replay;
 pub mod circuit;
 pub mod classify;
 pub mod destination;

@@ -7,7 +7,9 @@
 //! without the type checker noticing; forgetting to release it is the remaining misuse, which
 //! shows up as `in_flight()` never returning to zero.
 //!
-//! Invariant: `in_flight() <= max()` after every operation.
+//! Invariant: `in_flight() <= max()` after every operation. [`Permits::set_max`] (the adaptive
+//! limit) moves `max` towards a target without breaking it: up at once, down no further than
+//! `in_flight`, then one step per release until the target is reached.
 #![forbid(unsafe_code)]
 
 /// One unit of a destination's in-flight budget. Hand it back with [`Permits::release`].
@@ -22,13 +24,28 @@ pub struct Permit {
 pub struct Permits {
     max: usize,
     in_flight: usize,
+    /// Where [`Permits::set_max`] is taking `max`: a decrease below `in_flight` waits for
+    /// releases (each one lowers `max` until it reaches the target).
+    target: usize,
 }
 
 impl Permits {
     /// A set of `max` permits (`max_in_flight`, validated ≥ 1 by the config). With `max == 0`
     /// nothing is ever granted.
     pub const fn new(max: usize) -> Self {
-        Permits { max, in_flight: 0 }
+        Permits {
+            max,
+            in_flight: 0,
+            target: max,
+        }
+    }
+
+    /// Changes the bound (the adaptive limit). An increase applies at once; a decrease applies
+    /// at once down to `in_flight` and then one step per release, so `in_flight <= max` holds
+    /// at every moment and no call is ever cut short.
+    pub fn set_max(&mut self, target: usize) {
+        self.target = target;
+        self.max = target.max(self.in_flight);
     }
 
     /// Whether [`Permits::try_acquire`] would succeed now.
@@ -55,6 +72,9 @@ impl Permits {
         let Permit { _private: () } = permit;
         debug_assert!(self.in_flight > 0, "permit released to a set with none out");
         self.in_flight = self.in_flight.saturating_sub(1);
+        if self.max > self.target {
+            self.max = self.target.max(self.in_flight);
+        }
     }
 
     /// Permits currently out.
@@ -74,6 +94,68 @@ impl Permits {
 mod tests {
     use super::*;
     use crate::dispatch::rng::SmallRng;
+
+    #[test]
+    fn set_max_grows_at_once_and_shrinks_as_permits_return() {
+        let mut p = Permits::new(2);
+        let a = p.try_acquire().unwrap();
+        let b = p.try_acquire().unwrap();
+        p.set_max(4);
+        let c = p.try_acquire().unwrap();
+        let d = p.try_acquire().unwrap();
+        assert!(p.try_acquire().is_none());
+        p.set_max(1);
+        assert_eq!(p.max(), 4, "never below in_flight");
+        assert!(!p.available());
+        p.release(a);
+        assert_eq!(p.max(), 3);
+        assert!(p.try_acquire().is_none(), "shrinking: no new permit");
+        p.release(b);
+        p.release(c);
+        assert_eq!(p.max(), 1);
+        assert!(p.try_acquire().is_none());
+        p.release(d);
+        assert_eq!(p.max(), 1);
+        let e = p.try_acquire().unwrap();
+        assert!(p.try_acquire().is_none());
+        p.release(e);
+    }
+
+    #[test]
+    fn in_flight_never_exceeds_a_changing_max() {
+        for seed in 0..20 {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut p = Permits::new(4);
+            let mut held = Vec::new();
+            let mut target = 4usize;
+            for _ in 0..5000 {
+                match rng.up_to(4) {
+                    0 => {
+                        target = 1 + rng.up_to(15) as usize;
+                        p.set_max(target);
+                    }
+                    1 | 2 => {
+                        if let Some(permit) = p.try_acquire() {
+                            assert!(held.len() < target, "granted past the target");
+                            held.push(permit);
+                        }
+                    }
+                    _ if !held.is_empty() => {
+                        let i = rng.up_to(held.len() as u64 - 1) as usize;
+                        p.release(held.swap_remove(i));
+                    }
+                    _ => {}
+                }
+                assert!(p.in_flight() <= p.max());
+                assert!(p.max() == target || p.max() == p.in_flight());
+                assert_eq!(p.in_flight(), held.len());
+            }
+            for permit in held.drain(..) {
+                p.release(permit);
+            }
+            assert_eq!(p.max(), target);
+        }
+    }
 
     #[test]
     fn grants_up_to_max() {

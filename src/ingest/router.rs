@@ -57,6 +57,8 @@ pub enum AdminRoute {
     Ping,
     /// `POST /admin/dlq/{id}/replay`: replay a dead-lettered event (id via [`dlq_replay_id`]).
     DlqReplay,
+    /// `POST /admin/dlq/replay?reason=&trigger=&since=`: replay every matching dead letter.
+    DlqBulkReplay,
     /// A known admin path with the wrong method; the value is the `Allow` header.
     MethodNotAllowed(&'static str),
     /// Under `/admin/` but no such route.
@@ -147,6 +149,8 @@ impl Router {
                 return RouteMatch::Admin(match rest {
                     "ping" if is_get => AdminRoute::Ping,
                     "ping" => AdminRoute::MethodNotAllowed(ALLOW_GET),
+                    "dlq/replay" if is_post => AdminRoute::DlqBulkReplay,
+                    "dlq/replay" => AdminRoute::MethodNotAllowed(ALLOW_POST),
                     _ if dlq_replay_id(path).is_some() && is_post => AdminRoute::DlqReplay,
                     _ if dlq_replay_id(path).is_some() => AdminRoute::MethodNotAllowed(ALLOW_POST),
                     _ => AdminRoute::NotFound,

@@ -91,6 +91,7 @@ label_enum!(
         HalfOpenProbe => "half_open_probe",
         Closed => "closed",
         Paused => "paused",
+        Held => "held",
     }
 );
 

@@ -202,7 +202,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
             &config
                 .destinations
                 .iter()
-                .map(|d| (d.handler.uri.clone(), d.max_in_flight as u64))
+                .map(|d| (d.handler.uri.clone(), d.initial_permits() as u64))
                 .collect::<Vec<_>>(),
         )
         .with_flow(&config.triggers)

@@ -20,6 +20,7 @@
 //! - `budgets`: the in-flight body budget, unread responses, accepts at the fd limit (RSS).
 //! - `returns`: the return schedule (`Retry-After` that schedules) with honouring and
 //!   non-honouring clients against a real slow downstream.
+//! - `dispatch_i12`: `circuit.on_open = "hold"`, bulk DLQ replay, adaptive permits.
 //! - `dlq_corrupt`: a damaged DLQ entry among good ones.
 //! - `absorb`: triggers whose senders never retry absorb past the backlog bound.
 //! - `wal_probe` (`--features failpoints`): `/readyz` recovers from `wal_unavailable` alone.
@@ -34,6 +35,7 @@ mod budgets;
 mod connections;
 mod crash;
 mod dispatch;
+mod dispatch_i12;
 mod dlq_corrupt;
 mod downstream;
 mod durability;

@@ -133,7 +133,9 @@ impl Worker {
                     self.pump.on_record_done(ticket, o)
                 }
                 (Item::Append { ticket, record, .. }, Outcome::Appended(o)) => {
-                    if let Some(idx) = self.ingest_done(ticket, o) {
+                    if ticket & super::replay::REPLAY_TICKET != 0 {
+                        self.replay_done(ticket, o);
+                    } else if let Some(idx) = self.ingest_done(ticket, o) {
                         if touched.last() != Some(&idx) {
                             touched.push(idx);
                         }

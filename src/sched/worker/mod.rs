@@ -53,6 +53,7 @@ use crate::wal::{self, AppendOutcome, AppendRequest, EventRecord};
 mod budgets;
 mod ingest;
 mod links;
+mod replay;
 
 pub use links::CoreLinks;
 /// The poll token of a core's waker.
@@ -123,6 +124,8 @@ pub struct Worker {
     reported_quiet: bool,
     /// The injected clock read once per loop turn (nanos): token-bucket decisions use it.
     turn_now: u64,
+    /// Bulk DLQ replays whose append has not completed (`replay.rs`).
+    replays: replay::Replays,
     /// Connection budgets: deferred scrapes, the accept retry (`budgets.rs`).
     edge: budgets::Edge,
 }
@@ -191,6 +194,7 @@ impl Worker {
             orphans: std::collections::HashMap::new(),
             reported_quiet: false,
             turn_now: 0,
+            replays: replay::Replays::default(),
             edge: budgets::Edge::default(),
         })
     }
@@ -719,6 +723,7 @@ impl Worker {
                     .to_string();
                 return self.replay_dead_letter(idx, &id, keep_alive);
             }
+            AdminRoute::DlqBulkReplay => return self.bulk_replay(idx, head, keep_alive),
             AdminRoute::MethodNotAllowed(allow) => (405, Some(("Allow", allow)), b"{}"),
             AdminRoute::NotFound => (404, None, br#"{"status":"not_found"}"#),
         };

@@ -1,0 +1,181 @@
+//! `POST /admin/dlq/replay?reason=R&trigger=ID&since=T`: bulk replay of dead letters through the
+//! durable path, paced by the backlog bound (filters: [`crate::dispatch::bulk_replay`]).
+//!
+//! One call does a bounded amount of work on the core's loop and answers at once:
+//!
+//! 1. list the DLQ (one read of every entry file: the cost grows with the DLQ, which
+//!    `max_dlq_entries` bounds) and select the matching entries, oldest first, skipping those
+//!    a previous call already handed to the WAL and whose append has not completed;
+//! 2. for at most [`ONLINE_CHUNK`] of them, while the backlog bound (`max_pending_events`/
+//!    `bytes`, never the absorb budget), this core's appends in flight and its commit helper's
+//!    room allow: a new event (new id, `replay_of` = the entry id) goes to the commit helper, as
+//!    an ingested event would;
+//! 3. answer `202 {"status":"accepted","replayed":N,"remaining":M}`: `N` handed to the WAL,
+//!    `M` matching entries left for a later call. Nothing matching: `200` with `N = M = 0`.
+//!    Matching entries but no room for any: `503 queue_full` with `Retry-After` and
+//!    `"remaining":M`.
+//!
+//! Each entry leaves the DLQ when its event is durable (the completion of its append, tracked
+//! here by ticket); an append that fails leaves the entry in the DLQ for a later call and
+//! gives its backlog share back. Bound: tracked replays ≤ this core's appends in flight
+//! (`max_outstanding`); a crash between durability and removal leaves an entry that a later
+//! replay delivers again (at least once, as everywhere).
+
+use std::collections::{HashMap, HashSet};
+
+use super::{Worker, TICKET_SEQ_BITS};
+use crate::dispatch::bulk_replay::{ReplayFilter, ONLINE_CHUNK};
+use crate::dispatch::dlq::{DlqError, DlqStore};
+use crate::ingest::respond::json_str;
+use crate::metrics::Route;
+use crate::net::http;
+use crate::sync::clock::unix_millis;
+use crate::wal::{self, AppendOutcome, EventRecord};
+
+/// Marks the commit tickets of bulk replays (ingest tickets hold a connection slot < 2^22 above
+/// [`TICKET_SEQ_BITS`]; the pump's carry bit 63).
+pub(super) const REPLAY_TICKET: u64 = 1 << 62;
+
+/// Bulk replays whose append has not completed.
+#[derive(Debug, Default)]
+pub(super) struct Replays {
+    /// ticket → (entry id, trigger id, backlog cost).
+    by_ticket: HashMap<u64, (String, String, u64)>,
+    ids: HashSet<String>,
+}
+
+impl Worker {
+    /// The route (after the admin token).
+    pub(super) fn bulk_replay(&mut self, idx: usize, head: &http::RequestHead, keep_alive: bool) {
+        let filter = match ReplayFilter::from_query(head.query()) {
+            Ok(f) => f,
+            Err(e) => {
+                let mut body = String::from(r#"{"status":"error","reason":"bad_query","detail":"#);
+                json_str(&mut body, &e);
+                body.push('}');
+                return self.answer_replay(idx, 400, None, &body, keep_alive);
+            }
+        };
+        let dir = self.shared.config.server.data_dir.join("dlq");
+        let listing = match DlqStore::open_existing(&dir).and_then(|s| s.list().map(|l| (s, l))) {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("sluice: bulk replay cannot list the DLQ: {e}");
+                let body = r#"{"status":"error","reason":"dlq_unreadable"}"#;
+                return self.answer_replay(idx, 500, None, body, keep_alive);
+            }
+        };
+        let (store, listing) = listing;
+        let selected: Vec<String> = listing
+            .entries
+            .into_iter()
+            .filter(|s| filter.matches(s) && !self.replays.ids.contains(&s.id))
+            .map(|s| s.id)
+            .collect();
+        let (mut replayed, mut skipped) = (0usize, 0usize);
+        let mut room = true;
+        for id in selected.iter().take(ONLINE_CHUNK) {
+            let entry = match store.get(id) {
+                Ok(e) => e,
+                Err(DlqError::NotFound { .. }) => {
+                    skipped += 1; // removed meanwhile
+                    continue;
+                }
+                Err(e) => {
+                    eprintln!("sluice: bulk replay skips DLQ entry {id}: {e}");
+                    skipped += 1;
+                    continue;
+                }
+            };
+            let received_at_ms = unix_millis();
+            let event = EventRecord {
+                event_id: self.ids.next(received_at_ms),
+                received_at_ms,
+                replay_of: Some(entry.id.clone()),
+                ..entry.event
+            };
+            let cost = wal::event_cost(&event);
+            let trigger = event.trigger_id.clone();
+            let record = wal::Record::Event(event);
+            if self.outstanding >= self.max_outstanding
+                || !self.committer.has_room(record.batch_weight())
+                || self.shared.backlog.reserve_for(&trigger, cost).is_err()
+            {
+                room = false;
+                break;
+            }
+            self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
+            let ticket = REPLAY_TICKET | self.seq;
+            self.committer.push_ingest(0, ticket, record);
+            self.outstanding += 1;
+            self.replays.ids.insert(entry.id.clone());
+            self.replays
+                .by_ticket
+                .insert(ticket, (entry.id, trigger, cost));
+            replayed += 1;
+        }
+        let remaining = selected.len() - replayed - skipped;
+        let body =
+            format!(r#"{{"status":"accepted","replayed":{replayed},"remaining":{remaining}}}"#);
+        if replayed > 0 {
+            self.answer_replay(idx, 202, None, &body, keep_alive);
+        } else if room {
+            self.answer_replay(idx, 200, None, &body, keep_alive);
+        } else {
+            let ra = self
+                .shared
+                .backlog
+                .retry_after_secs()
+                .clamp(1, 60)
+                .to_string();
+            let body = format!(
+                r#"{{"status":"refused","reason":"queue_full","replayed":0,"remaining":{remaining}}}"#
+            );
+            self.answer_replay(idx, 503, Some(&ra), &body, keep_alive);
+        }
+    }
+
+    fn answer_replay(
+        &mut self,
+        idx: usize,
+        status: u16,
+        retry_after: Option<&str>,
+        body: &str,
+        keep_alive: bool,
+    ) {
+        let mut headers = vec![("Content-Type", "application/json")];
+        if let Some(ra) = retry_after {
+            headers.push(("Retry-After", ra));
+        }
+        self.push_ready(
+            idx,
+            Route::Admin,
+            status,
+            &headers,
+            body.as_bytes(),
+            keep_alive,
+            false,
+        );
+    }
+
+    /// The append of a bulk replay completed: durable → the entry leaves the DLQ; failed → the
+    /// backlog share goes back and the entry stays.
+    pub(super) fn replay_done(&mut self, ticket: u64, outcome: AppendOutcome) {
+        self.outstanding -= 1;
+        let Some((id, trigger, cost)) = self.replays.by_ticket.remove(&ticket) else {
+            return;
+        };
+        self.replays.ids.remove(&id);
+        if !matches!(outcome, AppendOutcome::Durable { .. }) {
+            self.shared.backlog.release_for(&trigger, cost);
+            eprintln!(
+                "sluice: bulk replay of {id} failed to append ({outcome:?}); it stays in the DLQ"
+            );
+            return;
+        }
+        let dir = self.shared.config.server.data_dir.join("dlq");
+        if let Err(e) = DlqStore::open_existing(&dir).and_then(|s| s.remove(&id)) {
+            eprintln!("sluice: replayed {id} but could not remove its DLQ entry: {e}");
+        }
+    }
+}
