@@ -214,41 +214,33 @@ impl DispatchMetrics {
                 c.done_cursor.load(Ordering::Relaxed),
             );
         }
-        w.header(
-            "sluice_destination_in_flight",
-            "Calls in flight per destination.",
-            MetricType::Gauge,
-        );
-        for d in self.dests.iter() {
-            w.sample_u64(
+        type Cell = fn(&DestCells) -> &AtomicU64;
+        let families: [(&str, &str, MetricType, Cell); 3] = [
+            (
                 "sluice_destination_in_flight",
-                &[("destination", &d.uri)],
-                d.in_flight.load(Ordering::Relaxed),
-            );
-        }
-        w.header(
-            "sluice_destination_permits",
-            "Permits per destination: max_in_flight, or the current adaptive limit.",
-            MetricType::Gauge,
-        );
-        for d in self.dests.iter() {
-            w.sample_u64(
+                "Calls in flight per destination.",
+                MetricType::Gauge,
+                |d| &d.in_flight,
+            ),
+            (
                 "sluice_destination_permits",
-                &[("destination", &d.uri)],
-                d.permits.load(Ordering::Relaxed),
-            );
-        }
-        w.header(
-            "sluice_destination_connections_opened_total",
-            "Outbound connections opened.",
-            MetricType::Counter,
-        );
-        for d in self.dests.iter() {
-            w.sample_u64(
+                "Permits per destination: max_in_flight, or the current adaptive limit.",
+                MetricType::Gauge,
+                |d| &d.permits,
+            ),
+            (
                 "sluice_destination_connections_opened_total",
-                &[("destination", &d.uri)],
-                d.connections.load(Ordering::Relaxed),
-            );
+                "Outbound connections opened.",
+                MetricType::Counter,
+                |d| &d.connections,
+            ),
+        ];
+        for (name, help, kind, cell) in families {
+            w.header(name, help, kind);
+            for d in self.dests.iter() {
+                let v = cell(d).load(Ordering::Relaxed);
+                w.sample_u64(name, &[("destination", &d.uri)], v);
+            }
         }
         w.header(
             "sluice_dispatch_attempts_total",
