@@ -7,20 +7,21 @@ use crate::downstream::{Behavior, Downstream};
 use crate::support::*;
 
 /// A manifest with one trigger `t` at `/hooks/t` whose handler is `uri`, plus extra text.
-fn manifest(uri: &str, destination: &str, extra: &str) -> String {
+pub(crate) fn manifest(uri: &str, destination: &str, extra: &str) -> String {
     format!(
         "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\nhandler = \"{uri}\"\n\n\
          [[destinations]]\nuri = \"{uri}\"\n{destination}\n\n{extra}\n"
     )
 }
 
-fn big_buckets(o: Opts) -> Opts {
+pub(crate) fn big_buckets(o: Opts) -> Opts {
     o.env("HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY", "1000000")
         .env("HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY", "1000000")
         .env("HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC", "1000000")
 }
 
-fn dlq_list(data_dir: &std::path::Path) -> Vec<serde_json::Value> {
+/// `sluice dlq list --json`, which must succeed.
+pub(crate) fn dlq_list(data_dir: &std::path::Path) -> Vec<serde_json::Value> {
     let out = run_cli(&["dlq", "list", "--data-dir", path_str(data_dir), "--json"]);
     assert!(out.status.success(), "dlq list failed: {}", out.all());
     out.stdout

@@ -4,30 +4,13 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use crate::dispatch::{big_buckets, dlq_list};
 use crate::downstream::{Behavior, Downstream};
 use crate::support::*;
 
+/// The dispatch tests' one-trigger manifest, with no extra text.
 fn manifest(uri: &str, destination: &str) -> String {
-    format!(
-        "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\nhandler = \"{uri}\"\n\n\
-         [[destinations]]\nuri = \"{uri}\"\n{destination}\n"
-    )
-}
-
-fn big_buckets(o: Opts) -> Opts {
-    o.env("HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY", "1000000")
-        .env("HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY", "1000000")
-        .env("HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC", "1000000")
-}
-
-fn dlq_list(data_dir: &std::path::Path) -> Vec<serde_json::Value> {
-    let out = run_cli(&["dlq", "list", "--data-dir", path_str(data_dir), "--json"]);
-    assert!(out.status.success(), "dlq list failed: {}", out.all());
-    out.stdout
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect()
+    crate::dispatch::manifest(uri, destination, "")
 }
 
 fn circuit_count(server: &Server, action: &str) -> f64 {
