@@ -6,6 +6,20 @@ use std::time::{Duration, Instant};
 use crate::downstream::{Behavior, Downstream};
 use crate::support::*;
 
+/// `harn_backpressure_events_total{dimension="circuit",action}` from a scrape (0 if absent).
+pub(crate) fn circuit_count(server: &Server, action: &str) -> f64 {
+    let (_, samples) = scrape(server);
+    samples
+        .iter()
+        .find(|s| {
+            s.name == "harn_backpressure_events_total"
+                && s.label("dimension") == Some("circuit")
+                && s.label("action") == Some(action)
+        })
+        .map(|s| s.value)
+        .unwrap_or(0.0)
+}
+
 /// A manifest with one trigger `t` at `/hooks/t` whose handler is `uri`, plus extra text.
 pub(crate) fn manifest(uri: &str, destination: &str, extra: &str) -> String {
     format!(
@@ -152,18 +166,7 @@ fn circuit_opens_fails_fast_then_probes_and_closes() {
             .any(|x| x.webhook_id == after)),
         "not resumed"
     );
-    let (_, samples) = scrape(&server);
-    let count = |action: &str| {
-        samples
-            .iter()
-            .find(|s| {
-                s.name == "harn_backpressure_events_total"
-                    && s.label("dimension") == Some("circuit")
-                    && s.label("action") == Some(action)
-            })
-            .map(|s| s.value)
-            .unwrap_or(0.0)
-    };
+    let count = |action: &str| circuit_count(&server, action);
     assert!(count("opened") >= 1.0);
     assert!(count("fail_fast") >= 3.0);
     assert!(count("half_open_probe") >= 1.0);

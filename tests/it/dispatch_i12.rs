@@ -4,26 +4,13 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::dispatch::{big_buckets, dlq_list};
+use crate::dispatch::{big_buckets, circuit_count, dlq_list};
 use crate::downstream::{Behavior, Downstream};
 use crate::support::*;
 
 /// The dispatch tests' one-trigger manifest, with no extra text.
 fn manifest(uri: &str, destination: &str) -> String {
     crate::dispatch::manifest(uri, destination, "")
-}
-
-fn circuit_count(server: &Server, action: &str) -> f64 {
-    let (_, samples) = scrape(server);
-    samples
-        .iter()
-        .find(|s| {
-            s.name == "harn_backpressure_events_total"
-                && s.label("dimension") == Some("circuit")
-                && s.label("action") == Some(action)
-        })
-        .map(|s| s.value)
-        .unwrap_or(0.0)
 }
 
 /// Issue 12 acceptance: a downstream answering 500 for its first 4 s, then 200; 200 events;

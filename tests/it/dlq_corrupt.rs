@@ -31,10 +31,7 @@ fn a_corrupt_dlq_entry_is_listed_as_unreadable_and_the_others_still_shown() {
         ..Behavior::default()
     });
     let uri = ds.uri("/sink");
-    let manifest = format!(
-        "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\nhandler = \"{uri}\"\n\n\
-         [[destinations]]\nuri = \"{uri}\"\n"
-    );
+    let manifest = crate::dispatch::manifest(&uri, "", "");
     let mut server = Server::start(Opts::config(&manifest));
     let ids: Vec<String> = (0..3)
         .map(|i| server.ingest("/hooks/t", format!("{{\"n\":{i}}}").as_bytes()))
