@@ -77,6 +77,9 @@ pub struct DispatchMetrics {
     duration: Histogram,
     dlq: [Histogram; 3],
     pump_outstanding: AtomicU64,
+    /// Times a core's in-memory dispatch window was full and its pump switched to reading its
+    /// log back (`sluice_pump_window_overflows_total`; `Relaxed`: a counter).
+    window_overflows: AtomicU64,
     /// Per core (written by that core's pump): unix ms of the oldest pending event's receipt
     /// (0 when none), and the done cursor of the core's own log.
     pumps: Box<[PumpCells]>,
@@ -118,6 +121,7 @@ impl DispatchMetrics {
             duration: Histogram::new(DURATION_BOUNDS_NANOS),
             dlq: std::array::from_fn(|_| Histogram::new(TRIGGER_LATENCY_BOUNDS_NANOS)),
             pump_outstanding: AtomicU64::new(0),
+            window_overflows: AtomicU64::new(0),
             pumps: Box::new([]),
             flow: FlowMetrics::default(),
         }
@@ -165,8 +169,22 @@ impl DispatchMetrics {
         self.pump_outstanding.load(Ordering::Relaxed)
     }
 
+    /// A core's pump found its in-memory window full and reads its log back.
+    pub fn window_overflowed(&self) {
+        self.window_overflows.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn window_overflows(&self) -> u64 {
+        self.window_overflows.load(Ordering::Relaxed)
+    }
+
     /// Renders every dispatch family. `now_ms` makes the oldest-pending age live at scrape time.
     pub fn render(&self, w: &mut PromWriter, now_ms: u64, pending_events: u64) {
+        w.counter(
+            "sluice_pump_window_overflows_total",
+            "Times a core's in-memory dispatch window (4096 events, 64 MiB) was full, so its pump read the log back.",
+            self.window_overflows(),
+        );
         w.header(
             "harn_orchestrator_pump_outstanding",
             "Dispatch jobs admitted by the pump and not finished.",

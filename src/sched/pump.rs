@@ -292,6 +292,7 @@ impl CorePump {
                 return;
             }
             // The window is full: the events not yet admitted are read back from the log.
+            self.shared.metrics_dispatch.window_overflowed();
             let from = events.front().map_or(lsn, |e| e.0);
             match WalTail::open(&log.dir, from) {
                 Ok(tail) => log.source = Source::Log(tail),
