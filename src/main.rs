@@ -55,6 +55,9 @@ enum Command {
         /// exits 1 naming the missing ranges.
         #[arg(long)]
         accept_wal_loss: bool,
+        /// I/O backend: auto (io_uring where the kernel allows, else mio), mio or uring.
+        #[arg(long)]
+        io: Option<String>,
     },
     /// Open-loop HTTP/1.1 load generator (fixed rate or schedule; per-second timeline).
     Loadgen(sluice::tools::loadgen::LoadgenArgs),
@@ -149,6 +152,7 @@ fn main() -> ExitCode {
             pump_max_outstanding,
             drain_grace,
             accept_wal_loss,
+            io,
         } => {
             let raw = match &config {
                 Some(path) => match Config::read_manifest(path) {
@@ -165,6 +169,7 @@ fn main() -> ExitCode {
                 pump_max_outstanding,
                 drain_grace,
                 accept_wal_loss,
+                io,
             };
             let cfg = match Config::build(raw, &|k| std::env::var(k).ok(), &overrides) {
                 Ok(c) => c,

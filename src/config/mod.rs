@@ -17,6 +17,7 @@
 //! | `HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC` | `[ingest] refill_per_sec` | 1024 |
 //! | `HARN_ORCHESTRATOR_PUMP_MAX_OUTSTANDING` | `[orchestrator] pumps.max_outstanding` | 64 |
 //! | `SLUICE_ADMIN_TOKEN` | (environment only; see [`auth`]) | unset: admin routes off |
+//! | `SLUICE_IO` | `[server] io` | `auto` |
 //!
 //! Destinations, the pump and the backlog bounds are in [`dispatch`]. Per-trigger signature
 //! verification and dedupe keys (`verify`, `secrets`, `tolerance`, `hmac`, `dedupe`) are
@@ -48,6 +49,8 @@ pub use flow::{FlowConfig, FlowSettings};
 pub const ENV_GLOBAL_CAPACITY: &str = "HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY";
 pub const ENV_PER_SOURCE_CAPACITY: &str = "HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY";
 pub const ENV_REFILL_PER_SEC: &str = "HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC";
+/// The I/O backend (`server.io`), for running one build on either backend without a manifest.
+pub const ENV_IO: &str = "SLUICE_IO";
 
 /// A configuration error: which key, and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +105,10 @@ pub struct RawServer {
     pub data_dir: Option<PathBuf>,
     /// Worker threads (one event loop each). Default: available cores. Range: 1..=256.
     pub workers: Option<usize>,
+    /// The cores' I/O backend: `"auto"` (io_uring where the kernel supports every operation
+    /// used, else mio), `"mio"` or `"uring"` (a start-up error where unavailable). Env
+    /// `SLUICE_IO`; `serve --io` wins over both. Default: `"auto"`.
+    pub io: Option<String>,
     /// Open connections per worker; past it new connections get `503` and are closed.
     /// Default: 4096. Range: 1..=1_000_000.
     pub max_connections_per_core: Option<usize>,
@@ -237,6 +244,7 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub workers: usize,
+    pub io: crate::net::io::IoMode,
     pub max_connections_per_core: usize,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
@@ -326,6 +334,8 @@ pub struct Overrides {
     pub drain_grace: Option<String>,
     /// `--accept-wal-loss` (there is no manifest key: it is a decision for one start).
     pub accept_wal_loss: bool,
+    /// `--io` (wins over `SLUICE_IO` and `server.io`).
+    pub io: Option<String>,
 }
 
 /// Default headers stored with each event besides `content-type`.
@@ -374,7 +384,13 @@ impl Config {
         env: &dyn Fn(&str) -> Option<String>,
         overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
-        let server = build_server(raw.server, overrides)?;
+        let mut server = build_server(raw.server, overrides)?;
+        if overrides.io.is_none() {
+            if let Some(v) = env(ENV_IO) {
+                server.io = crate::net::io::IoMode::parse(&v)
+                    .map_err(|e| ConfigError(format!("environment variable {ENV_IO}: {e}")))?;
+            }
+        }
         let mut ingest = build_ingest(raw.ingest, env)?;
         let wal = build_wal(raw.wal, overrides, server.max_body_bytes)?;
         let handlers: Vec<(String, Option<String>)> = raw
@@ -535,6 +551,11 @@ fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError
             .or(r.data_dir)
             .unwrap_or_else(|| PathBuf::from("./sluice-data")),
         workers,
+        io: match o.io.clone().or(r.io) {
+            None => crate::net::io::IoMode::Auto,
+            Some(t) => crate::net::io::IoMode::parse(&t)
+                .map_err(|e| ConfigError(format!("server.io: {e}")))?,
+        },
         max_connections_per_core: ranged(
             "server.max_connections_per_core",
             r.max_connections_per_core,

@@ -22,6 +22,7 @@
 pub mod bucket;
 pub mod dedupe;
 pub mod event_id;
+pub mod pending;
 pub mod respond;
 pub mod router;
 pub mod schedule;

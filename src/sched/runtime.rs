@@ -252,7 +252,13 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
             Arc::new(s)
         })
         .collect();
-    let shared = Arc::new(Shared::new(
+    let (io_backend, why) = crate::net::io::select(config.server.io)
+        .map_err(|what| RuntimeError::Io {
+            what,
+            source: std::io::Error::from(std::io::ErrorKind::Unsupported),
+        })?;
+    eprintln!("sluice: io backend: {why}");
+    let mut shared = Shared::new(
         config.clone(),
         clock,
         router,
@@ -263,7 +269,9 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         Arc::new(Metrics::new(workers)),
         backlog,
         metrics_dispatch,
-    ));
+    );
+    shared.io_backend = io_backend;
+    let shared = Arc::new(shared);
 
     // Listeners: the first resolves the port (it may be 0), the others share it. No other
     // process may hold the address (`net::listen`): SO_REUSEPORT would let it share silently.
@@ -466,6 +474,16 @@ pub fn render_metrics(shared: &Shared) -> String {
             let log = i.to_string();
             w.sample_u64("sluice_wal_durable_lsn", &[("log", &log)], l.durable_lsn());
         }
+        w.header(
+            "sluice_io_backend",
+            "The cores' I/O backend: 1 on the backend in use (server.io, resolved at start-up).",
+            crate::metrics::MetricType::Gauge,
+        );
+        w.sample_u64(
+            "sluice_io_backend",
+            &[("backend", shared.io_backend.name())],
+            1,
+        );
         w.gauge(
             "sluice_wal_healthy",
             "1 when every log accepts writes, 0 after a write or sync error.",

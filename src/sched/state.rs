@@ -49,6 +49,8 @@ pub struct Shared {
     pub scrapes: SharedRendering,
     /// `Retry-After` of `queue_full` / `ingest_saturated` refusals (issue 16).
     pub returns: ReturnSchedule,
+    /// The cores' I/O backend, resolved at start-up from `server.io` (`net::io::select`).
+    pub io_backend: crate::net::io::Backend,
     // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
     // loop turn. `Relaxed` is enough: the phase carries no data with it, and a worker that sees
     // `Draining` one turn late only delays its drain by one poll timeout.
@@ -90,6 +92,7 @@ impl Shared {
             backlog,
             body_budget,
             scrapes: SharedRendering::default(),
+            io_backend: crate::net::io::Backend::Mio,
             metrics_dispatch,
             phase: AtomicU8::new(Phase::Starting as u8),
             stop_accepting_at: AtomicU64::new(u64::MAX),

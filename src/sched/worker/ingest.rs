@@ -194,7 +194,7 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
-        conn.slots.push_back(Slot::Ingest(pending));
+        conn.slots.push_back(Slot::Pending(pending));
         if self.offer_waiters.is_empty() {
             if self.offer_conn(idx, now) {
                 self.offer_waiters.push_back(idx);
@@ -308,7 +308,7 @@ impl Worker {
         let mut still_waiting = false;
         let mut expired: Vec<usize> = Vec::new();
         for (pos, slot) in conn.slots.iter_mut().enumerate() {
-            let Slot::Ingest(p) = slot else { continue };
+            let Slot::Pending(p) = slot else { continue };
             let Some(req) = p.offer.take() else { continue };
             if self.outstanding < self.max_outstanding
                 && self.committer.has_room(req.record.batch_weight())
@@ -336,7 +336,7 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
-        let Some(Slot::Ingest(p)) = conn.slots.get(pos) else {
+        let Some(Slot::Pending(p)) = conn.slots.get(pos) else {
             return;
         };
         if let Some(token) = self.claims.remove(&p.ticket) {
@@ -427,7 +427,7 @@ impl Worker {
         let pos = conn
             .slots
             .iter()
-            .position(|s| matches!(s, Slot::Ingest(p) if p.ticket == ticket))?;
+            .position(|s| matches!(s, Slot::Pending(p) if p.ticket == ticket))?;
         let result = if durable {
             Ok(())
         } else {

@@ -41,7 +41,10 @@ use crate::ingest::sources::SourceCache;
 use crate::ingest::verify;
 use crate::ingest::TriggerGuard;
 use crate::metrics::{ConnRefusal, CoreMetrics, Route, TimeoutKind};
-use crate::net::conn::{Conn, Flush, PendingIngest, Phase, Slot};
+use crate::ingest::pending::PendingIngest;
+use crate::net::conn::{Flush, Phase};
+use crate::net::io::uring::Uring;
+use crate::net::io::{Backend, Stream};
 use crate::net::date::DateCache;
 use crate::net::http::{self, HttpError, ReadEvent, Request};
 use crate::sched::commit::Committer;
@@ -54,6 +57,11 @@ mod budgets;
 mod ingest;
 mod links;
 mod replay;
+mod uring_loop;
+
+/// A client connection of this core; its pending responses are ingest events.
+type Conn = crate::net::conn::Conn<PendingIngest>;
+type Slot = crate::net::conn::Slot<PendingIngest>;
 
 pub use links::CoreLinks;
 /// The poll token of a core's waker.
@@ -128,6 +136,12 @@ pub struct Worker {
     replays: replay::Replays,
     /// Connection budgets: deferred scrapes, the accept retry (`budgets.rs`).
     edge: budgets::Edge,
+    /// The backend asked for; `uring` is set up on the core's own thread when the loop starts.
+    backend: Backend,
+    /// The core's ring when the loop runs on io_uring (`uring_loop.rs`).
+    uring: Option<Box<Uring>>,
+    /// Connections whose ring operations need (re)arming at the end of the turn (io_uring).
+    touched: Vec<usize>,
 }
 
 impl Worker {
@@ -145,6 +159,7 @@ impl Worker {
             pump,
             links,
         } = parts;
+        let shared_backend = shared.io_backend;
         let mut listener = TcpListener::from_std(listener);
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
@@ -196,6 +211,9 @@ impl Worker {
             turn_now: 0,
             replays: replay::Replays::default(),
             edge: budgets::Edge::default(),
+            backend: shared_backend,
+            uring: None,
+            touched: Vec::new(),
         })
     }
 
@@ -211,78 +229,111 @@ impl Worker {
         self.shared.clock.now_nanos()
     }
 
-    /// Runs the loop until drained (or hard-stopped).
+    /// Runs the loop until drained (or hard-stopped), on the backend chosen at start-up.
     pub fn run(mut self) {
+        if self.backend == Backend::Uring {
+            // The ring is single-issuer: it is set up on the thread that uses it.
+            match Uring::new(std::os::fd::AsRawFd::as_raw_fd(&self.poll)) {
+                Ok(ring) => {
+                    self.uring = Some(Box::new(ring));
+                    return self.run_uring();
+                }
+                Err(e) => eprintln!(
+                    "sluice: worker {}: setting up io_uring failed ({e}); this core runs on mio",
+                    self.id
+                ),
+            }
+        }
+        self.run_mio()
+    }
+
+    fn run_mio(mut self) {
         let mut events = Events::with_capacity(1024);
         let mut last_sweep = self.now();
         loop {
             self.finish_scrapes();
-            let mut timeout = if self.offer_waiters.is_empty() {
-                SWEEP_EVERY
-            } else {
-                OFFER_RETRY
-            };
-            if let Some(at) = self.dispatcher.next_deadline() {
-                let wait = Duration::from_nanos(at.saturating_sub(self.now()));
-                timeout = timeout.min(wait.max(Duration::from_millis(1)));
-            }
-            timeout = self.edge_timeout(timeout, self.now());
+            let timeout = self.turn_timeout();
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     eprintln!("sluice: worker {}: poll failed: {e}", self.id);
                     return;
                 }
             }
-            self.refresh_date();
-            // One clock read per loop turn for admission decisions (token buckets): a turn is
-            // short (bounded work per event), and `Instant::now()` was most of a bucket
-            // decision's cost.
-            self.turn_now = self.now();
+            self.begin_turn();
             for ev in events.iter() {
-                match ev.token() {
-                    LISTENER => self.accept_all(),
-                    links::WAKER => {}
-                    Token(t) if t >= CLIENT_TOKEN_BASE => {
-                        let now = self.now();
-                        let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
-                        let writable = ev.is_writable() || ev.is_error();
-                        self.dispatcher.on_ready(
-                            Token(t),
-                            readable,
-                            writable,
-                            now,
-                            self.poll.registry(),
-                        );
-                    }
-                    Token(i) => {
-                        if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
-                            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                                c.readable = true;
-                            }
-                            if ev.is_read_closed() || ev.is_error() {
-                                c.rdhup = true;
-                            }
-                        }
-                        self.drive(i);
-                    }
-                }
+                self.on_event(ev);
             }
-            self.take_commits();
-            self.retry_offers();
-            let now = self.now();
-            self.retry_accept(now);
-            self.exchange(now);
-            if now.saturating_sub(last_sweep) >= SWEEP_EVERY.as_nanos() as u64 {
-                last_sweep = now;
-                self.sweep(now);
-            }
-            if self.hard_stop.load(Ordering::Relaxed) {
-                return;
-            }
-            if self.shared.accepting_stopped(now) && self.drain_step(now) {
+            if self.end_turn(&mut last_sweep) {
                 return;
             }
         }
+    }
+
+    /// How long the loop may sleep: until the next sweep, offer retry, dispatch deadline or
+    /// accept retry.
+    fn turn_timeout(&self) -> Duration {
+        let mut timeout = if self.offer_waiters.is_empty() {
+            SWEEP_EVERY
+        } else {
+            OFFER_RETRY
+        };
+        if let Some(at) = self.dispatcher.next_deadline() {
+            let wait = Duration::from_nanos(at.saturating_sub(self.now()));
+            timeout = timeout.min(wait.max(Duration::from_millis(1)));
+        }
+        self.edge_timeout(timeout, self.now())
+    }
+
+    fn begin_turn(&mut self) {
+        self.refresh_date();
+        // One clock read per loop turn for admission decisions (token buckets): a turn is
+        // short (bounded work per event), and `Instant::now()` was most of a bucket
+        // decision's cost.
+        self.turn_now = self.now();
+    }
+
+    /// One readiness event of the core's mio poll.
+    fn on_event(&mut self, ev: &mio::event::Event) {
+        match ev.token() {
+            LISTENER => self.accept_all(),
+            links::WAKER => {}
+            Token(t) if t >= CLIENT_TOKEN_BASE => {
+                let now = self.now();
+                let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                let writable = ev.is_writable() || ev.is_error();
+                self.dispatcher
+                    .on_ready(Token(t), readable, writable, now, self.poll.registry());
+            }
+            Token(i) => {
+                if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                        c.readable = true;
+                    }
+                    if ev.is_read_closed() || ev.is_error() {
+                        c.rdhup = true;
+                    }
+                }
+                self.drive(i);
+            }
+        }
+    }
+
+    /// The work of every turn after its events: commits, offers, accepts, the cores' links,
+    /// the sweep, shutdown. Returns true when the loop must stop.
+    fn end_turn(&mut self, last_sweep: &mut u64) -> bool {
+        self.take_commits();
+        self.retry_offers();
+        let now = self.now();
+        self.retry_accept(now);
+        self.exchange(now);
+        if now.saturating_sub(*last_sweep) >= SWEEP_EVERY.as_nanos() as u64 {
+            *last_sweep = now;
+            self.sweep(now);
+        }
+        if self.hard_stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        self.shared.accepting_stopped(now) && self.drain_step(now)
     }
 
     // ----- connections ----------------------------------------------------------------------
@@ -330,15 +381,19 @@ impl Worker {
                 self.conns.len() - 1
             }
         };
-        if let Err(e) = self.poll.registry().register(
-            &mut stream,
-            Token(idx),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            eprintln!("sluice: worker {}: register failed: {e}", self.id);
-            self.free.push(idx);
-            return;
-        }
+        let stream = match self.uring.as_deref_mut() {
+            Some(ring) => ring.stream(stream.into()).map(Stream::Uring),
+            None => crate::net::io::mio::register(self.poll.registry(), &mut stream, Token(idx))
+                .map(|()| Stream::Mio(stream)),
+        };
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("sluice: worker {}: register failed: {e}", self.id);
+                self.free.push(idx);
+                return;
+            }
+        };
         let now = self.now();
         let reader = http::RequestReader::new(self.limits.clone()).with_body_gate();
         let budget = self.shared.body_budget.clone();
@@ -353,12 +408,21 @@ impl Worker {
     }
 
     fn close(&mut self, idx: usize) {
-        if let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) {
-            let _ = self.poll.registry().deregister(&mut c.stream);
+        if let Some(c) = self.conns.get_mut(idx).and_then(Option::take) {
+            match c.stream {
+                Stream::Mio(mut s) => {
+                    let _ = self.poll.registry().deregister(&mut s);
+                }
+                Stream::Uring(s) => {
+                    if let Some(ring) = self.uring.as_deref_mut() {
+                        ring.retire(idx, s);
+                    }
+                }
+            }
             // Events never offered to the WAL: release their dedupe claim and backlog share now.
             // Events already with the writer are settled when their completion arrives.
             for slot in &c.slots {
-                if let Slot::Ingest(p) = slot {
+                if let Slot::Pending(p) = slot {
                     if p.offer.is_some() {
                         self.settle_claim(p.ticket, false);
                         self.shared.backlog.release_for(&p.trigger_id, p.cost);
@@ -394,6 +458,7 @@ impl Worker {
 
     /// Reads and drops input of a lingering connection; closes it at EOF or on error.
     fn discard(&mut self, idx: usize) {
+        self.note_io(idx);
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
@@ -514,6 +579,7 @@ impl Worker {
 
     /// Writes what is ready; closes when done or broken; updates the timeout phase.
     fn flush(&mut self, idx: usize) {
+        self.note_io(idx);
         let now = self.now();
         let draining = self.shared.phase() == Lifecycle::Draining;
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
@@ -743,6 +809,9 @@ impl Worker {
     // ----- timeouts and shutdown -------------------------------------------------------------
 
     fn sweep(&mut self, now: u64) {
+        if let Some(ring) = self.uring.as_deref_mut() {
+            ring.sweep(std::time::Instant::now());
+        }
         let cfg = &self.shared.config.server;
         let (head_t, body_t, idle_t) = (
             cfg.header_timeout.as_nanos() as u64,
@@ -819,7 +888,12 @@ impl Worker {
         }
         let started = self.draining_since.unwrap_or(now);
         let limit = self.shared.config.server.shutdown_timeout.as_nanos() as u64;
-        let quiet = self.open == 0 && self.outstanding == 0 && self.dispatcher.in_flight() == 0;
+        // On io_uring, closed connections may still be sending their last response.
+        let sending = self.uring.as_ref().map_or(0, |r| r.retired());
+        let quiet = self.open == 0
+            && sending == 0
+            && self.outstanding == 0
+            && self.dispatcher.in_flight() == 0;
         if quiet && !std::mem::replace(&mut self.reported_quiet, true) {
             self.links.report_quiet();
         }
