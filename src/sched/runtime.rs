@@ -252,8 +252,8 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
             Arc::new(s)
         })
         .collect();
-    let (io_backend, why) = crate::net::io::select(config.server.io)
-        .map_err(|what| RuntimeError::Io {
+    let (io_backend, why) =
+        crate::net::io::select(config.server.io).map_err(|what| RuntimeError::Io {
             what,
             source: std::io::Error::from(std::io::ErrorKind::Unsupported),
         })?;

@@ -48,6 +48,7 @@ mod http_errors;
 mod http_features;
 mod https;
 mod ingest;
+mod io_backend;
 mod isolation;
 mod percore;
 mod props;

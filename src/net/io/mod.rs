@@ -72,7 +72,10 @@ pub fn select(mode: IoMode) -> Result<(Backend, String), String> {
                 Backend::Uring,
                 "io_uring (auto: the kernel supports every operation used)".into(),
             )),
-            Err(why) => Ok((Backend::Mio, format!("mio (auto: io_uring unavailable: {why})"))),
+            Err(why) => Ok((
+                Backend::Mio,
+                format!("mio (auto: io_uring unavailable: {why})"),
+            )),
         },
     }
 }
