@@ -292,7 +292,7 @@ pub struct TriggerConfig {
     /// Flow-control gates (none by default).
     pub flow: FlowConfig,
     /// What this trigger's events do when the durable backlog is full.
-    pub when_backlog_full: crate::sched::backlog::WhenFull,
+    pub when_backlog_full: crate::ingest::backlog::WhenFull,
     /// Guaranteed share of the durable backlog (`None` values: the default share).
     pub max_pending: shares::MaxPending,
 }
@@ -949,7 +949,7 @@ mod tests {
                 handler: None,
                 auth: TriggerAuth::default(),
                 flow: FlowConfig::default(),
-                when_backlog_full: crate::sched::backlog::WhenFull::Refuse,
+                when_backlog_full: crate::ingest::backlog::WhenFull::Refuse,
                 max_pending: Default::default(),
             }]
         );

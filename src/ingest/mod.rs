@@ -10,6 +10,9 @@
 //! - [`verify`]: per-trigger signature schemes (`401`), outbound Standard Webhooks signing;
 //!   [`secrets`]: where signing secrets come from; [`dedupe`]: the sharded dedupe index.
 //! - [`Guards`]: the per-trigger checks above, assembled from the config for the workers.
+//! - [`backlog`]: the durable-backlog bound (reserved at ingest, released by the pumps), in
+//!   per-trigger shares plus a common pool ([`shares`]); its shared atomics cache-padded by
+//!   writer, modelled with loom (`loom-tests/tests/backlog.rs`).
 //!
 //! Order of the checks on an ingest request: stored-header bounds (`431`) → **signature**
 //! (`401`) → token buckets (`503`) → **dedupe claim** (`200 duplicate_dropped` / `503
@@ -19,6 +22,7 @@
 //! request before any rate limit applies; the per-core connection cap and the HTTP limits still
 //! bound that work. Dedupe comes after the buckets so that only admitted requests hold claims.
 
+pub mod backlog;
 pub mod bucket;
 pub mod dedupe;
 pub mod event_id;
@@ -26,6 +30,7 @@ pub mod respond;
 pub mod router;
 pub mod schedule;
 pub mod secrets;
+pub mod shares;
 pub mod sources;
 pub mod verify;
 

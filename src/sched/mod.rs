@@ -5,13 +5,11 @@
 //!   its own bounded connection table, per-core metrics and source-bucket cache.
 //! - [`state`] is the little shared state: lifecycle phase and the handles every worker needs.
 
-pub mod backlog;
 pub mod commit;
 pub mod logs;
 pub mod outstanding;
 pub mod placement;
 pub mod pump;
 pub mod runtime;
-pub mod shares;
 pub mod state;
 pub mod worker;

@@ -22,7 +22,7 @@
 //!
 //! At most `max_outstanding` jobs are out across all cores (one shared counter, [`Outstanding`]).
 //! When it is reached no log is read: committed events wait in the window or the log, the
-//! [`Backlog`](crate::sched::backlog::Backlog) fills, and ingest refuses with `queue_full`.
+//! [`Backlog`](crate::ingest::backlog::Backlog) fills, and ingest refuses with `queue_full`.
 //!
 //! Bounds: jobs out ≤ `max_outstanding`; the window ≤ [`WINDOW_EVENTS`] / [`WINDOW_BYTES`];
 //! records with the commit helper ≤ [`MAX_RECORDS_IN_FLIGHT`] per log; `Done` entries queued ≤

@@ -24,12 +24,12 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::config::Config;
 use crate::dispatch::dlq::DlqStore;
 use crate::dispatch::metrics::DispatchMetrics;
+use crate::ingest::backlog::Backlog;
 use crate::ingest::bucket::{Admission, BucketParams};
 use crate::ingest::router::Router;
 use crate::ingest::sources::SourceTable;
 use crate::ingest::Guards;
 use crate::metrics::Metrics;
-use crate::sched::backlog::Backlog;
 use crate::sched::commit::{Committer, HelperLog};
 use crate::sched::logs;
 use crate::sched::pump::{CorePump, Outstanding, PumpLog};
@@ -171,7 +171,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
             config.dispatch.max_wal_bytes,
         )
         .with_triggers(
-            &crate::sched::backlog::trigger_shares(&config.triggers),
+            &crate::ingest::backlog::trigger_shares(&config.triggers),
             config.ingest.default_route,
             config.dispatch.reserved_fraction,
         )
@@ -186,7 +186,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         )
         .with_absorb(
             config.dispatch.absorb_max_bytes,
-            &crate::sched::backlog::absorbing_triggers(&config.triggers),
+            &crate::ingest::backlog::absorbing_triggers(&config.triggers),
         ),
     );
     backlog.preload(pending_events, pending_bytes);
