@@ -154,7 +154,7 @@ impl Worker {
         let now = self.now();
         let shared = Arc::clone(&self.shared);
         let body = shared.scrapes.get(not_before, now, || {
-            crate::sched::runtime::render_metrics(&shared)
+            crate::sched::exposition::render_metrics(&shared)
         });
         let mut headers: Vec<(&str, &str)> = vec![("Date", &self.date)];
         headers.push(("Content-Type", "text/plain; version=0.0.4"));
