@@ -26,6 +26,7 @@ pub mod backlog;
 pub mod bucket;
 pub mod dedupe;
 pub mod event_id;
+pub mod pipeline;
 pub mod respond;
 pub mod router;
 pub mod schedule;

@@ -33,13 +33,12 @@ use crate::dispatch::metrics::CoreDispatchMetrics;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
-use crate::ingest::dedupe::{self, Claim, ClaimToken, DEDUPE_KEY_HEADER};
+use crate::ingest::dedupe::ClaimToken;
 use crate::ingest::event_id::EventIdGen;
-use crate::ingest::respond::{accepted_body, refused_body, Refusal};
+use crate::ingest::respond::Refusal;
 use crate::ingest::router::{AdminRoute, OpsEndpoint, RouteMatch};
 use crate::ingest::sources::SourceCache;
 use crate::ingest::verify;
-use crate::ingest::TriggerGuard;
 use crate::metrics::{ConnRefusal, CoreMetrics, Route, TimeoutKind};
 use crate::net::conn::{Conn, Flush, PendingIngest, Phase, Slot};
 use crate::net::date::DateCache;
@@ -48,7 +47,7 @@ use crate::sched::commit::Committer;
 use crate::sched::pump::CorePump;
 use crate::sched::state::{Phase as Lifecycle, Shared};
 use crate::sync::clock::unix_millis;
-use crate::wal::{self, AppendOutcome, AppendRequest, EventRecord};
+use crate::wal::{self, AppendOutcome, AppendRequest};
 
 mod budgets;
 mod ingest;
