@@ -336,7 +336,7 @@ fn wire_cores(
             shared: wal_states[index].clone(),
         });
     }
-    let now_ms = unix_millis();
+    let now = shared.clock.now_nanos();
     let mut cores = Vec::new();
     for (core, ((helper_logs, pump_logs), poll)) in per_core.into_iter().zip(polls).enumerate() {
         let committer = Committer::start(
@@ -353,7 +353,7 @@ fn wire_cores(
             pump_logs,
             outstanding.clone(),
             wakers.clone(),
-            now_ms,
+            now,
         )
         .map_err(RuntimeError::Wal)?;
         cores.push(CoreParts {
