@@ -5,7 +5,8 @@
 //! shard of the metrics, its log's commit helper, its pump and its dispatcher (`CoreParts`). Nothing here takes a lock on the request path, except the dedupe index's
 //! sharded locks for triggers with `dedupe` (held for one hash-map operation; `ingest::dedupe`).
 //!
-//! The life of an ingest request: parse (sans-IO codec) → route → signature (`401`) → token
+//! The life of an ingest request (decided by the sans-IO `ingest::pipeline`, applied by `ingest.rs`):
+//! parse (sans-IO codec) → route → signature (`401`) → token
 //! buckets (all-or-nothing across global and per-source) → dedupe claim (`200
 //! duplicate_dropped`, `503 duplicate_in_flight`) → the durable backlog reservation → the record
 //! is staged in the core's next group commit (`sched::commit`; if that batch is full, retry every
