@@ -67,22 +67,7 @@ impl Worker {
     /// Applies the pipeline's output on connection `idx` (module docs).
     fn apply(&mut self, idx: usize, decision: Decision, keep_alive: bool, now: u64) {
         let append = match decision {
-            Decision::Respond(r) => {
-                let ra = r.retry_after.map(|s| s.to_string());
-                let mut headers: Vec<(&str, &str)> = Vec::with_capacity(2);
-                headers.extend(ra.as_deref().map(|ra| ("Retry-After", ra)));
-                headers.push(("Content-Type", r.content_type));
-                let (status, body) = (r.status, &r.body);
-                return self.push_ready(
-                    idx,
-                    Route::Webhook,
-                    status,
-                    &headers,
-                    body,
-                    keep_alive,
-                    false,
-                );
-            }
+            Decision::Respond(r) => return self.respond(idx, Route::Webhook, r, keep_alive),
             Decision::Append(a) => a,
         };
         self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
