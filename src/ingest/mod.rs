@@ -1,5 +1,7 @@
 //! Ingest: routes, admission, signatures, dedupe and the refusal policy.
 //!
+//! - [`pipeline`]: the ingest sequence below, sans-IO: a routed request in; an append (record +
+//!   pending reply) or an immediate response out. The worker's loop only feeds and applies it.
 //! - [`router`]: path + method → ops endpoint, admin route, trigger or the default route.
 //! - [`bucket`]: GCRA token bucket in one atomic word, and the all-or-nothing
 //!   [`bucket::Admission`] through the global and a per-source bucket.
