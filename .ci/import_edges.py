@@ -53,22 +53,22 @@ def referenced(module: str, line: str):
     """Yields the module paths `line` names, as `a::b::c` (crate-relative)."""
     for m in PATH.finditer(line):
         root, rest = m.group(1), m.group(2)
-        segs = [s for s in rest.split("::") if s]
+        prefix, brace, group = rest.partition("{")
+        segs = [s for s in prefix.split("::") if s]
         if root == "super":
             base = module.split("::")[:-1]
             while segs and segs[0] == "super":
                 base, segs = base[:-1], segs[1:]
             segs = base + segs
-        if segs and segs[-1].startswith("{"):
-            head = segs[:-1]
-            for name in segs[-1].strip("{}").split(","):
-                name = name.strip().split(" as ")[0].split("::")
-                if name and name[0] and name[0] != "self":
-                    yield "::".join(head + name)
-                elif name and name[0] == "self":
-                    yield "::".join(head)
-        else:
+        if not brace:
             yield "::".join(segs)
+            continue
+        for item in group.rstrip("}").split(","):
+            name = [s for s in item.strip().split(" as ")[0].split("::") if s]
+            if name == ["self"] or not name:
+                yield "::".join(segs)
+            else:
+                yield "::".join(segs + name)
 
 
 def within(path: str, module: str) -> bool:
