@@ -22,7 +22,7 @@
 //!
 //! At most `max_outstanding` jobs are out across all cores (one shared counter, [`Outstanding`]).
 //! When it is reached no log is read: committed events wait in the window or the log, the
-//! [`Backlog`](crate::sched::backlog::Backlog) fills, and ingest refuses with `queue_full`.
+//! [`Backlog`](crate::ingest::backlog::Backlog) fills, and ingest refuses with `queue_full`.
 //!
 //! Bounds: jobs out ≤ `max_outstanding`; the window ≤ [`WINDOW_EVENTS`] / [`WINDOW_BYTES`];
 //! records with the commit helper ≤ [`MAX_RECORDS_IN_FLIGHT`] per log; `Done` entries queued ≤
@@ -54,10 +54,12 @@ pub const WINDOW_EVENTS: usize = 4096;
 pub const WINDOW_BYTES: u64 = 64 << 20;
 /// Most `Done`/`Retry` records per log with the commit helper.
 pub const MAX_RECORDS_IN_FLIGHT: usize = 64;
-/// How often a DLQ write refused for lack of room is retried.
-const DLQ_RETRY_EVERY_MS: u64 = 1000;
-/// How often retention and the disk measurement run.
-const RETAIN_EVERY_MS: u64 = 5_000;
+/// How often a DLQ write refused for lack of room is retried (clock nanos).
+const DLQ_RETRY_EVERY: u64 = 1_000_000_000;
+/// How often retention and the disk measurement run (clock nanos).
+const RETAIN_EVERY: u64 = 5_000_000_000;
+/// How often core 0's pump folds the drained events into the drain rates (clock nanos).
+const TICK_EVERY: u64 = 1_000_000_000;
 /// Tickets of the pump's own items carry this bit (ingest tickets never do).
 pub const PUMP_TICKET: u64 = 1 << 63;
 
@@ -179,14 +181,16 @@ pub struct CorePump {
     /// Dead letters the DLQ refused (full, or an I/O error): retried every second; pending in
     /// their trigger's backlog share, no longer holding a `max_outstanding` slot.
     dlq_waiting: VecDeque<(DlqEntry, u32, u64)>,
-    dlq_retry_at_ms: u64,
+    /// Timers on the injected clock (`Shared::clock`, nanos), never on the wall clock: a wall
+    /// clock step must not stall or rush them, nor skew the drain rate.
+    dlq_retry_at: u64,
     /// The pump's items with the commit helper: ticket → what it carries.
     tickets: HashMap<u64, Ticket>,
     seq: u64,
     drained_total: u64,
-    tick_at_ms: u64,
+    tick_at: u64,
     drained_at_tick: u64,
-    retain_at_ms: u64,
+    retain_at: u64,
 }
 
 #[derive(Debug)]
@@ -223,13 +227,14 @@ pub struct PumpLog {
 }
 
 impl CorePump {
+    /// The pump of core `core` over `logs`; `now` is a reading of `shared.clock` (nanos).
     pub fn new(
         core: usize,
         shared: Arc<Shared>,
         logs: Vec<PumpLog>,
         outstanding: Arc<Outstanding>,
         wakers: Vec<Arc<mio::Waker>>,
-        now_ms: u64,
+        now: u64,
     ) -> Result<CorePump, WalError> {
         let handlers = shared
             .config
@@ -269,13 +274,13 @@ impl CorePump {
             wakers,
             handlers,
             dlq_waiting: VecDeque::new(),
-            dlq_retry_at_ms: 0,
+            dlq_retry_at: 0,
             tickets: HashMap::new(),
             seq: 0,
             drained_total: 0,
-            tick_at_ms: now_ms,
+            tick_at: now,
             drained_at_tick: 0,
-            retain_at_ms: 0,
+            retain_at: 0,
         })
     }
 
@@ -301,22 +306,23 @@ impl CorePump {
         }
     }
 
-    /// One turn: outcomes of the pump's items, admission, records, timers. Jobs admitted are
+    /// One turn: outcomes of the pump's items, admission, records, timers. `now` is the loop
+    /// turn's reading of the injected clock (nanos; the timers run on it). Jobs admitted are
     /// pushed to `jobs` as `(owner core, job)`.
     pub fn turn(
         &mut self,
-        now_ms: u64,
+        now: u64,
         draining: bool,
         committer: &mut Committer,
         jobs: &mut Vec<(usize, Job)>,
     ) {
-        self.retry_dead_letters(now_ms, committer);
+        self.retry_dead_letters(now, committer);
         if !draining {
             self.admit(jobs);
         }
         self.flush_records(committer);
-        self.tick(now_ms);
-        self.retain(now_ms);
+        self.tick(now);
+        self.retain(now);
     }
 
     /// True when nothing is queued for or with the commit helper.
@@ -544,14 +550,14 @@ impl CorePump {
         committer.push(Item::DeadLetter { ticket, entry });
     }
 
-    fn retry_dead_letters(&mut self, now_ms: u64, committer: &mut Committer) {
-        if self.dlq_waiting.is_empty() || now_ms < self.dlq_retry_at_ms {
+    fn retry_dead_letters(&mut self, now: u64, committer: &mut Committer) {
+        if self.dlq_waiting.is_empty() || now < self.dlq_retry_at {
             return;
         }
         for (entry, attempts, key) in std::mem::take(&mut self.dlq_waiting) {
             self.dead_letter(entry, attempts, key, committer);
         }
-        self.dlq_retry_at_ms = now_ms + DLQ_RETRY_EVERY_MS;
+        self.dlq_retry_at = now + DLQ_RETRY_EVERY;
     }
 
     /// A terminal outcome: the job no longer counts against `max_outstanding`; its `Done` entry
@@ -695,7 +701,7 @@ impl CorePump {
                     );
                 }
                 if self.dlq_waiting.is_empty() {
-                    self.dlq_retry_at_ms = now_ms + DLQ_RETRY_EVERY_MS;
+                    self.dlq_retry_at = self.shared.clock.now_nanos() + DLQ_RETRY_EVERY;
                 }
                 self.dlq_waiting.push_back((entry, attempts, key));
             }
@@ -705,7 +711,7 @@ impl CorePump {
     // ----- timers -----------------------------------------------------------------------------
 
     /// Live gauges every turn; the drain rate once a second (core 0, for all cores).
-    fn tick(&mut self, now_ms: u64) {
+    fn tick(&mut self, now: u64) {
         let oldest = self
             .logs
             .iter()
@@ -722,14 +728,14 @@ impl CorePump {
             self.shared.backlog.note_drained(n);
             self.drained_at_tick = self.drained_total;
         }
-        if now_ms < self.tick_at_ms + 1000 {
+        if now < self.tick_at + TICK_EVERY {
             return;
         }
         if self.core == 0 {
-            let elapsed = (now_ms - self.tick_at_ms) as f64 / 1000.0;
+            let elapsed = (now - self.tick_at) as f64 / 1e9;
             self.shared.backlog.update_drain_rate(elapsed);
         }
-        self.tick_at_ms = now_ms;
+        self.tick_at = now;
     }
 
     /// Retention, per log: asks the log's commit helper to delete the segments wholly below the
@@ -737,11 +743,11 @@ impl CorePump {
     /// `WalShared::request_retire`: the helper checkpoints the new first live LSN first), and
     /// measures the logs' size on disk for the `max_wal_bytes` bound. DLQ entries live in their
     /// own files and are unaffected.
-    fn retain(&mut self, now_ms: u64) {
-        if now_ms < self.retain_at_ms {
+    fn retain(&mut self, now: u64) {
+        if now < self.retain_at {
             return;
         }
-        self.retain_at_ms = now_ms + RETAIN_EVERY_MS;
+        self.retain_at = now + RETAIN_EVERY;
         let retention = self.shared.config.dispatch.retention;
         for log in &mut self.logs {
             let (total, retire_below) = retain_log(log, retention);

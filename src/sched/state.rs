@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::dispatch::metrics::DispatchMetrics;
+use crate::ingest::backlog::Backlog;
 use crate::ingest::bucket::Admission;
 use crate::ingest::router::Router;
 use crate::ingest::schedule::ReturnSchedule;
@@ -13,7 +14,6 @@ use crate::ingest::Guards;
 use crate::metrics::shared::SharedRendering;
 use crate::metrics::Metrics;
 use crate::net::budget::BodyBudget;
-use crate::sched::backlog::Backlog;
 use crate::sync::clock::Clock;
 use crate::wal::WalShared;
 

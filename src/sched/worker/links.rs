@@ -182,7 +182,7 @@ impl Worker {
         }
         let mut admitted = std::mem::take(&mut self.links.admitted);
         self.pump
-            .turn(now_ms, draining, &mut self.committer, &mut admitted);
+            .turn(now, draining, &mut self.committer, &mut admitted);
         for (owner, job) in admitted.drain(..) {
             if owner == self.links.core {
                 self.dispatcher

@@ -5,7 +5,8 @@
 //! shard of the metrics, its log's commit helper, its pump and its dispatcher (`CoreParts`). Nothing here takes a lock on the request path, except the dedupe index's
 //! sharded locks for triggers with `dedupe` (held for one hash-map operation; `ingest::dedupe`).
 //!
-//! The life of an ingest request: parse (sans-IO codec) → route → signature (`401`) → token
+//! The life of an ingest request (decided by the sans-IO `ingest::pipeline`, applied by `ingest.rs`):
+//! parse (sans-IO codec) → route → signature (`401`) → token
 //! buckets (all-or-nothing across global and per-source) → dedupe claim (`200
 //! duplicate_dropped`, `503 duplicate_in_flight`) → the durable backlog reservation → the record
 //! is staged in the core's next group commit (`sched::commit`; if that batch is full, retry every
@@ -33,14 +34,13 @@ use crate::dispatch::metrics::CoreDispatchMetrics;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
-use crate::ingest::dedupe::{self, Claim, ClaimToken, DEDUPE_KEY_HEADER};
+use crate::ingest::dedupe::ClaimToken;
 use crate::ingest::event_id::EventIdGen;
 use crate::ingest::pending::PendingIngest;
-use crate::ingest::respond::{accepted_body, refused_body, Refusal};
+use crate::ingest::respond::Refusal;
 use crate::ingest::router::{AdminRoute, OpsEndpoint, RouteMatch};
 use crate::ingest::sources::SourceCache;
 use crate::ingest::verify;
-use crate::ingest::TriggerGuard;
 use crate::metrics::{ConnRefusal, CoreMetrics, Route, TimeoutKind};
 use crate::net::conn::{Flush, Phase};
 use crate::net::date::DateCache;
@@ -51,7 +51,7 @@ use crate::sched::commit::Committer;
 use crate::sched::pump::CorePump;
 use crate::sched::state::{Phase as Lifecycle, Shared};
 use crate::sync::clock::unix_millis;
-use crate::wal::{self, AppendOutcome, AppendRequest, EventRecord};
+use crate::wal::{self, AppendOutcome, AppendRequest};
 
 mod budgets;
 mod ingest;
@@ -426,10 +426,12 @@ impl Worker {
                 if let Slot::Pending(p) = slot {
                     if p.offer.is_some() {
                         self.settle_claim(p.ticket, false);
-                        self.shared.backlog.release_for(&p.trigger_id, p.cost);
+                        self.shared
+                            .backlog
+                            .release_for(&p.reply.trigger_id, p.reply.cost);
                     } else {
-                        let slot = self.shared.backlog.slot(&p.trigger_id);
-                        self.orphans.insert(p.ticket, (slot, p.cost));
+                        let slot = self.shared.backlog.slot(&p.reply.trigger_id);
+                        self.orphans.insert(p.ticket, (slot, p.reply.cost));
                     }
                 }
             }
