@@ -22,7 +22,17 @@
 //! A terminal outcome (delivered, dead-lettered) releases the event's singleton/concurrency
 //! holds; a batch carrier reports its outcome once per member.
 //!
-//! Bounds: jobs held ≤ the pump's `max_outstanding` (the pump admits no more); connections per
+//! Slots: a job arrives holding one of the pump's `max_outstanding` slots. When a gate holds
+//! an event, a `Held` outcome tells the pump to give its slot back; when the gates release it
+//! (a batch: its carrier), the dispatcher takes a slot itself ([`Outstanding`], one per call)
+//! and says so with a `Resumed` outcome, so that the pump gives it back at the terminal outcome.
+//! Released jobs that find no slot wait in `slot_wait` (FIFO, counted in
+//! `sluice_flow_held{gate="dispatch"}`, bounded by `[flow] max_held` per trigger, the pumps
+//! admitting none of the trigger's events at the bound); the core is marked in
+//! [`Outstanding`] and woken when a slot is freed.
+//!
+//! Bounds: jobs holding a slot ≤ `max_outstanding`; jobs held by gates: see
+//! [`crate::dispatch::flow`]; connections per
 //! destination: see [`crate::dispatch::outbound`]; attempts finished and not yet settled ≤
 //! the connections of one tick (a reused buffer); outcomes not yet taken by the core's loop
 //! (`take_outcomes`, every turn) ≤ one per held job per attempt.
@@ -48,6 +58,7 @@ use crate::dispatch::permits::Permit;
 use crate::dispatch::retry::RetryPolicy;
 use crate::dispatch::rng::SmallRng;
 use crate::net::http::client::{self, OutboundRequest, RequestError};
+use crate::sched::outstanding::Outstanding;
 use crate::sync::clock::unix_millis;
 
 /// What an attempt carries through the outbound pool.
@@ -110,12 +121,31 @@ pub struct Dispatcher {
     /// Events held (a batch carrier counts its members).
     held: usize,
     flow: FlowEngine,
+    core: usize,
+    /// The pumps' shared `max_outstanding` window (gate-released jobs take their slot here).
+    slots: Arc<Outstanding>,
+    /// Jobs the gates released, waiting for a slot, FIFO (module docs).
+    slot_wait: VecDeque<Job>,
 }
 
 impl Dispatcher {
-    pub fn new(core: usize, config: Arc<Config>, metrics: CoreDispatchMetrics) -> Dispatcher {
+    /// `slots`: the pumps' `max_outstanding` window.
+    pub fn new(
+        core: usize,
+        config: Arc<Config>,
+        metrics: CoreDispatchMetrics,
+        slots: Arc<Outstanding>,
+    ) -> Dispatcher {
+        let store = crate::dispatch::flow::persist::Store::open(
+            &config.server.data_dir.join("flow"),
+            core,
+            &config,
+        );
         Dispatcher {
-            flow: FlowEngine::new(config.clone(), metrics.shared.clone()),
+            flow: FlowEngine::new(config.clone(), metrics.shared.clone(), Some(store)),
+            core,
+            slots,
+            slot_wait: VecDeque::new(),
             pool: OutboundPool::new(config.server.idle_timeout.as_nanos() as u64),
             config,
             dests: HashMap::new(),
@@ -190,9 +220,17 @@ impl Dispatcher {
         Some(d)
     }
 
-    /// Carries out the gates' decisions: skipped events get their (terminal) outcome, ready
-    /// jobs are queued. Returns the destinations to pump (deduplicated).
+    /// Carries out the gates' decisions: held events give their slot back, skipped events
+    /// get their (terminal) outcome, ready jobs are queued, released jobs wait for a slot.
+    /// Returns the destinations to pump (deduplicated).
     fn apply_flow(&mut self, out: FlowOut, now: u64) -> Vec<usize> {
+        for lsn in out.held {
+            self.send(JobOutcome::Held { lsn });
+        }
+        for job in out.resumed {
+            self.held_dispatch(&job, 1);
+            self.slot_wait.push_back(job);
+        }
         for (job, reason) in out.skipped {
             self.held -= 1;
             self.send(JobOutcome::Skipped {
@@ -206,9 +244,41 @@ impl Dispatcher {
             .into_iter()
             .filter_map(|job| self.enqueue(job, now))
             .collect();
+        touched.extend(self.take_slots(now));
         touched.sort_unstable();
         touched.dedup();
         touched
+    }
+
+    /// Gives the released jobs a `max_outstanding` slot each, in order, while there are free
+    /// ones; marks this core for a wake-up when there are none. Returns the destinations queued.
+    fn take_slots(&mut self, now: u64) -> Vec<usize> {
+        let mut touched = Vec::new();
+        while !self.slot_wait.is_empty() {
+            let got = self.slots.try_acquire()
+                || (self.slots.wait(self.core) && self.slots.try_acquire());
+            if !got {
+                break;
+            }
+            let Some(job) = self.slot_wait.pop_front() else {
+                break;
+            };
+            self.held_dispatch(&job, -1);
+            // The pump gives this slot back at the terminal outcome of `job.lsn` (a carrier's
+            // first member): same outcome ring, so this arrives first.
+            self.send(JobOutcome::Resumed { lsn: job.lsn });
+            touched.extend(self.enqueue(job, now));
+        }
+        touched
+    }
+
+    /// Moves `sluice_flow_held{gate="dispatch"}` of `job`'s trigger by `delta` events.
+    fn held_dispatch(&self, job: &Job, delta: i64) {
+        if let Some(t) = self.flow.trigger_index(&job.event.trigger_id) {
+            let n = delta * job.events() as i64;
+            let m = &self.metrics.shared.flow;
+            m.held_add(t, crate::dispatch::flow::metrics::DISPATCH, n);
+        }
     }
 
     /// The event at `lsn` is done: release its gate holds; admitted waiters are queued (the
@@ -228,6 +298,11 @@ impl Dispatcher {
             seq: self.seq,
             job,
         }));
+    }
+
+    /// Jobs the gates released that wait for a `max_outstanding` slot.
+    pub fn slot_waiting(&self) -> usize {
+        self.slot_wait.len()
     }
 
     /// The earliest time something here needs attention (for the poll timeout).
@@ -270,9 +345,9 @@ impl Dispatcher {
             self.finish(f, now, registry);
         }
         self.finished = finished;
+        let mut out = FlowOut::default();
+        self.flow.on_tick(now, draining, &mut out);
         if !draining {
-            let mut out = FlowOut::default();
-            self.flow.on_tick(now, &mut out);
             touched.extend(self.apply_flow(out, now));
             touched.sort_unstable();
             touched.dedup();

@@ -36,7 +36,12 @@ fn rig(dest: &str) -> Rig {
         shared: Arc::new(DispatchMetrics::new(&[("http://127.0.0.1:9/h".into(), 4)])),
     };
     Rig {
-        d: Dispatcher::new(0, Arc::new(config), metrics),
+        d: Dispatcher::new(
+            0,
+            Arc::new(config),
+            metrics,
+            Arc::new(crate::sched::outstanding::Outstanding::new(64)),
+        ),
         poll: Poll::new().unwrap(),
     }
 }

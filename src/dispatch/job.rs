@@ -90,8 +90,15 @@ pub enum JobOutcome {
         attempts: u32,
         last_error: String,
     },
+    /// Not terminal: a flow-control gate holds the event; the pump gives its
+    /// `max_outstanding` slot back (the event stays pending).
+    Held { lsn: Lsn },
+    /// Not terminal: the gates released the event (a batch: its carrier, under its first
+    /// member's key) and the dispatcher took a `max_outstanding` slot for it; the pump gives
+    /// that slot back at the event's terminal outcome.
+    Resumed { lsn: Lsn },
     /// Terminal: a flow-control gate decided the event is not delivered. The pump writes a
-    /// `Done` entry with status `Skipped`; the reason goes to metrics.
+    /// `Done` entry with status `Skipped` and the gate's reason.
     Skipped {
         lsn: Lsn,
         reason: SkipReason,
@@ -111,6 +118,15 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
+    /// The `Done` status that records this reason.
+    pub fn done_status(self) -> crate::wal::DoneStatus {
+        match self {
+            SkipReason::RateLimited => crate::wal::DoneStatus::SkippedRateLimited,
+            SkipReason::Debounced => crate::wal::DoneStatus::SkippedDebounced,
+            SkipReason::SingletonActive => crate::wal::DoneStatus::SkippedSingletonActive,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             SkipReason::RateLimited => "rate_limited",
@@ -125,7 +141,9 @@ impl JobOutcome {
         match self {
             JobOutcome::Delivered { lsn, .. }
             | JobOutcome::RetryScheduled { lsn, .. }
-            | JobOutcome::Skipped { lsn, .. } => *lsn,
+            | JobOutcome::Skipped { lsn, .. }
+            | JobOutcome::Held { lsn }
+            | JobOutcome::Resumed { lsn } => *lsn,
             JobOutcome::DeadLetter { job, .. } => job.lsn,
         }
     }

@@ -279,6 +279,11 @@ impl CorePump {
         })
     }
 
+    /// The shared `max_outstanding` window (the dispatcher takes slots for gate-released jobs).
+    pub fn slots(&self) -> Arc<Outstanding> {
+        self.outstanding.clone()
+    }
+
     /// An ingest event of the core's own log (slot 0) is durable at `lsn`; the loop hands over
     /// the event it wrote.
     pub fn on_durable(&mut self, lsn: Lsn, event: EventRecord) {
@@ -388,7 +393,9 @@ impl CorePump {
             while i < self.logs[slot].parked.len()
                 && self.logs[slot].done_queue.len() < MAX_DONE_ENTRIES
             {
-                if !self.shared.backlog.window_room(self.logs[slot].parked[i].2) {
+                let w = self.logs[slot].parked[i].2;
+                if !self.shared.backlog.window_room(w) || self.shared.metrics_dispatch.flow.full(w)
+                {
                     i += 1;
                     continue;
                 }
@@ -439,7 +446,8 @@ impl CorePump {
         let window = match dest {
             Some(_) => {
                 let w = backlog.slot(&event.trigger_id);
-                if !backlog.window_take(w) {
+                // Its gates hold `[flow] max_held` (dispatch::flow "Bounds"): it waits here.
+                if self.shared.metrics_dispatch.flow.full(w) || !backlog.window_take(w) {
                     return Admit::Park(lsn, event, w);
                 }
                 Some(w)
@@ -499,9 +507,16 @@ impl CorePump {
             JobOutcome::Delivered { attempts, .. } => {
                 self.finish(slot, lsn, DoneStatus::Delivered, attempts)
             }
-            // The reason is counted by the gate (`sluice_flow_control_total`).
-            JobOutcome::Skipped { attempts, .. } => {
-                self.finish(slot, lsn, DoneStatus::Skipped, attempts)
+            JobOutcome::Skipped {
+                attempts, reason, ..
+            } => self.finish(slot, lsn, reason.done_status(), attempts),
+            // A gate holds it: its dispatch slot goes back (it stays pending and live).
+            JobOutcome::Held { .. } => self.unhold(slot, lsn),
+            // Released by its gates, it holds a slot the dispatcher took.
+            JobOutcome::Resumed { .. } => {
+                if let Some(l) = self.logs[slot].live.get_mut(&lsn) {
+                    l.outstanding = true;
+                }
             }
             JobOutcome::RetryScheduled {
                 next_attempt,

@@ -26,23 +26,48 @@
 //!   unlisted values last.
 //!
 //! Skips are reported as [`FlowOut::skipped`]; the dispatcher turns them into durable
-//! `Skipped` outcomes. Held events are still jobs held by the core, so they count against the
-//! pump's `max_outstanding`; after a restart they are pending in the WAL and evaluated again.
+//! `Skipped` outcomes carrying the gate's reason.
 //!
-//! **Bounds.** Events held here ≤ jobs held by the core ≤ `max_outstanding`. Keys of `batch`,
-//! `debounce`, `singleton` and `concurrency` exist only while an event of the key is held or in
-//! progress, so they are bounded the same way. `rate_limit`/`throttle` keys outlive their events
-//! (the window remembers); there are at most `[flow] max_gate_keys` of them per core, each with at
-//! most `max` timestamps (8 bytes each). A new key past the bound first evicts idle keys (empty
+//! **Waiting is not dispatching.** An event arrives holding one of the pump's `max_outstanding`
+//! slots. When a gate holds it (throttle queue, debounce window, batch being filled, concurrency
+//! waiter) it is reported in [`FlowOut::held`] and the dispatcher gives its slot back (a `Held`
+//! outcome to the pump; the event stays pending in its log and in the backlog bound). When it
+//! leaves the gates it is reported in [`FlowOut::resumed`] (a batch: one carrier) and the
+//! dispatcher takes a slot again, one per call, before dispatching it. So `max_outstanding`
+//! bounds calls being dispatched, and a busy gated trigger cannot stall the others. After a
+//! restart held events are pending in the WAL and evaluated again.
+//!
+//! **Bounds.** Per trigger and gate, at most `[flow] max_held` events held (the
+//! `sluice_flow_held` gauge, [`metrics::FlowMetrics::full`]), plus the events in flight to the
+//! gate when the bound was reached (≤ `max_outstanding`). Past the bound: `batch`, `throttle`,
+//! `concurrency` (and the released events waiting for a slot) make the pumps leave the trigger's
+//! events in the log until some are released; `debounce` instead delivers the held key whose
+//! quiet period ends soonest early (counted in `sluice_flow_key_overflow_total`), so a newer
+//! event is never kept out of the gate that would supersede an older one. Held events keep
+//! their payload in memory: at most `max_held × max_body_bytes` per gate.
+//! Keys of `batch`, `debounce`, `singleton` and `concurrency` exist only while an event of the
+//! key is held or in progress. `rate_limit`/`throttle` keys outlive their events (the window
+//! remembers); there are at most `[flow] max_gate_keys` of them per core, each with at most
+//! `max` timestamps (8 bytes each). A new key past the bound first evicts idle keys (empty
 //! window, no waiters; a sweep at most every [`SWEEP_EVERY`]); if none is idle, the event is
-//! counted against the gate's shared overflow key (metrics decision `overflow`): it is limited
-//! more strictly, never less. Timers ≤ held keys, plus for `batch` one stale entry per batch
-//! flushed by size before its timeout.
+//! counted against the gate's shared overflow key (`sluice_flow_key_overflow_total`): it is
+//! limited more strictly, never less. Timers ≤ held keys, plus for `batch` one stale entry per
+//! batch flushed by size before its timeout.
+//!
+//! **Restarts.** `rate_limit` and `throttle` windows are saved to `<data_dir>/flow/core-K.json`
+//! ([`persist`]) at most [`persist::SAVE_EVERY`] after a hit and at the drain, and restored at
+//! start-up, so a restart opens no window early. Debounce deadlines and batch timers need no
+//! state: their events are pending in the WAL and are held again, for a full period or
+//! timeout from the restart (later, never earlier, never lost).
+//!
+//! **Time.** The engine works on the injected clock shifted by [`SHIFT`] (a year and a day), so
+//! a window hit restored from before this process started is still a positive time.
 #![forbid(unsafe_code)]
 
 pub mod batch;
 pub mod key;
 pub mod metrics;
+pub mod persist;
 pub mod window;
 
 use std::cmp::Reverse;
@@ -61,6 +86,8 @@ use window::Window;
 pub const SWEEP_EVERY: u64 = 100_000_000;
 /// Idle window keys are also swept this often, to give memory back.
 const IDLE_SWEEP_EVERY: u64 = 10_000_000_000;
+/// Added to the clock's nanoseconds inside the engine (longer than any period, 365 days).
+pub const SHIFT: u64 = 366 * 86_400 * 1_000_000_000;
 
 /// The gates in evaluation order (the index is the metrics `gate` label's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -82,19 +109,26 @@ const STAGES: [Stage; 6] = [
     Stage::Concurrency,
 ];
 
-/// A gate's decision (the metrics `decision` label's index).
+/// A gate's decision (the metrics `decision` label's index; one per event per gate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
+    /// Went on at once.
     Pass = 0,
+    /// Was held, then went on.
     Wait = 1,
+    /// Ended here.
     Skip = 2,
-    Overflow = 3,
 }
 
-/// What an engine call produced: jobs through every gate, jobs skipped.
+/// What an engine call produced.
 #[derive(Debug, Default)]
 pub struct FlowOut {
+    /// Through every gate without being held: still holding the slot it arrived with.
     pub ready: Vec<Job>,
+    /// Through every gate after being held (a batch: its carrier): needs a dispatch slot.
+    pub resumed: Vec<Job>,
+    /// Keys of events a gate started holding: their dispatch slot may be given back.
+    pub held: Vec<Lsn>,
     pub skipped: Vec<(Job, SkipReason)>,
 }
 
@@ -103,6 +137,8 @@ pub struct FlowOut {
 struct Pending {
     job: Job,
     keys: Box<Keys>,
+    /// A gate held it (it gave its dispatch slot back).
+    held: bool,
 }
 
 #[derive(Debug, Default)]
@@ -176,10 +212,17 @@ pub struct FlowEngine {
     idle_sweep_at: u64,
     seq: u64,
     waiting: usize,
+    /// Window state saved across restarts (`None`: not persisted, unit tests).
+    store: Option<persist::Store>,
 }
 
 impl FlowEngine {
-    pub fn new(config: Arc<Config>, metrics: Arc<DispatchMetrics>) -> FlowEngine {
+    /// `store`: where this core's window state is saved and restored from.
+    pub fn new(
+        config: Arc<Config>,
+        metrics: Arc<DispatchMetrics>,
+        store: Option<persist::Store>,
+    ) -> FlowEngine {
         let by_id = config
             .triggers
             .iter()
@@ -205,6 +248,7 @@ impl FlowEngine {
             idle_sweep_at: 0,
             seq: 0,
             waiting: 0,
+            store,
         }
     }
 
@@ -218,9 +262,13 @@ impl FlowEngine {
         self.window_keys
     }
 
-    /// The earliest timer (batch timeout, debounce quiet time, throttle room).
+    /// The earliest timer (batch timeout, debounce quiet time, throttle room), on the clock.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.timers.peek().map(|Reverse((t, ..))| *t)
+        let t = self.timers.peek().map(|Reverse((t, ..))| t.saturating_sub(SHIFT));
+        match self.store.as_ref().and_then(|s| s.due()) {
+            Some(s) => Some(t.map_or(s, |t| t.min(s))),
+            None => t,
+        }
     }
 
     /// Does trigger `id` have any gate? (Without, [`FlowEngine::offer`] just passes the job.)
@@ -228,14 +276,25 @@ impl FlowEngine {
         self.by_id.contains_key(id)
     }
 
+    /// The index of trigger `id` in the config, if it has a gate.
+    pub fn trigger_index(&self, id: &str) -> Option<usize> {
+        self.by_id.get(id).copied()
+    }
+
     /// An event from the pump enters the gates of its trigger.
     pub fn offer(&mut self, job: Job, now: u64, out: &mut FlowOut) {
+        let now = self.restore_once(now);
         let Some(&t) = self.by_id.get(job.event.trigger_id.as_str()) else {
             out.ready.push(job);
             return;
         };
         let keys = Box::new(resolve(&self.config.triggers[t].flow, &job.event));
-        self.run(t, Pending { job, keys }, Stage::Batch, now, out);
+        let p = Pending {
+            job,
+            keys,
+            held: false,
+        };
+        self.run(t, p, Stage::Batch, now, out);
     }
 
     /// The event at `lsn` reached a terminal outcome: give back its singleton and concurrency
@@ -268,15 +327,23 @@ impl FlowEngine {
         if ck.active == 0 && ck.waiters.is_empty() {
             self.gates[t].concurrency.remove(&k);
         }
-        self.waiting -= admitted.len();
         for p in admitted {
+            self.unheld(t, Stage::Concurrency, 1);
+            self.count(t, Stage::Concurrency, Decision::Wait);
             self.hold(p.job.lsn, t).concurrency = Some(k.clone());
-            out.ready.push(p.job);
+            out.resumed.push(p.job);
         }
     }
 
-    /// Runs the timers due at `now`.
-    pub fn on_tick(&mut self, now: u64, out: &mut FlowOut) {
+    /// Runs the timers due at `now`; saves the window state when due (`draining`: at once).
+    /// While `draining` no timer runs (held events stay pending in the WAL).
+    pub fn on_tick(&mut self, now: u64, draining: bool, out: &mut FlowOut) {
+        let clock = now;
+        if draining {
+            self.save(clock, true);
+            return;
+        }
+        let now = self.restore_once(now);
         while self
             .timers
             .peek()
@@ -296,10 +363,26 @@ impl FlowEngine {
             self.idle_sweep_at = now + IDLE_SWEEP_EVERY;
             self.sweep(now);
         }
+        self.save(clock, draining);
     }
 
     fn count(&self, t: usize, stage: Stage, d: Decision) {
         self.metrics.flow.incr(t, stage as usize, d as usize);
+    }
+
+    /// `p` is held by `stage`: reported once, so its dispatch slot is given back.
+    fn held(&mut self, t: usize, stage: Stage, p: &mut Pending, out: &mut FlowOut) {
+        self.waiting += 1;
+        self.metrics.flow.held_add(t, stage as usize, 1);
+        if !std::mem::replace(&mut p.held, true) {
+            out.held.push(p.job.lsn);
+        }
+    }
+
+    /// `n` events left `stage`'s hold.
+    fn unheld(&mut self, t: usize, stage: Stage, n: usize) {
+        self.waiting -= n;
+        self.metrics.flow.held_add(t, stage as usize, -(n as i64));
     }
 
     fn hold(&mut self, lsn: Lsn, t: usize) -> &mut Hold {
@@ -336,7 +419,7 @@ impl FlowEngine {
                 },
                 Stage::Throttle => match &f.throttle {
                     None => Some(p),
-                    Some(g) => self.throttle(t, g, p, now),
+                    Some(g) => self.throttle(t, g, p, now, out),
                 },
                 Stage::Singleton => match &f.singleton {
                     None => Some(p),
@@ -344,7 +427,7 @@ impl FlowEngine {
                 },
                 Stage::Concurrency => match &f.concurrency {
                     None => Some(p),
-                    Some(g) => self.concurrency(t, g, p),
+                    Some(g) => self.concurrency(t, g, p, out),
                 },
             };
             match next {
@@ -352,14 +435,19 @@ impl FlowEngine {
                 None => return,
             }
         }
-        out.ready.push(p.job);
+        match p.held {
+            true => out.resumed.push(p.job),
+            false => out.ready.push(p.job),
+        }
     }
 
     // ----- batch ------------------------------------------------------------------------------
 
-    fn batch(&mut self, t: usize, g: &BatchGate, p: Pending, now: u64, out: &mut FlowOut) {
-        let key = &p.keys.by_stage[Stage::Batch as usize];
-        let full = match self.gates[t].batch.get_mut(key) {
+    fn batch(&mut self, t: usize, g: &BatchGate, mut p: Pending, now: u64, out: &mut FlowOut) {
+        // Every member is held (the carrier takes one dispatch slot for all of them).
+        self.held(t, Stage::Batch, &mut p, out);
+        let key = p.keys.by_stage[Stage::Batch as usize].clone();
+        let full = match self.gates[t].batch.get_mut(&key) {
             Some(b) => {
                 b.members.push(p.job);
                 b.members.len() >= g.size
@@ -378,12 +466,8 @@ impl FlowEngine {
                 g.size <= 1
             }
         };
-        self.waiting += 1;
         if full {
-            self.count(t, Stage::Batch, Decision::Pass);
-            self.flush_batch(t, key, out);
-        } else {
-            self.count(t, Stage::Batch, Decision::Wait);
+            self.flush_batch(t, &key, true, out);
         }
     }
 
@@ -395,42 +479,75 @@ impl FlowEngine {
             .get(key)
             .is_some_and(|b| b.deadline <= now)
         {
-            self.flush_batch(t, key, out);
+            self.flush_batch(t, key, false, out);
         }
     }
 
-    fn flush_batch(&mut self, t: usize, key: &str, out: &mut FlowOut) {
+    /// Sends the batch of `key` as one carrier. `by_size`: the last member filled it (it went
+    /// on at once: `pass`; the others waited).
+    fn flush_batch(&mut self, t: usize, key: &str, by_size: bool, out: &mut FlowOut) {
         if let Some(b) = self.gates[t].batch.remove(key) {
-            self.waiting -= b.members.len();
-            out.ready.push(batch::carrier(b.members));
+            let n = b.members.len();
+            self.unheld(t, Stage::Batch, n);
+            let waited = n - usize::from(by_size);
+            self.metrics
+                .flow
+                .incr_n(t, Stage::Batch as usize, Decision::Wait as usize, waited);
+            if by_size {
+                self.count(t, Stage::Batch, Decision::Pass);
+            }
+            out.resumed.push(batch::carrier(b.members));
         }
     }
 
     // ----- debounce ---------------------------------------------------------------------------
 
     fn debounce(&mut self, t: usize, g: &DebounceGate, p: Pending, now: u64, out: &mut FlowOut) {
-        self.count(t, Stage::Debounce, Decision::Wait);
         let deadline = now.saturating_add(nanos(g.period));
         let key = p.keys.by_stage[Stage::Debounce as usize].clone();
-        match self.gates[t].debounce.get_mut(&key) {
-            Some(d) => {
-                let old = std::mem::replace(&mut d.latest, p);
-                d.deadline = deadline;
-                out.skipped.push((old.job, SkipReason::Debounced));
-                self.count(t, Stage::Debounce, Decision::Skip);
+        let mut p = p;
+        if let Some(d) = self.gates[t].debounce.get_mut(&key) {
+            let new_lsn = p.job.lsn;
+            let mut old = std::mem::replace(&mut d.latest, p);
+            d.deadline = deadline;
+            // The newcomer takes the superseded event's place in the hold.
+            std::mem::swap(&mut old.held, &mut d.latest.held);
+            if !d.latest.held {
+                d.latest.held = true;
+                out.held.push(new_lsn);
             }
-            None => {
-                self.waiting += 1;
-                self.timers
-                    .push(Reverse((deadline, t, Stage::Debounce, key.clone())));
-                self.gates[t].debounce.insert(
-                    key,
-                    DebounceKey {
-                        latest: p,
-                        deadline,
-                    },
-                );
-            }
+            out.skipped.push((old.job, SkipReason::Debounced));
+            self.count(t, Stage::Debounce, Decision::Skip);
+            return;
+        }
+        if self.metrics.flow.held(t, Stage::Debounce as usize) >= self.config.flow.max_held as u64
+        {
+            self.debounce_overflow(t, now, out);
+        }
+        self.held(t, Stage::Debounce, &mut p, out);
+        self.timers
+            .push(Reverse((deadline, t, Stage::Debounce, key.clone())));
+        self.gates[t].debounce.insert(
+            key,
+            DebounceKey {
+                latest: p,
+                deadline,
+            },
+        );
+    }
+
+    /// Past `max_held` keys: the held key whose quiet period ends soonest goes on early.
+    fn debounce_overflow(&mut self, t: usize, now: u64, out: &mut FlowOut) {
+        let soonest = self.gates[t]
+            .debounce
+            .iter()
+            .min_by_key(|(_, d)| d.deadline)
+            .map(|(k, _)| k.clone());
+        if let Some(d) = soonest.and_then(|k| self.gates[t].debounce.remove(&k)) {
+            self.metrics.flow.overflowed(t, Stage::Debounce as usize);
+            self.unheld(t, Stage::Debounce, 1);
+            self.count(t, Stage::Debounce, Decision::Wait);
+            self.run(t, d.latest, Stage::RateLimit, now, out);
         }
     }
 
@@ -445,7 +562,8 @@ impl FlowEngine {
             return;
         }
         if let Some(d) = self.gates[t].debounce.remove(&key) {
-            self.waiting -= 1;
+            self.unheld(t, Stage::Debounce, 1);
+            self.count(t, Stage::Debounce, Decision::Wait);
             self.run(t, d.latest, Stage::RateLimit, now, out);
         }
     }
@@ -470,7 +588,7 @@ impl FlowEngine {
             self.sweep(now);
         }
         if self.window_keys >= self.max_window_keys {
-            self.count(t, stage, Decision::Overflow);
+            self.metrics.flow.overflowed(t, stage as usize);
             self.window_map(t, stage)
                 .entry(OVERFLOW_KEY.to_string())
                 .or_default();
@@ -523,6 +641,7 @@ impl FlowEngine {
         );
         let w = self.gates[t].rate_limit.entry(key).or_default();
         if w.window.try_hit(now, nanos(g.period), g.max) {
+            self.mark_dirty();
             self.count(t, Stage::RateLimit, Decision::Pass);
             Some(p)
         } else {
@@ -532,7 +651,14 @@ impl FlowEngine {
         }
     }
 
-    fn throttle(&mut self, t: usize, g: &WindowGate, p: Pending, now: u64) -> Option<Pending> {
+    fn throttle(
+        &mut self,
+        t: usize,
+        g: &WindowGate,
+        mut p: Pending,
+        now: u64,
+        out: &mut FlowOut,
+    ) -> Option<Pending> {
         let key = self.window_key(
             t,
             Stage::Throttle,
@@ -542,17 +668,18 @@ impl FlowEngine {
         let period = nanos(g.period);
         let w = self.gates[t].throttle.entry(key.clone()).or_default();
         if w.waiters.is_empty() && w.window.try_hit(now, period, g.max) {
+            self.mark_dirty();
             self.count(t, Stage::Throttle, Decision::Pass);
             return Some(p);
         }
+        self.held(t, Stage::Throttle, &mut p, out);
+        let w = self.gates[t].throttle.entry(key.clone()).or_default();
         w.waiters.push_back(p);
         let arm = (!w.armed).then(|| w.window.room_at(period).max(now));
         w.armed = true;
         if let Some(at) = arm {
             self.timers.push(Reverse((at, t, Stage::Throttle, key)));
         }
-        self.waiting += 1;
-        self.count(t, Stage::Throttle, Decision::Wait);
         None
     }
 
@@ -575,8 +702,12 @@ impl FlowEngine {
             let at = w.window.room_at(period).max(now + 1);
             self.timers.push(Reverse((at, t, Stage::Throttle, key)));
         }
-        self.waiting -= go.len();
+        if !go.is_empty() {
+            self.mark_dirty();
+        }
+        self.unheld(t, Stage::Throttle, go.len());
         for p in go {
+            self.count(t, Stage::Throttle, Decision::Wait);
             self.run(t, p, Stage::Singleton, now, out);
         }
     }
@@ -596,7 +727,13 @@ impl FlowEngine {
         Some(p)
     }
 
-    fn concurrency(&mut self, t: usize, g: &ConcurrencyGate, p: Pending) -> Option<Pending> {
+    fn concurrency(
+        &mut self,
+        t: usize,
+        g: &ConcurrencyGate,
+        mut p: Pending,
+        out: &mut FlowOut,
+    ) -> Option<Pending> {
         let key = p.keys.by_stage[Stage::Concurrency as usize].clone();
         let c = self.gates[t].concurrency.entry(key.clone()).or_default();
         if c.waiters.is_empty() && c.active < g.max {
@@ -605,10 +742,11 @@ impl FlowEngine {
             self.count(t, Stage::Concurrency, Decision::Pass);
             return Some(p);
         }
+        self.held(t, Stage::Concurrency, &mut p, out);
         self.seq += 1;
-        c.waiters.insert((p.keys.rank, self.seq), p);
-        self.waiting += 1;
-        self.count(t, Stage::Concurrency, Decision::Wait);
+        let rank = p.keys.rank;
+        let c = self.gates[t].concurrency.entry(key).or_default();
+        c.waiters.insert((rank, self.seq), p);
         None
     }
 }
