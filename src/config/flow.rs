@@ -603,9 +603,12 @@ mod tests {
         let e = build("[flow]\nmax_held = 0").unwrap_err();
         assert!(e.0.contains("flow.max_held = 0 is out of range"), "{e}");
         let ok = build("batch = { size = 100, timeout = \"2s\" }\n[flow]\nmax_held = 100");
-        assert_eq!(ok.unwrap().triggers[0].flow.batch.as_ref().unwrap().size, 100);
-        let e = build("batch = { size = 101, timeout = \"2s\" }\n[flow]\nmax_held = 100")
-            .unwrap_err();
+        assert_eq!(
+            ok.unwrap().triggers[0].flow.batch.as_ref().unwrap().size,
+            100
+        );
+        let e =
+            build("batch = { size = 101, timeout = \"2s\" }\n[flow]\nmax_held = 100").unwrap_err();
         assert!(
             e.0.contains("\"t\"") && e.0.contains("batch.size: 101") && e.0.contains("max_held"),
             "{e}"

@@ -286,9 +286,7 @@ impl Dispatcher {
     fn release_flow(&mut self, lsn: u64, now: u64) {
         let mut out = FlowOut::default();
         self.flow.release(lsn, &mut out);
-        if !out.ready.is_empty() || !out.skipped.is_empty() {
-            self.apply_flow(out, now);
-        }
+        self.apply_flow(out, now);
     }
 
     fn delay(&mut self, job: Job, due: u64) {

@@ -386,7 +386,10 @@ mod tests {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         let o = |i: usize, k: &str| lines[i].get(k).cloned().unwrap_or_default();
-        assert_eq!((o(0, "outcome"), o(0, "attempts")), ("delivered".into(), 1.into()));
+        assert_eq!(
+            (o(0, "outcome"), o(0, "attempts")),
+            ("delivered".into(), 1.into())
+        );
         assert_eq!(
             (o(1, "outcome"), o(1, "gate"), o(1, "reason")),
             ("skipped".into(), "debounce".into(), "debounced".into())
@@ -395,7 +398,10 @@ mod tests {
             (o(2, "outcome"), o(2, "reason"), o(2, "attempts")),
             ("dead_lettered".into(), "retry_exhausted".into(), 4.into())
         );
-        assert_eq!((o(3, "outcome"), o(3, "attempts")), ("pending".into(), 2.into()));
+        assert_eq!(
+            (o(3, "outcome"), o(3, "attempts")),
+            ("pending".into(), 2.into())
+        );
         assert_eq!(o(4, "outcome"), "pending");
         assert!(lines[4].get("attempts").is_none());
     }

@@ -191,7 +191,11 @@ impl FlowMetrics {
             "Events a flow-control gate holds now (gate=dispatch: released, waiting for a slot).",
             MetricType::Gauge,
         );
-        for t in self.triggers.iter().filter(|t| t.configured.contains(&true)) {
+        for t in self
+            .triggers
+            .iter()
+            .filter(|t| t.configured.contains(&true))
+        {
             for (g, gate) in GATES.iter().chain(["dispatch"].iter()).enumerate() {
                 if g < GATES.len() && !t.configured[g] {
                     continue;

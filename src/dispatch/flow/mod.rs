@@ -264,7 +264,10 @@ impl FlowEngine {
 
     /// The earliest timer (batch timeout, debounce quiet time, throttle room), on the clock.
     pub fn next_deadline(&self) -> Option<u64> {
-        let t = self.timers.peek().map(|Reverse((t, ..))| t.saturating_sub(SHIFT));
+        let t = self
+            .timers
+            .peek()
+            .map(|Reverse((t, ..))| t.saturating_sub(SHIFT));
         match self.store.as_ref().and_then(|s| s.due()) {
             Some(s) => Some(t.map_or(s, |t| t.min(s))),
             None => t,
@@ -520,8 +523,7 @@ impl FlowEngine {
             self.count(t, Stage::Debounce, Decision::Skip);
             return;
         }
-        if self.metrics.flow.held(t, Stage::Debounce as usize) >= self.config.flow.max_held as u64
-        {
+        if self.metrics.flow.held(t, Stage::Debounce as usize) >= self.config.flow.max_held as u64 {
             self.debounce_overflow(t, now, out);
         }
         self.held(t, Stage::Debounce, &mut p, out);

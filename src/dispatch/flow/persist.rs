@@ -141,7 +141,10 @@ fn read(path: &Path) -> Result<SavedFile, String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
     let f: SavedFile = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
     if f.version != VERSION {
-        return Err(format!("version {} (this build reads {VERSION})", f.version));
+        return Err(format!(
+            "version {} (this build reads {VERSION})",
+            f.version
+        ));
     }
     Ok(f)
 }

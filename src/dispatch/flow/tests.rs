@@ -33,7 +33,8 @@ impl Rig {
             )
             .unwrap(),
         );
-        let metrics = Arc::new(DispatchMetrics::new(&[]).with_flow(&cfg.triggers, cfg.flow.max_held));
+        let metrics =
+            Arc::new(DispatchMetrics::new(&[]).with_flow(&cfg.triggers, cfg.flow.max_held));
         Rig {
             engine: FlowEngine::new(cfg, metrics.clone(), None),
             metrics,
@@ -279,9 +280,15 @@ fn held_events_are_reported_and_come_back_as_resumed() {
     let now = r.now();
     r.engine.on_tick(now, false, &mut out);
     assert!(out.ready.is_empty() && out.held.is_empty());
-    assert_eq!(out.resumed.iter().map(|j| j.lsn).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(
+        out.resumed.iter().map(|j| j.lsn).collect::<Vec<_>>(),
+        vec![2]
+    );
     assert_eq!(r.metrics.flow.held(0, Stage::Throttle as usize), 1);
-    assert_eq!((r.count("throttle", "pass"), r.count("throttle", "wait")), (1, 1));
+    assert_eq!(
+        (r.count("throttle", "pass"), r.count("throttle", "wait")),
+        (1, 1)
+    );
 }
 
 /// Past `[flow] max_held` keys, debounce delivers the key whose quiet ends soonest early
@@ -525,7 +532,8 @@ fn throttle_keys_with_waiters_are_not_evicted() {
 #[test]
 fn throttle_window_survives_a_restart_through_the_state_file() {
     let dir = tempfile::tempdir().unwrap();
-    let gates = "throttle = { period = \"10s\", max = 1 }\nrate_limit = { period = \"1h\", max = 5 }";
+    let gates =
+        "throttle = { period = \"10s\", max = 1 }\nrate_limit = { period = \"1h\", max = 5 }";
     let mut r = Rig::new(gates, "");
     let cfg = r.engine.config.clone();
     let core = crate::sched::placement::owner_core("http://h/", cfg.server.workers);
@@ -544,7 +552,10 @@ fn throttle_window_survives_a_restart_through_the_state_file() {
     let mut e3 = FlowEngine::new(cfg.clone(), r.metrics.clone(), Some(store(&cfg)));
     let mut out = FlowOut::default();
     e3.offer(r_job(10), 1_000, &mut out);
-    assert!(out.ready.is_empty(), "the restored window is full: it waits");
+    assert!(
+        out.ready.is_empty(),
+        "the restored window is full: it waits"
+    );
     assert_eq!(out.held, vec![10]);
     e3.on_tick(2_000, false, &mut out); // saves the rate_limit hit, which made a save due
     let due = e3.next_deadline().expect("a throttle timer");

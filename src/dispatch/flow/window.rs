@@ -94,7 +94,11 @@ mod tests {
         w.restore(30, 120, p, 2);
         assert_eq!(w.hits().collect::<Vec<_>>(), vec![30, 50]);
         w.restore(40, 120, p, 2);
-        assert_eq!(w.hits().collect::<Vec<_>>(), vec![40, 50], "the newest max kept");
+        assert_eq!(
+            w.hits().collect::<Vec<_>>(),
+            vec![40, 50],
+            "the newest max kept"
+        );
         assert!(!w.try_hit(120, p, 2));
         assert_eq!(w.room_at(p), 140);
     }
