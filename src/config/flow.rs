@@ -41,6 +41,8 @@ pub const DEFAULT_MAX_GATE_KEYS: usize = 100_000;
 pub const DEFAULT_MAX_HELD: usize = 10_000;
 /// Largest `[flow] max_held`.
 pub const MAX_MAX_HELD: usize = 1_000_000;
+/// Default of `[flow] max_held_bytes` (64 MiB).
+pub const DEFAULT_MAX_HELD_BYTES: u64 = 64 << 20;
 
 // ---------------------------------------------------------------------------------------------
 // Stage 1: raw tables.
@@ -123,6 +125,10 @@ pub struct RawFlowSection {
     /// are admitted in order as the gate releases some. Must be at least every `batch.size`.
     /// Default: 10_000. Range: 1..=1_000_000.
     pub max_held: Option<usize>,
+    /// Per core: most bytes of held events' bodies kept in memory. Past it, a newly held
+    /// event's body is dropped and read back from its log when the gate releases it (0: every
+    /// held event by reference). Default: 67_108_864 (64 MiB). Range: 0..=1_099_511_627_776.
+    pub max_held_bytes: Option<u64>,
 }
 
 /// The gate keys of one `[[triggers]]` entry, as written.
@@ -285,6 +291,7 @@ impl FlowConfig {
 pub struct FlowSettings {
     pub max_gate_keys: usize,
     pub max_held: usize,
+    pub max_held_bytes: u64,
 }
 
 pub(super) fn build_flow_settings(r: RawFlowSection) -> Result<FlowSettings, ConfigError> {
@@ -302,6 +309,13 @@ pub(super) fn build_flow_settings(r: RawFlowSection) -> Result<FlowSettings, Con
             DEFAULT_MAX_HELD,
             1,
             MAX_MAX_HELD,
+        )?,
+        max_held_bytes: super::ranged(
+            "flow.max_held_bytes",
+            r.max_held_bytes,
+            DEFAULT_MAX_HELD_BYTES,
+            0,
+            1 << 40,
         )?,
     })
 }
@@ -600,6 +614,19 @@ mod tests {
     #[test]
     fn max_held_range_and_batch_size_must_fit() {
         assert_eq!(build("").unwrap().flow.max_held, DEFAULT_MAX_HELD);
+        assert_eq!(
+            build("").unwrap().flow.max_held_bytes,
+            DEFAULT_MAX_HELD_BYTES
+        );
+        assert_eq!(
+            build("[flow]\nmax_held_bytes = 0")
+                .unwrap()
+                .flow
+                .max_held_bytes,
+            0
+        );
+        let e = build("[flow]\nmax_held_bytes = 1099511627777").unwrap_err();
+        assert!(e.0.contains("flow.max_held_bytes"), "{e}");
         let e = build("[flow]\nmax_held = 0").unwrap_err();
         assert!(e.0.contains("flow.max_held = 0 is out of range"), "{e}");
         let ok = build("batch = { size = 100, timeout = \"2s\" }\n[flow]\nmax_held = 100");

@@ -227,6 +227,8 @@ impl Dispatcher {
         for lsn in out.held {
             self.send(JobOutcome::Held { lsn });
         }
+        // Unreadable bodies: no outcome, the events stay pending (`flow::payload`).
+        self.held -= out.lost.len();
         for job in out.resumed {
             self.held_dispatch(&job, 1);
             self.slot_wait.push_back(job);

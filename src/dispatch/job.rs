@@ -10,6 +10,9 @@
 //! A `batch` gate merges several jobs into one *carrier* job whose `batch` lists the members;
 //! every member gets the carrier's outcome, reported under its own LSN.
 
+use std::path::Path;
+use std::sync::Arc;
+
 use crate::dispatch::dlq::DlqReason;
 use crate::wal::{EventRecord, Lsn};
 
@@ -27,6 +30,9 @@ pub struct Job {
     pub due_at_ms: u64,
     /// Empty for one event; for a batch carrier, its members (see `dispatch::flow::batch`).
     pub batch: Vec<Job>,
+    /// The directory of the log holding the event, so that a gate holding it may drop its body
+    /// and read it back ([`crate::dispatch::flow::payload`]); `None`: the body is always kept.
+    pub log_dir: Option<Arc<Path>>,
 }
 
 impl Job {
@@ -39,7 +45,14 @@ impl Job {
             attempt,
             due_at_ms,
             batch: Vec::new(),
+            log_dir: None,
         }
+    }
+
+    /// The job, naming the directory of the log that holds its event.
+    pub fn from_log(mut self, dir: Arc<Path>) -> Job {
+        self.log_dir = Some(dir);
+        self
     }
 
     /// Events this job stands for: 1, or the members of a batch.

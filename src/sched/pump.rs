@@ -93,6 +93,8 @@ struct LogPump {
     index: usize,
     name: String,
     dir: PathBuf,
+    /// `dir`, shared with the jobs (a gate may read a held event back from it).
+    dir_shared: Arc<std::path::Path>,
     /// Whether new events are appended to it (the core's own log).
     own: bool,
     /// Highest LSN known durable in this log.
@@ -245,6 +247,7 @@ impl CorePump {
             pumps.push(LogPump {
                 index: l.index,
                 name: l.name,
+                dir_shared: l.dir.as_path().into(),
                 dir: l.dir,
                 own: l.own,
                 durable: l.durable,
@@ -487,7 +490,8 @@ impl CorePump {
             self.workers,
         );
         let key = event_key(log.index, lsn);
-        Admit::Job((owner, Job::new(key, event, dest, attempt, due_at_ms)))
+        let job = Job::new(key, event, dest, attempt, due_at_ms).from_log(log.dir_shared.clone());
+        Admit::Job((owner, job))
     }
 
     // ----- outcomes ---------------------------------------------------------------------------

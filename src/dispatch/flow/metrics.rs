@@ -22,7 +22,11 @@
 //! releases some), see [`FlowMetrics::full`].
 //!
 //! `sluice_flow_key_overflow_total{trigger,gate}`: `rate_limit`/`throttle` events that found
-//! the per-core key table full (`[flow] max_gate_keys`) and used the gate's shared overflow key.
+//! the per-core key table full (`[flow] max_gate_keys`) and used the gate's shared overflow key;
+//! `debounce` keys delivered early because the gate held `max_held` keys.
+//!
+//! `sluice_flow_read_back_failures_total`: held events whose body could not be read back from
+//! their log (`dispatch::flow::payload`); they stay pending.
 //!
 //! Cardinality is bounded by the manifest: one series per (trigger, configured gate, label), all
 //! rendered, zeros included. Cells are shared std atomics (`Relaxed`: each is a count that
@@ -69,6 +73,8 @@ struct TriggerCells {
 #[derive(Debug, Default)]
 pub struct FlowMetrics {
     triggers: Vec<TriggerCells>,
+    /// `sluice_flow_read_back_failures_total` (`dispatch::flow::payload`).
+    read_back_failures: Counter,
     /// `[flow] max_held`.
     max_held: u64,
 }
@@ -76,6 +82,7 @@ pub struct FlowMetrics {
 impl FlowMetrics {
     pub fn new(triggers: &[TriggerConfig], max_held: usize) -> FlowMetrics {
         FlowMetrics {
+            read_back_failures: Counter::new(),
             max_held: max_held as u64,
             triggers: triggers
                 .iter()
@@ -123,6 +130,15 @@ impl FlowMetrics {
         {
             c.add(n as u64);
         }
+    }
+
+    /// A held event's body could not be read back from its log.
+    pub fn read_back_failed(&self) {
+        self.read_back_failures.incr();
+    }
+
+    pub fn read_back_failures(&self) -> u64 {
+        self.read_back_failures.get()
     }
 
     /// Counts one key-table overflow of `gate` for trigger `t`.
@@ -205,12 +221,22 @@ impl FlowMetrics {
             }
         }
         w.header(
+            "sluice_flow_read_back_failures_total",
+            "Held events whose body could not be read back from their log (left pending).",
+            MetricType::Counter,
+        );
+        w.sample_u64(
+            "sluice_flow_read_back_failures_total",
+            &[],
+            self.read_back_failures.get(),
+        );
+        w.header(
             OVERFLOW,
             "Window-gate events that used the shared overflow key (key table full).",
             MetricType::Counter,
         );
         self.each_gate(|t, g, gate| {
-            if g == 2 || g == 3 {
+            if g == 1 || g == 2 || g == 3 {
                 let n = t.overflow[g].get();
                 w.sample_u64(OVERFLOW, &[("trigger", &t.name), ("gate", gate)], n);
             }

@@ -67,6 +67,7 @@
 pub mod batch;
 pub mod key;
 pub mod metrics;
+pub mod payload;
 pub mod persist;
 pub mod window;
 
@@ -130,6 +131,9 @@ pub struct FlowOut {
     /// Keys of events a gate started holding: their dispatch slot may be given back.
     pub held: Vec<Lsn>,
     pub skipped: Vec<(Job, SkipReason)>,
+    /// Keys of held events whose body could not be read back ([`payload`]): they leave the
+    /// gates without an outcome and stay pending.
+    pub lost: Vec<Lsn>,
 }
 
 /// An event inside the gates, with its keys resolved once.
@@ -139,6 +143,8 @@ struct Pending {
     keys: Box<Keys>,
     /// A gate held it (it gave its dispatch slot back).
     held: bool,
+    /// Its body was dropped while held ([`payload`]): read back before it is delivered.
+    dropped: bool,
 }
 
 #[derive(Debug, Default)]
@@ -166,7 +172,8 @@ struct DebounceKey {
 
 #[derive(Debug)]
 struct BatchKey {
-    members: Vec<Job>,
+    /// Each with whether its body was dropped ([`payload`]).
+    members: Vec<(Job, bool)>,
     deadline: u64,
 }
 
@@ -214,6 +221,7 @@ pub struct FlowEngine {
     waiting: usize,
     /// Window state saved across restarts (`None`: not persisted, unit tests).
     store: Option<persist::Store>,
+    payloads: payload::Payloads,
 }
 
 impl FlowEngine {
@@ -235,6 +243,7 @@ impl FlowEngine {
             .iter()
             .map(|_| TriggerGates::default())
             .collect();
+        let config_max_held_bytes = config.flow.max_held_bytes;
         FlowEngine {
             max_window_keys: config.flow.max_gate_keys,
             config,
@@ -249,6 +258,7 @@ impl FlowEngine {
             seq: 0,
             waiting: 0,
             store,
+            payloads: payload::Payloads::new(config_max_held_bytes),
         }
     }
 
@@ -296,6 +306,7 @@ impl FlowEngine {
             job,
             keys,
             held: false,
+            dropped: false,
         };
         self.run(t, p, Stage::Batch, now, out);
     }
@@ -334,7 +345,7 @@ impl FlowEngine {
             self.unheld(t, Stage::Concurrency, 1);
             self.count(t, Stage::Concurrency, Decision::Wait);
             self.hold(p.job.lsn, t).concurrency = Some(k.clone());
-            out.resumed.push(p.job);
+            self.leave(p, out);
         }
     }
 
@@ -373,13 +384,44 @@ impl FlowEngine {
         self.metrics.flow.incr(t, stage as usize, d as usize);
     }
 
-    /// `p` is held by `stage`: reported once, so its dispatch slot is given back.
+    /// `p` is held by `stage`: reported once, so its dispatch slot is given back; its body
+    /// may be dropped ([`payload`]).
     fn held(&mut self, t: usize, stage: Stage, p: &mut Pending, out: &mut FlowOut) {
         self.waiting += 1;
         self.metrics.flow.held_add(t, stage as usize, 1);
         if !std::mem::replace(&mut p.held, true) {
+            p.dropped = self.payloads.hold(&mut p.job);
             out.held.push(p.job.lsn);
         }
+    }
+
+    /// `p` ends at `stage` without delivery.
+    fn skip(&mut self, t: usize, stage: Stage, p: Pending, why: SkipReason, out: &mut FlowOut) {
+        if p.held {
+            self.payloads.forget(&p.job, p.dropped);
+        }
+        self.count(t, stage, Decision::Skip);
+        out.skipped.push((p.job, why));
+    }
+
+    /// `p` went through every gate: `ready` if never held, else `resumed` with its body back
+    /// in memory (or `lost`, its holds given back, when that fails).
+    fn leave(&mut self, mut p: Pending, out: &mut FlowOut) {
+        if !p.held {
+            out.ready.push(p.job);
+            return;
+        }
+        match self.payloads.restore(&mut p.job, p.dropped) {
+            Ok(()) => out.resumed.push(p.job),
+            Err(e) => self.lost(p.job.lsn, &e, out),
+        }
+    }
+
+    fn lost(&mut self, lsn: Lsn, e: &crate::wal::WalError, out: &mut FlowOut) {
+        eprintln!("sluice: flow: a held event stays pending: {e}");
+        self.metrics.flow.read_back_failed();
+        out.lost.push(lsn);
+        self.release(lsn, out);
     }
 
     /// `n` events left `stage`'s hold.
@@ -438,10 +480,7 @@ impl FlowEngine {
                 None => return,
             }
         }
-        match p.held {
-            true => out.resumed.push(p.job),
-            false => out.ready.push(p.job),
-        }
+        self.leave(p, out);
     }
 
     // ----- batch ------------------------------------------------------------------------------
@@ -450,9 +489,10 @@ impl FlowEngine {
         // Every member is held (the carrier takes one dispatch slot for all of them).
         self.held(t, Stage::Batch, &mut p, out);
         let key = p.keys.by_stage[Stage::Batch as usize].clone();
+        let member = (p.job, p.dropped);
         let full = match self.gates[t].batch.get_mut(&key) {
             Some(b) => {
-                b.members.push(p.job);
+                b.members.push(member);
                 b.members.len() >= g.size
             }
             None => {
@@ -462,7 +502,7 @@ impl FlowEngine {
                 self.gates[t].batch.insert(
                     key.clone(),
                     BatchKey {
-                        members: vec![p.job],
+                        members: vec![member],
                         deadline,
                     },
                 );
@@ -499,7 +539,16 @@ impl FlowEngine {
             if by_size {
                 self.count(t, Stage::Batch, Decision::Pass);
             }
-            out.resumed.push(batch::carrier(b.members));
+            let mut members = Vec::with_capacity(n);
+            for (mut job, dropped) in b.members {
+                match self.payloads.restore(&mut job, dropped) {
+                    Ok(()) => members.push(job),
+                    Err(e) => self.lost(job.lsn, &e, out),
+                }
+            }
+            if !members.is_empty() {
+                out.resumed.push(batch::carrier(members));
+            }
         }
     }
 
@@ -509,18 +558,15 @@ impl FlowEngine {
         let deadline = now.saturating_add(nanos(g.period));
         let key = p.keys.by_stage[Stage::Debounce as usize].clone();
         let mut p = p;
-        if let Some(d) = self.gates[t].debounce.get_mut(&key) {
-            let new_lsn = p.job.lsn;
-            let mut old = std::mem::replace(&mut d.latest, p);
+        if let Some(mut d) = self.gates[t].debounce.remove(&key) {
+            // The newcomer takes the superseded event's place (one timer per key, re-armed
+            // when it fires early).
+            self.held(t, Stage::Debounce, &mut p, out);
+            let old = std::mem::replace(&mut d.latest, p);
             d.deadline = deadline;
-            // The newcomer takes the superseded event's place in the hold.
-            std::mem::swap(&mut old.held, &mut d.latest.held);
-            if !d.latest.held {
-                d.latest.held = true;
-                out.held.push(new_lsn);
-            }
-            out.skipped.push((old.job, SkipReason::Debounced));
-            self.count(t, Stage::Debounce, Decision::Skip);
+            self.gates[t].debounce.insert(key, d);
+            self.unheld(t, Stage::Debounce, 1);
+            self.skip(t, Stage::Debounce, old, SkipReason::Debounced, out);
             return;
         }
         if self.metrics.flow.held(t, Stage::Debounce as usize) >= self.config.flow.max_held as u64 {
@@ -647,8 +693,7 @@ impl FlowEngine {
             self.count(t, Stage::RateLimit, Decision::Pass);
             Some(p)
         } else {
-            self.count(t, Stage::RateLimit, Decision::Skip);
-            out.skipped.push((p.job, SkipReason::RateLimited));
+            self.skip(t, Stage::RateLimit, p, SkipReason::RateLimited, out);
             None
         }
     }
@@ -719,8 +764,7 @@ impl FlowEngine {
     fn singleton(&mut self, t: usize, p: Pending, out: &mut FlowOut) -> Option<Pending> {
         let key = &p.keys.by_stage[Stage::Singleton as usize];
         if self.gates[t].singleton.contains(key) {
-            self.count(t, Stage::Singleton, Decision::Skip);
-            out.skipped.push((p.job, SkipReason::SingletonActive));
+            self.skip(t, Stage::Singleton, p, SkipReason::SingletonActive, out);
             return None;
         }
         self.gates[t].singleton.insert(key.clone());

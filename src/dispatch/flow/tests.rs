@@ -218,6 +218,11 @@ fn debounce_delivers_only_the_latest_after_quiet() {
     for _ in 0..5 {
         let (lsn, out) = r.offer("{}");
         assert!(out.ready.is_empty());
+        assert_eq!(
+            out.held,
+            vec![lsn],
+            "every newcomer gives its dispatch slot back"
+        );
         skipped_all.extend(skipped(&out));
         last = lsn;
         r.advance(100 * MS);
