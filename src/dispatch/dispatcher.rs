@@ -614,7 +614,7 @@ impl Dispatcher {
         for m in job.into_members() {
             let lsn = m.lsn;
             self.send(JobOutcome::DeadLetter {
-                job: m,
+                job: Box::new(m),
                 reason,
                 attempts,
                 last_error: last_error.clone(),

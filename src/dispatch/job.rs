@@ -98,7 +98,8 @@ pub enum JobOutcome {
     },
     /// Terminal failure: the pump writes the DLQ entry, then the outcome.
     DeadLetter {
-        job: Job,
+        /// Boxed: a cold path, and a `Job` would make every outcome in the rings that large.
+        job: Box<Job>,
         reason: DlqReason,
         attempts: u32,
         last_error: String,

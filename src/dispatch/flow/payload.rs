@@ -126,7 +126,7 @@ mod tests {
         // The wrong event at that LSN is an error, not a wrong delivery.
         let mut wrong = job(1);
         wrong.event.event_id = "other".into();
-        assert!(p.hold(&mut Job::new(0, events[0].clone(), 0, 1, 0)) == false);
+        assert!(!p.hold(&mut Job::new(0, events[0].clone(), 0, 1, 0)));
         let mut p0 = Payloads::new(0);
         assert!(p0.hold(&mut wrong));
         let e = p0.restore(&mut wrong, true).unwrap_err();
