@@ -5,7 +5,9 @@
 //! [`JobOutcome`]. A job is *outstanding* from admission until a terminal outcome
 //! (`Delivered` or `DeadLetter`) reaches the pump; the pump admits at most `max_outstanding`
 //! jobs, so each job ring (capacity `max_outstanding`) can never be full. A flow-control gate
-//! may also end a job with `Skipped` (a durable outcome: the event is done, never delivered).
+//! may also end a job with `Skipped` (a durable outcome: the event is done, never delivered),
+//! and an event held by a gate is not outstanding meanwhile (`Held` gives its slot back,
+//! `Resumed` says the dispatcher took one again; see `dispatch::flow`).
 //!
 //! A `batch` gate merges several jobs into one *carrier* job whose `batch` lists the members;
 //! every member gets the carrier's outcome, reported under its own LSN.

@@ -20,7 +20,10 @@
 //!
 //! # Backpressure
 //!
-//! At most `max_outstanding` jobs are out across all cores (one shared counter, [`Outstanding`]).
+//! At most `max_outstanding` jobs are out across all cores (one shared counter, [`Outstanding`]);
+//! an event a flow-control gate holds gives its slot back (`JobOutcome::Held`) and holds one
+//! again once released (`Resumed`, the slot taken by the dispatcher), and a trigger whose gates
+//! hold `[flow] max_held` events is parked like one at its window cap (`dispatch::flow`).
 //! When it is reached no log is read: committed events wait in the window or the log, the
 //! [`Backlog`](crate::sched::backlog::Backlog) fills, and ingest refuses with `queue_full`.
 //!
