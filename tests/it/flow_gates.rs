@@ -365,3 +365,54 @@ fn held_bodies_are_read_back_from_the_log() {
         );
     }
 }
+
+/// `[flow] max_held` bounds a gate: past it the trigger's events stay in the log (parked,
+/// still pending and in the backlog), the gate holds no more, and other triggers flow.
+#[test]
+fn a_gate_at_max_held_leaves_its_trigger_events_in_the_log() {
+    let ds = Downstream::start(Behavior::default());
+    let m = format!(
+        "{}[flow]\nmax_held = 3\n",
+        manifest(
+            &ds.uri("/sink"),
+            8,
+            &[
+                ("slow", "throttle = { period = \"1h\", max = 1 }"),
+                ("free", "")
+            ],
+        )
+    );
+    let server = Server::start(Opts::config(&m).workers(1));
+    let mut c = server.client();
+    for i in 0..10 {
+        accepted(&c.post("/hooks/slow", format!("{i}").as_bytes(), &[]));
+    }
+    assert!(ds.wait(Duration::from_secs(10), |s| s.len() == 1));
+    let parked = || {
+        let (_, samples) = scrape(&server);
+        sample_value(&samples, "sluice_pump_parked_events", &[])
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || parked() == 6.0),
+        "6 events should wait in the log: parked {}, held {}",
+        parked(),
+        held(&server, "slow", "throttle")
+    );
+    assert_eq!(
+        held(&server, "slow", "throttle"),
+        3.0,
+        "the gate holds max_held"
+    );
+    assert_eq!(
+        pending(&server),
+        9.0,
+        "held and parked events are all pending"
+    );
+    let free = accepted(&c.post("/hooks/free", b"free", &[])).0;
+    assert!(
+        ds.wait(Duration::from_secs(5), |s| s
+            .iter()
+            .any(|x| x.webhook_id == free)),
+        "another trigger is not held back"
+    );
+}

@@ -285,4 +285,38 @@ mod tests {
         assert!(!text.contains("trigger=\"b\""));
         assert!(!text.contains("gate=\"batch\""));
     }
+
+    #[test]
+    fn held_gauges_render_and_bound_the_trigger() {
+        let c = crate::config::Config::build(
+            crate::config::Config::parse_manifest(
+                "[[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/a\"\n\
+                 throttle = { period = \"1s\", max = 1 }\n",
+            )
+            .unwrap(),
+            &|_| None,
+            &crate::config::Overrides::default(),
+        )
+        .unwrap();
+        let m = FlowMetrics::new(&c.triggers, 2);
+        m.held_add(0, 3, 1);
+        assert!(!m.full(0));
+        m.held_add(0, DISPATCH, 2);
+        assert!(m.full(0), "any of the trigger's counts at max_held");
+        m.held_add(0, DISPATCH, -1);
+        assert!(!m.full(0) && !m.full(5), "unknown slots are never full");
+        m.overflowed(0, 3);
+        let mut w = PromWriter::new();
+        m.render_prometheus(&mut w);
+        let text = w.finish();
+        for line in [
+            "sluice_flow_held{gate=\"throttle\",trigger=\"a\"} 1\n",
+            "sluice_flow_held{gate=\"dispatch\",trigger=\"a\"} 1\n",
+            "sluice_flow_key_overflow_total{gate=\"throttle\",trigger=\"a\"} 1\n",
+            "sluice_flow_read_back_failures_total 0\n",
+        ] {
+            assert!(text.contains(line), "{line} not in {text}");
+        }
+        assert!(!text.contains("gate=\"batch\""));
+    }
 }

@@ -43,8 +43,9 @@
 //! `concurrency` (and the released events waiting for a slot) make the pumps leave the trigger's
 //! events in the log until some are released; `debounce` instead delivers the held key whose
 //! quiet period ends soonest early (counted in `sluice_flow_key_overflow_total`), so a newer
-//! event is never kept out of the gate that would supersede an older one. Held events keep
-//! their payload in memory: at most `max_held × max_body_bytes` per gate.
+//! event is never kept out of the gate that would supersede an older one. Held events are
+//! held by reference: their bodies stay in memory only within `[flow] max_held_bytes` per core,
+//! the others are read back from their log at release ([`payload`]).
 //! Keys of `batch`, `debounce`, `singleton` and `concurrency` exist only while an event of the
 //! key is held or in progress. `rate_limit`/`throttle` keys outlive their events (the window
 //! remembers); there are at most `[flow] max_gate_keys` of them per core, each with at most
@@ -52,7 +53,8 @@
 //! window, no waiters; a sweep at most every [`SWEEP_EVERY`]); if none is idle, the event is
 //! counted against the gate's shared overflow key (`sluice_flow_key_overflow_total`): it is
 //! limited more strictly, never less. Timers ≤ held keys, plus for `batch` one stale entry per
-//! batch flushed by size before its timeout.
+//! batch flushed by size before its timeout. A debounce key that receives a newer event keeps
+//! its one timer (re-armed when it fires early).
 //!
 //! **Restarts.** `rate_limit` and `throttle` windows are saved to `<data_dir>/flow/core-K.json`
 //! ([`persist`]) at most [`persist::SAVE_EVERY`] after a hit and at the drain, and restored at
