@@ -24,9 +24,10 @@
 //!
 //! Slots: a job arrives holding one of the pump's `max_outstanding` slots. When a gate holds
 //! an event, a `Held` outcome tells the pump to give its slot back; when the gates release it
-//! (a batch: its carrier), the dispatcher takes a slot itself ([`Outstanding`], one per call)
-//! and says so with a `Resumed` outcome, so that the pump gives it back at the terminal outcome.
-//! Released jobs that find no slot wait in `slot_wait` (FIFO, counted in
+//! (a batch: its carrier), the dispatcher takes a slot itself ([`Outstanding`], one per call,
+//! within the trigger's cap, `Backlog::window_take`) and says so with a `Resumed` outcome, so
+//! that the pump gives both back at the terminal outcome.
+//! Released jobs that find no slot wait in `slot_wait` (FIFO per trigger, counted in
 //! `sluice_flow_held{gate="dispatch"}`, bounded by `[flow] max_held` per trigger, the pumps
 //! admitting none of the trigger's events at the bound); the core is marked in
 //! [`Outstanding`] and woken when a slot is freed.
@@ -58,7 +59,16 @@ use crate::dispatch::permits::Permit;
 use crate::dispatch::retry::RetryPolicy;
 use crate::dispatch::rng::SmallRng;
 use crate::net::http::client::{self, OutboundRequest, RequestError};
+use crate::sched::backlog::Backlog;
 use crate::sched::outstanding::Outstanding;
+
+/// The dispatch window a dispatcher takes slots from for gate-released jobs: the shared
+/// `max_outstanding` counter and each trigger's cap in it (`Backlog::window_take`).
+#[derive(Debug, Clone)]
+pub struct Slots {
+    pub window: Arc<Outstanding>,
+    pub backlog: Arc<Backlog>,
+}
 use crate::sync::clock::unix_millis;
 
 /// What an attempt carries through the outbound pool.
@@ -123,7 +133,7 @@ pub struct Dispatcher {
     flow: FlowEngine,
     core: usize,
     /// The pumps' shared `max_outstanding` window (gate-released jobs take their slot here).
-    slots: Arc<Outstanding>,
+    slots: Slots,
     /// Jobs the gates released, waiting for a slot, FIFO (module docs).
     slot_wait: VecDeque<Job>,
 }
@@ -134,7 +144,7 @@ impl Dispatcher {
         core: usize,
         config: Arc<Config>,
         metrics: CoreDispatchMetrics,
-        slots: Arc<Outstanding>,
+        slots: Slots,
     ) -> Dispatcher {
         let store = crate::dispatch::flow::persist::Store::open(
             &config.server.data_dir.join("flow"),
@@ -252,24 +262,41 @@ impl Dispatcher {
         touched
     }
 
-    /// Gives the released jobs a `max_outstanding` slot each, in order, while there are free
-    /// ones; marks this core for a wake-up when there are none. Returns the destinations queued.
+    /// Gives the released jobs a `max_outstanding` slot each (within their trigger's cap), in
+    /// order per trigger, while there are free ones; marks this core for a wake-up at the next
+    /// release when one is left waiting. Returns the destinations queued.
     fn take_slots(&mut self, now: u64) -> Vec<usize> {
         let mut touched = Vec::new();
-        while !self.slot_wait.is_empty() {
-            let got = self.slots.try_acquire()
-                || (self.slots.wait(self.core) && self.slots.try_acquire());
-            if !got {
-                break;
+        let mut i = 0;
+        let mut capped: Vec<usize> = Vec::new();
+        while i < self.slot_wait.len() {
+            let w = self.slots.backlog.slot(&self.slot_wait[i].event.trigger_id);
+            if capped.contains(&w) || !self.slots.backlog.window_take(w) {
+                // At its trigger's cap: its later jobs wait too (order per trigger).
+                capped.push(w);
+                i += 1;
+                continue;
             }
-            let Some(job) = self.slot_wait.pop_front() else {
+            let o = &self.slots.window;
+            if !(o.try_acquire() || (o.wait(self.core) && o.try_acquire())) {
+                self.slots.backlog.window_give(w);
+                return touched;
+            }
+            let Some(job) = self.slot_wait.remove(i) else {
                 break;
             };
             self.held_dispatch(&job, -1);
-            // The pump gives this slot back at the terminal outcome of `job.lsn` (a carrier's
-            // first member): same outcome ring, so this arrives first.
-            self.send(JobOutcome::Resumed { lsn: job.lsn });
+            // The pump gives this slot (and the cap) back at the terminal outcome of `job.lsn`
+            // (a carrier's first member): same outcome ring, so this arrives first.
+            self.send(JobOutcome::Resumed {
+                lsn: job.lsn,
+                window: w,
+            });
             touched.extend(self.enqueue(job, now));
+        }
+        if i > 0 {
+            // Jobs left at their cap: woken by the release that frees it.
+            let _ = self.slots.window.wait(self.core);
         }
         touched
     }

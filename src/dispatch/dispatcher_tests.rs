@@ -40,7 +40,10 @@ fn rig(dest: &str) -> Rig {
             0,
             Arc::new(config),
             metrics,
-            Arc::new(crate::sched::outstanding::Outstanding::new(64)),
+            super::Slots {
+                window: Arc::new(crate::sched::outstanding::Outstanding::new(64)),
+                backlog: Arc::new(crate::sched::backlog::Backlog::new(1000, 1 << 20, 0.9, 0.5)),
+            },
         ),
         poll: Poll::new().unwrap(),
     }

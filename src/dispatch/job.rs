@@ -110,9 +110,9 @@ pub enum JobOutcome {
     /// `max_outstanding` slot back (the event stays pending).
     Held { lsn: Lsn },
     /// Not terminal: the gates released the event (a batch: its carrier, under its first
-    /// member's key) and the dispatcher took a `max_outstanding` slot for it; the pump gives
-    /// that slot back at the event's terminal outcome.
-    Resumed { lsn: Lsn },
+    /// member's key) and the dispatcher took a `max_outstanding` slot for it, and one of the
+    /// window cap of trigger slot `window`; the pump gives both back at its terminal outcome.
+    Resumed { lsn: Lsn, window: usize },
     /// Terminal: a flow-control gate decided the event is not delivered. The pump writes a
     /// `Done` entry with status `Skipped` and the gate's reason.
     Skipped {
@@ -159,7 +159,7 @@ impl JobOutcome {
             | JobOutcome::RetryScheduled { lsn, .. }
             | JobOutcome::Skipped { lsn, .. }
             | JobOutcome::Held { lsn }
-            | JobOutcome::Resumed { lsn } => *lsn,
+            | JobOutcome::Resumed { lsn, .. } => *lsn,
             JobOutcome::DeadLetter { job, .. } => job.lsn,
         }
     }

@@ -285,9 +285,12 @@ impl CorePump {
         })
     }
 
-    /// The shared `max_outstanding` window (the dispatcher takes slots for gate-released jobs).
-    pub fn slots(&self) -> Arc<Outstanding> {
-        self.outstanding.clone()
+    /// The shared dispatch window (the dispatcher takes slots for gate-released jobs).
+    pub fn slots(&self) -> crate::dispatch::dispatcher::Slots {
+        crate::dispatch::dispatcher::Slots {
+            window: self.outstanding.clone(),
+            backlog: self.shared.backlog.clone(),
+        }
     }
 
     /// An ingest event of the core's own log (slot 0) is durable at `lsn`; the loop hands over
@@ -520,9 +523,10 @@ impl CorePump {
             // A gate holds it: its dispatch slot goes back (it stays pending and live).
             JobOutcome::Held { .. } => self.unhold(slot, lsn),
             // Released by its gates, it holds a slot the dispatcher took.
-            JobOutcome::Resumed { .. } => {
+            JobOutcome::Resumed { window, .. } => {
                 if let Some(l) = self.logs[slot].live.get_mut(&lsn) {
                     l.outstanding = true;
+                    l.window = Some(window);
                 }
             }
             JobOutcome::RetryScheduled {

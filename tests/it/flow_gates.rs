@@ -416,3 +416,48 @@ fn a_gate_at_max_held_leaves_its_trigger_events_in_the_log() {
         "another trigger is not held back"
     );
 }
+
+/// Released events keep the per-trigger cap of the dispatch window: a throttled trigger whose
+/// released events all wait on a slow destination holds at most `max_outstanding −
+/// max_outstanding/4` slots, so another trigger's event still goes at once.
+#[test]
+fn released_events_keep_their_triggers_window_cap() {
+    let slow = Downstream::start(Behavior {
+        delay: Duration::from_secs(4),
+        ..Behavior::default()
+    });
+    let fast = Downstream::start(Behavior::default());
+    let m = format!(
+        "[orchestrator]\npumps = {{ max_outstanding = 4 }}\n\n\
+         [[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/hooks/a\"\nhandler = \"{}\"\n\
+         throttle = {{ period = \"50ms\", max = 1 }}\n\n\
+         [[triggers]]\nid = \"b\"\nprovider = \"p\"\npath = \"/hooks/b\"\nhandler = \"{}\"\n",
+        slow.uri("/slow"),
+        fast.uri("/fast")
+    );
+    let server = Server::start(Opts::config(&m));
+    let mut c = server.client();
+    for i in 0..8 {
+        accepted(&c.post("/hooks/a", format!("{i}").as_bytes(), &[]));
+    }
+    // Every released event of `a` waits on the slow destination: they would fill the window.
+    std::thread::sleep(Duration::from_millis(800));
+    let t0 = Instant::now();
+    let b = accepted(&c.post("/hooks/b", b"b", &[])).0;
+    assert!(
+        fast.wait(Duration::from_secs(10), |s| s
+            .iter()
+            .any(|x| x.webhook_id == b)),
+        "b never delivered"
+    );
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "b waited {took:?} behind a's released events"
+    );
+    assert!(
+        slow.peak_concurrency() <= 3,
+        "a held more than its cap: {} calls at once",
+        slow.peak_concurrency()
+    );
+}
