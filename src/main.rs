@@ -228,7 +228,11 @@ fn main() -> ExitCode {
         } => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            match sluice::wal::tools::inspect_json(&data_dir, &mut out) {
+            // Dead letters' reasons from the DLQ (empty when it cannot be read: the outcome
+            // is still shown).
+            let reasons = sluice::dispatch::dlq_tools::reasons(&data_dir);
+            let reason = |id: &str| reasons.get(id).copied();
+            match sluice::wal::tools::inspect_json_with(&data_dir, &mut out, &reason) {
                 Ok(()) => {
                     let _ = out.flush();
                     ExitCode::SUCCESS

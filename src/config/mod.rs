@@ -271,6 +271,7 @@ impl Config {
         let pump = dispatch::build_pump(raw.orchestrator, env, overrides)?;
         let dispatch = dispatch::build_dispatch(raw.dispatch, wal.segment_bytes, server.workers)?;
         let flow = flow::build_flow_settings(raw.flow)?;
+        flow::check_batch_sizes(&triggers, &flow)?;
         shares::check_sums(&triggers, &dispatch)?;
         // A gate key can only read headers stored with the event: add them to the stored set.
         for t in &triggers {

@@ -20,7 +20,10 @@
 //!
 //! # Backpressure
 //!
-//! At most `max_outstanding` jobs are out across all cores (one shared counter, [`Outstanding`]).
+//! At most `max_outstanding` jobs are out across all cores (one shared counter, [`Outstanding`]);
+//! an event a flow-control gate holds gives its slot back (`JobOutcome::Held`) and holds one
+//! again once released (`Resumed`, the slot taken by the dispatcher), and a trigger whose gates
+//! hold `[flow] max_held` events is parked like one at its window cap (`dispatch::flow`).
 //! When it is reached no log is read: committed events wait in the window or the log, the
 //! [`Backlog`](crate::ingest::backlog::Backlog) fills, and ingest refuses with `queue_full`.
 //!
@@ -95,6 +98,8 @@ struct LogPump {
     index: usize,
     name: String,
     dir: PathBuf,
+    /// `dir`, shared with the jobs (a gate may read a held event back from it).
+    dir_shared: Arc<std::path::Path>,
     /// Whether new events are appended to it (the core's own log).
     own: bool,
     /// Highest LSN known durable in this log.
@@ -250,6 +255,7 @@ impl CorePump {
             pumps.push(LogPump {
                 index: l.index,
                 name: l.name,
+                dir_shared: l.dir.as_path().into(),
                 dir: l.dir,
                 own: l.own,
                 durable: l.durable,
@@ -282,6 +288,14 @@ impl CorePump {
             drained_at_tick: 0,
             retain_at: 0,
         })
+    }
+
+    /// The shared dispatch window (the dispatcher takes slots for gate-released jobs).
+    pub fn slots(&self) -> crate::dispatch::dispatcher::Slots {
+        crate::dispatch::dispatcher::Slots {
+            window: self.outstanding.clone(),
+            backlog: self.shared.backlog.clone(),
+        }
     }
 
     /// An ingest event of the core's own log (slot 0) is durable at `lsn`; the loop hands over
@@ -394,7 +408,9 @@ impl CorePump {
             while i < self.logs[slot].parked.len()
                 && self.logs[slot].done_queue.len() < MAX_DONE_ENTRIES
             {
-                if !self.shared.backlog.window_room(self.logs[slot].parked[i].2) {
+                let w = self.logs[slot].parked[i].2;
+                if !self.shared.backlog.window_room(w) || self.shared.metrics_dispatch.flow.full(w)
+                {
                     i += 1;
                     continue;
                 }
@@ -445,7 +461,8 @@ impl CorePump {
         let window = match dest {
             Some(_) => {
                 let w = backlog.slot(&event.trigger_id);
-                if !backlog.window_take(w) {
+                // Its gates hold `[flow] max_held` (dispatch::flow "Bounds"): it waits here.
+                if self.shared.metrics_dispatch.flow.full(w) || !backlog.window_take(w) {
                     return Admit::Park(lsn, event, w);
                 }
                 Some(w)
@@ -485,7 +502,8 @@ impl CorePump {
             self.workers,
         );
         let key = event_key(log.index, lsn);
-        Admit::Job((owner, Job::new(key, event, dest, attempt, due_at_ms)))
+        let job = Job::new(key, event, dest, attempt, due_at_ms).from_log(log.dir_shared.clone());
+        Admit::Job((owner, job))
     }
 
     // ----- outcomes ---------------------------------------------------------------------------
@@ -505,9 +523,17 @@ impl CorePump {
             JobOutcome::Delivered { attempts, .. } => {
                 self.finish(slot, lsn, DoneStatus::Delivered, attempts)
             }
-            // The reason is counted by the gate (`sluice_flow_control_total`).
-            JobOutcome::Skipped { attempts, .. } => {
-                self.finish(slot, lsn, DoneStatus::Skipped, attempts)
+            JobOutcome::Skipped {
+                attempts, reason, ..
+            } => self.finish(slot, lsn, reason.done_status(), attempts),
+            // A gate holds it: its dispatch slot goes back (it stays pending and live).
+            JobOutcome::Held { .. } => self.unhold(slot, lsn),
+            // Released by its gates, it holds a slot the dispatcher took.
+            JobOutcome::Resumed { window, .. } => {
+                if let Some(l) = self.logs[slot].live.get_mut(&lsn) {
+                    l.outstanding = true;
+                    l.window = Some(window);
+                }
             }
             JobOutcome::RetryScheduled {
                 next_attempt,

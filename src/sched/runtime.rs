@@ -205,7 +205,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
                 .map(|d| (d.handler.uri.clone(), d.initial_permits() as u64))
                 .collect::<Vec<_>>(),
         )
-        .with_flow(&config.triggers)
+        .with_flow(&config.triggers, config.flow.max_held)
         .with_cores(workers),
     );
     let bucket = |capacity| {

@@ -43,6 +43,7 @@ mod edge;
 #[cfg(feature = "failpoints")]
 mod faults;
 mod flow;
+mod flow_gates;
 mod hostile;
 mod http_errors;
 mod http_features;

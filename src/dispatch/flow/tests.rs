@@ -33,9 +33,10 @@ impl Rig {
             )
             .unwrap(),
         );
-        let metrics = Arc::new(DispatchMetrics::new(&[]).with_flow(&cfg.triggers));
+        let metrics =
+            Arc::new(DispatchMetrics::new(&[]).with_flow(&cfg.triggers, cfg.flow.max_held));
         Rig {
-            engine: FlowEngine::new(cfg, metrics.clone()),
+            engine: FlowEngine::new(cfg, metrics.clone(), None),
             metrics,
             clock: ManualClock::new(1_000_000_000),
             lsn: 0,
@@ -50,8 +51,8 @@ impl Rig {
         self.clock.advance(d);
         let mut out = FlowOut::default();
         let now = self.now();
-        self.engine.on_tick(now, &mut out);
-        out
+        self.engine.on_tick(now, false, &mut out);
+        merged(out)
     }
 
     /// Offers an event of trigger `t` with `body` and headers; returns (lsn, out).
@@ -78,7 +79,7 @@ impl Rig {
         let now = self.now();
         self.engine
             .offer(Job::new(self.lsn, event, 0, 1, 0), now, &mut out);
-        (self.lsn, out)
+        (self.lsn, merged(out))
     }
 
     fn offer(&mut self, body: &str) -> (u64, FlowOut) {
@@ -88,7 +89,7 @@ impl Rig {
     fn release(&mut self, lsn: u64) -> FlowOut {
         let mut out = FlowOut::default();
         self.engine.release(lsn, &mut out);
-        out
+        merged(out)
     }
 
     fn count(&self, gate: &str, decision: &str) -> u64 {
@@ -96,6 +97,12 @@ impl Rig {
         let d = DECISIONS.iter().position(|x| *x == decision).unwrap();
         self.metrics.flow.get(0, g, d)
     }
+}
+
+/// Jobs through the gates, held first or not (the slot accounting aside), in `ready`.
+fn merged(mut out: FlowOut) -> FlowOut {
+    out.ready.append(&mut out.resumed);
+    out
 }
 
 fn ready(out: &FlowOut) -> Vec<u64> {
@@ -211,6 +218,11 @@ fn debounce_delivers_only_the_latest_after_quiet() {
     for _ in 0..5 {
         let (lsn, out) = r.offer("{}");
         assert!(out.ready.is_empty());
+        assert_eq!(
+            out.held,
+            vec![lsn],
+            "every newcomer gives its dispatch slot back"
+        );
         skipped_all.extend(skipped(&out));
         last = lsn;
         r.advance(100 * MS);
@@ -231,9 +243,85 @@ fn debounce_delivers_only_the_latest_after_quiet() {
         "one timer per key, re-armed, then gone"
     );
     assert_eq!(
-        (r.count("debounce", "wait"), r.count("debounce", "skip")),
-        (5, 4)
+        (
+            r.count("debounce", "pass"),
+            r.count("debounce", "wait"),
+            r.count("debounce", "skip")
+        ),
+        (0, 1, 4),
+        "one decision per event: four superseded, the last delivered after waiting"
     );
+    assert_eq!(r.metrics.flow.held(0, Stage::Debounce as usize), 0);
+}
+
+/// Held events are reported once (their slot goes back); released ones come out as `resumed`
+/// (they need a slot again); events never held stay `ready`. The gauge follows.
+#[test]
+fn held_events_are_reported_and_come_back_as_resumed() {
+    let mut r = Rig::new("throttle = { period = \"1s\", max = 1 }", "");
+    let mut out = FlowOut::default();
+    let now = r.now();
+    let job = |lsn: u64| {
+        let ev = EventRecord {
+            event_id: format!("e{lsn}"),
+            trigger_id: "t".into(),
+            source: "p".into(),
+            received_at_ms: 0,
+            headers: vec![],
+            body: b"{}".to_vec(),
+            replay_of: None,
+        };
+        Job::new(lsn, ev, 0, 1, 0)
+    };
+    r.engine.offer(job(1), now, &mut out);
+    r.engine.offer(job(2), now, &mut out);
+    r.engine.offer(job(3), now, &mut out);
+    assert_eq!(ready(&out), vec![1], "through at once: keeps its slot");
+    assert_eq!(out.held, vec![2, 3], "held: their slots go back");
+    assert!(out.resumed.is_empty());
+    assert_eq!(r.metrics.flow.held(0, Stage::Throttle as usize), 2);
+    r.clock.advance(Duration::from_secs(1));
+    let mut out = FlowOut::default();
+    let now = r.now();
+    r.engine.on_tick(now, false, &mut out);
+    assert!(out.ready.is_empty() && out.held.is_empty());
+    assert_eq!(
+        out.resumed.iter().map(|j| j.lsn).collect::<Vec<_>>(),
+        vec![2]
+    );
+    assert_eq!(r.metrics.flow.held(0, Stage::Throttle as usize), 1);
+    assert_eq!(
+        (r.count("throttle", "pass"), r.count("throttle", "wait")),
+        (1, 1)
+    );
+}
+
+/// Past `[flow] max_held` keys, debounce delivers the key whose quiet ends soonest early
+/// (never a superseded event), and counts it as an overflow.
+#[test]
+fn debounce_past_max_held_delivers_the_soonest_key_early() {
+    let mut r = Rig::new(
+        "debounce = { key = \"event.body.k\", period = \"1s\" }",
+        "[flow]\nmax_held = 2",
+    );
+    let (a, _) = r.offer("{\"k\":1}");
+    r.advance(100 * MS);
+    let (_b, _) = r.offer("{\"k\":2}");
+    r.advance(100 * MS);
+    let (_c, out) = r.offer("{\"k\":3}");
+    assert_eq!(ready(&out), vec![a], "k=1 ends soonest: it goes early");
+    assert!(out.skipped.is_empty());
+    assert_eq!(r.metrics.flow.overflows(0, Stage::Debounce as usize), 1);
+    assert_eq!(r.metrics.flow.held(0, Stage::Debounce as usize), 2);
+    // A newer event of a held key supersedes without growing the hold.
+    let (d, out) = r.offer("{\"k\":2}");
+    assert_eq!(skipped(&out).len(), 1);
+    assert!(out.ready.is_empty());
+    assert_eq!(r.metrics.flow.held(0, Stage::Debounce as usize), 2);
+    let out = r.advance(Duration::from_secs(2));
+    let mut got = ready(&out);
+    got.sort_unstable();
+    assert_eq!(got, vec![3, d]);
 }
 
 #[test]
@@ -419,14 +507,14 @@ fn window_keys_are_bounded_idle_ones_evicted_then_overflow_shared() {
     // Table full, nothing idle: k=3 and k=4 share the overflow key (limit applies to both).
     assert_eq!(r.offer("{\"k\":3}").1.ready.len(), 1);
     assert_eq!(r.offer("{\"k\":4}").1.skipped.len(), 1);
-    assert_eq!(r.count("rate_limit", "overflow"), 2);
+    assert_eq!(r.metrics.flow.overflows(0, 2), 2);
     assert_eq!(r.engine.window_keys(), 2);
     // After the windows empty, idle keys are evicted and new keys get their own entry.
     r.advance(Duration::from_secs(1));
     assert_eq!(r.offer("{\"k\":5}").1.ready.len(), 1);
     assert_eq!(r.offer("{\"k\":6}").1.ready.len(), 1);
     assert_eq!(r.engine.window_keys(), 2);
-    assert_eq!(r.count("rate_limit", "overflow"), 2);
+    assert_eq!(r.metrics.flow.overflows(0, 2), 2);
     assert!(r.engine.gates[0].rate_limit.contains_key("5"));
 }
 
@@ -442,4 +530,55 @@ fn throttle_keys_with_waiters_are_not_evicted() {
     r.engine.sweep(r.now());
     assert_eq!(r.engine.window_keys(), 1);
     assert_eq!(ready(&r.advance(MS)), vec![b]);
+}
+
+/// A throttle window saved by one engine is restored by the next (a restart): the window is
+/// still full, so the next event waits for the rest of the period, not a whole one.
+#[test]
+fn throttle_window_survives_a_restart_through_the_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let gates =
+        "throttle = { period = \"10s\", max = 1 }\nrate_limit = { period = \"1h\", max = 5 }";
+    let mut r = Rig::new(gates, "");
+    let cfg = r.engine.config.clone();
+    let core = crate::sched::placement::owner_core("http://h/", cfg.server.workers);
+    let store = |c: &Config| persist::Store::open(dir.path(), core, c);
+    r.engine = FlowEngine::new(cfg.clone(), r.metrics.clone(), Some(store(&cfg)));
+    assert_eq!(r.offer("{}").1.ready.len(), 1, "the window was empty");
+    r.advance(200 * MS); // saves (due at once after the first hit)
+    assert!(dir.path().join(format!("core-{core}.json")).exists());
+    // Another core's engine does not take a window it does not own.
+    let other = persist::Store::open(dir.path(), core + 1, &cfg);
+    let mut e2 = FlowEngine::new(cfg.clone(), r.metrics.clone(), Some(other));
+    let mut out = FlowOut::default();
+    e2.offer(r_job(9), 5, &mut out);
+    assert_eq!(out.ready.len(), 1, "core {} owns nothing here", core + 1);
+    // The restart: a new engine on a clock that starts again near zero.
+    let mut e3 = FlowEngine::new(cfg.clone(), r.metrics.clone(), Some(store(&cfg)));
+    let mut out = FlowOut::default();
+    e3.offer(r_job(10), 1_000, &mut out);
+    assert!(
+        out.ready.is_empty(),
+        "the restored window is full: it waits"
+    );
+    assert_eq!(out.held, vec![10]);
+    e3.on_tick(2_000, false, &mut out); // saves the rate_limit hit, which made a save due
+    let due = e3.next_deadline().expect("a throttle timer");
+    assert!(
+        (9_000_000_000..=9_900_000_000).contains(&due),
+        "room in ~9.8 s (10 s after the hit), not at once and not 10 s from now: {due}"
+    );
+}
+
+fn r_job(lsn: u64) -> Job {
+    let ev = EventRecord {
+        event_id: format!("e{lsn}"),
+        trigger_id: "t".into(),
+        source: "p".into(),
+        received_at_ms: 0,
+        headers: vec![],
+        body: b"{}".to_vec(),
+        replay_of: None,
+    };
+    Job::new(lsn, ev, 0, 1, 0)
 }

@@ -180,6 +180,7 @@ impl Worker {
                 core: shared.metrics.core(id),
                 shared: shared.metrics_dispatch.clone(),
             },
+            pump.slots(),
         );
         Ok(Worker {
             id,
