@@ -19,7 +19,7 @@
 //!   `IORING_OP_POLL_ADD` on its epoll fd, so nothing waits in two places.
 //!
 //! Bounds, per core: the provided-buffer pool is [`BUFFERS`] × [`BUF_SIZE`] (4 MiB); per
-//! connection, the inbox holds at most one receive and the outbox plus the send in flight at
+//! connection, the inbox holds at most one receive (and keeps 4 KiB of capacity while idle) and the outbox plus the send in flight at
 //! most 2 × [`OUT_CAP`]. A closed connection whose accepted bytes are not yet sent is kept (its
 //! socket and buffers only) until the send completes, at most [`RETIRE_WAIT`], and at most
 //! [`MAX_RETIRED`] of them at once (past that, a closing connection's unsent bytes are dropped,
@@ -43,6 +43,8 @@ pub const OUT_CAP: usize = 256 * 1024;
 pub const RETIRE_WAIT: Duration = Duration::from_secs(2);
 /// Closed connections waiting for their last send, per core.
 pub const MAX_RETIRED: usize = 4096;
+/// Inbox capacity a connection keeps between receives; a larger one is freed once read.
+const INBOX_KEEP: usize = 4 * 1024;
 
 /// Submission queue entries per ring (the completion queue is twice that; the kernel keeps
 /// overflowing completions rather than dropping them: `IORING_FEAT_NODROP`, checked by
@@ -191,9 +193,13 @@ impl Read for UringStream {
             buf[..n].copy_from_slice(&self.inbox[self.inbox_pos..self.inbox_pos + n]);
             self.inbox_pos += n;
             if self.inbox_pos == self.inbox.len() {
-                // Read dry: free it (an idle connection holds no receive memory) and ask for
-                // more.
-                self.inbox = Vec::new();
+                // Read dry: keep a small buffer for the next receive (as `Conn::trim` keeps a
+                // small read buffer), free a large one, and ask for more.
+                if self.inbox.capacity() > INBOX_KEEP {
+                    self.inbox = Vec::new();
+                } else {
+                    self.inbox.clear();
+                }
                 self.inbox_pos = 0;
                 self.want_recv = !self.eof && self.error.is_none();
             }
