@@ -206,7 +206,8 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
                 .collect::<Vec<_>>(),
         )
         .with_flow(&config.triggers)
-        .with_cores(workers),
+        .with_cores(workers)
+        .with_dlq(dlq.gauges()),
     );
     let bucket = |capacity| {
         BucketParams::new(capacity, config.ingest.refill_per_sec)
@@ -263,6 +264,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         Arc::new(Metrics::new(workers)),
         backlog,
         metrics_dispatch,
+        dlq.clone(),
     ));
 
     // Listeners: the first resolves the port (it may be 0), the others share it. No other
