@@ -388,7 +388,7 @@ impl DlqStore {
                 break; // discarded by an offline tool
             }
             match self.read(id, &loc) {
-                Err(Vanished) if attempt == 0 => continue, // compacted meanwhile
+                Err(Vanished) if attempt == 0 => self.reload(), // compacted meanwhile
                 Err(Vanished) => break,
                 Ok(bytes) => return self.decode(id, &loc, bytes),
             }
@@ -551,6 +551,19 @@ impl DlqStore {
         sync_dir(&self.dir).map_err(io_err(&self.dir))
     }
 
+    /// After a batch file vanished under a reader: the server's index already knows where its
+    /// entries went (it moved them); an offline tool's index is rebuilt from the directory
+    /// (the server compacted or deleted the file meanwhile).
+    fn reload(&self) {
+        if self.owner {
+            return;
+        }
+        match read_names(&self.dir) {
+            Ok(names) => *self.index.lock() = scan_dir(&self.dir, &names),
+            Err(e) => eprintln!("sluice: DLQ: cannot re-read {}: {e}", self.dir.display()),
+        }
+    }
+
     /// Applies what other processes changed (tombstones written, legacy files deleted).
     fn refresh(&self, ix: &mut Index) -> Result<(), DlqError> {
         let names = read_names(&self.dir)?;
@@ -596,6 +609,7 @@ impl DlqStore {
                 Ok(b) => b,
                 // Compacted meanwhile: read where it is now (or skip it if removed).
                 Err(Vanished) => {
+                    self.reload();
                     let Some(now) = self.index.lock().get(&id).cloned() else {
                         continue;
                     };
