@@ -25,8 +25,10 @@
 //! # Who changes what
 //!
 //! The server's store ([`DlqStore::open`]) writes batches, tombstones, and deletes and compacts
-//! batch files; several commit helpers share it (one lock over the index, held for bookkeeping
-//! only, never across a write or sync of a put). The offline tools' store
+//! batch files; several commit helpers share it (one lock over the index: a put holds it for
+//! bookkeeping only, never across its write or syncs; a removal — cold: an operator's discard
+//! or a replay — holds it across its tombstone's directory `fsync` and any deletion or
+//! compaction it triggers, so that a put of the same id cannot interleave with it). The offline tools' store
 //! ([`DlqStore::open_existing`]) only creates tombstones and deletes legacy entry files; the
 //! server notices those before it lists, before it refuses a put as full, and (a `stat`) before
 //! it reads an entry; their space is reclaimed when the server removes the files' other entries

@@ -165,6 +165,13 @@ fn a_dlq_in_the_one_file_per_entry_layout_works_after_the_upgrade() {
         .env("SLUICE_ADMIN_TOKEN", "tok");
     let server = Server::start_in(root, opts).expect("starts on the old layout");
     let dir = server.data_dir();
+    let gauge = |name: &str| {
+        let (_, samples) = scrape(&server);
+        samples.iter().find(|s| s.name == name).map(|s| s.value)
+    };
+    // The old files count against the bound (the torn one too, until discarded).
+    assert_eq!(gauge("sluice_dlq_entries"), Some(4.0));
+    assert!(gauge("sluice_dlq_bytes").unwrap() > 0.0);
 
     // Listed (three readable, the torn one unreadable) and shown, with the server running.
     let out = list(&dir, true);
@@ -238,4 +245,10 @@ fn a_dlq_in_the_one_file_per_entry_layout_works_after_the_upgrade() {
         "{}",
         out.all()
     );
+    // The server picks the offline discard up when it next lists (here: a bulk replay that
+    // finds nothing): the gauges drop to zero.
+    let r = server.client().post("/admin/dlq/replay", b"", &auth);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(gauge("sluice_dlq_entries"), Some(0.0));
+    assert_eq!(gauge("sluice_dlq_bytes"), Some(0.0));
 }
