@@ -139,20 +139,28 @@ impl DlqStore {
             sync_dir(dir).map_err(io_err(dir))?;
         }
         let store = Self::with_index(dir, max_entries, true, scan_dir(dir, &names))?;
-        {
-            let mut ix = store.index.lock();
-            for id in ix.tombstoned_legacy() {
-                let path = dir.join(&id);
-                std::fs::remove_file(&path).map_err(io_err(&path))?;
-                ix.legacy_vanished(&id);
-            }
-            let empty = ix.empty_batches();
-            store.delete_batches(&mut ix, &empty)?;
-            let orphans = ix.orphan_tombstones();
-            store.delete_tombstones(&orphans)?;
-            store.publish(&ix);
+        if let Err(e) = store.reclaim() {
+            // Space only: the index is consistent with the files either way.
+            eprintln!("sluice: DLQ: reclaiming space at start: {e}");
         }
         Ok(store)
+    }
+
+    /// Deletes what the index shows no longer needed: tombstoned legacy files (a removal cut
+    /// between its two steps), batch files with no live entry, tombstones no file needs.
+    fn reclaim(&self) -> Result<(), DlqError> {
+        let mut ix = self.index.lock();
+        for id in ix.tombstoned_legacy() {
+            let path = self.dir.join(&id);
+            std::fs::remove_file(&path).map_err(io_err(&path))?;
+            ix.legacy_vanished(&id);
+        }
+        let empty = ix.empty_batches();
+        self.delete_batches(&mut ix, &empty)?;
+        let orphans = ix.orphan_tombstones();
+        self.delete_tombstones(&orphans)?;
+        self.publish(&ix);
+        Ok(())
     }
 
     /// Opens an existing DLQ directory for the offline tools: creates and deletes nothing but
