@@ -288,7 +288,8 @@ impl DlqStore {
         let mut refreshed = false;
         let mut taken = Vec::with_capacity(staged.len());
         for s in staged {
-            let new = !ix.contains(&s.id) && seen.insert(s.id.clone());
+            // An id twice in one commit is one new entry (if its first copy was admitted).
+            let new = !ix.contains(&s.id) && !seen.contains(&s.id);
             if new {
                 if ix.len() + ix.pending + reserved >= self.max_entries && !refreshed {
                     refreshed = true;
@@ -302,6 +303,7 @@ impl DlqStore {
                     continue;
                 }
                 reserved += 1;
+                seen.insert(s.id.clone());
             }
             taken.push(s);
         }

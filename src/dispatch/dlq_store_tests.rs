@@ -133,6 +133,7 @@ fn one_commit_is_one_file_and_every_entry_gets_its_result() {
     let mut items: Vec<(usize, &DlqEntry)> = entries.iter().enumerate().collect();
     items.push((5, &bad));
     items.push((6, &entries[0])); // the same id twice in one commit: one entry
+    items.push((7, &entries[4])); // a refused id stays refused
     let mut got = store.put_batch(items);
     got.sort_by_key(|(k, _)| *k);
     let kinds: Vec<&str> = got
@@ -144,7 +145,10 @@ fn one_commit_is_one_file_and_every_entry_gets_its_result() {
             Err(e) => panic!("{e}"),
         })
         .collect();
-    assert_eq!(kinds, ["ok", "ok", "ok", "full", "full", "encode", "ok"]);
+    assert_eq!(
+        kinds,
+        ["ok", "ok", "ok", "full", "full", "encode", "ok", "full"]
+    );
     assert_eq!(batches(tmp.path()).len(), 1, "one file for the commit");
     assert_eq!(store.len(), 3);
     assert_eq!(store.get(&entries[2].id).unwrap(), entries[2]);
