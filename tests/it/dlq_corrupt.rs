@@ -252,3 +252,77 @@ fn a_dlq_in_the_one_file_per_entry_layout_works_after_the_upgrade() {
     assert_eq!(gauge("sluice_dlq_entries"), Some(0.0));
     assert_eq!(gauge("sluice_dlq_bytes"), Some(0.0));
 }
+
+/// Issue 12 item 3: dead letters are group-committed. A backlog held by an open circuit
+/// (`on_open = "hold"`) is dead-lettered by the next start in `dlq` mode: every event reaches the
+/// DLQ exactly once, written in far fewer batch files (commits) than entries.
+#[test]
+fn a_held_backlog_is_dead_lettered_in_group_commits() {
+    const N: usize = 400;
+    // A port nobody listens on: every connect is refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let uri = format!("http://127.0.0.1:{port}/sink");
+    let opts = |on_open: &str| {
+        let dest = format!(
+            "retry = {{ max_attempts = 1, base = \"1s\", cap = \"1s\" }}\n\
+             circuit = {{ failures = 1, open_for = \"1h\", on_open = \"{on_open}\" }}"
+        );
+        crate::dispatch::big_buckets(Opts::config(&crate::dispatch::manifest(&uri, &dest, "")))
+            .workers(1)
+    };
+    let mut server = Server::start(opts("hold"));
+    let mut c = server.client();
+    let ids: std::collections::HashSet<String> = (0..N)
+        .map(|i| accepted(&c.post("/hooks/t", format!("{{\"n\":{i}}}").as_bytes(), &[])).0)
+        .collect();
+    drop(c);
+    let before = crate::dispatch::dlq_list(&server.data_dir()).len();
+    assert!(before < N / 4, "hold dead-lettered {before} of {N}");
+    server.sigkill();
+    let server = Server::start_in(server.root(), opts("dlq")).expect("restart in dlq mode");
+    let dir = server.data_dir();
+    assert!(
+        wait_until(Duration::from_secs(60), || crate::dispatch::dlq_list(&dir)
+            .len()
+            >= N),
+        "{} of {N} dead-lettered",
+        crate::dispatch::dlq_list(&dir).len()
+    );
+    let listed: std::collections::HashSet<String> = crate::dispatch::dlq_list(&dir)
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(listed, ids, "every accepted event, once");
+    let (_, samples) = scrape(&server);
+    let value = |name: &str| {
+        samples
+            .iter()
+            .find(|s| s.name == name)
+            .map_or(0.0, |s| s.value)
+    };
+    let entries = value("sluice_dlq_entries_written_total");
+    let files = value("sluice_dlq_batch_files_written_total");
+    assert!(entries >= (N - before) as f64, "{entries} entries written");
+    assert!(
+        files * 4.0 <= entries,
+        "{files} batch files for {entries} entries: not group-committed"
+    );
+    let on_disk = std::fs::read_dir(dir.join("dlq"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("B-")
+        })
+        .count();
+    assert!(
+        on_disk * 4 <= N,
+        "{on_disk} batch files on disk for {N} entries"
+    );
+}
