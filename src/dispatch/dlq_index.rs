@@ -163,11 +163,20 @@ impl Index {
     }
 
     /// A put made `id` live again: its tombstone was deleted, and so is the index's.
-    pub fn put_done(&mut self, seq: u64, bytes: u64, records: Vec<Found>) {
+    /// Returns the batch files whose live entries it superseded (an id dead-lettered again):
+    /// they may now be empty or worth compacting.
+    pub fn put_done(&mut self, seq: u64, bytes: u64, records: Vec<Found>) -> Vec<u64> {
+        let mut superseded = Vec::new();
         for f in &records {
             self.gone.remove(&f.id);
+            if let Some(old) = self.live.get(&f.id).filter(|l| l.seq != 0) {
+                if !superseded.contains(&old.seq) {
+                    superseded.push(old.seq);
+                }
+            }
         }
         self.add_batch(seq, bytes, records, None);
+        superseded
     }
 
     /// `loc` for `id` if it is newer than what is there.
@@ -393,7 +402,12 @@ mod tests {
         assert!(ix.wants_compaction(1, 0));
         assert!(!ix.wants_compaction(1, 1 << 20), "too small to bother");
         assert_eq!(ix.live_in(1).len(), 1);
-        ix.put_done(2, 116, vec![found("A", 16)]);
+        assert!(ix.put_done(2, 116, vec![found("A", 16)]).is_empty());
+        assert_eq!(
+            ix.put_done(3, 116, vec![found("A", 16)]),
+            [2],
+            "A's version in 2 superseded"
+        );
         assert!(ix.contains("A") && !ix.has_tombstone("A"));
         // Legacy-only removal needs no tombstone.
         ix.add_legacy("L".into(), 10);

@@ -251,9 +251,19 @@ impl DlqStore {
         let (files, failure) = self.write_files(&buf, &staged);
         let mut ix = self.index.lock();
         ix.pending -= reserved;
+        let mut superseded = Vec::new();
         for (seq, bytes, found) in files {
-            ix.put_done(seq, bytes, found);
+            superseded.extend(ix.put_done(seq, bytes, found));
             self.gauges.files_written.fetch_add(1, Ordering::Relaxed);
+        }
+        // Rare (an event dead-lettered again after a crash): the older file may now be empty.
+        for seq in superseded.into_iter().filter(|_| self.owner) {
+            if let Err(e) = self.collect(&mut ix, seq) {
+                eprintln!(
+                    "sluice: DLQ: reclaiming batch {}: {e}",
+                    batch::batch_name(seq)
+                );
+            }
         }
         self.publish(&ix);
         drop(ix);

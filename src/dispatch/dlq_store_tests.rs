@@ -214,6 +214,18 @@ fn a_put_after_a_removal_makes_the_id_live_again_across_reopen() {
     drop(store);
     let store = DlqStore::open(dir, 100).unwrap();
     assert_eq!(store.get(&e.id).unwrap().attempts, 7);
+    // Dead-lettered again while live (a crash lost its `Done`): the file holding only the
+    // superseded version is deleted at once.
+    let files = batches(dir).len();
+    let mut third = e.clone();
+    third.attempts = 8;
+    store.put(&third).unwrap();
+    assert_eq!(
+        batches(dir).len(),
+        files,
+        "one file written, the superseded one deleted"
+    );
+    assert_eq!(store.get(&e.id).unwrap().attempts, 8);
     // The old version's file still holds entry 2; removing the new version removes both.
     store.remove(&e.id).unwrap();
     drop(store);
