@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::dispatch::dlq::tests::sample_entry;
-use crate::dispatch::dlq::{encode_entry, DlqReason};
+use crate::dispatch::dlq::{check_record, encode_entry, DlqReason};
 use crate::dispatch::dlq_batch;
 use crate::wal::format::MAX_ERROR_BYTES;
 
