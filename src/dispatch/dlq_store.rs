@@ -39,7 +39,7 @@
 //! Live entries ≤ `max_entries` (`dispatch.max_dlq_entries`). Bytes: a batch file with no live
 //! entry is deleted, and one less than half live (by bytes, at least [`COMPACT_MIN_BYTES`]) is
 //! rewritten, so the files hold at most about twice the live entries' bytes, each entry at most
-//! [`MAX_DLQ_RECORD_BYTES`]. Published as `sluice_dlq_entries` and `sluice_dlq_bytes`.
+//! [`super::dlq::MAX_DLQ_RECORD_BYTES`]. Published as `sluice_dlq_entries` and `sluice_dlq_bytes`.
 #![forbid(unsafe_code)]
 
 use std::collections::HashSet;

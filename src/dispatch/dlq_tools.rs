@@ -143,7 +143,8 @@ pub struct Listed {
 /// `reason`, `attempts`, `destination`, `trigger_id`, `dead_lettered_at` (Unix ms),
 /// `last_error`, `event_lsn`, `source`, `received_at`, `body_len` (+ `replay_of`), or text:
 /// `ID REASON attempts=N destination=D trigger=T dead_lettered_at=MS last_error="E"`.
-/// Then one line per entry file that cannot be read, by id:
+/// Then one line per entry that cannot be read, by id (or `B-<seq>.dlq@<offset>` for damage in
+/// a batch file that names no entry):
 /// `{"id","unreadable":true,"problem"}` or `ID unreadable problem="P"`; the other entries are
 /// listed all the same.
 pub fn list(data_dir: &Path, json: bool, out: &mut dyn Write) -> Result<Listed, DlqToolError> {
