@@ -1,23 +1,25 @@
 //! The dead-letter queue: events that will not be delivered without an operator, kept durably
 //! (full event, reason, attempts, last error) until discarded or replayed.
 //!
-//! # Files
+//! # Storage
 //!
-//! `DATA_DIR/dlq/` holds one file per entry, named by the entry id: the dead-lettered event's
-//! `event_id`, 26 characters `[0-9A-Z]` (validated before any use as a file name, so no id can
-//! name a path outside the directory). A file is written atomically: `ID.tmp` is written and
-//! `fsync`ed, renamed to `ID`, and the directory is `fsync`ed. A crash leaves either the old
-//! state or the new one, plus at most a stray `*.tmp`, which [`DlqStore::open`] deletes. Putting
-//! an id that exists replaces the entry (the same event dead-lettered again after a crash
-//! re-delivered it).
+//! `DATA_DIR/dlq/` holds batch files: each group commit of the core's commit helper writes its
+//! dead letters as one file (one write, one `fdatasync`, one rename, one directory `fsync`),
+//! with tombstones for removed entries and an in-memory index rebuilt at open
+//! ([`super::dlq_batch`] spells out the names and the format, [`super::dlq_index`] the index,
+//! [`super::dlq_store`] the store). The entry id is the dead-lettered event's `event_id`, 26
+//! characters `[0-9A-Z]`, validated before any use as a file name. Entry files of the
+//! one-file-per-entry layout of earlier versions (`dlq/<ID>`) are still read, listed, replayed
+//! and removed; new entries are never written that way.
 //!
 //! # Entry format
 //!
-//! One WAL-framed record (see the `wal` module header), so damage is detected by the CRC:
+//! One WAL-framed record (see the `wal` module header), so damage is detected by the CRC. A
+//! batch file holds these back to back; a legacy entry file is exactly one:
 //!
 //! ```text
 //! offset  size  field
-//!      0     4  len    u32  file length (= 17 + payload); a file of any other length is corrupt
+//!      0     4  len    u32  record length (= 17 + payload)
 //!      4     4  crc    u32  CRC32C over [0,4) then [8,len), as in the WAL
 //!      8     8  lsn    u64  event_lsn: the LSN of the event in the WAL
 //!     16     1  kind   u8   4 (DlqEntry; never found in the WAL itself)
@@ -34,21 +36,22 @@
 //!
 //! # Bounds
 //!
-//! At most `max_entries` files: past it [`DlqStore::put`] refuses with [`DlqError::Full`] and the
-//! caller keeps the event pending (never loses it). Each file is at most
-//! [`MAX_DLQ_RECORD_BYTES`]; reads hold one entry in memory at a time.
+//! At most `max_entries` live entries: past it a put refuses the new ids with
+//! [`DlqError::Full`] and the caller keeps the event pending (never loses it). Each record is at
+//! most [`MAX_DLQ_RECORD_BYTES`]; reads hold one batch file (at most
+//! [`super::dlq_batch::MAX_FILE_BYTES`]) or one entry in memory at a time.
 #![forbid(unsafe_code)]
 
 use crate::wal::format::{
     append_record, encode_event_into, parse_event, parse_record_max, EncodeError, EventView,
-    Parsed, RecordKind, MAX_ERROR_BYTES, RECORD_HEADER_BYTES,
+    Parsed, RecordKind, MAX_ERROR_BYTES,
 };
-use crate::wal::segment::sync_dir;
 use crate::wal::{EventRecord, Lsn, MAX_RECORD_BYTES};
-use parking_lot::Mutex;
 use std::fmt;
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::io;
+use std::path::PathBuf;
+
+pub use super::dlq_store::{DlqGauges, DlqListing, DlqStore, Unreadable};
 
 /// Length of an entry id (an event id).
 pub const ID_LEN: usize = 26;
@@ -63,8 +66,6 @@ pub const MAX_DLQ_RECORD_BYTES: usize = MAX_RECORD_BYTES
     + 8
     + (2 + MAX_ERROR_BYTES)
     + 1;
-
-const TMP_SUFFIX: &str = ".tmp";
 
 /// True for a well-formed entry id: exactly 26 characters `[0-9A-Z]`.
 pub fn valid_id(id: &str) -> bool {
@@ -196,15 +197,22 @@ impl std::error::Error for DlqError {
     }
 }
 
-fn io_err(path: &Path) -> impl FnOnce(io::Error) -> DlqError + '_ {
+pub(super) fn io_err(path: &std::path::Path) -> impl FnOnce(io::Error) -> DlqError + '_ {
     move |source| DlqError::Io {
         path: path.to_owned(),
         source,
     }
 }
 
-/// Encodes `e` as a complete entry file (see the module header).
+/// Encodes `e` as a complete entry record (see the module header).
 pub fn encode_entry(e: &DlqEntry) -> Result<Vec<u8>, DlqError> {
+    let mut out = Vec::new();
+    encode_entry_into(e, &mut out)?;
+    Ok(out)
+}
+
+/// Appends `e`'s entry record to `out`; on error `out` is left as it was.
+pub fn encode_entry_into(e: &DlqEntry, out: &mut Vec<u8>) -> Result<(), DlqError> {
     if !valid_id(&e.id) {
         return Err(DlqError::InvalidId { id: e.id.clone() });
     }
@@ -219,8 +227,7 @@ pub fn encode_entry(e: &DlqEntry) -> Result<Vec<u8>, DlqError> {
     if e.last_error.len() > MAX_ERROR_BYTES {
         return Err(too_long("last_error", e.last_error.len(), MAX_ERROR_BYTES));
     }
-    let mut out = Vec::new();
-    append_record(&mut out, e.event_lsn, RecordKind::DlqEntry, |o| {
+    append_record(out, e.event_lsn, RecordKind::DlqEntry, |o| {
         for s in [&e.id, &e.destination] {
             o.extend_from_slice(&(s.len() as u16).to_le_bytes());
             o.extend_from_slice(s.as_bytes());
@@ -234,11 +241,11 @@ pub fn encode_entry(e: &DlqEntry) -> Result<Vec<u8>, DlqError> {
         encode_event_into(&e.event, o)
     })
     .map_err(DlqError::Encode)?;
-    Ok(out)
+    Ok(())
 }
 
 /// An entry parsed in place from its file bytes.
-struct EntryView<'a> {
+pub(super) struct EntryView<'a> {
     id: &'a str,
     event_lsn: Lsn,
     destination: &'a str,
@@ -276,10 +283,10 @@ impl<'a> Fields<'a> {
 }
 
 /// Parses a whole entry file. Never panics.
-fn parse_entry(bytes: &[u8]) -> Result<EntryView<'_>, String> {
+pub(super) fn parse_entry(bytes: &[u8]) -> Result<EntryView<'_>, String> {
     let r = match parse_record_max(bytes, MAX_DLQ_RECORD_BYTES) {
         Parsed::Record(r) => r,
-        Parsed::End => return Err("empty entry file".to_owned()),
+        Parsed::End => return Err("empty entry record".to_owned()),
         Parsed::Bad(reason) => return Err(reason.to_owned()),
     };
     if r.len != bytes.len() {
@@ -334,258 +341,33 @@ pub fn decode_entry(bytes: &[u8]) -> Result<DlqEntry, String> {
     })
 }
 
-/// The DLQ directory. `put` and `remove` serialize on an internal lock (cold path).
-#[derive(Debug)]
-pub struct DlqStore {
-    dir: PathBuf,
-    max_entries: usize,
-    /// Entries in the directory, as far as this process knows (recounted before refusing).
-    count: Mutex<usize>,
+/// Checks one whole entry record: its id, or why it is damaged (for [`super::dlq_batch::scan`]).
+pub fn check_record(bytes: &[u8]) -> Result<String, String> {
+    parse_entry(bytes).map(|v| v.id.to_owned())
 }
 
-impl DlqStore {
-    /// Opens (creating if absent) the DLQ directory `dir` for the server: deletes leftover
-    /// `*.tmp` files of interrupted writes and counts the entries.
-    pub fn open(dir: &Path, max_entries: usize) -> Result<DlqStore, DlqError> {
-        if !dir.is_dir() {
-            std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                sync_dir(parent).map_err(io_err(parent))?;
-            }
-        }
-        let mut removed = false;
-        for name in read_names(dir)? {
-            if name.ends_with(TMP_SUFFIX) {
-                let path = dir.join(&name);
-                std::fs::remove_file(&path).map_err(io_err(&path))?;
-                removed = true;
-            }
-        }
-        if removed {
-            sync_dir(dir).map_err(io_err(dir))?;
-        }
-        Self::with_count(dir, max_entries)
+/// The listing summary of a parsed entry.
+pub(super) fn summary_of(v: &EntryView<'_>) -> DlqSummary {
+    DlqSummary {
+        id: v.id.to_owned(),
+        event_lsn: v.event_lsn,
+        trigger_id: v.event.trigger_id.to_owned(),
+        source: v.event.source.to_owned(),
+        destination: v.destination.to_owned(),
+        reason: v.reason,
+        attempts: v.attempts,
+        last_error: v.last_error.to_owned(),
+        dead_lettered_at_ms: v.dead_lettered_at_ms,
+        received_at_ms: v.event.received_at_ms,
+        body_len: v.event.body.len(),
+        replay_of: v.event.replay_of.map(str::to_owned),
     }
-
-    /// Opens an existing DLQ directory for the offline tools: creates nothing and deletes no
-    /// temporary file (a running server may be writing one). A missing directory is empty.
-    pub fn open_existing(dir: &Path) -> Result<DlqStore, DlqError> {
-        if !dir.exists() {
-            return Ok(DlqStore {
-                dir: dir.to_owned(),
-                max_entries: usize::MAX,
-                count: Mutex::new(0),
-            });
-        }
-        Self::with_count(dir, usize::MAX)
-    }
-
-    fn with_count(dir: &Path, max_entries: usize) -> Result<DlqStore, DlqError> {
-        let count = count_entries(dir)?;
-        Ok(DlqStore {
-            dir: dir.to_owned(),
-            max_entries,
-            count: Mutex::new(count),
-        })
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// Entries stored.
-    pub fn len(&self) -> usize {
-        *self.count.lock()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn path_of(&self, id: &str) -> Result<PathBuf, DlqError> {
-        if !valid_id(id) {
-            return Err(DlqError::InvalidId { id: id.to_owned() });
-        }
-        Ok(self.dir.join(id))
-    }
-
-    /// Stores `entry` durably (replacing an entry with the same id). Refuses with
-    /// [`DlqError::Full`] when `max_entries` are stored and this id is new.
-    pub fn put(&self, entry: &DlqEntry) -> Result<(), DlqError> {
-        let path = self.path_of(&entry.id)?;
-        let bytes = encode_entry(entry)?;
-        let mut count = self.count.lock();
-        let new = !path.exists();
-        if new && *count >= self.max_entries {
-            // Another process (the offline `dlq discard`) may have removed some.
-            *count = count_entries(&self.dir)?;
-            if *count >= self.max_entries {
-                return Err(DlqError::Full {
-                    max_entries: self.max_entries,
-                });
-            }
-        }
-        let tmp = self.dir.join(format!("{}{TMP_SUFFIX}", entry.id));
-        write_synced(&tmp, &bytes)?;
-        std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
-        sync_dir(&self.dir).map_err(io_err(&self.dir))?;
-        if new {
-            *count += 1;
-        }
-        Ok(())
-    }
-
-    /// The entry `id`; [`DlqError::NotFound`] if absent, [`DlqError::Corrupt`] if damaged.
-    pub fn get(&self, id: &str) -> Result<DlqEntry, DlqError> {
-        let path = self.path_of(id)?;
-        let bytes = read_entry_file(&path, id)?;
-        match decode_entry(&bytes) {
-            Ok(e) if e.id == id => Ok(e),
-            Ok(e) => {
-                let reason = format!("holds entry {} under another name", e.id);
-                Err(DlqError::Corrupt { path, reason })
-            }
-            Err(reason) => Err(DlqError::Corrupt { path, reason }),
-        }
-    }
-
-    /// Deletes the entry `id` durably; [`DlqError::NotFound`] if absent.
-    pub fn remove(&self, id: &str) -> Result<(), DlqError> {
-        let path = self.path_of(id)?;
-        let mut count = self.count.lock();
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(DlqError::NotFound { id: id.to_owned() })
-            }
-            Err(e) => return Err(io_err(&path)(e)),
-        }
-        sync_dir(&self.dir).map_err(io_err(&self.dir))?;
-        *count = count.saturating_sub(1);
-        Ok(())
-    }
-
-    /// Every entry, sorted by `dead_lettered_at_ms` (then id), and every entry file that cannot
-    /// be read (damaged: bad length, CRC or fields; stored under another id's name; or an I/O
-    /// error reading it), sorted by id. One damaged file never hides the others. `Err` only when
-    /// the directory itself cannot be read. Holds one entry file in memory at a time; the listing
-    /// holds one summary (or one [`Unreadable`]) per file, at most `max_entries` of them.
-    pub fn list(&self) -> Result<DlqListing, DlqError> {
-        let mut listing = DlqListing::default();
-        if !self.dir.exists() {
-            return Ok(listing);
-        }
-        for name in read_names(&self.dir)? {
-            if !valid_id(&name) {
-                continue;
-            }
-            match self.summary(&name) {
-                Ok(s) => listing.entries.push(s),
-                Err(DlqError::NotFound { .. }) => {} // removed while listing
-                Err(e) => listing.unreadable.push(Unreadable {
-                    id: name,
-                    problem: e.to_string(),
-                }),
-            }
-        }
-        listing
-            .entries
-            .sort_by(|a, b| (a.dead_lettered_at_ms, &a.id).cmp(&(b.dead_lettered_at_ms, &b.id)));
-        listing.unreadable.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(listing)
-    }
-
-    /// The summary of the entry file `name` (a valid id).
-    fn summary(&self, name: &str) -> Result<DlqSummary, DlqError> {
-        let path = self.dir.join(name);
-        let bytes = read_entry_file(&path, name)?;
-        let v = parse_entry(&bytes).map_err(|reason| DlqError::Corrupt {
-            path: path.clone(),
-            reason,
-        })?;
-        if v.id != name {
-            let reason = format!("holds entry {} under another name", v.id);
-            return Err(DlqError::Corrupt { path, reason });
-        }
-        Ok(DlqSummary {
-            id: v.id.to_owned(),
-            event_lsn: v.event_lsn,
-            trigger_id: v.event.trigger_id.to_owned(),
-            source: v.event.source.to_owned(),
-            destination: v.destination.to_owned(),
-            reason: v.reason,
-            attempts: v.attempts,
-            last_error: v.last_error.to_owned(),
-            dead_lettered_at_ms: v.dead_lettered_at_ms,
-            received_at_ms: v.event.received_at_ms,
-            body_len: v.event.body.len(),
-            replay_of: v.event.replay_of.map(str::to_owned),
-        })
-    }
-}
-
-/// What [`DlqStore::list`] found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DlqListing {
-    /// Readable entries, oldest dead-lettered first.
-    pub entries: Vec<DlqSummary>,
-    /// Entry files that could not be read, by id.
-    pub unreadable: Vec<Unreadable>,
-}
-
-/// An entry file [`DlqStore::list`] could not read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unreadable {
-    /// The file's name: a well-formed entry id.
-    pub id: String,
-    /// What is wrong, naming the file (the [`DlqError`] text: corrupt and why, or the I/O error).
-    pub problem: String,
-}
-
-fn read_names(dir: &Path) -> Result<Vec<String>, DlqError> {
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
-        let entry = entry.map_err(io_err(dir))?;
-        if let Ok(name) = entry.file_name().into_string() {
-            names.push(name);
-        }
-    }
-    Ok(names)
-}
-
-fn count_entries(dir: &Path) -> Result<usize, DlqError> {
-    Ok(read_names(dir)?.iter().filter(|n| valid_id(n)).count())
-}
-
-fn read_entry_file(path: &Path, id: &str) -> Result<Vec<u8>, DlqError> {
-    let not_found = |e: io::Error| match e.kind() {
-        io::ErrorKind::NotFound => DlqError::NotFound { id: id.to_owned() },
-        _ => io_err(path)(e),
-    };
-    let len = std::fs::metadata(path).map_err(not_found)?.len();
-    if len > MAX_DLQ_RECORD_BYTES as u64 || len < RECORD_HEADER_BYTES as u64 {
-        return Err(DlqError::Corrupt {
-            path: path.to_owned(),
-            reason: format!("file length {len} outside a valid entry's"),
-        });
-    }
-    std::fs::read(path).map_err(not_found)
-}
-
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), DlqError> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .map_err(io_err(path))?;
-    f.write_all(bytes).map_err(io_err(path))?;
-    f.sync_all().map_err(io_err(path))
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::wal::format::RECORD_HEADER_BYTES;
 
     pub(crate) fn sample_entry(n: u64) -> DlqEntry {
         let id =
@@ -608,171 +390,6 @@ pub(crate) mod tests {
             last_error: "HTTP 500 Internal Server Error".to_owned(),
             dead_lettered_at_ms: 1_700_000_100_000 - n,
         }
-    }
-
-    #[test]
-    fn put_get_list_remove_round_trip_and_survive_reopen() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("dlq");
-        let store = DlqStore::open(&dir, 10).unwrap();
-        assert!(store.is_empty());
-        let mut entries: Vec<_> = (0..3).map(sample_entry).collect();
-        entries[1].reason = DlqReason::CircuitOpen;
-        entries[2].event.replay_of = Some(sample_entry(9).id);
-        entries[2].event.body = vec![0xFF, 0x00, 0x80];
-        for e in &entries {
-            store.put(e).unwrap();
-        }
-        assert_eq!(store.len(), 3);
-        for e in &entries {
-            assert_eq!(&store.get(&e.id).unwrap(), e);
-        }
-        // Sorted by dead_lettered_at: sample_entry(2) died first.
-        let list = store.list().unwrap().entries;
-        let ids: Vec<_> = list.iter().map(|s| s.id.as_str()).collect();
-        assert_eq!(ids, [&entries[2].id, &entries[1].id, &entries[0].id]);
-        assert_eq!(list[1].reason, DlqReason::CircuitOpen);
-        assert_eq!(list[0].replay_of, entries[2].event.replay_of);
-        assert_eq!(
-            (list[2].trigger_id.as_str(), list[2].body_len),
-            ("github-push", 7)
-        );
-        // Replacing an entry does not count twice.
-        let mut again = entries[0].clone();
-        again.attempts = 9;
-        store.put(&again).unwrap();
-        assert_eq!(store.len(), 3);
-        drop(store);
-        let store = DlqStore::open(&dir, 10).unwrap();
-        assert_eq!(store.len(), 3);
-        assert_eq!(store.get(&again.id).unwrap().attempts, 9);
-        store.remove(&entries[1].id).unwrap();
-        assert!(matches!(
-            store.get(&entries[1].id),
-            Err(DlqError::NotFound { .. })
-        ));
-        assert!(matches!(
-            store.remove(&entries[1].id),
-            Err(DlqError::NotFound { .. })
-        ));
-        assert_eq!(store.len(), 2);
-    }
-
-    #[test]
-    fn full_store_refuses_new_ids_until_one_is_removed() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = DlqStore::open(tmp.path(), 2).unwrap();
-        store.put(&sample_entry(0)).unwrap();
-        store.put(&sample_entry(1)).unwrap();
-        assert!(matches!(
-            store.put(&sample_entry(2)),
-            Err(DlqError::Full { max_entries: 2 })
-        ));
-        store.put(&sample_entry(1)).unwrap(); // a replacement is not a new entry
-                                              // Removed behind the store's back (offline `dlq discard`): noticed before refusing.
-        DlqStore::open_existing(tmp.path())
-            .unwrap()
-            .remove(&sample_entry(0).id)
-            .unwrap();
-        store.put(&sample_entry(2)).unwrap();
-        assert_eq!(store.len(), 2);
-    }
-
-    #[test]
-    fn ids_are_validated_before_touching_files() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = DlqStore::open(&tmp.path().join("dlq"), 10).unwrap();
-        for bad in [
-            "../../etc/passwd",
-            "",
-            "01HZX3K9V7Q2W8E5R4T6Y1U0a",
-            "01HZX3K9V7Q2W8E5R4T6Y1U0AB/",
-            "01HZX3K9V7Q2W8E5R4T6Y1U0A.tmp",
-        ] {
-            assert!(
-                matches!(store.get(bad), Err(DlqError::InvalidId { .. })),
-                "{bad}"
-            );
-            assert!(matches!(store.remove(bad), Err(DlqError::InvalidId { .. })));
-            let mut e = sample_entry(0);
-            e.id = bad.to_owned();
-            assert!(matches!(store.put(&e), Err(DlqError::InvalidId { .. })));
-        }
-        assert!(valid_id("01HZX3K9V7Q2W8E5R4T6Y1U0AB"));
-        let mut e = sample_entry(0);
-        e.last_error = "x".repeat(MAX_ERROR_BYTES + 1);
-        assert!(matches!(store.put(&e), Err(DlqError::Encode(_))));
-        assert_eq!(std::fs::read_dir(store.dir()).unwrap().count(), 0);
-    }
-
-    #[test]
-    fn leftover_tmp_files_are_ignored_and_cleaned_at_open() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path();
-        let store = DlqStore::open(dir, 10).unwrap();
-        let e = sample_entry(0);
-        store.put(&e).unwrap();
-        // A crash mid-put: the tmp file of a newer version (half written) is left behind.
-        let leftover = dir.join(format!("{}.tmp", e.id));
-        std::fs::write(&leftover, &encode_entry(&sample_entry(1)).unwrap()[..30]).unwrap();
-        let other = dir.join(format!("{}.tmp", sample_entry(5).id));
-        std::fs::write(&other, b"junk").unwrap();
-        let offline = DlqStore::open_existing(dir).unwrap();
-        assert_eq!(offline.len(), 1);
-        assert_eq!(
-            offline.list().unwrap().entries.len(),
-            1,
-            "tmp files are not entries"
-        );
-        assert!(leftover.exists(), "offline tools never delete");
-        let store = DlqStore::open(dir, 10).unwrap();
-        assert!(!leftover.exists() && !other.exists());
-        assert_eq!(store.get(&e.id).unwrap(), e, "the old version is intact");
-        assert_eq!(store.len(), 1);
-    }
-
-    #[test]
-    fn corrupt_entries_are_reported_with_their_path() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = DlqStore::open(tmp.path(), 10).unwrap();
-        let e = sample_entry(3);
-        store.put(&e).unwrap();
-        store.put(&sample_entry(4)).unwrap();
-        let path = tmp.path().join(&e.id);
-        let pristine = std::fs::read(&path).unwrap();
-        let check = |bytes: &[u8]| {
-            std::fs::write(&path, bytes).unwrap();
-            assert!(
-                matches!(store.get(&e.id), Err(DlqError::Corrupt { path: p, .. }) if p == path),
-                "{bytes:?}"
-            );
-            let listing = store.list().unwrap();
-            assert_eq!(listing.entries.len(), 1, "the good entry is still listed");
-            assert_eq!(listing.unreadable.len(), 1);
-            assert_eq!(listing.unreadable[0].id, e.id);
-            assert!(listing.unreadable[0].problem.contains(&e.id), "{listing:?}");
-        };
-        let mut flipped = pristine.clone();
-        flipped[40] ^= 1;
-        check(&flipped);
-        check(&pristine[..pristine.len() - 1]);
-        let mut longer = pristine.clone();
-        longer.push(0);
-        check(&longer);
-        check(b"");
-        // A valid entry stored under another id's name.
-        std::fs::write(&path, encode_entry(&sample_entry(4)).unwrap()).unwrap();
-        let listing = store.list().unwrap();
-        assert_eq!(listing.unreadable[0].id, e.id);
-        assert!(
-            listing.unreadable[0].problem.contains("another name"),
-            "{listing:?}"
-        );
-        assert!(matches!(store.get(&e.id), Err(DlqError::Corrupt { .. })));
-        // Discarding the damaged entry by id clears the listing.
-        store.remove(&e.id).unwrap();
-        let listing = store.list().unwrap();
-        assert_eq!((listing.entries.len(), listing.unreadable.len()), (1, 0));
     }
 
     #[test]

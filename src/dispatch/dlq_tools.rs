@@ -143,7 +143,8 @@ pub struct Listed {
 /// `reason`, `attempts`, `destination`, `trigger_id`, `dead_lettered_at` (Unix ms),
 /// `last_error`, `event_lsn`, `source`, `received_at`, `body_len` (+ `replay_of`), or text:
 /// `ID REASON attempts=N destination=D trigger=T dead_lettered_at=MS last_error="E"`.
-/// Then one line per entry file that cannot be read, by id:
+/// Then one line per entry that cannot be read, by id (or `B-<seq>.dlq@<offset>` for damage in
+/// a batch file that names no entry):
 /// `{"id","unreadable":true,"problem"}` or `ID unreadable problem="P"`; the other entries are
 /// listed all the same.
 /// Event id → DLQ reason of every entry (empty when the DLQ cannot be read), for `wal inspect`.
@@ -539,9 +540,23 @@ mod tests {
     #[test]
     fn a_corrupt_entry_is_listed_as_unreadable_and_show_names_the_problem() {
         let (tmp, entries) = setup();
-        let path = tmp.path().join(DLQ_SUBDIR).join(&entries[0].id);
+        // Damage inside entry 0's record of its batch file.
+        let dir = tmp.path().join(DLQ_SUBDIR);
+        let name = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .find(|n| n.starts_with("B-"))
+            .unwrap();
+        let path = dir.join(name);
         let mut bytes = std::fs::read(&path).unwrap();
-        bytes[30] ^= 0x40;
+        let scanned = crate::dispatch::dlq_batch::scan(&bytes, crate::dispatch::dlq::check_record);
+        let at = scanned
+            .records
+            .iter()
+            .find(|f| f.id == entries[0].id)
+            .unwrap()
+            .offset;
+        bytes[at as usize + 60] ^= 0x40; // inside `destination`
         std::fs::write(&path, bytes).unwrap();
         let mut out = Vec::new();
         let listed = list(tmp.path(), true, &mut out).unwrap();

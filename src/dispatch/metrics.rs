@@ -85,6 +85,8 @@ pub struct DispatchMetrics {
     pumps: Box<[PumpCells]>,
     /// `sluice_flow_control_total` (empty unless [`DispatchMetrics::with_flow`]).
     pub flow: FlowMetrics,
+    /// The DLQ store's gauges (`sluice_dlq_*`; none unless [`DispatchMetrics::with_dlq`]).
+    dlq_store: Option<std::sync::Arc<crate::dispatch::dlq::DlqGauges>>,
 }
 
 fn reason_index(r: DlqReason) -> usize {
@@ -124,7 +126,17 @@ impl DispatchMetrics {
             window_overflows: AtomicU64::new(0),
             pumps: Box::new([]),
             flow: FlowMetrics::default(),
+            dlq_store: None,
         }
+    }
+
+    /// Renders the DLQ store's size and write counters.
+    pub fn with_dlq(
+        mut self,
+        gauges: std::sync::Arc<crate::dispatch::dlq::DlqGauges>,
+    ) -> DispatchMetrics {
+        self.dlq_store = Some(gauges);
+        self
     }
 
     /// Adds the flow-control families for `triggers`; `max_held` is `[flow] max_held`.
@@ -184,6 +196,30 @@ impl DispatchMetrics {
 
     /// Renders every dispatch family. `now_ms` makes the oldest-pending age live at scrape time.
     pub fn render(&self, w: &mut PromWriter, now_ms: u64, pending_events: u64) {
+        if let Some(g) = &self.dlq_store {
+            let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            let entries = get(&g.entries) as f64;
+            w.gauge(
+                "sluice_dlq_entries",
+                "Live dead-letter entries (bound: dispatch.max_dlq_entries).",
+                entries,
+            );
+            w.gauge(
+                "sluice_dlq_bytes",
+                "Bytes of the DLQ's files (batch files and legacy entry files).",
+                get(&g.bytes) as f64,
+            );
+            w.counter(
+                "sluice_dlq_batch_files_written_total",
+                "DLQ batch files written (one per commit of dead letters, plus compactions).",
+                get(&g.files_written),
+            );
+            w.counter(
+                "sluice_dlq_entries_written_total",
+                "Dead-letter entries written durably.",
+                get(&g.entries_written),
+            );
+        }
         w.counter(
             "sluice_pump_window_overflows_total",
             "Times a core's in-memory dispatch window (4096 events, 64 MiB) was full, so its pump read the log back.",

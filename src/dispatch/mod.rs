@@ -21,7 +21,9 @@
 //!
 //! The delivery runtime builds on these: [`dispatcher`] (the decisions: queues, gates, retry
 //! timers, outcomes) drives [`outbound`] (the I/O: connections, keep-alive reuse, request and
-//! response). The DLQ is [`dlq`] (bulk replay selection: [`bulk_replay`]); the dispatch metric families are [`metrics`] (built from the
+//! response). The DLQ is [`dlq`] (entries and their format) stored by [`dlq_store`] as group-committed
+//! batch files ([`dlq_batch`]) under an in-memory index ([`dlq_index`]) (bulk replay selection:
+//! [`bulk_replay`]); the dispatch metric families are [`metrics`] (built from the
 //! leaf [`crate::metrics`] toolkit). Every policy module is `#![forbid(unsafe_code)]`.
 
 pub mod adaptive;
@@ -31,6 +33,9 @@ pub mod classify;
 pub mod destination;
 pub mod dispatcher;
 pub mod dlq;
+pub mod dlq_batch;
+pub mod dlq_index;
+pub mod dlq_store;
 pub mod dlq_tools;
 pub mod flow;
 pub mod job;

@@ -282,10 +282,16 @@ impl Helper {
                 outcomes[pos] = Outcome::Appended(o);
             }
         }
-        for (pos, item) in items.iter().enumerate() {
-            if let Item::DeadLetter { entry, .. } = item {
-                outcomes[pos] = Outcome::DeadLettered(self.dlq.put(entry));
-            }
+        // The turn's dead letters as one DLQ commit (`dispatch::dlq_store`).
+        let dead = items
+            .iter()
+            .enumerate()
+            .filter_map(|(pos, item)| match item {
+                Item::DeadLetter { entry, .. } => Some((pos, entry)),
+                _ => None,
+            });
+        for (pos, r) in self.dlq.put_batch(dead.collect()) {
+            outcomes[pos] = Outcome::DeadLettered(r);
         }
     }
 }

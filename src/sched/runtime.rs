@@ -206,7 +206,8 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
                 .collect::<Vec<_>>(),
         )
         .with_flow(&config.triggers, config.flow.max_held)
-        .with_cores(workers),
+        .with_cores(workers)
+        .with_dlq(dlq.gauges()),
     );
     let bucket = |capacity| {
         BucketParams::new(capacity, config.ingest.refill_per_sec)
@@ -269,6 +270,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         Arc::new(Metrics::new(workers)),
         backlog,
         metrics_dispatch,
+        dlq.clone(),
     );
     shared.io_backend = io_backend;
     let shared = Arc::new(shared);

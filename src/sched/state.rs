@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::config::Config;
+use crate::dispatch::dlq::DlqStore;
 use crate::dispatch::metrics::DispatchMetrics;
 use crate::ingest::backlog::Backlog;
 use crate::ingest::bucket::Admission;
@@ -43,6 +44,8 @@ pub struct Shared {
     /// The durable-queue bound (ingest reserves, the pump releases).
     pub backlog: Arc<Backlog>,
     pub metrics_dispatch: Arc<DispatchMetrics>,
+    /// The dead-letter queue: the commit helpers write it, the admin routes read and remove.
+    pub dlq: Arc<DlqStore>,
     /// The in-flight body budget (`server.max_inflight_body_bytes`), one for all cores.
     pub body_budget: crate::sync::Arc<BodyBudget>,
     /// The `/metrics` rendering shared by concurrent scrapes (`metrics::shared`).
@@ -75,6 +78,7 @@ impl Shared {
         metrics: Arc<Metrics>,
         backlog: Arc<Backlog>,
         metrics_dispatch: Arc<DispatchMetrics>,
+        dlq: Arc<DlqStore>,
     ) -> Shared {
         let budget = BodyBudget::new(config.server.max_inflight_body_bytes);
         let body_budget = crate::sync::Arc::new(budget);
@@ -94,6 +98,7 @@ impl Shared {
             scrapes: SharedRendering::default(),
             io_backend: crate::net::io::Backend::Mio,
             metrics_dispatch,
+            dlq,
             phase: AtomicU8::new(Phase::Starting as u8),
             stop_accepting_at: AtomicU64::new(u64::MAX),
         }

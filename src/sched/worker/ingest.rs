@@ -105,8 +105,7 @@ impl Worker {
     /// path; once it is durable the DLQ entry is removed and the answer is `202`. Two concurrent
     /// replays of one entry both deliver (at least once, as everywhere).
     pub(super) fn replay_dead_letter(&mut self, idx: usize, id: &str, keep_alive: bool) {
-        let dir = self.shared.config.server.data_dir.join("dlq");
-        let found = crate::dispatch::dlq::DlqStore::open_existing(&dir).and_then(|s| s.get(id));
+        let found = self.shared.dlq.get(id);
         let entry = match found {
             Ok(e) => e,
             Err(e) => {
@@ -190,12 +189,9 @@ impl Worker {
         }
         let keep_alive = p.keep_alive;
         if let (Ok(()), Some(of)) = (result, &p.reply.replay_of) {
-            // The replay is durable: the entry leaves the DLQ (a failure to unlink only means a
-            // second replay would deliver again: at least once).
-            let dir = self.shared.config.server.data_dir.join("dlq");
-            if let Err(e) =
-                crate::dispatch::dlq::DlqStore::open_existing(&dir).and_then(|s| s.remove(of))
-            {
+            // The replay is durable: the entry leaves the DLQ (a failure to remove it only means
+            // a second replay would deliver again: at least once).
+            if let Err(e) = self.shared.dlq.remove(of) {
                 eprintln!("sluice: replayed {of} but could not remove its DLQ entry: {e}");
             }
         }

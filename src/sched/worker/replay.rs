@@ -3,7 +3,7 @@
 //!
 //! One call does a bounded amount of work on the core's loop and answers at once:
 //!
-//! 1. list the DLQ (one read of every entry file: the cost grows with the DLQ, which
+//! 1. list the DLQ (one read of every entry: the cost grows with the DLQ, which
 //!    `max_dlq_entries` bounds) and select the matching entries, oldest first, skipping those
 //!    a previous call already handed to the WAL and whose append has not completed;
 //! 2. for at most [`ONLINE_CHUNK`] of them, while the backlog bound (`max_pending_events`/
@@ -25,7 +25,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::{Worker, TICKET_SEQ_BITS};
 use crate::dispatch::bulk_replay::{ReplayFilter, ONLINE_CHUNK};
-use crate::dispatch::dlq::{DlqError, DlqStore};
+use crate::dispatch::dlq::DlqError;
 use crate::ingest::respond::json_str;
 use crate::metrics::Route;
 use crate::net::http;
@@ -56,8 +56,8 @@ impl Worker {
                 return self.answer_replay(idx, 400, None, &body, keep_alive);
             }
         };
-        let dir = self.shared.config.server.data_dir.join("dlq");
-        let listing = match DlqStore::open_existing(&dir).and_then(|s| s.list().map(|l| (s, l))) {
+        let store = self.shared.dlq.clone();
+        let listing = match store.list() {
             Ok(x) => x,
             Err(e) => {
                 eprintln!("sluice: bulk replay cannot list the DLQ: {e}");
@@ -65,7 +65,6 @@ impl Worker {
                 return self.answer_replay(idx, 500, None, body, keep_alive);
             }
         };
-        let (store, listing) = listing;
         let selected: Vec<String> = listing
             .entries
             .into_iter()
@@ -173,8 +172,7 @@ impl Worker {
             );
             return;
         }
-        let dir = self.shared.config.server.data_dir.join("dlq");
-        if let Err(e) = DlqStore::open_existing(&dir).and_then(|s| s.remove(&id)) {
+        if let Err(e) = self.shared.dlq.remove(&id) {
             eprintln!("sluice: replayed {id} but could not remove its DLQ entry: {e}");
         }
     }
