@@ -27,6 +27,7 @@ mod budgets;
 pub mod dispatch;
 pub mod duration;
 pub mod flow;
+pub mod shared;
 pub mod shares;
 pub mod tls;
 

@@ -381,6 +381,11 @@ fn start(run: Run) -> Result<(Handles, SocketAddr), RuntimeError> {
         .first()
         .map(|c| c.links.wakers.clone())
         .unwrap_or_default();
+    // Shared destination budgets (issue 13): the Redis client thread wakes the cores' loops.
+    run.shared
+        .cluster
+        .start(run.shared.clock.clone(), wakers.clone())
+        .map_err(io_err("starting the Redis client thread"))?;
     let mut threads = Vec::new();
     for (id, (listener, parts)) in run.listeners.into_iter().zip(run.cores).enumerate() {
         let w = Worker::new(id, listener, run.shared.clone(), hard_stop.clone(), parts)
@@ -504,5 +509,6 @@ pub fn render_metrics(shared: &Shared) -> String {
             .render(w, unix_millis(), shared.backlog.pending_events());
         shared.guards.render_prometheus(w);
         shared.backlog.render_prometheus(w);
+        shared.cluster.render_prometheus(w);
     })
 }

@@ -49,6 +49,8 @@ pub struct Shared {
     pub scrapes: SharedRendering,
     /// `Retry-After` of `queue_full` / `ingest_saturated` refusals (issue 16).
     pub returns: ReturnSchedule,
+    /// Destination budgets shared with other nodes through Redis (issue 13).
+    pub cluster: crate::cluster::Cluster,
     // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
     // loop turn. `Relaxed` is enough: the phase carries no data with it, and a worker that sees
     // `Draining` one turn late only delays its drain by one poll timeout.
@@ -78,6 +80,7 @@ impl Shared {
         let body_budget = crate::sync::Arc::new(budget);
         let returns = ReturnSchedule::new(config.ingest.refill_per_sec);
         Shared {
+            cluster: crate::cluster::Cluster::from_config(&config),
             returns,
             config,
             clock,
@@ -135,6 +138,9 @@ impl Shared {
             Phase::Draining => Some("draining"),
             Phase::Ready if !self.wal_healthy() => Some("wal_unavailable"),
             Phase::Ready if self.backlog.is_saturated() => Some("saturated"),
+            Phase::Ready if self.cluster.not_ready_reason().is_some() => {
+                self.cluster.not_ready_reason()
+            }
             Phase::Ready => None,
         }
     }

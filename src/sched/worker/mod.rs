@@ -164,7 +164,8 @@ impl Worker {
                 core: shared.metrics.core(id),
                 shared: shared.metrics_dispatch.clone(),
             },
-        );
+        )
+        .with_budgets(|d| shared.cluster.budget_for(d));
         Ok(Worker {
             id,
             poll,
