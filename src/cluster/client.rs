@@ -154,9 +154,12 @@ impl Client {
             let holding = t.recorded > 0 || want.want > 0;
             let starved = want.want > t.target;
             let since = now.saturating_sub(t.last_attempt);
+            // While down, every turn past the endpoint's backoff tries again, so health comes
+            // back (and `/readyz` with it) even for an idle destination.
             if (changed && since >= ns(SYNC_GAP))
                 || (starved && since >= ns(STARVED_RETRY))
                 || (holding && now >= t.renew_at)
+                || t.down
             {
                 out.push(Due::Lease {
                     i,
@@ -190,6 +193,9 @@ impl Client {
             }
             if t.recorded > 0 || want.want > 0 {
                 at = at.min(t.renew_at);
+            }
+            if t.down {
+                at = 0;
             }
             if d.rate.is_some() && want.rate_gen > t.rate_served && want.rate_need > 0 {
                 at = 0;
@@ -243,7 +249,7 @@ impl Client {
             Due::Lease { i, ceiling, want } => {
                 let s = &self.dests[i];
                 Call::Lease {
-                    keys: [&s.keys[0], &s.keys[1], &s.keys[2]],
+                    keys: [&s.keys[0], &s.keys[1], &s.keys[2], &s.keys[4]],
                     node: &self.node,
                     ceiling,
                     want,

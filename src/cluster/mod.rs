@@ -57,8 +57,8 @@ pub struct SharedDest {
     pub rate: Option<RateConfig>,
     /// The destination's uri (the metrics label).
     pub uri: String,
-    /// `sluice:budget:<key>:held|want|expiry|rate`.
-    pub keys: [String; 4],
+    /// `sluice:budget:<key>:held|want|expiry|rate|epoch`.
+    pub keys: [String; 5],
 }
 
 /// A node's shared budgets: the slots and the client thread.
@@ -84,7 +84,8 @@ impl Cluster {
                 let base = format!("sluice:budget:{}", cfg.key);
                 Some(Arc::new(SharedDest {
                     slot: Arc::new(Slot::new(i)),
-                    keys: ["held", "want", "expiry", "rate"].map(|k| format!("{base}:{k}")),
+                    keys: ["held", "want", "expiry", "rate", "epoch"]
+                        .map(|k| format!("{base}:{k}")),
                     cfg,
                     limit: d.max_in_flight,
                     rate: d.rate,

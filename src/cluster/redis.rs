@@ -10,7 +10,12 @@
 //!   (`min(want, limit − others)`, capped at a fair share `⌈limit / nodes wanting⌉` while
 //!   another node wants more than it holds), records `max(target, ceiling)` with an expiry of
 //!   `lease`, returns `{target, recorded, total}`. A node with nothing held and nothing wanted
-//!   is removed.
+//!   is removed. **Epoch:** the first sync on a Redis without the budget's `epoch` key (a new
+//!   Redis, or one that lost its data in a restart) writes it, and for one `lease` after that no
+//!   node's target exceeds its `ceiling`: nodes may still hold leases granted by the Redis
+//!   that was lost, and they are only known once they sync again (each does within
+//!   `lease / 3`) or have expired (within `lease`). The key never expires (a few bytes per
+//!   budget), so idle budgets do not pay this again.
 //! - [`RATE`]: the shared GCRA (one TAT in microseconds). Reserves up to `want` tokens whose
 //!   conformance time `tat + k·T − τ` falls within `horizon` of now, advances the TAT past
 //!   them, returns `{granted, offset of token 0 from now in µs}`.
@@ -27,8 +32,8 @@ pub const IO_TIMEOUT: Duration = Duration::from_millis(1000);
 /// Most reply bytes buffered (replies are a few dozen bytes each).
 const MAX_BUFFERED: usize = 1 << 20;
 
-/// The permit sync. KEYS: held (hash), want (hash), expiry (zset). ARGV: node, ceiling, want,
-/// limit, lease_ms.
+/// The permit sync. KEYS: held (hash), want (hash), expiry (zset), epoch (string, no expiry).
+/// ARGV: node, ceiling, want, limit, lease_ms.
 pub const LEASE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -59,6 +64,12 @@ for i = 1, #wants, 2 do
 end
 local target = math.min(want, limit - others)
 if starved > 0 then target = math.min(target, math.ceil(limit / active)) end
+local since = tonumber(redis.call('GET', KEYS[4]) or '-1')
+if since < 0 then
+  since = now
+  redis.call('SET', KEYS[4], now)
+end
+if now < since + lease then target = math.min(target, ceiling) end
 if target < 0 then target = 0 end
 local recorded = math.max(target, ceiling)
 if recorded == 0 and want == 0 then
@@ -135,7 +146,7 @@ pub struct Conn {
 #[derive(Debug, Clone, Copy)]
 pub enum Call<'a> {
     Lease {
-        keys: [&'a str; 3],
+        keys: [&'a str; 4],
         node: &'a str,
         ceiling: u32,
         want: u32,
@@ -272,10 +283,11 @@ impl Conn {
                     &[
                         b"EVALSHA",
                         self.lease_sha.as_bytes(),
-                        b"3",
+                        b"4",
                         keys[0].as_bytes(),
                         keys[1].as_bytes(),
                         keys[2].as_bytes(),
+                        keys[3].as_bytes(),
                         node.as_bytes(),
                         c.as_bytes(),
                         w.as_bytes(),
