@@ -249,6 +249,12 @@ fn a_redis_restart_mid_run_loses_no_event_and_readyz_says_why() {
         "/readyz did not report the unreachable Redis: {:?}",
         servers[1].get("/readyz").text()
     );
+    // `closed`: once the leases have run out (1 s), nothing more is sent.
+    std::thread::sleep(Duration::from_millis(1200));
+    let frozen = ds.count();
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(ds.count(), frozen, "deliveries went on without a lease");
+    assert!(frozen < ids.len(), "everything was delivered before the outage: no test");
     redis.spawn();
     ids.extend(post_all(&servers, 40, "after"));
     assert_eq!(ids.len(), 3 * 140);
@@ -316,4 +322,43 @@ fn the_shared_rate_holds_within_five_percent_across_three_nodes() {
         n >= expected * 0.9,
         "{n} calls in {window:?}: the shared rate was not used (under 90% of {per_sec}/s)"
     );
+}
+
+#[test]
+fn on_unavailable_local_falls_back_to_each_nodes_own_budget() {
+    let mut redis = Redis::start();
+    let ds = Downstream::start(Behavior {
+        delay: Duration::from_millis(20),
+        ..Behavior::default()
+    });
+    let uri = ds.uri("/sink");
+    let servers = nodes(
+        2,
+        &uri,
+        "max_in_flight = 4",
+        &redis,
+        ", lease = \"1s\", on_unavailable = \"local\"",
+    );
+    let mut ids = post_all(&servers, 20, "shared");
+    assert!(
+        ds.wait(Duration::from_secs(10), |s| s.len() >= 40),
+        "delivery under the shared budget did not finish"
+    );
+    assert!(ds.peak_concurrency() <= 4, "peak {}", ds.peak_concurrency());
+    redis.kill();
+    ids.extend(post_all(&servers, 100, "local"));
+    assert!(
+        ds.wait(Duration::from_secs(20), |s| s.len() >= ids.len()),
+        "only {} of {} delivered on the local budgets",
+        ds.count(),
+        ids.len()
+    );
+    assert_eq!(delivered(&ds), ids);
+    // Each node alone: up to 2 × 4 (the documented N× caveat), never more.
+    assert!(ds.peak_concurrency() <= 8, "peak {}", ds.peak_concurrency());
+    assert_eq!(servers[0].get("/readyz").status, 200, "local mode stays ready");
+    let (_, m) = scrape(&servers[0]);
+    let label = [("destination", uri.as_str())];
+    assert_eq!(sample_value(&m, "sluice_shared_redis_up", &label), 0.0);
+    assert!(sample_value(&m, "sluice_shared_failures_total", &label) >= 1.0);
 }
