@@ -8,14 +8,18 @@
 //! owner core's loop (`mio::Waker`); the owner swaps `fresh` back once per loop turn and reads
 //! the slot only when it was set, so a turn with nothing new costs one atomic swap.
 //!
+//! The mutex and `fresh` come from [`crate::sync`] so that the loom model
+//! (`loom-tests/tests/slot.rs`) checks this hand-off; the metrics bypass the shim.
+//!
 //! Ordering: `fresh` is stored `Release` after the mutex is released and swapped `AcqRel` by the
 //! owner before it locks; the mutex itself orders the data, `fresh` only says "look". A swap
 //! that misses a store made right after it is caught on the next turn, which the thread's waker
 //! call guarantees (the wake follows the store).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
-use parking_lot::Mutex;
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::Mutex;
 
 /// What the owner core asks for. Written by the owner core, read by the client thread.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -111,6 +115,12 @@ pub struct Slot {
 }
 
 impl Slot {
+    fn lock(&self) -> crate::sync::MutexGuard<'_, Inner> {
+        // A poisoned lock means the other side panicked while copying plain fields: the values
+        // are still whole, so they are used as they are.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn new(dest: usize) -> Slot {
         Slot {
             dest,
@@ -124,7 +134,7 @@ impl Slot {
 
     /// Publishes the owner's latest desire (overwrites the previous one).
     pub fn publish(&self, d: Desire) {
-        self.inner.lock().desire = d;
+        self.lock().desire = d;
     }
 
     /// Whether the thread stored something since the last call.
@@ -135,34 +145,34 @@ impl Slot {
 
     /// The latest grant, rate tokens (taken: each batch is read once) and health.
     pub fn read(&self) -> (Grant, Option<Tokens>, Health) {
-        let mut g = self.inner.lock();
+        let mut g = self.lock();
         (g.grant, g.tokens.take(), g.health.clone())
     }
 
     // ----- client thread ---------------------------------------------------------------------
 
     pub fn desire(&self) -> Desire {
-        self.inner.lock().desire
+        self.lock().desire
     }
 
     pub fn store_grant(&self, grant: Grant) {
-        let mut g = self.inner.lock();
+        let mut g = self.lock();
         g.grant = grant;
         g.health = Health::Up;
     }
 
     pub fn store_tokens(&self, t: Tokens) {
-        self.inner.lock().tokens = Some(t);
+        self.lock().tokens = Some(t);
     }
 
     pub fn store_health(&self, h: Health) {
         let up = h == Health::Up;
-        self.inner.lock().health = h;
+        self.lock().health = h;
         self.metrics.up.store(up as u64, Ordering::Relaxed);
     }
 
     pub fn health(&self) -> Health {
-        self.inner.lock().health.clone()
+        self.lock().health.clone()
     }
 
     /// Tells the owner core to look (then wake its loop).
