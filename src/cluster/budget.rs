@@ -100,7 +100,7 @@ impl SharedBudget {
         }
     }
 
-    /// Whether the client thread stored something new (one atomic swap).
+    /// Whether the client thread stored something new (one atomic load when nothing is new).
     pub fn take_fresh(&self) -> bool {
         self.slot.take_fresh()
     }
@@ -193,16 +193,23 @@ impl SharedBudget {
         Some(Err(self.wake_hint()))
     }
 
-    /// The gate's shared checks at `now`: the lease, then the rate tokens. `Ok(true)` when a
-    /// shared token was found (take it with [`SharedBudget::went`]), `Ok(false)` when the local
-    /// rate budget decides, `Err(until)` as in `Gate::Wait`.
+    /// The gate's shared checks at `now`: the lease, a free permit, then the rate tokens.
+    /// `Ok(true)` when a shared token was found (take it with [`SharedBudget::went`]),
+    /// `Ok(false)` when the local rate budget decides, `Err(until)` as in `Gate::Wait`.
+    ///
+    /// A free permit is required before a token is asked for: tokens are reserved in Redis for
+    /// the whole cluster, and a node that cannot use them (all its permits out) would only take
+    /// them from a node that can.
     pub fn check(&mut self, now: u64, permits: &mut Permits) -> Result<bool, u64> {
-        let answer = self
-            .admit(now, permits)
-            .and_then(|()| match self.rate_peek(now) {
+        let answer = self.admit(now, permits).and_then(|()| {
+            if !permits.available() {
+                return Err(0);
+            }
+            match self.rate_peek(now) {
                 None => Ok(false),
                 Some(r) => r.map(|()| true),
-            });
+            }
+        });
         if answer.is_err() {
             self.held_back(now);
         }
@@ -340,6 +347,26 @@ mod tests {
         b.refresh(200 * MS, &mut p);
         assert_eq!(b.mode(200 * MS, &mut p), Mode::Shared);
         assert_eq!(p.max(), 3);
+    }
+
+    #[test]
+    fn no_token_is_asked_for_without_a_free_permit() {
+        let (mut b, slot) = budget(OnUnavailable::Closed, true);
+        let mut p = Permits::new(0);
+        grant(&slot, 1, 1, 10_000 * MS);
+        b.refresh(0, &mut p);
+        let held = p.try_acquire().unwrap();
+        assert_eq!(b.check(MS, &mut p), Err(0));
+        b.publish(1, p.max(), 5);
+        assert_eq!(
+            slot.desire().rate_gen,
+            0,
+            "no rate request while every permit is out"
+        );
+        p.release(held);
+        assert_eq!(b.check(MS, &mut p), Err(0));
+        b.publish(0, p.max(), 5);
+        assert_eq!(slot.desire().rate_gen, 1);
     }
 
     #[test]

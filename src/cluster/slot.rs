@@ -5,14 +5,15 @@
 //! [`Grant`], rate [`Tokens`] and [`Health`] (thread → owner core; likewise). Nothing queues,
 //! so nothing can grow: a fast writer only coalesces. Both sides take the mutex for a few
 //! field copies, never across I/O. The thread raises `fresh` after storing a reply and wakes the
-//! owner core's loop (`mio::Waker`); the owner swaps `fresh` back once per loop turn and reads
-//! the slot only when it was set, so a turn with nothing new costs one atomic swap.
+//! owner core's loop (`mio::Waker`); the owner takes `fresh` back once per loop turn and reads
+//! the slot only when it was set, so a turn with nothing new costs one atomic load.
 //!
 //! The mutex and `fresh` come from [`crate::sync`] so that the loom model
 //! (`loom-tests/tests/slot.rs`) checks this hand-off; the metrics bypass the shim.
 //!
-//! Ordering: `fresh` is stored `Release` after the mutex is released and swapped `AcqRel` by the
-//! owner before it locks; the mutex itself orders the data, `fresh` only says "look". A swap
+//! Ordering: `fresh` is stored `Release` after the mutex is released and taken back (load, then
+//! compare-exchange `AcqRel`) by the owner before it locks; the mutex itself orders the data,
+//! `fresh` only says "look". A take
 //! that misses a store made right after it is caught on the next turn, which the thread's waker
 //! call guarantees (the wake follows the store).
 
@@ -109,7 +110,7 @@ pub struct Slot {
     /// The destination index (`config.destinations[dest]`).
     pub dest: usize,
     inner: Mutex<Inner>,
-    /// Set (`Release`) by the thread after it stored something; swapped by the owner core.
+    /// Set (`Release`) by the thread after it stored something; taken back by the owner core.
     fresh: AtomicBool,
     pub metrics: SlotMetrics,
 }
@@ -139,8 +140,14 @@ impl Slot {
 
     /// Whether the thread stored something since the last call.
     pub fn take_fresh(&self) -> bool {
-        // Pairs with the `Release` store in `mark_fresh`.
-        self.fresh.swap(false, Ordering::AcqRel)
+        // Both pair with the `Release` store in `mark_fresh`. The load keeps a turn with nothing
+        // new from writing the line; a compare-exchange rather than a swap because loom
+        // mis-models a swap racing a store (tokio-rs/loom#254), which would blind the model.
+        self.fresh.load(Ordering::Acquire)
+            && self
+                .fresh
+                .compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
     }
 
     /// The latest grant, rate tokens (taken: each batch is read once) and health.
@@ -177,7 +184,7 @@ impl Slot {
 
     /// Tells the owner core to look (then wake its loop).
     pub fn mark_fresh(&self) {
-        // Pairs with the `AcqRel` swap in `take_fresh`.
+        // Pairs with the `Acquire` load and `AcqRel` compare-exchange in `take_fresh`.
         self.fresh.store(true, Ordering::Release);
     }
 }

@@ -520,14 +520,19 @@ fn shared_budgets_parse_and_refuse_what_they_cannot_do() {
     assert_eq!(s.key, "http://h/x", "key defaults to the destination uri");
     assert_eq!(s.lease, Duration::from_secs(2));
     assert_eq!(s.on_unavailable, super::super::shared::OnUnavailable::Local);
-    assert_eq!((s.redis.host.as_str(), s.redis.port, s.redis.db), ("10.0.0.5", 6380, 1));
+    assert_eq!(
+        (s.redis.host.as_str(), s.redis.port, s.redis.db),
+        ("10.0.0.5", 6380, 1)
+    );
     let no_shared = build(&format!("{t}[[destinations]]\nuri = \"http://h/x\"\n")).unwrap();
     assert!(no_shared.destinations[0].shared.is_none());
 
     let e = |dest: &str| {
-        build(&format!("{t}[[destinations]]\nuri = \"http://h/x\"\n{dest}\n"))
-            .unwrap_err()
-            .0
+        build(&format!(
+            "{t}[[destinations]]\nuri = \"http://h/x\"\n{dest}\n"
+        ))
+        .unwrap_err()
+        .0
     };
     let auto = e("max_in_flight = \"auto\"\nshared = { redis = \"redis://r\" }");
     assert!(auto.contains("fixed max_in_flight, not \"auto\""), "{auto}");
@@ -536,5 +541,8 @@ fn shared_budgets_parse_and_refuse_what_they_cannot_do() {
     let missing = e("shared = { key = \"k\" }");
     assert!(missing.contains("missing field `redis`"), "{missing}");
     let bad = e("shared = { redis = \"redis://r\", lease = \"20m\" }");
-    assert!(bad.contains("destination \"http://h/x\": shared.lease"), "{bad}");
+    assert!(
+        bad.contains("destination \"http://h/x\": shared.lease"),
+        "{bad}"
+    );
 }

@@ -13,7 +13,9 @@
 //!    the probe decides when delivery resumes.
 //! 2. **Pause.** A 429/503 `Retry-After` pauses the whole destination until `paused_until`
 //!    → [`Gate::Wait`] `{ until: paused_until }`.
-//! 3. **Rate budget** (if configured) → `Wait { until: when a token is available }`.
+//! 3. **Rate budget** (if configured) → `Wait { until: when a token is available }`. With a
+//!    shared budget ([`crate::cluster::budget`]), first its lease (past it: `Wait`), then a free
+//!    permit, then a token reserved in the shared GCRA instead of the local one.
 //! 4. **Permits.** All `max_in_flight` out → `Wait { until: 0 }`: wait for a
 //!    [`DestinationState::complete`] to release one.
 //!
@@ -201,8 +203,8 @@ impl DestinationState {
                 until: self.paused_until,
             };
         }
-        // A shared budget (`crate::cluster::budget`): its lease, then its rate tokens, which
-        // replace the local rate budget while it is in `Shared` mode.
+        // A shared budget (`crate::cluster::budget`): its lease, a free permit, then its rate
+        // tokens, which replace the local rate budget while it is in `Shared` mode.
         let shared_rate = match &mut self.shared {
             Some(s) => match s.check(now, &mut self.permits) {
                 Ok(uses_tokens) => uses_tokens,

@@ -254,7 +254,10 @@ fn a_redis_restart_mid_run_loses_no_event_and_readyz_says_why() {
     let frozen = ds.count();
     std::thread::sleep(Duration::from_millis(400));
     assert_eq!(ds.count(), frozen, "deliveries went on without a lease");
-    assert!(frozen < ids.len(), "everything was delivered before the outage: no test");
+    assert!(
+        frozen < ids.len(),
+        "everything was delivered before the outage: no test"
+    );
     redis.spawn();
     ids.extend(post_all(&servers, 40, "after"));
     assert_eq!(ids.len(), 3 * 140);
@@ -356,7 +359,11 @@ fn on_unavailable_local_falls_back_to_each_nodes_own_budget() {
     assert_eq!(delivered(&ds), ids);
     // Each node alone: up to 2 × 4 (the documented N× caveat), never more.
     assert!(ds.peak_concurrency() <= 8, "peak {}", ds.peak_concurrency());
-    assert_eq!(servers[0].get("/readyz").status, 200, "local mode stays ready");
+    assert_eq!(
+        servers[0].get("/readyz").status,
+        200,
+        "local mode stays ready"
+    );
     let (_, m) = scrape(&servers[0]);
     let label = [("destination", uri.as_str())];
     assert_eq!(sample_value(&m, "sluice_shared_redis_up", &label), 0.0);
