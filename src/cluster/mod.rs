@@ -27,6 +27,8 @@
 //! commands (`SELECT`, `SCRIPT LOAD`, `EVALSHA`), and the crate would add `url`/`idna` and
 //! their Unicode tables to the build for none of its features (see DESIGN.md).
 
+#![forbid(unsafe_code)]
+
 pub mod budget;
 pub mod client;
 pub mod redis;
@@ -240,16 +242,11 @@ impl Drop for Cluster {
 
 /// `host:pid:random`: unique per process, readable in Redis (`HGETALL sluice:budget:…:held`).
 fn node_id() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: `buf` is valid for `buf.len()` bytes; gethostname writes at most that many and
-    // the result is only read up to the first NUL (or the whole buffer when there is none).
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    let host = if rc == 0 {
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        String::from_utf8_lossy(&buf[..end]).into_owned()
-    } else {
-        "node".to_string()
-    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "node".to_string());
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
