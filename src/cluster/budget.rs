@@ -11,8 +11,9 @@
 //!   `first_at + k·interval` for `horizon`, then dropped unused (the cluster never sees a burst
 //!   of tokens saved up). When none is left the next batch is asked for.
 //! - **Modes.** `Shared` while the lease is valid; past it `Closed` (no dispatch; events stay
-//!   queued) or, with `on_unavailable = "local"` once Redis was found unreachable, `Local`
-//!   (the configured `max_in_flight` and this node's own rate budget).
+//!   queued) or, with `on_unavailable = "local"` while the last call to Redis failed, `Local`
+//!   (the configured `max_in_flight` and this node's own rate budget). A lease that merely ran
+//!   out (an idle node stops renewing) is `Closed` until the next grant, never `Local`.
 //!
 //! What the core wants is published to the [`Slot`] (`want`: calls in flight + a small batch
 //! of queued events; `ceiling`; rate requests) and the client thread is nudged through a
@@ -132,7 +133,9 @@ impl SharedBudget {
     pub fn mode(&mut self, now: u64, permits: &mut Permits) -> Mode {
         let m = if now < self.valid_until {
             Mode::Shared
-        } else if self.on_unavailable == OnUnavailable::Local && self.health != Health::Unknown {
+        } else if self.on_unavailable == OnUnavailable::Local
+            && matches!(self.health, Health::Down(_))
+        {
             Mode::Local
         } else {
             Mode::Closed
@@ -347,6 +350,23 @@ mod tests {
         b.refresh(200 * MS, &mut p);
         assert_eq!(b.mode(200 * MS, &mut p), Mode::Shared);
         assert_eq!(p.max(), 3);
+    }
+
+    #[test]
+    fn an_idle_lease_that_ran_out_waits_for_redis_even_in_local_mode() {
+        let (mut b, slot) = budget(OnUnavailable::Local, false);
+        let mut p = Permits::new(0);
+        grant(&slot, 1, 2, 100 * MS);
+        b.refresh(0, &mut p);
+        assert_eq!(
+            b.mode(200 * MS, &mut p),
+            Mode::Closed,
+            "Redis is up: ask it"
+        );
+        assert_eq!(b.admit(200 * MS, &mut p), Err(0));
+        slot.store_health(Health::Down("refused".into()));
+        b.refresh(300 * MS, &mut p);
+        assert_eq!(b.mode(300 * MS, &mut p), Mode::Local);
     }
 
     #[test]

@@ -369,3 +369,75 @@ fn on_unavailable_local_falls_back_to_each_nodes_own_budget() {
     assert_eq!(sample_value(&m, "sluice_shared_redis_up", &label), 0.0);
     assert!(sample_value(&m, "sluice_shared_failures_total", &label) >= 1.0);
 }
+
+/// SIGSTOP / SIGCONT to a running server.
+fn signal(server: &Server, sig: libc::c_int) {
+    let pid = server.pid().expect("server runs");
+    // SAFETY: kill(2) with the PID of a child the harness spawned and has not reaped (so it
+    // cannot have been reused) and a valid signal number; no memory is involved.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(rc, 0, "kill({sig}): {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn a_paused_node_does_not_come_back_over_the_budget() {
+    let mut redis = Redis::start();
+    let ds = Downstream::start(Behavior {
+        delay: Duration::from_millis(200),
+        ..Behavior::default()
+    });
+    let uri = ds.uri("/sink");
+    let servers = nodes(3, &uri, "max_in_flight = 10", &redis, ", lease = \"1s\"");
+    post_all(&servers[..1], 40, "a");
+    assert!(
+        wait_until(Duration::from_secs(10), || ds.in_flight() == 10),
+        "node 0 never used the whole budget"
+    );
+    // Frozen with its queue full and its lease in hand: the others take over after the lease.
+    signal(&servers[0], libc::SIGSTOP);
+    let stopped = Instant::now();
+    post_all(&servers[1..], 40, "b");
+    let from_b =
+        |s: &[crate::downstream::Seen]| s.iter().filter(|x| x.body.starts_with(b"{\"b\"")).count();
+    assert!(
+        ds.wait(Duration::from_secs(5), |s| from_b(s) >= 10),
+        "the two live nodes did not take the budget over ({} calls)",
+        from_b(&ds.seen())
+    );
+    // Redis goes away: the live nodes stop at their lease's end.
+    redis.kill();
+    assert!(
+        wait_until(Duration::from_secs(3), || ds.in_flight() == 0),
+        "calls went on without a lease (in flight {})",
+        ds.in_flight()
+    );
+    // Node 0 wakes long after its lease ended and cannot reach Redis: it sends nothing, though
+    // its old calls were answered while it slept and its permits are free again.
+    // (Its lease ends at most `lease − margin` after its last sync, which preceded the stop.)
+    std::thread::sleep(Duration::from_millis(1200).saturating_sub(stopped.elapsed()));
+    signal(&servers[0], libc::SIGCONT);
+    let resumed = Instant::now();
+    while resumed.elapsed() < Duration::from_millis(1500) {
+        if ds.in_flight() != 0 {
+            let late: Vec<String> = ds
+                .seen()
+                .iter()
+                .filter(|x| x.at >= resumed)
+                .map(|x| String::from_utf8_lossy(&x.body).into_owned())
+                .collect();
+            panic!("a node sent on an expired lease: {late:?}");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    redis.spawn();
+    assert!(
+        ds.wait(Duration::from_secs(30), |s| s.len() >= 120),
+        "only {} of 120 delivered",
+        ds.count()
+    );
+    assert!(
+        ds.peak_concurrency() <= 10,
+        "peak {}",
+        ds.peak_concurrency()
+    );
+}
