@@ -8,6 +8,7 @@
 //! back; only then does the worker answer 202.
 #![warn(missing_debug_implementations)]
 
+pub mod cluster;
 pub mod config;
 pub mod dispatch;
 pub mod ingest;

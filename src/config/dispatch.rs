@@ -97,6 +97,10 @@ pub struct RawDestination {
     /// default). Default: the compiled-in Mozilla roots, no client certificate, the handler's
     /// host as server name. An error on an `http://` destination.
     pub tls: Option<super::tls::RawTls>,
+    /// Share this destination's `max_in_flight` and `rate` with other nodes through Redis
+    /// (see [`super::shared::RawShared`] for each key). Default: none (this node's own budget).
+    /// An error with `max_in_flight = "auto"`.
+    pub shared: Option<super::shared::RawShared>,
 }
 
 /// `max_in_flight`: a number or `"auto"`.
@@ -300,6 +304,8 @@ pub struct DestinationConfig {
     pub signing_key: Option<crate::ingest::secrets::Secret>,
     /// TLS client settings; `Some` exactly for `https://` handlers.
     pub tls: Option<super::tls::TlsConfig>,
+    /// `Some` when the budget (`max_in_flight`, `rate`) is shared through Redis.
+    pub shared: Option<super::shared::SharedConfig>,
 }
 
 impl DestinationConfig {
@@ -540,8 +546,19 @@ fn build_destination(
         retry: None,
         signing_secret: None,
         tls: None,
+        shared: None,
     });
     let (max_in_flight, adaptive) = build_max_in_flight(&key, &r)?;
+    let shared = match r.shared {
+        None => None,
+        Some(_) if adaptive.is_some() => {
+            return err(format!(
+                "{key}: shared budgets take a fixed max_in_flight, not \"auto\" (each node's \
+                 adaptive limit sees only its own calls; see README \"Several nodes\")"
+            ))
+        }
+        Some(raw) => Some(super::shared::build_shared(&key, &handler.uri, raw)?),
+    };
     let timeout = duration_or(
         &format!("{key}: timeout"),
         r.timeout,
@@ -630,6 +647,7 @@ fn build_destination(
     Ok(DestinationConfig {
         handler,
         tls,
+        shared,
         max_in_flight,
         adaptive,
         timeout,

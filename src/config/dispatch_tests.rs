@@ -507,3 +507,42 @@ fn max_pending_shares_and_reserved_fraction() {
     let ok = build("[dispatch]\nreserved_fraction = 0\n").unwrap();
     assert_eq!(ok.dispatch.reserved_fraction, 0.0);
 }
+
+#[test]
+fn shared_budgets_parse_and_refuse_what_they_cannot_do() {
+    let t = trig("a", "/a", "http://h/x");
+    let c = build(&format!(
+        "{t}[[destinations]]\nuri = \"http://h/x\"\nmax_in_flight = 20\n\
+         shared = {{ redis = \"redis://10.0.0.5:6380/1\", lease = \"2s\", on_unavailable = \"local\" }}\n"
+    ))
+    .unwrap();
+    let s = c.destinations[0].shared.as_ref().expect("shared");
+    assert_eq!(s.key, "http://h/x", "key defaults to the destination uri");
+    assert_eq!(s.lease, Duration::from_secs(2));
+    assert_eq!(s.on_unavailable, super::super::shared::OnUnavailable::Local);
+    assert_eq!(
+        (s.redis.host.as_str(), s.redis.port, s.redis.db),
+        ("10.0.0.5", 6380, 1)
+    );
+    let no_shared = build(&format!("{t}[[destinations]]\nuri = \"http://h/x\"\n")).unwrap();
+    assert!(no_shared.destinations[0].shared.is_none());
+
+    let e = |dest: &str| {
+        build(&format!(
+            "{t}[[destinations]]\nuri = \"http://h/x\"\n{dest}\n"
+        ))
+        .unwrap_err()
+        .0
+    };
+    let auto = e("max_in_flight = \"auto\"\nshared = { redis = \"redis://r\" }");
+    assert!(auto.contains("fixed max_in_flight, not \"auto\""), "{auto}");
+    let unknown = e("shared = { redis = \"redis://r\", lease_ms = 5 }");
+    assert!(unknown.contains("unknown field `lease_ms`"), "{unknown}");
+    let missing = e("shared = { key = \"k\" }");
+    assert!(missing.contains("missing field `redis`"), "{missing}");
+    let bad = e("shared = { redis = \"redis://r\", lease = \"20m\" }");
+    assert!(
+        bad.contains("destination \"http://h/x\": shared.lease"),
+        "{bad}"
+    );
+}

@@ -31,6 +31,7 @@ pub mod duration;
 pub mod flow;
 mod ingest;
 mod server;
+pub mod shared;
 pub mod shares;
 pub mod tls;
 

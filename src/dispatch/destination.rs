@@ -13,7 +13,9 @@
 //!    the probe decides when delivery resumes.
 //! 2. **Pause.** A 429/503 `Retry-After` pauses the whole destination until `paused_until`
 //!    → [`Gate::Wait`] `{ until: paused_until }`.
-//! 3. **Rate budget** (if configured) → `Wait { until: when a token is available }`.
+//! 3. **Rate budget** (if configured) → `Wait { until: when a token is available }`. With a
+//!    shared budget ([`crate::cluster::budget`]), first its lease (past it: `Wait`), then a free
+//!    permit, then a token reserved in the shared GCRA instead of the local one.
 //! 4. **Permits.** All `max_in_flight` out → `Wait { until: 0 }`: wait for a
 //!    [`DestinationState::complete`] to release one.
 //!
@@ -40,6 +42,7 @@ use super::circuit::{Circuit, CircuitCheck, CircuitState, Transition};
 use super::classify::Class;
 use super::permits::{Permit, Permits};
 use super::rate::RateBudget;
+use crate::cluster::budget::SharedBudget;
 use crate::config::{DestinationConfig, OnOpen};
 use crate::sync::gcra::ParamError;
 
@@ -79,6 +82,9 @@ pub struct DestinationState {
     on_open: OnOpen,
     /// `max_in_flight = "auto"`: the controller that sets the permit bound.
     adaptive: Option<AdaptiveLimit>,
+    /// `shared = { … }`: the cluster budget's local cache (`crate::cluster::budget`); the
+    /// permit bound follows its lease and its tokens replace the local rate budget.
+    shared: Option<SharedBudget>,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -94,6 +100,33 @@ impl DestinationState {
             paused_until: 0,
             on_open: OnOpen::Dlq,
             adaptive: None,
+            shared: None,
+        }
+    }
+
+    /// The same state under a shared budget: no permit until the first lease arrives.
+    pub fn with_shared(mut self, budget: SharedBudget) -> Self {
+        self.permits.set_max(0);
+        self.shared = Some(budget);
+        self
+    }
+
+    /// After the client thread stored a grant: reads it into the cache. False (and nothing
+    /// read) when the destination is not shared or nothing new arrived.
+    pub fn refresh_shared(&mut self, now: u64) -> bool {
+        match &mut self.shared {
+            Some(s) if s.take_fresh() => {
+                s.refresh(now, &mut self.permits);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// After a pump: tells the shared budget what the destination wants (`queued` events).
+    pub fn publish_shared(&mut self, queued: usize) {
+        if let Some(s) = &mut self.shared {
+            s.publish(self.permits.in_flight(), self.permits.max(), queued);
         }
     }
 
@@ -170,17 +203,34 @@ impl DestinationState {
                 until: self.paused_until,
             };
         }
-        if let Some(rate) = &self.rate {
-            if let Err(wait) = rate.peek(now) {
-                return Gate::Wait {
-                    until: now.saturating_add(wait).max(1),
-                };
+        // A shared budget (`crate::cluster::budget`): its lease, a free permit, then its rate
+        // tokens, which replace the local rate budget while it is in `Shared` mode.
+        let shared_rate = match &mut self.shared {
+            Some(s) => match s.check(now, &mut self.permits) {
+                Ok(uses_tokens) => uses_tokens,
+                Err(until) => return Gate::Wait { until },
+            },
+            None => false,
+        };
+        if !shared_rate {
+            if let Some(rate) = &self.rate {
+                if let Err(wait) = rate.peek(now) {
+                    return Gate::Wait {
+                        until: now.saturating_add(wait).max(1),
+                    };
+                }
             }
         }
         let Some(permit) = self.permits.try_acquire() else {
+            if let Some(s) = &mut self.shared {
+                s.held_back(now);
+            }
             return Gate::Wait { until: 0 };
         };
-        if let Some(rate) = &mut self.rate {
+        if let Some(s) = &mut self.shared {
+            s.went(now, shared_rate);
+        }
+        if let (false, Some(rate)) = (shared_rate, &mut self.rate) {
             // Peeked at the same `now` on the same state just above: cannot refuse.
             let taken = rate.try_take(now);
             debug_assert!(taken.is_ok());

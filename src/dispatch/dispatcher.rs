@@ -136,6 +136,10 @@ pub struct Dispatcher {
     slots: Slots,
     /// Jobs the gates released, waiting for a slot, FIFO (module docs).
     slot_wait: VecDeque<Job>,
+    /// Shared budgets (`crate::cluster`) not yet attached to their destination's state.
+    budgets: HashMap<usize, crate::cluster::budget::SharedBudget>,
+    /// Destinations of this core with a shared budget (checked for new grants every turn).
+    shared_dests: Vec<usize>,
 }
 
 impl Dispatcher {
@@ -169,7 +173,21 @@ impl Dispatcher {
             ),
             metrics,
             held: 0,
+            budgets: HashMap::new(),
+            shared_dests: Vec::new(),
         }
+    }
+
+    /// Attaches the shared budgets (`budget(d)` for each destination `d`; `None` when `d` is
+    /// not shared). Only the destinations this core owns ever use theirs.
+    pub fn with_budgets(
+        mut self,
+        budget: impl Fn(usize) -> Option<crate::cluster::budget::SharedBudget>,
+    ) -> Self {
+        self.budgets = (0..self.config.destinations.len())
+            .filter_map(|d| Some((d, budget(d)?)))
+            .collect();
+        self
     }
 
     /// Jobs this core holds (queued, waiting for a retry, or in flight).
@@ -184,12 +202,22 @@ impl Dispatcher {
 
     fn dest(&mut self, d: usize) -> &mut Dest {
         let config = &self.config;
+        let budgets = &mut self.budgets;
+        let shared_dests = &mut self.shared_dests;
         self.dests.entry(d).or_insert_with(|| {
             let c: &DestinationConfig = &config.destinations[d];
+            // Parameters were validated with the config, so this cannot fail; a failure would
+            // be a bug, and unlimited permits are not an acceptable fallback.
+            let state = DestinationState::from_config(c).expect("validated destination config");
+            let state = match budgets.remove(&d) {
+                Some(b) => {
+                    shared_dests.push(d);
+                    state.with_shared(b)
+                }
+                None => state,
+            };
             Dest {
-                // Parameters were validated with the config, so this cannot fail; a failure
-                // would be a bug, and unlimited permits are not an acceptable fallback.
-                state: DestinationState::from_config(c).expect("validated destination config"),
+                state,
                 policy: RetryPolicy::from(&c.retry),
                 queue: VecDeque::new(),
                 wake_at: 0,
@@ -347,9 +375,17 @@ impl Dispatcher {
         t
     }
 
-    /// Timers: due retries, destination wake-ups, attempt timeouts, idle connections.
+    /// Timers: due retries, destination wake-ups, attempt timeouts, idle connections; grants
+    /// of shared budgets stored since the last turn.
     pub fn on_tick(&mut self, now: u64, registry: &Registry, draining: bool) {
         let mut touched: Vec<usize> = Vec::new();
+        for &d in &self.shared_dests {
+            if let Some(dest) = self.dests.get_mut(&d) {
+                if dest.state.refresh_shared(now) {
+                    touched.push(d);
+                }
+            }
+        }
         while self.delayed.peek().is_some_and(|Reverse(d)| d.due <= now) {
             let Some(Reverse(d)) = self.delayed.pop() else {
                 break;
@@ -384,8 +420,16 @@ impl Dispatcher {
         }
     }
 
-    /// Starts as many queued jobs of destination `d` as its gate allows.
+    /// Starts as many queued jobs of destination `d` as its gate allows, then tells a shared
+    /// budget what the destination wants.
     fn pump_dest(&mut self, d: usize, now: u64, registry: &Registry) {
+        self.pump_gate(d, now, registry);
+        let dest = self.dest(d);
+        let queued = dest.queue.len();
+        dest.state.publish_shared(queued);
+    }
+
+    fn pump_gate(&mut self, d: usize, now: u64, registry: &Registry) {
         loop {
             let dest = self.dest(d);
             if dest.queue.is_empty() {

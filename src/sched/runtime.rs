@@ -391,6 +391,11 @@ fn start(run: Run) -> Result<(Handles, SocketAddr), RuntimeError> {
         .first()
         .map(|c| c.links.wakers.clone())
         .unwrap_or_default();
+    // Shared destination budgets (issue 13): the Redis client thread wakes the cores' loops.
+    run.shared
+        .cluster
+        .start(run.shared.clock.clone(), wakers.clone())
+        .map_err(io_err("starting the Redis client thread"))?;
     let mut threads = Vec::new();
     for (id, (listener, parts)) in run.listeners.into_iter().zip(run.cores).enumerate() {
         let w = Worker::new(id, listener, run.shared.clone(), hard_stop.clone(), parts)

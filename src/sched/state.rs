@@ -54,6 +54,8 @@ pub struct Shared {
     pub returns: ReturnSchedule,
     /// The cores' I/O backend, resolved at start-up from `server.io` (`net::io::select`).
     pub io_backend: crate::net::io::Backend,
+    /// Destination budgets shared with other nodes through Redis (issue 13).
+    pub cluster: crate::cluster::Cluster,
     // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
     // loop turn. `Relaxed` is enough: the phase carries no data with it, and a worker that sees
     // `Draining` one turn late only delays its drain by one poll timeout.
@@ -84,6 +86,7 @@ impl Shared {
         let body_budget = crate::sync::Arc::new(budget);
         let returns = ReturnSchedule::new(config.ingest.refill_per_sec);
         Shared {
+            cluster: crate::cluster::Cluster::from_config(&config),
             returns,
             config,
             clock,
@@ -143,6 +146,9 @@ impl Shared {
             Phase::Draining => Some("draining"),
             Phase::Ready if !self.wal_healthy() => Some("wal_unavailable"),
             Phase::Ready if self.backlog.is_saturated() => Some("saturated"),
+            Phase::Ready if self.cluster.not_ready_reason().is_some() => {
+                self.cluster.not_ready_reason()
+            }
             Phase::Ready => None,
         }
     }

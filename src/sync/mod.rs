@@ -11,12 +11,16 @@ pub use loom::sync::atomic;
 #[cfg(loom)]
 pub use loom::sync::Arc;
 #[cfg(loom)]
+pub use loom::sync::{Mutex, MutexGuard};
+#[cfg(loom)]
 pub use loom::thread;
 
 #[cfg(not(loom))]
 pub use std::sync::atomic;
 #[cfg(not(loom))]
 pub use std::sync::Arc;
+#[cfg(not(loom))]
+pub use std::sync::{Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub use std::thread;
 

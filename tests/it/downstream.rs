@@ -120,6 +120,11 @@ impl Downstream {
         self.state.seen.lock().unwrap().len()
     }
 
+    /// The requests it is serving now.
+    pub fn in_flight(&self) -> usize {
+        self.state.in_flight.load(Ordering::SeqCst)
+    }
+
     /// The most requests it was serving at the same time.
     pub fn peak_concurrency(&self) -> usize {
         self.state.peak.load(Ordering::SeqCst)

@@ -26,6 +26,7 @@
 //! - `wal_probe` (`--features failpoints`): `/readyz` recovers from `wal_unavailable` alone.
 //! - `wal_loss`: lost segment files and damaged acknowledged records are detected.
 //! - `https`: HTTPS destinations against a local rustls server with a generated CA.
+//! - `shared`: destination budgets shared by three nodes through a real `redis-server`.
 
 mod support;
 
@@ -54,6 +55,7 @@ mod isolation;
 mod percore;
 mod props;
 mod returns;
+mod shared;
 mod shutdown;
 mod tools;
 mod wal_loss;

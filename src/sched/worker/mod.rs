@@ -181,7 +181,8 @@ impl Worker {
                 shared: shared.metrics_dispatch.clone(),
             },
             pump.slots(),
-        );
+        )
+        .with_budgets(|d| shared.cluster.budget_for(d));
         Ok(Worker {
             id,
             poll,
