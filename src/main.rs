@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use sluice::config::{Config, Overrides, RawManifest};
+use sluice::config::{Config, Overrides};
 
 #[derive(Parser)]
 #[command(
@@ -64,6 +64,13 @@ enum Command {
     Wal {
         #[command(subcommand)]
         command: WalCommand,
+    },
+    /// Validate a manifest with the environment and print the effective configuration
+    /// (every default filled in, secrets redacted); exit 0 when valid, 2 naming the failing key.
+    Check {
+        /// TOML manifest.
+        #[arg(long)]
+        config: PathBuf,
     },
     /// Dead-letter queue tools (exit 4 when the entry does not exist).
     Dlq {
@@ -150,13 +157,6 @@ fn main() -> ExitCode {
             drain_grace,
             accept_wal_loss,
         } => {
-            let raw = match &config {
-                Some(path) => match Config::read_manifest(path) {
-                    Ok(raw) => raw,
-                    Err(e) => return fail(2, &e.to_string()),
-                },
-                None => RawManifest::default(),
-            };
             let overrides = Overrides {
                 listen,
                 data_dir,
@@ -166,9 +166,9 @@ fn main() -> ExitCode {
                 drain_grace,
                 accept_wal_loss,
             };
-            let cfg = match Config::build(raw, &|k| std::env::var(k).ok(), &overrides) {
+            let cfg = match Config::load(config.as_deref(), &overrides) {
                 Ok(c) => c,
-                Err(e) => return fail(2, &format!("invalid configuration: {e}")),
+                Err(e) => return fail(2, &e.to_string()),
             };
             for w in cfg.warnings() {
                 eprintln!("sluice: warning: {w}");
@@ -232,6 +232,16 @@ fn main() -> ExitCode {
             }
         }
         Command::Dlq { command } => dlq(command),
+        Command::Check { config } => match Config::load(Some(&config), &Overrides::default()) {
+            Ok(cfg) => {
+                for w in cfg.warnings() {
+                    eprintln!("sluice: warning: {w}");
+                }
+                print_line(sluice::config::render::render(&cfg).trim_end());
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(2, &e.to_string()),
+        },
     }
 }
 

@@ -27,6 +27,7 @@ mod budgets;
 pub mod dispatch;
 pub mod duration;
 pub mod flow;
+pub mod render;
 pub mod shares;
 pub mod tls;
 
@@ -428,6 +429,18 @@ impl Config {
             flow,
             admin_token: auth::admin_token(env)?,
         })
+    }
+
+    /// Reads the manifest at `path` (embedded defaults when `None`) and validates it with the
+    /// process environment and `overrides`: what `sluice serve` and `sluice check` start from,
+    /// and what a reload re-reads.
+    pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let raw = match path {
+            Some(p) => Self::read_manifest(p)?,
+            None => RawManifest::default(),
+        };
+        Self::build(raw, &|k| std::env::var(k).ok(), overrides)
+            .map_err(|e| ConfigError(format!("invalid configuration: {e}")))
     }
 
     /// Embedded defaults with the process environment: what `sluice serve` runs without a file.

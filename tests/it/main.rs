@@ -26,6 +26,7 @@
 //! - `wal_probe` (`--features failpoints`): `/readyz` recovers from `wal_unavailable` alone.
 //! - `wal_loss`: lost segment files and damaged acknowledged records are detected.
 //! - `https`: HTTPS destinations against a local rustls server with a generated CA.
+//! - `ops`: `sluice check`, the systemd unit, CLI progress, the dashboard, hot reload.
 
 mod support;
 
@@ -49,6 +50,7 @@ mod http_features;
 mod https;
 mod ingest;
 mod isolation;
+mod ops;
 mod percore;
 mod props;
 mod returns;
