@@ -97,3 +97,72 @@ fn check_exits_2_naming_the_failing_key() {
     let out = check("[[triggers]\n", &[]);
     assert_eq!(out.status.code(), Some(2), "{}", out.all());
 }
+
+// ---------------------------------------------------------------------------------------------
+// packaging/sluice.service
+// ---------------------------------------------------------------------------------------------
+
+const UNIT: &str = include_str!("../../packaging/sluice.service");
+
+/// `systemd-analyze verify` on the unit with `ExecStart` pointing at the binary under test (verify
+/// checks that the command exists). Any output fails: an unknown or misspelled directive is only a
+/// warning for systemd (exit 0), and a hardening line that is ignored is no hardening.
+#[test]
+fn systemd_unit_verifies_cleanly() {
+    let root = temp_root();
+    let unit = UNIT.replace("/usr/local/bin/sluice", BIN);
+    let path = root.path().join("sluice.service");
+    std::fs::write(&path, unit).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze (Debian package systemd; .ci/run installs it)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.trim().is_empty() && stdout.trim().is_empty(),
+        "systemd-analyze verify warned:\n{stdout}\n{stderr}"
+    );
+    // A misspelled directive is caught by the same check (the check can fail).
+    let bad = root.path().join("bad.service");
+    std::fs::write(
+        &bad,
+        UNIT.replace("/usr/local/bin/sluice", BIN)
+            .replace("LimitNOFILE", "LimitNOFILES"),
+    )
+    .unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("LimitNOFILES"));
+}
+
+/// What the issue requires of the unit, line by line: the drain on SIGTERM with a stop timeout
+/// longer than the default drain (drain_grace 2s + shutdown_timeout 30s), the data dir writable (and nothing else), the descriptor limit,
+/// reload by SIGHUP, no privileges.
+#[test]
+fn systemd_unit_has_the_drain_the_paths_and_the_limits() {
+    let lines: Vec<&str> = UNIT.lines().map(str::trim).collect();
+    for want in [
+        "KillSignal=SIGTERM",
+        "TimeoutStopSec=45s",
+        "ReadWritePaths=/var/lib/sluice",
+        "ProtectSystem=strict",
+        "LimitNOFILE=1048576",
+        "NoNewPrivileges=yes",
+        "CapabilityBoundingSet=",
+        "ExecReload=/bin/kill -HUP $MAINPID",
+        "RestartPreventExitStatus=2",
+    ] {
+        assert!(lines.contains(&want), "unit lacks {want:?}");
+    }
+    let exec = lines
+        .iter()
+        .find(|l| l.starts_with("ExecStart="))
+        .expect("ExecStart");
+    assert!(exec.contains("--data-dir /var/lib/sluice"), "{exec}");
+}
