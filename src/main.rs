@@ -206,7 +206,10 @@ fn main() -> ExitCode {
         }
         Command::Wal {
             command: WalCommand::Verify { data_dir },
-        } => match sluice::wal::tools::verify_all(&data_dir) {
+        } => match sluice::wal::tools::verify_all_with(
+            &data_dir,
+            &mut *sluice::tools::progress::on_stderr("records"),
+        ) {
             Ok(reports) => {
                 for r in reports.iter().filter(|r| r.is_clean()) {
                     println!("{r}");
@@ -223,7 +226,8 @@ fn main() -> ExitCode {
         } => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            match sluice::wal::tools::inspect_json(&data_dir, &mut out) {
+            let mut progress = sluice::tools::progress::on_stderr("events");
+            match sluice::wal::tools::inspect_json_with(&data_dir, &mut out, &mut *progress) {
                 Ok(()) => {
                     let _ = out.flush();
                     ExitCode::SUCCESS
@@ -314,7 +318,8 @@ fn replay_all(
         Ok(f) => f,
         Err(e) => return fail(2, &e),
     };
-    match dlq_tools::replay_all(data_dir, &filter, limit) {
+    let mut progress = sluice::tools::progress::on_stderr("entries");
+    match dlq_tools::replay_all_with(data_dir, &filter, limit, &mut *progress) {
         Ok(r) => {
             print_line(&format!(
                 "replayed {} remaining {}",

@@ -9,6 +9,7 @@ use super::format::{decode_payload, RecordRef};
 use super::recovery::scan_dir;
 pub use super::recovery::Finding;
 use super::{Lsn, WalError, WalReader};
+use crate::tools::progress::{Progress, Silent};
 use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -90,10 +91,22 @@ impl std::fmt::Display for VerifyReport {
 /// [`verify_log`], one report per log, in that order. `Err` only when a log cannot be read at
 /// all (I/O).
 pub fn verify_all(data_dir: &Path) -> Result<Vec<VerifyReport>, WalError> {
-    super::layout::log_dirs(&data_dir.join(WAL_SUBDIR))?
-        .iter()
-        .map(|l| verify_log(&l.dir))
-        .collect()
+    verify_all_with(data_dir, &mut Silent)
+}
+
+/// [`verify_all`], reporting each log's records to `progress` as they are checked.
+pub fn verify_all_with(
+    data_dir: &Path,
+    progress: &mut dyn Progress,
+) -> Result<Vec<VerifyReport>, WalError> {
+    let mut reports = Vec::new();
+    for l in super::layout::log_dirs(&data_dir.join(WAL_SUBDIR))? {
+        progress.begin(&format!("wal verify {}", l.name), None);
+        let report = verify_log_with(&l.dir, progress);
+        progress.end();
+        reports.push(report?);
+    }
+    Ok(reports)
 }
 
 /// [`verify_log`] of the log directly in `DATA_DIR/wal` (the legacy single-log layout; the
@@ -109,11 +122,16 @@ pub fn verify(data_dir: &Path) -> Result<VerifyReport, WalError> {
 /// segment and offset, and every missing LSN range. `Err` only when the log cannot be read at
 /// all (I/O).
 pub fn verify_log(dir: &Path) -> Result<VerifyReport, WalError> {
+    verify_log_with(dir, &mut Silent)
+}
+
+fn verify_log_with(dir: &Path, progress: &mut dyn Progress) -> Result<VerifyReport, WalError> {
     let dir = dir.to_owned();
     let mut valid = 0u64;
     let mut check = |_: &Path, _: u64, r: &RecordRef<'_>| {
         decode_payload(r.kind, r.payload).map_err(|e| format!("{:?} payload: {e}", r.kind))?;
         valid += 1;
+        progress.advance(1);
         Ok(())
     };
     let scan = scan_dir(&dir, &mut check)?;
@@ -203,14 +221,31 @@ fn hex(bytes: &[u8]) -> String {
 /// `"replay_of"` for a replayed event.
 /// Stops with `Err(Corrupt)` at damage; a torn tail just ends that log's output.
 pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError> {
+    inspect_json_with(data_dir, out, &mut Silent)
+}
+
+/// [`inspect_json`], reporting each log's events to `progress` as they are printed.
+pub fn inspect_json_with(
+    data_dir: &Path,
+    out: &mut dyn Write,
+    progress: &mut dyn Progress,
+) -> Result<(), WalError> {
     for log in super::layout::log_dirs(&data_dir.join(WAL_SUBDIR))? {
-        inspect_log(&log.dir, &log.name, out)?;
+        progress.begin(&format!("wal inspect {}", log.name), None);
+        let r = inspect_log(&log.dir, &log.name, out, progress);
+        progress.end();
+        r?;
     }
     let out_err = |e: std::io::Error| WalError::io(Path::new("<output>"), e);
     out.flush().map_err(out_err)
 }
 
-fn inspect_log(dir: &Path, name: &str, out: &mut dyn Write) -> Result<(), WalError> {
+fn inspect_log(
+    dir: &Path,
+    name: &str,
+    out: &mut dyn Write,
+    progress: &mut dyn Progress,
+) -> Result<(), WalError> {
     let mut reader = WalReader::open(dir)?;
     let out_err = |e: std::io::Error| WalError::io(Path::new("<output>"), e);
     while let Some(next) = reader.next_event() {
@@ -228,6 +263,7 @@ fn inspect_log(dir: &Path, name: &str, out: &mut dyn Write) -> Result<(), WalErr
         };
         serde_json::to_writer(&mut *out, &line).map_err(|e| out_err(e.into()))?;
         out.write_all(b"\n").map_err(out_err)?;
+        progress.advance(1);
     }
     Ok(())
 }

@@ -166,3 +166,151 @@ fn systemd_unit_has_the_drain_the_paths_and_the_limits() {
         .expect("ExecStart");
     assert!(exec.contains("--data-dir /var/lib/sluice"), "{exec}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Progress of long CLI commands
+// ---------------------------------------------------------------------------------------------
+
+/// A data dir holding `n` events in the WAL and `n` dead letters (a 400-answering downstream),
+/// server stopped.
+fn dead_lettered_data_dir(n: usize) -> (Server, crate::downstream::Downstream) {
+    use crate::downstream::{Behavior, Downstream};
+    let ds = Downstream::start(Behavior {
+        status: 400,
+        ..Behavior::default()
+    });
+    let uri = ds.uri("/sink");
+    let mut server = Server::start(crate::dispatch::big_buckets(Opts::config(
+        &crate::dispatch::manifest(&uri, "", ""),
+    )));
+    let mut c = server.client();
+    for i in 0..n {
+        accepted(&c.post("/hooks/t", format!("{{\"n\":{i}}}").as_bytes(), &[]));
+    }
+    let dir = server.data_dir();
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || {
+            crate::dispatch::dlq_list(&dir).len() >= n
+        }),
+        "not all dead-lettered"
+    );
+    server.stop();
+    (server, ds)
+}
+
+/// A pseudo-terminal: (master, slave). The slave is what a child gets as its stderr.
+fn open_pty() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: posix_openpt/grantpt/unlockpt/ptsname_r on a descriptor this function owns; the
+    // name buffer outlives the call and its length is passed; the returned descriptors are owned
+    // by the `File`s built from them and nothing else closes them.
+    unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(master >= 0, "posix_openpt");
+        assert_eq!(libc::grantpt(master), 0);
+        assert_eq!(libc::unlockpt(master), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(master, name.as_mut_ptr(), name.len()), 0);
+        let slave = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY);
+        assert!(slave >= 0, "open pty slave");
+        let ws = libc::winsize {
+            ws_row: 40,
+            ws_col: 120,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        libc::ioctl(slave, libc::TIOCSWINSZ, &ws);
+        (
+            std::fs::File::from_raw_fd(master),
+            std::fs::File::from_raw_fd(slave),
+        )
+    }
+}
+
+/// Runs `sluice args` with stdout piped and stderr on a pseudo-terminal; returns (exit status,
+/// stdout, what the terminal received).
+fn run_on_tty(args: &[&str]) -> (std::process::ExitStatus, String, String) {
+    use std::io::Read;
+    let (mut master, slave) = open_pty();
+    let child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(slave))
+        .spawn()
+        .expect("spawn sluice");
+    // Our copy of the slave went into the Command, dropped with it: once the child exits, the
+    // master reads EIO and the reader stops.
+    let reader = std::thread::spawn(move || {
+        let mut tty = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match master.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => tty.extend_from_slice(&buf[..n]),
+            }
+        }
+        tty
+    });
+    let out = child.wait_with_output().expect("wait sluice");
+    let tty = reader.join().unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&tty).into_owned(),
+    )
+}
+
+/// Progress drawing uses carriage returns and ANSI escapes; data never contains either.
+fn has_progress_bytes(s: &str) -> bool {
+    s.contains('\r') || s.contains("\x1b[")
+}
+
+#[test]
+fn long_cli_commands_draw_progress_on_a_tty_and_nothing_when_piped() {
+    let (server, _ds) = dead_lettered_data_dir(20);
+    let dir = server.data_dir();
+    let d = path_str(&dir);
+
+    // Piped: stdout is the data alone, stderr is empty; no progress byte anywhere.
+    let verify = run_cli(&["wal", "verify", "--data-dir", d]);
+    assert!(verify.status.success(), "{}", verify.all());
+    let inspect = run_cli(&["wal", "inspect", "--data-dir", d, "--json"]);
+    assert!(inspect.status.success(), "{}", inspect.all());
+    assert_eq!(inspect.stdout.lines().count(), 20, "{}", inspect.stdout);
+    for out in [&verify, &inspect] {
+        assert!(!has_progress_bytes(&out.all()), "{:?}", out.all());
+        assert!(out.stderr.is_empty(), "{:?}", out.stderr);
+    }
+
+    // On a TTY: a bar per log with the count, on stderr; stdout unchanged.
+    let (status, stdout, tty) = run_on_tty(&["wal", "inspect", "--data-dir", d, "--json"]);
+    assert!(status.success(), "{tty}");
+    assert_eq!(stdout, inspect.stdout, "progress must not touch the data");
+    assert!(tty.contains("wal inspect core-0"), "{tty:?}");
+    assert!(tty.contains(" events ("), "{tty:?}");
+    assert!(has_progress_bytes(&tty), "{tty:?}");
+    let (status, _, tty) = run_on_tty(&["wal", "verify", "--data-dir", d]);
+    assert!(status.success(), "{tty}");
+    assert!(
+        tty.contains("wal verify core-0") && tty.contains(" records ("),
+        "{tty:?}"
+    );
+
+    // Bulk DLQ replay: piped, the summary line alone; on a TTY, a bar with the total.
+    let out = run_cli(&["dlq", "replay", "--all", "--limit", "5", "--data-dir", d]);
+    assert!(out.status.success(), "{}", out.all());
+    assert_eq!(out.stdout, "replayed 5 remaining 15\n");
+    assert!(
+        out.stderr.is_empty() && !has_progress_bytes(&out.all()),
+        "{:?}",
+        out.all()
+    );
+    let (status, stdout, tty) = run_on_tty(&["dlq", "replay", "--all", "--data-dir", d]);
+    assert!(status.success(), "{tty}");
+    assert_eq!(stdout, "replayed 15 remaining 0\n");
+    assert!(
+        tty.contains("dlq replay") && tty.contains("15/15 entries"),
+        "{tty:?}"
+    );
+}
