@@ -30,6 +30,7 @@ pub mod flow;
 pub mod render;
 pub mod shares;
 pub mod tls;
+pub mod ui;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -141,6 +142,9 @@ pub struct RawServer {
     /// before the server stops reading its requests. One response may take a connection past
     /// it. Default: 64 KiB. Range: 4 KiB..=64 MiB.
     pub max_queued_response_bytes: Option<usize>,
+    /// Who may see the dashboard: `"public"`, `"token"` (the admin token) or `"off"`; see
+    /// [`ui`]. Default: `"public"` on a loopback listen address, `"token"` otherwise.
+    pub ui: Option<String>,
 }
 
 /// `[ingest]`
@@ -251,6 +255,8 @@ pub struct ServerConfig {
     pub max_pipeline_depth: usize,
     pub max_inflight_body_bytes: u64,
     pub max_queued_response_bytes: usize,
+    /// `server.ui` ([`ui::UiMode`]).
+    pub ui: ui::UiMode,
 }
 
 #[derive(Debug, Clone)]
@@ -375,6 +381,7 @@ impl Config {
         env: &dyn Fn(&str) -> Option<String>,
         overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
+        let ui_explicit = raw.server.ui.is_some();
         let server = build_server(raw.server, overrides)?;
         let mut ingest = build_ingest(raw.ingest, env)?;
         let wal = build_wal(raw.wal, overrides, server.max_body_bytes)?;
@@ -418,6 +425,12 @@ impl Config {
                 MAX_STORED_HEADERS - 1
             ));
         }
+        let admin_token = auth::admin_token(env)?;
+        if ui_explicit && server.ui == ui::UiMode::Token && admin_token.is_none() {
+            return err(format!(
+                "server.ui = \"token\" needs the admin token: set {ENV_ADMIN_TOKEN}"
+            ));
+        }
         Ok(Config {
             server,
             ingest,
@@ -427,7 +440,7 @@ impl Config {
             pump,
             dispatch,
             flow,
-            admin_token: auth::admin_token(env)?,
+            admin_token,
         })
     }
 
@@ -602,6 +615,7 @@ fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError
             max_body_bytes,
         )?,
         max_queued_response_bytes: budgets::queued_response_bytes(r.max_queued_response_bytes)?,
+        ui: ui::build(r.ui.as_deref(), listen)?,
     })
 }
 

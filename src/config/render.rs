@@ -87,6 +87,7 @@ fn server(o: &mut Out, cfg: &Config) {
     o.kv("max_pipeline_depth", s.max_pipeline_depth);
     o.kv("max_inflight_body_bytes", s.max_inflight_body_bytes);
     o.kv("max_queued_response_bytes", s.max_queued_response_bytes);
+    o.s("ui", s.ui.as_str());
 }
 
 fn ingest(o: &mut Out, cfg: &Config) {

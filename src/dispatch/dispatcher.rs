@@ -282,8 +282,20 @@ impl Dispatcher {
         }
     }
 
-    /// Starts as many queued jobs of destination `d` as its gate allows.
+    /// Starts as many queued jobs of destination `d` as its gate allows, then publishes its
+    /// state for `/api/v1/state`.
     fn pump_dest(&mut self, d: usize, now: u64, registry: &Registry) {
+        self.start_queued(d, now, registry);
+        let dest = self.dest(d);
+        let (circuit, paused, queued) = (
+            dest.state.circuit_state(),
+            dest.state.paused_until(),
+            dest.queue.len() as u64,
+        );
+        self.metrics.set_dest_state(d, circuit, paused, queued);
+    }
+
+    fn start_queued(&mut self, d: usize, now: u64, registry: &Registry) {
         loop {
             let dest = self.dest(d);
             if dest.queue.is_empty() {

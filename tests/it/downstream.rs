@@ -54,6 +54,8 @@ struct State {
     seen: Mutex<Vec<Seen>>,
     stop: AtomicBool,
     connections: AtomicUsize,
+    /// While set, every received request waits (unanswered) until [`Downstream::hold`] clears it.
+    hold: AtomicBool,
 }
 
 pub struct Downstream {
@@ -102,6 +104,16 @@ impl Downstream {
     /// `http://127.0.0.1:PORT{path}`
     pub fn uri(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    /// `true`: requests are received (and counted in flight) but not answered until `false`.
+    pub fn hold(&self, on: bool) {
+        self.state.hold.store(on, Ordering::SeqCst);
+    }
+
+    /// Requests received and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.state.in_flight.load(Ordering::SeqCst)
     }
 
     pub fn set(&self, b: Behavior) {
@@ -231,6 +243,9 @@ fn serve(stream: TcpStream, st: &State) {
         });
         if !b.delay.is_zero() {
             std::thread::sleep(b.delay);
+        }
+        while st.hold.load(Ordering::SeqCst) && !st.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(5));
         }
         st.in_flight.fetch_sub(1, Ordering::SeqCst);
         let mut resp = format!("HTTP/1.1 {} X\r\ncontent-length: 2\r\n", b.status);

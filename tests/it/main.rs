@@ -32,6 +32,7 @@ mod support;
 
 mod absorb;
 mod auth;
+mod browser;
 mod budgets;
 mod connections;
 mod crash;

@@ -314,3 +314,157 @@ fn long_cli_commands_draw_progress_on_a_tty_and_nothing_when_piped() {
         "{tty:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Dashboard: /ui in a real headless Chromium, /api/v1/state, server.ui
+// ---------------------------------------------------------------------------------------------
+
+/// Reads the dashboard's key values from the rendered DOM.
+const READ_DASHBOARD: &str = r#"
+const t = (id) => { const e = document.querySelector('[data-testid="' + id + '"]'); return e ? e.textContent : null; };
+const rows = [...document.querySelectorAll('[data-testid="destination"]')].map((tr) => ({
+  uri: tr.dataset.uri,
+  text_uri: tr.querySelector('[data-testid="dest-uri"]').textContent,
+  in_flight: tr.querySelector('[data-testid="dest-in-flight"]').textContent,
+  queued: tr.querySelector('[data-testid="dest-queued"]').textContent,
+  circuit: tr.querySelector('[data-testid="dest-circuit"]').textContent,
+}));
+return { backlog: t("backlog"), bound: t("backlog-bound"), status: t("status"),
+         pump: t("pump-outstanding"), admitted: t("admitted"), rows };
+"#;
+
+/// Every resource the page loaded (the document itself excluded) and every element that could
+/// load one.
+const READ_RESOURCES: &str = r#"
+return { loaded: performance.getEntriesByType("resource").map((e) => e.name),
+         origin: location.origin,
+         external_elements: document.querySelectorAll("script[src], link[href], img[src], iframe, object, embed, video, audio, source").length };
+"#;
+
+fn wait_dashboard(
+    browser: &crate::browser::Browser,
+    what: &str,
+    mut ok: impl FnMut(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let start = std::time::Instant::now();
+    loop {
+        let v = browser.eval(READ_DASHBOARD);
+        if ok(&v) {
+            return v;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "dashboard never showed {what}; last: {v}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Issue 14 acceptance: 30 events held by a stalled destination; Chromium renders `/ui` with
+/// `backlog` reading 30 and the destination's row showing its uri, 5 calls in flight of 5
+/// permits and 25 queued; then the downstream answers, and the same page shows the backlog
+/// drain to 0 without a reload. `/ui` loads nothing from outside.
+#[test]
+fn dashboard_in_chromium_follows_a_stalled_destination() {
+    use crate::downstream::{Behavior, Downstream};
+    let ds = Downstream::start(Behavior::default());
+    ds.hold(true);
+    let uri = ds.uri("/sink");
+    let server = Server::start(crate::dispatch::big_buckets(Opts::config(
+        &crate::dispatch::manifest(&uri, "max_in_flight = 5\ntimeout = \"60s\"", ""),
+    )));
+    let browser = crate::browser::Browser::start();
+    browser.goto(&format!("http://{}/ui", server.addr()));
+    let v = wait_dashboard(&browser, "an empty backlog and the destination", |v| {
+        v["backlog"] == "0" && v["rows"].as_array().is_some_and(|r| r.len() == 1)
+    });
+    assert_eq!(v["rows"][0]["uri"], uri.as_str(), "{v}");
+    assert_eq!(v["rows"][0]["text_uri"], uri.as_str(), "{v}");
+    assert_eq!(v["rows"][0]["circuit"], "closed", "{v}");
+
+    let mut c = server.client();
+    for i in 0..30 {
+        accepted(&c.post("/hooks/t", format!("{{\"n\":{i}}}").as_bytes(), &[]));
+    }
+    let v = wait_dashboard(&browser, "backlog 30 with 5 in flight", |v| {
+        v["backlog"] == "30"
+            && v["rows"][0]["in_flight"] == "5 / 5"
+            && v["rows"][0]["queued"] == "25"
+    });
+    assert_eq!(v["admitted"], "30", "{v}");
+    assert_eq!(
+        ds.in_flight(),
+        5,
+        "the downstream holds exactly the 5 permitted calls"
+    );
+
+    // The page loaded nothing but itself and its own API.
+    let r = browser.eval(READ_RESOURCES);
+    let origin = r["origin"].as_str().unwrap().to_string();
+    let loaded = r["loaded"].as_array().unwrap();
+    assert!(!loaded.is_empty(), "the page fetched its state: {r}");
+    for name in loaded {
+        let name = name.as_str().unwrap();
+        assert!(
+            name.starts_with(&format!("{origin}/api/v1/state")),
+            "/ui loaded {name} (only its own /api/v1/state is allowed)"
+        );
+    }
+    assert_eq!(r["external_elements"], 0, "{r}");
+    let page = server.get("/ui");
+    assert_eq!(page.status, 200);
+    assert!(page
+        .header("content-security-policy")
+        .unwrap()
+        .contains("default-src 'none'"));
+    let state = server.get("/api/v1/state");
+    assert_eq!(state.header("content-type"), Some("application/json"));
+    assert_eq!(state.json()["backlog"]["events"], 30);
+
+    // Released: the same page follows the drain.
+    ds.hold(false);
+    let v = wait_dashboard(&browser, "the backlog drained", |v| {
+        v["backlog"] == "0" && v["rows"][0]["in_flight"] == "0 / 5"
+    });
+    assert!(v["status"].as_str().unwrap().starts_with("updated"), "{v}");
+    assert_eq!(ds.count(), 30);
+}
+
+/// `server.ui`: `off` is 404 for both paths; `token` serves the static page but the state only
+/// with the admin token; explicit `token` without a token is a configuration error.
+#[test]
+fn ui_access_modes() {
+    let off = Server::start(Opts::config("[server]\nui = \"off\"\n"));
+    assert_eq!(off.get("/ui").status, 404);
+    assert_eq!(off.get("/api/v1/state").status, 404);
+
+    let token = Server::start(
+        Opts::config("[server]\nui = \"token\"\n").env("SLUICE_ADMIN_TOKEN", "s3cret-token"),
+    );
+    assert_eq!(token.get("/ui").status, 200);
+    let r = token.get("/api/v1/state");
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    let r = token.client().request(
+        "GET",
+        "/api/v1/state",
+        &[("Authorization", "Bearer wrong")],
+        b"",
+    );
+    assert_eq!(r.status, 401);
+    let r = token.client().request(
+        "GET",
+        "/api/v1/state",
+        &[("Authorization", "Bearer s3cret-token")],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["backlog"]["max_events"].as_u64().is_some());
+    assert_eq!(token.post("/api/v1/state", b"").status, 405);
+
+    let out = check("[server]\nui = \"token\"\n", &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", out.all());
+    assert!(out.stderr.contains("server.ui"), "{}", out.stderr);
+    let out = check("[server]\nui = \"open\"\n", &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", out.all());
+}

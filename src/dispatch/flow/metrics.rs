@@ -81,6 +81,15 @@ impl FlowMetrics {
         }
     }
 
+    /// Trigger `t`'s counts for `gate` (in [`DECISIONS`] order), if that gate is configured.
+    pub fn decisions(&self, t: usize, gate: usize) -> Option<[u64; DECISIONS.len()]> {
+        let cells = self.triggers.get(t)?;
+        if !*cells.configured.get(gate)? {
+            return None;
+        }
+        Some(std::array::from_fn(|d| cells.counts[gate][d].get()))
+    }
+
     pub fn get(&self, t: usize, gate: usize, decision: usize) -> u64 {
         self.triggers[t].counts[gate][decision].get()
     }

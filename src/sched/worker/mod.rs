@@ -618,6 +618,11 @@ impl Worker {
         }
         let shared = self.shared.clone();
         match shared.router.route(head.method.as_str(), head.path()) {
+            RouteMatch::Ops(ep @ (OpsEndpoint::Ui | OpsEndpoint::State)) => {
+                let a = crate::ops::dashboard::answer(&shared, ep, head.header("authorization"));
+                let h = a.headers();
+                self.push_ready(idx, Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
+            }
             RouteMatch::Ops(ep) => self.handle_ops(idx, ep, keep_alive, head_only),
             RouteMatch::Admin(route) => self.handle_admin(idx, route, head, keep_alive, head_only),
             RouteMatch::MethodNotAllowed(allow) => self.push_ready(
@@ -691,6 +696,8 @@ impl Worker {
             },
             // Rendered once for every scrape of this loop turn (`budgets.rs`).
             OpsEndpoint::Metrics => self.defer_scrape(idx, keep_alive, head_only),
+            // Answered in `handle` (they need the request's headers).
+            OpsEndpoint::Ui | OpsEndpoint::State => {}
         }
     }
 
