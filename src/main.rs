@@ -166,6 +166,10 @@ fn main() -> ExitCode {
                 drain_grace,
                 accept_wal_loss,
             };
+            let source = sluice::ops::reload::ReloadSource {
+                path: config.clone(),
+                overrides: overrides.clone(),
+            };
             let cfg = match Config::load(config.as_deref(), &overrides) {
                 Ok(c) => c,
                 Err(e) => return fail(2, &e.to_string()),
@@ -173,7 +177,7 @@ fn main() -> ExitCode {
             for w in cfg.warnings() {
                 eprintln!("sluice: warning: {w}");
             }
-            let result = sluice::sched::runtime::serve(cfg, &mut |addr| {
+            let result = sluice::sched::runtime::serve_reloadable(cfg, Some(source), &mut |addr| {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "sluice: listening on http://{addr}");
                 let _ = out.flush();

@@ -157,6 +157,35 @@ impl Dispatcher {
         })
     }
 
+    /// A reload's configuration (`ops::reload`; the set of destinations is the same, in the same
+    /// order): each destination already in use gets its new limits and retry schedule, then its
+    /// queue is pumped (a raised limit starts waiting jobs now). Attempts in flight keep running
+    /// under the settings they started with; the next attempts use the new ones.
+    pub fn reconfigure(&mut self, config: Arc<Config>, now: u64, registry: &Registry) {
+        let old = std::mem::replace(&mut self.config, config);
+        let mut ds: Vec<usize> = self.dests.keys().copied().collect();
+        ds.sort_unstable();
+        for d in ds {
+            let (Some(c), Some(o)) = (self.config.destinations.get(d), old.destinations.get(d))
+            else {
+                continue;
+            };
+            let dest = self.dests.get_mut(&d).expect("listed above");
+            // The rate parameters were validated with the config: this fails only for a
+            // hand-built one, which then keeps its old budget (and says so).
+            if let Err(e) = dest.state.reconfigure(c, o) {
+                eprintln!(
+                    "sluice: destination {}: rate not changed: {e}",
+                    c.handler.uri
+                );
+            }
+            dest.policy = RetryPolicy::from(&c.retry);
+            let limit = dest.state.limit() as u64;
+            self.metrics.set_permits(d, limit);
+            self.pump_dest(d, now, registry);
+        }
+    }
+
     /// Takes a job from the pump. While draining, jobs are only held (they stay pending in the
     /// WAL and are evaluated by the gates and delivered after the restart).
     pub fn accept(&mut self, job: Job, now: u64, registry: &Registry, draining: bool) {

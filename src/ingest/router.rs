@@ -60,6 +60,8 @@ pub enum AdminRoute {
     DlqReplay,
     /// `POST /admin/dlq/replay?reason=&trigger=&since=`: replay every matching dead letter.
     DlqBulkReplay,
+    /// `POST /admin/reload`: re-read and apply the configuration (`ops::reload`).
+    Reload,
     /// A known admin path with the wrong method; the value is the `Allow` header.
     MethodNotAllowed(&'static str),
     /// Under `/admin/` but no such route.
@@ -156,6 +158,8 @@ impl Router {
                 return RouteMatch::Admin(match rest {
                     "ping" if is_get => AdminRoute::Ping,
                     "ping" => AdminRoute::MethodNotAllowed(ALLOW_GET),
+                    "reload" if is_post => AdminRoute::Reload,
+                    "reload" => AdminRoute::MethodNotAllowed(ALLOW_POST),
                     "dlq/replay" if is_post => AdminRoute::DlqBulkReplay,
                     "dlq/replay" => AdminRoute::MethodNotAllowed(ALLOW_POST),
                     _ if dlq_replay_id(path).is_some() && is_post => AdminRoute::DlqReplay,

@@ -118,7 +118,8 @@ pub fn answer(shared: &Shared, ep: OpsEndpoint, authorization: Option<&[u8]>) ->
 
 /// The `/api/v1/state` document (README "Dashboard" lists its fields).
 pub fn state(shared: &Shared) -> Value {
-    let config = &shared.config;
+    let generation = shared.reload.current();
+    let config = &generation.config;
     let now = shared.clock.now_nanos();
     let now_ms = crate::sync::clock::unix_millis();
     let m = &shared.metrics;
@@ -198,6 +199,7 @@ pub fn state(shared: &Shared) -> Value {
         .collect();
     json!({
         "now_ms": now_ms,
+        "config_generation": generation.number,
         "phase": shared.not_ready_reason().unwrap_or("ready"),
         "ingest": {
             "admitted": admitted,

@@ -5,3 +5,5 @@
 //! `Arc<Config>` (see [`reload`]); neither blocks a core's loop.
 
 pub mod dashboard;
+pub mod reload;
+mod reload_diff;

@@ -49,6 +49,9 @@ pub struct Shared {
     pub scrapes: SharedRendering,
     /// `Retry-After` of `queue_full` / `ingest_saturated` refusals (issue 16).
     pub returns: ReturnSchedule,
+    /// The configuration generation cores pick up at the top of a turn (`ops::reload`).
+    /// `config` and `router` above stay the start-up generation: what a reload cannot change.
+    pub reload: crate::ops::reload::Published,
     // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
     // loop turn. `Relaxed` is enough: the phase carries no data with it, and a worker that sees
     // `Draining` one turn late only delays its drain by one poll timeout.
@@ -79,6 +82,7 @@ impl Shared {
         let returns = ReturnSchedule::new(config.ingest.refill_per_sec);
         Shared {
             returns,
+            reload: crate::ops::reload::Published::new(config.clone(), router.clone()),
             config,
             clock,
             router,

@@ -27,6 +27,7 @@
 //! - `wal_loss`: lost segment files and damaged acknowledged records are detected.
 //! - `https`: HTTPS destinations against a local rustls server with a generated CA.
 //! - `ops`: `sluice check`, the systemd unit, CLI progress, the dashboard, hot reload.
+//! - `reload`: hot reload by SIGHUP and `POST /admin/reload` with traffic flowing.
 
 mod support;
 
@@ -54,6 +55,7 @@ mod isolation;
 mod ops;
 mod percore;
 mod props;
+mod reload;
 mod returns;
 mod shutdown;
 mod tools;

@@ -79,7 +79,7 @@ impl Worker {
             return;
         };
         let route = match conn.reader.pending_head() {
-            Some(head) => match self.shared.router.route(head.method.as_str(), head.path()) {
+            Some(head) => match self.view.router().route(head.method.as_str(), head.path()) {
                 RouteMatch::Ingest { source, .. } => {
                     self.sources.get(source).count_refusal(Refusal::BodyBudget);
                     Route::Webhook

@@ -128,6 +128,8 @@ pub struct Worker {
     replays: replay::Replays,
     /// Connection budgets: deferred scrapes, the accept retry (`budgets.rs`).
     edge: budgets::Edge,
+    /// The configuration generation this core runs (`ops::reload`): its router for routing.
+    view: crate::ops::reload::CoreView,
 }
 
 impl Worker {
@@ -174,6 +176,7 @@ impl Worker {
             open: 0,
             metrics: shared.metrics.core(id),
             sources: SourceCache::new(shared.sources.clone()),
+            view: crate::ops::reload::CoreView::new(&shared.reload),
             shared,
             committer,
             pump,
@@ -238,6 +241,12 @@ impl Worker {
             // short (bounded work per event), and `Instant::now()` was most of a bucket
             // decision's cost.
             self.turn_now = self.now();
+            // A reload: this core switches to the new generation here, between two turns.
+            if let Some(next) = self.view.pick_up(&self.shared.reload) {
+                let (now, registry) = (self.turn_now, self.poll.registry());
+                let (dispatcher, pump) = (&mut self.dispatcher, &mut self.pump);
+                crate::ops::reload::apply_on_core(&next, dispatcher, pump, now, registry);
+            }
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept_all(),
@@ -617,7 +626,8 @@ impl Worker {
             }
         }
         let shared = self.shared.clone();
-        match shared.router.route(head.method.as_str(), head.path()) {
+        let router = self.view.router().clone();
+        match router.route(head.method.as_str(), head.path()) {
             RouteMatch::Ops(ep @ (OpsEndpoint::Ui | OpsEndpoint::State)) => {
                 let a = crate::ops::dashboard::answer(&shared, ep, head.header("authorization"));
                 let h = a.headers();
@@ -731,6 +741,11 @@ impl Worker {
                 return self.replay_dead_letter(idx, &id, keep_alive);
             }
             AdminRoute::DlqBulkReplay => return self.bulk_replay(idx, head, keep_alive),
+            AdminRoute::Reload => {
+                let (status, body) = crate::ops::reload::admin_answer(&self.shared.reload);
+                let b = body.as_bytes();
+                return self.push_ready(idx, Route::Admin, status, &[json], b, keep_alive, false);
+            }
             AdminRoute::MethodNotAllowed(allow) => (405, Some(("Allow", allow)), b"{}"),
             AdminRoute::NotFound => (404, None, br#"{"status":"not_found"}"#),
         };
