@@ -163,6 +163,23 @@ impl Dispatcher {
     /// under the settings they started with; the next attempts use the new ones.
     pub fn reconfigure(&mut self, config: Arc<Config>, now: u64, registry: &Registry) {
         let old = std::mem::replace(&mut self.config, config);
+        let flows = |c: &Config| -> Vec<(String, crate::config::FlowConfig)> {
+            let mut v: Vec<_> = c
+                .triggers
+                .iter()
+                .filter(|t| !t.flow.is_empty())
+                .map(|t| (t.id.clone(), t.flow.clone()))
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        };
+        let mut touched = Vec::new();
+        if flows(&old) != flows(&self.config) {
+            // Gates changed: every waiting event is offered to the new gates (`flow::rekey`).
+            let mut out = FlowOut::default();
+            self.flow.rekey(Arc::clone(&self.config), now, &mut out);
+            touched = self.apply_flow(out, now);
+        }
         let mut ds: Vec<usize> = self.dests.keys().copied().collect();
         ds.sort_unstable();
         for d in ds {
@@ -182,6 +199,11 @@ impl Dispatcher {
             dest.policy = RetryPolicy::from(&c.retry);
             let limit = dest.state.limit() as u64;
             self.metrics.set_permits(d, limit);
+            touched.push(d);
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for d in touched {
             self.pump_dest(d, now, registry);
         }
     }

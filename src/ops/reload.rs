@@ -17,7 +17,8 @@
 //! **What a reload applies** (everything else is refused with a message naming the key):
 //! - triggers added (without `verify`/`dedupe`, flow gates, `max_pending` or
 //!   `when_backlog_full = "absorb"`, whose per-trigger state is built at start), removed, or with
-//!   a new `path`, `provider` or `handler` (to a destination that exists). A removed trigger's
+//!   a new `path`, `provider`, `handler` (to a destination that exists) or new flow-control gates
+//!   (re-keyed without losing a waiting event: `dispatch::flow::rekey`). A removed trigger's
 //!   path answers 404; its events already accepted are still delivered (each core keeps the
 //!   handler of every trigger it has known).
 //! - per destination: `max_in_flight` (fixed limits; a raise applies at once, a cut applies as
@@ -28,7 +29,7 @@
 //!   settings (durability, write path, segment size), and the bounds sized at start (every
 //!   other `[server]`, `[ingest]`, `[orchestrator]`, `[dispatch]`, `[flow]` key, the admin
 //!   token, a destination's `circuit`, `tls` and adaptive limits, destinations added or
-//!   removed, a trigger's signature, dedupe, gates and backlog share).
+//!   removed, a trigger's signature, dedupe and backlog share).
 //!
 //! Reloads are serialized (a `try_lock`: a reload while one runs is refused as busy). The
 //! generation gauge and the result counters are plain atomics (`Relaxed`: counts carry no data).

@@ -140,7 +140,6 @@ fn triggers(old: &Config, new: &Config) -> Result<(), String> {
             Some(o) => {
                 let key = |k: &str| format!("trigger {:?}: {k}", n.id);
                 same(&key("verify/secrets/dedupe"), &o.auth, &n.auth)?;
-                same(&key("flow-control gates"), &o.flow, &n.flow)?;
                 same_dbg(
                     &key("when_backlog_full"),
                     &o.when_backlog_full,

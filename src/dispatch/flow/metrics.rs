@@ -13,6 +13,8 @@
 //! indexed by the trigger's position in the config, written by the trigger's owner core.
 #![forbid(unsafe_code)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::config::TriggerConfig;
 use crate::metrics::counter::Counter;
 use crate::metrics::prom::{MetricType, PromWriter};
@@ -34,7 +36,9 @@ const NAME: &str = "sluice_flow_control_total";
 #[derive(Debug)]
 struct TriggerCells {
     name: Box<str>,
-    configured: [bool; GATES.len()],
+    /// Gates rendered for this trigger: those of the start-up configuration, plus any a reload
+    /// gave it (`Relaxed`: a flag read at render time, set before the first count).
+    configured: [AtomicBool; GATES.len()],
     counts: [[Counter; DECISIONS.len()]; GATES.len()],
 }
 
@@ -53,14 +57,7 @@ impl FlowMetrics {
                     let f = &t.flow;
                     TriggerCells {
                         name: t.id.as_str().into(),
-                        configured: [
-                            f.batch.is_some(),
-                            f.debounce.is_some(),
-                            f.rate_limit.is_some(),
-                            f.throttle.is_some(),
-                            f.singleton.is_some(),
-                            f.concurrency.is_some(),
-                        ],
+                        configured: gates_of(f).map(AtomicBool::new),
                         counts: Default::default(),
                     }
                 })
@@ -81,10 +78,26 @@ impl FlowMetrics {
         }
     }
 
+    /// The cells of trigger `id`, if the start-up configuration named it.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.triggers.iter().position(|t| &*t.name == id)
+    }
+
+    /// Renders the gates `f` configures for trigger cells `t` from now on (a reload adding one).
+    pub fn mark_configured(&self, t: usize, f: &crate::config::FlowConfig) {
+        if let Some(cells) = self.triggers.get(t) {
+            for (c, on) in cells.configured.iter().zip(gates_of(f)) {
+                if on {
+                    c.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
     /// Trigger `t`'s counts for `gate` (in [`DECISIONS`] order), if that gate is configured.
     pub fn decisions(&self, t: usize, gate: usize) -> Option<[u64; DECISIONS.len()]> {
         let cells = self.triggers.get(t)?;
-        if !*cells.configured.get(gate)? {
+        if !cells.configured.get(gate)?.load(Ordering::Relaxed) {
             return None;
         }
         Some(std::array::from_fn(|d| cells.counts[gate][d].get()))
@@ -96,7 +109,12 @@ impl FlowMetrics {
 
     /// Renders the family; nothing at all when no trigger has a gate.
     pub fn render_prometheus(&self, w: &mut PromWriter) {
-        if !self.triggers.iter().any(|t| t.configured.contains(&true)) {
+        let on = |t: &TriggerCells, g: usize| t.configured[g].load(Ordering::Relaxed);
+        if !self
+            .triggers
+            .iter()
+            .any(|t| (0..GATES.len()).any(|g| on(t, g)))
+        {
             return;
         }
         w.header(
@@ -106,7 +124,7 @@ impl FlowMetrics {
         );
         for t in &self.triggers {
             for (g, gate) in GATES.iter().enumerate() {
-                if !t.configured[g] {
+                if !on(t, g) {
                     continue;
                 }
                 for (d, decision) in DECISIONS.iter().enumerate() {
@@ -119,6 +137,18 @@ impl FlowMetrics {
             }
         }
     }
+}
+
+/// The gates `f` configures, in [`GATES`] order.
+fn gates_of(f: &crate::config::FlowConfig) -> [bool; GATES.len()] {
+    [
+        f.batch.is_some(),
+        f.debounce.is_some(),
+        f.rate_limit.is_some(),
+        f.throttle.is_some(),
+        f.singleton.is_some(),
+        f.concurrency.is_some(),
+    ]
 }
 
 #[cfg(test)]

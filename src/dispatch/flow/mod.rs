@@ -43,6 +43,7 @@
 pub mod batch;
 pub mod key;
 pub mod metrics;
+mod rekey;
 pub mod window;
 
 use std::cmp::Reverse;
@@ -168,6 +169,9 @@ pub struct FlowEngine {
     by_id: HashMap<String, usize>,
     /// Indexed like `config.triggers`.
     gates: Vec<TriggerGates>,
+    /// Indexed like `config.triggers`: the trigger's cells in `metrics.flow` (built from the
+    /// start-up configuration; a reload may reorder the triggers).
+    metric_index: Vec<Option<usize>>,
     holds: HashMap<Lsn, Hold>,
     timers: BinaryHeap<Reverse<(u64, usize, Stage, String)>>,
     window_keys: usize,
@@ -192,7 +196,17 @@ impl FlowEngine {
             .iter()
             .map(|_| TriggerGates::default())
             .collect();
+        let metric_index = config
+            .triggers
+            .iter()
+            .map(|t| {
+                let m = metrics.flow.index_of(&t.id)?;
+                metrics.flow.mark_configured(m, &t.flow);
+                Some(m)
+            })
+            .collect();
         FlowEngine {
+            metric_index,
             max_window_keys: config.flow.max_gate_keys,
             config,
             metrics,
@@ -299,7 +313,9 @@ impl FlowEngine {
     }
 
     fn count(&self, t: usize, stage: Stage, d: Decision) {
-        self.metrics.flow.incr(t, stage as usize, d as usize);
+        if let Some(&Some(m)) = self.metric_index.get(t) {
+            self.metrics.flow.incr(m, stage as usize, d as usize);
+        }
     }
 
     fn hold(&mut self, lsn: Lsn, t: usize) -> &mut Hold {
