@@ -443,3 +443,70 @@ fn throttle_keys_with_waiters_are_not_evicted() {
     assert_eq!(r.engine.window_keys(), 1);
     assert_eq!(ready(&r.advance(MS)), vec![b]);
 }
+
+/// The manifest `Rig::new` builds, as a config (for a reload's new gates).
+fn rig_config(gates: &str) -> Arc<Config> {
+    let text = format!(
+        "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\nhandler = \"http://h/\"\n{gates}\n\
+         [[triggers]]\nid = \"plain\"\nprovider = \"p\"\npath = \"/plain\"\nhandler = \"http://h/\"\n"
+    );
+    let raw = Config::parse_manifest(&text).unwrap();
+    Arc::new(Config::build(raw, &|_| None, &Overrides::default()).unwrap())
+}
+
+#[test]
+fn rekey_offers_waiting_events_to_the_new_gates_and_keeps_in_progress_holds() {
+    let mut r = Rig::new("concurrency = { max = 1 }", "");
+    let (a, out) = r.offer("{}");
+    assert_eq!(ready(&out), vec![a]);
+    let (b, _) = r.offer("{}");
+    let (c, _) = r.offer("{}");
+    assert_eq!(r.engine.waiting(), 2);
+    // max 1 → 2: `a` still holds one slot, so `b` passes and `c` waits.
+    let mut out = FlowOut::default();
+    let now = r.now();
+    r.engine
+        .rekey(rig_config("concurrency = { max = 2 }"), now, &mut out);
+    assert_eq!(ready(&out), vec![b]);
+    assert!(out.skipped.is_empty());
+    assert_eq!(r.engine.waiting(), 1);
+    let out = r.release(a);
+    assert_eq!(
+        ready(&out),
+        vec![c],
+        "a's hold was carried over and released"
+    );
+    // Gates removed: nothing waits any more, a new event passes at once.
+    let mut out = FlowOut::default();
+    r.engine.rekey(rig_config(""), now, &mut out);
+    assert!(out.ready.is_empty() && r.engine.waiting() == 0);
+    let (d, out) = r.offer("{}");
+    assert_eq!(ready(&out), vec![d]);
+}
+
+#[test]
+fn rekey_keeps_an_unchanged_window_and_takes_every_kind_of_waiter() {
+    let gates = "throttle = { period = \"60s\", max = 1 }";
+    let mut r = Rig::new(gates, "");
+    let (a, out) = r.offer("{}");
+    assert_eq!(ready(&out), vec![a]);
+    let (b, out) = r.offer("{}");
+    assert!(out.ready.is_empty());
+    // Same throttle: its window survives, so `b` still waits (re-offered, not passed).
+    let mut out = FlowOut::default();
+    let now = r.now();
+    r.engine.rekey(rig_config(gates), now, &mut out);
+    assert!(out.ready.is_empty(), "{:?}", ready(&out));
+    assert_eq!(r.engine.waiting(), 1);
+    // A batch gate instead: `b` becomes a batch member, flushed by its timeout.
+    let mut out = FlowOut::default();
+    r.engine.rekey(
+        rig_config("batch = { size = 10, timeout = \"1s\" }"),
+        now,
+        &mut out,
+    );
+    assert!(out.ready.is_empty());
+    let out = r.advance(Duration::from_secs(1));
+    assert_eq!(out.ready.len(), 1, "one carrier");
+    assert_eq!(out.ready[0].lsns(), vec![b]);
+}
