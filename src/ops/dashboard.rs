@@ -119,7 +119,7 @@ pub fn answer(shared: &Shared, ep: OpsEndpoint, authorization: Option<&[u8]>) ->
 /// The `/api/v1/state` document (README "Dashboard" lists its fields).
 pub fn state(shared: &Shared) -> Value {
     let generation = shared.reload.current();
-    let config = &generation.config;
+    let config = &generation.value.config;
     let now = shared.clock.now_nanos();
     let now_ms = crate::sync::clock::unix_millis();
     let m = &shared.metrics;

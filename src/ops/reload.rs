@@ -43,6 +43,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::config::{Config, ConfigError, Overrides};
 use crate::ingest::router::Router;
 use crate::metrics::prom::{MetricType, PromWriter};
+use crate::sync::publish::{Publisher, Subscription, Versioned};
 
 pub use super::reload_diff::diff;
 
@@ -54,14 +55,16 @@ pub struct ReloadSource {
     pub overrides: Overrides,
 }
 
-/// One published configuration.
+/// One published configuration (its number, 1 at start and +1 per successful reload, is the
+/// [`Versioned::number`] it is published under).
 #[derive(Debug)]
 pub struct Generation {
-    /// 1 at start, +1 per successful reload.
-    pub number: u64,
     pub config: Arc<Config>,
     pub router: Arc<Router>,
 }
+
+/// A generation as the cores hold it.
+pub type Current = crate::sync::Arc<Versioned<Generation>>;
 
 /// Why a reload published nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,12 +101,8 @@ impl From<ConfigError> for ReloadError {
 /// The published generation (one per process, in `Shared`).
 #[derive(Debug)]
 pub struct Published {
-    // Written (Release) by the reloading thread after `current` holds the new generation; read
-    // (Acquire) by every core at the top of each loop turn. The Acquire pairs with that Release,
-    // and the mutex orders the `Arc` itself, so a core that sees number N finds generation N (or
-    // a later one) under the lock.
-    number: AtomicU64,
-    current: Mutex<Arc<Generation>>,
+    /// The generations (`sync::publish`: the protocol and its loom model).
+    generations: Publisher<Generation>,
     source: OnceLock<ReloadSource>,
     /// Serializes reloads.
     reloading: Mutex<()>,
@@ -115,12 +114,10 @@ impl Published {
     /// Generation 1: the start-up configuration and its router.
     pub fn new(config: Arc<Config>, router: Router) -> Published {
         Published {
-            number: AtomicU64::new(1),
-            current: Mutex::new(Arc::new(Generation {
-                number: 1,
+            generations: Publisher::new(Generation {
                 config,
                 router: Arc::new(router),
-            })),
+            }),
             source: OnceLock::new(),
             reloading: Mutex::new(()),
             ok: AtomicU64::new(0),
@@ -134,12 +131,12 @@ impl Published {
     }
 
     /// The current generation.
-    pub fn current(&self) -> Arc<Generation> {
-        Arc::clone(&self.current.lock().unwrap_or_else(|p| p.into_inner()))
+    pub fn current(&self) -> Current {
+        self.generations.current()
     }
 
     pub fn number(&self) -> u64 {
-        self.number.load(Ordering::Acquire)
+        self.generations.number()
     }
 
     /// `sluice_config_generation`, `sluice_config_reloads_total{result}`.
@@ -191,18 +188,14 @@ impl Published {
         let source = self.source.get().ok_or(ReloadError::NoSource)?;
         let next = Config::load(source.path.as_deref(), &source.overrides)?;
         let current = self.current();
-        diff(&current.config, &next).map_err(ReloadError::NeedsRestart)?;
+        diff(&current.value.config, &next).map_err(ReloadError::NeedsRestart)?;
         let router = Router::new(&next.triggers, next.ingest.default_route)
             .with_admin(next.admin_token.is_some());
-        let number = current.number + 1;
-        let generation = Arc::new(Generation {
-            number,
+        // Reloads are serialized by `reloading`, so `current` is still the latest here.
+        Ok(self.generations.publish(Generation {
             config: Arc::new(next),
             router: Arc::new(router),
-        });
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = generation;
-        self.number.store(number, Ordering::Release);
-        Ok(number)
+        }))
     }
 }
 
@@ -234,48 +227,43 @@ pub fn admin_answer(published: &Published) -> (u16, String) {
 /// A core's view: the generation it runs.
 #[derive(Debug)]
 pub struct CoreView {
-    current: Arc<Generation>,
+    sub: Subscription<Generation>,
 }
 
 impl CoreView {
     pub fn new(published: &Published) -> CoreView {
         CoreView {
-            current: published.current(),
+            sub: Subscription::new(&published.generations),
         }
     }
 
     /// At the top of a loop turn: the newer generation, if one was published since the last
     /// call (then this view runs it).
     #[inline]
-    pub fn pick_up(&mut self, published: &Published) -> Option<Arc<Generation>> {
-        if published.number() == self.current.number {
-            return None;
-        }
-        let next = published.current();
-        self.current = Arc::clone(&next);
-        Some(next)
+    pub fn pick_up(&mut self, published: &Published) -> Option<Current> {
+        self.sub.pick_up(&published.generations)
     }
 
     pub fn router(&self) -> &Arc<Router> {
-        &self.current.router
+        &self.sub.held().value.router
     }
 
     pub fn config(&self) -> &Arc<Config> {
-        &self.current.config
+        &self.sub.held().value.config
     }
 }
 
 /// Applies `next` to what one core owns: its dispatcher (destination limits, retry, timeouts)
 /// and its pump (trigger → destination). Called at the top of a loop turn.
 pub fn apply_on_core(
-    next: &Generation,
+    next: &Versioned<Generation>,
     dispatcher: &mut crate::dispatch::dispatcher::Dispatcher,
     pump: &mut crate::sched::pump::CorePump,
     now: u64,
     registry: &mio::Registry,
 ) {
-    pump.learn_handlers(&next.config.triggers);
-    dispatcher.reconfigure(Arc::clone(&next.config), now, registry);
+    pump.learn_handlers(&next.value.config.triggers);
+    dispatcher.reconfigure(Arc::clone(&next.value.config), now, registry);
 }
 
 /// The main thread's SIGHUP check (every 20 ms while it waits): a reload per signal received

@@ -81,7 +81,9 @@ fn server(old: &Config, new: &Config) -> Result<(), String> {
         &o.max_queued_response_bytes,
         &n.max_queued_response_bytes,
     )?;
-    same("server.ui", &o.ui, &n.ui)
+    same("server.ui", &o.ui, &n.ui)?;
+    // Catch-all: a `[server]` key added later is restart-only until the reload learns it.
+    same_dbg("[server]", o, n)
 }
 
 fn sections(old: &Config, new: &Config) -> Result<(), String> {
@@ -91,6 +93,7 @@ fn sections(old: &Config, new: &Config) -> Result<(), String> {
     same("wal.segment_bytes", &o.segment_bytes, &n.segment_bytes)?;
     same("wal.max_batch", &o.max_batch, &n.max_batch)?;
     same("wal.ring_capacity", &o.ring_capacity, &n.ring_capacity)?;
+    same_dbg("[wal]", o, n)?;
     same_dbg("[ingest]", &old.ingest, &new.ingest)?;
     same_dbg("orchestrator.pumps", &old.pump, &new.pump)?;
     same_dbg("[dispatch]", &old.dispatch, &new.dispatch)?;
@@ -130,6 +133,20 @@ fn destinations(old: &Config, new: &Config) -> Result<(), String> {
         )?;
         same(&key("circuit"), &o.circuit, &n.circuit)?;
         same(&key("tls"), &o.tls, &n.tls)?;
+        // Catch-all: everything but the live keys must be equal.
+        let mut live = n.clone();
+        live.max_in_flight = o.max_in_flight;
+        live.rate = o.rate;
+        live.timeout = o.timeout;
+        live.retry = o.retry;
+        live.headers = o.headers.clone();
+        live.signing_key = o.signing_key.clone();
+        if &live != o {
+            return Err(key(
+                "a setting other than max_in_flight, rate, timeout, retry, headers \
+                            and signing_secret cannot change without a restart",
+            ));
+        }
     }
     Ok(())
 }
@@ -146,6 +163,18 @@ fn triggers(old: &Config, new: &Config) -> Result<(), String> {
                     &n.when_backlog_full,
                 )?;
                 same(&key("max_pending"), &o.max_pending, &n.max_pending)?;
+                // Catch-all: everything but the live keys must be equal.
+                let mut live = n.clone();
+                live.path = o.path.clone();
+                live.provider = o.provider.clone();
+                live.handler = o.handler;
+                live.flow = o.flow.clone();
+                if &live != o {
+                    return Err(key(
+                        "a setting other than path, provider, handler and the flow \
+                                    gates cannot change without a restart",
+                    ));
+                }
             }
             None => new_trigger(n)?,
         }
