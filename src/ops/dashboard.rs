@@ -188,9 +188,11 @@ pub fn state(shared: &Shared) -> Value {
                     gates.insert(gate.to_string(), Value::Object(counts));
                 }
             }
+            let gate_waiting = d.flow.index_of(&t.id).map_or(0, |m| d.flow.waiting(m));
             json!({
                 "id": t.id,
                 "path": t.path,
+                "gate_waiting": gate_waiting,
                 "pending_events": events,
                 "pending_bytes": bytes,
                 "gates": gates,

@@ -327,6 +327,11 @@ fn reload_rekeys_flow_gates_without_losing_waiting_events() {
     assert_eq!(ds.count(), 2, "the throttle holds 8 events");
     let state = server.get("/api/v1/state").json();
     assert_eq!(state["triggers"][0]["pending_events"], 8, "{state}");
+    assert_eq!(state["triggers"][0]["gate_waiting"], 8, "{state}");
+    assert_eq!(
+        metric(&server, "sluice_flow_waiting_events", &[("trigger", "t")]),
+        8.0
+    );
 
     std::fs::write(manifest_path(&server), gated(100)).unwrap();
     let r = admin_reload(&server, Some(TOKEN));
@@ -353,4 +358,9 @@ fn reload_rekeys_flow_gates_without_losing_waiting_events() {
     };
     assert_eq!(flow("wait"), 8.0);
     assert_eq!(flow("pass"), 10.0);
+    assert_eq!(
+        metric(&server, "sluice_flow_waiting_events", &[("trigger", "t")]),
+        0.0,
+        "the gauge follows the re-keyed gates"
+    );
 }

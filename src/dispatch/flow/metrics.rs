@@ -13,7 +13,7 @@
 //! indexed by the trigger's position in the config, written by the trigger's owner core.
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use crate::config::TriggerConfig;
 use crate::metrics::counter::Counter;
@@ -40,6 +40,9 @@ struct TriggerCells {
     /// gave it (`Relaxed`: a flag read at render time, set before the first count).
     configured: [AtomicBool; GATES.len()],
     counts: [[Counter; DECISIONS.len()]; GATES.len()],
+    /// Events held in this trigger's gates now (`sluice_flow_waiting_events`), changed by the
+    /// owner core(s) by deltas (`Relaxed`: a gauge, carries no data).
+    waiting: AtomicI64,
 }
 
 /// The family for a fixed set of triggers.
@@ -59,6 +62,7 @@ impl FlowMetrics {
                         name: t.id.as_str().into(),
                         configured: gates_of(f).map(AtomicBool::new),
                         counts: Default::default(),
+                        waiting: AtomicI64::new(0),
                     }
                 })
                 .collect(),
@@ -76,6 +80,20 @@ impl FlowMetrics {
         {
             c.incr();
         }
+    }
+
+    /// `delta` more events held in trigger cells `t`'s gates.
+    pub fn add_waiting(&self, t: usize, delta: i64) {
+        if let Some(c) = self.triggers.get(t) {
+            c.waiting.fetch_add(delta, Ordering::Relaxed);
+        }
+    }
+
+    /// Events held in trigger cells `t`'s gates now.
+    pub fn waiting(&self, t: usize) -> u64 {
+        self.triggers
+            .get(t)
+            .map_or(0, |c| c.waiting.load(Ordering::Relaxed).max(0) as u64)
     }
 
     /// The cells of trigger `id`, if the start-up configuration named it.
@@ -134,6 +152,20 @@ impl FlowMetrics {
                         t.counts[g][d].get(),
                     );
                 }
+            }
+        }
+        w.header(
+            "sluice_flow_waiting_events",
+            "Events held in a trigger's flow-control gates now (batch, debounce, throttle, concurrency).",
+            MetricType::Gauge,
+        );
+        for (i, t) in self.triggers.iter().enumerate() {
+            if (0..GATES.len()).any(|g| on(t, g)) {
+                w.sample_u64(
+                    "sluice_flow_waiting_events",
+                    &[("trigger", &t.name)],
+                    self.waiting(i),
+                );
             }
         }
     }

@@ -282,7 +282,7 @@ impl FlowEngine {
         if ck.active == 0 && ck.waiters.is_empty() {
             self.gates[t].concurrency.remove(&k);
         }
-        self.waiting -= admitted.len();
+        self.note_waiting(t, -(admitted.len() as i64));
         for p in admitted {
             self.hold(p.job.lsn, t).concurrency = Some(k.clone());
             out.ready.push(p.job);
@@ -309,6 +309,15 @@ impl FlowEngine {
         if now >= self.idle_sweep_at {
             self.idle_sweep_at = now + IDLE_SWEEP_EVERY;
             self.sweep(now);
+        }
+    }
+
+    /// `delta` events more (or fewer) held in trigger `t`'s gates: the core's total and the
+    /// trigger's `sluice_flow_waiting_events`.
+    fn note_waiting(&mut self, t: usize, delta: i64) {
+        self.waiting = self.waiting.saturating_add_signed(delta as isize);
+        if let Some(&Some(m)) = self.metric_index.get(t) {
+            self.metrics.flow.add_waiting(m, delta);
         }
     }
 
@@ -394,7 +403,7 @@ impl FlowEngine {
                 g.size <= 1
             }
         };
-        self.waiting += 1;
+        self.note_waiting(t, 1);
         if full {
             self.count(t, Stage::Batch, Decision::Pass);
             self.flush_batch(t, key, out);
@@ -417,7 +426,7 @@ impl FlowEngine {
 
     fn flush_batch(&mut self, t: usize, key: &str, out: &mut FlowOut) {
         if let Some(b) = self.gates[t].batch.remove(key) {
-            self.waiting -= b.members.len();
+            self.note_waiting(t, -(b.members.len() as i64));
             out.ready.push(batch::carrier(b.members));
         }
     }
@@ -436,7 +445,7 @@ impl FlowEngine {
                 self.count(t, Stage::Debounce, Decision::Skip);
             }
             None => {
-                self.waiting += 1;
+                self.note_waiting(t, 1);
                 self.timers
                     .push(Reverse((deadline, t, Stage::Debounce, key.clone())));
                 self.gates[t].debounce.insert(
@@ -461,7 +470,7 @@ impl FlowEngine {
             return;
         }
         if let Some(d) = self.gates[t].debounce.remove(&key) {
-            self.waiting -= 1;
+            self.note_waiting(t, -1);
             self.run(t, d.latest, Stage::RateLimit, now, out);
         }
     }
@@ -567,7 +576,7 @@ impl FlowEngine {
         if let Some(at) = arm {
             self.timers.push(Reverse((at, t, Stage::Throttle, key)));
         }
-        self.waiting += 1;
+        self.note_waiting(t, 1);
         self.count(t, Stage::Throttle, Decision::Wait);
         None
     }
@@ -591,7 +600,7 @@ impl FlowEngine {
             let at = w.window.room_at(period).max(now + 1);
             self.timers.push(Reverse((at, t, Stage::Throttle, key)));
         }
-        self.waiting -= go.len();
+        self.note_waiting(t, -(go.len() as i64));
         for p in go {
             self.run(t, p, Stage::Singleton, now, out);
         }
@@ -623,7 +632,7 @@ impl FlowEngine {
         }
         self.seq += 1;
         c.waiters.insert((p.keys.rank, self.seq), p);
-        self.waiting += 1;
+        self.note_waiting(t, 1);
         self.count(t, Stage::Concurrency, Decision::Wait);
         None
     }

@@ -20,7 +20,9 @@ impl FlowEngine {
     /// Replaces the gates with those of `config` (see the module docs); decisions go to `out`.
     pub fn rekey(&mut self, config: Arc<Config>, now: u64, out: &mut FlowOut) {
         let mut waiting: Vec<Job> = Vec::new();
-        for g in &mut self.gates {
+        let mut taken = Vec::new();
+        for (t, g) in self.gates.iter_mut().enumerate() {
+            let before = waiting.len();
             for (_, b) in g.batch.drain() {
                 waiting.extend(b.members);
             }
@@ -34,6 +36,10 @@ impl FlowEngine {
             for c in g.concurrency.values_mut() {
                 waiting.extend(std::mem::take(&mut c.waiters).into_values().map(|p| p.job));
             }
+            taken.push((t, (waiting.len() - before) as i64));
+        }
+        for (t, n) in taken {
+            self.note_waiting(t, -n);
         }
         waiting.sort_by_key(|j| j.lsn);
         let old_config = Arc::clone(&self.config);

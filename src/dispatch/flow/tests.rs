@@ -462,6 +462,7 @@ fn rekey_offers_waiting_events_to_the_new_gates_and_keeps_in_progress_holds() {
     let (b, _) = r.offer("{}");
     let (c, _) = r.offer("{}");
     assert_eq!(r.engine.waiting(), 2);
+    assert_eq!(r.metrics.flow.waiting(0), 2, "the trigger's gauge");
     // max 1 → 2: `a` still holds one slot, so `b` passes and `c` waits.
     let mut out = FlowOut::default();
     let now = r.now();
