@@ -364,3 +364,56 @@ fn reload_rekeys_flow_gates_without_losing_waiting_events() {
         "the gauge follows the re-keyed gates"
     );
 }
+
+/// Shrinking `max_in_flight` from 10 to 3 with 10 calls held by the downstream: none is
+/// cancelled (all 10 stay in flight, each is answered and counted once, on its first attempt),
+/// and once they return at most 3 calls run at a time.
+#[test]
+fn shrinking_max_in_flight_waits_for_releases() {
+    let ds = Downstream::start(Behavior::default());
+    ds.hold(true);
+    let uri = ds.uri("/sink");
+    let server = start(&manifest(&uri, 10, false));
+    let mut c = server.client();
+    let mut ids = HashSet::new();
+    for i in 0..20 {
+        ids.insert(accepted(&c.post("/hooks/t", format!("{{\"n\":{i}}}").as_bytes(), &[])).0);
+    }
+    assert!(wait_until(Duration::from_secs(10), || ds.in_flight() == 10));
+    std::fs::write(manifest_path(&server), manifest(&uri, 3, false)).unwrap();
+    assert_eq!(admin_reload(&server, Some(TOKEN)).status, 200);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(ds.in_flight(), 10, "a cut limit cancelled calls in flight");
+    assert_eq!(ds.count(), 10, "no new call started past the new limit");
+    // Slow answers from now on, so the concurrency after the release is observable.
+    ds.set(Behavior {
+        delay: Duration::from_millis(100),
+        ..Behavior::default()
+    });
+    ds.hold(false);
+    // The 10 held calls return within milliseconds; the next ones take 100 ms each, so with
+    // the old limit 10 would run at once again and this never holds.
+    assert!(
+        wait_until(Duration::from_secs(5), || ds.in_flight() <= 3),
+        "{} in flight after the release",
+        ds.in_flight()
+    );
+    let mut peak_after = 0;
+    let started = Instant::now();
+    while (ds.count() < 20 || ds.in_flight() > 0) && started.elapsed() < Duration::from_secs(20) {
+        peak_after = peak_after.max(ds.in_flight());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let delivered = delivered_ids(&ds);
+    assert_eq!(delivered.iter().cloned().collect::<HashSet<_>>(), ids);
+    assert_eq!(delivered.len(), 20, "each once");
+    assert!(
+        ds.seen().iter().all(|s| s.attempt == 1),
+        "a call was retried"
+    );
+    assert!(
+        peak_after <= 3,
+        "{peak_after} calls at once after the cut to 3"
+    );
+    assert!(peak_after >= 1);
+}
