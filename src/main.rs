@@ -55,6 +55,9 @@ enum Command {
         /// exits 1 naming the missing ranges.
         #[arg(long)]
         accept_wal_loss: bool,
+        /// I/O backend: auto (io_uring where the kernel allows, else mio), mio or uring.
+        #[arg(long)]
+        io: Option<String>,
     },
     /// Open-loop HTTP/1.1 load generator (fixed rate or schedule; per-second timeline).
     Loadgen(sluice::tools::loadgen::LoadgenArgs),
@@ -156,6 +159,7 @@ fn main() -> ExitCode {
             pump_max_outstanding,
             drain_grace,
             accept_wal_loss,
+            io,
         } => {
             let overrides = Overrides {
                 listen,
@@ -165,6 +169,7 @@ fn main() -> ExitCode {
                 pump_max_outstanding,
                 drain_grace,
                 accept_wal_loss,
+                io,
             };
             let source = sluice::ops::reload::ReloadSource {
                 path: config.clone(),
@@ -230,8 +235,13 @@ fn main() -> ExitCode {
         } => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
+            // Dead letters' reasons from the DLQ (empty when it cannot be read: the outcome
+            // is still shown).
+            let reasons = sluice::dispatch::dlq_tools::reasons(&data_dir);
+            let reason = |id: &str| reasons.get(id).copied();
             let mut progress = sluice::tools::progress::on_stderr("events");
-            match sluice::wal::tools::inspect_json_with(&data_dir, &mut out, &mut *progress) {
+            let inspect = sluice::wal::tools::inspect_json_with;
+            match inspect(&data_dir, &mut out, &reason, &mut *progress) {
                 Ok(()) => {
                     let _ = out.flush();
                     ExitCode::SUCCESS

@@ -1,4 +1,4 @@
-//! Loom models of the durable-backlog bound (`sluice::sched::backlog`): per-trigger shares, the
+//! Loom models of the durable-backlog bound (`sluice::ingest::backlog`): per-trigger shares, the
 //! common pool, the events/bytes totals and the absorb budget are separate atomics, so their
 //! bounds must hold under every interleaving of reservations and releases.
 //!
@@ -11,7 +11,7 @@ use common::explore;
 
 use loom::sync::Arc;
 use loom::thread;
-use sluice::sched::backlog::{Backlog, Reserved, TriggerShare};
+use sluice::ingest::backlog::{Backlog, Reserved, TriggerShare};
 
 /// A backlog of `max` events whose triggers `ids` have explicit event shares `share` (the
 /// default route off: the pool is `max − Σ shares`).

@@ -805,7 +805,7 @@ pub(super) fn build_dispatch(
     )?;
     let reserved_fraction = r
         .reserved_fraction
-        .unwrap_or(crate::sched::shares::DEFAULT_RESERVED);
+        .unwrap_or(crate::ingest::shares::DEFAULT_RESERVED);
     if !(0.0..=1.0).contains(&reserved_fraction) {
         return err(format!(
             "dispatch.reserved_fraction = {reserved_fraction} is out of range (0 <= reserved_fraction <= 1)"
@@ -851,8 +851,8 @@ pub(super) fn when_backlog_full(
     id: &str,
     v: Option<&str>,
     auth: &super::TriggerAuth,
-) -> Result<crate::sched::backlog::WhenFull, ConfigError> {
-    use crate::sched::backlog::WhenFull;
+) -> Result<crate::ingest::backlog::WhenFull, ConfigError> {
+    use crate::ingest::backlog::WhenFull;
     match v {
         Some(text) => WhenFull::parse(text).ok_or_else(|| {
             ConfigError(format!(

@@ -423,7 +423,7 @@ fn dispatch_defaults_and_ranges() {
 
 #[test]
 fn when_backlog_full_defaults_by_verify_scheme_and_absorb_max_bytes_follows_the_wal_bound() {
-    use crate::sched::backlog::WhenFull;
+    use crate::ingest::backlog::WhenFull;
     let env = |k: &str| (k == "GH").then(|| "s3cret".to_owned());
     let text = "[server]\nworkers = 1\n[dispatch]\nmax_wal_bytes = 134217728\n\
                 [[triggers]]\nid = \"gh\"\nprovider = \"github\"\npath = \"/gh\"\nverify = \"github\"\nsecrets = [{ env = \"GH\" }]\n\
@@ -447,7 +447,7 @@ fn when_backlog_full_defaults_by_verify_scheme_and_absorb_max_bytes_follows_the_
         ]
     );
     assert_eq!(
-        crate::sched::backlog::absorbing_triggers(&c.triggers),
+        crate::ingest::backlog::absorbing_triggers(&c.triggers),
         ["gh", "plain-absorb"]
     );
     assert_eq!(c.dispatch.absorb_max_bytes, 134217728 / 10);

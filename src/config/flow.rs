@@ -37,6 +37,12 @@ pub const MAX_CONCURRENCY: u64 = 100_000;
 pub const MAX_BATCH_SIZE: u64 = 10_000;
 /// Default of `[flow] max_gate_keys`.
 pub const DEFAULT_MAX_GATE_KEYS: usize = 100_000;
+/// Default of `[flow] max_held`.
+pub const DEFAULT_MAX_HELD: usize = 10_000;
+/// Largest `[flow] max_held`.
+pub const MAX_MAX_HELD: usize = 1_000_000;
+/// Default of `[flow] max_held_bytes` (64 MiB).
+pub const DEFAULT_MAX_HELD_BYTES: u64 = 64 << 20;
 
 // ---------------------------------------------------------------------------------------------
 // Stage 1: raw tables.
@@ -112,6 +118,17 @@ pub struct RawFlowSection {
     /// waiters) are evicted to make room; if none is idle, the event uses the gate's shared
     /// `_overflow` key. Default: 100_000. Range: 1..=10_000_000.
     pub max_gate_keys: Option<usize>,
+    /// Most events one gate of one trigger holds (throttle queue, debounce keys, batch members
+    /// being collected, concurrency waiters; and, separately, events released by the gates
+    /// waiting for a `max_outstanding` slot). At the bound the trigger's events stay in the
+    /// log (still counted by the backlog bound, so ingest refuses once its share is full) and
+    /// are admitted in order as the gate releases some. Must be at least every `batch.size`.
+    /// Default: 10_000. Range: 1..=1_000_000.
+    pub max_held: Option<usize>,
+    /// Per core: most bytes of held events' bodies kept in memory. Past it, a newly held
+    /// event's body is dropped and read back from its log when the gate releases it (0: every
+    /// held event by reference). Default: 67_108_864 (64 MiB). Range: 0..=1_099_511_627_776.
+    pub max_held_bytes: Option<u64>,
 }
 
 /// The gate keys of one `[[triggers]]` entry, as written.
@@ -273,6 +290,8 @@ impl FlowConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlowSettings {
     pub max_gate_keys: usize,
+    pub max_held: usize,
+    pub max_held_bytes: u64,
 }
 
 pub(super) fn build_flow_settings(r: RawFlowSection) -> Result<FlowSettings, ConfigError> {
@@ -284,7 +303,39 @@ pub(super) fn build_flow_settings(r: RawFlowSection) -> Result<FlowSettings, Con
             1,
             10_000_000,
         )?,
+        max_held: super::ranged(
+            "flow.max_held",
+            r.max_held,
+            DEFAULT_MAX_HELD,
+            1,
+            MAX_MAX_HELD,
+        )?,
+        max_held_bytes: super::ranged(
+            "flow.max_held_bytes",
+            r.max_held_bytes,
+            DEFAULT_MAX_HELD_BYTES,
+            0,
+            1 << 40,
+        )?,
     })
+}
+
+/// A batch must fit in its gate: `batch.size <= [flow] max_held`, else the batch could never
+/// fill (a precise error, never a clamp).
+pub(super) fn check_batch_sizes(
+    triggers: &[super::TriggerConfig],
+    flow: &FlowSettings,
+) -> Result<(), ConfigError> {
+    for t in triggers {
+        if let Some(b) = t.flow.batch.as_ref().filter(|b| b.size > flow.max_held) {
+            return Err(ConfigError(format!(
+                "trigger {:?}: batch.size: {} is larger than flow.max_held ({}), the most events \
+                 a gate holds; raise flow.max_held or lower the size",
+                t.id, b.size, flow.max_held
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Flow-control durations: a positive integer with `ms`, `s`, `m`, `h`, `d` or `w` (weeks).
@@ -558,5 +609,36 @@ mod tests {
         assert_eq!(c.flow.max_gate_keys, DEFAULT_MAX_GATE_KEYS);
         let e = build("[flow]\nmax_gate_keys = 0").unwrap_err();
         assert!(e.0.contains("flow.max_gate_keys"), "{e}");
+    }
+
+    #[test]
+    fn max_held_range_and_batch_size_must_fit() {
+        assert_eq!(build("").unwrap().flow.max_held, DEFAULT_MAX_HELD);
+        assert_eq!(
+            build("").unwrap().flow.max_held_bytes,
+            DEFAULT_MAX_HELD_BYTES
+        );
+        assert_eq!(
+            build("[flow]\nmax_held_bytes = 0")
+                .unwrap()
+                .flow
+                .max_held_bytes,
+            0
+        );
+        let e = build("[flow]\nmax_held_bytes = 1099511627777").unwrap_err();
+        assert!(e.0.contains("flow.max_held_bytes"), "{e}");
+        let e = build("[flow]\nmax_held = 0").unwrap_err();
+        assert!(e.0.contains("flow.max_held = 0 is out of range"), "{e}");
+        let ok = build("batch = { size = 100, timeout = \"2s\" }\n[flow]\nmax_held = 100");
+        assert_eq!(
+            ok.unwrap().triggers[0].flow.batch.as_ref().unwrap().size,
+            100
+        );
+        let e =
+            build("batch = { size = 101, timeout = \"2s\" }\n[flow]\nmax_held = 100").unwrap_err();
+        assert!(
+            e.0.contains("\"t\"") && e.0.contains("batch.size: 101") && e.0.contains("max_held"),
+            "{e}"
+        );
     }
 }

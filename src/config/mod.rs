@@ -17,8 +17,10 @@
 //! | `HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC` | `[ingest] refill_per_sec` | 1024 |
 //! | `HARN_ORCHESTRATOR_PUMP_MAX_OUTSTANDING` | `[orchestrator] pumps.max_outstanding` | 64 |
 //! | `SLUICE_ADMIN_TOKEN` | (environment only; see [`auth`]) | unset: admin routes off |
+//! | `SLUICE_IO` | `[server] io` | `auto` |
 //!
-//! Destinations, the pump and the backlog bounds are in [`dispatch`]. Per-trigger signature
+//! Sections: `[server]` in `server.rs`, `[ingest]` (and its environment variables) in
+//! `ingest.rs`, both re-exported here. Destinations, the pump and the backlog bounds are in [`dispatch`]. Per-trigger signature
 //! verification and dedupe keys (`verify`, `secrets`, `tolerance`, `hmac`, `dedupe`) are
 //! validated in [`auth`].
 
@@ -27,12 +29,13 @@ mod budgets;
 pub mod dispatch;
 pub mod duration;
 pub mod flow;
+mod ingest;
 pub mod render;
+mod server;
 pub mod shares;
 pub mod tls;
 pub mod ui;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -45,11 +48,13 @@ pub use dispatch::{
 };
 pub use duration::parse_duration;
 pub use flow::{FlowConfig, FlowSettings};
-
-/// Environment variable names (Harn orchestrator contract).
-pub const ENV_GLOBAL_CAPACITY: &str = "HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY";
-pub const ENV_PER_SOURCE_CAPACITY: &str = "HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY";
-pub const ENV_REFILL_PER_SEC: &str = "HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC";
+use ingest::build_ingest;
+pub use ingest::{
+    IngestConfig, RawIngest, DEFAULT_STORED_HEADERS, ENV_GLOBAL_CAPACITY, ENV_PER_SOURCE_CAPACITY,
+    ENV_REFILL_PER_SEC, MAX_STORED_HEADERS,
+};
+use server::build_server;
+pub use server::{RawServer, ServerConfig, ENV_IO};
 
 /// A configuration error: which key, and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,90 +97,6 @@ pub struct RawManifest {
     pub dispatch: dispatch::RawDispatch,
     #[serde(default)]
     pub flow: flow::RawFlowSection,
-}
-
-/// `[server]`
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawServer {
-    /// Listen address. Default: `127.0.0.1:8080`.
-    pub listen: Option<String>,
-    /// Data directory; the WAL lives in `<data_dir>/wal`. Default: `./sluice-data`.
-    pub data_dir: Option<PathBuf>,
-    /// Worker threads (one event loop each). Default: available cores. Range: 1..=256.
-    pub workers: Option<usize>,
-    /// Open connections per worker; past it new connections get `503` and are closed.
-    /// Default: 4096. Range: 1..=1_000_000.
-    pub max_connections_per_core: Option<usize>,
-    /// Time allowed to receive a request head (from its first byte, or from the connection's
-    /// start). Past it: `408` and close. Default: `10s`.
-    pub header_timeout: Option<String>,
-    /// Time allowed to receive a request body after its head. Past it: `408` and close.
-    /// Default: `30s`.
-    pub body_timeout: Option<String>,
-    /// Idle keep-alive connections are closed after this long. Default: `60s`.
-    pub idle_timeout: Option<String>,
-    /// On SIGTERM/SIGINT, time given to in-flight requests before exit (counted after
-    /// `drain_grace`). Default: `30s`.
-    pub shutdown_timeout: Option<String>,
-    /// On SIGTERM/SIGINT, `/readyz` answers `503 draining` at once, but the listener stays open
-    /// and requests are served as usual for this long, so a load balancer polling `/readyz` can
-    /// take the instance out of rotation before it stops accepting. `0s`: stop accepting at
-    /// once. Default: `2s`. Range: `0s..=365d`.
-    pub drain_grace: Option<String>,
-    /// Largest accepted request body; larger gets `413`. Default: 10 MiB. Range: 1..=32 MiB
-    /// (the WAL's record bound, `wal::MAX_BODY_BYTES`).
-    pub max_body_bytes: Option<u64>,
-    /// Largest request head; larger gets `431`. Default: 16 KiB. Range: 1 KiB..=1 MiB.
-    pub max_head_bytes: Option<usize>,
-    /// Longest request target; longer gets `414`. Default: 8 KiB. Range: 64..=max_head_bytes.
-    pub max_uri_bytes: Option<usize>,
-    /// Requests one connection may have queued (pipelined) before the server stops reading
-    /// from it. Default: 16. Range: 1..=1024.
-    pub max_pipeline_depth: Option<usize>,
-    /// Bytes of request bodies being received at once, over all connections and cores: a
-    /// declared `Content-Length` is reserved when the head arrives, a chunked body as it grows.
-    /// A body the budget cannot cover is refused at once with `503 body_budget` and is not
-    /// read. Default: 256 MiB. Range: `max_body_bytes`..=64 GiB.
-    pub max_inflight_body_bytes: Option<u64>,
-    /// Response bytes one connection may have queued (unsent because the client does not read)
-    /// before the server stops reading its requests. One response may take a connection past
-    /// it. Default: 64 KiB. Range: 4 KiB..=64 MiB.
-    pub max_queued_response_bytes: Option<usize>,
-    /// Who may see the dashboard: `"public"`, `"token"` (the admin token) or `"off"`; see
-    /// [`ui`]. Default: `"public"` on a loopback listen address, `"token"` otherwise.
-    pub ui: Option<String>,
-}
-
-/// `[ingest]`
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawIngest {
-    /// Global bucket capacity. Default: 4096. Range: ≥ 1. Env `HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY`.
-    pub global_capacity: Option<u64>,
-    /// Per-source bucket capacity. Default: 1024. Range: ≥ 1. Env `HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY`.
-    pub per_source_capacity: Option<u64>,
-    /// Tokens per second added to every bucket. Default: 1024. Range: ≥ 1. Env `HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC`.
-    pub refill_per_sec: Option<u64>,
-    /// Distinct sources with their own bucket; later sources share the `_overflow` bucket.
-    /// Default: 10000. Range: 1..=1_000_000.
-    pub max_sources: Option<usize>,
-    /// Sources with their own per-source series in `/metrics` (the N with the most accepted
-    /// plus refused requests at scrape time); all others are summed into `source="_other"`.
-    /// Default: 100. Range: 0..=10_000.
-    pub metrics_top_sources: Option<usize>,
-    /// How long a request waits for room in the full WAL ring before `503 wal_busy`.
-    /// Default: `50ms`.
-    pub offer_timeout: Option<String>,
-    /// Serve the embedded route `POST /webhooks/{source}`. Default: true.
-    pub default_route: Option<bool>,
-    /// Request headers stored with each event (case-insensitive names), besides
-    /// `content-type`, which is always kept. At most 32 (31 when a trigger has `dedupe`, whose
-    /// key takes one slot). Default: a list of common provider delivery and signature headers.
-    pub stored_headers: Option<Vec<String>>,
-    /// Most dedupe keys held across triggers; past it the oldest are evicted (README
-    /// "Signatures and dedupe"). Default: 1_000_000. Range: 1..=100_000_000.
-    pub dedupe_max_keys: Option<usize>,
 }
 
 /// `[wal]`
@@ -238,42 +159,6 @@ pub struct RawTrigger {
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Debug, Clone)]
-pub struct ServerConfig {
-    pub listen: SocketAddr,
-    pub data_dir: PathBuf,
-    pub workers: usize,
-    pub max_connections_per_core: usize,
-    pub header_timeout: Duration,
-    pub body_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub shutdown_timeout: Duration,
-    /// Serving on after SIGTERM/SIGINT, before accepting stops (`RawServer::drain_grace`).
-    pub drain_grace: Duration,
-    pub max_body_bytes: u64,
-    pub max_head_bytes: usize,
-    pub max_uri_bytes: usize,
-    pub max_pipeline_depth: usize,
-    pub max_inflight_body_bytes: u64,
-    pub max_queued_response_bytes: usize,
-    /// `server.ui` ([`ui::UiMode`]).
-    pub ui: ui::UiMode,
-}
-
-#[derive(Debug, Clone)]
-pub struct IngestConfig {
-    pub global_capacity: u64,
-    pub per_source_capacity: u64,
-    pub refill_per_sec: u64,
-    pub max_sources: usize,
-    pub metrics_top_sources: usize,
-    pub offer_timeout: Duration,
-    pub default_route: bool,
-    /// Lower-cased header names stored with each event (always includes `content-type`).
-    pub stored_headers: Vec<String>,
-    pub dedupe_max_keys: usize,
-}
-
-#[derive(Debug, Clone)]
 pub struct WalSettings {
     pub durability: crate::wal::Durability,
     pub segment_bytes: u64,
@@ -299,7 +184,7 @@ pub struct TriggerConfig {
     /// Flow-control gates (none by default).
     pub flow: FlowConfig,
     /// What this trigger's events do when the durable backlog is full.
-    pub when_backlog_full: crate::sched::backlog::WhenFull,
+    pub when_backlog_full: crate::ingest::backlog::WhenFull,
     /// Guaranteed share of the durable backlog (`None` values: the default share).
     pub max_pending: shares::MaxPending,
 }
@@ -333,25 +218,9 @@ pub struct Overrides {
     pub drain_grace: Option<String>,
     /// `--accept-wal-loss` (there is no manifest key: it is a decision for one start).
     pub accept_wal_loss: bool,
+    /// `--io` (wins over `SLUICE_IO` and `server.io`).
+    pub io: Option<String>,
 }
-
-/// Default headers stored with each event besides `content-type`.
-pub const DEFAULT_STORED_HEADERS: &[&str] = &[
-    "user-agent",
-    "x-request-id",
-    "x-github-event",
-    "x-github-delivery",
-    "x-hub-signature-256",
-    "stripe-signature",
-    "x-slack-signature",
-    "x-slack-request-timestamp",
-    "webhook-id",
-    "webhook-timestamp",
-    "webhook-signature",
-];
-
-/// Most stored headers per event (bounds the per-event header block in the WAL).
-pub const MAX_STORED_HEADERS: usize = 32;
 
 /// `[A-Za-z0-9._-]{1,64}`: the shape of a source or trigger id.
 pub fn is_valid_id(s: &str) -> bool {
@@ -382,7 +251,13 @@ impl Config {
         overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
         let ui_explicit = raw.server.ui.is_some();
-        let server = build_server(raw.server, overrides)?;
+        let mut server = build_server(raw.server, overrides)?;
+        if overrides.io.is_none() {
+            if let Some(v) = env(ENV_IO) {
+                server.io = crate::net::io::IoMode::parse(&v)
+                    .map_err(|e| ConfigError(format!("environment variable {ENV_IO}: {e}")))?;
+            }
+        }
         let mut ingest = build_ingest(raw.ingest, env)?;
         let wal = build_wal(raw.wal, overrides, server.max_body_bytes)?;
         let handlers: Vec<(String, Option<String>)> = raw
@@ -399,6 +274,7 @@ impl Config {
         let pump = dispatch::build_pump(raw.orchestrator, env, overrides)?;
         let dispatch = dispatch::build_dispatch(raw.dispatch, wal.segment_bytes, server.workers)?;
         let flow = flow::build_flow_settings(raw.flow)?;
+        flow::check_batch_sizes(&triggers, &flow)?;
         shares::check_sums(&triggers, &dispatch)?;
         // A gate key can only read headers stored with the event: add them to the stored set.
         for t in &triggers {
@@ -522,209 +398,6 @@ fn ranged<T: PartialOrd + std::fmt::Display + Copy>(
         return err(format!("{key} = {x} is out of range ({lo}..={hi})"));
     }
     Ok(x)
-}
-
-fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError> {
-    let listen_text = o
-        .listen
-        .clone()
-        .or(r.listen)
-        .unwrap_or_else(|| "127.0.0.1:8080".into());
-    let listen: SocketAddr = listen_text.parse().map_err(|_| {
-        ConfigError(format!(
-            "listen: {listen_text:?} is not an address like 127.0.0.1:8080"
-        ))
-    })?;
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let workers = ranged("server.workers", o.workers.or(r.workers), cores, 1, 256)?;
-    let max_head_bytes = ranged(
-        "server.max_head_bytes",
-        r.max_head_bytes,
-        16 * 1024,
-        1024,
-        1 << 20,
-    )?;
-    let max_body_bytes = ranged(
-        "server.max_body_bytes",
-        r.max_body_bytes,
-        10 << 20,
-        1,
-        crate::wal::MAX_BODY_BYTES as u64,
-    )?;
-    Ok(ServerConfig {
-        listen,
-        data_dir: o
-            .data_dir
-            .clone()
-            .or(r.data_dir)
-            .unwrap_or_else(|| PathBuf::from("./sluice-data")),
-        workers,
-        max_connections_per_core: ranged(
-            "server.max_connections_per_core",
-            r.max_connections_per_core,
-            4096,
-            1,
-            1_000_000,
-        )?,
-        header_timeout: duration_or(
-            "server.header_timeout",
-            r.header_timeout,
-            Duration::from_secs(10),
-        )?,
-        body_timeout: duration_or(
-            "server.body_timeout",
-            r.body_timeout,
-            Duration::from_secs(30),
-        )?,
-        idle_timeout: duration_or(
-            "server.idle_timeout",
-            r.idle_timeout,
-            Duration::from_secs(60),
-        )?,
-        shutdown_timeout: duration_or(
-            "server.shutdown_timeout",
-            r.shutdown_timeout,
-            Duration::from_secs(30),
-        )?,
-        drain_grace: match o.drain_grace.clone().or(r.drain_grace) {
-            None => Duration::from_secs(2),
-            Some(t) => duration::parse_duration_or_zero(&t)
-                .map_err(|e| ConfigError(format!("server.drain_grace: {e}")))?,
-        },
-        max_body_bytes,
-        max_head_bytes,
-        // Default: 8 KiB, or the head limit if smaller (the target is part of the head).
-        max_uri_bytes: ranged(
-            "server.max_uri_bytes",
-            r.max_uri_bytes,
-            (8 * 1024).min(max_head_bytes),
-            64,
-            max_head_bytes,
-        )?,
-        max_pipeline_depth: ranged(
-            "server.max_pipeline_depth",
-            r.max_pipeline_depth,
-            16,
-            1,
-            1024,
-        )?,
-        max_inflight_body_bytes: budgets::inflight_body_bytes(
-            r.max_inflight_body_bytes,
-            max_body_bytes,
-        )?,
-        max_queued_response_bytes: budgets::queued_response_bytes(r.max_queued_response_bytes)?,
-        ui: ui::build(r.ui.as_deref(), listen)?,
-    })
-}
-
-/// Reads a positive integer from the environment; a set but invalid value is an error.
-fn env_u64(env: &dyn Fn(&str) -> Option<String>, key: &str) -> Result<Option<u64>, ConfigError> {
-    match env(key) {
-        None => Ok(None),
-        Some(v) => match v.trim().parse::<u64>() {
-            Ok(n) if n >= 1 => Ok(Some(n)),
-            _ => err(format!(
-                "environment variable {key}={v:?} must be a positive integer"
-            )),
-        },
-    }
-}
-
-fn build_ingest(
-    r: RawIngest,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<IngestConfig, ConfigError> {
-    let positive = |key: &str, env_key: &str, manifest: Option<u64>, default: u64| {
-        let v = match env_u64(env, env_key)? {
-            Some(v) => v,
-            None => manifest.unwrap_or(default),
-        };
-        if v == 0 || v > 1 << 40 {
-            return err(format!(
-                "ingest.{key} = {v} is out of range (1..={})",
-                1u64 << 40
-            ));
-        }
-        Ok(v)
-    };
-    let mut stored = vec!["content-type".to_string()];
-    let names: Vec<String> = match r.stored_headers {
-        Some(list) => list,
-        None => DEFAULT_STORED_HEADERS
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-    };
-    for n in names {
-        let lower = n.to_ascii_lowercase();
-        if lower.is_empty()
-            || lower.len() > 256
-            || !lower
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            return err(format!("ingest.stored_headers: {n:?} is not a header name"));
-        }
-        if !stored.contains(&lower) {
-            stored.push(lower);
-        }
-    }
-    if stored.len() > MAX_STORED_HEADERS {
-        return err(format!(
-            "ingest.stored_headers lists {} headers; at most {} are kept per event",
-            stored.len(),
-            MAX_STORED_HEADERS
-        ));
-    }
-    let global_capacity = positive(
-        "global_capacity",
-        ENV_GLOBAL_CAPACITY,
-        r.global_capacity,
-        4096,
-    )?;
-    let per_source_capacity = positive(
-        "per_source_capacity",
-        ENV_PER_SOURCE_CAPACITY,
-        r.per_source_capacity,
-        1024,
-    )?;
-    let refill_per_sec = positive("refill_per_sec", ENV_REFILL_PER_SEC, r.refill_per_sec, 1024)?;
-    for (key, capacity) in [
-        ("global_capacity", global_capacity),
-        ("per_source_capacity", per_source_capacity),
-    ] {
-        crate::sync::gcra::BucketParams::new(capacity, refill_per_sec)
-            .map_err(|e| ConfigError(format!("ingest.{key} / refill_per_sec: {e}")))?;
-    }
-    Ok(IngestConfig {
-        global_capacity,
-        per_source_capacity,
-        refill_per_sec,
-        max_sources: ranged("ingest.max_sources", r.max_sources, 10_000, 1, 1_000_000)?,
-        metrics_top_sources: ranged(
-            "ingest.metrics_top_sources",
-            r.metrics_top_sources,
-            crate::ingest::sources::DEFAULT_METRICS_TOP_SOURCES,
-            0,
-            10_000,
-        )?,
-        offer_timeout: duration_or(
-            "ingest.offer_timeout",
-            r.offer_timeout,
-            Duration::from_millis(50),
-        )?,
-        default_route: r.default_route.unwrap_or(true),
-        stored_headers: stored,
-        dedupe_max_keys: ranged(
-            "ingest.dedupe_max_keys",
-            r.dedupe_max_keys,
-            crate::ingest::dedupe::DEFAULT_MAX_KEYS,
-            1,
-            100_000_000,
-        )?,
-    })
 }
 
 fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, ConfigError> {
@@ -976,7 +649,7 @@ mod tests {
                 handler: None,
                 auth: TriggerAuth::default(),
                 flow: FlowConfig::default(),
-                when_backlog_full: crate::sched::backlog::WhenFull::Refuse,
+                when_backlog_full: crate::ingest::backlog::WhenFull::Refuse,
                 max_pending: Default::default(),
             }]
         );

@@ -25,6 +25,8 @@ pub fn render(cfg: &Config) -> String {
     dispatch(&mut o, cfg);
     o.section("flow");
     o.kv("max_gate_keys", cfg.flow.max_gate_keys);
+    o.kv("max_held", cfg.flow.max_held);
+    o.kv("max_held_bytes", cfg.flow.max_held_bytes);
     for t in &cfg.triggers {
         trigger(&mut o, cfg, t);
     }
@@ -88,6 +90,7 @@ fn server(o: &mut Out, cfg: &Config) {
     o.kv("max_inflight_body_bytes", s.max_inflight_body_bytes);
     o.kv("max_queued_response_bytes", s.max_queued_response_bytes);
     o.s("ui", s.ui.as_str());
+    o.s("io", format!("{:?}", s.io).to_lowercase());
 }
 
 fn ingest(o: &mut Out, cfg: &Config) {
@@ -150,8 +153,8 @@ fn trigger(o: &mut Out, cfg: &Config, t: &super::TriggerConfig) {
     o.s(
         "when_backlog_full",
         match t.when_backlog_full {
-            crate::sched::backlog::WhenFull::Refuse => "refuse",
-            crate::sched::backlog::WhenFull::Absorb => "absorb",
+            crate::ingest::backlog::WhenFull::Refuse => "refuse",
+            crate::ingest::backlog::WhenFull::Absorb => "absorb",
         },
     );
     if let Some(e) = t.max_pending.events {

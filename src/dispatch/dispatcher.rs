@@ -22,7 +22,18 @@
 //! A terminal outcome (delivered, dead-lettered) releases the event's singleton/concurrency
 //! holds; a batch carrier reports its outcome once per member.
 //!
-//! Bounds: jobs held ≤ the pump's `max_outstanding` (the pump admits no more); connections per
+//! Slots: a job arrives holding one of the pump's `max_outstanding` slots. When a gate holds
+//! an event, a `Held` outcome tells the pump to give its slot back; when the gates release it
+//! (a batch: its carrier), the dispatcher takes a slot itself ([`Outstanding`], one per call,
+//! within the trigger's cap, `Backlog::window_take`) and says so with a `Resumed` outcome, so
+//! that the pump gives both back at the terminal outcome.
+//! Released jobs that find no slot wait in `slot_wait` (FIFO per trigger, counted in
+//! `sluice_flow_held{gate="dispatch"}`, bounded by `[flow] max_held` per trigger, the pumps
+//! admitting none of the trigger's events at the bound); the core is marked in
+//! [`Outstanding`] and woken when a slot is freed.
+//!
+//! Bounds: jobs holding a slot ≤ `max_outstanding`; jobs held by gates: see
+//! [`crate::dispatch::flow`]; connections per
 //! destination: see [`crate::dispatch::outbound`]; attempts finished and not yet settled ≤
 //! the connections of one tick (a reused buffer); outcomes not yet taken by the core's loop
 //! (`take_outcomes`, every turn) ≤ one per held job per attempt.
@@ -47,7 +58,17 @@ use crate::dispatch::outbound::{Finished, OutboundPool, Started, Target};
 use crate::dispatch::permits::Permit;
 use crate::dispatch::retry::RetryPolicy;
 use crate::dispatch::rng::SmallRng;
+use crate::ingest::backlog::Backlog;
 use crate::net::http::client::{self, OutboundRequest, RequestError};
+use crate::sched::outstanding::Outstanding;
+
+/// The dispatch window a dispatcher takes slots from for gate-released jobs: the shared
+/// `max_outstanding` counter and each trigger's cap in it (`Backlog::window_take`).
+#[derive(Debug, Clone)]
+pub struct Slots {
+    pub window: Arc<Outstanding>,
+    pub backlog: Arc<Backlog>,
+}
 use crate::sync::clock::unix_millis;
 
 /// What an attempt carries through the outbound pool.
@@ -110,12 +131,31 @@ pub struct Dispatcher {
     /// Events held (a batch carrier counts its members).
     held: usize,
     flow: FlowEngine,
+    core: usize,
+    /// The pumps' shared `max_outstanding` window (gate-released jobs take their slot here).
+    slots: Slots,
+    /// Jobs the gates released, waiting for a slot, FIFO (module docs).
+    slot_wait: VecDeque<Job>,
 }
 
 impl Dispatcher {
-    pub fn new(core: usize, config: Arc<Config>, metrics: CoreDispatchMetrics) -> Dispatcher {
+    /// `slots`: the pumps' `max_outstanding` window.
+    pub fn new(
+        core: usize,
+        config: Arc<Config>,
+        metrics: CoreDispatchMetrics,
+        slots: Slots,
+    ) -> Dispatcher {
+        let store = crate::dispatch::flow::persist::Store::open(
+            &config.server.data_dir.join("flow"),
+            core,
+            &config,
+        );
         Dispatcher {
-            flow: FlowEngine::new(config.clone(), metrics.shared.clone()),
+            flow: FlowEngine::new(config.clone(), metrics.shared.clone(), Some(store)),
+            core,
+            slots,
+            slot_wait: VecDeque::new(),
             pool: OutboundPool::new(config.server.idle_timeout.as_nanos() as u64),
             config,
             dests: HashMap::new(),
@@ -241,9 +281,19 @@ impl Dispatcher {
         Some(d)
     }
 
-    /// Carries out the gates' decisions: skipped events get their (terminal) outcome, ready
-    /// jobs are queued. Returns the destinations to pump (deduplicated).
+    /// Carries out the gates' decisions: held events give their slot back, skipped events
+    /// get their (terminal) outcome, ready jobs are queued, released jobs wait for a slot.
+    /// Returns the destinations to pump (deduplicated).
     fn apply_flow(&mut self, out: FlowOut, now: u64) -> Vec<usize> {
+        for lsn in out.held {
+            self.send(JobOutcome::Held { lsn });
+        }
+        // Unreadable bodies: no outcome, the events stay pending (`flow::payload`).
+        self.held -= out.lost.len();
+        for job in out.resumed {
+            self.held_dispatch(&job, 1);
+            self.slot_wait.push_back(job);
+        }
         for (job, reason) in out.skipped {
             self.held -= 1;
             self.send(JobOutcome::Skipped {
@@ -257,9 +307,59 @@ impl Dispatcher {
             .into_iter()
             .filter_map(|job| self.enqueue(job, now))
             .collect();
+        touched.extend(self.take_slots(now));
         touched.sort_unstable();
         touched.dedup();
         touched
+    }
+
+    /// Gives the released jobs a `max_outstanding` slot each (within their trigger's cap), in
+    /// order per trigger, while there are free ones; marks this core for a wake-up at the next
+    /// release when one is left waiting. Returns the destinations queued.
+    fn take_slots(&mut self, now: u64) -> Vec<usize> {
+        let mut touched = Vec::new();
+        let mut i = 0;
+        let mut capped: Vec<usize> = Vec::new();
+        while i < self.slot_wait.len() {
+            let w = self.slots.backlog.slot(&self.slot_wait[i].event.trigger_id);
+            if capped.contains(&w) || !self.slots.backlog.window_take(w) {
+                // At its trigger's cap: its later jobs wait too (order per trigger).
+                capped.push(w);
+                i += 1;
+                continue;
+            }
+            let o = &self.slots.window;
+            if !(o.try_acquire() || (o.wait(self.core) && o.try_acquire())) {
+                self.slots.backlog.window_give(w);
+                return touched;
+            }
+            let Some(job) = self.slot_wait.remove(i) else {
+                break;
+            };
+            self.held_dispatch(&job, -1);
+            // The pump gives this slot (and the cap) back at the terminal outcome of `job.lsn`
+            // (a carrier's first member): same outcome ring, so this arrives first.
+            self.send(JobOutcome::Resumed {
+                lsn: job.lsn,
+                window: w,
+            });
+            touched.extend(self.enqueue(job, now));
+        }
+        if i > 0 {
+            // Jobs left at their cap: woken by the release that frees it.
+            let _ = self.slots.window.wait(self.core);
+        }
+        touched
+    }
+
+    /// Moves `sluice_flow_held{gate="dispatch"}` of `job`'s trigger by `delta` events.
+    fn held_dispatch(&self, job: &Job, delta: i64) {
+        // By the trigger's cells, not its gates: a reload between `+1` and `-1` may remove them.
+        let m = &self.metrics.shared.flow;
+        if let Some(t) = m.index_of(&job.event.trigger_id) {
+            let n = delta * job.events() as i64;
+            m.held_add(t, crate::dispatch::flow::metrics::DISPATCH, n);
+        }
     }
 
     /// The event at `lsn` is done: release its gate holds; admitted waiters are queued (the
@@ -267,9 +367,7 @@ impl Dispatcher {
     fn release_flow(&mut self, lsn: u64, now: u64) {
         let mut out = FlowOut::default();
         self.flow.release(lsn, &mut out);
-        if !out.ready.is_empty() || !out.skipped.is_empty() {
-            self.apply_flow(out, now);
-        }
+        self.apply_flow(out, now);
     }
 
     fn delay(&mut self, job: Job, due: u64) {
@@ -279,6 +377,11 @@ impl Dispatcher {
             seq: self.seq,
             job,
         }));
+    }
+
+    /// Jobs the gates released that wait for a `max_outstanding` slot.
+    pub fn slot_waiting(&self) -> usize {
+        self.slot_wait.len()
     }
 
     /// The earliest time something here needs attention (for the poll timeout).
@@ -321,9 +424,9 @@ impl Dispatcher {
             self.finish(f, now, registry);
         }
         self.finished = finished;
+        let mut out = FlowOut::default();
+        self.flow.on_tick(now, draining, &mut out);
         if !draining {
-            let mut out = FlowOut::default();
-            self.flow.on_tick(now, &mut out);
             touched.extend(self.apply_flow(out, now));
             touched.sort_unstable();
             touched.dedup();
@@ -602,7 +705,7 @@ impl Dispatcher {
         for m in job.into_members() {
             let lsn = m.lsn;
             self.send(JobOutcome::DeadLetter {
-                job: m,
+                job: Box::new(m),
                 reason,
                 attempts,
                 last_error: last_error.clone(),

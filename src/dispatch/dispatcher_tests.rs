@@ -36,7 +36,20 @@ fn rig(dest: &str) -> Rig {
         shared: Arc::new(DispatchMetrics::new(&[("http://127.0.0.1:9/h".into(), 4)])),
     };
     Rig {
-        d: Dispatcher::new(0, Arc::new(config), metrics),
+        d: Dispatcher::new(
+            0,
+            Arc::new(config),
+            metrics,
+            super::Slots {
+                window: Arc::new(crate::sched::outstanding::Outstanding::new(64)),
+                backlog: Arc::new(crate::ingest::backlog::Backlog::new(
+                    1000,
+                    1 << 20,
+                    0.9,
+                    0.5,
+                )),
+            },
+        ),
         poll: Poll::new().unwrap(),
     }
 }

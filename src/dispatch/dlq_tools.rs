@@ -146,6 +146,18 @@ pub struct Listed {
 /// Then one line per entry file that cannot be read, by id:
 /// `{"id","unreadable":true,"problem"}` or `ID unreadable problem="P"`; the other entries are
 /// listed all the same.
+/// Event id → DLQ reason of every entry (empty when the DLQ cannot be read), for `wal inspect`.
+pub fn reasons(data_dir: &Path) -> std::collections::HashMap<String, &'static str> {
+    let Ok(listing) = store(data_dir).and_then(|s| Ok(s.list()?)) else {
+        return Default::default();
+    };
+    listing
+        .entries
+        .iter()
+        .map(|s| (s.id.clone(), s.reason.as_str()))
+        .collect()
+}
+
 pub fn list(data_dir: &Path, json: bool, out: &mut dyn Write) -> Result<Listed, DlqToolError> {
     let listing = store(data_dir)?.list()?;
     for s in &listing.entries {

@@ -5,10 +5,15 @@
 //! [`JobOutcome`]. A job is *outstanding* from admission until a terminal outcome
 //! (`Delivered` or `DeadLetter`) reaches the pump; the pump admits at most `max_outstanding`
 //! jobs, so each job ring (capacity `max_outstanding`) can never be full. A flow-control gate
-//! may also end a job with `Skipped` (a durable outcome: the event is done, never delivered).
+//! may also end a job with `Skipped` (a durable outcome: the event is done, never delivered),
+//! and an event held by a gate is not outstanding meanwhile (`Held` gives its slot back,
+//! `Resumed` says the dispatcher took one again; see `dispatch::flow`).
 //!
 //! A `batch` gate merges several jobs into one *carrier* job whose `batch` lists the members;
 //! every member gets the carrier's outcome, reported under its own LSN.
+
+use std::path::Path;
+use std::sync::Arc;
 
 use crate::dispatch::dlq::DlqReason;
 use crate::wal::{EventRecord, Lsn};
@@ -27,6 +32,9 @@ pub struct Job {
     pub due_at_ms: u64,
     /// Empty for one event; for a batch carrier, its members (see `dispatch::flow::batch`).
     pub batch: Vec<Job>,
+    /// The directory of the log holding the event, so that a gate holding it may drop its body
+    /// and read it back ([`crate::dispatch::flow::payload`]); `None`: the body is always kept.
+    pub log_dir: Option<Arc<Path>>,
 }
 
 impl Job {
@@ -39,7 +47,14 @@ impl Job {
             attempt,
             due_at_ms,
             batch: Vec::new(),
+            log_dir: None,
         }
+    }
+
+    /// The job, naming the directory of the log that holds its event.
+    pub fn from_log(mut self, dir: Arc<Path>) -> Job {
+        self.log_dir = Some(dir);
+        self
     }
 
     /// Events this job stands for: 1, or the members of a batch.
@@ -85,13 +100,21 @@ pub enum JobOutcome {
     },
     /// Terminal failure: the pump writes the DLQ entry, then the outcome.
     DeadLetter {
-        job: Job,
+        /// Boxed: a cold path, and a `Job` would make every outcome in the rings that large.
+        job: Box<Job>,
         reason: DlqReason,
         attempts: u32,
         last_error: String,
     },
+    /// Not terminal: a flow-control gate holds the event; the pump gives its
+    /// `max_outstanding` slot back (the event stays pending).
+    Held { lsn: Lsn },
+    /// Not terminal: the gates released the event (a batch: its carrier, under its first
+    /// member's key) and the dispatcher took a `max_outstanding` slot for it, and one of the
+    /// window cap of trigger slot `window`; the pump gives both back at its terminal outcome.
+    Resumed { lsn: Lsn, window: usize },
     /// Terminal: a flow-control gate decided the event is not delivered. The pump writes a
-    /// `Done` entry with status `Skipped`; the reason goes to metrics.
+    /// `Done` entry with status `Skipped` and the gate's reason.
     Skipped {
         lsn: Lsn,
         reason: SkipReason,
@@ -111,6 +134,15 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
+    /// The `Done` status that records this reason.
+    pub fn done_status(self) -> crate::wal::DoneStatus {
+        match self {
+            SkipReason::RateLimited => crate::wal::DoneStatus::SkippedRateLimited,
+            SkipReason::Debounced => crate::wal::DoneStatus::SkippedDebounced,
+            SkipReason::SingletonActive => crate::wal::DoneStatus::SkippedSingletonActive,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             SkipReason::RateLimited => "rate_limited",
@@ -125,7 +157,9 @@ impl JobOutcome {
         match self {
             JobOutcome::Delivered { lsn, .. }
             | JobOutcome::RetryScheduled { lsn, .. }
-            | JobOutcome::Skipped { lsn, .. } => *lsn,
+            | JobOutcome::Skipped { lsn, .. }
+            | JobOutcome::Held { lsn }
+            | JobOutcome::Resumed { lsn, .. } => *lsn,
             JobOutcome::DeadLetter { job, .. } => job.lsn,
         }
     }

@@ -154,9 +154,13 @@ impl DispatchMetrics {
         }
     }
 
-    /// Adds the flow-control family for `triggers`.
-    pub fn with_flow(mut self, triggers: &[crate::config::TriggerConfig]) -> DispatchMetrics {
-        self.flow = FlowMetrics::new(triggers);
+    /// Adds the flow-control families for `triggers`; `max_held` is `[flow] max_held`.
+    pub fn with_flow(
+        mut self,
+        triggers: &[crate::config::TriggerConfig],
+        max_held: usize,
+    ) -> DispatchMetrics {
+        self.flow = FlowMetrics::new(triggers, max_held);
         self
     }
 

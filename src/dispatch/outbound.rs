@@ -320,9 +320,13 @@ impl<T> OutboundPool<T> {
         let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else {
             return;
         };
-        // A failed non-blocking connect (or a reset) shows up as a pending socket error.
-        if let Ok(Some(_)) | Err(_) = c.wire.tcp().take_error() {
-            let fresh = c.served == 0 && c.wpos == 0;
+        // A failed non-blocking connect shows up as a pending socket error. Only a connection
+        // still connecting (or in its TLS handshake) is asked: that costs a `getsockopt` per
+        // readiness event, and on an established connection a reset surfaces as the read or
+        // write error anyway.
+        let fresh = c.served == 0 && c.wpos == 0;
+        let connecting = fresh || c.wire.in_handshake();
+        if connecting && matches!(c.wire.tcp().take_error(), Ok(Some(_)) | Err(_)) {
             let r = if c.wire.in_handshake() {
                 AttemptResult::TlsError(crate::net::tls::TlsFault::HandshakeAborted)
             } else if fresh {

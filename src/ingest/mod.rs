@@ -1,5 +1,7 @@
 //! Ingest: routes, admission, signatures, dedupe and the refusal policy.
 //!
+//! - [`pipeline`]: the ingest sequence below, sans-IO: a routed request in; an append (record +
+//!   pending reply) or an immediate response out. The worker's loop only feeds and applies it.
 //! - [`router`]: path + method → ops endpoint, admin route, trigger or the default route.
 //! - [`bucket`]: GCRA token bucket in one atomic word, and the all-or-nothing
 //!   [`bucket::Admission`] through the global and a per-source bucket.
@@ -10,6 +12,9 @@
 //! - [`verify`]: per-trigger signature schemes (`401`), outbound Standard Webhooks signing;
 //!   [`secrets`]: where signing secrets come from; [`dedupe`]: the sharded dedupe index.
 //! - [`Guards`]: the per-trigger checks above, assembled from the config for the workers.
+//! - [`backlog`]: the durable-backlog bound (reserved at ingest, released by the pumps), in
+//!   per-trigger shares plus a common pool ([`shares`]); its shared atomics cache-padded by
+//!   writer, modelled with loom (`loom-tests/tests/backlog.rs`).
 //!
 //! Order of the checks on an ingest request: stored-header bounds (`431`) → **signature**
 //! (`401`) → token buckets (`503`) → **dedupe claim** (`200 duplicate_dropped` / `503
@@ -19,13 +24,17 @@
 //! request before any rate limit applies; the per-core connection cap and the HTTP limits still
 //! bound that work. Dedupe comes after the buckets so that only admitted requests hold claims.
 
+pub mod backlog;
 pub mod bucket;
 pub mod dedupe;
 pub mod event_id;
+pub mod pending;
+pub mod pipeline;
 pub mod respond;
 pub mod router;
 pub mod schedule;
 pub mod secrets;
+pub mod shares;
 pub mod sources;
 pub mod verify;
 

@@ -210,7 +210,7 @@ mod tests {
                 handler: None,
                 auth: Default::default(),
                 flow: Default::default(),
-                when_backlog_full: crate::sched::backlog::WhenFull::Refuse,
+                when_backlog_full: crate::ingest::backlog::WhenFull::Refuse,
                 max_pending: Default::default(),
             }],
             true,

@@ -58,7 +58,7 @@ const NANOS_PER_SEC: u64 = 1_000_000_000;
 /// Slots in a ring: a power of two above `MAX_RETURN_SECS + 1`.
 pub const SLOTS: usize = 64;
 /// Latest return a refusal is ever told (seconds), as `backlog::MAX_RETRY_AFTER_SECS`.
-pub const MAX_RETURN_SECS: u64 = crate::sched::backlog::MAX_RETRY_AFTER_SECS;
+pub const MAX_RETURN_SECS: u64 = crate::ingest::backlog::MAX_RETRY_AFTER_SECS;
 /// Width of the last window refusals are spread over once every slot up to the cap is full.
 pub const SPREAD_SECS: u64 = 15;
 /// The gauge windows (inclusive upper bound of `s − now` in seconds) and their labels.

@@ -188,7 +188,9 @@ pub mod slot {
     pub const BODY_BUDGET_REFUSED: usize = READ_PAUSED + PauseBound::COUNT;
     /// Gauge: records in this core's next group commit and with its commit helper.
     pub const COMMIT_QUEUED: usize = BODY_BUDGET_REFUSED + 1;
-    pub const COUNT: usize = COMMIT_QUEUED + 1;
+    /// Gauge: jobs and outcomes waiting for room in another core's ring.
+    pub const LINK_WAITING: usize = COMMIT_QUEUED + 1;
+    pub const COUNT: usize = LINK_WAITING + 1;
 
     #[inline]
     pub const fn backpressure(d: Dimension, a: Action) -> usize {
@@ -291,6 +293,12 @@ impl CoreMetrics {
     pub fn set_commit_queued(&self, records: u64) {
         self.shard.cells[slot::COMMIT_QUEUED].store(records, Ordering::Relaxed);
     }
+
+    /// Set this core's `sluice_link_waiting_items` (the owning worker only).
+    #[inline]
+    pub fn set_link_waiting(&self, items: u64) {
+        self.shard.cells[slot::LINK_WAITING].store(items, Ordering::Relaxed);
+    }
 }
 
 impl Metrics {
@@ -353,6 +361,11 @@ impl Metrics {
     /// Records of core `core` staged for or with its commit helper (a gauge).
     pub fn commit_queued(&self, core: usize) -> u64 {
         self.shards[core].get(slot::COMMIT_QUEUED)
+    }
+
+    /// Jobs and outcomes core `core` holds for full rings of other cores (a gauge).
+    pub fn link_waiting(&self, core: usize) -> u64 {
+        self.shards[core].get(slot::LINK_WAITING)
     }
 
     /// The whole `/metrics` body: this module's families, then whatever `extra` appends.
@@ -448,6 +461,17 @@ impl Metrics {
         for core in 0..self.cores() {
             let label = core.to_string();
             w.sample_u64(QUEUED, &[("core", &label)], self.commit_queued(core));
+        }
+
+        const WAITING: &str = "sluice_link_waiting_items";
+        w.header(
+            WAITING,
+            "Jobs and outcomes a core holds because another core's inbound ring is full (bound: the jobs the core holds; offered again every loop turn).",
+            MetricType::Gauge,
+        );
+        for core in 0..self.cores() {
+            let label = core.to_string();
+            w.sample_u64(WAITING, &[("core", &label)], self.link_waiting(core));
         }
 
         const PAUSED: &str = "sluice_connections_read_paused_total";

@@ -373,6 +373,10 @@ sluice_connections_open{core=\"1\"} 0
 # TYPE sluice_commit_queued_records gauge
 sluice_commit_queued_records{core=\"0\"} 0
 sluice_commit_queued_records{core=\"1\"} 0
+# HELP sluice_link_waiting_items Jobs and outcomes a core holds because another core's inbound ring is full (bound: the jobs the core holds; offered again every loop turn).
+# TYPE sluice_link_waiting_items gauge
+sluice_link_waiting_items{core=\"0\"} 0
+sluice_link_waiting_items{core=\"1\"} 0
 # HELP sluice_connections_read_paused_total Times a connection stopped being read because its queued responses reached a bound.
 # TYPE sluice_connections_read_paused_total counter
 sluice_connections_read_paused_total{bound=\"pipeline_depth\"} 0

@@ -1,7 +1,9 @@
 //! One client connection: socket, buffers, the request reader and the in-order response queue.
 //!
-//! The connection does I/O and bookkeeping only; what a request *means* is decided by the worker
-//! (`crate::sched::worker`). Bounds, per connection:
+//! The connection does I/O and bookkeeping only; what a request *means* is decided by its owner
+//! (`crate::sched::worker`), which keeps its own record `P` in the slots of responses it will
+//! fill in later ([`Slot::Pending`]). The socket is a [`Stream`] on the core's backend
+//! (`net::io`: mio or io_uring); this layer is the same on both. Bounds, per connection:
 //! - read buffer: at most [`READ_CHUNK`] bytes past what the request reader still needs (the
 //!   reader itself refuses heads over `max_head_bytes` and bodies over `max_body_bytes`), and
 //!   given back (not kept at its high-water capacity) once empty: [`Conn::trim`]. Body bytes
@@ -25,11 +27,9 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::sync::Arc;
 
-use mio::net::TcpStream;
-
 use crate::net::budget::{BodyBudget, Reservation};
 use crate::net::http::RequestReader;
-use crate::wal::AppendRequest;
+use crate::net::io::Stream;
 
 /// Bytes read from the socket per `read` call.
 pub const READ_CHUNK: usize = 64 * 1024;
@@ -53,11 +53,11 @@ pub enum Phase {
 }
 
 /// A queued response, in request order.
-// `Ingest` is the common variant (one per accepted event); boxing it would add an allocation
+// `Pending` is the common variant (one per accepted event); boxing it would add an allocation
 // per request to save space in a short per-connection queue.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-pub enum Slot {
+pub enum Slot<P> {
     /// Encoded and ready to write; `close` means the connection closes after it.
     Ready { bytes: Vec<u8>, close: bool },
     /// A response head plus a body shared with other connections (written by reference).
@@ -74,46 +74,30 @@ pub enum Slot {
         head_only: bool,
         charge: usize,
     },
-    /// An accepted event on its way to the WAL.
-    Ingest(PendingIngest),
+    /// A response that waits for something outside the connection (for ingest: the event
+    /// becoming durable). `P` is the owner's record of what it waits for; the connection only
+    /// keeps it in order.
+    Pending(P),
 }
 
-impl Slot {
+impl<P> Slot<P> {
     /// Bytes this slot counts against `max_queued_response_bytes`. An ingest slot counts
-    /// nothing until its (small) response is filled in; at most `max_pipeline_depth` wait.
+    /// A pending slot counts nothing until its (small) response is filled in; at most
+    /// `max_pipeline_depth` wait.
     pub fn charge(&self) -> usize {
         match self {
             Slot::Ready { bytes, .. } => bytes.len(),
             Slot::Shared { head, body, .. } => head.len() + body.len(),
             Slot::Deferred { charge, .. } => *charge,
-            Slot::Ingest(_) => 0,
+            Slot::Pending(_) => 0,
         }
     }
 }
 
-/// An admitted event waiting to be durable before its 202.
-#[derive(Debug)]
-pub struct PendingIngest {
-    pub ticket: u64,
-    /// `Some` while waiting for room in the WAL ring; `None` once handed to the writer.
-    pub offer: Option<AppendRequest>,
-    /// When waiting for room in the ring stops and the request is refused (`wal_busy`).
-    pub offer_deadline: u64,
-    pub event_id: String,
-    pub trigger_id: String,
-    /// Index into the worker's per-source refusal accounting.
-    pub source: std::sync::Arc<crate::ingest::sources::SourceEntry>,
-    pub keep_alive: bool,
-    /// The share of the durable backlog reserved for this event (released if it fails).
-    pub cost: u64,
-    /// Set for an admin replay: the DLQ entry to remove once the new event is durable.
-    pub replay_of: Option<String>,
-}
-
 /// A client connection owned by one worker.
 #[derive(Debug)]
-pub struct Conn {
-    pub stream: TcpStream,
+pub struct Conn<P> {
+    pub stream: Stream,
     pub rbuf: Vec<u8>,
     wbuf: Vec<u8>,
     wpos: usize,
@@ -125,7 +109,7 @@ pub struct Conn {
     pub body: Reservation,
     /// In request order. Add and replace slots through [`push`](Self::push) and
     /// [`fill_slot`](Self::fill_slot), which keep [`queued_bytes`](Self::queued_bytes) exact.
-    pub slots: VecDeque<Slot>,
+    pub slots: VecDeque<Slot<P>>,
     /// Sum of [`Slot::charge`] over `slots`.
     slot_bytes: usize,
     /// When a read last returned bytes (clock nanos, taken after the read returned): every
@@ -159,13 +143,13 @@ pub enum Flush {
     Blocked,
 }
 
-impl Conn {
+impl<P> Conn<P> {
     pub fn new(
-        stream: TcpStream,
+        stream: Stream,
         reader: RequestReader,
         budget: crate::sync::Arc<BodyBudget>,
         now: u64,
-    ) -> Conn {
+    ) -> Conn<P> {
         Conn {
             stream,
             rbuf: Vec::new(),
@@ -228,13 +212,13 @@ impl Conn {
     }
 
     /// Queues a response behind the others.
-    pub fn push(&mut self, slot: Slot) {
+    pub fn push(&mut self, slot: Slot<P>) {
         self.slot_bytes += slot.charge();
         self.slots.push_back(slot);
     }
 
     /// Replaces the slot at `pos` (an ingest or deferred slot getting its response).
-    pub fn fill_slot(&mut self, pos: usize, slot: Slot) {
+    pub fn fill_slot(&mut self, pos: usize, slot: Slot<P>) {
         self.slot_bytes += slot.charge();
         let old = std::mem::replace(&mut self.slots[pos], slot);
         self.slot_bytes -= old.charge();
@@ -302,7 +286,7 @@ impl Conn {
                 self.wbody = Some(body);
                 close
             }
-            Slot::Deferred { .. } | Slot::Ingest(_) => unreachable!("checked above"),
+            Slot::Deferred { .. } | Slot::Pending(_) => unreachable!("checked above"),
         };
         self.write_since = now;
         if close {
@@ -358,13 +342,14 @@ mod tests {
     use std::time::{Duration, Instant};
 
     /// A `Conn` on one end of a real loopback connection, and the peer's end.
-    fn pair(budget: &crate::sync::Arc<BodyBudget>) -> (Conn, std::net::TcpStream) {
+    fn pair(budget: &crate::sync::Arc<BodyBudget>) -> (Conn<()>, std::net::TcpStream) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (ours, _) = listener.accept().unwrap();
         ours.set_nonblocking(true).unwrap();
         let reader = RequestReader::new(Limits::default());
-        let conn = Conn::new(TcpStream::from_std(ours), reader, budget.clone(), 0);
+        let stream = Stream::Mio(mio::net::TcpStream::from_std(ours));
+        let conn = Conn::new(stream, reader, budget.clone(), 0);
         (conn, peer)
     }
 

@@ -5,5 +5,6 @@ pub mod budget;
 pub mod conn;
 pub mod date;
 pub mod http;
+pub mod io;
 pub mod listen;
 pub mod tls;

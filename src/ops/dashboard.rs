@@ -7,7 +7,7 @@
 //! ```
 //!
 //! **Gathering without blocking a loop.** The snapshot is read on the core that serves the
-//! request, from the same shared cells `/metrics` renders (`sched::runtime::render_metrics`): the
+//! request, from the same shared cells `/metrics` renders (`sched::exposition::render_metrics`): the
 //! per-core counter shards summed ([`crate::metrics::Metrics`]), the sources' counters (the
 //! source table's lock is held only while its entries are collected, as for `/metrics`), the
 //! backlog and body-budget atomics, and the dispatch cells each destination's owner core
@@ -173,12 +173,13 @@ pub fn state(shared: &Shared) -> Value {
     let triggers: Vec<Value> = config
         .triggers
         .iter()
-        .enumerate()
-        .map(|(i, t)| {
+        .map(|t| {
             let (events, bytes) = shared.backlog.trigger_pending(&t.id);
+            // The start-up trigger's cells (a reload may reorder the triggers).
+            let cells = d.flow.index_of(&t.id).unwrap_or(usize::MAX);
             let mut gates = serde_json::Map::new();
             for (g, gate) in crate::dispatch::flow::metrics::GATES.iter().enumerate() {
-                if let Some(counts) = d.flow.decisions(i, g) {
+                if let Some(counts) = d.flow.decisions(cells, g) {
                     let counts: serde_json::Map<String, Value> =
                         crate::dispatch::flow::metrics::DECISIONS
                             .iter()
@@ -188,7 +189,8 @@ pub fn state(shared: &Shared) -> Value {
                     gates.insert(gate.to_string(), Value::Object(counts));
                 }
             }
-            let gate_waiting = d.flow.index_of(&t.id).map_or(0, |m| d.flow.waiting(m));
+            // The sum of its `sluice_flow_held{gate}` over the six gates.
+            let gate_waiting = d.flow.held_in_gates(cells);
             json!({
                 "id": t.id,
                 "path": t.path,

@@ -25,7 +25,8 @@
 //!   calls return — no call in flight is cancelled, [`crate::dispatch::permits::Permits::set_max`]),
 //!   `rate` (a new budget, starting full), `timeout`, `retry` and `headers`, `signing_secret`
 //!   (for the next attempts).
-//! - Refused as restart-only: `server.listen`, `server.data_dir`, `server.workers`, the `[wal]`
+//! - Refused as restart-only: `server.listen`, `server.data_dir`, `server.workers`,
+//!   `server.io` (the cores' I/O backend), the `[wal]`
 //!   settings (durability, write path, segment size), and the bounds sized at start (every
 //!   other `[server]`, `[ingest]`, `[orchestrator]`, `[dispatch]`, `[flow]` key, the admin
 //!   token, a destination's `circuit`, `tls` and adaptive limits, destinations added or

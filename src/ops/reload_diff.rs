@@ -7,7 +7,7 @@
 use std::fmt::Debug;
 
 use crate::config::{Config, TriggerConfig};
-use crate::sched::backlog::WhenFull;
+use crate::ingest::backlog::WhenFull;
 
 /// `Ok(())` when every difference between `old` and `new` applies live; otherwise the key that
 /// needs a restart, with the running and the new value.
@@ -37,6 +37,8 @@ fn server(old: &Config, new: &Config) -> Result<(), String> {
     same("server.listen", &o.listen, &n.listen)?;
     same("server.data_dir", &o.data_dir, &n.data_dir)?;
     same("server.workers", &o.workers, &n.workers)?;
+    // The cores' I/O backend (mio or io_uring) is chosen once, when their loops start.
+    same("server.io", &o.io, &n.io)?;
     same(
         "server.max_connections_per_core",
         &o.max_connections_per_core,
@@ -229,6 +231,7 @@ mod tests {
             ("[server]\nlisten = \"127.0.0.1:9999\"\n", "server.listen"),
             ("[server]\ndata_dir = \"/elsewhere\"\n", "server.data_dir"),
             ("[server]\nworkers = 7\n", "server.workers"),
+            ("[server]\nio = \"mio\"\n", "server.io"),
             ("[wal]\nwrite_path = \"mmap\"\n", "wal.write_path"),
             ("[wal]\nsegment_bytes = 33554432\n", "wal.segment_bytes"),
         ] {

@@ -4,14 +4,17 @@
 //! - [`worker`] is one core's event loop: its own `mio::Poll`, its own `SO_REUSEPORT` listener,
 //!   its own bounded connection table, per-core metrics and source-bucket cache.
 //! - [`state`] is the little shared state: lifecycle phase and the handles every worker needs.
+//! - [`exposition`] renders `/metrics` from that state (below both the runtime and the worker).
+//!
+//! Dependencies go one way: `runtime` → `worker` → (`commit`, `pump`, `exposition`, `state`) →
+//! `ingest`, `wal`, `dispatch`; `.ci/import_edges.py` checks the edges issue 10 named.
 
-pub mod backlog;
 pub mod commit;
+pub mod exposition;
 pub mod logs;
 pub mod outstanding;
 pub mod placement;
 pub mod pump;
 pub mod runtime;
-pub mod shares;
 pub mod state;
 pub mod worker;

@@ -20,9 +20,12 @@
 //!
 //! # Backpressure
 //!
-//! At most `max_outstanding` jobs are out across all cores (one shared counter, [`Outstanding`]).
+//! At most `max_outstanding` jobs are out across all cores (one shared counter, [`Outstanding`]);
+//! an event a flow-control gate holds gives its slot back (`JobOutcome::Held`) and holds one
+//! again once released (`Resumed`, the slot taken by the dispatcher), and a trigger whose gates
+//! hold `[flow] max_held` events is parked like one at its window cap (`dispatch::flow`).
 //! When it is reached no log is read: committed events wait in the window or the log, the
-//! [`Backlog`](crate::sched::backlog::Backlog) fills, and ingest refuses with `queue_full`.
+//! [`Backlog`](crate::ingest::backlog::Backlog) fills, and ingest refuses with `queue_full`.
 //!
 //! Bounds: jobs out ≤ `max_outstanding`; the window ≤ [`WINDOW_EVENTS`] / [`WINDOW_BYTES`];
 //! records with the commit helper ≤ [`MAX_RECORDS_IN_FLIGHT`] per log; `Done` entries queued ≤
@@ -54,10 +57,12 @@ pub const WINDOW_EVENTS: usize = 4096;
 pub const WINDOW_BYTES: u64 = 64 << 20;
 /// Most `Done`/`Retry` records per log with the commit helper.
 pub const MAX_RECORDS_IN_FLIGHT: usize = 64;
-/// How often a DLQ write refused for lack of room is retried.
-const DLQ_RETRY_EVERY_MS: u64 = 1000;
-/// How often retention and the disk measurement run.
-const RETAIN_EVERY_MS: u64 = 5_000;
+/// How often a DLQ write refused for lack of room is retried (clock nanos).
+const DLQ_RETRY_EVERY: u64 = 1_000_000_000;
+/// How often retention and the disk measurement run (clock nanos).
+const RETAIN_EVERY: u64 = 5_000_000_000;
+/// How often core 0's pump folds the drained events into the drain rates (clock nanos).
+const TICK_EVERY: u64 = 1_000_000_000;
 /// Tickets of the pump's own items carry this bit (ingest tickets never do).
 pub const PUMP_TICKET: u64 = 1 << 63;
 
@@ -93,6 +98,8 @@ struct LogPump {
     index: usize,
     name: String,
     dir: PathBuf,
+    /// `dir`, shared with the jobs (a gate may read a held event back from it).
+    dir_shared: Arc<std::path::Path>,
     /// Whether new events are appended to it (the core's own log).
     own: bool,
     /// Highest LSN known durable in this log.
@@ -179,14 +186,16 @@ pub struct CorePump {
     /// Dead letters the DLQ refused (full, or an I/O error): retried every second; pending in
     /// their trigger's backlog share, no longer holding a `max_outstanding` slot.
     dlq_waiting: VecDeque<(DlqEntry, u32, u64)>,
-    dlq_retry_at_ms: u64,
+    /// Timers on the injected clock (`Shared::clock`, nanos), never on the wall clock: a wall
+    /// clock step must not stall or rush them, nor skew the drain rate.
+    dlq_retry_at: u64,
     /// The pump's items with the commit helper: ticket → what it carries.
     tickets: HashMap<u64, Ticket>,
     seq: u64,
     drained_total: u64,
-    tick_at_ms: u64,
+    tick_at: u64,
     drained_at_tick: u64,
-    retain_at_ms: u64,
+    retain_at: u64,
 }
 
 #[derive(Debug)]
@@ -223,13 +232,14 @@ pub struct PumpLog {
 }
 
 impl CorePump {
+    /// The pump of core `core` over `logs`; `now` is a reading of `shared.clock` (nanos).
     pub fn new(
         core: usize,
         shared: Arc<Shared>,
         logs: Vec<PumpLog>,
         outstanding: Arc<Outstanding>,
         wakers: Vec<Arc<mio::Waker>>,
-        now_ms: u64,
+        now: u64,
     ) -> Result<CorePump, WalError> {
         let handlers = shared
             .config
@@ -245,6 +255,7 @@ impl CorePump {
             pumps.push(LogPump {
                 index: l.index,
                 name: l.name,
+                dir_shared: l.dir.as_path().into(),
                 dir: l.dir,
                 own: l.own,
                 durable: l.durable,
@@ -269,14 +280,22 @@ impl CorePump {
             wakers,
             handlers,
             dlq_waiting: VecDeque::new(),
-            dlq_retry_at_ms: 0,
+            dlq_retry_at: 0,
             tickets: HashMap::new(),
             seq: 0,
             drained_total: 0,
-            tick_at_ms: now_ms,
+            tick_at: now,
             drained_at_tick: 0,
-            retain_at_ms: 0,
+            retain_at: 0,
         })
+    }
+
+    /// The shared dispatch window (the dispatcher takes slots for gate-released jobs).
+    pub fn slots(&self) -> crate::dispatch::dispatcher::Slots {
+        crate::dispatch::dispatcher::Slots {
+            window: self.outstanding.clone(),
+            backlog: self.shared.backlog.clone(),
+        }
     }
 
     /// An ingest event of the core's own log (slot 0) is durable at `lsn`; the loop hands over
@@ -301,22 +320,23 @@ impl CorePump {
         }
     }
 
-    /// One turn: outcomes of the pump's items, admission, records, timers. Jobs admitted are
+    /// One turn: outcomes of the pump's items, admission, records, timers. `now` is the loop
+    /// turn's reading of the injected clock (nanos; the timers run on it). Jobs admitted are
     /// pushed to `jobs` as `(owner core, job)`.
     pub fn turn(
         &mut self,
-        now_ms: u64,
+        now: u64,
         draining: bool,
         committer: &mut Committer,
         jobs: &mut Vec<(usize, Job)>,
     ) {
-        self.retry_dead_letters(now_ms, committer);
+        self.retry_dead_letters(now, committer);
         if !draining {
             self.admit(jobs);
         }
         self.flush_records(committer);
-        self.tick(now_ms);
-        self.retain(now_ms);
+        self.tick(now);
+        self.retain(now);
     }
 
     /// True when nothing is queued for or with the commit helper.
@@ -388,7 +408,9 @@ impl CorePump {
             while i < self.logs[slot].parked.len()
                 && self.logs[slot].done_queue.len() < MAX_DONE_ENTRIES
             {
-                if !self.shared.backlog.window_room(self.logs[slot].parked[i].2) {
+                let w = self.logs[slot].parked[i].2;
+                if !self.shared.backlog.window_room(w) || self.shared.metrics_dispatch.flow.full(w)
+                {
                     i += 1;
                     continue;
                 }
@@ -448,7 +470,8 @@ impl CorePump {
         let window = match dest {
             Some(_) => {
                 let w = backlog.slot(&event.trigger_id);
-                if !backlog.window_take(w) {
+                // Its gates hold `[flow] max_held` (dispatch::flow "Bounds"): it waits here.
+                if self.shared.metrics_dispatch.flow.full(w) || !backlog.window_take(w) {
                     return Admit::Park(lsn, event, w);
                 }
                 Some(w)
@@ -488,7 +511,8 @@ impl CorePump {
             self.workers,
         );
         let key = event_key(log.index, lsn);
-        Admit::Job((owner, Job::new(key, event, dest, attempt, due_at_ms)))
+        let job = Job::new(key, event, dest, attempt, due_at_ms).from_log(log.dir_shared.clone());
+        Admit::Job((owner, job))
     }
 
     // ----- outcomes ---------------------------------------------------------------------------
@@ -508,9 +532,17 @@ impl CorePump {
             JobOutcome::Delivered { attempts, .. } => {
                 self.finish(slot, lsn, DoneStatus::Delivered, attempts)
             }
-            // The reason is counted by the gate (`sluice_flow_control_total`).
-            JobOutcome::Skipped { attempts, .. } => {
-                self.finish(slot, lsn, DoneStatus::Skipped, attempts)
+            JobOutcome::Skipped {
+                attempts, reason, ..
+            } => self.finish(slot, lsn, reason.done_status(), attempts),
+            // A gate holds it: its dispatch slot goes back (it stays pending and live).
+            JobOutcome::Held { .. } => self.unhold(slot, lsn),
+            // Released by its gates, it holds a slot the dispatcher took.
+            JobOutcome::Resumed { window, .. } => {
+                if let Some(l) = self.logs[slot].live.get_mut(&lsn) {
+                    l.outstanding = true;
+                    l.window = Some(window);
+                }
             }
             JobOutcome::RetryScheduled {
                 next_attempt,
@@ -553,14 +585,14 @@ impl CorePump {
         committer.push(Item::DeadLetter { ticket, entry });
     }
 
-    fn retry_dead_letters(&mut self, now_ms: u64, committer: &mut Committer) {
-        if self.dlq_waiting.is_empty() || now_ms < self.dlq_retry_at_ms {
+    fn retry_dead_letters(&mut self, now: u64, committer: &mut Committer) {
+        if self.dlq_waiting.is_empty() || now < self.dlq_retry_at {
             return;
         }
         for (entry, attempts, key) in std::mem::take(&mut self.dlq_waiting) {
             self.dead_letter(entry, attempts, key, committer);
         }
-        self.dlq_retry_at_ms = now_ms + DLQ_RETRY_EVERY_MS;
+        self.dlq_retry_at = now + DLQ_RETRY_EVERY;
     }
 
     /// A terminal outcome: the job no longer counts against `max_outstanding`; its `Done` entry
@@ -704,7 +736,7 @@ impl CorePump {
                     );
                 }
                 if self.dlq_waiting.is_empty() {
-                    self.dlq_retry_at_ms = now_ms + DLQ_RETRY_EVERY_MS;
+                    self.dlq_retry_at = self.shared.clock.now_nanos() + DLQ_RETRY_EVERY;
                 }
                 self.dlq_waiting.push_back((entry, attempts, key));
             }
@@ -714,7 +746,7 @@ impl CorePump {
     // ----- timers -----------------------------------------------------------------------------
 
     /// Live gauges every turn; the drain rate once a second (core 0, for all cores).
-    fn tick(&mut self, now_ms: u64) {
+    fn tick(&mut self, now: u64) {
         let oldest = self
             .logs
             .iter()
@@ -731,14 +763,14 @@ impl CorePump {
             self.shared.backlog.note_drained(n);
             self.drained_at_tick = self.drained_total;
         }
-        if now_ms < self.tick_at_ms + 1000 {
+        if now < self.tick_at + TICK_EVERY {
             return;
         }
         if self.core == 0 {
-            let elapsed = (now_ms - self.tick_at_ms) as f64 / 1000.0;
+            let elapsed = (now - self.tick_at) as f64 / 1e9;
             self.shared.backlog.update_drain_rate(elapsed);
         }
-        self.tick_at_ms = now_ms;
+        self.tick_at = now;
     }
 
     /// Retention, per log: asks the log's commit helper to delete the segments wholly below the
@@ -746,11 +778,11 @@ impl CorePump {
     /// `WalShared::request_retire`: the helper checkpoints the new first live LSN first), and
     /// measures the logs' size on disk for the `max_wal_bytes` bound. DLQ entries live in their
     /// own files and are unaffected.
-    fn retain(&mut self, now_ms: u64) {
-        if now_ms < self.retain_at_ms {
+    fn retain(&mut self, now: u64) {
+        if now < self.retain_at {
             return;
         }
-        self.retain_at_ms = now_ms + RETAIN_EVERY_MS;
+        self.retain_at = now + RETAIN_EVERY;
         let retention = self.shared.config.dispatch.retention;
         for log in &mut self.logs {
             let (total, retire_below) = retain_log(log, retention);

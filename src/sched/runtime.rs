@@ -24,12 +24,12 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::config::Config;
 use crate::dispatch::dlq::DlqStore;
 use crate::dispatch::metrics::DispatchMetrics;
+use crate::ingest::backlog::Backlog;
 use crate::ingest::bucket::{Admission, BucketParams};
 use crate::ingest::router::Router;
 use crate::ingest::sources::SourceTable;
 use crate::ingest::Guards;
 use crate::metrics::Metrics;
-use crate::sched::backlog::Backlog;
 use crate::sched::commit::{Committer, HelperLog};
 use crate::sched::logs;
 use crate::sched::pump::{CorePump, Outstanding, PumpLog};
@@ -190,7 +190,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
             config.dispatch.max_wal_bytes,
         )
         .with_triggers(
-            &crate::sched::backlog::trigger_shares(&config.triggers),
+            &crate::ingest::backlog::trigger_shares(&config.triggers),
             config.ingest.default_route,
             config.dispatch.reserved_fraction,
         )
@@ -205,7 +205,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         )
         .with_absorb(
             config.dispatch.absorb_max_bytes,
-            &crate::sched::backlog::absorbing_triggers(&config.triggers),
+            &crate::ingest::backlog::absorbing_triggers(&config.triggers),
         ),
     );
     backlog.preload(pending_events, pending_bytes);
@@ -224,7 +224,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
                 .map(|d| (d.handler.uri.clone(), d.initial_permits() as u64))
                 .collect::<Vec<_>>(),
         )
-        .with_flow(&config.triggers)
+        .with_flow(&config.triggers, config.flow.max_held)
         .with_cores(workers),
     );
     let bucket = |capacity| {
@@ -271,7 +271,13 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
             Arc::new(s)
         })
         .collect();
-    let shared = Arc::new(Shared::new(
+    let (io_backend, why) =
+        crate::net::io::select(config.server.io).map_err(|what| RuntimeError::Io {
+            what,
+            source: std::io::Error::from(std::io::ErrorKind::Unsupported),
+        })?;
+    eprintln!("sluice: io backend: {why}");
+    let mut shared = Shared::new(
         config.clone(),
         clock,
         router,
@@ -282,7 +288,9 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         Arc::new(Metrics::new(workers)),
         backlog,
         metrics_dispatch,
-    ));
+    );
+    shared.io_backend = io_backend;
+    let shared = Arc::new(shared);
 
     // Listeners: the first resolves the port (it may be 0), the others share it. No other
     // process may hold the address (`net::listen`): SO_REUSEPORT would let it share silently.
@@ -355,7 +363,7 @@ fn wire_cores(
             shared: wal_states[index].clone(),
         });
     }
-    let now_ms = unix_millis();
+    let now = shared.clock.now_nanos();
     let mut cores = Vec::new();
     for (core, ((helper_logs, pump_logs), poll)) in per_core.into_iter().zip(polls).enumerate() {
         let committer = Committer::start(
@@ -372,7 +380,7 @@ fn wire_cores(
             pump_logs,
             outstanding.clone(),
             wakers.clone(),
-            now_ms,
+            now,
         )
         .map_err(RuntimeError::Wal)?;
         cores.push(CoreParts {
@@ -466,68 +474,4 @@ fn drain(
     for h in threads {
         let _ = h.join();
     }
-}
-
-/// Renders `/metrics`: the merged per-core counters plus the WAL's and the sources' families.
-pub fn render_metrics(shared: &Shared) -> String {
-    use std::sync::atomic::Ordering::Relaxed;
-    shared.metrics.render(&mut |w| {
-        w.counter(
-            "sluice_wal_appends_total",
-            "Records appended to the WAL and reported durable, over all logs.",
-            shared
-                .wal
-                .iter()
-                .map(|l| l.appends_total.load(Relaxed))
-                .sum(),
-        );
-        w.header(
-            "sluice_wal_durable_lsn",
-            "Highest LSN known durable, per log (own logs are core-K).",
-            crate::metrics::MetricType::Gauge,
-        );
-        for (i, l) in shared.wal.iter().enumerate() {
-            let log = i.to_string();
-            w.sample_u64("sluice_wal_durable_lsn", &[("log", &log)], l.durable_lsn());
-        }
-        w.gauge(
-            "sluice_wal_healthy",
-            "1 when every log accepts writes, 0 after a write or sync error.",
-            if shared.wal_healthy() { 1.0 } else { 0.0 },
-        );
-        if let Some(first) = shared.wal.first() {
-            // One histogram shared by every log.
-            first.render_prometheus(w.buffer_mut());
-        }
-        w.counter(
-            "sluice_wal_loss_accepted_total",
-            "Missing WAL ranges accepted at start-up with --accept-wal-loss, over all logs.",
-            shared
-                .wal
-                .iter()
-                .map(|l| l.loss_accepted_total.load(Relaxed))
-                .sum(),
-        );
-        w.gauge(
-            "sluice_wal_lost_lsns_accepted",
-            "LSNs the checkpoints promised that were missing and accepted as lost at start-up.",
-            shared
-                .wal
-                .iter()
-                .map(|l| l.lost_lsns_accepted.load(Relaxed))
-                .sum::<u64>() as f64,
-        );
-        shared.sources.render_prometheus(w);
-        shared.body_budget.render_prometheus(w);
-        shared.scrapes.render_prometheus(w);
-        shared
-            .returns
-            .render_prometheus(w, shared.clock.now_nanos());
-        shared
-            .metrics_dispatch
-            .render(w, unix_millis(), shared.backlog.pending_events());
-        shared.guards.render_prometheus(w);
-        shared.backlog.render_prometheus(w);
-        shared.reload.render_prometheus(w);
-    })
 }

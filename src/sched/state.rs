@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::dispatch::metrics::DispatchMetrics;
+use crate::ingest::backlog::Backlog;
 use crate::ingest::bucket::Admission;
 use crate::ingest::router::Router;
 use crate::ingest::schedule::ReturnSchedule;
@@ -13,7 +14,6 @@ use crate::ingest::Guards;
 use crate::metrics::shared::SharedRendering;
 use crate::metrics::Metrics;
 use crate::net::budget::BodyBudget;
-use crate::sched::backlog::Backlog;
 use crate::sync::clock::Clock;
 use crate::wal::WalShared;
 
@@ -52,6 +52,8 @@ pub struct Shared {
     /// The configuration generation cores pick up at the top of a turn (`ops::reload`).
     /// `config` and `router` above stay the start-up generation: what a reload cannot change.
     pub reload: crate::ops::reload::Published,
+    /// The cores' I/O backend, resolved at start-up from `server.io` (`net::io::select`).
+    pub io_backend: crate::net::io::Backend,
     // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
     // loop turn. `Relaxed` is enough: the phase carries no data with it, and a worker that sees
     // `Draining` one turn late only delays its drain by one poll timeout.
@@ -94,6 +96,7 @@ impl Shared {
             backlog,
             body_budget,
             scrapes: SharedRendering::default(),
+            io_backend: crate::net::io::Backend::Mio,
             metrics_dispatch,
             phase: AtomicU8::new(Phase::Starting as u8),
             stop_accepting_at: AtomicU64::new(u64::MAX),

@@ -111,19 +111,43 @@ pub enum DoneStatus {
     Delivered = 1,
     /// Moved to the dead-letter queue (the DLQ file is written before this record).
     DeadLettered = 2,
-    /// Dropped by a flow-control gate (`rate_limit`, `singleton`, ...).
+    /// Dropped by a flow-control gate, reason not recorded (written before status 5..=7).
     Skipped = 3,
     /// The trigger has no handler: nothing to deliver.
     NoHandler = 4,
+    /// Skipped by `rate_limit`: the window was full.
+    SkippedRateLimited = 5,
+    /// Skipped by `debounce`: a later event of the key superseded it.
+    SkippedDebounced = 6,
+    /// Skipped by `singleton`: a delivery of the key was in progress.
+    SkippedSingletonActive = 7,
 }
 
 impl DoneStatus {
+    /// `(outcome, gate, reason)` as `wal inspect` shows it.
+    pub fn describe(self) -> (&'static str, Option<&'static str>, Option<&'static str>) {
+        match self {
+            DoneStatus::Delivered => ("delivered", None, None),
+            DoneStatus::DeadLettered => ("dead_lettered", None, None),
+            DoneStatus::Skipped => ("skipped", None, None),
+            DoneStatus::NoHandler => ("no_handler", None, None),
+            DoneStatus::SkippedRateLimited => ("skipped", Some("rate_limit"), Some("rate_limited")),
+            DoneStatus::SkippedDebounced => ("skipped", Some("debounce"), Some("debounced")),
+            DoneStatus::SkippedSingletonActive => {
+                ("skipped", Some("singleton"), Some("singleton_active"))
+            }
+        }
+    }
+
     pub fn from_u8(b: u8) -> Option<DoneStatus> {
         Some(match b {
             1 => DoneStatus::Delivered,
             2 => DoneStatus::DeadLettered,
             3 => DoneStatus::Skipped,
             4 => DoneStatus::NoHandler,
+            5 => DoneStatus::SkippedRateLimited,
+            6 => DoneStatus::SkippedDebounced,
+            7 => DoneStatus::SkippedSingletonActive,
             _ => return None,
         })
     }

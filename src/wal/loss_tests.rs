@@ -98,7 +98,7 @@ fn truncated_newest_segment_is_a_lost_range_until_accepted() {
         wal.attach_shared(shared.clone());
         assert_eq!(shared.loss_accepted_total.load(Ordering::Relaxed), 1);
         assert_eq!(shared.lost_lsns_accepted.load(Ordering::Relaxed), 2);
-        // (`sched::runtime::render_metrics` sums these over the logs.)
+        // (`sched::exposition::render_metrics` sums these over the logs.)
         // Appends continue after what exists; the checkpoint now matches the log.
         assert_eq!(wal.append_events(&[sample_event(99, 10)]).unwrap(), 9);
         drop(wal);

@@ -18,7 +18,8 @@
 //! pub enum Record { Event(EventRecord), Done(DoneRecord), Retry(RetryRecord) }
 //! pub struct DoneRecord { pub entries: Vec<DoneEntry> }          // <= MAX_DONE_ENTRIES (4096)
 //! pub struct DoneEntry { pub event_lsn: Lsn, pub status: DoneStatus, pub attempts: u32 }
-//! pub enum DoneStatus { Delivered = 1, DeadLettered = 2, Skipped = 3, NoHandler = 4 }
+//! pub enum DoneStatus { Delivered = 1, DeadLettered = 2, Skipped = 3, NoHandler = 4,
+//!     SkippedRateLimited = 5, SkippedDebounced = 6, SkippedSingletonActive = 7 }
 //! pub struct RetryRecord { pub event_lsn: Lsn, pub next_attempt: u32, pub due_at_ms: u64,
 //!                          pub last_error: String /* <= MAX_ERROR_BYTES (1024) */ }
 //! pub enum Durability { Fsync /* default */, Os }        // serde and FromStr: "fsync" | "os"

@@ -8,9 +8,10 @@ use super::checkpoint::{self, Checkpoint, Extent, LostRange};
 use super::format::{decode_payload, RecordRef};
 use super::recovery::scan_dir;
 pub use super::recovery::Finding;
-use super::{Lsn, WalError, WalReader};
+use super::{DoneStatus, Lsn, Record, WalError, WalReader};
 use crate::tools::progress::{Progress, Silent};
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -200,6 +201,18 @@ struct InspectLine<'a> {
     body_sha256: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     replay_of: Option<&'a str>,
+    /// `delivered`, `skipped`, `dead_lettered`, `no_handler` or `pending` (no `Done` entry).
+    outcome: &'static str,
+    /// `skipped`: the gate and its reason (absent for a skip written before reasons were
+    /// recorded); `dead_lettered`: the DLQ reason, when the DLQ entry is still there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gate: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
+    /// Attempts made: from the `Done` entry, or for a pending event the last `Retry` record's
+    /// next attempt minus one (absent: none recorded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempts: Option<u32>,
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -217,22 +230,26 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Writes one JSON object per event (kind 1 or 5; done and retry records are not listed) of
 /// every log in `DATA_DIR/wal` (log by log, in LSN order within a log):
-/// `{"event_id","log","lsn","trigger_id","source","received_at","body_len","body_sha256"}`, plus
-/// `"replay_of"` for a replayed event.
+/// `{"event_id","log","lsn","trigger_id","source","received_at","body_len","body_sha256",
+/// "outcome"}`, plus `"replay_of"` for a replayed event, `"gate"`/`"reason"` for a skip or a
+/// dead letter, `"attempts"` when recorded (see [`InspectLine`]). Each log is read twice: the
+/// outcomes first (one map entry per `Done` entry / retried event), then the events.
 /// Stops with `Err(Corrupt)` at damage; a torn tail just ends that log's output.
 pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError> {
-    inspect_json_with(data_dir, out, &mut Silent)
+    inspect_json_with(data_dir, out, &|_| None, &mut Silent)
 }
 
-/// [`inspect_json`], reporting each log's events to `progress` as they are printed.
+/// [`inspect_json`], with `dead_letter_reason(event_id)` naming a dead letter's DLQ reason,
+/// reporting each log's events to `progress` as they are printed.
 pub fn inspect_json_with(
     data_dir: &Path,
     out: &mut dyn Write,
+    dead_letter_reason: &dyn Fn(&str) -> Option<&'static str>,
     progress: &mut dyn Progress,
 ) -> Result<(), WalError> {
     for log in super::layout::log_dirs(&data_dir.join(WAL_SUBDIR))? {
         progress.begin(&format!("wal inspect {}", log.name), None);
-        let r = inspect_log(&log.dir, &log.name, out, progress);
+        let r = inspect_log(&log.dir, &log.name, out, dead_letter_reason, progress);
         progress.end();
         r?;
     }
@@ -240,16 +257,58 @@ pub fn inspect_json_with(
     out.flush().map_err(out_err)
 }
 
+/// The outcome of every event of the log in `dir` that has one: `Done` status and attempts,
+/// or (pending, retried) the attempts made.
+fn outcomes(dir: &Path) -> Result<HashMap<Lsn, (Option<DoneStatus>, u32)>, WalError> {
+    let mut map = HashMap::new();
+    let mut reader = WalReader::open(dir)?;
+    while let Some(next) = reader.next_record() {
+        match next? {
+            (_, Record::Done(d)) => {
+                for e in d.entries {
+                    map.insert(e.event_lsn, (Some(e.status), e.attempts));
+                }
+            }
+            (_, Record::Retry(r)) => {
+                let made = r.next_attempt.saturating_sub(1);
+                map.entry(r.event_lsn)
+                    .and_modify(|o: &mut (Option<DoneStatus>, u32)| {
+                        if o.0.is_none() {
+                            o.1 = made;
+                        }
+                    })
+                    .or_insert((None, made));
+            }
+            _ => {}
+        }
+    }
+    Ok(map)
+}
+
 fn inspect_log(
     dir: &Path,
     name: &str,
     out: &mut dyn Write,
+    dead_letter_reason: &dyn Fn(&str) -> Option<&'static str>,
     progress: &mut dyn Progress,
 ) -> Result<(), WalError> {
+    let done = outcomes(dir)?;
     let mut reader = WalReader::open(dir)?;
     let out_err = |e: std::io::Error| WalError::io(Path::new("<output>"), e);
     while let Some(next) = reader.next_event() {
         let (lsn, ev) = next?;
+        let (status, attempts) = match done.get(&lsn) {
+            Some(&(s, a)) => (s, Some(a)),
+            None => (None, None),
+        };
+        let (outcome, gate, reason) = match status {
+            Some(s) => s.describe(),
+            None => ("pending", None, None),
+        };
+        let reason = match status {
+            Some(DoneStatus::DeadLettered) => dead_letter_reason(&ev.event_id),
+            _ => reason,
+        };
         let line = InspectLine {
             event_id: &ev.event_id,
             log: name,
@@ -260,6 +319,10 @@ fn inspect_log(
             body_len: ev.body.len(),
             body_sha256: hex(&Sha256::digest(&ev.body)),
             replay_of: ev.replay_of.as_deref(),
+            outcome,
+            gate,
+            reason,
+            attempts,
         };
         serde_json::to_writer(&mut *out, &line).map_err(|e| out_err(e.into()))?;
         out.write_all(b"\n").map_err(out_err)?;
@@ -302,6 +365,70 @@ mod tests {
         assert_eq!(lines[1]["lsn"], 2);
         assert_eq!(lines[1]["replay_of"], replay.replay_of.as_deref().unwrap());
         assert_eq!(lines[1]["event_id"], replay.event_id.as_str());
+        for l in &lines {
+            assert!(l["outcome"].is_string(), "{l}");
+        }
+    }
+
+    #[test]
+    fn inspect_shows_each_events_outcome_with_the_skip_reason() {
+        use crate::wal::{DoneEntry, DoneRecord, RetryRecord};
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+        let ev = |i| Record::Event(crate::wal::format::tests::sample_event(i, 8));
+        let done = |lsn, status, attempts| DoneEntry {
+            event_lsn: lsn,
+            status,
+            attempts,
+        };
+        let recs = vec![
+            ev(0),
+            ev(1),
+            ev(2),
+            ev(3),
+            ev(4),
+            Record::Done(DoneRecord {
+                entries: vec![
+                    done(1, DoneStatus::Delivered, 1),
+                    done(2, DoneStatus::SkippedDebounced, 0),
+                    done(3, DoneStatus::DeadLettered, 4),
+                ],
+            }),
+            Record::Retry(RetryRecord {
+                event_lsn: 4,
+                next_attempt: 3,
+                due_at_ms: 9,
+                last_error: "x".into(),
+            }),
+        ];
+        open(&cfg).unwrap().0.append(&recs).unwrap();
+        let mut out = Vec::new();
+        let dlq = |id: &str| (id == sample_event(2, 8).event_id).then_some("retry_exhausted");
+        inspect_json_with(tmp.path(), &mut out, &dlq, &mut Silent).unwrap();
+        let lines: Vec<serde_json::Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let o = |i: usize, k: &str| lines[i].get(k).cloned().unwrap_or_default();
+        assert_eq!(
+            (o(0, "outcome"), o(0, "attempts")),
+            ("delivered".into(), 1.into())
+        );
+        assert_eq!(
+            (o(1, "outcome"), o(1, "gate"), o(1, "reason")),
+            ("skipped".into(), "debounce".into(), "debounced".into())
+        );
+        assert_eq!(
+            (o(2, "outcome"), o(2, "reason"), o(2, "attempts")),
+            ("dead_lettered".into(), "retry_exhausted".into(), 4.into())
+        );
+        assert_eq!(
+            (o(3, "outcome"), o(3, "attempts")),
+            ("pending".into(), 2.into())
+        );
+        assert_eq!(o(4, "outcome"), "pending");
+        assert!(lines[4].get("attempts").is_none());
     }
 
     #[test]

@@ -24,7 +24,7 @@ fn github_signature(body: &[u8]) -> String {
 /// A GitHub-verified trigger `gh` and a generic trigger `plain`, both delivering to a handler
 /// that does not answer within the test, with `max_pending_events = 10` in one shared pool
 /// (`reserved_fraction = 0`: no guaranteed shares, so the generic trigger has no room of its
-/// own; the shares' interplay with absorbing is unit-tested in `sched::backlog`).
+/// own; the shares' interplay with absorbing is unit-tested in `ingest::backlog`).
 fn manifest(uri: &str, dispatch_extra: &str) -> String {
     format!(
         "[dispatch]\nmax_pending_events = 10\nreserved_fraction = 0\n{dispatch_extra}\n\

@@ -46,11 +46,13 @@ mod edge;
 #[cfg(feature = "failpoints")]
 mod faults;
 mod flow;
+mod flow_gates;
 mod hostile;
 mod http_errors;
 mod http_features;
 mod https;
 mod ingest;
+mod io_backend;
 mod isolation;
 mod ops;
 mod percore;

@@ -329,7 +329,11 @@ fn reload_rekeys_flow_gates_without_losing_waiting_events() {
     assert_eq!(state["triggers"][0]["pending_events"], 8, "{state}");
     assert_eq!(state["triggers"][0]["gate_waiting"], 8, "{state}");
     assert_eq!(
-        metric(&server, "sluice_flow_waiting_events", &[("trigger", "t")]),
+        metric(
+            &server,
+            "sluice_flow_held",
+            &[("trigger", "t"), ("gate", "throttle")]
+        ),
         8.0
     );
 
@@ -344,7 +348,8 @@ fn reload_rekeys_flow_gates_without_losing_waiting_events() {
     let delivered = delivered_ids(&ds);
     assert_eq!(delivered.iter().cloned().collect::<HashSet<_>>(), ids);
     assert_eq!(delivered.len(), 10, "each once");
-    // 2 passed before the reload, 8 waited, then passed the new gate when re-offered.
+    // 2 passed before the reload, 8 waited (they left the old gate at the reload), then passed
+    // the new gate when re-offered.
     let flow = |decision: &str| {
         metric(
             &server,
@@ -359,7 +364,11 @@ fn reload_rekeys_flow_gates_without_losing_waiting_events() {
     assert_eq!(flow("wait"), 8.0);
     assert_eq!(flow("pass"), 10.0);
     assert_eq!(
-        metric(&server, "sluice_flow_waiting_events", &[("trigger", "t")]),
+        metric(
+            &server,
+            "sluice_flow_held",
+            &[("trigger", "t"), ("gate", "throttle")]
+        ),
         0.0,
         "the gauge follows the re-keyed gates"
     );

@@ -487,6 +487,11 @@ pub struct WalEvent {
     pub received_at: serde_json::Value,
     pub body_len: u64,
     pub body_sha256: String,
+    /// `delivered`, `skipped`, `dead_lettered`, `no_handler` or `pending`.
+    pub outcome: String,
+    /// A skip's gate and reason, or a dead letter's reason.
+    pub gate: Option<String>,
+    pub reason: Option<String>,
 }
 
 /// `sluice wal inspect --data-dir D --json`, which must succeed.
@@ -527,6 +532,9 @@ pub fn wal_inspect(data_dir: &Path) -> Vec<WalEvent> {
                     .unwrap_or_else(|| panic!("no received_at: {l}")),
                 body_len: n("body_len"),
                 body_sha256: s("body_sha256").to_ascii_lowercase(),
+                outcome: s("outcome"),
+                gate: v.get("gate").and_then(|x| x.as_str()).map(String::from),
+                reason: v.get("reason").and_then(|x| x.as_str()).map(String::from),
             }
         })
         .collect()

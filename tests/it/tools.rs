@@ -300,9 +300,11 @@ fn loadgen_honor_waits_for_retry_after() {
     let min = summary["retry_delay_min_ms"].as_f64().expect("min delay");
     let max = summary["retry_delay_max_ms"].as_f64().expect("max delay");
     assert!(min >= 1000.0, "re-sent {min} ms after a Retry-After: 1");
+    // The jitter is [1, 1.5) × Retry-After; the measured delay adds the loadgen thread's
+    // scheduling latency, which on a loaded 2-core CI machine reached 114 ms past 1.5 s.
     assert!(
-        max < 1600.0,
-        "jitter is [1, 1.5) × Retry-After, got {max} ms"
+        max < 2000.0,
+        "jitter is [1, 1.5) × Retry-After (+ scheduling), got {max} ms"
     );
     assert!(started.elapsed() >= Duration::from_secs(1));
     assert!(n(&summary, &["totals", "2xx"]) >= 2, "{summary}");

@@ -36,6 +36,7 @@ pub fn carrier(members: Vec<Job>) -> Job {
         dest: first.dest,
         attempt: members.iter().map(|m| m.attempt).max().unwrap_or(1),
         due_at_ms: members.iter().map(|m| m.due_at_ms).max().unwrap_or(0),
+        log_dir: None,
         batch: members,
     }
 }
@@ -102,6 +103,7 @@ mod tests {
             attempt,
             due_at_ms: lsn,
             batch: Vec::new(),
+            log_dir: None,
         }
     }
 

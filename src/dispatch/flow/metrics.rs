@@ -1,19 +1,48 @@
-//! `sluice_flow_control_total{trigger,gate,decision}`: what the per-trigger flow-control gates
-//! decided (see `dispatch::flow`).
+//! The flow-control gates' metrics (see `dispatch::flow`), and the per-gate held counts that
+//! double as the gates' bound.
 //!
-//! - `gate`: `batch`, `debounce`, `rate_limit`, `throttle`, `singleton`, `concurrency`.
-//! - `decision`: `pass` (through at once), `wait` (held; it passes later: a throttled event, a
-//!   concurrency waiter, a batch member, a debounced event waiting for quiet), `skip` (done
-//!   without delivery: `rate_limit` → `rate_limited`, `debounce` → `debounced`, `singleton` →
-//!   `singleton_active`; a debounced event counts `wait` then `skip` when superseded),
-//!   `overflow` (the per-core key table was full and the event used the shared overflow key).
+//! `sluice_flow_control_total{trigger,gate,decision}`: **one decision per event per gate it
+//! reaches**, counted when the event leaves the gate:
+//! - `pass`: went on at once (for `batch`: the member that filled the batch);
+//! - `wait`: was held, then went on (a throttled event once the window had room, a concurrency
+//!   waiter once admitted, a batch member flushed by size or timeout, a debounced event after
+//!   its quiet period — `debounce` holds every event, so its `pass` is always 0);
+//! - `skip`: ended at this gate without delivery, held first or not (`rate_limit` →
+//!   `rate_limited`, `debounce` → `debounced` when superseded, `singleton` →
+//!   `singleton_active`).
 //!
-//! Cardinality is bounded by the manifest: one series per (trigger, configured gate, decision),
-//! all rendered, zeros included. Counters are shared [`Counter`]s (std atomics, `Relaxed`),
-//! indexed by the trigger's position in the config, written by the trigger's owner core.
+//! So for every gate `pass + wait + skip + held = events that reached it` (held: the gauge
+//! below; events held across a restart are evaluated again and counted again).
+//!
+//! `sluice_flow_held{trigger,gate}` (gauge): events a gate holds now (throttle queue, debounce
+//! window, batch being filled, concurrency waiters), plus `gate="dispatch"`: events a gate
+//! released that wait for a `max_outstanding` slot. Each is bounded by `[flow] max_held`:
+//! while any of a trigger's counts is at the bound its pumps admit none of its events (they
+//! stay in the log, covered by the backlog bound, and are admitted in order once the gate
+//! releases some), see [`FlowMetrics::full`].
+//!
+//! `sluice_flow_key_overflow_total{trigger,gate}`: `rate_limit`/`throttle` events that found
+//! the per-core key table full (`[flow] max_gate_keys`) and used the gate's shared overflow key;
+//! `debounce` keys delivered early because the gate held `max_held` keys.
+//!
+//! `sluice_flow_read_back_failures_total`: held events whose body could not be read back from
+//! their log (`dispatch::flow::payload`); they stay pending.
+//!
+//! The dashboard (`ops::dashboard`) reads these same cells: a trigger's events "waiting in
+//! gates" are the sum of its `sluice_flow_held` over the six gates (there is no second gauge).
+//!
+//! Cardinality is bounded by the manifest: one series per (trigger, configured gate, label), all
+//! rendered, zeros included. The cells are those of the start-up triggers (a reload may reorder
+//! the triggers or give one new gates, never add cells: the engine maps its triggers to cells by
+//! id, [`FlowMetrics::index_of`], and a gate a reload adds is rendered from then on,
+//! [`FlowMetrics::mark_configured`]). Cells are shared std atomics (`Relaxed`: each is a count that
+//! publishes no other memory; the bound check reads a count that may be a few events late,
+//! see `dispatch::flow` "Bounds"), indexed by the trigger's position in the config, written by
+//! the trigger's owner core.
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use crate::config::TriggerConfig;
 use crate::metrics::counter::Counter;
@@ -29,9 +58,13 @@ pub const GATES: [&str; 6] = [
     "concurrency",
 ];
 /// `decision` label values (index = `dispatch::flow::Decision as usize`).
-pub const DECISIONS: [&str; 4] = ["pass", "wait", "skip", "overflow"];
+pub const DECISIONS: [&str; 3] = ["pass", "wait", "skip"];
+/// Index of the `gate="dispatch"` held count (released, waiting for a dispatch slot).
+pub const DISPATCH: usize = GATES.len();
 
 const NAME: &str = "sluice_flow_control_total";
+const HELD: &str = "sluice_flow_held";
+const OVERFLOW: &str = "sluice_flow_key_overflow_total";
 
 #[derive(Debug)]
 struct TriggerCells {
@@ -40,30 +73,41 @@ struct TriggerCells {
     /// gave it (`Relaxed`: a flag read at render time, set before the first count).
     configured: [AtomicBool; GATES.len()],
     counts: [[Counter; DECISIONS.len()]; GATES.len()],
-    /// Events held in this trigger's gates now (`sluice_flow_waiting_events`), changed by the
-    /// owner core(s) by deltas (`Relaxed`: a gauge, carries no data).
-    waiting: AtomicI64,
+    /// Indexed like [`GATES`], then [`DISPATCH`].
+    held: [AtomicU64; GATES.len() + 1],
+    overflow: [Counter; GATES.len()],
 }
 
 /// The family for a fixed set of triggers.
 #[derive(Debug, Default)]
 pub struct FlowMetrics {
     triggers: Vec<TriggerCells>,
+    /// Trigger id → index in `triggers` (fixed at start-up).
+    index: HashMap<Box<str>, usize>,
+    /// `sluice_flow_read_back_failures_total` (`dispatch::flow::payload`).
+    read_back_failures: Counter,
+    /// `[flow] max_held`.
+    max_held: u64,
 }
 
 impl FlowMetrics {
-    pub fn new(triggers: &[TriggerConfig]) -> FlowMetrics {
+    pub fn new(triggers: &[TriggerConfig], max_held: usize) -> FlowMetrics {
         FlowMetrics {
+            read_back_failures: Counter::new(),
+            max_held: max_held as u64,
+            index: triggers
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.id.as_str().into(), i))
+                .collect(),
             triggers: triggers
                 .iter()
-                .map(|t| {
-                    let f = &t.flow;
-                    TriggerCells {
-                        name: t.id.as_str().into(),
-                        configured: gates_of(f).map(AtomicBool::new),
-                        counts: Default::default(),
-                        waiting: AtomicI64::new(0),
-                    }
+                .map(|t| TriggerCells {
+                    name: t.id.as_str().into(),
+                    configured: gates_of(&t.flow).map(AtomicBool::new),
+                    counts: Default::default(),
+                    held: Default::default(),
+                    overflow: Default::default(),
                 })
                 .collect(),
         }
@@ -82,23 +126,64 @@ impl FlowMetrics {
         }
     }
 
-    /// `delta` more events held in trigger cells `t`'s gates.
-    pub fn add_waiting(&self, t: usize, delta: i64) {
-        if let Some(c) = self.triggers.get(t) {
-            c.waiting.fetch_add(delta, Ordering::Relaxed);
+    /// Counts `n` decisions at once.
+    pub fn incr_n(&self, t: usize, gate: usize, decision: usize, n: usize) {
+        if let Some(c) = self
+            .triggers
+            .get(t)
+            .and_then(|c| c.counts.get(gate))
+            .and_then(|g| g.get(decision))
+        {
+            c.add(n as u64);
         }
     }
 
-    /// Events held in trigger cells `t`'s gates now.
-    pub fn waiting(&self, t: usize) -> u64 {
+    /// A held event's body could not be read back from its log.
+    pub fn read_back_failed(&self) {
+        self.read_back_failures.incr();
+    }
+
+    pub fn read_back_failures(&self) -> u64 {
+        self.read_back_failures.get()
+    }
+
+    /// Counts one key-table overflow of `gate` for trigger `t`.
+    pub fn overflowed(&self, t: usize, gate: usize) {
+        if let Some(c) = self.triggers.get(t).and_then(|c| c.overflow.get(gate)) {
+            c.incr();
+        }
+    }
+
+    /// Moves the held count of (`t`, `gate`) by `delta` (`gate` may be [`DISPATCH`]).
+    #[inline]
+    pub fn held_add(&self, t: usize, gate: usize, delta: i64) {
+        if let Some(c) = self.triggers.get(t).and_then(|c| c.held.get(gate)) {
+            match delta >= 0 {
+                true => c.fetch_add(delta as u64, Relaxed),
+                false => c.fetch_sub(delta.unsigned_abs(), Relaxed),
+            };
+        }
+    }
+
+    /// Events held by (`t`, `gate`).
+    pub fn held(&self, t: usize, gate: usize) -> u64 {
         self.triggers
             .get(t)
-            .map_or(0, |c| c.waiting.load(Ordering::Relaxed).max(0) as u64)
+            .and_then(|c| c.held.get(gate))
+            .map_or(0, |c| c.load(Relaxed))
+    }
+
+    /// True while one of trigger `t`'s held counts is at `[flow] max_held`: its pumps admit
+    /// none of its events until the gate releases some.
+    pub fn full(&self, t: usize) -> bool {
+        self.triggers
+            .get(t)
+            .is_some_and(|c| c.held.iter().any(|h| h.load(Relaxed) >= self.max_held))
     }
 
     /// The cells of trigger `id`, if the start-up configuration named it.
     pub fn index_of(&self, id: &str) -> Option<usize> {
-        self.triggers.iter().position(|t| &*t.name == id)
+        self.index.get(id).copied()
     }
 
     /// Renders the gates `f` configures for trigger cells `t` from now on (a reload adding one).
@@ -106,68 +191,106 @@ impl FlowMetrics {
         if let Some(cells) = self.triggers.get(t) {
             for (c, on) in cells.configured.iter().zip(gates_of(f)) {
                 if on {
-                    c.store(true, Ordering::Relaxed);
+                    c.store(true, Relaxed);
                 }
             }
         }
     }
 
-    /// Trigger `t`'s counts for `gate` (in [`DECISIONS`] order), if that gate is configured.
+    /// Trigger cells `t`'s counts for `gate` (in [`DECISIONS`] order), if that gate is rendered.
     pub fn decisions(&self, t: usize, gate: usize) -> Option<[u64; DECISIONS.len()]> {
         let cells = self.triggers.get(t)?;
-        if !cells.configured.get(gate)?.load(Ordering::Relaxed) {
+        if !cells.configured.get(gate)?.load(Relaxed) {
             return None;
         }
         Some(std::array::from_fn(|d| cells.counts[gate][d].get()))
+    }
+
+    /// Events held in trigger cells `t`'s gates now (the six gates; not `gate="dispatch"`).
+    pub fn held_in_gates(&self, t: usize) -> u64 {
+        self.triggers.get(t).map_or(0, |c| {
+            c.held[..GATES.len()].iter().map(|h| h.load(Relaxed)).sum()
+        })
     }
 
     pub fn get(&self, t: usize, gate: usize, decision: usize) -> u64 {
         self.triggers[t].counts[gate][decision].get()
     }
 
-    /// Renders the family; nothing at all when no trigger has a gate.
+    pub fn overflows(&self, t: usize, gate: usize) -> u64 {
+        self.triggers[t].overflow[gate].get()
+    }
+
+    /// Renders the families; nothing at all when no trigger has a gate.
     pub fn render_prometheus(&self, w: &mut PromWriter) {
-        let on = |t: &TriggerCells, g: usize| t.configured[g].load(Ordering::Relaxed);
-        if !self
-            .triggers
-            .iter()
-            .any(|t| (0..GATES.len()).any(|g| on(t, g)))
-        {
+        if !self.triggers.iter().any(TriggerCells::any_gate) {
             return;
         }
         w.header(
             NAME,
-            "Flow-control gate decisions, by trigger, gate and decision.",
+            "Flow-control gate decisions, one per event per gate, by trigger, gate and decision.",
             MetricType::Counter,
         );
-        for t in &self.triggers {
-            for (g, gate) in GATES.iter().enumerate() {
-                if !on(t, g) {
+        self.each_gate(|t, g, gate| {
+            for (d, decision) in DECISIONS.iter().enumerate() {
+                w.sample_u64(
+                    NAME,
+                    &[("trigger", &t.name), ("gate", gate), ("decision", decision)],
+                    t.counts[g][d].get(),
+                );
+            }
+        });
+        w.header(
+            HELD,
+            "Events a flow-control gate holds now (gate=dispatch: released, waiting for a slot).",
+            MetricType::Gauge,
+        );
+        for t in self.triggers.iter().filter(|t| t.any_gate()) {
+            for (g, gate) in GATES.iter().chain(["dispatch"].iter()).enumerate() {
+                if g < GATES.len() && !t.configured[g].load(Relaxed) {
                     continue;
                 }
-                for (d, decision) in DECISIONS.iter().enumerate() {
-                    w.sample_u64(
-                        NAME,
-                        &[("trigger", &t.name), ("gate", gate), ("decision", decision)],
-                        t.counts[g][d].get(),
-                    );
-                }
+                let n = t.held[g].load(Relaxed);
+                w.sample_u64(HELD, &[("trigger", &t.name), ("gate", gate)], n);
             }
         }
         w.header(
-            "sluice_flow_waiting_events",
-            "Events held in a trigger's flow-control gates now (batch, debounce, throttle, concurrency).",
-            MetricType::Gauge,
+            "sluice_flow_read_back_failures_total",
+            "Held events whose body could not be read back from their log (left pending).",
+            MetricType::Counter,
         );
-        for (i, t) in self.triggers.iter().enumerate() {
-            if (0..GATES.len()).any(|g| on(t, g)) {
-                w.sample_u64(
-                    "sluice_flow_waiting_events",
-                    &[("trigger", &t.name)],
-                    self.waiting(i),
-                );
+        w.sample_u64(
+            "sluice_flow_read_back_failures_total",
+            &[],
+            self.read_back_failures.get(),
+        );
+        w.header(
+            OVERFLOW,
+            "Window-gate events that used the shared overflow key (key table full).",
+            MetricType::Counter,
+        );
+        self.each_gate(|t, g, gate| {
+            if g == 1 || g == 2 || g == 3 {
+                let n = t.overflow[g].get();
+                w.sample_u64(OVERFLOW, &[("trigger", &t.name), ("gate", gate)], n);
+            }
+        });
+    }
+
+    fn each_gate(&self, mut f: impl FnMut(&TriggerCells, usize, &str)) {
+        for t in &self.triggers {
+            for (g, gate) in GATES.iter().enumerate() {
+                if t.configured[g].load(Relaxed) {
+                    f(t, g, gate);
+                }
             }
         }
+    }
+}
+
+impl TriggerCells {
+    fn any_gate(&self) -> bool {
+        self.configured.iter().any(|c| c.load(Relaxed))
     }
 }
 
@@ -199,7 +322,7 @@ mod tests {
             &crate::config::Overrides::default(),
         )
         .unwrap();
-        let m = FlowMetrics::new(&c.triggers);
+        let m = FlowMetrics::new(&c.triggers, 10);
         m.incr(0, 4, 2);
         m.incr(7, 0, 0); // unknown trigger: ignored
         let mut w = PromWriter::new();
@@ -212,6 +335,40 @@ mod tests {
             "sluice_flow_control_total{decision=\"pass\",gate=\"singleton\",trigger=\"a\"} 0\n"
         ));
         assert!(!text.contains("trigger=\"b\""));
+        assert!(!text.contains("gate=\"batch\""));
+    }
+
+    #[test]
+    fn held_gauges_render_and_bound_the_trigger() {
+        let c = crate::config::Config::build(
+            crate::config::Config::parse_manifest(
+                "[[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/a\"\n\
+                 throttle = { period = \"1s\", max = 1 }\n",
+            )
+            .unwrap(),
+            &|_| None,
+            &crate::config::Overrides::default(),
+        )
+        .unwrap();
+        let m = FlowMetrics::new(&c.triggers, 2);
+        m.held_add(0, 3, 1);
+        assert!(!m.full(0));
+        m.held_add(0, DISPATCH, 2);
+        assert!(m.full(0), "any of the trigger's counts at max_held");
+        m.held_add(0, DISPATCH, -1);
+        assert!(!m.full(0) && !m.full(5), "unknown slots are never full");
+        m.overflowed(0, 3);
+        let mut w = PromWriter::new();
+        m.render_prometheus(&mut w);
+        let text = w.finish();
+        for line in [
+            "sluice_flow_held{gate=\"throttle\",trigger=\"a\"} 1\n",
+            "sluice_flow_held{gate=\"dispatch\",trigger=\"a\"} 1\n",
+            "sluice_flow_key_overflow_total{gate=\"throttle\",trigger=\"a\"} 1\n",
+            "sluice_flow_read_back_failures_total 0\n",
+        ] {
+            assert!(text.contains(line), "{line} not in {text}");
+        }
         assert!(!text.contains("gate=\"batch\""));
     }
 }

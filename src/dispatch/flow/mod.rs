@@ -26,42 +26,78 @@
 //!   unlisted values last.
 //!
 //! Skips are reported as [`FlowOut::skipped`]; the dispatcher turns them into durable
-//! `Skipped` outcomes. Held events are still jobs held by the core, so they count against the
-//! pump's `max_outstanding`; after a restart they are pending in the WAL and evaluated again.
+//! `Skipped` outcomes carrying the gate's reason.
 //!
-//! **Bounds.** Events held here ≤ jobs held by the core ≤ `max_outstanding`. Keys of `batch`,
-//! `debounce`, `singleton` and `concurrency` exist only while an event of the key is held or in
-//! progress, so they are bounded the same way. `rate_limit`/`throttle` keys outlive their events
-//! (the window remembers); there are at most `[flow] max_gate_keys` of them per core, each with at
-//! most `max` timestamps (8 bytes each). A new key past the bound first evicts idle keys (empty
+//! **Waiting is not dispatching.** An event arrives holding one of the pump's `max_outstanding`
+//! slots. When a gate holds it (throttle queue, debounce window, batch being filled, concurrency
+//! waiter) it is reported in [`FlowOut::held`] and the dispatcher gives its slot back (a `Held`
+//! outcome to the pump; the event stays pending in its log and in the backlog bound). When it
+//! leaves the gates it is reported in [`FlowOut::resumed`] (a batch: one carrier) and the
+//! dispatcher takes a slot again, one per call, before dispatching it. So `max_outstanding`
+//! bounds calls being dispatched, and a busy gated trigger cannot stall the others. After a
+//! restart held events are pending in the WAL and evaluated again.
+//!
+//! **Bounds.** Per trigger and gate, at most `[flow] max_held` events held (the
+//! `sluice_flow_held` gauge, [`metrics::FlowMetrics::full`]), plus the events in flight to the
+//! gate when the bound was reached (≤ `max_outstanding`). Past the bound: `batch`, `throttle`,
+//! `concurrency` (and the released events waiting for a slot) make the pumps leave the trigger's
+//! events in the log until some are released; `debounce` instead delivers the held key whose
+//! quiet period ends soonest early (counted in `sluice_flow_key_overflow_total`), so a newer
+//! event is never kept out of the gate that would supersede an older one. Held events are
+//! held by reference: their bodies stay in memory only within `[flow] max_held_bytes` per core,
+//! the others are read back from their log at release ([`payload`]).
+//! Keys of `batch`, `debounce`, `singleton` and `concurrency` exist only while an event of the
+//! key is held or in progress. `rate_limit`/`throttle` keys outlive their events (the window
+//! remembers); there are at most `[flow] max_gate_keys` of them per core, each with at most
+//! `max` timestamps (8 bytes each). A new key past the bound first evicts idle keys (empty
 //! window, no waiters; a sweep at most every [`SWEEP_EVERY`]); if none is idle, the event is
-//! counted against the gate's shared overflow key (metrics decision `overflow`): it is limited
-//! more strictly, never less. Timers ≤ held keys, plus for `batch` one stale entry per batch
-//! flushed by size before its timeout.
+//! counted against the gate's shared overflow key (`sluice_flow_key_overflow_total`): it is
+//! limited more strictly, never less. Timers ≤ held keys, plus for `batch` one stale entry per
+//! batch flushed by size before its timeout. A debounce key that receives a newer event keeps
+//! its one timer (re-armed when it fires early).
+//!
+//! **Restarts.** `rate_limit` and `throttle` windows are saved to `<data_dir>/flow/core-K.json`
+//! ([`persist`]) at most [`persist::SAVE_EVERY`] after a hit and at the drain, and restored at
+//! start-up, so a restart opens no window early. Debounce deadlines and batch timers need no
+//! state: their events are pending in the WAL and are held again, for a full period or
+//! timeout from the restart (later, never earlier, never lost).
+//!
+//! **Reloads.** A reload that changes a trigger's gates re-keys the engine ([`rekey`]): every
+//! held event is taken out of the old gates and offered to the new ones, still held (its slot
+//! stays given back), so none is lost; unchanged windows and the holds of events in progress are
+//! carried over.
+//!
+//! **Time.** The engine works on the injected clock shifted by [`SHIFT`] (a year and a day), so
+//! a window hit restored from before this process started is still a positive time.
 #![forbid(unsafe_code)]
 
 pub mod batch;
 pub mod key;
 pub mod metrics;
+pub mod payload;
+pub mod persist;
 mod rekey;
 pub mod window;
+mod windows;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use crate::config::flow::{BatchGate, ConcurrencyGate, DebounceGate, FlowConfig, WindowGate};
+use crate::config::flow::{BatchGate, ConcurrencyGate, DebounceGate, FlowConfig};
 use crate::config::Config;
 use crate::dispatch::job::{Job, SkipReason};
 use crate::dispatch::metrics::DispatchMetrics;
 use crate::wal::{EventRecord, Lsn};
-use key::{Resolver, OVERFLOW_KEY};
+use key::Resolver;
 use window::Window;
 
 /// Shortest interval between two sweeps for idle window keys when the key table is full.
 pub const SWEEP_EVERY: u64 = 100_000_000;
 /// Idle window keys are also swept this often, to give memory back.
 const IDLE_SWEEP_EVERY: u64 = 10_000_000_000;
+/// Added to the clock's nanoseconds inside the engine (longer than any period, 365 days).
+pub const SHIFT: u64 = 366 * 86_400 * 1_000_000_000;
 
 /// The gates in evaluation order (the index is the metrics `gate` label's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -83,20 +119,30 @@ const STAGES: [Stage; 6] = [
     Stage::Concurrency,
 ];
 
-/// A gate's decision (the metrics `decision` label's index).
+/// A gate's decision (the metrics `decision` label's index; one per event per gate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
+    /// Went on at once.
     Pass = 0,
+    /// Was held, then went on.
     Wait = 1,
+    /// Ended here.
     Skip = 2,
-    Overflow = 3,
 }
 
-/// What an engine call produced: jobs through every gate, jobs skipped.
+/// What an engine call produced.
 #[derive(Debug, Default)]
 pub struct FlowOut {
+    /// Through every gate without being held: still holding the slot it arrived with.
     pub ready: Vec<Job>,
+    /// Through every gate after being held (a batch: its carrier): needs a dispatch slot.
+    pub resumed: Vec<Job>,
+    /// Keys of events a gate started holding: their dispatch slot may be given back.
+    pub held: Vec<Lsn>,
     pub skipped: Vec<(Job, SkipReason)>,
+    /// Keys of held events whose body could not be read back ([`payload`]): they leave the
+    /// gates without an outcome and stay pending.
+    pub lost: Vec<Lsn>,
 }
 
 /// An event inside the gates, with its keys resolved once.
@@ -104,6 +150,10 @@ pub struct FlowOut {
 struct Pending {
     job: Job,
     keys: Box<Keys>,
+    /// A gate held it (it gave its dispatch slot back).
+    held: bool,
+    /// Its body was dropped while held ([`payload`]): read back before it is delivered.
+    dropped: bool,
 }
 
 #[derive(Debug, Default)]
@@ -131,7 +181,8 @@ struct DebounceKey {
 
 #[derive(Debug)]
 struct BatchKey {
-    members: Vec<Job>,
+    /// Each with whether its body was dropped ([`payload`]).
+    members: Vec<(Job, bool)>,
     deadline: u64,
 }
 
@@ -169,9 +220,10 @@ pub struct FlowEngine {
     by_id: HashMap<String, usize>,
     /// Indexed like `config.triggers`.
     gates: Vec<TriggerGates>,
-    /// Indexed like `config.triggers`: the trigger's cells in `metrics.flow` (built from the
-    /// start-up configuration; a reload may reorder the triggers).
-    metric_index: Vec<Option<usize>>,
+    /// Indexed like `config.triggers`: the trigger's cells in `metrics.flow`, which are those of
+    /// the start-up triggers (a reload may reorder them); `usize::MAX` (counted nowhere) for a
+    /// trigger a reload added.
+    cells: Vec<usize>,
     holds: HashMap<Lsn, Hold>,
     timers: BinaryHeap<Reverse<(u64, usize, Stage, String)>>,
     window_keys: usize,
@@ -180,10 +232,18 @@ pub struct FlowEngine {
     idle_sweep_at: u64,
     seq: u64,
     waiting: usize,
+    /// Window state saved across restarts (`None`: not persisted, unit tests).
+    store: Option<persist::Store>,
+    payloads: payload::Payloads,
 }
 
 impl FlowEngine {
-    pub fn new(config: Arc<Config>, metrics: Arc<DispatchMetrics>) -> FlowEngine {
+    /// `store`: where this core's window state is saved and restored from.
+    pub fn new(
+        config: Arc<Config>,
+        metrics: Arc<DispatchMetrics>,
+        store: Option<persist::Store>,
+    ) -> FlowEngine {
         let by_id = config
             .triggers
             .iter()
@@ -196,17 +256,20 @@ impl FlowEngine {
             .iter()
             .map(|_| TriggerGates::default())
             .collect();
-        let metric_index = config
+        let config_max_held_bytes = config.flow.max_held_bytes;
+        let cells = config
             .triggers
             .iter()
-            .map(|t| {
-                let m = metrics.flow.index_of(&t.id)?;
-                metrics.flow.mark_configured(m, &t.flow);
-                Some(m)
+            .map(|t| match metrics.flow.index_of(&t.id) {
+                Some(m) => {
+                    metrics.flow.mark_configured(m, &t.flow);
+                    m
+                }
+                None => usize::MAX,
             })
             .collect();
         FlowEngine {
-            metric_index,
+            cells,
             max_window_keys: config.flow.max_gate_keys,
             config,
             metrics,
@@ -219,6 +282,8 @@ impl FlowEngine {
             idle_sweep_at: 0,
             seq: 0,
             waiting: 0,
+            store,
+            payloads: payload::Payloads::new(config_max_held_bytes),
         }
     }
 
@@ -232,9 +297,16 @@ impl FlowEngine {
         self.window_keys
     }
 
-    /// The earliest timer (batch timeout, debounce quiet time, throttle room).
+    /// The earliest timer (batch timeout, debounce quiet time, throttle room), on the clock.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.timers.peek().map(|Reverse((t, ..))| *t)
+        let t = self
+            .timers
+            .peek()
+            .map(|Reverse((t, ..))| t.saturating_sub(SHIFT));
+        match self.store.as_ref().and_then(|s| s.due()) {
+            Some(s) => Some(t.map_or(s, |t| t.min(s))),
+            None => t,
+        }
     }
 
     /// Does trigger `id` have any gate? (Without, [`FlowEngine::offer`] just passes the job.)
@@ -244,12 +316,19 @@ impl FlowEngine {
 
     /// An event from the pump enters the gates of its trigger.
     pub fn offer(&mut self, job: Job, now: u64, out: &mut FlowOut) {
+        let now = self.restore_once(now);
         let Some(&t) = self.by_id.get(job.event.trigger_id.as_str()) else {
             out.ready.push(job);
             return;
         };
         let keys = Box::new(resolve(&self.config.triggers[t].flow, &job.event));
-        self.run(t, Pending { job, keys }, Stage::Batch, now, out);
+        let p = Pending {
+            job,
+            keys,
+            held: false,
+            dropped: false,
+        };
+        self.run(t, p, Stage::Batch, now, out);
     }
 
     /// The event at `lsn` reached a terminal outcome: give back its singleton and concurrency
@@ -282,15 +361,23 @@ impl FlowEngine {
         if ck.active == 0 && ck.waiters.is_empty() {
             self.gates[t].concurrency.remove(&k);
         }
-        self.note_waiting(t, -(admitted.len() as i64));
         for p in admitted {
+            self.unheld(t, Stage::Concurrency, 1);
+            self.count(t, Stage::Concurrency, Decision::Wait);
             self.hold(p.job.lsn, t).concurrency = Some(k.clone());
-            out.ready.push(p.job);
+            self.leave(p, out);
         }
     }
 
-    /// Runs the timers due at `now`.
-    pub fn on_tick(&mut self, now: u64, out: &mut FlowOut) {
+    /// Runs the timers due at `now`; saves the window state when due (`draining`: at once).
+    /// While `draining` no timer runs (held events stay pending in the WAL).
+    pub fn on_tick(&mut self, now: u64, draining: bool, out: &mut FlowOut) {
+        let clock = now;
+        if draining {
+            self.save(clock, true);
+            return;
+        }
+        let now = self.restore_once(now);
         while self
             .timers
             .peek()
@@ -310,21 +397,67 @@ impl FlowEngine {
             self.idle_sweep_at = now + IDLE_SWEEP_EVERY;
             self.sweep(now);
         }
+        self.save(clock, draining);
     }
 
-    /// `delta` events more (or fewer) held in trigger `t`'s gates: the core's total and the
-    /// trigger's `sluice_flow_waiting_events`.
-    fn note_waiting(&mut self, t: usize, delta: i64) {
-        self.waiting = self.waiting.saturating_add_signed(delta as isize);
-        if let Some(&Some(m)) = self.metric_index.get(t) {
-            self.metrics.flow.add_waiting(m, delta);
-        }
+    /// Trigger `t`'s cells in `metrics.flow` (see [`FlowEngine::cells`]).
+    #[inline]
+    fn cell(&self, t: usize) -> usize {
+        self.cells.get(t).copied().unwrap_or(usize::MAX)
     }
 
     fn count(&self, t: usize, stage: Stage, d: Decision) {
-        if let Some(&Some(m)) = self.metric_index.get(t) {
-            self.metrics.flow.incr(m, stage as usize, d as usize);
+        self.metrics
+            .flow
+            .incr(self.cell(t), stage as usize, d as usize);
+    }
+
+    /// `p` is held by `stage`: reported once, so its dispatch slot is given back; its body
+    /// may be dropped ([`payload`]).
+    fn held(&mut self, t: usize, stage: Stage, p: &mut Pending, out: &mut FlowOut) {
+        self.waiting += 1;
+        self.metrics.flow.held_add(self.cell(t), stage as usize, 1);
+        if !std::mem::replace(&mut p.held, true) {
+            p.dropped = self.payloads.hold(&mut p.job);
+            out.held.push(p.job.lsn);
         }
+    }
+
+    /// `p` ends at `stage` without delivery.
+    fn skip(&mut self, t: usize, stage: Stage, p: Pending, why: SkipReason, out: &mut FlowOut) {
+        if p.held {
+            self.payloads.forget(&p.job, p.dropped);
+        }
+        self.count(t, stage, Decision::Skip);
+        out.skipped.push((p.job, why));
+    }
+
+    /// `p` went through every gate: `ready` if never held, else `resumed` with its body back
+    /// in memory (or `lost`, its holds given back, when that fails).
+    fn leave(&mut self, mut p: Pending, out: &mut FlowOut) {
+        if !p.held {
+            out.ready.push(p.job);
+            return;
+        }
+        match self.payloads.restore(&mut p.job, p.dropped) {
+            Ok(()) => out.resumed.push(p.job),
+            Err(e) => self.lost(p.job.lsn, &e, out),
+        }
+    }
+
+    fn lost(&mut self, lsn: Lsn, e: &crate::wal::WalError, out: &mut FlowOut) {
+        eprintln!("sluice: flow: a held event stays pending: {e}");
+        self.metrics.flow.read_back_failed();
+        out.lost.push(lsn);
+        self.release(lsn, out);
+    }
+
+    /// `n` events left `stage`'s hold.
+    fn unheld(&mut self, t: usize, stage: Stage, n: usize) {
+        self.waiting -= n;
+        self.metrics
+            .flow
+            .held_add(self.cell(t), stage as usize, -(n as i64));
     }
 
     fn hold(&mut self, lsn: Lsn, t: usize) -> &mut Hold {
@@ -361,7 +494,7 @@ impl FlowEngine {
                 },
                 Stage::Throttle => match &f.throttle {
                     None => Some(p),
-                    Some(g) => self.throttle(t, g, p, now),
+                    Some(g) => self.throttle(t, g, p, now, out),
                 },
                 Stage::Singleton => match &f.singleton {
                     None => Some(p),
@@ -369,7 +502,7 @@ impl FlowEngine {
                 },
                 Stage::Concurrency => match &f.concurrency {
                     None => Some(p),
-                    Some(g) => self.concurrency(t, g, p),
+                    Some(g) => self.concurrency(t, g, p, out),
                 },
             };
             match next {
@@ -377,16 +510,19 @@ impl FlowEngine {
                 None => return,
             }
         }
-        out.ready.push(p.job);
+        self.leave(p, out);
     }
 
     // ----- batch ------------------------------------------------------------------------------
 
-    fn batch(&mut self, t: usize, g: &BatchGate, p: Pending, now: u64, out: &mut FlowOut) {
-        let key = &p.keys.by_stage[Stage::Batch as usize];
-        let full = match self.gates[t].batch.get_mut(key) {
+    fn batch(&mut self, t: usize, g: &BatchGate, mut p: Pending, now: u64, out: &mut FlowOut) {
+        // Every member is held (the carrier takes one dispatch slot for all of them).
+        self.held(t, Stage::Batch, &mut p, out);
+        let key = p.keys.by_stage[Stage::Batch as usize].clone();
+        let member = (p.job, p.dropped);
+        let full = match self.gates[t].batch.get_mut(&key) {
             Some(b) => {
-                b.members.push(p.job);
+                b.members.push(member);
                 b.members.len() >= g.size
             }
             None => {
@@ -396,19 +532,15 @@ impl FlowEngine {
                 self.gates[t].batch.insert(
                     key.clone(),
                     BatchKey {
-                        members: vec![p.job],
+                        members: vec![member],
                         deadline,
                     },
                 );
                 g.size <= 1
             }
         };
-        self.note_waiting(t, 1);
         if full {
-            self.count(t, Stage::Batch, Decision::Pass);
-            self.flush_batch(t, key, out);
-        } else {
-            self.count(t, Stage::Batch, Decision::Wait);
+            self.flush_batch(t, &key, true, out);
         }
     }
 
@@ -420,42 +552,90 @@ impl FlowEngine {
             .get(key)
             .is_some_and(|b| b.deadline <= now)
         {
-            self.flush_batch(t, key, out);
+            self.flush_batch(t, key, false, out);
         }
     }
 
-    fn flush_batch(&mut self, t: usize, key: &str, out: &mut FlowOut) {
+    /// Sends the batch of `key` as one carrier. `by_size`: the last member filled it (it went
+    /// on at once: `pass`; the others waited).
+    fn flush_batch(&mut self, t: usize, key: &str, by_size: bool, out: &mut FlowOut) {
         if let Some(b) = self.gates[t].batch.remove(key) {
-            self.note_waiting(t, -(b.members.len() as i64));
-            out.ready.push(batch::carrier(b.members));
+            let n = b.members.len();
+            self.unheld(t, Stage::Batch, n);
+            let waited = n - usize::from(by_size);
+            self.metrics.flow.incr_n(
+                self.cell(t),
+                Stage::Batch as usize,
+                Decision::Wait as usize,
+                waited,
+            );
+            if by_size {
+                self.count(t, Stage::Batch, Decision::Pass);
+            }
+            let mut members = Vec::with_capacity(n);
+            for (mut job, dropped) in b.members {
+                match self.payloads.restore(&mut job, dropped) {
+                    Ok(()) => members.push(job),
+                    Err(e) => self.lost(job.lsn, &e, out),
+                }
+            }
+            if !members.is_empty() {
+                out.resumed.push(batch::carrier(members));
+            }
         }
     }
 
     // ----- debounce ---------------------------------------------------------------------------
 
     fn debounce(&mut self, t: usize, g: &DebounceGate, p: Pending, now: u64, out: &mut FlowOut) {
-        self.count(t, Stage::Debounce, Decision::Wait);
         let deadline = now.saturating_add(nanos(g.period));
         let key = p.keys.by_stage[Stage::Debounce as usize].clone();
-        match self.gates[t].debounce.get_mut(&key) {
-            Some(d) => {
-                let old = std::mem::replace(&mut d.latest, p);
-                d.deadline = deadline;
-                out.skipped.push((old.job, SkipReason::Debounced));
-                self.count(t, Stage::Debounce, Decision::Skip);
-            }
-            None => {
-                self.note_waiting(t, 1);
-                self.timers
-                    .push(Reverse((deadline, t, Stage::Debounce, key.clone())));
-                self.gates[t].debounce.insert(
-                    key,
-                    DebounceKey {
-                        latest: p,
-                        deadline,
-                    },
-                );
-            }
+        let mut p = p;
+        if let Some(mut d) = self.gates[t].debounce.remove(&key) {
+            // The newcomer takes the superseded event's place (one timer per key, re-armed
+            // when it fires early).
+            self.held(t, Stage::Debounce, &mut p, out);
+            let old = std::mem::replace(&mut d.latest, p);
+            d.deadline = deadline;
+            self.gates[t].debounce.insert(key, d);
+            self.unheld(t, Stage::Debounce, 1);
+            self.skip(t, Stage::Debounce, old, SkipReason::Debounced, out);
+            return;
+        }
+        if self
+            .metrics
+            .flow
+            .held(self.cell(t), Stage::Debounce as usize)
+            >= self.config.flow.max_held as u64
+        {
+            self.debounce_overflow(t, now, out);
+        }
+        self.held(t, Stage::Debounce, &mut p, out);
+        self.timers
+            .push(Reverse((deadline, t, Stage::Debounce, key.clone())));
+        self.gates[t].debounce.insert(
+            key,
+            DebounceKey {
+                latest: p,
+                deadline,
+            },
+        );
+    }
+
+    /// Past `max_held` keys: the held key whose quiet period ends soonest goes on early.
+    fn debounce_overflow(&mut self, t: usize, now: u64, out: &mut FlowOut) {
+        let soonest = self.gates[t]
+            .debounce
+            .iter()
+            .min_by_key(|(_, d)| d.deadline)
+            .map(|(k, _)| k.clone());
+        if let Some(d) = soonest.and_then(|k| self.gates[t].debounce.remove(&k)) {
+            self.metrics
+                .flow
+                .overflowed(self.cell(t), Stage::Debounce as usize);
+            self.unheld(t, Stage::Debounce, 1);
+            self.count(t, Stage::Debounce, Decision::Wait);
+            self.run(t, d.latest, Stage::RateLimit, now, out);
         }
     }
 
@@ -470,139 +650,9 @@ impl FlowEngine {
             return;
         }
         if let Some(d) = self.gates[t].debounce.remove(&key) {
-            self.note_waiting(t, -1);
+            self.unheld(t, Stage::Debounce, 1);
+            self.count(t, Stage::Debounce, Decision::Wait);
             self.run(t, d.latest, Stage::RateLimit, now, out);
-        }
-    }
-
-    // ----- rate_limit and throttle ------------------------------------------------------------
-
-    fn window_map(&mut self, t: usize, stage: Stage) -> &mut HashMap<String, WindowKey> {
-        match stage {
-            Stage::RateLimit => &mut self.gates[t].rate_limit,
-            _ => &mut self.gates[t].throttle,
-        }
-    }
-
-    /// The key to use in a window gate: `key` itself, or the overflow key when the per-core
-    /// table is full and nothing idle can be evicted. Ensures the entry exists.
-    fn window_key(&mut self, t: usize, stage: Stage, key: &str, now: u64) -> String {
-        if self.window_map(t, stage).contains_key(key) {
-            return key.to_string();
-        }
-        if self.window_keys >= self.max_window_keys && now >= self.sweep_at {
-            self.sweep_at = now + SWEEP_EVERY;
-            self.sweep(now);
-        }
-        if self.window_keys >= self.max_window_keys {
-            self.count(t, stage, Decision::Overflow);
-            self.window_map(t, stage)
-                .entry(OVERFLOW_KEY.to_string())
-                .or_default();
-            return OVERFLOW_KEY.to_string();
-        }
-        self.window_keys += 1;
-        self.window_map(t, stage)
-            .insert(key.to_string(), WindowKey::default());
-        key.to_string()
-    }
-
-    /// Evicts idle window keys (empty window, no waiters, no timer).
-    fn sweep(&mut self, now: u64) {
-        let cfg = Arc::clone(&self.config);
-        let mut evicted = 0;
-        for (t, g) in self.gates.iter_mut().enumerate() {
-            let f = &cfg.triggers[t].flow;
-            for (map, gate) in [
-                (&mut g.rate_limit, &f.rate_limit),
-                (&mut g.throttle, &f.throttle),
-            ] {
-                let Some(gate) = gate else { continue };
-                let period = nanos(gate.period);
-                map.retain(|k, w| {
-                    w.window.trim(now, period);
-                    let idle = w.window.is_empty() && w.waiters.is_empty() && !w.armed;
-                    if idle && k != OVERFLOW_KEY {
-                        evicted += 1;
-                    }
-                    !idle
-                });
-            }
-        }
-        self.window_keys -= evicted;
-    }
-
-    fn rate_limit(
-        &mut self,
-        t: usize,
-        g: &WindowGate,
-        p: Pending,
-        now: u64,
-        out: &mut FlowOut,
-    ) -> Option<Pending> {
-        let key = self.window_key(
-            t,
-            Stage::RateLimit,
-            &p.keys.by_stage[Stage::RateLimit as usize],
-            now,
-        );
-        let w = self.gates[t].rate_limit.entry(key).or_default();
-        if w.window.try_hit(now, nanos(g.period), g.max) {
-            self.count(t, Stage::RateLimit, Decision::Pass);
-            Some(p)
-        } else {
-            self.count(t, Stage::RateLimit, Decision::Skip);
-            out.skipped.push((p.job, SkipReason::RateLimited));
-            None
-        }
-    }
-
-    fn throttle(&mut self, t: usize, g: &WindowGate, p: Pending, now: u64) -> Option<Pending> {
-        let key = self.window_key(
-            t,
-            Stage::Throttle,
-            &p.keys.by_stage[Stage::Throttle as usize],
-            now,
-        );
-        let period = nanos(g.period);
-        let w = self.gates[t].throttle.entry(key.clone()).or_default();
-        if w.waiters.is_empty() && w.window.try_hit(now, period, g.max) {
-            self.count(t, Stage::Throttle, Decision::Pass);
-            return Some(p);
-        }
-        w.waiters.push_back(p);
-        let arm = (!w.armed).then(|| w.window.room_at(period).max(now));
-        w.armed = true;
-        if let Some(at) = arm {
-            self.timers.push(Reverse((at, t, Stage::Throttle, key)));
-        }
-        self.note_waiting(t, 1);
-        self.count(t, Stage::Throttle, Decision::Wait);
-        None
-    }
-
-    fn fire_throttle(&mut self, t: usize, key: String, now: u64, out: &mut FlowOut) {
-        let cfg = Arc::clone(&self.config);
-        let Some(g) = &cfg.triggers[t].flow.throttle else {
-            return;
-        };
-        let period = nanos(g.period);
-        let Some(w) = self.gates[t].throttle.get_mut(&key) else {
-            return;
-        };
-        w.armed = false;
-        let mut go = Vec::new();
-        while !w.waiters.is_empty() && w.window.try_hit(now, period, g.max) {
-            go.extend(w.waiters.pop_front());
-        }
-        if !w.waiters.is_empty() {
-            w.armed = true;
-            let at = w.window.room_at(period).max(now + 1);
-            self.timers.push(Reverse((at, t, Stage::Throttle, key)));
-        }
-        self.note_waiting(t, -(go.len() as i64));
-        for p in go {
-            self.run(t, p, Stage::Singleton, now, out);
         }
     }
 
@@ -611,8 +661,7 @@ impl FlowEngine {
     fn singleton(&mut self, t: usize, p: Pending, out: &mut FlowOut) -> Option<Pending> {
         let key = &p.keys.by_stage[Stage::Singleton as usize];
         if self.gates[t].singleton.contains(key) {
-            self.count(t, Stage::Singleton, Decision::Skip);
-            out.skipped.push((p.job, SkipReason::SingletonActive));
+            self.skip(t, Stage::Singleton, p, SkipReason::SingletonActive, out);
             return None;
         }
         self.gates[t].singleton.insert(key.clone());
@@ -621,7 +670,13 @@ impl FlowEngine {
         Some(p)
     }
 
-    fn concurrency(&mut self, t: usize, g: &ConcurrencyGate, p: Pending) -> Option<Pending> {
+    fn concurrency(
+        &mut self,
+        t: usize,
+        g: &ConcurrencyGate,
+        mut p: Pending,
+        out: &mut FlowOut,
+    ) -> Option<Pending> {
         let key = p.keys.by_stage[Stage::Concurrency as usize].clone();
         let c = self.gates[t].concurrency.entry(key.clone()).or_default();
         if c.waiters.is_empty() && c.active < g.max {
@@ -630,10 +685,11 @@ impl FlowEngine {
             self.count(t, Stage::Concurrency, Decision::Pass);
             return Some(p);
         }
+        self.held(t, Stage::Concurrency, &mut p, out);
         self.seq += 1;
-        c.waiters.insert((p.keys.rank, self.seq), p);
-        self.note_waiting(t, 1);
-        self.count(t, Stage::Concurrency, Decision::Wait);
+        let rank = p.keys.rank;
+        let c = self.gates[t].concurrency.entry(key).or_default();
+        c.waiters.insert((rank, self.seq), p);
         None
     }
 }

@@ -33,9 +33,10 @@ impl Rig {
             )
             .unwrap(),
         );
-        let metrics = Arc::new(DispatchMetrics::new(&[]).with_flow(&cfg.triggers));
+        let metrics =
+            Arc::new(DispatchMetrics::new(&[]).with_flow(&cfg.triggers, cfg.flow.max_held));
         Rig {
-            engine: FlowEngine::new(cfg, metrics.clone()),
+            engine: FlowEngine::new(cfg, metrics.clone(), None),
             metrics,
             clock: ManualClock::new(1_000_000_000),
             lsn: 0,
@@ -50,8 +51,8 @@ impl Rig {
         self.clock.advance(d);
         let mut out = FlowOut::default();
         let now = self.now();
-        self.engine.on_tick(now, &mut out);
-        out
+        self.engine.on_tick(now, false, &mut out);
+        merged(out)
     }
 
     /// Offers an event of trigger `t` with `body` and headers; returns (lsn, out).
@@ -78,7 +79,7 @@ impl Rig {
         let now = self.now();
         self.engine
             .offer(Job::new(self.lsn, event, 0, 1, 0), now, &mut out);
-        (self.lsn, out)
+        (self.lsn, merged(out))
     }
 
     fn offer(&mut self, body: &str) -> (u64, FlowOut) {
@@ -88,7 +89,7 @@ impl Rig {
     fn release(&mut self, lsn: u64) -> FlowOut {
         let mut out = FlowOut::default();
         self.engine.release(lsn, &mut out);
-        out
+        merged(out)
     }
 
     fn count(&self, gate: &str, decision: &str) -> u64 {
@@ -96,6 +97,12 @@ impl Rig {
         let d = DECISIONS.iter().position(|x| *x == decision).unwrap();
         self.metrics.flow.get(0, g, d)
     }
+}
+
+/// Jobs through the gates, held first or not (the slot accounting aside), in `ready`.
+fn merged(mut out: FlowOut) -> FlowOut {
+    out.ready.append(&mut out.resumed);
+    out
 }
 
 fn ready(out: &FlowOut) -> Vec<u64> {
@@ -211,6 +218,11 @@ fn debounce_delivers_only_the_latest_after_quiet() {
     for _ in 0..5 {
         let (lsn, out) = r.offer("{}");
         assert!(out.ready.is_empty());
+        assert_eq!(
+            out.held,
+            vec![lsn],
+            "every newcomer gives its dispatch slot back"
+        );
         skipped_all.extend(skipped(&out));
         last = lsn;
         r.advance(100 * MS);
@@ -231,9 +243,85 @@ fn debounce_delivers_only_the_latest_after_quiet() {
         "one timer per key, re-armed, then gone"
     );
     assert_eq!(
-        (r.count("debounce", "wait"), r.count("debounce", "skip")),
-        (5, 4)
+        (
+            r.count("debounce", "pass"),
+            r.count("debounce", "wait"),
+            r.count("debounce", "skip")
+        ),
+        (0, 1, 4),
+        "one decision per event: four superseded, the last delivered after waiting"
     );
+    assert_eq!(r.metrics.flow.held(0, Stage::Debounce as usize), 0);
+}
+
+/// Held events are reported once (their slot goes back); released ones come out as `resumed`
+/// (they need a slot again); events never held stay `ready`. The gauge follows.
+#[test]
+fn held_events_are_reported_and_come_back_as_resumed() {
+    let mut r = Rig::new("throttle = { period = \"1s\", max = 1 }", "");
+    let mut out = FlowOut::default();
+    let now = r.now();
+    let job = |lsn: u64| {
+        let ev = EventRecord {
+            event_id: format!("e{lsn}"),
+            trigger_id: "t".into(),
+            source: "p".into(),
+            received_at_ms: 0,
+            headers: vec![],
+            body: b"{}".to_vec(),
+            replay_of: None,
+        };
+        Job::new(lsn, ev, 0, 1, 0)
+    };
+    r.engine.offer(job(1), now, &mut out);
+    r.engine.offer(job(2), now, &mut out);
+    r.engine.offer(job(3), now, &mut out);
+    assert_eq!(ready(&out), vec![1], "through at once: keeps its slot");
+    assert_eq!(out.held, vec![2, 3], "held: their slots go back");
+    assert!(out.resumed.is_empty());
+    assert_eq!(r.metrics.flow.held(0, Stage::Throttle as usize), 2);
+    r.clock.advance(Duration::from_secs(1));
+    let mut out = FlowOut::default();
+    let now = r.now();
+    r.engine.on_tick(now, false, &mut out);
+    assert!(out.ready.is_empty() && out.held.is_empty());
+    assert_eq!(
+        out.resumed.iter().map(|j| j.lsn).collect::<Vec<_>>(),
+        vec![2]
+    );
+    assert_eq!(r.metrics.flow.held(0, Stage::Throttle as usize), 1);
+    assert_eq!(
+        (r.count("throttle", "pass"), r.count("throttle", "wait")),
+        (1, 1)
+    );
+}
+
+/// Past `[flow] max_held` keys, debounce delivers the key whose quiet ends soonest early
+/// (never a superseded event), and counts it as an overflow.
+#[test]
+fn debounce_past_max_held_delivers_the_soonest_key_early() {
+    let mut r = Rig::new(
+        "debounce = { key = \"event.body.k\", period = \"1s\" }",
+        "[flow]\nmax_held = 2",
+    );
+    let (a, _) = r.offer("{\"k\":1}");
+    r.advance(100 * MS);
+    let (_b, _) = r.offer("{\"k\":2}");
+    r.advance(100 * MS);
+    let (_c, out) = r.offer("{\"k\":3}");
+    assert_eq!(ready(&out), vec![a], "k=1 ends soonest: it goes early");
+    assert!(out.skipped.is_empty());
+    assert_eq!(r.metrics.flow.overflows(0, Stage::Debounce as usize), 1);
+    assert_eq!(r.metrics.flow.held(0, Stage::Debounce as usize), 2);
+    // A newer event of a held key supersedes without growing the hold.
+    let (d, out) = r.offer("{\"k\":2}");
+    assert_eq!(skipped(&out).len(), 1);
+    assert!(out.ready.is_empty());
+    assert_eq!(r.metrics.flow.held(0, Stage::Debounce as usize), 2);
+    let out = r.advance(Duration::from_secs(2));
+    let mut got = ready(&out);
+    got.sort_unstable();
+    assert_eq!(got, vec![3, d]);
 }
 
 #[test]
@@ -419,14 +507,14 @@ fn window_keys_are_bounded_idle_ones_evicted_then_overflow_shared() {
     // Table full, nothing idle: k=3 and k=4 share the overflow key (limit applies to both).
     assert_eq!(r.offer("{\"k\":3}").1.ready.len(), 1);
     assert_eq!(r.offer("{\"k\":4}").1.skipped.len(), 1);
-    assert_eq!(r.count("rate_limit", "overflow"), 2);
+    assert_eq!(r.metrics.flow.overflows(0, 2), 2);
     assert_eq!(r.engine.window_keys(), 2);
     // After the windows empty, idle keys are evicted and new keys get their own entry.
     r.advance(Duration::from_secs(1));
     assert_eq!(r.offer("{\"k\":5}").1.ready.len(), 1);
     assert_eq!(r.offer("{\"k\":6}").1.ready.len(), 1);
     assert_eq!(r.engine.window_keys(), 2);
-    assert_eq!(r.count("rate_limit", "overflow"), 2);
+    assert_eq!(r.metrics.flow.overflows(0, 2), 2);
     assert!(r.engine.gates[0].rate_limit.contains_key("5"));
 }
 
@@ -444,6 +532,57 @@ fn throttle_keys_with_waiters_are_not_evicted() {
     assert_eq!(ready(&r.advance(MS)), vec![b]);
 }
 
+/// A throttle window saved by one engine is restored by the next (a restart): the window is
+/// still full, so the next event waits for the rest of the period, not a whole one.
+#[test]
+fn throttle_window_survives_a_restart_through_the_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let gates =
+        "throttle = { period = \"10s\", max = 1 }\nrate_limit = { period = \"1h\", max = 5 }";
+    let mut r = Rig::new(gates, "");
+    let cfg = r.engine.config.clone();
+    let core = crate::sched::placement::owner_core("http://h/", cfg.server.workers);
+    let store = |c: &Config| persist::Store::open(dir.path(), core, c);
+    r.engine = FlowEngine::new(cfg.clone(), r.metrics.clone(), Some(store(&cfg)));
+    assert_eq!(r.offer("{}").1.ready.len(), 1, "the window was empty");
+    r.advance(200 * MS); // saves (due at once after the first hit)
+    assert!(dir.path().join(format!("core-{core}.json")).exists());
+    // Another core's engine does not take a window it does not own.
+    let other = persist::Store::open(dir.path(), core + 1, &cfg);
+    let mut e2 = FlowEngine::new(cfg.clone(), r.metrics.clone(), Some(other));
+    let mut out = FlowOut::default();
+    e2.offer(r_job(9), 5, &mut out);
+    assert_eq!(out.ready.len(), 1, "core {} owns nothing here", core + 1);
+    // The restart: a new engine on a clock that starts again near zero.
+    let mut e3 = FlowEngine::new(cfg.clone(), r.metrics.clone(), Some(store(&cfg)));
+    let mut out = FlowOut::default();
+    e3.offer(r_job(10), 1_000, &mut out);
+    assert!(
+        out.ready.is_empty(),
+        "the restored window is full: it waits"
+    );
+    assert_eq!(out.held, vec![10]);
+    e3.on_tick(2_000, false, &mut out); // saves the rate_limit hit, which made a save due
+    let due = e3.next_deadline().expect("a throttle timer");
+    assert!(
+        (9_000_000_000..=9_900_000_000).contains(&due),
+        "room in ~9.8 s (10 s after the hit), not at once and not 10 s from now: {due}"
+    );
+}
+
+fn r_job(lsn: u64) -> Job {
+    let ev = EventRecord {
+        event_id: format!("e{lsn}"),
+        trigger_id: "t".into(),
+        source: "p".into(),
+        received_at_ms: 0,
+        headers: vec![],
+        body: b"{}".to_vec(),
+        replay_of: None,
+    };
+    Job::new(lsn, ev, 0, 1, 0)
+}
+
 /// The manifest `Rig::new` builds, as a config (for a reload's new gates).
 fn rig_config(gates: &str) -> Arc<Config> {
     let text = format!(
@@ -454,39 +593,56 @@ fn rig_config(gates: &str) -> Arc<Config> {
     Arc::new(Config::build(raw, &|_| None, &Overrides::default()).unwrap())
 }
 
+impl Rig {
+    fn rekey(&mut self, gates: &str) -> FlowOut {
+        let mut out = FlowOut::default();
+        let now = self.now();
+        self.engine.rekey(rig_config(gates), now, &mut out);
+        out
+    }
+}
+
 #[test]
-fn rekey_offers_waiting_events_to_the_new_gates_and_keeps_in_progress_holds() {
+fn rekey_offers_held_events_to_the_new_gates_and_keeps_in_progress_holds() {
     let mut r = Rig::new("concurrency = { max = 1 }", "");
     let (a, out) = r.offer("{}");
     assert_eq!(ready(&out), vec![a]);
-    let (b, _) = r.offer("{}");
+    let (b, out) = r.offer("{}");
+    assert_eq!(out.held, vec![b]);
     let (c, _) = r.offer("{}");
     assert_eq!(r.engine.waiting(), 2);
-    assert_eq!(r.metrics.flow.waiting(0), 2, "the trigger's gauge");
-    // max 1 → 2: `a` still holds one slot, so `b` passes and `c` waits.
-    let mut out = FlowOut::default();
-    let now = r.now();
-    r.engine
-        .rekey(rig_config("concurrency = { max = 2 }"), now, &mut out);
-    assert_eq!(ready(&out), vec![b]);
+    let conc = Stage::Concurrency as usize;
+    assert_eq!(r.metrics.flow.held(0, conc), 2, "the trigger's gauge");
+    // max 1 → 2: `a` still holds one slot, so `b` goes on and `c` waits.
+    let out = r.rekey("concurrency = { max = 2 }");
+    assert!(
+        out.held.is_empty(),
+        "already held: their slots were given back"
+    );
+    assert!(out.ready.is_empty(), "a held event goes on as resumed");
+    assert_eq!(
+        out.resumed.iter().map(|j| j.lsn).collect::<Vec<_>>(),
+        vec![b]
+    );
     assert!(out.skipped.is_empty());
     assert_eq!(r.engine.waiting(), 1);
+    assert_eq!(r.metrics.flow.held(0, conc), 1);
     let out = r.release(a);
     assert_eq!(
         ready(&out),
         vec![c],
         "a's hold was carried over and released"
     );
-    // Gates removed: nothing waits any more, a new event passes at once.
-    let mut out = FlowOut::default();
-    r.engine.rekey(rig_config(""), now, &mut out);
-    assert!(out.ready.is_empty() && r.engine.waiting() == 0);
+    assert_eq!(r.metrics.flow.held(0, conc), 0);
+    // Gates removed: nothing is held any more, a new event passes at once.
+    let out = r.rekey("");
+    assert!(out.ready.is_empty() && out.resumed.is_empty() && r.engine.waiting() == 0);
     let (d, out) = r.offer("{}");
     assert_eq!(ready(&out), vec![d]);
 }
 
 #[test]
-fn rekey_keeps_an_unchanged_window_and_takes_every_kind_of_waiter() {
+fn rekey_keeps_an_unchanged_window_and_takes_every_kind_of_held_event() {
     let gates = "throttle = { period = \"60s\", max = 1 }";
     let mut r = Rig::new(gates, "");
     let (a, out) = r.offer("{}");
@@ -494,20 +650,45 @@ fn rekey_keeps_an_unchanged_window_and_takes_every_kind_of_waiter() {
     let (b, out) = r.offer("{}");
     assert!(out.ready.is_empty());
     // Same throttle: its window survives, so `b` still waits (re-offered, not passed).
-    let mut out = FlowOut::default();
-    let now = r.now();
-    r.engine.rekey(rig_config(gates), now, &mut out);
-    assert!(out.ready.is_empty(), "{:?}", ready(&out));
+    let out = r.rekey(gates);
+    assert!(merged(out).ready.is_empty());
     assert_eq!(r.engine.waiting(), 1);
+    assert_eq!(r.metrics.flow.held(0, Stage::Throttle as usize), 1);
     // A batch gate instead: `b` becomes a batch member, flushed by its timeout.
-    let mut out = FlowOut::default();
-    r.engine.rekey(
-        rig_config("batch = { size = 10, timeout = \"1s\" }"),
-        now,
-        &mut out,
-    );
-    assert!(out.ready.is_empty());
+    let out = r.rekey("batch = { size = 10, timeout = \"1s\" }");
+    assert!(merged(out).ready.is_empty());
+    assert_eq!(r.metrics.flow.held(0, Stage::Throttle as usize), 0);
+    assert_eq!(r.metrics.flow.held(0, Stage::Batch as usize), 1);
+    let (c, _) = r.offer("{}");
+    // Debounce instead of the batch: both members are taken, the older one is superseded.
+    let out = r.rekey("debounce = { period = \"1s\" }");
+    assert_eq!(skipped(&out), vec![(b, SkipReason::Debounced)]);
+    assert_eq!(r.metrics.flow.held(0, Stage::Batch as usize), 0);
+    assert_eq!(r.metrics.flow.held(0, Stage::Debounce as usize), 1);
     let out = r.advance(Duration::from_secs(1));
-    assert_eq!(out.ready.len(), 1, "one carrier");
-    assert_eq!(out.ready[0].lsns(), vec![b]);
+    assert_eq!(ready(&out), vec![c]);
+    assert_eq!(r.engine.waiting(), 0);
+}
+
+#[test]
+fn rekey_gives_a_concurrency_waiter_its_own_singleton_back() {
+    // singleton and concurrency on different keys: `b` passed its singleton and waits.
+    let gates = "singleton = { key = \"event.body.s\" }\nconcurrency = { max = 1 }";
+    let mut r = Rig::new(gates, "");
+    let (a, out) = r.offer(r#"{"s":"x"}"#);
+    assert_eq!(ready(&out), vec![a]);
+    let (b, out) = r.offer(r#"{"s":"y"}"#);
+    assert!(out.ready.is_empty() && out.skipped.is_empty());
+    let out = r.rekey("singleton = { key = \"event.body.s\" }\nconcurrency = { max = 2 }");
+    assert!(
+        out.skipped.is_empty(),
+        "not skipped against its own singleton key"
+    );
+    assert_eq!(
+        merged(out).ready.iter().map(|j| j.lsn).collect::<Vec<_>>(),
+        vec![b]
+    );
+    // `a` is still in progress under its carried singleton key.
+    let (c, out) = r.offer(r#"{"s":"x"}"#);
+    assert_eq!(skipped(&out), vec![(c, SkipReason::SingletonActive)]);
 }

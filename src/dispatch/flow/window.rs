@@ -38,6 +38,24 @@ impl Window {
         self.hits.front().map_or(0, |&h| h.saturating_add(period))
     }
 
+    /// The hits, oldest first.
+    pub fn hits(&self) -> impl Iterator<Item = u64> + '_ {
+        self.hits.iter().copied()
+    }
+
+    /// Puts back a hit saved before a restart (`hit <= now`): kept in time order, dropped if it
+    /// already left the window, and only the newest `max` are kept.
+    pub fn restore(&mut self, hit: u64, now: u64, period: u64, max: usize) {
+        if now.saturating_sub(hit) >= period {
+            return;
+        }
+        let at = self.hits.partition_point(|&h| h <= hit);
+        self.hits.insert(at, hit);
+        while self.hits.len() > max {
+            self.hits.pop_front();
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.hits.is_empty()
     }
@@ -65,5 +83,23 @@ mod tests {
         assert_eq!(w.len(), 2);
         w.trim(1000, p);
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn restored_hits_are_ordered_trimmed_and_capped() {
+        let mut w = Window::default();
+        let p = 100;
+        w.restore(50, 120, p, 2);
+        w.restore(10, 120, p, 2); // left the window at 110
+        w.restore(30, 120, p, 2);
+        assert_eq!(w.hits().collect::<Vec<_>>(), vec![30, 50]);
+        w.restore(40, 120, p, 2);
+        assert_eq!(
+            w.hits().collect::<Vec<_>>(),
+            vec![40, 50],
+            "the newest max kept"
+        );
+        assert!(!w.try_hit(120, p, 2));
+        assert_eq!(w.room_at(p), 140);
     }
 }

@@ -3,8 +3,8 @@
 //! - **In-flight bodies.** The reader stops after every head with a body (its body gate); the
 //!   connection's share of the process-wide budget ([`crate::net::budget`]) then grows to the
 //!   declared `Content-Length` ([`Worker::admit_body`]), or, for a chunked body, to what its
-//!   buffer has grown to after each read ([`Worker::charge_body`]). A body the budget cannot
-//!   cover is answered `503 body_budget` + `Retry-After` at once, unread, and the connection
+//!   buffer has grown to after each read ([`Worker::charge_body`]); the decision is the ingest
+//!   pipeline's ([`Pipeline::gate_body`]). A body the budget cannot cover is answered `503 body_budget` + `Retry-After` at once, unread, and the connection
 //!   closes (after the usual linger, which discards input). The share is released when the
 //!   request is complete, and by its `Drop` when the connection goes.
 //! - **Queued responses.** `read_and_handle` stops reading a connection whose queued
@@ -18,8 +18,8 @@
 //!   worker retries every [`ACCEPT_RETRY`] instead, while the limit lasts.
 
 use super::*;
+use crate::ingest::pipeline::{Pipeline, Response};
 use crate::metrics::PauseBound;
-use crate::net::budget::BODY_BUDGET_RETRY_AFTER_SECS;
 
 /// How often `accept` is retried while the process is at its fd limit.
 pub(super) const ACCEPT_RETRY: Duration = Duration::from_millis(50);
@@ -49,41 +49,61 @@ impl Worker {
     /// The body gate: reserves the declared body of the request whose head just arrived.
     /// Returns false (after queueing the 503 and closing the reader) if the budget refused.
     pub(super) fn admit_body(&mut self, idx: usize) -> bool {
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get(idx).and_then(Option::as_ref) else {
             return false;
         };
         let want = conn.reader.declared_length().unwrap_or(0);
-        if conn.body.grow_to(want) {
-            return true;
-        }
-        self.refuse_body(idx);
-        false
+        self.gate_body(idx, want)
     }
 
     /// After a read into a chunked body: its buffer must stay covered by the budget.
     pub(super) fn charge_body(&mut self, idx: usize) -> bool {
+        let Some(conn) = self.conns.get(idx).and_then(Option::as_ref) else {
+            return false;
+        };
+        let want = conn.reader.body_capacity() as u64;
+        self.gate_body(idx, want)
+    }
+
+    /// The pipeline's body gate on connection `idx`'s share ([`Pipeline::gate_body`]).
+    fn gate_body(&mut self, idx: usize, want: u64) -> bool {
+        let shared = Arc::clone(&self.shared);
+        let router = self.view.router().clone();
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return false;
         };
-        if conn.body.grow_to(conn.reader.body_capacity() as u64) {
-            return true;
+        let mut pipeline = Pipeline {
+            node: ingest::node(&shared),
+            sources: &mut self.sources,
+            ids: &mut self.ids,
+            metrics: &self.metrics,
+        };
+        let reader = &conn.reader;
+        let source = || match reader.pending_head() {
+            Some(head) => match router.route(head.method.as_str(), head.path()) {
+                RouteMatch::Ingest { source, .. } => Some(source),
+                _ => None,
+            },
+            None => None,
+        };
+        match pipeline.gate_body(&mut conn.body, want, source) {
+            Ok(()) => true,
+            Err(refused) => {
+                self.refuse_body(idx, refused);
+                false
+            }
         }
-        self.refuse_body(idx);
-        false
     }
 
-    /// `503 body_budget`: counted per core and, on an ingest route, per source; the body read
-    /// so far is dropped and the connection closes after the answer.
-    fn refuse_body(&mut self, idx: usize) {
+    /// `503 body_budget` (the pipeline's answer): counted per core; the body read so far is
+    /// dropped and the connection closes after the answer.
+    fn refuse_body(&mut self, idx: usize, refused: Response) {
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
         let route = match conn.reader.pending_head() {
             Some(head) => match self.view.router().route(head.method.as_str(), head.path()) {
-                RouteMatch::Ingest { source, .. } => {
-                    self.sources.get(source).count_refusal(Refusal::BodyBudget);
-                    Route::Webhook
-                }
+                RouteMatch::Ingest { .. } => Route::Webhook,
                 RouteMatch::Admin(_) => Route::Admin,
                 _ => Route::Unmatched,
             },
@@ -93,13 +113,7 @@ impl Worker {
         conn.body.release();
         conn.closing = true;
         self.metrics.incr_body_budget_refused();
-        let body = refused_body(Refusal::BodyBudget, BODY_BUDGET_RETRY_AFTER_SECS);
-        let ra = BODY_BUDGET_RETRY_AFTER_SECS.to_string();
-        let headers = [
-            ("Retry-After", ra.as_str()),
-            ("Content-Type", "application/json"),
-        ];
-        self.push_ready(idx, route, 503, &headers, body.as_bytes(), false, false);
+        self.respond(idx, route, refused, false);
     }
 
     /// True (and counted) when `conn`'s queued responses reached a bound: stop reading it.
@@ -154,7 +168,7 @@ impl Worker {
         let now = self.now();
         let shared = Arc::clone(&self.shared);
         let body = shared.scrapes.get(not_before, now, || {
-            crate::sched::runtime::render_metrics(&shared)
+            crate::sched::exposition::render_metrics(&shared)
         });
         let mut headers: Vec<(&str, &str)> = vec![("Date", &self.date)];
         headers.push(("Content-Type", "text/plain; version=0.0.4"));

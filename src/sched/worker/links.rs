@@ -182,7 +182,7 @@ impl Worker {
         }
         let mut admitted = std::mem::take(&mut self.links.admitted);
         self.pump
-            .turn(now_ms, draining, &mut self.committer, &mut admitted);
+            .turn(now, draining, &mut self.committer, &mut admitted);
         for (owner, job) in admitted.drain(..) {
             if owner == self.links.core {
                 self.dispatcher
@@ -197,6 +197,8 @@ impl Worker {
         self.committer.kick();
         self.metrics
             .set_commit_queued(self.committer.queued() as u64);
+        let waiting = self.links.job_overflow.len() + self.links.outcome_overflow.len();
+        self.metrics.set_link_waiting(waiting as u64);
     }
 
     /// Offers the queued cross-core items to their rings, in order per kind.

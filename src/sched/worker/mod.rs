@@ -5,7 +5,8 @@
 //! shard of the metrics, its log's commit helper, its pump and its dispatcher (`CoreParts`). Nothing here takes a lock on the request path, except the dedupe index's
 //! sharded locks for triggers with `dedupe` (held for one hash-map operation; `ingest::dedupe`).
 //!
-//! The life of an ingest request: parse (sans-IO codec) → route → signature (`401`) → token
+//! The life of an ingest request (decided by the sans-IO `ingest::pipeline`, applied by `ingest.rs`):
+//! parse (sans-IO codec) → route → signature (`401`) → token
 //! buckets (all-or-nothing across global and per-source) → dedupe claim (`200
 //! duplicate_dropped`, `503 duplicate_in_flight`) → the durable backlog reservation → the record
 //! is staged in the core's next group commit (`sched::commit`; if that batch is full, retry every
@@ -33,27 +34,35 @@ use crate::dispatch::metrics::CoreDispatchMetrics;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
-use crate::ingest::dedupe::{self, Claim, ClaimToken, DEDUPE_KEY_HEADER};
+use crate::ingest::dedupe::ClaimToken;
 use crate::ingest::event_id::EventIdGen;
-use crate::ingest::respond::{accepted_body, refused_body, Refusal};
+use crate::ingest::pending::PendingIngest;
+use crate::ingest::respond::Refusal;
 use crate::ingest::router::{AdminRoute, OpsEndpoint, RouteMatch};
 use crate::ingest::sources::SourceCache;
 use crate::ingest::verify;
-use crate::ingest::TriggerGuard;
 use crate::metrics::{ConnRefusal, CoreMetrics, Route, TimeoutKind};
-use crate::net::conn::{Conn, Flush, PendingIngest, Phase, Slot};
+use crate::net::conn::{Flush, Phase};
 use crate::net::date::DateCache;
 use crate::net::http::{self, HttpError, ReadEvent, Request};
+use crate::net::io::uring::Uring;
+use crate::net::io::{Backend, Stream};
 use crate::sched::commit::Committer;
 use crate::sched::pump::CorePump;
 use crate::sched::state::{Phase as Lifecycle, Shared};
 use crate::sync::clock::unix_millis;
-use crate::wal::{self, AppendOutcome, AppendRequest, EventRecord};
+use crate::wal::{self, AppendOutcome, AppendRequest};
 
 mod budgets;
 mod ingest;
 mod links;
+mod ops;
 mod replay;
+mod uring_loop;
+
+/// A client connection of this core; its pending responses are ingest events.
+type Conn = crate::net::conn::Conn<PendingIngest>;
+type Slot = crate::net::conn::Slot<PendingIngest>;
 
 pub use links::CoreLinks;
 /// The poll token of a core's waker.
@@ -130,6 +139,12 @@ pub struct Worker {
     edge: budgets::Edge,
     /// The configuration generation this core runs (`ops::reload`): its router for routing.
     view: crate::ops::reload::CoreView,
+    /// The backend asked for; `uring` is set up on the core's own thread when the loop starts.
+    backend: Backend,
+    /// The core's ring when the loop runs on io_uring (`uring_loop.rs`).
+    uring: Option<Box<Uring>>,
+    /// Connections whose ring operations need (re)arming at the end of the turn (io_uring).
+    touched: Vec<usize>,
 }
 
 impl Worker {
@@ -147,6 +162,7 @@ impl Worker {
             pump,
             links,
         } = parts;
+        let shared_backend = shared.io_backend;
         let mut listener = TcpListener::from_std(listener);
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
@@ -166,6 +182,7 @@ impl Worker {
                 core: shared.metrics.core(id),
                 shared: shared.metrics_dispatch.clone(),
             },
+            pump.slots(),
         );
         Ok(Worker {
             id,
@@ -199,6 +216,9 @@ impl Worker {
             turn_now: 0,
             replays: replay::Replays::default(),
             edge: budgets::Edge::default(),
+            backend: shared_backend,
+            uring: None,
+            touched: Vec::new(),
         })
     }
 
@@ -214,84 +234,117 @@ impl Worker {
         self.shared.clock.now_nanos()
     }
 
-    /// Runs the loop until drained (or hard-stopped).
+    /// Runs the loop until drained (or hard-stopped), on the backend chosen at start-up.
     pub fn run(mut self) {
+        if self.backend == Backend::Uring {
+            // The ring is single-issuer: it is set up on the thread that uses it.
+            match Uring::new(std::os::fd::AsRawFd::as_raw_fd(&self.poll)) {
+                Ok(ring) => {
+                    self.uring = Some(Box::new(ring));
+                    return self.run_uring();
+                }
+                Err(e) => eprintln!(
+                    "sluice: worker {}: setting up io_uring failed ({e}); this core runs on mio",
+                    self.id
+                ),
+            }
+        }
+        self.run_mio()
+    }
+
+    fn run_mio(mut self) {
         let mut events = Events::with_capacity(1024);
         let mut last_sweep = self.now();
         loop {
             self.finish_scrapes();
-            let mut timeout = if self.offer_waiters.is_empty() {
-                SWEEP_EVERY
-            } else {
-                OFFER_RETRY
-            };
-            if let Some(at) = self.dispatcher.next_deadline() {
-                let wait = Duration::from_nanos(at.saturating_sub(self.now()));
-                timeout = timeout.min(wait.max(Duration::from_millis(1)));
-            }
-            timeout = self.edge_timeout(timeout, self.now());
+            let timeout = self.turn_timeout();
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     eprintln!("sluice: worker {}: poll failed: {e}", self.id);
                     return;
                 }
             }
-            self.refresh_date();
-            // One clock read per loop turn for admission decisions (token buckets): a turn is
-            // short (bounded work per event), and `Instant::now()` was most of a bucket
-            // decision's cost.
-            self.turn_now = self.now();
-            // A reload: this core switches to the new generation here, between two turns.
-            if let Some(next) = self.view.pick_up(&self.shared.reload) {
-                let (now, registry) = (self.turn_now, self.poll.registry());
-                let (dispatcher, pump) = (&mut self.dispatcher, &mut self.pump);
-                crate::ops::reload::apply_on_core(&next, dispatcher, pump, now, registry);
-            }
+            self.begin_turn();
             for ev in events.iter() {
-                match ev.token() {
-                    LISTENER => self.accept_all(),
-                    links::WAKER => {}
-                    Token(t) if t >= CLIENT_TOKEN_BASE => {
-                        let now = self.now();
-                        let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
-                        let writable = ev.is_writable() || ev.is_error();
-                        self.dispatcher.on_ready(
-                            Token(t),
-                            readable,
-                            writable,
-                            now,
-                            self.poll.registry(),
-                        );
-                    }
-                    Token(i) => {
-                        if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
-                            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                                c.readable = true;
-                            }
-                            if ev.is_read_closed() || ev.is_error() {
-                                c.rdhup = true;
-                            }
-                        }
-                        self.drive(i);
-                    }
-                }
+                self.on_event(ev);
             }
-            self.take_commits();
-            self.retry_offers();
-            let now = self.now();
-            self.retry_accept(now);
-            self.exchange(now);
-            if now.saturating_sub(last_sweep) >= SWEEP_EVERY.as_nanos() as u64 {
-                last_sweep = now;
-                self.sweep(now);
-            }
-            if self.hard_stop.load(Ordering::Relaxed) {
-                return;
-            }
-            if self.shared.accepting_stopped(now) && self.drain_step(now) {
+            if self.end_turn(&mut last_sweep) {
                 return;
             }
         }
+    }
+
+    /// How long the loop may sleep: until the next sweep, offer retry, dispatch deadline or
+    /// accept retry.
+    fn turn_timeout(&self) -> Duration {
+        let mut timeout = if self.offer_waiters.is_empty() {
+            SWEEP_EVERY
+        } else {
+            OFFER_RETRY
+        };
+        if let Some(at) = self.dispatcher.next_deadline() {
+            let wait = Duration::from_nanos(at.saturating_sub(self.now()));
+            timeout = timeout.min(wait.max(Duration::from_millis(1)));
+        }
+        self.edge_timeout(timeout, self.now())
+    }
+
+    fn begin_turn(&mut self) {
+        self.refresh_date();
+        // One clock read per loop turn for admission decisions (token buckets): a turn is
+        // short (bounded work per event), and `Instant::now()` was most of a bucket
+        // decision's cost.
+        self.turn_now = self.now();
+        // A reload: this core switches to the new generation here, between two turns.
+        if let Some(next) = self.view.pick_up(&self.shared.reload) {
+            let (now, registry) = (self.turn_now, self.poll.registry());
+            let (dispatcher, pump) = (&mut self.dispatcher, &mut self.pump);
+            crate::ops::reload::apply_on_core(&next, dispatcher, pump, now, registry);
+        }
+    }
+
+    /// One readiness event of the core's mio poll.
+    fn on_event(&mut self, ev: &mio::event::Event) {
+        match ev.token() {
+            LISTENER => self.accept_all(),
+            links::WAKER => {}
+            Token(t) if t >= CLIENT_TOKEN_BASE => {
+                let now = self.now();
+                let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                let writable = ev.is_writable() || ev.is_error();
+                self.dispatcher
+                    .on_ready(Token(t), readable, writable, now, self.poll.registry());
+            }
+            Token(i) => {
+                if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
+                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                        c.readable = true;
+                    }
+                    if ev.is_read_closed() || ev.is_error() {
+                        c.rdhup = true;
+                    }
+                }
+                self.drive(i);
+            }
+        }
+    }
+
+    /// The work of every turn after its events: commits, offers, accepts, the cores' links,
+    /// the sweep, shutdown. Returns true when the loop must stop.
+    fn end_turn(&mut self, last_sweep: &mut u64) -> bool {
+        self.take_commits();
+        self.retry_offers();
+        let now = self.now();
+        self.retry_accept(now);
+        self.exchange(now);
+        if now.saturating_sub(*last_sweep) >= SWEEP_EVERY.as_nanos() as u64 {
+            *last_sweep = now;
+            self.sweep(now);
+        }
+        if self.hard_stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        self.shared.accepting_stopped(now) && self.drain_step(now)
     }
 
     // ----- connections ----------------------------------------------------------------------
@@ -339,15 +392,19 @@ impl Worker {
                 self.conns.len() - 1
             }
         };
-        if let Err(e) = self.poll.registry().register(
-            &mut stream,
-            Token(idx),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            eprintln!("sluice: worker {}: register failed: {e}", self.id);
-            self.free.push(idx);
-            return;
-        }
+        let stream = match self.uring.as_deref_mut() {
+            Some(ring) => ring.stream(stream.into()).map(Stream::Uring),
+            None => crate::net::io::mio::register(self.poll.registry(), &mut stream, Token(idx))
+                .map(|()| Stream::Mio(stream)),
+        };
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("sluice: worker {}: register failed: {e}", self.id);
+                self.free.push(idx);
+                return;
+            }
+        };
         let now = self.now();
         let reader = http::RequestReader::new(self.limits.clone()).with_body_gate();
         let budget = self.shared.body_budget.clone();
@@ -362,18 +419,29 @@ impl Worker {
     }
 
     fn close(&mut self, idx: usize) {
-        if let Some(mut c) = self.conns.get_mut(idx).and_then(Option::take) {
-            let _ = self.poll.registry().deregister(&mut c.stream);
+        if let Some(c) = self.conns.get_mut(idx).and_then(Option::take) {
+            match c.stream {
+                Stream::Mio(mut s) => {
+                    let _ = self.poll.registry().deregister(&mut s);
+                }
+                Stream::Uring(s) => {
+                    if let Some(ring) = self.uring.as_deref_mut() {
+                        ring.retire(idx, s);
+                    }
+                }
+            }
             // Events never offered to the WAL: release their dedupe claim and backlog share now.
             // Events already with the writer are settled when their completion arrives.
             for slot in &c.slots {
-                if let Slot::Ingest(p) = slot {
+                if let Slot::Pending(p) = slot {
                     if p.offer.is_some() {
                         self.settle_claim(p.ticket, false);
-                        self.shared.backlog.release_for(&p.trigger_id, p.cost);
+                        self.shared
+                            .backlog
+                            .release_for(&p.reply.trigger_id, p.reply.cost);
                     } else {
-                        let slot = self.shared.backlog.slot(&p.trigger_id);
-                        self.orphans.insert(p.ticket, (slot, p.cost));
+                        let slot = self.shared.backlog.slot(&p.reply.trigger_id);
+                        self.orphans.insert(p.ticket, (slot, p.reply.cost));
                     }
                 }
             }
@@ -403,6 +471,7 @@ impl Worker {
 
     /// Reads and drops input of a lingering connection; closes it at EOF or on error.
     fn discard(&mut self, idx: usize) {
+        self.note_io(idx);
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
@@ -523,6 +592,7 @@ impl Worker {
 
     /// Writes what is ready; closes when done or broken; updates the timeout phase.
     fn flush(&mut self, idx: usize) {
+        self.note_io(idx);
         let now = self.now();
         let draining = self.shared.phase() == Lifecycle::Draining;
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
@@ -669,102 +739,12 @@ impl Worker {
         }
     }
 
-    fn handle_ops(&mut self, idx: usize, ep: OpsEndpoint, keep_alive: bool, head_only: bool) {
-        let text = [("Content-Type", http::TEXT_PLAIN)];
-        match ep {
-            OpsEndpoint::Healthz => self.push_ready(
-                idx,
-                Route::Healthz,
-                200,
-                &text,
-                b"ok\n",
-                keep_alive,
-                head_only,
-            ),
-            OpsEndpoint::Readyz => match self.shared.not_ready_reason() {
-                None => self.push_ready(
-                    idx,
-                    Route::Readyz,
-                    200,
-                    &text,
-                    b"ready\n",
-                    keep_alive,
-                    head_only,
-                ),
-                Some(reason) => {
-                    let body = format!("{reason}\n");
-                    self.push_ready(
-                        idx,
-                        Route::Readyz,
-                        503,
-                        &text,
-                        body.as_bytes(),
-                        keep_alive,
-                        head_only,
-                    )
-                }
-            },
-            // Rendered once for every scrape of this loop turn (`budgets.rs`).
-            OpsEndpoint::Metrics => self.defer_scrape(idx, keep_alive, head_only),
-            // Answered in `handle` (they need the request's headers).
-            OpsEndpoint::Ui | OpsEndpoint::State => {}
-        }
-    }
-
-    /// `/admin/…`: the bearer token first (`401` for any path without it), then the route.
-    fn handle_admin(
-        &mut self,
-        idx: usize,
-        route: AdminRoute,
-        head: &http::RequestHead,
-        keep_alive: bool,
-        head_only: bool,
-    ) {
-        let authorized = self
-            .shared
-            .config
-            .admin_token
-            .as_ref()
-            .is_some_and(|t| verify::bearer_matches(t, head.header("authorization")));
-        let json = ("Content-Type", "application/json");
-        let (status, extra, body): (u16, Option<(&str, &str)>, &[u8]) = match route {
-            _ if !authorized => (
-                401,
-                Some(("WWW-Authenticate", "Bearer")),
-                br#"{"status":"refused","reason":"unauthorized"}"#,
-            ),
-            AdminRoute::Ping => (200, None, br#"{"status":"ok"}"#),
-            AdminRoute::DlqReplay => {
-                let id = crate::ingest::router::dlq_replay_id(head.path())
-                    .unwrap_or("")
-                    .to_string();
-                return self.replay_dead_letter(idx, &id, keep_alive);
-            }
-            AdminRoute::DlqBulkReplay => return self.bulk_replay(idx, head, keep_alive),
-            AdminRoute::Reload => {
-                let (status, body) = crate::ops::reload::admin_answer(&self.shared.reload);
-                let b = body.as_bytes();
-                return self.push_ready(idx, Route::Admin, status, &[json], b, keep_alive, false);
-            }
-            AdminRoute::MethodNotAllowed(allow) => (405, Some(("Allow", allow)), b"{}"),
-            AdminRoute::NotFound => (404, None, br#"{"status":"not_found"}"#),
-        };
-        let mut headers = vec![json];
-        headers.extend(extra);
-        self.push_ready(
-            idx,
-            Route::Admin,
-            status,
-            &headers,
-            body,
-            keep_alive,
-            head_only,
-        );
-    }
-
     // ----- timeouts and shutdown -------------------------------------------------------------
 
     fn sweep(&mut self, now: u64) {
+        if let Some(ring) = self.uring.as_deref_mut() {
+            ring.sweep(std::time::Instant::now());
+        }
         let cfg = &self.shared.config.server;
         let (head_t, body_t, idle_t) = (
             cfg.header_timeout.as_nanos() as u64,
@@ -841,7 +821,12 @@ impl Worker {
         }
         let started = self.draining_since.unwrap_or(now);
         let limit = self.shared.config.server.shutdown_timeout.as_nanos() as u64;
-        let quiet = self.open == 0 && self.outstanding == 0 && self.dispatcher.in_flight() == 0;
+        // On io_uring, closed connections may still be sending their last response.
+        let sending = self.uring.as_ref().map_or(0, |r| r.retired());
+        let quiet = self.open == 0
+            && sending == 0
+            && self.outstanding == 0
+            && self.dispatcher.in_flight() == 0;
         if quiet && !std::mem::replace(&mut self.reported_quiet, true) {
             self.links.report_quiet();
         }

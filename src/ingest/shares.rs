@@ -25,8 +25,17 @@
 //! `borrowed`). A reservation takes from the own share if it fits, else from the pool if it fits,
 //! else fails. A release gives back borrowed first (so the pool frees up for everyone), then
 //! own. All counters are `Relaxed` atomics; each bound is enforced by the CAS on its own counter.
+//!
+//! # Layout
+//!
+//! Every core's ingest reserves and every core's pump releases, so each slot's pair of counters
+//! (`own`, `borrowed`: written together by the reservations and releases of that slot's trigger)
+//! and the pool (written by every borrower) sit on cache lines of their own
+//! ([`CachePadded`]): one trigger's traffic does not invalidate the line another trigger's
+//! reservations CAS on. The shares and the pool's size are written once, at construction.
 
 use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::CachePadded;
 
 /// Fraction of each bound reserved, by default, for the slots without an explicit share.
 pub const DEFAULT_RESERVED: f64 = 0.5;
@@ -83,14 +92,26 @@ pub enum Took {
     Pool,
 }
 
+/// One slot's counters of one dimension: written by the reservations and releases of that
+/// slot's events (any core's ingest, any core's pump), read by readiness and `/metrics`.
+#[derive(Debug)]
+struct SlotCount {
+    /// Held of the slot's own share (≤ the share, except absorbed reservations).
+    own: AtomicU64,
+    /// Held of the pool (the pool's counter is raised before and lowered after this one).
+    borrowed: AtomicU64,
+}
+
 /// The counters of one dimension (events or bytes) over all slots.
 #[derive(Debug)]
 pub struct ShareDim {
+    /// Written once at construction.
     shares: Vec<u64>,
     pool_size: u64,
-    own: Vec<AtomicU64>,
-    borrowed: Vec<AtomicU64>,
-    pool: AtomicU64,
+    /// One padded line per slot (module docs, "Layout").
+    slots: Vec<CachePadded<SlotCount>>,
+    /// Σ borrowed, bounded by `pool_size`: every borrower's CAS target, on its own line.
+    pool: CachePadded<AtomicU64>,
 }
 
 impl ShareDim {
@@ -99,19 +120,25 @@ impl ShareDim {
         ShareDim {
             shares: split.shares,
             pool_size: split.pool,
-            own: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            borrowed: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            pool: AtomicU64::new(0),
+            slots: (0..n)
+                .map(|_| {
+                    CachePadded::new(SlotCount {
+                        own: AtomicU64::new(0),
+                        borrowed: AtomicU64::new(0),
+                    })
+                })
+                .collect(),
+            pool: CachePadded::new(AtomicU64::new(0)),
         }
     }
 
     /// Takes `n` for `slot`: from its share if it fits, else from the pool if it fits.
     pub fn take(&self, slot: usize, n: u64) -> Option<Took> {
-        if add_within(&self.own[slot], n, self.shares[slot]) {
+        if add_within(&self.slots[slot].own, n, self.shares[slot]) {
             return Some(Took::Own);
         }
         if add_within(&self.pool, n, self.pool_size) {
-            self.borrowed[slot].fetch_add(n, Ordering::Relaxed);
+            self.slots[slot].borrowed.fetch_add(n, Ordering::Relaxed);
             return Some(Took::Pool);
         }
         None
@@ -119,14 +146,14 @@ impl ShareDim {
 
     /// Counts `n` for `slot` past every bound: into its own share (an absorbed reservation).
     pub fn force_own(&self, slot: usize, n: u64) {
-        self.own[slot].fetch_add(n, Ordering::Relaxed);
+        self.slots[slot].own.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Counts `n` for `slot` as borrowed, past the pool's size if need be (recovered events, a
     /// single event larger than the byte bound on an empty backlog).
     pub fn force_pool(&self, slot: usize, n: u64) {
         self.pool.fetch_add(n, Ordering::Relaxed);
-        self.borrowed[slot].fetch_add(n, Ordering::Relaxed);
+        self.slots[slot].borrowed.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Counts `n` for `slot` as borrowed past the pool's size, only if the pool is empty (CAS
@@ -140,27 +167,28 @@ impl ShareDim {
         {
             return false;
         }
-        self.borrowed[slot].fetch_add(n, Ordering::Relaxed);
+        self.slots[slot].borrowed.fetch_add(n, Ordering::Relaxed);
         true
     }
 
     /// Gives `n` of `slot` back: borrowed first, then own (each stopping at 0). Returns what
     /// went back to the pool.
     pub fn give(&self, slot: usize, n: u64) -> u64 {
-        let b = take_up_to(&self.borrowed[slot], n);
+        let b = take_up_to(&self.slots[slot].borrowed, n);
         take_up_to(&self.pool, b);
-        take_up_to(&self.own[slot], n - b);
+        take_up_to(&self.slots[slot].own, n - b);
         b
     }
 
     /// What `slot` holds (own + borrowed).
     pub fn used(&self, slot: usize) -> u64 {
-        self.own[slot].load(Ordering::Relaxed) + self.borrowed[slot].load(Ordering::Relaxed)
+        self.slots[slot].own.load(Ordering::Relaxed)
+            + self.slots[slot].borrowed.load(Ordering::Relaxed)
     }
 
     /// What `slot` holds of its own share.
     pub fn own(&self, slot: usize) -> u64 {
-        self.own[slot].load(Ordering::Relaxed)
+        self.slots[slot].own.load(Ordering::Relaxed)
     }
 
     pub fn share(&self, slot: usize) -> u64 {
@@ -248,6 +276,36 @@ mod tests {
         // Releases never wrap.
         d.give(0, 10);
         assert_eq!(d.used(0), 0);
+    }
+
+    /// Each slot's counters and the pool own whole cache lines (module docs, "Layout").
+    #[test]
+    fn slots_and_pool_sit_on_separate_cache_lines() {
+        use std::mem::{align_of, size_of};
+        let line = align_of::<CachePadded<AtomicU64>>();
+        assert!(line >= 64, "CachePadded aligns to a cache line at least");
+        assert!(size_of::<CachePadded<SlotCount>>() >= line);
+        let d = ShareDim::new(Split {
+            shares: vec![1, 1, 1],
+            pool: 1,
+        });
+        let addr = |p: &AtomicU64| p as *const AtomicU64 as usize;
+        let lines: Vec<usize> = d
+            .slots
+            .iter()
+            .map(|s| addr(&s.own) / line)
+            .chain([addr(&d.pool) / line])
+            .collect();
+        for (i, a) in lines.iter().enumerate() {
+            for b in &lines[i + 1..] {
+                assert_ne!(a, b, "two groups share a cache line: {lines:?}");
+            }
+        }
+        // A slot's own pair is written together: one line.
+        assert_eq!(
+            addr(&d.slots[0].own) / line,
+            addr(&d.slots[0].borrowed) / line
+        );
     }
 
     #[test]

@@ -240,3 +240,52 @@ fn metrics_per_trigger_and_pool() {
         assert!(w.as_str().contains(line), "{line}: {}", w.as_str());
     }
 }
+
+/// The groups written at run time own whole cache lines, apart from each other and from the
+/// fields a reservation only reads (the `Backlog` docs, "Layout").
+#[test]
+fn written_groups_sit_on_separate_cache_lines() {
+    use std::mem::align_of;
+    let b = two_triggers(100, 1000);
+    let line = align_of::<CachePadded<AtomicU64>>();
+    assert!(line >= 64);
+    let at = |p: *const u8| p as usize / line;
+    let groups = [
+        ("totals", at(&*b.totals as *const Totals as *const u8)),
+        (
+            "saturated",
+            at(&*b.saturated as *const AtomicBool as *const u8),
+        ),
+        ("pumps", at(&*b.pumps as *const PumpShared as *const u8)),
+        (
+            "pump_stats",
+            at(&*b.pump_stats as *const PumpStats as *const u8),
+        ),
+        (
+            "absorb",
+            at(&*b.absorb_bytes as *const AtomicU64 as *const u8),
+        ),
+    ];
+    // The read-only fields (the struct's own, unpadded lines).
+    let reads = [
+        at(&b.max_events as *const u64 as *const u8),
+        at(&b.absorb_max_bytes as *const u64 as *const u8),
+        at(&b.slot_of as *const HashMap<String, usize> as *const u8),
+        at(&b.absorbing as *const Vec<bool> as *const u8),
+    ];
+    for (i, (name, l)) in groups.iter().enumerate() {
+        for (other, m) in &groups[i + 1..] {
+            assert_ne!(l, m, "{name} and {other} share a cache line");
+        }
+        assert!(
+            !reads.contains(l),
+            "{name} shares a line with read-only fields"
+        );
+    }
+    let stats: Vec<usize> = (b.stats.iter())
+        .map(|s| at(&**s as *const SlotStats as *const u8))
+        .collect();
+    for (i, l) in stats.iter().enumerate() {
+        assert!(!stats[i + 1..].contains(l), "two slots' stats share a line");
+    }
+}

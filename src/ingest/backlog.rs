@@ -1,5 +1,5 @@
 //! The durable-queue bound: committed-but-not-done events, counted in events and bytes, in
-//! per-trigger shares plus a common pool (issue 18; the arithmetic is [`crate::sched::shares`]).
+//! per-trigger shares plus a common pool (issue 18; the arithmetic is [`crate::ingest::shares`]).
 //!
 //! Ingest *reserves* an event's room before offering it to the WAL (so the bound holds for
 //! events in flight to the disk too), in its trigger's slot ([`Backlog::reserve_for`]): from the
@@ -47,9 +47,10 @@ use std::sync::atomic::AtomicU64 as StdAtomicU64;
 // Through the shim: the bounds are modelled with loom (`loom-tests/tests/backlog.rs`).
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::ingest::shares::{split, ShareDim, Split};
 use crate::ingest::sources::RefusalReason;
 use crate::metrics::prom::{MetricType, PromWriter};
-use crate::sched::shares::{split, ShareDim, Split};
+use crate::sync::CachePadded;
 
 /// What a trigger's events do when the durable backlog is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +123,8 @@ pub enum Reserved {
 }
 
 /// Per-slot counters that are metrics, not bounds (`std` atomics, bypassing the loom shim as
-/// `crate::metrics` does; `Relaxed`).
+/// `crate::metrics` does; `Relaxed`). Padded per slot: each is written by that slot's refusals
+/// and releases only.
 #[derive(Debug, Default)]
 struct SlotStats {
     absorbed: StdAtomicU64,
@@ -135,26 +137,65 @@ struct SlotStats {
     refusals: [StdAtomicU64; RefusalReason::COUNT],
 }
 
+/// The totals over all slots (gauges; the bounds are the shares' and the pool's). Written by
+/// every reservation (any core's ingest) and every release (any core's pump).
+#[derive(Debug)]
+struct Totals {
+    events: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// Written by the pumps (once per batch or per measurement), read by ingest (`wal_full`,
+/// `Retry-After`). `Relaxed`: each is its own message.
+#[derive(Debug)]
+struct PumpShared {
+    /// Bytes of WAL segments on disk (measured by the pumps every few seconds).
+    wal_bytes: AtomicU64,
+    /// Events made done per second (EWMA), × 1000; written by core 0's pump once per second.
+    drain_rate_milli: AtomicU64,
+    /// Events made done since start, summed over the cores' pumps (a counter), and its value
+    /// at the last drain-rate update (written by core 0's pump only).
+    drained_total: AtomicU64,
+    drained_at_update: AtomicU64,
+}
+
+/// Metrics-like counters of the pumps (`std` atomics, `Relaxed`).
+#[derive(Debug, Default)]
+struct PumpStats {
+    /// Durable events the pumps set aside because their trigger's window cap was reached.
+    parked: StdAtomicU64,
+    /// Events given back to the pool by done releases, since start, and the pool's drain rate
+    /// (written by the pumps / core 0's pump).
+    pool_drained: StdAtomicU64,
+    pool_drained_at_update: StdAtomicU64,
+    pool_rate_milli: StdAtomicU64,
+}
+
 /// Shared by all workers (reserve) and the pumps (release, drain rate).
+///
+/// Layout: the fields set at construction (bounds, slot names and map) are read on every
+/// reservation and never written after; every group of atomics written at run time sits on
+/// cache lines of its own ([`CachePadded`]), grouped by who writes it: the totals (every
+/// reservation and release), the absorb budget, readiness, the pumps' measurements, the
+/// pumps' counters, each slot's statistics — and, in [`ShareDim`], each slot's share
+/// counters and the pool. So no write invalidates the line a reservation only reads.
 #[derive(Debug)]
 pub struct Backlog {
     max_events: u64,
     max_bytes: u64,
     high: f64,
     low: f64,
+    max_wal_bytes: u64,
+    /// The absorb budget: bytes absorbing triggers may reserve past the normal bounds.
+    absorb_max_bytes: u64,
     // All `Relaxed`: each counter is its own message (no other memory is published through it),
     // and each bound is enforced by the CAS / fetch_add on its own counter.
-    /// Totals over all slots (gauges; the bounds are the shares' and the pool's).
-    events: AtomicU64,
-    bytes: AtomicU64,
+    totals: CachePadded<Totals>,
     share_events: ShareDim,
     share_bytes: ShareDim,
     /// Jobs each slot holds of the shared dispatch window (`max_outstanding`), capped per
     /// trigger (shares only, no pool; [`Backlog::with_window`]).
     window: ShareDim,
-    /// Durable events the pumps set aside because their trigger's window cap was reached
-    /// (a gauge, `std` atomic).
-    parked: StdAtomicU64,
     /// Trigger id → slot; slots `0..triggers` are the configured triggers, then the default
     /// route's, then the recovered events'.
     slot_of: HashMap<String, usize>,
@@ -162,27 +203,14 @@ pub struct Backlog {
     /// Slots counted in the readiness median (the triggers, and the default route when on).
     ready_slots: usize,
     absorbing: Vec<bool>,
-    stats: Vec<SlotStats>,
-    saturated: AtomicBool,
-    /// Events made done per second (EWMA), × 1000; written by core 0's pump once per second.
-    drain_rate_milli: AtomicU64,
-    /// Bytes of WAL segments on disk (measured by the pump every few seconds) and the bound
-    /// past which ingest refuses with `wal_full`.
-    wal_bytes: AtomicU64,
-    max_wal_bytes: u64,
-    /// Events made done since start, summed over the cores' pumps (`Relaxed`: a counter), and
-    /// its value at the last drain-rate update (written by core 0's pump only).
-    drained_total: AtomicU64,
-    drained_at_update: AtomicU64,
-    /// Events given back to the pool by done releases, since start, and the pool's drain rate
-    /// (`std` atomics: metrics-like, written by the pumps / core 0's pump).
-    pool_drained: StdAtomicU64,
-    pool_drained_at_update: StdAtomicU64,
-    pool_rate_milli: StdAtomicU64,
-    /// The absorb budget: bytes absorbing triggers may reserve past the normal bounds.
-    absorb_max_bytes: u64,
-    /// The budget in use (`Relaxed`, like the other counters).
-    absorb_bytes: AtomicU64,
+    stats: Vec<CachePadded<SlotStats>>,
+    /// `/readyz`'s hysteresis state (written by whoever asks).
+    saturated: CachePadded<AtomicBool>,
+    /// The pumps' measurements (ingest reads them).
+    pumps: CachePadded<PumpShared>,
+    pump_stats: CachePadded<PumpStats>,
+    /// The absorb budget in use (`Relaxed`, like the other counters).
+    absorb_bytes: CachePadded<AtomicU64>,
 }
 
 /// Most seconds a `queue_full` refusal asks the client to wait.
@@ -224,14 +252,16 @@ impl Backlog {
         let max_events = max_events.max(1);
         let max_bytes = max_bytes.max(1);
         let mut b = Backlog {
-            wal_bytes: AtomicU64::new(0),
             max_wal_bytes,
             max_events,
             max_bytes,
             high,
             low,
-            events: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
+            absorb_max_bytes: 0,
+            totals: CachePadded::new(Totals {
+                events: AtomicU64::new(0),
+                bytes: AtomicU64::new(0),
+            }),
             share_events: ShareDim::new(Split {
                 shares: vec![],
                 pool: 0,
@@ -244,28 +274,27 @@ impl Backlog {
                 shares: vec![],
                 pool: 0,
             }),
-            parked: StdAtomicU64::new(0),
             slot_of: HashMap::new(),
             names: Vec::new(),
             ready_slots: 0,
             absorbing: Vec::new(),
             stats: Vec::new(),
-            saturated: AtomicBool::new(false),
-            drain_rate_milli: AtomicU64::new(0),
-            drained_total: AtomicU64::new(0),
-            drained_at_update: AtomicU64::new(0),
-            pool_drained: StdAtomicU64::new(0),
-            pool_drained_at_update: StdAtomicU64::new(0),
-            pool_rate_milli: StdAtomicU64::new(0),
-            absorb_max_bytes: 0,
-            absorb_bytes: AtomicU64::new(0),
+            saturated: CachePadded::new(AtomicBool::new(false)),
+            pumps: CachePadded::new(PumpShared {
+                wal_bytes: AtomicU64::new(0),
+                drain_rate_milli: AtomicU64::new(0),
+                drained_total: AtomicU64::new(0),
+                drained_at_update: AtomicU64::new(0),
+            }),
+            pump_stats: CachePadded::default(),
+            absorb_bytes: CachePadded::new(AtomicU64::new(0)),
         };
-        b.set_slots(&[], true, crate::sched::shares::DEFAULT_RESERVED)
+        b.set_slots(&[], true, crate::ingest::shares::DEFAULT_RESERVED)
             .expect("no explicit share cannot pass the bound");
         b
     }
 
-    /// Gives each trigger its slot and share (module docs, [`crate::sched::shares`]); the
+    /// Gives each trigger its slot and share (module docs, [`crate::ingest::shares`]); the
     /// default route's slot counts for readiness only when `default_route` is on (off: its share
     /// is 0). Call before [`Backlog::with_absorb`] and before any reservation. `Err` names the
     /// dimension whose explicit shares pass the bound (the config validates this first).
@@ -314,7 +343,7 @@ impl Backlog {
         self.ready_slots = triggers.len() + usize::from(default_route);
         self.absorbing = vec![false; self.names.len()];
         self.stats = (0..self.names.len())
-            .map(|_| SlotStats::default())
+            .map(|_| CachePadded::new(SlotStats::default()))
             .collect();
         Ok(())
     }
@@ -366,8 +395,14 @@ impl Backlog {
     pub fn note_parked(&self, parked_delta: i64) {
         use std::sync::atomic::Ordering::Relaxed;
         match parked_delta >= 0 {
-            true => self.parked.fetch_add(parked_delta as u64, Relaxed),
-            false => self.parked.fetch_sub(parked_delta.unsigned_abs(), Relaxed),
+            true => self
+                .pump_stats
+                .parked
+                .fetch_add(parked_delta as u64, Relaxed),
+            false => self
+                .pump_stats
+                .parked
+                .fetch_sub(parked_delta.unsigned_abs(), Relaxed),
         };
     }
 
@@ -406,8 +441,8 @@ impl Backlog {
         }
         self.share_events.force_own(slot, 1);
         self.share_bytes.force_own(slot, bytes);
-        self.events.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.totals.events.fetch_add(1, Ordering::Relaxed);
+        self.totals.bytes.fetch_add(bytes, Ordering::Relaxed);
         self.stats[slot]
             .absorbed
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -428,12 +463,12 @@ impl Backlog {
             // on it): without this it could never be accepted.
             || (could_never_fit() && self.share_bytes.force_if_pool_empty(slot, bytes))
         {
-            self.bytes.fetch_add(bytes, Ordering::Relaxed);
+            self.totals.bytes.fetch_add(bytes, Ordering::Relaxed);
         } else {
             self.share_events.give(slot, 1);
             return false;
         }
-        self.events.fetch_add(1, Ordering::Relaxed);
+        self.totals.events.fetch_add(1, Ordering::Relaxed);
         true
     }
 
@@ -458,8 +493,8 @@ impl Backlog {
         let slot = self.recovered_slot();
         self.share_events.force_pool(slot, events);
         self.share_bytes.force_pool(slot, bytes);
-        self.events.fetch_add(events, Ordering::Relaxed);
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.totals.events.fetch_add(events, Ordering::Relaxed);
+        self.totals.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Gives back one event's reservation of trigger `trigger_id` (its append failed).
@@ -473,7 +508,7 @@ impl Backlog {
         let to_pool = self.release_slot(slot, events, bytes);
         use std::sync::atomic::Ordering::Relaxed;
         self.stats[slot].drained.fetch_add(events, Relaxed);
-        self.pool_drained.fetch_add(to_pool, Relaxed);
+        self.pump_stats.pool_drained.fetch_add(to_pool, Relaxed);
     }
 
     /// Gives back `events` reservations of `slot` totalling `bytes` (draining the absorb budget
@@ -485,8 +520,8 @@ impl Backlog {
         }
         let to_pool = self.share_events.give(slot, events);
         self.share_bytes.give(slot, bytes);
-        sub_saturating(&self.events, events);
-        sub_saturating(&self.bytes, bytes);
+        sub_saturating(&self.totals.events, events);
+        sub_saturating(&self.totals.bytes, bytes);
         to_pool
     }
 
@@ -650,7 +685,9 @@ impl Backlog {
         w.sample_u64(
             PARKED,
             &[],
-            self.parked.load(std::sync::atomic::Ordering::Relaxed),
+            self.pump_stats
+                .parked
+                .load(std::sync::atomic::Ordering::Relaxed),
         );
         const WINDOW: &str = "sluice_pump_window_jobs";
         w.header(
@@ -684,11 +721,11 @@ impl Backlog {
 
     /// The pump's latest measurement of the WAL's size on disk.
     pub fn set_wal_bytes(&self, bytes: u64) {
-        self.wal_bytes.store(bytes, Ordering::Relaxed);
+        self.pumps.wal_bytes.store(bytes, Ordering::Relaxed);
     }
 
     pub fn wal_bytes(&self) -> u64 {
-        self.wal_bytes.load(Ordering::Relaxed)
+        self.pumps.wal_bytes.load(Ordering::Relaxed)
     }
 
     /// True when one more segment of `segment_bytes` would pass `max_wal_bytes`.
@@ -697,11 +734,11 @@ impl Backlog {
     }
 
     pub fn pending_events(&self) -> u64 {
-        self.events.load(Ordering::Relaxed)
+        self.totals.events.load(Ordering::Relaxed)
     }
 
     pub fn pending_bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
+        self.totals.bytes.load(Ordering::Relaxed)
     }
 
     /// The pump reports how many events it made done over the last `elapsed_secs`.
@@ -709,31 +746,34 @@ impl Backlog {
         if elapsed_secs <= 0.0 {
             return;
         }
-        let old = self.drain_rate_milli.load(Ordering::Relaxed);
-        self.drain_rate_milli
+        let old = self.pumps.drain_rate_milli.load(Ordering::Relaxed);
+        self.pumps
+            .drain_rate_milli
             .store(ewma(old, done as f64 / elapsed_secs), Ordering::Relaxed);
     }
 
     /// A core's pump made `n` more events done.
     pub fn note_drained(&self, n: u64) {
-        self.drained_total.fetch_add(n, Ordering::Relaxed);
+        self.pumps.drained_total.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Folds the events made done since the last call, over `elapsed_secs`, into the drain
     /// rates (the node's and each trigger's). Called once a second by one pump (core 0's).
     pub fn update_drain_rate(&self, elapsed_secs: f64) {
-        let total = self.drained_total.load(Ordering::Relaxed);
-        let last = self.drained_at_update.swap(total, Ordering::Relaxed);
+        let total = self.pumps.drained_total.load(Ordering::Relaxed);
+        let last = self.pumps.drained_at_update.swap(total, Ordering::Relaxed);
         self.record_drained(total.saturating_sub(last), elapsed_secs);
         if elapsed_secs <= 0.0 {
             return;
         }
         use std::sync::atomic::Ordering::Relaxed;
-        let total = self.pool_drained.load(Relaxed);
-        let last = self.pool_drained_at_update.swap(total, Relaxed);
+        let total = self.pump_stats.pool_drained.load(Relaxed);
+        let last = self.pump_stats.pool_drained_at_update.swap(total, Relaxed);
         let sample = total.saturating_sub(last) as f64 / elapsed_secs;
-        let old = self.pool_rate_milli.load(Relaxed);
-        self.pool_rate_milli.store(ewma(old, sample), Relaxed);
+        let old = self.pump_stats.pool_rate_milli.load(Relaxed);
+        self.pump_stats
+            .pool_rate_milli
+            .store(ewma(old, sample), Relaxed);
         for st in &self.stats {
             let total = st.drained.load(Relaxed);
             let last = st.drained_at_update.swap(total, Relaxed);
@@ -746,15 +786,15 @@ impl Backlog {
     /// A pump measured one of its logs at `new` bytes on disk, `old` at its last measurement.
     pub fn adjust_wal_bytes(&self, old: u64, new: u64) {
         if new >= old {
-            self.wal_bytes.fetch_add(new - old, Ordering::Relaxed);
+            self.pumps.wal_bytes.fetch_add(new - old, Ordering::Relaxed);
         } else {
-            self.wal_bytes.fetch_sub(old - new, Ordering::Relaxed);
+            self.pumps.wal_bytes.fetch_sub(old - new, Ordering::Relaxed);
         }
     }
 
     /// Events per second the pumps have been making done (EWMA).
     pub fn drain_rate(&self) -> f64 {
-        self.drain_rate_milli.load(Ordering::Relaxed) as f64 / 1000.0
+        self.pumps.drain_rate_milli.load(Ordering::Relaxed) as f64 / 1000.0
     }
 
     /// The room per second that comes back to trigger `id` (EWMAs): its own events made done
@@ -768,7 +808,7 @@ impl Backlog {
     fn room_rate(&self, slot: usize) -> f64 {
         use std::sync::atomic::Ordering::Relaxed;
         let own = self.stats[slot].rate_milli.load(Relaxed);
-        (own + self.pool_rate_milli.load(Relaxed)) as f64 / 1000.0
+        (own + self.pump_stats.pool_rate_milli.load(Relaxed)) as f64 / 1000.0
     }
 
     /// Seconds until the node's backlog should have drained below the low-water mark at the

@@ -1,0 +1,186 @@
+//! `[ingest]`: the token buckets (manifest or the Harn orchestrator's environment), the source
+//! registry, the WAL offer timeout, the default route, the stored headers and the dedupe index.
+//! Stage 1 ([`RawIngest`], every field documented) and stage 2 ([`IngestConfig`]), validated by
+//! [`build_ingest`]; split from `config/mod.rs` by section.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{duration_or, err, ranged, ConfigError};
+
+/// Environment variable names (Harn orchestrator contract).
+pub const ENV_GLOBAL_CAPACITY: &str = "HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY";
+pub const ENV_PER_SOURCE_CAPACITY: &str = "HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY";
+pub const ENV_REFILL_PER_SEC: &str = "HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC";
+
+/// `[ingest]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIngest {
+    /// Global bucket capacity. Default: 4096. Range: ≥ 1. Env `HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY`.
+    pub global_capacity: Option<u64>,
+    /// Per-source bucket capacity. Default: 1024. Range: ≥ 1. Env `HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY`.
+    pub per_source_capacity: Option<u64>,
+    /// Tokens per second added to every bucket. Default: 1024. Range: ≥ 1. Env `HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC`.
+    pub refill_per_sec: Option<u64>,
+    /// Distinct sources with their own bucket; later sources share the `_overflow` bucket.
+    /// Default: 10000. Range: 1..=1_000_000.
+    pub max_sources: Option<usize>,
+    /// Sources with their own per-source series in `/metrics` (the N with the most accepted
+    /// plus refused requests at scrape time); all others are summed into `source="_other"`.
+    /// Default: 100. Range: 0..=10_000.
+    pub metrics_top_sources: Option<usize>,
+    /// How long a request waits for room in the full WAL ring before `503 wal_busy`.
+    /// Default: `50ms`.
+    pub offer_timeout: Option<String>,
+    /// Serve the embedded route `POST /webhooks/{source}`. Default: true.
+    pub default_route: Option<bool>,
+    /// Request headers stored with each event (case-insensitive names), besides
+    /// `content-type`, which is always kept. At most 32 (31 when a trigger has `dedupe`, whose
+    /// key takes one slot). Default: a list of common provider delivery and signature headers.
+    pub stored_headers: Option<Vec<String>>,
+    /// Most dedupe keys held across triggers; past it the oldest are evicted (README
+    /// "Signatures and dedupe"). Default: 1_000_000. Range: 1..=100_000_000.
+    pub dedupe_max_keys: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct IngestConfig {
+    pub global_capacity: u64,
+    pub per_source_capacity: u64,
+    pub refill_per_sec: u64,
+    pub max_sources: usize,
+    pub metrics_top_sources: usize,
+    pub offer_timeout: Duration,
+    pub default_route: bool,
+    /// Lower-cased header names stored with each event (always includes `content-type`).
+    pub stored_headers: Vec<String>,
+    pub dedupe_max_keys: usize,
+}
+
+/// Default headers stored with each event besides `content-type`.
+pub const DEFAULT_STORED_HEADERS: &[&str] = &[
+    "user-agent",
+    "x-request-id",
+    "x-github-event",
+    "x-github-delivery",
+    "x-hub-signature-256",
+    "stripe-signature",
+    "x-slack-signature",
+    "x-slack-request-timestamp",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+];
+
+/// Most stored headers per event (bounds the per-event header block in the WAL).
+pub const MAX_STORED_HEADERS: usize = 32;
+
+/// Reads a positive integer from the environment; a set but invalid value is an error.
+fn env_u64(env: &dyn Fn(&str) -> Option<String>, key: &str) -> Result<Option<u64>, ConfigError> {
+    match env(key) {
+        None => Ok(None),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(Some(n)),
+            _ => err(format!(
+                "environment variable {key}={v:?} must be a positive integer"
+            )),
+        },
+    }
+}
+
+pub(super) fn build_ingest(
+    r: RawIngest,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<IngestConfig, ConfigError> {
+    let positive = |key: &str, env_key: &str, manifest: Option<u64>, default: u64| {
+        let v = match env_u64(env, env_key)? {
+            Some(v) => v,
+            None => manifest.unwrap_or(default),
+        };
+        if v == 0 || v > 1 << 40 {
+            return err(format!(
+                "ingest.{key} = {v} is out of range (1..={})",
+                1u64 << 40
+            ));
+        }
+        Ok(v)
+    };
+    let mut stored = vec!["content-type".to_string()];
+    let names: Vec<String> = match r.stored_headers {
+        Some(list) => list,
+        None => DEFAULT_STORED_HEADERS
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    for n in names {
+        let lower = n.to_ascii_lowercase();
+        if lower.is_empty()
+            || lower.len() > 256
+            || !lower
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return err(format!("ingest.stored_headers: {n:?} is not a header name"));
+        }
+        if !stored.contains(&lower) {
+            stored.push(lower);
+        }
+    }
+    if stored.len() > MAX_STORED_HEADERS {
+        return err(format!(
+            "ingest.stored_headers lists {} headers; at most {} are kept per event",
+            stored.len(),
+            MAX_STORED_HEADERS
+        ));
+    }
+    let global_capacity = positive(
+        "global_capacity",
+        ENV_GLOBAL_CAPACITY,
+        r.global_capacity,
+        4096,
+    )?;
+    let per_source_capacity = positive(
+        "per_source_capacity",
+        ENV_PER_SOURCE_CAPACITY,
+        r.per_source_capacity,
+        1024,
+    )?;
+    let refill_per_sec = positive("refill_per_sec", ENV_REFILL_PER_SEC, r.refill_per_sec, 1024)?;
+    for (key, capacity) in [
+        ("global_capacity", global_capacity),
+        ("per_source_capacity", per_source_capacity),
+    ] {
+        crate::sync::gcra::BucketParams::new(capacity, refill_per_sec)
+            .map_err(|e| ConfigError(format!("ingest.{key} / refill_per_sec: {e}")))?;
+    }
+    Ok(IngestConfig {
+        global_capacity,
+        per_source_capacity,
+        refill_per_sec,
+        max_sources: ranged("ingest.max_sources", r.max_sources, 10_000, 1, 1_000_000)?,
+        metrics_top_sources: ranged(
+            "ingest.metrics_top_sources",
+            r.metrics_top_sources,
+            crate::ingest::sources::DEFAULT_METRICS_TOP_SOURCES,
+            0,
+            10_000,
+        )?,
+        offer_timeout: duration_or(
+            "ingest.offer_timeout",
+            r.offer_timeout,
+            Duration::from_millis(50),
+        )?,
+        default_route: r.default_route.unwrap_or(true),
+        stored_headers: stored,
+        dedupe_max_keys: ranged(
+            "ingest.dedupe_max_keys",
+            r.dedupe_max_keys,
+            crate::ingest::dedupe::DEFAULT_MAX_KEYS,
+            1,
+            100_000_000,
+        )?,
+    })
+}

@@ -1,0 +1,290 @@
+//! `rate_limit` / `throttle` windows across restarts: one small JSON file per core,
+//! `<data_dir>/flow/core-K.json`, rewritten (write to `core-K.json.tmp`, then rename) at most
+//! every [`SAVE_EVERY`] while hits happen, and once more at the drain (then also `fdatasync`ed).
+//!
+//! ```json
+//! {"version":1,"core":0,"windows":[
+//!   {"trigger":"t","gate":"throttle","key":"","hits_unix_ms":[1764560000123]}]}
+//! ```
+//!
+//! A hit is stored as Unix milliseconds (its age on the monotonic clock, rounded down, taken
+//! from the wall clock at the save), and restored at start-up as `now − age` (rounded down
+//! again): a restored hit is never older than it was, so a restart opens no window early. At
+//! start-up every core reads every `core-*.json` (the worker count may have changed) and keeps
+//! the windows of the triggers whose destination it owns now; hits of one key found in several
+//! files are merged (the newest `max` kept). Only hits still inside their period are written.
+//!
+//! What is not covered: a crash (not a drain) within [`SAVE_EVERY`] after a hit forgets that
+//! hit, and the file is not synced except at the drain, so a power loss may forget more; a
+//! wall clock set back shifts the restored ages. An unreadable file is reported on stderr and
+//! ignored (the windows start empty, as before this file existed). Bound: the file holds at
+//! most the core's window keys × `max` hits.
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{nanos, FlowEngine, Stage, SHIFT};
+use crate::config::Config;
+
+/// Longest time between a window hit and the save that records it (clock nanoseconds).
+pub const SAVE_EVERY: u64 = 100_000_000;
+const VERSION: u32 = 1;
+
+/// One key's window as saved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedWindow {
+    pub trigger: String,
+    /// `rate_limit` or `throttle`.
+    pub gate: String,
+    pub key: String,
+    pub hits_unix_ms: Vec<u64>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct SavedFile {
+    version: u32,
+    core: usize,
+    windows: Vec<SavedWindow>,
+}
+
+/// A core's state file, and what was read at start-up.
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    core: usize,
+    restored: Option<Vec<SavedWindow>>,
+    dirty: bool,
+    /// Clock nanos before which no save is made (rate limit on rewrites).
+    save_at: u64,
+}
+
+impl Store {
+    /// Reads every core's file in `dir` (`<data_dir>/flow`), keeping the windows of the
+    /// triggers `core` owns under `config`.
+    pub fn open(dir: &Path, core: usize, config: &Config) -> Store {
+        let mut restored: Vec<SavedWindow> = Vec::new();
+        for path in state_files(dir) {
+            match read(&path) {
+                Ok(f) => restored.extend(f.windows.into_iter().filter(|w| owns(config, core, w))),
+                Err(e) => eprintln!(
+                    "sluice: flow: ignoring window state {}: {e} (windows start empty)",
+                    path.display()
+                ),
+            }
+        }
+        Store {
+            path: dir.join(format!("core-{core}.json")),
+            core,
+            restored: Some(restored),
+            dirty: false,
+            save_at: 0,
+        }
+    }
+
+    /// The windows read at start-up, once.
+    pub fn take_restored(&mut self) -> Option<Vec<SavedWindow>> {
+        self.restored.take()
+    }
+
+    pub fn mark_dirty(&mut self) {
+        self.dirty = true;
+    }
+
+    /// When a save is due (clock nanos), if one is.
+    pub fn due(&self) -> Option<u64> {
+        self.dirty.then_some(self.save_at)
+    }
+
+    pub fn save_due(&self, clock: u64, draining: bool) -> bool {
+        self.dirty && (draining || clock >= self.save_at)
+    }
+
+    /// Writes `windows` (clock time `clock`); a failure is reported and retried at the next
+    /// save.
+    pub fn write(&mut self, clock: u64, windows: Vec<SavedWindow>, sync: bool) {
+        self.save_at = clock.saturating_add(SAVE_EVERY);
+        let file = SavedFile {
+            version: VERSION,
+            core: self.core,
+            windows,
+        };
+        match write_atomically(&self.path, &file, sync) {
+            Ok(()) => self.dirty = false,
+            Err(e) => eprintln!(
+                "sluice: flow: saving window state {}: {e}",
+                self.path.display()
+            ),
+        }
+    }
+}
+
+fn state_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut v: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("core-") && n.ends_with(".json"))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn read(path: &Path) -> Result<SavedFile, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let f: SavedFile = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+    if f.version != VERSION {
+        return Err(format!(
+            "version {} (this build reads {VERSION})",
+            f.version
+        ));
+    }
+    Ok(f)
+}
+
+fn write_atomically(path: &Path, file: &SavedFile, sync: bool) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("json.tmp");
+    let bytes = serde_json::to_vec(file).map_err(std::io::Error::other)?;
+    let mut f = std::fs::File::create(&tmp)?;
+    std::io::Write::write_all(&mut f, &bytes)?;
+    if sync {
+        f.sync_data()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+/// Does `core` own the trigger of `w` (its handler's destination) under `config`?
+fn owns(config: &Config, core: usize, w: &SavedWindow) -> bool {
+    config
+        .triggers
+        .iter()
+        .find(|t| t.id == w.trigger)
+        .and_then(|t| t.handler)
+        .is_some_and(|d| {
+            let uri = &config.destinations[d].handler.uri;
+            crate::sched::placement::owner_core(uri, config.server.workers) == core
+        })
+}
+
+impl FlowEngine {
+    pub(super) fn mark_dirty(&mut self) {
+        if let Some(s) = &mut self.store {
+            s.mark_dirty();
+        }
+    }
+
+    /// The engine's time for clock time `now`; restores the saved windows on the first call.
+    pub(super) fn restore_once(&mut self, now: u64) -> u64 {
+        let shifted = now.saturating_add(SHIFT);
+        let Some(saved) = self.store.as_mut().and_then(|s| s.take_restored()) else {
+            return shifted;
+        };
+        let unix_ms = crate::sync::clock::unix_millis();
+        for w in saved {
+            let Some(&t) = self.by_id.get(&w.trigger) else {
+                continue;
+            };
+            let stage = match w.gate.as_str() {
+                "rate_limit" => Stage::RateLimit,
+                "throttle" => Stage::Throttle,
+                _ => continue,
+            };
+            let f = &self.config.triggers[t].flow;
+            let Some(g) = (match stage {
+                Stage::RateLimit => f.rate_limit.as_ref(),
+                _ => f.throttle.as_ref(),
+            }) else {
+                continue;
+            };
+            let (period, max) = (nanos(g.period), g.max);
+            let key = self.window_key(t, stage, &w.key, shifted);
+            let win = &mut self.window_map(t, stage).entry(key).or_default().window;
+            for hit_ms in w.hits_unix_ms {
+                // Ages are rounded down: a restored hit is never older than it was.
+                let age = unix_ms.saturating_sub(hit_ms).saturating_mul(1_000_000);
+                win.restore(shifted.saturating_sub(age), shifted, period, max);
+            }
+        }
+        shifted
+    }
+
+    /// Writes the window state when it changed (at most every [`SAVE_EVERY`], or at
+    /// once while `draining`).
+    pub(super) fn save(&mut self, clock: u64, draining: bool) {
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        if !store.save_due(clock, draining) {
+            return;
+        }
+        let now = clock.saturating_add(SHIFT);
+        let unix_ms = crate::sync::clock::unix_millis();
+        let mut windows = Vec::new();
+        for (t, g) in self.gates.iter().enumerate() {
+            let f = &self.config.triggers[t].flow;
+            for (gate, map, cfg) in [
+                ("rate_limit", &g.rate_limit, &f.rate_limit),
+                ("throttle", &g.throttle, &f.throttle),
+            ] {
+                let Some(cfg) = cfg else { continue };
+                let period = nanos(cfg.period);
+                for (key, w) in map {
+                    let hits: Vec<u64> = w
+                        .window
+                        .hits()
+                        .filter(|&h| now.saturating_sub(h) < period)
+                        .map(|h| unix_ms.saturating_sub(now.saturating_sub(h) / 1_000_000))
+                        .collect();
+                    if !hits.is_empty() {
+                        windows.push(SavedWindow {
+                            trigger: self.config.triggers[t].id.clone(),
+                            gate: gate.to_string(),
+                            key: key.clone(),
+                            hits_unix_ms: hits,
+                        });
+                    }
+                }
+            }
+        }
+        store.write(clock, windows, draining);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_saved_file_is_read_back_and_a_bad_one_is_ignored() {
+        let dir = std::env::temp_dir().join(format!("sluice-flow-persist-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let w = SavedWindow {
+            trigger: "t".into(),
+            gate: "throttle".into(),
+            key: "k".into(),
+            hits_unix_ms: vec![5, 7],
+        };
+        let file = SavedFile {
+            version: VERSION,
+            core: 0,
+            windows: vec![w.clone()],
+        };
+        write_atomically(&dir.join("core-0.json"), &file, true).unwrap();
+        std::fs::write(dir.join("core-1.json"), b"{not json").unwrap();
+        std::fs::write(dir.join("other.txt"), b"x").unwrap();
+        assert_eq!(state_files(&dir).len(), 2);
+        assert_eq!(read(&dir.join("core-0.json")).unwrap().windows, vec![w]);
+        assert!(read(&dir.join("core-1.json")).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

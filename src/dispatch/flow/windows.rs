@@ -1,0 +1,156 @@
+//! The window gates, `rate_limit` and `throttle` (semantics in the parent module's docs): the
+//! per-key sliding windows ([`super::window`]), the per-core key table and its sweeps, and the
+//! throttle's waiters and timers.
+#![forbid(unsafe_code)]
+
+use std::cmp::Reverse;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::key::OVERFLOW_KEY;
+use super::{nanos, Decision, FlowEngine, FlowOut, Pending, Stage, WindowKey, SWEEP_EVERY};
+use crate::config::flow::WindowGate;
+use crate::dispatch::job::SkipReason;
+
+impl FlowEngine {
+    pub(super) fn window_map(&mut self, t: usize, stage: Stage) -> &mut HashMap<String, WindowKey> {
+        match stage {
+            Stage::RateLimit => &mut self.gates[t].rate_limit,
+            _ => &mut self.gates[t].throttle,
+        }
+    }
+
+    /// The key to use in a window gate: `key` itself, or the overflow key when the per-core
+    /// table is full and nothing idle can be evicted. Ensures the entry exists.
+    pub(super) fn window_key(&mut self, t: usize, stage: Stage, key: &str, now: u64) -> String {
+        if self.window_map(t, stage).contains_key(key) {
+            return key.to_string();
+        }
+        if self.window_keys >= self.max_window_keys && now >= self.sweep_at {
+            self.sweep_at = now + SWEEP_EVERY;
+            self.sweep(now);
+        }
+        if self.window_keys >= self.max_window_keys {
+            self.metrics.flow.overflowed(self.cell(t), stage as usize);
+            self.window_map(t, stage)
+                .entry(OVERFLOW_KEY.to_string())
+                .or_default();
+            return OVERFLOW_KEY.to_string();
+        }
+        self.window_keys += 1;
+        self.window_map(t, stage)
+            .insert(key.to_string(), WindowKey::default());
+        key.to_string()
+    }
+
+    /// Evicts idle window keys (empty window, no waiters, no timer).
+    pub(super) fn sweep(&mut self, now: u64) {
+        let cfg = Arc::clone(&self.config);
+        let mut evicted = 0;
+        for (t, g) in self.gates.iter_mut().enumerate() {
+            let f = &cfg.triggers[t].flow;
+            for (map, gate) in [
+                (&mut g.rate_limit, &f.rate_limit),
+                (&mut g.throttle, &f.throttle),
+            ] {
+                let Some(gate) = gate else { continue };
+                let period = nanos(gate.period);
+                map.retain(|k, w| {
+                    w.window.trim(now, period);
+                    let idle = w.window.is_empty() && w.waiters.is_empty() && !w.armed;
+                    if idle && k != OVERFLOW_KEY {
+                        evicted += 1;
+                    }
+                    !idle
+                });
+            }
+        }
+        self.window_keys -= evicted;
+    }
+
+    pub(super) fn rate_limit(
+        &mut self,
+        t: usize,
+        g: &WindowGate,
+        p: Pending,
+        now: u64,
+        out: &mut FlowOut,
+    ) -> Option<Pending> {
+        let key = self.window_key(
+            t,
+            Stage::RateLimit,
+            &p.keys.by_stage[Stage::RateLimit as usize],
+            now,
+        );
+        let w = self.gates[t].rate_limit.entry(key).or_default();
+        if w.window.try_hit(now, nanos(g.period), g.max) {
+            self.mark_dirty();
+            self.count(t, Stage::RateLimit, Decision::Pass);
+            Some(p)
+        } else {
+            self.skip(t, Stage::RateLimit, p, SkipReason::RateLimited, out);
+            None
+        }
+    }
+
+    pub(super) fn throttle(
+        &mut self,
+        t: usize,
+        g: &WindowGate,
+        mut p: Pending,
+        now: u64,
+        out: &mut FlowOut,
+    ) -> Option<Pending> {
+        let key = self.window_key(
+            t,
+            Stage::Throttle,
+            &p.keys.by_stage[Stage::Throttle as usize],
+            now,
+        );
+        let period = nanos(g.period);
+        let w = self.gates[t].throttle.entry(key.clone()).or_default();
+        if w.waiters.is_empty() && w.window.try_hit(now, period, g.max) {
+            self.mark_dirty();
+            self.count(t, Stage::Throttle, Decision::Pass);
+            return Some(p);
+        }
+        self.held(t, Stage::Throttle, &mut p, out);
+        let w = self.gates[t].throttle.entry(key.clone()).or_default();
+        w.waiters.push_back(p);
+        let arm = (!w.armed).then(|| w.window.room_at(period).max(now));
+        w.armed = true;
+        if let Some(at) = arm {
+            self.timers.push(Reverse((at, t, Stage::Throttle, key)));
+        }
+        None
+    }
+
+    pub(super) fn fire_throttle(&mut self, t: usize, key: String, now: u64, out: &mut FlowOut) {
+        let cfg = Arc::clone(&self.config);
+        let Some(g) = &cfg.triggers[t].flow.throttle else {
+            return;
+        };
+        let period = nanos(g.period);
+        let Some(w) = self.gates[t].throttle.get_mut(&key) else {
+            return;
+        };
+        w.armed = false;
+        let mut go = Vec::new();
+        while !w.waiters.is_empty() && w.window.try_hit(now, period, g.max) {
+            go.extend(w.waiters.pop_front());
+        }
+        if !w.waiters.is_empty() {
+            w.armed = true;
+            let at = w.window.room_at(period).max(now + 1);
+            self.timers.push(Reverse((at, t, Stage::Throttle, key)));
+        }
+        if !go.is_empty() {
+            self.mark_dirty();
+        }
+        self.unheld(t, Stage::Throttle, go.len());
+        for p in go {
+            self.count(t, Stage::Throttle, Decision::Wait);
+            self.run(t, p, Stage::Singleton, now, out);
+        }
+    }
+}

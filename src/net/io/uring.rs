@@ -1,0 +1,674 @@
+//! The io_uring backend: a core's client sockets driven by completions on the core's own ring.
+//!
+//! The connection layer and the worker are written against readiness (`read` until
+//! `WouldBlock`, `write` until `WouldBlock`). [`UringStream`] gives them exactly that over
+//! completions, so the HTTP codec and every bound of `net::conn` stay the same on both backends:
+//! - **receive**: one `IORING_OP_RECV` at a time per connection, armed only when the connection
+//!   asked for more input (its inbox is empty and the worker read it dry), into a buffer the
+//!   kernel picks from the core's provided-buffer pool. The completion's bytes are copied to the
+//!   connection's inbox and the buffer is given back at once, so a connection holds at most one
+//!   receive ([`BUF_SIZE`]) that the worker has not read: a connection the worker stops reading
+//!   (pipeline depth, body budget) stops receiving, and TCP backpressure reaches its client as
+//!   with mio;
+//! - **send**: `write` copies into the connection's outbox (at most [`OUT_CAP`] bytes, then
+//!   `WouldBlock`); at the end of the loop turn the outbox becomes one `IORING_OP_SEND`. One send
+//!   is in flight per connection; its completion is the "writable" edge;
+//! - **wait**: one `io_uring_enter` per turn submits the turn's operations and waits (with the
+//!   loop's timeout) for completions. The core's mio poll (accepts, wakers from the commit
+//!   helper and the other cores, outbound dispatch sockets) is watched by a multishot
+//!   `IORING_OP_POLL_ADD` on its epoll fd, so nothing waits in two places.
+//!
+//! Bounds, per core: the provided-buffer pool is [`BUFFERS`] × [`BUF_SIZE`] (4 MiB); per
+//! connection, the inbox holds at most one receive (and keeps 4 KiB of capacity while idle) and the outbox plus the send in flight at
+//! most 2 × [`OUT_CAP`]. A closed connection whose accepted bytes are not yet sent is kept (its
+//! socket and buffers only) until the send completes, at most [`RETIRE_WAIT`], and at most
+//! [`MAX_RETIRED`] of them at once (past that, a closing connection's unsent bytes are dropped,
+//! as a `close` with a full socket buffer would).
+
+use std::collections::HashMap;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::Shutdown;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+/// Size of one provided receive buffer.
+pub const BUF_SIZE: usize = 32 * 1024;
+/// Provided receive buffers per core.
+pub const BUFFERS: u16 = 128;
+/// Bytes a connection's outbox accepts before `write` says `WouldBlock`.
+pub const OUT_CAP: usize = 256 * 1024;
+/// How long a closed connection's unsent bytes may take to leave.
+pub const RETIRE_WAIT: Duration = Duration::from_secs(2);
+/// Closed connections waiting for their last send, per core.
+pub const MAX_RETIRED: usize = 4096;
+/// Inbox capacity a connection keeps between receives; a larger one is freed once read.
+const INBOX_KEEP: usize = 4 * 1024;
+
+/// Submission queue entries per ring (the completion queue is twice that; the kernel keeps
+/// overflowing completions rather than dropping them: `IORING_FEAT_NODROP`, checked by
+/// [`probe`]).
+const ENTRIES: u32 = 1024;
+/// Provided-buffer group id.
+const BGID: u16 = 1;
+
+/// What a completion is for (top byte of its `user_data`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Recv,
+    Send,
+    /// The core's epoll fd became readable.
+    Poll,
+    Provide,
+    Cancel,
+}
+
+impl Op {
+    fn code(self) -> u64 {
+        match self {
+            Op::Recv => 1,
+            Op::Send => 2,
+            Op::Poll => 3,
+            Op::Provide => 4,
+            Op::Cancel => 5,
+        }
+    }
+
+    fn from_code(code: u64) -> Option<Op> {
+        Some(match code {
+            1 => Op::Recv,
+            2 => Op::Send,
+            3 => Op::Poll,
+            4 => Op::Provide,
+            5 => Op::Cancel,
+            _ => return None,
+        })
+    }
+}
+
+/// `user_data`: operation (8 bits) | connection slot (24 bits) | connection generation (32).
+fn user_data(op: Op, idx: usize, gen: u32) -> u64 {
+    (op.code() << 56) | (((idx as u64) & 0xFF_FFFF) << 32) | u64::from(gen)
+}
+
+/// One completion, decoded.
+#[derive(Debug, Clone, Copy)]
+pub struct Completion {
+    pub op: Op,
+    pub idx: usize,
+    pub gen: u32,
+    pub res: i32,
+    pub flags: u32,
+}
+
+/// Whether this kernel runs the backend: a ring can be set up (not forbidden by
+/// `kernel.io_uring_disabled` or a seccomp filter), waits take a timeout (`EXT_ARG`), overflowing
+/// completions are kept (`NODROP`), and every opcode used is supported.
+pub fn probe() -> Result<(), String> {
+    let ring = IoUring::new(8).map_err(|e| format!("io_uring_setup: {e}"))?;
+    if !ring.params().is_feature_ext_arg() {
+        return Err("the kernel lacks IORING_FEAT_EXT_ARG (wait with a timeout)".into());
+    }
+    if !ring.params().is_feature_nodrop() {
+        return Err("the kernel lacks IORING_FEAT_NODROP".into());
+    }
+    let mut probe = io_uring::Probe::new();
+    ring.submitter()
+        .register_probe(&mut probe)
+        .map_err(|e| format!("IORING_REGISTER_PROBE: {e}"))?;
+    for (code, name) in [
+        (opcode::Recv::CODE, "RECV"),
+        (opcode::Send::CODE, "SEND"),
+        (opcode::PollAdd::CODE, "POLL_ADD"),
+        (opcode::ProvideBuffers::CODE, "PROVIDE_BUFFERS"),
+        (opcode::AsyncCancel::CODE, "ASYNC_CANCEL"),
+    ] {
+        if !probe.is_supported(code) {
+            return Err(format!("the kernel does not support IORING_OP_{name}"));
+        }
+    }
+    Ok(())
+}
+
+/// A client socket on the ring (module docs). `Read`/`Write` never block and never enter the
+/// kernel: they move bytes between the caller and the inbox/outbox; the ring moves them
+/// between those and the socket.
+#[derive(Debug)]
+pub struct UringStream {
+    sock: std::net::TcpStream,
+    gen: u32,
+    inbox: Vec<u8>,
+    inbox_pos: usize,
+    outbox: Vec<u8>,
+    /// The bytes of the send in flight (or of the next one), and how many have left.
+    sending: Vec<u8>,
+    sent: usize,
+    recv_armed: bool,
+    send_armed: bool,
+    /// The reader found the inbox empty: arm a receive at the end of the turn.
+    want_recv: bool,
+    /// A `write` found the outbox full: the send's completion is a writable edge.
+    blocked: bool,
+    eof: bool,
+    error: Option<i32>,
+    /// `shutdown(Write)` asked for; done once everything accepted is sent.
+    shut_wanted: bool,
+    shut_done: bool,
+    /// Queued on the worker's list of connections to arm this turn.
+    pub queued: bool,
+}
+
+impl UringStream {
+    /// The connection generation (stale completions of a reused slot carry another).
+    pub fn gen(&self) -> u32 {
+        self.gen
+    }
+
+    /// True once a `write` found the outbox full and the send since made room.
+    pub fn take_writable(&mut self) -> bool {
+        std::mem::take(&mut self.blocked)
+    }
+
+    fn unsent(&self) -> usize {
+        self.outbox.len() + self.sending.len() - self.sent
+    }
+
+    /// Shuts down a direction. A write shutdown waits for the bytes accepted so far.
+    pub fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
+        match how {
+            Shutdown::Write => {
+                self.shut_wanted = true;
+                Ok(())
+            }
+            _ => self.sock.shutdown(how),
+        }
+    }
+}
+
+impl Read for UringStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.inbox_pos < self.inbox.len() {
+            let n = (self.inbox.len() - self.inbox_pos).min(buf.len());
+            buf[..n].copy_from_slice(&self.inbox[self.inbox_pos..self.inbox_pos + n]);
+            self.inbox_pos += n;
+            if self.inbox_pos == self.inbox.len() {
+                // Read dry: keep a small buffer for the next receive (as `Conn::trim` keeps a
+                // small read buffer), free a large one, and ask for more.
+                if self.inbox.capacity() > INBOX_KEEP {
+                    self.inbox = Vec::new();
+                } else {
+                    self.inbox.clear();
+                }
+                self.inbox_pos = 0;
+                self.want_recv = !self.eof && self.error.is_none();
+            }
+            return Ok(n);
+        }
+        if let Some(errno) = self.error {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        if self.eof {
+            return Ok(0);
+        }
+        self.want_recv = true;
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+}
+
+impl Write for UringStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        if let Some(errno) = self.error {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        if self.shut_wanted {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        let room = OUT_CAP.saturating_sub(self.outbox.len());
+        if room == 0 && bufs.iter().any(|b| !b.is_empty()) {
+            self.blocked = true;
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let mut taken = 0;
+        for b in bufs {
+            let n = b.len().min(room - taken);
+            self.outbox.extend_from_slice(&b[..n]);
+            taken += n;
+            if taken == room {
+                break;
+            }
+        }
+        Ok(taken)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A closed connection kept until its last send completes.
+#[derive(Debug)]
+struct Retired {
+    stream: UringStream,
+    idx: usize,
+    until: Instant,
+    forced: bool,
+}
+
+/// A core's ring, its receive-buffer pool and its retired connections.
+pub struct Uring {
+    ring: IoUring,
+    /// [`BUFFERS`] × [`BUF_SIZE`]; the kernel writes into it, so it never moves or shrinks
+    /// while the ring lives (`Drop` waits for the ring's operations first).
+    pool: Box<[u8]>,
+    next_gen: u32,
+    retired: HashMap<u32, Retired>,
+    /// Operations submitted whose last completion has not come back.
+    in_flight: usize,
+    /// Completions taken off the queue while making room for submissions.
+    backlog: Vec<Completion>,
+    epoll_fd: RawFd,
+}
+
+impl std::fmt::Debug for Uring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Uring")
+            .field("in_flight", &self.in_flight)
+            .field("retired", &self.retired.len())
+            .finish()
+    }
+}
+
+impl Uring {
+    /// Sets up the core's ring (call on the core's thread: the ring is single-issuer), hands
+    /// the kernel the buffer pool and starts watching `epoll_fd` (the core's mio poll).
+    pub fn new(epoll_fd: RawFd) -> io::Result<Uring> {
+        let ring = IoUring::builder()
+            .setup_cqsize(4 * ENTRIES)
+            .setup_single_issuer()
+            .setup_coop_taskrun()
+            .build(ENTRIES)
+            .or_else(|_| IoUring::builder().setup_cqsize(4 * ENTRIES).build(ENTRIES))?;
+        let mut u = Uring {
+            ring,
+            pool: vec![0u8; BUFFERS as usize * BUF_SIZE].into_boxed_slice(),
+            next_gen: 0,
+            retired: HashMap::new(),
+            in_flight: 0,
+            backlog: Vec::new(),
+            epoll_fd,
+        };
+        let provide =
+            opcode::ProvideBuffers::new(u.pool.as_mut_ptr(), BUF_SIZE as i32, BUFFERS, BGID, 0)
+                .build()
+                .user_data(user_data(Op::Provide, 0, 0));
+        u.push(&provide)?;
+        u.arm_poll()?;
+        u.ring.submit()?;
+        Ok(u)
+    }
+
+    /// Wraps an accepted socket for the ring.
+    pub fn stream(&mut self, sock: std::net::TcpStream) -> io::Result<UringStream> {
+        // The ring waits for the socket itself; a non-blocking socket would only make it
+        // retry through its poll path.
+        sock.set_nonblocking(false)?;
+        sock.set_nodelay(true)?;
+        self.next_gen = self.next_gen.wrapping_add(1);
+        Ok(UringStream {
+            sock,
+            gen: self.next_gen,
+            inbox: Vec::new(),
+            inbox_pos: 0,
+            outbox: Vec::new(),
+            sending: Vec::new(),
+            sent: 0,
+            recv_armed: false,
+            send_armed: false,
+            want_recv: false,
+            blocked: false,
+            eof: false,
+            error: None,
+            shut_wanted: false,
+            shut_done: false,
+            queued: false,
+        })
+    }
+
+    fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
+        for _ in 0..3 {
+            // SAFETY: every entry built by this module points only at memory that outlives the
+            // operation: the pool (freed after the ring's operations finished, `Drop`), a
+            // stream's `sending` buffer (not touched while its send is armed; a closed
+            // stream's is kept in `retired` until the completion), or nothing.
+            if unsafe { self.ring.submission().push(entry) }.is_ok() {
+                self.in_flight += 1;
+                return Ok(());
+            }
+            // The queue is full: submit what is there. Completions that came back meanwhile
+            // are kept for the turn ([`Uring::completions`]).
+            match self.ring.submit() {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => self.drain_into_backlog(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            self.drain_into_backlog();
+        }
+        Err(io::Error::other("io_uring submission queue stays full"))
+    }
+
+    fn drain_into_backlog(&mut self) {
+        let mut taken = Vec::new();
+        self.take_cq(&mut taken);
+        self.backlog.extend(taken);
+    }
+
+    fn arm_poll(&mut self) -> io::Result<()> {
+        let e = opcode::PollAdd::new(types::Fd(self.epoll_fd), libc::POLLIN as u32)
+            .multi(true)
+            .build()
+            .user_data(user_data(Op::Poll, 0, 0));
+        self.push(&e)
+    }
+
+    /// Submits the turn's operations and waits for at least one completion, at most `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        if !self.backlog.is_empty() {
+            self.ring.submit()?;
+            return Ok(());
+        }
+        let ts = types::Timespec::new()
+            .sec(timeout.as_secs())
+            .nsec(timeout.subsec_nanos());
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn take_cq(&mut self, out: &mut Vec<Completion>) {
+        for cqe in self.ring.completion() {
+            let ud = cqe.user_data();
+            let Some(op) = Op::from_code(ud >> 56) else {
+                continue;
+            };
+            if !cqueue::more(cqe.flags()) {
+                self.in_flight = self.in_flight.saturating_sub(1);
+            }
+            out.push(Completion {
+                op,
+                idx: ((ud >> 32) & 0xFF_FFFF) as usize,
+                gen: ud as u32,
+                res: cqe.result(),
+                flags: cqe.flags(),
+            });
+        }
+    }
+
+    /// The completions that came back, in order. Re-arms the epoll watch when the kernel
+    /// ended it, and handles completions of the ring's own housekeeping and of retired
+    /// connections; the rest are the worker's.
+    pub fn completions(&mut self, out: &mut Vec<Completion>) {
+        out.clear();
+        let mut all = std::mem::take(&mut self.backlog);
+        self.take_cq(&mut all);
+        for c in all {
+            match c.op {
+                Op::Poll => {
+                    if !cqueue::more(c.flags) {
+                        if let Err(e) = self.arm_poll() {
+                            eprintln!("sluice: io_uring: re-arming the poll watch: {e}");
+                        }
+                    }
+                    out.push(c);
+                }
+                Op::Provide | Op::Cancel => {
+                    if c.op == Op::Provide && c.res < 0 {
+                        eprintln!(
+                            "sluice: io_uring: providing receive buffers failed: {}",
+                            io::Error::from_raw_os_error(-c.res)
+                        );
+                    }
+                }
+                Op::Recv | Op::Send => out.push(c),
+            }
+        }
+    }
+
+    /// A receive completed on a live stream: its bytes go to the inbox and the buffer back to
+    /// the pool. Returns false if the pool was empty (the stream re-arms next turn).
+    pub fn on_recv(&mut self, s: &mut UringStream, c: &Completion) -> bool {
+        s.recv_armed = false;
+        if let Some(range) = self.take_buffer(c) {
+            if c.res > 0 {
+                if s.inbox_pos == s.inbox.len() {
+                    s.inbox.clear();
+                    s.inbox_pos = 0;
+                }
+                s.inbox.extend_from_slice(&self.pool[range.clone()]);
+            }
+            self.give_back(range.start / BUF_SIZE);
+        }
+        match c.res {
+            n if n > 0 => true,
+            0 => {
+                s.eof = true;
+                true
+            }
+            n if -n == libc::ENOBUFS => {
+                s.want_recv = true;
+                false
+            }
+            n => {
+                s.error = Some(-n);
+                true
+            }
+        }
+    }
+
+    /// The pool range a completion's bytes are in.
+    fn take_buffer(&self, c: &Completion) -> Option<std::ops::Range<usize>> {
+        let bid = cqueue::buffer_select(c.flags)? as usize;
+        let start = bid * BUF_SIZE;
+        let len = usize::try_from(c.res).unwrap_or(0).min(BUF_SIZE);
+        Some(start..start + len)
+    }
+
+    fn give_back(&mut self, bid: usize) {
+        let start = bid * BUF_SIZE;
+        let e = opcode::ProvideBuffers::new(
+            self.pool[start..].as_mut_ptr(),
+            BUF_SIZE as i32,
+            1,
+            BGID,
+            bid as u16,
+        )
+        .build()
+        .user_data(user_data(Op::Provide, 0, 0));
+        if let Err(e) = self.push(&e) {
+            eprintln!("sluice: io_uring: returning a receive buffer: {e}");
+        }
+    }
+
+    /// A send completed on a live stream.
+    pub fn on_send(&mut self, s: &mut UringStream, c: &Completion) {
+        s.send_armed = false;
+        if c.res < 0 {
+            s.error = Some(-c.res);
+            s.sending.clear();
+            s.sent = 0;
+            return;
+        }
+        s.sent += c.res as usize;
+    }
+
+    /// Submits what the stream needs after the worker's turn: the next send, a deferred write
+    /// shutdown, a receive.
+    pub fn arm(&mut self, idx: usize, s: &mut UringStream) -> io::Result<()> {
+        if !s.send_armed && s.error.is_none() {
+            if s.sent >= s.sending.len() {
+                s.sending.clear();
+                s.sent = 0;
+                if !s.outbox.is_empty() {
+                    std::mem::swap(&mut s.outbox, &mut s.sending);
+                }
+            }
+            if s.sent < s.sending.len() {
+                let rest = &s.sending[s.sent..];
+                let len = u32::try_from(rest.len()).unwrap_or(u32::MAX);
+                let e = opcode::Send::new(types::Fd(s.sock.as_raw_fd()), rest.as_ptr(), len)
+                    .flags(libc::MSG_NOSIGNAL)
+                    .build()
+                    .user_data(user_data(Op::Send, idx, s.gen));
+                self.push(&e)?;
+                s.send_armed = true;
+            }
+        }
+        if s.unsent() == 0 {
+            if s.shut_wanted && !s.shut_done {
+                s.shut_done = true;
+                s.sock.shutdown(Shutdown::Write)?;
+            }
+            // An idle connection keeps no large output buffers.
+            for b in [&mut s.outbox, &mut s.sending] {
+                if b.capacity() > 16 * 1024 {
+                    *b = Vec::new();
+                }
+            }
+        }
+        if s.want_recv && !s.recv_armed && !s.eof && s.error.is_none() {
+            let e = opcode::Recv::new(
+                types::Fd(s.sock.as_raw_fd()),
+                std::ptr::null_mut(),
+                BUF_SIZE as u32,
+            )
+            .buf_group(BGID)
+            .build()
+            .flags(squeue::Flags::BUFFER_SELECT)
+            .user_data(user_data(Op::Recv, idx, s.gen));
+            self.push(&e)?;
+            s.recv_armed = true;
+            s.want_recv = false;
+        }
+        Ok(())
+    }
+
+    /// Takes over a closed connection's stream: its receive is cancelled; bytes it accepted
+    /// and has not sent still leave (as `close(2)` would send a socket buffer), within
+    /// [`RETIRE_WAIT`]; then the socket closes.
+    pub fn retire(&mut self, idx: usize, mut s: UringStream) {
+        if s.recv_armed {
+            let e = opcode::AsyncCancel::new(user_data(Op::Recv, idx, s.gen))
+                .build()
+                .user_data(user_data(Op::Cancel, 0, 0));
+            if self.push(&e).is_err() {
+                let _ = s.sock.shutdown(Shutdown::Read);
+            }
+        }
+        s.want_recv = false;
+        let full = self.retired.len() >= MAX_RETIRED;
+        if full && s.send_armed {
+            // No room to wait: the pending send is cut short.
+            let _ = s.sock.shutdown(Shutdown::Both);
+        }
+        if !s.send_armed && (full || s.error.is_some() || s.unsent() == 0) {
+            return; // dropped: the socket closes
+        }
+        if !s.send_armed && self.arm(idx, &mut s).is_err() {
+            return;
+        }
+        let until = Instant::now() + RETIRE_WAIT;
+        self.retired.insert(
+            s.gen,
+            Retired {
+                stream: s,
+                idx,
+                until,
+                forced: full,
+            },
+        );
+    }
+
+    /// A completion for a connection that is no longer live (a retired stream, or a stale
+    /// receive of a closed one): the buffer goes back; a retired stream sends on or closes.
+    pub fn on_orphan(&mut self, c: &Completion) {
+        if c.op == Op::Recv {
+            if let Some(range) = self.take_buffer(c) {
+                self.give_back(range.start / BUF_SIZE);
+            }
+            return;
+        }
+        let Some(mut r) = self.retired.remove(&c.gen) else {
+            return;
+        };
+        self.on_send(&mut r.stream, c);
+        let idx = r.idx;
+        if r.stream.error.is_none() && r.stream.unsent() > 0 && self.arm(idx, &mut r.stream).is_ok()
+        {
+            self.retired.insert(c.gen, r);
+        }
+    }
+
+    /// Cuts short retired connections past [`RETIRE_WAIT`] (their send then completes with an
+    /// error and they close). Called on the loop's sweep.
+    pub fn sweep(&mut self, now: Instant) {
+        for r in self.retired.values_mut() {
+            if !r.forced && now >= r.until {
+                r.forced = true;
+                let _ = r.stream.sock.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
+    /// Closed connections still sending.
+    pub fn retired(&self) -> usize {
+        self.retired.len()
+    }
+
+    /// Cancels every operation and waits (at most a second) for them to finish, so no
+    /// operation outlives the buffers it uses. Returns false if some did not finish.
+    pub fn cancel_all(&mut self) -> bool {
+        let e = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+            .build()
+            .user_data(user_data(Op::Cancel, 0, 0));
+        let _ = self.push(&e);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let mut sink = Vec::new();
+        while self.in_flight > 0 && Instant::now() < deadline {
+            let _ = self.wait(Duration::from_millis(50));
+            self.completions(&mut sink);
+        }
+        self.in_flight == 0
+    }
+}
+
+impl Drop for Uring {
+    fn drop(&mut self) {
+        if !self.cancel_all() {
+            // Operations still reference the pool: leak it rather than let the kernel write
+            // into freed memory (this happens only at exit).
+            std::mem::forget(std::mem::take(&mut self.pool));
+            for r in std::mem::take(&mut self.retired).into_values() {
+                std::mem::forget(r);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "uring_tests.rs"]
+mod tests;

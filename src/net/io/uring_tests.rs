@@ -1,0 +1,145 @@
+//! Tests of the io_uring stream and ring over real loopback sockets.
+
+use super::*;
+use std::net::{TcpListener, TcpStream};
+
+fn pair(u: &mut Uring) -> (UringStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (ours, _) = l.accept().unwrap();
+    (u.stream(ours).unwrap(), peer)
+}
+
+/// Runs turns until `done` or 5 s: completions for the stream go to it, then it is armed.
+fn turn_until(u: &mut Uring, s: &mut UringStream, mut done: impl FnMut(&mut UringStream) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut cs = Vec::new();
+    while !done(s) {
+        assert!(Instant::now() < deadline, "no progress");
+        u.arm(0, s).unwrap();
+        u.wait(Duration::from_millis(20)).unwrap();
+        u.completions(&mut cs);
+        for c in &cs {
+            match c.op {
+                Op::Recv if c.gen == s.gen => {
+                    u.on_recv(s, c);
+                }
+                Op::Send if c.gen == s.gen => u.on_send(s, c),
+                Op::Recv | Op::Send => u.on_orphan(c),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn have_uring() -> bool {
+    match probe() {
+        Ok(()) => true,
+        Err(why) => {
+            // The backend is optional by design (auto falls back); these tests say so
+            // loudly rather than pass for nothing.
+            eprintln!("io_uring unavailable here ({why}); uring tests not run");
+            false
+        }
+    }
+}
+
+#[test]
+fn bytes_go_both_ways_and_reads_say_would_block_until_they_arrive() {
+    if !have_uring() {
+        return;
+    }
+    let poll = ::mio::Poll::new().unwrap();
+    let mut u = Uring::new(poll.as_raw_fd()).unwrap();
+    let (mut s, mut peer) = pair(&mut u);
+    let mut buf = [0u8; 64];
+    assert_eq!(
+        s.read(&mut buf).unwrap_err().kind(),
+        io::ErrorKind::WouldBlock
+    );
+    peer.write_all(b"hello").unwrap();
+    turn_until(&mut u, &mut s, |s| s.inbox.len() >= 5);
+    assert_eq!(s.read(&mut buf).unwrap(), 5);
+    assert_eq!(&buf[..5], b"hello");
+    assert_eq!(s.write(b"world").unwrap(), 5);
+    turn_until(&mut u, &mut s, |s| s.unsent() == 0 && !s.send_armed);
+    let mut got = [0u8; 5];
+    peer.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"world");
+    // EOF reaches the reader as a 0-byte read.
+    drop(peer);
+    let _ = s.read(&mut buf);
+    turn_until(&mut u, &mut s, |s| s.eof);
+    assert_eq!(s.read(&mut buf).unwrap(), 0);
+}
+
+#[test]
+fn a_full_outbox_blocks_until_the_peer_reads() {
+    if !have_uring() {
+        return;
+    }
+    let poll = ::mio::Poll::new().unwrap();
+    let mut u = Uring::new(poll.as_raw_fd()).unwrap();
+    let (mut s, mut peer) = pair(&mut u);
+    let chunk = vec![9u8; 64 * 1024];
+    let mut accepted = 0usize;
+    // Write until the outbox refuses; the ring sends what it can meanwhile.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match s.write(&chunk) {
+            Ok(n) => accepted += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(Instant::now() < deadline);
+    }
+    assert!(s.outbox.len() == OUT_CAP, "bounded at OUT_CAP");
+    let reader = std::thread::spawn(move || {
+        let mut total = 0usize;
+        let mut buf = vec![0u8; 1 << 16];
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        while total < accepted {
+            let n = peer.read(&mut buf).unwrap();
+            assert!(n > 0);
+            assert!(buf[..n].iter().all(|&b| b == 9));
+            total += n;
+        }
+        total
+    });
+    turn_until(&mut u, &mut s, |s| s.unsent() == 0 && !s.send_armed);
+    assert!(
+        s.take_writable(),
+        "the refused write is told when room came"
+    );
+    assert_eq!(reader.join().unwrap(), accepted);
+}
+
+#[test]
+fn a_retired_stream_still_sends_what_it_accepted_then_closes() {
+    if !have_uring() {
+        return;
+    }
+    let poll = ::mio::Poll::new().unwrap();
+    let mut u = Uring::new(poll.as_raw_fd()).unwrap();
+    let (mut s, mut peer) = pair(&mut u);
+    s.write_all(b"last words").unwrap();
+    let _ = s.read(&mut [0u8; 8]); // arms a receive, to be cancelled
+    u.arm(3, &mut s).unwrap();
+    u.retire(3, s);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut cs = Vec::new();
+    while u.retired() > 0 {
+        assert!(Instant::now() < deadline);
+        u.wait(Duration::from_millis(20)).unwrap();
+        u.completions(&mut cs);
+        for c in &cs {
+            if matches!(c.op, Op::Recv | Op::Send) {
+                u.on_orphan(c);
+            }
+        }
+    }
+    let mut got = Vec::new();
+    peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    peer.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"last words", "sent, then closed (EOF)");
+}

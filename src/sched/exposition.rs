@@ -1,0 +1,84 @@
+//! The `/metrics` exposition of a node: the merged per-core counters plus the families of the
+//! state the cores share (the logs, sources, budgets, return schedule, dispatch, guards and the
+//! backlog).
+//!
+//! Its own module so that the dependency goes one way: the worker's scrape path
+//! (`worker::budgets`) and the runtime both depend on it and on [`Shared`]; it depends on
+//! neither (`.ci/import_edges.sh` checks).
+
+use crate::sched::state::Shared;
+use crate::sync::clock::unix_millis;
+
+/// Renders `/metrics`: the merged per-core counters plus the WAL's and the sources' families.
+pub fn render_metrics(shared: &Shared) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    shared.metrics.render(&mut |w| {
+        w.counter(
+            "sluice_wal_appends_total",
+            "Records appended to the WAL and reported durable, over all logs.",
+            shared
+                .wal
+                .iter()
+                .map(|l| l.appends_total.load(Relaxed))
+                .sum(),
+        );
+        w.header(
+            "sluice_wal_durable_lsn",
+            "Highest LSN known durable, per log (own logs are core-K).",
+            crate::metrics::MetricType::Gauge,
+        );
+        for (i, l) in shared.wal.iter().enumerate() {
+            let log = i.to_string();
+            w.sample_u64("sluice_wal_durable_lsn", &[("log", &log)], l.durable_lsn());
+        }
+        w.header(
+            "sluice_io_backend",
+            "The cores' I/O backend: 1 on the backend in use (server.io, resolved at start-up).",
+            crate::metrics::MetricType::Gauge,
+        );
+        w.sample_u64(
+            "sluice_io_backend",
+            &[("backend", shared.io_backend.name())],
+            1,
+        );
+        w.gauge(
+            "sluice_wal_healthy",
+            "1 when every log accepts writes, 0 after a write or sync error.",
+            if shared.wal_healthy() { 1.0 } else { 0.0 },
+        );
+        if let Some(first) = shared.wal.first() {
+            // One histogram shared by every log.
+            first.render_prometheus(w.buffer_mut());
+        }
+        w.counter(
+            "sluice_wal_loss_accepted_total",
+            "Missing WAL ranges accepted at start-up with --accept-wal-loss, over all logs.",
+            shared
+                .wal
+                .iter()
+                .map(|l| l.loss_accepted_total.load(Relaxed))
+                .sum(),
+        );
+        w.gauge(
+            "sluice_wal_lost_lsns_accepted",
+            "LSNs the checkpoints promised that were missing and accepted as lost at start-up.",
+            shared
+                .wal
+                .iter()
+                .map(|l| l.lost_lsns_accepted.load(Relaxed))
+                .sum::<u64>() as f64,
+        );
+        shared.sources.render_prometheus(w);
+        shared.body_budget.render_prometheus(w);
+        shared.scrapes.render_prometheus(w);
+        shared
+            .returns
+            .render_prometheus(w, shared.clock.now_nanos());
+        shared
+            .metrics_dispatch
+            .render(w, unix_millis(), shared.backlog.pending_events());
+        shared.guards.render_prometheus(w);
+        shared.backlog.render_prometheus(w);
+        shared.reload.render_prometheus(w);
+    })
+}

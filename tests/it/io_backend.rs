@@ -1,0 +1,84 @@
+//! The I/O backend (`serve --io`, `SLUICE_IO`, `[server] io`): the one asked for is the one
+//! that serves, the gauge says which, and a bad value is a start-up error. The whole suite runs
+//! on both backends in CI (`.ci/run` runs it again with `SLUICE_IO=mio`); these tests check
+//! the selection itself.
+
+use std::time::Duration;
+
+use crate::dispatch::{big_buckets, manifest};
+use crate::downstream::{Behavior, Downstream};
+use crate::support::*;
+
+fn gauge(server: &Server) -> String {
+    let text = server.get("/metrics").text();
+    text.lines()
+        .find(|l| l.starts_with("sluice_io_backend{"))
+        .unwrap_or_else(|| panic!("no sluice_io_backend in /metrics:\n{text}"))
+        .to_string()
+}
+
+#[test]
+fn each_backend_ingests_delivers_and_says_so() {
+    for backend in ["mio", "uring"] {
+        let down = Downstream::start(Behavior::default());
+        let uri = down.uri("/sink");
+        let config = manifest(&uri, "max_in_flight = 4", "");
+        let server = Server::start(big_buckets(Opts::config(&config)).arg("--io").arg(backend));
+        assert_eq!(
+            gauge(&server),
+            format!("sluice_io_backend{{backend=\"{backend}\"}} 1")
+        );
+        assert!(
+            server.stderr().contains("sluice: io backend:"),
+            "{}",
+            server.stderr()
+        );
+        // Small events on one connection, then a body larger than many receive buffers.
+        let mut client = server.client();
+        for i in 0..20 {
+            let r = client.post("/hooks/t", format!("event {i}").as_bytes(), &[]);
+            assert_eq!(r.status, 202, "{backend}: {}", r.text());
+        }
+        let big = vec![b'x'; 3 << 20];
+        let r = client.post("/hooks/t", &big, &[]);
+        assert_eq!(r.status, 202, "{backend}: {}", r.text());
+        let all = down.wait(Duration::from_secs(10), |seen| seen.len() >= 21);
+        assert!(all, "{backend}: {} of 21 delivered", down.count());
+        let seen = down.seen();
+        for i in 0..20 {
+            let body = format!("event {i}");
+            let n = seen.iter().filter(|s| s.body == body.as_bytes()).count();
+            assert_eq!(n, 1, "{backend}: {body} delivered once");
+        }
+        assert!(
+            seen.iter().any(|s| s.body == big),
+            "{backend}: big body delivered whole"
+        );
+    }
+}
+
+#[test]
+fn the_flag_beats_the_environment_and_a_bad_value_is_refused() {
+    let server = Server::start(Opts::default().env("SLUICE_IO", "mio"));
+    assert_eq!(gauge(&server), "sluice_io_backend{backend=\"mio\"} 1");
+    let server = Server::start(
+        Opts::default()
+            .env("SLUICE_IO", "mio")
+            .arg("--io")
+            .arg("uring"),
+    );
+    assert_eq!(gauge(&server), "sluice_io_backend{backend=\"uring\"} 1");
+
+    let f = Server::start_in(temp_root(), Opts::default().arg("--io").arg("epoll"))
+        .expect_err("started with --io epoll");
+    assert_eq!(f.status.and_then(|s| s.code()), Some(2), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("\"epoll\" is not an I/O backend"),
+        "{}",
+        f.stderr
+    );
+    let f = Server::start_in(temp_root(), Opts::default().env("SLUICE_IO", "fast"))
+        .expect_err("started with SLUICE_IO=fast");
+    assert_eq!(f.status.and_then(|s| s.code()), Some(2), "{}", f.stderr);
+    assert!(f.stderr.contains("SLUICE_IO"), "{}", f.stderr);
+}
