@@ -302,6 +302,29 @@ fn reloads_during_traffic_lose_no_event() {
     assert!(server.is_running());
 }
 
+/// `[server] io` is restart-only: the cores' loops run on the backend chosen at start. A reload
+/// changing it is refused naming the key (the server is started without `SLUICE_IO`, which
+/// would win over the manifest, at start as at a reload).
+#[test]
+fn reload_refuses_a_change_of_the_io_backend() {
+    let ds = Downstream::start(Behavior::default());
+    let uri = ds.uri("/sink");
+    let text = format!("{}\n[server]\nio = \"mio\"\n", manifest(&uri, 5, false));
+    let opts = big_buckets(Opts::config(&text)).env("SLUICE_ADMIN_TOKEN", TOKEN);
+    let server = Server::start(opts.env_remove("SLUICE_IO"));
+    std::fs::write(manifest_path(&server), text.replace("\"mio\"", "\"auto\"")).unwrap();
+    let r = admin_reload(&server, Some(TOKEN));
+    assert_eq!(r.status, 409, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["reason"], "needs_restart", "{v}");
+    assert!(
+        v["detail"].as_str().unwrap().starts_with("server.io"),
+        "{v}"
+    );
+    assert_eq!(v["generation"], 1, "nothing published");
+    assert_eq!(metric(&server, "sluice_config_generation", &[]), 1.0);
+}
+
 /// Gates re-keyed by a reload without losing a waiting event: `throttle = { period = "60s",
 /// max = 2 }` lets 2 of 10 events through and holds 8 for a minute; a reload to `max = 100`
 /// re-offers the 8 waiting events to the new gate, which passes them at once. Each event is
