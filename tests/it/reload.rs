@@ -397,6 +397,70 @@ fn reload_rekeys_flow_gates_without_losing_waiting_events() {
     );
 }
 
+/// Held by reference across a re-key: with `[flow] max_held_bytes = 0` the 5 events a throttle
+/// holds have no body in memory. The reload keys the throttle by `event.body.k` (distinct per
+/// event), so every event passes the new gate only if its body was read back *before* its key
+/// was resolved again (an empty body would put all five under one key, and four would wait a
+/// minute). Each is delivered once with its exact bytes; the held gauges (gates and dispatch)
+/// return to 0 and no read-back failed.
+#[test]
+fn reload_rekeys_held_events_whose_bodies_are_in_the_log() {
+    let ds = Downstream::start(Behavior::default());
+    let uri = ds.uri("/sink");
+    let gated = |gate: &str| {
+        format!(
+            "{}\n[flow]\nmax_held_bytes = 0\n",
+            manifest(&uri, 5, false).replace("handler = ", &format!("{gate}\nhandler = "))
+        )
+    };
+    let server = start(&gated("throttle = { period = \"60s\", max = 1 }"));
+    let mut c = server.client();
+    let bodies: Vec<Vec<u8>> = (0..6)
+        .map(|i| format!("{{\"k\":\"k{i}\",\"pad\":\"{}\"}}", "y".repeat(50 * i)).into_bytes())
+        .collect();
+    let ids: Vec<String> = bodies
+        .iter()
+        .map(|b| accepted(&c.post("/hooks/t", b, &[])).0)
+        .collect();
+    assert!(wait_until(Duration::from_secs(10), || ds.count() == 1));
+    let held = |gate: &str| {
+        metric(
+            &server,
+            "sluice_flow_held",
+            &[("trigger", "t"), ("gate", gate)],
+        )
+    };
+    assert!(wait_until(Duration::from_secs(10), || held("throttle") == 5.0));
+    std::fs::write(
+        manifest_path(&server),
+        gated("throttle = { key = \"event.body.k\", period = \"60s\", max = 1 }"),
+    )
+    .unwrap();
+    let r = admin_reload(&server, Some(TOKEN));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        wait_until(Duration::from_secs(10), || delivered_ids(&ds).len() == 6),
+        "{} delivered: a re-offered event was keyed without its body",
+        delivered_ids(&ds).len()
+    );
+    let seen = ds.seen();
+    assert_eq!(seen.len(), 6, "each once");
+    for (id, body) in ids.iter().zip(&bodies) {
+        let call = seen
+            .iter()
+            .find(|s| &s.webhook_id == id)
+            .expect("delivered");
+        assert_eq!(&call.body, body, "body of {id}");
+    }
+    assert!(wait_until(Duration::from_secs(5), || held("throttle")
+        == 0.0
+        && held("dispatch") == 0.0));
+    assert_eq!(
+        metric(&server, "sluice_flow_read_back_failures_total", &[]),
+        0.0
+    );
+}
+
 /// Shrinking `max_in_flight` from 10 to 3 with 10 calls held by the downstream: none is
 /// cancelled (all 10 stay in flight, each is answered and counted once, on its first attempt),
 /// and once they return at most 3 calls run at a time.
