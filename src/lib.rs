@@ -14,6 +14,7 @@ pub mod dispatch;
 pub mod ingest;
 pub mod metrics;
 pub mod net;
+pub mod ops;
 pub mod ring;
 pub mod sched;
 pub mod sign;

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use sluice::config::{Config, Overrides, RawManifest};
+use sluice::config::{Config, Overrides};
 
 #[derive(Parser)]
 #[command(
@@ -67,6 +67,13 @@ enum Command {
     Wal {
         #[command(subcommand)]
         command: WalCommand,
+    },
+    /// Validate a manifest with the environment and print the effective configuration
+    /// (every default filled in, secrets redacted); exit 0 when valid, 2 naming the failing key.
+    Check {
+        /// TOML manifest.
+        #[arg(long)]
+        config: PathBuf,
     },
     /// Dead-letter queue tools (exit 4 when the entry does not exist).
     Dlq {
@@ -154,13 +161,6 @@ fn main() -> ExitCode {
             accept_wal_loss,
             io,
         } => {
-            let raw = match &config {
-                Some(path) => match Config::read_manifest(path) {
-                    Ok(raw) => raw,
-                    Err(e) => return fail(2, &e.to_string()),
-                },
-                None => RawManifest::default(),
-            };
             let overrides = Overrides {
                 listen,
                 data_dir,
@@ -171,14 +171,18 @@ fn main() -> ExitCode {
                 accept_wal_loss,
                 io,
             };
-            let cfg = match Config::build(raw, &|k| std::env::var(k).ok(), &overrides) {
+            let source = sluice::ops::reload::ReloadSource {
+                path: config.clone(),
+                overrides: overrides.clone(),
+            };
+            let cfg = match Config::load(config.as_deref(), &overrides) {
                 Ok(c) => c,
-                Err(e) => return fail(2, &format!("invalid configuration: {e}")),
+                Err(e) => return fail(2, &e.to_string()),
             };
             for w in cfg.warnings() {
                 eprintln!("sluice: warning: {w}");
             }
-            let result = sluice::sched::runtime::serve(cfg, &mut |addr| {
+            let result = sluice::sched::runtime::serve_reloadable(cfg, Some(source), &mut |addr| {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "sluice: listening on http://{addr}");
                 let _ = out.flush();
@@ -211,7 +215,10 @@ fn main() -> ExitCode {
         }
         Command::Wal {
             command: WalCommand::Verify { data_dir },
-        } => match sluice::wal::tools::verify_all(&data_dir) {
+        } => match sluice::wal::tools::verify_all_with(
+            &data_dir,
+            &mut *sluice::tools::progress::on_stderr("records"),
+        ) {
             Ok(reports) => {
                 for r in reports.iter().filter(|r| r.is_clean()) {
                     println!("{r}");
@@ -232,7 +239,9 @@ fn main() -> ExitCode {
             // is still shown).
             let reasons = sluice::dispatch::dlq_tools::reasons(&data_dir);
             let reason = |id: &str| reasons.get(id).copied();
-            match sluice::wal::tools::inspect_json_with(&data_dir, &mut out, &reason) {
+            let mut progress = sluice::tools::progress::on_stderr("events");
+            let inspect = sluice::wal::tools::inspect_json_with;
+            match inspect(&data_dir, &mut out, &reason, &mut *progress) {
                 Ok(()) => {
                     let _ = out.flush();
                     ExitCode::SUCCESS
@@ -241,6 +250,16 @@ fn main() -> ExitCode {
             }
         }
         Command::Dlq { command } => dlq(command),
+        Command::Check { config } => match Config::load(Some(&config), &Overrides::default()) {
+            Ok(cfg) => {
+                for w in cfg.warnings() {
+                    eprintln!("sluice: warning: {w}");
+                }
+                print_line(sluice::config::render::render(&cfg).trim_end());
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(2, &e.to_string()),
+        },
     }
 }
 
@@ -313,7 +332,8 @@ fn replay_all(
         Ok(f) => f,
         Err(e) => return fail(2, &e),
     };
-    match dlq_tools::replay_all(data_dir, &filter, limit) {
+    let mut progress = sluice::tools::progress::on_stderr("entries");
+    match dlq_tools::replay_all_with(data_dir, &filter, limit, &mut *progress) {
         Ok(r) => {
             print_line(&format!(
                 "replayed {} remaining {}",

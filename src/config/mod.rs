@@ -30,10 +30,12 @@ pub mod dispatch;
 pub mod duration;
 pub mod flow;
 mod ingest;
+pub mod render;
 mod server;
 pub mod shared;
 pub mod shares;
 pub mod tls;
+pub mod ui;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -249,6 +251,7 @@ impl Config {
         env: &dyn Fn(&str) -> Option<String>,
         overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
+        let ui_explicit = raw.server.ui.is_some();
         let mut server = build_server(raw.server, overrides)?;
         if overrides.io.is_none() {
             if let Some(v) = env(ENV_IO) {
@@ -299,6 +302,12 @@ impl Config {
                 MAX_STORED_HEADERS - 1
             ));
         }
+        let admin_token = auth::admin_token(env)?;
+        if ui_explicit && server.ui == ui::UiMode::Token && admin_token.is_none() {
+            return err(format!(
+                "server.ui = \"token\" needs the admin token: set {ENV_ADMIN_TOKEN}"
+            ));
+        }
         Ok(Config {
             server,
             ingest,
@@ -308,8 +317,20 @@ impl Config {
             pump,
             dispatch,
             flow,
-            admin_token: auth::admin_token(env)?,
+            admin_token,
         })
+    }
+
+    /// Reads the manifest at `path` (embedded defaults when `None`) and validates it with the
+    /// process environment and `overrides`: what `sluice serve` and `sluice check` start from,
+    /// and what a reload re-reads.
+    pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let raw = match path {
+            Some(p) => Self::read_manifest(p)?,
+            None => RawManifest::default(),
+        };
+        Self::build(raw, &|k| std::env::var(k).ok(), overrides)
+            .map_err(|e| ConfigError(format!("invalid configuration: {e}")))
     }
 
     /// Embedded defaults with the process environment: what `sluice serve` runs without a file.

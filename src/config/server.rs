@@ -66,6 +66,9 @@ pub struct RawServer {
     /// before the server stops reading its requests. One response may take a connection past
     /// it. Default: 64 KiB. Range: 4 KiB..=64 MiB.
     pub max_queued_response_bytes: Option<usize>,
+    /// Who may see the dashboard: `"public"`, `"token"` (the admin token) or `"off"`; see
+    /// [`super::ui`]. Default: `"public"` on a loopback listen address, `"token"` otherwise.
+    pub ui: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -87,6 +90,8 @@ pub struct ServerConfig {
     pub max_pipeline_depth: usize,
     pub max_inflight_body_bytes: u64,
     pub max_queued_response_bytes: usize,
+    /// `server.ui` ([`super::ui::UiMode`]).
+    pub ui: super::ui::UiMode,
 }
 
 pub(super) fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError> {
@@ -185,5 +190,6 @@ pub(super) fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, 
             max_body_bytes,
         )?,
         max_queued_response_bytes: budgets::queued_response_bytes(r.max_queued_response_bytes)?,
+        ui: super::ui::build(r.ui.as_deref(), listen)?,
     })
 }

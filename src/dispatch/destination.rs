@@ -154,6 +154,26 @@ impl DestinationState {
             .map_or(self.permits.max(), AdaptiveLimit::limit)
     }
 
+    /// A reload's new limits (`ops::reload`): a fixed `max_in_flight` (a raise applies at once,
+    /// a cut as calls return: [`Permits::set_max`]; an adaptive limit keeps its controller) and
+    /// the rate budget when it changed (a new budget starts full).
+    pub fn reconfigure(
+        &mut self,
+        c: &DestinationConfig,
+        old: &DestinationConfig,
+    ) -> Result<(), ParamError> {
+        if self.adaptive.is_none() {
+            self.permits.set_max(c.max_in_flight);
+        }
+        if c.rate != old.rate {
+            self.rate = match c.rate {
+                Some(r) => Some(RateBudget::new(r.per_sec, r.burst)?),
+                None => None,
+            };
+        }
+        Ok(())
+    }
+
     /// The same state with `circuit.on_open = mode`.
     pub fn with_on_open(mut self, mode: OnOpen) -> Self {
         self.on_open = mode;

@@ -225,6 +225,57 @@ impl Dispatcher {
         })
     }
 
+    /// A reload's configuration (`ops::reload`; the set of destinations is the same, in the same
+    /// order): each destination already in use gets its new limits and retry schedule, then its
+    /// queue is pumped (a raised limit starts waiting jobs now). Attempts in flight keep running
+    /// under the settings they started with; the next attempts use the new ones.
+    pub fn reconfigure(&mut self, config: Arc<Config>, now: u64, registry: &Registry) {
+        let old = std::mem::replace(&mut self.config, config);
+        let flows = |c: &Config| -> Vec<(String, crate::config::FlowConfig)> {
+            let mut v: Vec<_> = c
+                .triggers
+                .iter()
+                .filter(|t| !t.flow.is_empty())
+                .map(|t| (t.id.clone(), t.flow.clone()))
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        };
+        let mut touched = Vec::new();
+        if flows(&old) != flows(&self.config) {
+            // Gates changed: every waiting event is offered to the new gates (`flow::rekey`).
+            let mut out = FlowOut::default();
+            self.flow.rekey(Arc::clone(&self.config), now, &mut out);
+            touched = self.apply_flow(out, now);
+        }
+        let mut ds: Vec<usize> = self.dests.keys().copied().collect();
+        ds.sort_unstable();
+        for d in ds {
+            let (Some(c), Some(o)) = (self.config.destinations.get(d), old.destinations.get(d))
+            else {
+                continue;
+            };
+            let dest = self.dests.get_mut(&d).expect("listed above");
+            // The rate parameters were validated with the config: this fails only for a
+            // hand-built one, which then keeps its old budget (and says so).
+            if let Err(e) = dest.state.reconfigure(c, o) {
+                eprintln!(
+                    "sluice: destination {}: rate not changed: {e}",
+                    c.handler.uri
+                );
+            }
+            dest.policy = RetryPolicy::from(&c.retry);
+            let limit = dest.state.limit() as u64;
+            self.metrics.set_permits(d, limit);
+            touched.push(d);
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for d in touched {
+            self.pump_dest(d, now, registry);
+        }
+    }
+
     /// Takes a job from the pump. While draining, jobs are only held (they stay pending in the
     /// WAL and are evaluated by the gates and delivered after the restart).
     pub fn accept(&mut self, job: Job, now: u64, registry: &Registry, draining: bool) {
@@ -331,9 +382,10 @@ impl Dispatcher {
 
     /// Moves `sluice_flow_held{gate="dispatch"}` of `job`'s trigger by `delta` events.
     fn held_dispatch(&self, job: &Job, delta: i64) {
-        if let Some(t) = self.flow.trigger_index(&job.event.trigger_id) {
+        // By the trigger's cells, not its gates: a reload between `+1` and `-1` may remove them.
+        let m = &self.metrics.shared.flow;
+        if let Some(t) = m.index_of(&job.event.trigger_id) {
             let n = delta * job.events() as i64;
-            let m = &self.metrics.shared.flow;
             m.held_add(t, crate::dispatch::flow::metrics::DISPATCH, n);
         }
     }
@@ -421,15 +473,18 @@ impl Dispatcher {
     }
 
     /// Starts as many queued jobs of destination `d` as its gate allows, then tells a shared
-    /// budget what the destination wants.
+    /// budget what the destination wants and publishes its state for `/api/v1/state`.
     fn pump_dest(&mut self, d: usize, now: u64, registry: &Registry) {
-        self.pump_gate(d, now, registry);
+        self.start_queued(d, now, registry);
         let dest = self.dest(d);
         let queued = dest.queue.len();
         dest.state.publish_shared(queued);
+        let (circuit, paused) = (dest.state.circuit_state(), dest.state.paused_until());
+        self.metrics
+            .set_dest_state(d, circuit, paused, queued as u64);
     }
 
-    fn pump_gate(&mut self, d: usize, now: u64, registry: &Registry) {
+    fn start_queued(&mut self, d: usize, now: u64, registry: &Registry) {
         loop {
             let dest = self.dest(d);
             if dest.queue.is_empty() {

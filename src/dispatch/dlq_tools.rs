@@ -383,6 +383,16 @@ pub fn replay_all(
     filter: &super::bulk_replay::ReplayFilter,
     limit: Option<usize>,
 ) -> Result<BulkReplayed, DlqToolError> {
+    replay_all_with(data_dir, filter, limit, &mut crate::tools::progress::Silent)
+}
+
+/// [`replay_all`], reporting the entries replayed (after each synced batch) to `progress`.
+pub fn replay_all_with(
+    data_dir: &Path,
+    filter: &super::bulk_replay::ReplayFilter,
+    limit: Option<usize>,
+    progress: &mut dyn crate::tools::progress::Progress,
+) -> Result<BulkReplayed, DlqToolError> {
     let store = store(data_dir)?;
     let listing = store.list()?;
     let mut done = BulkReplayed {
@@ -402,6 +412,7 @@ pub fn replay_all(
     let wal_dir: PathBuf = wal::core_log_dir(&data_dir.join(wal::tools::WAL_SUBDIR), 0);
     let (mut log, _) = wal::open(&offline_wal_config(&wal_dir)?)?;
     let mut ids = EventIdGen::new(OFFLINE_ID_WORKER);
+    progress.begin("dlq replay", Some(take as u64));
     for chunk in selected[..take].chunks(OFFLINE_BATCH) {
         let mut records = Vec::with_capacity(chunk.len());
         let mut replayed_ids = Vec::with_capacity(chunk.len());
@@ -417,6 +428,7 @@ pub fn replay_all(
             }
         }
         if records.is_empty() {
+            progress.advance(chunk.len() as u64);
             continue;
         }
         log.append(&records)?;
@@ -425,7 +437,9 @@ pub fn replay_all(
             store.remove(id)?;
         }
         done.replayed += replayed_ids.len();
+        progress.advance(chunk.len() as u64);
     }
+    progress.end();
     Ok(done)
 }
 

@@ -9,6 +9,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::dispatch::circuit::CircuitState;
 use crate::dispatch::classify::Class;
 use crate::dispatch::dlq::DlqReason;
 use crate::dispatch::flow::metrics::FlowMetrics;
@@ -68,6 +69,29 @@ struct DestCells {
     retryable: AtomicU64,
     permanent: AtomicU64,
     tls_error: AtomicU64,
+    /// [`CircuitState`] as `u8` (the dashboard's `/api/v1/state`; written by the owner core
+    /// after every gate decision).
+    circuit: AtomicU64,
+    /// End of the current pause in clock nanos (not paused when `<= now`).
+    paused_until: AtomicU64,
+    /// Jobs queued on the owner core waiting for a permit, the circuit or a pause.
+    queued: AtomicU64,
+}
+
+/// One destination's live cells, read by `/api/v1/state` (each cell `Relaxed`: a snapshot
+/// need not be atomic across cells).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestSnapshot {
+    pub uri: String,
+    pub permits: u64,
+    pub in_flight: u64,
+    pub delivered: u64,
+    pub retryable: u64,
+    pub permanent: u64,
+    pub tls_error: u64,
+    pub circuit: CircuitState,
+    pub paused_until: u64,
+    pub queued: u64,
 }
 
 /// Shared dispatch metrics (one per process).
@@ -118,6 +142,9 @@ impl DispatchMetrics {
                     retryable: AtomicU64::new(0),
                     permanent: AtomicU64::new(0),
                     tls_error: AtomicU64::new(0),
+                    circuit: AtomicU64::new(0),
+                    paused_until: AtomicU64::new(0),
+                    queued: AtomicU64::new(0),
                 })
                 .collect(),
             duration: Histogram::new(DURATION_BOUNDS_NANOS),
@@ -183,6 +210,44 @@ impl DispatchMetrics {
 
     pub fn pump_outstanding(&self) -> u64 {
         self.pump_outstanding.load(Ordering::Relaxed)
+    }
+
+    /// Every destination's live cells, in config order.
+    pub fn destinations(&self) -> Vec<DestSnapshot> {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        self.dests
+            .iter()
+            .map(|d| DestSnapshot {
+                uri: d.uri.clone(),
+                permits: get(&d.permits),
+                in_flight: get(&d.in_flight),
+                delivered: get(&d.delivered),
+                retryable: get(&d.retryable),
+                permanent: get(&d.permanent),
+                tls_error: get(&d.tls_error),
+                circuit: match get(&d.circuit) {
+                    1 => CircuitState::Open,
+                    2 => CircuitState::HalfOpen,
+                    _ => CircuitState::Closed,
+                },
+                paused_until: get(&d.paused_until),
+                queued: get(&d.queued),
+            })
+            .collect()
+    }
+
+    /// Unix ms of the oldest pending event's receipt over all cores; `None` when none.
+    pub fn oldest_pending_ms(&self) -> Option<u64> {
+        self.pumps
+            .iter()
+            .map(|c| c.oldest_pending_ms.load(Ordering::Relaxed))
+            .filter(|&ms| ms != 0)
+            .min()
+    }
+
+    /// Events dead-lettered for `reason` since start.
+    pub fn dead_lettered(&self, reason: DlqReason) -> u64 {
+        self.dlq[reason_index(reason)].count()
     }
 
     /// A core's pump found its in-memory window full and reads its log back.
@@ -383,6 +448,21 @@ impl CoreDispatchMetrics {
     }
     pub fn set_in_flight(&self, dest: usize, n: u64) {
         self.shared.set_in_flight(dest, n);
+    }
+    /// The owner core's view of destination `dest` after a gate decision: circuit, pause end
+    /// (clock nanos) and queued jobs, for `/api/v1/state`.
+    pub fn set_dest_state(
+        &self,
+        dest: usize,
+        circuit: CircuitState,
+        paused_until: u64,
+        queued: u64,
+    ) {
+        if let Some(d) = self.shared.dests.get(dest) {
+            d.circuit.store(circuit.as_u8() as u64, Ordering::Relaxed);
+            d.paused_until.store(paused_until, Ordering::Relaxed);
+            d.queued.store(queued, Ordering::Relaxed);
+        }
     }
     /// `sluice_destination_permits`: the destination's current limit.
     pub fn set_permits(&self, dest: usize, n: u64) {

@@ -1,7 +1,8 @@
 //! Routing: request path and method → what the worker does with the request.
 //!
 //! Routes, in match order:
-//! 1. `GET|HEAD /healthz`, `/readyz`, `/metrics` (the operational endpoints).
+//! 1. `GET|HEAD /healthz`, `/readyz`, `/metrics`, `/ui`, `/api/v1/state` (the operational
+//!    endpoints; the last two answer as `server.ui` says).
 //! 2. Exact trigger paths from the manifest's `[[triggers]]` (`POST` only); the trigger's
 //!    provider is the event's source.
 //! 3. The embedded default route `POST /webhooks/{source}` (unless `ingest.default_route =
@@ -59,6 +60,8 @@ pub enum AdminRoute {
     DlqReplay,
     /// `POST /admin/dlq/replay?reason=&trigger=&since=`: replay every matching dead letter.
     DlqBulkReplay,
+    /// `POST /admin/reload`: re-read and apply the configuration (`ops::reload`).
+    Reload,
     /// A known admin path with the wrong method; the value is the `Allow` header.
     MethodNotAllowed(&'static str),
     /// Under `/admin/` but no such route.
@@ -77,6 +80,10 @@ pub enum OpsEndpoint {
     Healthz,
     Readyz,
     Metrics,
+    /// `GET /ui`: the dashboard page (`crate::ops::dashboard`; `server.ui` decides access).
+    Ui,
+    /// `GET /api/v1/state`: the dashboard's JSON.
+    State,
 }
 
 /// What a request resolved to.
@@ -135,6 +142,8 @@ impl Router {
             "/healthz" => Some(OpsEndpoint::Healthz),
             "/readyz" => Some(OpsEndpoint::Readyz),
             "/metrics" => Some(OpsEndpoint::Metrics),
+            "/ui" => Some(OpsEndpoint::Ui),
+            "/api/v1/state" => Some(OpsEndpoint::State),
             _ => None,
         };
         if let Some(ep) = ops {
@@ -149,6 +158,8 @@ impl Router {
                 return RouteMatch::Admin(match rest {
                     "ping" if is_get => AdminRoute::Ping,
                     "ping" => AdminRoute::MethodNotAllowed(ALLOW_GET),
+                    "reload" if is_post => AdminRoute::Reload,
+                    "reload" => AdminRoute::MethodNotAllowed(ALLOW_POST),
                     "dlq/replay" if is_post => AdminRoute::DlqBulkReplay,
                     "dlq/replay" => AdminRoute::MethodNotAllowed(ALLOW_POST),
                     _ if dlq_replay_id(path).is_some() && is_post => AdminRoute::DlqReplay,

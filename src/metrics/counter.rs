@@ -68,6 +68,7 @@ label_enum!(
         Readyz => "readyz",
         Metrics => "metrics",
         Admin => "admin",
+        Ui => "ui",
         Unmatched => "unmatched",
     }
 );

@@ -80,5 +80,6 @@ pub fn render_metrics(shared: &Shared) -> String {
         shared.guards.render_prometheus(w);
         shared.backlog.render_prometheus(w);
         shared.cluster.render_prometheus(w);
+        shared.reload.render_prometheus(w);
     })
 }

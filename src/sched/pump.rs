@@ -444,6 +444,15 @@ impl CorePump {
         true
     }
 
+    /// A reload's triggers (`ops::reload`): each trigger's destination from now on. A trigger the
+    /// new configuration no longer names keeps its last destination, so its events accepted
+    /// before the reload (in memory or in the log) are still delivered.
+    pub fn learn_handlers(&mut self, triggers: &[crate::config::TriggerConfig]) {
+        for t in triggers {
+            self.handlers.insert(t.id.clone(), t.handler);
+        }
+    }
+
     /// Admits one event: a job if it goes to a destination (and holds its slot), `Park` if
     /// its trigger holds its dispatch-window cap.
     fn admit_one(&mut self, slot: usize, lsn: Lsn, event: EventRecord) -> Admit {

@@ -84,12 +84,26 @@ pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<std::net::TcpListener
 }
 
 /// Runs the server until SIGTERM/SIGINT, then drains. `on_ready` receives the bound address.
+/// SIGHUP is ignored (no reload source); see [`serve_reloadable`].
 pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(), RuntimeError> {
+    serve_reloadable(config, None, on_ready)
+}
+
+/// [`serve`], with SIGHUP and `POST /admin/reload` re-reading `source` (`ops::reload`).
+pub fn serve_reloadable(
+    config: Config,
+    source: Option<crate::ops::reload::ReloadSource>,
+    on_ready: &mut dyn FnMut(SocketAddr),
+) -> Result<(), RuntimeError> {
     let term = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, term.clone())
             .map_err(io_err("installing signal handlers"))?;
     }
+    // SIGHUP never kills: it asks for a reload, run on this thread while it waits.
+    let hup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())
+        .map_err(io_err("installing signal handlers"))?;
     // A port held by another process fails start-up before the WAL is touched (checked again
     // right before binding).
     let listen = config.server.listen;
@@ -99,10 +113,15 @@ pub fn serve(config: Config, on_ready: &mut dyn FnMut(SocketAddr)) -> Result<(),
     })?;
     let run = build(Arc::new(config))?;
     let shared = run.shared.clone();
+    if let Some(source) = source {
+        shared.reload.set_source(source);
+    }
     let (handles, addr) = start(run)?;
     shared.set_phase(Phase::Ready);
     on_ready(addr);
-    let died = wait_for_signal(&term, &handles);
+    let died = wait_for_signal(&term, &handles, &mut || {
+        crate::ops::reload::on_signal(&hup, &shared.reload);
+    });
     drain(
         &shared,
         handles.threads,
@@ -417,9 +436,14 @@ fn start(run: Run) -> Result<(Handles, SocketAddr), RuntimeError> {
 }
 
 /// Waits for SIGTERM/SIGINT, watching that every core stays alive; names a core that died.
-fn wait_for_signal(term: &AtomicBool, handles: &Handles) -> Option<&'static str> {
+fn wait_for_signal(
+    term: &AtomicBool,
+    handles: &Handles,
+    tick: &mut dyn FnMut(),
+) -> Option<&'static str> {
     while !term.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
+        tick();
         if handles.threads.iter().any(|h| h.is_finished()) {
             return Some("sluice-core");
         }

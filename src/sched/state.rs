@@ -52,6 +52,9 @@ pub struct Shared {
     pub scrapes: SharedRendering,
     /// `Retry-After` of `queue_full` / `ingest_saturated` refusals (issue 16).
     pub returns: ReturnSchedule,
+    /// The configuration generation cores pick up at the top of a turn (`ops::reload`).
+    /// `config` and `router` above stay the start-up generation: what a reload cannot change.
+    pub reload: crate::ops::reload::Published,
     /// The cores' I/O backend, resolved at start-up from `server.io` (`net::io::select`).
     pub io_backend: crate::net::io::Backend,
     /// Destination budgets shared with other nodes through Redis (issue 13).
@@ -88,6 +91,7 @@ impl Shared {
         Shared {
             cluster: crate::cluster::Cluster::from_config(&config),
             returns,
+            reload: crate::ops::reload::Published::new(config.clone(), router.clone()),
             config,
             clock,
             router,

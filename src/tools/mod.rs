@@ -12,6 +12,7 @@
 pub mod histogram;
 pub mod loadgen;
 pub mod mock_downstream;
+pub mod progress;
 pub mod spec;
 
 use std::fmt;

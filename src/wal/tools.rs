@@ -9,6 +9,7 @@ use super::format::{decode_payload, RecordRef};
 use super::recovery::scan_dir;
 pub use super::recovery::Finding;
 use super::{DoneStatus, Lsn, Record, WalError, WalReader};
+use crate::tools::progress::{Progress, Silent};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::Write;
@@ -91,10 +92,22 @@ impl std::fmt::Display for VerifyReport {
 /// [`verify_log`], one report per log, in that order. `Err` only when a log cannot be read at
 /// all (I/O).
 pub fn verify_all(data_dir: &Path) -> Result<Vec<VerifyReport>, WalError> {
-    super::layout::log_dirs(&data_dir.join(WAL_SUBDIR))?
-        .iter()
-        .map(|l| verify_log(&l.dir))
-        .collect()
+    verify_all_with(data_dir, &mut Silent)
+}
+
+/// [`verify_all`], reporting each log's records to `progress` as they are checked.
+pub fn verify_all_with(
+    data_dir: &Path,
+    progress: &mut dyn Progress,
+) -> Result<Vec<VerifyReport>, WalError> {
+    let mut reports = Vec::new();
+    for l in super::layout::log_dirs(&data_dir.join(WAL_SUBDIR))? {
+        progress.begin(&format!("wal verify {}", l.name), None);
+        let report = verify_log_with(&l.dir, progress);
+        progress.end();
+        reports.push(report?);
+    }
+    Ok(reports)
 }
 
 /// [`verify_log`] of the log directly in `DATA_DIR/wal` (the legacy single-log layout; the
@@ -110,11 +123,16 @@ pub fn verify(data_dir: &Path) -> Result<VerifyReport, WalError> {
 /// segment and offset, and every missing LSN range. `Err` only when the log cannot be read at
 /// all (I/O).
 pub fn verify_log(dir: &Path) -> Result<VerifyReport, WalError> {
+    verify_log_with(dir, &mut Silent)
+}
+
+fn verify_log_with(dir: &Path, progress: &mut dyn Progress) -> Result<VerifyReport, WalError> {
     let dir = dir.to_owned();
     let mut valid = 0u64;
     let mut check = |_: &Path, _: u64, r: &RecordRef<'_>| {
         decode_payload(r.kind, r.payload).map_err(|e| format!("{:?} payload: {e}", r.kind))?;
         valid += 1;
+        progress.advance(1);
         Ok(())
     };
     let scan = scan_dir(&dir, &mut check)?;
@@ -218,17 +236,22 @@ fn hex(bytes: &[u8]) -> String {
 /// outcomes first (one map entry per `Done` entry / retried event), then the events.
 /// Stops with `Err(Corrupt)` at damage; a torn tail just ends that log's output.
 pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError> {
-    inspect_json_with(data_dir, out, &|_| None)
+    inspect_json_with(data_dir, out, &|_| None, &mut Silent)
 }
 
-/// [`inspect_json`], with `dead_letter_reason(event_id)` naming a dead letter's DLQ reason.
+/// [`inspect_json`], with `dead_letter_reason(event_id)` naming a dead letter's DLQ reason,
+/// reporting each log's events to `progress` as they are printed.
 pub fn inspect_json_with(
     data_dir: &Path,
     out: &mut dyn Write,
     dead_letter_reason: &dyn Fn(&str) -> Option<&'static str>,
+    progress: &mut dyn Progress,
 ) -> Result<(), WalError> {
     for log in super::layout::log_dirs(&data_dir.join(WAL_SUBDIR))? {
-        inspect_log(&log.dir, &log.name, out, dead_letter_reason)?;
+        progress.begin(&format!("wal inspect {}", log.name), None);
+        let r = inspect_log(&log.dir, &log.name, out, dead_letter_reason, progress);
+        progress.end();
+        r?;
     }
     let out_err = |e: std::io::Error| WalError::io(Path::new("<output>"), e);
     out.flush().map_err(out_err)
@@ -267,6 +290,7 @@ fn inspect_log(
     name: &str,
     out: &mut dyn Write,
     dead_letter_reason: &dyn Fn(&str) -> Option<&'static str>,
+    progress: &mut dyn Progress,
 ) -> Result<(), WalError> {
     let done = outcomes(dir)?;
     let mut reader = WalReader::open(dir)?;
@@ -302,6 +326,7 @@ fn inspect_log(
         };
         serde_json::to_writer(&mut *out, &line).map_err(|e| out_err(e.into()))?;
         out.write_all(b"\n").map_err(out_err)?;
+        progress.advance(1);
     }
     Ok(())
 }
@@ -379,7 +404,7 @@ mod tests {
         open(&cfg).unwrap().0.append(&recs).unwrap();
         let mut out = Vec::new();
         let dlq = |id: &str| (id == sample_event(2, 8).event_id).then_some("retry_exhausted");
-        inspect_json_with(tmp.path(), &mut out, &dlq).unwrap();
+        inspect_json_with(tmp.path(), &mut out, &dlq, &mut Silent).unwrap();
         let lines: Vec<serde_json::Value> = String::from_utf8(out)
             .unwrap()
             .lines()

@@ -54,6 +54,8 @@ struct State {
     seen: Mutex<Vec<Seen>>,
     stop: AtomicBool,
     connections: AtomicUsize,
+    /// While set, every received request waits (unanswered) until [`Downstream::hold`] clears it.
+    hold: AtomicBool,
 }
 
 pub struct Downstream {
@@ -104,6 +106,16 @@ impl Downstream {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// `true`: requests are received (and counted in flight) but not answered until `false`.
+    pub fn hold(&self, on: bool) {
+        self.state.hold.store(on, Ordering::SeqCst);
+    }
+
+    /// Requests received and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.state.in_flight.load(Ordering::SeqCst)
+    }
+
     pub fn set(&self, b: Behavior) {
         *self.state.behavior.lock().unwrap() = b;
     }
@@ -118,11 +130,6 @@ impl Downstream {
 
     pub fn count(&self) -> usize {
         self.state.seen.lock().unwrap().len()
-    }
-
-    /// The requests it is serving now.
-    pub fn in_flight(&self) -> usize {
-        self.state.in_flight.load(Ordering::SeqCst)
     }
 
     /// The most requests it was serving at the same time.
@@ -236,6 +243,9 @@ fn serve(stream: TcpStream, st: &State) {
         });
         if !b.delay.is_zero() {
             std::thread::sleep(b.delay);
+        }
+        while st.hold.load(Ordering::SeqCst) && !st.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(5));
         }
         st.in_flight.fetch_sub(1, Ordering::SeqCst);
         let mut resp = format!("HTTP/1.1 {} X\r\ncontent-length: 2\r\n", b.status);

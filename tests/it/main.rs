@@ -27,11 +27,14 @@
 //! - `wal_loss`: lost segment files and damaged acknowledged records are detected.
 //! - `https`: HTTPS destinations against a local rustls server with a generated CA.
 //! - `shared`: destination budgets shared by three nodes through a real `redis-server`.
+//! - `ops`: `sluice check`, the systemd unit, CLI progress, the dashboard, hot reload.
+//! - `reload`: hot reload by SIGHUP and `POST /admin/reload` with traffic flowing.
 
 mod support;
 
 mod absorb;
 mod auth;
+mod browser;
 mod budgets;
 mod connections;
 mod crash;
@@ -52,8 +55,10 @@ mod https;
 mod ingest;
 mod io_backend;
 mod isolation;
+mod ops;
 mod percore;
 mod props;
+mod reload;
 mod returns;
 mod shared;
 mod shutdown;

@@ -59,6 +59,8 @@ pub struct Opts {
     pub drain_grace: Option<String>,
     /// More `serve` arguments (e.g. `--accept-wal-loss`).
     pub args: Vec<String>,
+    /// Environment variables the server must not inherit from the test (e.g. `SLUICE_IO`).
+    pub unset: Vec<String>,
 }
 
 impl Default for Opts {
@@ -71,6 +73,7 @@ impl Default for Opts {
             nofile: None,
             drain_grace: Some("0s".into()),
             args: Vec::new(),
+            unset: Vec::new(),
         }
     }
 }
@@ -85,6 +88,11 @@ impl Opts {
 
     pub fn env(mut self, key: &str, value: &str) -> Opts {
         self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn env_remove(mut self, key: &str) -> Opts {
+        self.unset.push(key.to_string());
         self
     }
 
@@ -180,7 +188,11 @@ impl Server {
             cmd.arg("--drain-grace").arg(g);
         }
         cmd.args(&opts.args);
-        for k in HARN_ENV {
+        for k in HARN_ENV
+            .iter()
+            .copied()
+            .chain(opts.unset.iter().map(String::as_str))
+        {
             cmd.env_remove(k);
         }
         for (k, v) in &opts.env {

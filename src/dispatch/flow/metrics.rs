@@ -28,14 +28,21 @@
 //! `sluice_flow_read_back_failures_total`: held events whose body could not be read back from
 //! their log (`dispatch::flow::payload`); they stay pending.
 //!
+//! The dashboard (`ops::dashboard`) reads these same cells: a trigger's events "waiting in
+//! gates" are the sum of its `sluice_flow_held` over the six gates (there is no second gauge).
+//!
 //! Cardinality is bounded by the manifest: one series per (trigger, configured gate, label), all
-//! rendered, zeros included. Cells are shared std atomics (`Relaxed`: each is a count that
+//! rendered, zeros included. The cells are those of the start-up triggers (a reload may reorder
+//! the triggers or give one new gates, never add cells: the engine maps its triggers to cells by
+//! id, [`FlowMetrics::index_of`], and a gate a reload adds is rendered from then on,
+//! [`FlowMetrics::mark_configured`]). Cells are shared std atomics (`Relaxed`: each is a count that
 //! publishes no other memory; the bound check reads a count that may be a few events late,
 //! see `dispatch::flow` "Bounds"), indexed by the trigger's position in the config, written by
 //! the trigger's owner core.
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use crate::config::TriggerConfig;
 use crate::metrics::counter::Counter;
@@ -62,7 +69,9 @@ const OVERFLOW: &str = "sluice_flow_key_overflow_total";
 #[derive(Debug)]
 struct TriggerCells {
     name: Box<str>,
-    configured: [bool; GATES.len()],
+    /// Gates rendered for this trigger: those of the start-up configuration, plus any a reload
+    /// gave it (`Relaxed`: a flag read at render time, set before the first count).
+    configured: [AtomicBool; GATES.len()],
     counts: [[Counter; DECISIONS.len()]; GATES.len()],
     /// Indexed like [`GATES`], then [`DISPATCH`].
     held: [AtomicU64; GATES.len() + 1],
@@ -73,6 +82,8 @@ struct TriggerCells {
 #[derive(Debug, Default)]
 pub struct FlowMetrics {
     triggers: Vec<TriggerCells>,
+    /// Trigger id → index in `triggers` (fixed at start-up).
+    index: HashMap<Box<str>, usize>,
     /// `sluice_flow_read_back_failures_total` (`dispatch::flow::payload`).
     read_back_failures: Counter,
     /// `[flow] max_held`.
@@ -84,24 +95,19 @@ impl FlowMetrics {
         FlowMetrics {
             read_back_failures: Counter::new(),
             max_held: max_held as u64,
+            index: triggers
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.id.as_str().into(), i))
+                .collect(),
             triggers: triggers
                 .iter()
-                .map(|t| {
-                    let f = &t.flow;
-                    TriggerCells {
-                        name: t.id.as_str().into(),
-                        configured: [
-                            f.batch.is_some(),
-                            f.debounce.is_some(),
-                            f.rate_limit.is_some(),
-                            f.throttle.is_some(),
-                            f.singleton.is_some(),
-                            f.concurrency.is_some(),
-                        ],
-                        counts: Default::default(),
-                        held: Default::default(),
-                        overflow: Default::default(),
-                    }
+                .map(|t| TriggerCells {
+                    name: t.id.as_str().into(),
+                    configured: gates_of(&t.flow).map(AtomicBool::new),
+                    counts: Default::default(),
+                    held: Default::default(),
+                    overflow: Default::default(),
                 })
                 .collect(),
         }
@@ -175,6 +181,38 @@ impl FlowMetrics {
             .is_some_and(|c| c.held.iter().any(|h| h.load(Relaxed) >= self.max_held))
     }
 
+    /// The cells of trigger `id`, if the start-up configuration named it.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.index.get(id).copied()
+    }
+
+    /// Renders the gates `f` configures for trigger cells `t` from now on (a reload adding one).
+    pub fn mark_configured(&self, t: usize, f: &crate::config::FlowConfig) {
+        if let Some(cells) = self.triggers.get(t) {
+            for (c, on) in cells.configured.iter().zip(gates_of(f)) {
+                if on {
+                    c.store(true, Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Trigger cells `t`'s counts for `gate` (in [`DECISIONS`] order), if that gate is rendered.
+    pub fn decisions(&self, t: usize, gate: usize) -> Option<[u64; DECISIONS.len()]> {
+        let cells = self.triggers.get(t)?;
+        if !cells.configured.get(gate)?.load(Relaxed) {
+            return None;
+        }
+        Some(std::array::from_fn(|d| cells.counts[gate][d].get()))
+    }
+
+    /// Events held in trigger cells `t`'s gates now (the six gates; not `gate="dispatch"`).
+    pub fn held_in_gates(&self, t: usize) -> u64 {
+        self.triggers.get(t).map_or(0, |c| {
+            c.held[..GATES.len()].iter().map(|h| h.load(Relaxed)).sum()
+        })
+    }
+
     pub fn get(&self, t: usize, gate: usize, decision: usize) -> u64 {
         self.triggers[t].counts[gate][decision].get()
     }
@@ -185,7 +223,7 @@ impl FlowMetrics {
 
     /// Renders the families; nothing at all when no trigger has a gate.
     pub fn render_prometheus(&self, w: &mut PromWriter) {
-        if !self.triggers.iter().any(|t| t.configured.contains(&true)) {
+        if !self.triggers.iter().any(TriggerCells::any_gate) {
             return;
         }
         w.header(
@@ -207,13 +245,9 @@ impl FlowMetrics {
             "Events a flow-control gate holds now (gate=dispatch: released, waiting for a slot).",
             MetricType::Gauge,
         );
-        for t in self
-            .triggers
-            .iter()
-            .filter(|t| t.configured.contains(&true))
-        {
+        for t in self.triggers.iter().filter(|t| t.any_gate()) {
             for (g, gate) in GATES.iter().chain(["dispatch"].iter()).enumerate() {
-                if g < GATES.len() && !t.configured[g] {
+                if g < GATES.len() && !t.configured[g].load(Relaxed) {
                     continue;
                 }
                 let n = t.held[g].load(Relaxed);
@@ -246,12 +280,30 @@ impl FlowMetrics {
     fn each_gate(&self, mut f: impl FnMut(&TriggerCells, usize, &str)) {
         for t in &self.triggers {
             for (g, gate) in GATES.iter().enumerate() {
-                if t.configured[g] {
+                if t.configured[g].load(Relaxed) {
                     f(t, g, gate);
                 }
             }
         }
     }
+}
+
+impl TriggerCells {
+    fn any_gate(&self) -> bool {
+        self.configured.iter().any(|c| c.load(Relaxed))
+    }
+}
+
+/// The gates `f` configures, in [`GATES`] order.
+fn gates_of(f: &crate::config::FlowConfig) -> [bool; GATES.len()] {
+    [
+        f.batch.is_some(),
+        f.debounce.is_some(),
+        f.rate_limit.is_some(),
+        f.throttle.is_some(),
+        f.singleton.is_some(),
+        f.concurrency.is_some(),
+    ]
 }
 
 #[cfg(test)]

@@ -62,6 +62,11 @@
 //! state: their events are pending in the WAL and are held again, for a full period or
 //! timeout from the restart (later, never earlier, never lost).
 //!
+//! **Reloads.** A reload that changes a trigger's gates re-keys the engine ([`rekey`]): every
+//! held event is taken out of the old gates and offered to the new ones, still held (its slot
+//! stays given back), so none is lost; unchanged windows and the holds of events in progress are
+//! carried over.
+//!
 //! **Time.** The engine works on the injected clock shifted by [`SHIFT`] (a year and a day), so
 //! a window hit restored from before this process started is still a positive time.
 #![forbid(unsafe_code)]
@@ -71,6 +76,7 @@ pub mod key;
 pub mod metrics;
 pub mod payload;
 pub mod persist;
+mod rekey;
 pub mod window;
 mod windows;
 
@@ -214,6 +220,10 @@ pub struct FlowEngine {
     by_id: HashMap<String, usize>,
     /// Indexed like `config.triggers`.
     gates: Vec<TriggerGates>,
+    /// Indexed like `config.triggers`: the trigger's cells in `metrics.flow`, which are those of
+    /// the start-up triggers (a reload may reorder them); `usize::MAX` (counted nowhere) for a
+    /// trigger a reload added.
+    cells: Vec<usize>,
     holds: HashMap<Lsn, Hold>,
     timers: BinaryHeap<Reverse<(u64, usize, Stage, String)>>,
     window_keys: usize,
@@ -247,7 +257,19 @@ impl FlowEngine {
             .map(|_| TriggerGates::default())
             .collect();
         let config_max_held_bytes = config.flow.max_held_bytes;
+        let cells = config
+            .triggers
+            .iter()
+            .map(|t| match metrics.flow.index_of(&t.id) {
+                Some(m) => {
+                    metrics.flow.mark_configured(m, &t.flow);
+                    m
+                }
+                None => usize::MAX,
+            })
+            .collect();
         FlowEngine {
+            cells,
             max_window_keys: config.flow.max_gate_keys,
             config,
             metrics,
@@ -290,11 +312,6 @@ impl FlowEngine {
     /// Does trigger `id` have any gate? (Without, [`FlowEngine::offer`] just passes the job.)
     pub fn gates(&self, id: &str) -> bool {
         self.by_id.contains_key(id)
-    }
-
-    /// The index of trigger `id` in the config, if it has a gate.
-    pub fn trigger_index(&self, id: &str) -> Option<usize> {
-        self.by_id.get(id).copied()
     }
 
     /// An event from the pump enters the gates of its trigger.
@@ -383,15 +400,23 @@ impl FlowEngine {
         self.save(clock, draining);
     }
 
+    /// Trigger `t`'s cells in `metrics.flow` (see [`FlowEngine::cells`]).
+    #[inline]
+    fn cell(&self, t: usize) -> usize {
+        self.cells.get(t).copied().unwrap_or(usize::MAX)
+    }
+
     fn count(&self, t: usize, stage: Stage, d: Decision) {
-        self.metrics.flow.incr(t, stage as usize, d as usize);
+        self.metrics
+            .flow
+            .incr(self.cell(t), stage as usize, d as usize);
     }
 
     /// `p` is held by `stage`: reported once, so its dispatch slot is given back; its body
     /// may be dropped ([`payload`]).
     fn held(&mut self, t: usize, stage: Stage, p: &mut Pending, out: &mut FlowOut) {
         self.waiting += 1;
-        self.metrics.flow.held_add(t, stage as usize, 1);
+        self.metrics.flow.held_add(self.cell(t), stage as usize, 1);
         if !std::mem::replace(&mut p.held, true) {
             p.dropped = self.payloads.hold(&mut p.job);
             out.held.push(p.job.lsn);
@@ -430,7 +455,9 @@ impl FlowEngine {
     /// `n` events left `stage`'s hold.
     fn unheld(&mut self, t: usize, stage: Stage, n: usize) {
         self.waiting -= n;
-        self.metrics.flow.held_add(t, stage as usize, -(n as i64));
+        self.metrics
+            .flow
+            .held_add(self.cell(t), stage as usize, -(n as i64));
     }
 
     fn hold(&mut self, lsn: Lsn, t: usize) -> &mut Hold {
@@ -536,9 +563,12 @@ impl FlowEngine {
             let n = b.members.len();
             self.unheld(t, Stage::Batch, n);
             let waited = n - usize::from(by_size);
-            self.metrics
-                .flow
-                .incr_n(t, Stage::Batch as usize, Decision::Wait as usize, waited);
+            self.metrics.flow.incr_n(
+                self.cell(t),
+                Stage::Batch as usize,
+                Decision::Wait as usize,
+                waited,
+            );
             if by_size {
                 self.count(t, Stage::Batch, Decision::Pass);
             }
@@ -572,7 +602,12 @@ impl FlowEngine {
             self.skip(t, Stage::Debounce, old, SkipReason::Debounced, out);
             return;
         }
-        if self.metrics.flow.held(t, Stage::Debounce as usize) >= self.config.flow.max_held as u64 {
+        if self
+            .metrics
+            .flow
+            .held(self.cell(t), Stage::Debounce as usize)
+            >= self.config.flow.max_held as u64
+        {
             self.debounce_overflow(t, now, out);
         }
         self.held(t, Stage::Debounce, &mut p, out);
@@ -595,7 +630,9 @@ impl FlowEngine {
             .min_by_key(|(_, d)| d.deadline)
             .map(|(k, _)| k.clone());
         if let Some(d) = soonest.and_then(|k| self.gates[t].debounce.remove(&k)) {
-            self.metrics.flow.overflowed(t, Stage::Debounce as usize);
+            self.metrics
+                .flow
+                .overflowed(self.cell(t), Stage::Debounce as usize);
             self.unheld(t, Stage::Debounce, 1);
             self.count(t, Stage::Debounce, Decision::Wait);
             self.run(t, d.latest, Stage::RateLimit, now, out);

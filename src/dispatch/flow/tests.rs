@@ -582,3 +582,113 @@ fn r_job(lsn: u64) -> Job {
     };
     Job::new(lsn, ev, 0, 1, 0)
 }
+
+/// The manifest `Rig::new` builds, as a config (for a reload's new gates).
+fn rig_config(gates: &str) -> Arc<Config> {
+    let text = format!(
+        "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\nhandler = \"http://h/\"\n{gates}\n\
+         [[triggers]]\nid = \"plain\"\nprovider = \"p\"\npath = \"/plain\"\nhandler = \"http://h/\"\n"
+    );
+    let raw = Config::parse_manifest(&text).unwrap();
+    Arc::new(Config::build(raw, &|_| None, &Overrides::default()).unwrap())
+}
+
+impl Rig {
+    fn rekey(&mut self, gates: &str) -> FlowOut {
+        let mut out = FlowOut::default();
+        let now = self.now();
+        self.engine.rekey(rig_config(gates), now, &mut out);
+        out
+    }
+}
+
+#[test]
+fn rekey_offers_held_events_to_the_new_gates_and_keeps_in_progress_holds() {
+    let mut r = Rig::new("concurrency = { max = 1 }", "");
+    let (a, out) = r.offer("{}");
+    assert_eq!(ready(&out), vec![a]);
+    let (b, out) = r.offer("{}");
+    assert_eq!(out.held, vec![b]);
+    let (c, _) = r.offer("{}");
+    assert_eq!(r.engine.waiting(), 2);
+    let conc = Stage::Concurrency as usize;
+    assert_eq!(r.metrics.flow.held(0, conc), 2, "the trigger's gauge");
+    // max 1 → 2: `a` still holds one slot, so `b` goes on and `c` waits.
+    let out = r.rekey("concurrency = { max = 2 }");
+    assert!(
+        out.held.is_empty(),
+        "already held: their slots were given back"
+    );
+    assert!(out.ready.is_empty(), "a held event goes on as resumed");
+    assert_eq!(
+        out.resumed.iter().map(|j| j.lsn).collect::<Vec<_>>(),
+        vec![b]
+    );
+    assert!(out.skipped.is_empty());
+    assert_eq!(r.engine.waiting(), 1);
+    assert_eq!(r.metrics.flow.held(0, conc), 1);
+    let out = r.release(a);
+    assert_eq!(
+        ready(&out),
+        vec![c],
+        "a's hold was carried over and released"
+    );
+    assert_eq!(r.metrics.flow.held(0, conc), 0);
+    // Gates removed: nothing is held any more, a new event passes at once.
+    let out = r.rekey("");
+    assert!(out.ready.is_empty() && out.resumed.is_empty() && r.engine.waiting() == 0);
+    let (d, out) = r.offer("{}");
+    assert_eq!(ready(&out), vec![d]);
+}
+
+#[test]
+fn rekey_keeps_an_unchanged_window_and_takes_every_kind_of_held_event() {
+    let gates = "throttle = { period = \"60s\", max = 1 }";
+    let mut r = Rig::new(gates, "");
+    let (a, out) = r.offer("{}");
+    assert_eq!(ready(&out), vec![a]);
+    let (b, out) = r.offer("{}");
+    assert!(out.ready.is_empty());
+    // Same throttle: its window survives, so `b` still waits (re-offered, not passed).
+    let out = r.rekey(gates);
+    assert!(merged(out).ready.is_empty());
+    assert_eq!(r.engine.waiting(), 1);
+    assert_eq!(r.metrics.flow.held(0, Stage::Throttle as usize), 1);
+    // A batch gate instead: `b` becomes a batch member, flushed by its timeout.
+    let out = r.rekey("batch = { size = 10, timeout = \"1s\" }");
+    assert!(merged(out).ready.is_empty());
+    assert_eq!(r.metrics.flow.held(0, Stage::Throttle as usize), 0);
+    assert_eq!(r.metrics.flow.held(0, Stage::Batch as usize), 1);
+    let (c, _) = r.offer("{}");
+    // Debounce instead of the batch: both members are taken, the older one is superseded.
+    let out = r.rekey("debounce = { period = \"1s\" }");
+    assert_eq!(skipped(&out), vec![(b, SkipReason::Debounced)]);
+    assert_eq!(r.metrics.flow.held(0, Stage::Batch as usize), 0);
+    assert_eq!(r.metrics.flow.held(0, Stage::Debounce as usize), 1);
+    let out = r.advance(Duration::from_secs(1));
+    assert_eq!(ready(&out), vec![c]);
+    assert_eq!(r.engine.waiting(), 0);
+}
+
+#[test]
+fn rekey_gives_a_concurrency_waiter_its_own_singleton_back() {
+    // singleton and concurrency on different keys: `b` passed its singleton and waits.
+    let gates = "singleton = { key = \"event.body.s\" }\nconcurrency = { max = 1 }";
+    let mut r = Rig::new(gates, "");
+    let (a, out) = r.offer(r#"{"s":"x"}"#);
+    assert_eq!(ready(&out), vec![a]);
+    let (b, out) = r.offer(r#"{"s":"y"}"#);
+    assert!(out.ready.is_empty() && out.skipped.is_empty());
+    let out = r.rekey("singleton = { key = \"event.body.s\" }\nconcurrency = { max = 2 }");
+    assert!(
+        out.skipped.is_empty(),
+        "not skipped against its own singleton key"
+    );
+    assert_eq!(
+        merged(out).ready.iter().map(|j| j.lsn).collect::<Vec<_>>(),
+        vec![b]
+    );
+    // `a` is still in progress under its carried singleton key.
+    let (c, out) = r.offer(r#"{"s":"x"}"#);
+    assert_eq!(skipped(&out), vec![(c, SkipReason::SingletonActive)]);
+}

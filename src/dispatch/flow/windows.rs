@@ -31,7 +31,7 @@ impl FlowEngine {
             self.sweep(now);
         }
         if self.window_keys >= self.max_window_keys {
-            self.metrics.flow.overflowed(t, stage as usize);
+            self.metrics.flow.overflowed(self.cell(t), stage as usize);
             self.window_map(t, stage)
                 .entry(OVERFLOW_KEY.to_string())
                 .or_default();

@@ -68,6 +68,7 @@ impl Worker {
     /// The pipeline's body gate on connection `idx`'s share ([`Pipeline::gate_body`]).
     fn gate_body(&mut self, idx: usize, want: u64) -> bool {
         let shared = Arc::clone(&self.shared);
+        let router = self.view.router().clone();
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return false;
         };
@@ -79,7 +80,7 @@ impl Worker {
         };
         let reader = &conn.reader;
         let source = || match reader.pending_head() {
-            Some(head) => match shared.router.route(head.method.as_str(), head.path()) {
+            Some(head) => match router.route(head.method.as_str(), head.path()) {
                 RouteMatch::Ingest { source, .. } => Some(source),
                 _ => None,
             },
@@ -101,7 +102,7 @@ impl Worker {
             return;
         };
         let route = match conn.reader.pending_head() {
-            Some(head) => match self.shared.router.route(head.method.as_str(), head.path()) {
+            Some(head) => match self.view.router().route(head.method.as_str(), head.path()) {
                 RouteMatch::Ingest { .. } => Route::Webhook,
                 RouteMatch::Admin(_) => Route::Admin,
                 _ => Route::Unmatched,

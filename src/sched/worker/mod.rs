@@ -137,6 +137,8 @@ pub struct Worker {
     replays: replay::Replays,
     /// Connection budgets: deferred scrapes, the accept retry (`budgets.rs`).
     edge: budgets::Edge,
+    /// The configuration generation this core runs (`ops::reload`): its router for routing.
+    view: crate::ops::reload::CoreView,
     /// The backend asked for; `uring` is set up on the core's own thread when the loop starts.
     backend: Backend,
     /// The core's ring when the loop runs on io_uring (`uring_loop.rs`).
@@ -192,6 +194,7 @@ impl Worker {
             open: 0,
             metrics: shared.metrics.core(id),
             sources: SourceCache::new(shared.sources.clone()),
+            view: crate::ops::reload::CoreView::new(&shared.reload),
             shared,
             committer,
             pump,
@@ -293,6 +296,12 @@ impl Worker {
         // short (bounded work per event), and `Instant::now()` was most of a bucket
         // decision's cost.
         self.turn_now = self.now();
+        // A reload: this core switches to the new generation here, between two turns.
+        if let Some(next) = self.view.pick_up(&self.shared.reload) {
+            let (now, registry) = (self.turn_now, self.poll.registry());
+            let (dispatcher, pump) = (&mut self.dispatcher, &mut self.pump);
+            crate::ops::reload::apply_on_core(&next, dispatcher, pump, now, registry);
+        }
     }
 
     /// One readiness event of the core's mio poll.
@@ -688,7 +697,13 @@ impl Worker {
             }
         }
         let shared = self.shared.clone();
-        match shared.router.route(head.method.as_str(), head.path()) {
+        let router = self.view.router().clone();
+        match router.route(head.method.as_str(), head.path()) {
+            RouteMatch::Ops(ep @ (OpsEndpoint::Ui | OpsEndpoint::State)) => {
+                let a = crate::ops::dashboard::answer(&shared, ep, head.header("authorization"));
+                let h = a.headers();
+                self.push_ready(idx, Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
+            }
             RouteMatch::Ops(ep) => self.handle_ops(idx, ep, keep_alive, head_only),
             RouteMatch::Admin(route) => self.handle_admin(idx, route, head, keep_alive, head_only),
             RouteMatch::MethodNotAllowed(allow) => self.push_ready(

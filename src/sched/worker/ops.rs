@@ -48,6 +48,8 @@ impl Worker {
             },
             // Rendered once for every scrape of this loop turn (`budgets.rs`).
             OpsEndpoint::Metrics => self.defer_scrape(idx, keep_alive, head_only),
+            // Answered in `handle` (they need the request's headers).
+            OpsEndpoint::Ui | OpsEndpoint::State => {}
         }
     }
 
@@ -81,6 +83,11 @@ impl Worker {
                 return self.replay_dead_letter(idx, &id, keep_alive);
             }
             AdminRoute::DlqBulkReplay => return self.bulk_replay(idx, head, keep_alive),
+            AdminRoute::Reload => {
+                let (status, body) = crate::ops::reload::admin_answer(&self.shared.reload);
+                let b = body.as_bytes();
+                return self.push_ready(idx, Route::Admin, status, &[json], b, keep_alive, false);
+            }
             AdminRoute::MethodNotAllowed(allow) => (405, Some(("Allow", allow)), b"{}"),
             AdminRoute::NotFound => (404, None, br#"{"status":"not_found"}"#),
         };

@@ -1,0 +1,260 @@
+//! The dashboard: `GET /ui`, one self-contained HTML page embedded in the binary (inline CSS and
+//! script, no outside asset, a `Content-Security-Policy` that forbids loading any), fed every
+//! second by `GET /api/v1/state`, a JSON snapshot of the backpressure chain:
+//!
+//! ```text
+//! sender → buckets → WAL → backlog → pump → destinations
+//! ```
+//!
+//! **Gathering without blocking a loop.** The snapshot is read on the core that serves the
+//! request, from the same shared cells `/metrics` renders (`sched::exposition::render_metrics`): the
+//! per-core counter shards summed ([`crate::metrics::Metrics`]), the sources' counters (the
+//! source table's lock is held only while its entries are collected, as for `/metrics`), the
+//! backlog and body-budget atomics, and the dispatch cells each destination's owner core
+//! publishes after every gate decision ([`crate::dispatch::metrics::DestSnapshot`]). Nothing is
+//! asked of another core, so a stalled core cannot stall the dashboard, and the dashboard costs
+//! no core a turn. Cells are read `Relaxed` one by one: the snapshot is not atomic across
+//! cells (a count may be one event ahead of another), which a once-a-second view tolerates.
+//!
+//! **Access** (`server.ui`, [`crate::config::ui`]): `public` serves both; `token` serves the
+//! static page and requires `Authorization: Bearer <admin token>` for the state; `off` is 404.
+
+#![forbid(unsafe_code)]
+
+use serde_json::{json, Value};
+
+use crate::config::ui::UiMode;
+use crate::dispatch::circuit::CircuitState;
+use crate::dispatch::dlq::DlqReason;
+use crate::ingest::router::OpsEndpoint;
+use crate::ingest::sources::RefusalReason;
+use crate::metrics::counter::{Action, Dimension};
+use crate::sched::state::Shared;
+
+/// The page, embedded at build time.
+pub const PAGE: &str = include_str!("ui.html");
+
+/// Nothing may be loaded from anywhere: inline style and script only, data from this origin.
+pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; \
+                       connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'";
+
+/// A ready answer for the worker to queue.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub content_type: &'static str,
+    /// `Content-Security-Policy` for the page.
+    pub csp: bool,
+    /// `WWW-Authenticate: Bearer` on a 401.
+    pub challenge: bool,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    /// The response headers (besides the framing ones the worker writes).
+    pub fn headers(&self) -> Vec<(&'static str, &'static str)> {
+        let mut h = vec![
+            ("Content-Type", self.content_type),
+            ("Cache-Control", "no-store"),
+        ];
+        if self.csp {
+            h.push(("Content-Security-Policy", CSP));
+        }
+        if self.challenge {
+            h.push(("WWW-Authenticate", "Bearer"));
+        }
+        h
+    }
+
+    fn json(status: u16, body: Vec<u8>) -> Answer {
+        Answer {
+            status,
+            content_type: "application/json",
+            csp: false,
+            challenge: status == 401,
+            body,
+        }
+    }
+}
+
+/// Answers `GET /ui` or `GET /api/v1/state` (`ep`), `authorization` being the request's header.
+pub fn answer(shared: &Shared, ep: OpsEndpoint, authorization: Option<&[u8]>) -> Answer {
+    let config = &shared.config;
+    let mode = config.server.ui;
+    if mode == UiMode::Off {
+        return Answer {
+            status: 404,
+            content_type: "text/plain",
+            csp: false,
+            challenge: false,
+            body: b"not found\n".to_vec(),
+        };
+    }
+    match ep {
+        OpsEndpoint::Ui => Answer {
+            status: 200,
+            content_type: "text/html; charset=utf-8",
+            csp: true,
+            challenge: false,
+            body: PAGE.as_bytes().to_vec(),
+        },
+        _ => {
+            let allowed = mode == UiMode::Public
+                || config
+                    .admin_token
+                    .as_ref()
+                    .is_some_and(|t| crate::ingest::verify::bearer_matches(t, authorization));
+            if !allowed {
+                return Answer::json(
+                    401,
+                    br#"{"status":"refused","reason":"unauthorized"}"#.to_vec(),
+                );
+            }
+            let body = serde_json::to_vec(&state(shared)).unwrap_or_default();
+            Answer::json(200, body)
+        }
+    }
+}
+
+/// The `/api/v1/state` document (README "Dashboard" lists its fields).
+pub fn state(shared: &Shared) -> Value {
+    let generation = shared.reload.current();
+    let config = &generation.value.config;
+    let now = shared.clock.now_nanos();
+    let now_ms = crate::sync::clock::unix_millis();
+    let m = &shared.metrics;
+    let d = &shared.metrics_dispatch;
+
+    let mut admitted = 0u64;
+    let mut refused = [0u64; RefusalReason::COUNT];
+    shared.sources.for_each(|_, e| {
+        admitted += e.accepted();
+        for r in RefusalReason::ALL {
+            refused[r as usize] += e.refusals(r);
+        }
+    });
+    let refused: serde_json::Map<String, Value> = RefusalReason::ALL
+        .iter()
+        .map(|r| (r.as_str().to_string(), json!(refused[*r as usize])))
+        .collect();
+    let global = shared.admission.global();
+
+    let oldest_age_s = d
+        .oldest_pending_ms()
+        .map_or(0.0, |ms| now_ms.saturating_sub(ms) as f64 / 1000.0);
+    let destinations: Vec<Value> = d
+        .destinations()
+        .into_iter()
+        .zip(config.destinations.iter())
+        .map(|(s, c)| {
+            let paused_ms = s.paused_until.saturating_sub(now) / 1_000_000;
+            json!({
+                "uri": s.uri,
+                "in_flight": s.in_flight,
+                "permits": s.permits,
+                "max_in_flight": c.max_in_flight,
+                "adaptive": c.adaptive.is_some(),
+                "queued": s.queued,
+                "circuit": match s.circuit {
+                    CircuitState::Closed => "closed",
+                    CircuitState::Open => "open",
+                    CircuitState::HalfOpen => "half_open",
+                },
+                "paused": paused_ms > 0,
+                "paused_for_ms": paused_ms,
+                "rate": c.rate.map(|r| json!({"per_sec": r.per_sec, "burst": r.burst})),
+                "delivered_total": s.delivered,
+                "retryable_total": s.retryable,
+                "permanent_total": s.permanent,
+                "tls_error_total": s.tls_error,
+            })
+        })
+        .collect();
+    let triggers: Vec<Value> = config
+        .triggers
+        .iter()
+        .map(|t| {
+            let (events, bytes) = shared.backlog.trigger_pending(&t.id);
+            // The start-up trigger's cells (a reload may reorder the triggers).
+            let cells = d.flow.index_of(&t.id).unwrap_or(usize::MAX);
+            let mut gates = serde_json::Map::new();
+            for (g, gate) in crate::dispatch::flow::metrics::GATES.iter().enumerate() {
+                if let Some(counts) = d.flow.decisions(cells, g) {
+                    let counts: serde_json::Map<String, Value> =
+                        crate::dispatch::flow::metrics::DECISIONS
+                            .iter()
+                            .zip(counts)
+                            .map(|(name, n)| (name.to_string(), json!(n)))
+                            .collect();
+                    gates.insert(gate.to_string(), Value::Object(counts));
+                }
+            }
+            // The sum of its `sluice_flow_held{gate}` over the six gates.
+            let gate_waiting = d.flow.held_in_gates(cells);
+            json!({
+                "id": t.id,
+                "path": t.path,
+                "gate_waiting": gate_waiting,
+                "pending_events": events,
+                "pending_bytes": bytes,
+                "gates": gates,
+            })
+        })
+        .collect();
+    json!({
+        "now_ms": now_ms,
+        "config_generation": generation.number,
+        "phase": shared.not_ready_reason().unwrap_or("ready"),
+        "ingest": {
+            "admitted": admitted,
+            "refused": refused,
+            "admit_events": m.backpressure_events(Dimension::Ingest, Action::Admit),
+            "reject_events": m.backpressure_events(Dimension::Ingest, Action::Reject),
+            "global_bucket": {
+                "capacity": config.ingest.global_capacity,
+                "available": global.available(now).max(0.0).floor(),
+                "refill_per_sec": config.ingest.refill_per_sec,
+            },
+            "body_budget": {
+                "in_use": shared.body_budget.in_use(),
+                "limit": shared.body_budget.limit(),
+            },
+        },
+        "wal": {
+            "healthy": shared.wal_healthy(),
+            "appends": wal_appends(shared),
+            "commit_queued": (0..m.cores()).map(|c| m.commit_queued(c)).sum::<u64>(),
+            "bytes": shared.backlog.wal_bytes(),
+            "max_bytes": config.dispatch.max_wal_bytes,
+        },
+        "backlog": {
+            "events": shared.backlog.pending_events(),
+            "max_events": config.dispatch.max_pending_events,
+            "bytes": shared.backlog.pending_bytes(),
+            "max_bytes": config.dispatch.max_pending_bytes,
+            "oldest_age_seconds": oldest_age_s,
+            "saturated": shared.backlog.is_saturated(),
+        },
+        "pump": {
+            "outstanding": d.pump_outstanding(),
+            "max_outstanding": config.pump.max_outstanding,
+            "window_overflows": d.window_overflows(),
+        },
+        "destinations": destinations,
+        "dlq": {
+            "retry_exhausted": d.dead_lettered(DlqReason::RetryExhausted),
+            "circuit_open": d.dead_lettered(DlqReason::CircuitOpen),
+            "permanent_failure": d.dead_lettered(DlqReason::PermanentFailure),
+        },
+        "triggers": triggers,
+    })
+}
+
+fn wal_appends(shared: &Shared) -> u64 {
+    use std::sync::atomic::Ordering::Relaxed;
+    shared
+        .wal
+        .iter()
+        .map(|l| l.appends_total.load(Relaxed))
+        .sum()
+}

@@ -1,0 +1,277 @@
+//! Hot reload of the configuration: SIGHUP and `POST /admin/reload`.
+//!
+//! **Protocol.** A reload re-reads the manifest and the environment ([`ReloadSource`]) and
+//! validates them completely ([`Config::load`]), then checks that every difference from the
+//! running configuration is one this version can apply live ([`diff`]). Only then is a new
+//! [`Generation`] — the validated `Arc<Config>`, the router built from it and a number — published
+//! in [`Published`]: one mutex-guarded `Arc` plus an atomic generation number. Each core's loop
+//! compares the number with its own at the top of every turn ([`CoreView::pick_up`], one
+//! `Acquire` load; the lock is taken only when the number changed) and applies the new generation
+//! to what it owns at that loop boundary ([`apply_on_core`]). A core's loop turns at least every
+//! 100 ms (its poll timeout), so every core runs the new generation within about 100 ms of the
+//! publication; until then it runs the old one, whole: a core never mixes two generations. An
+//! invalid manifest, or a change that needs a restart, publishes nothing: the old configuration
+//! keeps serving, the failing key is logged (`sluice: reload refused: …`) and answered, and
+//! `sluice_config_reloads_total{result="error"}` counts it.
+//!
+//! **What a reload applies** (everything else is refused with a message naming the key):
+//! - triggers added (without `verify`/`dedupe`, flow gates, `max_pending` or
+//!   `when_backlog_full = "absorb"`, whose per-trigger state is built at start), removed, or with
+//!   a new `path`, `provider`, `handler` (to a destination that exists) or new flow-control gates
+//!   (re-keyed without losing a waiting event: `dispatch::flow::rekey`). A removed trigger's
+//!   path answers 404; its events already accepted are still delivered (each core keeps the
+//!   handler of every trigger it has known).
+//! - per destination: `max_in_flight` (fixed limits; a raise applies at once, a cut applies as
+//!   calls return — no call in flight is cancelled, [`crate::dispatch::permits::Permits::set_max`]),
+//!   `rate` (a new budget, starting full), `timeout`, `retry` and `headers`, `signing_secret`
+//!   (for the next attempts).
+//! - Refused as restart-only: `server.listen`, `server.data_dir`, `server.workers`,
+//!   `server.io` (the cores' I/O backend), the `[wal]`
+//!   settings (durability, write path, segment size), and the bounds sized at start (every
+//!   other `[server]`, `[ingest]`, `[orchestrator]`, `[dispatch]`, `[flow]` key, the admin
+//!   token, a destination's `circuit`, `tls` and adaptive limits, destinations added or
+//!   removed, a trigger's signature, dedupe and backlog share).
+//!
+//! Reloads are serialized (a `try_lock`: a reload while one runs is refused as busy). The
+//! generation gauge and the result counters are plain atomics (`Relaxed`: counts carry no data).
+
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::config::{Config, ConfigError, Overrides};
+use crate::ingest::router::Router;
+use crate::metrics::prom::{MetricType, PromWriter};
+use crate::sync::publish::{Publisher, Subscription, Versioned};
+
+pub use super::reload_diff::diff;
+
+/// Where a reload reads its configuration: the `--config` file (or none: embedded defaults) and
+/// the command-line overrides of this run; the environment is re-read.
+#[derive(Debug, Clone)]
+pub struct ReloadSource {
+    pub path: Option<PathBuf>,
+    pub overrides: Overrides,
+}
+
+/// One published configuration (its number, 1 at start and +1 per successful reload, is the
+/// [`Versioned::number`] it is published under).
+#[derive(Debug)]
+pub struct Generation {
+    pub config: Arc<Config>,
+    pub router: Arc<Router>,
+}
+
+/// A generation as the cores hold it.
+pub type Current = crate::sync::Arc<Versioned<Generation>>;
+
+/// Why a reload published nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadError {
+    /// The manifest or the environment is invalid (the message names the key).
+    Invalid(String),
+    /// Valid, but a difference needs a restart (the message names the key).
+    NeedsRestart(String),
+    /// Another reload is running.
+    Busy,
+    /// This process was started without a reload source (library use).
+    NoSource,
+}
+
+impl std::fmt::Display for ReloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReloadError::Invalid(m) => f.write_str(m),
+            ReloadError::NeedsRestart(m) => write!(f, "{m}; restart sluice to apply it"),
+            ReloadError::Busy => f.write_str("another reload is in progress"),
+            ReloadError::NoSource => {
+                f.write_str("this server has no configuration source to reload")
+            }
+        }
+    }
+}
+
+impl From<ConfigError> for ReloadError {
+    fn from(e: ConfigError) -> Self {
+        ReloadError::Invalid(e.0)
+    }
+}
+
+/// The published generation (one per process, in `Shared`).
+#[derive(Debug)]
+pub struct Published {
+    /// The generations (`sync::publish`: the protocol and its loom model).
+    generations: Publisher<Generation>,
+    source: OnceLock<ReloadSource>,
+    /// Serializes reloads.
+    reloading: Mutex<()>,
+    ok: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl Published {
+    /// Generation 1: the start-up configuration and its router.
+    pub fn new(config: Arc<Config>, router: Router) -> Published {
+        Published {
+            generations: Publisher::new(Generation {
+                config,
+                router: Arc::new(router),
+            }),
+            source: OnceLock::new(),
+            reloading: Mutex::new(()),
+            ok: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        }
+    }
+
+    /// Sets where reloads read from (once, before serving).
+    pub fn set_source(&self, source: ReloadSource) {
+        let _ = self.source.set(source);
+    }
+
+    /// The current generation.
+    pub fn current(&self) -> Current {
+        self.generations.current()
+    }
+
+    pub fn number(&self) -> u64 {
+        self.generations.number()
+    }
+
+    /// `sluice_config_generation`, `sluice_config_reloads_total{result}`.
+    pub fn render_prometheus(&self, w: &mut PromWriter) {
+        w.gauge(
+            "sluice_config_generation",
+            "Configuration generation: 1 at start, +1 per successful reload.",
+            self.number() as f64,
+        );
+        w.header(
+            "sluice_config_reloads_total",
+            "Configuration reloads (SIGHUP, POST /admin/reload) by result.",
+            MetricType::Counter,
+        );
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        w.sample_u64(
+            "sluice_config_reloads_total",
+            &[("result", "ok")],
+            n(&self.ok),
+        );
+        w.sample_u64(
+            "sluice_config_reloads_total",
+            &[("result", "error")],
+            n(&self.errors),
+        );
+    }
+
+    /// Re-reads, validates, checks and publishes; returns the new generation number. Counts
+    /// and logs the result either way.
+    pub fn reload(&self) -> Result<u64, ReloadError> {
+        let result = self.try_reload();
+        match &result {
+            Ok(n) => {
+                self.ok.fetch_add(1, Ordering::Relaxed);
+                eprintln!("sluice: configuration reloaded: generation {n}");
+            }
+            Err(e) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                eprintln!("sluice: reload refused, the previous configuration keeps serving: {e}");
+            }
+        }
+        result
+    }
+
+    fn try_reload(&self) -> Result<u64, ReloadError> {
+        let Ok(_serial) = self.reloading.try_lock() else {
+            return Err(ReloadError::Busy);
+        };
+        let source = self.source.get().ok_or(ReloadError::NoSource)?;
+        let next = Config::load(source.path.as_deref(), &source.overrides)?;
+        let current = self.current();
+        diff(&current.value.config, &next).map_err(ReloadError::NeedsRestart)?;
+        let router = Router::new(&next.triggers, next.ingest.default_route)
+            .with_admin(next.admin_token.is_some());
+        // Reloads are serialized by `reloading`, so `current` is still the latest here.
+        Ok(self.generations.publish(Generation {
+            config: Arc::new(next),
+            router: Arc::new(router),
+        }))
+    }
+}
+
+/// `POST /admin/reload` (token already checked): runs the reload on the calling core (a file
+/// read and a validation, a few milliseconds) and answers `200 {"status":"ok","generation":N}`,
+/// `400 {"reason":"invalid",…}` or `409 {"reason":"needs_restart"|"busy"|"no_source",…}`.
+pub fn admin_answer(published: &Published) -> (u16, String) {
+    let (status, reason, detail) = match published.reload() {
+        Ok(n) => {
+            return (
+                200,
+                serde_json::json!({"status": "ok", "generation": n}).to_string(),
+            )
+        }
+        Err(e @ ReloadError::Invalid(_)) => (400, "invalid", e.to_string()),
+        Err(e @ ReloadError::NeedsRestart(_)) => (409, "needs_restart", e.to_string()),
+        Err(e @ ReloadError::Busy) => (409, "busy", e.to_string()),
+        Err(e @ ReloadError::NoSource) => (409, "no_source", e.to_string()),
+    };
+    let body = serde_json::json!({
+        "status": "refused",
+        "reason": reason,
+        "detail": detail,
+        "generation": published.number(),
+    });
+    (status, body.to_string())
+}
+
+/// A core's view: the generation it runs.
+#[derive(Debug)]
+pub struct CoreView {
+    sub: Subscription<Generation>,
+}
+
+impl CoreView {
+    pub fn new(published: &Published) -> CoreView {
+        CoreView {
+            sub: Subscription::new(&published.generations),
+        }
+    }
+
+    /// At the top of a loop turn: the newer generation, if one was published since the last
+    /// call (then this view runs it).
+    #[inline]
+    pub fn pick_up(&mut self, published: &Published) -> Option<Current> {
+        self.sub.pick_up(&published.generations)
+    }
+
+    pub fn router(&self) -> &Arc<Router> {
+        &self.sub.held().value.router
+    }
+
+    pub fn config(&self) -> &Arc<Config> {
+        &self.sub.held().value.config
+    }
+}
+
+/// Applies `next` to what one core owns: its dispatcher (destination limits, retry, timeouts)
+/// and its pump (trigger → destination). Called at the top of a loop turn.
+pub fn apply_on_core(
+    next: &Versioned<Generation>,
+    dispatcher: &mut crate::dispatch::dispatcher::Dispatcher,
+    pump: &mut crate::sched::pump::CorePump,
+    now: u64,
+    registry: &mio::Registry,
+) {
+    pump.learn_handlers(&next.value.config.triggers);
+    dispatcher.reconfigure(Arc::clone(&next.value.config), now, registry);
+}
+
+/// The main thread's SIGHUP check (every 20 ms while it waits): a reload per signal received
+/// (signals arriving during one reload coalesce into the next).
+pub fn on_signal(hup: &std::sync::atomic::AtomicBool, published: &Published) {
+    if hup.swap(false, Ordering::Relaxed) {
+        eprintln!("sluice: SIGHUP: reloading the configuration");
+        let _ = published.reload();
+    }
+}

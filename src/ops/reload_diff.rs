@@ -1,0 +1,273 @@
+//! What a reload may change: [`diff`] compares the running configuration with the newly
+//! validated one and names the first key whose change needs a restart (see [`super::reload`]
+//! for the list of what applies live).
+
+#![forbid(unsafe_code)]
+
+use std::fmt::Debug;
+
+use crate::config::{Config, TriggerConfig};
+use crate::ingest::backlog::WhenFull;
+
+/// `Ok(())` when every difference between `old` and `new` applies live; otherwise the key that
+/// needs a restart, with the running and the new value.
+pub fn diff(old: &Config, new: &Config) -> Result<(), String> {
+    server(old, new)?;
+    sections(old, new)?;
+    destinations(old, new)?;
+    triggers(old, new)
+}
+
+fn same<T: Debug + PartialEq>(key: &str, old: &T, new: &T) -> Result<(), String> {
+    if old == new {
+        return Ok(());
+    }
+    Err(format!(
+        "{key} cannot change without a restart (running {old:?}, the manifest now says {new:?})"
+    ))
+}
+
+/// Compares by `Debug` text, for config structs without `PartialEq` (none holds a secret).
+fn same_dbg<T: Debug>(key: &str, old: &T, new: &T) -> Result<(), String> {
+    same(key, &format!("{old:?}"), &format!("{new:?}"))
+}
+
+fn server(old: &Config, new: &Config) -> Result<(), String> {
+    let (o, n) = (&old.server, &new.server);
+    same("server.listen", &o.listen, &n.listen)?;
+    same("server.data_dir", &o.data_dir, &n.data_dir)?;
+    same("server.workers", &o.workers, &n.workers)?;
+    // The cores' I/O backend (mio or io_uring) is chosen once, when their loops start.
+    same("server.io", &o.io, &n.io)?;
+    same(
+        "server.max_connections_per_core",
+        &o.max_connections_per_core,
+        &n.max_connections_per_core,
+    )?;
+    same(
+        "server.header_timeout",
+        &o.header_timeout,
+        &n.header_timeout,
+    )?;
+    same("server.body_timeout", &o.body_timeout, &n.body_timeout)?;
+    same("server.idle_timeout", &o.idle_timeout, &n.idle_timeout)?;
+    same(
+        "server.shutdown_timeout",
+        &o.shutdown_timeout,
+        &n.shutdown_timeout,
+    )?;
+    same("server.drain_grace", &o.drain_grace, &n.drain_grace)?;
+    same(
+        "server.max_body_bytes",
+        &o.max_body_bytes,
+        &n.max_body_bytes,
+    )?;
+    same(
+        "server.max_head_bytes",
+        &o.max_head_bytes,
+        &n.max_head_bytes,
+    )?;
+    same("server.max_uri_bytes", &o.max_uri_bytes, &n.max_uri_bytes)?;
+    same(
+        "server.max_pipeline_depth",
+        &o.max_pipeline_depth,
+        &n.max_pipeline_depth,
+    )?;
+    same(
+        "server.max_inflight_body_bytes",
+        &o.max_inflight_body_bytes,
+        &n.max_inflight_body_bytes,
+    )?;
+    same(
+        "server.max_queued_response_bytes",
+        &o.max_queued_response_bytes,
+        &n.max_queued_response_bytes,
+    )?;
+    same("server.ui", &o.ui, &n.ui)?;
+    // Catch-all: a `[server]` key added later is restart-only until the reload learns it.
+    same_dbg("[server]", o, n)
+}
+
+fn sections(old: &Config, new: &Config) -> Result<(), String> {
+    let (o, n) = (&old.wal, &new.wal);
+    same_dbg("wal.durability", &o.durability, &n.durability)?;
+    same_dbg("wal.write_path", &o.write_path, &n.write_path)?;
+    same("wal.segment_bytes", &o.segment_bytes, &n.segment_bytes)?;
+    same("wal.max_batch", &o.max_batch, &n.max_batch)?;
+    same("wal.ring_capacity", &o.ring_capacity, &n.ring_capacity)?;
+    same_dbg("[wal]", o, n)?;
+    same_dbg("[ingest]", &old.ingest, &new.ingest)?;
+    same_dbg("orchestrator.pumps", &old.pump, &new.pump)?;
+    same_dbg("[dispatch]", &old.dispatch, &new.dispatch)?;
+    same_dbg("[flow]", &old.flow, &new.flow)?;
+    if old.admin_token != new.admin_token {
+        return Err("SLUICE_ADMIN_TOKEN cannot change without a restart".into());
+    }
+    Ok(())
+}
+
+fn destinations(old: &Config, new: &Config) -> Result<(), String> {
+    let uris = |c: &Config| -> Vec<String> {
+        c.destinations
+            .iter()
+            .map(|d| d.handler.uri.clone())
+            .collect()
+    };
+    if uris(old) != uris(new) {
+        return Err(format!(
+            "the set of destinations cannot change without a restart (running {:?}, the manifest \
+             now names {:?}, in order of first use by the triggers)",
+            uris(old),
+            uris(new)
+        ));
+    }
+    for (o, n) in old.destinations.iter().zip(&new.destinations) {
+        let key = |k: &str| format!("destination {}: {k}", o.handler.uri);
+        same(
+            &key("max_in_flight = \"auto\""),
+            &o.adaptive.is_some(),
+            &n.adaptive.is_some(),
+        )?;
+        same(
+            &key("min_in_flight/max_in_flight_cap"),
+            &o.adaptive,
+            &n.adaptive,
+        )?;
+        same(&key("circuit"), &o.circuit, &n.circuit)?;
+        same(&key("tls"), &o.tls, &n.tls)?;
+        // Catch-all: everything but the live keys must be equal.
+        let mut live = n.clone();
+        live.max_in_flight = o.max_in_flight;
+        live.rate = o.rate;
+        live.timeout = o.timeout;
+        live.retry = o.retry;
+        live.headers = o.headers.clone();
+        live.signing_key = o.signing_key.clone();
+        if &live != o {
+            return Err(key(
+                "a setting other than max_in_flight, rate, timeout, retry, headers \
+                            and signing_secret cannot change without a restart",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn triggers(old: &Config, new: &Config) -> Result<(), String> {
+    for n in &new.triggers {
+        match old.triggers.iter().find(|o| o.id == n.id) {
+            Some(o) => {
+                let key = |k: &str| format!("trigger {:?}: {k}", n.id);
+                same(&key("verify/secrets/dedupe"), &o.auth, &n.auth)?;
+                same_dbg(
+                    &key("when_backlog_full"),
+                    &o.when_backlog_full,
+                    &n.when_backlog_full,
+                )?;
+                same(&key("max_pending"), &o.max_pending, &n.max_pending)?;
+                // Catch-all: everything but the live keys must be equal.
+                let mut live = n.clone();
+                live.path = o.path.clone();
+                live.provider = o.provider.clone();
+                live.handler = o.handler;
+                live.flow = o.flow.clone();
+                if &live != o {
+                    return Err(key(
+                        "a setting other than path, provider, handler and the flow \
+                                    gates cannot change without a restart",
+                    ));
+                }
+            }
+            None => new_trigger(n)?,
+        }
+    }
+    Ok(())
+}
+
+/// A trigger added by a reload gets no per-trigger state built at start.
+fn new_trigger(t: &TriggerConfig) -> Result<(), String> {
+    let refuse = |what: &str| {
+        Err(format!(
+            "trigger {:?} is new and has {what}, whose state is built at start; add it with a restart",
+            t.id
+        ))
+    };
+    if t.auth != Default::default() {
+        return refuse("signature verification or dedupe");
+    }
+    if !t.flow.is_empty() {
+        return refuse("flow-control gates");
+    }
+    if t.max_pending != Default::default() {
+        return refuse("a max_pending share");
+    }
+    if t.when_backlog_full == WhenFull::Absorb {
+        return refuse("when_backlog_full = \"absorb\"");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Overrides;
+
+    fn cfg(text: &str) -> Config {
+        Config::build(
+            Config::parse_manifest(text).unwrap(),
+            &|_| None,
+            &Overrides::default(),
+        )
+        .unwrap()
+    }
+
+    const BASE: &str = "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\nhandler = \"http://127.0.0.1:9/\"\n\
+                        [[destinations]]\nuri = \"http://127.0.0.1:9/\"\nmax_in_flight = 5\n";
+
+    #[test]
+    fn restart_only_keys_are_named() {
+        let old = cfg(BASE);
+        for (extra, key) in [
+            ("[server]\nlisten = \"127.0.0.1:9999\"\n", "server.listen"),
+            ("[server]\ndata_dir = \"/elsewhere\"\n", "server.data_dir"),
+            ("[server]\nworkers = 7\n", "server.workers"),
+            ("[server]\nio = \"mio\"\n", "server.io"),
+            ("[wal]\nwrite_path = \"mmap\"\n", "wal.write_path"),
+            ("[wal]\nsegment_bytes = 33554432\n", "wal.segment_bytes"),
+        ] {
+            let e = diff(&old, &cfg(&format!("{BASE}{extra}"))).unwrap_err();
+            assert!(e.starts_with(key), "{key}: {e}");
+        }
+    }
+
+    #[test]
+    fn live_changes_pass() {
+        let old = cfg(BASE);
+        let more = BASE.replace(
+            "max_in_flight = 5",
+            "max_in_flight = 10\ntimeout = \"3s\"\nrate = { per_sec = 50 }",
+        );
+        let added = format!("{more}[[triggers]]\nid = \"u\"\nprovider = \"q\"\npath = \"/u\"\nhandler = \"http://127.0.0.1:9/\"\n");
+        assert_eq!(diff(&old, &cfg(&added)), Ok(()));
+        // Removing the added trigger again is live too.
+        assert_eq!(diff(&cfg(&added), &cfg(&more)), Ok(()));
+        let moved = BASE.replace("path = \"/t\"", "path = \"/t-new\"");
+        assert_eq!(diff(&old, &cfg(&moved)), Ok(()));
+    }
+
+    #[test]
+    fn new_triggers_with_start_time_state_are_refused() {
+        let old = cfg(BASE);
+        let absorb = format!("{BASE}[[triggers]]\nid = \"a\"\nprovider = \"q\"\npath = \"/a\"\nwhen_backlog_full = \"absorb\"\n");
+        assert!(diff(&old, &cfg(&absorb)).unwrap_err().contains("absorb"));
+        let share = format!("{BASE}[[triggers]]\nid = \"s\"\nprovider = \"q\"\npath = \"/s\"\nmax_pending = {{ events = 10 }}\n");
+        assert!(diff(&old, &cfg(&share))
+            .unwrap_err()
+            .contains("max_pending"));
+        let circuit = BASE.replace(
+            "max_in_flight = 5",
+            "max_in_flight = 5\ncircuit = { failures = 2 }",
+        );
+        assert!(diff(&old, &cfg(&circuit)).unwrap_err().contains("circuit"));
+    }
+}
