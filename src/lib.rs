@@ -16,6 +16,7 @@ pub mod net;
 pub mod ring;
 pub mod sched;
 pub mod sign;
+pub mod storage;
 pub mod sync;
 pub mod tools;
 pub mod wal;

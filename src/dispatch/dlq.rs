@@ -39,16 +39,17 @@
 //! [`MAX_DLQ_RECORD_BYTES`]; reads hold one entry in memory at a time.
 #![forbid(unsafe_code)]
 
+use crate::storage::{std_fs, OpenMode, Storage};
 use crate::wal::format::{
     append_record, encode_event_into, parse_event, parse_record_max, EncodeError, EventView,
     Parsed, RecordKind, MAX_ERROR_BYTES, RECORD_HEADER_BYTES,
 };
-use crate::wal::segment::sync_dir;
 use crate::wal::{EventRecord, Lsn, MAX_RECORD_BYTES};
 use parking_lot::Mutex;
 use std::fmt;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Length of an entry id (an event id).
 pub const ID_LEN: usize = 26;
@@ -337,6 +338,8 @@ pub fn decode_entry(bytes: &[u8]) -> Result<DlqEntry, String> {
 /// The DLQ directory. `put` and `remove` serialize on an internal lock (cold path).
 #[derive(Debug)]
 pub struct DlqStore {
+    /// Every file operation goes through it (`crate::storage`).
+    fs: Arc<dyn Storage>,
     dir: PathBuf,
     max_entries: usize,
     /// Entries in the directory, as far as this process knows (recounted before refusing).
@@ -347,42 +350,58 @@ impl DlqStore {
     /// Opens (creating if absent) the DLQ directory `dir` for the server: deletes leftover
     /// `*.tmp` files of interrupted writes and counts the entries.
     pub fn open(dir: &Path, max_entries: usize) -> Result<DlqStore, DlqError> {
-        if !dir.is_dir() {
-            std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        Self::open_in(std_fs(), dir, max_entries)
+    }
+
+    /// [`DlqStore::open`] on `fs`.
+    pub fn open_in(
+        fs: Arc<dyn Storage>,
+        dir: &Path,
+        max_entries: usize,
+    ) -> Result<DlqStore, DlqError> {
+        if !fs.is_dir(dir) {
+            fs.create_dir_all(dir).map_err(io_err(dir))?;
             if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                sync_dir(parent).map_err(io_err(parent))?;
+                fs.sync_dir(parent).map_err(io_err(parent))?;
             }
         }
         let mut removed = false;
-        for name in read_names(dir)? {
+        for name in read_names(&*fs, dir)? {
             if name.ends_with(TMP_SUFFIX) {
                 let path = dir.join(&name);
-                std::fs::remove_file(&path).map_err(io_err(&path))?;
+                fs.remove(&path).map_err(io_err(&path))?;
                 removed = true;
             }
         }
         if removed {
-            sync_dir(dir).map_err(io_err(dir))?;
+            fs.sync_dir(dir).map_err(io_err(dir))?;
         }
-        Self::with_count(dir, max_entries)
+        Self::with_count(fs, dir, max_entries)
     }
 
     /// Opens an existing DLQ directory for the offline tools: creates nothing and deletes no
     /// temporary file (a running server may be writing one). A missing directory is empty.
     pub fn open_existing(dir: &Path) -> Result<DlqStore, DlqError> {
+        let fs = std_fs();
         if !dir.exists() {
             return Ok(DlqStore {
+                fs,
                 dir: dir.to_owned(),
                 max_entries: usize::MAX,
                 count: Mutex::new(0),
             });
         }
-        Self::with_count(dir, usize::MAX)
+        Self::with_count(fs, dir, usize::MAX)
     }
 
-    fn with_count(dir: &Path, max_entries: usize) -> Result<DlqStore, DlqError> {
-        let count = count_entries(dir)?;
+    fn with_count(
+        fs: Arc<dyn Storage>,
+        dir: &Path,
+        max_entries: usize,
+    ) -> Result<DlqStore, DlqError> {
+        let count = count_entries(&*fs, dir)?;
         Ok(DlqStore {
+            fs,
             dir: dir.to_owned(),
             max_entries,
             count: Mutex::new(count),
@@ -415,10 +434,10 @@ impl DlqStore {
         let path = self.path_of(&entry.id)?;
         let bytes = encode_entry(entry)?;
         let mut count = self.count.lock();
-        let new = !path.exists();
+        let new = self.fs.len(&path).is_err();
         if new && *count >= self.max_entries {
             // Another process (the offline `dlq discard`) may have removed some.
-            *count = count_entries(&self.dir)?;
+            *count = count_entries(&*self.fs, &self.dir)?;
             if *count >= self.max_entries {
                 return Err(DlqError::Full {
                     max_entries: self.max_entries,
@@ -426,9 +445,9 @@ impl DlqStore {
             }
         }
         let tmp = self.dir.join(format!("{}{TMP_SUFFIX}", entry.id));
-        write_synced(&tmp, &bytes)?;
-        std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
-        sync_dir(&self.dir).map_err(io_err(&self.dir))?;
+        write_synced(&*self.fs, &tmp, &bytes)?;
+        self.fs.rename(&tmp, &path).map_err(io_err(&path))?;
+        self.fs.sync_dir(&self.dir).map_err(io_err(&self.dir))?;
         if new {
             *count += 1;
         }
@@ -438,7 +457,7 @@ impl DlqStore {
     /// The entry `id`; [`DlqError::NotFound`] if absent, [`DlqError::Corrupt`] if damaged.
     pub fn get(&self, id: &str) -> Result<DlqEntry, DlqError> {
         let path = self.path_of(id)?;
-        let bytes = read_entry_file(&path, id)?;
+        let bytes = read_entry_file(&*self.fs, &path, id)?;
         match decode_entry(&bytes) {
             Ok(e) if e.id == id => Ok(e),
             Ok(e) => {
@@ -453,14 +472,14 @@ impl DlqStore {
     pub fn remove(&self, id: &str) -> Result<(), DlqError> {
         let path = self.path_of(id)?;
         let mut count = self.count.lock();
-        match std::fs::remove_file(&path) {
+        match self.fs.remove(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(DlqError::NotFound { id: id.to_owned() })
             }
             Err(e) => return Err(io_err(&path)(e)),
         }
-        sync_dir(&self.dir).map_err(io_err(&self.dir))?;
+        self.fs.sync_dir(&self.dir).map_err(io_err(&self.dir))?;
         *count = count.saturating_sub(1);
         Ok(())
     }
@@ -472,10 +491,10 @@ impl DlqStore {
     /// holds one summary (or one [`Unreadable`]) per file, at most `max_entries` of them.
     pub fn list(&self) -> Result<DlqListing, DlqError> {
         let mut listing = DlqListing::default();
-        if !self.dir.exists() {
+        if !self.fs.is_dir(&self.dir) {
             return Ok(listing);
         }
-        for name in read_names(&self.dir)? {
+        for name in read_names(&*self.fs, &self.dir)? {
             if !valid_id(&name) {
                 continue;
             }
@@ -498,7 +517,7 @@ impl DlqStore {
     /// The summary of the entry file `name` (a valid id).
     fn summary(&self, name: &str) -> Result<DlqSummary, DlqError> {
         let path = self.dir.join(name);
-        let bytes = read_entry_file(&path, name)?;
+        let bytes = read_entry_file(&*self.fs, &path, name)?;
         let v = parse_entry(&bytes).map_err(|reason| DlqError::Corrupt {
             path: path.clone(),
             reason,
@@ -542,45 +561,33 @@ pub struct Unreadable {
     pub problem: String,
 }
 
-fn read_names(dir: &Path) -> Result<Vec<String>, DlqError> {
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
-        let entry = entry.map_err(io_err(dir))?;
-        if let Ok(name) = entry.file_name().into_string() {
-            names.push(name);
-        }
-    }
-    Ok(names)
+fn read_names(fs: &dyn Storage, dir: &Path) -> Result<Vec<String>, DlqError> {
+    fs.list(dir).map_err(io_err(dir))
 }
 
-fn count_entries(dir: &Path) -> Result<usize, DlqError> {
-    Ok(read_names(dir)?.iter().filter(|n| valid_id(n)).count())
+fn count_entries(fs: &dyn Storage, dir: &Path) -> Result<usize, DlqError> {
+    Ok(read_names(fs, dir)?.iter().filter(|n| valid_id(n)).count())
 }
 
-fn read_entry_file(path: &Path, id: &str) -> Result<Vec<u8>, DlqError> {
+fn read_entry_file(fs: &dyn Storage, path: &Path, id: &str) -> Result<Vec<u8>, DlqError> {
     let not_found = |e: io::Error| match e.kind() {
         io::ErrorKind::NotFound => DlqError::NotFound { id: id.to_owned() },
         _ => io_err(path)(e),
     };
-    let len = std::fs::metadata(path).map_err(not_found)?.len();
+    let len = fs.len(path).map_err(not_found)?;
     if len > MAX_DLQ_RECORD_BYTES as u64 || len < RECORD_HEADER_BYTES as u64 {
         return Err(DlqError::Corrupt {
             path: path.to_owned(),
             reason: format!("file length {len} outside a valid entry's"),
         });
     }
-    std::fs::read(path).map_err(not_found)
+    fs.read(path).map_err(not_found)
 }
 
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), DlqError> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .map_err(io_err(path))?;
-    f.write_all(bytes).map_err(io_err(path))?;
-    f.sync_all().map_err(io_err(path))
+fn write_synced(fs: &dyn Storage, path: &Path, bytes: &[u8]) -> Result<(), DlqError> {
+    let mut f = fs.open(path, OpenMode::REPLACE).map_err(io_err(path))?;
+    f.write_at(0, bytes).map_err(io_err(path))?;
+    f.sync_data().map_err(io_err(path))
 }
 
 #[cfg(test)]

@@ -17,8 +17,9 @@ use super::format::{
     append_record, encode_event_into, encode_payload_into, EncodeError, EventRecord, Record,
     RecordKind,
 };
-use super::segment::{list_segments, open_for_write, segment_path, sync_dir, SegmentFile};
+use super::segment::{list_segments_in, segment_path, SegmentFile};
 use super::{Durability, Lsn, WalError, WalShared, WritePath};
+use crate::storage::{LockGuard, Storage};
 use crate::sync::clock::{unix_millis, Clock, MonotonicClock};
 use std::fmt;
 use std::io;
@@ -87,7 +88,9 @@ pub struct Wal {
     /// Where sync latencies go once a writer thread owns this log.
     pub(crate) shared: Option<Arc<WalShared>>,
     /// The WAL directory's `LOCK` file, `flock`ed exclusively while this `Wal` lives.
-    pub(crate) lock: Option<std::fs::File>,
+    pub(crate) lock: Option<Box<dyn LockGuard>>,
+    /// Where the log's files live (the real file system, or the power-loss simulation).
+    pub(crate) storage: Arc<dyn Storage>,
     /// The directory's checkpoint; `None` only inside [`super::open`], before it is written.
     pub(crate) checkpoint: Option<CheckpointFile>,
     /// Highest LSN synced to disk (what the checkpoint may promise).
@@ -133,7 +136,12 @@ impl SegmentFile for Detached {
 }
 
 impl Wal {
-    pub(crate) fn new(cfg: &super::WalConfig, active: Active, next_lsn: Lsn) -> Wal {
+    pub(crate) fn new(
+        cfg: &super::WalConfig,
+        storage: Arc<dyn Storage>,
+        active: Active,
+        next_lsn: Lsn,
+    ) -> Wal {
         Wal {
             dir: cfg.dir.clone(),
             segment_bytes: cfg.segment_bytes,
@@ -148,6 +156,7 @@ impl Wal {
             clock: std::sync::Arc::new(MonotonicClock::new()),
             shared: None,
             lock: None,
+            storage,
             checkpoint: None,
             synced_lsn: next_lsn - 1,
             checkpoint_at_ns: 0,
@@ -431,14 +440,14 @@ impl Wal {
                 // an empty segment named by an LSN inside the active one would read as an LSN
                 // gap (found by the fault-injection suite: ENOSPC at allocation, then small
                 // events that still fit). It holds nothing: no record with this LSN is committed.
-                let _ = std::fs::remove_file(&path);
+                let _ = self.storage.remove(&path);
                 return Err(e);
             }
         };
         if self.durability == Durability::Os {
             // The old segment was created without a directory sync in this mode; the
             // checkpoint written next promises its records, so its entry must be durable too.
-            sync_dir(&self.dir)?;
+            self.storage.sync_dir(&self.dir)?;
         }
         self.synced_lsn = self.last_lsn();
         self.active = Active {
@@ -508,7 +517,7 @@ impl Wal {
             };
             self.write_checkpoint(c)?;
         }
-        let segments = list_segments(&self.dir).map_err(|e| match e {
+        let segments = list_segments_in(&*self.storage, &self.dir).map_err(|e| match e {
             WalError::Io { source, .. } => source,
             other => io::Error::other(other.to_string()),
         })?;
@@ -518,7 +527,7 @@ impl Wal {
             if *next_first > keep {
                 break;
             }
-            std::fs::remove_file(path)?;
+            self.storage.remove(path)?;
             eprintln!("sluice: retention: deleted {}", path.display());
             deleted += 1;
         }
@@ -577,14 +586,14 @@ impl Wal {
     /// Creates, wraps and preallocates the segment file at `path` (synced with its directory
     /// entry in `Fsync` mode).
     fn create_segment(&mut self, path: &Path) -> io::Result<Box<dyn SegmentFile>> {
-        let mut file = open_for_write(path, self.write_path)?;
+        let mut file = self.storage.open_segment(path, self.write_path)?;
         if let Some(wrap) = &mut self.wrapper {
             file = wrap(file);
         }
         file.allocate(self.segment_bytes)?;
         if self.durability == Durability::Fsync {
             file.sync(0, 0)?;
-            sync_dir(&self.dir)?;
+            self.storage.sync_dir(&self.dir)?;
         }
         Ok(file)
     }

@@ -226,7 +226,7 @@ mod loss_tests;
 pub(crate) mod recovery;
 pub mod segment;
 pub mod state;
-mod sys;
+pub(crate) mod sys;
 pub mod tail;
 pub mod tools;
 mod writer;
@@ -241,8 +241,8 @@ pub use format::{
 pub use format::{event_cost, max_record_bytes_for, MAX_HEADERS, MAX_HEADER_VALUE_BYTES};
 pub use layout::{core_log_dir, log_dirs, LogDir};
 pub use recovery::LOCK_FILE;
-pub use recovery::{open, RawRecord, RecoveryReport, WalReader};
-pub use state::{recover_dispatch, DispatchRecovery, PendingMeta};
+pub use recovery::{open, open_in, RawRecord, RecoveryReport, WalReader};
+pub use state::{recover_dispatch, recover_dispatch_in, DispatchRecovery, PendingMeta};
 pub use tail::WalTail;
 pub use writer::commit_batch;
 

@@ -9,6 +9,7 @@ use super::format::{decode_payload, RecordRef};
 use super::recovery::scan_dir;
 pub use super::recovery::Finding;
 use super::{Lsn, WalError, WalReader};
+use crate::storage::{StdFs, Storage};
 use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -109,6 +110,11 @@ pub fn verify(data_dir: &Path) -> Result<VerifyReport, WalError> {
 /// segment and offset, and every missing LSN range. `Err` only when the log cannot be read at
 /// all (I/O).
 pub fn verify_log(dir: &Path) -> Result<VerifyReport, WalError> {
+    verify_log_in(&StdFs, dir)
+}
+
+/// [`verify_log`] on `storage` (the fuzzer checks logs held in memory).
+pub fn verify_log_in(storage: &dyn Storage, dir: &Path) -> Result<VerifyReport, WalError> {
     let dir = dir.to_owned();
     let mut valid = 0u64;
     let mut check = |_: &Path, _: u64, r: &RecordRef<'_>| {
@@ -116,13 +122,13 @@ pub fn verify_log(dir: &Path) -> Result<VerifyReport, WalError> {
         valid += 1;
         Ok(())
     };
-    let scan = scan_dir(&dir, &mut check)?;
+    let scan = scan_dir(storage, &dir, &mut check)?;
     let records = valid;
     let last_lsn = scan
         .first_lsn
         .filter(|_| records > 0)
         .map(|first| first + records - 1);
-    let (checkpoint, checkpoint_damaged) = match checkpoint::read(&dir)? {
+    let (checkpoint, checkpoint_damaged) = match checkpoint::read_in(storage, &dir)? {
         None => (None, None),
         Some(Ok(c)) => (Some(c), None),
         Some(Err(d)) => (None, Some(d.to_string())),
