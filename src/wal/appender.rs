@@ -35,6 +35,12 @@ pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 pub const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// Bytes of zeros a probe writes (and syncs) at the end of the active segment.
 const PROBE_BYTES: u64 = 4096;
+/// `Os` durability: the active segment is synced (before the next batch is written) once this
+/// many committed bytes are unsynced, and until then they are kept in memory, so that a failed
+/// sync can be followed by a rewrite of them rather than trusting the page cache (after a failed
+/// writeback Linux may drop the pages and report success on the next `fdatasync`). Bound of that
+/// copy: this plus one batch (`MAX_BATCH_BYTES` of bodies, plus record headers).
+pub const OS_SYNC_EVERY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Wraps each segment file the writer opens; the storage-fault seam (tests wrap the real file in
 /// one that fails with `ENOSPC`, `EIO` or short writes on demand).
@@ -105,6 +111,12 @@ pub struct Wal {
     roll_failed: bool,
     /// Missing ranges accepted at open (`--accept-wal-loss`), published when a writer attaches.
     pub(crate) lost_accepted: Vec<LostRange>,
+    /// `Os` durability only: the committed bytes `[os_synced_end, active.end)` of the active
+    /// segment not yet synced (bounded: [`OS_SYNC_EVERY_BYTES`] plus one batch).
+    os_unsynced: Vec<u8>,
+    os_synced_end: u64,
+    /// A sync failed while `os_unsynced` was not empty: rewrite it before the next sync.
+    os_rewrite: bool,
 }
 
 impl fmt::Debug for Wal {
@@ -142,6 +154,7 @@ impl Wal {
         active: Active,
         next_lsn: Lsn,
     ) -> Wal {
+        let end = active.end;
         Wal {
             dir: cfg.dir.clone(),
             segment_bytes: cfg.segment_bytes,
@@ -165,6 +178,9 @@ impl Wal {
             checkpoint_failing: false,
             roll_failed: false,
             lost_accepted: Vec::new(),
+            os_unsynced: Vec::new(),
+            os_synced_end: end,
+            os_rewrite: false,
         }
     }
 
@@ -353,6 +369,8 @@ impl Wal {
                 self.next_lsn += self.staged;
                 if self.durability == Durability::Fsync {
                     self.synced_lsn = self.next_lsn - 1;
+                } else {
+                    self.os_unsynced.extend_from_slice(&self.buf);
                 }
             }
             Err(_) => {
@@ -366,6 +384,10 @@ impl Wal {
     fn write_staged(&mut self) -> io::Result<()> {
         if self.active.dirty_end > self.active.end {
             self.scrub()?;
+        }
+        if self.os_unsynced.len() >= OS_SYNC_EVERY_BYTES || self.os_rewrite {
+            let (from, end) = (self.os_synced_end, self.active.end);
+            self.timed_sync(from, end - from)?;
         }
         let end = self.active.end;
         self.active.file.write_at(end, &self.buf)?;
@@ -395,7 +417,16 @@ impl Wal {
         Ok(())
     }
 
+    /// Syncs `[offset, offset + len)` of the active segment. In `Os` mode it first rewrites the
+    /// unsynced committed bytes from memory if an earlier sync failed, and forgets them once a
+    /// sync covering them succeeds.
     fn timed_sync(&mut self, offset: u64, len: u64) -> io::Result<()> {
+        if self.os_rewrite {
+            self.active
+                .file
+                .write_at(self.os_synced_end, &self.os_unsynced)?;
+            self.os_rewrite = false;
+        }
         let t0 = self.clock.now_nanos();
         let res = self.active.file.sync(offset, len);
         if let Some(shared) = &self.shared {
@@ -403,7 +434,26 @@ impl Wal {
                 .sync_seconds
                 .observe_nanos(self.clock.now_nanos().saturating_sub(t0));
         }
+        if self.durability == Durability::Os {
+            // `fdatasync` covers the whole file; `msync` only its range.
+            let covers = self.write_path == WritePath::Pwrite
+                || (offset <= self.os_synced_end && offset + len >= self.active.end);
+            match &res {
+                Err(_) => self.os_rewrite = !self.os_unsynced.is_empty(),
+                Ok(()) if covers => {
+                    self.os_unsynced.clear();
+                    self.os_synced_end = self.active.end;
+                    self.synced_lsn = self.last_lsn();
+                }
+                Ok(()) => {}
+            }
+        }
         res
+    }
+
+    /// `Os` mode: committed bytes of the active segment kept in memory until synced.
+    pub fn os_unsynced_bytes(&self) -> usize {
+        self.os_unsynced.len()
     }
 
     /// Makes the active segment durable and switches to a new, preallocated segment named
@@ -450,6 +500,9 @@ impl Wal {
             self.storage.sync_dir(&self.dir)?;
         }
         self.synced_lsn = self.last_lsn();
+        self.os_unsynced.clear();
+        self.os_synced_end = 0;
+        self.os_rewrite = false;
         self.active = Active {
             path,
             first_lsn: self.next_lsn,

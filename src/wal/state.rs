@@ -131,7 +131,8 @@ pub fn recover_dispatch_in(
     wal_dir: &Path,
 ) -> Result<DispatchRecovery, WalError> {
     let mut state = DispatchScan::default();
-    let scan = scan_dir(storage, wal_dir, &mut |_, _, r| state.observe(r))?;
+    // After `open`, which truncated a torn tail: the strict rule (no checkpoint needed).
+    let scan = scan_dir(storage, wal_dir, Lsn::MAX, &mut |_, _, r| state.observe(r))?;
     if let Some(Finding::Corrupt {
         segment,
         offset,

@@ -122,17 +122,20 @@ pub fn verify_log_in(storage: &dyn Storage, dir: &Path) -> Result<VerifyReport, 
         valid += 1;
         Ok(())
     };
-    let scan = scan_dir(storage, &dir, &mut check)?;
-    let records = valid;
-    let last_lsn = scan
-        .first_lsn
-        .filter(|_| records > 0)
-        .map(|first| first + records - 1);
     let (checkpoint, checkpoint_damaged) = match checkpoint::read_in(storage, &dir)? {
         None => (None, None),
         Some(Ok(c)) => (Some(c), None),
         Some(Err(d)) => (None, Some(d.to_string())),
     };
+    // The same torn-tail rule as recovery: damage above the checkpoint's durable LSN in the
+    // last segment is a torn tail (recovery truncates it), whatever follows it.
+    let promised = checkpoint.map_or(Lsn::MAX, |c| c.durable_lsn);
+    let scan = scan_dir(storage, &dir, promised, &mut check)?;
+    let records = valid;
+    let last_lsn = scan
+        .first_lsn
+        .filter(|_| records > 0)
+        .map(|first| first + records - 1);
     let mut finding = scan.finding;
     let mut lost = Vec::new();
     if let Some(c) = &checkpoint {
@@ -341,6 +344,18 @@ mod tests {
             })
         );
         assert_eq!((r.records, r.last_lsn), (3, Some(3)));
+        // The checkpoint promises LSNs 1..=2: damage at LSN 2 followed by a valid record is
+        // corruption (above the promise it would be a torn tail, as recovery treats it).
+        super::super::checkpoint::CheckpointFile::open_or_create(
+            &StdFs,
+            &tmp.path().join("wal"),
+            Checkpoint {
+                first_live_lsn: 1,
+                durable_lsn: 2,
+            },
+            0,
+        )
+        .unwrap();
         f.write_all_at(&[0x55], offs[1] + 30).unwrap();
         let r = verify(tmp.path()).unwrap();
         assert!(

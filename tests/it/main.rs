@@ -26,6 +26,8 @@
 //! - `wal_probe` (`--features failpoints`): `/readyz` recovers from `wal_unavailable` alone.
 //! - `wal_loss`: lost segment files and damaged acknowledged records are detected.
 //! - `https`: HTTPS destinations against a local rustls server with a generated CA.
+//! - `fsync_failure` (`--features failpoints`): one failed `fdatasync` that drops its pages.
+//! - `powerloss`: the WAL over the simulated disk (`storage::sim`), power cut at seeded points.
 
 mod support;
 
@@ -43,6 +45,8 @@ mod edge;
 #[cfg(feature = "failpoints")]
 mod faults;
 mod flow;
+#[cfg(feature = "failpoints")]
+mod fsync_failure;
 mod hostile;
 mod http_errors;
 mod http_features;
@@ -50,6 +54,7 @@ mod https;
 mod ingest;
 mod isolation;
 mod percore;
+mod powerloss;
 mod props;
 mod returns;
 mod shutdown;
