@@ -284,8 +284,8 @@ impl Wal {
     /// Syncs the active segment (for `Os` durability at shutdown; harmless otherwise) and
     /// brings the checkpoint up to date.
     pub fn sync(&mut self) -> Result<(), WalError> {
-        let end = self.active.end;
-        self.timed_sync(0, end)
+        let (from, end) = (self.unsynced_from(), self.active.end);
+        self.timed_sync(from, end - from)
             .map_err(|e| WalError::io(&self.active.path, e))?;
         self.synced_lsn = self.last_lsn();
         self.write_checkpoint(self.wanted_checkpoint())
@@ -451,6 +451,15 @@ impl Wal {
         res
     }
 
+    /// Start of the active segment's bytes a sync must cover: `os_synced_end` in `Os` mode (what
+    /// was synced before stays synced), 0 otherwise.
+    fn unsynced_from(&self) -> u64 {
+        match self.durability {
+            Durability::Os => self.os_synced_end.min(self.active.end),
+            Durability::Fsync => 0,
+        }
+    }
+
     /// `Os` mode: committed bytes of the active segment kept in memory until synced.
     pub fn os_unsynced_bytes(&self) -> usize {
         self.os_unsynced.len()
@@ -478,8 +487,8 @@ impl Wal {
         // Already synced batch by batch in Fsync mode; in Os mode this bounds a power loss to
         // the active segment.
         if self.durability == Durability::Os {
-            let end = self.active.end;
-            self.timed_sync(0, end)?;
+            let (from, end) = (self.unsynced_from(), self.active.end);
+            self.timed_sync(from, end - from)?;
         }
         let path = segment_path(&self.dir, self.next_lsn);
         let file = match self.create_segment(&path) {

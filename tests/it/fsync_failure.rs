@@ -55,7 +55,10 @@ fn post_until_refused(
         let (id, _) = accepted(&r);
         acked.push((id, sha256_hex(b.as_bytes())));
     }
-    panic!("{tag}: no request was refused in {limit} posts while a sync was failing");
+    panic!(
+        "{tag}: no request was refused in {limit} posts while a sync was failing; stderr:\n{}",
+        server.stderr()
+    );
 }
 
 fn check_log(server: &Server, acked: &[(String, String)], refused: &HashSet<String>) {
@@ -88,6 +91,9 @@ fn fsync_mode_a_failed_fdatasync_is_503_and_the_next_batch_rewrites_the_range() 
         let (id, _) = accepted(&server.post("/webhooks/fsync", b.as_bytes()));
         acked.push((id, sha256_hex(b.as_bytes())));
     }
+    // The pump writes outcome records for those events (no destination): let it finish, so the
+    // next sync is the next ingest batch's.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
     fs::write(&control, "eio-sync-once").unwrap();
     // Every batch syncs in this mode: the very next one fails.
     refused.insert(post_until_refused(&server, "failed", 3000, 1, &mut acked));
@@ -100,6 +106,7 @@ fn fsync_mode_a_failed_fdatasync_is_503_and_the_next_batch_rewrites_the_range() 
         server.stderr().matches("failpoint eio-sync-once").count(),
         1
     );
+    fs::write(&control, "off").unwrap();
     server.sigkill();
     server.restart();
     server.stop();
@@ -133,6 +140,7 @@ fn os_mode_a_failed_fdatasync_at_rollover_rewrites_the_acknowledged_bytes_from_m
     );
     // A crash keeps the page cache as the failure left it; recovery must find every
     // acknowledged event.
+    fs::write(&control, "off").unwrap();
     server.sigkill();
     server.restart();
     server.stop();
