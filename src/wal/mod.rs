@@ -431,7 +431,10 @@ pub struct WalShared {
     /// `Release` after the write/sync that made it durable and before the completions are sent;
     /// pairs with the `Acquire` load in [`WalShared::durable_lsn`] (the pump reads the log up
     /// to it, so the record bytes must be visible once the LSN is).
-    pub durable_lsn: AtomicU64,
+    ///
+    /// The one field of the WAL behind the `crate::sync` shim: the publication is modelled under
+    /// loom (`loom-tests/tests/durable.rs`).
+    pub durable_lsn: crate::sync::atomic::AtomicU64,
     /// False while the last write or sync failed (`/readyz` reports `wal_unavailable`).
     /// `Relaxed`: a status flag; it publishes no other memory.
     pub healthy: AtomicBool,
@@ -478,7 +481,7 @@ impl Default for WalShared {
 impl WalShared {
     pub fn new() -> Self {
         WalShared {
-            durable_lsn: AtomicU64::new(0),
+            durable_lsn: crate::sync::atomic::AtomicU64::new(0),
             healthy: AtomicBool::new(true),
             appends_total: std::sync::atomic::AtomicU64::new(0),
             sync_seconds: std::sync::Arc::new(Histogram::new(SYNC_BOUNDS_NANOS)),
