@@ -68,7 +68,7 @@ fn durable_lsn_is_published_before_the_batch_comes_back() {
             let shared = std::sync::Arc::new(WalShared::new());
             let mut w = log(&shared);
             let (to_helper, mut helper_rx) = ring::channel::<Batch>(2);
-            let (mut helper_tx, from_helper) = ring::channel::<Batch>(2);
+            let (helper_tx, from_helper) = ring::channel::<Batch>(2);
             let s = shared.clone();
             let helper = thread::spawn(move || {
                 let mut batch = loop {
@@ -80,7 +80,7 @@ fn durable_lsn_is_published_before_the_batch_comes_back() {
                 commit(&mut w, &s, &mut batch);
                 helper_tx.try_push(batch).expect("room for the batch");
             });
-            let mut to_helper = to_helper;
+            let to_helper = to_helper;
             let mut batch = Batch::default();
             for t in 0..2 {
                 batch.items.push(Item::Append {
@@ -102,7 +102,10 @@ fn durable_lsn_is_published_before_the_batch_comes_back() {
             for o in &back.outcomes {
                 match o {
                     sluice::sched::commit::Outcome::Appended(AppendOutcome::Durable { lsn }) => {
-                        assert!(shared.durable_lsn() >= *lsn, "202 before the LSN is published")
+                        assert!(
+                            shared.durable_lsn() >= *lsn,
+                            "202 before the LSN is published"
+                        )
                     }
                     other => panic!("{other:?}"),
                 }

@@ -29,7 +29,10 @@ fn metric_shards_a_scrape_is_monotonic_and_exact_after_the_cores_stop() {
                 .collect();
             let first = m.http_requests(Route::Webhook, 202);
             let second = m.http_requests(Route::Webhook, 202);
-            assert!(first <= second && second <= 4, "scraped {first} then {second}");
+            assert!(
+                first <= second && second <= 4,
+                "scraped {first} then {second}"
+            );
             for c in cores {
                 c.join().unwrap();
             }

@@ -61,6 +61,13 @@ enum State {
     Done { lsn: Lsn, done_lsn: Lsn, gen: u64 },
 }
 
+/// What the clients were told: each event id's state, and the next id to send.
+#[derive(Debug, Default)]
+struct Model {
+    states: BTreeMap<String, State>,
+    next_id: u64,
+}
+
 #[derive(Debug, Default)]
 struct Totals {
     cuts: u64,
@@ -103,11 +110,14 @@ fn run_until_cut(
     fs: &SimFs,
     clock: &ManualClock,
     rng: &mut Rng,
-    model: &mut BTreeMap<String, State>,
-    next_id: &mut u64,
+    m: &mut Model,
     gen: u64,
     totals: &mut Totals,
 ) -> Lsn {
+    let Model {
+        states: model,
+        next_id,
+    } = m;
     let shared = Arc::new(WalShared::new());
     wal.attach_shared(shared.clone());
     let mut outcomes = Vec::new();
@@ -314,8 +324,7 @@ fn one_disk(seed: u64, durability: Durability, cuts: u64, totals: &mut Totals) {
     let fs = SimFs::new(&root, seed);
     let cfg = cfg(&root.join("data/wal/core-0"), durability);
     let mut rng = Rng(seed | 1);
-    let mut model = BTreeMap::new();
-    let mut next_id = 0;
+    let mut model = Model::default();
     let storage: Arc<dyn Storage> = Arc::new(fs.clone());
     let (mut wal, _) = wal::open_in(storage, &cfg).expect("fresh log");
     for gen in 0..cuts {
@@ -324,21 +333,12 @@ fn one_disk(seed: u64, durability: Durability, cuts: u64, totals: &mut Totals) {
         // Cut somewhere within the next few hundred storage operations (a generation does
         // about 2 per batch, ~10 more per segment roll).
         fs.power_cut_after(1 + rng.below(500));
-        let window_from = run_until_cut(
-            &mut wal,
-            &fs,
-            &clock,
-            &mut rng,
-            &mut model,
-            &mut next_id,
-            gen,
-            totals,
-        );
+        let window_from = run_until_cut(&mut wal, &fs, &clock, &mut rng, &mut model, gen, totals);
         drop(wal);
         fs.reboot();
         totals.cuts += 1;
         let (w, recovered) =
-            recover_and_check(&fs, &cfg, &mut model, gen, window_from, seed, totals);
+            recover_and_check(&fs, &cfg, &mut model.states, gen, window_from, seed, totals);
         wal = w;
         // Retention, as the runtime requests it: segments wholly below the done cursor. A
         // failure here is the cut of the next generation arriving early; that is fine.
