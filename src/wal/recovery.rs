@@ -106,7 +106,14 @@ fn last_non_zero(bytes: &[u8]) -> Option<usize> {
 /// plausible: no more records than could fit). Cheap filters first, CRC last.
 fn valid_record_after(bytes: &[u8], from: usize, min_lsn: Lsn) -> bool {
     let max_lsn = min_lsn.saturating_add((bytes.len() / RECORD_HEADER_BYTES) as u64);
-    (from..bytes.len().saturating_sub(RECORD_HEADER_BYTES - 1)).any(|p| {
+    // A record's `len` field is not zero, so no record starts after the last non-zero byte:
+    // the preallocated zero tail of a segment (most of it, usually) is skipped by block compares
+    // instead of being searched offset by offset.
+    let Some(last) = last_non_zero(bytes) else {
+        return false;
+    };
+    let stop = (last + 1).min(bytes.len().saturating_sub(RECORD_HEADER_BYTES - 1));
+    (from..stop).any(|p| {
         let h = &bytes[p..p + RECORD_HEADER_BYTES];
         let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
         let mut lsn = [0u8; 8];
