@@ -97,6 +97,10 @@ impl OpenMode {
 }
 
 /// A whole file's bytes for scanning: a read-only map ([`StdFs`]), or shared in-memory bytes.
+///
+/// It may end before the file's size ([`Storage::len`]) when the rest is zeros (the simulation
+/// keeps a preallocated tail as a hole); a reader treats the missing tail as zeros. The WAL's
+/// scans do (a zero `len` field ends the data, zeros after it are what they check for).
 #[derive(Debug)]
 pub enum Contents {
     Empty,
@@ -126,9 +130,14 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn open_segment(&self, path: &Path, kind: WritePath) -> io::Result<Box<dyn SegmentFile>>;
     /// The whole file, for reading (a map for the real file system).
     fn map(&self, path: &Path) -> io::Result<Contents>;
-    /// The whole file, copied.
+    /// The whole file, copied (a zero tail [`Storage::map`] left out is filled in).
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        Ok(self.map(path)?.to_vec())
+        let mut bytes = self.map(path)?.to_vec();
+        let len = usize::try_from(self.len(path)?).unwrap_or(usize::MAX);
+        if bytes.len() < len {
+            bytes.resize(len, 0);
+        }
+        Ok(bytes)
     }
     /// Size of the file at `path`.
     fn len(&self, path: &Path) -> io::Result<u64>;

@@ -45,11 +45,14 @@ struct Dir {
 
 #[derive(Debug, Default)]
 struct Inode {
-    /// What reads see (the page cache). `Arc` so a scan's [`Contents`] shares it without a copy
-    /// (a write after that copies once: `Arc::make_mut`).
+    /// What reads see (the page cache), up to its last written byte: the file is `size` bytes
+    /// and reads as zeros past `cache` (a preallocated tail costs no memory). `Arc` so a scan's
+    /// [`Contents`] shares it without a copy (a write after that copies once: `Arc::make_mut`).
     cache: Arc<Vec<u8>>,
-    /// What the disk holds.
+    size: u64,
+    /// What the disk holds, the same way.
     disk: Vec<u8>,
+    disk_size: u64,
     /// Sectors written since the last sync.
     dirty: BTreeSet<u64>,
 }
@@ -183,9 +186,11 @@ impl State {
         for inode in self.inodes.values_mut() {
             let cache = &inode.cache;
             let mut disk = std::mem::take(&mut inode.disk);
-            if cache.len() != disk.len() && next_u64(&mut rng) & 1 == 1 {
-                disk.resize(cache.len(), 0);
-            }
+            let size = if inode.size != inode.disk_size && next_u64(&mut rng) & 1 == 1 {
+                inode.size
+            } else {
+                inode.disk_size
+            };
             for &s in &inode.dirty {
                 if next_u64(&mut rng) & 1 == 0 {
                     continue;
@@ -200,8 +205,11 @@ impl State {
                 }
                 disk[start..end].copy_from_slice(&cache[start..end]);
             }
+            disk.truncate(size as usize);
             inode.cache = Arc::new(disk.clone());
             inode.disk = disk;
+            inode.size = size;
+            inode.disk_size = size;
             inode.dirty.clear();
         }
         // Inodes no directory names any more are gone.
@@ -322,6 +330,7 @@ impl StorageFile for SimFile {
             data.resize(end as usize, 0);
         }
         data[offset as usize..end as usize].copy_from_slice(buf);
+        inode.size = inode.size.max(end);
         if end > offset {
             inode.dirty.extend(offset / SECTOR..=(end - 1) / SECTOR);
         }
@@ -331,12 +340,13 @@ impl StorageFile for SimFile {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         let mut s = self.fs.lock();
         s.alive()?;
-        let data = &s.inode(self.ino)?.cache;
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(data.len());
-        let n = buf.len().min(data.len() - start);
-        buf[..n].copy_from_slice(&data[start..start + n]);
+        let inode = s.inode(self.ino)?;
+        let (data, size) = (&inode.cache, inode.size as usize);
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(size);
+        let n = buf.len().min(size - start);
+        for (i, b) in buf[..n].iter_mut().enumerate() {
+            *b = data.get(start + i).copied().unwrap_or(0);
+        }
         Ok(n)
     }
 
@@ -346,6 +356,7 @@ impl StorageFile for SimFile {
         let inode = s.inode(self.ino)?;
         let cache = &inode.cache;
         inode.disk.resize(cache.len(), 0);
+        inode.disk_size = inode.size;
         for &sec in &inode.dirty {
             let start = (sec * SECTOR) as usize;
             let end = (start + SECTOR as usize).min(cache.len());
@@ -364,9 +375,7 @@ impl StorageFile for SimFile {
         let mut s = self.fs.lock();
         s.op()?;
         let inode = s.inode(self.ino)?;
-        if (inode.cache.len() as u64) < len {
-            Arc::make_mut(&mut inode.cache).resize(len as usize, 0);
-        }
+        inode.size = inode.size.max(len);
         Ok(())
     }
 
@@ -377,14 +386,17 @@ impl StorageFile for SimFile {
         let mut s = self.fs.lock();
         s.op()?;
         let inode = s.inode(self.ino)?;
-        Arc::make_mut(&mut inode.cache).resize(len as usize, 0);
+        if inode.cache.len() as u64 > len {
+            Arc::make_mut(&mut inode.cache).truncate(len as usize);
+        }
+        inode.size = len;
         Ok(())
     }
 
     fn len(&self) -> io::Result<u64> {
         let mut s = self.fs.lock();
         s.alive()?;
-        Ok(s.inode(self.ino)?.cache.len() as u64)
+        Ok(s.inode(self.ino)?.size)
     }
 }
 
@@ -416,6 +428,7 @@ impl SimFs {
                     s.op()?;
                     let inode = s.inode(ino)?;
                     Arc::make_mut(&mut inode.cache).clear();
+                    inode.size = 0;
                 }
                 Ok(ino)
             }
@@ -456,6 +469,8 @@ impl Storage for SimFs {
         Ok(Box::new(PwriteFile::new(file)))
     }
 
+    /// The file's bytes up to its last written byte (the zero tail is left out: see
+    /// [`Contents`]).
     fn map(&self, path: &Path) -> io::Result<Contents> {
         let s = self.lock();
         s.alive()?;
@@ -472,7 +487,7 @@ impl Storage for SimFs {
         let s = self.lock();
         s.alive()?;
         let ino = s.ino(path)?;
-        Ok(s.inodes.get(&ino).map_or(0, |i| i.cache.len() as u64))
+        Ok(s.inodes.get(&ino).map_or(0, |i| i.size))
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
