@@ -12,10 +12,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice::wal::format::{append_record, decode_payload, parse_record, Parsed};
-use sluice::wal::tools::Finding;
 use sluice::storage::sim::SimFs;
 use sluice::storage::{OpenMode, Storage};
+use sluice::wal::format::{append_record, decode_payload, parse_record, Parsed};
+use sluice::wal::tools::Finding;
 use sluice::wal::{self, Durability, RecordKind, WalConfig, WalReader};
 use std::path::Path;
 use std::sync::Arc;
