@@ -18,6 +18,7 @@ pub mod ops;
 pub mod ring;
 pub mod sched;
 pub mod sign;
+pub mod storage;
 pub mod sync;
 pub mod tools;
 pub mod wal;

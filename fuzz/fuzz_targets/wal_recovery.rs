@@ -1,18 +1,24 @@
-//! WAL record decoding and the recovery scan over arbitrary segment bytes.
+//! WAL record decoding and the recovery scan over arbitrary segment bytes, on the simulated
+//! disk (`sluice::storage::sim::SimFs`: everything in memory, no file system).
 //!
 //! Input: a control byte, then either raw segment bytes (even control byte) or a list of
 //! records to encode with valid CRCs, followed by damage (odd control byte), so that the scan
 //! gets past the CRC check and reaches LSN continuity, payload decoding and torn-tail logic.
-//! The bytes are written as one or two segment files in a temp dir; then: `verify`, the
+//! The bytes are written as one or two segment files of an in-memory log; then: `verify`, the
 //! dispatch recovery, the reader and `open` must not panic, and after a successful `open`
-//! (which truncates a torn tail) the log must verify clean.
+//! (which truncates a torn tail) the log must verify clean. Control bit 7 also cuts the power
+//! during that first `open` (after a number of storage operations taken from the input), reboots
+//! the simulated disk and opens again: recovery interrupted by a power loss must recover too.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use sluice::storage::sim::SimFs;
+use sluice::storage::{OpenMode, Storage};
 use sluice::wal::format::{append_record, decode_payload, parse_record, Parsed};
 use sluice::wal::tools::Finding;
 use sluice::wal::{self, Durability, RecordKind, WalConfig, WalReader};
 use std::path::Path;
+use std::sync::Arc;
 
 fn structured(data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -46,15 +52,22 @@ fn segment_name(lsn: u64) -> String {
     format!("{lsn:020}.seg")
 }
 
-fn check(root: &Path, segments: &[(u64, &[u8])]) {
+fn check(ctl: u8, segments: &[(u64, &[u8])]) {
+    let root = Path::new("/fuzz");
     let wal_dir = root.join("wal");
-    std::fs::create_dir_all(&wal_dir).unwrap();
+    let fs = SimFs::new(root, u64::from(ctl));
+    let storage: Arc<dyn Storage> = Arc::new(fs.clone());
+    fs.create_dir_all(&wal_dir).unwrap();
     for (lsn, bytes) in segments {
-        std::fs::write(wal_dir.join(segment_name(*lsn)), bytes).unwrap();
+        let path = wal_dir.join(segment_name(*lsn));
+        let mut f = fs.open(&path, OpenMode::CREATE).unwrap();
+        f.write_at(0, bytes).unwrap();
+        f.sync_data().unwrap();
     }
-    let _ = wal::tools::verify(root);
-    let _ = wal::recover_dispatch(&wal_dir);
-    if let Ok(mut reader) = WalReader::open(&wal_dir) {
+    fs.sync_dir(&wal_dir).unwrap();
+    let _ = wal::tools::verify_log_in(&fs, &wal_dir, &mut sluice::tools::progress::Silent);
+    let _ = wal::recover_dispatch_in(&fs, &wal_dir);
+    if let Ok(mut reader) = WalReader::open_in(storage.clone(), &wal_dir, 0) {
         for _ in 0..100_000 {
             match reader.next_record() {
                 Some(Ok(_)) => {}
@@ -68,19 +81,27 @@ fn check(root: &Path, segments: &[(u64, &[u8])]) {
         durability: Durability::Os,
         ..WalConfig::new(&wal_dir)
     };
-    let opened = wal::open(&cfg);
+    if ctl & 0x80 != 0 {
+        // A power cut part-way through recovery (it zeroes a torn tail, syncs, writes the
+        // checkpoint); the second recovery below runs on what survived.
+        fs.power_cut_after(1 + u64::from(ctl & 0x0F));
+        let _ = wal::open_in(storage.clone(), &cfg);
+        fs.reboot();
+    }
+    let opened = wal::open_in(storage.clone(), &cfg);
     if let Ok((log, report)) = opened {
         drop(log);
         // `open` checks framing (length, CRC, kind, LSN continuity) and truncates a torn tail;
         // `verify` also decodes every payload. After a successful open: no torn tail is left,
         // the framing agrees, and a payload that does not decode makes the dispatch recovery
         // (the next start-up step) refuse too, never skip it silently.
-        let v = wal::tools::verify(root).expect("verify after open");
+        let v = wal::tools::verify_log_in(&fs, &wal_dir, &mut sluice::tools::progress::Silent)
+            .expect("verify after open");
         match &v.finding {
             None => assert_eq!(v.records, report.records, "{v}"),
             Some(Finding::TornTail { .. }) => panic!("torn tail left after open: {v}"),
             Some(Finding::Corrupt { .. }) => assert!(
-                wal::recover_dispatch(&wal_dir).is_err(),
+                wal::recover_dispatch_in(&fs, &wal_dir).is_err(),
                 "undecodable payload accepted by the dispatch recovery: {v}"
             ),
         }
@@ -108,21 +129,12 @@ fuzz_target!(|data: &[u8]| {
             Parsed::End | Parsed::Bad(_) => off += 1,
         }
     }
-    let base = std::env::var_os("SLUICE_FUZZ_TMP")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    let root = base.join(format!("sluice-fuzz-wal-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
     // ctl bit 1: split into two segments at a point chosen by the next bits.
     if ctl & 2 == 2 && bytes.len() > 1 {
         let split = (usize::from(ctl >> 2) * bytes.len() / 64).clamp(1, bytes.len() - 1);
         let second_lsn = 1 + u64::from(ctl >> 4);
-        check(
-            &root,
-            &[(1, &bytes[..split]), (second_lsn, &bytes[split..])],
-        );
+        check(ctl, &[(1, &bytes[..split]), (second_lsn, &bytes[split..])]);
     } else {
-        check(&root, &[(1, &bytes)]);
+        check(ctl, &[(1, &bytes)]);
     }
-    let _ = std::fs::remove_dir_all(&root);
 });

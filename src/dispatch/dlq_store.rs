@@ -57,7 +57,6 @@ use super::dlq::{
 };
 use super::dlq_batch::{self as batch, Found, Name};
 use super::dlq_index::{Index, Loc};
-use crate::wal::segment::sync_dir;
 
 /// Batch files smaller than this are not compacted (their dead bytes are bounded anyway).
 pub const COMPACT_MIN_BYTES: u64 = 64 * 1024;
@@ -578,6 +577,12 @@ struct Vanished;
 #[path = "dlq_store_read.rs"]
 mod read;
 use read::{read_legacy, read_names, scan_dir};
+
+/// `fsync` of a directory (so a created, renamed or removed entry survives a power loss), on the
+/// real file system: the DLQ's batch store does not go through `crate::storage` yet.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    crate::storage::Storage::sync_dir(&crate::storage::StdFs, dir)
+}
 
 #[cfg(test)]
 #[path = "dlq_store_tests.rs"]

@@ -8,8 +8,10 @@
 //!
 //! Memory ordering: every access is `Relaxed`. A counter publishes no other memory; each cell
 //! has a single modification order, so per-cell reads are monotonic, and Prometheus does not
-//! need a scrape to be an atomic snapshot across cells or shards. These atomics bypass the
-//! `crate::sync` shim on purpose (see its docs): loom has nothing to check here.
+//! need a scrape to be an atomic snapshot across cells or shards. The shard cells go through the
+//! `crate::sync` shim (std atomics outside loom, the same code) only so that the claims above are
+//! checked by a loom model (`loom-tests/tests/metrics.rs`: concurrent increments on two shards
+//! and a scrape); the unsharded [`Counter`] (a `const fn`) bypasses it.
 //!
 //! Bound: `cores × slot::COUNT × 8` bytes (about 1 KiB per core), allocated once.
 #![forbid(unsafe_code)]
@@ -206,13 +208,13 @@ pub mod slot {
 /// even if a handle is misused), read by scrapes.
 #[derive(Debug)]
 struct Shard {
-    cells: [AtomicU64; slot::COUNT],
+    cells: [crate::sync::atomic::AtomicU64; slot::COUNT],
 }
 
 impl Shard {
     fn new() -> Self {
         Shard {
-            cells: std::array::from_fn(|_| AtomicU64::new(0)),
+            cells: std::array::from_fn(|_| crate::sync::atomic::AtomicU64::new(0)),
         }
     }
     #[inline]

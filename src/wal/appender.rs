@@ -17,8 +17,9 @@ use super::format::{
     append_record, encode_event_into, encode_payload_into, EncodeError, EventRecord, Record,
     RecordKind,
 };
-use super::segment::{list_segments, open_for_write, segment_path, sync_dir, SegmentFile};
+use super::segment::{list_segments_in, segment_path, SegmentFile};
 use super::{Durability, Lsn, WalError, WalShared, WritePath};
+use crate::storage::{LockGuard, Storage};
 use crate::sync::clock::{unix_millis, Clock, MonotonicClock};
 use std::fmt;
 use std::io;
@@ -34,6 +35,12 @@ pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 pub const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// Bytes of zeros a probe writes (and syncs) at the end of the active segment.
 const PROBE_BYTES: u64 = 4096;
+/// `Os` durability: the active segment is synced (before the next batch is written) once this
+/// many committed bytes are unsynced, and until then they are kept in memory, so that a failed
+/// sync can be followed by a rewrite of them rather than trusting the page cache (after a failed
+/// writeback Linux may drop the pages and report success on the next `fdatasync`). Bound of that
+/// copy: this plus one batch (`MAX_BATCH_BYTES` of bodies, plus record headers).
+pub const OS_SYNC_EVERY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Wraps each segment file the writer opens; the storage-fault seam (tests wrap the real file in
 /// one that fails with `ENOSPC`, `EIO` or short writes on demand).
@@ -87,7 +94,9 @@ pub struct Wal {
     /// Where sync latencies go once a writer thread owns this log.
     pub(crate) shared: Option<Arc<WalShared>>,
     /// The WAL directory's `LOCK` file, `flock`ed exclusively while this `Wal` lives.
-    pub(crate) lock: Option<std::fs::File>,
+    pub(crate) lock: Option<Box<dyn LockGuard>>,
+    /// Where the log's files live (the real file system, or the power-loss simulation).
+    pub(crate) storage: Arc<dyn Storage>,
     /// The directory's checkpoint; `None` only inside [`super::open`], before it is written.
     pub(crate) checkpoint: Option<CheckpointFile>,
     /// Highest LSN synced to disk (what the checkpoint may promise).
@@ -102,6 +111,12 @@ pub struct Wal {
     roll_failed: bool,
     /// Missing ranges accepted at open (`--accept-wal-loss`), published when a writer attaches.
     pub(crate) lost_accepted: Vec<LostRange>,
+    /// `Os` durability only: the committed bytes `[os_synced_end, active.end)` of the active
+    /// segment not yet synced (bounded: [`OS_SYNC_EVERY_BYTES`] plus one batch).
+    os_unsynced: Vec<u8>,
+    os_synced_end: u64,
+    /// A sync failed while `os_unsynced` was not empty: rewrite it before the next sync.
+    os_rewrite: bool,
 }
 
 impl fmt::Debug for Wal {
@@ -133,7 +148,13 @@ impl SegmentFile for Detached {
 }
 
 impl Wal {
-    pub(crate) fn new(cfg: &super::WalConfig, active: Active, next_lsn: Lsn) -> Wal {
+    pub(crate) fn new(
+        cfg: &super::WalConfig,
+        storage: Arc<dyn Storage>,
+        active: Active,
+        next_lsn: Lsn,
+    ) -> Wal {
+        let end = active.end;
         Wal {
             dir: cfg.dir.clone(),
             segment_bytes: cfg.segment_bytes,
@@ -148,6 +169,7 @@ impl Wal {
             clock: std::sync::Arc::new(MonotonicClock::new()),
             shared: None,
             lock: None,
+            storage,
             checkpoint: None,
             synced_lsn: next_lsn - 1,
             checkpoint_at_ns: 0,
@@ -156,6 +178,9 @@ impl Wal {
             checkpoint_failing: false,
             roll_failed: false,
             lost_accepted: Vec::new(),
+            os_unsynced: Vec::new(),
+            os_synced_end: end,
+            os_rewrite: false,
         }
     }
 
@@ -259,8 +284,8 @@ impl Wal {
     /// Syncs the active segment (for `Os` durability at shutdown; harmless otherwise) and
     /// brings the checkpoint up to date.
     pub fn sync(&mut self) -> Result<(), WalError> {
-        let end = self.active.end;
-        self.timed_sync(0, end)
+        let (from, end) = (self.unsynced_from(), self.active.end);
+        self.timed_sync(from, end - from)
             .map_err(|e| WalError::io(&self.active.path, e))?;
         self.synced_lsn = self.last_lsn();
         self.write_checkpoint(self.wanted_checkpoint())
@@ -344,6 +369,8 @@ impl Wal {
                 self.next_lsn += self.staged;
                 if self.durability == Durability::Fsync {
                     self.synced_lsn = self.next_lsn - 1;
+                } else {
+                    self.os_unsynced.extend_from_slice(&self.buf);
                 }
             }
             Err(_) => {
@@ -357,6 +384,10 @@ impl Wal {
     fn write_staged(&mut self) -> io::Result<()> {
         if self.active.dirty_end > self.active.end {
             self.scrub()?;
+        }
+        if self.os_unsynced.len() >= OS_SYNC_EVERY_BYTES || self.os_rewrite {
+            let (from, end) = (self.os_synced_end, self.active.end);
+            self.timed_sync(from, end - from)?;
         }
         let end = self.active.end;
         self.active.file.write_at(end, &self.buf)?;
@@ -386,7 +417,16 @@ impl Wal {
         Ok(())
     }
 
+    /// Syncs `[offset, offset + len)` of the active segment. In `Os` mode it first rewrites the
+    /// unsynced committed bytes from memory if an earlier sync failed, and forgets them once a
+    /// sync covering them succeeds.
     fn timed_sync(&mut self, offset: u64, len: u64) -> io::Result<()> {
+        if self.os_rewrite {
+            self.active
+                .file
+                .write_at(self.os_synced_end, &self.os_unsynced)?;
+            self.os_rewrite = false;
+        }
         let t0 = self.clock.now_nanos();
         let res = self.active.file.sync(offset, len);
         if let Some(shared) = &self.shared {
@@ -394,7 +434,35 @@ impl Wal {
                 .sync_seconds
                 .observe_nanos(self.clock.now_nanos().saturating_sub(t0));
         }
+        if self.durability == Durability::Os {
+            // `fdatasync` covers the whole file; `msync` only its range.
+            let covers = self.write_path == WritePath::Pwrite
+                || (offset <= self.os_synced_end && offset + len >= self.active.end);
+            match &res {
+                Err(_) => self.os_rewrite = !self.os_unsynced.is_empty(),
+                Ok(()) if covers => {
+                    self.os_unsynced.clear();
+                    self.os_synced_end = self.active.end;
+                    self.synced_lsn = self.last_lsn();
+                }
+                Ok(()) => {}
+            }
+        }
         res
+    }
+
+    /// Start of the active segment's bytes a sync must cover: `os_synced_end` in `Os` mode (what
+    /// was synced before stays synced), 0 otherwise.
+    fn unsynced_from(&self) -> u64 {
+        match self.durability {
+            Durability::Os => self.os_synced_end.min(self.active.end),
+            Durability::Fsync => 0,
+        }
+    }
+
+    /// `Os` mode: committed bytes of the active segment kept in memory until synced.
+    pub fn os_unsynced_bytes(&self) -> usize {
+        self.os_unsynced.len()
     }
 
     /// Makes the active segment durable and switches to a new, preallocated segment named
@@ -419,8 +487,8 @@ impl Wal {
         // Already synced batch by batch in Fsync mode; in Os mode this bounds a power loss to
         // the active segment.
         if self.durability == Durability::Os {
-            let end = self.active.end;
-            self.timed_sync(0, end)?;
+            let (from, end) = (self.unsynced_from(), self.active.end);
+            self.timed_sync(from, end - from)?;
         }
         let path = segment_path(&self.dir, self.next_lsn);
         let file = match self.create_segment(&path) {
@@ -431,16 +499,19 @@ impl Wal {
                 // an empty segment named by an LSN inside the active one would read as an LSN
                 // gap (found by the fault-injection suite: ENOSPC at allocation, then small
                 // events that still fit). It holds nothing: no record with this LSN is committed.
-                let _ = std::fs::remove_file(&path);
+                let _ = self.storage.remove(&path);
                 return Err(e);
             }
         };
         if self.durability == Durability::Os {
             // The old segment was created without a directory sync in this mode; the
             // checkpoint written next promises its records, so its entry must be durable too.
-            sync_dir(&self.dir)?;
+            self.storage.sync_dir(&self.dir)?;
         }
         self.synced_lsn = self.last_lsn();
+        self.os_unsynced.clear();
+        self.os_synced_end = 0;
+        self.os_rewrite = false;
         self.active = Active {
             path,
             first_lsn: self.next_lsn,
@@ -508,7 +579,7 @@ impl Wal {
             };
             self.write_checkpoint(c)?;
         }
-        let segments = list_segments(&self.dir).map_err(|e| match e {
+        let segments = list_segments_in(&*self.storage, &self.dir).map_err(|e| match e {
             WalError::Io { source, .. } => source,
             other => io::Error::other(other.to_string()),
         })?;
@@ -518,7 +589,7 @@ impl Wal {
             if *next_first > keep {
                 break;
             }
-            std::fs::remove_file(path)?;
+            self.storage.remove(path)?;
             eprintln!("sluice: retention: deleted {}", path.display());
             deleted += 1;
         }
@@ -577,14 +648,14 @@ impl Wal {
     /// Creates, wraps and preallocates the segment file at `path` (synced with its directory
     /// entry in `Fsync` mode).
     fn create_segment(&mut self, path: &Path) -> io::Result<Box<dyn SegmentFile>> {
-        let mut file = open_for_write(path, self.write_path)?;
+        let mut file = self.storage.open_segment(path, self.write_path)?;
         if let Some(wrap) = &mut self.wrapper {
             file = wrap(file);
         }
         file.allocate(self.segment_bytes)?;
         if self.durability == Durability::Fsync {
             file.sync(0, 0)?;
-            sync_dir(&self.dir)?;
+            self.storage.sync_dir(&self.dir)?;
         }
         Ok(file)
     }

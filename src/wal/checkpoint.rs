@@ -45,12 +45,10 @@
 //! file is created then.
 #![forbid(unsafe_code)]
 
-use super::segment::sync_dir;
 use super::{Lsn, WalError};
+use crate::storage::{OpenMode, StdFs, Storage, StorageFile};
 use std::fmt;
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// Name of the checkpoint file in a log directory.
@@ -180,8 +178,16 @@ impl fmt::Display for Damaged {
 /// there is no checkpoint file (a log written before checkpoints existed), `Ok(Err(_))` when the
 /// file exists but no slot is valid, `Err` on an I/O error.
 pub fn read(dir: &Path) -> Result<Option<Result<Checkpoint, Damaged>>, WalError> {
+    read_in(&StdFs, dir)
+}
+
+/// [`read`] on `storage`.
+pub fn read_in(
+    storage: &dyn Storage,
+    dir: &Path,
+) -> Result<Option<Result<Checkpoint, Damaged>>, WalError> {
     let p = path(dir);
-    let bytes = match std::fs::read(&p) {
+    let bytes = match storage.read(&p) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(WalError::io(&p, e)),
@@ -258,7 +264,7 @@ pub fn missing(c: &Checkpoint, extent: &Extent) -> Vec<LostRange> {
 #[derive(Debug)]
 pub struct CheckpointFile {
     path: PathBuf,
-    file: File,
+    file: Box<dyn StorageFile>,
     /// Update number of the current slot.
     seq: u64,
     current: Checkpoint,
@@ -267,18 +273,23 @@ pub struct CheckpointFile {
 impl CheckpointFile {
     /// Opens the checkpoint of `dir` and writes `c` to it; creates the file (atomically: see the
     /// module docs) if it does not exist or has no valid slot.
-    pub fn open_or_create(dir: &Path, c: Checkpoint, now_ms: u64) -> Result<Self, WalError> {
+    pub fn open_or_create(
+        storage: &dyn Storage,
+        dir: &Path,
+        c: Checkpoint,
+        now_ms: u64,
+    ) -> Result<Self, WalError> {
         let p = path(dir);
         let io_err = |e| WalError::io(&p, e);
-        let existing = match std::fs::read(&p) {
+        let existing = match storage.read(&p) {
             Ok(bytes) => decode_file(&bytes).ok(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_err(e)),
         };
         let Some((seq, current)) = existing else {
-            return Self::create(dir, c, now_ms);
+            return Self::create(storage, dir, c, now_ms);
         };
-        let file = OpenOptions::new().write(true).open(&p).map_err(io_err)?;
+        let file = storage.open(&p, OpenMode::EXISTING).map_err(io_err)?;
         let mut f = CheckpointFile {
             path: p.clone(),
             file,
@@ -289,24 +300,23 @@ impl CheckpointFile {
         Ok(f)
     }
 
-    fn create(dir: &Path, c: Checkpoint, now_ms: u64) -> Result<Self, WalError> {
+    fn create(
+        storage: &dyn Storage,
+        dir: &Path,
+        c: Checkpoint,
+        now_ms: u64,
+    ) -> Result<Self, WalError> {
         let p = path(dir);
         let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
         let tmp_err = |e| WalError::io(&tmp, e);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(tmp_err)?;
+        let mut file = storage.open(&tmp, OpenMode::REPLACE).map_err(tmp_err)?;
         file.set_len(FILE_BYTES).map_err(tmp_err)?;
         // Update 1 goes to slot 1 (`seq % 2`); slot 0 stays zeros (invalid) until update 2.
-        file.write_all_at(&encode_slot(1, &c, now_ms), SLOT_STRIDE)
+        file.write_at(SLOT_STRIDE, &encode_slot(1, &c, now_ms))
             .map_err(tmp_err)?;
-        file.sync_all().map_err(tmp_err)?;
-        std::fs::rename(&tmp, &p).map_err(|e| WalError::io(&p, e))?;
-        sync_dir(dir).map_err(|e| WalError::io(dir, e))?;
+        file.sync_data().map_err(tmp_err)?;
+        storage.rename(&tmp, &p).map_err(|e| WalError::io(&p, e))?;
+        storage.sync_dir(dir).map_err(|e| WalError::io(dir, e))?;
         Ok(CheckpointFile {
             path: p,
             file,
@@ -329,7 +339,7 @@ impl CheckpointFile {
     pub fn write(&mut self, c: Checkpoint, now_ms: u64) -> io::Result<()> {
         let seq = self.seq + 1;
         let slot = encode_slot(seq, &c, now_ms);
-        self.file.write_all_at(&slot, (seq % 2) * SLOT_STRIDE)?;
+        self.file.write_at((seq % 2) * SLOT_STRIDE, &slot)?;
         self.file.sync_data()?;
         self.seq = seq;
         self.current = c;
@@ -340,6 +350,8 @@ impl CheckpointFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::FileExt;
 
     fn ck(first: Lsn, durable: Lsn) -> Checkpoint {
         Checkpoint {
@@ -352,7 +364,7 @@ mod tests {
     fn create_update_reopen_alternates_slots_and_reads_the_newest() {
         let tmp = tempfile::tempdir().unwrap();
         assert_eq!(read(tmp.path()).unwrap(), None);
-        let mut f = CheckpointFile::open_or_create(tmp.path(), ck(1, 0), 5).unwrap();
+        let mut f = CheckpointFile::open_or_create(&StdFs, tmp.path(), ck(1, 0), 5).unwrap();
         assert_eq!(std::fs::metadata(f.path()).unwrap().len(), FILE_BYTES);
         assert_eq!(read(tmp.path()).unwrap(), Some(Ok(ck(1, 0))));
         for d in 1..=5 {
@@ -360,7 +372,7 @@ mod tests {
             assert_eq!(read(tmp.path()).unwrap(), Some(Ok(ck(1, d * 10))));
         }
         drop(f);
-        let f = CheckpointFile::open_or_create(tmp.path(), ck(3, 77), 7).unwrap();
+        let f = CheckpointFile::open_or_create(&StdFs, tmp.path(), ck(3, 77), 7).unwrap();
         assert_eq!(f.current(), ck(3, 77));
         assert_eq!(read(tmp.path()).unwrap(), Some(Ok(ck(3, 77))));
         assert!(!tmp.path().join("CHECKPOINT.tmp").exists());
@@ -369,7 +381,7 @@ mod tests {
     #[test]
     fn a_torn_update_falls_back_to_the_other_slot_and_no_valid_slot_is_damage() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut f = CheckpointFile::open_or_create(tmp.path(), ck(1, 5), 0).unwrap();
+        let mut f = CheckpointFile::open_or_create(&StdFs, tmp.path(), ck(1, 5), 0).unwrap();
         f.write(ck(1, 9), 0).unwrap(); // seq 2: slot 0
         f.write(ck(1, 12), 0).unwrap(); // seq 3: slot 1
         let p = path(tmp.path());
@@ -384,7 +396,7 @@ mod tests {
         // Truncated to nothing: damaged too; open_or_create rebuilds it.
         file.set_len(0).unwrap();
         assert!(matches!(read(tmp.path()).unwrap(), Some(Err(_))));
-        let f = CheckpointFile::open_or_create(tmp.path(), ck(4, 4), 0).unwrap();
+        let f = CheckpointFile::open_or_create(&StdFs, tmp.path(), ck(4, 4), 0).unwrap();
         assert_eq!(f.current(), ck(4, 4));
         assert_eq!(read(tmp.path()).unwrap(), Some(Ok(ck(4, 4))));
     }

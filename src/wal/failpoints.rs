@@ -11,6 +11,7 @@
 //! | `eio-write` | `write_at` writes the first half of the buffer, then fails with `EIO` |
 //! | `eio-sync` | `sync` fails with `EIO` (the write itself reached the page cache) |
 //! | `short-write` | `write_at` writes the first half and reports `WriteZero` (a short `pwrite`) |
+//! | `eio-sync-once` | the next `sync` fails with `EIO`, and every later one succeeds (until the file says something else and then `eio-sync-once` again). The failed sync also *drops the range it was asked to make durable* (overwrites it with zeros in the page cache), as Linux may after a failed writeback ("fsyncgate": the dirty pages are marked clean and lost, and the next `fdatasync` reports success) |
 //!
 //! Each injected fault is counted ([`injected`]) and logged to stderr as
 //! `sluice: failpoint <mode> injected (#N)`. This module only wraps [`SegmentFile`] through the
@@ -22,13 +23,16 @@ use super::segment::SegmentFile;
 use super::Wal;
 use std::io;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The environment variable naming the control file.
 pub const ENV: &str = "SLUICE_FAILPOINTS";
 
 /// Faults injected so far (`Relaxed`: a counter).
 static INJECTED: AtomicU64 = AtomicU64::new(0);
+/// True once `eio-sync-once` has failed a sync; false again when the control file says anything
+/// else. `Relaxed`: the flag is the whole message (one writer thread per log; a test uses one).
+static SYNC_ONCE_FIRED: AtomicBool = AtomicBool::new(false);
 
 /// Faults injected so far in this process.
 pub fn injected() -> u64 {
@@ -42,6 +46,7 @@ enum Mode {
     EioWrite,
     EioSync,
     ShortWrite,
+    EioSyncOnce,
 }
 
 impl Mode {
@@ -51,6 +56,7 @@ impl Mode {
             "eio-write" => Mode::EioWrite,
             "eio-sync" => Mode::EioSync,
             "short-write" => Mode::ShortWrite,
+            "eio-sync-once" => Mode::EioSyncOnce,
             _ => Mode::Off,
         }
     }
@@ -62,6 +68,7 @@ impl Mode {
             Mode::EioWrite => "eio-write",
             Mode::EioSync => "eio-sync",
             Mode::ShortWrite => "short-write",
+            Mode::EioSyncOnce => "eio-sync-once",
         }
     }
 }
@@ -118,16 +125,35 @@ impl SegmentFile for Failpoints {
                 };
                 Err(Self::inject(m, err))
             }
-            Mode::Off | Mode::EioSync => self.inner.write_at(offset, buf),
+            Mode::Off | Mode::EioSync | Mode::EioSyncOnce => self.inner.write_at(offset, buf),
         }
     }
 
     fn sync(&mut self, offset: u64, len: u64) -> io::Result<()> {
-        match self.mode() {
+        let mode = self.mode();
+        if mode != Mode::EioSyncOnce {
+            SYNC_ONCE_FIRED.store(false, Ordering::Relaxed);
+        }
+        match mode {
             Mode::EioSync => Err(Self::inject(
                 Mode::EioSync,
                 io::Error::from_raw_os_error(libc::EIO),
             )),
+            Mode::EioSyncOnce if !SYNC_ONCE_FIRED.swap(true, Ordering::Relaxed) => {
+                // The kernel lost the pages of the failed writeback: what the range held is gone
+                // from the cache (zeros, as preallocated space reads), and nobody is told again.
+                let zeros = vec![0u8; 64 * 1024];
+                let mut off = offset;
+                while off < offset + len {
+                    let n = (offset + len - off).min(zeros.len() as u64) as usize;
+                    self.inner.write_at(off, &zeros[..n])?;
+                    off += n as u64;
+                }
+                Err(Self::inject(
+                    Mode::EioSyncOnce,
+                    io::Error::from_raw_os_error(libc::EIO),
+                ))
+            }
             _ => self.inner.sync(offset, len),
         }
     }
@@ -155,6 +181,7 @@ mod tests {
             Mode::EioWrite,
             Mode::EioSync,
             Mode::ShortWrite,
+            Mode::EioSyncOnce,
         ] {
             assert_eq!(Mode::parse(&format!("{}\n", m.name())), m);
         }

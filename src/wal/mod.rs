@@ -227,7 +227,7 @@ mod loss_tests;
 pub(crate) mod recovery;
 pub mod segment;
 pub mod state;
-mod sys;
+pub(crate) mod sys;
 pub mod tail;
 pub mod tools;
 mod writer;
@@ -242,8 +242,8 @@ pub use format::{
 pub use format::{event_cost, max_record_bytes_for, MAX_HEADERS, MAX_HEADER_VALUE_BYTES};
 pub use layout::{core_log_dir, log_dirs, LogDir};
 pub use recovery::LOCK_FILE;
-pub use recovery::{open, RawRecord, RecoveryReport, WalReader};
-pub use state::{recover_dispatch, DispatchRecovery, PendingMeta};
+pub use recovery::{open, open_in, RawRecord, RecoveryReport, WalReader};
+pub use state::{recover_dispatch, recover_dispatch_in, DispatchRecovery, PendingMeta};
 pub use tail::WalTail;
 pub use writer::commit_batch;
 
@@ -432,7 +432,10 @@ pub struct WalShared {
     /// `Release` after the write/sync that made it durable and before the completions are sent;
     /// pairs with the `Acquire` load in [`WalShared::durable_lsn`] (the pump reads the log up
     /// to it, so the record bytes must be visible once the LSN is).
-    pub durable_lsn: AtomicU64,
+    ///
+    /// The one field of the WAL behind the `crate::sync` shim: the publication is modelled under
+    /// loom (`loom-tests/tests/durable.rs`).
+    pub durable_lsn: crate::sync::atomic::AtomicU64,
     /// False while the last write or sync failed (`/readyz` reports `wal_unavailable`).
     /// `Relaxed`: a status flag; it publishes no other memory.
     pub healthy: AtomicBool,
@@ -479,7 +482,7 @@ impl Default for WalShared {
 impl WalShared {
     pub fn new() -> Self {
         WalShared {
-            durable_lsn: AtomicU64::new(0),
+            durable_lsn: crate::sync::atomic::AtomicU64::new(0),
             healthy: AtomicBool::new(true),
             appends_total: std::sync::atomic::AtomicU64::new(0),
             sync_seconds: std::sync::Arc::new(Histogram::new(SYNC_BOUNDS_NANOS)),

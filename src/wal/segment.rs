@@ -3,13 +3,16 @@
 //! [`SegmentFile`] is the seam between the writer and the disk: the writer only calls
 //! `write_at`, `sync` and `allocate`, so tests (and the storage-fault suite) can wrap the real
 //! implementation and inject `ENOSPC`, `EIO` or short writes (see [`crate::wal::Wal::set_file_wrapper`]).
+//! Segment files are opened through a [`Storage`] (`crate::storage`): the real file system or
+//! the power-loss simulation.
 #![forbid(unsafe_code)]
 
 use super::{sys, Lsn, WalError, WritePath};
+use crate::storage::{StdFs, Storage, StorageFile};
 use memmap2::MmapMut;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 
 /// Digits in a segment file name: enough for any `u64`, so lexical order = numeric order.
@@ -32,22 +35,21 @@ pub fn parse_segment_name(name: &str) -> Option<Lsn> {
 
 /// All segments in `dir`, ordered by first LSN. Other files are ignored.
 pub fn list_segments(dir: &Path) -> Result<Vec<(Lsn, PathBuf)>, WalError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| WalError::io(dir, e))?;
-    let mut out = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| WalError::io(dir, e))?;
-        let name = entry.file_name();
-        if let Some(lsn) = name.to_str().and_then(parse_segment_name) {
-            out.push((lsn, entry.path()));
-        }
-    }
-    out.sort_unstable_by_key(|(lsn, _)| *lsn);
-    Ok(out)
+    list_segments_in(&StdFs, dir)
 }
 
-/// `fsync` of a directory, so a newly created segment's entry survives a power loss.
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+/// [`list_segments`] on `storage`.
+pub fn list_segments_in(
+    storage: &dyn Storage,
+    dir: &Path,
+) -> Result<Vec<(Lsn, PathBuf)>, WalError> {
+    let names = storage.list(dir).map_err(|e| WalError::io(dir, e))?;
+    let mut out: Vec<(Lsn, PathBuf)> = names
+        .iter()
+        .filter_map(|name| Some((parse_segment_name(name)?, dir.join(name))))
+        .collect();
+    out.sort_unstable_by_key(|(lsn, _)| *lsn);
+    Ok(out)
 }
 
 /// The file operations the writer needs; one implementation per [`WritePath`].
@@ -61,24 +63,37 @@ pub trait SegmentFile: Send {
     /// Preallocates the file to `len` bytes (`fallocate`, falling back to `set_len`). Called once per segment
     /// before the first `write_at`.
     fn allocate(&mut self, len: u64) -> io::Result<()>;
+    /// The descriptor of the segment file, for a commit path that submits `write` + `fdatasync`
+    /// itself (io_uring on the core's ring); `None` in the simulation.
+    fn raw_fd(&self) -> Option<RawFd> {
+        None
+    }
 }
 
-/// Write path 1: `pwrite` + `fdatasync`.
+/// Write path 1: `pwrite` + `fdatasync`, on any [`StorageFile`].
 #[derive(Debug)]
 pub struct PwriteFile {
-    file: File,
+    file: Box<dyn StorageFile>,
+}
+
+impl PwriteFile {
+    pub fn new(file: Box<dyn StorageFile>) -> Self {
+        PwriteFile { file }
+    }
 }
 
 impl SegmentFile for PwriteFile {
     fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        self.file.write_all_at(buf, offset)
+        self.file.write_at(offset, buf)
     }
     fn sync(&mut self, _offset: u64, _len: u64) -> io::Result<()> {
-        // `File::sync_data` is `fdatasync(2)` on Linux.
         self.file.sync_data()
     }
     fn allocate(&mut self, len: u64) -> io::Result<()> {
-        sys::allocate(&self.file, len)
+        self.file.allocate(len)
+    }
+    fn raw_fd(&self) -> Option<RawFd> {
+        self.file.raw_fd()
     }
 }
 
@@ -97,6 +112,10 @@ fn out_of_range() -> io::Error {
 }
 
 impl MmapFile {
+    pub fn new(file: File) -> Self {
+        MmapFile { file, map: None }
+    }
+
     fn range(&self, offset: u64, len: usize) -> io::Result<(usize, usize)> {
         let map_len = self.map.as_ref().map_or(0, |m| m.len());
         let start = usize::try_from(offset).map_err(|_| out_of_range())?;
@@ -134,20 +153,14 @@ impl SegmentFile for MmapFile {
         }
         Ok(())
     }
+    fn raw_fd(&self) -> Option<RawFd> {
+        Some(self.file.as_raw_fd())
+    }
 }
 
-/// Opens (creating if absent, never truncating) the segment at `path` for writing with `path_kind`.
+/// Opens (creating if absent, never truncating) the segment at `path` on the real file system.
 pub fn open_for_write(path: &Path, path_kind: WritePath) -> io::Result<Box<dyn SegmentFile>> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)?;
-    Ok(match path_kind {
-        WritePath::Pwrite => Box::new(PwriteFile { file }),
-        WritePath::Mmap => Box::new(MmapFile { file, map: None }),
-    })
+    StdFs.open_segment(path, path_kind)
 }
 
 #[cfg(test)]
@@ -175,6 +188,10 @@ mod tests {
         for (i, kind) in [WritePath::Pwrite, WritePath::Mmap].into_iter().enumerate() {
             let path = segment_path(dir.path(), i as u64 + 1);
             let mut f = open_for_write(&path, kind).unwrap();
+            assert!(
+                f.raw_fd().is_some(),
+                "the real files expose their descriptor"
+            );
             f.allocate(8192).unwrap();
             assert_eq!(std::fs::metadata(&path).unwrap().len(), 8192);
             f.write_at(100, b"hello").unwrap();

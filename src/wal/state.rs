@@ -29,6 +29,7 @@
 use super::format::{decode_payload, parse_event, Record, RecordKind, RecordRef};
 use super::recovery::{scan_dir, Finding};
 use super::{Lsn, WalError};
+use crate::storage::{StdFs, Storage};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -121,8 +122,17 @@ impl DispatchScan {
 /// Scans the WAL directory `wal_dir` once and returns the unfinished events (see the module
 /// docs). `Err(Corrupt)` on damage that is not a torn tail, or on an undecodable payload.
 pub fn recover_dispatch(wal_dir: &Path) -> Result<DispatchRecovery, WalError> {
+    recover_dispatch_in(&StdFs, wal_dir)
+}
+
+/// [`recover_dispatch`] on `storage`.
+pub fn recover_dispatch_in(
+    storage: &dyn Storage,
+    wal_dir: &Path,
+) -> Result<DispatchRecovery, WalError> {
     let mut state = DispatchScan::default();
-    let scan = scan_dir(wal_dir, &mut |_, _, r| state.observe(r))?;
+    // After `open`, which truncated a torn tail: the strict rule (no checkpoint needed).
+    let scan = scan_dir(storage, wal_dir, Lsn::MAX, &mut |_, _, r| state.observe(r))?;
     if let Some(Finding::Corrupt {
         segment,
         offset,

@@ -9,6 +9,7 @@ use super::format::{decode_payload, RecordRef};
 use super::recovery::scan_dir;
 pub use super::recovery::Finding;
 use super::{DoneStatus, Lsn, Record, WalError, WalReader};
+use crate::storage::{StdFs, Storage};
 use crate::tools::progress::{Progress, Silent};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -103,7 +104,7 @@ pub fn verify_all_with(
     let mut reports = Vec::new();
     for l in super::layout::log_dirs(&data_dir.join(WAL_SUBDIR))? {
         progress.begin(&format!("wal verify {}", l.name), None);
-        let report = verify_log_with(&l.dir, progress);
+        let report = verify_log_in(&StdFs, &l.dir, progress);
         progress.end();
         reports.push(report?);
     }
@@ -123,10 +124,16 @@ pub fn verify(data_dir: &Path) -> Result<VerifyReport, WalError> {
 /// segment and offset, and every missing LSN range. `Err` only when the log cannot be read at
 /// all (I/O).
 pub fn verify_log(dir: &Path) -> Result<VerifyReport, WalError> {
-    verify_log_with(dir, &mut Silent)
+    verify_log_in(&StdFs, dir, &mut Silent)
 }
 
-fn verify_log_with(dir: &Path, progress: &mut dyn Progress) -> Result<VerifyReport, WalError> {
+/// [`verify_log`] on `storage` (the fuzzer checks logs held in memory), reporting each record
+/// to `progress` as it is checked.
+pub fn verify_log_in(
+    storage: &dyn Storage,
+    dir: &Path,
+    progress: &mut dyn Progress,
+) -> Result<VerifyReport, WalError> {
     let dir = dir.to_owned();
     let mut valid = 0u64;
     let mut check = |_: &Path, _: u64, r: &RecordRef<'_>| {
@@ -135,17 +142,20 @@ fn verify_log_with(dir: &Path, progress: &mut dyn Progress) -> Result<VerifyRepo
         progress.advance(1);
         Ok(())
     };
-    let scan = scan_dir(&dir, &mut check)?;
+    let (checkpoint, checkpoint_damaged) = match checkpoint::read_in(storage, &dir)? {
+        None => (None, None),
+        Some(Ok(c)) => (Some(c), None),
+        Some(Err(d)) => (None, Some(d.to_string())),
+    };
+    // The same torn-tail rule as recovery: damage above the checkpoint's durable LSN in the
+    // last segment is a torn tail (recovery truncates it), whatever follows it.
+    let promised = checkpoint.map_or(Lsn::MAX, |c| c.durable_lsn);
+    let scan = scan_dir(storage, &dir, promised, &mut check)?;
     let records = valid;
     let last_lsn = scan
         .first_lsn
         .filter(|_| records > 0)
         .map(|first| first + records - 1);
-    let (checkpoint, checkpoint_damaged) = match checkpoint::read(&dir)? {
-        None => (None, None),
-        Some(Ok(c)) => (Some(c), None),
-        Some(Err(d)) => (None, Some(d.to_string())),
-    };
     let mut finding = scan.finding;
     let mut lost = Vec::new();
     if let Some(c) = &checkpoint {
@@ -498,6 +508,18 @@ mod tests {
             })
         );
         assert_eq!((r.records, r.last_lsn), (3, Some(3)));
+        // The checkpoint promises LSNs 1..=2: damage at LSN 2 followed by a valid record is
+        // corruption (above the promise it would be a torn tail, as recovery treats it).
+        super::super::checkpoint::CheckpointFile::open_or_create(
+            &StdFs,
+            &tmp.path().join("wal"),
+            Checkpoint {
+                first_live_lsn: 1,
+                durable_lsn: 2,
+            },
+            0,
+        )
+        .unwrap();
         f.write_all_at(&[0x55], offs[1] + 30).unwrap();
         let r = verify(tmp.path()).unwrap();
         assert!(

@@ -29,6 +29,8 @@
 //! - `shared`: destination budgets shared by three nodes through a real `redis-server`.
 //! - `ops`: `sluice check`, the systemd unit, CLI progress, the dashboard, hot reload.
 //! - `reload`: hot reload by SIGHUP and `POST /admin/reload` with traffic flowing.
+//! - `fsync_failure` (`--features failpoints`): one failed `fdatasync` that drops its pages.
+//! - `powerloss`: the WAL over the simulated disk (`storage::sim`), power cut at seeded points.
 
 mod support;
 
@@ -48,6 +50,8 @@ mod edge;
 mod faults;
 mod flow;
 mod flow_gates;
+#[cfg(feature = "failpoints")]
+mod fsync_failure;
 mod hostile;
 mod http_errors;
 mod http_features;
@@ -57,6 +61,7 @@ mod io_backend;
 mod isolation;
 mod ops;
 mod percore;
+mod powerloss;
 mod props;
 mod reload;
 mod returns;

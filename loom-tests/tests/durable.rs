@@ -1,0 +1,150 @@
+//! Loom models of the durable-LSN publication and the completion hand-off between a core's
+//! loop and its commit helper (`src/sched/commit.rs`), over the real code: the batch travels in
+//! the real `ring::channel` pair (capacity 2, as `Committer::start` builds it), the helper side
+//! commits it with the real `wal::commit_batch` on a log held by the simulated disk
+//! (`storage::sim::SimFs`, no file system), which publishes `WalShared::durable_lsn` (`Release`);
+//! readers use `WalShared::durable_lsn()` (`Acquire`), as the pump and `/metrics` do.
+//!
+//! Run: `loom-tests/run.sh --test durable`.
+#![cfg(loom)]
+
+mod common;
+use common::explore_with_stack;
+
+use loom::sync::Arc;
+use loom::thread;
+use sluice::ring;
+use sluice::sched::commit::{Batch, Item};
+use sluice::storage::sim::SimFs;
+use sluice::wal::{self, AppendOutcome, EventRecord, Record, WalConfig, WalShared};
+use std::path::Path;
+
+fn event(i: u64) -> Record {
+    Record::Event(EventRecord {
+        event_id: format!("e{i}"),
+        trigger_id: "t".to_owned(),
+        source: "s".to_owned(),
+        received_at_ms: i,
+        headers: Vec::new(),
+        body: vec![i as u8; 8],
+        replay_of: None,
+    })
+}
+
+/// A fresh log on the simulated disk, attached to `shared` as the helper's log is.
+fn log(shared: &std::sync::Arc<WalShared>) -> wal::Wal {
+    let fs = SimFs::new(Path::new("/m"), 1);
+    let cfg = WalConfig {
+        segment_bytes: wal::MIN_SEGMENT_BYTES,
+        max_body_bytes: 1024,
+        ..WalConfig::new("/m/wal")
+    };
+    let (mut w, _) = wal::open_in(std::sync::Arc::new(fs), &cfg).expect("open");
+    w.attach_shared(shared.clone());
+    w
+}
+
+/// The helper's side of one batch: what `Helper::process` does for a batch of one log.
+fn commit(w: &mut wal::Wal, shared: &WalShared, batch: &mut Batch) {
+    let records = batch.items.iter().filter_map(|i| match i {
+        Item::Append { record, .. } => Some(record),
+        Item::DeadLetter { .. } => None,
+    });
+    let mut outcomes = Vec::new();
+    wal::commit_batch(w, shared, records, &mut outcomes);
+    batch.outcomes = outcomes
+        .into_iter()
+        .map(sluice::sched::commit::Outcome::Appended)
+        .collect();
+}
+
+#[test]
+fn durable_lsn_is_published_before_the_batch_comes_back() {
+    explore_with_stack(
+        "durable_lsn_is_published_before_the_batch_comes_back",
+        4 << 20,
+        || {
+            // std Arc: WalShared is shared with the log, which keeps a std Arc of it.
+            let shared = std::sync::Arc::new(WalShared::new());
+            let mut w = log(&shared);
+            let (to_helper, mut helper_rx) = ring::channel::<Batch>(2);
+            let (helper_tx, from_helper) = ring::channel::<Batch>(2);
+            let s = shared.clone();
+            let helper = thread::spawn(move || {
+                let mut batch = loop {
+                    if let Some(b) = helper_rx.try_pop() {
+                        break b;
+                    }
+                    thread::yield_now();
+                };
+                commit(&mut w, &s, &mut batch);
+                helper_tx.try_push(batch).expect("room for the batch");
+            });
+            let to_helper = to_helper;
+            let mut batch = Batch::default();
+            for t in 0..2 {
+                batch.items.push(Item::Append {
+                    log: 0,
+                    ticket: t,
+                    record: event(t),
+                });
+            }
+            to_helper.try_push(batch).expect("room");
+            let mut from_helper = from_helper;
+            let back = loop {
+                if let Some(b) = from_helper.try_pop() {
+                    break b;
+                }
+                thread::yield_now();
+            };
+            helper.join().unwrap();
+            // The loop answers 202 for each Durable outcome: the published LSN covers them.
+            for o in &back.outcomes {
+                match o {
+                    sluice::sched::commit::Outcome::Appended(AppendOutcome::Durable { lsn }) => {
+                        assert!(
+                            shared.durable_lsn() >= *lsn,
+                            "202 before the LSN is published"
+                        )
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            assert_eq!(back.outcomes.len(), 2);
+        },
+    );
+}
+
+#[test]
+fn durable_lsn_a_reader_never_sees_it_go_back_or_past_the_commits() {
+    explore_with_stack(
+        "durable_lsn_a_reader_never_sees_it_go_back_or_past_the_commits",
+        4 << 20,
+        || {
+            let shared = std::sync::Arc::new(WalShared::new());
+            let mut w = log(&shared);
+            let s = shared.clone();
+            let helper = thread::spawn(move || {
+                for t in 0..2 {
+                    let mut batch = Batch::default();
+                    batch.items.push(Item::Append {
+                        log: 0,
+                        ticket: t,
+                        record: event(t),
+                    });
+                    commit(&mut w, &s, &mut batch);
+                }
+            });
+            let r = Arc::new(shared.clone());
+            let reader = thread::spawn(move || {
+                let a = r.durable_lsn();
+                let b = r.durable_lsn();
+                (a, b)
+            });
+            let (a, b) = reader.join().unwrap();
+            helper.join().unwrap();
+            assert!(a <= b && b <= 2, "durable LSN read {a} then {b}");
+            assert_eq!(shared.durable_lsn(), 2);
+        },
+    );
+}

@@ -1,0 +1,163 @@
+//! The storage interface: every file operation of the WAL (and the DLQ's) goes through
+//! [`Storage`], so durability can be tested against a simulated power loss, not only against a
+//! process crash.
+//!
+//! Two implementations:
+//!
+//! * [`StdFs`] — the real one: `std::fs`, `pwrite` + `fdatasync`, read-only maps for scans, `flock`.
+//!   Its files expose their raw descriptor ([`StorageFile::raw_fd`]), so a core's io_uring
+//!   commit path can submit `write` + `fdatasync` on its own ring for the same file.
+//! * [`sim::SimFs`] — the simulated one: all data in memory, with the page cache and the disk
+//!   kept apart. Writes and directory changes are only in the "page cache" until `sync_data` /
+//!   `sync_dir`; [`sim::SimFs::power_cut`] makes every later operation fail, and
+//!   [`sim::SimFs::reboot`] rebuilds the disk as a power loss would leave it: each unsynced
+//!   512-byte sector of a file independently written or not (so pages land in any order and a
+//!   write can be torn at sector granularity), unsynced size changes kept or not, and directory
+//!   entries not synced lost (creations, renames and removals alike).
+//!
+//! # Contract (what the WAL relies on, and the simulation models)
+//!
+//! * `write_at` reaches the page cache: readable at once, durable only after `sync_data` of that
+//!   file returned `Ok`.
+//! * A new, renamed or removed directory entry is durable only after `sync_dir` of its parent
+//!   returned `Ok`; `sync_data` of a file does not make its name durable.
+//! * `read` / `map` see the page cache (what this process wrote), not only the disk.
+//! * No operation panics on any argument; errors are `io::Error`s with the OS's kinds
+//!   (`NotFound`, `AlreadyExists`, ...).
+//!
+//! The memory-mapped write path ([`crate::wal::WritePath::Mmap`]) exists in [`StdFs`] only; the
+//! simulation gives every segment `pwrite` semantics (a map's `msync` of a range is modelled
+//! by `sync_data` of the whole file, which makes at least as much durable).
+#![forbid(unsafe_code)]
+
+pub mod sim;
+mod stdfs;
+
+pub use stdfs::StdFs;
+
+use crate::wal::segment::SegmentFile;
+use crate::wal::WritePath;
+use std::fmt;
+use std::io;
+use std::ops::Deref;
+use std::os::fd::RawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+/// One open file of a [`Storage`].
+pub trait StorageFile: Send + fmt::Debug {
+    /// Writes all of `buf` at byte `offset` (to the page cache; not yet durable).
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()>;
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many (0 at or past the end).
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+    /// `fdatasync(2)`: the file's written bytes and size are durable once this returns `Ok`.
+    fn sync_data(&mut self) -> io::Result<()>;
+    /// Reserves bytes `[0, len)` (`fallocate`, falling back to `set_len`); never shrinks.
+    fn allocate(&mut self, len: u64) -> io::Result<()>;
+    /// Sets the size to exactly `len` (truncating or extending with zeros).
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
+    /// Current size in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// True if the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+    /// The file descriptor for submitting I/O on this file elsewhere (an io_uring `write` +
+    /// `fdatasync` on a core's ring); `None` where there is no real descriptor (the simulation).
+    fn raw_fd(&self) -> Option<RawFd> {
+        None
+    }
+}
+
+/// How [`Storage::open`] opens a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenMode {
+    /// Create the file if it does not exist.
+    pub create: bool,
+    /// Truncate it to zero bytes.
+    pub truncate: bool,
+}
+
+impl OpenMode {
+    /// An existing file, as it is.
+    pub const EXISTING: OpenMode = OpenMode {
+        create: false,
+        truncate: false,
+    };
+    /// Created if absent, never truncated.
+    pub const CREATE: OpenMode = OpenMode {
+        create: true,
+        truncate: false,
+    };
+    /// Created if absent, truncated if present.
+    pub const REPLACE: OpenMode = OpenMode {
+        create: true,
+        truncate: true,
+    };
+}
+
+/// A whole file's bytes for scanning: a read-only map ([`StdFs`]), or shared in-memory bytes.
+///
+/// It may end before the file's size ([`Storage::len`]) when the rest is zeros (the simulation
+/// keeps a preallocated tail as a hole); a reader treats the missing tail as zeros. The WAL's
+/// scans do (a zero `len` field ends the data, zeros after it are what they check for).
+#[derive(Debug)]
+pub enum Contents {
+    Empty,
+    Map(memmap2::Mmap),
+    Shared(Arc<Vec<u8>>),
+}
+
+impl Deref for Contents {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Contents::Empty => &[],
+            Contents::Map(m) => m,
+            Contents::Shared(v) => v,
+        }
+    }
+}
+
+/// Held while a directory's `LOCK` is taken ([`Storage::try_lock`]); dropping it releases it.
+pub trait LockGuard: Send + fmt::Debug {}
+
+/// The file operations sluice performs on its data directory (module docs: the contract).
+pub trait Storage: Send + Sync + fmt::Debug {
+    /// Opens `path` for reading and writing per `mode`.
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>>;
+    /// Opens (creating if absent, never truncating) a WAL segment for writing with `kind`.
+    fn open_segment(&self, path: &Path, kind: WritePath) -> io::Result<Box<dyn SegmentFile>>;
+    /// The whole file, for reading (a map for the real file system).
+    fn map(&self, path: &Path) -> io::Result<Contents>;
+    /// The whole file, copied (a zero tail [`Storage::map`] left out is filled in).
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let mut bytes = self.map(path)?.to_vec();
+        let len = usize::try_from(self.len(path)?).unwrap_or(usize::MAX);
+        if bytes.len() < len {
+            bytes.resize(len, 0);
+        }
+        Ok(bytes)
+    }
+    /// Size of the file at `path`.
+    fn len(&self, path: &Path) -> io::Result<u64>;
+    /// Names of the entries of directory `dir` (any order); `NotFound` if it does not exist.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// True if `path` is a directory.
+    fn is_dir(&self, path: &Path) -> bool;
+    /// Creates `dir` and its missing parents (their entries are not synced).
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Renames `from` to `to`, replacing `to` (durable after `sync_dir` of the directory).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes the file at `path` (durable after `sync_dir` of its directory).
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// `fsync` of directory `dir`: its entries as they are now become durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Takes the exclusive lock of `path` (created if absent); `Ok(None)` if someone holds it.
+    fn try_lock(&self, path: &Path) -> io::Result<Option<Box<dyn LockGuard>>>;
+}
+
+/// The real file system, shared.
+pub fn std_fs() -> Arc<dyn Storage> {
+    Arc::new(StdFs)
+}

@@ -1,0 +1,63 @@
+//! Unit tests of the simulated disk (`sim.rs`).
+use super::*;
+
+fn root() -> &'static Path {
+    Path::new("/sim")
+}
+
+#[test]
+fn synced_data_and_entries_survive_and_unsynced_entries_do_not() {
+    let fs = SimFs::new(root(), 7);
+    let a = root().join("a");
+    let mut f = fs.open(&a, OpenMode::CREATE).unwrap();
+    f.write_at(0, b"hello").unwrap();
+    f.sync_data().unwrap();
+    fs.reboot();
+    assert!(fs.open(&a, OpenMode::EXISTING).is_err(), "entry not synced");
+    let mut f = fs.open(&a, OpenMode::CREATE).unwrap();
+    f.write_at(0, b"hello").unwrap();
+    f.sync_data().unwrap();
+    fs.sync_dir(root()).unwrap();
+    fs.rename(&a, &root().join("b")).unwrap();
+    fs.reboot();
+    assert_eq!(fs.read(&a).unwrap(), b"hello", "rename not synced: lost");
+    assert!(fs.read(&root().join("b")).is_err());
+}
+
+#[test]
+fn unsynced_sectors_are_kept_or_dropped_independently() {
+    let mut kept = [0u32; 4];
+    for seed in 0..64 {
+        let fs = SimFs::new(root(), seed);
+        let p = root().join("f");
+        let mut f = fs.open(&p, OpenMode::CREATE).unwrap();
+        f.allocate(4 * SECTOR).unwrap();
+        f.sync_data().unwrap();
+        fs.sync_dir(root()).unwrap();
+        f.write_at(0, &[0xAB; 4 * SECTOR as usize]).unwrap();
+        fs.reboot();
+        let got = fs.read(&p).unwrap();
+        assert_eq!(got.len(), 4 * SECTOR as usize);
+        for (i, k) in kept.iter_mut().enumerate() {
+            let sec = &got[i * SECTOR as usize..(i + 1) * SECTOR as usize];
+            assert!(sec.iter().all(|&b| b == 0) || sec.iter().all(|&b| b == 0xAB));
+            *k += u32::from(sec[0] == 0xAB);
+        }
+    }
+    assert!(kept.iter().all(|&k| (10..=54).contains(&k)), "{kept:?}");
+}
+
+#[test]
+fn a_cut_fails_the_nth_operation_and_everything_after_it() {
+    let fs = SimFs::new(root(), 1);
+    let mut f = fs.open(&root().join("f"), OpenMode::CREATE).unwrap();
+    fs.power_cut_after(2);
+    f.write_at(0, b"x").unwrap();
+    assert!(f.sync_data().is_err());
+    assert!(fs.is_cut());
+    assert!(f.write_at(0, b"y").is_err());
+    assert!(fs.list(root()).is_err());
+    fs.reboot();
+    assert!(!fs.is_cut());
+    assert!(fs.list(root()).unwrap().is_empty());
+}
