@@ -1,0 +1,316 @@
+//! Unit tests of recovery (`recovery.rs`); `test_cfg` and `read_events` are shared with other
+//! WAL tests.
+use crate::wal::segment::list_segments;
+use crate::wal::Durability;
+
+#[test]
+fn zero_scans_find_the_last_written_byte_across_blocks() {
+    let mut b = vec![0u8; 200 * 1024];
+    assert!(all_zero(&b));
+    assert_eq!(last_non_zero(&b), None);
+    for at in [0, 65_535, 65_536, 131_073, b.len() - 1] {
+        b[at] = 7;
+        assert!(!all_zero(&b));
+        assert_eq!(last_non_zero(&b), Some(at), "{at}");
+    }
+    assert_eq!(last_non_zero(&[]), None);
+}
+
+use super::*;
+use crate::wal::format::tests::sample_event;
+use crate::wal::{WritePath, MAX_BODY_BYTES, MAX_RECORD_BYTES};
+use std::os::unix::fs::FileExt;
+
+/// Smallest legal segments, `Os` durability (no sync per batch) to keep tests quick.
+pub(crate) fn test_cfg(dir: &Path, write_path: WritePath) -> WalConfig {
+    WalConfig {
+        segment_bytes: MAX_RECORD_BYTES as u64,
+        durability: Durability::Os,
+        write_path,
+        ..WalConfig::new(dir.join("wal"))
+    }
+}
+
+pub(crate) fn read_events(dir: &Path) -> Vec<(Lsn, EventRecord)> {
+    WalReader::open(dir)
+        .unwrap()
+        .map(|r| {
+            let r = r.unwrap();
+            assert_eq!(r.kind, RecordKind::Event);
+            (r.lsn, crate::wal::decode_event(&r.payload).unwrap())
+        })
+        .collect()
+}
+
+fn offsets(dir: &Path) -> Vec<u64> {
+    WalReader::open(dir)
+        .unwrap()
+        .map(|r| r.unwrap().offset)
+        .collect()
+}
+
+fn events(range: std::ops::Range<u64>) -> Vec<EventRecord> {
+    range
+        .map(|i| sample_event(i, 200 + (i as usize * 37) % 900))
+        .collect()
+}
+
+fn corrupt_at(cfg: &WalConfig) -> (PathBuf, u64) {
+    match open(cfg) {
+        Err(WalError::Corrupt {
+            segment, offset, ..
+        }) => (segment, offset),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+#[test]
+fn append_reopen_gives_same_events_and_lsns_continue() {
+    for path in [WritePath::Pwrite, WritePath::Mmap] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut cfg = test_cfg(tmp.path(), path);
+        cfg.durability = Durability::Fsync;
+        let (mut wal, report) = open(&cfg).unwrap();
+        assert_eq!(
+            (report.records, report.last_lsn, report.truncated_tail),
+            (0, 0, None)
+        );
+        let first = events(0..10);
+        assert_eq!(wal.append_events(&first).unwrap(), 10);
+        drop(wal);
+        let (mut wal, report) = open(&cfg).unwrap();
+        assert_eq!(
+            (report.segments, report.records, report.last_lsn),
+            (1, 10, 10)
+        );
+        let more = events(10..15);
+        assert_eq!(wal.append_events(&more).unwrap(), 15);
+        drop(wal);
+        let got = read_events(&cfg.dir);
+        let want: Vec<_> = (1..).zip(first.into_iter().chain(more)).collect();
+        assert_eq!(got, want, "{path:?}");
+        assert_eq!(open(&cfg).unwrap().1.last_lsn, 15);
+    }
+}
+
+#[test]
+fn empty_dir_starts_at_lsn_one_and_rejects_small_segments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+    let (wal, _) = open(&cfg).unwrap();
+    assert_eq!(wal.next_lsn(), 1);
+    assert_eq!(wal.active_segment(), segment_path(&cfg.dir, 1));
+    cfg.segment_bytes = MAX_RECORD_BYTES as u64 - 1;
+    assert!(matches!(open(&cfg), Err(WalError::InvalidConfig { .. })));
+}
+
+#[test]
+fn torn_tail_truncated_mid_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+    open(&cfg).unwrap().0.append_events(&events(0..5)).unwrap();
+    let seg = segment_path(&cfg.dir, 1);
+    let offs = offsets(&cfg.dir);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .unwrap()
+        .set_len(offs[4] + 10)
+        .unwrap();
+    let (mut wal, report) = open(&cfg).unwrap();
+    assert_eq!(report.truncated_tail, Some((seg.clone(), offs[4])));
+    assert_eq!((report.records, report.last_lsn), (4, 4));
+    assert_eq!(wal.append_events(&events(100..101)).unwrap(), 5);
+    drop(wal);
+    let got = read_events(&cfg.dir);
+    assert_eq!(got[..4], (1..).zip(events(0..4)).collect::<Vec<_>>()[..]);
+    assert_eq!(got[4], (5, events(100..101).remove(0)));
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), cfg.segment_bytes);
+}
+
+#[test]
+fn torn_tail_garbage_or_bad_crc_after_last_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = test_cfg(tmp.path(), WritePath::Mmap);
+    open(&cfg).unwrap().0.append_events(&events(0..3)).unwrap();
+    let seg = segment_path(&cfg.dir, 1);
+    let offs = offsets(&cfg.dir);
+    let end = open(&cfg).unwrap().0.active.end;
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    f.write_all_at(&[0xA5; 100], end + 4000).unwrap();
+    let (_, report) = open(&cfg).unwrap();
+    assert_eq!(report.truncated_tail, Some((seg.clone(), end)));
+    assert_eq!(report.records, 3);
+    let bytes = std::fs::read(&seg).unwrap();
+    assert!(
+        bytes[end as usize..].iter().all(|&b| b == 0),
+        "tail not zeroed"
+    );
+    // Now a CRC failure in the last record. The opens above synced records 1..=3 and the
+    // checkpoint promises them: corruption at its offset, not a torn tail.
+    f.write_all_at(&[0xFF], offs[2] + 20).unwrap();
+    assert_eq!(corrupt_at(&cfg), (seg.clone(), offs[2]));
+    // Accepting the loss truncates there.
+    let accept = WalConfig {
+        accept_loss: true,
+        ..cfg.clone()
+    };
+    let (mut wal, report) = open(&accept).unwrap();
+    assert_eq!(report.truncated_tail, Some((seg.clone(), offs[2])));
+    assert_eq!(
+        report
+            .lost
+            .iter()
+            .map(|r| (r.first, r.last))
+            .collect::<Vec<_>>(),
+        [(3, 3)]
+    );
+    assert_eq!(
+        read_events(&cfg.dir),
+        (1..).zip(events(0..2)).collect::<Vec<_>>()
+    );
+    // Records appended after the last checkpoint (`Os` mode: committed, never synced) are
+    // not promised: damage in the last of them is a torn tail.
+    assert_eq!(wal.append_events(&events(10..12)).unwrap(), 4);
+    drop(wal);
+    let offs = offsets(&cfg.dir);
+    f.write_all_at(&[0xFF], offs[3] + 20).unwrap();
+    let (_, report) = open(&cfg).unwrap();
+    assert_eq!(report.truncated_tail, Some((seg, offs[3])));
+    assert!(report.lost.is_empty());
+    assert_eq!(report.last_lsn, 3);
+}
+
+#[test]
+fn flipped_byte_mid_segment_is_corrupt_at_exact_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+    let (mut wal, _) = open(&cfg).unwrap();
+    wal.append_events(&events(0..6)).unwrap();
+    // Synced: the checkpoint promises LSNs 1..=6, so damage among them is corruption.
+    wal.sync().unwrap();
+    drop(wal);
+    let seg = segment_path(&cfg.dir, 1);
+    let offs = offsets(&cfg.dir);
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    let pristine = std::fs::read(&seg).unwrap();
+    // A payload byte of record 3 (LSN 3): CRC mismatch, valid records follow.
+    f.write_all_at(&[pristine[offs[2] as usize + 40] ^ 0x01], offs[2] + 40)
+        .unwrap();
+    assert_eq!(corrupt_at(&cfg), (seg.clone(), offs[2]));
+    // The same for its length field: the boundary is lost, yet LSN 4 is found further on.
+    f.write_all_at(&pristine[..], 0).unwrap();
+    f.write_all_at(&[pristine[offs[2] as usize + 1] ^ 0x10], offs[2] + 1)
+        .unwrap();
+    assert_eq!(corrupt_at(&cfg), (seg.clone(), offs[2]));
+    // Nothing was modified by the failed opens.
+    let mut expect = pristine.clone();
+    expect[offs[2] as usize + 1] ^= 0x10;
+    assert_eq!(std::fs::read(&seg).unwrap(), expect);
+    // Above the checkpoint's durable LSN nothing was ever synced: the same damage there is
+    // what a power loss leaves (unsynced pages written back in any order), a torn tail.
+    crate::wal::checkpoint::CheckpointFile::open_or_create(
+        &StdFs,
+        &cfg.dir,
+        Checkpoint {
+            first_live_lsn: 1,
+            durable_lsn: 2,
+        },
+        0,
+    )
+    .unwrap();
+    let (_, report) = open(&cfg).unwrap();
+    assert_eq!(report.truncated_tail, Some((seg.clone(), offs[2])));
+    assert_eq!(report.last_lsn, 2);
+}
+
+#[test]
+fn a_second_writer_is_refused_until_the_first_closes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+    let (first, _) = open(&cfg).unwrap();
+    match open(&cfg) {
+        Err(WalError::Locked { path }) => assert_eq!(path, cfg.dir.join(LOCK_FILE)),
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    drop(first);
+    assert!(open(&cfg).is_ok());
+}
+
+#[test]
+fn rollover_and_corruption_in_non_last_segment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = test_cfg(tmp.path(), WritePath::Mmap);
+    let big: Vec<_> = (0..10)
+        .map(|i| sample_event(i, MAX_BODY_BYTES / 4))
+        .collect();
+    let (mut wal, _) = open(&cfg).unwrap();
+    assert_eq!(wal.append_events(&big).unwrap(), 10);
+    drop(wal);
+    let segs: Vec<Lsn> = list_segments(&cfg.dir)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.0)
+        .collect();
+    assert_eq!(segs, [1, 5, 9]);
+    let (_, report) = open(&cfg).unwrap();
+    assert_eq!(
+        (report.segments, report.records, report.last_lsn),
+        (3, 10, 10)
+    );
+    assert_eq!(read_events(&cfg.dir), (1..).zip(big).collect::<Vec<_>>());
+    assert_eq!(
+        WalReader::open_from(&cfg.dir, 6)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .lsn,
+        6
+    );
+    // Damage the last record of the middle segment: nothing valid follows it there, but it
+    // is not the last segment, so it is corruption.
+    let seg5 = segment_path(&cfg.dir, 5);
+    let last = WalReader::open_from(&cfg.dir, 8)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .offset;
+    let f = std::fs::OpenOptions::new().write(true).open(&seg5).unwrap();
+    f.write_all_at(&[0xEE; 3], last + 500).unwrap();
+    assert_eq!(corrupt_at(&cfg), (seg5.clone(), last));
+    // An LSN gap between segments.
+    std::fs::remove_file(&seg5).unwrap();
+    assert_eq!(corrupt_at(&cfg), (segment_path(&cfg.dir, 9), 0));
+}
+
+#[test]
+fn scanning_mutated_segments_never_panics() {
+    use crate::wal::format::tests::Rng;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+    open(&cfg).unwrap().0.append_events(&events(0..8)).unwrap();
+    let seg = std::fs::read(segment_path(&cfg.dir, 1)).unwrap();
+    let end = offsets(&cfg.dir).last().unwrap() + 2000;
+    let pristine = &seg[..end as usize];
+    let mut rng = Rng(0xC0FF_EE00_1234_5678);
+    for round in 0..500 {
+        let mut bytes = pristine.to_vec();
+        for _ in 0..1 + rng.next() % 3 {
+            let i = (rng.next() as usize) % bytes.len();
+            bytes[i] = rng.next() as u8;
+        }
+        let cut = if round % 2 == 0 {
+            bytes.len()
+        } else {
+            (rng.next() as usize) % bytes.len()
+        };
+        let mut sc = Scanner::new(1);
+        let mut n = 0;
+        while let Step::Record(..) = sc.step(&bytes[..cut]) {
+            n += 1;
+            assert!(n <= 8);
+        }
+    }
+}
