@@ -15,8 +15,10 @@
 //! `sluice_config_reloads_total{result="error"}` counts it.
 //!
 //! **What a reload applies** (everything else is refused with a message naming the key):
-//! - triggers added (without `verify`/`dedupe`, flow gates, `max_pending` or
-//!   `when_backlog_full = "absorb"`, whose per-trigger state is built at start), removed, or with
+//! - triggers added (with flow gates too: their metric cells, which bound what the gates hold,
+//!   are claimed before the publication, `FlowMetrics::claim`; without `verify`/`dedupe`,
+//!   `max_pending` or `when_backlog_full = "absorb"`, whose per-trigger state is built at
+//!   start), removed, or with
 //!   a new `path`, `provider`, `handler` (to a destination that exists) or new flow-control gates
 //!   (re-keyed without losing a waiting event: `dispatch::flow::rekey`). A removed trigger's
 //!   path answers 404; its events already accepted are still delivered (each core keeps the
@@ -107,6 +109,9 @@ pub struct Published {
     source: OnceLock<ReloadSource>,
     /// Serializes reloads.
     reloading: Mutex<()>,
+    /// The flow-control metric cells, which a reload extends for triggers it gives gates
+    /// ([`crate::dispatch::flow::metrics::FlowMetrics::claim`]) before it publishes.
+    flow_cells: Option<Arc<crate::dispatch::metrics::DispatchMetrics>>,
     ok: AtomicU64,
     errors: AtomicU64,
 }
@@ -121,9 +126,19 @@ impl Published {
             }),
             source: OnceLock::new(),
             reloading: Mutex::new(()),
+            flow_cells: None,
             ok: AtomicU64::new(0),
             errors: AtomicU64::new(0),
         }
+    }
+
+    /// The flow-control metric cells the cores count in (see `flow_cells`).
+    pub fn with_flow_cells(
+        mut self,
+        metrics: Arc<crate::dispatch::metrics::DispatchMetrics>,
+    ) -> Published {
+        self.flow_cells = Some(metrics);
+        self
     }
 
     /// Sets where reloads read from (once, before serving).
@@ -190,6 +205,13 @@ impl Published {
         let next = Config::load(source.path.as_deref(), &source.overrides)?;
         let current = self.current();
         diff(&current.value.config, &next).map_err(ReloadError::NeedsRestart)?;
+        // Cells for every trigger with gates before any core can run them: a core building its
+        // gates finds them by id. A claim that cannot be met publishes nothing.
+        if let Some(m) = &self.flow_cells {
+            m.flow
+                .claim(&next.triggers)
+                .map_err(ReloadError::NeedsRestart)?;
+        }
         let router = Router::new(&next.triggers, next.ingest.default_route)
             .with_admin(next.admin_token.is_some());
         // Reloads are serialized by `reloading`, so `current` is still the latest here.

@@ -184,7 +184,10 @@ fn triggers(old: &Config, new: &Config) -> Result<(), String> {
     Ok(())
 }
 
-/// A trigger added by a reload gets no per-trigger state built at start.
+/// A trigger added by a reload: its flow-control gates apply (each core builds them when it
+/// re-keys, and the reload claims their metric cells before it publishes,
+/// `FlowMetrics::claim`); the per-trigger state ingest builds at start (verifiers, the dedupe
+/// rules, backlog shares) it does not get, so those are refused.
 fn new_trigger(t: &TriggerConfig) -> Result<(), String> {
     let refuse = |what: &str| {
         Err(format!(
@@ -194,9 +197,6 @@ fn new_trigger(t: &TriggerConfig) -> Result<(), String> {
     };
     if t.auth != Default::default() {
         return refuse("signature verification or dedupe");
-    }
-    if !t.flow.is_empty() {
-        return refuse("flow-control gates");
     }
     if t.max_pending != Default::default() {
         return refuse("a max_pending share");
@@ -251,6 +251,9 @@ mod tests {
         assert_eq!(diff(&old, &cfg(&added)), Ok(()));
         // Removing the added trigger again is live too.
         assert_eq!(diff(&cfg(&added), &cfg(&more)), Ok(()));
+        // A new trigger with flow-control gates applies live.
+        let gated = format!("{BASE}[[triggers]]\nid = \"g\"\nprovider = \"q\"\npath = \"/g\"\nhandler = \"http://127.0.0.1:9/\"\nthrottle = {{ period = \"1s\", max = 2 }}\nsingleton = {{}}\n");
+        assert_eq!(diff(&old, &cfg(&gated)), Ok(()));
         let moved = BASE.replace("path = \"/t\"", "path = \"/t-new\"");
         assert_eq!(diff(&old, &cfg(&moved)), Ok(()));
     }
@@ -264,6 +267,12 @@ mod tests {
         assert!(diff(&old, &cfg(&share))
             .unwrap_err()
             .contains("max_pending"));
+        let verify = format!(
+            "{BASE}[[triggers]]\nid = \"v\"\nprovider = \"q\"\npath = \"/v\"\ndedupe = true\n"
+        );
+        assert!(diff(&old, &cfg(&verify))
+            .unwrap_err()
+            .contains("signature verification"));
         let circuit = BASE.replace(
             "max_in_flight = 5",
             "max_in_flight = 5\ncircuit = { failures = 2 }",
