@@ -45,6 +45,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::config::{Config, ConfigError, Overrides};
 use crate::ingest::router::Router;
+use crate::ingest::{GuardTable, Guards};
+use crate::metrics::auth::AuthMetrics;
 use crate::metrics::prom::{MetricType, PromWriter};
 use crate::sync::publish::{Publisher, Subscription, Versioned};
 
@@ -64,6 +66,8 @@ pub struct ReloadSource {
 pub struct Generation {
     pub config: Arc<Config>,
     pub router: Arc<Router>,
+    /// The triggers' signature verifiers and dedupe rules (`ingest::GuardTable`).
+    pub guards: Arc<GuardTable>,
 }
 
 /// A generation as the cores hold it.
@@ -112,21 +116,27 @@ pub struct Published {
     /// The flow-control metric cells, which a reload extends for triggers it gives gates
     /// ([`crate::dispatch::flow::metrics::FlowMetrics::claim`]) before it publishes.
     flow_cells: Option<Arc<crate::dispatch::metrics::DispatchMetrics>>,
+    /// The signature/dedupe counters a reload's guard table counts in (cells claimed before
+    /// it publishes, `AuthMetrics::cell_for`).
+    auth_cells: Arc<AuthMetrics>,
     ok: AtomicU64,
     errors: AtomicU64,
 }
 
 impl Published {
-    /// Generation 1: the start-up configuration and its router.
-    pub fn new(config: Arc<Config>, router: Router) -> Published {
+    /// Generation 1: the start-up configuration, its router and its guards (`guards`: the
+    /// start-up table and the shared counters).
+    pub fn new(config: Arc<Config>, router: Router, guards: &Guards) -> Published {
         Published {
             generations: Publisher::new(Generation {
                 config,
                 router: Arc::new(router),
+                guards: Arc::clone(guards.start_table()),
             }),
             source: OnceLock::new(),
             reloading: Mutex::new(()),
             flow_cells: None,
+            auth_cells: Arc::clone(guards.shared_metrics()),
             ok: AtomicU64::new(0),
             errors: AtomicU64::new(0),
         }
@@ -212,12 +222,16 @@ impl Published {
                 .claim(&next.triggers)
                 .map_err(ReloadError::NeedsRestart)?;
         }
+        // The new verifiers (their secrets read by `Config::load` above) and dedupe rules.
+        let guards = GuardTable::build(&next.triggers, &self.auth_cells)
+            .map_err(ReloadError::NeedsRestart)?;
         let router = Router::new(&next.triggers, next.ingest.default_route)
             .with_admin(next.admin_token.is_some());
         // Reloads are serialized by `reloading`, so `current` is still the latest here.
         Ok(self.generations.publish(Generation {
             config: Arc::new(next),
             router: Arc::new(router),
+            guards: Arc::new(guards),
         }))
     }
 }
@@ -273,6 +287,11 @@ impl CoreView {
 
     pub fn config(&self) -> &Arc<Config> {
         &self.sub.held().value.config
+    }
+
+    /// The signature/dedupe checks of the generation this core runs.
+    pub fn guards(&self) -> &GuardTable {
+        &self.sub.held().value.guards
     }
 }
 
