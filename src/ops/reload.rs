@@ -16,9 +16,10 @@
 //!
 //! **What a reload applies** (everything else is refused with a message naming the key):
 //! - triggers added (with flow gates too: their metric cells, which bound what the gates hold,
-//!   are claimed before the publication, `FlowMetrics::claim`; without `verify`/`dedupe`,
-//!   `max_pending` or `when_backlog_full = "absorb"`, whose per-trigger state is built at
-//!   start), removed, or with
+//!   are claimed before the publication, `FlowMetrics::claim`; without `max_pending`, whose
+//!   backlog share is sized at start), removed, or with new `verify`/`secrets`/`dedupe`/
+//!   `when_backlog_full` (the generation's `ingest::GuardTable`, built before publication), or
+//!   with
 //!   a new `path`, `provider`, `handler` (to a destination that exists) or new flow-control gates
 //!   (re-keyed without losing a waiting event: `dispatch::flow::rekey`). A removed trigger's
 //!   path answers 404; its events already accepted are still delivered (each core keeps the
@@ -32,7 +33,7 @@
 //!   settings (durability, write path, segment size), and the bounds sized at start (every
 //!   other `[server]`, `[ingest]`, `[orchestrator]`, `[dispatch]`, `[flow]` key, the admin
 //!   token, a destination's `circuit`, `tls` and adaptive limits, destinations added or
-//!   removed, a trigger's signature, dedupe and backlog share).
+//!   removed, a trigger's backlog share).
 //!
 //! Reloads are serialized (a `try_lock`: a reload while one runs is refused as busy). The
 //! generation gauge and the result counters are plain atomics (`Relaxed`: counts carry no data).
