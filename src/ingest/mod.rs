@@ -153,8 +153,10 @@ impl Guards {
                     )
                 }),
         );
-        // Every guarded start-up trigger has its cells: the build claims none.
-        let start = GuardTable::build(triggers, &metrics).unwrap_or_default();
+        // Every guarded start-up trigger has its cells (above): the build claims none, so it
+        // cannot fail — and a table without a trigger's verifier must never be used.
+        let start = GuardTable::build(triggers, &metrics)
+            .expect("AuthMetrics::new gave every guarded start-up trigger its cells");
         Guards {
             start: Arc::new(start),
             index: DedupeIndex::new(dedupe_max_keys),
