@@ -426,12 +426,28 @@ impl Backlog {
         self.reserve_slot(self.slot(trigger_id), bytes)
     }
 
+    /// [`Backlog::reserve_for`] with the policy of the configuration generation the caller
+    /// runs (`absorbs`: its `when_backlog_full` is `"absorb"`), which a reload may have changed
+    /// or given to a trigger it added (whose events use the default route's slot, where they
+    /// are counted, absorbed ones included).
+    pub fn reserve_as(&self, trigger_id: &str, bytes: u64, absorbs: bool) -> Result<Reserved, u64> {
+        self.reserve_in(self.slot(trigger_id), bytes, absorbs)
+    }
+
     /// [`Backlog::reserve_for`] by slot.
     pub fn reserve_slot(&self, slot: usize, bytes: u64) -> Result<Reserved, u64> {
+        self.reserve_in(
+            slot,
+            bytes,
+            self.absorbing.get(slot).copied().unwrap_or(false),
+        )
+    }
+
+    fn reserve_in(&self, slot: usize, bytes: u64, absorbs: bool) -> Result<Reserved, u64> {
         if self.try_take(slot, bytes) {
             return Ok(Reserved::Within);
         }
-        if !self.absorbing[slot] {
+        if !absorbs {
             return Err(self.retry_after_secs_for(slot));
         }
         let before = self.absorb_bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -609,10 +625,11 @@ impl Backlog {
             MetricType::Counter,
         );
         for (s, id) in self.names.iter().enumerate() {
-            if self.absorbing[s] {
-                let n = self.stats[s]
-                    .absorbed
-                    .load(std::sync::atomic::Ordering::Relaxed);
+            let n = self.stats[s]
+                .absorbed
+                .load(std::sync::atomic::Ordering::Relaxed);
+            // A slot absorbing since a reload: rendered from its first absorbed event.
+            if self.absorbing[s] || n > 0 {
                 w.sample_u64(NAME, &[("trigger", id)], n);
             }
         }

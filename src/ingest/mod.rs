@@ -40,6 +40,7 @@ pub mod verify;
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::config::TriggerConfig;
 use crate::metrics::auth::AuthMetrics;
@@ -69,45 +70,47 @@ impl TriggerGuard {
     }
 }
 
-/// The per-trigger signature verifiers and the shared dedupe index, with their counters.
-/// Immutable apart from the index's shards and the counters; shared by all workers.
-#[derive(Debug)]
-pub struct Guards {
+/// One configuration generation's per-trigger checks: trigger id → verifier and dedupe rule
+/// (only triggers with `verify` or `dedupe`). Immutable; a reload builds a new one
+/// ([`GuardTable::build`]) and publishes it with its generation (`ops::reload`), so a core
+/// checks every request with the table of the generation it runs.
+#[derive(Debug, Default)]
+pub struct GuardTable {
     by_trigger: HashMap<Box<str>, TriggerGuard>,
-    index: DedupeIndex,
-    metrics: AuthMetrics,
+    /// The triggers with `when_backlog_full = "absorb"` (`Backlog::reserve_as`).
+    absorbing: std::collections::HashSet<Box<str>>,
 }
 
-impl Guards {
-    pub fn new(triggers: &[TriggerConfig], dedupe_max_keys: usize) -> Guards {
-        let guarded: Vec<&TriggerConfig> = triggers
+impl GuardTable {
+    /// The checks of `triggers`, counting in `metrics`' cells (claimed for a trigger that has
+    /// none yet, marked to render). `Err`: no spare cell left (nothing is published then).
+    pub fn build(triggers: &[TriggerConfig], metrics: &AuthMetrics) -> Result<GuardTable, String> {
+        let mut by_trigger = HashMap::new();
+        let mut marks = Vec::new();
+        for t in triggers
             .iter()
             .filter(|t| t.auth.verify.is_some() || t.auth.dedupe.is_some())
-            .collect();
-        let metrics = AuthMetrics::new(guarded.iter().map(|t| {
-            (
-                t.id.as_str(),
-                t.auth.verify.is_some(),
-                t.auth.dedupe.is_some(),
-            )
-        }));
-        let by_trigger = guarded
-            .iter()
-            .enumerate()
-            .map(|(index, t)| {
-                let g = TriggerGuard {
-                    index,
-                    verifier: t.auth.verify.clone(),
-                    dedupe: t.auth.dedupe,
-                };
-                (t.id.as_str().into(), g)
-            })
-            .collect();
-        Guards {
-            by_trigger,
-            index: DedupeIndex::new(dedupe_max_keys),
-            metrics,
+        {
+            let index = metrics.cell_for(&t.id)?;
+            marks.push((index, t.auth.verify.is_some(), t.auth.dedupe.is_some()));
+            let g = TriggerGuard {
+                index,
+                verifier: t.auth.verify.clone(),
+                dedupe: t.auth.dedupe,
+            };
+            by_trigger.insert(t.id.as_str().into(), g);
         }
+        for (index, v, d) in marks {
+            metrics.mark_configured(index, v, d);
+        }
+        let absorbing = backlog::absorbing_triggers(triggers)
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        Ok(GuardTable {
+            by_trigger,
+            absorbing,
+        })
     }
 
     /// The checks of `trigger_id`, if it has any.
@@ -117,6 +120,64 @@ impl Guards {
             return None;
         }
         self.by_trigger.get(trigger_id)
+    }
+
+    /// True when `trigger_id` absorbs past its share (`when_backlog_full = "absorb"`).
+    #[inline]
+    pub fn absorbs(&self, trigger_id: &str) -> bool {
+        !self.absorbing.is_empty() && self.absorbing.contains(trigger_id)
+    }
+}
+
+/// The start-up generation's [`GuardTable`], the shared dedupe index and the counters. The
+/// index and the counters are shared by all workers and all generations; the table a request
+/// is checked with is its core's generation's (`Node::table`).
+#[derive(Debug)]
+pub struct Guards {
+    start: Arc<GuardTable>,
+    index: DedupeIndex,
+    metrics: Arc<AuthMetrics>,
+}
+
+impl Guards {
+    pub fn new(triggers: &[TriggerConfig], dedupe_max_keys: usize) -> Guards {
+        let metrics = AuthMetrics::new(
+            triggers
+                .iter()
+                .filter(|t| t.auth.verify.is_some() || t.auth.dedupe.is_some())
+                .map(|t| {
+                    (
+                        t.id.as_str(),
+                        t.auth.verify.is_some(),
+                        t.auth.dedupe.is_some(),
+                    )
+                }),
+        );
+        // Every guarded start-up trigger has its cells (above): the build claims none, so it
+        // cannot fail — and a table without a trigger's verifier must never be used.
+        let start = GuardTable::build(triggers, &metrics)
+            .expect("AuthMetrics::new gave every guarded start-up trigger its cells");
+        Guards {
+            start: Arc::new(start),
+            index: DedupeIndex::new(dedupe_max_keys),
+            metrics: Arc::new(metrics),
+        }
+    }
+
+    /// The start-up generation's checks.
+    pub fn start_table(&self) -> &Arc<GuardTable> {
+        &self.start
+    }
+
+    /// The counters (a reload builds its generation's table over them).
+    pub fn shared_metrics(&self) -> &Arc<AuthMetrics> {
+        &self.metrics
+    }
+
+    /// The start-up checks of `trigger_id`, if it has any.
+    #[inline]
+    pub fn get(&self, trigger_id: &str) -> Option<&TriggerGuard> {
+        self.start.get(trigger_id)
     }
 
     /// Verifies the request's signature (if the trigger has a verifier), counting failures.
@@ -172,6 +233,7 @@ impl Guards {
         now_unix_secs: u64,
     ) -> Result<u64, crate::wal::WalError> {
         let rules: HashMap<String, DedupeRule> = self
+            .start
             .by_trigger
             .iter()
             .filter_map(|(id, g)| g.dedupe.map(|r| (id.to_string(), r)))

@@ -38,7 +38,7 @@ use crate::ingest::event_id::EventIdGen;
 use crate::ingest::respond::{accepted_body, json_str, refused_body, Refusal};
 use crate::ingest::schedule::ReturnSchedule;
 use crate::ingest::sources::{SourceCache, SourceEntry};
-use crate::ingest::{verify, Guards, TriggerGuard};
+use crate::ingest::{verify, GuardTable, Guards, TriggerGuard};
 use crate::metrics::CoreMetrics;
 use crate::net::budget::{Reservation, BODY_BUDGET_RETRY_AFTER_SECS};
 use crate::net::http::{self, Request, RequestHead};
@@ -60,6 +60,8 @@ pub struct Now {
 pub struct Node<'a> {
     pub config: &'a Config,
     pub guards: &'a Guards,
+    /// The checks of the generation the core runs (`ops::reload`).
+    pub table: &'a GuardTable,
     pub admission: &'a Admission,
     pub returns: &'a ReturnSchedule,
     pub backlog: &'a Backlog,
@@ -166,7 +168,7 @@ impl Pipeline<'_> {
             source,
         } = arrival;
         let node = self.node;
-        let guard = node.guards.get(&trigger_id);
+        let guard = node.table.get(&trigger_id);
         let Some(mut headers) = stored_headers(node.config, &head, guard) else {
             let text = format!(
                 "stored headers exceed {} fields or {} bytes per value\n",
@@ -275,7 +277,9 @@ impl Node<'_> {
         } else {
             // Past the trigger's share with the pool in use: `Retry-After` from the return
             // schedule, fed by this trigger's own drain rate.
-            backlog.reserve_for(&event.trigger_id, cost).err().map(|_| {
+            let absorbs = self.table.absorbs(&event.trigger_id);
+            let reserved = backlog.reserve_as(&event.trigger_id, cost, absorbs);
+            reserved.err().map(|_| {
                 let rate = backlog.drain_rate_of(&event.trigger_id);
                 let ra = self.returns.queue_full(now, source.returns(), rate);
                 (Refusal::QueueFull, ra)

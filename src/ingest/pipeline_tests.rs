@@ -89,6 +89,7 @@ impl Fx {
             node: Node {
                 config: &self.config,
                 guards: &self.guards,
+                table: self.guards.start_table(),
                 admission: &self.admission,
                 returns: &self.returns,
                 backlog: &self.backlog,

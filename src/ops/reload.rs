@@ -15,8 +15,11 @@
 //! `sluice_config_reloads_total{result="error"}` counts it.
 //!
 //! **What a reload applies** (everything else is refused with a message naming the key):
-//! - triggers added (without `verify`/`dedupe`, flow gates, `max_pending` or
-//!   `when_backlog_full = "absorb"`, whose per-trigger state is built at start), removed, or with
+//! - triggers added (with flow gates too: their metric cells, which bound what the gates hold,
+//!   are claimed before the publication, `FlowMetrics::claim`; without `max_pending`, whose
+//!   backlog share is sized at start), removed, or with new `verify`/`secrets`/`dedupe`/
+//!   `when_backlog_full` (the generation's `ingest::GuardTable`, built before publication), or
+//!   with
 //!   a new `path`, `provider`, `handler` (to a destination that exists) or new flow-control gates
 //!   (re-keyed without losing a waiting event: `dispatch::flow::rekey`). A removed trigger's
 //!   path answers 404; its events already accepted are still delivered (each core keeps the
@@ -30,7 +33,7 @@
 //!   settings (durability, write path, segment size), and the bounds sized at start (every
 //!   other `[server]`, `[ingest]`, `[orchestrator]`, `[dispatch]`, `[flow]` key, the admin
 //!   token, a destination's `circuit`, `tls` and adaptive limits, destinations added or
-//!   removed, a trigger's signature, dedupe and backlog share).
+//!   removed, a trigger's backlog share).
 //!
 //! Reloads are serialized (a `try_lock`: a reload while one runs is refused as busy). The
 //! generation gauge and the result counters are plain atomics (`Relaxed`: counts carry no data).
@@ -43,6 +46,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::config::{Config, ConfigError, Overrides};
 use crate::ingest::router::Router;
+use crate::ingest::{GuardTable, Guards};
+use crate::metrics::auth::AuthMetrics;
 use crate::metrics::prom::{MetricType, PromWriter};
 use crate::sync::publish::{Publisher, Subscription, Versioned};
 
@@ -62,6 +67,8 @@ pub struct ReloadSource {
 pub struct Generation {
     pub config: Arc<Config>,
     pub router: Arc<Router>,
+    /// The triggers' signature verifiers and dedupe rules (`ingest::GuardTable`).
+    pub guards: Arc<GuardTable>,
 }
 
 /// A generation as the cores hold it.
@@ -107,23 +114,42 @@ pub struct Published {
     source: OnceLock<ReloadSource>,
     /// Serializes reloads.
     reloading: Mutex<()>,
+    /// The flow-control metric cells, which a reload extends for triggers it gives gates
+    /// ([`crate::dispatch::flow::metrics::FlowMetrics::claim`]) before it publishes.
+    flow_cells: Option<Arc<crate::dispatch::metrics::DispatchMetrics>>,
+    /// The signature/dedupe counters a reload's guard table counts in (cells claimed before
+    /// it publishes, `AuthMetrics::cell_for`).
+    auth_cells: Arc<AuthMetrics>,
     ok: AtomicU64,
     errors: AtomicU64,
 }
 
 impl Published {
-    /// Generation 1: the start-up configuration and its router.
-    pub fn new(config: Arc<Config>, router: Router) -> Published {
+    /// Generation 1: the start-up configuration, its router and its guards (`guards`: the
+    /// start-up table and the shared counters).
+    pub fn new(config: Arc<Config>, router: Router, guards: &Guards) -> Published {
         Published {
             generations: Publisher::new(Generation {
                 config,
                 router: Arc::new(router),
+                guards: Arc::clone(guards.start_table()),
             }),
             source: OnceLock::new(),
             reloading: Mutex::new(()),
+            flow_cells: None,
+            auth_cells: Arc::clone(guards.shared_metrics()),
             ok: AtomicU64::new(0),
             errors: AtomicU64::new(0),
         }
+    }
+
+    /// The flow-control metric cells the cores count in (see `flow_cells`).
+    pub fn with_flow_cells(
+        mut self,
+        metrics: Arc<crate::dispatch::metrics::DispatchMetrics>,
+    ) -> Published {
+        self.flow_cells = Some(metrics);
+        self
     }
 
     /// Sets where reloads read from (once, before serving).
@@ -190,12 +216,23 @@ impl Published {
         let next = Config::load(source.path.as_deref(), &source.overrides)?;
         let current = self.current();
         diff(&current.value.config, &next).map_err(ReloadError::NeedsRestart)?;
+        // Cells for every trigger with gates before any core can run them: a core building its
+        // gates finds them by id. A claim that cannot be met publishes nothing.
+        if let Some(m) = &self.flow_cells {
+            m.flow
+                .claim(&next.triggers)
+                .map_err(ReloadError::NeedsRestart)?;
+        }
+        // The new verifiers (their secrets read by `Config::load` above) and dedupe rules.
+        let guards = GuardTable::build(&next.triggers, &self.auth_cells)
+            .map_err(ReloadError::NeedsRestart)?;
         let router = Router::new(&next.triggers, next.ingest.default_route)
             .with_admin(next.admin_token.is_some());
         // Reloads are serialized by `reloading`, so `current` is still the latest here.
         Ok(self.generations.publish(Generation {
             config: Arc::new(next),
             router: Arc::new(router),
+            guards: Arc::new(guards),
         }))
     }
 }
@@ -251,6 +288,11 @@ impl CoreView {
 
     pub fn config(&self) -> &Arc<Config> {
         &self.sub.held().value.config
+    }
+
+    /// The signature/dedupe checks of the generation this core runs.
+    pub fn guards(&self) -> &GuardTable {
+        &self.sub.held().value.guards
     }
 }
 

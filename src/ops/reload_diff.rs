@@ -7,7 +7,6 @@
 use std::fmt::Debug;
 
 use crate::config::{Config, TriggerConfig};
-use crate::ingest::backlog::WhenFull;
 
 /// `Ok(())` when every difference between `old` and `new` applies live; otherwise the key that
 /// needs a restart, with the running and the new value.
@@ -158,12 +157,6 @@ fn triggers(old: &Config, new: &Config) -> Result<(), String> {
         match old.triggers.iter().find(|o| o.id == n.id) {
             Some(o) => {
                 let key = |k: &str| format!("trigger {:?}: {k}", n.id);
-                same(&key("verify/secrets/dedupe"), &o.auth, &n.auth)?;
-                same_dbg(
-                    &key("when_backlog_full"),
-                    &o.when_backlog_full,
-                    &n.when_backlog_full,
-                )?;
                 same(&key("max_pending"), &o.max_pending, &n.max_pending)?;
                 // Catch-all: everything but the live keys must be equal.
                 let mut live = n.clone();
@@ -171,10 +164,13 @@ fn triggers(old: &Config, new: &Config) -> Result<(), String> {
                 live.provider = o.provider.clone();
                 live.handler = o.handler;
                 live.flow = o.flow.clone();
+                live.auth = o.auth.clone();
+                live.when_backlog_full = o.when_backlog_full;
                 if &live != o {
                     return Err(key(
-                        "a setting other than path, provider, handler and the flow \
-                                    gates cannot change without a restart",
+                        "a setting other than path, provider, handler, the flow gates, \
+                         verify/secrets/tolerance, dedupe and when_backlog_full cannot change \
+                         without a restart",
                     ));
                 }
             }
@@ -184,7 +180,12 @@ fn triggers(old: &Config, new: &Config) -> Result<(), String> {
     Ok(())
 }
 
-/// A trigger added by a reload gets no per-trigger state built at start.
+/// A trigger added by a reload: its flow-control gates apply (each core builds them when it
+/// re-keys, and the reload claims their metric cells before it publishes,
+/// `FlowMetrics::claim`), so do its `verify` and `dedupe` (the generation's guard table,
+/// `ingest::GuardTable`) and its `when_backlog_full` (`Backlog::reserve_as`); its own backlog
+/// share, sized at start, it does not get (it uses the default route's), so `max_pending` is
+/// refused.
 fn new_trigger(t: &TriggerConfig) -> Result<(), String> {
     let refuse = |what: &str| {
         Err(format!(
@@ -192,17 +193,8 @@ fn new_trigger(t: &TriggerConfig) -> Result<(), String> {
             t.id
         ))
     };
-    if t.auth != Default::default() {
-        return refuse("signature verification or dedupe");
-    }
-    if !t.flow.is_empty() {
-        return refuse("flow-control gates");
-    }
     if t.max_pending != Default::default() {
         return refuse("a max_pending share");
-    }
-    if t.when_backlog_full == WhenFull::Absorb {
-        return refuse("when_backlog_full = \"absorb\"");
     }
     Ok(())
 }
@@ -251,6 +243,17 @@ mod tests {
         assert_eq!(diff(&old, &cfg(&added)), Ok(()));
         // Removing the added trigger again is live too.
         assert_eq!(diff(&cfg(&added), &cfg(&more)), Ok(()));
+        // A new trigger with dedupe, and dedupe given to an existing one, apply live.
+        let deduped = format!(
+            "{BASE}[[triggers]]\nid = \"v\"\nprovider = \"q\"\npath = \"/v\"\ndedupe = true\n"
+        );
+        assert_eq!(diff(&old, &cfg(&deduped)), Ok(()));
+        let t_deduped = BASE.replace("path = \"/t\"", "path = \"/t\"\ndedupe = true");
+        assert_eq!(diff(&old, &cfg(&t_deduped)), Ok(()));
+        assert_eq!(diff(&cfg(&t_deduped), &old), Ok(()));
+        // A new trigger with flow-control gates applies live.
+        let gated = format!("{BASE}[[triggers]]\nid = \"g\"\nprovider = \"q\"\npath = \"/g\"\nhandler = \"http://127.0.0.1:9/\"\nthrottle = {{ period = \"1s\", max = 2 }}\nsingleton = {{}}\n");
+        assert_eq!(diff(&old, &cfg(&gated)), Ok(()));
         let moved = BASE.replace("path = \"/t\"", "path = \"/t-new\"");
         assert_eq!(diff(&old, &cfg(&moved)), Ok(()));
     }
@@ -259,7 +262,7 @@ mod tests {
     fn new_triggers_with_start_time_state_are_refused() {
         let old = cfg(BASE);
         let absorb = format!("{BASE}[[triggers]]\nid = \"a\"\nprovider = \"q\"\npath = \"/a\"\nwhen_backlog_full = \"absorb\"\n");
-        assert!(diff(&old, &cfg(&absorb)).unwrap_err().contains("absorb"));
+        assert_eq!(diff(&old, &cfg(&absorb)), Ok(()), "absorb applies live");
         let share = format!("{BASE}[[triggers]]\nid = \"s\"\nprovider = \"q\"\npath = \"/s\"\nmax_pending = {{ events = 10 }}\n");
         assert!(diff(&old, &cfg(&share))
             .unwrap_err()

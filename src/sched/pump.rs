@@ -408,9 +408,11 @@ impl CorePump {
             while i < self.logs[slot].parked.len()
                 && self.logs[slot].done_queue.len() < MAX_DONE_ENTRIES
             {
-                let w = self.logs[slot].parked[i].2;
-                if !self.shared.backlog.window_room(w) || self.shared.metrics_dispatch.flow.full(w)
-                {
+                let (_, event, w) = &self.logs[slot].parked[i];
+                let w = *w;
+                // By id: a trigger a reload added has flow cells but the default backlog slot.
+                let full = self.shared.metrics_dispatch.flow.full_id(&event.trigger_id);
+                if !self.shared.backlog.window_room(w) || full {
                     i += 1;
                     continue;
                 }
@@ -471,7 +473,8 @@ impl CorePump {
             Some(_) => {
                 let w = backlog.slot(&event.trigger_id);
                 // Its gates hold `[flow] max_held` (dispatch::flow "Bounds"): it waits here.
-                if self.shared.metrics_dispatch.flow.full(w) || !backlog.window_take(w) {
+                let full = self.shared.metrics_dispatch.flow.full_id(&event.trigger_id);
+                if full || !backlog.window_take(w) {
                     return Admit::Park(lsn, event, w);
                 }
                 Some(w)

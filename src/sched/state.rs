@@ -91,7 +91,8 @@ impl Shared {
         Shared {
             cluster: crate::cluster::Cluster::from_config(&config),
             returns,
-            reload: crate::ops::reload::Published::new(config.clone(), router.clone()),
+            reload: crate::ops::reload::Published::new(config.clone(), router.clone(), &guards)
+                .with_flow_cells(Arc::clone(&metrics_dispatch)),
             config,
             clock,
             router,

@@ -184,9 +184,9 @@ fn admin_reload_refuses_restart_only_and_invalid_changes() {
             "NOPE_SECRET",
         ),
         (
-            format!("{text}\n[[triggers]]\nid = \"g\"\nprovider = \"x\"\npath = \"/g\"\nthrottle = {{ period = \"1s\", max = 5 }}\n"),
+            format!("{text}\n[[triggers]]\nid = \"g\"\nprovider = \"x\"\npath = \"/g\"\nmax_pending = {{ events = 10 }}\n"),
             409,
-            "flow-control gates",
+            "max_pending",
         ),
     ];
     for (i, (manifest, status, key)) in cases.iter().enumerate() {
@@ -512,4 +512,202 @@ fn shrinking_max_in_flight_waits_for_releases() {
         "{peak_after} calls at once after the cut to 3"
     );
     assert!(peak_after >= 1);
+}
+
+/// A trigger added by SIGHUP with a flow-control gate (issue 14): its gate applies at once and
+/// is bounded like a start-up trigger's. With `[flow] max_held = 3` and the new trigger `g`
+/// throttled to 1 per hour, 10 events to `g` give 1 delivery, 3 held in the gate (its own
+/// `sluice_flow_held` series, claimed by the reload) and 6 parked in the log, while `t` keeps
+/// flowing; a second reload raising the throttle delivers all 10, each once.
+#[test]
+fn sighup_adds_a_trigger_with_a_throttle_gate() {
+    let ds = Downstream::start(Behavior::default());
+    let uri = ds.uri("/sink");
+    let base = format!("[flow]\nmax_held = 3\n{}", manifest(&uri, 8, false));
+    let with_g = |max: u32| {
+        format!(
+            "{base}\n[[triggers]]\nid = \"g\"\nprovider = \"pg\"\npath = \"/hooks/g\"\n\
+             handler = \"{uri}\"\nthrottle = {{ period = \"1h\", max = {max} }}\n"
+        )
+    };
+    let server =
+        Server::start(big_buckets(Opts::config(&base).workers(1)).env("SLUICE_ADMIN_TOKEN", TOKEN));
+    let mut c = server.client();
+    let mut t_ids = HashSet::new();
+    t_ids.insert(accepted(&c.post("/hooks/t", b"{}", &[])).0);
+    assert_eq!(c.post("/hooks/g", b"{}", &[]).status, 404);
+
+    std::fs::write(manifest_path(&server), with_g(1)).unwrap();
+    sighup(&server);
+    wait_generation(&server, 2.0);
+    let mut g_ids = HashSet::new();
+    for i in 0..10 {
+        g_ids.insert(accepted(&c.post("/hooks/g", format!("{{\"g\":{i}}}").as_bytes(), &[])).0);
+        t_ids.insert(accepted(&c.post("/hooks/t", format!("{{\"t\":{i}}}").as_bytes(), &[])).0);
+    }
+    let held = |s: &Server| {
+        metric(
+            s,
+            "sluice_flow_held",
+            &[("trigger", "g"), ("gate", "throttle")],
+        )
+    };
+    let parked = |s: &Server| metric(s, "sluice_pump_parked_events", &[]);
+    assert!(
+        wait_until(Duration::from_secs(10), || parked(&server) == 6.0),
+        "6 of g's events should wait in the log: parked {}, held {}",
+        parked(&server),
+        held(&server)
+    );
+    assert_eq!(held(&server), 3.0, "the new trigger's gate holds max_held");
+    let delivered = |ids: &HashSet<String>| {
+        delivered_ids(&ds)
+            .into_iter()
+            .filter(|d| ids.contains(d))
+            .count()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || delivered(&t_ids) == t_ids.len()),
+        "t keeps flowing past g's gate"
+    );
+    assert_eq!(delivered(&g_ids), 1, "the throttle lets 1 through");
+
+    std::fs::write(manifest_path(&server), with_g(100)).unwrap();
+    let r = admin_reload(&server, Some(TOKEN));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        wait_until(Duration::from_secs(10), || delivered(&g_ids) == 10),
+        "g's held and parked events were not delivered: {}",
+        delivered(&g_ids)
+    );
+    let all = delivered_ids(&ds);
+    assert_eq!(all.len(), 21, "each event once: {all:?}");
+    assert_eq!(all.iter().cloned().collect::<HashSet<_>>().len(), 21);
+    assert_eq!(held(&server), 0.0);
+    let flow = |d: &str| {
+        metric(
+            &server,
+            "sluice_flow_control_total",
+            &[("trigger", "g"), ("gate", "throttle"), ("decision", d)],
+        )
+    };
+    // 1 passed, 3 were held and left the old gate at the re-key, then all 9 passed the new one.
+    assert_eq!((flow("pass"), flow("wait")), (10.0, 3.0));
+}
+
+/// `X-Hub-Signature-256` of `body` under `secret`.
+fn github_signature(secret: &str, body: &[u8]) -> String {
+    use hmac::{Hmac, Mac};
+    let mut m = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    m.update(body);
+    let hex: String = m
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256={hex}")
+}
+
+/// Issue 14: SIGHUP adds a GitHub webhook trigger with its secret from the environment, dedupe
+/// and a throttle gate, while `t` takes traffic. From the new generation on, unsigned and
+/// forged requests to it get 401 (counted in its own `sluice_signature_failures_total`
+/// series), signed ones 202, a redelivery `200 duplicate_dropped`; the throttle holds all but
+/// 2 of 6 events until a second reload raises it, then every accepted event is delivered once.
+/// A third reload drops `verify`: the trigger then takes unsigned requests.
+#[test]
+fn sighup_adds_a_verified_deduped_throttled_trigger() {
+    const SECRET: &str = "reload-gh-secret";
+    let ds = Downstream::start(Behavior::default());
+    let uri = ds.uri("/sink");
+    let base = manifest(&uri, 8, false);
+    let with_gh = |auth: &str, max: u32| {
+        format!(
+            "{base}\n[[triggers]]\nid = \"gh\"\nprovider = \"github\"\npath = \"/hooks/gh\"\n\
+             handler = \"{uri}\"\n{auth}throttle = {{ period = \"1h\", max = {max} }}\n"
+        )
+    };
+    let signed = "verify = \"github\"\nsecrets = [{ env = \"GH_RELOAD_SECRET\" }]\ndedupe = true\n";
+    let server = Server::start(
+        big_buckets(Opts::config(&base))
+            .env("SLUICE_ADMIN_TOKEN", TOKEN)
+            .env("GH_RELOAD_SECRET", SECRET),
+    );
+    let mut c = server.client();
+    let mut ids = HashSet::new();
+    ids.insert(accepted(&c.post("/hooks/t", b"{}", &[])).0);
+    assert_eq!(c.post("/hooks/gh", b"{}", &[]).status, 404);
+
+    std::fs::write(manifest_path(&server), with_gh(signed, 2)).unwrap();
+    sighup(&server);
+    wait_generation(&server, 2.0);
+    let post_gh = |c: &mut Client, n: usize, sig: Option<&str>| {
+        let body = format!("{{\"number\":{n}}}");
+        let good = github_signature(SECRET, body.as_bytes());
+        let delivery = format!("delivery-{n}");
+        let mut h = vec![("X-GitHub-Delivery", delivery.as_str())];
+        if let Some(s) = sig {
+            h.push(("X-Hub-Signature-256", if s.is_empty() { &good } else { s }));
+        }
+        c.post("/hooks/gh", body.as_bytes(), &h)
+    };
+    let failures = |reason: &str| {
+        metric(
+            &server,
+            "sluice_signature_failures_total",
+            &[("reason", reason), ("trigger", "gh")],
+        )
+    };
+    assert_eq!(failures("missing_signature"), 0.0, "its series, rendered");
+    let mut gh = HashSet::new();
+    for n in 0..6 {
+        assert_eq!(post_gh(&mut c, n, None).status, 401, "unsigned");
+        assert_eq!(post_gh(&mut c, n, Some("sha256=00")).status, 401, "forged");
+        gh.insert(accepted(&post_gh(&mut c, n, Some(""))).0);
+        ids.insert(accepted(&c.post("/hooks/t", format!("{{\"t\":{n}}}").as_bytes(), &[])).0);
+    }
+    let dup = post_gh(&mut c, 0, Some(""));
+    assert_eq!(dup.status, 200, "{}", dup.text());
+    assert!(dup.text().contains("duplicate_dropped"), "{}", dup.text());
+    assert_eq!(failures("missing_signature"), 6.0);
+    assert_eq!(failures("bad_signature"), 6.0);
+    assert_eq!(
+        metric(&server, "sluice_dedupe_dropped_total", &[("trigger", "gh")]),
+        1.0
+    );
+    let delivered = |of: &HashSet<String>| {
+        delivered_ids(&ds)
+            .into_iter()
+            .filter(|d| of.contains(d))
+            .count()
+    };
+    assert!(wait_until(Duration::from_secs(10), || delivered(&ids) == ids.len()));
+    assert!(wait_until(Duration::from_secs(10), || delivered(&gh) == 2));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(delivered(&gh), 2, "the throttle holds the other 4");
+    assert_eq!(
+        metric(
+            &server,
+            "sluice_flow_held",
+            &[("trigger", "gh"), ("gate", "throttle")]
+        ),
+        4.0
+    );
+
+    std::fs::write(manifest_path(&server), with_gh(signed, 100)).unwrap();
+    assert_eq!(admin_reload(&server, Some(TOKEN)).status, 200);
+    assert!(
+        wait_until(Duration::from_secs(10), || delivered(&gh) == 6),
+        "held events lost: {} of 6 delivered",
+        delivered(&gh)
+    );
+
+    // Without `verify` (and dedupe) the trigger takes unsigned requests from the next turn.
+    std::fs::write(manifest_path(&server), with_gh("", 100)).unwrap();
+    assert_eq!(admin_reload(&server, Some(TOKEN)).status, 200);
+    let (open, _) = accepted(&post_gh(&mut c, 99, None));
+    gh.insert(open);
+    assert!(wait_until(Duration::from_secs(10), || delivered(&gh) == 7));
+    let all = delivered_ids(&ds);
+    assert_eq!(all.len(), ids.len() + gh.len(), "each event once: {all:?}");
 }

@@ -32,17 +32,22 @@
 //! gates" are the sum of its `sluice_flow_held` over the six gates (there is no second gauge).
 //!
 //! Cardinality is bounded by the manifest: one series per (trigger, configured gate, label), all
-//! rendered, zeros included. The cells are those of the start-up triggers (a reload may reorder
-//! the triggers or give one new gates, never add cells: the engine maps its triggers to cells by
-//! id, [`FlowMetrics::index_of`], and a gate a reload adds is rendered from then on,
-//! [`FlowMetrics::mark_configured`]). Cells are shared std atomics (`Relaxed`: each is a count that
+//! rendered, zeros included. The cells are those of the start-up triggers plus at most
+//! [`RELOAD_CELLS`] spare ones, which a reload claims ([`FlowMetrics::claim`], before it
+//! publishes) for a trigger with gates that has none yet — a trigger it adds, or one added
+//! earlier without gates; a reload that would need more is refused (restart to re-size). A
+//! claimed cell keeps its trigger id for the rest of the run (a trigger removed and added again
+//! finds its cells, counts included). The engine maps its triggers to cells by id,
+//! [`FlowMetrics::index_of`], and a gate a reload adds is rendered from then on,
+//! [`FlowMetrics::mark_configured`]. Cells are shared std atomics (`Relaxed`: each is a count that
 //! publishes no other memory; the bound check reads a count that may be a few events late,
 //! see `dispatch::flow` "Bounds"), indexed by the trigger's position in the config, written by
 //! the trigger's owner core.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
 
 use crate::config::TriggerConfig;
 use crate::metrics::counter::Counter;
@@ -62,13 +67,18 @@ pub const DECISIONS: [&str; 3] = ["pass", "wait", "skip"];
 /// Index of the `gate="dispatch"` held count (released, waiting for a dispatch slot).
 pub const DISPATCH: usize = GATES.len();
 
+/// Spare trigger cells a run's reloads may claim for triggers with gates (the bound on the
+/// series reloads add: this many triggers, each with the start-up triggers' families).
+pub const RELOAD_CELLS: usize = 64;
+
 const NAME: &str = "sluice_flow_control_total";
 const HELD: &str = "sluice_flow_held";
 const OVERFLOW: &str = "sluice_flow_key_overflow_total";
 
 #[derive(Debug)]
 struct TriggerCells {
-    name: Box<str>,
+    /// The trigger id: set at start, or by the reload that claims a spare cell.
+    name: OnceLock<Box<str>>,
     /// Gates rendered for this trigger: those of the start-up configuration, plus any a reload
     /// gave it (`Relaxed`: a flag read at render time, set before the first count).
     configured: [AtomicBool; GATES.len()],
@@ -82,8 +92,15 @@ struct TriggerCells {
 #[derive(Debug, Default)]
 pub struct FlowMetrics {
     triggers: Vec<TriggerCells>,
-    /// Trigger id → index in `triggers` (fixed at start-up).
+    /// Trigger id → index in `triggers`, for the start-up triggers (fixed).
     index: HashMap<Box<str>, usize>,
+    /// Start-up triggers: the spare cells are `triggers[start..]`.
+    start: usize,
+    /// Spare cells claimed so far (their names are set): stored with `Release` after the name,
+    /// loaded with `Acquire` by [`FlowMetrics::index_of`].
+    claimed: AtomicUsize,
+    /// Serializes claims.
+    claiming: Mutex<()>,
     /// `sluice_flow_read_back_failures_total` (`dispatch::flow::payload`).
     read_back_failures: Counter,
     /// `[flow] max_held`.
@@ -100,17 +117,54 @@ impl FlowMetrics {
                 .enumerate()
                 .map(|(i, t)| (t.id.as_str().into(), i))
                 .collect(),
+            start: triggers.len(),
+            claimed: AtomicUsize::new(0),
+            claiming: Mutex::new(()),
             triggers: triggers
                 .iter()
                 .map(|t| TriggerCells {
-                    name: t.id.as_str().into(),
+                    name: OnceLock::from(Box::<str>::from(t.id.as_str())),
                     configured: gates_of(&t.flow).map(AtomicBool::new),
                     counts: Default::default(),
                     held: Default::default(),
                     overflow: Default::default(),
                 })
+                .chain((0..RELOAD_CELLS).map(|_| TriggerCells {
+                    name: OnceLock::new(),
+                    configured: Default::default(),
+                    counts: Default::default(),
+                    held: Default::default(),
+                    overflow: Default::default(),
+                }))
                 .collect(),
         }
+    }
+
+    /// Gives every trigger of `triggers` that has gates and no cells a spare cell (a reload,
+    /// before it publishes `triggers`). `Err` names the first trigger left without one: the
+    /// reload must then publish nothing.
+    pub fn claim(&self, triggers: &[TriggerConfig]) -> Result<(), String> {
+        let _serial = self.claiming.lock().unwrap_or_else(|p| p.into_inner());
+        let need: Vec<&TriggerConfig> = triggers
+            .iter()
+            .filter(|t| !t.flow.is_empty() && self.index_of(&t.id).is_none())
+            .collect();
+        let claimed = self.claimed.load(Ordering::Acquire);
+        let spare = (self.triggers.len() - self.start).saturating_sub(claimed);
+        if let Some(t) = need.get(spare) {
+            return Err(format!(
+                "trigger {:?} needs flow-control metric cells and this run's {RELOAD_CELLS} spare                  ones are taken by triggers added by earlier reloads",
+                t.id
+            ));
+        }
+        for (i, t) in need.iter().enumerate() {
+            let _ = self.triggers[self.start + claimed + i]
+                .name
+                .set(t.id.as_str().into());
+        }
+        // After the names: a reader that sees the count sees them.
+        self.claimed.store(claimed + need.len(), Ordering::Release);
+        Ok(())
     }
 
     /// Counts one decision of `gate` for trigger `t` (indices as in [`GATES`], [`DECISIONS`]).
@@ -181,9 +235,20 @@ impl FlowMetrics {
             .is_some_and(|c| c.held.iter().any(|h| h.load(Relaxed) >= self.max_held))
     }
 
-    /// The cells of trigger `id`, if the start-up configuration named it.
+    /// The cells of trigger `id`: the start-up triggers' by map, then a scan of the spare cells
+    /// claimed by reloads (at most [`RELOAD_CELLS`]).
     pub fn index_of(&self, id: &str) -> Option<usize> {
-        self.index.get(id).copied()
+        if let Some(&i) = self.index.get(id) {
+            return Some(i);
+        }
+        let claimed = self.claimed.load(Ordering::Acquire);
+        (self.start..self.start + claimed)
+            .find(|&i| self.triggers[i].name.get().is_some_and(|n| &**n == id))
+    }
+
+    /// True while trigger `id`'s cells are at `[flow] max_held` ([`FlowMetrics::full`]).
+    pub fn full_id(&self, id: &str) -> bool {
+        self.index_of(id).is_some_and(|t| self.full(t))
     }
 
     /// Renders the gates `f` configures for trigger cells `t` from now on (a reload adding one).
@@ -235,7 +300,11 @@ impl FlowMetrics {
             for (d, decision) in DECISIONS.iter().enumerate() {
                 w.sample_u64(
                     NAME,
-                    &[("trigger", &t.name), ("gate", gate), ("decision", decision)],
+                    &[
+                        ("trigger", t.name()),
+                        ("gate", gate),
+                        ("decision", decision),
+                    ],
                     t.counts[g][d].get(),
                 );
             }
@@ -251,7 +320,7 @@ impl FlowMetrics {
                     continue;
                 }
                 let n = t.held[g].load(Relaxed);
-                w.sample_u64(HELD, &[("trigger", &t.name), ("gate", gate)], n);
+                w.sample_u64(HELD, &[("trigger", t.name()), ("gate", gate)], n);
             }
         }
         w.header(
@@ -272,7 +341,7 @@ impl FlowMetrics {
         self.each_gate(|t, g, gate| {
             if g == 1 || g == 2 || g == 3 {
                 let n = t.overflow[g].get();
-                w.sample_u64(OVERFLOW, &[("trigger", &t.name), ("gate", gate)], n);
+                w.sample_u64(OVERFLOW, &[("trigger", t.name()), ("gate", gate)], n);
             }
         });
     }
@@ -289,6 +358,10 @@ impl FlowMetrics {
 }
 
 impl TriggerCells {
+    fn name(&self) -> &str {
+        self.name.get().map_or("", |n| n)
+    }
+
     fn any_gate(&self) -> bool {
         self.configured.iter().any(|c| c.load(Relaxed))
     }
@@ -370,5 +443,36 @@ mod tests {
             assert!(text.contains(line), "{line} not in {text}");
         }
         assert!(!text.contains("gate=\"batch\""));
+    }
+
+    #[test]
+    fn reloads_claim_spare_cells_up_to_the_bound() {
+        let cfg = |n: usize| {
+            let mut text =
+                String::from("[[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/a\"\n");
+            for i in 0..n {
+                text += &format!("[[triggers]]\nid = \"n{i}\"\nprovider = \"p\"\npath = \"/n{i}\"\nsingleton = {{}}\n");
+            }
+            crate::config::Config::build(
+                crate::config::Config::parse_manifest(&text).unwrap(),
+                &|_| None,
+                &crate::config::Overrides::default(),
+            )
+            .unwrap()
+        };
+        let m = FlowMetrics::new(&cfg(0).triggers, 1);
+        assert_eq!(m.index_of("n0"), None);
+        m.claim(&cfg(2).triggers).unwrap();
+        let (n0, n1) = (m.index_of("n0").unwrap(), m.index_of("n1").unwrap());
+        assert!(n0 >= 1 && n1 >= 1 && n0 != n1, "spare cells after a's");
+        m.held_add(n1, 4, 1);
+        assert!(m.full_id("n1") && !m.full_id("n0") && !m.full_id("a"));
+        // Claiming again keeps the cells; past the bound nothing is claimed.
+        m.claim(&cfg(2).triggers).unwrap();
+        assert_eq!(m.index_of("n1"), Some(n1));
+        let e = m.claim(&cfg(RELOAD_CELLS + 1).triggers).unwrap_err();
+        assert!(e.contains(&format!("\"n{RELOAD_CELLS}\"")), "{e}");
+        assert_eq!(m.index_of("n2"), None, "a refused claim takes no cell");
+        m.claim(&cfg(RELOAD_CELLS).triggers).unwrap();
     }
 }

@@ -73,7 +73,10 @@ impl Worker {
             return false;
         };
         let mut pipeline = Pipeline {
-            node: ingest::node(&shared),
+            node: crate::ingest::pipeline::Node {
+                table: self.view.guards(),
+                ..ingest::node(&shared)
+            },
             sources: &mut self.sources,
             ids: &mut self.ids,
             metrics: &self.metrics,

@@ -14,6 +14,7 @@ pub(super) fn node(shared: &Shared) -> pipeline::Node<'_> {
     pipeline::Node {
         config: &shared.config,
         guards: &shared.guards,
+        table: shared.guards.start_table(),
         admission: &shared.admission,
         returns: &shared.returns,
         backlog: &shared.backlog,
@@ -25,7 +26,11 @@ impl Worker {
     /// so that the core's own parts can be borrowed mutably beside it).
     fn pipeline<'a>(&'a mut self, shared: &'a Shared) -> Pipeline<'a> {
         Pipeline {
-            node: node(shared),
+            // The checks of the generation this core runs.
+            node: pipeline::Node {
+                table: self.view.guards(),
+                ..node(shared)
+            },
             sources: &mut self.sources,
             ids: &mut self.ids,
             metrics: &self.metrics,
