@@ -67,18 +67,23 @@ start_sluice() { # port durability [env...]
 # Buckets raised so these runs measure the accept path, not refusals.
 BIG=(HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY=100000000 HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY=100000000
      HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC=100000000)
-start_sluice 18080 fsync "${BIG[@]}"; SLUICE_FSYNC=$!
-start_sluice 18082 os "${BIG[@]}"; SLUICE_OS=$!
+# Each sluice run on both I/O backends (io_uring: ports 1808x, mio: 1809x).
+start_sluice 18080 fsync SLUICE_IO=uring "${BIG[@]}"; SLUICE_FSYNC=$!
+start_sluice 18082 os SLUICE_IO=uring "${BIG[@]}"; SLUICE_OS=$!
+start_sluice 18090 fsync SLUICE_IO=mio "${BIG[@]}"; SLUICE_FSYNC_MIO=$!
+start_sluice 18092 os SLUICE_IO=mio "${BIG[@]}"; SLUICE_OS_MIO=$!
 # Buckets of 1 token, 1/s: nearly every request is refused with 503 (the cost of saying no).
-start_sluice 18083 fsync HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY=1 HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY=1 \
-  HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC=1; SLUICE_REFUSE=$!
+REFUSE=(HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY=1 HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY=1
+        HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC=1)
+start_sluice 18083 fsync SLUICE_IO=uring "${REFUSE[@]}"; SLUICE_REFUSE=$!
+start_sluice 18093 fsync SLUICE_IO=mio "${REFUSE[@]}"; SLUICE_REFUSE_MIO=$!
 
 nginx_conf '18081 202 {"status":"accepted"}'
 taskset -c "$SERVER_CPU" nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
 pids+=($!)
 NGINX_MASTER=$!
 for _ in $(seq 50); do
-  [ "$(cat "$WORK"/sluice-*.out 2>/dev/null | grep -c listening)" = 3 ] && curl -s -o /dev/null http://127.0.0.1:18081/ && break
+  [ "$(cat "$WORK"/sluice-*.out 2>/dev/null | grep -c listening)" = 6 ] && curl -s -o /dev/null http://127.0.0.1:18081/ && break
   sleep 0.1
 done
 NGINX_PIDS=$(pgrep -P "$NGINX_MASTER" | tr '\n' ' ')
@@ -86,6 +91,9 @@ NGINX_PIDS=$(pgrep -P "$NGINX_MASTER" | tr '\n' ' ')
 echo "machine: $(nproc) cores, $(uname -r); server pinned to CPU $SERVER_CPU, wrk to CPU $CLIENT_CPU; ${DUR}s, $CONNS connections"
 echo "data dir filesystem: $(df -T "$WORK" | awk 'NR==2 {print $2}')"
 run_wrk "nginx return 202" 18081 "$NGINX_MASTER" $NGINX_PIDS
-run_wrk "sluice serve --durability fsync (202 after fdatasync)" 18080 "$SLUICE_FSYNC"
-run_wrk "sluice serve --durability os (202 after write to page cache)" 18082 "$SLUICE_OS"
-run_wrk "sluice, buckets of 1 token (503 refusals)" 18083 "$SLUICE_REFUSE"
+run_wrk "sluice --io uring --durability fsync (202 after fdatasync)" 18080 "$SLUICE_FSYNC"
+run_wrk "sluice --io mio --durability fsync (202 after fdatasync)" 18090 "$SLUICE_FSYNC_MIO"
+run_wrk "sluice --io uring --durability os (202 after write to page cache)" 18082 "$SLUICE_OS"
+run_wrk "sluice --io mio --durability os (202 after write to page cache)" 18092 "$SLUICE_OS_MIO"
+run_wrk "sluice --io uring, buckets of 1 token (503 refusals)" 18083 "$SLUICE_REFUSE"
+run_wrk "sluice --io mio, buckets of 1 token (503 refusals)" 18093 "$SLUICE_REFUSE_MIO"
