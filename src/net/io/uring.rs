@@ -341,11 +341,13 @@ impl Uring {
 
     fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
         for _ in 0..3 {
-            // SAFETY: every entry built by this module points only at memory that outlives the
+            // Every entry built by this module points only at memory that outlives the
             // operation: the pool (freed after the ring's operations finished, `Drop`), a
             // stream's `sending` buffer (not touched while its send is armed; a closed
             // stream's is kept in `retired` until the completion), or nothing.
-            if unsafe { self.ring.submission().push(entry) }.is_ok() {
+            // SAFETY: the entry's buffers outlive the operation (above).
+            let pushed = unsafe { self.ring.submission().push(entry) };
+            if pushed.is_ok() {
                 self.in_flight += 1;
                 return Ok(());
             }
