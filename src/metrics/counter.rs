@@ -192,7 +192,11 @@ pub mod slot {
     pub const COMMIT_QUEUED: usize = BODY_BUDGET_REFUSED + 1;
     /// Gauge: jobs and outcomes waiting for room in another core's ring.
     pub const LINK_WAITING: usize = COMMIT_QUEUED + 1;
-    pub const COUNT: usize = LINK_WAITING + 1;
+    /// Gauge (io_uring): closed connections whose last bytes are still being sent.
+    pub const IO_RETIRED: usize = LINK_WAITING + 1;
+    /// Counter (io_uring): receives that found the core's buffer pool empty (re-armed).
+    pub const IO_POOL_EMPTY: usize = IO_RETIRED + 1;
+    pub const COUNT: usize = IO_POOL_EMPTY + 1;
 
     #[inline]
     pub const fn backpressure(d: Dimension, a: Action) -> usize {
@@ -301,6 +305,18 @@ impl CoreMetrics {
     pub fn set_link_waiting(&self, items: u64) {
         self.shard.cells[slot::LINK_WAITING].store(items, Ordering::Relaxed);
     }
+
+    /// Set this core's `sluice_io_retired_connections` (the owning worker only).
+    #[inline]
+    pub fn set_io_retired(&self, conns: u64) {
+        self.shard.cells[slot::IO_RETIRED].store(conns, Ordering::Relaxed);
+    }
+
+    /// A receive found the core's io_uring buffer pool empty.
+    #[inline]
+    pub fn incr_io_pool_empty(&self) {
+        self.shard.add(slot::IO_POOL_EMPTY, 1);
+    }
 }
 
 impl Metrics {
@@ -368,6 +384,11 @@ impl Metrics {
     /// Jobs and outcomes core `core` holds for full rings of other cores (a gauge).
     pub fn link_waiting(&self, core: usize) -> u64 {
         self.shards[core].get(slot::LINK_WAITING)
+    }
+
+    /// Closed connections of core `core` still sending their last bytes (io_uring; a gauge).
+    pub fn io_retired(&self, core: usize) -> u64 {
+        self.shards[core].get(slot::IO_RETIRED)
     }
 
     /// The whole `/metrics` body: this module's families, then whatever `extra` appends.
@@ -475,6 +496,22 @@ impl Metrics {
             let label = core.to_string();
             w.sample_u64(WAITING, &[("core", &label)], self.link_waiting(core));
         }
+
+        const RETIRED: &str = "sluice_io_retired_connections";
+        w.header(
+            RETIRED,
+            "io_uring: closed connections whose last response bytes are still being sent (bound: 4096 per core, 2 s each; 0 on mio).",
+            MetricType::Gauge,
+        );
+        for core in 0..self.cores() {
+            let label = core.to_string();
+            w.sample_u64(RETIRED, &[("core", &label)], self.io_retired(core));
+        }
+        w.counter(
+            "sluice_io_receive_pool_empty_total",
+            "io_uring: receives that found the core's receive-buffer pool (128 x 32 KiB) empty and were re-armed.",
+            self.sum(slot::IO_POOL_EMPTY),
+        );
 
         const PAUSED: &str = "sluice_connections_read_paused_total";
         w.header(

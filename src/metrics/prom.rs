@@ -377,6 +377,13 @@ sluice_commit_queued_records{core=\"1\"} 0
 # TYPE sluice_link_waiting_items gauge
 sluice_link_waiting_items{core=\"0\"} 0
 sluice_link_waiting_items{core=\"1\"} 0
+# HELP sluice_io_retired_connections io_uring: closed connections whose last response bytes are still being sent (bound: 4096 per core, 2 s each; 0 on mio).
+# TYPE sluice_io_retired_connections gauge
+sluice_io_retired_connections{core=\"0\"} 0
+sluice_io_retired_connections{core=\"1\"} 0
+# HELP sluice_io_receive_pool_empty_total io_uring: receives that found the core's receive-buffer pool (128 x 32 KiB) empty and were re-armed.
+# TYPE sluice_io_receive_pool_empty_total counter
+sluice_io_receive_pool_empty_total 0
 # HELP sluice_connections_read_paused_total Times a connection stopped being read because its queued responses reached a bound.
 # TYPE sluice_connections_read_paused_total counter
 sluice_connections_read_paused_total{bound=\"pipeline_depth\"} 0

@@ -54,6 +54,14 @@ fn each_backend_ingests_delivers_and_says_so() {
             seen.iter().any(|s| s.body == big),
             "{backend}: big body delivered whole"
         );
+        // The io_uring bounds' families, 0 once every connection is answered and open.
+        let metrics = server.get("/metrics").text();
+        for family in [
+            "sluice_io_retired_connections{core=\"0\"} 0",
+            "sluice_io_receive_pool_empty_total 0",
+        ] {
+            assert!(metrics.contains(family), "{backend}: no {family}");
+        }
     }
 }
 

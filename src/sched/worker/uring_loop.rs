@@ -54,6 +54,9 @@ impl Worker {
                 }
                 poll_ready = n == events.capacity();
             }
+            if let Some(ring) = self.uring.as_deref() {
+                self.metrics.set_io_retired(ring.retired() as u64);
+            }
             if self.end_turn(&mut last_sweep) {
                 break;
             }
@@ -83,6 +86,7 @@ impl Worker {
             Op::Recv => {
                 if !ring.on_recv(s, c) {
                     // The buffer pool was empty: try again at the end of the turn.
+                    self.metrics.incr_io_pool_empty();
                     return self.note_io(c.idx);
                 }
                 conn.readable = true;
