@@ -11,14 +11,8 @@
 set -euo pipefail
 DUR=${1:-5}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-WORK=$(mktemp -d /tmp/sluice-deliver.XXXXXX)
-SERVER_CPU=${SERVER_CPU:-1}
-CLIENT_CPU=${CLIENT_CPU:-0}
-HZ=$(getconf CLK_TCK)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
 source "$ROOT/benches/e2e/lib.sh"
+e2e_init deliver
 metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m {print $2; f=1} END {if (!f) print 0}'; }
 
 cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"

@@ -23,16 +23,10 @@ set -euo pipefail
 DUR=${1:-5}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # WORK_BASE=/dev/shm puts the data dir on tmpfs (syncs cost ~nothing): the software's rate.
-WORK=$(mktemp -d "${WORK_BASE:-/tmp}/sluice-dlq.XXXXXX")
-SERVER_CPU=${SERVER_CPU:-1}
-CLIENT_CPU=${CLIENT_CPU:-0}
 PORT=${PORT:-18190}
 PUMP_MAX=${PUMP_MAX:-1024}
-HZ=$(getconf CLK_TCK)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
 source "$ROOT/benches/e2e/lib.sh"
+e2e_init dlq "${WORK_BASE:-/tmp}"
 metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v m="$1" '$1 == m {print $2; f=1} END {if (!f) print 0}'; }
 now() { date +%s.%N; }
 

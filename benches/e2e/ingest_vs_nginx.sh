@@ -9,15 +9,9 @@ set -euo pipefail
 DUR=${1:-10}
 CONNS=${2:-64}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-WORK=$(mktemp -d /tmp/sluice-e2e.XXXXXX)
-SERVER_CPU=${SERVER_CPU:-1}
-CLIENT_CPU=${CLIENT_CPU:-0}
-HZ=$(getconf CLK_TCK)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
 
 source "$ROOT/benches/e2e/lib.sh"
+e2e_init e2e
 
 ctx_switches() { # voluntary + involuntary context switches of every thread of a process
   local total=0 n

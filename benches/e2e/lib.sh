@@ -1,5 +1,15 @@
-# Shared by the e2e scripts (sourced): CPU ticks of processes, and an nginx config writer.
-# Callers set WORK (a temp dir) and HZ=$(getconf CLK_TCK).
+# Shared by the e2e scripts (sourced): the common setup, CPU ticks of processes, and an nginx
+# config writer.
+
+e2e_init() { # NAME [BASE_DIR]: WORK (a temp dir), CPU pinning defaults, HZ, and at exit the
+  # processes in `pids` are killed and WORK removed.
+  WORK=$(mktemp -d "${2:-/tmp}/sluice-$1.XXXXXX")
+  SERVER_CPU=${SERVER_CPU:-1}
+  CLIENT_CPU=${CLIENT_CPU:-0}
+  HZ=$(getconf CLK_TCK)
+  pids=()
+  trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
+}
 
 cpu_ticks() { # sum utime+stime of processes (all their threads) listed by pid
   local total=0
