@@ -199,14 +199,7 @@ fn serve(stream: TcpStream, st: &State) {
                 return;
             }
         }
-        let header = |name: &str| {
-            head.iter().skip(1).find_map(|l| {
-                let (n, v) = l.split_once(':')?;
-                n.trim()
-                    .eq_ignore_ascii_case(name)
-                    .then(|| v.trim().to_string())
-            })
-        };
+        let header = |name: &str| crate::support::head_header(&head, name);
         let len: usize = header("content-length")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);

@@ -443,6 +443,17 @@ fn wait_child(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     }
 }
 
+/// The value of header `name` (any case) in a request head read line by line, request line
+/// first (the test downstreams' servers).
+pub fn head_header(head: &[String], name: &str) -> Option<String> {
+    head.iter().skip(1).find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().to_string())
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // CLI tools
 // ---------------------------------------------------------------------------------------------
