@@ -9,7 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 RUNS="${RUNS:-10000000}"
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(http_request http_response wal_recovery manifest)
+if [[ ${#targets[@]} -eq 0 ]]; then # every target under fuzz_targets/
+    for f in fuzz_targets/*.rs; do targets+=("$(basename "$f" .rs)"); done
+fi
 cargo +nightly fuzz build
 mkdir -p target
 for target in "${targets[@]}"; do
