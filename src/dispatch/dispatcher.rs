@@ -140,6 +140,11 @@ pub struct Dispatcher {
     budgets: HashMap<usize, crate::cluster::budget::SharedBudget>,
     /// Destinations of this core with a shared budget (checked for new grants every turn).
     shared_dests: Vec<usize>,
+    /// Jobs for a destination id this core's generation does not know yet: a pump on a core
+    /// that picked up a reload first admitted them. Accepted when this core picks the
+    /// generation up ([`Dispatcher::reconfigure`], at the top of its next turn: the publication
+    /// happened before the pump's push). Bounded by the jobs out (`max_outstanding`).
+    early: Vec<Job>,
 }
 
 impl Dispatcher {
@@ -175,6 +180,7 @@ impl Dispatcher {
             held: 0,
             budgets: HashMap::new(),
             shared_dests: Vec::new(),
+            early: Vec::new(),
         }
     }
 
@@ -225,10 +231,12 @@ impl Dispatcher {
         })
     }
 
-    /// A reload's configuration (`ops::reload`; the set of destinations is the same, in the same
-    /// order): each destination already in use gets its new limits and retry schedule, then its
-    /// queue is pumped (a raised limit starts waiting jobs now). Attempts in flight keep running
-    /// under the settings they started with; the next attempts use the new ones.
+    /// A reload's configuration (`ops::reload`; destinations laid out by their stable id,
+    /// `ops::reload_ids`): each destination already in use gets its new limits and retry
+    /// schedule, then its queue is pumped (a raised limit starts waiting jobs now); a new one
+    /// gets its state at its first job; a removed one keeps its state and its settings and
+    /// finishes its jobs. Attempts in flight keep running under the settings they started with;
+    /// the next attempts use the new ones.
     pub fn reconfigure(&mut self, config: Arc<Config>, now: u64, registry: &Registry) {
         let old = std::mem::replace(&mut self.config, config);
         let flows = |c: &Config| -> Vec<(String, crate::config::FlowConfig)> {
@@ -274,12 +282,20 @@ impl Dispatcher {
         for d in touched {
             self.pump_dest(d, now, registry);
         }
+        for job in std::mem::take(&mut self.early) {
+            self.held -= 1;
+            self.accept(job, now, registry, false);
+        }
     }
 
     /// Takes a job from the pump. While draining, jobs are only held (they stay pending in the
     /// WAL and are evaluated by the gates and delivered after the restart).
     pub fn accept(&mut self, job: Job, now: u64, registry: &Registry, draining: bool) {
         self.held += 1;
+        if job.dest >= self.config.destinations.len() {
+            self.early.push(job);
+            return;
+        }
         if draining || !self.flow.gates(&job.event.trigger_id) {
             if let Some(d) = self.enqueue(job, now) {
                 if !draining {

@@ -1,6 +1,11 @@
 //! Dispatch metrics: per-destination gauges and counters, delivery latency, the pump's live
-//! gauges, and the accepted-to-DLQ histogram. Destinations come from the config, so every label
-//! set here has a bound known at start-up. Built from the leaf [`crate::metrics`] toolkit
+//! gauges, and the accepted-to-DLQ histogram. Destination cells are indexed by destination id
+//! (`ops::reload_ids`): the start-up destinations', plus
+//! [`RELOAD_DESTINATIONS`](crate::ops::reload_ids::RELOAD_DESTINATIONS) spare cells that a
+//! reload names ([`DispatchMetrics::claim_destinations`], before it publishes) for the
+//! destinations it adds, so every label set here has a bound known at start-up. A destination
+//! a reload removes stops being rendered (its cells keep counting the events accepted for it
+//! before, and it is rendered again, counts included, if a reload names it again). Built from the leaf [`crate::metrics`] toolkit
 //! (counters, histogram, Prometheus writer), which knows nothing of dispatch.
 //!
 //! Writers: a destination's owner core (its gauges and attempt counters), the pump (pump gauges,
@@ -58,9 +63,13 @@ struct PumpCells {
     done_cursor: AtomicU64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct DestCells {
-    uri: String,
+    /// Set at start, or by the reload that adds the destination (then never changes: an id is
+    /// one URI for the run).
+    uri: std::sync::OnceLock<Box<str>>,
+    /// Rendered (a trigger of the current generation names it); written by reloads.
+    exported: std::sync::atomic::AtomicBool,
     /// The current limit: `max_in_flight`, or the adaptive limit.
     permits: AtomicU64,
     in_flight: AtomicU64,
@@ -128,25 +137,20 @@ const REASONS: [DlqReason; 3] = [
 ];
 
 impl DispatchMetrics {
-    /// `destinations`: (uri, max_in_flight) in config order.
+    /// `destinations`: (uri, initial permits) in config order (their ids), plus
+    /// [`RELOAD_DESTINATIONS`](crate::ops::reload_ids::RELOAD_DESTINATIONS) spare cells.
     pub fn new(destinations: &[(String, u64)]) -> DispatchMetrics {
+        let spare = crate::ops::reload_ids::RELOAD_DESTINATIONS;
+        let dests: Box<[DestCells]> = (0..destinations.len() + spare)
+            .map(|_| DestCells::default())
+            .collect();
+        for (c, (uri, max)) in dests.iter().zip(destinations) {
+            let _ = c.uri.set(uri.as_str().into());
+            c.permits.store(*max, Ordering::Relaxed);
+            c.exported.store(true, Ordering::Relaxed);
+        }
         DispatchMetrics {
-            dests: destinations
-                .iter()
-                .map(|(uri, max)| DestCells {
-                    uri: uri.clone(),
-                    permits: AtomicU64::new(*max),
-                    in_flight: AtomicU64::new(0),
-                    connections: AtomicU64::new(0),
-                    delivered: AtomicU64::new(0),
-                    retryable: AtomicU64::new(0),
-                    permanent: AtomicU64::new(0),
-                    tls_error: AtomicU64::new(0),
-                    circuit: AtomicU64::new(0),
-                    paused_until: AtomicU64::new(0),
-                    queued: AtomicU64::new(0),
-                })
-                .collect(),
+            dests,
             duration: Histogram::new(DURATION_BOUNDS_NANOS),
             dlq: std::array::from_fn(|_| Histogram::new(TRIGGER_LATENCY_BOUNDS_NANOS)),
             pump_outstanding: AtomicU64::new(0),
@@ -208,17 +212,81 @@ impl DispatchMetrics {
         }
     }
 
+    /// Names the cells of the destinations of a reload's `config` (laid out by id) that have
+    /// none. Called before the generation is published (reloads are serialized), so a core
+    /// counting for a new destination finds its cell. `Err` when an id has no cell (the bound
+    /// of `ops::reload_ids` prevents it).
+    pub fn claim_destinations(&self, config: &crate::config::Config) -> Result<(), String> {
+        for (id, d) in config.destinations.iter().enumerate() {
+            let Some(c) = self.dests.get(id) else {
+                return Err(format!(
+                    "destination {} has no metric cell (id {id} of {})",
+                    d.handler.uri,
+                    self.dests.len()
+                ));
+            };
+            if c.uri.set(d.handler.uri.as_str().into()).is_ok() {
+                c.permits
+                    .store(d.initial_permits() as u64, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Renders the destinations a trigger of the published `config` names, and no other (once
+    /// the reload has published it; `Relaxed`: a flag read at render time).
+    pub fn export_destinations(&self, config: &crate::config::Config) {
+        let used = crate::ops::reload_ids::in_use(config);
+        for (c, u) in self
+            .dests
+            .iter()
+            .zip(used.iter().chain(std::iter::repeat(&false)))
+        {
+            c.exported.store(*u, Ordering::Relaxed);
+        }
+    }
+
+    /// `sluice_destinations{state}`: destination ids in use and removed (not rendered, kept
+    /// for the run; `ops::reload_ids`).
+    fn render_ids(&self, w: &mut PromWriter) {
+        let named = self.dests.iter().filter(|d| d.uri.get().is_some());
+        let (mut active, mut removed) = (0u64, 0u64);
+        for d in named {
+            match d.exported.load(Ordering::Relaxed) {
+                true => active += 1,
+                false => removed += 1,
+            }
+        }
+        w.header(
+            "sluice_destinations",
+            "Destination ids of this run: named by a trigger (active) or removed by a reload (kept until restart; at most the start-up destinations + 64).",
+            MetricType::Gauge,
+        );
+        w.sample_u64("sluice_destinations", &[("state", "active")], active);
+        w.sample_u64("sluice_destinations", &[("state", "removed")], removed);
+    }
+
+    /// The cells rendered: named and in use.
+    fn exported(&self) -> impl Iterator<Item = (&str, &DestCells)> {
+        self.dests.iter().filter_map(|d| {
+            let uri = d.uri.get()?;
+            d.exported.load(Ordering::Relaxed).then_some((&**uri, d))
+        })
+    }
+
     pub fn pump_outstanding(&self) -> u64 {
         self.pump_outstanding.load(Ordering::Relaxed)
     }
 
-    /// Every destination's live cells, in config order.
+    /// The live cells of every destination id named so far, in id order (removed ones
+    /// included: the caller knows which its generation uses).
     pub fn destinations(&self) -> Vec<DestSnapshot> {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         self.dests
             .iter()
-            .map(|d| DestSnapshot {
-                uri: d.uri.clone(),
+            .map_while(|d| Some((d.uri.get()?, d)))
+            .map(|(uri, d)| DestSnapshot {
+                uri: uri.to_string(),
                 permits: get(&d.permits),
                 in_flight: get(&d.in_flight),
                 delivered: get(&d.delivered),
@@ -358,11 +426,12 @@ impl DispatchMetrics {
                 |d| &d.connections,
             ),
         ];
+        self.render_ids(w);
         for (name, help, kind, cell) in families {
             w.header(name, help, kind);
-            for d in self.dests.iter() {
+            for (uri, d) in self.exported() {
                 let v = cell(d).load(Ordering::Relaxed);
-                w.sample_u64(name, &[("destination", &d.uri)], v);
+                w.sample_u64(name, &[("destination", uri)], v);
             }
         }
         w.header(
@@ -370,7 +439,7 @@ impl DispatchMetrics {
             "Delivery attempts by destination and outcome.",
             MetricType::Counter,
         );
-        for d in self.dests.iter() {
+        for (uri, d) in self.exported() {
             for (outcome, cell) in [
                 ("delivered", &d.delivered),
                 ("retryable", &d.retryable),
@@ -379,7 +448,7 @@ impl DispatchMetrics {
             ] {
                 w.sample_u64(
                     "sluice_dispatch_attempts_total",
-                    &[("destination", &d.uri), ("outcome", outcome)],
+                    &[("destination", uri), ("outcome", outcome)],
                     cell.load(Ordering::Relaxed),
                 );
             }

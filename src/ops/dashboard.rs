@@ -142,10 +142,14 @@ pub fn state(shared: &Shared) -> Value {
     let oldest_age_s = d
         .oldest_pending_ms()
         .map_or(0.0, |ms| now_ms.saturating_sub(ms) as f64 / 1000.0);
+    // By destination id; one a reload removed (kept to finish its events) is not shown.
+    let used = crate::ops::reload_ids::in_use(config);
     let destinations: Vec<Value> = d
         .destinations()
         .into_iter()
         .zip(config.destinations.iter())
+        .zip(used)
+        .filter_map(|(sc, used)| used.then_some(sc))
         .map(|(s, c)| {
             let paused_ms = s.paused_until.saturating_sub(now) / 1_000_000;
             json!({

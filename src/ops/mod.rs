@@ -7,3 +7,4 @@
 pub mod dashboard;
 pub mod reload;
 mod reload_diff;
+pub mod reload_ids;

@@ -52,6 +52,7 @@ use crate::metrics::prom::{MetricType, PromWriter};
 use crate::sync::publish::{Publisher, Subscription, Versioned};
 
 pub use super::reload_diff::diff;
+use super::reload_ids::assign;
 
 /// Where a reload reads its configuration: the `--config` file (or none: embedded defaults) and
 /// the command-line overrides of this run; the environment is re-read.
@@ -114,6 +115,8 @@ pub struct Published {
     source: OnceLock<ReloadSource>,
     /// Serializes reloads.
     reloading: Mutex<()>,
+    /// Destinations at start (the id bound is this plus `reload_ids::RELOAD_DESTINATIONS`).
+    start_destinations: usize,
     /// The flow-control metric cells, which a reload extends for triggers it gives gates
     /// ([`crate::dispatch::flow::metrics::FlowMetrics::claim`]) before it publishes.
     flow_cells: Option<Arc<crate::dispatch::metrics::DispatchMetrics>>,
@@ -129,6 +132,7 @@ impl Published {
     /// start-up table and the shared counters).
     pub fn new(config: Arc<Config>, router: Router, guards: &Guards) -> Published {
         Published {
+            start_destinations: config.destinations.len(),
             generations: Publisher::new(Generation {
                 config,
                 router: Arc::new(router),
@@ -215,12 +219,18 @@ impl Published {
         let source = self.source.get().ok_or(ReloadError::NoSource)?;
         let next = Config::load(source.path.as_deref(), &source.overrides)?;
         let current = self.current();
+        // Destinations by stable id: kept URIs keep theirs (and their state), removed ones stay
+        // to finish their events (`reload_ids`).
+        let next = assign(&current.value.config, next, self.start_destinations)
+            .map_err(ReloadError::NeedsRestart)?;
         diff(&current.value.config, &next).map_err(ReloadError::NeedsRestart)?;
-        // Cells for every trigger with gates before any core can run them: a core building its
-        // gates finds them by id. A claim that cannot be met publishes nothing.
+        // Cells for every trigger with gates, and every destination, before any core can run
+        // them: a core finds them by id. A claim that cannot be met publishes nothing.
         if let Some(m) = &self.flow_cells {
             m.flow
                 .claim(&next.triggers)
+                .map_err(ReloadError::NeedsRestart)?;
+            m.claim_destinations(&next)
                 .map_err(ReloadError::NeedsRestart)?;
         }
         // The new verifiers (their secrets read by `Config::load` above) and dedupe rules.
@@ -228,12 +238,17 @@ impl Published {
             .map_err(ReloadError::NeedsRestart)?;
         let router = Router::new(&next.triggers, next.ingest.default_route)
             .with_admin(next.admin_token.is_some());
+        let config = Arc::new(next);
         // Reloads are serialized by `reloading`, so `current` is still the latest here.
-        Ok(self.generations.publish(Generation {
-            config: Arc::new(next),
+        let n = self.generations.publish(Generation {
+            config: Arc::clone(&config),
             router: Arc::new(router),
             guards: Arc::new(guards),
-        }))
+        });
+        if let Some(m) = &self.flow_cells {
+            m.export_destinations(&config);
+        }
+        Ok(n)
     }
 }
 
@@ -305,7 +320,7 @@ pub fn apply_on_core(
     now: u64,
     registry: &mio::Registry,
 ) {
-    pump.learn_handlers(&next.value.config.triggers);
+    pump.learn_handlers(&next.value.config);
     dispatcher.reconfigure(Arc::clone(&next.value.config), now, registry);
 }
 

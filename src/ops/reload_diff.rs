@@ -9,7 +9,8 @@ use std::fmt::Debug;
 use crate::config::{Config, TriggerConfig};
 
 /// `Ok(())` when every difference between `old` and `new` applies live; otherwise the key that
-/// needs a restart, with the running and the new value.
+/// needs a restart, with the running and the new value. `new` is laid out by destination id
+/// (`reload_ids::assign`).
 pub fn diff(old: &Config, new: &Config) -> Result<(), String> {
     server(old, new)?;
     sections(old, new)?;
@@ -105,20 +106,19 @@ fn sections(old: &Config, new: &Config) -> Result<(), String> {
     Ok(())
 }
 
+/// `new` is laid out by destination id (`reload_ids::assign`): an id both have is the same URI.
+/// A destination kept, or named again after a removal, keeps its state, so the keys that state
+/// was built from cannot change; a new one is built from its settings, except a shared budget
+/// (its Redis slot is made at start).
 fn destinations(old: &Config, new: &Config) -> Result<(), String> {
-    let uris = |c: &Config| -> Vec<String> {
-        c.destinations
-            .iter()
-            .map(|d| d.handler.uri.clone())
-            .collect()
-    };
-    if uris(old) != uris(new) {
-        return Err(format!(
-            "the set of destinations cannot change without a restart (running {:?}, the manifest \
-             now names {:?}, in order of first use by the triggers)",
-            uris(old),
-            uris(new)
-        ));
+    for n in new.destinations.iter().skip(old.destinations.len()) {
+        if n.shared.is_some() {
+            return Err(format!(
+                "destination {} is new and has a shared budget (shared), whose Redis slot is \
+                 built at start; add it with a restart",
+                n.handler.uri
+            ));
+        }
     }
     for (o, n) in old.destinations.iter().zip(&new.destinations) {
         let key = |k: &str| format!("destination {}: {k}", o.handler.uri);

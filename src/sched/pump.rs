@@ -181,8 +181,12 @@ pub struct CorePump {
     outstanding: Arc<Outstanding>,
     /// Every core's waker, by core (cores waiting for an outstanding slot are woken).
     wakers: Vec<Arc<mio::Waker>>,
-    /// Trigger id → destination index (None: no handler).
+    /// Trigger id → destination id (None: no handler); a trigger a reload removed keeps its
+    /// last one (one entry per trigger id configured during the run).
     handlers: HashMap<String, Option<usize>>,
+    /// The configuration generation this core runs: its `destinations` are indexed by
+    /// destination id (`ops::reload_ids`), removed ones included.
+    config: Arc<crate::config::Config>,
     /// Dead letters the DLQ refused (full, or an I/O error): retried every second; pending in
     /// their trigger's backlog share, no longer holding a `max_outstanding` slot.
     dlq_waiting: VecDeque<(DlqEntry, u32, u64)>,
@@ -271,6 +275,7 @@ impl CorePump {
             });
         }
         Ok(CorePump {
+            config: Arc::clone(&shared.config),
             core,
             workers: shared.config.server.workers,
             shared,
@@ -446,13 +451,15 @@ impl CorePump {
         true
     }
 
-    /// A reload's triggers (`ops::reload`): each trigger's destination from now on. A trigger the
-    /// new configuration no longer names keeps its last destination, so its events accepted
-    /// before the reload (in memory or in the log) are still delivered.
-    pub fn learn_handlers(&mut self, triggers: &[crate::config::TriggerConfig]) {
-        for t in triggers {
+    /// A reload's configuration (`ops::reload`): each trigger's destination id from now on. A
+    /// trigger the new configuration no longer names keeps its last destination (whose id and
+    /// settings the generation keeps, `ops::reload_ids`), so its events accepted before the
+    /// reload (in memory or in the log) are still delivered.
+    pub fn learn_handlers(&mut self, config: &Arc<crate::config::Config>) {
+        for t in &config.triggers {
             self.handlers.insert(t.id.clone(), t.handler);
         }
+        self.config = Arc::clone(config);
     }
 
     /// Admits one event: a job if it goes to a destination (and holds its slot), `Park` if
@@ -510,7 +517,7 @@ impl CorePump {
             return Admit::Done;
         };
         let owner = crate::sched::placement::owner_core(
-            &self.shared.config.destinations[dest].handler.uri,
+            &self.config.destinations[dest].handler.uri,
             self.workers,
         );
         let key = event_key(log.index, lsn);
@@ -567,10 +574,7 @@ impl CorePump {
                 let entry = DlqEntry {
                     id: job.event.event_id.clone(),
                     event_lsn: lsn,
-                    destination: self.shared.config.destinations[job.dest]
-                        .handler
-                        .uri
-                        .clone(),
+                    destination: self.config.destinations[job.dest].handler.uri.clone(),
                     reason,
                     attempts,
                     last_error,
