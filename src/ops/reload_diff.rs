@@ -267,6 +267,16 @@ mod tests {
         assert!(diff(&old, &cfg(&share))
             .unwrap_err()
             .contains("max_pending"));
+        // A new destination: live, unless its budget is shared (a Redis slot made at start).
+        let running = cfg(BASE);
+        let other = "[[triggers]]\nid = \"o\"\nprovider = \"q\"\npath = \"/o\"\nhandler = \"http://127.0.0.1:8/\"\n";
+        let added = crate::ops::reload_ids::assign(&running, cfg(&format!("{BASE}{other}")), 1);
+        assert_eq!(diff(&running, &added.unwrap()), Ok(()));
+        let shared = format!("{BASE}{other}[[destinations]]\nuri = \"http://127.0.0.1:8/\"\nshared = {{ redis = \"redis://127.0.0.1:6379\", key = \"k\" }}\n");
+        let added = crate::ops::reload_ids::assign(&running, cfg(&shared), 1).unwrap();
+        assert!(diff(&running, &added)
+            .unwrap_err()
+            .contains("shared budget"));
         let circuit = BASE.replace(
             "max_in_flight = 5",
             "max_in_flight = 5\ncircuit = { failures = 2 }",

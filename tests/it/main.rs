@@ -64,6 +64,7 @@ mod percore;
 mod powerloss;
 mod props;
 mod reload;
+mod reload_dests;
 mod returns;
 mod shared;
 mod shutdown;

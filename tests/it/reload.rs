@@ -10,7 +10,7 @@ use crate::dispatch::big_buckets;
 use crate::downstream::{Behavior, Downstream};
 use crate::support::*;
 
-const TOKEN: &str = "reload-admin-token";
+pub(crate) const TOKEN: &str = "reload-admin-token";
 
 /// Trigger `t` (and `t2` when `with_t2`) to `uri` with `max_in_flight = max`.
 fn manifest(uri: &str, max: usize, with_t2: bool) -> String {
@@ -25,27 +25,27 @@ fn manifest(uri: &str, max: usize, with_t2: bool) -> String {
     )
 }
 
-fn start(text: &str) -> Server {
+pub(crate) fn start(text: &str) -> Server {
     Server::start(big_buckets(Opts::config(text)).env("SLUICE_ADMIN_TOKEN", TOKEN))
 }
 
 /// The manifest file the server was started with (rewritten by the tests before a reload).
-fn manifest_path(server: &Server) -> std::path::PathBuf {
+pub(crate) fn manifest_path(server: &Server) -> std::path::PathBuf {
     server.root().path().join("sluice-0.toml")
 }
 
-fn sighup(server: &Server) {
+pub(crate) fn sighup(server: &Server) {
     let pid = server.pid().expect("running");
     // SAFETY: kill(2) on the PID of our own child process, which is running (not reaped).
     assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
 }
 
-fn metric(server: &Server, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn metric(server: &Server, name: &str, labels: &[(&str, &str)]) -> f64 {
     let (_, samples) = scrape(server);
     sample_value(&samples, name, labels)
 }
 
-fn wait_generation(server: &Server, n: f64) {
+pub(crate) fn wait_generation(server: &Server, n: f64) {
     assert!(
         wait_until(Duration::from_secs(10), || metric(
             server,
@@ -57,7 +57,7 @@ fn wait_generation(server: &Server, n: f64) {
     );
 }
 
-fn admin_reload(server: &Server, token: Option<&str>) -> Response {
+pub(crate) fn admin_reload(server: &Server, token: Option<&str>) -> Response {
     let auth = token.map(|t| format!("Bearer {t}"));
     let mut headers = vec![];
     if let Some(a) = &auth {
@@ -66,7 +66,7 @@ fn admin_reload(server: &Server, token: Option<&str>) -> Response {
     server.client().post("/admin/reload", b"", &headers)
 }
 
-fn delivered_ids(ds: &Downstream) -> Vec<String> {
+pub(crate) fn delivered_ids(ds: &Downstream) -> Vec<String> {
     ds.seen()
         .iter()
         .filter(|s| s.status == 200)
@@ -171,9 +171,9 @@ fn admin_reload_refuses_restart_only_and_invalid_changes() {
         (format!("{text}\n[server]\nmax_connections_per_core = 10\n"), 409, "server.max_connections_per_core"),
         (format!("{text}\n[ingest]\nmax_sources = 7\n"), 409, "[ingest]"),
         (
-            text.replace("/sink", "/other"),
+            text.replace("timeout = \"60s\"", "timeout = \"60s\"\ncircuit = { failures = 2 }"),
             409,
-            "set of destinations",
+            "circuit",
         ),
         (format!("{text}\n[wal]\ndurability = \"os\"\n"), 409, "wal.durability"),
         (text.replace("max_in_flight = 5", "max_in_flight = 0"), 400, "max_in_flight"),
