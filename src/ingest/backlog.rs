@@ -211,6 +211,19 @@ pub struct Backlog {
     pump_stats: CachePadded<PumpStats>,
     /// The absorb budget in use (`Relaxed`, like the other counters).
     absorb_bytes: CachePadded<AtomicU64>,
+    /// What the split was computed from (a reload's [`Backlog::resize_shares`] recomputes it):
+    /// each trigger slot's explicit `max_pending` (events, bytes), the default route's state
+    /// and the reserved fraction. Cold: read and written by reloads only (serialized).
+    plan: std::sync::Mutex<SharePlan>,
+}
+
+/// The inputs of the split (see [`Backlog::resize_shares`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct SharePlan {
+    events: Vec<Option<u64>>,
+    bytes: Vec<Option<u64>>,
+    default_route: bool,
+    reserved: f64,
 }
 
 /// Most seconds a `queue_full` refusal asks the client to wait.
@@ -288,6 +301,7 @@ impl Backlog {
             }),
             pump_stats: CachePadded::default(),
             absorb_bytes: CachePadded::new(AtomicU64::new(0)),
+            plan: Default::default(),
         };
         b.set_slots(&[], true, crate::ingest::shares::DEFAULT_RESERVED)
             .expect("no explicit share cannot pass the bound");
@@ -314,20 +328,16 @@ impl Backlog {
         default_route: bool,
         reserved: f64,
     ) -> Result<(), String> {
-        let off = (!default_route).then_some(0);
-        let mut events: Vec<Option<u64>> = triggers.iter().map(|t| t.events).collect();
-        let mut bytes: Vec<Option<u64>> = triggers.iter().map(|t| t.bytes).collect();
-        events.push(off);
-        bytes.push(off);
-        let split_of = |max: u64, explicit: &[Option<u64>], what: &str| {
-            let mut s = split(max, explicit, reserved).map_err(|sum| {
-                format!("the triggers' max_pending.{what} sum to {sum}, past max_pending_{what} = {max}")
-            })?;
-            s.shares.push(0); // the recovered slot: borrowed only
-            Ok::<Split, String>(s)
+        let plan = SharePlan {
+            events: triggers.iter().map(|t| t.events).collect(),
+            bytes: triggers.iter().map(|t| t.bytes).collect(),
+            default_route,
+            reserved,
         };
-        self.share_events = ShareDim::new(split_of(self.max_events, &events, "events")?);
-        self.share_bytes = ShareDim::new(split_of(self.max_bytes, &bytes, "bytes")?);
+        let (events, bytes) = self.split_plan(&plan)?;
+        self.share_events = ShareDim::new(events);
+        self.share_bytes = ShareDim::new(bytes);
+        *self.plan.get_mut().unwrap_or_else(|p| p.into_inner()) = plan;
         self.window = ShareDim::new(Split {
             shares: vec![u64::MAX; triggers.len() + 2],
             pool: 0,
@@ -346,6 +356,60 @@ impl Backlog {
             .map(|_| CachePadded::new(SlotStats::default()))
             .collect();
         Ok(())
+    }
+
+    /// The (events, bytes) splits of `plan`: one share per trigger slot, the default route's,
+    /// 0 for the recovered slot (borrowed only), and the pool.
+    fn split_plan(&self, plan: &SharePlan) -> Result<(Split, Split), String> {
+        let off = (!plan.default_route).then_some(0);
+        let split_of = |max: u64, explicit: &[Option<u64>], what: &str| {
+            let mut explicit = explicit.to_vec();
+            explicit.push(off);
+            let mut s = split(max, &explicit, plan.reserved).map_err(|sum| {
+                format!("the triggers' max_pending.{what} sum to {sum}, past max_pending_{what} = {max}")
+            })?;
+            s.shares.push(0); // the recovered slot: borrowed only
+            Ok::<Split, String>(s)
+        };
+        Ok((
+            split_of(self.max_events, &plan.events, "events")?,
+            split_of(self.max_bytes, &plan.bytes, "bytes")?,
+        ))
+    }
+
+    /// A reload's `max_pending` values (`shares`: the new configuration's triggers): each
+    /// trigger with a slot of its own takes its new explicit share; one the reload removed keeps
+    /// its last (its events may still be pending there). Then every share and the pool are
+    /// recomputed and resized live ([`ShareDim::resize`]: a shrunk share waits for its events
+    /// to drain — nothing held is dropped — and the bound holds throughout). `Ok(false)`: nothing
+    /// changed. `Err` (nothing changed) when a trigger without a slot of its own (one a reload
+    /// added: its events use the default route's slot) has an explicit share, or when the
+    /// explicit shares, the removed triggers' included, pass a bound.
+    pub fn resize_shares(&self, shares: &[TriggerShare<'_>]) -> Result<bool, String> {
+        let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = plan.clone();
+        for t in shares {
+            match self.slot_of.get(t.id) {
+                Some(&s) => (next.events[s], next.bytes[s]) = (t.events, t.bytes),
+                None if t.events.is_some() || t.bytes.is_some() => {
+                    return Err(format!(
+                        "trigger {:?}: max_pending: the trigger was not configured at start, so it \
+                         has no backlog share of its own (its events use the default route's); \
+                         restart to give it one",
+                        t.id
+                    ))
+                }
+                None => {}
+            }
+        }
+        if next == *plan {
+            return Ok(false);
+        }
+        let (events, bytes) = self.split_plan(&next)?;
+        self.share_events.resize(&events);
+        self.share_bytes.resize(&bytes);
+        *plan = next;
+        Ok(true)
     }
 
     /// Lets the triggers `absorbing` fill `absorb_max_bytes` past their share and the pool

@@ -289,3 +289,41 @@ fn written_groups_sit_on_separate_cache_lines() {
         assert!(!stats[i + 1..].contains(l), "two slots' stats share a line");
     }
 }
+
+#[test]
+fn a_reload_resizes_shares_live_and_refuses_what_has_no_slot() {
+    let b = two_triggers(1000, 1 << 30);
+    let share = |id, events| TriggerShare {
+        id,
+        events,
+        bytes: None,
+    };
+    assert_eq!(fill(&b, "a", 100), 100);
+    // Unchanged: nothing to do.
+    assert_eq!(
+        b.resize_shares(&[share("a", None), share("b", None)]),
+        Ok(false)
+    );
+    // a is given 20 explicitly: shares 20 / 240 / 240 (the reserve of 500 minus 20, halved),
+    // the pool 500. Its 100 held stay, 80 of them now in the pool.
+    assert_eq!(
+        b.resize_shares(&[share("a", Some(20)), share("b", None)]),
+        Ok(true)
+    );
+    assert_eq!((b.share_of("a").0, b.share_of("b").0), (20, 240));
+    assert_eq!(b.pool_size().0, 500);
+    assert_eq!((b.trigger_pending("a").0, b.pool_used().0), (100, 80));
+    assert_eq!(fill(&b, "a", 1000), 420, "the rest of the pool, no more");
+    assert_eq!(fill(&b, "b", 1000), 240, "b's grown share is its own");
+    assert_eq!(b.pending_events(), 760);
+    // A trigger without a slot of its own cannot get a share; past the bound is refused too.
+    let e = b.resize_shares(&[share("new", Some(5))]).unwrap_err();
+    assert!(e.contains("\"new\"") && e.contains("restart"), "{e}");
+    let e = b
+        .resize_shares(&[share("a", Some(900)), share("b", Some(200))])
+        .unwrap_err();
+    assert!(e.contains("max_pending.events"), "{e}");
+    assert_eq!(b.share_of("a").0, 20, "a refused resize changes nothing");
+    // A trigger the reload removed keeps its share (its events may be pending).
+    assert_eq!(b.resize_shares(&[share("b", None)]), Ok(false));
+}

@@ -32,7 +32,8 @@
 //! (`own`, `borrowed`: written together by the reservations and releases of that slot's trigger)
 //! and the pool (written by every borrower) sit on cache lines of their own
 //! ([`CachePadded`]): one trigger's traffic does not invalidate the line another trigger's
-//! reservations CAS on. The shares and the pool's size are written once, at construction.
+//! reservations CAS on. The shares and the pool's size are written at construction and by
+//! reloads only ([`ShareDim::resize`]: a trigger's `max_pending` changed live).
 
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::CachePadded;
@@ -105,9 +106,12 @@ struct SlotCount {
 /// The counters of one dimension (events or bytes) over all slots.
 #[derive(Debug)]
 pub struct ShareDim {
-    /// Written once at construction.
-    shares: Vec<u64>,
-    pool_size: u64,
+    /// Each slot's guaranteed share and the pool's size: set at construction, changed only by
+    /// a reload ([`ShareDim::resize`]); read by every reservation. `Relaxed`: each is a bound
+    /// checked on its own (a reservation racing a resize is judged by the old bound or the new
+    /// one, never by one past their sum, see `resize`).
+    shares: Vec<AtomicU64>,
+    pool_size: AtomicU64,
     /// One padded line per slot (module docs, "Layout").
     slots: Vec<CachePadded<SlotCount>>,
     /// Σ borrowed, bounded by `pool_size`: every borrower's CAS target, on its own line.
@@ -118,8 +122,8 @@ impl ShareDim {
     pub fn new(split: Split) -> ShareDim {
         let n = split.shares.len();
         ShareDim {
-            shares: split.shares,
-            pool_size: split.pool,
+            shares: split.shares.into_iter().map(AtomicU64::new).collect(),
+            pool_size: AtomicU64::new(split.pool),
             slots: (0..n)
                 .map(|_| {
                     CachePadded::new(SlotCount {
@@ -134,10 +138,10 @@ impl ShareDim {
 
     /// Takes `n` for `slot`: from its share if it fits, else from the pool if it fits.
     pub fn take(&self, slot: usize, n: u64) -> Option<Took> {
-        if add_within(&self.slots[slot].own, n, self.shares[slot]) {
+        if add_within(&self.slots[slot].own, n, self.share(slot)) {
             return Some(Took::Own);
         }
-        if add_within(&self.pool, n, self.pool_size) {
+        if add_within(&self.pool, n, self.pool_size()) {
             self.slots[slot].borrowed.fetch_add(n, Ordering::Relaxed);
             return Some(Took::Pool);
         }
@@ -180,6 +184,52 @@ impl ShareDim {
         b
     }
 
+    /// A reload's new split (as many slots; the same total, the bound): shares and the pool's
+    /// size change, what the slots hold does not — nothing is dropped. In three steps, so that
+    /// the bounds never sum past the total while reservations run: (1) the bounds that shrink
+    /// are lowered; (2) a slot whose share shrank below what it holds of it has the excess
+    /// moved to the pool, as if borrowed (it then waits for room like any slot past its share,
+    /// and the pool's room shrinks by what it holds); (3) the bounds that grow are raised.
+    /// Callers serialize resizes (reloads are serialized).
+    pub fn resize(&self, split: &Split) {
+        debug_assert_eq!(split.shares.len(), self.shares.len());
+        let old: Vec<u64> = (0..self.shares.len()).map(|s| self.share(s)).collect();
+        let new = split.shares.iter().copied().zip(&self.shares);
+        if split.pool < self.pool_size() {
+            self.pool_size.store(split.pool, Ordering::Relaxed);
+        }
+        for (n, cell) in new.clone().filter(|(n, c)| *n < c.load(Ordering::Relaxed)) {
+            cell.store(n, Ordering::Relaxed);
+        }
+        for (slot, (&was, &now)) in old.iter().zip(&split.shares).enumerate() {
+            let excess = self.own(slot).min(was).saturating_sub(now);
+            if excess > 0 {
+                self.own_to_pool(slot, excess);
+            }
+        }
+        for (n, cell) in new.filter(|(n, c)| *n > c.load(Ordering::Relaxed)) {
+            cell.store(n, Ordering::Relaxed);
+        }
+        if split.pool > self.pool_size() {
+            self.pool_size.store(split.pool, Ordering::Relaxed);
+        }
+    }
+
+    /// Recounts `n` that `slot` holds of its own share as borrowed from the pool (past the
+    /// pool's size if need be). The pool and `borrowed` are raised first (an over-count for a
+    /// moment: reservations are refused, never admitted past a bound), then `own` lowered; if
+    /// releases took `own` below `n` meanwhile, the difference is taken back off `borrowed`
+    /// and then the pool (the pool never below Σ borrowed).
+    fn own_to_pool(&self, slot: usize, n: u64) {
+        self.pool.fetch_add(n, Ordering::Relaxed);
+        self.slots[slot].borrowed.fetch_add(n, Ordering::Relaxed);
+        let moved = take_up_to(&self.slots[slot].own, n);
+        if moved < n {
+            let back = take_up_to(&self.slots[slot].borrowed, n - moved);
+            take_up_to(&self.pool, back);
+        }
+    }
+
     /// What `slot` holds (own + borrowed).
     pub fn used(&self, slot: usize) -> u64 {
         self.slots[slot].own.load(Ordering::Relaxed)
@@ -192,7 +242,7 @@ impl ShareDim {
     }
 
     pub fn share(&self, slot: usize) -> u64 {
-        self.shares[slot]
+        self.shares[slot].load(Ordering::Relaxed)
     }
 
     /// The pool in use (≥ the sum of the slots' borrowed).
@@ -201,12 +251,12 @@ impl ShareDim {
     }
 
     pub fn pool_size(&self) -> u64 {
-        self.pool_size
+        self.pool_size.load(Ordering::Relaxed)
     }
 
     /// Fill of `slot`'s own share, 0..=1 (a share of 0 is always full).
     pub fn share_fill(&self, slot: usize) -> f64 {
-        match self.shares[slot] {
+        match self.share(slot) {
             0 => 1.0,
             s => (self.own(slot) as f64 / s as f64).min(1.0),
         }
@@ -214,7 +264,7 @@ impl ShareDim {
 
     /// Fill of the pool, 0.. (a pool of 0 is always full).
     pub fn pool_fill(&self) -> f64 {
-        match self.pool_size {
+        match self.pool_size() {
             0 => 1.0,
             s => self.pool_used() as f64 / s as f64,
         }
@@ -246,6 +296,45 @@ mod tests {
         // A tiny bound: shares of 0, everything in the pool.
         let s = split(3, &[None, None, None, None], DEFAULT_RESERVED).unwrap();
         assert_eq!((s.shares, s.pool), (vec![0, 0, 0, 0], 3));
+    }
+
+    #[test]
+    fn resize_keeps_what_is_held_and_the_total_bound() {
+        let d = ShareDim::new(Split {
+            shares: vec![6, 2],
+            pool: 2,
+        });
+        for _ in 0..5 {
+            assert_eq!(d.take(0, 1), Some(Took::Own));
+        }
+        // Slot 0 shrinks to 2, slot 1 grows to 4, the pool to 4: the total stays 10.
+        d.resize(&Split {
+            shares: vec![2, 4],
+            pool: 4,
+        });
+        assert_eq!((d.share(0), d.share(1), d.pool_size()), (2, 4, 4));
+        // Nothing dropped: slot 0 still holds 5, the 3 past its new share counted in the pool.
+        assert_eq!((d.used(0), d.own(0), d.pool_used()), (5, 2, 3));
+        // It waits past its share: one more from the pool, then none.
+        assert_eq!(d.take(0, 1), Some(Took::Pool));
+        assert_eq!(d.take(0, 1), None);
+        // Slot 1 has its grown share, and the total never passes 10.
+        for _ in 0..4 {
+            assert_eq!(d.take(1, 1), Some(Took::Own));
+        }
+        assert_eq!(d.take(1, 1), None);
+        assert_eq!(d.used(0) + d.used(1), 10);
+        // Releases give the pool back first; then slot 0 takes from its own share again.
+        assert_eq!(d.give(0, 6), 4);
+        assert_eq!((d.used(0), d.pool_used()), (0, 0));
+        assert_eq!(d.take(0, 1), Some(Took::Own));
+        // Growing a share a slot holds more than (absorbed past it) moves nothing.
+        d.force_own(1, 3);
+        d.resize(&Split {
+            shares: vec![2, 5],
+            pool: 3,
+        });
+        assert_eq!((d.own(1), d.pool_used()), (7, 0));
     }
 
     #[test]

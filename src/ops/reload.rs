@@ -45,6 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::config::{Config, ConfigError, Overrides};
+use crate::ingest::backlog::{trigger_shares, Backlog};
 use crate::ingest::router::Router;
 use crate::ingest::{GuardTable, Guards};
 use crate::metrics::auth::AuthMetrics;
@@ -115,6 +116,8 @@ pub struct Published {
     source: OnceLock<ReloadSource>,
     /// Serializes reloads.
     reloading: Mutex<()>,
+    /// The durable backlog, whose trigger shares a reload resizes (`Backlog::resize_shares`).
+    backlog: Option<Arc<Backlog>>,
     /// Destinations at start (the id bound is this plus `reload_ids::RELOAD_DESTINATIONS`).
     start_destinations: usize,
     /// The flow-control metric cells, which a reload extends for triggers it gives gates
@@ -141,6 +144,7 @@ impl Published {
             source: OnceLock::new(),
             reloading: Mutex::new(()),
             flow_cells: None,
+            backlog: None,
             auth_cells: Arc::clone(guards.shared_metrics()),
             ok: AtomicU64::new(0),
             errors: AtomicU64::new(0),
@@ -153,6 +157,12 @@ impl Published {
         metrics: Arc<crate::dispatch::metrics::DispatchMetrics>,
     ) -> Published {
         self.flow_cells = Some(metrics);
+        self
+    }
+
+    /// The backlog whose shares reloads resize (see `backlog`).
+    pub fn with_backlog(mut self, backlog: Arc<Backlog>) -> Published {
+        self.backlog = Some(backlog);
         self
     }
 
@@ -236,6 +246,12 @@ impl Published {
         // The new verifiers (their secrets read by `Config::load` above) and dedupe rules.
         let guards = GuardTable::build(&next.triggers, &self.auth_cells)
             .map_err(ReloadError::NeedsRestart)?;
+        // Last of the checks, as it applies what it accepts: the triggers' `max_pending` shares,
+        // resized live (a shrunk share waits for its events to drain).
+        if let Some(b) = &self.backlog {
+            b.resize_shares(&trigger_shares(&next.triggers))
+                .map_err(ReloadError::NeedsRestart)?;
+        }
         let router = Router::new(&next.triggers, next.ingest.default_route)
             .with_admin(next.admin_token.is_some());
         let config = Arc::new(next);

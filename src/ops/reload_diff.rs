@@ -6,7 +6,7 @@
 
 use std::fmt::Debug;
 
-use crate::config::{Config, TriggerConfig};
+use crate::config::Config;
 
 /// `Ok(())` when every difference between `old` and `new` applies live; otherwise the key that
 /// needs a restart, with the running and the new value. `new` is laid out by destination id
@@ -152,49 +152,34 @@ fn destinations(old: &Config, new: &Config) -> Result<(), String> {
     Ok(())
 }
 
+/// A trigger added by a reload has every setting live: its flow-control gates (each core builds
+/// them when it re-keys, and the reload claims their metric cells before it publishes,
+/// `FlowMetrics::claim`), its `verify` and `dedupe` (the generation's guard table,
+/// `ingest::GuardTable`), its `when_backlog_full` (`Backlog::reserve_as`). A backlog share of its
+/// own, sized at start, it does not get (it uses the default route's): `Backlog::resize_shares`
+/// refuses its `max_pending`, and resizes a kept trigger's.
 fn triggers(old: &Config, new: &Config) -> Result<(), String> {
     for n in &new.triggers {
-        match old.triggers.iter().find(|o| o.id == n.id) {
-            Some(o) => {
-                let key = |k: &str| format!("trigger {:?}: {k}", n.id);
-                same(&key("max_pending"), &o.max_pending, &n.max_pending)?;
-                // Catch-all: everything but the live keys must be equal.
-                let mut live = n.clone();
-                live.path = o.path.clone();
-                live.provider = o.provider.clone();
-                live.handler = o.handler;
-                live.flow = o.flow.clone();
-                live.auth = o.auth.clone();
-                live.when_backlog_full = o.when_backlog_full;
-                if &live != o {
-                    return Err(key(
-                        "a setting other than path, provider, handler, the flow gates, \
-                         verify/secrets/tolerance, dedupe and when_backlog_full cannot change \
-                         without a restart",
-                    ));
-                }
-            }
-            None => new_trigger(n)?,
+        let Some(o) = old.triggers.iter().find(|o| o.id == n.id) else {
+            continue;
+        };
+        let key = |k: &str| format!("trigger {:?}: {k}", n.id);
+        // Catch-all: everything but the live keys must be equal.
+        let mut live = n.clone();
+        live.path = o.path.clone();
+        live.provider = o.provider.clone();
+        live.handler = o.handler;
+        live.flow = o.flow.clone();
+        live.auth = o.auth.clone();
+        live.when_backlog_full = o.when_backlog_full;
+        live.max_pending = o.max_pending;
+        if &live != o {
+            return Err(key(
+                "a setting other than path, provider, handler, the flow gates, \
+                 verify/secrets/tolerance, dedupe, when_backlog_full and max_pending cannot \
+                 change without a restart",
+            ));
         }
-    }
-    Ok(())
-}
-
-/// A trigger added by a reload: its flow-control gates apply (each core builds them when it
-/// re-keys, and the reload claims their metric cells before it publishes,
-/// `FlowMetrics::claim`), so do its `verify` and `dedupe` (the generation's guard table,
-/// `ingest::GuardTable`) and its `when_backlog_full` (`Backlog::reserve_as`); its own backlog
-/// share, sized at start, it does not get (it uses the default route's), so `max_pending` is
-/// refused.
-fn new_trigger(t: &TriggerConfig) -> Result<(), String> {
-    let refuse = |what: &str| {
-        Err(format!(
-            "trigger {:?} is new and has {what}, whose state is built at start; add it with a restart",
-            t.id
-        ))
-    };
-    if t.max_pending != Default::default() {
-        return refuse("a max_pending share");
     }
     Ok(())
 }
@@ -263,10 +248,12 @@ mod tests {
         let old = cfg(BASE);
         let absorb = format!("{BASE}[[triggers]]\nid = \"a\"\nprovider = \"q\"\npath = \"/a\"\nwhen_backlog_full = \"absorb\"\n");
         assert_eq!(diff(&old, &cfg(&absorb)), Ok(()), "absorb applies live");
-        let share = format!("{BASE}[[triggers]]\nid = \"s\"\nprovider = \"q\"\npath = \"/s\"\nmax_pending = {{ events = 10 }}\n");
-        assert!(diff(&old, &cfg(&share))
-            .unwrap_err()
-            .contains("max_pending"));
+        // max_pending passes the diff: the backlog judges it (`Backlog::resize_shares`).
+        let share = BASE.replace(
+            "path = \"/t\"",
+            "path = \"/t\"\nmax_pending = { events = 10 }",
+        );
+        assert_eq!(diff(&old, &cfg(&share)), Ok(()));
         // A new destination: live, unless its budget is shared (a Redis slot made at start).
         let running = cfg(BASE);
         let other = "[[triggers]]\nid = \"o\"\nprovider = \"q\"\npath = \"/o\"\nhandler = \"http://127.0.0.1:8/\"\n";

@@ -92,7 +92,8 @@ impl Shared {
             cluster: crate::cluster::Cluster::from_config(&config),
             returns,
             reload: crate::ops::reload::Published::new(config.clone(), router.clone(), &guards)
-                .with_flow_cells(Arc::clone(&metrics_dispatch)),
+                .with_flow_cells(Arc::clone(&metrics_dispatch))
+                .with_backlog(Arc::clone(&backlog)),
             config,
             clock,
             router,

@@ -206,3 +206,85 @@ fn removing_a_trigger_finishes_its_accepted_events() {
         0.0
     );
 }
+
+/// `t` with `max_pending = { events = E }` in a backlog of 10 events (`[dispatch]`), to `uri`
+/// with 10 calls at a time.
+fn shared_backlog(uri: &str, events: u64) -> String {
+    format!(
+        "[dispatch]\nmax_pending_events = 10\n\n\
+         [[triggers]]\nid = \"t\"\nprovider = \"t\"\npath = \"/hooks/t\"\nhandler = \"{uri}\"\n\
+         max_pending = {{ events = {events} }}\n\n\
+         [[destinations]]\nuri = \"{uri}\"\nmax_in_flight = 10\ntimeout = \"60s\"\n"
+    )
+}
+
+/// Statuses of `n` posts to `t` on fresh connections, and the ids of those accepted.
+fn post_counting(server: &Server, n: usize) -> (Vec<u16>, HashSet<String>) {
+    let mut ids = HashSet::new();
+    let statuses = (0..n)
+        .map(|i| {
+            let r = server.post("/hooks/t", format!("{{\"n\":{i}}}").as_bytes());
+            if r.status == 202 {
+                ids.insert(accepted(&r).0);
+            }
+            r.status
+        })
+        .collect();
+    (statuses, ids)
+}
+
+/// A trigger's `max_pending` changed by SIGHUP. With 10 events of backlog, `t`'s share of 8
+/// plus the pool of 2 hold 10 events a stalled downstream has not answered. The reload cuts the
+/// share to 2 (the default route's share becomes 3, the pool 5) while the 10 are pending: none
+/// is dropped (all 10 delivered once), new events of `t` are refused `queue_full` until they
+/// drain; afterwards `t` holds its share of 2 plus the pool of 5, 7 in all.
+#[test]
+fn max_pending_shrinks_live_without_dropping_pending_events() {
+    let ds = Downstream::start(Behavior::default());
+    ds.hold(true);
+    let uri = ds.uri("/sink");
+    let server = start(&shared_backlog(&uri, 8));
+    let (statuses, mut ids) = post_counting(&server, 11);
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 202).count(),
+        10,
+        "{statuses:?}"
+    );
+    assert_eq!(statuses[10], 503, "share 8 + pool 2 hold 10");
+
+    std::fs::write(manifest_path(&server), shared_backlog(&uri, 2)).unwrap();
+    sighup(&server);
+    wait_generation(&server, 2.0);
+    let (statuses, _) = post_counting(&server, 3);
+    assert_eq!(
+        statuses, [503; 3],
+        "the shrunk share waits for the pending events"
+    );
+
+    ds.hold(false);
+    assert!(wait_until(Duration::from_secs(20), || delivered_ids(&ds)
+        .len()
+        >= 10));
+    assert!(wait_until(Duration::from_secs(10), || metric(
+        &server,
+        "sluice_wal_pending_events",
+        &[]
+    ) == 0.0));
+    let delivered = delivered_ids(&ds);
+    assert_eq!(delivered.iter().cloned().collect::<HashSet<_>>(), ids);
+    assert_eq!(delivered.len(), 10, "each pending event delivered once");
+
+    ds.hold(true);
+    let (statuses, more) = post_counting(&server, 10);
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 202).count(),
+        7,
+        "share 2 + pool 5: {statuses:?}"
+    );
+    ids.extend(more);
+    ds.hold(false);
+    assert!(wait_until(Duration::from_secs(20), || delivered_ids(&ds)
+        .len()
+        >= 17));
+    assert_eq!(delivered_ids(&ds).into_iter().collect::<HashSet<_>>(), ids);
+}
