@@ -47,7 +47,7 @@ use std::sync::atomic::AtomicU64 as StdAtomicU64;
 // Through the shim: the bounds are modelled with loom (`loom-tests/tests/backlog.rs`).
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::ingest::shares::{split, ShareDim, Split};
+use crate::ingest::shares::{ShareDim, Split};
 use crate::ingest::sources::RefusalReason;
 use crate::metrics::prom::{MetricType, PromWriter};
 use crate::sync::CachePadded;
@@ -217,15 +217,6 @@ pub struct Backlog {
     plan: std::sync::Mutex<SharePlan>,
 }
 
-/// The inputs of the split (see [`Backlog::resize_shares`]).
-#[derive(Debug, Clone, Default, PartialEq)]
-struct SharePlan {
-    events: Vec<Option<u64>>,
-    bytes: Vec<Option<u64>>,
-    default_route: bool,
-    reserved: f64,
-}
-
 /// Most seconds a `queue_full` refusal asks the client to wait.
 pub const MAX_RETRY_AFTER_SECS: u64 = 60;
 
@@ -356,60 +347,6 @@ impl Backlog {
             .map(|_| CachePadded::new(SlotStats::default()))
             .collect();
         Ok(())
-    }
-
-    /// The (events, bytes) splits of `plan`: one share per trigger slot, the default route's,
-    /// 0 for the recovered slot (borrowed only), and the pool.
-    fn split_plan(&self, plan: &SharePlan) -> Result<(Split, Split), String> {
-        let off = (!plan.default_route).then_some(0);
-        let split_of = |max: u64, explicit: &[Option<u64>], what: &str| {
-            let mut explicit = explicit.to_vec();
-            explicit.push(off);
-            let mut s = split(max, &explicit, plan.reserved).map_err(|sum| {
-                format!("the triggers' max_pending.{what} sum to {sum}, past max_pending_{what} = {max}")
-            })?;
-            s.shares.push(0); // the recovered slot: borrowed only
-            Ok::<Split, String>(s)
-        };
-        Ok((
-            split_of(self.max_events, &plan.events, "events")?,
-            split_of(self.max_bytes, &plan.bytes, "bytes")?,
-        ))
-    }
-
-    /// A reload's `max_pending` values (`shares`: the new configuration's triggers): each
-    /// trigger with a slot of its own takes its new explicit share; one the reload removed keeps
-    /// its last (its events may still be pending there). Then every share and the pool are
-    /// recomputed and resized live ([`ShareDim::resize`]: a shrunk share waits for its events
-    /// to drain — nothing held is dropped — and the bound holds throughout). `Ok(false)`: nothing
-    /// changed. `Err` (nothing changed) when a trigger without a slot of its own (one a reload
-    /// added: its events use the default route's slot) has an explicit share, or when the
-    /// explicit shares, the removed triggers' included, pass a bound.
-    pub fn resize_shares(&self, shares: &[TriggerShare<'_>]) -> Result<bool, String> {
-        let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
-        let mut next = plan.clone();
-        for t in shares {
-            match self.slot_of.get(t.id) {
-                Some(&s) => (next.events[s], next.bytes[s]) = (t.events, t.bytes),
-                None if t.events.is_some() || t.bytes.is_some() => {
-                    return Err(format!(
-                        "trigger {:?}: max_pending: the trigger was not configured at start, so it \
-                         has no backlog share of its own (its events use the default route's); \
-                         restart to give it one",
-                        t.id
-                    ))
-                }
-                None => {}
-            }
-        }
-        if next == *plan {
-            return Ok(false);
-        }
-        let (events, bytes) = self.split_plan(&next)?;
-        self.share_events.resize(&events);
-        self.share_bytes.resize(&bytes);
-        *plan = next;
-        Ok(true)
     }
 
     /// Lets the triggers `absorbing` fill `absorb_max_bytes` past their share and the pool
@@ -908,6 +845,10 @@ impl Backlog {
         retry_after(excess, self.room_rate(slot))
     }
 }
+
+#[path = "backlog_resize.rs"]
+mod resize;
+use resize::SharePlan;
 
 #[cfg(all(test, not(loom)))]
 #[path = "backlog_tests.rs"]

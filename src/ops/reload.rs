@@ -16,14 +16,20 @@
 //!
 //! **What a reload applies** (everything else is refused with a message naming the key):
 //! - triggers added (with flow gates too: their metric cells, which bound what the gates hold,
-//!   are claimed before the publication, `FlowMetrics::claim`; without `max_pending`, whose
-//!   backlog share is sized at start), removed, or with new `verify`/`secrets`/`dedupe`/
-//!   `when_backlog_full` (the generation's `ingest::GuardTable`, built before publication), or
-//!   with
-//!   a new `path`, `provider`, `handler` (to a destination that exists) or new flow-control gates
-//!   (re-keyed without losing a waiting event: `dispatch::flow::rekey`). A removed trigger's
-//!   path answers 404; its events already accepted are still delivered (each core keeps the
-//!   handler of every trigger it has known).
+//!   are claimed before the publication, `FlowMetrics::claim`; without `max_pending`, as they
+//!   have no backlog slot of their own), removed, or with new `verify`/`secrets`/`dedupe`/
+//!   `when_backlog_full` (the generation's `ingest::GuardTable`, built before publication),
+//!   `max_pending` (`Backlog::resize_shares`, the last check before publication: a cut share
+//!   waits for its events to drain), or with a new `path`, `provider`, `handler` (to any
+//!   destination, new ones included) or new flow-control gates (re-keyed without losing a
+//!   waiting event: `dispatch::flow::rekey`). A removed trigger's path answers 404; its events
+//!   already accepted are still delivered (each core keeps the handler of every trigger it has
+//!   known).
+//! - destinations added or removed: the new configuration is laid out by stable destination
+//!   ids first ([`super::reload_ids`]: kept URIs keep their id and state, new ones take the next
+//!   id, bounded per run, removed ones keep theirs and their settings to finish their events);
+//!   the new ones' metric cells are named before publication, the removed ones' stop being
+//!   rendered after it.
 //! - per destination: `max_in_flight` (fixed limits; a raise applies at once, a cut applies as
 //!   calls return — no call in flight is cancelled, [`crate::dispatch::permits::Permits::set_max`]),
 //!   `rate` (a new budget, starting full), `timeout`, `retry` and `headers`, `signing_secret`
@@ -32,8 +38,8 @@
 //!   `server.io` (the cores' I/O backend), the `[wal]`
 //!   settings (durability, write path, segment size), and the bounds sized at start (every
 //!   other `[server]`, `[ingest]`, `[orchestrator]`, `[dispatch]`, `[flow]` key, the admin
-//!   token, a destination's `circuit`, `tls` and adaptive limits, destinations added or
-//!   removed, a trigger's backlog share).
+//!   token, a destination's `circuit`, `tls` and adaptive limits, a new destination's shared
+//!   budget, more destinations than the per-run bound, a share for a trigger added by a reload).
 //!
 //! Reloads are serialized (a `try_lock`: a reload while one runs is refused as busy). The
 //! generation gauge and the result counters are plain atomics (`Relaxed`: counts carry no data).

@@ -187,6 +187,9 @@ pub struct CorePump {
     /// The configuration generation this core runs: its `destinations` are indexed by
     /// destination id (`ops::reload_ids`), removed ones included.
     config: Arc<crate::config::Config>,
+    /// Trigger ids of events found without a destination, already reported (see
+    /// `unknown_trigger`).
+    unknown: std::collections::HashSet<String>,
     /// Dead letters the DLQ refused (full, or an I/O error): retried every second; pending in
     /// their trigger's backlog share, no longer holding a `max_outstanding` slot.
     dlq_waiting: VecDeque<(DlqEntry, u32, u64)>,
@@ -276,6 +279,7 @@ impl CorePump {
         }
         Ok(CorePump {
             config: Arc::clone(&shared.config),
+            unknown: Default::default(),
             core,
             workers: shared.config.server.workers,
             shared,
@@ -462,6 +466,22 @@ impl CorePump {
         self.config = Arc::clone(config);
     }
 
+    /// An event of a trigger this run's configurations never named: the default route's (no
+    /// handler, by design), or one a manifest named before a restart, whose destination is then
+    /// unknown. It is recorded `no_handler` like a default-route event (`sluice wal inspect`
+    /// lists it; it can be posted again): said on stderr once per trigger id (bounded by the
+    /// trigger ids in the logs).
+    fn unknown_trigger(&mut self, id: &str) -> Option<usize> {
+        if id != crate::ingest::router::DEFAULT_TRIGGER_ID && self.unknown.insert(id.to_string()) {
+            eprintln!(
+                "sluice: pump: events of trigger {id:?}, which the configuration does not name \
+                 (removed before this start?), are recorded as no_handler: their destination is \
+                 unknown"
+            );
+        }
+        None
+    }
+
     /// Admits one event: a job if it goes to a destination (and holds its slot), `Park` if
     /// its trigger holds its dispatch-window cap.
     fn admit_one(&mut self, slot: usize, lsn: Lsn, event: EventRecord) -> Admit {
@@ -470,11 +490,11 @@ impl CorePump {
         if recovered && !log.recovered.pending.contains_key(&lsn) {
             return Admit::Done; // done before the restart
         }
-        let dest = self
-            .handlers
-            .get(event.trigger_id.as_str())
-            .copied()
-            .flatten();
+        let dest = match self.handlers.get(event.trigger_id.as_str()) {
+            Some(d) => *d,
+            None => self.unknown_trigger(&event.trigger_id),
+        };
+        let log = &mut self.logs[slot];
         let backlog = &self.shared.backlog;
         let window = match dest {
             Some(_) => {

@@ -1,0 +1,71 @@
+//! A reload's change of the triggers' `max_pending` shares ([`Backlog::resize_shares`]): the
+//! split recomputed from the new explicit shares, applied live by [`ShareDim::resize`](crate::ingest::shares::ShareDim::resize) (which
+//! keeps the bound and drops nothing; see there).
+
+use super::{Backlog, TriggerShare};
+use crate::ingest::shares::{split, Split};
+
+/// The inputs of the split (see [`Backlog::resize_shares`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct SharePlan {
+    pub(super) events: Vec<Option<u64>>,
+    pub(super) bytes: Vec<Option<u64>>,
+    pub(super) default_route: bool,
+    pub(super) reserved: f64,
+}
+
+impl Backlog {
+    /// The (events, bytes) splits of `plan`: one share per trigger slot, the default route's,
+    /// 0 for the recovered slot (borrowed only), and the pool.
+    pub(super) fn split_plan(&self, plan: &SharePlan) -> Result<(Split, Split), String> {
+        let off = (!plan.default_route).then_some(0);
+        let split_of = |max: u64, explicit: &[Option<u64>], what: &str| {
+            let mut explicit = explicit.to_vec();
+            explicit.push(off);
+            let mut s = split(max, &explicit, plan.reserved).map_err(|sum| {
+                format!("the triggers' max_pending.{what} sum to {sum}, past max_pending_{what} = {max}")
+            })?;
+            s.shares.push(0); // the recovered slot: borrowed only
+            Ok::<Split, String>(s)
+        };
+        Ok((
+            split_of(self.max_events, &plan.events, "events")?,
+            split_of(self.max_bytes, &plan.bytes, "bytes")?,
+        ))
+    }
+
+    /// A reload's `max_pending` values (`shares`: the new configuration's triggers): each
+    /// trigger with a slot of its own takes its new explicit share; one the reload removed keeps
+    /// its last (its events may still be pending there). Then every share and the pool are
+    /// recomputed and resized live ([`ShareDim::resize`]: a shrunk share waits for its events
+    /// to drain — nothing held is dropped — and the bound holds throughout). `Ok(false)`: nothing
+    /// changed. `Err` (nothing changed) when a trigger without a slot of its own (one a reload
+    /// added: its events use the default route's slot) has an explicit share, or when the
+    /// explicit shares, the removed triggers' included, pass a bound.
+    pub fn resize_shares(&self, shares: &[TriggerShare<'_>]) -> Result<bool, String> {
+        let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = plan.clone();
+        for t in shares {
+            match self.slot_of.get(t.id) {
+                Some(&s) => (next.events[s], next.bytes[s]) = (t.events, t.bytes),
+                None if t.events.is_some() || t.bytes.is_some() => {
+                    return Err(format!(
+                        "trigger {:?}: max_pending: the trigger was not configured at start, so it \
+                         has no backlog share of its own (its events use the default route's); \
+                         restart to give it one",
+                        t.id
+                    ))
+                }
+                None => {}
+            }
+        }
+        if next == *plan {
+            return Ok(false);
+        }
+        let (events, bytes) = self.split_plan(&next)?;
+        self.share_events.resize(&events);
+        self.share_bytes.resize(&bytes);
+        *plan = next;
+        Ok(true)
+    }
+}
