@@ -24,7 +24,8 @@ pub struct Job {
     /// LSN of the event record (its identity in the WAL).
     pub lsn: Lsn,
     pub event: EventRecord,
-    /// Index into `Config::destinations`.
+    /// Destination id: its index in every generation's `Config::destinations`
+    /// (`ops::reload_ids`).
     pub dest: usize,
     /// The attempt about to be made (1 = first).
     pub attempt: u32,

@@ -288,3 +288,47 @@ fn max_pending_shrinks_live_without_dropping_pending_events() {
         >= 17));
     assert_eq!(delivered_ids(&ds).into_iter().collect::<HashSet<_>>(), ids);
 }
+
+/// What a restart does with a removed trigger's events not yet delivered (documented in the
+/// README's "Hot reload"): the manifest no longer says where they go, so recovery records them
+/// `no_handler` — never silently: stderr names the trigger once, `sluice wal inspect` lists each
+/// — and nothing stays pending.
+#[test]
+fn a_restart_reports_a_removed_triggers_undelivered_events() {
+    let keep = Downstream::start(Behavior::default());
+    let gone = Downstream::start(Behavior::default());
+    gone.hold(true);
+    let (keep_uri, gone_uri) = (keep.uri("/keep"), gone.uri("/gone"));
+    let mut server = start(&format!(
+        "{}{}",
+        trigger("t", &keep_uri, 5),
+        trigger("u", &gone_uri, 2)
+    ));
+    let u_ids = post_many(&server, "/hooks/u", 3);
+    assert!(wait_until(Duration::from_secs(10), || gone.in_flight() == 2));
+    let only_t = trigger("t", &keep_uri, 5);
+    std::fs::write(manifest_path(&server), &only_t).unwrap();
+    sighup(&server);
+    wait_generation(&server, 2.0);
+    server.sigkill();
+
+    let opts = crate::dispatch::big_buckets(Opts::config(&only_t)).env("SLUICE_ADMIN_TOKEN", TOKEN);
+    let next = Server::start_in(server.root(), opts).unwrap_or_else(|f| panic!("{}", f.stderr));
+    assert!(wait_until(Duration::from_secs(10), || metric(
+        &next,
+        "sluice_wal_pending_events",
+        &[]
+    ) == 0.0));
+    assert!(
+        next.stderr().contains("events of trigger \"u\""),
+        "{}",
+        next.stderr()
+    );
+    let events = wal_inspect(&next.data_dir());
+    let u: Vec<_> = events.iter().filter(|e| e.trigger_id == "u").collect();
+    assert_eq!(
+        u.iter().map(|e| e.event_id.clone()).collect::<HashSet<_>>(),
+        u_ids
+    );
+    assert!(u.iter().all(|e| e.outcome == "no_handler"), "{u:?}");
+}
