@@ -332,3 +332,47 @@ fn a_restart_reports_a_removed_triggers_undelivered_events() {
     );
     assert!(u.iter().all(|e| e.outcome == "no_handler"), "{u:?}");
 }
+
+/// The per-run bound on destination ids: the start-up destination plus 64 a run's reloads may
+/// add (removed ones count: they keep their id). Each admin reload moves `t` to a new handler
+/// URI; the 65th new one is refused `409 needs_restart` naming the URI, counted as an error,
+/// and the running generation keeps serving. A URI the run already knows is still accepted.
+#[test]
+fn reloads_past_the_destination_bound_are_refused_by_uri() {
+    let ds = Downstream::start(Behavior::default());
+    let path = |i: usize| ds.uri(&format!("/n{i}"));
+    let server = start(&trigger("t", &path(0), 5));
+    for i in 1..=64 {
+        std::fs::write(manifest_path(&server), trigger("t", &path(i), 5)).unwrap();
+        let r = admin_reload(&server, Some(TOKEN));
+        assert_eq!(r.status, 200, "reload {i}: {}", r.text());
+    }
+    let count = |state| metric(&server, "sluice_destinations", &[("state", state)]);
+    assert_eq!((count("active"), count("removed")), (1.0, 64.0));
+    std::fs::write(manifest_path(&server), trigger("t", &path(65), 5)).unwrap();
+    let r = admin_reload(&server, Some(TOKEN));
+    assert_eq!(r.status, 409, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["reason"], "needs_restart");
+    let detail = v["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&path(65)) && detail.contains("restart"),
+        "{detail}"
+    );
+    assert_eq!(v["generation"], 65);
+    assert_eq!(
+        metric(
+            &server,
+            "sluice_config_reloads_total",
+            &[("result", "error")]
+        ),
+        1.0
+    );
+    // Still serving generation 65 (to /n64); a known URI is fine at the bound.
+    let id = accepted(&server.post("/hooks/t", b"{}")).0;
+    assert!(ds.wait(Duration::from_secs(10), |s| s
+        .iter()
+        .any(|x| x.webhook_id == id)));
+    std::fs::write(manifest_path(&server), trigger("t", &path(3), 5)).unwrap();
+    assert_eq!(admin_reload(&server, Some(TOKEN)).status, 200);
+}
