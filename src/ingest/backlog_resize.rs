@@ -63,8 +63,13 @@ impl Backlog {
             return Ok(false);
         }
         let (events, bytes) = self.split_plan(&next)?;
-        self.share_events.resize(&events);
-        self.share_bytes.resize(&bytes);
+        // Only the dimensions whose explicit shares changed (the split is a function of them).
+        if next.events != plan.events {
+            self.share_events.resize(&events);
+        }
+        if next.bytes != plan.bytes {
+            self.share_bytes.resize(&bytes);
+        }
         *plan = next;
         Ok(true)
     }
