@@ -144,3 +144,76 @@ fn release_races_a_borrow_from_the_pool() {
         assert_eq!(b.pending_events(), 2 + got);
     });
 }
+
+/// Trigger `a` (share 3 of 4 events, the pool 1) holds 3 events when a reload cuts its share
+/// to 1 (`Backlog::resize_shares`, `ShareDim::resize`); `contender` runs on a second thread
+/// meanwhile. Returns the backlog and `contender`'s result after both joined.
+fn shrink_racing<R: Send + 'static>(
+    contender: impl FnOnce(&Backlog) -> R + Send + 'static,
+) -> (Arc<Backlog>, R) {
+    let backlog = Arc::new(backlog(4, &[("a", 3), ("b", 0)]));
+    for _ in 0..3 {
+        assert_eq!(backlog.reserve_for("a", 1), Ok(Reserved::Within));
+    }
+    let share = |id, n| TriggerShare {
+        id,
+        events: Some(n),
+        bytes: None,
+    };
+    let resizer = {
+        let b = backlog.clone();
+        thread::spawn(move || b.resize_shares(&[share("a", 1), share("b", 0)]))
+    };
+    let other = {
+        let b = backlog.clone();
+        thread::spawn(move || contender(&b))
+    };
+    assert_eq!(resizer.join().unwrap(), Ok(true));
+    let r = other.join().unwrap();
+    assert_eq!(backlog.share_of("a").0, 1);
+    (backlog, r)
+}
+
+/// Releases everything `a` (and `b`) hold, then checks that no count is left behind in the pool
+/// or a share.
+fn drain_and_check(backlog: &Backlog, a: u64, b: u64) {
+    assert_eq!(backlog.pending_events(), a + b);
+    assert_eq!(backlog.trigger_pending("a").0, a);
+    assert!(backlog.pending_events() <= 4, "the bound");
+    for _ in 0..a {
+        backlog.release_for("a", 1);
+    }
+    for _ in 0..b {
+        backlog.release_for("b", 1);
+    }
+    assert_eq!(backlog.pool_used(), (0, 0));
+    assert_eq!(backlog.trigger_pending("a"), (0, 0));
+    assert_eq!(backlog.pending_events(), 0);
+}
+
+/// The cut races a release of one of `a`'s events: whatever the interleaving, the 2 left are
+/// counted exactly (the excess moved to the pool is taken back when the release raced the
+/// move), and once released nothing is left behind.
+#[test]
+fn shrinking_a_share_races_a_release() {
+    explore("shrinking_a_share_races_a_release", || {
+        let (backlog, ()) = shrink_racing(|b| b.release_for("a", 1));
+        drain_and_check(&backlog, 2, 0);
+    });
+}
+
+/// The cut races trigger `b` borrowing from the pool: nothing `a` holds is dropped and the bound
+/// holds whichever goes first (`b` may be refused while the excess is counted in the pool
+/// before the pool grows: refused, never past a bound); with `b` in, `a`'s next event waits.
+#[test]
+fn shrinking_a_share_races_a_borrower() {
+    explore("shrinking_a_share_races_a_borrower", || {
+        let (backlog, r) = shrink_racing(|b| b.reserve_for("b", 1));
+        let b = u64::from(r.is_ok());
+        if b == 1 {
+            // Share 1 held, the pool (3) holds a's 2 past it and b's 1: a waits.
+            assert!(backlog.reserve_for("a", 1).is_err());
+        }
+        drain_and_check(&backlog, 3, b);
+    });
+}
