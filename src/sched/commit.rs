@@ -379,7 +379,10 @@ mod tests {
                 // A missed hand-back would park the full 60 s.
                 c.wait_done(Duration::from_secs(60));
             }
-            assert!(t0.elapsed() < Duration::from_secs(30), "round {round}: the park timed out");
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "round {round}: the park timed out"
+            );
             let done = c.take_done().expect("back after the wait");
             assert!(matches!(
                 done.outcomes[..],
