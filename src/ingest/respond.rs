@@ -32,17 +32,26 @@ pub fn refused_body(reason: Refusal, retry_after_secs: u64) -> String {
 
 /// Appends `value` as a JSON string literal.
 pub fn json_str(out: &mut String, value: &str) {
+    out.reserve(value.len() + 2);
     out.push('"');
-    for c in value.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+    // Runs of bytes that need no escape are copied whole: ids and trigger names are plain
+    // ASCII, and this runs for every 202 (a `char` at a time was 5% of ingest's user CPU).
+    let mut run = 0;
+    for (i, b) in value.bytes().enumerate() {
+        if b != b'"' && b != b'\\' && b >= 0x20 {
+            continue;
         }
+        out.push_str(&value[run..i]);
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            _ => {
+                let _ = write!(out, "\\u{:04x}", b);
+            }
+        }
+        run = i + 1;
     }
+    out.push_str(&value[run..]);
     out.push('"');
 }
 
@@ -63,5 +72,15 @@ mod tests {
         let mut s = String::new();
         json_str(&mut s, "a\"b\\c\n");
         assert_eq!(s, r#""a\"b\\c\u000a""#);
+        let mut s = String::new();
+        json_str(&mut s, "é\u{1}x\"\"ü\u{1f}");
+        assert_eq!(s, r#""é\u0001x\"\"ü\u001f""#);
+        // Every string round-trips through a JSON parser.
+        for v in ["", "plain", "\u{7f}€", "\\\\", "\"", "a\tb\rc", "日本\u{0}"] {
+            let mut s = String::new();
+            json_str(&mut s, v);
+            let back: String = serde_json::from_str(&s).unwrap();
+            assert_eq!(back, v);
+        }
     }
 }

@@ -348,6 +348,8 @@ pub fn open_in(
         capacity,
         end,
         dirty_end,
+        // Unknown: the tail may be unwritten extents (reads as zeros); written again from `end`.
+        zeroed_end: end,
     };
     let mut wal = Wal::new(cfg, storage.clone(), active, next_lsn);
     wal.lock = Some(lock);

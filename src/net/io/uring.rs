@@ -378,6 +378,15 @@ impl Uring {
         self.push(&e)
     }
 
+    /// Submits the turn's operations without waiting (before the loop parks elsewhere).
+    pub fn submit(&mut self) -> io::Result<()> {
+        match self.ring.submit() {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Submits the turn's operations and waits for at least one completion, at most `timeout`.
     pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {
         if !self.backlog.is_empty() {

@@ -258,7 +258,13 @@ impl Worker {
         let mut last_sweep = self.now();
         loop {
             self.finish_scrapes();
-            let timeout = self.turn_timeout();
+            let mut timeout = self.turn_timeout();
+            if self.committer.awaits_commit() {
+                // Wait for the batch rather than for arrivals (`sync::handback`).
+                self.committer
+                    .wait_done(timeout.min(crate::sched::commit::COMMIT_WAIT));
+                timeout = Duration::ZERO;
+            }
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     eprintln!("sluice: worker {}: poll failed: {e}", self.id);

@@ -7,6 +7,7 @@
 
 use super::*;
 use crate::net::io::uring::{Completion, Op};
+use crate::sched::commit::COMMIT_WAIT;
 
 impl Worker {
     pub(super) fn run_uring(mut self) {
@@ -18,7 +19,7 @@ impl Worker {
         loop {
             self.finish_scrapes();
             self.arm_touched();
-            let timeout = if poll_ready {
+            let mut timeout = if poll_ready {
                 Duration::ZERO
             } else {
                 self.turn_timeout()
@@ -26,6 +27,16 @@ impl Worker {
             let Some(ring) = self.uring.as_deref_mut() else {
                 return;
             };
+            if !poll_ready && self.committer.awaits_commit() {
+                // The turn's sends (earlier 202s) go out first; then wait for the batch rather
+                // than for arrivals, which can only join the next one (`sync::handback`).
+                if let Err(e) = ring.submit() {
+                    eprintln!("sluice: worker {}: io_uring submit failed: {e}", self.id);
+                    return;
+                }
+                self.committer.wait_done(timeout.min(COMMIT_WAIT));
+                timeout = Duration::ZERO;
+            }
             if let Err(e) = ring.wait(timeout) {
                 eprintln!("sluice: worker {}: io_uring wait failed: {e}", self.id);
                 return;
