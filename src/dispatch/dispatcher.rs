@@ -59,7 +59,7 @@ use crate::dispatch::permits::Permit;
 use crate::dispatch::retry::RetryPolicy;
 use crate::dispatch::rng::SmallRng;
 use crate::ingest::backlog::Backlog;
-use crate::net::http::client::{self, OutboundRequest, RequestError};
+use crate::net::http::client::{RequestError, RequestTemplate};
 use crate::sched::outstanding::Outstanding;
 
 /// The dispatch window a dispatcher takes slots from for gate-released jobs: the shared
@@ -83,6 +83,9 @@ struct Attempt {
 struct Dest {
     state: DestinationState,
     policy: RetryPolicy,
+    /// The destination's request line, `host` and configured headers, rendered and validated
+    /// once (again at a reload): [`encode`] renders only the per-event fields.
+    template: Result<RequestTemplate, RequestError>,
     queue: VecDeque<Job>,
     /// A wake-up timer is already set for this time (avoid piling up duplicates).
     wake_at: u64,
@@ -225,6 +228,7 @@ impl Dispatcher {
             Dest {
                 state,
                 policy: RetryPolicy::from(&c.retry),
+                template: template(c),
                 queue: VecDeque::new(),
                 wake_at: 0,
             }
@@ -273,6 +277,7 @@ impl Dispatcher {
                 );
             }
             dest.policy = RetryPolicy::from(&c.retry);
+            dest.template = template(c);
             let limit = dest.state.limit() as u64;
             self.metrics.set_permits(d, limit);
             touched.push(d);
@@ -543,20 +548,26 @@ impl Dispatcher {
     fn start(&mut self, d: usize, job: Job, permit: Permit, now: u64, registry: &Registry) {
         let cfg = &self.config.destinations[d];
         let deadline = now + cfg.timeout.as_nanos() as u64;
+        // A buffer the pool recycles: no allocation per request once the pool is warm.
+        let mut request = self.pool.request_buffer();
         // The send time, not the receipt time: receivers check it against a window (Standard
         // Webhooks: 5 minutes), which a retried or replayed event would otherwise fail.
-        let request = match encode(cfg, &job, unix_millis() / 1000) {
-            Ok(r) => r,
-            Err(e) => {
-                // Validated config and stored headers cannot produce this; fail the event
-                // visibly.
-                let msg = format!("cannot encode request: {e}");
-                self.dest(d).state.release(permit);
-                let attempts = job.attempt;
-                self.dead_letter(job, DlqReason::PermanentFailure, attempts, msg, now);
-                return;
-            }
+        let encoded = match self.dests.get(&d).map(|x| &x.template) {
+            Some(Ok(t)) => encode(cfg, t, &job, unix_millis() / 1000, &mut request),
+            Some(Err(e)) => Err(*e),
+            None => template(cfg)
+                .and_then(|t| encode(cfg, &t, &job, unix_millis() / 1000, &mut request)),
         };
+        if let Err(e) = encoded {
+            // Validated config and stored headers cannot produce this; fail the event
+            // visibly.
+            let msg = format!("cannot encode request: {e}");
+            self.dest(d).state.release(permit);
+            let attempts = job.attempt;
+            self.dead_letter(job, DlqReason::PermanentFailure, attempts, msg, now);
+            return;
+        }
+        let cfg = &self.config.destinations[d];
         let in_flight = self.dests.get(&d).map_or(0, |x| x.state.in_flight());
         self.metrics.set_in_flight(d, in_flight as u64);
         let h = &cfg.handler;
@@ -635,7 +646,8 @@ impl Dispatcher {
             ..
         } = attempt;
         let class = classify(&result);
-        let uri = self.config.destinations[d].handler.uri.clone();
+        let config = Arc::clone(&self.config);
+        let uri = config.destinations[d].handler.uri.as_str();
         let in_flight_at_end = self.dest(d).state.in_flight();
         let events = self.dest(d).state.complete(permit, now, &class);
         if let Some(sample) = adaptive_sample(&result, now.saturating_sub(started)) {
@@ -680,7 +692,7 @@ impl Dispatcher {
                     job,
                     DlqReason::PermanentFailure,
                     attempts,
-                    describe(&result, &uri),
+                    describe(&result, uri),
                     now,
                 );
             }
@@ -695,7 +707,7 @@ impl Dispatcher {
                 let why = format!(
                     "destination circuit opened for http:{uri} after {} consecutive failures: {}",
                     self.config.destinations[d].circuit.failures,
-                    describe(&result, &uri)
+                    describe(&result, uri)
                 );
                 self.dead_letter(job, DlqReason::CircuitOpen, attempts, why, now);
             }
@@ -706,7 +718,7 @@ impl Dispatcher {
                     Some(delay) => {
                         let due = now + delay.as_nanos() as u64;
                         let due_at_ms = unix_millis() + delay.as_millis() as u64;
-                        let last_error = describe(&result, &uri);
+                        let last_error = describe(&result, uri);
                         job.attempt = next;
                         for lsn in job.lsns() {
                             self.send(JobOutcome::RetryScheduled {
@@ -724,7 +736,7 @@ impl Dispatcher {
                             job,
                             DlqReason::RetryExhausted,
                             attempts,
-                            describe(&result, &uri),
+                            describe(&result, uri),
                             now,
                         );
                     }
@@ -769,9 +781,10 @@ impl Dispatcher {
         self.outbox.push_back(o);
     }
 
-    /// The outcomes reported since the last call, for the core's loop to route to the pumps.
-    pub fn take_outcomes(&mut self) -> VecDeque<JobOutcome> {
-        std::mem::take(&mut self.outbox)
+    /// The outcomes reported since the last call, for the core's loop to route to the pumps
+    /// (drained in place: the outbox keeps its capacity from turn to turn).
+    pub fn take_outcomes(&mut self) -> std::collections::vec_deque::Drain<'_, JobOutcome> {
+        self.outbox.drain(..)
     }
 }
 
@@ -801,14 +814,36 @@ fn describe(result: &AttemptResult, uri: &str) -> String {
     }
 }
 
-/// Encodes the `POST` of `job` to `cfg`'s handler, sent at `ts_secs` (Unix seconds): the raw
-/// body, its stored `content-type`, the Standard Webhooks id/timestamp (and signature when the
-/// destination has a signing key), sluice's attempt/trigger/replay headers, then the
-/// destination's configured headers.
-fn encode(cfg: &DestinationConfig, job: &Job, ts_secs: u64) -> Result<Vec<u8>, RequestError> {
-    let mut wbuf = Vec::with_capacity(256 + job.event.body.len());
-    let attempt = job.attempt.to_string();
-    let ts = ts_secs.to_string();
+/// The fixed parts of `cfg`'s requests: `POST` to its handler, its configured headers last.
+fn template(cfg: &DestinationConfig) -> Result<RequestTemplate, RequestError> {
+    let trailing: Vec<(&str, &[u8])> = cfg
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_bytes()))
+        .collect();
+    RequestTemplate::new(
+        "POST",
+        &cfg.handler.authority,
+        &cfg.handler.path_and_query,
+        &trailing,
+    )
+}
+
+/// Appends the `POST` of `job` to `cfg`'s handler, sent at `ts_secs` (Unix seconds), to `out`:
+/// `template`'s request line and `host`, the raw body's length, its stored `content-type`, the
+/// Standard Webhooks id/timestamp (and signature when the destination has a signing key),
+/// sluice's attempt/trigger/replay headers, then the destination's configured headers
+/// (`template`'s) and the body. No allocation but the signature's and `out`'s growth.
+fn encode(
+    cfg: &DestinationConfig,
+    template: &RequestTemplate,
+    job: &Job,
+    ts_secs: u64,
+    out: &mut Vec<u8>,
+) -> Result<(), RequestError> {
+    let (mut ts_buf, mut attempt_buf) = ([0u8; 20], [0u8; 20]);
+    let ts = decimal(ts_secs, &mut ts_buf);
+    let attempt = decimal(u64::from(job.attempt), &mut attempt_buf);
     let signature = cfg.signing_key.as_ref().map(|k| {
         crate::sign::standard_webhooks::sign(
             k.expose(),
@@ -824,32 +859,39 @@ fn encode(cfg: &DestinationConfig, job: &Job, ts_secs: u64) -> Result<Vec<u8>, R
         .find(|(n, _)| n == "content-type")
         .map(|(_, v)| v.as_slice())
         .unwrap_or(b"application/octet-stream");
-    let mut headers: Vec<(&str, &[u8])> = vec![
+    let mut fields: [(&str, &[u8]); 8] = [
         ("content-type", content_type),
         ("webhook-id", job.event.event_id.as_bytes()),
-        ("webhook-timestamp", ts.as_bytes()),
-        ("x-sluice-attempt", attempt.as_bytes()),
+        ("webhook-timestamp", ts),
+        ("x-sluice-attempt", attempt),
         ("x-sluice-trigger", job.event.trigger_id.as_bytes()),
         ("user-agent", b"sluice"),
+        ("", b""),
+        ("", b""),
     ];
+    let mut n = 6;
     if let Some(r) = &job.event.replay_of {
-        headers.push(("x-sluice-replay-of", r.as_bytes()));
+        fields[n] = ("x-sluice-replay-of", r.as_bytes());
+        n += 1;
     }
     if let Some(sig) = &signature {
-        headers.push(("webhook-signature", sig.as_bytes()));
+        fields[n] = ("webhook-signature", sig.as_bytes());
+        n += 1;
     }
-    for (n, v) in &cfg.headers {
-        headers.push((n.as_str(), v.as_bytes()));
+    template.write(out, &fields[..n], &job.event.body)
+}
+
+/// `n` in decimal, written at the end of `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
     }
-    let req = OutboundRequest {
-        method: "POST",
-        authority: &cfg.handler.authority,
-        path: &cfg.handler.path_and_query,
-        headers: &headers,
-        body: &job.event.body,
-    };
-    client::write_request(&mut wbuf, &req)?;
-    Ok(wbuf)
 }
 
 #[cfg(test)]

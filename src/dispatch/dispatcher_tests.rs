@@ -97,7 +97,7 @@ impl Rig {
     }
 
     fn outcomes(&mut self) -> Vec<JobOutcome> {
-        self.d.take_outcomes().into_iter().collect()
+        self.d.take_outcomes().collect()
     }
 
     fn in_flight(&mut self) -> usize {
@@ -307,7 +307,10 @@ fn the_request_carries_standard_webhooks_headers_and_a_verifiable_signature() {
     let mut j = job(9);
     j.attempt = 3;
     j.event.replay_of = Some("evt_0".into());
-    let req = encode(&cfg, &j, 1_700_000_000).unwrap();
+    cfg.headers = vec![("x-tenant".into(), "acme".into())];
+    let mut req = b"left over".to_vec();
+    req.clear();
+    encode(&cfg, &template(&cfg).unwrap(), &j, 1_700_000_000, &mut req).unwrap();
     let text = String::from_utf8(req).unwrap();
     let sig = crate::sign::standard_webhooks::sign(b"k3y", "evt_9", 1_700_000_000, b"{}");
     assert!(text.starts_with("POST /h HTTP/1.1\r\n"), "{text}");
@@ -322,7 +325,24 @@ fn the_request_carries_standard_webhooks_headers_and_a_verifiable_signature() {
     ] {
         assert!(text.contains(&h), "missing {h:?} in {text}");
     }
-    assert!(text.ends_with("\r\n\r\n{}"), "{text}");
+    assert!(text.ends_with("x-tenant: acme\r\n\r\n{}"), "{text}");
+    assert!(text.contains("\r\ncontent-length: 2\r\n"), "{text}");
+}
+
+#[test]
+fn a_bad_configured_header_fails_the_template_and_the_event_names_it() {
+    let r = rig("");
+    let mut cfg = r.d.config.destinations[0].clone();
+    cfg.headers = vec![("bad name".into(), "v".into())];
+    assert_eq!(template(&cfg), Err(RequestError::HeaderName { index: 0 }));
+}
+
+#[test]
+fn decimals_are_written_without_allocating() {
+    let mut buf = [0u8; 20];
+    assert_eq!(decimal(0, &mut buf), b"0");
+    assert_eq!(decimal(1_700_000_000, &mut buf), b"1700000000");
+    assert_eq!(decimal(u64::MAX, &mut buf), u64::MAX.to_string().as_bytes());
 }
 
 /// A job for a destination id this core's generation does not know yet (a pump on another core

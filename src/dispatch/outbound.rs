@@ -17,7 +17,13 @@
 //! permit, so ≤ `max_in_flight` per destination); idle connections per destination ≤ the
 //! `idle_cap` the caller passes (the dispatcher passes `max_in_flight`), each closed after
 //! `idle_timeout`; response bytes kept per attempt ≤ `ClientLimits::max_body_keep`; one read
-//! scratch buffer of [`READ_CHUNK`] bytes per pool.
+//! scratch buffer of [`READ_CHUNK`] bytes per pool; request buffers: one per open connection
+//! plus ≤ [`SPARE_BUFFERS`] spare ones (each ≤ [`SPARE_BUFFER_MAX`]) for reuse.
+//!
+//! Per delivery on a kept-alive connection: one `send` of the whole request (written from a
+//! recycled buffer), one `recv` that usually holds the whole response (parsed in place, its
+//! fields not copied out), no `epoll_ctl` (registered once, edge-triggered, for both
+//! directions), no `getsockopt` (asked only while connecting), no allocation by the pool.
 //!
 //! An `https` destination's connections speak TLS through [`Wire`] (rustls driven over the same
 //! non-blocking stream, on this core's loop); the pool sees plaintext either way. A TLS
@@ -42,6 +48,12 @@ pub const CLIENT_TOKEN_BASE: usize = 1 << 40;
 
 /// Bytes read from a socket per `read` call.
 const READ_CHUNK: usize = 16 * 1024;
+/// Request buffers kept for reuse besides those of the open connections
+/// ([`OutboundPool::request_buffer`]).
+const SPARE_BUFFERS: usize = 64;
+/// A spare request buffer larger than this is dropped rather than kept (one outsized event
+/// must not pin its memory).
+const SPARE_BUFFER_MAX: usize = 64 * 1024;
 
 /// Where an attempt goes.
 #[derive(Debug, Clone, Copy)]
@@ -98,7 +110,7 @@ enum ConnState<T> {
     Idle {
         since: u64,
     },
-    Busy(Box<InFlight<T>>),
+    Busy(InFlight<T>),
 }
 
 /// An attempt on the wire.
@@ -144,6 +156,9 @@ pub struct OutboundPool<T> {
     free: Vec<usize>,
     dests: HashMap<usize, DestConns>,
     scratch: Box<[u8]>,
+    /// Emptied request buffers for the next requests: ≤ [`SPARE_BUFFERS`], each of capacity
+    /// ≤ [`SPARE_BUFFER_MAX`].
+    spare: Vec<Vec<u8>>,
     /// Idle connections older than this (ns) are closed on a tick.
     idle_timeout: u64,
 }
@@ -156,6 +171,7 @@ impl<T> OutboundPool<T> {
             free: Vec::new(),
             dests: HashMap::new(),
             scratch: vec![0u8; READ_CHUNK].into_boxed_slice(),
+            spare: Vec::new(),
             idle_timeout: idle_timeout_nanos,
         }
     }
@@ -177,6 +193,12 @@ impl<T> OutboundPool<T> {
     /// Idle keep-alive connections to `dest`.
     pub fn idle(&self, dest: usize) -> usize {
         self.dests.get(&dest).map_or(0, |d| d.idle.len())
+    }
+
+    /// An empty buffer to encode the next request into (for [`Self::start`]): one a finished
+    /// request left, when there is one, so that a warm pool allocates none per request.
+    pub fn request_buffer(&mut self) -> Vec<u8> {
+        self.spare.pop().unwrap_or_default()
     }
 
     /// The earliest attempt deadline (for the poll timeout).
@@ -205,20 +227,21 @@ impl<T> OutboundPool<T> {
     ) -> Result<Started, Finished<T>> {
         let d = target.dest;
         self.dests.entry(d).or_default().idle_cap = target.idle_cap;
-        let attempt = Box::new(InFlight {
+        let attempt = InFlight {
             payload,
             deadline,
             reused: false,
             got_bytes: false,
-        });
+        };
         let reuse = self.dests.get_mut(&d).and_then(|x| x.idle.pop());
         // An idle id always names an open connection (`close` removes it from the idle set).
         if let Some((id, c)) = reuse.and_then(|id| Some((id, self.conns[id].as_mut()?))) {
-            c.wbuf = request;
+            let old = std::mem::replace(&mut c.wbuf, request);
             c.wpos = 0;
             let mut attempt = attempt;
             attempt.reused = c.served > 0;
             c.state = ConnState::Busy(attempt);
+            recycle(&mut self.spare, old);
             return match self.write(id, registry) {
                 Some(f) => Err(f),
                 None => Ok(Started::Reused),
@@ -230,12 +253,12 @@ impl<T> OutboundPool<T> {
     fn connect(
         &mut self,
         target: Target<'_>,
-        attempt: Box<InFlight<T>>,
+        attempt: InFlight<T>,
         wbuf: Vec<u8>,
         registry: &Registry,
     ) -> Result<Started, Finished<T>> {
         let d = target.dest;
-        let connect_error = |attempt: Box<InFlight<T>>| Finished::Done {
+        let connect_error = |attempt: InFlight<T>| Finished::Done {
             dest: d,
             payload: attempt.payload,
             result: AttemptResult::ConnectError,
@@ -268,7 +291,7 @@ impl<T> OutboundPool<T> {
             wbuf,
             wpos: 0,
             rbuf: Vec::new(),
-            reader: ResponseReader::new(ClientLimits::default()),
+            reader: ResponseReader::new(ClientLimits::default()).status_only(),
             served: 0,
         };
         let token = Token(CLIENT_TOKEN_BASE + id);
@@ -437,7 +460,6 @@ impl<T> OutboundPool<T> {
                     return self.fail_conn(id, failure(&e, r), registry);
                 }
             };
-            c.rbuf.extend_from_slice(&self.scratch[..n]);
             if let ConnState::Busy(a) = &mut c.state {
                 a.got_bytes = true;
             } else {
@@ -445,7 +467,17 @@ impl<T> OutboundPool<T> {
                 self.close(id, registry);
                 return None;
             }
-            match c.reader.poll(&mut c.rbuf) {
+            // Usually nothing is buffered and the whole response came in this read: it is
+            // parsed where it was read, and only a rest is kept.
+            let event = if c.rbuf.is_empty() {
+                let (event, used) = c.reader.poll_slice(&self.scratch[..n]);
+                c.rbuf.extend_from_slice(&self.scratch[used..n]);
+                event
+            } else {
+                c.rbuf.extend_from_slice(&self.scratch[..n]);
+                c.reader.poll(&mut c.rbuf)
+            };
+            match event {
                 ResponseEvent::Incomplete => continue,
                 ResponseEvent::Response(r) => {
                     let pause = r.retry_after.map(|ra| ra.delay_from(unix_millis() / 1000));
@@ -479,7 +511,7 @@ impl<T> OutboundPool<T> {
         c.served += 1;
         c.wbuf.clear();
         c.wpos = 0;
-        c.reader = ResponseReader::new(ClientLimits::default());
+        c.reader = ResponseReader::new(ClientLimits::default()).status_only();
         let keep = keep_alive && c.rbuf.is_empty();
         let dest = self.dests.entry(d).or_default();
         if keep && dest.idle.len() < dest.idle_cap {
@@ -526,11 +558,20 @@ impl<T> OutboundPool<T> {
         if let Some(mut c) = self.conns.get_mut(id).and_then(Option::take) {
             let _ = registry.deregister(c.wire.tcp());
             self.free.push(id);
+            recycle(&mut self.spare, std::mem::take(&mut c.wbuf));
             if let Some(dest) = self.dests.get_mut(&c.dest) {
                 dest.open -= 1;
                 dest.idle.retain(|&x| x != id);
             }
         }
+    }
+}
+
+/// Keeps `buf`, emptied, for a next request if there is room and it is not outsized.
+fn recycle(spare: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
+    if spare.len() < SPARE_BUFFERS && buf.capacity() > 0 && buf.capacity() <= SPARE_BUFFER_MAX {
+        buf.clear();
+        spare.push(buf);
     }
 }
 
@@ -540,343 +581,5 @@ fn failure(e: &io::Error, otherwise: AttemptResult) -> AttemptResult {
 }
 
 #[cfg(test)]
-mod tests {
-    //! The pool against a real listener on 127.0.0.1: each test's server thread is bounded by
-    //! a read timeout, and each poll loop by a deadline.
-    use super::*;
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::net::TcpListener;
-    use std::thread::{self, JoinHandle};
-    use std::time::{Duration, Instant};
-
-    use mio::{Events, Poll};
-
-    const REQUEST: &[u8] = b"POST /h HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\nhi";
-    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
-    const SECOND: u64 = 1_000_000_000;
-
-    fn target(port: u16, idle_cap: usize) -> Target<'static> {
-        Target {
-            dest: 0,
-            host: "127.0.0.1",
-            port,
-            idle_cap,
-            tls: None,
-        }
-    }
-
-    /// Reads one request of the shape of [`REQUEST`] (head, then a 2-byte body).
-    fn read_request(r: &mut BufReader<std::net::TcpStream>) -> bool {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match r.read_line(&mut line) {
-                Ok(0) | Err(_) => return false,
-                Ok(_) if line == "\r\n" => break,
-                Ok(_) => {}
-            }
-        }
-        let mut body = [0u8; 2];
-        r.read_exact(&mut body).is_ok()
-    }
-
-    /// A server that accepts `conns` connections and answers each request on them with the
-    /// next of `answers` (then closes that connection when the list for it is exhausted).
-    /// Returns its port and a handle yielding the number of requests it read.
-    fn server(conns: usize, answers: Vec<&'static [u8]>) -> (u16, JoinHandle<usize>) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        let h = thread::spawn(move || {
-            let mut served = 0;
-            let mut answers = answers.into_iter();
-            for _ in 0..conns {
-                let (s, _) = l.accept().unwrap();
-                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                let mut w = s.try_clone().unwrap();
-                let mut r = BufReader::new(s);
-                while read_request(&mut r) {
-                    served += 1;
-                    match answers.next() {
-                        Some(a) if !a.is_empty() => w.write_all(a).unwrap(),
-                        // An empty answer: stay silent until the client closes (or the read
-                        // timeout).
-                        _ => {
-                            let mut sink = Vec::new();
-                            let _ = r.read_to_end(&mut sink);
-                            break;
-                        }
-                    }
-                    if answers.len() == 0 {
-                        break;
-                    }
-                }
-            }
-            served
-        });
-        (port, h)
-    }
-
-    /// Polls until `want` attempts finished (at most 5 s).
-    fn drive(
-        pool: &mut OutboundPool<u32>,
-        poll: &mut Poll,
-        now: u64,
-        want: usize,
-    ) -> Vec<Finished<u32>> {
-        let mut out = Vec::new();
-        let mut events = Events::with_capacity(16);
-        let stop = Instant::now() + Duration::from_secs(5);
-        while out.len() < want && Instant::now() < stop {
-            poll.poll(&mut events, Some(Duration::from_millis(20)))
-                .unwrap();
-            for e in events.iter() {
-                let readable = e.is_readable() || e.is_read_closed() || e.is_error();
-                let writable = e.is_writable() || e.is_error();
-                pool.on_ready(
-                    e.token(),
-                    readable,
-                    writable,
-                    now,
-                    poll.registry(),
-                    &mut out,
-                );
-            }
-        }
-        out
-    }
-
-    fn done(f: &Finished<u32>) -> (u32, AttemptResult) {
-        match f {
-            Finished::Done {
-                payload, result, ..
-            } => (*payload, *result),
-            other => panic!("expected Done, got {other:?}"),
-        }
-    }
-
-    const STATUS_200: AttemptResult = AttemptResult::Status {
-        code: 200,
-        retry_after: None,
-    };
-
-    #[test]
-    fn an_answered_keep_alive_connection_carries_the_next_attempt() {
-        let (port, server) = server(1, vec![OK, OK]);
-        let mut poll = Poll::new().unwrap();
-        let mut pool = OutboundPool::<u32>::new(60 * SECOND);
-        let r = pool.start(
-            target(port, 4),
-            1,
-            REQUEST.to_vec(),
-            10 * SECOND,
-            poll.registry(),
-        );
-        assert_eq!(r.unwrap(), Started::Opened);
-        assert_eq!(pool.in_flight(), 1);
-        assert_eq!(pool.next_deadline(), Some(10 * SECOND));
-        let out = drive(&mut pool, &mut poll, 1, 1);
-        assert_eq!(out.len(), 1);
-        assert_eq!(done(&out[0]), (1, STATUS_200));
-        assert_eq!(
-            (pool.in_flight(), pool.idle(0), pool.connections(0)),
-            (0, 1, 1)
-        );
-        assert_eq!(pool.next_deadline(), None);
-
-        let r = pool.start(
-            target(port, 4),
-            2,
-            REQUEST.to_vec(),
-            10 * SECOND,
-            poll.registry(),
-        );
-        assert_eq!(r.unwrap(), Started::Reused);
-        let out = drive(&mut pool, &mut poll, 2, 1);
-        assert_eq!(done(&out[0]), (2, STATUS_200));
-        assert_eq!(pool.connections(0), 1, "one connection served both");
-        assert_eq!(server.join().unwrap(), 2);
-    }
-
-    #[test]
-    fn a_kept_alive_connection_the_server_closed_is_stale_not_an_attempt() {
-        // The server answers once, then closes the connection when the list runs out.
-        let (port, server) = server(1, vec![OK]);
-        let mut poll = Poll::new().unwrap();
-        let mut pool = OutboundPool::<u32>::new(60 * SECOND);
-        pool.start(
-            target(port, 4),
-            1,
-            REQUEST.to_vec(),
-            10 * SECOND,
-            poll.registry(),
-        )
-        .unwrap();
-        assert_eq!(done(&drive(&mut pool, &mut poll, 1, 1)[0]), (1, STATUS_200));
-        assert_eq!(server.join().unwrap(), 1);
-        // The server's close is not seen yet (no poll in between): the idle connection is
-        // reused, and breaks before any byte of a response.
-        let r = pool.start(
-            target(port, 4),
-            2,
-            REQUEST.to_vec(),
-            10 * SECOND,
-            poll.registry(),
-        );
-        let f = match r {
-            Ok(Started::Reused) => drive(&mut pool, &mut poll, 2, 1).pop().unwrap(),
-            Ok(Started::Opened) => panic!("the idle connection was not reused"),
-            Err(f) => f,
-        };
-        assert!(
-            matches!(
-                f,
-                Finished::Stale {
-                    dest: 0,
-                    payload: 2
-                }
-            ),
-            "{f:?}"
-        );
-        assert_eq!(pool.connections(0), 0);
-    }
-
-    #[test]
-    fn a_refused_connect_is_a_connect_error() {
-        let port = {
-            let l = TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
-        let mut poll = Poll::new().unwrap();
-        let mut pool = OutboundPool::<u32>::new(60 * SECOND);
-        let f = match pool.start(
-            target(port, 4),
-            7,
-            REQUEST.to_vec(),
-            SECOND,
-            poll.registry(),
-        ) {
-            Ok(Started::Opened) => drive(&mut pool, &mut poll, 1, 1).pop().unwrap(),
-            Ok(Started::Reused) => panic!("nothing to reuse"),
-            Err(f) => f,
-        };
-        assert_eq!(done(&f), (7, AttemptResult::ConnectError));
-        assert_eq!((pool.in_flight(), pool.connections(0)), (0, 0));
-    }
-
-    #[test]
-    fn a_silent_server_times_the_attempt_out_at_its_deadline() {
-        // The server reads the request and never answers.
-        let (port, server) = server(1, vec![b""]);
-        let mut poll = Poll::new().unwrap();
-        let mut pool = OutboundPool::<u32>::new(60 * SECOND);
-        pool.start(
-            target(port, 4),
-            3,
-            REQUEST.to_vec(),
-            2 * SECOND,
-            poll.registry(),
-        )
-        .unwrap();
-        // Let the connection establish and the request go out; nothing comes back.
-        let mut events = Events::with_capacity(16);
-        let mut out = Vec::new();
-        for _ in 0..10 {
-            poll.poll(&mut events, Some(Duration::from_millis(20)))
-                .unwrap();
-            for e in events.iter() {
-                let (r, w) = (e.is_readable(), e.is_writable());
-                pool.on_ready(e.token(), r, w, SECOND, poll.registry(), &mut out);
-            }
-        }
-        assert!(out.is_empty(), "{out:?}");
-        assert_eq!(pool.in_flight(), 1);
-        pool.on_tick(2 * SECOND - 1, poll.registry(), &mut out);
-        assert!(out.is_empty(), "not before the deadline");
-        pool.on_tick(2 * SECOND, poll.registry(), &mut out);
-        assert_eq!(out.len(), 1);
-        assert_eq!(done(&out[0]), (3, AttemptResult::Timeout));
-        assert_eq!(pool.connections(0), 0);
-        server.join().unwrap();
-    }
-
-    #[test]
-    fn idle_connections_close_after_idle_timeout_and_past_the_idle_cap() {
-        let (port, server) = server(2, vec![OK, OK]);
-        let mut poll = Poll::new().unwrap();
-        let mut pool = OutboundPool::<u32>::new(5 * SECOND);
-        // idle_cap 0: the answered connection is closed at once.
-        pool.start(
-            target(port, 0),
-            1,
-            REQUEST.to_vec(),
-            10 * SECOND,
-            poll.registry(),
-        )
-        .unwrap();
-        assert_eq!(
-            done(&drive(&mut pool, &mut poll, SECOND, 1)[0]),
-            (1, STATUS_200)
-        );
-        assert_eq!(pool.connections(0), 0);
-        // idle_cap 1: kept, then closed once idle for longer than the idle timeout.
-        pool.start(
-            target(port, 1),
-            2,
-            REQUEST.to_vec(),
-            10 * SECOND,
-            poll.registry(),
-        )
-        .unwrap();
-        assert_eq!(
-            done(&drive(&mut pool, &mut poll, SECOND, 1)[0]),
-            (2, STATUS_200)
-        );
-        assert_eq!(pool.idle(0), 1);
-        let mut out = Vec::new();
-        pool.on_tick(6 * SECOND, poll.registry(), &mut out);
-        assert_eq!(pool.idle(0), 1, "idle for exactly the timeout: kept");
-        pool.on_tick(6 * SECOND + 1, poll.registry(), &mut out);
-        assert!(out.is_empty(), "closing an idle connection ends no attempt");
-        assert_eq!((pool.idle(0), pool.connections(0)), (0, 0));
-        assert_eq!(server.join().unwrap(), 2);
-    }
-
-    #[test]
-    fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure() {
-        let (port, server) = server(
-            2,
-            vec![
-                b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 7\r\ncontent-length: 0\r\n\r\n",
-                b"nonsense\r\n\r\n",
-            ],
-        );
-        let mut poll = Poll::new().unwrap();
-        let mut pool = OutboundPool::<u32>::new(60 * SECOND);
-        pool.start(
-            target(port, 0),
-            1,
-            REQUEST.to_vec(),
-            10 * SECOND,
-            poll.registry(),
-        )
-        .unwrap();
-        let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
-        let want = AttemptResult::Status {
-            code: 429,
-            retry_after: Some(Duration::from_secs(7)),
-        };
-        assert_eq!(done(&f), (1, want));
-        pool.start(
-            target(port, 0),
-            2,
-            REQUEST.to_vec(),
-            10 * SECOND,
-            poll.registry(),
-        )
-        .unwrap();
-        let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
-        assert_eq!(done(&f), (2, AttemptResult::Io));
-        assert_eq!(pool.connections(0), 0);
-        assert_eq!(server.join().unwrap(), 2);
-    }
-}
+#[path = "outbound_tests.rs"]
+mod tests;

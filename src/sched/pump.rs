@@ -28,8 +28,10 @@
 //! [`Backlog`](crate::ingest::backlog::Backlog) fills, and ingest refuses with `queue_full`.
 //!
 //! Bounds: jobs out ≤ `max_outstanding`; the window ≤ [`WINDOW_EVENTS`] / [`WINDOW_BYTES`];
-//! records with the commit helper ≤ [`MAX_RECORDS_IN_FLIGHT`] per log; `Done` entries queued ≤
-//! [`MAX_DONE_ENTRIES`] per log (admission stops there); `Retry` records queued ≤ one per outcome
+//! records with the commit helper ≤ [`MAX_RECORDS_IN_FLIGHT`] per log, of which at most one
+//! `Done` record (the outcomes that arrive while it is being made durable are queued and go out
+//! together in the next one: a `Done` record per commit, not per loop turn); `Done` entries
+//! queued ≤ [`MAX_DONE_ENTRIES`] per log (admission stops there); `Retry` records queued ≤ one per outcome
 //! received; dead letters waiting for room in a full DLQ ≤ the events pending (each stays in its
 //! trigger's backlog share, so a full DLQ refuses only the triggers whose events wait for it,
 //! but gives its `max_outstanding` slot back: other triggers keep being dispatched).
@@ -115,6 +117,10 @@ struct LogPump {
     done_queue: Vec<DoneEntry>,
     retry_queue: VecDeque<RetryRecord>,
     records_in_flight: usize,
+    /// A `Done` record of this log is with the commit helper: the entries queued meanwhile
+    /// wait for it to be durable and go out together in the next one (one `Done` record per
+    /// commit rather than one per loop turn).
+    done_in_flight: bool,
     /// Bytes of segments on disk at the last measurement.
     disk_bytes: u64,
 }
@@ -274,6 +280,7 @@ impl CorePump {
                 done_queue: Vec::new(),
                 retry_queue: VecDeque::new(),
                 records_in_flight: 0,
+                done_in_flight: false,
                 disk_bytes: 0,
             });
         }
@@ -672,12 +679,13 @@ impl CorePump {
         for slot in 0..self.logs.len() {
             while self.logs[slot].records_in_flight < MAX_RECORDS_IN_FLIGHT {
                 let log = &mut self.logs[slot];
-                let (record, entries) = if !log.done_queue.is_empty() {
+                let (record, entries) = if !log.done_queue.is_empty() && !log.done_in_flight {
                     let n = log.done_queue.len().min(MAX_DONE_ENTRIES);
                     let entries: Vec<DoneEntry> = log.done_queue.drain(..n).collect();
                     let record = Record::Done(DoneRecord {
                         entries: entries.clone(),
                     });
+                    log.done_in_flight = true;
                     (record, entries)
                 } else if let Some(r) = log.retry_queue.pop_front() {
                     (Record::Retry(r), Vec::new())
@@ -702,6 +710,9 @@ impl CorePump {
         };
         let log = &mut self.logs[slot];
         log.records_in_flight -= 1;
+        if !entries.is_empty() {
+            log.done_in_flight = false;
+        }
         match outcome {
             AppendOutcome::Durable { lsn } => {
                 log.durable = log.durable.max(lsn);

@@ -57,7 +57,6 @@ use std::mem::{self, MaybeUninit};
 use std::time::Duration;
 
 use super::chunked::{append_capped, ChunkedDecoder};
-use super::response::push_decimal;
 use super::{HttpError, Limits};
 use crate::net::date::parse_http_date;
 
@@ -68,144 +67,8 @@ const MAX_CHUNK_LINE_BYTES: usize = 4 * 1024;
 /// The longest pause a `Retry-After` can ask for; longer values are capped to it.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
 
-// ---------------------------------------------------------------------------------------------
-// Requests
-
-/// One outbound request. `headers` must not contain `host`, `content-length` or
-/// `transfer-encoding`: [`write_request`] writes the first two itself and never chunks.
-#[derive(Clone, Copy, Debug)]
-pub struct OutboundRequest<'a> {
-    /// Method token, e.g. `POST`.
-    pub method: &'a str,
-    /// `host[:port]` for the `Host` header.
-    pub authority: &'a str,
-    /// Path and query (origin form); starts with `/`.
-    pub path: &'a str,
-    /// Extra fields as (name, value), written in order.
-    pub headers: &'a [(&'a str, &'a [u8])],
-    pub body: &'a [u8],
-}
-
-/// Why [`write_request`] refused a request (nothing was written). These come from configuration
-/// or event data, so the caller should fail the delivery, not the connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RequestError {
-    /// The method is empty or not a token.
-    Method,
-    /// The authority is empty or has a byte other than visible ASCII.
-    Authority,
-    /// The path does not start with `/` or has a byte other than visible ASCII.
-    Path,
-    /// Header `index` has an empty name or a name that is not a token (e.g. CR, LF, NUL, `:`).
-    HeaderName { index: usize },
-    /// Header `index` has a value with CR, LF, NUL or another control byte (HTAB is allowed).
-    HeaderValue { index: usize },
-    /// Header `index` is `host`, `content-length` or `transfer-encoding`, which the writer owns.
-    ReservedHeader { index: usize },
-}
-
-impl fmt::Display for RequestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RequestError::Method => f.write_str("invalid request method"),
-            RequestError::Authority => f.write_str("invalid authority"),
-            RequestError::Path => f.write_str("invalid request path"),
-            RequestError::HeaderName { index } => write!(f, "invalid name in header {index}"),
-            RequestError::HeaderValue { index } => write!(f, "invalid value in header {index}"),
-            RequestError::ReservedHeader { index } => {
-                write!(f, "header {index} is set by the client codec")
-            }
-        }
-    }
-}
-
-impl std::error::Error for RequestError {}
-
-/// Appends `METHOD path HTTP/1.1`, `host`, `content-length`, the given headers and the body to
-/// `out`. Validates first: on error `out` is unchanged.
-pub fn write_request(out: &mut Vec<u8>, req: &OutboundRequest<'_>) -> Result<(), RequestError> {
-    validate(req)?;
-    let fields: usize = req.headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
-    out.reserve(
-        req.method.len() + req.path.len() + req.authority.len() + fields + req.body.len() + 64,
-    );
-    out.extend_from_slice(req.method.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(req.path.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
-    out.extend_from_slice(req.authority.as_bytes());
-    out.extend_from_slice(b"\r\ncontent-length: ");
-    push_decimal(out, req.body.len() as u64);
-    out.extend_from_slice(b"\r\n");
-    for (name, value) in req.headers {
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(req.body);
-    Ok(())
-}
-
-fn validate(req: &OutboundRequest<'_>) -> Result<(), RequestError> {
-    if !is_token(req.method.as_bytes()) {
-        return Err(RequestError::Method);
-    }
-    if req.authority.is_empty() || !all_visible(req.authority.as_bytes()) {
-        return Err(RequestError::Authority);
-    }
-    if !req.path.starts_with('/') || !all_visible(req.path.as_bytes()) {
-        return Err(RequestError::Path);
-    }
-    for (index, (name, value)) in req.headers.iter().enumerate() {
-        if !is_token(name.as_bytes()) {
-            return Err(RequestError::HeaderName { index });
-        }
-        if ["host", "content-length", "transfer-encoding"]
-            .iter()
-            .any(|r| name.eq_ignore_ascii_case(r))
-        {
-            return Err(RequestError::ReservedHeader { index });
-        }
-        // No early exit, so the loop vectorises (values are the bulk of the bytes checked).
-        let bad = value.iter().fold(false, |bad, &b| {
-            bad | ((b < 0x20) & (b != b'\t')) | (b == 0x7f)
-        });
-        if bad {
-            return Err(RequestError::HeaderValue { index });
-        }
-    }
-    Ok(())
-}
-
-/// Every byte is visible ASCII (0x21..=0x7e).
-fn all_visible(s: &[u8]) -> bool {
-    s.iter()
-        .fold(true, |ok, &b| ok & (b.wrapping_sub(0x21) < 0x7f - 0x21))
-}
-
-/// `token` of RFC 9110 §5.6.2: one or more `tchar`.
-fn is_token(s: &[u8]) -> bool {
-    !s.is_empty() && s.iter().all(|&b| TCHAR[usize::from(b)])
-}
-
-/// `tchar` of RFC 9110 §5.6.2, as a table.
-static TCHAR: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut b = 0;
-    while b < 256 {
-        let c = b as u8;
-        table[b] = c.is_ascii_alphanumeric()
-            || matches!(c, b'!' | b'#' | b'$' | b'%' | b'&')
-            || matches!(
-                c,
-                b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
-            );
-        b += 1;
-    }
-    table
-};
+mod request;
+pub use request::{write_request, OutboundRequest, RequestError, RequestTemplate};
 
 // ---------------------------------------------------------------------------------------------
 // Responses
@@ -311,9 +174,11 @@ pub fn parse_retry_after(value: &[u8]) -> Option<RetryAfter> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Response {
     pub status: u16,
-    /// All fields in arrival order as (lowercased name, raw value).
+    /// All fields in arrival order as (lowercased name, raw value); empty from a reader made
+    /// [`ResponseReader::status_only`].
     pub headers: Vec<(String, Vec<u8>)>,
-    /// The first `max_body_keep` bytes of the decoded body.
+    /// The first `max_body_keep` bytes of the decoded body (none from a
+    /// [`ResponseReader::status_only`] reader).
     pub body_prefix: Vec<u8>,
     /// Decoded body length (chunk framing excluded), including the bytes not kept.
     pub body_len: u64,
@@ -348,6 +213,8 @@ pub enum ResponseEvent {
 #[derive(Debug)]
 pub struct ResponseReader {
     limits: ClientLimits,
+    /// Responses carry their fields and body prefix; see [`ResponseReader::status_only`].
+    keep_headers: bool,
     /// The same bounds in the shape the shared chunked decoder takes.
     chunk_limits: Limits,
     state: State,
@@ -371,6 +238,7 @@ enum BodyDecoder {
 }
 
 /// How the body after a head is delimited.
+#[derive(Clone, Copy)]
 enum Framing {
     Interim,
     None,
@@ -390,9 +258,20 @@ impl ResponseReader {
         };
         ResponseReader {
             limits,
+            keep_headers: true,
             chunk_limits,
             state: State::Head(HeadScanner::default()),
         }
+    }
+
+    /// This reader, reporting responses with an empty [`Response::headers`] and
+    /// [`Response::body_prefix`]: the status, framing (every bound included), `body_len`,
+    /// `keep_alive` and `retry_after` are read as before, but neither a field nor a body byte is
+    /// copied out (a caller that needs only those, like the outbound pool, saves an
+    /// allocation per field and one for the body).
+    pub fn status_only(mut self) -> Self {
+        self.keep_headers = false;
+        self
     }
 
     /// The limits this reader enforces.
@@ -471,16 +350,12 @@ impl ResponseReader {
                 Ok(None) => return ResponseEvent::Incomplete,
                 Err(e) => return ResponseEvent::Error(e),
             };
-            let head = match parse_head(&input[start..end], self.limits.max_headers) {
+            let head = match parse_head(&input[start..end], &self.limits, self.keep_headers) {
                 Ok(head) => head,
                 Err(e) => return ResponseEvent::Error(e),
             };
             *consumed = end;
-            let framing = match framing(&head, &self.limits) {
-                Ok(framing) => framing,
-                Err(e) => return ResponseEvent::Error(e),
-            };
-            let decoder = match framing {
+            let decoder = match head.framing {
                 Framing::Interim => {
                     self.state = State::Head(HeadScanner::default());
                     continue;
@@ -507,7 +382,10 @@ impl ResponseReader {
             unreachable!("read_body outside the body state");
         };
         let input = &input[*consumed..];
-        let keep = self.limits.max_body_keep;
+        let keep = match self.keep_headers {
+            true => self.limits.max_body_keep,
+            false => 0,
+        };
         let done = match decoder {
             BodyDecoder::Length { remaining } => {
                 let take = (*remaining).min(input.len() as u64) as usize;
@@ -620,29 +498,55 @@ fn find_lf(bytes: &[u8]) -> Option<usize> {
         .map(|i| offset + i)
 }
 
-/// A parsed response head.
+/// A parsed response head: what the reader acts on, and its fields when they are kept.
 struct Head {
     status: u16,
-    http11: bool,
+    framing: Framing,
+    /// The fields allow reuse (before the framing's say: a close-delimited body never does).
+    keep_alive: bool,
+    retry_after: Option<RetryAfter>,
+    /// All fields as (lowercased name, raw value); empty when the reader does not keep them.
     headers: Vec<(String, Vec<u8>)>,
 }
 
 impl Head {
     fn into_response(self, keep_alive_allowed: bool) -> Response {
-        let keep_alive = keep_alive_allowed && self.keep_alive();
-        let retry_after = self
-            .headers
-            .iter()
-            .find(|(n, _)| n == "retry-after")
-            .and_then(|(_, v)| parse_retry_after(v));
         Response {
             status: self.status,
             headers: self.headers,
             body_prefix: Vec::new(),
             body_len: 0,
-            keep_alive,
-            retry_after,
+            keep_alive: keep_alive_allowed && self.keep_alive,
+            retry_after: self.retry_after,
         }
+    }
+}
+
+/// The fields of a head as `httparse` found them (names in any case), read in place.
+struct Fields<'h, 'b> {
+    http11: bool,
+    fields: &'h [httparse::Header<'b>],
+}
+
+impl<'h, 'b> Fields<'h, 'b> {
+    /// The values of every `name` field (`name` lowercase; field names compared without case).
+    fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'b [u8]> + 'a {
+        self.fields
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
+
+    /// The non-empty elements of every `name` field, trimmed (RFC 9110 §5.6.1).
+    fn list<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'b [u8]> + 'a {
+        self.values(name)
+            .flat_map(|v| v.split(|&b| b == b','))
+            .map(trim_ows)
+            .filter(|e| !e.is_empty())
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.values(name).next().is_some()
     }
 
     /// RFC 9112 §9.3: HTTP/1.1 persists unless `close`; HTTP/1.0 only with `keep-alive`.
@@ -654,24 +558,16 @@ impl Head {
         }
         !close && (self.http11 || keep)
     }
-
-    /// The non-empty elements of every `name` field, trimmed (RFC 9110 §5.6.1).
-    fn list<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.headers
-            .iter()
-            .filter(move |(n, _)| n == name)
-            .flat_map(|(_, v)| v.split(|&b| b == b','))
-            .map(trim_ows)
-            .filter(|e| !e.is_empty())
-    }
-
-    fn has(&self, name: &str) -> bool {
-        self.headers.iter().any(|(n, _)| n == name)
-    }
 }
 
-/// Parses a complete head (`bytes` ends with the empty line).
-fn parse_head(bytes: &[u8], max_headers: usize) -> Result<Head, ClientError> {
+/// Parses a complete head (`bytes` ends with the empty line) and its framing; the fields are
+/// copied out only when `keep_headers`.
+fn parse_head(
+    bytes: &[u8],
+    limits: &ClientLimits,
+    keep_headers: bool,
+) -> Result<Head, ClientError> {
+    let max_headers = limits.max_headers;
     // Uninitialised slots: httparse writes only those it fills.
     let mut inline = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; INLINE_HEADERS];
     let mut heap;
@@ -701,21 +597,40 @@ fn parse_head(bytes: &[u8], max_headers: usize) -> Result<Head, ClientError> {
     if !(100..=599).contains(&status) {
         return Err(ClientError::Malformed("invalid status code"));
     }
-    let headers = resp
-        .headers
-        .iter()
-        .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
-        .collect();
+    let fields = Fields {
+        http11: version == 1,
+        fields: resp.headers,
+    };
+    let framing = framing(status, &fields, limits)?;
+    let headers = match keep_headers {
+        true => fields
+            .fields
+            .iter()
+            .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
+            .collect(),
+        false => Vec::new(),
+    };
+    let keep_alive = fields.keep_alive();
+    let retry_after = fields
+        .values("retry-after")
+        .next()
+        .and_then(parse_retry_after);
     Ok(Head {
         status,
-        http11: version == 1,
+        framing,
+        keep_alive,
+        retry_after,
         headers,
     })
 }
 
 /// Body framing of a response to a request other than HEAD or CONNECT (RFC 9112 §6.3).
-fn framing(head: &Head, limits: &ClientLimits) -> Result<Framing, ClientError> {
-    match head.status {
+fn framing(
+    status: u16,
+    head: &Fields<'_, '_>,
+    limits: &ClientLimits,
+) -> Result<Framing, ClientError> {
+    match status {
         101 => return Err(ClientError::Malformed("unexpected 101 switching protocols")),
         100..=199 => return Ok(Framing::Interim),
         204 | 304 => return Ok(Framing::None),
@@ -742,10 +657,8 @@ fn framing(head: &Head, limits: &ClientLimits) -> Result<Framing, ClientError> {
     }
     let mut length = None;
     for element in head
-        .headers
-        .iter()
-        .filter(|(n, _)| n == "content-length")
-        .flat_map(|(_, v)| v.split(|&b| b == b','))
+        .values("content-length")
+        .flat_map(|v| v.split(|&b| b == b','))
     {
         let n = parse_length(trim_ows(element))?;
         if length.is_some_and(|l| l != n) {

@@ -788,3 +788,71 @@ fn find_lf_matches_naive_search() {
         assert_eq!(find_lf(&bytes), None);
     }
 }
+
+#[test]
+fn a_template_writes_what_write_request_writes() {
+    let trailing: &[(&str, &[u8])] = &[("x-tenant", b"acme"), ("authorization", b"Bearer t")];
+    let per: &[(&str, &[u8])] = &[("content-type", b"application/json"), ("webhook-id", b"e1")];
+    let t = RequestTemplate::new("POST", "127.0.0.1:9", "/h?q=1", trailing).unwrap();
+    let mut ours = b"kept".to_vec();
+    t.write(&mut ours, per, b"{\"a\":1}").unwrap();
+    let all: Vec<(&str, &[u8])> = per.iter().chain(trailing).copied().collect();
+    let mut theirs = b"kept".to_vec();
+    let req = OutboundRequest {
+        method: "POST",
+        authority: "127.0.0.1:9",
+        path: "/h?q=1",
+        headers: &all,
+        body: b"{\"a\":1}",
+    };
+    write_request(&mut theirs, &req).unwrap();
+    assert_eq!(
+        String::from_utf8(ours).unwrap(),
+        String::from_utf8(theirs).unwrap()
+    );
+}
+
+#[test]
+fn a_template_refuses_what_write_request_refuses() {
+    let ok: &[(&str, &[u8])] = &[];
+    assert_eq!(
+        RequestTemplate::new("POST", "h", "no-slash", ok),
+        Err(RequestError::Path)
+    );
+    assert_eq!(
+        RequestTemplate::new("POST", "h", "/", &[("host", b"x")]),
+        Err(RequestError::ReservedHeader { index: 0 })
+    );
+    let t = RequestTemplate::new("POST", "h", "/", ok).unwrap();
+    let mut out = b"before".to_vec();
+    let bad: &[(&str, &[u8])] = &[("a", b"1"), ("b", b"x\r\ny: z")];
+    assert_eq!(
+        t.write(&mut out, bad, b""),
+        Err(RequestError::HeaderValue { index: 1 })
+    );
+    assert_eq!(out, b"before", "nothing written on error");
+}
+
+#[test]
+fn a_status_only_reader_reads_the_same_status_framing_and_retry_after() {
+    let wire: &[u8] = b"HTTP/1.1 503 Busy\r\nServer: x\r\nRetry-After: 7\r\n\
+        Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n\
+        HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok";
+    let mut full = ResponseReader::new(limits());
+    let mut lean = ResponseReader::new(limits()).status_only();
+    let (mut a, mut b) = (wire.to_vec(), wire.to_vec());
+    for _ in 0..2 {
+        let (ResponseEvent::Response(x), ResponseEvent::Response(y)) =
+            (full.poll(&mut a), lean.poll(&mut b))
+        else {
+            panic!("both complete");
+        };
+        assert!(!x.headers.is_empty() && !x.body_prefix.is_empty());
+        assert!(y.headers.is_empty() && y.body_prefix.is_empty());
+        assert_eq!(
+            (x.status, x.keep_alive, x.retry_after, x.body_len),
+            (y.status, y.keep_alive, y.retry_after, y.body_len)
+        );
+    }
+    assert!(a.is_empty() && b.is_empty());
+}
