@@ -10,7 +10,8 @@
 //! [`super::dlq_store`] the store). The entry id is the dead-lettered event's `event_id`, 26
 //! characters `[0-9A-Z]`, validated before any use as a file name. Entry files of the
 //! one-file-per-entry layout of earlier versions (`dlq/<ID>`) are still read, listed, replayed
-//! and removed; new entries are never written that way.
+//! and removed; new entries are never written that way. Every file operation goes through the
+//! storage interface (`crate::storage`), so the power-loss simulation covers the DLQ too.
 //!
 //! # Entry format
 //!

@@ -40,12 +40,18 @@
 //! entry is deleted, and one less than half live (by bytes, at least [`COMPACT_MIN_BYTES`]) is
 //! rewritten, so the files hold at most about twice the live entries' bytes, each entry at most
 //! [`super::dlq::MAX_DLQ_RECORD_BYTES`]. Published as `sluice_dlq_entries` and `sluice_dlq_bytes`.
+//!
+//! # Storage
+//!
+//! Every file operation (create, write, `fdatasync`, rename, directory `fsync`, list, read,
+//! remove) goes through [`crate::storage::Storage`]: [`DlqStore::open`] and
+//! [`DlqStore::open_existing`] use the real file system, [`DlqStore::open_in`] and
+//! [`DlqStore::open_existing_in`] any storage (the power-loss test, `tests/it/powerloss_dlq.rs`,
+//! runs this store over `storage::sim::SimFs` and cuts the power at seeded points).
 #![forbid(unsafe_code)]
 
 use std::collections::HashSet;
-use std::fs::File;
-use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -57,6 +63,7 @@ use super::dlq::{
 };
 use super::dlq_batch::{self as batch, Found, Name};
 use super::dlq_index::{Index, Loc};
+use crate::storage::{self, OpenMode, Storage};
 
 /// Batch files smaller than this are not compacted (their dead bytes are bounded anyway).
 pub const COMPACT_MIN_BYTES: u64 = 64 * 1024;
@@ -78,6 +85,8 @@ pub struct DlqGauges {
 /// The dead-letter queue (see the module header).
 #[derive(Debug)]
 pub struct DlqStore {
+    /// Where the files live (the real file system, or the power-loss simulation).
+    storage: Arc<dyn Storage>,
     dir: PathBuf,
     max_entries: usize,
     /// The server's store: may delete and compact batch files.
@@ -119,23 +128,34 @@ impl DlqStore {
     /// `*.tmp` files of interrupted writes, indexes every file, and deletes what the index
     /// shows is no longer needed (empty batches, their tombstones, tombstoned legacy files).
     pub fn open(dir: &Path, max_entries: usize) -> Result<DlqStore, DlqError> {
-        if !dir.is_dir() {
-            std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        Self::open_in(storage::std_fs(), dir, max_entries)
+    }
+
+    /// [`DlqStore::open`] on `storage`.
+    pub fn open_in(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        max_entries: usize,
+    ) -> Result<DlqStore, DlqError> {
+        let fs = &*storage;
+        if !fs.is_dir(dir) {
+            fs.create_dir_all(dir).map_err(io_err(dir))?;
             if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                sync_dir(parent).map_err(io_err(parent))?;
+                fs.sync_dir(parent).map_err(io_err(parent))?;
             }
         }
-        let names = read_names(dir)?;
+        let names = read_names(fs, dir)?;
         let mut removed = false;
         for name in names.iter().filter(|n| batch::classify(n) == Name::Tmp) {
             let path = dir.join(name);
-            std::fs::remove_file(&path).map_err(io_err(&path))?;
+            fs.remove(&path).map_err(io_err(&path))?;
             removed = true;
         }
         if removed {
-            sync_dir(dir).map_err(io_err(dir))?;
+            fs.sync_dir(dir).map_err(io_err(dir))?;
         }
-        let store = Self::with_index(dir, max_entries, true, scan_dir(dir, &names))?;
+        let ix = scan_dir(fs, dir, &names);
+        let store = Self::with_index(storage, dir, max_entries, true, ix)?;
         if let Err(e) = store.reclaim() {
             // Space only: the index is consistent with the files either way.
             eprintln!("sluice: DLQ: reclaiming space at start: {e}");
@@ -149,7 +169,7 @@ impl DlqStore {
         let mut ix = self.index.lock();
         for id in ix.tombstoned_legacy() {
             let path = self.dir.join(&id);
-            std::fs::remove_file(&path).map_err(io_err(&path))?;
+            self.storage.remove(&path).map_err(io_err(&path))?;
             ix.legacy_vanished(&id);
         }
         let empty = ix.empty_batches();
@@ -164,15 +184,28 @@ impl DlqStore {
     /// tombstones and legacy entry files on [`DlqStore::remove`] (a running server may be
     /// writing a batch). A missing directory is empty.
     pub fn open_existing(dir: &Path) -> Result<DlqStore, DlqError> {
-        if !dir.exists() {
-            return Self::with_index(dir, usize::MAX, false, Index::default());
-        }
-        let names = read_names(dir)?;
-        Self::with_index(dir, usize::MAX, false, scan_dir(dir, &names))
+        Self::open_existing_in(storage::std_fs(), dir)
     }
 
-    fn with_index(dir: &Path, max: usize, owner: bool, ix: Index) -> Result<DlqStore, DlqError> {
+    /// [`DlqStore::open_existing`] on `storage`.
+    pub fn open_existing_in(storage: Arc<dyn Storage>, dir: &Path) -> Result<DlqStore, DlqError> {
+        if !exists(&*storage, dir) {
+            return Self::with_index(storage, dir, usize::MAX, false, Index::default());
+        }
+        let names = read_names(&*storage, dir)?;
+        let ix = scan_dir(&*storage, dir, &names);
+        Self::with_index(storage, dir, usize::MAX, false, ix)
+    }
+
+    fn with_index(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        max: usize,
+        owner: bool,
+        ix: Index,
+    ) -> Result<DlqStore, DlqError> {
         let store = DlqStore {
+            storage,
             dir: dir.to_owned(),
             max_entries: max,
             owner,
@@ -361,14 +394,14 @@ impl DlqStore {
         // A put makes its id live again: its tombstone goes (before the outcome is reported).
         for s in staged {
             let path = self.dir.join(batch::gone_name(&s.id));
-            match std::fs::remove_file(&path) {
+            match self.storage.remove(&path) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
                     return (files, Some((path, e)));
                 }
                 _ => {}
             }
         }
-        if let Err(e) = sync_dir(&self.dir) {
+        if let Err(e) = self.storage.sync_dir(&self.dir) {
             return (files, Some((self.dir.clone(), e)));
         }
         (files, None)
@@ -380,18 +413,15 @@ impl DlqStore {
         let tmp = self.dir.join(format!("{name}{}", batch::TMP_SUFFIX));
         let path = self.dir.join(name);
         let written = (|| {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)?;
-            f.write_all(bytes)?;
+            let mut f = self.storage.open(&tmp, OpenMode::NEW)?;
+            f.write_at(0, bytes)?;
             f.sync_data()
         })();
         if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
+            let _ = self.storage.remove(&tmp);
             return Err((tmp, e));
         }
-        std::fs::rename(&tmp, &path).map_err(|e| (path, e))
+        self.storage.rename(&tmp, &path).map_err(|e| (path, e))
     }
 
     /// The entry `id`; [`DlqError::NotFound`] if absent, [`DlqError::Corrupt`] if damaged.
@@ -403,7 +433,8 @@ impl DlqStore {
             let Some(loc) = self.index.lock().get(id).cloned() else {
                 break;
             };
-            if self.owner && loc.seq != 0 && self.dir.join(batch::gone_name(id)).exists() {
+            let gone = self.dir.join(batch::gone_name(id));
+            if self.owner && loc.seq != 0 && exists(&*self.storage, &gone) {
                 break; // discarded by an offline tool
             }
             match self.read(id, &loc) {
@@ -448,19 +479,16 @@ impl DlqStore {
             return Ok(Err(self.corrupt(id, loc, why.clone())));
         }
         if loc.seq == 0 {
-            return Ok(read_legacy(&self.dir.join(id), id));
+            return Ok(read_legacy(&*self.storage, &self.dir.join(id), id));
         }
         let path = self.dir.join(batch::batch_name(loc.seq));
-        let file = match File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Vanished),
-            Err(e) => return Ok(Err(io_err(&path)(e))),
-        };
-        let mut bytes = vec![0u8; loc.len as usize];
-        Ok(file
-            .read_exact_at(&mut bytes, loc.offset)
-            .map(|()| bytes)
-            .map_err(io_err(&path)))
+        match self
+            .storage
+            .read_exact_at(&path, loc.offset, loc.len as usize)
+        {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Vanished),
+            r => Ok(r.map_err(io_err(&path))),
+        }
     }
 
     /// Deletes the entry `id` durably (every version); [`DlqError::NotFound`] if absent. The
@@ -477,16 +505,18 @@ impl DlqStore {
         let done = (|| {
             if r.tombstone {
                 let path = self.dir.join(batch::gone_name(id));
-                File::create(&path).map_err(io_err(&path))?;
+                self.storage
+                    .open(&path, OpenMode::REPLACE)
+                    .map_err(io_err(&path))?;
             }
             if r.legacy.is_some() {
                 let path = self.dir.join(id);
-                match std::fs::remove_file(&path) {
+                match self.storage.remove(&path) {
                     Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_err(&path)(e)),
                     _ => {}
                 }
             }
-            sync_dir(&self.dir).map_err(io_err(&self.dir))
+            self.storage.sync_dir(&self.dir).map_err(io_err(&self.dir))
         })();
         if let Err(e) = done {
             ix.undo_remove(id, r);
@@ -514,7 +544,7 @@ impl DlqStore {
         }
         let live = ix.live_in(seq);
         let path = self.dir.join(batch::batch_name(seq));
-        let old = std::fs::read(&path).map_err(io_err(&path))?;
+        let old = self.storage.read(&path).map_err(io_err(&path))?;
         let mut file = batch::header(live.len() as u32).to_vec();
         let mut found = Vec::with_capacity(live.len());
         for (id, loc) in live {
@@ -533,7 +563,9 @@ impl DlqStore {
         let new = self.next_seq.fetch_add(1, Ordering::Relaxed);
         self.write_batch_file(new, &file)
             .map_err(|(path, source)| DlqError::Io { path, source })?;
-        sync_dir(&self.dir).map_err(io_err(&self.dir))?;
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(io_err(&self.dir))?;
         self.gauges.files_written.fetch_add(1, Ordering::Relaxed);
         ix.add_batch(new, file.len() as u64, found, None);
         self.delete_batches(ix, &[seq])
@@ -546,9 +578,11 @@ impl DlqStore {
         }
         for &seq in seqs {
             let path = self.dir.join(batch::batch_name(seq));
-            std::fs::remove_file(&path).map_err(io_err(&path))?;
+            self.storage.remove(&path).map_err(io_err(&path))?;
         }
-        sync_dir(&self.dir).map_err(io_err(&self.dir))?;
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(io_err(&self.dir))?;
         let mut free = Vec::new();
         for &seq in seqs {
             free.extend(ix.drop_batch(seq));
@@ -562,12 +596,12 @@ impl DlqStore {
         }
         for id in ids {
             let path = self.dir.join(batch::gone_name(id));
-            match std::fs::remove_file(&path) {
+            match self.storage.remove(&path) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_err(&path)(e)),
                 _ => {}
             }
         }
-        sync_dir(&self.dir).map_err(io_err(&self.dir))
+        self.storage.sync_dir(&self.dir).map_err(io_err(&self.dir))
     }
 }
 
@@ -576,13 +610,7 @@ struct Vanished;
 
 #[path = "dlq_store_read.rs"]
 mod read;
-use read::{read_legacy, read_names, scan_dir};
-
-/// `fsync` of a directory (so a created, renamed or removed entry survives a power loss), on the
-/// real file system: the DLQ's batch store does not go through `crate::storage` yet.
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    crate::storage::Storage::sync_dir(&crate::storage::StdFs, dir)
-}
+use read::{exists, read_legacy, read_names, scan_dir};
 
 #[cfg(test)]
 #[path = "dlq_store_tests.rs"]

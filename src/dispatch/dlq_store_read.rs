@@ -13,6 +13,7 @@ use crate::dispatch::dlq::{
 };
 use crate::dispatch::dlq_batch::{self as batch, Name};
 use crate::dispatch::dlq_index::{Index, Loc};
+use crate::storage::Storage;
 use crate::wal::format::RECORD_HEADER_BYTES;
 
 impl DlqStore {
@@ -23,15 +24,15 @@ impl DlqStore {
         if self.owner {
             return;
         }
-        match read_names(&self.dir) {
-            Ok(names) => *self.index.lock() = scan_dir(&self.dir, &names),
+        match read_names(&*self.storage, &self.dir) {
+            Ok(names) => *self.index.lock() = scan_dir(&*self.storage, &self.dir, &names),
             Err(e) => eprintln!("sluice: DLQ: cannot re-read {}: {e}", self.dir.display()),
         }
     }
 
     /// Applies what other processes changed (tombstones written, legacy files deleted).
     pub(super) fn refresh(&self, ix: &mut Index) -> Result<(), DlqError> {
-        let names = read_names(&self.dir)?;
+        let names = read_names(&*self.storage, &self.dir)?;
         let mut legacy = HashSet::new();
         for name in names {
             match batch::classify(&name) {
@@ -59,7 +60,7 @@ impl DlqStore {
     /// [`Unreadable`]) per entry, at most `max_entries` of them.
     pub fn list(&self) -> Result<DlqListing, DlqError> {
         let mut listing = DlqListing::default();
-        if !self.dir.exists() {
+        if !exists(&*self.storage, &self.dir) {
             return Ok(listing);
         }
         let (snapshot, tails) = {
@@ -124,13 +125,13 @@ impl DlqStore {
 
 /// Indexes every file in `dir` (`names`). Never fails: a batch file that cannot be read is a
 /// damaged tail at offset 0 (listed as unreadable), never skipped.
-pub(super) fn scan_dir(dir: &Path, names: &[String]) -> Index {
+pub(super) fn scan_dir(fs: &dyn Storage, dir: &Path, names: &[String]) -> Index {
     let mut ix = Index::default();
     for name in names {
         match batch::classify(name) {
             Name::Batch(seq) => {
                 let path = dir.join(name);
-                let (bytes, scanned) = match read_batch(&path) {
+                let (bytes, scanned) = match read_batch(fs, &path) {
                     Ok(bytes) => (bytes.len() as u64, batch::scan(&bytes, check_record)),
                     Err((len, why)) => (
                         len,
@@ -143,7 +144,7 @@ pub(super) fn scan_dir(dir: &Path, names: &[String]) -> Index {
                 ix.add_batch(seq, bytes, scanned.records, scanned.tail);
             }
             Name::Legacy(id) => {
-                let len = std::fs::metadata(dir.join(name)).map_or(0, |m| m.len());
+                let len = fs.len(&dir.join(name)).unwrap_or(0);
                 ix.add_legacy(id, len);
             }
             Name::Gone(id) => ix.add_gone(id),
@@ -154,39 +155,36 @@ pub(super) fn scan_dir(dir: &Path, names: &[String]) -> Index {
 }
 
 /// A batch file's bytes, or its size and why it cannot be read.
-fn read_batch(path: &Path) -> Result<Vec<u8>, (u64, String)> {
-    let len = std::fs::metadata(path)
-        .map_err(|e| (0, e.to_string()))?
-        .len();
+fn read_batch(fs: &dyn Storage, path: &Path) -> Result<Vec<u8>, (u64, String)> {
+    let len = fs.len(path).map_err(|e| (0, e.to_string()))?;
     if len > batch::MAX_FILE_BYTES as u64 {
         return Err((len, format!("file of {len} bytes is larger than any batch")));
     }
-    std::fs::read(path).map_err(|e| (len, e.to_string()))
+    fs.read(path).map_err(|e| (len, e.to_string()))
 }
 
-pub(super) fn read_names(dir: &Path) -> Result<Vec<String>, DlqError> {
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
-        let entry = entry.map_err(io_err(dir))?;
-        if let Ok(name) = entry.file_name().into_string() {
-            names.push(name);
-        }
-    }
-    Ok(names)
+/// The names in `dir` (names that are not UTF-8 are no file of ours and are left out).
+pub(super) fn read_names(fs: &dyn Storage, dir: &Path) -> Result<Vec<String>, DlqError> {
+    fs.list(dir).map_err(io_err(dir))
+}
+
+/// True if `path` names a file or directory (`Path::exists`: an error reads as absent).
+pub(super) fn exists(fs: &dyn Storage, path: &Path) -> bool {
+    fs.is_dir(path) || fs.len(path).is_ok()
 }
 
 /// A legacy entry file's bytes (length checked before reading).
-pub(super) fn read_legacy(path: &Path, id: &str) -> Result<Vec<u8>, DlqError> {
+pub(super) fn read_legacy(fs: &dyn Storage, path: &Path, id: &str) -> Result<Vec<u8>, DlqError> {
     let not_found = |e: io::Error| match e.kind() {
         io::ErrorKind::NotFound => DlqError::NotFound { id: id.to_owned() },
         _ => io_err(path)(e),
     };
-    let len = std::fs::metadata(path).map_err(not_found)?.len();
+    let len = fs.len(path).map_err(not_found)?;
     if len > MAX_DLQ_RECORD_BYTES as u64 || len < RECORD_HEADER_BYTES as u64 {
         return Err(DlqError::Corrupt {
             path: path.to_owned(),
             reason: format!("file length {len} outside a valid entry's"),
         });
     }
-    std::fs::read(path).map_err(not_found)
+    fs.read(path).map_err(not_found)
 }

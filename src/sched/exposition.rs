@@ -32,6 +32,18 @@ pub fn render_metrics(shared: &Shared) -> String {
             w.sample_u64("sluice_wal_durable_lsn", &[("log", &log)], l.durable_lsn());
         }
         w.header(
+            "sluice_wal_os_unsynced_bytes",
+            "durability = os: committed bytes of the log's active segment not yet fdatasynced, \
+             kept in memory to rewrite after a failed sync (at most 4 MiB plus one batch), per \
+             log; 0 in fsync mode.",
+            crate::metrics::MetricType::Gauge,
+        );
+        for (i, l) in shared.wal.iter().enumerate() {
+            let log = i.to_string();
+            let bytes = l.os_unsynced_bytes.load(Relaxed);
+            w.sample_u64("sluice_wal_os_unsynced_bytes", &[("log", &log)], bytes);
+        }
+        w.header(
             "sluice_io_backend",
             "The cores' I/O backend: 1 on the backend in use (server.io, resolved at start-up).",
             crate::metrics::MetricType::Gauge,

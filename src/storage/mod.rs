@@ -1,6 +1,6 @@
-//! The storage interface: every file operation of the WAL (and the DLQ's) goes through
-//! [`Storage`], so durability can be tested against a simulated power loss, not only against a
-//! process crash.
+//! The storage interface: every file operation of the WAL and of the DLQ's batch store
+//! (`dispatch::dlq_store`) goes through [`Storage`], so durability can be tested against a
+//! simulated power loss, not only against a process crash.
 //!
 //! Two implementations:
 //!
@@ -76,6 +76,8 @@ pub struct OpenMode {
     pub create: bool,
     /// Truncate it to zero bytes.
     pub truncate: bool,
+    /// Fail with `AlreadyExists` if the file exists (`O_CREAT | O_EXCL`; implies `create`).
+    pub exclusive: bool,
 }
 
 impl OpenMode {
@@ -83,16 +85,25 @@ impl OpenMode {
     pub const EXISTING: OpenMode = OpenMode {
         create: false,
         truncate: false,
+        exclusive: false,
     };
     /// Created if absent, never truncated.
     pub const CREATE: OpenMode = OpenMode {
         create: true,
         truncate: false,
+        exclusive: false,
     };
     /// Created if absent, truncated if present.
     pub const REPLACE: OpenMode = OpenMode {
         create: true,
         truncate: true,
+        exclusive: false,
+    };
+    /// Created; `AlreadyExists` if present (a file nobody else may be writing).
+    pub const NEW: OpenMode = OpenMode {
+        create: true,
+        truncate: false,
+        exclusive: true,
     };
 }
 
@@ -139,6 +150,33 @@ pub trait Storage: Send + Sync + fmt::Debug {
         }
         Ok(bytes)
     }
+    /// Exactly `len` bytes of the file at `path` from `offset`, opened for reading only
+    /// (`UnexpectedEof` if the file ends before). The default reads through [`Storage::map`]
+    /// (a zero tail it left out reads as zeros).
+    fn read_exact_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let contents = self.map(path)?;
+        if len == 0 {
+            return Ok(Vec::new()); // as `pread` of nothing: no bounds to check
+        }
+        let size = self.len(path)?;
+        if !matches!(offset.checked_add(len as u64), Some(end) if end <= size) {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{}: {len} bytes at {offset} are past its end",
+                    path.display()
+                ),
+            ));
+        }
+        let mut out = vec![0u8; len];
+        let have = usize::try_from(offset)
+            .ok()
+            .and_then(|o| contents.get(o..))
+            .unwrap_or(&[]);
+        let n = have.len().min(len);
+        out[..n].copy_from_slice(&have[..n]);
+        Ok(out)
+    }
     /// Size of the file at `path`.
     fn len(&self, path: &Path) -> io::Result<u64>;
     /// Names of the entries of directory `dir` (any order); `NotFound` if it does not exist.
@@ -160,4 +198,43 @@ pub trait Storage: Send + Sync + fmt::Debug {
 /// The real file system, shared.
 pub fn std_fs() -> Arc<dyn Storage> {
     Arc::new(StdFs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `OpenMode::NEW` and `read_exact_at`, the two operations the DLQ's batch store added,
+    /// behave the same on the real file system and the simulation.
+    #[test]
+    fn exclusive_create_and_exact_reads_agree_on_both_storages() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sim_root = Path::new("/sim");
+        let storages: [(Arc<dyn Storage>, &Path); 2] = [
+            (std_fs(), tmp.path()),
+            (Arc::new(sim::SimFs::new(sim_root, 3)), sim_root),
+        ];
+        for (fs, root) in storages {
+            let path = root.join("f");
+            let mut f = fs.open(&path, OpenMode::NEW).unwrap();
+            f.write_at(0, b"0123456789").unwrap();
+            let again = fs.open(&path, OpenMode::NEW).unwrap_err();
+            assert_eq!(again.kind(), io::ErrorKind::AlreadyExists, "{fs:?}");
+            assert_eq!(fs.read_exact_at(&path, 3, 4).unwrap(), b"3456", "{fs:?}");
+            assert_eq!(fs.read_exact_at(&path, 10, 0).unwrap(), b"", "{fs:?}");
+            for (offset, len) in [(8, 3), (10, 1)] {
+                let e = fs.read_exact_at(&path, offset, len).unwrap_err();
+                assert_eq!(
+                    e.kind(),
+                    io::ErrorKind::UnexpectedEof,
+                    "{fs:?} {offset}+{len}"
+                );
+            }
+            // A zero tail (allocated, never written) reads as zeros.
+            f.allocate(16).unwrap();
+            assert_eq!(fs.read_exact_at(&path, 9, 3).unwrap(), b"9\0\0", "{fs:?}");
+            let missing = fs.read_exact_at(&root.join("g"), 0, 1).unwrap_err();
+            assert_eq!(missing.kind(), io::ErrorKind::NotFound, "{fs:?}");
+        }
+    }
 }

@@ -423,6 +423,10 @@ impl SimFs {
         let mut s = self.lock();
         s.alive()?;
         match s.lookup(path) {
+            Ok(Entry::File(_)) if mode.exclusive => Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{}: file exists", path.display()),
+            )),
             Ok(Entry::File(ino)) => {
                 if mode.truncate {
                     s.op()?;
@@ -436,7 +440,7 @@ impl SimFs {
                 io::ErrorKind::InvalidInput,
                 format!("{}: is a directory", path.display()),
             )),
-            Err(e) if e.kind() == io::ErrorKind::NotFound && mode.create => {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && (mode.create || mode.exclusive) => {
                 let (parent, name) = split(path)?;
                 if !s.dirs.contains_key(parent) {
                     return Err(not_found(parent));

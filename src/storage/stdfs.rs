@@ -58,6 +58,7 @@ fn open_std(path: &Path, mode: OpenMode) -> io::Result<File> {
         .write(true)
         .create(mode.create)
         .truncate(mode.truncate)
+        .create_new(mode.exclusive)
         .open(path)
 }
 
@@ -88,6 +89,12 @@ impl Storage for StdFs {
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         std::fs::read(path)
+    }
+
+    fn read_exact_at(&self, path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut out = vec![0u8; len];
+        File::open(path)?.read_exact_at(&mut out, offset)?;
+        Ok(out)
     }
 
     fn len(&self, path: &Path) -> io::Result<u64> {

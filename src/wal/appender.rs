@@ -206,6 +206,7 @@ impl Wal {
             .store(self.lost_accepted.len() as u64, Ordering::Relaxed);
         shared.lost_lsns_accepted.store(lsns, Ordering::Relaxed);
         self.shared = Some(shared);
+        self.publish_os_unsynced();
     }
 
     /// Missing ranges accepted at open (`WalConfig::accept_loss`); empty normally.
@@ -384,6 +385,7 @@ impl Wal {
                     self.synced_lsn = self.next_lsn - 1;
                 } else {
                     self.os_unsynced.extend_from_slice(&self.buf);
+                    self.publish_os_unsynced();
                 }
             }
             Err(_) => {
@@ -478,6 +480,7 @@ impl Wal {
                     self.os_unsynced.clear();
                     self.os_synced_end = self.active.end;
                     self.synced_lsn = self.last_lsn();
+                    self.publish_os_unsynced();
                 }
                 Ok(()) => {}
             }
@@ -497,6 +500,14 @@ impl Wal {
     /// `Os` mode: committed bytes of the active segment kept in memory until synced.
     pub fn os_unsynced_bytes(&self) -> usize {
         self.os_unsynced.len()
+    }
+
+    /// Stores [`Wal::os_unsynced_bytes`] in [`WalShared::os_unsynced_bytes`] (the gauge).
+    fn publish_os_unsynced(&self) {
+        if let Some(s) = &self.shared {
+            s.os_unsynced_bytes
+                .store(self.os_unsynced.len() as u64, Ordering::Relaxed);
+        }
     }
 
     /// Makes the active segment durable and switches to a new, preallocated segment named
@@ -544,6 +555,7 @@ impl Wal {
         }
         self.synced_lsn = self.last_lsn();
         self.os_unsynced.clear();
+        self.publish_os_unsynced();
         self.os_synced_end = 0;
         self.os_rewrite = false;
         self.active = Active {
@@ -756,6 +768,41 @@ mod tests {
             text.contains("sluice_wal_sync_seconds_bucket{le=\"0.005\"} 2\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_os_unsynced_gauge_follows_commits_syncs_and_rolls() {
+        let tmp = tempfile::tempdir().unwrap();
+        for durability in [Durability::Os, Durability::Fsync] {
+            let mut cfg = test_cfg(
+                &tmp.path().join(format!("{durability:?}")),
+                WritePath::Pwrite,
+            );
+            cfg.durability = durability;
+            let (mut wal, _) = open(&cfg).unwrap();
+            let shared = Arc::new(WalShared::new());
+            shared.os_unsynced_bytes.store(99, Ordering::Relaxed);
+            wal.attach_shared(shared.clone());
+            let gauge = || shared.os_unsynced_bytes.load(Ordering::Relaxed);
+            assert_eq!(gauge(), 0, "{durability:?}: published on attach");
+            wal.append_events(&[sample_event(1, 100)]).unwrap();
+            let one = gauge();
+            wal.append_events(&[sample_event(2, 100), sample_event(3, 100)])
+                .unwrap();
+            assert_eq!(gauge(), wal.os_unsynced_bytes() as u64, "{durability:?}");
+            if durability == Durability::Fsync {
+                assert_eq!(gauge(), 0, "nothing is kept in fsync mode");
+                continue;
+            }
+            assert!(one > 100, "one committed record's bytes, got {one}");
+            assert!(gauge() > 2 * one, "three records' bytes, got {}", gauge());
+            wal.sync().unwrap();
+            assert_eq!(gauge(), 0, "a sync covering them forgets them");
+            wal.append_events(&[sample_event(4, 100)]).unwrap();
+            assert_eq!(gauge(), one);
+            wal.roll().unwrap();
+            assert_eq!(gauge(), 0, "a roll syncs the old segment");
+        }
     }
 
     #[test]

@@ -454,6 +454,12 @@ pub struct WalShared {
     /// writer attaches; `Relaxed`: counters.
     pub loss_accepted_total: AtomicU64,
     pub lost_lsns_accepted: AtomicU64,
+    /// `os` durability: committed bytes of the active segment not yet synced, which the log
+    /// keeps a copy of in memory to rewrite after a failed sync ([`Wal::os_unsynced_bytes`];
+    /// bounded by `OS_SYNC_EVERY_BYTES`, 4 MiB, plus one batch; always 0 in `fsync` mode).
+    /// `sluice_wal_os_unsynced_bytes{log}`. Stored by the writer after every commit, sync and
+    /// roll; `Relaxed`: a gauge for display, it publishes no other memory.
+    pub os_unsynced_bytes: AtomicU64,
 }
 
 /// `sluice_wal_sync_seconds` buckets (ns; 0.0001 s .. 1 s).
@@ -489,6 +495,7 @@ impl WalShared {
             retire_request: AtomicU64::new(0),
             loss_accepted_total: AtomicU64::new(0),
             lost_lsns_accepted: AtomicU64::new(0),
+            os_unsynced_bytes: AtomicU64::new(0),
         }
     }
 

@@ -275,6 +275,13 @@ fn durability_os_mode_accepts_and_persists() {
     let mut ids: Vec<String> = (0..5)
         .map(|i| server.ingest("/webhooks/os", format!("os {i}").as_bytes()))
         .collect();
+    // The acknowledged, not yet synced bytes the log keeps in memory are published per log.
+    let (text, samples) = scrape(&server);
+    let unsynced = sample_value(&samples, "sluice_wal_os_unsynced_bytes", &[("log", "0")]);
+    assert!(
+        unsynced >= 5.0 * 17.0,
+        "os_unsynced_bytes {unsynced}:\n{text}"
+    );
     server.stop();
     let events = wal_inspect(&server.data_dir());
     for id in &ids {

@@ -252,6 +252,7 @@ fn metrics_expose_the_contract_families() {
         "sluice_http_requests_total",
         "sluice_wal_appends_total",
         "sluice_wal_durable_lsn",
+        "sluice_wal_os_unsynced_bytes",
         "sluice_wal_sync_seconds_bucket",
         "sluice_wal_sync_seconds_sum",
         "sluice_wal_sync_seconds_count",
@@ -261,6 +262,11 @@ fn metrics_expose_the_contract_families() {
     assert!(
         text.contains("# TYPE sluice_wal_sync_seconds histogram"),
         "sluice_wal_sync_seconds is not typed as a histogram:\n{text}"
+    );
+    assert_eq!(
+        sample_value(&samples, "sluice_wal_os_unsynced_bytes", &[("log", "0")]),
+        0.0,
+        "fsync mode keeps no unsynced copy:\n{text}"
     );
     let appends: f64 = samples
         .iter()

@@ -30,7 +30,8 @@
 //! - `ops`: `sluice check`, the systemd unit, CLI progress, the dashboard, hot reload.
 //! - `reload`: hot reload by SIGHUP and `POST /admin/reload` with traffic flowing.
 //! - `fsync_failure` (`--features failpoints`): one failed `fdatasync` that drops its pages.
-//! - `powerloss`: the WAL over the simulated disk (`storage::sim`), power cut at seeded points.
+//! - `powerloss`: the WAL and (`powerloss::dlq`) the DLQ over the simulated disk (`storage::sim`),
+//!   power cut at seeded points.
 
 mod support;
 

@@ -17,8 +17,13 @@
 //! `SLUICE_POWERLOSS_ITERATIONS=N` sets the number of cuts (default 120: a few seconds in a
 //! debug build); a release run of 1,000 or more is the issue's bar:
 //! `SLUICE_POWERLOSS_ITERATIONS=1000 cargo test --release --all-features --test it powerloss -- --nocapture`.
-//! It prints `powerloss: N cuts, A acknowledged, L lost` (L: acknowledged events missing
-//! outside the documented window; must be 0) and one detail line.
+//! It prints one line, `powerloss: N cuts, A acknowledged, L lost` (L: acknowledged events
+//! missing outside the documented window; must be 0); `SLUICE_POWERLOSS_VERBOSE=1` adds a
+//! detail line (disks, torn tails truncated, `os` mode's losses inside its window). The DLQ's
+//! power-loss test is the child module `dlq` (`powerloss_dlq.rs`), run by the same filter.
+
+#[path = "powerloss_dlq.rs"]
+mod dlq;
 
 use sluice::storage::sim::SimFs;
 use sluice::storage::Storage;
@@ -370,12 +375,32 @@ fn powerloss() {
         "powerloss: {} cuts, {} acknowledged, {} lost",
         totals.cuts, totals.acknowledged, totals.lost
     );
-    println!(
-        "powerloss detail: {} simulated disks (fsync and os mode alternating), {} torn tails \
-         truncated; os mode, inside the documented window (the active segment): {} \
-         acknowledged events and {} acknowledged done records lost",
-        disk, totals.recovered_torn_tails, totals.lost_in_window, totals.done_lost_in_window
-    );
+    // The detail, on request only: the issue's acceptance reads the one line above.
+    if std::env::var("SLUICE_POWERLOSS_VERBOSE").as_deref() == Ok("1") {
+        println!(
+            "powerloss detail: {} simulated disks (fsync and os mode alternating), {} torn \
+             tails truncated; os mode, inside the documented window (the active segment): {} \
+             acknowledged events and {} acknowledged done records lost",
+            disk, totals.recovered_torn_tails, totals.lost_in_window, totals.done_lost_in_window
+        );
+    }
     assert_eq!(totals.lost, 0, "acknowledged events lost");
     assert!(totals.acknowledged > 0);
+    // `os` mode (every second disk) loses only inside its window (`recover_and_check` asserts
+    // each case), and it does lose there: the simulation really drops unsynced writes, so
+    // fsync mode's 0 lost means something. Torn tails are met and truncated.
+    if disk >= 2 {
+        assert!(
+            totals.lost_in_window > 0,
+            "os mode lost nothing unsynced in {} cuts: the simulation dropped no write",
+            totals.cuts
+        );
+    }
+    if totals.cuts >= 20 {
+        assert!(
+            totals.recovered_torn_tails > 0,
+            "no torn tail in {} cuts",
+            totals.cuts
+        );
+    }
 }
