@@ -268,6 +268,10 @@ struct Helper {
 
 impl Helper {
     fn run(mut self) {
+        // Its wake-ups must not preempt the loop mid-turn (`sched::thread_policy`).
+        if let Err(e) = super::thread_policy::set_current_batch() {
+            eprintln!("sluice: commit helper: SCHED_BATCH not set ({e}); default policy kept");
+        }
         loop {
             for log in &mut self.logs {
                 // Checkpoint (at least once a second while written), retention requests, and a

@@ -17,4 +17,5 @@ pub mod placement;
 pub mod pump;
 pub mod runtime;
 pub mod state;
+pub mod thread_policy;
 pub mod worker;

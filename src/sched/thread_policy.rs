@@ -1,0 +1,56 @@
+//! Scheduling policy of the core's helper threads.
+//!
+//! The commit helper (`sched::commit`) runs as `SCHED_BATCH`: the same fair share of the CPU as
+//! any normal thread, but its wake-ups do not preempt the thread that is running. Its wake-ups
+//! are the loop's hand-over of a batch and the disk's completion of a write; with the default
+//! policy, on a core shared with its loop (one pinned CPU, or a busy machine), each preempted the
+//! loop in the middle of its turn — 2.2 involuntary switches of the loop per group commit under
+//! `wrk -c64` (BENCHMARKS.md) — although the loop parks on the helper by itself a moment later
+//! (`sync::handback`). As `SCHED_BATCH` the helper runs when the loop parks, or on another CPU.
+#![allow(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use std::io;
+
+/// Puts the calling thread under `SCHED_BATCH` (static priority 0). Errors are returned, not
+/// fatal: the thread then keeps the default policy.
+pub fn set_current_batch() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `sched_setscheduler(0, …)` changes only the calling thread's policy and reads
+    // `param`, a valid local, during the call.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The calling thread's scheduling policy (`libc::SCHED_*`).
+pub fn current_policy() -> io::Result<i32> {
+    // SAFETY: `sched_getscheduler(0)` reads the calling thread's policy; no memory is passed.
+    let rc = unsafe { libc::sched_getscheduler(0) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_can_switch_itself_to_batch() {
+        std::thread::spawn(|| {
+            assert_eq!(current_policy().unwrap(), libc::SCHED_OTHER);
+            set_current_batch().unwrap();
+            assert_eq!(current_policy().unwrap(), libc::SCHED_BATCH);
+        })
+        .join()
+        .unwrap();
+        // Only that thread changed.
+        assert_eq!(current_policy().unwrap(), libc::SCHED_OTHER);
+    }
+}
