@@ -210,6 +210,19 @@ impl Committer {
         self.in_flight && self.in_flight_ingest > 0 && self.from_helper.is_empty()
     }
 
+    /// The loop's wait before its poll: while [`Committer::awaits_commit`], parks on the helper
+    /// (at most [`COMMIT_WAIT`], never past `timeout`) rather than on the network — arrivals can
+    /// only join the next batch (`sync::handback`) — and returns zero, so what arrived meanwhile
+    /// is read at once; otherwise returns `timeout`. On io_uring the caller submits the turn's
+    /// sends first.
+    pub fn wait_for_commit(&self, timeout: Duration) -> Duration {
+        if !self.awaits_commit() {
+            return timeout;
+        }
+        self.wait_done(timeout.min(COMMIT_WAIT));
+        Duration::ZERO
+    }
+
     /// Parks the loop until the batch with the helper is back, at most `max`. Returns at once
     /// if none is with the helper or it is back. The loop must then look for it
     /// ([`Committer::take_done`]) before it waits on its poll again (`sync::handback`).
@@ -375,6 +388,27 @@ mod tests {
         let mut c = Committer::start(0, logs, dlq, waker, 4).unwrap();
         assert!(!c.awaits_commit(), "nothing with the helper");
         c.wait_done(Duration::from_secs(60)); // returns at once: nothing to wait for
+        let long = Duration::from_secs(60);
+        assert_eq!(
+            c.wait_for_commit(long),
+            long,
+            "nothing out: the poll waits as asked"
+        );
+        c.push_ingest(0, 100, Record::Event(sample_event(100, 100)));
+        c.kick();
+        let t0 = std::time::Instant::now();
+        assert_eq!(
+            c.wait_for_commit(long),
+            Duration::ZERO,
+            "after a park the poll does not wait"
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "parked past COMMIT_WAIT"
+        );
+        while c.take_done().is_none() {
+            c.wait_done(long);
+        }
         for round in 0..20u64 {
             c.push_ingest(0, round, Record::Event(sample_event(round, 100)));
             c.kick();

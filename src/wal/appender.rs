@@ -806,6 +806,33 @@ mod tests {
     }
 
     #[test]
+    fn zeros_are_written_ahead_of_the_records_once_per_zero_ahead_on_the_pwrite_path_only() {
+        for path in [WritePath::Pwrite, WritePath::Mmap] {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut cfg = test_cfg(tmp.path(), path);
+            cfg.durability = Durability::Fsync;
+            let (mut wal, _) = open(&cfg).unwrap();
+            assert_eq!(wal.active.zeroed_end, 0);
+            wal.append_events(&[sample_event(1, 100)]).unwrap();
+            let end = wal.active.end;
+            let want = match path {
+                WritePath::Pwrite => (end + ZERO_AHEAD).min(wal.active.capacity),
+                WritePath::Mmap => 0,
+            };
+            assert_eq!(wal.active.zeroed_end, want, "{path:?}");
+            // The next batches land below it: no more zeros until they pass it.
+            wal.append_events(&[sample_event(2, 100)]).unwrap();
+            assert_eq!(wal.active.zeroed_end, want, "{path:?}");
+            let bytes = std::fs::read(wal.active_segment()).unwrap();
+            let tail = &bytes[wal.active.end as usize..want.max(wal.active.end) as usize];
+            assert!(
+                tail.iter().all(|&b| b == 0),
+                "the zero tail recovery expects"
+            );
+        }
+    }
+
+    #[test]
     fn os_durability_does_not_sync_per_batch_and_oversize_events_are_refused() {
         let tmp = tempfile::tempdir().unwrap();
         let cfg = test_cfg(tmp.path(), WritePath::Mmap);

@@ -283,6 +283,24 @@ impl std::fmt::Debug for Uring {
     }
 }
 
+/// An `io_uring_enter` result with the outcomes that are not failures taken as success: the
+/// wait timed out (`ETIME`), a signal interrupted it (`EINTR`), or the completion queue is full
+/// (`EBUSY`: the caller reaps and submits again next turn).
+fn settled(res: io::Result<usize>) -> io::Result<()> {
+    match res {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 impl Uring {
     /// Sets up the core's ring (call on the core's thread: the ring is single-issuer), hands
     /// the kernel the buffer pool and starts watching `epoll_fd` (the core's mio poll).
@@ -380,35 +398,19 @@ impl Uring {
 
     /// Submits the turn's operations without waiting (before the loop parks elsewhere).
     pub fn submit(&mut self) -> io::Result<()> {
-        match self.ring.submit() {
-            Ok(_) => Ok(()),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => Ok(()),
-            Err(e) => Err(e),
-        }
+        settled(self.ring.submit())
     }
 
     /// Submits the turn's operations and waits for at least one completion, at most `timeout`.
     pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {
         if !self.backlog.is_empty() {
-            self.ring.submit()?;
-            return Ok(());
+            return settled(self.ring.submit());
         }
         let ts = types::Timespec::new()
             .sec(timeout.as_secs())
             .nsec(timeout.subsec_nanos());
         let args = types::SubmitArgs::new().timespec(&ts);
-        match self.ring.submitter().submit_with_args(1, &args) {
-            Ok(_) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
-                ) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(e),
-        }
+        settled(self.ring.submitter().submit_with_args(1, &args))
     }
 
     fn take_cq(&mut self, out: &mut Vec<Completion>) {

@@ -258,13 +258,7 @@ impl Worker {
         let mut last_sweep = self.now();
         loop {
             self.finish_scrapes();
-            let mut timeout = self.turn_timeout();
-            if self.committer.awaits_commit() {
-                // Wait for the batch rather than for arrivals (`sync::handback`).
-                self.committer
-                    .wait_done(timeout.min(crate::sched::commit::COMMIT_WAIT));
-                timeout = Duration::ZERO;
-            }
+            let timeout = self.committer.wait_for_commit(self.turn_timeout());
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     eprintln!("sluice: worker {}: poll failed: {e}", self.id);

@@ -7,7 +7,6 @@
 
 use super::*;
 use crate::net::io::uring::{Completion, Op};
-use crate::sched::commit::COMMIT_WAIT;
 
 impl Worker {
     pub(super) fn run_uring(mut self) {
@@ -28,14 +27,12 @@ impl Worker {
                 return;
             };
             if !poll_ready && self.committer.awaits_commit() {
-                // The turn's sends (earlier 202s) go out first; then wait for the batch rather
-                // than for arrivals, which can only join the next one (`sync::handback`).
+                // The turn's sends (earlier 202s) go out before the loop parks on its commit.
                 if let Err(e) = ring.submit() {
                     eprintln!("sluice: worker {}: io_uring submit failed: {e}", self.id);
                     return;
                 }
-                self.committer.wait_done(timeout.min(COMMIT_WAIT));
-                timeout = Duration::ZERO;
+                timeout = self.committer.wait_for_commit(timeout);
             }
             if let Err(e) = ring.wait(timeout) {
                 eprintln!("sluice: worker {}: io_uring wait failed: {e}", self.id);
