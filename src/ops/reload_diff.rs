@@ -185,11 +185,12 @@ fn triggers(old: &Config, new: &Config) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::config::Overrides;
 
-    fn cfg(text: &str) -> Config {
+    /// A configuration built from manifest `text` with no environment (the reload tests').
+    pub(in crate::ops) fn cfg(text: &str) -> Config {
         Config::build(
             Config::parse_manifest(text).unwrap(),
             &|_| None,

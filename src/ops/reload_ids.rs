@@ -85,16 +85,7 @@ pub fn in_use(config: &Config) -> Vec<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Overrides;
-
-    fn cfg(text: &str) -> Config {
-        Config::build(
-            Config::parse_manifest(text).unwrap(),
-            &|_| None,
-            &Overrides::default(),
-        )
-        .unwrap()
-    }
+    use crate::ops::reload_diff::tests::cfg;
 
     fn trig(id: &str, uri: &str) -> String {
         format!("[[triggers]]\nid = \"{id}\"\nprovider = \"p\"\npath = \"/{id}\"\nhandler = \"{uri}\"\n")

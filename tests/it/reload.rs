@@ -57,6 +57,19 @@ pub(crate) fn wait_generation(server: &Server, n: f64) {
     );
 }
 
+/// Writes invalid TOML and sends SIGHUP: the reload is refused and counted as
+/// `result="error"` (the first such), and generation `generation` keeps serving.
+pub(crate) fn sighup_with_invalid_toml_keeps_generation(server: &Server, generation: f64) {
+    std::fs::write(manifest_path(server), "[[triggers]\nid = ").unwrap();
+    sighup(server);
+    assert!(wait_until(Duration::from_secs(10), || metric(
+        server,
+        "sluice_config_reloads_total",
+        &[("result", "error")]
+    ) == 1.0));
+    assert_eq!(metric(server, "sluice_config_generation", &[]), generation);
+}
+
 pub(crate) fn admin_reload(server: &Server, token: Option<&str>) -> Response {
     let auth = token.map(|t| format!("Bearer {t}"));
     let mut headers = vec![];
@@ -118,14 +131,7 @@ fn sighup_adds_a_trigger_and_raises_max_in_flight() {
     );
 
     // Invalid TOML: refused, counted, the old (generation 2) configuration keeps serving.
-    std::fs::write(manifest_path(&server), "[[triggers]\nid = ").unwrap();
-    sighup(&server);
-    assert!(wait_until(Duration::from_secs(10), || metric(
-        &server,
-        "sluice_config_reloads_total",
-        &[("result", "error")]
-    ) == 1.0));
-    assert_eq!(metric(&server, "sluice_config_generation", &[]), 2.0);
+    sighup_with_invalid_toml_keeps_generation(&server, 2.0);
     ids.insert(accepted(&c.post("/hooks/t2", b"{}", &[])).0);
     assert!(
         server.stderr().contains("reload refused"),
