@@ -337,3 +337,20 @@ fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure() {
     assert_eq!(pool.connections(0), 0);
     assert_eq!(server.join().unwrap(), 2);
 }
+
+#[test]
+fn spare_request_buffers_are_bounded_in_number_and_size() {
+    let mut spare = Vec::new();
+    for _ in 0..SPARE_BUFFERS + 10 {
+        recycle(&mut spare, Vec::with_capacity(1024));
+    }
+    assert_eq!(spare.len(), SPARE_BUFFERS, "at most SPARE_BUFFERS kept");
+    let mut spare = Vec::new();
+    recycle(&mut spare, Vec::with_capacity(SPARE_BUFFER_MAX + 1));
+    recycle(&mut spare, Vec::new());
+    assert!(spare.is_empty(), "outsized and empty buffers are dropped");
+    let mut used = Vec::with_capacity(16);
+    used.extend_from_slice(b"stale");
+    recycle(&mut spare, used);
+    assert!(spare[0].is_empty(), "a kept buffer is cleared");
+}
