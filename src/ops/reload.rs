@@ -7,9 +7,11 @@
 //! in [`Published`]: one mutex-guarded `Arc` plus an atomic generation number. Each core's loop
 //! compares the number with its own at the top of every turn ([`CoreView::pick_up`], one
 //! `Acquire` load; the lock is taken only when the number changed) and applies the new generation
-//! to what it owns at that loop boundary ([`apply_on_core`]). A core's loop turns at least every
-//! 100 ms (its poll timeout), so every core runs the new generation within about 100 ms of the
-//! publication; until then it runs the old one, whole: a core never mixes two generations. An
+//! to what it owns at that loop boundary ([`apply_on_core`]), and compares again before it
+//! routes each request (so a request sent after the reload's `200` meets the new generation on
+//! any core). A core's loop turns at least every 100 ms (its poll timeout), so every core runs
+//! the new generation within about 100 ms of the publication; until then it runs the old one,
+//! whole: a request never meets two generations. An
 //! invalid manifest, or a change that needs a restart, publishes nothing: the old configuration
 //! keeps serving, the failing key is logged (`sluice: reload refused: …`) and answered, and
 //! `sluice_config_reloads_total{result="error"}` counts it.
@@ -312,8 +314,8 @@ impl CoreView {
         }
     }
 
-    /// At the top of a loop turn: the newer generation, if one was published since the last
-    /// call (then this view runs it).
+    /// At the top of a loop turn and before a request is routed: the newer generation, if one
+    /// was published since the last call (then this view runs it).
     #[inline]
     pub fn pick_up(&mut self, published: &Published) -> Option<Current> {
         self.sub.pick_up(&published.generations)
@@ -334,7 +336,7 @@ impl CoreView {
 }
 
 /// Applies `next` to what one core owns: its dispatcher (destination limits, retry, timeouts)
-/// and its pump (trigger → destination). Called at the top of a loop turn.
+/// and its pump (trigger → destination). Called between two requests of the core's loop.
 pub fn apply_on_core(
     next: &Versioned<Generation>,
     dispatcher: &mut crate::dispatch::dispatcher::Dispatcher,

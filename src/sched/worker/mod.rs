@@ -296,7 +296,15 @@ impl Worker {
         // short (bounded work per event), and `Instant::now()` was most of a bucket
         // decision's cost.
         self.turn_now = self.now();
-        // A reload: this core switches to the new generation here, between two turns.
+        self.follow_reload();
+    }
+
+    /// A reload: this core switches to the newest published generation here, at the top of a
+    /// turn and again before each request is routed. The second check (one `Acquire` load)
+    /// makes a reload's answer a barrier: a request sent after `POST /admin/reload` answered,
+    /// or after `sluice_config_generation` showed the new number, is routed by it, even on a
+    /// core that was mid-turn when the reload was published.
+    fn follow_reload(&mut self) {
         if let Some(next) = self.view.pick_up(&self.shared.reload) {
             let (now, registry) = (self.turn_now, self.poll.registry());
             let (dispatcher, pump) = (&mut self.dispatcher, &mut self.pump);
@@ -696,6 +704,7 @@ impl Worker {
                 c.closing = true;
             }
         }
+        self.follow_reload();
         let shared = self.shared.clone();
         let router = self.view.router().clone();
         match router.route(head.method.as_str(), head.path()) {
