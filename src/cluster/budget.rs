@@ -161,9 +161,12 @@ impl SharedBudget {
         }
     }
 
+    /// When a destination this budget holds back should look again (`Gate::Wait`'s `until`).
     /// With Redis down and `on_unavailable = "local"`, the lease's end is when the mode changes
-    /// without any message: wake then. Otherwise a reply wakes the destination.
-    fn wake_hint(&self) -> u64 {
+    /// to `Local` without any message: wake then, whatever held the event back (the lease's
+    /// permits all out, its target 0 or its rate tokens used up). Otherwise 0: a reply or a
+    /// finishing call wakes the destination.
+    pub fn wake_hint(&self) -> u64 {
         let down = matches!(self.health, Health::Down(_));
         if down && self.on_unavailable == OnUnavailable::Local && self.valid_until > 0 {
             self.valid_until
@@ -206,7 +209,7 @@ impl SharedBudget {
     pub fn check(&mut self, now: u64, permits: &mut Permits) -> Result<bool, u64> {
         let answer = self.admit(now, permits).and_then(|()| {
             if !permits.available() {
-                return Err(0);
+                return Err(self.wake_hint());
             }
             match self.rate_peek(now) {
                 None => Ok(false),
@@ -350,6 +353,37 @@ mod tests {
         b.refresh(200 * MS, &mut p);
         assert_eq!(b.mode(200 * MS, &mut p), Mode::Shared);
         assert_eq!(p.max(), 3);
+    }
+
+    /// Regression (CI): a node whose last grant was 0 permits (it was idle) gets events just as
+    /// Redis dies. Its lease is still valid, so it is `Shared` with no permit; nothing will
+    /// arrive from Redis again, so the wait must end at the lease's end, where `Local` begins.
+    /// It used to be `Err(0)` (wait for a message), and the events waited for ever.
+    #[test]
+    fn a_lease_with_no_permit_wakes_at_its_end_when_redis_is_down_in_local_mode() {
+        let (mut b, slot) = budget(OnUnavailable::Local, false);
+        let mut p = Permits::new(0);
+        grant(&slot, 1, 0, 100 * MS);
+        b.refresh(0, &mut p);
+        assert_eq!(b.check(MS, &mut p), Err(0), "Redis is up: its reply wakes");
+        slot.store_health(Health::Down("refused".into()));
+        b.refresh(2 * MS, &mut p);
+        assert_eq!(
+            b.mode(2 * MS, &mut p),
+            Mode::Shared,
+            "the lease still holds"
+        );
+        assert_eq!(
+            b.check(2 * MS, &mut p),
+            Err(100 * MS),
+            "wake at the lease's end"
+        );
+        assert_eq!(
+            b.check(100 * MS, &mut p),
+            Ok(false),
+            "then the node's own budget"
+        );
+        assert_eq!(p.max(), 20);
     }
 
     #[test]

@@ -242,10 +242,14 @@ impl DestinationState {
             }
         }
         let Some(permit) = self.permits.try_acquire() else {
-            if let Some(s) = &mut self.shared {
-                s.held_back(now);
-            }
-            return Gate::Wait { until: 0 };
+            let until = match &mut self.shared {
+                Some(s) => {
+                    s.held_back(now);
+                    s.wake_hint()
+                }
+                None => 0,
+            };
+            return Gate::Wait { until };
         };
         if let Some(s) = &mut self.shared {
             s.went(now, shared_rate);
