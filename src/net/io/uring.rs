@@ -14,7 +14,9 @@
 //!   `WouldBlock`); at the end of the loop turn the outbox becomes one `IORING_OP_SEND`. One send
 //!   is in flight per connection; its completion is the "writable" edge;
 //! - **wait**: one `io_uring_enter` per turn submits the turn's operations and waits (with the
-//!   loop's timeout) for completions. The core's mio poll (accepts, wakers from the commit
+//!   loop's timeout) for completions. The ring is `SINGLE_ISSUER | DEFER_TASKRUN`: the kernel
+//!   runs completions' task work only inside that enter (with `GETEVENTS`), so nothing wakes
+//!   the loop while it is parked elsewhere (on its commit helper). The core's mio poll (accepts, wakers from the commit
 //!   helper and the other cores, outbound dispatch sockets) is watched by a multishot
 //!   `IORING_OP_POLL_ADD` on its epoll fd, so nothing waits in two places.
 //!
@@ -305,12 +307,27 @@ impl Uring {
     /// Sets up the core's ring (call on the core's thread: the ring is single-issuer), hands
     /// the kernel the buffer pool and starts watching `epoll_fd` (the core's mio poll).
     pub fn new(epoll_fd: RawFd) -> io::Result<Uring> {
-        let ring = IoUring::builder()
-            .setup_cqsize(4 * ENTRIES)
-            .setup_single_issuer()
-            .setup_coop_taskrun()
-            .build(ENTRIES)
-            .or_else(|_| IoUring::builder().setup_cqsize(4 * ENTRIES).build(ENTRIES))?;
+        // Completions' task work deferred to the loop's own `io_uring_enter` (Linux 6.1+):
+        // a loop parked on its commit helper (`sync::handback`) is not woken by every receive
+        // that completes meanwhile, as it is with the default or `COOP_TASKRUN` (the kernel's
+        // task-work notification wakes an interruptible sleep: two switches per receive).
+        // Older kernels: cooperative task work, then the default.
+        let build = |defer: bool, coop: bool| {
+            let mut b = IoUring::builder();
+            b.setup_cqsize(4 * ENTRIES);
+            if defer || coop {
+                b.setup_single_issuer();
+            }
+            if defer {
+                b.setup_defer_taskrun();
+            } else if coop {
+                b.setup_coop_taskrun();
+            }
+            b.build(ENTRIES)
+        };
+        let ring = build(true, false)
+            .or_else(|_| build(false, true))
+            .or_else(|_| build(false, false))?;
         let mut u = Uring {
             ring,
             pool: vec![0u8; BUFFERS as usize * BUF_SIZE].into_boxed_slice(),
