@@ -155,14 +155,18 @@ impl DestinationState {
     }
 
     /// A reload's new limits (`ops::reload`): a fixed `max_in_flight` (a raise applies at once,
-    /// a cut as calls return: [`Permits::set_max`]; an adaptive limit keeps its controller) and
+    /// a cut as calls return: [`Permits::set_max`]; an adaptive limit keeps its controller, a
+    /// shared budget its lease) and
     /// the rate budget when it changed (a new budget starts full).
     pub fn reconfigure(
         &mut self,
         c: &DestinationConfig,
         old: &DestinationConfig,
     ) -> Result<(), ParamError> {
-        if self.adaptive.is_none() {
+        // A shared budget's permits follow its lease (and a reload cannot change its limits,
+        // `ops::reload_diff`): set here, they would let this node past the cluster's budget
+        // until the next grant.
+        if self.adaptive.is_none() && self.shared.is_none() {
             self.permits.set_max(c.max_in_flight);
         }
         if c.rate != old.rate {
@@ -621,5 +625,51 @@ mod tests {
         assert!(matches!(d.gate(0), Gate::Wait { until } if until == S));
         d.complete(p, 0, &FAIL);
         assert!(matches!(d.gate(S / 2), Gate::FailFast { .. }));
+    }
+    /// A reload re-applies every destination's settings: a shared destination's permits stay
+    /// at its lease's target (here 3 of the cluster's 20), they do not jump to the cluster-wide
+    /// `max_in_flight`. And with Redis down in `local` mode, a destination held back by the
+    /// lease wakes at the lease's end.
+    #[test]
+    fn a_reload_leaves_a_shared_destinations_lease_alone() {
+        use crate::cluster::slot::{Grant, Health, Slot};
+        use crate::config::shared::OnUnavailable;
+        use std::sync::Arc;
+        let raw = crate::config::Config::parse_manifest(
+            "[[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/a\"\nhandler = \"http://h/\"\n\
+             [[destinations]]\nuri = \"http://h/\"\nmax_in_flight = 20\n",
+        )
+        .unwrap();
+        let cfg =
+            crate::config::Config::build(raw, &|_| None, &crate::config::Overrides::default())
+                .unwrap();
+        let c = &cfg.destinations[0];
+        let slot = Arc::new(Slot::new(0));
+        let (kick, rx) = std::sync::mpsc::sync_channel(1);
+        let budget = SharedBudget::new(slot.clone(), kick, OnUnavailable::Local, 20, false);
+        let mut d = DestinationState::from_config(c)
+            .unwrap()
+            .with_shared(budget);
+        slot.store_grant(Grant {
+            seq: 1,
+            target: 3,
+            valid_until: 100 * MS,
+            cluster_in_use: 3,
+        });
+        slot.mark_fresh();
+        assert!(d.refresh_shared(0));
+        assert_eq!(d.max_in_flight(), 3);
+        d.reconfigure(c, c).unwrap();
+        assert_eq!(d.max_in_flight(), 3, "the lease, not max_in_flight");
+        let held: Vec<_> = (0..3).map(|_| go(&mut d, MS).0).collect();
+        assert!(matches!(d.gate(MS), Gate::Wait { until: 0 }));
+        slot.store_health(Health::Down("refused".into()));
+        slot.mark_fresh();
+        assert!(d.refresh_shared(2 * MS));
+        assert!(matches!(d.gate(2 * MS), Gate::Wait { until } if until == 100 * MS));
+        assert_eq!(d.max_in_flight(), 3);
+        let _ = go(&mut d, 100 * MS);
+        assert_eq!(d.max_in_flight(), 20, "local: the node's own budget");
+        drop((held, rx));
     }
 }

@@ -134,6 +134,17 @@ fn destinations(old: &Config, new: &Config) -> Result<(), String> {
         )?;
         same(&key("circuit"), &o.circuit, &n.circuit)?;
         same(&key("tls"), &o.tls, &n.tls)?;
+        if o.shared.is_some() || n.shared.is_some() {
+            // The cluster-wide budget lives in Redis and in the node's client thread, both set
+            // up at start: changed here it would be applied on no node.
+            same(&key("shared"), &o.shared, &n.shared)?;
+            same(
+                &key("max_in_flight (shared budget)"),
+                &o.max_in_flight,
+                &n.max_in_flight,
+            )?;
+            same(&key("rate (shared budget)"), &o.rate, &n.rate)?;
+        }
         // Catch-all: everything but the live keys must be equal.
         let mut live = n.clone();
         live.max_in_flight = o.max_in_flight;
@@ -270,5 +281,29 @@ pub(super) mod tests {
             "max_in_flight = 5\ncircuit = { failures = 2 }",
         );
         assert!(diff(&old, &cfg(&circuit)).unwrap_err().contains("circuit"));
+    }
+
+    /// A shared destination's cluster budget was set up in Redis at start: its limits and its
+    /// `shared` table are restart-only (named), its timeout and retry stay live.
+    #[test]
+    fn a_shared_destinations_budget_is_restart_only() {
+        let shared = "\nshared = { redis = \"redis://127.0.0.1:6379\", key = \"k\" }";
+        let base = BASE.replace("max_in_flight = 5", &format!("max_in_flight = 5{shared}"));
+        let old = cfg(&base);
+        let raised = base.replace("max_in_flight = 5", "max_in_flight = 9");
+        let e = diff(&old, &cfg(&raised)).unwrap_err();
+        assert!(e.contains("max_in_flight (shared budget)"), "{e}");
+        let rated = base.replace(
+            "max_in_flight = 5",
+            "max_in_flight = 5\nrate = { per_sec = 10 }",
+        );
+        let e = diff(&old, &cfg(&rated)).unwrap_err();
+        assert!(e.contains("rate (shared budget)"), "{e}");
+        let rekeyed = base.replace("key = \"k\"", "key = \"k2\"");
+        assert!(diff(&old, &cfg(&rekeyed)).unwrap_err().contains("shared"));
+        let unshared = cfg(BASE);
+        assert!(diff(&old, &unshared).unwrap_err().contains("shared"));
+        let slower = base.replace("max_in_flight = 5", "max_in_flight = 5\ntimeout = \"9s\"");
+        assert_eq!(diff(&old, &cfg(&slower)), Ok(()));
     }
 }
