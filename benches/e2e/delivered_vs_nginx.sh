@@ -6,7 +6,7 @@
 # backlog is empty, divided by the events delivered; beside it, nginx's CPU per `return 202`
 # request under the same wrk load, measured in the same run.
 #
-# Usage: benches/e2e/delivered_vs_nginx.sh [DURATION_SECONDS]
+# Usage: [BIN=path/to/sluice] benches/e2e/delivered_vs_nginx.sh [DURATION_SECONDS]
 # Needs: wrk and nginx (Debian: apt-get install wrk nginx-light), a release build.
 set -euo pipefail
 DUR=${1:-5}
@@ -15,7 +15,11 @@ source "$ROOT/benches/e2e/lib.sh"
 e2e_init deliver
 metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m {print $2; f=1} END {if (!f) print 0}'; }
 
-cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
+# BIN=path runs that binary (an A/B of two builds); otherwise the tree's release build.
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
+  BIN="$ROOT/target/release/sluice"
+fi
 
 # nginx: the downstream (200) on 18181 and the reference (202) on 18182, on the client's core.
 nginx_conf '18181 200 ok' '18182 202 {"status":"accepted"}'
@@ -39,7 +43,7 @@ max_pending_bytes = 68719476736
 TOML
 env HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY=100000000 HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY=100000000 \
   HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC=100000000 \
-  taskset -c "$SERVER_CPU" "$ROOT/target/release/sluice" serve --config "$WORK/sluice.toml" \
+  taskset -c "$SERVER_CPU" "$BIN" serve --config "$WORK/sluice.toml" \
   --listen 127.0.0.1:18180 --data-dir "$WORK/data" --workers 1 >"$WORK/sluice.out" 2>"$WORK/sluice.err" &
 pids+=($!)
 SLUICE=$!

@@ -3,7 +3,7 @@
 # pinning, same wrk load (1 KiB POST, keep-alive). Prints requests/s, latency and CPU µs per
 # request for each. Bounded: each run lasts DURATION seconds.
 #
-# Usage: benches/e2e/ingest_vs_nginx.sh [DURATION_SECONDS] [CONNECTIONS]
+# Usage: [BIN=path/to/sluice] benches/e2e/ingest_vs_nginx.sh [DURATION_SECONDS] [CONNECTIONS]
 # Needs: wrk and nginx (Debian: apt-get install wrk nginx-light), a release build.
 set -euo pipefail
 DUR=${1:-10}
@@ -50,11 +50,15 @@ run_wrk() { # name port pids...
 
 }
 
-cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
+# BIN=path runs that binary (an A/B of two builds); otherwise the tree's release build.
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
+  BIN="$ROOT/target/release/sluice"
+fi
 
 start_sluice() { # port durability [env...]
   local port=$1 durability=$2; shift 2
-  env "$@" taskset -c "$SERVER_CPU" "$ROOT/target/release/sluice" serve --listen "127.0.0.1:$port" \
+  env "$@" taskset -c "$SERVER_CPU" "$BIN" serve --listen "127.0.0.1:$port" \
     --data-dir "$WORK/data-$port" --workers 1 --durability "$durability" >"$WORK/sluice-$port.out" 2>"$WORK/sluice-$port.err" &
   pids+=($!)
 }
