@@ -273,6 +273,9 @@ pub struct Uring {
     in_flight: usize,
     /// Completions taken off the queue while making room for submissions.
     backlog: Vec<Completion>,
+    /// The turn's completions before they are sorted out ([`Uring::completions`]); kept so
+    /// that a turn allocates nothing.
+    drained: Vec<Completion>,
     epoll_fd: RawFd,
 }
 
@@ -335,6 +338,7 @@ impl Uring {
             retired: HashMap::new(),
             in_flight: 0,
             backlog: Vec::new(),
+            drained: Vec::new(),
             epoll_fd,
         };
         let provide =
@@ -400,9 +404,9 @@ impl Uring {
     }
 
     fn drain_into_backlog(&mut self) {
-        let mut taken = Vec::new();
-        self.take_cq(&mut taken);
-        self.backlog.extend(taken);
+        let mut backlog = std::mem::take(&mut self.backlog);
+        self.take_cq(&mut backlog);
+        self.backlog = backlog;
     }
 
     fn arm_poll(&mut self) -> io::Result<()> {
@@ -454,9 +458,10 @@ impl Uring {
     /// connections; the rest are the worker's.
     pub fn completions(&mut self, out: &mut Vec<Completion>) {
         out.clear();
-        let mut all = std::mem::take(&mut self.backlog);
+        let mut all = std::mem::take(&mut self.drained);
+        all.append(&mut self.backlog);
         self.take_cq(&mut all);
-        for c in all {
+        for c in all.drain(..) {
             match c.op {
                 Op::Poll => {
                     if !cqueue::more(c.flags) {
@@ -477,6 +482,7 @@ impl Uring {
                 Op::Recv | Op::Send => out.push(c),
             }
         }
+        self.drained = all;
     }
 
     /// A receive completed on a live stream: its bytes go to the inbox and the buffer back to
