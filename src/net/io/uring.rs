@@ -16,9 +16,10 @@
 //! - **wait**: one `io_uring_enter` per turn submits the turn's operations and waits (with the
 //!   loop's timeout) for completions. The ring is `SINGLE_ISSUER | DEFER_TASKRUN`: the kernel
 //!   runs completions' task work only inside that enter (with `GETEVENTS`), so nothing wakes
-//!   the loop while it is parked elsewhere (on its commit helper). The core's mio poll (accepts, wakers from the commit
-//!   helper and the other cores, outbound dispatch sockets) is watched by a multishot
-//!   `IORING_OP_POLL_ADD` on its epoll fd, so nothing waits in two places.
+//!   the loop while it is parked elsewhere (on its commit helper). The core's mio poll
+//!   (accepts, wakers from the commit helper and the other cores, outbound dispatch sockets)
+//!   is watched by a multishot `IORING_OP_POLL_ADD` on its epoll fd, so nothing waits in two
+//!   places.
 //!
 //! Bounds, per core: the provided-buffer pool is [`BUFFERS`] × [`BUF_SIZE`] (4 MiB); per
 //! connection, the inbox holds at most one receive (and keeps 4 KiB of capacity while idle) and the outbox plus the send in flight at
