@@ -241,7 +241,13 @@ impl Dispatcher {
     /// gets its state at its first job; a removed one keeps its state and its settings and
     /// finishes its jobs. Attempts in flight keep running under the settings they started with;
     /// the next attempts use the new ones.
-    pub fn reconfigure(&mut self, config: Arc<Config>, now: u64, registry: &Registry) {
+    pub fn reconfigure(
+        &mut self,
+        config: Arc<Config>,
+        now: u64,
+        registry: &Registry,
+        draining: bool,
+    ) {
         let old = std::mem::replace(&mut self.config, config);
         let flows = |c: &Config| -> Vec<(String, crate::config::FlowConfig)> {
             let mut v: Vec<_> = c
@@ -289,7 +295,7 @@ impl Dispatcher {
         }
         for job in std::mem::take(&mut self.early) {
             self.held -= 1;
-            self.accept(job, now, registry, false);
+            self.accept(job, now, registry, draining);
         }
     }
 

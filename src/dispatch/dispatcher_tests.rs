@@ -369,7 +369,7 @@ fn a_job_for_a_destination_not_known_yet_waits_for_the_reload() {
     .unwrap();
     let next = crate::ops::reload_ids::assign(&r.d.config, next, 1).unwrap();
     assert_eq!(next.destinations[1].handler.uri, "http://127.0.0.1:9/new");
-    r.d.reconfigure(Arc::new(next), SECOND, r.poll.registry());
+    r.d.reconfigure(Arc::new(next), SECOND, r.poll.registry(), false);
     assert!(r.d.early.is_empty());
     assert_eq!(r.d.held(), 1, "counted once");
     assert!(

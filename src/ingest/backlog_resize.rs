@@ -44,6 +44,36 @@ impl Backlog {
     /// explicit shares, the removed triggers' included, pass a bound.
     pub fn resize_shares(&self, shares: &[TriggerShare<'_>]) -> Result<bool, String> {
         let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+        let next = self.next_plan(&plan, shares)?;
+        if next == *plan {
+            return Ok(false);
+        }
+        let (events, bytes) = self.split_plan(&next)?;
+        // Only the dimensions whose explicit shares changed (the split is a function of them).
+        if next.events != plan.events {
+            self.share_events.resize(&events);
+        }
+        if next.bytes != plan.bytes {
+            self.share_bytes.resize(&bytes);
+        }
+        *plan = next;
+        Ok(true)
+    }
+
+    /// Whether [`Backlog::resize_shares`] would accept `shares`, changing nothing: a reload
+    /// asks before it claims anything for the new configuration (`ops::reload`).
+    pub fn check_shares(&self, shares: &[TriggerShare<'_>]) -> Result<(), String> {
+        let plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+        let next = self.next_plan(&plan, shares)?;
+        self.split_plan(&next).map(|_| ())
+    }
+
+    /// `plan` with the explicit shares of `shares` (module docs of [`Backlog::resize_shares`]).
+    fn next_plan(
+        &self,
+        plan: &SharePlan,
+        shares: &[TriggerShare<'_>],
+    ) -> Result<SharePlan, String> {
         let mut next = plan.clone();
         for t in shares {
             match self.slot_of.get(t.id) {
@@ -59,18 +89,6 @@ impl Backlog {
                 None => {}
             }
         }
-        if next == *plan {
-            return Ok(false);
-        }
-        let (events, bytes) = self.split_plan(&next)?;
-        // Only the dimensions whose explicit shares changed (the split is a function of them).
-        if next.events != plan.events {
-            self.share_events.resize(&events);
-        }
-        if next.bytes != plan.bytes {
-            self.share_bytes.resize(&bytes);
-        }
-        *plan = next;
-        Ok(true)
+        Ok(next)
     }
 }

@@ -243,22 +243,33 @@ impl Published {
         let next = assign(&current.value.config, next, self.start_destinations)
             .map_err(ReloadError::NeedsRestart)?;
         diff(&current.value.config, &next).map_err(ReloadError::NeedsRestart)?;
-        // Cells for every trigger with gates, and every destination, before any core can run
-        // them: a core finds them by id. A claim that cannot be met publishes nothing.
+        // Every check that changes nothing comes before anything is claimed for the new
+        // configuration: a refused reload must leave no trace (a destination's metric cell,
+        // named once per run, would otherwise carry the refused URI for good).
+        let shares = trigger_shares(&next.triggers);
+        if let Some(b) = &self.backlog {
+            b.check_shares(&shares).map_err(ReloadError::NeedsRestart)?;
+        }
+        // Cells for every trigger with gates before any core can run them: a core finds them
+        // by id. A claim that cannot be met publishes nothing.
         if let Some(m) = &self.flow_cells {
             m.flow
                 .claim(&next.triggers)
-                .map_err(ReloadError::NeedsRestart)?;
-            m.claim_destinations(&next)
                 .map_err(ReloadError::NeedsRestart)?;
         }
         // The new verifiers (their secrets read by `Config::load` above) and dedupe rules.
         let guards = GuardTable::build(&next.triggers, &self.auth_cells)
             .map_err(ReloadError::NeedsRestart)?;
-        // Last of the checks, as it applies what it accepts: the triggers' `max_pending` shares,
-        // resized live (a shrunk share waits for its events to drain).
+        // Applies what it accepts (checked above): the triggers' `max_pending` shares, resized
+        // live (a shrunk share waits for its events to drain).
         if let Some(b) = &self.backlog {
-            b.resize_shares(&trigger_shares(&next.triggers))
+            b.resize_shares(&shares)
+                .map_err(ReloadError::NeedsRestart)?;
+        }
+        // Last: the new destinations' metric cells are named (once per run, by id), which
+        // cannot fail within `assign`'s bound.
+        if let Some(m) = &self.flow_cells {
+            m.claim_destinations(&next)
                 .map_err(ReloadError::NeedsRestart)?;
         }
         let router = Router::new(&next.triggers, next.ingest.default_route)
@@ -344,9 +355,10 @@ pub fn apply_on_core(
     pump: &mut crate::sched::pump::CorePump,
     now: u64,
     registry: &mio::Registry,
+    draining: bool,
 ) {
     pump.learn_handlers(&next.value.config);
-    dispatcher.reconfigure(Arc::clone(&next.value.config), now, registry);
+    dispatcher.reconfigure(Arc::clone(&next.value.config), now, registry, draining);
 }
 
 /// The main thread's SIGHUP check (every 20 ms while it waits): a reload per signal received

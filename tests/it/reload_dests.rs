@@ -370,3 +370,56 @@ fn reloads_past_the_destination_bound_are_refused_by_uri() {
     std::fs::write(manifest_path(&server), trigger("t", &path(3), 5)).unwrap();
     assert_eq!(admin_reload(&server, Some(TOKEN)).status, 200);
 }
+
+/// A reload refused after its new destination was laid out leaves no trace. The refused one
+/// adds trigger `n` (a backlog share of its own, which only a restart can give) on a new URI
+/// `x`; the next, accepted, adds `m` on another new URI `y`, which takes the same destination
+/// id. `y`'s calls are counted under `y`, nothing is exported for `x`, and nothing counts as
+/// removed. (The refusal used to come after `x` had named the id's metric cell, for the run.)
+#[test]
+fn a_refused_reload_leaves_no_destination_named() {
+    let keep = Downstream::start(Behavior::default());
+    let x = Downstream::start(Behavior::default());
+    let y = Downstream::start(Behavior::default());
+    let (keep_uri, x_uri, y_uri) = (keep.uri("/keep"), x.uri("/x"), y.uri("/y"));
+    let server = start(&trigger("t", &keep_uri, 5));
+    let shared =
+        trigger("n", &x_uri, 5).replace("handler = ", "max_pending = { events = 10 }\nhandler = ");
+    std::fs::write(
+        manifest_path(&server),
+        format!("{}{shared}", trigger("t", &keep_uri, 5)),
+    )
+    .unwrap();
+    let r = admin_reload(&server, Some(TOKEN));
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("max_pending"), "{}", r.text());
+
+    let next = format!("{}{}", trigger("t", &keep_uri, 5), trigger("m", &y_uri, 3));
+    std::fs::write(manifest_path(&server), next).unwrap();
+    let r = admin_reload(&server, Some(TOKEN));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let ids = post_many(&server, "/hooks/m", 4);
+    assert!(wait_until(Duration::from_secs(10), || delivered_ids(&y)
+        .len()
+        >= 4));
+    assert_eq!(delivered_ids(&y).into_iter().collect::<HashSet<_>>(), ids);
+    let family = "sluice_dispatch_attempts_total";
+    let delivered = &[("destination", y_uri.as_str()), ("outcome", "delivered")];
+    assert!(wait_until(Duration::from_secs(5), || metric(
+        &server, family, delivered
+    ) == 4.0));
+    assert!(series_of(&server, family, &x_uri).is_empty());
+    assert_eq!(
+        metric(
+            &server,
+            "sluice_destination_permits",
+            &[("destination", &y_uri)]
+        ),
+        3.0
+    );
+    assert_eq!(
+        metric(&server, "sluice_destinations", &[("state", "removed")]),
+        0.0
+    );
+    assert!(x.seen().is_empty());
+}

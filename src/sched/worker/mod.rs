@@ -307,8 +307,9 @@ impl Worker {
     fn follow_reload(&mut self) {
         if let Some(next) = self.view.pick_up(&self.shared.reload) {
             let (now, registry) = (self.turn_now, self.poll.registry());
+            let draining = self.shared.accepting_stopped(now);
             let (dispatcher, pump) = (&mut self.dispatcher, &mut self.pump);
-            crate::ops::reload::apply_on_core(&next, dispatcher, pump, now, registry);
+            crate::ops::reload::apply_on_core(&next, dispatcher, pump, now, registry, draining);
         }
     }
 
