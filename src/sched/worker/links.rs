@@ -161,6 +161,9 @@ impl Worker {
 
     /// Moves jobs and outcomes: inbound rings, the dispatcher's outcomes, the pump's admissions.
     pub(super) fn exchange(&mut self, now: u64) {
+        // Jobs from other cores may come from a newer generation (a new trigger's gates): this
+        // core follows it before it judges them, as it does before routing a request.
+        self.follow_reload();
         let now_ms = crate::sync::clock::unix_millis();
         // Past `drain_grace` (not at the signal): the drain proper holds new work back.
         let draining = self.shared.accepting_stopped(now);
