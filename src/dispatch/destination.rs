@@ -147,11 +147,13 @@ impl DestinationState {
         Some(changed)
     }
 
-    /// The limit now: the adaptive controller's, or the fixed `max_in_flight`.
+    /// The limit: the adaptive controller's, or the fixed `max_in_flight` (a shared budget's:
+    /// its lease's target). After a cut it is the new limit at once, while the calls above it
+    /// return (what `sluice_destination_permits` reports).
     pub fn limit(&self) -> usize {
         self.adaptive
             .as_ref()
-            .map_or(self.permits.max(), AdaptiveLimit::limit)
+            .map_or(self.permits.target(), AdaptiveLimit::limit)
     }
 
     /// A reload's new limits (`ops::reload`): a fixed `max_in_flight` (a raise applies at once,
@@ -626,6 +628,30 @@ mod tests {
         d.complete(p, 0, &FAIL);
         assert!(matches!(d.gate(S / 2), Gate::FailFast { .. }));
     }
+    /// A reload cutting a fixed limit below the calls in flight: the limit (the permits
+    /// metric) is the new one at once; the permits come down as the calls return.
+    #[test]
+    fn a_cut_limit_is_reported_at_once_while_calls_return() {
+        let mut d = dest(10, 1000, None);
+        let held: Vec<_> = (0..8).map(|_| go(&mut d, 0).0).collect();
+        let raw = crate::config::Config::parse_manifest(
+            "[[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/a\"\nhandler = \"http://h/\"\n\
+             [[destinations]]\nuri = \"http://h/\"\nmax_in_flight = 5\n",
+        )
+        .unwrap();
+        let cfg =
+            crate::config::Config::build(raw, &|_| None, &crate::config::Overrides::default())
+                .unwrap();
+        let c = &cfg.destinations[0];
+        d.reconfigure(c, c).unwrap();
+        assert_eq!(d.limit(), 5, "the new limit, not the 8 still out");
+        assert_eq!(d.max_in_flight(), 8);
+        for p in held {
+            d.complete(p, 1, &Class::Delivered);
+        }
+        assert_eq!((d.limit(), d.max_in_flight()), (5, 5));
+    }
+
     /// A reload re-applies every destination's settings: a shared destination's permits stay
     /// at its lease's target (here 3 of the cluster's 20), they do not jump to the cluster-wide
     /// `max_in_flight`. And with Redis down in `local` mode, a destination held back by the

@@ -225,7 +225,11 @@ impl DispatchMetrics {
                     self.dests.len()
                 ));
             };
-            if c.uri.set(d.handler.uri.as_str().into()).is_ok() {
+            // A fixed limit is the configured one, also for a destination no core has started
+            // a call to yet (its owner core sets it only from its own state); an adaptive or
+            // shared one starts at its initial value and is then its owner core's to set.
+            let fixed = d.adaptive.is_none() && d.shared.is_none();
+            if c.uri.set(d.handler.uri.as_str().into()).is_ok() || fixed {
                 c.permits
                     .store(d.initial_permits() as u64, Ordering::Relaxed);
             }

@@ -48,6 +48,12 @@ impl Permits {
         self.max = target.max(self.in_flight);
     }
 
+    /// The bound [`Permits::set_max`] is taking `max` to (`max` itself once the calls above
+    /// it have returned).
+    pub const fn target(&self) -> usize {
+        self.target
+    }
+
     /// Whether [`Permits::try_acquire`] would succeed now.
     #[inline]
     pub const fn available(&self) -> bool {
