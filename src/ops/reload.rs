@@ -42,7 +42,8 @@
 //!   other `[server]`, `[ingest]`, `[orchestrator]`, `[dispatch]`, `[flow]` key, the admin
 //!   token, a destination's `circuit`, `tls` and adaptive limits, a new destination's shared
 //!   budget, a shared destination's `shared`, `max_in_flight` and `rate`, more destinations
-//!   than the per-run bound, a share for a trigger added by a reload).
+//!   than the per-run bound, a share for a trigger added by a reload, a gated trigger's new
+//!   handler on a destination another core owns).
 //!
 //! Reloads are serialized (a `try_lock`: a reload while one runs is refused as busy). The
 //! generation gauge and the result counters are plain atomics (`Relaxed`: counts carry no data).

@@ -7,6 +7,7 @@
 use std::fmt::Debug;
 
 use crate::config::Config;
+use crate::sched::placement::owner_core;
 
 /// `Ok(())` when every difference between `old` and `new` applies live; otherwise the key that
 /// needs a restart, with the running and the new value. `new` is laid out by destination id
@@ -175,6 +176,19 @@ fn triggers(old: &Config, new: &Config) -> Result<(), String> {
             continue;
         };
         let key = |k: &str| format!("trigger {:?}: {k}", n.id);
+        // A gated trigger's windows, holds and held events live on its destination's owner
+        // core (`sched::placement`): a new handler owned by another core would start its
+        // gates empty there while the old core still held the old ones.
+        let owner = |c: &Config, h: Option<usize>| {
+            h.and_then(|i| c.destinations.get(i))
+                .map(|d| owner_core(d.handler.uri.as_str(), c.server.workers))
+        };
+        let gated = !o.flow.is_empty() || !n.flow.is_empty();
+        if gated && o.handler.is_some() && owner(old, o.handler) != owner(new, n.handler) {
+            return Err(key(
+                "handler: a trigger with flow-control gates cannot move to a destination                  owned by another core without a restart (its gates' windows and held events                  live on the old one)",
+            ));
+        }
         // Catch-all: everything but the live keys must be equal.
         let mut live = n.clone();
         live.path = o.path.clone();
@@ -305,5 +319,32 @@ pub(super) mod tests {
         assert!(diff(&old, &unshared).unwrap_err().contains("shared"));
         let slower = base.replace("max_in_flight = 5", "max_in_flight = 5\ntimeout = \"9s\"");
         assert_eq!(diff(&old, &cfg(&slower)), Ok(()));
+    }
+    /// A gated trigger may change its handler live only to a destination of the same owner
+    /// core (its gates' state lives there); an ungated one anywhere.
+    #[test]
+    fn a_gated_trigger_keeps_its_owner_core() {
+        let uri = |i: usize| format!("http://127.0.0.1:{}/", 9000 + i);
+        let home = owner_core(&uri(0), 2);
+        let same = (1..).find(|&i| owner_core(&uri(i), 2) == home).unwrap();
+        let other = (1..).find(|&i| owner_core(&uri(i), 2) != home).unwrap();
+        let manifest = |to: usize, gate: &str| {
+            format!(
+                "[server]\nworkers = 2\n[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\n\
+                 handler = \"{}\"\n{gate}",
+                uri(to)
+            )
+        };
+        let gate = "throttle = { period = \"1s\", max = 2 }\n";
+        let running = cfg(&manifest(0, gate));
+        let moved = |to: usize, gate: &str| {
+            crate::ops::reload_ids::assign(&running, cfg(&manifest(to, gate)), 8).unwrap()
+        };
+        let e = diff(&running, &moved(other, gate)).unwrap_err();
+        assert!(e.contains("another core"), "{e}");
+        assert_eq!(diff(&running, &moved(same, gate)), Ok(()));
+        let plain = cfg(&manifest(0, ""));
+        let to_other = crate::ops::reload_ids::assign(&plain, cfg(&manifest(other, "")), 8);
+        assert_eq!(diff(&plain, &to_other.unwrap()), Ok(()));
     }
 }
