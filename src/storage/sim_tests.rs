@@ -61,3 +61,70 @@ fn a_cut_fails_the_nth_operation_and_everything_after_it() {
     assert!(!fs.is_cut());
     assert!(fs.list(root()).unwrap().is_empty());
 }
+
+#[test]
+fn read_at_reads_written_bytes_then_the_zero_tail_then_stops_at_the_size() {
+    let fs = SimFs::new(root(), 3);
+    let mut f = fs.open(&root().join("f"), OpenMode::CREATE).unwrap();
+    f.write_at(0, b"abcdef").unwrap();
+    f.allocate(16).unwrap(); // bytes 6..16 are a zero tail, not held in memory
+    let mut buf = [0xFFu8; 8];
+    assert_eq!(f.read_at(2, &mut buf).unwrap(), 8);
+    assert_eq!(&buf, b"cdef\0\0\0\0");
+    let mut buf = [0xFFu8; 8];
+    assert_eq!(
+        f.read_at(10, &mut buf).unwrap(),
+        6,
+        "past the data, inside the size"
+    );
+    assert_eq!(buf, [0, 0, 0, 0, 0, 0, 0xFF, 0xFF]);
+    assert_eq!(f.read_at(16, &mut buf).unwrap(), 0);
+    assert_eq!(f.read_at(u64::MAX, &mut buf).unwrap(), 0);
+}
+
+#[test]
+fn open_creates_only_when_asked_and_reports_what_is_in_the_way() {
+    let fs = SimFs::new(root(), 4);
+    let a = root().join("a");
+    let err = fs.open(&a, OpenMode::EXISTING).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    assert!(err.to_string().contains("/sim/a"), "{err}");
+    fs.open(&a, OpenMode::CREATE)
+        .unwrap()
+        .write_at(0, b"x")
+        .unwrap();
+    assert_eq!(
+        fs.read(&a).unwrap(),
+        b"x",
+        "CREATE of an existing file keeps it"
+    );
+    let err = fs.open(&a, OpenMode::NEW).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+    let err = fs.open(&root().join("no/b"), OpenMode::CREATE).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::NotFound, "missing parent");
+    fs.create_dir_all(&root().join("d")).unwrap();
+    let err = fs.open(&root().join("d"), OpenMode::CREATE).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "a directory");
+    assert_eq!(fs.list(root()).unwrap(), ["a", "d"]);
+}
+
+#[test]
+fn a_reboot_with_the_same_seed_tears_the_same_sectors() {
+    let image = |seed| {
+        let fs = SimFs::new(root(), seed);
+        for i in 0..8 {
+            let p = root().join(format!("f{i}"));
+            let mut f = fs.open(&p, OpenMode::CREATE).unwrap();
+            f.sync_data().unwrap();
+            fs.sync_dir(root()).unwrap();
+            f.write_at(0, &[0xAB; 8 * SECTOR as usize]).unwrap();
+        }
+        fs.reboot();
+        (0..8)
+            .map(|i| fs.read(&root().join(format!("f{i}"))).unwrap())
+            .collect::<Vec<_>>()
+    };
+    for seed in 0..4 {
+        assert_eq!(image(seed), image(seed), "seed {seed}");
+    }
+}
