@@ -29,10 +29,11 @@ for target in "${targets[@]}"; do
         echo "campaign $target: CRASH after $((SECONDS - start))s (artifact under fuzz/artifacts/$target)"
         exit 1
     fi
-    # One final-stats line per fuzzing process: this log's, or each job's (-jobs).
-    runs=$(cat "$log" fuzz-*.log 2>/dev/null | grep -Eo 'stat::number_of_executed_units: *[0-9]+' |
+    # One final-stats line per fuzzing process (with -jobs the parent copies each job's log, with
+    # its final stats, into this one as the job exits).
+    runs=$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$log" |
         grep -Eo '[0-9]+$' | paste -sd+ | bc || true)
     runs=${runs:-?}
-    cov=$(cat "$log" fuzz-*.log 2>/dev/null | grep -Eo 'cov: [0-9]+' | sort -t' ' -k2 -n | tail -n 1 || true)
+    cov=$(grep -Eo 'cov: [0-9]+' "$log" | sort -t' ' -k2 -n | tail -n 1 || true)
     echo "campaign $target: $runs execs in $((SECONDS - start))s, ${cov:-cov: ?}, corpus $(ls "corpus/$target" | wc -l) inputs, 0 crashes"
 done
