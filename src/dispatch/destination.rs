@@ -349,6 +349,12 @@ mod tests {
         )
     }
 
+    /// The validated configuration of manifest `text` (no environment).
+    fn built(text: &str) -> crate::config::Config {
+        let raw = crate::config::Config::parse_manifest(text).unwrap();
+        crate::config::Config::build(raw, &|_| None, &crate::config::Overrides::default()).unwrap()
+    }
+
     fn go(d: &mut DestinationState, now: u64) -> (Permit, bool) {
         match d.gate(now) {
             Gate::Go { permit, probe } => (permit, probe),
@@ -612,15 +618,11 @@ mod tests {
 
     #[test]
     fn from_config_uses_every_field() {
-        let raw = crate::config::Config::parse_manifest(
+        let cfg = built(
             "[[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/a\"\nhandler = \"http://h/\"\n\
              [[destinations]]\nuri = \"http://h/\"\nmax_in_flight = 2\nrate = { per_sec = 1, burst = 1 }\n\
              circuit = { failures = 1, open_for = \"1s\" }\n",
-        )
-        .unwrap();
-        let cfg =
-            crate::config::Config::build(raw, &|_| None, &crate::config::Overrides::default())
-                .unwrap();
+        );
         let mut d = DestinationState::from_config(&cfg.destinations[0]).unwrap();
         assert_eq!(d.max_in_flight(), 2);
         let (p, _) = go(&mut d, 0);
@@ -634,14 +636,10 @@ mod tests {
     fn a_cut_limit_is_reported_at_once_while_calls_return() {
         let mut d = dest(10, 1000, None);
         let held: Vec<_> = (0..8).map(|_| go(&mut d, 0).0).collect();
-        let raw = crate::config::Config::parse_manifest(
+        let cfg = built(
             "[[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/a\"\nhandler = \"http://h/\"\n\
              [[destinations]]\nuri = \"http://h/\"\nmax_in_flight = 5\n",
-        )
-        .unwrap();
-        let cfg =
-            crate::config::Config::build(raw, &|_| None, &crate::config::Overrides::default())
-                .unwrap();
+        );
         let c = &cfg.destinations[0];
         d.reconfigure(c, c).unwrap();
         assert_eq!(d.limit(), 5, "the new limit, not the 8 still out");
@@ -661,14 +659,10 @@ mod tests {
         use crate::cluster::slot::{Grant, Health, Slot};
         use crate::config::shared::OnUnavailable;
         use std::sync::Arc;
-        let raw = crate::config::Config::parse_manifest(
+        let cfg = built(
             "[[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/a\"\nhandler = \"http://h/\"\n\
              [[destinations]]\nuri = \"http://h/\"\nmax_in_flight = 20\n",
-        )
-        .unwrap();
-        let cfg =
-            crate::config::Config::build(raw, &|_| None, &crate::config::Overrides::default())
-                .unwrap();
+        );
         let c = &cfg.destinations[0];
         let slot = Arc::new(Slot::new(0));
         let (kick, rx) = std::sync::mpsc::sync_channel(1);
