@@ -158,8 +158,7 @@ impl DestinationState {
 
     /// A reload's new limits (`ops::reload`): a fixed `max_in_flight` (a raise applies at once,
     /// a cut as calls return: [`Permits::set_max`]; an adaptive limit keeps its controller, a
-    /// shared budget its lease) and
-    /// the rate budget when it changed (a new budget starts full).
+    /// shared budget its lease) and the rate budget when it changed (a new budget starts full).
     pub fn reconfigure(
         &mut self,
         c: &DestinationConfig,

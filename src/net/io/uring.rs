@@ -275,7 +275,9 @@ pub struct Uring {
     /// Completions taken off the queue while making room for submissions.
     backlog: Vec<Completion>,
     /// The turn's completions before they are sorted out ([`Uring::completions`]); kept so
-    /// that a turn allocates nothing.
+    /// that a turn allocates nothing. Empty between turns; its capacity is the most
+    /// completions one turn has taken, which the operations in flight bound (one receive and
+    /// one send per connection, plus the ring's own).
     drained: Vec<Completion>,
     epoll_fd: RawFd,
 }
