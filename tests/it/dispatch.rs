@@ -34,6 +34,14 @@ pub(crate) fn big_buckets(o: Opts) -> Opts {
         .env("HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC", "1000000")
 }
 
+/// True once the server counts at least `n` dead letters (`sluice_dlq_entries`). Its admin
+/// routes act on its own index, which takes a batch once the batch's directory sync is done:
+/// a moment after `sluice dlq list` can see the renamed file.
+pub(crate) fn server_counts_dlq(server: &Server, n: usize) -> bool {
+    let (_, samples) = scrape(server);
+    sample_value(&samples, "sluice_dlq_entries", &[]) >= n as f64
+}
+
 /// `sluice dlq list --json`, which must succeed.
 pub(crate) fn dlq_list(data_dir: &std::path::Path) -> Vec<serde_json::Value> {
     let out = run_cli(&["dlq", "list", "--data-dir", path_str(data_dir), "--json"]);
@@ -462,7 +470,8 @@ fn admin_route_replays_a_dead_letter_online() {
     assert!(
         wait_until(Duration::from_secs(10), || dlq_list(&dir)
             .iter()
-            .any(|e| e["id"] == id.as_str())),
+            .any(|e| e["id"] == id.as_str())
+            && server_counts_dlq(&server, 1)),
         "not dead-lettered"
     );
     ds.set(Behavior::default());

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::dispatch::{big_buckets, circuit_count, dlq_list};
+use crate::dispatch::{big_buckets, circuit_count, dlq_list, server_counts_dlq};
 use crate::downstream::{Behavior, Downstream};
 use crate::support::*;
 
@@ -82,7 +82,8 @@ fn dead_letter_n(server: &Server, n: usize) -> HashSet<String> {
         .collect();
     let dir = server.data_dir();
     assert!(
-        wait_until(Duration::from_secs(20), || dlq_list(&dir).len() >= n),
+        wait_until(Duration::from_secs(20), || dlq_list(&dir).len() >= n
+            && server_counts_dlq(server, n)),
         "only {} of {n} dead-lettered",
         dlq_list(&dir).len()
     );
