@@ -35,13 +35,15 @@ use crate::ingest::backlog::Backlog;
 use crate::ingest::bucket::Admission;
 use crate::ingest::dedupe::{self, Claim, ClaimToken, DEDUPE_KEY_HEADER};
 use crate::ingest::event_id::EventIdGen;
-use crate::ingest::respond::{accepted_body, json_str, refused_body, Refusal};
+use crate::ingest::respond::{
+    json_str, push_accepted_body, push_refused_body, refused_body, Refusal,
+};
 use crate::ingest::schedule::ReturnSchedule;
 use crate::ingest::sources::{SourceCache, SourceEntry};
 use crate::ingest::{verify, GuardTable, Guards, TriggerGuard};
 use crate::metrics::CoreMetrics;
 use crate::net::budget::{Reservation, BODY_BUDGET_RETRY_AFTER_SECS};
-use crate::net::http::{self, Request, RequestHead};
+use crate::net::http::{self, RequestHead};
 use crate::wal::{self, EventRecord};
 
 const JSON: &str = "application/json";
@@ -78,11 +80,14 @@ pub struct Pipeline<'a> {
 }
 
 /// A routed ingest request: `POST` to trigger `trigger_id` from `source`.
+/// Borrowed from the loop (the head goes back to its parser for reuse); the strings are copied
+/// into the event only once it is admitted, so a refusal copies nothing.
 #[derive(Debug)]
-pub struct Arrival {
-    pub request: Request,
-    pub trigger_id: String,
-    pub source: String,
+pub struct Arrival<'r> {
+    pub head: &'r RequestHead,
+    pub body: Vec<u8>,
+    pub trigger_id: &'r str,
+    pub source: &'r str,
 }
 
 /// The pipeline's output.
@@ -130,11 +135,11 @@ pub struct PendingReply {
     pub replay_of: Option<String>,
 }
 
-/// The answer of a pending reply: `202` or a `503` with `Retry-After: 1`.
+/// The answer of a pending reply: `202` or a `503` with `Retry-After: 1` (its JSON body is
+/// written into the caller's buffer).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion {
     pub status: u16,
-    pub body: String,
     pub retry_after: Option<&'static str>,
 }
 
@@ -161,15 +166,16 @@ impl Response {
 
 impl Pipeline<'_> {
     /// Runs the ingest sequence (module docs) on one request.
-    pub fn ingest(&mut self, arrival: Arrival, now: Now) -> Decision {
+    pub fn ingest(&mut self, arrival: Arrival<'_>, now: Now) -> Decision {
         let Arrival {
-            request: Request { head, body },
+            head,
+            body,
             trigger_id,
             source,
         } = arrival;
         let node = self.node;
-        let guard = node.table.get(&trigger_id);
-        let Some(mut headers) = stored_headers(node.config, &head, guard) else {
+        let guard = node.table.get(trigger_id);
+        if !stored_headers_fit(node.config, head, guard) {
             let text = format!(
                 "stored headers exceed {} fields or {} bytes per value\n",
                 wal::MAX_HEADERS,
@@ -181,7 +187,7 @@ impl Pipeline<'_> {
             });
         };
         if let Some(g) = guard {
-            if let Err(f) = node.guards.verify(g, &head, &body, now.unix_ms / 1000) {
+            if let Err(f) = node.guards.verify(g, head, &body, now.unix_ms / 1000) {
                 let text = verify::unauthorized_body(f.as_str());
                 return Decision::Respond(Response::json(401, text));
             }
@@ -190,7 +196,7 @@ impl Pipeline<'_> {
                 return Decision::Respond(Response::json(200, answer));
             }
         }
-        let entry = self.sources.get_for(&trigger_id, &source);
+        let entry = self.sources.get_for(trigger_id, source);
         if let Err(refusal) = node.admission.try_admit(entry.bucket(), now.mono) {
             self.metrics.incr_ingest(false);
             entry.count_refusal(Refusal::IngestSaturated);
@@ -202,21 +208,22 @@ impl Pipeline<'_> {
         let event_id = self.ids.next(now.unix_ms);
         let claim = match guard {
             Some(g) => {
-                match claim_dedupe(node.guards, g, &trigger_id, &head, &body, &event_id, now) {
+                match claim_dedupe(node.guards, g, trigger_id, head, &body, &event_id, now) {
                     Ok(claim) => claim,
                     Err(answered) => return Decision::Respond(answered),
                 }
             }
             None => None,
         };
+        let mut headers = stored_headers(node.config, head);
         let claim = claim.map(|(token, key)| {
             headers.push((DEDUPE_KEY_HEADER.to_string(), key.into_bytes()));
             token
         });
         let event = EventRecord {
             event_id,
-            trigger_id,
-            source,
+            trigger_id: trigger_id.to_owned(),
+            source: source.to_owned(),
             received_at_ms: now.unix_ms,
             headers,
             body,
@@ -312,20 +319,25 @@ impl Node<'_> {
     /// `Err(reason)` → `503` + `Retry-After: 1`, the backlog reservation given back. Counted
     /// per source and, for refusals, per trigger. The dedupe claim is the caller's (it is
     /// settled even when no reply is owed).
-    pub fn complete(&self, reply: ReplyRef<'_>, result: Result<(), Refusal>) -> Completion {
+    pub fn complete(
+        &self,
+        reply: ReplyRef<'_>,
+        result: Result<(), Refusal>,
+        body: &mut String,
+    ) -> Completion {
+        body.clear();
         match result {
             Ok(()) => {
                 reply.source.count_accepted();
-                let mut body = accepted_body(reply.event_id, reply.trigger_id);
+                push_accepted_body(body, reply.event_id, reply.trigger_id);
                 if let Some(of) = reply.replay_of {
                     body.pop();
                     body.push_str(",\"replay_of\":");
-                    json_str(&mut body, of);
+                    json_str(body, of);
                     body.push('}');
                 }
                 Completion {
                     status: 202,
-                    body,
                     retry_after: None,
                 }
             }
@@ -333,9 +345,9 @@ impl Node<'_> {
                 reply.source.count_refusal(reason);
                 self.backlog.count_refusal(reply.trigger_id, reason);
                 self.backlog.release_for(reply.trigger_id, reply.cost);
+                push_refused_body(body, reason, 1);
                 Completion {
                     status: 503,
-                    body: refused_body(reason, 1),
                     retry_after: Some("1"),
                 }
             }
@@ -365,23 +377,33 @@ impl PendingReply {
     }
 }
 
-/// Step 1: the configured headers of `head` to store, or `None` past the WAL's bounds (one
-/// slot is kept free for the dedupe key when the trigger dedupes).
-fn stored_headers(
-    config: &Config,
-    head: &RequestHead,
-    guard: Option<&TriggerGuard>,
-) -> Option<Vec<(String, Vec<u8>)>> {
+/// The configured headers of `head` to store with its event.
+fn to_store<'h>(
+    config: &'h Config,
+    head: &'h RequestHead,
+) -> impl Iterator<Item = (&'h str, &'h [u8])> + 'h {
     let stored = &config.ingest.stored_headers;
-    let headers: Vec<(String, Vec<u8>)> = head
-        .headers()
-        .filter(|(n, _)| *n != DEDUPE_KEY_HEADER && stored.iter().any(|s| s == n))
-        .map(|(n, v)| (n.to_string(), v.to_vec()))
-        .collect();
+    head.headers()
+        .filter(move |(n, _)| *n != DEDUPE_KEY_HEADER && stored.iter().any(|s| s == n))
+}
+
+/// Step 1: whether the headers to store fit the WAL's bounds (one slot kept free for the dedupe
+/// key when the trigger dedupes). Checked before anything is copied.
+fn stored_headers_fit(config: &Config, head: &RequestHead, guard: Option<&TriggerGuard>) -> bool {
     let key_slot = usize::from(guard.is_some_and(|g| g.dedupe.is_some()));
-    let too_many = headers.len() + key_slot > wal::MAX_HEADERS;
-    let too_long = (headers.iter()).any(|(_, v)| v.len() > wal::MAX_HEADER_VALUE_BYTES);
-    (!too_many && !too_long).then_some(headers)
+    let (mut n, mut too_long) = (key_slot, false);
+    for (_, v) in to_store(config, head) {
+        n += 1;
+        too_long |= v.len() > wal::MAX_HEADER_VALUE_BYTES;
+    }
+    n <= wal::MAX_HEADERS && !too_long
+}
+
+/// The headers to store (after [`stored_headers_fit`]), copied for the event.
+fn stored_headers(config: &Config, head: &RequestHead) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    out.extend(to_store(config, head).map(|(n, v)| (n.to_owned(), v.to_vec())));
+    out
 }
 
 /// Step 4: `Ok(None)` no dedupe; `Ok(Some((claim, key)))` the key is claimed (stored with the

@@ -13,21 +13,33 @@ pub use super::sources::RefusalReason as Refusal;
 /// `{"status":"accepted",...}`
 pub fn accepted_body(event_id: &str, trigger_id: &str) -> String {
     let mut s = String::with_capacity(96);
-    s.push_str("{\"status\":\"accepted\",\"event_id\":");
-    json_str(&mut s, event_id);
-    s.push_str(",\"trigger_id\":");
-    json_str(&mut s, trigger_id);
-    s.push('}');
+    push_accepted_body(&mut s, event_id, trigger_id);
     s
+}
+
+/// [`accepted_body`] appended to `out` (a reused buffer: no allocation once it is grown).
+pub fn push_accepted_body(out: &mut String, event_id: &str, trigger_id: &str) {
+    out.push_str("{\"status\":\"accepted\",\"event_id\":");
+    json_str(out, event_id);
+    out.push_str(",\"trigger_id\":");
+    json_str(out, trigger_id);
+    out.push('}');
 }
 
 /// `{"status":"refused",...}`
 pub fn refused_body(reason: Refusal, retry_after_secs: u64) -> String {
-    format!(
-        "{{\"status\":\"refused\",\"reason\":\"{}\",\"retry_after\":{}}}",
-        reason.as_str(),
-        retry_after_secs
-    )
+    let mut s = String::with_capacity(80);
+    push_refused_body(&mut s, reason, retry_after_secs);
+    s
+}
+
+/// [`refused_body`] appended to `out`.
+pub fn push_refused_body(out: &mut String, reason: Refusal, retry_after_secs: u64) {
+    out.push_str("{\"status\":\"refused\",\"reason\":\"");
+    out.push_str(reason.as_str());
+    out.push_str("\",\"retry_after\":");
+    out.push_str(crate::net::http::decimal(&mut [0; 20], retry_after_secs));
+    out.push('}');
 }
 
 /// Appends `value` as a JSON string literal.

@@ -90,7 +90,9 @@ use std::fmt;
 
 pub use head::RequestHead;
 pub use reader::RequestReader;
-pub use response::{reason_phrase, write_continue, write_error, write_response, TEXT_PLAIN};
+pub use response::{
+    decimal, reason_phrase, write_continue, write_error, write_response, TEXT_PLAIN,
+};
 
 /// Size limits applied while reading requests. Validated by `config`; the codec does not clamp.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -63,7 +63,18 @@ impl RequestReader {
     /// Each returned request shifts the rest of `buf` to the front. With many small pipelined
     /// requests per read, prefer [`poll_slice`](Self::poll_slice) and compact once per read.
     pub fn poll(&mut self, buf: &mut Vec<u8>) -> ReadEvent {
-        let (event, consumed) = self.poll_slice(buf);
+        self.poll_reusing(buf, &mut None)
+    }
+
+    /// [`poll`](Self::poll) that parses a new head into the buffers of `spare` (taken from it
+    /// when a head is parsed): a caller that hands each finished head back keeps the steady
+    /// state free of allocations for heads.
+    pub fn poll_reusing(
+        &mut self,
+        buf: &mut Vec<u8>,
+        spare: &mut Option<RequestHead>,
+    ) -> ReadEvent {
+        let (event, consumed) = self.poll_slice_reusing(buf, spare);
         buf.drain(..consumed);
         event
     }
@@ -72,8 +83,17 @@ impl RequestReader {
     /// bytes from the front of `input` were consumed. The next call must be given the input
     /// starting right after those bytes (the unconsumed rest, possibly with more appended).
     pub fn poll_slice(&mut self, input: &[u8]) -> (ReadEvent, usize) {
+        self.poll_slice_reusing(input, &mut None)
+    }
+
+    /// [`poll_slice`](Self::poll_slice) with a spare head (see [`poll_reusing`](Self::poll_reusing)).
+    pub fn poll_slice_reusing(
+        &mut self,
+        input: &[u8],
+        spare: &mut Option<RequestHead>,
+    ) -> (ReadEvent, usize) {
         let mut consumed = 0;
-        let event = self.step(input, &mut consumed);
+        let event = self.step(input, &mut consumed, spare);
         if let ReadEvent::Error(e) = event {
             self.state = State::Failed(e);
         }
@@ -122,7 +142,12 @@ impl RequestReader {
         }
     }
 
-    fn step(&mut self, buf: &[u8], consumed: &mut usize) -> ReadEvent {
+    fn step(
+        &mut self,
+        buf: &[u8],
+        consumed: &mut usize,
+        spare: &mut Option<RequestHead>,
+    ) -> ReadEvent {
         match &mut self.state {
             State::Failed(e) => ReadEvent::Error(*e),
             State::Head(scanner) => {
@@ -141,7 +166,7 @@ impl RequestReader {
                     Ok(None) => return ReadEvent::Incomplete,
                     Err(e) => return ReadEvent::Error(e),
                 };
-                let head = match head::parse(&buf[start..end], &self.limits) {
+                let head = match head::parse(&buf[start..end], &self.limits, spare.take()) {
                     Ok(head) => head,
                     Err(e) => return ReadEvent::Error(e),
                 };

@@ -137,8 +137,14 @@ fn safe_field(s: &str) -> bool {
 }
 
 /// Appends `n` in decimal without going through `fmt`.
-pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+pub(crate) fn push_decimal(out: &mut Vec<u8>, n: u64) {
     let mut digits = [0u8; 20];
+    out.extend_from_slice(decimal(&mut digits, n).as_bytes());
+}
+
+/// `n` in decimal, written into `digits` (a `u64` has at most 20): a header value without a
+/// `String`.
+pub fn decimal(digits: &mut [u8; 20], mut n: u64) -> &str {
     let mut i = digits.len();
     loop {
         i -= 1;
@@ -148,7 +154,8 @@ pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
             break;
         }
     }
-    out.extend_from_slice(&digits[i..]);
+    // Only ASCII digits were written, so this never falls back.
+    std::str::from_utf8(&digits[i..]).unwrap_or("0")
 }
 
 #[cfg(test)]
@@ -220,6 +227,7 @@ mod tests {
             let mut out = Vec::new();
             push_decimal(&mut out, n);
             assert_eq!(text(&out), n.to_string());
+            assert_eq!(super::decimal(&mut [0; 20], n), n.to_string());
         }
     }
 }

@@ -40,9 +40,10 @@ impl Worker {
     pub(super) fn handle_ingest(
         &mut self,
         idx: usize,
-        req: Request,
-        trigger_id: String,
-        source: String,
+        head: &http::RequestHead,
+        body: Vec<u8>,
+        trigger_id: &str,
+        source: &str,
         keep_alive: bool,
     ) {
         // The loop turn's clock reading (one `Instant::now()` per turn, not per request).
@@ -52,7 +53,8 @@ impl Worker {
         };
         let shared = Arc::clone(&self.shared);
         let arrival = Arrival {
-            request: req,
+            head,
+            body,
             trigger_id,
             source,
         };
@@ -62,11 +64,17 @@ impl Worker {
 
     /// Queues the pipeline's immediate answer (`Retry-After`, when set, before `Content-Type`).
     pub(super) fn respond(&mut self, idx: usize, route: Route, r: Response, keep_alive: bool) {
-        let ra = r.retry_after.map(|s| s.to_string());
-        let mut headers: Vec<(&str, &str)> = Vec::with_capacity(2);
-        headers.extend(ra.as_deref().map(|ra| ("Retry-After", ra)));
-        headers.push(("Content-Type", r.content_type));
-        self.push_ready(idx, route, r.status, &headers, &r.body, keep_alive, false);
+        let mut digits = [0; 20];
+        let ct = ("Content-Type", r.content_type);
+        let with_ra;
+        let headers: &[(&str, &str)] = match r.retry_after {
+            Some(secs) => {
+                with_ra = [("Retry-After", http::decimal(&mut digits, secs)), ct];
+                &with_ra
+            }
+            None => std::slice::from_ref(&ct),
+        };
+        self.push_ready(idx, route, r.status, headers, &r.body, keep_alive, false);
     }
 
     /// Applies the pipeline's output on connection `idx` (module docs).
@@ -201,25 +209,21 @@ impl Worker {
             }
         }
         let reply = p.reply.as_ref();
+        let body = &mut self.reply_body;
         let pipeline::Completion {
             status,
-            body,
             retry_after,
-        } = node(&self.shared).complete(reply, result);
-        let mut headers: Vec<(&str, &str)> =
-            vec![("Date", &self.date), ("Content-Type", "application/json")];
-        if let Some(ra) = retry_after {
-            headers.push(("Retry-After", ra));
-        }
-        let mut bytes = Vec::with_capacity(160 + body.len());
-        http::write_response(
-            &mut bytes,
-            status,
-            &headers,
-            body.as_bytes(),
-            keep_alive,
-            false,
-        );
+        } = node(&self.shared).complete(reply, result, body);
+        let headers = [
+            ("Date", &*self.date),
+            ("Content-Type", "application/json"),
+            ("Retry-After", retry_after.unwrap_or_default()),
+        ];
+        let n = if retry_after.is_some() { 3 } else { 2 };
+        // `write_response` reserves the exact size: one allocation.
+        let mut bytes = Vec::new();
+        let body = body.as_bytes();
+        http::write_response(&mut bytes, status, &headers[..n], body, keep_alive, false);
         conn.fill_slot(
             pos,
             Slot::Ready {

@@ -145,7 +145,15 @@ pub struct Worker {
     uring: Option<Box<Uring>>,
     /// Connections whose ring operations need (re)arming at the end of the turn (io_uring).
     touched: Vec<usize>,
+    /// The last handled request's head, whose buffers the next parsed head reuses (one per
+    /// core; kept only while it holds at most [`SPARE_HEAD_BYTES`]).
+    spare_head: Option<http::RequestHead>,
+    /// The JSON body of the 202 (or 503) being written, reused from answer to answer.
+    reply_body: String,
 }
+
+/// The most heap a core keeps in its spare request head (a larger head is freed after use).
+const SPARE_HEAD_BYTES: usize = 8 * 1024;
 
 impl Worker {
     /// Builds worker `id` with its listener and the parts of its core.
@@ -220,6 +228,8 @@ impl Worker {
             backend: shared_backend,
             uring: None,
             touched: Vec::new(),
+            spare_head: None,
+            reply_body: String::new(),
         })
     }
 
@@ -543,7 +553,10 @@ impl Worker {
             let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
                 return false;
             };
-            match conn.reader.poll(&mut conn.rbuf) {
+            match conn
+                .reader
+                .poll_reusing(&mut conn.rbuf, &mut self.spare_head)
+            {
                 ReadEvent::Request(req) => {
                     conn.continue_sent = false;
                     conn.served += 1;
@@ -663,11 +676,22 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
-        let mut all: Vec<(&str, &str)> = Vec::with_capacity(headers.len() + 1);
-        all.push(("Date", &self.date));
-        all.extend_from_slice(headers);
-        let mut bytes = Vec::with_capacity(160 + body.len());
-        http::write_response(&mut bytes, status, &all, body, keep_alive, head_only);
+        // `Date` and the caller's headers, on the stack (every route passes a few).
+        let mut inline = [("", ""); 8];
+        let heap: Vec<(&str, &str)>;
+        let all: &[(&str, &str)] = if headers.len() < inline.len() {
+            inline[0] = ("Date", &self.date);
+            inline[1..=headers.len()].copy_from_slice(headers);
+            &inline[..=headers.len()]
+        } else {
+            heap = std::iter::once(("Date", &*self.date))
+                .chain(headers.iter().copied())
+                .collect();
+            &heap
+        };
+        // `write_response` reserves the exact size: one allocation.
+        let mut bytes = Vec::new();
+        http::write_response(&mut bytes, status, all, body, keep_alive, head_only);
         conn.push(Slot::Ready {
             bytes,
             close: !keep_alive,
@@ -695,7 +719,20 @@ impl Worker {
     }
 
     fn handle(&mut self, idx: usize, req: Request, draining: bool) {
-        let head = &req.head;
+        let Request { head, body } = req;
+        self.route_request(idx, &head, body, draining);
+        if head.heap_bytes() <= SPARE_HEAD_BYTES {
+            self.spare_head = Some(head);
+        }
+    }
+
+    fn route_request(
+        &mut self,
+        idx: usize,
+        head: &http::RequestHead,
+        body: Vec<u8>,
+        draining: bool,
+    ) {
         let keep_alive = head.keep_alive && !draining;
         let head_only = head.method.as_str() == "HEAD";
         if !keep_alive {
@@ -744,8 +781,7 @@ impl Worker {
                 head_only,
             ),
             RouteMatch::Ingest { trigger_id, source } => {
-                let (trigger_id, source) = (trigger_id.to_string(), source.to_string());
-                self.handle_ingest(idx, req, trigger_id, source, keep_alive)
+                self.handle_ingest(idx, head, body, trigger_id, source, keep_alive)
             }
         }
     }
