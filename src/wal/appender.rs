@@ -122,6 +122,8 @@ pub struct Wal {
     checkpoint_failing: bool,
     /// True after a roll failed, until one succeeds: the probe then retries the roll.
     roll_failed: bool,
+    /// Failing commits and rolls, logged without flooding (`writer::FailureLog`).
+    pub(crate) failure_log: super::writer::FailureLog,
     /// Missing ranges accepted at open (`--accept-wal-loss`), published when a writer attaches.
     pub(crate) lost_accepted: Vec<LostRange>,
     /// `Os` durability only: the committed bytes `[os_synced_end, active.end)` of the active
@@ -190,6 +192,7 @@ impl Wal {
             probe_at_ns: 0,
             checkpoint_failing: false,
             roll_failed: false,
+            failure_log: Default::default(),
             lost_accepted: Vec::new(),
             os_unsynced: Vec::new(),
             os_synced_end: end,

@@ -7,6 +7,9 @@
 //! [`AppendOutcome`], in batch order. A write or sync failure turns the outcomes of the failed
 //! chunk and everything after it into `Unavailable` (none of them is in the log) and marks the
 //! log unhealthy; the next successful commit marks it healthy again.
+//!
+//! Failures are logged without flooding a failing disk's log (a commit per loop turn may fail
+//! for minutes): [`FailureLog`].
 #![forbid(unsafe_code)]
 
 use super::appender::{Staged, Wal};
@@ -53,6 +56,50 @@ pub fn commit_batch<'a>(
     }
 }
 
+/// How often a streak of failing commits of one log is logged again (with the count since).
+pub(crate) const REPEAT_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// One log's failing commits and rolls, as log lines: the first failure of a streak at once,
+/// then at most one line per [`REPEAT_LOG_EVERY`] carrying how many failed since the last line,
+/// and one line when a commit succeeds again. Bound: one line per 10 s per log while failing
+/// (`sluice_wal_healthy` and the `wal_unavailable` refusals count every failure).
+#[derive(Debug, Default)]
+pub(crate) struct FailureLog {
+    /// Failures in the current streak, and those not yet reported in a line.
+    streak: u64,
+    unlogged: u64,
+    logged_at_ns: u64,
+}
+
+impl FailureLog {
+    /// A failure at `now_ns` (the log's clock): the line to print, if one is due.
+    pub(crate) fn failed(&mut self, now_ns: u64, what: &str) -> Option<String> {
+        self.streak += 1;
+        let due = self.streak == 1
+            || now_ns.saturating_sub(self.logged_at_ns) >= REPEAT_LOG_EVERY.as_nanos() as u64;
+        if !due {
+            self.unlogged += 1;
+            return None;
+        }
+        let line = match self.unlogged {
+            0 => format!("sluice: wal: {what}"),
+            n => format!(
+                "sluice: wal: {what} ({n} more failures since the last line; {} in a row)",
+                self.streak
+            ),
+        };
+        self.unlogged = 0;
+        self.logged_at_ns = now_ns;
+        Some(line)
+    }
+
+    /// A commit succeeded: the length of the streak it ends (to be logged), if there was one.
+    pub(crate) fn succeeded(&mut self) -> Option<u64> {
+        let streak = std::mem::take(self).streak;
+        (streak > 0).then_some(streak)
+    }
+}
+
 /// Commits what is staged (`outcomes[from..]`). On success publishes the durable LSN; on
 /// failure turns the chunk's tentative outcomes into `Unavailable`. Returns success.
 fn commit_chunk(
@@ -71,17 +118,29 @@ fn commit_chunk(
             shared.durable_lsn.store(wal.last_lsn(), Ordering::Release);
             shared.appends_total.fetch_add(staged, Ordering::Relaxed);
             shared.healthy.store(true, Ordering::Relaxed);
+            if let Some(n) = wal.failure_log.succeeded() {
+                let dir = wal.dir().display();
+                eprintln!("sluice: wal: commits to {dir} succeed again after {n} failures");
+            }
             true
         }
         Err(e) => {
-            eprintln!(
-                "sluice: wal: committing to {} failed: {e} (errno {})",
+            let what = format!(
+                "committing to {} failed: {e} (errno {})",
                 wal.active_segment().display(),
                 e.raw_os_error().unwrap_or(0)
             );
+            log_failure(wal, &what);
             fail(shared, &mut outcomes[from..]);
             false
         }
+    }
+}
+
+fn log_failure(wal: &mut Wal, what: &str) {
+    let now = wal.now_nanos();
+    if let Some(line) = wal.failure_log.failed(now, what) {
+        eprintln!("{line}");
     }
 }
 
@@ -89,11 +148,12 @@ fn roll(wal: &mut Wal, shared: &WalShared, outcomes: &mut [AppendOutcome]) -> bo
     match wal.roll() {
         Ok(()) => true,
         Err(e) => {
-            eprintln!(
-                "sluice: wal: starting a new segment in {} failed: {e} (errno {})",
+            let what = format!(
+                "starting a new segment in {} failed: {e} (errno {})",
                 wal.dir().display(),
                 e.raw_os_error().unwrap_or(0)
             );
+            log_failure(wal, &what);
             let n = outcomes.len();
             fail(shared, &mut outcomes[n..]);
             false
@@ -111,6 +171,29 @@ fn fail(shared: &WalShared, outcomes: &mut [AppendOutcome]) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_streak_of_failures_is_logged_once_per_interval_with_its_count() {
+        let every = REPEAT_LOG_EVERY.as_nanos() as u64;
+        let mut log = FailureLog::default();
+        assert_eq!(log.succeeded(), None, "no streak, nothing to say");
+        assert_eq!(
+            log.failed(5, "x failed").as_deref(),
+            Some("sluice: wal: x failed")
+        );
+        for t in 6..1006 {
+            assert_eq!(log.failed(t, "x failed"), None, "within the interval");
+        }
+        let line = log.failed(5 + every, "y failed").unwrap();
+        assert_eq!(
+            line,
+            "sluice: wal: y failed (1000 more failures since the last line; 1002 in a row)"
+        );
+        assert_eq!(log.failed(6 + every, "y failed"), None);
+        assert_eq!(log.succeeded(), Some(1003));
+        // A new streak starts over: its first failure is logged at once.
+        assert!(log.failed(7 + every, "z failed").is_some());
+    }
     use crate::wal::format::tests::sample_event;
     use crate::wal::recovery::tests::{read_events, test_cfg};
     use crate::wal::segment::SegmentFile;
