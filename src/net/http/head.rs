@@ -302,8 +302,8 @@ fn check_version(token: &[u8]) -> Result<(), HttpError> {
 }
 
 /// Parses a complete head (`head` ends with the empty line) and applies the semantic checks.
-/// Parses a complete head (as found by the scanner). `spare`, a head the caller is done with,
-/// lends its buffers (cleared here), so a steady stream of requests allocates none for its heads.
+/// `spare`, a head the caller is done with, lends its buffers (cleared here), so a steady
+/// stream of requests allocates nothing for its heads.
 pub(crate) fn parse(
     head: &[u8],
     limits: &Limits,
