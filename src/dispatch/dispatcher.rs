@@ -56,6 +56,7 @@ use crate::dispatch::metrics::CoreDispatchMetrics;
 pub use crate::dispatch::outbound::CLIENT_TOKEN_BASE;
 use crate::dispatch::outbound::{Finished, OutboundPool, Started, Target};
 use crate::dispatch::permits::Permit;
+use crate::dispatch::request::{encode, template};
 use crate::dispatch::retry::RetryPolicy;
 use crate::dispatch::rng::SmallRng;
 use crate::ingest::backlog::Backlog;
@@ -817,86 +818,6 @@ fn describe(result: &AttemptResult, uri: &str) -> String {
         AttemptResult::Timeout => format!("{uri} did not answer within the timeout"),
         AttemptResult::Io => format!("connection to {uri} broke before a complete response"),
         AttemptResult::TlsError(f) => format!("TLS handshake with {uri} failed: {f}"),
-    }
-}
-
-/// The fixed parts of `cfg`'s requests: `POST` to its handler, its configured headers last.
-fn template(cfg: &DestinationConfig) -> Result<RequestTemplate, RequestError> {
-    let trailing: Vec<(&str, &[u8])> = cfg
-        .headers
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_bytes()))
-        .collect();
-    RequestTemplate::new(
-        "POST",
-        &cfg.handler.authority,
-        &cfg.handler.path_and_query,
-        &trailing,
-    )
-}
-
-/// Appends the `POST` of `job` to `cfg`'s handler, sent at `ts_secs` (Unix seconds), to `out`:
-/// `template`'s request line and `host`, the raw body's length, its stored `content-type`, the
-/// Standard Webhooks id/timestamp (and signature when the destination has a signing key),
-/// sluice's attempt/trigger/replay headers, then the destination's configured headers
-/// (`template`'s) and the body. No allocation but the signature's and `out`'s growth.
-fn encode(
-    cfg: &DestinationConfig,
-    template: &RequestTemplate,
-    job: &Job,
-    ts_secs: u64,
-    out: &mut Vec<u8>,
-) -> Result<(), RequestError> {
-    let (mut ts_buf, mut attempt_buf) = ([0u8; 20], [0u8; 20]);
-    let ts = decimal(ts_secs, &mut ts_buf);
-    let attempt = decimal(u64::from(job.attempt), &mut attempt_buf);
-    let signature = cfg.signing_key.as_ref().map(|k| {
-        crate::sign::standard_webhooks::sign(
-            k.expose(),
-            &job.event.event_id,
-            ts_secs,
-            &job.event.body,
-        )
-    });
-    let content_type = job
-        .event
-        .headers
-        .iter()
-        .find(|(n, _)| n == "content-type")
-        .map(|(_, v)| v.as_slice())
-        .unwrap_or(b"application/octet-stream");
-    let mut fields: [(&str, &[u8]); 8] = [
-        ("content-type", content_type),
-        ("webhook-id", job.event.event_id.as_bytes()),
-        ("webhook-timestamp", ts),
-        ("x-sluice-attempt", attempt),
-        ("x-sluice-trigger", job.event.trigger_id.as_bytes()),
-        ("user-agent", b"sluice"),
-        ("", b""),
-        ("", b""),
-    ];
-    let mut n = 6;
-    if let Some(r) = &job.event.replay_of {
-        fields[n] = ("x-sluice-replay-of", r.as_bytes());
-        n += 1;
-    }
-    if let Some(sig) = &signature {
-        fields[n] = ("webhook-signature", sig.as_bytes());
-        n += 1;
-    }
-    template.write(out, &fields[..n], &job.event.body)
-}
-
-/// `n` in decimal, written at the end of `buf`.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
     }
 }
 

@@ -337,14 +337,6 @@ fn a_bad_configured_header_fails_the_template_and_the_event_names_it() {
     assert_eq!(template(&cfg), Err(RequestError::HeaderName { index: 0 }));
 }
 
-#[test]
-fn decimals_are_written_without_allocating() {
-    let mut buf = [0u8; 20];
-    assert_eq!(decimal(0, &mut buf), b"0");
-    assert_eq!(decimal(1_700_000_000, &mut buf), b"1700000000");
-    assert_eq!(decimal(u64::MAX, &mut buf), u64::MAX.to_string().as_bytes());
-}
-
 /// A job for a destination id this core's generation does not know yet (a pump on another core
 /// picked the reload up first) waits aside, then goes to that destination once this core
 /// reconfigures to the generation that has it.

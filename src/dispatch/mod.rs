@@ -43,5 +43,6 @@ pub mod metrics;
 pub mod outbound;
 pub mod permits;
 pub mod rate;
+pub mod request;
 pub mod retry;
 pub mod rng;
