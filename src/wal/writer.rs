@@ -72,8 +72,10 @@ pub(crate) struct FailureLog {
 }
 
 impl FailureLog {
-    /// A failure at `now_ns` (the log's clock): the line to print, if one is due.
-    pub(crate) fn failed(&mut self, now_ns: u64, what: &str) -> Option<String> {
+    /// A failure at `now_ns` (the log's clock): `Some((skipped, streak))` when a line is due —
+    /// the failures since the last line and the streak so far, for [`failure_line`] — so a
+    /// suppressed failure formats nothing.
+    pub(crate) fn failed(&mut self, now_ns: u64) -> Option<(u64, u64)> {
         self.streak += 1;
         let due = self.streak == 1
             || now_ns.saturating_sub(self.logged_at_ns) >= REPEAT_LOG_EVERY.as_nanos() as u64;
@@ -81,22 +83,25 @@ impl FailureLog {
             self.unlogged += 1;
             return None;
         }
-        let line = match self.unlogged {
-            0 => format!("sluice: wal: {what}"),
-            n => format!(
-                "sluice: wal: {what} ({n} more failures since the last line; {} in a row)",
-                self.streak
-            ),
-        };
-        self.unlogged = 0;
+        let skipped = std::mem::take(&mut self.unlogged);
         self.logged_at_ns = now_ns;
-        Some(line)
+        Some((skipped, self.streak))
     }
 
     /// A commit succeeded: the length of the streak it ends (to be logged), if there was one.
     pub(crate) fn succeeded(&mut self) -> Option<u64> {
         let streak = std::mem::take(self).streak;
         (streak > 0).then_some(streak)
+    }
+}
+
+/// The line for a due failure ([`FailureLog::failed`]).
+pub(crate) fn failure_line(what: &str, skipped: u64, streak: u64) -> String {
+    match skipped {
+        0 => format!("sluice: wal: {what}"),
+        n => format!(
+            "sluice: wal: {what} ({n} more failures since the last line; {streak} in a row)"
+        ),
     }
 }
 
@@ -125,22 +130,22 @@ fn commit_chunk(
             true
         }
         Err(e) => {
-            let what = format!(
-                "committing to {} failed: {e} (errno {})",
-                wal.active_segment().display(),
-                e.raw_os_error().unwrap_or(0)
-            );
-            log_failure(wal, &what);
+            log_failure(wal, |wal| {
+                let segment = wal.active_segment().display();
+                let errno = e.raw_os_error().unwrap_or(0);
+                format!("committing to {segment} failed: {e} (errno {errno})")
+            });
             fail(shared, &mut outcomes[from..]);
             false
         }
     }
 }
 
-fn log_failure(wal: &mut Wal, what: &str) {
+/// Counts a failure; prints it (`what` formatted only then) if a line is due.
+fn log_failure(wal: &mut Wal, what: impl FnOnce(&Wal) -> String) {
     let now = wal.now_nanos();
-    if let Some(line) = wal.failure_log.failed(now, what) {
-        eprintln!("{line}");
+    if let Some((skipped, streak)) = wal.failure_log.failed(now) {
+        eprintln!("{}", failure_line(&what(wal), skipped, streak));
     }
 }
 
@@ -148,12 +153,11 @@ fn roll(wal: &mut Wal, shared: &WalShared, outcomes: &mut [AppendOutcome]) -> bo
     match wal.roll() {
         Ok(()) => true,
         Err(e) => {
-            let what = format!(
-                "starting a new segment in {} failed: {e} (errno {})",
-                wal.dir().display(),
-                e.raw_os_error().unwrap_or(0)
-            );
-            log_failure(wal, &what);
+            log_failure(wal, |wal| {
+                let dir = wal.dir().display();
+                let errno = e.raw_os_error().unwrap_or(0);
+                format!("starting a new segment in {dir} failed: {e} (errno {errno})")
+            });
             let n = outcomes.len();
             fail(shared, &mut outcomes[n..]);
             false
@@ -177,22 +181,23 @@ pub(crate) mod tests {
         let every = REPEAT_LOG_EVERY.as_nanos() as u64;
         let mut log = FailureLog::default();
         assert_eq!(log.succeeded(), None, "no streak, nothing to say");
+        let line = |due: Option<(u64, u64)>, what| due.map(|(n, s)| failure_line(what, n, s));
         assert_eq!(
-            log.failed(5, "x failed").as_deref(),
+            line(log.failed(5), "x failed").as_deref(),
             Some("sluice: wal: x failed")
         );
         for t in 6..1006 {
-            assert_eq!(log.failed(t, "x failed"), None, "within the interval");
+            assert_eq!(log.failed(t), None, "within the interval");
         }
-        let line = log.failed(5 + every, "y failed").unwrap();
+        let due = line(log.failed(5 + every), "y failed").unwrap();
         assert_eq!(
-            line,
+            due,
             "sluice: wal: y failed (1000 more failures since the last line; 1002 in a row)"
         );
-        assert_eq!(log.failed(6 + every, "y failed"), None);
+        assert_eq!(log.failed(6 + every), None);
         assert_eq!(log.succeeded(), Some(1003));
         // A new streak starts over: its first failure is logged at once.
-        assert!(log.failed(7 + every, "z failed").is_some());
+        assert!(log.failed(7 + every).is_some());
     }
     use crate::wal::format::tests::sample_event;
     use crate::wal::recovery::tests::{read_events, test_cfg};
