@@ -175,7 +175,7 @@ impl Pipeline<'_> {
         } = arrival;
         let node = self.node;
         let guard = node.table.get(trigger_id);
-        if !stored_headers_fit(node.config, head, guard) {
+        let Some(stored) = stored_headers_fit(node.config, head, guard) else {
             let text = format!(
                 "stored headers exceed {} fields or {} bytes per value\n",
                 wal::MAX_HEADERS,
@@ -215,7 +215,7 @@ impl Pipeline<'_> {
             }
             None => None,
         };
-        let mut headers = stored_headers(node.config, head);
+        let mut headers = stored_headers(node.config, head, stored);
         let claim = claim.map(|(token, key)| {
             headers.push((DEDUPE_KEY_HEADER.to_string(), key.into_bytes()));
             token
@@ -388,20 +388,26 @@ fn to_store<'h>(
 }
 
 /// Step 1: whether the headers to store fit the WAL's bounds (one slot kept free for the dedupe
-/// key when the trigger dedupes). Checked before anything is copied.
-fn stored_headers_fit(config: &Config, head: &RequestHead, guard: Option<&TriggerGuard>) -> bool {
+/// key when the trigger dedupes), checked before anything is copied: `Some(fields to store,
+/// the key's slot included)`, or `None` past the bounds.
+fn stored_headers_fit(
+    config: &Config,
+    head: &RequestHead,
+    guard: Option<&TriggerGuard>,
+) -> Option<usize> {
     let key_slot = usize::from(guard.is_some_and(|g| g.dedupe.is_some()));
     let (mut n, mut too_long) = (key_slot, false);
     for (_, v) in to_store(config, head) {
         n += 1;
         too_long |= v.len() > wal::MAX_HEADER_VALUE_BYTES;
     }
-    n <= wal::MAX_HEADERS && !too_long
+    (n <= wal::MAX_HEADERS && !too_long).then_some(n)
 }
 
-/// The headers to store (after [`stored_headers_fit`]), copied for the event.
-fn stored_headers(config: &Config, head: &RequestHead) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
+/// The headers to store (after [`stored_headers_fit`] counted `n`), copied for the event into
+/// a list of exactly that room.
+fn stored_headers(config: &Config, head: &RequestHead, n: usize) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::with_capacity(n);
     out.extend(to_store(config, head).map(|(n, v)| (n.to_owned(), v.to_vec())));
     out
 }
