@@ -57,6 +57,32 @@ pub use ingest::{
 use server::build_server;
 pub use server::{RawServer, ServerConfig, ENV_IO};
 
+/// `wal.commit`, for running one build's suites with either commit path.
+pub const ENV_WAL_COMMIT: &str = "SLUICE_WAL_COMMIT";
+
+/// `wal.commit = "ring"` only where a ring can commit: `fsync` durability on the `pwrite` path,
+/// and a backend that may be io_uring (`auto` falls back to the helper on mio, with a log line).
+fn check_commit_path(wal: &WalSettings, io: crate::net::io::IoMode) -> Result<(), ConfigError> {
+    use crate::wal::{CommitPath, Durability, WritePath};
+    if wal.commit != CommitPath::Ring {
+        return Ok(());
+    }
+    if wal.durability != Durability::Fsync || wal.write_path != WritePath::Pwrite {
+        return err(
+            "wal.commit = \"ring\" needs wal.durability = \"fsync\" and wal.write_path = \"pwrite\" \
+             (the ring submits a write linked to an fdatasync)"
+                .to_string(),
+        );
+    }
+    if io == crate::net::io::IoMode::Mio {
+        return err(
+            "wal.commit = \"ring\" needs the io_uring backend, but server.io is \"mio\""
+                .to_string(),
+        );
+    }
+    Ok(())
+}
+
 /// A configuration error: which key, and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError(pub String);
@@ -118,6 +144,11 @@ pub struct RawWal {
     pub ring_capacity: Option<usize>,
     /// Most records in one group commit. Default: 1024. Range: 1..=65536.
     pub max_batch: Option<usize>,
+    /// Who writes and syncs a core's own log: `"helper"` (the core's commit helper thread) or
+    /// `"ring"` (the core's io_uring ring; needs `durability = "fsync"`, `write_path =
+    /// "pwrite"` and the io_uring backend). Env `SLUICE_WAL_COMMIT`. Default: `"helper"`
+    /// (BENCHMARKS.md says why).
+    pub commit: Option<String>,
 }
 
 /// `[[triggers]]`
@@ -169,6 +200,8 @@ pub struct WalSettings {
     /// warning says so ([`Config::warnings`]) instead of ignoring it silently.
     pub ring_capacity: Option<usize>,
     pub max_batch: usize,
+    /// `wal.commit`: the helper thread or the core's io_uring ring.
+    pub commit: crate::wal::CommitPath,
     /// `serve --accept-wal-loss`: start although the WAL checkpoint says records are missing.
     pub accept_loss: bool,
 }
@@ -260,7 +293,13 @@ impl Config {
             }
         }
         let mut ingest = build_ingest(raw.ingest, env)?;
-        let wal = build_wal(raw.wal, overrides, server.max_body_bytes)?;
+        let mut wal = build_wal(raw.wal, overrides, server.max_body_bytes)?;
+        if let Some(v) = env(ENV_WAL_COMMIT) {
+            wal.commit = v
+                .parse()
+                .map_err(|e| ConfigError(format!("environment variable {ENV_WAL_COMMIT}: {e}")))?;
+        }
+        check_commit_path(&wal, server.io)?;
         let handlers: Vec<(String, Option<String>)> = raw
             .triggers
             .iter()
@@ -435,6 +474,12 @@ fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, Con
             .map(|v| ranged("wal.ring_capacity", Some(v), v, 2, 1 << 20))
             .transpose()?,
         max_batch: ranged("wal.max_batch", r.max_batch, 1024, 1, 65536)?,
+        commit: match r.commit {
+            None => crate::wal::CommitPath::default(),
+            Some(t) => t
+                .parse()
+                .map_err(|e| ConfigError(format!("wal.commit {e}")))?,
+        },
         accept_loss: o.accept_wal_loss,
     })
 }
@@ -578,6 +623,19 @@ mod tests {
             ("[server]\nlisten = \"nope\"\n", "listen"),
             ("[wal]\ndurability = \"sometimes\"\n", "durability"),
             ("[wal]\nwrite_path = \"carrier-pigeon\"\n", "wal.write_path"),
+            ("[wal]\ncommit = \"disk\"\n", "wal.commit must be \"helper\" or \"ring\""),
+            (
+                "[wal]\ncommit = \"ring\"\ndurability = \"os\"\n",
+                "wal.commit = \"ring\" needs wal.durability = \"fsync\"",
+            ),
+            (
+                "[wal]\ncommit = \"ring\"\nwrite_path = \"mmap\"\n",
+                "wal.write_path = \"pwrite\"",
+            ),
+            (
+                "[server]\nio = \"mio\"\n[wal]\ncommit = \"ring\"\n",
+                "needs the io_uring backend",
+            ),
             ("[server]\nbogus = 1\n", "bogus"),
             ("[[triggers]]\nid = \"a b\"\nprovider = \"x\"\npath = \"/x\"\n", "id"),
             ("[[triggers]]\nid = \"a\"\nprovider = \"x\"\npath = \"x\"\n", "path"),
@@ -590,6 +648,22 @@ mod tests {
             let e = build(text, &no_env).unwrap_err();
             assert!(e.0.contains(needle), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn the_commit_path_comes_from_the_manifest_or_the_environment() {
+        use crate::wal::CommitPath;
+        assert_eq!(build("", &no_env).unwrap().wal.commit, CommitPath::Helper);
+        let ring = build("[wal]\ncommit = \"ring\"\n", &no_env).unwrap();
+        assert_eq!(ring.wal.commit, CommitPath::Ring);
+        let env = |k: &str| (k == ENV_WAL_COMMIT).then(|| "ring".to_string());
+        assert_eq!(build("", &env).unwrap().wal.commit, CommitPath::Ring);
+        let bad = |k: &str| (k == ENV_WAL_COMMIT).then(|| "rings".to_string());
+        let e = build("", &bad).unwrap_err();
+        assert!(
+            e.0.contains("environment variable SLUICE_WAL_COMMIT"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -126,6 +126,13 @@ fn wal(o: &mut Out, cfg: &Config) {
         },
     );
     o.kv("max_batch", w.max_batch);
+    o.s(
+        "commit",
+        match w.commit {
+            crate::wal::CommitPath::Helper => "helper",
+            crate::wal::CommitPath::Ring => "ring",
+        },
+    );
 }
 
 fn dispatch(o: &mut Out, cfg: &Config) {

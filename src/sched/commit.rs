@@ -1,5 +1,6 @@
-//! A core's commit helper: the one thread that does the core's blocking file I/O, one batch per
-//! wake-up (DIRECTION.md, "What an fdatasync costs here": the switches are per batch).
+//! A core's commit: the helper thread that does the core's blocking file I/O, one batch per
+//! wake-up (DIRECTION.md, "What an fdatasync costs here": the switches are per batch), or, with
+//! `wal.commit = "ring"` on io_uring, the core's own ring for its own log.
 //!
 //! Between batches (and at least every 100 ms) the helper also ticks each log (`Wal::tick`):
 //! the checkpoint of what must exist, retention the pump asked for, and while a log is unhealthy
@@ -14,19 +15,26 @@
 //! (`mio::Waker`). The loop takes it back ([`Committer::take_done`]) and answers the 202s.
 //!
 //! So a request crosses no thread: it is parsed, admitted, staged and answered on its core; the
-//! helper only sees whole batches. While a batch is with the helper the next one fills, which is
-//! what makes the group commit grow with the load.
+//! helper only sees whole batches. While a batch is with the helper the loop goes on reading,
+//! parsing and admitting, and the next batch fills: disk and CPU overlap, and the group commit
+//! grows with the load (measured side by side against parking the loop on the helper until the
+//! batch is back: BENCHMARKS.md, "Overlapping the commit").
 //!
-//! While a batch carrying ingest records is with the helper, the loop parks on the helper
-//! rather than on the network ([`Committer::wait_done`], at most [`COMMIT_WAIT`];
-//! `sync::handback` says why and how the helper then unparks it instead of waking the poll):
-//! one switch of the core per commit instead of one per arrival.
+//! **On the ring** (`wal.commit = "ring"`, io_uring, `fsync`, `pwrite`): the core's own log
+//! (slot 0, which takes every ingest record) stays with the loop. [`Committer::kick`] stages its
+//! records (`wal::start_batch`; a segment roll, a checkpoint, a scrub or the zeros written ahead
+//! run here, blocking) and submits the write linked to an `fdatasync` on the core's ring with
+//! the turn's sends; the completion ([`Committer::on_ring_done`], `wal::finish_batch`) settles
+//! the batch, and its 202s go out at the end of that turn. The helper keeps the adopted logs and
+//! the dead letters. Not the default: measured here, the io-wq worker that runs the sync costs
+//! more switches and more latency than the helper (BENCHMARKS.md).
 //!
-//! Bounds: at most one batch with the helper and one filling. The filling batch holds at most
-//! `max_batch` ingest records or [`wal::MAX_BATCH_BYTES`] of them ([`Committer::has_room`]; a
-//! refused offer waits for room, then `503 wal_busy`, as before); the pump's records are bounded
-//! by the pump (`MAX_RECORDS_IN_FLIGHT` per log) and dead letters by `max_outstanding`. The two
-//! rings between loop and helper hold at most one batch each (capacity 2).
+//! Bounds: at most one batch with the helper, one on the ring and one filling. The filling
+//! batch holds at most `max_batch` ingest records or [`wal::MAX_BATCH_BYTES`] of them
+//! ([`Committer::has_room`]; a refused offer waits for room, then `503 wal_busy`, as before);
+//! the pump's records are bounded by the pump (`MAX_RECORDS_IN_FLIGHT` per log) and dead letters
+//! by `max_outstanding`. The two rings between loop and helper hold at most one batch each
+//! (capacity 2).
 #![forbid(unsafe_code)]
 
 use std::io;
@@ -38,19 +46,13 @@ use crossbeam_utils::sync::{Parker, Unparker};
 use mio::Waker;
 
 use crate::dispatch::dlq::{DlqEntry, DlqError, DlqStore};
+use crate::net::io::uring::{FileDone, Uring};
 use crate::ring;
-use crate::sync::handback::Handback;
-use crate::wal::{self, AppendOutcome, Record, Wal, WalShared};
+use crate::wal::{self, AppendOutcome, PendingChunk, Record, Wal, WalShared};
 
 /// How long the helper sleeps with nothing to do if nobody unparks it (it then ticks its logs —
 /// checkpoint, retention, probe — and checks whether the loop has closed the ring).
 const IDLE_PARK: Duration = Duration::from_millis(100);
-
-/// The longest the loop parks on the helper ([`Committer::wait_done`]) before it reads the
-/// network anyway: what a request that needs no commit (a refusal, `/metrics`, a new
-/// connection) may wait beyond its turn while a sync is slow. A sync here takes 0.1–0.6 ms
-/// (`sluice_wal_sync_seconds`), so normally the batch is back first.
-pub const COMMIT_WAIT: Duration = Duration::from_millis(1);
 
 /// One thing for the disk.
 #[derive(Debug)]
@@ -99,39 +101,72 @@ pub struct Committer {
     next: Batch,
     /// A batch is with the helper.
     in_flight: bool,
-    /// Items in that batch, and how many of them are ingest records (requests waiting).
+    /// Items in that batch.
     in_flight_items: usize,
-    in_flight_ingest: usize,
     max_batch: usize,
-    /// The loop's parker for [`Committer::wait_done`], and the helper's way to tell.
-    parker: Parker,
-    handback: Arc<Handback>,
+    /// On io_uring: the core's own log, committed by the loop on its ring (module docs).
+    local: Option<LocalLog>,
+}
+
+/// The core's own log (slot 0) when the loop commits it on its io_uring ring.
+#[derive(Debug)]
+struct LocalLog {
+    log: HelperLog,
+    /// The batch whose last chunk's write and sync are on the ring (at most one).
+    on_ring: Option<(Batch, PendingChunk)>,
+    /// A batch that is back (from the ring, or committed on the loop), until
+    /// [`Committer::take_done`].
+    done: Option<Batch>,
+    outcomes: Vec<AppendOutcome>,
+}
+
+/// True for an item of the core's own log (slot 0).
+fn is_local(item: &Item) -> bool {
+    matches!(item, Item::Append { log: 0, .. })
+}
+
+/// Moves the items of `from` that satisfy `pred` into a new batch, in order.
+fn split_off(from: &mut Batch, pred: impl FnMut(&Item) -> bool) -> Batch {
+    let (taken, kept) = std::mem::take(&mut from.items).into_iter().partition(pred);
+    from.items = kept;
+    Batch {
+        items: taken,
+        ..Batch::default()
+    }
 }
 
 impl Committer {
     /// Starts core `core`'s helper over `logs` (slot order) and `dlq`; `waker` wakes the loop.
+    /// With `on_ring` (the io_uring backend) the core's own log (slot 0) stays with the loop,
+    /// which commits it on its ring, if its durability and write path allow
+    /// (`Wal::ring_committable`); the helper keeps the rest.
     pub fn start(
         core: usize,
-        logs: Vec<HelperLog>,
+        mut logs: Vec<HelperLog>,
         dlq: Arc<DlqStore>,
         waker: Arc<Waker>,
         max_batch: usize,
+        on_ring: bool,
     ) -> io::Result<Committer> {
+        let local =
+            (on_ring && logs.first().is_some_and(|l| l.wal.ring_committable())).then(|| LocalLog {
+                log: logs.remove(0),
+                on_ring: None,
+                done: None,
+                outcomes: Vec::new(),
+            });
         let (to_helper, rx) = ring::channel(2);
         let (tx, from_helper) = ring::channel(2);
         let parker = Parker::new();
         let helper = parker.unparker().clone();
-        let loop_parker = Parker::new();
-        let handback = Arc::new(Handback::new());
         let h = Helper {
+            first_slot: usize::from(local.is_some()),
             logs,
             dlq,
             rx,
             tx,
             parker,
             waker,
-            loop_unparker: loop_parker.unparker().clone(),
-            handback: handback.clone(),
             outcomes: Vec::new(),
         };
         let thread = std::thread::Builder::new()
@@ -145,10 +180,8 @@ impl Committer {
             next: Batch::default(),
             in_flight: false,
             in_flight_items: 0,
-            in_flight_ingest: 0,
             max_batch,
-            parker: loop_parker,
-            handback,
+            local,
         })
     }
 
@@ -175,76 +208,125 @@ impl Committer {
         self.next.items.push(item);
     }
 
-    /// Hands the filling batch to the helper if none is there and it is not empty. Called once
-    /// per loop turn.
-    pub fn kick(&mut self) {
+    /// Hands the filling batch on, once per loop turn: the core's own log's records to the
+    /// ring (`ring`, on io_uring) if its last commit is back, the rest to the helper if none is
+    /// there.
+    pub fn kick(&mut self, ring: Option<&mut Uring>) {
+        if self.local.is_some() {
+            self.kick_local(ring);
+        }
         if self.in_flight || self.next.items.is_empty() {
             return;
         }
-        let batch = std::mem::take(&mut self.next);
-        let (items, ingest) = (batch.items.len(), batch.ingest_records);
+        let batch = match self.local {
+            // Ingest records are all the own log's: they stay for the ring, counted.
+            Some(_) => split_off(&mut self.next, |item| !is_local(item)),
+            None => std::mem::take(&mut self.next),
+        };
+        if batch.items.is_empty() {
+            return;
+        }
+        let items = batch.items.len();
         match self.to_helper.try_push(batch) {
             Ok(()) => {
                 self.in_flight = true;
                 self.in_flight_items = items;
-                self.in_flight_ingest = ingest;
                 self.helper.unpark();
             }
             // Cannot happen (one batch at a time, capacity 2); keep the batch if it does.
-            Err(e) => self.next = e.into_inner(),
+            Err(e) => self.next.items.extend(e.into_inner().items),
         }
+    }
+
+    /// Commits the own log's records of the filling batch: staged on the loop and submitted
+    /// to `ring` (write linked to `fdatasync`), answered by [`Committer::on_ring_done`]; without
+    /// a ring (the core fell back to mio) committed here, blocking.
+    fn kick_local(&mut self, ring: Option<&mut Uring>) {
+        let Some(local) = self.local.as_mut() else {
+            return;
+        };
+        if local.on_ring.is_some() || local.done.is_some() {
+            return;
+        }
+        let HelperLog { wal, shared } = &mut local.log;
+        // Between commits, as the helper does for its logs: checkpoint, retention, probe.
+        let now = wal.now_nanos();
+        wal.tick(now);
+        if !self.next.items.iter().any(is_local) {
+            return;
+        }
+        let mut batch = split_off(&mut self.next, is_local);
+        batch.ingest_records = std::mem::take(&mut self.next.ingest_records);
+        batch.ingest_bytes = std::mem::take(&mut self.next.ingest_bytes);
+        let records = batch.items.iter().filter_map(|item| match item {
+            Item::Append { record, .. } => Some(record),
+            Item::DeadLetter { .. } => None,
+        });
+        let outcomes = &mut local.outcomes;
+        match ring.filter(|r| !r.file_busy()) {
+            Some(ring) => {
+                if let Some((sub, chunk)) = wal::start_batch(wal, shared, records, outcomes) {
+                    match ring.write_file(sub.fd, sub.offset, sub.buf, true) {
+                        Ok(()) => {
+                            local.on_ring = Some((batch, chunk));
+                            return;
+                        }
+                        Err((e, buf)) => {
+                            let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                            wal::finish_batch(wal, shared, outcomes, chunk, (buf, -errno, 0));
+                        }
+                    }
+                }
+            }
+            None => wal::commit_batch(wal, shared, records, outcomes),
+        }
+        batch.outcomes = outcomes.drain(..).map(Outcome::Appended).collect();
+        local.done = Some(batch);
+    }
+
+    /// The ring's answer for the own log's commit (`net::io::uring::Op::File`).
+    pub fn on_ring_done(&mut self, done: FileDone) {
+        let Some(local) = self.local.as_mut() else {
+            return;
+        };
+        let Some((mut batch, chunk)) = local.on_ring.take() else {
+            eprintln!("sluice: commit: a file write completed with no commit on the ring");
+            return;
+        };
+        let HelperLog { wal, shared } = &mut local.log;
+        let results = (done.buf, done.written, done.synced);
+        wal::finish_batch(wal, shared, &mut local.outcomes, chunk, results);
+        batch.outcomes = local.outcomes.drain(..).map(Outcome::Appended).collect();
+        local.done = Some(batch);
     }
 
     /// The batch the helper finished, if any: every item with its outcome.
     pub fn take_done(&mut self) -> Option<Batch> {
+        if let Some(done) = self.local.as_mut().and_then(|l| l.done.take()) {
+            return Some(done);
+        }
         let done = self.from_helper.try_pop()?;
         self.in_flight = false;
         self.in_flight_items = 0;
-        self.in_flight_ingest = 0;
         Some(done)
-    }
-
-    /// True while a batch with requests waiting for it is with the helper and not back yet:
-    /// the loop's next useful step is [`Committer::wait_done`].
-    pub fn awaits_commit(&self) -> bool {
-        self.in_flight && self.in_flight_ingest > 0 && self.from_helper.is_empty()
-    }
-
-    /// The loop's wait before its poll: while [`Committer::awaits_commit`], parks on the helper
-    /// (at most [`COMMIT_WAIT`], never past `timeout`) rather than on the network — arrivals can
-    /// only join the next batch (`sync::handback`) — and returns zero, so what arrived meanwhile
-    /// is read at once; otherwise returns `timeout`. On io_uring the caller submits the turn's
-    /// sends first.
-    pub fn wait_for_commit(&self, timeout: Duration) -> Duration {
-        if !self.awaits_commit() {
-            return timeout;
-        }
-        self.wait_done(timeout.min(COMMIT_WAIT));
-        Duration::ZERO
-    }
-
-    /// Parks the loop until the batch with the helper is back, at most `max`. Returns at once
-    /// if none is with the helper or it is back. The loop must then look for it
-    /// ([`Committer::take_done`]) before it waits on its poll again (`sync::handback`).
-    pub fn wait_done(&self, max: Duration) {
-        if !self.in_flight {
-            return;
-        }
-        self.handback.begin_wait();
-        if self.from_helper.is_empty() {
-            self.parker.park_timeout(max);
-        }
-        self.handback.end_wait();
     }
 
     /// Records (and dead letters) filling plus those with the helper, for the gauge.
     pub fn queued(&self) -> usize {
-        self.next.items.len() + self.in_flight_items
+        let on_ring = self.local.as_ref().map_or(0, |l| {
+            let batch = l.on_ring.as_ref().map(|(b, _)| b).or(l.done.as_ref());
+            batch.map_or(0, |b| b.items.len())
+        });
+        self.next.items.len() + self.in_flight_items + on_ring
     }
 
-    /// Nothing filling and nothing with the helper.
+    /// Nothing filling, nothing with the helper or on the ring.
     pub fn is_idle(&self) -> bool {
-        !self.in_flight && self.next.items.is_empty()
+        let local_idle = self
+            .local
+            .as_ref()
+            .map_or(true, |l| l.on_ring.is_none() && l.done.is_none());
+        !self.in_flight && self.next.items.is_empty() && local_idle
     }
 
     /// Stops the helper after the batch it has (a final sync of every log), and joins it.
@@ -254,6 +336,17 @@ impl Committer {
         if let Some(t) = self.thread.take() {
             if t.join().is_err() {
                 eprintln!("sluice: a commit helper thread panicked");
+            }
+        }
+        if let Some(mut local) = self.local.take() {
+            if local.on_ring.is_some() {
+                // Hard stop: its records were never answered; recovery finds what is durable.
+                eprintln!("sluice: a commit was still on the ring at the stop; no final sync");
+            } else if let Err(e) = local.log.wal.sync() {
+                eprintln!(
+                    "sluice: final sync of {}: {e}",
+                    local.log.wal.dir().display()
+                );
             }
         }
     }
@@ -267,15 +360,14 @@ impl Drop for Committer {
 
 /// The helper thread's state.
 struct Helper {
+    /// The slot of `logs[0]` (1 when the loop commits slot 0 on its ring).
+    first_slot: usize,
     logs: Vec<HelperLog>,
     dlq: Arc<DlqStore>,
     rx: ring::Receiver<Batch>,
     tx: ring::Sender<Batch>,
     parker: Parker,
     waker: Arc<Waker>,
-    /// The loop's parker, for a hand-back while it waits in [`Committer::wait_done`].
-    loop_unparker: Unparker,
-    handback: Arc<Handback>,
     outcomes: Vec<AppendOutcome>,
 }
 
@@ -318,11 +410,7 @@ impl Helper {
         if self.tx.try_push(batch).is_err() {
             eprintln!("sluice: commit helper: the loop's ring is closed; batch dropped");
         }
-        if self.handback.loop_parked() {
-            self.loop_unparker.unpark();
-        } else {
-            let _ = self.waker.wake();
-        }
+        let _ = self.waker.wake();
     }
 
     /// Commits every log the batch touches (one group commit each), then the dead letters.
@@ -336,7 +424,8 @@ impl Helper {
                 .iter()
                 .map(|_| Outcome::Appended(AppendOutcome::Unavailable)),
         );
-        for (slot, log) in self.logs.iter_mut().enumerate() {
+        for (i, log) in self.logs.iter_mut().enumerate() {
+            let slot = self.first_slot + i;
             let mine = |item: &Item| matches!(item, Item::Append { log, .. } if *log == slot);
             if !items.iter().any(mine) {
                 continue;
@@ -374,63 +463,6 @@ mod tests {
     use mio::{Events, Poll, Token};
 
     #[test]
-    fn a_loop_parked_on_the_helper_is_unparked_by_the_hand_back_not_its_poll() {
-        let tmp = tempfile::tempdir().unwrap();
-        let cfg = test_cfg(&tmp.path().join("a"), WritePath::Pwrite);
-        let (wal, _) = crate::wal::open(&cfg).unwrap();
-        let logs = vec![HelperLog {
-            wal,
-            shared: Arc::new(WalShared::new()),
-        }];
-        let dlq = Arc::new(DlqStore::open(&tmp.path().join("dlq"), 10).unwrap());
-        let poll = Poll::new().unwrap();
-        let waker = Arc::new(Waker::new(poll.registry(), Token(7)).unwrap());
-        let mut c = Committer::start(0, logs, dlq, waker, 4).unwrap();
-        assert!(!c.awaits_commit(), "nothing with the helper");
-        c.wait_done(Duration::from_secs(60)); // returns at once: nothing to wait for
-        let long = Duration::from_secs(60);
-        assert_eq!(
-            c.wait_for_commit(long),
-            long,
-            "nothing out: the poll waits as asked"
-        );
-        c.push_ingest(0, 100, Record::Event(sample_event(100, 100)));
-        c.kick();
-        let t0 = std::time::Instant::now();
-        assert_eq!(
-            c.wait_for_commit(long),
-            Duration::ZERO,
-            "after a park the poll does not wait"
-        );
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "parked past COMMIT_WAIT"
-        );
-        while c.take_done().is_none() {
-            c.wait_done(long);
-        }
-        for round in 0..20u64 {
-            c.push_ingest(0, round, Record::Event(sample_event(round, 100)));
-            c.kick();
-            let t0 = std::time::Instant::now();
-            while c.awaits_commit() {
-                // A missed hand-back would park the full 60 s.
-                c.wait_done(Duration::from_secs(60));
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "round {round}: the park timed out"
-            );
-            let done = c.take_done().expect("back after the wait");
-            assert!(matches!(
-                done.outcomes[..],
-                [Outcome::Appended(AppendOutcome::Durable { .. })]
-            ));
-        }
-        c.close();
-    }
-
-    #[test]
     fn a_batch_is_committed_per_log_and_comes_back_with_one_wake() {
         let tmp = tempfile::tempdir().unwrap();
         let mut logs = Vec::new();
@@ -446,16 +478,16 @@ mod tests {
         let dlq = Arc::new(DlqStore::open(&tmp.path().join("dlq"), 10).unwrap());
         let mut poll = Poll::new().unwrap();
         let waker = Arc::new(Waker::new(poll.registry(), Token(7)).unwrap());
-        let mut c = Committer::start(0, logs, dlq, waker, 4).unwrap();
+        let mut c = Committer::start(0, logs, dlq, waker, 4, false).unwrap();
         for t in 0..4u64 {
             assert!(c.has_room(1000));
             c.push_ingest((t % 2) as usize, t, Record::Event(sample_event(t, 100)));
         }
         assert!(!c.has_room(10), "max_batch ingest records");
-        c.kick();
+        c.kick(None);
         assert!(!c.is_idle());
         c.push_ingest(0, 9, Record::Event(sample_event(9, 100)));
-        c.kick(); // one batch at a time: stays filling
+        c.kick(None); // one batch at a time: stays filling
         let mut events = Events::with_capacity(4);
         let mut done = None;
         for _ in 0..100 {
@@ -478,7 +510,7 @@ mod tests {
         assert_eq!(lsns, [1, 1, 2, 2], "each log numbers its own records");
         assert_eq!(shared[0].durable_lsn(), 2);
         assert_eq!(shared[1].durable_lsn(), 2);
-        c.kick();
+        c.kick(None);
         let mut second = None;
         for _ in 0..100 {
             poll.poll(&mut events, Some(Duration::from_millis(100)))
@@ -496,5 +528,207 @@ mod tests {
         c.close();
         let got = read_events(&tmp.path().join("a").join("wal"));
         assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [1, 2, 3]);
+    }
+
+    /// Turns of a core's ring until `c` has a batch back (5 s at most): file completions go to
+    /// the committer, as the io_uring loop does.
+    fn ring_done(c: &mut Committer, ring: &mut Uring) -> Batch {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut cs = Vec::new();
+        loop {
+            if let Some(b) = c.take_done() {
+                return b;
+            }
+            assert!(std::time::Instant::now() < deadline, "no commit came back");
+            ring.wait(Duration::from_millis(20)).unwrap();
+            ring.completions(&mut cs);
+            if cs.iter().any(|x| x.op == crate::net::io::uring::Op::File) {
+                c.on_ring_done(ring.take_file_done().expect("a file op ended"));
+            }
+        }
+    }
+
+    fn lsns(batch: &Batch) -> Vec<Option<u64>> {
+        batch
+            .outcomes
+            .iter()
+            .map(|o| match o {
+                Outcome::Appended(AppendOutcome::Durable { lsn }) => Some(*lsn),
+                Outcome::Appended(AppendOutcome::Unavailable) => None,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// Storage that fails on demand, also for a commit submitted to a ring (its hooks).
+    struct RingFaults {
+        inner: Box<dyn crate::wal::segment::SegmentFile>,
+        fail_write: Arc<std::sync::atomic::AtomicBool>,
+        fail_sync: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl crate::wal::segment::SegmentFile for RingFaults {
+        fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
+            self.inner.write_at(offset, buf)
+        }
+        fn sync(&mut self, offset: u64, len: u64) -> io::Result<()> {
+            self.inner.sync(offset, len)
+        }
+        fn allocate(&mut self, len: u64) -> io::Result<()> {
+            self.inner.allocate(len)
+        }
+        fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+            self.inner.raw_fd()
+        }
+        fn injected_write(&mut self, offset: u64, buf: &[u8]) -> Option<io::Result<()>> {
+            let fail = self.fail_write.load(std::sync::atomic::Ordering::Relaxed);
+            fail.then(|| {
+                // Half of it reaches the file, as a failing write may leave.
+                self.inner.write_at(offset, &buf[..buf.len() / 2])?;
+                Err(io::Error::from_raw_os_error(libc::EIO))
+            })
+        }
+        fn injected_sync(&mut self, _: u64, _: u64) -> io::Result<()> {
+            match self.fail_sync.load(std::sync::atomic::Ordering::Relaxed) {
+                true => Err(io::Error::from_raw_os_error(libc::EIO)),
+                false => Ok(()),
+            }
+        }
+    }
+
+    fn ring_log(dir: &std::path::Path) -> (HelperLog, crate::wal::WalConfig) {
+        let mut cfg = test_cfg(dir, WritePath::Pwrite);
+        cfg.durability = crate::wal::Durability::Fsync;
+        let (mut wal, _) = crate::wal::open(&cfg).unwrap();
+        let shared = Arc::new(WalShared::new());
+        wal.attach_shared(shared.clone());
+        (HelperLog { wal, shared }, cfg)
+    }
+
+    #[test]
+    fn the_own_log_commits_on_the_ring_and_the_others_on_the_helper() {
+        if crate::net::io::uring::probe().is_err() {
+            eprintln!("io_uring unavailable here; ring commit test not run");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let (own, own_cfg) = ring_log(&tmp.path().join("own"));
+        let (adopted, adopted_cfg) = ring_log(&tmp.path().join("adopted"));
+        let (own_shared, adopted_shared) = (own.shared.clone(), adopted.shared.clone());
+        let dlq = Arc::new(DlqStore::open(&tmp.path().join("dlq"), 10).unwrap());
+        let poll = Poll::new().unwrap();
+        let waker = Arc::new(Waker::new(poll.registry(), Token(7)).unwrap());
+        let mut ring = Uring::new(std::os::fd::AsRawFd::as_raw_fd(&poll)).unwrap();
+        let mut c = Committer::start(0, vec![own, adopted], dlq, waker, 8, true).unwrap();
+        for t in 0..3u64 {
+            c.push_ingest(0, t, Record::Event(sample_event(t, 100)));
+        }
+        c.push(Item::Append {
+            log: 1,
+            ticket: 50,
+            record: Record::Event(sample_event(50, 10)),
+        });
+        c.kick(Some(&mut ring));
+        assert!(ring.file_busy(), "the own log's write is on the ring");
+        assert_eq!(c.queued(), 4);
+        c.push_ingest(0, 9, Record::Event(sample_event(9, 100)));
+        c.kick(Some(&mut ring)); // one commit on the ring at a time: stays filling
+        let mut back = [ring_done(&mut c, &mut ring), ring_done(&mut c, &mut ring)];
+        back.sort_by_key(|b| b.items.len());
+        assert_eq!(lsns(&back[0]), [Some(1)], "the adopted log, by the helper");
+        assert_eq!(lsns(&back[1]), [Some(1), Some(2), Some(3)], "the own log");
+        assert_eq!(own_shared.durable_lsn(), 3);
+        assert_eq!(own_shared.sync_seconds.count(), 1, "one sync for the batch");
+        assert_eq!(adopted_shared.durable_lsn(), 1);
+        c.kick(Some(&mut ring));
+        assert_eq!(lsns(&ring_done(&mut c, &mut ring)), [Some(4)]);
+        assert!(c.is_idle());
+        c.close();
+        let got = read_events(&own_cfg.dir);
+        assert_eq!(
+            got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+            [1, 2, 3, 4]
+        );
+        assert_eq!(got[3].1, sample_event(9, 100));
+        assert_eq!(read_events(&adopted_cfg.dir).len(), 1);
+    }
+
+    #[test]
+    fn a_ring_batch_rolls_the_segment_on_the_loop_and_commits_its_last_chunk_on_the_ring() {
+        if crate::net::io::uring::probe().is_err() {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let (own, cfg) = ring_log(tmp.path());
+        let dlq = Arc::new(DlqStore::open(&tmp.path().join("dlq"), 10).unwrap());
+        let poll = Poll::new().unwrap();
+        let waker = Arc::new(Waker::new(poll.registry(), Token(7)).unwrap());
+        let mut ring = Uring::new(std::os::fd::AsRawFd::as_raw_fd(&poll)).unwrap();
+        let mut c = Committer::start(0, vec![own], dlq, waker, 8, true).unwrap();
+        // Four quarter-max events fill the smallest segment: the fifth starts a new one.
+        let body = crate::wal::MAX_BODY_BYTES / 4;
+        for t in 0..6u64 {
+            c.push_ingest(0, t, Record::Event(sample_event(t, body)));
+        }
+        c.kick(Some(&mut ring));
+        assert!(ring.file_busy(), "the chunk after the roll is on the ring");
+        let done = ring_done(&mut c, &mut ring);
+        assert_eq!(lsns(&done), (1..=6).map(Some).collect::<Vec<_>>());
+        c.close();
+        let (_, report) = crate::wal::open(&cfg).unwrap();
+        assert_eq!(
+            (report.segments, report.records, report.truncated_tail),
+            (2, 6, None)
+        );
+    }
+
+    #[test]
+    fn a_failed_ring_commit_answers_unavailable_and_leaves_nothing_to_recover() {
+        if crate::net::io::uring::probe().is_err() {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut own, cfg) = ring_log(tmp.path());
+        let flags: [Arc<std::sync::atomic::AtomicBool>; 2] = Default::default();
+        let f = flags.clone();
+        own.wal.set_file_wrapper(Box::new(move |inner| {
+            let [fail_write, fail_sync] = f.clone();
+            Box::new(RingFaults {
+                inner,
+                fail_write,
+                fail_sync,
+            })
+        }));
+        let shared = own.shared.clone();
+        let dlq = Arc::new(DlqStore::open(&tmp.path().join("dlq"), 10).unwrap());
+        let poll = Poll::new().unwrap();
+        let waker = Arc::new(Waker::new(poll.registry(), Token(7)).unwrap());
+        let mut ring = Uring::new(std::os::fd::AsRawFd::as_raw_fd(&poll)).unwrap();
+        let mut c = Committer::start(0, vec![own], dlq, waker, 8, true).unwrap();
+        let mut ticket = 0;
+        let mut commit = |c: &mut Committer, ring: &mut Uring, n: usize| {
+            for _ in 0..n {
+                ticket += 1;
+                c.push_ingest(0, ticket, Record::Event(sample_event(ticket, 3000)));
+            }
+            c.kick(Some(ring));
+            lsns(&ring_done(c, ring))
+        };
+        assert_eq!(commit(&mut c, &mut ring, 2), [Some(1), Some(2)]);
+        use std::sync::atomic::Ordering::Relaxed;
+        for flag in &flags {
+            flag.store(true, Relaxed);
+            assert_eq!(commit(&mut c, &mut ring, 3), [None, None, None]);
+            assert!(!shared.is_healthy());
+            assert_eq!(shared.durable_lsn(), 2);
+            flag.store(false, Relaxed);
+        }
+        // The fault cleared: the failed bytes are scrubbed, LSN 3 is reused, health returns.
+        assert_eq!(commit(&mut c, &mut ring, 1), [Some(3)]);
+        assert!(shared.is_healthy());
+        c.close();
+        let (_, report) = crate::wal::open(&cfg).unwrap();
+        assert_eq!((report.records, report.truncated_tail), (3, None));
+        assert_eq!(read_events(&cfg.dir)[2], (3, sample_event(9, 3000)));
     }
 }

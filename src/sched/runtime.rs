@@ -292,6 +292,14 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         dlq.clone(),
     );
     shared.io_backend = io_backend;
+    if config.wal.commit == wal::CommitPath::Ring {
+        match commit_on_ring(&shared) {
+            true => eprintln!("sluice: wal commit: on each core's io_uring ring"),
+            false => eprintln!(
+                "sluice: wal commit: \"ring\" needs the io_uring backend; on the commit helpers"
+            ),
+        }
+    }
     let shared = Arc::new(shared);
 
     // Listeners: the first resolves the port (it may be 0), the others share it. No other
@@ -318,6 +326,13 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         addr,
         cores,
     })
+}
+
+/// True if the cores commit their own logs on their io_uring rings (`wal.commit = "ring"`, and
+/// the backend is io_uring; config checks ensured durability and write path).
+fn commit_on_ring(shared: &Shared) -> bool {
+    shared.config.wal.commit == wal::CommitPath::Ring
+        && shared.io_backend == crate::net::io::Backend::Uring
 }
 
 /// Gives each core its poll, its commit helper over the logs it owns, its pump and its links.
@@ -374,6 +389,7 @@ fn wire_cores(
             dlq.clone(),
             wakers[core].clone(),
             config.wal.max_batch,
+            commit_on_ring(shared),
         )
         .map_err(io_err("starting a commit helper"))?;
         let pump = CorePump::new(

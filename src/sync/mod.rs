@@ -26,7 +26,6 @@ pub use std::thread;
 
 pub mod clock;
 pub mod gcra;
-pub mod handback;
 pub mod publish;
 
 pub use crossbeam_utils::CachePadded;

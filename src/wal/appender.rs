@@ -77,6 +77,24 @@ pub(crate) struct Active {
     pub(crate) zeroed_end: u64,
 }
 
+/// A group commit for the caller to submit ([`Wal::start_commit`]): write `buf` at `offset` of
+/// the segment file `fd`, then `fdatasync` it.
+#[derive(Debug)]
+pub struct Submission {
+    pub fd: std::os::fd::RawFd,
+    pub offset: u64,
+    pub buf: Vec<u8>,
+}
+
+/// What [`Wal::start_commit`] did.
+#[derive(Debug)]
+pub(crate) enum Prepared {
+    /// The commit is the caller's to submit.
+    Submit(Submission),
+    /// The commit ended already, with this result.
+    Done(io::Result<()>),
+}
+
 /// Result of staging one record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Staged {
@@ -132,6 +150,8 @@ pub struct Wal {
     os_synced_end: u64,
     /// A sync failed while `os_unsynced` was not empty: rewrite it before the next sync.
     os_rewrite: bool,
+    /// When the commit in the caller's hands was submitted ([`Wal::start_commit`]).
+    submitted_at_ns: u64,
 }
 
 impl fmt::Debug for Wal {
@@ -197,6 +217,7 @@ impl Wal {
             os_unsynced: Vec::new(),
             os_synced_end: end,
             os_rewrite: false,
+            submitted_at_ns: 0,
         }
     }
 
@@ -379,6 +400,14 @@ impl Wal {
             return Ok(());
         }
         let res = self.write_staged();
+        self.settle_commit(&res);
+        res
+    }
+
+    /// The end of a commit attempt of the staged records: on success they are committed and
+    /// `next_lsn` moves past them; on error none is, and the bytes the attempt may have written
+    /// are marked for scrubbing. The staging buffer is empty afterwards.
+    fn settle_commit(&mut self, res: &io::Result<()>) {
         let len = self.buf.len() as u64;
         match res {
             Ok(()) => {
@@ -396,6 +425,86 @@ impl Wal {
             }
         }
         self.discard();
+    }
+
+    /// Starts the group commit of the staged records for a caller that submits the write and
+    /// its `fdatasync` itself (a core's io_uring ring, `sched::commit`). What must happen before
+    /// the write (scrubbing a failed attempt's bytes, writing zeros ahead) is done here, and
+    /// blocks. Returns [`Prepared::Submit`]: the caller writes the buffer at the offset, syncs,
+    /// and hands the results to [`Wal::finish_commit`]; nothing else may touch this `Wal`
+    /// meanwhile. Returns [`Prepared::Done`] when the commit already ended here: nothing was
+    /// staged, a step before the write failed, the file injects a fault (`failpoints`), or the
+    /// log is not one a ring can commit (`Os` durability, the mmap path, a file without a
+    /// descriptor): then it was committed here with [`Wal::commit`].
+    pub(crate) fn start_commit(&mut self) -> Prepared {
+        if self.staged == 0 {
+            return Prepared::Done(Ok(()));
+        }
+        let fd = self.active.file.raw_fd();
+        let Some(fd) = fd.filter(|_| self.ring_committable()) else {
+            return Prepared::Done(self.commit());
+        };
+        let end = self.active.end;
+        let mut res = Ok(());
+        if self.active.dirty_end > end {
+            res = self.scrub();
+        }
+        if res.is_ok() {
+            res = self.zero_ahead(end + self.buf.len() as u64);
+        }
+        if res.is_ok() {
+            if let Some(fault) = self.active.file.injected_write(end, &self.buf) {
+                res = fault;
+            }
+        }
+        if res.is_err() {
+            self.settle_commit(&res);
+            return Prepared::Done(res);
+        }
+        self.submitted_at_ns = self.clock.now_nanos();
+        Prepared::Submit(Submission {
+            fd,
+            offset: end,
+            buf: std::mem::take(&mut self.buf),
+        })
+    }
+
+    /// True if this log's commits can be submitted to a ring: `Fsync` durability on the
+    /// `pwrite` path (an `Os` commit writes without a sync; the mmap path copies into memory).
+    pub(crate) fn ring_committable(&self) -> bool {
+        self.durability == Durability::Fsync && self.write_path == WritePath::Pwrite
+    }
+
+    /// Ends a commit begun by [`Wal::start_commit`]: `buf` is the submission's buffer back,
+    /// `written` the write's result (bytes or `-errno`), `synced` the sync's (`0` or
+    /// `-errno`). A short write is a failed one. Settles the commit as [`Wal::commit`] does.
+    pub(crate) fn finish_commit(
+        &mut self,
+        buf: Vec<u8>,
+        written: i32,
+        synced: i32,
+    ) -> io::Result<()> {
+        self.buf = buf;
+        let offset = self.active.end;
+        let len = self.buf.len() as u64;
+        let res = if written < 0 {
+            Err(io::Error::from_raw_os_error(-written))
+        } else if written as u64 != len {
+            Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short write: {written} of {len} bytes"),
+            ))
+        } else {
+            if let Some(shared) = &self.shared {
+                let took = self.clock.now_nanos().saturating_sub(self.submitted_at_ns);
+                shared.sync_seconds.observe_nanos(took);
+            }
+            match synced {
+                0.. => self.active.file.injected_sync(offset, len),
+                e => Err(io::Error::from_raw_os_error(-e)),
+            }
+        };
+        self.settle_commit(&res);
         res
     }
 
@@ -712,146 +821,5 @@ impl Wal {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sync::clock::ManualClock;
-    use crate::wal::format::tests::sample_event;
-    use crate::wal::open;
-    use crate::wal::recovery::tests::test_cfg;
-    use std::time::Duration;
-
-    /// A file whose every sync "takes" 3 ms of the manual clock.
-    struct SlowSync {
-        inner: Box<dyn SegmentFile>,
-        clock: std::sync::Arc<ManualClock>,
-    }
-
-    impl SegmentFile for SlowSync {
-        fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
-            self.inner.write_at(offset, buf)
-        }
-        fn sync(&mut self, offset: u64, len: u64) -> io::Result<()> {
-            self.clock.advance(Duration::from_millis(3));
-            self.inner.sync(offset, len)
-        }
-        fn allocate(&mut self, len: u64) -> io::Result<()> {
-            self.inner.allocate(len)
-        }
-    }
-
-    #[test]
-    fn sync_latency_is_timed_with_the_injected_clock_once_per_batch() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut cfg = test_cfg(tmp.path(), WritePath::Pwrite);
-        cfg.durability = Durability::Fsync;
-        let clock = std::sync::Arc::new(ManualClock::new(0));
-        let (wal, _) = open(&cfg).unwrap();
-        let mut wal = wal.with_clock(clock.clone());
-        let c = clock.clone();
-        wal.set_file_wrapper(Box::new(move |inner| {
-            Box::new(SlowSync {
-                inner,
-                clock: c.clone(),
-            })
-        }));
-        let shared = Arc::new(WalShared::new());
-        wal.shared = Some(shared.clone());
-        let evs: Vec<_> = (0..50).map(|i| sample_event(i, 100)).collect();
-        assert_eq!(wal.append_events(&evs).unwrap(), 50);
-        assert_eq!(wal.append_events(&evs[..7]).unwrap(), 57);
-        assert_eq!(shared.sync_seconds.count(), 2, "one sync per group commit");
-        assert_eq!(shared.sync_seconds.sum_nanos(), 6_000_000);
-        let mut text = String::new();
-        shared.render_prometheus(&mut text);
-        assert!(
-            text.contains("sluice_wal_sync_seconds_bucket{le=\"0.0025\"} 0\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("sluice_wal_sync_seconds_bucket{le=\"0.005\"} 2\n"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn the_os_unsynced_gauge_follows_commits_syncs_and_rolls() {
-        let tmp = tempfile::tempdir().unwrap();
-        for durability in [Durability::Os, Durability::Fsync] {
-            let mut cfg = test_cfg(
-                &tmp.path().join(format!("{durability:?}")),
-                WritePath::Pwrite,
-            );
-            cfg.durability = durability;
-            let (mut wal, _) = open(&cfg).unwrap();
-            let shared = Arc::new(WalShared::new());
-            shared.os_unsynced_bytes.store(99, Ordering::Relaxed);
-            wal.attach_shared(shared.clone());
-            let gauge = || shared.os_unsynced_bytes.load(Ordering::Relaxed);
-            assert_eq!(gauge(), 0, "{durability:?}: published on attach");
-            wal.append_events(&[sample_event(1, 100)]).unwrap();
-            let one = gauge();
-            wal.append_events(&[sample_event(2, 100), sample_event(3, 100)])
-                .unwrap();
-            assert_eq!(gauge(), wal.os_unsynced_bytes() as u64, "{durability:?}");
-            if durability == Durability::Fsync {
-                assert_eq!(gauge(), 0, "nothing is kept in fsync mode");
-                continue;
-            }
-            assert!(one > 100, "one committed record's bytes, got {one}");
-            assert!(gauge() > 2 * one, "three records' bytes, got {}", gauge());
-            wal.sync().unwrap();
-            assert_eq!(gauge(), 0, "a sync covering them forgets them");
-            wal.append_events(&[sample_event(4, 100)]).unwrap();
-            assert_eq!(gauge(), one);
-            wal.roll().unwrap();
-            assert_eq!(gauge(), 0, "a roll syncs the old segment");
-        }
-    }
-
-    #[test]
-    fn zeros_are_written_ahead_of_the_records_once_per_zero_ahead_on_the_pwrite_path_only() {
-        for path in [WritePath::Pwrite, WritePath::Mmap] {
-            let tmp = tempfile::tempdir().unwrap();
-            let mut cfg = test_cfg(tmp.path(), path);
-            cfg.durability = Durability::Fsync;
-            let (mut wal, _) = open(&cfg).unwrap();
-            assert_eq!(wal.active.zeroed_end, 0);
-            wal.append_events(&[sample_event(1, 100)]).unwrap();
-            let end = wal.active.end;
-            let want = match path {
-                WritePath::Pwrite => (end + ZERO_AHEAD).min(wal.active.capacity),
-                WritePath::Mmap => 0,
-            };
-            assert_eq!(wal.active.zeroed_end, want, "{path:?}");
-            // The next batches land below it: no more zeros until they pass it.
-            wal.append_events(&[sample_event(2, 100)]).unwrap();
-            assert_eq!(wal.active.zeroed_end, want, "{path:?}");
-            let bytes = std::fs::read(wal.active_segment()).unwrap();
-            let tail = &bytes[wal.active.end as usize..want.max(wal.active.end) as usize];
-            assert!(
-                tail.iter().all(|&b| b == 0),
-                "the zero tail recovery expects"
-            );
-        }
-    }
-
-    #[test]
-    fn os_durability_does_not_sync_per_batch_and_oversize_events_are_refused() {
-        let tmp = tempfile::tempdir().unwrap();
-        let cfg = test_cfg(tmp.path(), WritePath::Mmap);
-        let (mut wal, _) = open(&cfg).unwrap();
-        let shared = Arc::new(WalShared::new());
-        wal.shared = Some(shared.clone());
-        wal.append_events(&[sample_event(1, 10)]).unwrap();
-        assert_eq!(shared.sync_seconds.count(), 0);
-        let mut big = sample_event(2, 10);
-        big.source = "s".repeat(1000);
-        assert!(matches!(
-            wal.append_events(&[sample_event(3, 1), big]),
-            Err(WalError::Encode(_))
-        ));
-        assert_eq!(wal.next_lsn(), 2, "a refused batch leaves nothing behind");
-        wal.sync().unwrap();
-        assert_eq!(shared.sync_seconds.count(), 1);
-    }
-}
+#[path = "appender_tests.rs"]
+mod tests;

@@ -158,6 +158,30 @@ impl SegmentFile for Failpoints {
         }
     }
 
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.inner.raw_fd()
+    }
+
+    /// A ring commit meets the same faults: a write fault is done here instead of the ring's
+    /// write, and a sync fault replaces the ring's successful sync.
+    fn injected_write(&mut self, offset: u64, buf: &[u8]) -> Option<io::Result<()>> {
+        match self.mode() {
+            Mode::Enospc | Mode::EioWrite | Mode::ShortWrite => Some(self.write_at(offset, buf)),
+            Mode::Off | Mode::EioSync | Mode::EioSyncOnce => None,
+        }
+    }
+
+    fn injected_sync(&mut self, offset: u64, len: u64) -> io::Result<()> {
+        match self.mode() {
+            // `sync` injects the fault (a second, real sync is harmless once it has fired).
+            Mode::EioSync | Mode::EioSyncOnce => self.sync(offset, len),
+            _ => {
+                SYNC_ONCE_FIRED.store(false, Ordering::Relaxed);
+                Ok(())
+            }
+        }
+    }
+
     fn allocate(&mut self, len: u64) -> io::Result<()> {
         match self.mode() {
             Mode::Enospc => Err(Self::inject(

@@ -24,6 +24,7 @@
 //!                          pub last_error: String /* <= MAX_ERROR_BYTES (1024) */ }
 //! pub enum Durability { Fsync /* default */, Os }        // serde and FromStr: "fsync" | "os"
 //! pub enum WritePath { Pwrite /* default */, Mmap }      // serde and FromStr: "pwrite" | "mmap"
+//! pub enum CommitPath { Helper /* default */, Ring }     // FromStr: "helper" | "ring"
 //! pub struct WalConfig { pub dir: PathBuf /* DATA_DIR/wal */, pub segment_bytes: u64, pub durability: Durability,
 //!                        pub write_path: WritePath, pub max_batch: usize,
 //!                        pub accept_loss: bool }                              // WalConfig::new(dir) = defaults
@@ -232,7 +233,7 @@ pub mod tail;
 pub mod tools;
 mod writer;
 
-pub use appender::{FileWrapper, Wal, CHECKPOINT_EVERY, PROBE_EVERY};
+pub use appender::{FileWrapper, Submission, Wal, CHECKPOINT_EVERY, PROBE_EVERY};
 pub use checkpoint::{Checkpoint, LostRange};
 pub use format::{
     decode_event, decode_payload, encode_event, encode_payload_into, truncate_utf8, DecodeError,
@@ -245,7 +246,7 @@ pub use recovery::LOCK_FILE;
 pub use recovery::{open, open_in, RawRecord, RecoveryReport, WalReader};
 pub use state::{recover_dispatch, recover_dispatch_in, DispatchRecovery, PendingMeta};
 pub use tail::WalTail;
-pub use writer::commit_batch;
+pub use writer::{commit_batch, finish_batch, start_batch, PendingChunk};
 
 // std atomics on purpose: the WAL runs on its own thread and is not a loom model (see crate::sync).
 use std::fmt;
@@ -289,6 +290,32 @@ pub enum WritePath {
     Pwrite,
     /// Copy into a `MmapMut` of the segment + `msync`.
     Mmap,
+}
+
+/// Who writes and syncs a core's own log (`[wal] commit`; `sched::commit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CommitPath {
+    /// The core's commit helper thread: `pwrite` + `fdatasync`, woken once per batch (default).
+    #[default]
+    Helper,
+    /// The core's own io_uring ring: the write linked to an `fdatasync`, submitted with the
+    /// turn's sends, the 202s sent on its completion (io_uring, `fsync`, `pwrite` only).
+    Ring,
+}
+
+/// The names `helper`, `ring`.
+impl std::str::FromStr for CommitPath {
+    type Err = UnknownVariant;
+    fn from_str(s: &str) -> Result<Self, UnknownVariant> {
+        match s {
+            "helper" => Ok(CommitPath::Helper),
+            "ring" => Ok(CommitPath::Ring),
+            other => Err(UnknownVariant {
+                expected: "\"helper\" or \"ring\"",
+                got: other.to_string(),
+            }),
+        }
+    }
 }
 
 /// A name that is not one of an enum's variants (`"sometimes"` for [`Durability`]).

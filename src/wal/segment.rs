@@ -68,6 +68,17 @@ pub trait SegmentFile: Send {
     fn raw_fd(&self) -> Option<RawFd> {
         None
     }
+    /// For a commit submitted to a ring: the fault this file injects instead of the write of
+    /// `buf` at `offset`, if any (having done what the fault does, as [`SegmentFile::write_at`]
+    /// would); `None`: the ring writes.
+    fn injected_write(&mut self, _offset: u64, _buf: &[u8]) -> Option<io::Result<()>> {
+        None
+    }
+    /// For a commit submitted to a ring, after its `fdatasync` succeeded: the fault this file
+    /// injects instead, if any (as [`SegmentFile::sync`] would).
+    fn injected_sync(&mut self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Write path 1: `pwrite` + `fdatasync`, on any [`StorageFile`].

@@ -1,6 +1,9 @@
-//! Group commit of one batch of records into one log: [`commit_batch`].
+//! Group commit of one batch of records into one log: [`commit_batch`], or, for a caller that
+//! submits the write and `fdatasync` on its own io_uring ring, [`start_batch`] then
+//! [`finish_batch`] with the kernel's results (same staging, same outcomes, same failure
+//! handling; only the last chunk's write and sync leave this module).
 //!
-//! The caller (a core's commit helper, `sched::commit`) hands over a whole batch at once. The
+//! The caller (a core's commit helper or loop, `sched::commit`) hands over a whole batch at once. The
 //! records are staged with consecutive LSNs into the log's staging buffer and committed with one
 //! write and one sync (more only when the batch crosses into a new segment); on success the
 //! log's [`WalShared::durable_lsn`] is published (`Release`). Each record gets its own
@@ -12,7 +15,7 @@
 //! for minutes): [`FailureLog`].
 #![forbid(unsafe_code)]
 
-use super::appender::{Staged, Wal};
+use super::appender::{Prepared, Staged, Submission, Wal};
 use super::format::Record;
 use super::{AppendOutcome, WalShared};
 use std::sync::atomic::Ordering;
@@ -28,6 +31,69 @@ pub fn commit_batch<'a>(
     records: impl IntoIterator<Item = &'a Record>,
     outcomes: &mut Vec<AppendOutcome>,
 ) {
+    if let Some(from) = stage_batch(wal, shared, records, outcomes) {
+        let staged = wal.staged();
+        let res = wal.commit();
+        settle_chunk(wal, shared, &mut outcomes[from..], staged, res);
+    }
+}
+
+/// The last chunk of a batch begun by [`start_batch`], whose write and sync the caller submits.
+#[derive(Debug)]
+#[must_use = "the chunk's outcomes stay tentative until finish_batch"]
+pub struct PendingChunk {
+    /// The chunk's first outcome, and the records it stages.
+    from: usize,
+    staged: u64,
+}
+
+/// [`commit_batch`] for a caller that submits the write and `fdatasync` of the batch's last
+/// chunk itself (a core's io_uring ring): stages `records`, committing and rolling here at a
+/// segment boundary (blocking, once per segment), then starts the last chunk's commit
+/// (`Wal::start_commit`). Returns what to submit, with the chunk to hand back to
+/// [`finish_batch`] with the results; until then the chunk's outcomes are tentative and nothing
+/// else may use `wal`. Returns `None` when the batch ended here: every outcome is final.
+pub fn start_batch<'a>(
+    wal: &mut Wal,
+    shared: &WalShared,
+    records: impl IntoIterator<Item = &'a Record>,
+    outcomes: &mut Vec<AppendOutcome>,
+) -> Option<(Submission, PendingChunk)> {
+    let from = stage_batch(wal, shared, records, outcomes)?;
+    let staged = wal.staged();
+    match wal.start_commit() {
+        Prepared::Submit(s) => Some((s, PendingChunk { from, staged })),
+        Prepared::Done(res) => {
+            settle_chunk(wal, shared, &mut outcomes[from..], staged, res);
+            None
+        }
+    }
+}
+
+/// Ends a batch begun by [`start_batch`]: `buf` is the submission's buffer back, `written` and
+/// `synced` the kernel's results (bytes or `-errno`; `0` or `-errno`). Publishes the durable
+/// LSN, or turns the chunk's outcomes into `Unavailable`, as [`commit_batch`] does.
+pub fn finish_batch(
+    wal: &mut Wal,
+    shared: &WalShared,
+    outcomes: &mut [AppendOutcome],
+    chunk: PendingChunk,
+    (buf, written, synced): (Vec<u8>, i32, i32),
+) {
+    let res = wal.finish_commit(buf, written, synced);
+    settle_chunk(wal, shared, &mut outcomes[chunk.from..], chunk.staged, res);
+}
+
+/// Stages `records` (one outcome each, appended to `outcomes`, cleared first), committing and
+/// rolling at each segment boundary. Returns the first outcome of the last chunk, still staged
+/// and tentative; `None` if a commit or roll failed (every outcome from there on is
+/// `Unavailable`, nothing is staged).
+fn stage_batch<'a>(
+    wal: &mut Wal,
+    shared: &WalShared,
+    records: impl IntoIterator<Item = &'a Record>,
+    outcomes: &mut Vec<AppendOutcome>,
+) -> Option<usize> {
     outcomes.clear();
     let mut chunk_start = 0;
     let mut failed = false;
@@ -42,8 +108,10 @@ pub fn commit_batch<'a>(
                 // Above the WAL's field bounds (or larger than a segment): refuse this one only.
                 Err(_) => outcomes.push(AppendOutcome::Unavailable),
                 Ok(Staged::NoRoom) => {
-                    failed = !commit_chunk(wal, shared, outcomes, chunk_start)
-                        || !roll(wal, shared, outcomes);
+                    let staged = wal.staged();
+                    let res = wal.commit();
+                    failed = !settle_chunk(wal, shared, &mut outcomes[chunk_start..], staged, res)
+                        || !roll(wal, shared);
                     chunk_start = outcomes.len();
                     continue; // stage this record again, in the new segment
                 }
@@ -51,9 +119,7 @@ pub fn commit_batch<'a>(
             break;
         }
     }
-    if !failed {
-        commit_chunk(wal, shared, outcomes, chunk_start);
-    }
+    (!failed).then_some(chunk_start)
 }
 
 /// How often a streak of failing commits of one log is logged again (with the count since).
@@ -105,19 +171,20 @@ pub(crate) fn failure_line(what: &str, skipped: u64, streak: u64) -> String {
     }
 }
 
-/// Commits what is staged (`outcomes[from..]`). On success publishes the durable LSN; on
-/// failure turns the chunk's tentative outcomes into `Unavailable`. Returns success.
-fn commit_chunk(
+/// The end of a chunk's commit (`res`; `staged` records, whose outcomes are `outcomes`): on
+/// success publishes the durable LSN; on failure turns the chunk's tentative outcomes into
+/// `Unavailable`. Returns success.
+fn settle_chunk(
     wal: &mut Wal,
     shared: &WalShared,
     outcomes: &mut [AppendOutcome],
-    from: usize,
+    staged: u64,
+    res: std::io::Result<()>,
 ) -> bool {
-    let staged = wal.staged();
     if staged == 0 {
         return true;
     }
-    match wal.commit() {
+    match res {
         Ok(()) => {
             // Release: pairs with `WalShared::durable_lsn`'s Acquire (module docs there).
             shared.durable_lsn.store(wal.last_lsn(), Ordering::Release);
@@ -135,7 +202,7 @@ fn commit_chunk(
                 let errno = e.raw_os_error().unwrap_or(0);
                 format!("committing to {segment} failed: {e} (errno {errno})")
             });
-            fail(shared, &mut outcomes[from..]);
+            fail(shared, outcomes);
             false
         }
     }
@@ -149,7 +216,7 @@ fn log_failure(wal: &mut Wal, what: impl FnOnce(&Wal) -> String) {
     }
 }
 
-fn roll(wal: &mut Wal, shared: &WalShared, outcomes: &mut [AppendOutcome]) -> bool {
+fn roll(wal: &mut Wal, shared: &WalShared) -> bool {
     match wal.roll() {
         Ok(()) => true,
         Err(e) => {
@@ -158,8 +225,7 @@ fn roll(wal: &mut Wal, shared: &WalShared, outcomes: &mut [AppendOutcome]) -> bo
                 let errno = e.raw_os_error().unwrap_or(0);
                 format!("starting a new segment in {dir} failed: {e} (errno {errno})")
             });
-            let n = outcomes.len();
-            fail(shared, &mut outcomes[n..]);
+            fail(shared, &mut []);
             false
         }
     }

@@ -90,3 +90,55 @@ fn the_flag_beats_the_environment_and_a_bad_value_is_refused() {
     assert_eq!(f.status.and_then(|s| s.code()), Some(2), "{}", f.stderr);
     assert!(f.stderr.contains("SLUICE_IO"), "{}", f.stderr);
 }
+
+#[test]
+fn the_ring_commit_path_answers_after_the_sync_and_delivers() {
+    let down = Downstream::start(Behavior::default());
+    let config =
+        manifest(&down.uri("/sink"), "max_in_flight = 4", "") + "\n[wal]\ncommit = \"ring\"\n";
+    let server = Server::start(big_buckets(Opts::config(&config)).arg("--io").arg("uring"));
+    assert!(
+        server
+            .stderr()
+            .contains("sluice: wal commit: on each core's io_uring ring"),
+        "{}",
+        server.stderr()
+    );
+    let mut clients: Vec<_> = (0..4).map(|_| server.client()).collect();
+    for i in 0..40 {
+        let r = clients[i % 4].post("/hooks/t", format!("ring {i}").as_bytes(), &[]);
+        assert_eq!(r.status, 202, "{}", r.text());
+    }
+    assert!(
+        down.wait(Duration::from_secs(10), |seen| seen.len() >= 40),
+        "{} of 40 delivered",
+        down.count()
+    );
+    let seen = down.seen();
+    for i in 0..40 {
+        let body = format!("ring {i}");
+        let n = seen.iter().filter(|s| s.body == body.as_bytes()).count();
+        assert_eq!(n, 1, "{body} delivered once");
+    }
+    let metrics = server.get("/metrics").text();
+    let syncs: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("sluice_wal_sync_seconds_count"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(syncs >= 1, "no sync counted:\n{metrics}");
+    // Where a ring cannot commit, the server does not start.
+    let f = Server::start_in(
+        temp_root(),
+        Opts::default()
+            .env("SLUICE_WAL_COMMIT", "ring")
+            .arg("--io")
+            .arg("mio"),
+    )
+    .expect_err("ring commit on mio must not start");
+    assert!(
+        f.stderr.contains("needs the io_uring backend"),
+        "{}",
+        f.stderr
+    );
+}

@@ -16,7 +16,7 @@
 //! - **wait**: one `io_uring_enter` per turn submits the turn's operations and waits (with the
 //!   loop's timeout) for completions. The ring is `SINGLE_ISSUER | DEFER_TASKRUN`: the kernel
 //!   runs completions' task work only inside that enter (with `GETEVENTS`), so nothing wakes
-//!   the loop while it is parked elsewhere (on its commit helper). The core's mio poll
+//!   the loop while it sleeps elsewhere (a blocking file write). The core's mio poll
 //!   (accepts, wakers from the commit helper and the other cores, outbound dispatch sockets)
 //!   is watched by a multishot `IORING_OP_POLL_ADD` on its epoll fd, so nothing waits in two
 //!   places.
@@ -65,6 +65,11 @@ pub enum Op {
     Poll,
     Provide,
     Cancel,
+    /// The one file write (and its linked `fdatasync`) finished: [`Uring::take_file_done`].
+    File,
+    /// A file write's or sync's own completion (internal; reported as [`Op::File`]).
+    FileWrite,
+    FileSync,
 }
 
 impl Op {
@@ -75,6 +80,9 @@ impl Op {
             Op::Poll => 3,
             Op::Provide => 4,
             Op::Cancel => 5,
+            Op::File => 6,
+            Op::FileWrite => 7,
+            Op::FileSync => 8,
         }
     }
 
@@ -85,6 +93,9 @@ impl Op {
             3 => Op::Poll,
             4 => Op::Provide,
             5 => Op::Cancel,
+            6 => Op::File,
+            7 => Op::FileWrite,
+            8 => Op::FileSync,
             _ => return None,
         })
     }
@@ -126,6 +137,8 @@ pub fn probe() -> Result<(), String> {
         (opcode::PollAdd::CODE, "POLL_ADD"),
         (opcode::ProvideBuffers::CODE, "PROVIDE_BUFFERS"),
         (opcode::AsyncCancel::CODE, "ASYNC_CANCEL"),
+        (opcode::Write::CODE, "WRITE"),
+        (opcode::Fsync::CODE, "FSYNC"),
     ] {
         if !probe.is_supported(code) {
             return Err(format!("the kernel does not support IORING_OP_{name}"));
@@ -280,6 +293,30 @@ pub struct Uring {
     /// one send per connection, plus the ring's own).
     drained: Vec<Completion>,
     epoll_fd: RawFd,
+    /// The file write in flight ([`Uring::write_file`]): at most one. Its buffer is kept here
+    /// until both of its completions are back, so the kernel never reads freed memory.
+    file_op: Option<FileOp>,
+    /// The finished file write, until the caller takes it ([`Uring::take_file_done`]).
+    file_done: Option<FileDone>,
+}
+
+#[derive(Debug)]
+struct FileOp {
+    buf: Vec<u8>,
+    written: Option<i32>,
+    /// `None` until the sync's completion; `Some(0)` from the start when no sync was asked.
+    synced: Option<i32>,
+}
+
+/// A file write (and sync) that finished: the buffer back, and the kernel's results.
+#[derive(Debug)]
+pub struct FileDone {
+    pub buf: Vec<u8>,
+    /// Bytes written, or `-errno`.
+    pub written: i32,
+    /// `0`, or `-errno` of the `fdatasync` (`-ECANCELED` when the write failed or was short:
+    /// the sync is linked to it).
+    pub synced: i32,
 }
 
 impl std::fmt::Debug for Uring {
@@ -314,9 +351,9 @@ impl Uring {
     /// the kernel the buffer pool and starts watching `epoll_fd` (the core's mio poll).
     pub fn new(epoll_fd: RawFd) -> io::Result<Uring> {
         // Completions' task work deferred to the loop's own `io_uring_enter` (Linux 6.1+):
-        // a loop parked on its commit helper (`sync::handback`) is not woken by every receive
-        // that completes meanwhile, as it is with the default or `COOP_TASKRUN` (the kernel's
-        // task-work notification wakes an interruptible sleep: two switches per receive).
+        // a turn's completions run at once in the loop's wait, and the loop is not woken from
+        // any other sleep by every receive that completes, as it is with the default or
+        // `COOP_TASKRUN` (the kernel's task-work notification wakes an interruptible sleep).
         // Older kernels: cooperative task work, then the default.
         let build = |defer: bool, coop: bool| {
             let mut b = IoUring::builder();
@@ -343,6 +380,8 @@ impl Uring {
             backlog: Vec::new(),
             drained: Vec::new(),
             epoll_fd,
+            file_op: None,
+            file_done: None,
         };
         let provide =
             opcode::ProvideBuffers::new(u.pool.as_mut_ptr(), BUF_SIZE as i32, BUFFERS, BGID, 0)
@@ -386,7 +425,8 @@ impl Uring {
             // Every entry built by this module points only at memory that outlives the
             // operation: the pool (freed after the ring's operations finished, `Drop`), a
             // stream's `sending` buffer (not touched while its send is armed; a closed
-            // stream's is kept in `retired` until the completion), or nothing.
+            // stream's is kept in `retired` until the completion), a file write's buffer
+            // (owned by `file_op` until both its completions are back), or nothing.
             // SAFETY: the entry's buffers outlive the operation (above).
             let pushed = unsafe { self.ring.submission().push(entry) };
             if pushed.is_ok() {
@@ -418,11 +458,6 @@ impl Uring {
             .build()
             .user_data(user_data(Op::Poll, 0, 0));
         self.push(&e)
-    }
-
-    /// Submits the turn's operations without waiting (before the loop parks elsewhere).
-    pub fn submit(&mut self) -> io::Result<()> {
-        settled(self.ring.submit())
     }
 
     /// Submits the turn's operations and waits for at least one completion, at most `timeout`.
@@ -482,10 +517,118 @@ impl Uring {
                         );
                     }
                 }
-                Op::Recv | Op::Send => out.push(c),
+                Op::Recv | Op::Send | Op::File => out.push(c),
+                Op::FileWrite | Op::FileSync => {
+                    if self.on_file_completion(&c) {
+                        out.push(Completion { op: Op::File, ..c });
+                    }
+                }
             }
         }
         self.drained = all;
+    }
+
+    /// Writes `buf` at `offset` of the regular file `fd` and, if `sync`, then `fdatasync`s it
+    /// (linked: the sync starts only after the whole write, and is cancelled if the write fails
+    /// or is short). Both are submitted with the turn's other operations; their end is one
+    /// [`Op::File`] completion, then [`Uring::take_file_done`]. One file write at a time: if
+    /// one is in flight, or the ring cannot take both entries, the buffer comes back with the
+    /// error and nothing was submitted.
+    ///
+    /// `fd` must stay open until the write is done (the caller owns the file).
+    pub fn write_file(
+        &mut self,
+        fd: RawFd,
+        offset: u64,
+        buf: Vec<u8>,
+        sync: bool,
+    ) -> Result<(), (io::Error, Vec<u8>)> {
+        if self.file_op.is_some() || self.file_done.is_some() {
+            return Err((io::Error::other("a file write is already in flight"), buf));
+        }
+        let Ok(len) = u32::try_from(buf.len()) else {
+            return Err((io::Error::other("file write over 4 GiB"), buf));
+        };
+        // Both entries must go in one submission, or the link would end with the first.
+        if self.room() < 2 {
+            if let Err(e) = settled(self.ring.submit()) {
+                return Err((e, buf));
+            }
+            self.drain_into_backlog();
+            if self.room() < 2 {
+                return Err((io::Error::other("io_uring submission queue full"), buf));
+            }
+        }
+        let mut write = opcode::Write::new(types::Fd(fd), buf.as_ptr(), len)
+            .offset(offset)
+            .build()
+            .user_data(user_data(Op::FileWrite, 0, 0));
+        if sync {
+            write = write.flags(squeue::Flags::IO_LINK);
+        }
+        let fsync = opcode::Fsync::new(types::Fd(fd))
+            .flags(types::FsyncFlags::DATASYNC)
+            .build()
+            .user_data(user_data(Op::FileSync, 0, 0));
+        // The buffer is owned by `file_op` before the kernel can see the entry.
+        self.file_op = Some(FileOp {
+            buf,
+            written: None,
+            synced: if sync { None } else { Some(0) },
+        });
+        // Room for both was checked above, so neither push submits on its own and neither
+        // fails; if one still did, what was submitted is reported as usual.
+        if let Err(e) = self.push(&write) {
+            let op = self.file_op.take().expect("set above");
+            return Err((e, op.buf));
+        }
+        if sync {
+            if let Err(e) = self.push(&fsync) {
+                // The write is in flight: its completion ends the operation, as a failed sync.
+                eprintln!("sluice: io_uring: submitting a file sync: {e}");
+                if let Some(op) = self.file_op.as_mut() {
+                    op.synced = Some(-libc::EIO);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Free entries in the submission queue.
+    fn room(&mut self) -> usize {
+        let sq = self.ring.submission();
+        sq.capacity() - sq.len()
+    }
+
+    /// One of the file write's completions; true when that ends it.
+    fn on_file_completion(&mut self, c: &Completion) -> bool {
+        let Some(op) = self.file_op.as_mut() else {
+            return false;
+        };
+        match c.op {
+            Op::FileWrite => op.written = Some(c.res),
+            _ => op.synced = Some(c.res),
+        }
+        let (Some(written), Some(synced)) = (op.written, op.synced) else {
+            return false;
+        };
+        let op = self.file_op.take().expect("checked above");
+        self.file_done = Some(FileDone {
+            buf: op.buf,
+            written,
+            synced,
+        });
+        true
+    }
+
+    /// The file write that finished ([`Op::File`]), if any.
+    pub fn take_file_done(&mut self) -> Option<FileDone> {
+        self.file_done.take()
+    }
+
+    /// A file write is in flight or its result not yet taken.
+    pub fn file_busy(&self) -> bool {
+        self.file_op.is_some() || self.file_done.is_some()
     }
 
     /// A receive completed on a live stream: its bytes go to the inbox and the buffer back to
@@ -701,6 +844,7 @@ impl Drop for Uring {
             // Operations still reference the pool: leak it rather than let the kernel write
             // into freed memory (this happens only at exit).
             std::mem::forget(std::mem::take(&mut self.pool));
+            std::mem::forget(self.file_op.take());
             for r in std::mem::take(&mut self.retired).into_values() {
                 std::mem::forget(r);
             }

@@ -143,3 +143,54 @@ fn a_retired_stream_still_sends_what_it_accepted_then_closes() {
     peer.read_to_end(&mut got).unwrap();
     assert_eq!(got, b"last words", "sent, then closed (EOF)");
 }
+
+/// Turns until the ring's file write is done (5 s at most).
+fn file_done(u: &mut Uring) -> FileDone {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut cs = Vec::new();
+    loop {
+        assert!(Instant::now() < deadline, "the file write never ended");
+        u.wait(Duration::from_millis(20)).unwrap();
+        u.completions(&mut cs);
+        if cs.iter().any(|c| c.op == Op::File) {
+            return u.take_file_done().expect("reported done");
+        }
+    }
+}
+
+#[test]
+fn a_file_write_and_its_linked_sync_end_as_one_completion_with_the_buffer_back() {
+    if !have_uring() {
+        return;
+    }
+    let poll = ::mio::Poll::new().unwrap();
+    let mut u = Uring::new(poll.as_raw_fd()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("f");
+    let file = std::fs::File::create(&path).unwrap();
+    u.write_file(file.as_raw_fd(), 3, b"hello".to_vec(), true)
+        .unwrap();
+    assert!(u.file_busy());
+    let (e, back) = u
+        .write_file(file.as_raw_fd(), 0, b"second".to_vec(), true)
+        .unwrap_err();
+    assert_eq!(
+        back, b"second",
+        "refused with its buffer: one write at a time"
+    );
+    assert!(e.to_string().contains("in flight"), "{e}");
+    let done = file_done(&mut u);
+    assert_eq!((done.written, done.synced), (5, 0));
+    assert_eq!(done.buf, b"hello");
+    assert!(!u.file_busy());
+    assert_eq!(std::fs::read(&path).unwrap(), b"\0\0\0hello");
+    // A write that fails cancels its sync: a read-only descriptor.
+    let ro = std::fs::File::open(&path).unwrap();
+    u.write_file(ro.as_raw_fd(), 0, b"x".to_vec(), true)
+        .unwrap();
+    let done = file_done(&mut u);
+    assert_eq!(
+        (done.written, done.synced),
+        (-libc::EBADF, -libc::ECANCELED)
+    );
+}

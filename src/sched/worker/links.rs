@@ -117,11 +117,14 @@ impl CoreLinks {
 }
 
 impl Worker {
-    /// Handles the batch the commit helper finished, if any.
+    /// Handles the batches that came back (from the ring, from the commit helper), if any.
     pub(super) fn take_commits(&mut self) {
-        let Some(mut batch) = self.committer.take_done() else {
-            return;
-        };
+        while let Some(batch) = self.committer.take_done() {
+            self.take_commit(batch);
+        }
+    }
+
+    fn take_commit(&mut self, mut batch: crate::sched::commit::Batch) {
         let now_ms = crate::sync::clock::unix_millis();
         let mut touched: Vec<usize> = Vec::new();
         let outcomes = std::mem::take(&mut batch.outcomes);
@@ -197,7 +200,7 @@ impl Worker {
         self.links.admitted = admitted;
         self.send_out();
         self.links.wake_touched();
-        self.committer.kick();
+        self.committer.kick(self.uring.as_deref_mut());
         self.metrics
             .set_commit_queued(self.committer.queued() as u64);
         let waiting = self.links.job_overflow.len() + self.links.outcome_overflow.len();

@@ -268,8 +268,7 @@ impl Worker {
         let mut last_sweep = self.now();
         loop {
             self.finish_scrapes();
-            let timeout = self.committer.wait_for_commit(self.turn_timeout());
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+            if let Err(e) = self.poll.poll(&mut events, Some(self.turn_timeout())) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     eprintln!("sluice: worker {}: poll failed: {e}", self.id);
                     return;

@@ -18,7 +18,7 @@ impl Worker {
         loop {
             self.finish_scrapes();
             self.arm_touched();
-            let mut timeout = if poll_ready {
+            let timeout = if poll_ready {
                 Duration::ZERO
             } else {
                 self.turn_timeout()
@@ -26,14 +26,6 @@ impl Worker {
             let Some(ring) = self.uring.as_deref_mut() else {
                 return;
             };
-            if !poll_ready && self.committer.awaits_commit() {
-                // The turn's sends (earlier 202s) go out before the loop parks on its commit.
-                if let Err(e) = ring.submit() {
-                    eprintln!("sluice: worker {}: io_uring submit failed: {e}", self.id);
-                    return;
-                }
-                timeout = self.committer.wait_for_commit(timeout);
-            }
             if let Err(e) = ring.wait(timeout) {
                 eprintln!("sluice: worker {}: io_uring wait failed: {e}", self.id);
                 return;
@@ -44,7 +36,14 @@ impl Worker {
                 match c.op {
                     Op::Poll => poll_ready = true,
                     Op::Recv | Op::Send => self.on_completion(c),
-                    Op::Provide | Op::Cancel => {}
+                    // The own log's commit is back (`sched::commit`): answered at turn end.
+                    Op::File => {
+                        let ring = self.uring.as_deref_mut();
+                        if let Some(done) = ring.and_then(|r| r.take_file_done()) {
+                            self.committer.on_ring_done(done);
+                        }
+                    }
+                    Op::Provide | Op::Cancel | Op::FileWrite | Op::FileSync => {}
                 }
             }
             if poll_ready {
