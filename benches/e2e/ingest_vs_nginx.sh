@@ -70,6 +70,8 @@ start_sluice 18080 fsync SLUICE_IO=uring "${BIG[@]}"; SLUICE_FSYNC=$!
 start_sluice 18082 os SLUICE_IO=uring "${BIG[@]}"; SLUICE_OS=$!
 start_sluice 18090 fsync SLUICE_IO=mio "${BIG[@]}"; SLUICE_FSYNC_MIO=$!
 start_sluice 18092 os SLUICE_IO=mio "${BIG[@]}"; SLUICE_OS_MIO=$!
+# The opt-in commit path: each core's own log written and fdatasynced on its io_uring ring.
+start_sluice 18084 fsync SLUICE_IO=uring SLUICE_WAL_COMMIT=ring "${BIG[@]}"; SLUICE_RING=$!
 # Buckets of 1 token, 1/s: nearly every request is refused with 503 (the cost of saying no).
 REFUSE=(HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY=1 HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY=1
         HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC=1)
@@ -81,7 +83,7 @@ taskset -c "$SERVER_CPU" nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
 pids+=($!)
 NGINX_MASTER=$!
 for _ in $(seq 50); do
-  [ "$(cat "$WORK"/sluice-*.out 2>/dev/null | grep -c listening)" = 6 ] && curl -s -o /dev/null http://127.0.0.1:18081/ && break
+  [ "$(cat "$WORK"/sluice-*.out 2>/dev/null | grep -c listening)" = 7 ] && curl -s -o /dev/null http://127.0.0.1:18081/ && break
   sleep 0.1
 done
 NGINX_PIDS=$(pgrep -P "$NGINX_MASTER" | tr '\n' ' ')
@@ -91,6 +93,7 @@ echo "data dir filesystem: $(df -T "$WORK" | awk 'NR==2 {print $2}')"
 run_wrk "nginx return 202" 18081 "$NGINX_MASTER" $NGINX_PIDS
 run_wrk "sluice --io uring --durability fsync (202 after fdatasync)" 18080 "$SLUICE_FSYNC"
 run_wrk "sluice --io mio --durability fsync (202 after fdatasync)" 18090 "$SLUICE_FSYNC_MIO"
+run_wrk "sluice --io uring --durability fsync, wal.commit = ring (write + fdatasync on the core's ring)" 18084 "$SLUICE_RING"
 run_wrk "sluice --io uring --durability os (202 after write to page cache)" 18082 "$SLUICE_OS"
 run_wrk "sluice --io mio --durability os (202 after write to page cache)" 18092 "$SLUICE_OS_MIO"
 run_wrk "sluice --io uring, buckets of 1 token (503 refusals)" 18083 "$SLUICE_REFUSE"
