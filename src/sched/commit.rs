@@ -300,7 +300,8 @@ impl Committer {
         local.done = Some(batch);
     }
 
-    /// The batch the helper finished, if any: every item with its outcome.
+    /// A batch that is back (from the ring first, then from the helper), if any: every item
+    /// with its outcome.
     pub fn take_done(&mut self) -> Option<Batch> {
         if let Some(done) = self.local.as_mut().and_then(|l| l.done.take()) {
             return Some(done);
