@@ -5,6 +5,11 @@
 //! (`storage::sim::SimFs`, no file system), which publishes `WalShared::durable_lsn` (`Release`);
 //! readers use `WalShared::durable_lsn()` (`Acquire`), as the pump and `/metrics` do.
 //!
+//! The `handback_*` models check the wake-up choice of the hand-back (`src/sync/handback.rs`):
+//! with the real `Handback` and ring, a batch handed back is never left unseen by a loop that
+//! sleeps — it is found by one of the loop's two looks, or the helper unparks the loop it saw
+//! parked, or it wakes the loop's poll.
+//!
 //! Run: `loom-tests/run.sh --test durable`.
 #![cfg(loom)]
 
@@ -146,5 +151,58 @@ fn durable_lsn_a_reader_never_sees_it_go_back_or_past_the_commits() {
             assert!(a <= b && b <= 2, "durable LSN read {a} then {b}");
             assert_eq!(shared.durable_lsn(), 2);
         },
+    );
+}
+
+/// The loop's side of one wait (`Committer::wait_done`, then the turn's look before the poll)
+/// against a helper handing a batch back. `park`: the loop parks (without a timeout: loom
+/// reports a deadlock if nobody unparks it); otherwise its park timed out at once.
+fn handback_round(park: bool) {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    use sluice::sync::handback::Handback;
+    let handback = Arc::new(Handback::new());
+    let poll_woken = Arc::new(AtomicBool::new(false));
+    let (tx, mut rx) = ring::channel::<u64>(2);
+    let loop_thread = thread::current();
+    let (h, w) = (handback.clone(), poll_woken.clone());
+    let helper = thread::spawn(move || {
+        tx.try_push(7).expect("room");
+        if h.loop_parked() {
+            loop_thread.unpark();
+        } else {
+            w.store(true, Ordering::SeqCst);
+        }
+    });
+    handback.begin_wait();
+    let mut found = rx.try_pop().is_some();
+    if !found && park {
+        thread::park();
+    }
+    handback.end_wait();
+    found = found || rx.try_pop().is_some();
+    helper.join().unwrap();
+    if park {
+        assert!(found, "a parked loop was unparked before the batch was visible");
+    } else if !found {
+        // The loop now sleeps in its poll: the helper must have woken that, not the parker.
+        assert!(
+            poll_woken.load(Ordering::SeqCst),
+            "hand-back missed: the loop sleeps in its poll, the helper unparked a parker"
+        );
+    }
+}
+
+#[test]
+fn handback_a_parked_loop_is_unparked_or_finds_the_batch() {
+    explore("handback_a_parked_loop_is_unparked_or_finds_the_batch", || {
+        handback_round(true)
+    });
+}
+
+#[test]
+fn handback_a_loop_whose_park_timed_out_finds_the_batch_or_its_poll_is_woken() {
+    explore(
+        "handback_a_loop_whose_park_timed_out_finds_the_batch_or_its_poll_is_woken",
+        || handback_round(false),
     );
 }

@@ -15,10 +15,15 @@
 //! (`mio::Waker`). The loop takes it back ([`Committer::take_done`]) and answers the 202s.
 //!
 //! So a request crosses no thread: it is parsed, admitted, staged and answered on its core; the
-//! helper only sees whole batches. While a batch is with the helper the loop goes on reading,
-//! parsing and admitting, and the next batch fills: disk and CPU overlap, and the group commit
-//! grows with the load (measured side by side against parking the loop on the helper until the
-//! batch is back: BENCHMARKS.md, "Overlapping the commit").
+//! helper only sees whole batches. While a batch is with the helper the next one fills, which is
+//! what makes the group commit grow with the load. How the loop waits meanwhile depends on the
+//! backend (measured side by side: BENCHMARKS.md, "Overlapping the commit"):
+//! - **io_uring**: it goes on reading, parsing and admitting, so disk and CPU overlap (parking
+//!   held the batch at 20 requests with 64 connections; reading on, 31);
+//! - **mio**: while a batch carrying ingest records is with the helper, it parks on the helper
+//!   rather than on the network ([`Committer::wait_done`], at most [`COMMIT_WAIT`];
+//!   `sync::handback` says why and how the helper then unparks it instead of waking the poll):
+//!   the same throughput as reading on, with a third of the switches beyond four per commit.
 //!
 //! **On the ring** (`wal.commit = "ring"`, io_uring, `fsync`, `pwrite`): the core's own log
 //! (slot 0, which takes every ingest record) stays with the loop. [`Committer::kick`] stages its
@@ -48,11 +53,18 @@ use mio::Waker;
 use crate::dispatch::dlq::{DlqEntry, DlqError, DlqStore};
 use crate::net::io::uring::{FileDone, Uring};
 use crate::ring;
+use crate::sync::handback::Handback;
 use crate::wal::{self, AppendOutcome, PendingChunk, Record, Wal, WalShared};
 
 /// How long the helper sleeps with nothing to do if nobody unparks it (it then ticks its logs —
 /// checkpoint, retention, probe — and checks whether the loop has closed the ring).
 const IDLE_PARK: Duration = Duration::from_millis(100);
+
+/// The longest the loop parks on the helper ([`Committer::wait_done`], mio only) before it
+/// reads the network anyway: what a request that needs no commit (a refusal, `/metrics`, a new
+/// connection) may wait beyond its turn while a sync is slow. A sync here takes 0.1–0.6 ms
+/// (`sluice_wal_sync_seconds`), so normally the batch is back first.
+pub const COMMIT_WAIT: Duration = Duration::from_millis(1);
 
 /// One thing for the disk.
 #[derive(Debug)]
@@ -101,9 +113,13 @@ pub struct Committer {
     next: Batch,
     /// A batch is with the helper.
     in_flight: bool,
-    /// Items in that batch.
+    /// Items in that batch, and how many of them are ingest records (requests waiting).
     in_flight_items: usize,
+    in_flight_ingest: usize,
     max_batch: usize,
+    /// The loop's parker for [`Committer::wait_done`], and the helper's way to tell.
+    parker: Parker,
+    handback: Arc<Handback>,
     /// On io_uring: the core's own log, committed by the loop on its ring (module docs).
     local: Option<LocalLog>,
 }
@@ -159,6 +175,8 @@ impl Committer {
         let (tx, from_helper) = ring::channel(2);
         let parker = Parker::new();
         let helper = parker.unparker().clone();
+        let loop_parker = Parker::new();
+        let handback = Arc::new(Handback::new());
         let h = Helper {
             first_slot: usize::from(local.is_some()),
             logs,
@@ -167,6 +185,8 @@ impl Committer {
             tx,
             parker,
             waker,
+            loop_unparker: loop_parker.unparker().clone(),
+            handback: handback.clone(),
             outcomes: Vec::new(),
         };
         let thread = std::thread::Builder::new()
@@ -180,7 +200,10 @@ impl Committer {
             next: Batch::default(),
             in_flight: false,
             in_flight_items: 0,
+            in_flight_ingest: 0,
             max_batch,
+            parker: loop_parker,
+            handback,
             local,
         })
     }
@@ -226,11 +249,12 @@ impl Committer {
         if batch.items.is_empty() {
             return;
         }
-        let items = batch.items.len();
+        let (items, ingest) = (batch.items.len(), batch.ingest_records);
         match self.to_helper.try_push(batch) {
             Ok(()) => {
                 self.in_flight = true;
                 self.in_flight_items = items;
+                self.in_flight_ingest = ingest;
                 self.helper.unpark();
             }
             // Cannot happen (one batch at a time, capacity 2); keep the batch if it does.
@@ -309,7 +333,40 @@ impl Committer {
         let done = self.from_helper.try_pop()?;
         self.in_flight = false;
         self.in_flight_items = 0;
+        self.in_flight_ingest = 0;
         Some(done)
+    }
+    /// True while a batch with requests waiting for it is with the helper and not back yet:
+    /// the loop's next useful step is [`Committer::wait_done`].
+    pub fn awaits_commit(&self) -> bool {
+        self.in_flight && self.in_flight_ingest > 0 && self.from_helper.is_empty()
+    }
+
+    /// The loop's wait before its poll: while [`Committer::awaits_commit`], parks on the helper
+    /// (at most [`COMMIT_WAIT`], never past `timeout`) rather than on the network — arrivals can
+    /// only join the next batch (`sync::handback`) — and returns zero, so what arrived meanwhile
+    /// is read at once; otherwise returns `timeout`. On io_uring the caller submits the turn's
+    /// sends first.
+    pub fn wait_for_commit(&self, timeout: Duration) -> Duration {
+        if !self.awaits_commit() {
+            return timeout;
+        }
+        self.wait_done(timeout.min(COMMIT_WAIT));
+        Duration::ZERO
+    }
+
+    /// Parks the loop until the batch with the helper is back, at most `max`. Returns at once
+    /// if none is with the helper or it is back. The loop must then look for it
+    /// ([`Committer::take_done`]) before it waits on its poll again (`sync::handback`).
+    pub fn wait_done(&self, max: Duration) {
+        if !self.in_flight {
+            return;
+        }
+        self.handback.begin_wait();
+        if self.from_helper.is_empty() {
+            self.parker.park_timeout(max);
+        }
+        self.handback.end_wait();
     }
 
     /// Records (and dead letters) filling plus those with the helper, for the gauge.
@@ -369,6 +426,9 @@ struct Helper {
     tx: ring::Sender<Batch>,
     parker: Parker,
     waker: Arc<Waker>,
+    /// The loop's parker, for a hand-back while it waits in [`Committer::wait_done`].
+    loop_unparker: Unparker,
+    handback: Arc<Handback>,
     outcomes: Vec<AppendOutcome>,
 }
 
@@ -411,7 +471,11 @@ impl Helper {
         if self.tx.try_push(batch).is_err() {
             eprintln!("sluice: commit helper: the loop's ring is closed; batch dropped");
         }
-        let _ = self.waker.wake();
+        if self.handback.loop_parked() {
+            self.loop_unparker.unpark();
+        } else {
+            let _ = self.waker.wake();
+        }
     }
 
     /// Commits every log the batch touches (one group commit each), then the dead letters.
@@ -462,6 +526,63 @@ mod tests {
     use crate::wal::recovery::tests::{read_events, test_cfg};
     use crate::wal::WritePath;
     use mio::{Events, Poll, Token};
+
+    #[test]
+    fn a_loop_parked_on_the_helper_is_unparked_by_the_hand_back_not_its_poll() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(&tmp.path().join("a"), WritePath::Pwrite);
+        let (wal, _) = crate::wal::open(&cfg).unwrap();
+        let logs = vec![HelperLog {
+            wal,
+            shared: Arc::new(WalShared::new()),
+        }];
+        let dlq = Arc::new(DlqStore::open(&tmp.path().join("dlq"), 10).unwrap());
+        let poll = Poll::new().unwrap();
+        let waker = Arc::new(Waker::new(poll.registry(), Token(7)).unwrap());
+        let mut c = Committer::start(0, logs, dlq, waker, 4, false).unwrap();
+        assert!(!c.awaits_commit(), "nothing with the helper");
+        c.wait_done(Duration::from_secs(60)); // returns at once: nothing to wait for
+        let long = Duration::from_secs(60);
+        assert_eq!(
+            c.wait_for_commit(long),
+            long,
+            "nothing out: the poll waits as asked"
+        );
+        c.push_ingest(0, 100, Record::Event(sample_event(100, 100)));
+        c.kick(None);
+        let t0 = std::time::Instant::now();
+        assert_eq!(
+            c.wait_for_commit(long),
+            Duration::ZERO,
+            "after a park the poll does not wait"
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "parked past COMMIT_WAIT"
+        );
+        while c.take_done().is_none() {
+            c.wait_done(long);
+        }
+        for round in 0..20u64 {
+            c.push_ingest(0, round, Record::Event(sample_event(round, 100)));
+            c.kick(None);
+            let t0 = std::time::Instant::now();
+            while c.awaits_commit() {
+                // A missed hand-back would park the full 60 s.
+                c.wait_done(Duration::from_secs(60));
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "round {round}: the park timed out"
+            );
+            let done = c.take_done().expect("back after the wait");
+            assert!(matches!(
+                done.outcomes[..],
+                [Outcome::Appended(AppendOutcome::Durable { .. })]
+            ));
+        }
+        c.close();
+    }
 
     #[test]
     fn a_batch_is_committed_per_log_and_comes_back_with_one_wake() {

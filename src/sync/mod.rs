@@ -26,6 +26,7 @@ pub use std::thread;
 
 pub mod clock;
 pub mod gcra;
+pub mod handback;
 pub mod publish;
 
 pub use crossbeam_utils::CachePadded;
