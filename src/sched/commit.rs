@@ -551,10 +551,12 @@ mod tests {
         c.push_ingest(0, 100, Record::Event(sample_event(100, 100)));
         c.kick(None);
         let t0 = std::time::Instant::now();
-        assert_eq!(
-            c.wait_for_commit(long),
-            Duration::ZERO,
-            "after a park the poll does not wait"
+        let waited = c.wait_for_commit(long);
+        // The helper may be back before the loop looks (a busy machine): then there is nothing
+        // to park for, and the poll may wait as asked; the batch is there to take.
+        assert!(
+            waited == Duration::ZERO || !c.from_helper.is_empty(),
+            "after a park the poll does not wait ({waited:?}, batch not back)"
         );
         assert!(
             t0.elapsed() < Duration::from_secs(30),
