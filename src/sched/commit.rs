@@ -242,13 +242,12 @@ impl Committer {
             return;
         }
         let batch = match self.local {
+            // Nothing for the helper (the own log's records wait for the ring): no split.
+            Some(_) if self.next.items.iter().all(is_local) => return,
             // Ingest records are all the own log's: they stay for the ring, counted.
             Some(_) => split_off(&mut self.next, |item| !is_local(item)),
             None => std::mem::take(&mut self.next),
         };
-        if batch.items.is_empty() {
-            return;
-        }
         let (items, ingest) = (batch.items.len(), batch.ingest_records);
         match self.to_helper.try_push(batch) {
             Ok(()) => {
@@ -654,6 +653,15 @@ mod tests {
         assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [1, 2, 3]);
     }
 
+    /// A core's poll (kept alive: the waker and the ring watch it), ring, DLQ and waker.
+    fn ring_parts(dir: &std::path::Path) -> (Poll, Uring, Arc<DlqStore>, Arc<Waker>) {
+        let dlq = Arc::new(DlqStore::open(&dir.join("dlq"), 10).unwrap());
+        let poll = Poll::new().unwrap();
+        let waker = Arc::new(Waker::new(poll.registry(), Token(7)).unwrap());
+        let ring = Uring::new(std::os::fd::AsRawFd::as_raw_fd(&poll)).unwrap();
+        (poll, ring, dlq, waker)
+    }
+
     /// Turns of a core's ring until `c` has a batch back (5 s at most): file completions go to
     /// the committer, as the io_uring loop does.
     fn ring_done(c: &mut Committer, ring: &mut Uring) -> Batch {
@@ -739,10 +747,7 @@ mod tests {
         let (own, own_cfg) = ring_log(&tmp.path().join("own"));
         let (adopted, adopted_cfg) = ring_log(&tmp.path().join("adopted"));
         let (own_shared, adopted_shared) = (own.shared.clone(), adopted.shared.clone());
-        let dlq = Arc::new(DlqStore::open(&tmp.path().join("dlq"), 10).unwrap());
-        let poll = Poll::new().unwrap();
-        let waker = Arc::new(Waker::new(poll.registry(), Token(7)).unwrap());
-        let mut ring = Uring::new(std::os::fd::AsRawFd::as_raw_fd(&poll)).unwrap();
+        let (_poll, mut ring, dlq, waker) = ring_parts(tmp.path());
         let mut c = Committer::start(0, vec![own, adopted], dlq, waker, 8, true).unwrap();
         for t in 0..3u64 {
             c.push_ingest(0, t, Record::Event(sample_event(t, 100)));
@@ -784,10 +789,7 @@ mod tests {
         }
         let tmp = tempfile::tempdir().unwrap();
         let (own, cfg) = ring_log(tmp.path());
-        let dlq = Arc::new(DlqStore::open(&tmp.path().join("dlq"), 10).unwrap());
-        let poll = Poll::new().unwrap();
-        let waker = Arc::new(Waker::new(poll.registry(), Token(7)).unwrap());
-        let mut ring = Uring::new(std::os::fd::AsRawFd::as_raw_fd(&poll)).unwrap();
+        let (_poll, mut ring, dlq, waker) = ring_parts(tmp.path());
         let mut c = Committer::start(0, vec![own], dlq, waker, 8, true).unwrap();
         // Four quarter-max events fill the smallest segment: the fifth starts a new one.
         let body = crate::wal::MAX_BODY_BYTES / 4;
@@ -824,10 +826,7 @@ mod tests {
             })
         }));
         let shared = own.shared.clone();
-        let dlq = Arc::new(DlqStore::open(&tmp.path().join("dlq"), 10).unwrap());
-        let poll = Poll::new().unwrap();
-        let waker = Arc::new(Waker::new(poll.registry(), Token(7)).unwrap());
-        let mut ring = Uring::new(std::os::fd::AsRawFd::as_raw_fd(&poll)).unwrap();
+        let (_poll, mut ring, dlq, waker) = ring_parts(tmp.path());
         let mut c = Committer::start(0, vec![own], dlq, waker, 8, true).unwrap();
         let mut ticket = 0;
         let mut commit = |c: &mut Committer, ring: &mut Uring, n: usize| {
