@@ -27,6 +27,11 @@
 //! socket and buffers only) until the send completes, at most [`RETIRE_WAIT`], and at most
 //! [`MAX_RETIRED`] of them at once (past that, a closing connection's unsent bytes are dropped,
 //! as a `close` with a full socket buffer would).
+//!
+//! File writes ([`Uring::write_file`], the core's own log with `wal.commit = "ring"`): at most
+//! one in flight per ring, its buffer one group commit (≤ `wal::MAX_BATCH_BYTES` of bodies plus
+//! record headers), owned here until both of its completions are back; counted in
+//! `sluice_commit_queued_records` while it is out.
 
 use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
