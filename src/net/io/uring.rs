@@ -298,6 +298,9 @@ pub struct Uring {
     /// one send per connection, plus the ring's own).
     drained: Vec<Completion>,
     epoll_fd: RawFd,
+    /// Set by [`Uring::cancel_all`]: the epoll watch it cancels is not armed again (else
+    /// the wait for the last operations never ends before its deadline).
+    closing: bool,
     /// The file write in flight ([`Uring::write_file`]): at most one. Its buffer is kept here
     /// until both of its completions are back, so the kernel never reads freed memory.
     file_op: Option<FileOp>,
@@ -385,6 +388,7 @@ impl Uring {
             backlog: Vec::new(),
             drained: Vec::new(),
             epoll_fd,
+            closing: false,
             file_op: None,
             file_done: None,
         };
@@ -507,7 +511,7 @@ impl Uring {
         for c in all.drain(..) {
             match c.op {
                 Op::Poll => {
-                    if !cqueue::more(c.flags) {
+                    if !cqueue::more(c.flags) && !self.closing {
                         if let Err(e) = self.arm_poll() {
                             eprintln!("sluice: io_uring: re-arming the poll watch: {e}");
                         }
@@ -827,8 +831,13 @@ impl Uring {
     }
 
     /// Cancels every operation and waits (at most a second) for them to finish, so no
-    /// operation outlives the buffers it uses. Returns false if some did not finish.
+    /// operation outlives the buffers it uses. Returns false if some did not finish. The
+    /// ring is done with: the epoll watch is not armed again.
     pub fn cancel_all(&mut self) -> bool {
+        self.closing = true;
+        if self.in_flight == 0 {
+            return true;
+        }
         let e = opcode::AsyncCancel2::new(types::CancelBuilder::any())
             .build()
             .user_data(user_data(Op::Cancel, 0, 0));

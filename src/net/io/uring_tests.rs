@@ -194,3 +194,33 @@ fn a_file_write_and_its_linked_sync_end_as_one_completion_with_the_buffer_back()
         (-libc::EBADF, -libc::ECANCELED)
     );
 }
+
+/// `cancel_all` (the loop's exit and `Drop`) ends every operation, the epoll watch included:
+/// the watch it cancels is not armed again, so the wait ends when the last completion is back
+/// (it used to re-arm the watch and spin until its one-second deadline, twice per shutdown).
+#[test]
+fn cancel_all_ends_every_operation_and_does_not_rearm_the_epoll_watch() {
+    if !have_uring() {
+        return;
+    }
+    let poll = ::mio::Poll::new().unwrap();
+    let mut u = Uring::new(poll.as_raw_fd()).unwrap();
+    let (mut s, _peer) = pair(&mut u);
+    // A receive in flight beside the watch.
+    let mut buf = [0u8; 8];
+    assert_eq!(
+        s.read(&mut buf).unwrap_err().kind(),
+        io::ErrorKind::WouldBlock
+    );
+    u.arm(0, &mut s).unwrap();
+    u.wait(Duration::ZERO).unwrap();
+    assert!(u.in_flight >= 2, "the watch and the receive: {u:?}");
+    assert!(u.cancel_all(), "every operation ended: {u:?}");
+    assert_eq!(u.in_flight, 0);
+    // Completions taken after the cancel arm nothing again.
+    let mut cs = Vec::new();
+    u.completions(&mut cs);
+    assert_eq!(u.in_flight, 0, "nothing re-armed: {u:?}");
+    // `Drop` calls it again: nothing left to wait for.
+    assert!(u.cancel_all());
+}
