@@ -31,18 +31,20 @@ run_wrk() { # name port pids...
   local before after out reqs cs_before cs_after syncs_before syncs_after
   cs_before=$(ctx_switches "$1")
   syncs_before=$(wal_syncs "$port")
-  before=$(cpu_ticks "$@")
+  before=$(cpu_ticks_split "$@")
   out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${DUR}s" --latency -s "$ROOT/benches/e2e/post1k.lua" "http://127.0.0.1:$port")
-  after=$(cpu_ticks "$@")
+  after=$(cpu_ticks_split "$@")
   cs_after=$(ctx_switches "$1")
   syncs_after=$(wal_syncs "$port")
   reqs=$(echo "$out" | awk '/requests in/ {print $1}')
   local non2xx
   non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
-  local cpu_us=$(( (after - before) * 1000000 / HZ ))
+  local cpu_us
+  cpu_us=$(awk -v b="$before" -v a="$after" -v hz="$HZ" 'BEGIN {
+    split(b, x, " "); split(a, y, " "); printf "%d", (y[1] + y[2] - x[1] - x[2]) * 1e6 / hz }')
   echo "== $name"
   echo "$out" | grep -E 'Requests/sec|Latency|50%|99%|Non-2xx|requests in'
-  echo "cpu_us_total=$cpu_us requests=$reqs non_2xx=${non2xx:-0} cpu_us_per_request=$(awk -v c="$cpu_us" -v r="$reqs" 'BEGIN{printf "%.2f", c/r}')"
+  echo "cpu_us_total=$cpu_us requests=$reqs non_2xx=${non2xx:-0} cpu_us_per_request=$(awk -v c="$cpu_us" -v r="$reqs" 'BEGIN{printf "%.2f", c/r}') ($(per_unit_split "$before" "$after" "$reqs"))"
   # Issue 10's measure: context switches of all threads beyond four per group commit, per request.
   awk -v cs=$((cs_after - cs_before)) -v s=$((syncs_after - syncs_before)) -v r="$reqs" 'BEGIN {
     printf "ctx_switches=%d group_commits=%d requests_per_commit=%.1f cs_per_request=%.3f cs_beyond_4_per_commit_per_request=%.4f\n",

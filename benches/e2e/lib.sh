@@ -12,14 +12,27 @@ e2e_init() { # NAME [BASE_DIR]: WORK (a temp dir), CPU pinning defaults, HZ, and
 }
 
 cpu_ticks() { # sum utime+stime of processes (all their threads) listed by pid
-  local total=0
+  local u s
+  read -r u s < <(cpu_ticks_split "$@")
+  echo $((u + s))
+}
+
+cpu_ticks_split() { # "utime stime" (user, kernel) summed over processes listed by pid
+  local user=0 sys=0
   for p in "$@"; do
     if [ -r "/proc/$p/stat" ]; then
       read -r -a f < <(sed 's/.*) //' "/proc/$p/stat")
-      total=$((total + f[11] + f[12]))
+      user=$((user + f[11]))
+      sys=$((sys + f[12]))
     fi
   done
-  echo "$total"
+  echo "$user $sys"
+}
+
+per_unit_split() { # BEFORE AFTER N: "user_us_per=X kernel_us_per=Y" from two cpu_ticks_split readings
+  awk -v b="$1" -v a="$2" -v n="$3" -v hz="$HZ" 'BEGIN {
+    split(b, x, " "); split(a, y, " ");
+    printf "user_us=%.2f kernel_us=%.2f", (y[1] - x[1]) * 1e6 / hz / n, (y[2] - x[2]) * 1e6 / hz / n }'
 }
 
 nginx_conf() { # servers... ("PORT STATUS BODY" each): writes $WORK/nginx/nginx.conf
