@@ -11,7 +11,7 @@
 //! like everything here: they may skip it, hold it, or merge it into a batch) → queues it (or
 //! parks it until its recovered retry time) → `pump_dest` asks the destination's gate: fail
 //! fast (circuit open → DLQ `circuit_open`), wait (paused by a downstream `Retry-After`, rate
-//! budget, no free permit, or an open circuit with `on_open = "hold"`), or go with a permit → the request is encoded ([`encode`]: raw
+//! budget, no free permit, or an open circuit with `on_open = "hold"`), or go with a permit → the request is encoded (`encode`: raw
 //! body, Standard Webhooks headers and signature) and the pool carries it on an idle keep-alive
 //! connection or a new one (never more than `max_in_flight` busy per destination, as each
 //! attempt holds a permit) → the pool reports a [`Finished`] attempt, which `settle`

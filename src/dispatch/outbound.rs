@@ -17,8 +17,8 @@
 //! permit, so ≤ `max_in_flight` per destination); idle connections per destination ≤ the
 //! `idle_cap` the caller passes (the dispatcher passes `max_in_flight`), each closed after
 //! `idle_timeout`; response bytes kept per attempt ≤ `ClientLimits::max_body_keep`; one read
-//! scratch buffer of [`READ_CHUNK`] bytes per pool; request buffers: one per open connection
-//! plus ≤ [`SPARE_BUFFERS`] spare ones (each ≤ [`SPARE_BUFFER_MAX`]) for reuse.
+//! scratch buffer of `READ_CHUNK` bytes per pool; request buffers: one per open connection
+//! plus ≤ `SPARE_BUFFERS` spare ones (each ≤ `SPARE_BUFFER_MAX`) for reuse.
 //!
 //! Per delivery on a kept-alive connection: one `send` of the whole request (written from a
 //! recycled buffer), one `recv` that usually holds the whole response (parsed in place, its

@@ -1,5 +1,5 @@
-//! The request a delivery sends: the destination's fixed parts ([`template`], built once per
-//! configuration) and each attempt's `POST` ([`encode`]: raw body, its stored `content-type`,
+//! The request a delivery sends: the destination's fixed parts (`template`, built once per
+//! configuration) and each attempt's `POST` (`encode`: raw body, its stored `content-type`,
 //! Standard Webhooks id, timestamp and signature, sluice's attempt/trigger/replay headers, the
 //! destination's configured headers). Split from [`super::dispatcher`], which decides when to
 //! send it.

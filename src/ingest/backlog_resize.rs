@@ -37,7 +37,7 @@ impl Backlog {
     /// A reload's `max_pending` values (`shares`: the new configuration's triggers): each
     /// trigger with a slot of its own takes its new explicit share; one the reload removed keeps
     /// its last (its events may still be pending there). Then every share and the pool are
-    /// recomputed and resized live ([`ShareDim::resize`]: a shrunk share waits for its events
+    /// recomputed and resized live (`ShareDim::resize`: a shrunk share waits for its events
     /// to drain — nothing held is dropped — and the bound holds throughout). `Ok(false)`: nothing
     /// changed. `Err` (nothing changed) when a trigger without a slot of its own (one a reload
     /// added: its events use the default route's slot) has an explicit share, or when the

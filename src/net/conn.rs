@@ -229,7 +229,7 @@ impl<P> Conn<P> {
         self.slot_bytes + self.unwritten()
     }
 
-    /// Frees an empty read buffer that grew past [`RBUF_KEEP`], so a connection that once
+    /// Frees an empty read buffer that grew past `RBUF_KEEP`, so a connection that once
     /// received a large body or a burst does not keep that memory while idle.
     pub fn trim(&mut self) {
         if self.rbuf.is_empty() && self.rbuf.capacity() > RBUF_KEEP {

@@ -6,9 +6,9 @@
 //! # Positions, stamps and the tail word
 //!
 //! Every push claims a *position*: the number of pushes claimed before it. Positions are stored
-//! shifted left by one (`pos << 1`, so one step is [`ONE`] `= 2`) in the tail word, the head word
+//! shifted left by one (`pos << 1`, so one step is `ONE` `= 2`) in the tail word, the head word
 //! and every slot stamp, so all three share one encoding and compare with wrapping arithmetic.
-//! Position `p` lives in slot `(p >> 1) & mask`. Bit 0 of a stamp is [`READY`] ("holds a
+//! Position `p` lives in slot `(p >> 1) & mask`. Bit 0 of a stamp is `READY` ("holds a
 //! value"). For the slot of position `p` (`p` is even: its bit 0 is clear):
 //!
 //! | stamp         | meaning                                                     | next writer |

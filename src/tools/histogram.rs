@@ -3,8 +3,8 @@
 //!
 //! # Layout
 //!
-//! Values below [`SUB_BUCKETS`] (128) have one bucket each (exact). Above that, each power of two
-//! `[2^k, 2^(k+1))` is split into [`HALF`] (64) equal buckets, so a bucket's width is at most
+//! Values below `SUB_BUCKETS` (128) have one bucket each (exact). Above that, each power of two
+//! `[2^k, 2^(k+1))` is split into `HALF` (64) equal buckets, so a bucket's width is at most
 //! 1/64 of its lower bound: every reported value is within 1.6 % of a recorded one (better than
 //! two significant digits). 60 s = 6·10^7 µs < 2^26 needs 1331 buckets of `u64`: 10.4 KiB per
 //! histogram, whatever the number of samples.

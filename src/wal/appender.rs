@@ -77,7 +77,7 @@ pub(crate) struct Active {
     pub(crate) zeroed_end: u64,
 }
 
-/// A group commit for the caller to submit ([`Wal::start_commit`]): write `buf` at `offset` of
+/// A group commit for the caller to submit (`Wal::start_commit`): write `buf` at `offset` of
 /// the segment file `fd`, then `fdatasync` it.
 #[derive(Debug)]
 pub struct Submission {

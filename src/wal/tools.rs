@@ -242,7 +242,7 @@ fn hex(bytes: &[u8]) -> String {
 /// every log in `DATA_DIR/wal` (log by log, in LSN order within a log):
 /// `{"event_id","log","lsn","trigger_id","source","received_at","body_len","body_sha256",
 /// "outcome"}`, plus `"replay_of"` for a replayed event, `"gate"`/`"reason"` for a skip or a
-/// dead letter, `"attempts"` when recorded (see [`InspectLine`]). Each log is read twice: the
+/// dead letter, `"attempts"` when recorded (see `InspectLine`). Each log is read twice: the
 /// outcomes first (one map entry per `Done` entry / retried event), then the events.
 /// Stops with `Err(Corrupt)` at damage; a torn tail just ends that log's output.
 pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError> {

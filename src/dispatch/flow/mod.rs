@@ -62,7 +62,7 @@
 //! state: their events are pending in the WAL and are held again, for a full period or
 //! timeout from the restart (later, never earlier, never lost).
 //!
-//! **Reloads.** A reload that changes a trigger's gates re-keys the engine ([`rekey`]): every
+//! **Reloads.** A reload that changes a trigger's gates re-keys the engine (`rekey`): every
 //! held event is taken out of the old gates and offered to the new ones, still held (its slot
 //! stays given back), so none is lost; unchanged windows and the holds of events in progress are
 //! carried over.
