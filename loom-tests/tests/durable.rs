@@ -182,7 +182,10 @@ fn handback_round(park: bool) {
     found = found || rx.try_pop().is_some();
     helper.join().unwrap();
     if park {
-        assert!(found, "a parked loop was unparked before the batch was visible");
+        assert!(
+            found,
+            "a parked loop was unparked before the batch was visible"
+        );
     } else if !found {
         // The loop now sleeps in its poll: the helper must have woken that, not the parker.
         assert!(
@@ -194,9 +197,10 @@ fn handback_round(park: bool) {
 
 #[test]
 fn handback_a_parked_loop_is_unparked_or_finds_the_batch() {
-    explore("handback_a_parked_loop_is_unparked_or_finds_the_batch", || {
-        handback_round(true)
-    });
+    explore(
+        "handback_a_parked_loop_is_unparked_or_finds_the_batch",
+        || handback_round(true),
+    );
 }
 
 #[test]
