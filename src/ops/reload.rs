@@ -285,6 +285,12 @@ impl Published {
         if let Some(m) = &self.flow_cells {
             m.export_destinations(&config);
         }
+        for id in super::reload_diff::handlers_dropped(&current.value.config, &config) {
+            eprintln!(
+                "sluice: reload: trigger {id:?} has no handler from generation {n} on: its \
+                 events not yet dispatched are recorded no_handler, not delivered"
+            );
+        }
         Ok(n)
     }
 }

@@ -186,7 +186,9 @@ fn triggers(old: &Config, new: &Config) -> Result<(), String> {
         let gated = !o.flow.is_empty() || !n.flow.is_empty();
         if gated && o.handler.is_some() && owner(old, o.handler) != owner(new, n.handler) {
             return Err(key(
-                "handler: a trigger with flow-control gates cannot move to a destination                  owned by another core without a restart (its gates' windows and held events                  live on the old one)",
+                "handler: a trigger with flow-control gates cannot move to a destination \
+                 owned by another core without a restart (its gates' windows and held events \
+                 live on the old one)",
             ));
         }
         // Catch-all: everything but the live keys must be equal.
@@ -207,6 +209,22 @@ fn triggers(old: &Config, new: &Config) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Triggers the new configuration keeps but without the handler they had: from the reload on,
+/// their events not yet dispatched are recorded `no_handler` (not delivered). The reload says so
+/// on stderr, once per trigger, as it applies.
+pub fn handlers_dropped<'a>(old: &Config, new: &'a Config) -> Vec<&'a str> {
+    new.triggers
+        .iter()
+        .filter(|n| n.handler.is_none())
+        .filter(|n| {
+            old.triggers
+                .iter()
+                .any(|o| o.id == n.id && o.handler.is_some())
+        })
+        .map(|n| n.id.as_str())
+        .collect()
 }
 
 #[cfg(test)]
@@ -241,6 +259,19 @@ pub(super) mod tests {
             let e = diff(&old, &cfg(&format!("{BASE}{extra}"))).unwrap_err();
             assert!(e.starts_with(key), "{key}: {e}");
         }
+    }
+
+    #[test]
+    fn a_kept_trigger_whose_handler_is_removed_is_named() {
+        let old = cfg(BASE);
+        let store_only = cfg("[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\n");
+        assert_eq!(handlers_dropped(&old, &store_only), vec!["t"]);
+        // Not: a handler kept or given, a trigger removed, one that never had a handler.
+        assert!(handlers_dropped(&old, &old).is_empty());
+        assert!(handlers_dropped(&store_only, &old).is_empty());
+        let other = cfg("[[triggers]]\nid = \"u\"\nprovider = \"p\"\npath = \"/u\"\n");
+        assert!(handlers_dropped(&old, &other).is_empty());
+        assert!(handlers_dropped(&store_only, &store_only).is_empty());
     }
 
     #[test]

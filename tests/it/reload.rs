@@ -717,3 +717,25 @@ fn sighup_adds_a_verified_deduped_throttled_trigger() {
     let all = delivered_ids(&ds);
     assert_eq!(all.len(), ids.len() + gh.len(), "each event once: {all:?}");
 }
+
+/// A reload that keeps trigger `t` but takes its handler away applies live, and says on stderr
+/// that `t`'s events not yet dispatched are recorded `no_handler` from that generation on.
+#[test]
+fn a_reload_that_removes_a_kept_triggers_handler_says_so() {
+    let ds = Downstream::start(Behavior::default());
+    let uri = ds.uri("/sink");
+    let server = start(&manifest(&uri, 5, false));
+    let store_only = "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\n";
+    std::fs::write(manifest_path(&server), store_only).unwrap();
+    let r = admin_reload(&server, Some(TOKEN));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let line = "trigger \"t\" has no handler from generation 2 on";
+    assert!(
+        wait_until(Duration::from_secs(5), || server.stderr().contains(line)),
+        "stderr: {}",
+        server.stderr()
+    );
+    // Still served: stored, not delivered.
+    let mut c = server.client();
+    accepted(&c.post("/hooks/t", b"{\"n\":1}", &[]));
+}
