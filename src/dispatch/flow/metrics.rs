@@ -153,7 +153,8 @@ impl FlowMetrics {
         let spare = (self.triggers.len() - self.start).saturating_sub(claimed);
         if let Some(t) = need.get(spare) {
             return Err(format!(
-                "trigger {:?} needs flow-control metric cells and this run's {RELOAD_CELLS} spare                  ones are taken by triggers added by earlier reloads",
+                "trigger {:?} needs flow-control metric cells and this run's {RELOAD_CELLS} spare \
+                 ones are taken by triggers added by earlier reloads",
                 t.id
             ));
         }
