@@ -29,7 +29,7 @@ cpu_ticks_split() { # "utime stime" (user, kernel) summed over processes listed 
   echo "$user $sys"
 }
 
-per_unit_split() { # BEFORE AFTER N: "user_us_per=X kernel_us_per=Y" from two cpu_ticks_split readings
+per_unit_split() { # BEFORE AFTER N: "user_us=X kernel_us=Y" per unit, from two cpu_ticks_split readings
   awk -v b="$1" -v a="$2" -v n="$3" -v hz="$HZ" 'BEGIN {
     split(b, x, " "); split(a, y, " ");
     printf "user_us=%.2f kernel_us=%.2f", (y[1] - x[1]) * 1e6 / hz / n, (y[2] - x[2]) * 1e6 / hz / n }'
