@@ -60,8 +60,7 @@ before=$(cpu_ticks_split "$NGINX_MASTER" $NGINX_PIDS)
 out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c64 -d"${DUR}s" -s "$ROOT/benches/e2e/post1k.lua" http://127.0.0.1:18182)
 after=$(cpu_ticks_split "$NGINX_MASTER" $NGINX_PIDS)
 nreq=$(echo "$out" | awk '/requests in/ {print $1}')
-nginx_us=$(awk -v b="$before" -v a="$after" -v hz="$HZ" -v r="$nreq" 'BEGIN {
-  split(b, x, " "); split(a, y, " "); printf "%.2f", (y[1] + y[2] - x[1] - x[2]) * 1e6 / hz / r }')
+nginx_us=$(per_unit_total "$before" "$after" "$nreq")
 echo "nginx return 202: $nreq requests, cpu_us_per_request=$nginx_us ($(per_unit_split "$before" "$after" "$nreq"))"
 
 # The burst into sluice, then the drain.
@@ -77,7 +76,6 @@ done
 after=$(cpu_ticks_split "$SLUICE")
 delivered=$(curl -s http://127.0.0.1:18180/metrics | awk '/^sluice_dispatch_attempts_total/ && /outcome="delivered"/ {s += $2} END {print s + 0}')
 elapsed=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}')
-sluice_us=$(awk -v b="$before" -v a="$after" -v hz="$HZ" -v d="$delivered" 'BEGIN {
-  split(b, x, " "); split(a, y, " "); printf "%.2f", (d > 0 ? (y[1] + y[2] - x[1] - x[2]) * 1e6 / hz / d : 0) }')
+sluice_us=$(per_unit_total "$before" "$after" "$delivered")
 echo "sluice: $accepted requests in the burst, $delivered delivered, pending $(metric 18180 sluice_wal_pending_events) after ${elapsed}s; cpu_us_per_delivered_event=$sluice_us ($(per_unit_split "$before" "$after" "$delivered"))"
 awk -v s="$sluice_us" -v n="$nginx_us" 'BEGIN {printf "ratio (sluice per delivered event / nginx per return 202) = %.2f\n", s / n}'

@@ -40,8 +40,7 @@ run_wrk() { # name port pids...
   local non2xx
   non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
   local cpu_us
-  cpu_us=$(awk -v b="$before" -v a="$after" -v hz="$HZ" 'BEGIN {
-    split(b, x, " "); split(a, y, " "); printf "%d", (y[1] + y[2] - x[1] - x[2]) * 1e6 / hz }')
+  cpu_us=$(per_unit_total "$before" "$after" 1 "%d")
   echo "== $name"
   echo "$out" | grep -E 'Requests/sec|Latency|50%|99%|Non-2xx|requests in'
   echo "cpu_us_total=$cpu_us requests=$reqs non_2xx=${non2xx:-0} cpu_us_per_request=$(awk -v c="$cpu_us" -v r="$reqs" 'BEGIN{printf "%.2f", c/r}') ($(per_unit_split "$before" "$after" "$reqs"))"

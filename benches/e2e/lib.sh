@@ -35,6 +35,12 @@ per_unit_split() { # BEFORE AFTER N: "user_us=X kernel_us=Y" per unit, from two 
     printf "user_us=%.2f kernel_us=%.2f", (y[1] - x[1]) * 1e6 / hz / n, (y[2] - x[2]) * 1e6 / hz / n }'
 }
 
+per_unit_total() { # BEFORE AFTER N [FORMAT]: user + kernel µs per unit (0 if N is 0), from two cpu_ticks_split readings
+  awk -v b="$1" -v a="$2" -v n="$3" -v hz="$HZ" -v f="${4:-%.2f}" 'BEGIN {
+    split(b, x, " "); split(a, y, " ");
+    printf f, (n > 0 ? (y[1] + y[2] - x[1] - x[2]) * 1e6 / hz / n : 0) }'
+}
+
 nginx_conf() { # servers... ("PORT STATUS BODY" each): writes $WORK/nginx/nginx.conf
   mkdir -p "$WORK/nginx/logs"
   {
