@@ -7,7 +7,7 @@
 //! - [`exposition`] renders `/metrics` from that state (below both the runtime and the worker).
 //!
 //! Dependencies go one way: `runtime` → `worker` → (`commit`, `pump`, `exposition`, `state`) →
-//! `ingest`, `wal`, `dispatch`; `.ci/import_edges.py` checks the edges issue 10 named.
+//! `ingest`, `wal`, `dispatch`; `.ci/structure.py` checks the edges.
 
 pub mod commit;
 pub mod exposition;
