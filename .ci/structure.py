@@ -160,7 +160,15 @@ class File:
         code = blank(self.raw)
         self.code = self._drop_tests(code)
         self.children = {}  # name -> module path (file or inline module)
-        self.inline = set()  # inline (non-test) module paths that live in this file
+        self.inline = []  # (start, end, module path) of the inline (non-test) modules in this file
+
+    def module_at(self, offset: int) -> str:
+        """The innermost module that holds `offset`: an inline `mod x { … }` or the file's own."""
+        best = (None, self.module)
+        for start, end, module in self.inline:
+            if start <= offset <= end and (best[0] is None or start > best[0]):
+                best = (start, module)
+        return best[1]
 
     @staticmethod
     def _drop_tests(code: str) -> str:
@@ -196,7 +204,7 @@ def load_tree(src: Path):
             f.children[name] = child
             if kind == "{":
                 owner[child] = module
-                f.inline.add(child)
+                f.inline.append((m.start(), match_brace(f.code, m.end() - 1), child))
                 continue
             pm = re.search(r'path\s*=\s*"([^"]+)"', re.sub(r"\s+", " ", path.read_text()[m.start():m.start() + len(attrs) + 200]))
             if pm:
@@ -260,12 +268,12 @@ def split_top(body: str):
 
 
 def use_paths(code: str):
-    """(line number, path) of every `use` leaf, aliases dropped."""
+    """(offset, line number, path) of every `use` leaf, aliases dropped."""
     for m in USE.finditer(code):
         line = code.count("\n", 0, m.start()) + 1
         tree = re.sub(r"\s+as\s+" + IDENT, "", m.group(1))
         for leaf in use_leaves(tree):
-            yield line, leaf
+            yield m.start(), line, leaf
 
 
 class Resolver:
@@ -323,15 +331,13 @@ class Resolver:
 def references(files, resolver):
     """(from file, to file, line) for every reference to another file."""
     for mod, f in files.items():
-        seen = set()
-        for line, leaf in use_paths(f.code):
-            seen.add(line)
-            yield from one(resolver, mod, leaf.split("::"), line)
+        for offset, line, leaf in use_paths(f.code):
+            yield from one(resolver, f.module_at(offset), leaf.split("::"), line)
         code_no_use = USE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), f.code)
         for m in PATH.finditer(code_no_use):
             line = code_no_use.count("\n", 0, m.start()) + 1
             segs = [s.strip() for s in m.group(1).split("::")]
-            yield from one(resolver, mod, segs, line)
+            yield from one(resolver, f.module_at(m.start()), segs, line)
 
 
 def one(resolver, mod, segs, line):

@@ -391,10 +391,13 @@ impl Metrics {
         self.shards[core].get(slot::IO_RETIRED)
     }
 
-    /// The whole `/metrics` body: this module's families, then whatever `extra` appends.
-    /// Same as [`super::prom::render`].
+    /// The whole `/metrics` body: this module's families, then whatever `extra` appends (WAL
+    /// histograms, per-source refusal counters, ...).
     pub fn render(&self, extra: &mut dyn FnMut(&mut PromWriter)) -> String {
-        super::prom::render(self, extra)
+        let mut w = PromWriter::new();
+        self.render_prometheus(&mut w);
+        extra(&mut w);
+        w.finish()
     }
 
     /// Append every family this module owns, in a fixed order.
