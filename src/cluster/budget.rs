@@ -25,7 +25,7 @@ use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use super::slot::{Desire, Health, Slot, Tokens};
-use crate::config::shared::OnUnavailable;
+use super::spec::OnUnavailable;
 use crate::dispatch::permits::Permits;
 
 /// Most rate tokens asked for at once.

@@ -23,10 +23,11 @@ use std::time::Duration;
 
 use mio::Waker;
 
+use super::dest::SharedDest;
 use super::redis::{Call, Conn, RedisError};
 use super::slot::{Grant, Health, Tokens};
-use super::SharedDest;
-use crate::config::shared::RedisAddr;
+use super::spec::RedisAddr;
+use crate::dispatch::rate::RateSpec;
 use crate::sync::clock::Clock;
 
 /// Least time between two syncs of one destination whose desire keeps changing.
@@ -259,7 +260,7 @@ impl Client {
             }
             Due::Rate { i, need, .. } => {
                 let s = &self.dests[i];
-                let r = s.rate.unwrap_or(crate::config::RateConfig {
+                let r = s.rate.unwrap_or(RateSpec {
                     per_sec: 1,
                     burst: 1,
                 });

@@ -45,7 +45,7 @@ use serde::Deserialize;
 pub use auth::{TriggerAuth, ENV_ADMIN_TOKEN};
 pub use dispatch::{
     AdaptiveConfig, CircuitConfig, DestinationConfig, DispatchConfig, HandlerUri, OnOpen,
-    PumpConfig, RateConfig, RetryConfig, ENV_PUMP_MAX_OUTSTANDING,
+    PumpConfig, RateSpec, RetryConfig, ENV_PUMP_MAX_OUTSTANDING,
 };
 pub use duration::parse_duration;
 pub use flow::{FlowConfig, FlowSettings};
@@ -416,6 +416,22 @@ impl Config {
     /// Where the WAL segments live.
     pub fn wal_dir(&self) -> PathBuf {
         self.server.data_dir.join("wal")
+    }
+
+    /// The destinations whose budget is shared through Redis, as the cluster takes them.
+    pub fn shared_destinations(&self) -> Vec<crate::cluster::SharedDestSpec> {
+        let shared = self.destinations.iter().enumerate();
+        shared
+            .filter_map(|(dest, d)| {
+                Some(crate::cluster::SharedDestSpec {
+                    dest,
+                    shared: d.shared.clone()?,
+                    limit: d.max_in_flight,
+                    rate: d.rate,
+                    uri: d.handler.uri.clone(),
+                })
+            })
+            .collect()
     }
 }
 

@@ -89,7 +89,7 @@ impl Shared {
         let body_budget = crate::sync::Arc::new(budget);
         let returns = ReturnSchedule::new(config.ingest.refill_per_sec);
         Shared {
-            cluster: crate::cluster::Cluster::from_config(&config),
+            cluster: crate::cluster::Cluster::new(config.shared_destinations()),
             returns,
             reload: crate::ops::reload::Published::new(config.clone(), router.clone(), &guards)
                 .with_flow_cells(Arc::clone(&metrics_dispatch))
