@@ -26,8 +26,7 @@ use mio::Waker;
 use super::dest::SharedDest;
 use super::redis::{Call, Conn, RedisError};
 use super::slot::{Grant, Health, Tokens};
-use super::spec::RedisAddr;
-use crate::dispatch::rate::RateSpec;
+use super::spec::{RedisAddr, SharedRate};
 use crate::sync::clock::Clock;
 
 /// Least time between two syncs of one destination whose desire keeps changing.
@@ -260,7 +259,7 @@ impl Client {
             }
             Due::Rate { i, need, .. } => {
                 let s = &self.dests[i];
-                let r = s.rate.unwrap_or(RateSpec {
+                let r = s.rate.unwrap_or(SharedRate {
                     per_sec: 1,
                     burst: 1,
                 });

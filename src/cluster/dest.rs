@@ -4,8 +4,7 @@
 use std::sync::Arc;
 
 use super::slot::Slot;
-use super::spec::{SharedDestSpec, SharedSpec};
-use crate::dispatch::rate::RateSpec;
+use super::spec::{SharedDestSpec, SharedRate, SharedSpec};
 
 /// One shared destination.
 #[derive(Debug)]
@@ -14,7 +13,7 @@ pub struct SharedDest {
     pub cfg: SharedSpec,
     /// The cluster-wide `max_in_flight`.
     pub limit: usize,
-    pub rate: Option<RateSpec>,
+    pub rate: Option<SharedRate>,
     /// The destination's uri (the metrics label).
     pub uri: String,
     /// `sluice:budget:<key>:held|want|expiry|rate|epoch`.

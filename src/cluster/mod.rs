@@ -49,7 +49,7 @@ use crate::sync::clock::Clock;
 use budget::SharedBudget;
 pub use dest::SharedDest;
 use slot::Health;
-pub use spec::{OnUnavailable, RedisAddr, SharedDestSpec, SharedSpec};
+pub use spec::{OnUnavailable, RedisAddr, SharedDestSpec, SharedRate, SharedSpec};
 
 /// A node's shared budgets: the slots and the client thread.
 #[derive(Debug)]

@@ -1,11 +1,10 @@
 //! What the cluster needs to know, as `config` validated it: where a shared budget lives
 //! ([`RedisAddr`], [`SharedSpec`]), what dispatch does while Redis is unreachable
-//! ([`OnUnavailable`]), and each shared destination's own budget ([`SharedDestSpec`]). `config`
+//! ([`OnUnavailable`]), and each shared destination's own budget ([`SharedDestSpec`],
+//! [`SharedRate`]). `config`
 //! builds these (`[[destinations]] shared = { … }`); the cluster imports nothing of `config`.
 
 use std::time::Duration;
-
-use crate::dispatch::rate::RateSpec;
 
 /// Where the Redis is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +48,14 @@ pub struct SharedDestSpec {
     pub shared: SharedSpec,
     /// The cluster-wide `max_in_flight`.
     pub limit: usize,
-    pub rate: Option<RateSpec>,
+    pub rate: Option<SharedRate>,
     /// The destination's uri (the metrics label).
     pub uri: String,
+}
+
+/// The shared GCRA's parameters: the destination's `rate = { per_sec, burst }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedRate {
+    pub per_sec: u64,
+    pub burst: u64,
 }

@@ -427,7 +427,10 @@ impl Config {
                     dest,
                     shared: d.shared.clone()?,
                     limit: d.max_in_flight,
-                    rate: d.rate,
+                    rate: d.rate.map(|r| crate::cluster::SharedRate {
+                        per_sec: r.per_sec,
+                        burst: r.burst,
+                    }),
                     uri: d.handler.uri.clone(),
                 })
             })
