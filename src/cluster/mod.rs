@@ -1,5 +1,5 @@
 //! Several nodes, one downstream budget: a destination's `max_in_flight` and `rate` shared
-//! through Redis (issue 13; `[[destinations]] shared = { … }`, README "Several nodes").
+//! through Redis (`[[destinations]] shared = { … }`, README "Several nodes").
 //!
 //! ```text
 //!  owner core (mio loop)                      client thread (one per node)           Redis

@@ -139,8 +139,9 @@ pub struct RawWal {
     pub segment_bytes: Option<u64>,
     /// `pwrite` or `mmap`. Default: `pwrite` (see BENCHMARKS.md).
     pub write_path: Option<String>,
-    /// Capacity of the MPSC ring between workers and the WAL writer. Default: 4096.
-    /// Range: 2..=1_048_576.
+    /// Sized the ring to the single WAL writer of the layout before per-core logs; it sizes
+    /// nothing now (each core commits its own log, bounded by `max_batch`) and is accepted only
+    /// so old manifests still load, with a warning. Range: 2..=1_048_576.
     pub ring_capacity: Option<usize>,
     /// Most records in one group commit. Default: 1024. Range: 1..=65536.
     pub max_batch: Option<usize>,

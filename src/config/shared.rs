@@ -1,5 +1,5 @@
 //! `[[destinations]] shared = { … }`: a destination budget shared by several nodes through
-//! Redis (issue 13; the mechanism is `crate::cluster`). Two stages like every table: the raw
+//! Redis (the mechanism is `crate::cluster`). Two stages like every table: the raw
 //! serde struct ([`RawShared`], unknown keys are errors) and the validated [`SharedSpec`], which
 //! the cluster defines.
 

@@ -1,4 +1,4 @@
-//! Operating a running sluice (issue 14): the dashboard (`GET /ui`, `GET /api/v1/state`) and
+//! Operating a running sluice: the dashboard (`GET /ui`, `GET /api/v1/state`) and
 //! hot reload of the configuration (SIGHUP, `POST /admin/reload`).
 //!
 //! Both read or publish process-wide state only through shared atomics and one published

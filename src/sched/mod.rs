@@ -1,4 +1,5 @@
-//! The runtime: worker threads (one event loop each), the WAL writer thread, and shutdown.
+//! The runtime: one thread per core (one event loop each), each core's commit helper thread, and
+//! shutdown.
 //!
 //! - [`runtime`] starts everything, waits for SIGTERM/SIGINT and drains.
 //! - [`worker`] is one core's event loop: its own `mio::Poll`, its own `SO_REUSEPORT` listener,
