@@ -7,7 +7,8 @@
 //! in [`Published`]: one mutex-guarded `Arc` plus an atomic generation number. Each core's loop
 //! compares the number with its own at the top of every turn ([`CoreView::pick_up`], one
 //! `Acquire` load; the lock is taken only when the number changed) and applies the new generation
-//! to what it owns at that loop boundary ([`apply_on_core`]), and compares again before it
+//! to what it owns at that loop boundary (the core's `follow_reload`: its pump learns the new
+//! trigger → destination map, its dispatcher the new destinations), and compares again before it
 //! routes each request (so a request sent after the reload's `200` meets the new generation on
 //! any core). A core's loop turns at least every 100 ms (its poll timeout), so every core runs
 //! the new generation within about 100 ms of the publication; until then it runs the old one,
@@ -352,20 +353,6 @@ impl CoreView {
     pub fn guards(&self) -> &GuardTable {
         &self.sub.held().value.guards
     }
-}
-
-/// Applies `next` to what one core owns: its dispatcher (destination limits, retry, timeouts)
-/// and its pump (trigger → destination). Called between two requests of the core's loop.
-pub fn apply_on_core(
-    next: &Versioned<Generation>,
-    dispatcher: &mut crate::dispatch::dispatcher::Dispatcher,
-    pump: &mut crate::sched::pump::CorePump,
-    now: u64,
-    registry: &mio::Registry,
-    draining: bool,
-) {
-    pump.learn_handlers(&next.value.config);
-    dispatcher.reconfigure(Arc::clone(&next.value.config), now, registry, draining);
 }
 
 /// The main thread's SIGHUP check (every 20 ms while it waits): a reload per signal received

@@ -321,8 +321,12 @@ impl Worker {
         if let Some(next) = self.view.pick_up(&self.shared.reload) {
             let (now, registry) = (self.turn_now, self.poll.registry());
             let draining = self.shared.accepting_stopped(now);
-            let (dispatcher, pump) = (&mut self.dispatcher, &mut self.pump);
-            crate::ops::reload::apply_on_core(&next, dispatcher, pump, now, registry, draining);
+            // Between two requests of this loop: the pump learns the new trigger → destination
+            // map, the dispatcher the new destinations (limits, retry, timeouts, gates).
+            let config = &next.value.config;
+            self.pump.learn_handlers(config);
+            let dispatcher = &mut self.dispatcher;
+            dispatcher.reconfigure(Arc::clone(config), now, registry, draining);
         }
     }
 
