@@ -13,7 +13,6 @@
 pub mod commit;
 pub mod exposition;
 pub mod logs;
-pub mod outstanding;
 pub mod placement;
 pub mod pump;
 pub mod runtime;
