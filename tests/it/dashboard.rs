@@ -184,6 +184,8 @@ fn dashboard_in_chromium_tells_the_truth_about_a_refused_trigger() {
                 .is_some_and(|c| c.contains("52 events parked"))
             && v["triggers"]["old"]["pending"] == "10"
             && v["triggers"]["ok"]["pending"] == "0"
+            && v["dests"][ua.as_str()]["queued"] == "42"
+            && v["dests"][uc.as_str()]["queued"] == "4"
     });
     assert_refusing_truth(&v, &ua, &uc);
     assert_fits_1280(&browser);
