@@ -363,7 +363,9 @@ fn wait_dashboard(
 /// Issue 14 acceptance: 30 events held by a stalled destination; Chromium renders `/ui` with
 /// `backlog` reading 30 and the destination's row showing its uri, 5 calls in flight of 5
 /// permits and 25 queued; then the downstream answers, and the same page shows the backlog
-/// drain to 0 without a reload. `/ui` loads nothing from outside.
+/// drain to 0 without a reload. `/ui` loads nothing from outside. At a 1280×900 viewport the
+/// page scrolls nowhere sideways, the pump hop says there is no per-trigger cap (one trigger),
+/// and the screenshot README shows is written (`dashboard::save_screenshot`).
 #[test]
 fn dashboard_in_chromium_follows_a_stalled_destination() {
     use crate::downstream::{Behavior, Downstream};
