@@ -66,7 +66,8 @@ impl Backlog {
         (cap != u64::MAX).then_some(cap)
     }
 
-    /// Durable events the pumps have set aside because their trigger holds its window cap.
+    /// Durable events the pumps have set aside until their trigger has room (its window cap, or
+    /// its flow-control gates full).
     pub fn parked_events(&self) -> u64 {
         self.pump_stats
             .parked

@@ -54,12 +54,16 @@ return { scroll_width: root.scrollWidth, client_width: root.clientWidth, inner_w
 /// Three triggers with explicit shares of a 200-event backlog (20 + 80 + 20, the pool 80; the
 /// default route off, so no share is reserved for it): `stalled` and `old` to downstreams that
 /// hold every call, `ok` to one that answers. Without `old` (and its destination) when
-/// `with_old` is false: the reload that removes it.
+/// `with_old` is false: the reload that removes it, and adds `late` (to `ok`), which has no share
+/// of its own until a restart: it is counted in the default route's slot, whose share is 0.
 fn manifest(stalled: &str, ok: &str, old: &str, with_old: bool) -> String {
-    let trigger = |id: &str, handler: &str, share: u64| {
+    let trigger = |id: &str, handler: &str, share: Option<u64>| {
+        let share = share.map_or(String::new(), |n| {
+            format!("max_pending = {{ events = {n} }}\n")
+        });
         format!(
             "[[triggers]]\nid = \"{id}\"\nprovider = \"{id}\"\npath = \"/hooks/{id}\"\n\
-             handler = \"{handler}\"\nmax_pending = {{ events = {share} }}\n\n"
+             handler = \"{handler}\"\n{share}\n"
         )
     };
     let dest = |uri: &str, max: u32| {
@@ -67,13 +71,15 @@ fn manifest(stalled: &str, ok: &str, old: &str, with_old: bool) -> String {
     };
     let mut m =
         String::from("[ingest]\ndefault_route = false\n\n[dispatch]\nmax_pending_events = 200\n\n");
-    m += &trigger("stalled", stalled, 20);
-    m += &trigger("ok", ok, 80);
+    m += &trigger("stalled", stalled, Some(20));
+    m += &trigger("ok", ok, Some(80));
     m += &dest(stalled, 6);
     m += &dest(ok, 4);
     if with_old {
-        m += &trigger("old", old, 20);
+        m += &trigger("old", old, Some(20));
         m += &dest(old, 6);
+    } else {
+        m += &trigger("late", ok, None);
     }
     m
 }
@@ -172,6 +178,13 @@ fn dashboard_in_chromium_tells_the_truth_about_a_refused_trigger() {
     for n in 0..5 {
         accepted(&client.post("/hooks/ok", format!("{{\"n\":{n}}}").as_bytes(), &[]));
     }
+    let r = client.post("/hooks/late", b"{}", &[]);
+    assert_eq!(
+        (r.status, r.json()["reason"].clone()),
+        (503, "queue_full".into()),
+        "{}",
+        r.text()
+    );
     assert!(wait_until(Duration::from_secs(10), || b.count() == 5));
 
     let v = wait_truth(&browser, "stalled refusing, old removed but visible", |v| {
@@ -184,6 +197,7 @@ fn dashboard_in_chromium_tells_the_truth_about_a_refused_trigger() {
                 .is_some_and(|c| c.contains("52 events parked"))
             && v["triggers"]["old"]["pending"] == "10"
             && v["triggers"]["ok"]["pending"] == "0"
+            && v["triggers"]["late"]["refused"] == "queue_full 1"
             && v["dests"][ua.as_str()]["queued"] == "42"
             && v["dests"][uc.as_str()]["queued"] == "4"
     });
@@ -248,6 +262,20 @@ fn assert_refusing_truth(v: &Value, stalled_uri: &str, old_uri: &str) {
         "{v}"
     );
     assert_ne!(ok["state_colour"], RED, "{v}");
+    // The trigger the reload added: the default route's slot (share 0, the pool full) refuses it.
+    let late = &v["triggers"]["late"];
+    assert_eq!(
+        (&late["state"], &late["state_colour"]),
+        (&"refusing".into(), &RED.into()),
+        "{v}"
+    );
+    assert!(
+        late["share"]
+            .as_str()
+            .unwrap()
+            .starts_with("the default route's"),
+        "{v}"
+    );
     // The removed trigger and its destination: still there, with their events and calls.
     let old = &v["triggers"]["old"];
     assert_eq!(old["removed"], "true", "{v}");
