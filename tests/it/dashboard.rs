@@ -2,7 +2,8 @@
 //! trigger refused `queue_full` is red while the node's backlog has room, each trigger shows its
 //! share and what it borrowed from the pool, the pump's per-trigger cap is labelled, a trigger
 //! (and its destination) removed by a hot reload stays on the page until its events are done,
-//! and nothing scrolls sideways. The screenshots the README shows come from here
+//! one added by a reload says it is counted with the default route, and nothing scrolls
+//! sideways. The screenshots the README shows come from here
 //! (`SLUICE_SCREENSHOTS=docs cargo test --test it dashboard_in_chromium`; without it they go
 //! to the target's temporary directory).
 
@@ -145,8 +146,9 @@ fn fill_stalled(server: &Server) -> usize {
 }
 
 /// Issue 29 acceptance (the dashboard): see the module docs. `old` holds 10 events (6 calls in
-/// flight, 4 queued) when a reload removes it; `stalled` fills its share and the pool and is
-/// refused `queue_full` while the backlog is at 110 of 200; `ok` keeps delivering.
+/// flight, 4 queued) when a reload removes it (and adds `late`); `stalled` fills its share and
+/// the pool and is refused `queue_full` while the backlog is at 110 of 200, and so is `late`
+/// (the default route's slot); `ok` keeps delivering. Then `old`'s events finish and its rows go.
 #[test]
 fn dashboard_in_chromium_tells_the_truth_about_a_refused_trigger() {
     let long = "/deliveries/stalled-destination/with/a/long/path/that/must/not/wrap/per/letter";
