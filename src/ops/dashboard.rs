@@ -18,8 +18,9 @@
 //!
 //! **What a reload removed stays on the page until it is done**: a destination no trigger uses
 //! any more is listed (`"removed": true`) while it has calls in flight or queued, a removed
-//! trigger while it holds events or dispatch jobs (`ops::dashboard_backlog`), so the rows
-//! always add up to what `backlog.events` counts.
+//! trigger while it holds events or dispatch jobs (`ops::dashboard_backlog`), so every event
+//! `backlog.events` counts is on a row (a trigger added by a reload shows the default route's
+//! slot, which it shares).
 //!
 //! **Access** (`server.ui`, [`crate::config::ui`]): `public` serves both; `token` serves the
 //! static page and requires `Authorization: Bearer <admin token>` for the state; `off` is 404.
