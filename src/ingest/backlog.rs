@@ -850,6 +850,10 @@ impl Backlog {
 mod resize;
 use resize::SharePlan;
 
+#[path = "backlog_view.rs"]
+mod view;
+pub use view::{SlotView, SLOT_REFUSALS};
+
 #[cfg(all(test, not(loom)))]
 #[path = "backlog_tests.rs"]
 mod tests;

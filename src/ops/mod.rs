@@ -5,6 +5,7 @@
 //! `Arc<Config>` (see [`reload`]); neither blocks a core's loop.
 
 pub mod dashboard;
+mod dashboard_backlog;
 pub mod reload;
 mod reload_diff;
 pub mod reload_ids;

@@ -28,6 +28,7 @@
 //! - `https`: HTTPS destinations against a local rustls server with a generated CA.
 //! - `shared`: destination budgets shared by three nodes through a real `redis-server`.
 //! - `ops`: `sluice check`, the systemd unit, CLI progress, the dashboard, hot reload.
+//! - `dashboard`: the dashboard in Chromium at 1280 px under a refused trigger and a reload.
 //! - `reload`: hot reload by SIGHUP and `POST /admin/reload` with traffic flowing.
 //! - `fsync_failure` (`--features failpoints`): one failed `fdatasync` that drops its pages.
 //! - `powerloss`: the WAL and (`powerloss::dlq`) the DLQ over the simulated disk (`storage::sim`),
@@ -41,6 +42,7 @@ mod browser;
 mod budgets;
 mod connections;
 mod crash;
+mod dashboard;
 mod dispatch;
 mod dispatch_i12;
 mod dlq_corrupt;
