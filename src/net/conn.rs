@@ -207,6 +207,13 @@ impl<P> Conn<P> {
     /// so `readable` is cleared without spending a `read` on `WouldBlock` — unless the peer's
     /// FIN was already signalled (`rdhup`), in which case we read on to see the EOF.
     pub fn read_into(&mut self, scratch: &mut [u8]) -> io::Result<usize> {
+        let n = self.read_scratch(scratch)?;
+        self.rbuf.extend_from_slice(&scratch[..n]);
+        Ok(n)
+    }
+
+    /// One read into `scratch` only (see [`read_into`](Self::read_into)).
+    fn read_scratch(&mut self, scratch: &mut [u8]) -> io::Result<usize> {
         let r = loop {
             match self.stream.read(scratch) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -220,7 +227,6 @@ impl<P> Conn<P> {
                 Ok(0)
             }
             Ok(n) => {
-                self.rbuf.extend_from_slice(&scratch[..n]);
                 if n < scratch.len() && !self.rdhup {
                     self.readable = false;
                 }
@@ -368,9 +374,8 @@ impl<P> Conn<P> {
     /// or [`LINGER_MAX_BYTES`] were dropped. [`LINGER`] is the caller's (a timeout).
     pub fn discard_input(&mut self, scratch: &mut [u8]) -> bool {
         while self.readable {
-            let read = self.read_into(scratch);
-            self.rbuf.clear();
-            match read {
+            // Into the worker's scratch buffer only: a lingering connection keeps no buffer.
+            match self.read_scratch(scratch) {
                 Err(_) => return true,
                 Ok(n) => self.lingered += n as u64,
             }

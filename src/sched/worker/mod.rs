@@ -136,6 +136,8 @@ pub struct Worker {
     replays: replay::Replays,
     /// Connection budgets: deferred scrapes, the accept retry (`budgets.rs`).
     edge: budgets::Edge,
+    /// Gives freed memory back after a wave of connections or bodies (`sched::alloc`).
+    trimmer: crate::sched::alloc::Trimmer,
     /// The configuration generation this core runs (`ops::reload`): its router for routing.
     view: crate::ops::reload::CoreView,
     /// The backend asked for; `uring` is set up on the core's own thread when the loop starts.
@@ -224,6 +226,7 @@ impl Worker {
             turn_now: 0,
             replays: replay::Replays::default(),
             edge: budgets::Edge::default(),
+            trimmer: Default::default(),
             backend: shared_backend,
             uring: None,
             touched: Vec::new(),
@@ -753,6 +756,8 @@ impl Worker {
         if let Some(ring) = self.uring.as_deref_mut() {
             ring.sweep(std::time::Instant::now());
         }
+        let body = self.shared.body_budget.in_use();
+        self.trimmer.sweep(self.open, body, now);
         let cfg = &self.shared.config.server;
         let (head_t, body_t, idle_t) = (
             cfg.header_timeout.as_nanos() as u64,
