@@ -579,6 +579,39 @@ mod tests {
     }
 
     #[test]
+    fn waiting_input_is_seen_without_being_read() {
+        let budget = crate::sync::Arc::new(BodyBudget::new(100));
+        let (mut c, mut peer) = pair(&budget);
+        assert!(!c.stream.input_waiting());
+        peer.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+        assert!(
+            wait(|| c.stream.input_waiting()),
+            "the request's bytes are not seen"
+        );
+        let mut scratch = vec![0u8; 64];
+        assert_eq!(
+            c.read_into(&mut scratch).unwrap(),
+            16,
+            "the peek consumed nothing"
+        );
+        assert!(!c.stream.input_waiting());
+        drop(peer);
+        // EOF is not input: the connection may be ended.
+        assert!(!wait(|| c.stream.input_waiting()));
+    }
+
+    fn wait(mut f: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < deadline {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        false
+    }
+
+    #[test]
     fn discarding_stops_at_the_byte_bound() {
         let budget = crate::sync::Arc::new(BodyBudget::new(100));
         let (mut c, mut peer) = pair(&budget);

@@ -96,6 +96,24 @@ impl Stream {
             Stream::Uring(s) => s.shutdown(how),
         }
     }
+
+    /// True if bytes from the client are already here and not yet read (in the socket, or on
+    /// io_uring in the stream's inbox): a connection that looks idle but is not. Nothing is
+    /// consumed.
+    pub fn input_waiting(&self) -> bool {
+        match self {
+            Stream::Mio(s) => peek(s),
+            Stream::Uring(s) => s.input_waiting(),
+        }
+    }
+}
+
+/// One `recv(MSG_PEEK | MSG_DONTWAIT)`: true if the socket holds unread bytes (false at EOF,
+/// on an error, or when it holds none).
+fn peek(fd: &impl std::os::fd::AsFd) -> bool {
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    let flags = libc::MSG_PEEK | libc::MSG_DONTWAIT;
+    matches!(socket2::SockRef::from(fd).recv_with_flags(&mut byte, flags), Ok(n) if n > 0)
 }
 
 impl Read for Stream {

@@ -196,6 +196,12 @@ impl UringStream {
         self.outbox.len() + self.sending.len() - self.sent
     }
 
+    /// Bytes from the client not yet read: in the inbox, or in the socket. (A receive that
+    /// completed with them is not seen here; its completion is on its way to the loop.)
+    pub fn input_waiting(&self) -> bool {
+        self.inbox_pos < self.inbox.len() || super::peek(&self.sock)
+    }
+
     /// Shuts down a direction. A write shutdown waits for the bytes accepted so far.
     pub fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
         match how {

@@ -24,9 +24,14 @@ use super::*;
 pub(super) const DRAIN_IDLE: Duration = Duration::from_millis(200);
 
 /// True if the drain may end `conn` now: it is between requests with nothing received, queued
-/// or owed, and has been silent for [`DRAIN_IDLE`] (`age`: nanos in its current phase).
+/// or owed, has been silent for [`DRAIN_IDLE`] (`age`: nanos in its current phase), and no
+/// byte of a next request is already waiting in its socket (a request that arrived since the
+/// loop last looked is answered, not dropped behind our FIN).
 pub(super) fn may_end(conn: &Conn, draining: bool, age: u64) -> bool {
-    draining && conn.is_between_requests() && age >= DRAIN_IDLE.as_nanos() as u64
+    draining
+        && conn.is_between_requests()
+        && age >= DRAIN_IDLE.as_nanos() as u64
+        && !conn.stream.input_waiting()
 }
 
 impl Worker {
