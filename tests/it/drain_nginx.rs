@@ -162,11 +162,30 @@ fn client_loop(addr: SocketAddr, stop: Arc<AtomicBool>, counts: Arc<Mutex<BTreeM
     }
 }
 
+/// Wall-clock `HH:MM:SS.mmm` (UTC), to line events up with nginx's error log.
+fn clock() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let s = ms / 1000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        s / 3600 % 24,
+        s / 60 % 60,
+        s % 60,
+        ms % 1000
+    )
+}
+
 /// SIGTERM, a clean exit, and a start on the same port; then time for nginx to take the
-/// server back (its `fail_timeout` is 1 s) before the next one goes.
-fn roll(server: &mut Server) {
+/// server back (its `fail_timeout` is 1 s) before the next one goes. Each step goes on the
+/// timeline.
+fn roll(server: &mut Server, name: &str, timeline: &mut Vec<String>) {
+    timeline.push(format!("{} SIGTERM {name}", clock()));
     server.stop();
+    timeline.push(format!("{} {name} exited", clock()));
     server.restart();
+    timeline.push(format!("{} {name} listening", clock()));
     thread::sleep(Duration::from_millis(2500));
 }
 
@@ -195,10 +214,12 @@ fn a_rolling_restart_behind_nginx_keepalive_gives_no_502() {
         .collect();
     let started = Instant::now();
     thread::sleep(Duration::from_millis(500));
+    let mut timeline = Vec::new();
     for _ in 0..ROUNDS {
-        roll(&mut a);
-        roll(&mut b);
+        roll(&mut a, "a", &mut timeline);
+        roll(&mut b, "b", &mut timeline);
     }
+    timeline.push(format!("{} clients stop", clock()));
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.join().expect("client thread");
@@ -220,8 +241,11 @@ fn a_rolling_restart_behind_nginx_keepalive_gives_no_502() {
     assert_eq!(
         counts.get(&502).copied().unwrap_or(0),
         0,
-        "502s through nginx: {counts:?}; first errors:\n{}",
-        bad.join("\n")
+        "502s through nginx: {counts:?}; first errors:\n{}\ntimeline (a on {}, b on {}):\n{}",
+        bad.join("\n"),
+        ports[0],
+        ports[1],
+        timeline.join("\n")
     );
     assert_eq!(counts.get(&0).copied().unwrap_or(0), 0, "{counts:?}");
     assert!(

@@ -1,8 +1,9 @@
 //! The drain of a core's connections, and how a connection ends without a reset.
 //!
-//! Once accepting stops (SIGTERM/SIGINT plus `drain_grace`) the core takes what is waiting in
-//! its listener's accept queue and only then closes the listener: a connection the kernel had
-//! completed would otherwise be reset with the request a proxy already sent on it. Requests
+//! Once accepting stops (SIGTERM/SIGINT plus `drain_grace`) the core stops its listener from
+//! completing new handshakes, takes what is waiting in its accept queue and only then closes
+//! the listener: a connection the kernel had completed would otherwise be reset with the
+//! request a proxy already sent on it. Requests
 //! that arrive on open connections are still answered (`Connection: close`, README
 //! "Draining behind a load balancer") and their connections half-closed after the answer.
 //!
@@ -64,7 +65,13 @@ impl Worker {
     pub(super) fn drain_step(&mut self, now: u64) -> bool {
         if self.draining_since.is_none() {
             self.draining_since = Some(now);
-            // What the kernel has already accepted is taken before the listener closes.
+            // What the kernel has already accepted is taken before the listener closes, and
+            // nothing new completes meanwhile (`net::listen::stop_admitting`).
+            if let Some(l) = self.listener.as_ref() {
+                if let Err(e) = crate::net::listen::stop_admitting(l) {
+                    eprintln!("sluice: worker {}: filtering the listener: {e}", self.id);
+                }
+            }
             self.accept_all();
             if let Some(mut l) = self.listener.take() {
                 let _ = self.poll.registry().deregister(&mut l);
