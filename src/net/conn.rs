@@ -22,10 +22,23 @@
 //!
 //! Responses leave in request order (pipelining): a slot waiting for the WAL holds back the
 //! slots behind it.
+//!
+//! # Ending a connection without a reset
+//!
+//! `close(2)` on a socket with unread input, or input that arrives after it, makes the kernel
+//! send RST, which can destroy a response the client has not read yet, and makes a proxy that
+//! just sent a request on a kept-alive connection report `Connection reset by peer` (nginx: a
+//! `502` for a POST it may not retry). So a connection that ends while the client may still
+//! be sending is ended with a half-close ([`Conn::start_linger`]): our sending side is shut
+//! down after everything queued has been written (a FIN follows the last response), then the
+//! client's input is read and dropped ([`Conn::discard_input`]) until it closes its side,
+//! for at most [`LINGER`] and [`LINGER_MAX_BYTES`]; only then is the socket closed. Past
+//! either bound the close may still be a reset (a client that keeps sending after our FIN).
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::net::budget::{BodyBudget, Reservation};
 use crate::net::http::RequestReader;
@@ -35,6 +48,13 @@ use crate::net::io::Stream;
 pub const READ_CHUNK: usize = 64 * 1024;
 /// Read-buffer capacity an idle connection keeps; a larger empty buffer is freed.
 const RBUF_KEEP: usize = 4 * 1024;
+/// How long a half-closed connection's input is read and dropped before the socket closes
+/// (module docs).
+pub const LINGER: Duration = Duration::from_secs(2);
+/// The most input a half-closed connection drops before the socket closes anyway: enough for
+/// a client to notice our answer and stop sending a large body, small enough that a client
+/// that never stops costs a bounded amount of reading.
+pub const LINGER_MAX_BYTES: u64 = 4 << 20;
 
 /// What the connection is waiting for, for timeouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +152,8 @@ pub struct Conn<P> {
     pub continue_sent: bool,
     /// Requests parsed on this connection so far.
     pub served: u64,
+    /// Input dropped since the half-close ([`Phase::Linger`]).
+    lingered: u64,
 }
 
 /// Result of a flush.
@@ -171,6 +193,7 @@ impl<P> Conn<P> {
             closing: false,
             continue_sent: false,
             served: 0,
+            lingered: 0,
         }
     }
 
@@ -184,6 +207,13 @@ impl<P> Conn<P> {
     /// so `readable` is cleared without spending a `read` on `WouldBlock` — unless the peer's
     /// FIN was already signalled (`rdhup`), in which case we read on to see the EOF.
     pub fn read_into(&mut self, scratch: &mut [u8]) -> io::Result<usize> {
+        let n = self.read_scratch(scratch)?;
+        self.rbuf.extend_from_slice(&scratch[..n]);
+        Ok(n)
+    }
+
+    /// One read into `scratch` only (see [`read_into`](Self::read_into)).
+    fn read_scratch(&mut self, scratch: &mut [u8]) -> io::Result<usize> {
         let r = loop {
             match self.stream.read(scratch) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -197,7 +227,6 @@ impl<P> Conn<P> {
                 Ok(0)
             }
             Ok(n) => {
-                self.rbuf.extend_from_slice(&scratch[..n]);
                 if n < scratch.len() && !self.rdhup {
                     self.readable = false;
                 }
@@ -326,6 +355,43 @@ impl<P> Conn<P> {
         self.slots.is_empty() && self.unwritten() == 0
     }
 
+    /// Starts the half-close (module docs): our side is shut down once what is queued has been
+    /// written, nothing more is parsed, and the body share goes back now. Fails if the socket
+    /// is already broken; the caller then closes it.
+    pub fn start_linger(&mut self, now: u64) -> io::Result<()> {
+        self.stream.shutdown(std::net::Shutdown::Write)?;
+        self.set_phase(Phase::Linger, now);
+        self.closing = true;
+        self.rbuf = Vec::new();
+        self.lingered = 0;
+        // Nothing more is read into a body: its budget share goes back now, not at the close.
+        self.body.release();
+        Ok(())
+    }
+
+    /// Reads and drops what a half-closed connection's client still sends. Returns true when
+    /// the socket should now be closed: the client closed its side (EOF), the socket failed,
+    /// or [`LINGER_MAX_BYTES`] were dropped. [`LINGER`] is the caller's (a timeout).
+    pub fn discard_input(&mut self, scratch: &mut [u8]) -> bool {
+        while self.readable {
+            // Into the worker's scratch buffer only: a lingering connection keeps no buffer.
+            match self.read_scratch(scratch) {
+                Err(_) => return true,
+                Ok(n) => self.lingered += n as u64,
+            }
+            if self.peer_closed || self.lingered >= LINGER_MAX_BYTES {
+                return true;
+            }
+        }
+        self.peer_closed
+    }
+
+    /// True between requests with nothing received, queued or owed: a connection that may
+    /// be ended without losing anything (the drain's candidates).
+    pub fn is_between_requests(&self) -> bool {
+        !self.closing && self.is_quiet() && self.rbuf.is_empty() && self.reader.is_idle()
+    }
+
     /// Sets the phase, restarting its clock only when it changes.
     pub fn set_phase(&mut self, phase: Phase, now: u64) {
         if self.phase != phase {
@@ -339,7 +405,7 @@ impl<P> Conn<P> {
 mod tests {
     use super::*;
     use crate::net::http::Limits;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
     /// A `Conn` on one end of a real loopback connection, and the peer's end.
     fn pair(budget: &crate::sync::Arc<BodyBudget>) -> (Conn<()>, std::net::TcpStream) {
@@ -470,5 +536,107 @@ mod tests {
         c.rbuf.clear();
         c.trim();
         assert_eq!(c.rbuf.capacity(), 0);
+    }
+
+    #[test]
+    fn a_half_close_sends_fin_after_the_answer_and_drops_input_until_eof() {
+        let budget = crate::sync::Arc::new(BodyBudget::new(100));
+        let (mut c, mut peer) = pair(&budget);
+        assert!(c.body.grow_to(60));
+        c.push(Slot::Ready {
+            bytes: b"bye".to_vec(),
+            close: true,
+        });
+        assert_eq!(c.flush(0).unwrap(), Flush::Done);
+        c.start_linger(5).unwrap();
+        assert_eq!((c.phase, c.phase_since), (Phase::Linger, 5));
+        assert_eq!(
+            budget.in_use(),
+            0,
+            "the body share goes back at the half-close"
+        );
+        // The client still sends (it had not seen the answer yet), then closes: it reads the
+        // answer and a clean EOF (no reset), and its bytes are read and dropped.
+        peer.write_all(b"more request bytes").unwrap();
+        peer.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        peer.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"bye");
+        let mut scratch = vec![0u8; 1024];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            c.readable = true;
+            if c.discard_input(&mut scratch) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no EOF after the peer closed");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(c.lingered, 18);
+        assert!(c.peer_closed);
+        assert!(c.rbuf.is_empty());
+    }
+
+    #[test]
+    fn waiting_input_is_seen_without_being_read() {
+        let budget = crate::sync::Arc::new(BodyBudget::new(100));
+        let (mut c, mut peer) = pair(&budget);
+        assert!(!c.stream.input_waiting());
+        peer.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+        assert!(
+            wait(|| c.stream.input_waiting()),
+            "the request's bytes are not seen"
+        );
+        let mut scratch = vec![0u8; 64];
+        assert_eq!(
+            c.read_into(&mut scratch).unwrap(),
+            16,
+            "the peek consumed nothing"
+        );
+        assert!(!c.stream.input_waiting());
+        drop(peer);
+        // EOF is not input: the connection may be ended.
+        assert!(!wait(|| c.stream.input_waiting()));
+    }
+
+    fn wait(mut f: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < deadline {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        false
+    }
+
+    #[test]
+    fn discarding_stops_at_the_byte_bound() {
+        let budget = crate::sync::Arc::new(BodyBudget::new(100));
+        let (mut c, mut peer) = pair(&budget);
+        c.start_linger(0).unwrap();
+        let writer = std::thread::spawn(move || {
+            let chunk = vec![0u8; 64 * 1024];
+            // Until the server closes: a client that never stops sending.
+            while peer.write_all(&chunk).is_ok() {}
+        });
+        let mut scratch = vec![0u8; READ_CHUNK];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            c.readable = true;
+            if c.discard_input(&mut scratch) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "never reached the byte bound");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            c.lingered >= LINGER_MAX_BYTES && !c.peer_closed,
+            "{}",
+            c.lingered
+        );
+        drop(c);
+        writer.join().unwrap();
     }
 }

@@ -7,9 +7,10 @@
 //!
 //! Shutdown (SIGTERM/SIGINT): phase `Draining` (`/readyz` → 503 `draining`) at once; for
 //! `drain_grace` the listeners stay open and requests are served (with `Connection: close`), so
-//! a load balancer polling `/readyz` can move traffic away; then each worker stops accepting,
-//! closes idle connections and answers what it has already received, with
-//! `Connection: close`; workers exit when they have nothing in flight, or after
+//! a load balancer polling `/readyz` can move traffic away; then each worker takes what its
+//! listener has queued and stops accepting, answers what it receives, with
+//! `Connection: close`, and half-closes connections silent between requests
+//! (`sched::worker::drain`); workers exit when they have nothing in flight, or after
 //! `shutdown_timeout`. A core that exits closes its commit helper, which finishes the batches it
 //! holds, syncs its logs and exits (`sched::commit::Committer::close`).
 
@@ -96,6 +97,9 @@ pub fn serve_reloadable(
     source: Option<crate::ops::reload::ReloadSource>,
     on_ready: &mut dyn FnMut(SocketAddr),
 ) -> Result<(), RuntimeError> {
+    if !crate::sched::alloc::tune() {
+        eprintln!("sluice: the allocator refused M_MMAP_THRESHOLD; large bodies may stay resident");
+    }
     let term = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, term.clone())

@@ -1,15 +1,22 @@
 //! Memory budgets of the connection layer, against the real binary: the in-flight body budget
-//! under 120 stalled 10 MiB uploads, unread pipelined `/metrics` with 3,000 sources, accepts
-//! at the fd limit, and HTTP/1.0 keep-alive. Memory is the server's `VmRSS`.
+//! under 120 (and 400) stalled 10 MiB uploads, unread pipelined `/metrics` with 3,000 sources,
+//! accepts at the fd limit, and HTTP/1.0 keep-alive. Memory is the server's `VmRSS`.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
 
 const MIB: u64 = 1 << 20;
+/// README "Memory under large bodies": what one connection receiving a body holds besides
+/// it, `max_head_bytes` (default 16 KiB) + 16 KiB.
+const CONN_OVERHEAD: u64 = (16 << 10) + (16 << 10);
+/// README "Memory under large bodies": a core's buffers for the connection it is serving.
+const CORE_OVERHEAD: u64 = MIB;
 
 /// How a stalled upload ended.
 #[derive(Debug)]
@@ -154,6 +161,89 @@ fn stalled_uploads_are_held_to_the_body_budget() {
     let body = vec![b'y'; len as usize];
     c.set_read_timeout(Duration::from_secs(20));
     accepted(&c.post("/webhooks/after", &body, &[]));
+}
+
+/// The largest `VmRSS` of `pid` seen every 20 ms until `stop`.
+fn peak_rss(pid: i32, stop: Arc<AtomicBool>) -> thread::JoinHandle<u64> {
+    thread::spawn(move || {
+        let mut peak = 0;
+        while !stop.load(Ordering::Relaxed) {
+            peak = peak.max(rss_bytes(pid));
+            thread::sleep(Duration::from_millis(20));
+        }
+        peak.max(rss_bytes(pid))
+    })
+}
+
+/// 400 stalled 10 MiB uploads against the default 256 MiB body budget: the server's memory
+/// stays within the bound README documents ("Memory under large bodies"), and goes back to what it was idle once
+/// the clients have gone.
+#[test]
+fn many_large_bodies_stay_within_the_budget_and_are_given_back() {
+    const CONNS: u64 = 400;
+    let workers = 2;
+    let server = Server::start(Opts::default().workers(workers));
+    let pid = server.pid().expect("pid");
+    let addr = server.addr();
+    // Idle: started, and one request served on each side of the codec.
+    accepted(&server.post("/webhooks/warm", b"{}"));
+    thread::sleep(Duration::from_secs(1));
+    let idle = rss_bytes(pid);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = peak_rss(pid, stop.clone());
+    let len = 10 * MIB;
+    let uploads: Vec<Upload> = (0..CONNS)
+        .map(|i| thread::spawn(move || stalled_upload(addr, &format!("m{}", i % 8), len)))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().expect("upload thread"))
+        .collect();
+    let held = rss_bytes(pid);
+    stop.store(true, Ordering::Relaxed);
+    let peak = sampler.join().expect("sampler");
+    let in_flight: Vec<Client> = uploads
+        .into_iter()
+        .filter_map(|u| match u {
+            Upload::InFlight(c) => Some(c),
+            Upload::Answered(r) => {
+                assert_eq!(r.status, 503, "{}", r.text());
+                None
+            }
+        })
+        .collect();
+    let budget = 256 * MIB;
+    let bound = idle + budget + CONNS * CONN_OVERHEAD + workers as u64 * CORE_OVERHEAD;
+    println!(
+        "{} of {CONNS} uploads in flight; RSS idle {} MiB, held {} MiB, peak {} MiB, bound {} MiB",
+        in_flight.len(),
+        idle / MIB,
+        held / MIB,
+        peak / MIB,
+        bound / MIB
+    );
+    assert!(
+        in_flight.len() >= 5,
+        "the budget admitted only {}",
+        in_flight.len()
+    );
+    drop(in_flight);
+    thread::sleep(Duration::from_secs(10));
+    let after = rss_bytes(pid);
+    println!("RSS 10 s after the clients closed: {} MiB", after / MIB);
+    assert!(
+        peak <= bound,
+        "peak RSS {} MiB over the bound {} MiB (idle {} MiB)",
+        peak / MIB,
+        bound / MIB,
+        idle / MIB
+    );
+    assert!(
+        after <= idle + idle / 10,
+        "RSS {} KiB 10 s after the clients closed, idle was {} KiB",
+        after >> 10,
+        idle >> 10
+    );
 }
 
 #[test]

@@ -10,6 +10,7 @@
 //! - `durability`: restart, crash (SIGKILL) mid-burst, durability modes, segment rollover.
 //! - `wal_tools`: torn tails, corruption, `wal verify` / `wal inspect`.
 //! - `shutdown`: graceful drain on SIGTERM.
+//! - `drain_nginx`: a rolling restart behind a real nginx with upstream keep-alive: no `502`.
 //! - `tools`: `sluice loadgen` and `sluice mock-downstream` (rate, concurrency cap, Retry-After).
 //! - `faults` (`--features failpoints`): storage faults in a running server.
 //! - `crash`: SIGKILL at random moments under load; redelivery bounds.
@@ -47,6 +48,7 @@ mod dispatch;
 mod dispatch_i12;
 mod dlq_corrupt;
 mod downstream;
+mod drain_nginx;
 mod durability;
 mod edge;
 #[cfg(feature = "failpoints")]

@@ -64,6 +64,9 @@ pub struct Opts {
     pub args: Vec<String>,
     /// Environment variables the server must not inherit from the test (e.g. `SLUICE_IO`).
     pub unset: Vec<String>,
+    /// `--listen`: `127.0.0.1:0` (a free port) unless set; a fixed address keeps its port
+    /// across restarts (a proxy's upstream).
+    pub listen: Option<String>,
 }
 
 impl Default for Opts {
@@ -77,6 +80,7 @@ impl Default for Opts {
             drain_grace: Some("0s".into()),
             args: Vec::new(),
             unset: Vec::new(),
+            listen: None,
         }
     }
 }
@@ -116,6 +120,11 @@ impl Opts {
 
     pub fn nofile(mut self, limit: u64) -> Opts {
         self.nofile = Some(limit);
+        self
+    }
+
+    pub fn listen(mut self, addr: &str) -> Opts {
+        self.listen = Some(addr.to_string());
         self
     }
 }
@@ -174,7 +183,7 @@ impl Server {
         let mut cmd = Command::new(BIN);
         cmd.arg("serve")
             .arg("--listen")
-            .arg("127.0.0.1:0")
+            .arg(opts.listen.as_deref().unwrap_or("127.0.0.1:0"))
             .arg("--data-dir")
             .arg(&data)
             .arg("--workers")

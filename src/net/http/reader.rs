@@ -216,6 +216,12 @@ impl RequestReader {
                 declared,
             } => {
                 let take = (*remaining).min(input.len() as u64) as usize;
+                if body.capacity() == 0 && take > 0 {
+                    // One allocation of exactly the declared length (what the body budget
+                    // reserved), not a series of doublings that copy and can hold twice the
+                    // body while they do. Untouched pages of it cost no memory.
+                    body.reserve_exact(usize::try_from(*declared).unwrap_or(take));
+                }
                 append_capped(body, &input[..take], *declared);
                 *remaining -= take as u64;
                 *consumed += take;

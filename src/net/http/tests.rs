@@ -541,3 +541,39 @@ fn body_gate_stops_before_every_body() {
     assert_eq!(r.body, b"xy");
     assert!(buf.is_empty() && reader.is_idle());
 }
+
+#[test]
+fn a_declared_body_is_one_allocation_of_its_length() {
+    let mut reader = RequestReader::new(Limits::default()).with_body_gate();
+    let len = 3 << 20;
+    let mut buf =
+        format!("POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: {len}\r\n\r\n").into_bytes();
+    assert!(matches!(reader.poll(&mut buf), ReadEvent::HeadReady { .. }));
+    assert_eq!(
+        reader.body_capacity(),
+        0,
+        "nothing before the first body byte"
+    );
+    // The body arrives in reads of 64 KiB: the buffer is sized to the declared length at the
+    // first one and never reallocated (a doubling would copy and could hold twice the body).
+    let mut first = None;
+    let mut sent = 0;
+    loop {
+        let n = (len - sent).min(64 << 10);
+        buf.resize(buf.len() + n, b'x');
+        sent += n;
+        match reader.poll(&mut buf) {
+            ReadEvent::Incomplete => {
+                assert_eq!(reader.body_capacity(), len);
+                assert_eq!(reader.body_received(), sent);
+                first.get_or_insert(reader.body_capacity());
+            }
+            ReadEvent::Request(r) => {
+                assert_eq!((r.body.len(), r.body.capacity()), (len, len));
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(first, Some(len));
+}

@@ -13,6 +13,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::Shutdown;
 
 pub mod mio;
+mod sock;
 pub mod uring;
 
 /// `[server] io` / `serve --io` / `SLUICE_IO`: which backend the cores use.
@@ -94,6 +95,16 @@ impl Stream {
         match self {
             Stream::Mio(s) => s.shutdown(how),
             Stream::Uring(s) => s.shutdown(how),
+        }
+    }
+
+    /// True if bytes from the client are already here and not yet read (in the socket, or on
+    /// io_uring in the stream's inbox): a connection that looks idle but is not. Nothing is
+    /// consumed.
+    pub fn input_waiting(&self) -> bool {
+        match self {
+            Stream::Mio(s) => sock::peek(s),
+            Stream::Uring(s) => s.input_waiting(),
         }
     }
 }

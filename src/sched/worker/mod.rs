@@ -42,7 +42,7 @@ use crate::ingest::router::{AdminRoute, OpsEndpoint, RouteMatch};
 use crate::ingest::sources::SourceCache;
 use crate::ingest::verify;
 use crate::metrics::{ConnRefusal, CoreMetrics, Route, TimeoutKind};
-use crate::net::conn::{Flush, Phase};
+use crate::net::conn::{Flush, Phase, LINGER};
 use crate::net::date::DateCache;
 use crate::net::http::{self, HttpError, ReadEvent, Request};
 use crate::net::io::uring::Uring;
@@ -54,6 +54,7 @@ use crate::sync::clock::unix_millis;
 use crate::wal::{self, AppendOutcome, AppendRequest};
 
 mod budgets;
+mod drain;
 mod ingest;
 mod links;
 mod ops;
@@ -75,8 +76,6 @@ const TICKET_SEQ_BITS: u32 = 40;
 
 /// How often connection deadlines are checked.
 const SWEEP_EVERY: Duration = Duration::from_millis(100);
-/// How long a closing connection's input is read and discarded after the final response.
-const LINGER: Duration = Duration::from_secs(2);
 /// Poll timeout while requests wait for room in the core's next batch.
 const OFFER_RETRY: Duration = Duration::from_millis(1);
 
@@ -137,6 +136,8 @@ pub struct Worker {
     replays: replay::Replays,
     /// Connection budgets: deferred scrapes, the accept retry (`budgets.rs`).
     edge: budgets::Edge,
+    /// Gives freed memory back after a wave of connections or bodies (`sched::alloc`).
+    trimmer: crate::sched::alloc::Trimmer,
     /// The configuration generation this core runs (`ops::reload`): its router for routing.
     view: crate::ops::reload::CoreView,
     /// The backend asked for; `uring` is set up on the core's own thread when the loop starts.
@@ -225,6 +226,7 @@ impl Worker {
             turn_now: 0,
             replays: replay::Replays::default(),
             edge: budgets::Edge::default(),
+            trimmer: Default::default(),
             backend: shared_backend,
             uring: None,
             touched: Vec::new(),
@@ -478,39 +480,6 @@ impl Worker {
         }
     }
 
-    /// Closes gracefully after a final response: half-close our side, then read and discard
-    /// what the client is still sending, for at most [`LINGER`]. Closing at once with unread
-    /// input would make the kernel send RST, which can destroy the response (e.g. a 413) before
-    /// the client reads it.
-    fn linger(&mut self, idx: usize, now: u64) {
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
-            return;
-        };
-        if conn.peer_closed || conn.stream.shutdown(std::net::Shutdown::Write).is_err() {
-            return self.close(idx);
-        }
-        conn.set_phase(Phase::Linger, now);
-        conn.rbuf = Vec::new();
-        // Nothing more is read into a body: its budget share goes back now, not at the close.
-        conn.body.release();
-        self.discard(idx);
-    }
-
-    /// Reads and drops input of a lingering connection; closes it at EOF or on error.
-    fn discard(&mut self, idx: usize) {
-        self.note_io(idx);
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
-            return;
-        };
-        while conn.readable {
-            let read = conn.read_into(&mut self.scratch);
-            conn.rbuf.clear();
-            if read.is_err() || conn.peer_closed {
-                return self.close(idx);
-            }
-        }
-    }
-
     /// Reads, parses and answers as far as the connection allows, then writes; repeats while
     /// writing made room under the pipeline depth for requests already received.
     fn drive(&mut self, idx: usize) {
@@ -624,7 +593,6 @@ impl Worker {
     fn flush(&mut self, idx: usize) {
         self.note_io(idx);
         let now = self.now();
-        let draining = self.shared.phase() == Lifecycle::Draining;
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
@@ -642,13 +610,6 @@ impl Worker {
         }
         if conn.peer_closed && conn.is_quiet() {
             // The client will send nothing more and is owed nothing.
-            return self.close(idx);
-        }
-        let between_requests = conn.served > 0 && conn.rbuf.is_empty() && conn.reader.is_idle();
-        if draining && conn.is_quiet() && between_requests {
-            // Shutting down: a connection between requests is closed as soon as it is quiet. A
-            // new one (accepted during `drain_grace`) waits for its first request (header
-            // timeout); once the grace ends, `drain_step` closes those still silent.
             return self.close(idx);
         }
         conn.trim();
@@ -799,12 +760,15 @@ impl Worker {
         if let Some(ring) = self.uring.as_deref_mut() {
             ring.sweep(std::time::Instant::now());
         }
+        let body = self.shared.body_budget.in_use();
+        self.trimmer.sweep(self.open, body, now);
         let cfg = &self.shared.config.server;
         let (head_t, body_t, idle_t) = (
             cfg.header_timeout.as_nanos() as u64,
             cfg.body_timeout.as_nanos() as u64,
             cfg.idle_timeout.as_nanos() as u64,
         );
+        let draining = self.draining_since.is_some();
         for idx in 0..self.conns.len() {
             let Some(conn) = self.conns[idx].as_ref() else {
                 continue;
@@ -817,6 +781,10 @@ impl Worker {
             }
             let age = now.saturating_sub(conn.phase_since);
             match conn.phase {
+                // The drain ends a silent connection by half-closing it (`drain.rs`).
+                Phase::Idle | Phase::Head if drain::may_end(conn, draining, age) => {
+                    self.linger(idx, now)
+                }
                 Phase::Head if age > head_t => {
                     self.metrics.incr_timeout(TimeoutKind::Header);
                     self.timeout_408(idx);
@@ -828,7 +796,8 @@ impl Worker {
                 Phase::Linger if age > LINGER.as_nanos() as u64 => self.close(idx),
                 Phase::Idle if age > idle_t => {
                     self.metrics.incr_timeout(TimeoutKind::Idle);
-                    self.close(idx);
+                    // A half-close: a request that crossed our FIN is dropped, not reset.
+                    self.linger(idx, now);
                 }
                 _ => {}
             }
@@ -854,39 +823,5 @@ impl Worker {
             false,
         );
         self.flush(idx);
-    }
-
-    /// One step of the drain. Returns true when the worker may exit.
-    fn drain_step(&mut self, now: u64) -> bool {
-        if self.draining_since.is_none() {
-            self.draining_since = Some(now);
-            if let Some(mut l) = self.listener.take() {
-                let _ = self.poll.registry().deregister(&mut l);
-            }
-            // Idle connections are closed now; the others finish what they have received.
-            for idx in 0..self.conns.len() {
-                let quiet = self.conns[idx]
-                    .as_ref()
-                    .map(|c| c.is_quiet() && c.rbuf.is_empty() && c.reader.is_idle());
-                if quiet == Some(true) {
-                    self.close(idx);
-                }
-            }
-        }
-        let started = self.draining_since.unwrap_or(now);
-        let limit = self.shared.config.server.shutdown_timeout.as_nanos() as u64;
-        // On io_uring, closed connections may still be sending their last response.
-        let sending = self.uring.as_ref().map_or(0, |r| r.retired());
-        let quiet = self.open == 0
-            && sending == 0
-            && self.outstanding == 0
-            && self.dispatcher.in_flight() == 0;
-        if quiet && !std::mem::replace(&mut self.reported_quiet, true) {
-            self.links.report_quiet();
-        }
-        // Outcomes of other cores' deliveries may still arrive until every core is quiet; then
-        // the last records are made durable before the core stops.
-        let done = quiet && self.links.all_quiet() && self.settled();
-        done || now.saturating_sub(started) > limit
     }
 }

@@ -1,0 +1,98 @@
+//! The drain of a core's connections, and how a connection ends without a reset.
+//!
+//! Once accepting stops (SIGTERM/SIGINT plus `drain_grace`) the core stops its listener from
+//! completing new handshakes, takes what is waiting in its accept queue and only then closes
+//! the listener: a connection the kernel had completed would otherwise be reset with the
+//! request a proxy already sent on it. Requests
+//! that arrive on open connections are still answered (`Connection: close`, README
+//! "Draining behind a load balancer") and their connections half-closed after the answer.
+//!
+//! A connection between requests is ended by a half-close ([`Worker::linger`]; the mechanism
+//! is `net::conn`'s): FIN, then its input is read and dropped until the client closes, within
+//! [`crate::net::conn::LINGER`] and [`crate::net::conn::LINGER_MAX_BYTES`]. Not at once: a
+//! proxy reuses the connection it got back last first (nginx's keep-alive cache is a stack),
+//! so a connection that has just answered is the one a request is most likely crossing our
+//! FIN on. It is ended once it has been silent for [`DRAIN_IDLE`] (checked on the sweep,
+//! every 100 ms); a request that comes first is answered, with `Connection: close`. A
+//! connection accepted but still silent is treated the same way (a proxy sends its request
+//! right after connecting). The worker exits when no connection is left (or at
+//! `shutdown_timeout`).
+
+use super::*;
+
+/// How long a connection between requests must have been silent before the drain
+/// half-closes it (module docs).
+pub(super) const DRAIN_IDLE: Duration = Duration::from_millis(200);
+
+/// True if the drain may end `conn` now: it is between requests with nothing received, queued
+/// or owed, has been silent for [`DRAIN_IDLE`] (`age`: nanos in its current phase), and no
+/// byte of a next request is already waiting in its socket (a request that arrived since the
+/// loop last looked is answered, not dropped behind our FIN).
+pub(super) fn may_end(conn: &Conn, draining: bool, age: u64) -> bool {
+    draining
+        && conn.is_between_requests()
+        && age >= DRAIN_IDLE.as_nanos() as u64
+        && !conn.stream.input_waiting()
+}
+
+impl Worker {
+    /// Ends a connection after its final response, or between requests, with a half-close
+    /// (module docs). Closing at once with unread input would make the kernel send RST, which
+    /// can destroy the response (e.g. a 413) before the client reads it.
+    pub(super) fn linger(&mut self, idx: usize, now: u64) {
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        if conn.peer_closed || conn.start_linger(now).is_err() {
+            return self.close(idx);
+        }
+        self.discard(idx);
+    }
+
+    /// Reads and drops input of a lingering connection; closes it at EOF, on error or at the
+    /// byte bound (the time bound is the sweep's).
+    pub(super) fn discard(&mut self, idx: usize) {
+        self.note_io(idx);
+        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            return;
+        };
+        if conn.discard_input(&mut self.scratch) {
+            self.close(idx);
+        }
+    }
+
+    /// One step of the drain. Returns true when the worker may exit.
+    pub(super) fn drain_step(&mut self, now: u64) -> bool {
+        if self.draining_since.is_none() {
+            self.draining_since = Some(now);
+            // What the kernel has already accepted is taken before the listener closes, and
+            // nothing new completes meanwhile (`net::listen::stop_admitting`).
+            if let Some(l) = self.listener.as_ref() {
+                if let Err(e) = crate::net::listen::stop_admitting(l) {
+                    eprintln!("sluice: worker {}: filtering the listener: {e}", self.id);
+                }
+            }
+            self.accept_all();
+            if let Some(mut l) = self.listener.take() {
+                let _ = self.poll.registry().deregister(&mut l);
+            }
+            // Connections silent long enough are half-closed now, the others on the sweep.
+            self.sweep(now);
+        }
+        let started = self.draining_since.unwrap_or(now);
+        let limit = self.shared.config.server.shutdown_timeout.as_nanos() as u64;
+        // On io_uring, closed connections may still be sending their last response.
+        let sending = self.uring.as_ref().map_or(0, |r| r.retired());
+        let quiet = self.open == 0
+            && sending == 0
+            && self.outstanding == 0
+            && self.dispatcher.in_flight() == 0;
+        if quiet && !std::mem::replace(&mut self.reported_quiet, true) {
+            self.links.report_quiet();
+        }
+        // Outcomes of other cores' deliveries may still arrive until every core is quiet; then
+        // the last records are made durable before the core stops.
+        let done = quiet && self.links.all_quiet() && self.settled();
+        done || now.saturating_sub(started) > limit
+    }
+}
