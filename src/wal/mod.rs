@@ -225,6 +225,7 @@ pub mod format;
 pub mod layout;
 #[cfg(test)]
 mod loss_tests;
+pub mod manifest;
 pub(crate) mod recovery;
 pub mod segment;
 pub mod state;
@@ -589,6 +590,8 @@ pub enum WalError {
     },
     /// The checkpoint file exists but no slot of it is valid.
     CheckpointDamaged(checkpoint::Damaged),
+    /// The data dir's manifest of logs is damaged, or lists a log or checkpoint that is gone.
+    Manifest(manifest::ManifestError),
 }
 
 impl WalError {
@@ -638,6 +641,7 @@ impl fmt::Display for WalError {
                 f,
                 "{d}; start with --accept-wal-loss to rebuild it from the segments"
             ),
+            WalError::Manifest(e) => write!(f, "{e}"),
         }
     }
 }
@@ -647,6 +651,7 @@ impl std::error::Error for WalError {
         match self {
             WalError::Io { source, .. } => Some(source),
             WalError::Encode(e) => Some(e),
+            WalError::Manifest(e) => Some(e),
             _ => None,
         }
     }
