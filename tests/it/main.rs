@@ -25,6 +25,7 @@
 //! - `absorb`: triggers whose senders never retry absorb past the backlog bound.
 //! - `wal_probe` (`--features failpoints`): `/readyz` recovers from `wal_unavailable` alone.
 //! - `wal_loss`: lost segment files and damaged acknowledged records are detected.
+//! - `wal_manifest`: a deleted log or checkpoint of a multi-worker data dir is named, not recreated.
 //! - `https`: HTTPS destinations against a local rustls server with a generated CA.
 //! - `shared`: destination budgets shared by three nodes through a real `redis-server`.
 //! - `ops`: `sluice check`, the systemd unit, CLI progress, the dashboard, hot reload.
@@ -71,6 +72,7 @@ mod shared;
 mod shutdown;
 mod tools;
 mod wal_loss;
+mod wal_manifest;
 #[cfg(feature = "failpoints")]
 mod wal_probe;
 mod wal_tools;
