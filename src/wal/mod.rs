@@ -488,6 +488,13 @@ pub struct WalShared {
     /// `sluice_wal_os_unsynced_bytes{log}`. Stored by the writer after every commit, sync and
     /// roll; `Relaxed`: a gauge for display, it publishes no other memory.
     pub os_unsynced_bytes: AtomicU64,
+    /// Checkpoint writes that failed (`sluice_wal_checkpoint_failures_total`); each is retried
+    /// a second later. `Relaxed`: a counter.
+    pub checkpoint_failures_total: AtomicU64,
+    /// True while checkpoint writes have failed for `checkpoint::STALE_AFTER` (10 s) without a
+    /// success: `/readyz` reports `wal_checkpoint_failing`. Written by the writer; `Relaxed`: a
+    /// status flag, it publishes no other memory.
+    pub checkpoint_stale: AtomicBool,
 }
 
 /// `sluice_wal_sync_seconds` buckets (ns; 0.0001 s .. 1 s).
@@ -524,6 +531,8 @@ impl WalShared {
             loss_accepted_total: AtomicU64::new(0),
             lost_lsns_accepted: AtomicU64::new(0),
             os_unsynced_bytes: AtomicU64::new(0),
+            checkpoint_failures_total: AtomicU64::new(0),
+            checkpoint_stale: AtomicBool::new(false),
         }
     }
 
