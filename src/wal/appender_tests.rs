@@ -211,7 +211,11 @@ fn failing_checkpoint_writes_are_counted_retried_and_turn_stale_after_the_bound(
     second(&mut wal);
     assert!(!stale());
     assert_eq!(failures(), 11);
-    assert_eq!(wal.checkpoint().unwrap().durable_lsn, 1, "retried and written");
+    assert_eq!(
+        wal.checkpoint().unwrap().durable_lsn,
+        1,
+        "retried and written"
+    );
     second(&mut wal);
     assert_eq!(failures(), 11, "nothing lags: no more writes");
 }

@@ -515,7 +515,11 @@ mod tests {
         let f = CheckpointFile::open_or_create(&StdFs, tmp.path(), ck(1, 0), 0).unwrap();
         let meta = std::fs::metadata(f.path()).unwrap();
         assert_eq!(meta.len(), FILE_BYTES);
-        assert!(meta.blocks() * 512 >= FILE_BYTES, "{} blocks", meta.blocks());
+        assert!(
+            meta.blocks() * 512 >= FILE_BYTES,
+            "{} blocks",
+            meta.blocks()
+        );
     }
 
     #[test]

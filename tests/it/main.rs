@@ -31,6 +31,7 @@
 //! - `ops`: `sluice check`, the systemd unit, CLI progress, the dashboard, hot reload.
 //! - `reload`: hot reload by SIGHUP and `POST /admin/reload` with traffic flowing.
 //! - `fsync_failure` (`--features failpoints`): one failed `fdatasync` that drops its pages.
+//! - `full_disk`: a node on a 100% full tmpfs (mounted by the test; root) restarts and drains.
 //! - `powerloss`: the WAL and (`powerloss::dlq`) the DLQ over the simulated disk (`storage::sim`),
 //!   power cut at seeded points.
 
@@ -54,6 +55,7 @@ mod flow;
 mod flow_gates;
 #[cfg(feature = "failpoints")]
 mod fsync_failure;
+mod full_disk;
 mod hostile;
 mod http_errors;
 mod http_features;

@@ -53,7 +53,11 @@ fn verify_and_serve_refuse(server: &mut Server, names: &[&str]) {
         Err(f) => {
             assert_eq!(f.status.and_then(|s| s.code()), Some(1), "{}", f.stderr);
             for n in names {
-                assert!(f.stderr.contains(n), "serve does not name {n}: {}", f.stderr);
+                assert!(
+                    f.stderr.contains(n),
+                    "serve does not name {n}: {}",
+                    f.stderr
+                );
             }
             assert!(f.stderr.contains("--accept-wal-loss"), "{}", f.stderr);
         }
