@@ -15,6 +15,7 @@ pub mod logs;
 pub mod outstanding;
 pub mod placement;
 pub mod pump;
+mod pump_source;
 pub mod runtime;
 pub mod state;
 pub mod thread_policy;
