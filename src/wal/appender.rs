@@ -9,7 +9,8 @@
 //! every roll, at retention ([`Wal::retire_below`]), at [`Wal::sync`], and at most every
 //! [`CHECKPOINT_EVERY`] while records are committed ([`Wal::checkpoint_if_due`]). And it probes
 //! a failed disk ([`Wal::probe`]) so health returns without a request having to write.
-//! [`Wal::tick`] runs all of that; the loop that owns the log calls it every turn.
+//! [`Wal::tick`] runs all of that; the loop that owns the log calls it every turn. The checkpoint
+//! half (writing it, its failures, retention) is in `appender_checkpoint.rs`.
 #![forbid(unsafe_code)]
 
 use super::checkpoint::{Checkpoint, CheckpointFile, FailureStreak, LostRange};

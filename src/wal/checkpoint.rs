@@ -43,7 +43,8 @@
 //! renamed into place, and the directory synced; so a `CHECKPOINT` file always has a valid
 //! slot unless the disk damaged it. A file with no valid slot is reported as damaged. A log
 //! directory without the file (written by a version before checkpoints) opens as before and the
-//! file is created then.
+//! file is created then — unless the data dir's manifest lists the log (`super::manifest`): a
+//! listed log always had one, so its absence refuses the start before the log is opened.
 #![forbid(unsafe_code)]
 
 use super::{Lsn, WalError};

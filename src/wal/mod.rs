@@ -76,7 +76,8 @@
 //!
 //! Beside the segments: `LOCK` (held with `flock` by the process that has the log open) and
 //! `CHECKPOINT`, what must exist (first live LSN, highest synced LSN), spelled out byte by byte
-//! in [`checkpoint`]. Other files are ignored.
+//! in [`checkpoint`]. Other files are ignored. `DATA_DIR/wal/MANIFEST` lists the data dir's logs,
+//! so a deleted log or checkpoint refuses the start instead of coming back empty ([`manifest`]).
 //!
 //! # Record format (all integers little-endian)
 //!
