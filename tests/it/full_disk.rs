@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::{self, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -54,7 +54,7 @@ fn fill(dir: &Path) -> u64 {
     }
     let probe = fs::write(dir.join("probe"), b"x");
     assert!(
-        matches!(&probe, Err(e) if e.kind() == io::ErrorKind::StorageFull),
+        matches!(&probe, Err(e) if e.raw_os_error() == Some(libc::ENOSPC)),
         "the disk is not full: {probe:?}"
     );
     written
