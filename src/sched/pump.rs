@@ -20,9 +20,7 @@
 //!
 //! # Backpressure
 //!
-//! At most `max_outstanding` jobs are out across all cores (one shared counter, [`Outstanding`]),
-//! a job counting until its terminal outcome's `Done` entry is durable (so a crash redelivers at
-//! most `max_outstanding` events per restart);
+//! At most `max_outstanding` jobs are out across all cores (one shared counter, [`Outstanding`]);
 //! an event a flow-control gate holds gives its slot back (`JobOutcome::Held`) and holds one
 //! again once released (`Resumed`, the slot taken by the dispatcher), and a trigger whose gates
 //! hold `[flow] max_held` events is parked like one at its window cap (`dispatch::flow`).
@@ -650,20 +648,10 @@ impl CorePump {
         self.dlq_retry_at = now + DLQ_RETRY_EVERY;
     }
 
-    /// A terminal outcome: its `Done` entry is queued and its trigger's window slot goes back.
-    /// Its `max_outstanding` slot goes back only once the entry is durable
-    /// ([`CorePump::on_record_done`]): so at most `max_outstanding` events are ever sent without
-    /// a durable outcome — all a crash can make the next start send again, however slow the
-    /// disk (released at the outcome, a slow `Done` commit let the destination finish many
-    /// more meanwhile, each redelivered after a crash).
+    /// A terminal outcome: the job no longer counts against `max_outstanding`; its `Done` entry
+    /// is queued.
     fn finish(&mut self, slot: usize, lsn: Lsn, status: DoneStatus, attempts: u32) {
-        if let Some(w) = self.logs[slot]
-            .live
-            .get_mut(&lsn)
-            .and_then(|l| l.window.take())
-        {
-            self.shared.backlog.window_give(w);
-        }
+        self.unhold(slot, lsn);
         self.logs[slot].done_queue.push(DoneEntry {
             event_lsn: lsn,
             status,
@@ -749,10 +737,8 @@ impl CorePump {
                 log.durable = log.durable.max(lsn);
                 // Released per backlog slot (few distinct per record): (slot, events, bytes).
                 let mut by_slot: Vec<(usize, u64, u64)> = Vec::new();
-                let mut slots_back = 0;
                 for e in &entries {
                     if let Some(l) = log.live.remove(&e.event_lsn) {
-                        slots_back += usize::from(l.outstanding);
                         match by_slot.iter_mut().find(|s| s.0 == l.slot) {
                             Some(s) => (s.1, s.2) = (s.1 + 1, s.2 + l.cost),
                             None => by_slot.push((l.slot, 1, l.cost)),
@@ -762,9 +748,6 @@ impl CorePump {
                 for (slot, n, bytes) in by_slot {
                     self.shared.backlog.release_done(slot, n, bytes);
                     self.drained_total += n;
-                }
-                for _ in 0..slots_back {
-                    self.release_slot();
                 }
             }
             // Not durable: written again (the log retries its disk). A retry record is only

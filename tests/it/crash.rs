@@ -210,15 +210,15 @@ fn sigkill_at_random_moments_loses_nothing_and_bounds_redelivery() {
     );
 
     // Redeliveries: an event reaches the downstream again after a restart only if it had been
-    // sent and its `Done` record was not yet durable at the kill. A job holds its
-    // `max_outstanding` slot from admission until its `Done` entry is durable (`sched::pump`),
-    // so at one kill those are at most `max_outstanding` (the calls in flight at the destination,
-    // ≤ `max_in_flight`, are among them): ≤ max_in_flight + max_outstanding per kill holds with
-    // room, whatever the disk's speed. (It did not while the slot went back at the outcome: a
-    // slow `Done` commit on a loaded machine let the downstream finish many more calls meanwhile;
-    // 222 redeliveries against 160 were seen.) A pump that acknowledged at admission (cursor =
-    // "admitted") would lose events instead; one that never wrote `Done` would redeliver
-    // everything, far above this bound.
+    // sent and its `Done` record was not yet durable at the kill. At one kill those are
+    // (a) calls in flight at the destination: at most `max_in_flight` (its permit set), plus
+    // (b) calls that had completed but whose `Done` entry was still queued or being committed:
+    // the pump frees a job's slot when its outcome arrives and writes the entry in the same turn,
+    // and admits at most `max_outstanding` jobs, so one pump batch of outcomes (≤ max_outstanding)
+    // waits for its commit while the downstream (2 ms per call, ≤ max_in_flight at once) cannot
+    // complete another batch within one group commit. Hence ≤ max_in_flight + max_outstanding
+    // per kill. A pump that acknowledged at admission (cursor = "admitted") would lose events
+    // instead; one that never wrote `Done` would redeliver everything, far above this bound.
     let mut count: HashMap<&String, usize> = HashMap::new();
     for s in &seen {
         *count.entry(&s.webhook_id).or_default() += 1;
