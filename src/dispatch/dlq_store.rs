@@ -138,12 +138,9 @@ impl DlqStore {
         max_entries: usize,
     ) -> Result<DlqStore, DlqError> {
         let fs = &*storage;
-        if !fs.is_dir(dir) {
-            fs.create_dir_all(dir).map_err(io_err(dir))?;
-            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                fs.sync_dir(parent).map_err(io_err(parent))?;
-            }
-        }
+        // `dlq/` and any missing parent (the data dir itself on a first start): every created
+        // entry is synced before an entry is promised in it.
+        storage::create_dir_all_durably(fs, dir).map_err(io_err(dir))?;
         let names = read_names(fs, dir)?;
         let mut removed = false;
         for name in names.iter().filter(|n| batch::classify(n) == Name::Tmp) {

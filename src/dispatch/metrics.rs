@@ -113,6 +113,9 @@ pub struct DispatchMetrics {
     /// Times a core's in-memory dispatch window was full and its pump switched to reading its
     /// log back (`sluice_pump_window_overflows_total`; `Relaxed`: a counter).
     window_overflows: AtomicU64,
+    /// Times opening a log for read-back failed; the events stayed pending and the open was
+    /// retried (`sluice_pump_readback_open_failures_total`; `Relaxed`: a counter).
+    readback_open_failures: AtomicU64,
     /// Per core (written by that core's pump): unix ms of the oldest pending event's receipt
     /// (0 when none), and the done cursor of the core's own log.
     pumps: Box<[PumpCells]>,
@@ -155,6 +158,7 @@ impl DispatchMetrics {
             dlq: std::array::from_fn(|_| Histogram::new(TRIGGER_LATENCY_BOUNDS_NANOS)),
             pump_outstanding: AtomicU64::new(0),
             window_overflows: AtomicU64::new(0),
+            readback_open_failures: AtomicU64::new(0),
             pumps: Box::new([]),
             flow: FlowMetrics::default(),
             dlq_store: None,
@@ -327,6 +331,11 @@ impl DispatchMetrics {
         self.window_overflows.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A core's pump could not open its log for read-back (retried with backoff).
+    pub fn readback_open_failed(&self) {
+        self.readback_open_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn window_overflows(&self) -> u64 {
         self.window_overflows.load(Ordering::Relaxed)
     }
@@ -375,6 +384,12 @@ impl DispatchMetrics {
             "sluice_pump_window_overflows_total",
             "Times a core's in-memory dispatch window (4096 events, 64 MiB) was full, so its pump read the log back.",
             self.window_overflows(),
+        );
+        w.counter(
+            "sluice_pump_readback_open_failures_total",
+            "Times a pump could not open its log to read it back (e.g. at the descriptor limit); \
+             the events stay pending and the open is retried with backoff (10 ms doubling to 1 s).",
+            self.readback_open_failures.load(Ordering::Relaxed),
         );
         w.header(
             "harn_orchestrator_pump_outstanding",

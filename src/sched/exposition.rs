@@ -58,6 +58,21 @@ pub fn render_metrics(shared: &Shared) -> String {
             "1 when every log accepts writes, 0 after a write or sync error.",
             if shared.wal_healthy() { 1.0 } else { 0.0 },
         );
+        w.counter(
+            "sluice_wal_checkpoint_failures_total",
+            "Checkpoint writes that failed, over all logs (each is retried a second later).",
+            shared
+                .wal
+                .iter()
+                .map(|l| l.checkpoint_failures_total.load(Relaxed))
+                .sum(),
+        );
+        w.gauge(
+            "sluice_wal_checkpoint_failing",
+            "Logs whose checkpoint writes have failed for 10 s or more (/readyz: \
+             wal_checkpoint_failing).",
+            shared.wal_checkpoint_stale_logs() as f64,
+        );
         if let Some(first) = shared.wal.first() {
             // One histogram shared by every log.
             first.render_prometheus(w.buffer_mut());

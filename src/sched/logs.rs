@@ -21,7 +21,11 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::wal::{self, layout, DispatchRecovery, Lsn, RecoveryReport, Wal, WalConfig, WalError};
+use crate::storage::{self, StdFs};
+use crate::sync::clock::unix_millis;
+use crate::wal::{
+    self, layout, manifest, DispatchRecovery, LogDir, Lsn, RecoveryReport, Wal, WalConfig, WalError,
+};
 
 /// Bits of an event key that hold the LSN.
 pub const KEY_LSN_BITS: u32 = 48;
@@ -66,22 +70,52 @@ impl RunLogs {
 
 /// Opens and recovers every log under `base.dir` (the `wal/` directory) for `workers` cores.
 /// `base` carries everything but the directory. `Locked` if another process holds a log.
+///
+/// The data dir's manifest (`wal::manifest`) is checked first: a listed log or checkpoint that
+/// is gone fails the start naming it (`WalError::Manifest`), unless `base.accept_loss`. Once
+/// every log is open, the manifest is rewritten if the set of logs changed.
 pub fn open_logs(base: &WalConfig, workers: usize) -> Result<RunLogs, WalError> {
     let wal_dir = base.dir.clone();
-    std::fs::create_dir_all(&wal_dir).map_err(|e| WalError::io(&wal_dir, e))?;
+    let fs = StdFs;
+    // `wal/` and any missing parent: their entries are durable before a log is made in them.
+    storage::create_dir_all_durably(&fs, &wal_dir).map_err(|e| WalError::io(&wal_dir, e))?;
+    let reconciled = manifest::reconcile_in(&fs, &wal_dir, base.accept_loss, unix_millis())
+        .map_err(WalError::Manifest)?;
     let mut logs = Vec::new();
     for core in 0..workers {
         let dir = layout::core_log_dir(&wal_dir, core);
         logs.push(open_one(base, layout::core_log_name(core), dir, core)?);
     }
-    for found in layout::log_dirs(&wal_dir)? {
-        if found.core.is_some_and(|k| k < workers) {
-            continue;
-        }
+    for found in others(&wal_dir, workers, &reconciled.listed)? {
         let owner = found.core.map_or(0, |k| k % workers);
         logs.push(open_one(base, found.name, found.dir, owner)?);
     }
+    let names = logs.iter().map(|l| l.name.clone()).collect();
+    manifest::finish_in(&fs, &wal_dir, reconciled, names).map_err(WalError::Manifest)?;
     Ok(RunLogs { logs })
+}
+
+/// The logs to adopt: those on disk that no core owns, and the listed ones whose directory is
+/// there even if no segment is (their checkpoint says what they must hold), in key order.
+fn others(wal_dir: &Path, workers: usize, listed: &[String]) -> Result<Vec<LogDir>, WalError> {
+    let mut found = layout::log_dirs(wal_dir)?;
+    for name in listed {
+        if found.iter().any(|f| &f.name == name) {
+            continue;
+        }
+        let core = name
+            .strip_prefix("core-")
+            .and_then(|k| k.parse::<usize>().ok());
+        found.push(LogDir {
+            name: name.clone(),
+            dir: manifest::log_dir(wal_dir, name),
+            core,
+        });
+    }
+    // Core logs in order of K, then the legacy log (`layout::log_dirs`' order).
+    found.sort_by_key(|l| (l.core.is_none(), l.core));
+    found.retain(|l| !l.core.is_some_and(|k| k < workers));
+    Ok(found)
 }
 
 fn open_one(
@@ -157,5 +191,74 @@ mod tests {
             open_logs(&small(&wal_dir), 1),
             Err(WalError::Locked { .. })
         ));
+    }
+
+    fn undelivered_in_core_1(wal_dir: &Path) {
+        let run = open_logs(&small(wal_dir), 2).unwrap();
+        drop(run);
+        let (mut w, _) = wal::open(&small(&own_log_dir(wal_dir, 1))).unwrap();
+        w.append_events(&[sample_event(1, 10), sample_event(2, 10)])
+            .unwrap();
+        w.sync().unwrap();
+    }
+
+    #[test]
+    fn a_deleted_log_is_refused_by_name_until_its_loss_is_accepted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let wal_dir = tmp.path().join("wal");
+        undelivered_in_core_1(&wal_dir);
+        std::fs::remove_dir_all(wal_dir.join("core-1")).unwrap();
+        let e = open_logs(&small(&wal_dir), 2).unwrap_err();
+        assert!(matches!(e, WalError::Manifest(_)), "{e}");
+        assert!(e.to_string().contains("log core-1 is missing"), "{e}");
+        assert!(!wal_dir.join("core-1").exists(), "nothing was recreated");
+        let accept = WalConfig {
+            accept_loss: true,
+            ..small(&wal_dir)
+        };
+        let run = open_logs(&accept, 2).unwrap();
+        assert!(run.logs[1].recovered.pending.is_empty());
+        drop(run);
+        // Recorded: the next start does not ask again.
+        let run = open_logs(&small(&wal_dir), 2).unwrap();
+        assert_eq!(run.logs.len(), 2);
+        let m = manifest::read_in(&StdFs, &wal_dir).unwrap().unwrap();
+        assert_eq!(m.accepted.len(), 1, "{m:?}");
+    }
+
+    #[test]
+    fn deleted_checkpoints_with_a_truncated_segment_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let wal_dir = tmp.path().join("wal");
+        undelivered_in_core_1(&wal_dir);
+        let core1 = own_log_dir(&wal_dir, 1);
+        for core in 0..2 {
+            std::fs::remove_file(own_log_dir(&wal_dir, core).join("CHECKPOINT")).unwrap();
+        }
+        let seg = wal::segment::list_segments(&core1).unwrap()[0].1.clone();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&seg)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let e = open_logs(&small(&wal_dir), 2).unwrap_err().to_string();
+        assert!(e.contains("log core-0 has lost its checkpoint"), "{e}");
+        assert!(e.contains("core-1/CHECKPOINT does not exist"), "{e}");
+        assert!(manifest::check(&wal_dir).is_err());
+    }
+
+    #[test]
+    fn an_unlisted_adopted_log_is_listed_and_a_listed_one_without_segments_is_opened() {
+        let tmp = tempfile::tempdir().unwrap();
+        let wal_dir = tmp.path().join("wal");
+        drop(open_logs(&small(&wal_dir), 3).unwrap());
+        let m = manifest::read_in(&StdFs, &wal_dir).unwrap().unwrap();
+        assert_eq!(m.logs, ["core-0", "core-1", "core-2"]);
+        // core-2 holds no segment with an event, but it is listed: it is still opened (its
+        // checkpoint is checked) by a run with fewer workers.
+        let run = open_logs(&small(&wal_dir), 2).unwrap();
+        let names: Vec<_> = run.logs.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["core-0", "core-1", "core-2"]);
     }
 }

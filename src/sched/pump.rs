@@ -45,6 +45,7 @@ use crate::dispatch::job::{Job, JobOutcome};
 pub use crate::dispatch::outstanding::Outstanding;
 use crate::sched::commit::{Committer, Item};
 use crate::sched::logs::{event_key, split_key};
+use crate::sched::pump_source::{Opened, Source};
 use crate::sched::state::Shared;
 use crate::wal::{
     AppendOutcome, DispatchRecovery, DoneEntry, DoneRecord, DoneStatus, EventRecord, Lsn, Record,
@@ -78,19 +79,6 @@ struct Live {
     window: Option<usize>,
     received_at_ms: u64,
     outstanding: bool,
-}
-
-/// Where a log's events not yet admitted are.
-#[derive(Debug)]
-enum Source {
-    /// Read back from the log from the tail's position (after a restart, an overflow, and for
-    /// adopted logs).
-    Log(WalTail),
-    /// Every durable event not yet admitted is here, in LSN order.
-    Memory {
-        events: VecDeque<(Lsn, EventRecord)>,
-        bytes: u64,
-    },
 }
 
 /// One log the core owns.
@@ -149,15 +137,14 @@ impl LogPump {
                     }
                 }
             },
+            // Pending in the log until it can be opened (`CorePump::reopen`).
+            Source::Reopen(_) => Ok(None),
         }
     }
 
     /// The lowest LSN whose record may still be needed: the done cursor.
     fn cursor(&self) -> Lsn {
-        let unadmitted = match &self.source {
-            Source::Log(tail) => tail.next_lsn(),
-            Source::Memory { events, .. } => events.front().map_or(self.durable + 1, |e| e.0),
-        };
+        let unadmitted = self.source.unadmitted(self.durable);
         let parked = self
             .parked
             .front()
@@ -329,10 +316,41 @@ impl CorePump {
             // The window is full: the events not yet admitted are read back from the log.
             self.shared.metrics_dispatch.window_overflowed();
             let from = events.front().map_or(lsn, |e| e.0);
-            match WalTail::open(&log.dir, from) {
-                Ok(tail) => log.source = Source::Log(tail),
-                Err(e) => eprintln!("sluice: pump: reading {} back: {e}", log.dir.display()),
+            let now = self.shared.clock.now_nanos();
+            let opened = log.source.read_back(&log.dir, from, now);
+            self.note_read_back(0, opened);
+        }
+    }
+
+    /// Retries the read-backs that could not be opened, when their backoff has passed.
+    fn reopen(&mut self, now: u64) {
+        for slot in 0..self.logs.len() {
+            let log = &mut self.logs[slot];
+            if let Some(opened) = log.source.retry_open(&log.dir, now) {
+                self.note_read_back(slot, opened);
             }
+        }
+    }
+
+    /// Counts a failed read-back open; logs the first failure of a run and its end.
+    fn note_read_back(&self, slot: usize, opened: Opened) {
+        let log = &self.logs[slot];
+        match opened {
+            Opened::No { error, first } => {
+                self.shared.metrics_dispatch.readback_open_failed();
+                if first {
+                    eprintln!(
+                        "sluice: pump: reading {} back: {error} (its events stay pending; \
+                         retried with backoff up to every second)",
+                        log.dir.display()
+                    );
+                }
+            }
+            Opened::Yes { failures } if failures > 0 => eprintln!(
+                "sluice: pump: reading {} back again after {failures} failed opens",
+                log.dir.display()
+            ),
+            Opened::Yes { .. } => {}
         }
     }
 
@@ -347,6 +365,7 @@ impl CorePump {
         jobs: &mut Vec<(usize, Job)>,
     ) {
         self.retry_dead_letters(now, committer);
+        self.reopen(now);
         if !draining {
             self.admit(jobs);
         }
@@ -810,63 +829,7 @@ impl CorePump {
         }
         self.tick_at = now;
     }
-
-    /// Retention, per log: asks the log's commit helper to delete the segments wholly below the
-    /// log's done cursor whose last write is older than `retention` (never the active segment;
-    /// `WalShared::request_retire`: the helper checkpoints the new first live LSN first), and
-    /// measures the logs' size on disk for the `max_wal_bytes` bound. DLQ entries live in their
-    /// own files and are unaffected.
-    fn retain(&mut self, now: u64) {
-        if now < self.retain_at {
-            return;
-        }
-        self.retain_at = now + RETAIN_EVERY;
-        let retention = self.shared.config.dispatch.retention;
-        for log in &mut self.logs {
-            let (total, retire_below) = retain_log(log, retention);
-            if let Some(lsn) = retire_below {
-                self.shared.wal[log.index].request_retire(lsn);
-            }
-            let (old, new) = (log.disk_bytes, total);
-            log.disk_bytes = new;
-            self.shared.backlog.adjust_wal_bytes(old, new);
-        }
-    }
 }
 
-/// Retention of one log: the bytes of the segments that stay, and the LSN below which every
-/// segment may be deleted (`None`: none may).
-fn retain_log(log: &LogPump, retention: std::time::Duration) -> (u64, Option<Lsn>) {
-    let segments = match crate::wal::segment::list_segments(&log.dir) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("sluice: retention: listing {}: {e}", log.dir.display());
-            return (log.disk_bytes, None);
-        }
-    };
-    let cursor = log.cursor();
-    let mut total = 0u64;
-    let mut deleting = true;
-    let mut retire_below = None;
-    for (i, (_, path)) in segments.iter().enumerate() {
-        let Ok(meta) = std::fs::metadata(path) else {
-            continue;
-        };
-        let last_lsn = segments
-            .get(i + 1)
-            .map(|(first, _)| first.saturating_sub(1));
-        let old_enough = meta
-            .modified()
-            .ok()
-            .and_then(|m| m.elapsed().ok())
-            .is_some_and(|age| age >= retention);
-        deleting = deleting && last_lsn.is_some_and(|l| l < cursor) && old_enough;
-        if deleting {
-            // The commit helper deletes it, after checkpointing the new first live LSN.
-            retire_below = last_lsn.map(|l| l + 1);
-            continue;
-        }
-        total += meta.len();
-    }
-    (total, retire_below)
-}
+#[path = "pump_retain.rs"]
+mod retain;

@@ -125,6 +125,19 @@ impl Shared {
         self.phase.store(p as u8, Ordering::Relaxed);
     }
 
+    /// True while some log's checkpoint writes have failed for `wal::checkpoint::STALE_AFTER`.
+    pub fn wal_checkpoint_stale(&self) -> bool {
+        self.wal_checkpoint_stale_logs() > 0
+    }
+
+    /// Logs whose checkpoint writes have failed for `wal::checkpoint::STALE_AFTER`.
+    pub fn wal_checkpoint_stale_logs(&self) -> usize {
+        self.wal
+            .iter()
+            .filter(|w| w.checkpoint_stale.load(Ordering::Relaxed))
+            .count()
+    }
+
     /// True while every log accepts writes.
     pub fn wal_healthy(&self) -> bool {
         self.wal.iter().all(|w| w.is_healthy())
@@ -151,6 +164,7 @@ impl Shared {
             Phase::Starting => Some("starting"),
             Phase::Draining => Some("draining"),
             Phase::Ready if !self.wal_healthy() => Some("wal_unavailable"),
+            Phase::Ready if self.wal_checkpoint_stale() => Some("wal_checkpoint_failing"),
             Phase::Ready if self.backlog.is_saturated() => Some("saturated"),
             Phase::Ready if self.cluster.not_ready_reason().is_some() => {
                 self.cluster.not_ready_reason()

@@ -9,18 +9,19 @@
 //! every roll, at retention ([`Wal::retire_below`]), at [`Wal::sync`], and at most every
 //! [`CHECKPOINT_EVERY`] while records are committed ([`Wal::checkpoint_if_due`]). And it probes
 //! a failed disk ([`Wal::probe`]) so health returns without a request having to write.
-//! [`Wal::tick`] runs all of that; the loop that owns the log calls it every turn.
+//! [`Wal::tick`] runs all of that; the loop that owns the log calls it every turn. The checkpoint
+//! half (writing it, its failures, retention) is in `appender_checkpoint.rs`.
 #![forbid(unsafe_code)]
 
-use super::checkpoint::{Checkpoint, CheckpointFile, LostRange};
+use super::checkpoint::{Checkpoint, CheckpointFile, FailureStreak, LostRange};
 use super::format::{
     append_record, encode_event_into, encode_payload_into, EncodeError, EventRecord, Record,
     RecordKind,
 };
-use super::segment::{list_segments_in, segment_path, SegmentFile};
+use super::segment::{segment_path, SegmentFile};
 use super::{Durability, Lsn, WalError, WalShared, WritePath};
 use crate::storage::{LockGuard, Storage};
-use crate::sync::clock::{unix_millis, Clock, MonotonicClock};
+use crate::sync::clock::{Clock, MonotonicClock};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -137,8 +138,8 @@ pub struct Wal {
     checkpoint_at_ns: u64,
     retire_at_ns: u64,
     probe_at_ns: u64,
-    /// True after a checkpoint write failed, until one succeeds (logs the transitions only).
-    checkpoint_failing: bool,
+    /// The run of failed checkpoint writes (logged and published at its transitions only).
+    checkpoint_streak: FailureStreak,
     /// True after a roll failed, until one succeeds: the probe then retries the roll.
     roll_failed: bool,
     /// Failing commits and rolls, logged without flooding (`writer::FailureLog`).
@@ -211,7 +212,7 @@ impl Wal {
             checkpoint_at_ns: 0,
             retire_at_ns: 0,
             probe_at_ns: 0,
-            checkpoint_failing: false,
+            checkpoint_streak: FailureStreak::default(),
             roll_failed: false,
             failure_log: Default::default(),
             lost_accepted: Vec::new(),
@@ -683,79 +684,6 @@ impl Wal {
         Ok(())
     }
 
-    /// The checkpoint this log may write now: the current first live LSN, `synced_lsn`.
-    fn wanted_checkpoint(&self) -> Checkpoint {
-        Checkpoint {
-            first_live_lsn: self.checkpoint().map_or(1, |c| c.first_live_lsn),
-            durable_lsn: self.synced_lsn,
-        }
-    }
-
-    /// Writes `c` to the checkpoint file; logs the first failure and the recovery after it.
-    fn write_checkpoint(&mut self, c: Checkpoint) -> io::Result<()> {
-        let Some(file) = self.checkpoint.as_mut() else {
-            return Ok(());
-        };
-        self.checkpoint_at_ns = self.clock.now_nanos();
-        let res = file.write(c, unix_millis());
-        match (&res, self.checkpoint_failing) {
-            (Err(e), false) => eprintln!(
-                "sluice: wal: writing checkpoint {}: {e} (retried every second)",
-                file.path().display()
-            ),
-            (Ok(()), true) => eprintln!("sluice: wal: checkpoint written again"),
-            _ => {}
-        }
-        self.checkpoint_failing = res.is_err();
-        res
-    }
-
-    /// Brings the checkpoint's durable LSN up to `synced_lsn` if it lags and the last write
-    /// was [`CHECKPOINT_EVERY`] or longer ago (`now_ns` on this log's clock). Returns whether
-    /// it wrote.
-    pub fn checkpoint_if_due(&mut self, now_ns: u64) -> io::Result<bool> {
-        let lags = self
-            .checkpoint()
-            .is_some_and(|c| c.durable_lsn != self.synced_lsn);
-        if !lags
-            || now_ns.saturating_sub(self.checkpoint_at_ns) < CHECKPOINT_EVERY.as_nanos() as u64
-        {
-            return Ok(false);
-        }
-        self.write_checkpoint(self.wanted_checkpoint())?;
-        Ok(true)
-    }
-
-    /// Retention: deletes the segments wholly below `lsn` (clamped to the active segment's
-    /// first LSN, so the active segment is never deleted). The checkpoint's first live LSN is
-    /// advanced and synced *first*, so a crash in between leaves extra segments, never a
-    /// checkpoint that promises deleted ones. Returns the number of segments deleted.
-    pub fn retire_below(&mut self, lsn: Lsn) -> io::Result<usize> {
-        let keep = lsn.min(self.active.first_lsn);
-        if self.checkpoint().is_some_and(|c| c.first_live_lsn < keep) {
-            let c = Checkpoint {
-                first_live_lsn: keep,
-                durable_lsn: self.synced_lsn,
-            };
-            self.write_checkpoint(c)?;
-        }
-        let segments = list_segments_in(&*self.storage, &self.dir).map_err(|e| match e {
-            WalError::Io { source, .. } => source,
-            other => io::Error::other(other.to_string()),
-        })?;
-        let mut deleted = 0;
-        for pair in segments.windows(2) {
-            let ((_, path), (next_first, _)) = (&pair[0], &pair[1]);
-            if *next_first > keep {
-                break;
-            }
-            self.storage.remove(path)?;
-            eprintln!("sluice: retention: deleted {}", path.display());
-            deleted += 1;
-        }
-        Ok(deleted)
-    }
-
     /// A probe of a failed disk, committing no record: retries the failed roll if the last
     /// roll failed; otherwise zeroes what a failed write may have left (or `PROBE_BYTES`, 4 KiB, of
     /// already-zero space at the end of the log) and syncs it; then writes the checkpoint. `Ok`
@@ -820,6 +748,9 @@ impl Wal {
         Ok(file)
     }
 }
+
+#[path = "appender_checkpoint.rs"]
+mod checkpointing;
 
 #[cfg(test)]
 #[path = "appender_tests.rs"]

@@ -142,3 +142,80 @@ fn os_durability_does_not_sync_per_batch_and_oversize_events_are_refused() {
     wal.sync().unwrap();
     assert_eq!(shared.sync_seconds.count(), 1);
 }
+
+/// A checkpoint file whose writes fail while `fail` is set (a full disk, an I/O error).
+#[derive(Debug)]
+struct Failing {
+    inner: Box<dyn crate::storage::StorageFile>,
+    fail: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl crate::storage::StorageFile for Failing {
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        if self.fail.load(Ordering::Relaxed) {
+            return Err(io::Error::from_raw_os_error(28)); // ENOSPC
+        }
+        self.inner.write_at(offset, buf)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read_at(offset, buf)
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.inner.sync_data()
+    }
+    fn allocate(&mut self, len: u64) -> io::Result<()> {
+        self.inner.allocate(len)
+    }
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+}
+
+/// A checkpoint that cannot be written is counted and retried once a second, reported stale
+/// (`/readyz`) after `STALE_AFTER`, and cleared by the first write that succeeds.
+#[test]
+fn failing_checkpoint_writes_are_counted_retried_and_turn_stale_after_the_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+    cfg.durability = Durability::Fsync;
+    let clock = std::sync::Arc::new(ManualClock::new(0));
+    let (wal, _) = open(&cfg).unwrap();
+    let mut wal = wal.with_clock(clock.clone());
+    let shared = Arc::new(WalShared::new());
+    wal.attach_shared(shared.clone());
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let f = fail.clone();
+    wal.checkpoint
+        .as_mut()
+        .unwrap()
+        .wrap_file(move |inner| Box::new(Failing { inner, fail: f }));
+    wal.append_events(&[sample_event(1, 10)]).unwrap();
+    let failures = || shared.checkpoint_failures_total.load(Ordering::Relaxed);
+    let stale = || shared.checkpoint_stale.load(Ordering::Relaxed);
+    let second = |w: &mut Wal| {
+        clock.advance(Duration::from_secs(1));
+        w.tick(w.now_nanos());
+    };
+    for n in 1..=10u64 {
+        second(&mut wal);
+        assert_eq!(failures(), n, "one attempt a second");
+        assert!(!stale(), "not stale after the run's {n}th second");
+    }
+    assert_eq!(wal.checkpoint().unwrap().durable_lsn, 0, "nothing written");
+    second(&mut wal);
+    assert!(stale(), "failing for 10 s");
+    fail.store(false, Ordering::Relaxed);
+    second(&mut wal);
+    assert!(!stale());
+    assert_eq!(failures(), 11);
+    assert_eq!(
+        wal.checkpoint().unwrap().durable_lsn,
+        1,
+        "retried and written"
+    );
+    second(&mut wal);
+    assert_eq!(failures(), 11, "nothing lags: no more writes");
+}

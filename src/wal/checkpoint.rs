@@ -38,11 +38,13 @@
 //!          52  4044  zero
 //! ```
 //!
-//! The file is created whole (both slots, the second all zeros) as `CHECKPOINT.tmp`, synced,
+//! The file is created whole (both slots written, zeros included, so both have real blocks
+//! and no later update needs free space) as `CHECKPOINT.tmp`, synced,
 //! renamed into place, and the directory synced; so a `CHECKPOINT` file always has a valid
 //! slot unless the disk damaged it. A file with no valid slot is reported as damaged. A log
 //! directory without the file (written by a version before checkpoints) opens as before and the
-//! file is created then.
+//! file is created then — unless the data dir's manifest lists the log (`super::manifest`): a
+//! listed log always had one, so its absence refuses the start before the log is opened.
 #![forbid(unsafe_code)]
 
 use super::{Lsn, WalError};
@@ -260,6 +262,70 @@ pub fn missing(c: &Checkpoint, extent: &Extent) -> Vec<LostRange> {
     out
 }
 
+/// How long checkpoint writes may keep failing before `/readyz` reports it
+/// (`wal_checkpoint_failing`): while they fail, the checkpoint's durable LSN falls behind the
+/// log, so a record damaged in that span would read as a torn tail. Ten attempts (one a second).
+pub const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A change in a log's run of failed checkpoint writes ([`FailureStreak`]), to log once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreakChange {
+    None,
+    /// The first failure after a success.
+    Started,
+    /// Writes have failed for [`STALE_AFTER`].
+    Stale,
+    /// A write succeeded after failures.
+    Ended,
+}
+
+/// The run of failed checkpoint writes of one log, on the log's clock (nanos). A pure state
+/// machine: the caller writes, logs, and publishes.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct FailureStreak {
+    /// Clock reading of the first failure of the current run; `None` after a success.
+    since_ns: Option<u64>,
+    stale: bool,
+}
+
+impl FailureStreak {
+    /// The outcome of one write at `now_ns`.
+    pub(crate) fn record(&mut self, ok: bool, now_ns: u64) -> StreakChange {
+        match (ok, self.since_ns) {
+            (true, None) => StreakChange::None,
+            (true, Some(_)) => {
+                *self = FailureStreak::default();
+                StreakChange::Ended
+            }
+            (false, None) => {
+                self.since_ns = Some(now_ns);
+                StreakChange::Started
+            }
+            (false, Some(_)) => self.check(now_ns),
+        }
+    }
+
+    /// `Stale` once, when the run has lasted [`STALE_AFTER`] at `now_ns`.
+    pub(crate) fn check(&mut self, now_ns: u64) -> StreakChange {
+        let bound = STALE_AFTER.as_nanos() as u64;
+        match self.since_ns {
+            Some(since) if !self.stale && now_ns.saturating_sub(since) >= bound => {
+                self.stale = true;
+                StreakChange::Stale
+            }
+            _ => StreakChange::None,
+        }
+    }
+
+    pub(crate) fn failing(&self) -> bool {
+        self.since_ns.is_some()
+    }
+
+    pub(crate) fn stale(&self) -> bool {
+        self.stale
+    }
+}
+
 /// The checkpoint file of one log directory, open for updates. Owned by the log's `Wal`.
 #[derive(Debug)]
 pub struct CheckpointFile {
@@ -310,10 +376,14 @@ impl CheckpointFile {
         let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
         let tmp_err = |e| WalError::io(&tmp, e);
         let mut file = storage.open(&tmp, OpenMode::REPLACE).map_err(tmp_err)?;
-        file.set_len(FILE_BYTES).map_err(tmp_err)?;
-        // Update 1 goes to slot 1 (`seq % 2`); slot 0 stays zeros (invalid) until update 2.
-        file.write_at(SLOT_STRIDE, &encode_slot(1, &c, now_ms))
-            .map_err(tmp_err)?;
+        // Both slots written whole, zeros included, so both have real blocks: a later update
+        // overwrites allocated space and needs none (a sparse slot's first write would fail on
+        // a full disk, and with it a restart). Update 1 goes to slot 1 (`seq % 2`); slot 0
+        // stays zeros (invalid) until update 2.
+        let mut whole = vec![0u8; FILE_BYTES as usize];
+        let slot = SLOT_STRIDE as usize;
+        whole[slot..slot + SLOT_BYTES].copy_from_slice(&encode_slot(1, &c, now_ms));
+        file.write_at(0, &whole).map_err(tmp_err)?;
         file.sync_data().map_err(tmp_err)?;
         storage.rename(&tmp, &p).map_err(|e| WalError::io(&p, e))?;
         storage.sync_dir(dir).map_err(|e| WalError::io(dir, e))?;
@@ -323,6 +393,16 @@ impl CheckpointFile {
             seq: 1,
             current: c,
         })
+    }
+
+    /// Replaces the open file with `wrap(file)` (tests inject write failures through it).
+    #[cfg(test)]
+    pub(crate) fn wrap_file(
+        &mut self,
+        wrap: impl FnOnce(Box<dyn StorageFile>) -> Box<dyn StorageFile>,
+    ) {
+        let file = std::mem::replace(&mut self.file, Box::new(NoFile));
+        self.file = wrap(file);
     }
 
     /// The last checkpoint written.
@@ -344,6 +424,33 @@ impl CheckpointFile {
         self.seq = seq;
         self.current = c;
         Ok(())
+    }
+}
+
+/// A placeholder while [`CheckpointFile::wrap_file`] swaps the file.
+#[cfg(test)]
+#[derive(Debug)]
+struct NoFile;
+
+#[cfg(test)]
+impl StorageFile for NoFile {
+    fn write_at(&mut self, _: u64, _: &[u8]) -> io::Result<()> {
+        Err(io::Error::other("no file"))
+    }
+    fn read_at(&self, _: u64, _: &mut [u8]) -> io::Result<usize> {
+        Err(io::Error::other("no file"))
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        Err(io::Error::other("no file"))
+    }
+    fn allocate(&mut self, _: u64) -> io::Result<()> {
+        Err(io::Error::other("no file"))
+    }
+    fn set_len(&mut self, _: u64) -> io::Result<()> {
+        Err(io::Error::other("no file"))
+    }
+    fn len(&self) -> io::Result<u64> {
+        Err(io::Error::other("no file"))
     }
 }
 
@@ -399,6 +506,38 @@ mod tests {
         let f = CheckpointFile::open_or_create(&StdFs, tmp.path(), ck(4, 4), 0).unwrap();
         assert_eq!(f.current(), ck(4, 4));
         assert_eq!(read(tmp.path()).unwrap(), Some(Ok(ck(4, 4))));
+    }
+
+    /// Both slots have real blocks from creation on (no hole for a full disk to refuse).
+    #[test]
+    fn a_new_checkpoint_file_is_fully_allocated() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let f = CheckpointFile::open_or_create(&StdFs, tmp.path(), ck(1, 0), 0).unwrap();
+        let meta = std::fs::metadata(f.path()).unwrap();
+        assert_eq!(meta.len(), FILE_BYTES);
+        assert!(
+            meta.blocks() * 512 >= FILE_BYTES,
+            "{} blocks",
+            meta.blocks()
+        );
+    }
+
+    #[test]
+    fn a_failure_streak_starts_turns_stale_once_and_ends() {
+        let s = 1_000_000_000u64;
+        let mut f = FailureStreak::default();
+        assert_eq!(f.record(true, 0), StreakChange::None);
+        assert_eq!(f.record(false, s), StreakChange::Started);
+        assert!(f.failing() && !f.stale());
+        assert_eq!(f.record(false, 2 * s), StreakChange::None);
+        assert_eq!(f.check(10 * s), StreakChange::None, "9 s: not yet");
+        assert_eq!(f.check(11 * s), StreakChange::Stale);
+        assert_eq!(f.record(false, 12 * s), StreakChange::None, "stale once");
+        assert!(f.stale());
+        assert_eq!(f.record(true, 13 * s), StreakChange::Ended);
+        assert!(!f.failing() && !f.stale());
+        assert_eq!(f.record(false, 14 * s), StreakChange::Started);
     }
 
     #[test]

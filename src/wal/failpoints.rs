@@ -11,6 +11,7 @@
 //! | `eio-write` | `write_at` writes the first half of the buffer, then fails with `EIO` |
 //! | `eio-sync` | `sync` fails with `EIO` (the write itself reached the page cache) |
 //! | `short-write` | `write_at` writes the first half and reports `WriteZero` (a short `pwrite`) |
+//! | `emfile-readback` | the pump's read-back of a log (`WalTail` opened when its in-memory window overflows) fails with `EMFILE`, as at the descriptor limit; segment files are unaffected |
 //! | `eio-sync-once` | the next `sync` fails with `EIO`, and every later one succeeds (until the file says something else and then `eio-sync-once` again). The failed sync also *drops the range it was asked to make durable* (overwrites it with zeros in the page cache), as Linux may after a failed writeback ("fsyncgate": the dirty pages are marked clean and lost, and the next `fdatasync` reports success) |
 //!
 //! Each injected fault is counted ([`injected`]) and logged to stderr as
@@ -47,6 +48,7 @@ enum Mode {
     EioSync,
     ShortWrite,
     EioSyncOnce,
+    EmfileReadback,
 }
 
 impl Mode {
@@ -57,6 +59,7 @@ impl Mode {
             "eio-sync" => Mode::EioSync,
             "short-write" => Mode::ShortWrite,
             "eio-sync-once" => Mode::EioSyncOnce,
+            "emfile-readback" => Mode::EmfileReadback,
             _ => Mode::Off,
         }
     }
@@ -69,6 +72,7 @@ impl Mode {
             Mode::EioSync => "eio-sync",
             Mode::ShortWrite => "short-write",
             Mode::EioSyncOnce => "eio-sync-once",
+            Mode::EmfileReadback => "emfile-readback",
         }
     }
 }
@@ -88,6 +92,17 @@ pub fn install_from_env(wal: &mut Wal) -> Option<PathBuf> {
         })
     }));
     Some(control)
+}
+
+/// `Some(EMFILE)` while the control file named by [`ENV`] says `emfile-readback` (counted and
+/// logged as every injected fault); `None` otherwise or without [`ENV`].
+pub fn readback_open_fault() -> Option<io::Error> {
+    let control = PathBuf::from(std::env::var_os(ENV)?);
+    let mode = std::fs::read_to_string(control)
+        .map(|t| Mode::parse(&t))
+        .unwrap_or(Mode::Off);
+    (mode == Mode::EmfileReadback)
+        .then(|| Failpoints::inject(mode, io::Error::from_raw_os_error(libc::EMFILE)))
 }
 
 struct Failpoints {
@@ -125,7 +140,9 @@ impl SegmentFile for Failpoints {
                 };
                 Err(Self::inject(m, err))
             }
-            Mode::Off | Mode::EioSync | Mode::EioSyncOnce => self.inner.write_at(offset, buf),
+            Mode::Off | Mode::EioSync | Mode::EioSyncOnce | Mode::EmfileReadback => {
+                self.inner.write_at(offset, buf)
+            }
         }
     }
 
@@ -167,7 +184,7 @@ impl SegmentFile for Failpoints {
     fn injected_write(&mut self, offset: u64, buf: &[u8]) -> Option<io::Result<()>> {
         match self.mode() {
             Mode::Enospc | Mode::EioWrite | Mode::ShortWrite => Some(self.write_at(offset, buf)),
-            Mode::Off | Mode::EioSync | Mode::EioSyncOnce => None,
+            Mode::Off | Mode::EioSync | Mode::EioSyncOnce | Mode::EmfileReadback => None,
         }
     }
 
@@ -206,6 +223,7 @@ mod tests {
             Mode::EioSync,
             Mode::ShortWrite,
             Mode::EioSyncOnce,
+            Mode::EmfileReadback,
         ] {
             assert_eq!(Mode::parse(&format!("{}\n", m.name())), m);
         }

@@ -3,6 +3,7 @@
 
 use super::checkpoint::{self, Checkpoint, CHECKPOINT_FILE};
 use super::format::tests::sample_event;
+use super::manifest;
 use super::recovery::tests::test_cfg;
 use super::segment::{list_segments, segment_path, SegmentFile};
 use super::tools::verify_log;
@@ -137,13 +138,28 @@ fn deleted_oldest_or_every_segment_is_a_lost_range() {
 }
 
 #[test]
-fn a_log_without_a_checkpoint_opens_and_gets_one_and_a_damaged_one_is_refused() {
+fn a_listed_log_without_its_checkpoint_is_refused_an_unlisted_one_gets_one() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = three_segments(tmp.path(), WritePath::Pwrite);
     let ckpt = cfg.dir.join(CHECKPOINT_FILE);
-    // Written by a version before checkpoints: nothing to compare with, opens as before.
+    // The data dir's manifest lists this log (the legacy one, segments directly in `wal/`):
+    // its checkpoint deleted and its newest segment truncated is a missing checkpoint, named.
+    let listed = manifest::Manifest {
+        logs: vec![super::layout::LEGACY_LOG_NAME.to_owned()],
+        accepted: Vec::new(),
+    };
+    manifest::write_in(&crate::storage::StdFs, &cfg.dir, &listed).unwrap();
     std::fs::remove_file(&ckpt).unwrap();
     truncate(&segment_path(&cfg.dir, 9), 0);
+    let e = manifest::check(&cfg.dir).unwrap_err();
+    let manifest::ManifestError::Missing { missing, .. } = &e else {
+        panic!("{e}")
+    };
+    assert_eq!(missing[0].kind, manifest::MissingKind::Checkpoint);
+    assert_eq!(missing[0].path, ckpt);
+    // A log never listed (a data dir from before the manifest, and before checkpoints): nothing
+    // to compare with, it opens as found and gets a checkpoint.
+    std::fs::remove_file(manifest::path(&cfg.dir)).unwrap();
     let (wal, report) = open(&cfg).unwrap();
     assert!(report.lost.is_empty());
     assert_eq!(report.last_lsn, 8);

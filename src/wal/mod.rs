@@ -76,7 +76,8 @@
 //!
 //! Beside the segments: `LOCK` (held with `flock` by the process that has the log open) and
 //! `CHECKPOINT`, what must exist (first live LSN, highest synced LSN), spelled out byte by byte
-//! in [`checkpoint`]. Other files are ignored.
+//! in [`checkpoint`]. Other files are ignored. `DATA_DIR/wal/MANIFEST` lists the data dir's logs,
+//! so a deleted log or checkpoint refuses the start instead of coming back empty ([`manifest`]).
 //!
 //! # Record format (all integers little-endian)
 //!
@@ -226,6 +227,7 @@ pub mod format;
 pub mod layout;
 #[cfg(test)]
 mod loss_tests;
+pub mod manifest;
 pub(crate) mod recovery;
 pub mod segment;
 pub mod state;
@@ -488,6 +490,13 @@ pub struct WalShared {
     /// `sluice_wal_os_unsynced_bytes{log}`. Stored by the writer after every commit, sync and
     /// roll; `Relaxed`: a gauge for display, it publishes no other memory.
     pub os_unsynced_bytes: AtomicU64,
+    /// Checkpoint writes that failed (`sluice_wal_checkpoint_failures_total`); each is retried
+    /// a second later. `Relaxed`: a counter.
+    pub checkpoint_failures_total: AtomicU64,
+    /// True while checkpoint writes have failed for `checkpoint::STALE_AFTER` (10 s) without a
+    /// success: `/readyz` reports `wal_checkpoint_failing`. Written by the writer; `Relaxed`: a
+    /// status flag, it publishes no other memory.
+    pub checkpoint_stale: AtomicBool,
 }
 
 /// `sluice_wal_sync_seconds` buckets (ns; 0.0001 s .. 1 s).
@@ -524,6 +533,8 @@ impl WalShared {
             loss_accepted_total: AtomicU64::new(0),
             lost_lsns_accepted: AtomicU64::new(0),
             os_unsynced_bytes: AtomicU64::new(0),
+            checkpoint_failures_total: AtomicU64::new(0),
+            checkpoint_stale: AtomicBool::new(false),
         }
     }
 
@@ -590,6 +601,8 @@ pub enum WalError {
     },
     /// The checkpoint file exists but no slot of it is valid.
     CheckpointDamaged(checkpoint::Damaged),
+    /// The data dir's manifest of logs is damaged, or lists a log or checkpoint that is gone.
+    Manifest(manifest::ManifestError),
 }
 
 impl WalError {
@@ -639,6 +652,7 @@ impl fmt::Display for WalError {
                 f,
                 "{d}; start with --accept-wal-loss to rebuild it from the segments"
             ),
+            WalError::Manifest(e) => write!(f, "{e}"),
         }
     }
 }
@@ -648,6 +662,7 @@ impl std::error::Error for WalError {
         match self {
             WalError::Io { source, .. } => Some(source),
             WalError::Encode(e) => Some(e),
+            WalError::Manifest(e) => Some(e),
             _ => None,
         }
     }

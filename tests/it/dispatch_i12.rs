@@ -24,8 +24,13 @@ fn hold_keeps_events_through_an_outage_and_delivers_them_all() {
     });
     let started = Instant::now();
     let uri = ds.uri("/sink");
+    // `max_attempts` ≥ `failures`: a failure charges an attempt only while the circuit is
+    // closed, and one event's own consecutive failures open it by its 5th attempt, so no event
+    // can run out of attempts however slowly the events arrive. (With 3 attempts, an event
+    // ingested while the first commits were slow — a loaded machine — failed 3 times before 5
+    // consecutive failures opened the circuit and was dead-lettered: "only 199 of 200".)
     let dest =
-        "max_in_flight = 8\nretry = { max_attempts = 3, base = \"100ms\", cap = \"200ms\" }\n\
+        "max_in_flight = 8\nretry = { max_attempts = 5, base = \"100ms\", cap = \"200ms\" }\n\
                 circuit = { failures = 5, open_for = \"500ms\", on_open = \"hold\" }";
     let server = Server::start(big_buckets(Opts::config(&manifest(&uri, dest))));
     let mut c = server.client();

@@ -162,3 +162,83 @@ fn storage_faults_refuse_then_recover_without_restart() {
         "only {injected} faults injected"
     );
 }
+
+/// The pump never drops: while its in-memory window is full and the log cannot be opened for
+/// read-back (`emfile-readback`: `EMFILE`, as at the descriptor limit), the events stay pending
+/// and the open is retried (counted); once it opens, every event is delivered, each once.
+/// Before, the event that overflowed the window (and every later one while the open failed)
+/// was logged and dropped from memory, and the done cursor moved past it.
+#[test]
+fn a_read_back_that_cannot_be_opened_keeps_the_events_pending_and_retries() {
+    use crate::downstream::{Behavior, Downstream};
+    const EVENTS: usize = 4400;
+    let root = temp_root();
+    let control = root.path().join("failpoints");
+    fs::write(&control, "emfile-readback").unwrap();
+    let ds = Downstream::start(Behavior::default());
+    ds.hold(true);
+    let uri = ds.uri("/sink");
+    let toml = format!(
+        "[orchestrator]\npumps = {{ max_outstanding = 4 }}\n\
+         [[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\nhandler = \"{uri}\"\n\n\
+         [[destinations]]\nuri = \"{uri}\"\ntimeout = \"120s\"\n"
+    );
+    let opts = Opts::config(&toml)
+        .workers(1)
+        .env("SLUICE_FAILPOINTS", path_str(&control))
+        .env(ENV_GLOBAL_CAPACITY, "1000000")
+        .env(ENV_PER_SOURCE_CAPACITY, "1000000")
+        .env(ENV_REFILL_PER_SEC, "1000000");
+    let server = Server::start_in(root, opts).unwrap_or_else(|f| panic!("{}", f.stderr));
+    let addr = server.addr();
+    let ids: Vec<String> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr).expect("connect");
+                (0..EVENTS / 4)
+                    .map(|i| {
+                        let body = format!("{{\"t\":{t},\"i\":{i}}}");
+                        accepted(&c.post("/hooks/t", body.as_bytes(), &[])).0
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .flat_map(|h| h.join().expect("client"))
+        .collect();
+    assert_eq!(ids.len(), EVENTS);
+    let metric = |name: &str| sample_value(&scrape(&server).1, name, &[]);
+    assert!(metric("sluice_pump_window_overflows_total") >= 1.0);
+    // Retried with backoff while the fault lasts (10 ms doubling: several tries in a second).
+    let retried = wait_until(Duration::from_secs(10), || {
+        metric("sluice_pump_readback_open_failures_total") >= 3.0
+    });
+    let stderr = server.stderr();
+    fs::write(&control, "").unwrap();
+    ds.hold(false);
+    let unique = |seen: &[crate::downstream::Seen]| {
+        seen.iter()
+            .map(|s| s.webhook_id.clone())
+            .collect::<HashSet<_>>()
+            .len()
+    };
+    let all = ds.wait(Duration::from_secs(120), |seen| unique(seen) == EVENTS);
+    let seen = ds.seen();
+    assert!(
+        all,
+        "{} of {EVENTS} delivered; stderr:\n{}",
+        unique(&seen),
+        server.stderr()
+    );
+    let delivered: HashSet<&str> = seen.iter().map(|s| s.webhook_id.as_str()).collect();
+    assert!(ids.iter().all(|id| delivered.contains(id.as_str())));
+    assert_eq!(seen.len(), EVENTS, "an event was delivered twice");
+    assert!(retried, "read-back opens were not retried: {stderr}");
+    assert_eq!(
+        stderr.matches("its events stay pending").count(),
+        1,
+        "one log line per run of failures: {stderr}"
+    );
+    assert!(server.stderr().contains("back again after"));
+}

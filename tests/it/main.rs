@@ -26,12 +26,14 @@
 //! - `absorb`: triggers whose senders never retry absorb past the backlog bound.
 //! - `wal_probe` (`--features failpoints`): `/readyz` recovers from `wal_unavailable` alone.
 //! - `wal_loss`: lost segment files and damaged acknowledged records are detected.
+//! - `wal_manifest`: a deleted log or checkpoint of a multi-worker data dir is named, not recreated.
 //! - `https`: HTTPS destinations against a local rustls server with a generated CA.
 //! - `shared`: destination budgets shared by three nodes through a real `redis-server`.
 //! - `ops`: `sluice check`, the systemd unit, CLI progress, the dashboard, hot reload.
 //! - `dashboard`: the dashboard in Chromium at 1280 px under a refused trigger and a reload.
 //! - `reload`: hot reload by SIGHUP and `POST /admin/reload` with traffic flowing.
 //! - `fsync_failure` (`--features failpoints`): one failed `fdatasync` that drops its pages.
+//! - `full_disk`: a node on a 100% full tmpfs (mounted by the test; root) restarts and drains.
 //! - `powerloss`: the WAL and (`powerloss::dlq`) the DLQ over the simulated disk (`storage::sim`),
 //!   power cut at seeded points.
 
@@ -57,6 +59,7 @@ mod flow;
 mod flow_gates;
 #[cfg(feature = "failpoints")]
 mod fsync_failure;
+mod full_disk;
 mod hostile;
 mod http_errors;
 mod http_features;
@@ -75,6 +78,7 @@ mod shared;
 mod shutdown;
 mod tools;
 mod wal_loss;
+mod wal_manifest;
 #[cfg(feature = "failpoints")]
 mod wal_probe;
 mod wal_tools;
