@@ -72,6 +72,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+mod collect;
 pub mod key;
 pub mod metrics;
 pub mod payload;
@@ -84,7 +85,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use crate::config::flow::{BatchGate, ConcurrencyGate, DebounceGate, FlowConfig};
+use crate::config::flow::{ConcurrencyGate, FlowConfig};
 use crate::config::Config;
 use crate::dispatch::job::{Job, SkipReason};
 use crate::dispatch::metrics::DispatchMetrics;
@@ -154,6 +155,29 @@ struct Pending {
     held: bool,
     /// Its body was dropped while held ([`payload`]): read back before it is delivered.
     dropped: bool,
+    /// A reload took it from the gate of this stage and offers it to that stage's new gate
+    /// (it leaves it as `wait`, not `pass`: it was held there).
+    retaken: Option<Stage>,
+    /// Its deadline in the gate a reload took it from ([`collect::Hint`]).
+    hint: Option<collect::Hint>,
+}
+
+impl Pending {
+    fn new(job: Job, keys: Box<Keys>, held: bool, dropped: bool) -> Pending {
+        Pending {
+            job,
+            keys,
+            held,
+            dropped,
+            retaken: None,
+            hint: None,
+        }
+    }
+
+    /// Acceptance order: the event id (a ULID, time-ordered across cores), then the event key.
+    fn order(&self) -> (&str, Lsn) {
+        (self.job.event.event_id.as_str(), self.job.lsn)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -167,7 +191,7 @@ struct Keys {
 #[derive(Debug, Default)]
 struct WindowKey {
     window: Window,
-    /// `throttle` only: events waiting for room, FIFO.
+    /// `throttle` only: events waiting for room, in acceptance order ([`Pending::order`]).
     waiters: VecDeque<Pending>,
     /// A timer is set for this key.
     armed: bool,
@@ -186,10 +210,14 @@ struct BatchKey {
     deadline: u64,
 }
 
+/// A concurrency waiter's place: (priority rank, event id, event key): rank first, then
+/// acceptance order ([`Pending::order`]).
+type WaiterPlace = (usize, String, Lsn);
+
 #[derive(Debug, Default)]
 struct ConcurrencyKey {
     active: usize,
-    waiters: BTreeMap<(usize, u64), Pending>,
+    waiters: BTreeMap<WaiterPlace, Pending>,
 }
 
 /// One trigger's gate state.
@@ -230,7 +258,9 @@ pub struct FlowEngine {
     max_window_keys: usize,
     sweep_at: u64,
     idle_sweep_at: u64,
-    seq: u64,
+    /// Engine time up to which window hits were restored from the state file: an event
+    /// holding one of those passes its window again without a new hit ([`window::Window::holds`]).
+    restored_until: u64,
     waiting: usize,
     /// Window state saved across restarts (`None`: not persisted, unit tests).
     store: Option<persist::Store>,
@@ -280,7 +310,7 @@ impl FlowEngine {
             window_keys: 0,
             sweep_at: 0,
             idle_sweep_at: 0,
-            seq: 0,
+            restored_until: 0,
             waiting: 0,
             store,
             payloads: payload::Payloads::new(config_max_held_bytes),
@@ -322,13 +352,13 @@ impl FlowEngine {
             return;
         };
         let keys = Box::new(resolve(&self.config.triggers[t].flow, &job.event));
-        let p = Pending {
-            job,
-            keys,
-            held: false,
-            dropped: false,
-        };
-        self.run(t, p, Stage::Batch, now, out);
+        self.run(
+            t,
+            Pending::new(job, keys, false, false),
+            Stage::Batch,
+            now,
+            out,
+        );
     }
 
     /// The event at `lsn` reached a terminal outcome: give back its singleton and concurrency
@@ -410,6 +440,16 @@ impl FlowEngine {
         self.metrics
             .flow
             .incr(self.cell(t), stage as usize, d as usize);
+    }
+
+    /// `p` goes on from `stage` at once: `pass`, or `wait` when a reload took it from this
+    /// stage's old gate (it was held here).
+    fn passed(&self, t: usize, stage: Stage, p: &Pending) {
+        let d = match p.retaken == Some(stage) {
+            true => Decision::Wait,
+            false => Decision::Pass,
+        };
+        self.count(t, stage, d);
     }
 
     /// `p` is held by `stage`: reported once, so its dispatch slot is given back; its body
@@ -513,149 +553,6 @@ impl FlowEngine {
         self.leave(p, out);
     }
 
-    // ----- batch ------------------------------------------------------------------------------
-
-    fn batch(&mut self, t: usize, g: &BatchGate, mut p: Pending, now: u64, out: &mut FlowOut) {
-        // Every member is held (the carrier takes one dispatch slot for all of them).
-        self.held(t, Stage::Batch, &mut p, out);
-        let key = p.keys.by_stage[Stage::Batch as usize].clone();
-        let member = (p.job, p.dropped);
-        let full = match self.gates[t].batch.get_mut(&key) {
-            Some(b) => {
-                b.members.push(member);
-                b.members.len() >= g.size
-            }
-            None => {
-                let deadline = now.saturating_add(nanos(g.timeout));
-                self.timers
-                    .push(Reverse((deadline, t, Stage::Batch, key.clone())));
-                self.gates[t].batch.insert(
-                    key.clone(),
-                    BatchKey {
-                        members: vec![member],
-                        deadline,
-                    },
-                );
-                g.size <= 1
-            }
-        };
-        if full {
-            self.flush_batch(t, &key, true, out);
-        }
-    }
-
-    /// A batch timer: flush if the key's current batch is due (a batch flushed by size leaves
-    /// a stale timer; a newer batch of the key has its own, later deadline).
-    fn fire_batch(&mut self, t: usize, key: &str, now: u64, out: &mut FlowOut) {
-        if self.gates[t]
-            .batch
-            .get(key)
-            .is_some_and(|b| b.deadline <= now)
-        {
-            self.flush_batch(t, key, false, out);
-        }
-    }
-
-    /// Sends the batch of `key` as one carrier. `by_size`: the last member filled it (it went
-    /// on at once: `pass`; the others waited).
-    fn flush_batch(&mut self, t: usize, key: &str, by_size: bool, out: &mut FlowOut) {
-        if let Some(b) = self.gates[t].batch.remove(key) {
-            let n = b.members.len();
-            self.unheld(t, Stage::Batch, n);
-            let waited = n - usize::from(by_size);
-            self.metrics.flow.incr_n(
-                self.cell(t),
-                Stage::Batch as usize,
-                Decision::Wait as usize,
-                waited,
-            );
-            if by_size {
-                self.count(t, Stage::Batch, Decision::Pass);
-            }
-            let mut members = Vec::with_capacity(n);
-            for (mut job, dropped) in b.members {
-                match self.payloads.restore(&mut job, dropped) {
-                    Ok(()) => members.push(job),
-                    Err(e) => self.lost(job.lsn, &e, out),
-                }
-            }
-            if !members.is_empty() {
-                out.resumed.push(batch::carrier(members));
-            }
-        }
-    }
-
-    // ----- debounce ---------------------------------------------------------------------------
-
-    fn debounce(&mut self, t: usize, g: &DebounceGate, p: Pending, now: u64, out: &mut FlowOut) {
-        let deadline = now.saturating_add(nanos(g.period));
-        let key = p.keys.by_stage[Stage::Debounce as usize].clone();
-        let mut p = p;
-        if let Some(mut d) = self.gates[t].debounce.remove(&key) {
-            // The newcomer takes the superseded event's place (one timer per key, re-armed
-            // when it fires early).
-            self.held(t, Stage::Debounce, &mut p, out);
-            let old = std::mem::replace(&mut d.latest, p);
-            d.deadline = deadline;
-            self.gates[t].debounce.insert(key, d);
-            self.unheld(t, Stage::Debounce, 1);
-            self.skip(t, Stage::Debounce, old, SkipReason::Debounced, out);
-            return;
-        }
-        if self
-            .metrics
-            .flow
-            .held(self.cell(t), Stage::Debounce as usize)
-            >= self.config.flow.max_held as u64
-        {
-            self.debounce_overflow(t, now, out);
-        }
-        self.held(t, Stage::Debounce, &mut p, out);
-        self.timers
-            .push(Reverse((deadline, t, Stage::Debounce, key.clone())));
-        self.gates[t].debounce.insert(
-            key,
-            DebounceKey {
-                latest: p,
-                deadline,
-            },
-        );
-    }
-
-    /// Past `max_held` keys: the held key whose quiet period ends soonest goes on early.
-    fn debounce_overflow(&mut self, t: usize, now: u64, out: &mut FlowOut) {
-        let soonest = self.gates[t]
-            .debounce
-            .iter()
-            .min_by_key(|(_, d)| d.deadline)
-            .map(|(k, _)| k.clone());
-        if let Some(d) = soonest.and_then(|k| self.gates[t].debounce.remove(&k)) {
-            self.metrics
-                .flow
-                .overflowed(self.cell(t), Stage::Debounce as usize);
-            self.unheld(t, Stage::Debounce, 1);
-            self.count(t, Stage::Debounce, Decision::Wait);
-            self.run(t, d.latest, Stage::RateLimit, now, out);
-        }
-    }
-
-    fn fire_debounce(&mut self, t: usize, key: String, now: u64, out: &mut FlowOut) {
-        let Some(d) = self.gates[t].debounce.get(&key) else {
-            return;
-        };
-        if d.deadline > now {
-            // A newer event moved the quiet time: one timer per key, re-armed.
-            self.timers
-                .push(Reverse((d.deadline, t, Stage::Debounce, key)));
-            return;
-        }
-        if let Some(d) = self.gates[t].debounce.remove(&key) {
-            self.unheld(t, Stage::Debounce, 1);
-            self.count(t, Stage::Debounce, Decision::Wait);
-            self.run(t, d.latest, Stage::RateLimit, now, out);
-        }
-    }
-
     // ----- singleton and concurrency ----------------------------------------------------------
 
     fn singleton(&mut self, t: usize, p: Pending, out: &mut FlowOut) -> Option<Pending> {
@@ -682,14 +579,13 @@ impl FlowEngine {
         if c.waiters.is_empty() && c.active < g.max {
             c.active += 1;
             self.hold(p.job.lsn, t).concurrency = Some(key);
-            self.count(t, Stage::Concurrency, Decision::Pass);
+            self.passed(t, Stage::Concurrency, &p);
             return Some(p);
         }
         self.held(t, Stage::Concurrency, &mut p, out);
-        self.seq += 1;
-        let rank = p.keys.rank;
+        let place = (p.keys.rank, p.job.event.event_id.clone(), p.job.lsn);
         let c = self.gates[t].concurrency.entry(key).or_default();
-        c.waiters.insert((rank, self.seq), p);
+        c.waiters.insert(place, p);
         None
     }
 }
