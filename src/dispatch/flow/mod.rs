@@ -372,14 +372,22 @@ impl FlowEngine {
             self.gates[t].singleton.remove(&k);
         }
         let Some(k) = h.concurrency else { return };
+        if let Some(ck) = self.gates[t].concurrency.get_mut(&k) {
+            ck.active = ck.active.saturating_sub(1);
+        }
+        self.admit_waiters(t, &k, out);
+    }
+
+    /// Admits concurrency waiters of trigger `t`'s key `k` while it has room, in place order
+    /// (rank, then acceptance order); forgets the key when idle.
+    fn admit_waiters(&mut self, t: usize, k: &str, out: &mut FlowOut) {
         let cfg = Arc::clone(&self.config);
         let Some(g) = &cfg.triggers[t].flow.concurrency else {
             return;
         };
-        let Some(ck) = self.gates[t].concurrency.get_mut(&k) else {
+        let Some(ck) = self.gates[t].concurrency.get_mut(k) else {
             return;
         };
-        ck.active = ck.active.saturating_sub(1);
         let mut admitted = Vec::new();
         while ck.active < g.max {
             let Some((_, p)) = ck.waiters.pop_first() else {
@@ -389,12 +397,12 @@ impl FlowEngine {
             admitted.push(p);
         }
         if ck.active == 0 && ck.waiters.is_empty() {
-            self.gates[t].concurrency.remove(&k);
+            self.gates[t].concurrency.remove(k);
         }
         for p in admitted {
             self.unheld(t, Stage::Concurrency, 1);
             self.count(t, Stage::Concurrency, Decision::Wait);
-            self.hold(p.job.lsn, t).concurrency = Some(k.clone());
+            self.hold(p.job.lsn, t).concurrency = Some(k.to_string());
             self.leave(p, out);
         }
     }
@@ -576,7 +584,9 @@ impl FlowEngine {
     ) -> Option<Pending> {
         let key = p.keys.by_stage[Stage::Concurrency as usize].clone();
         let c = self.gates[t].concurrency.entry(key.clone()).or_default();
-        if c.waiters.is_empty() && c.active < g.max {
+        // A reload's re-offered waiters all queue first, then leave by place (`rekey`).
+        let requeued = p.retaken == Some(Stage::Concurrency);
+        if !requeued && c.waiters.is_empty() && c.active < g.max {
             c.active += 1;
             self.hold(p.job.lsn, t).concurrency = Some(key);
             self.passed(t, Stage::Concurrency, &p);

@@ -101,6 +101,14 @@ impl FlowEngine {
         for p in taken {
             self.reoffer(p, now, out);
         }
+        // Re-offered concurrency waiters queued by place: admit them by place now.
+        let mut keys: Vec<(usize, String)> = Vec::new();
+        for (t, g) in self.gates.iter().enumerate() {
+            keys.extend(g.concurrency.keys().map(|k| (t, k.clone())));
+        }
+        for (t, k) in keys {
+            self.admit_waiters(t, &k, out);
+        }
     }
 
     /// Moves old trigger `o`'s gate state `g` into `next`: the unchanged gates' as it is, the
@@ -325,4 +333,59 @@ fn carry_windows(
 /// Keys of a window map counted against `max_gate_keys` (the shared overflow key is not).
 fn counted(map: &HashMap<String, WindowKey>) -> usize {
     map.len() - usize::from(map.contains_key(key::OVERFLOW_KEY))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::flow::{KeySelector, WindowGate};
+    use std::time::Duration;
+
+    fn gate(key: KeySelector, period_s: u64, max: usize) -> WindowGate {
+        WindowGate {
+            key,
+            period: Duration::from_secs(period_s),
+            max,
+        }
+    }
+
+    /// Windows carried by a reload: all of an unchanged gate; the hits of a changed gate with
+    /// the same key, trimmed to its new period and `max`; none when the key changed.
+    #[test]
+    fn windows_follow_the_key_selector() {
+        let s = 1_000_000_000;
+        let mut w = WindowKey::default();
+        for at in [1, 5, 8] {
+            assert!(w.window.try_hit(at * s, 10 * s, 3, at as u128));
+        }
+        w.armed = true;
+        let map = || HashMap::from([("k".to_string(), w.clone_hits())]);
+        let old = gate(KeySelector::Global, 10, 3);
+        let same = carry_windows(map(), Some(&old), Some(&old), 9 * s);
+        assert_eq!(same["k"].window.len(), 3);
+        assert!(same["k"].armed, "unchanged: as it is");
+        let shorter = gate(KeySelector::Global, 5, 1);
+        let c = carry_windows(map(), Some(&old), Some(&shorter), 9 * s);
+        let hits: Vec<_> = c["k"].window.hits().collect();
+        assert_eq!(hits, vec![(8 * s, 8)], "within 5 s of 9 s, newest 1");
+        assert!(!c["k"].armed);
+        let other_key = gate(KeySelector::Source, 10, 3);
+        assert!(carry_windows(map(), Some(&old), Some(&other_key), 9 * s).is_empty());
+        assert!(carry_windows(map(), Some(&old), None, 9 * s).is_empty());
+        assert_eq!(counted(&map()), 1);
+    }
+
+    impl WindowKey {
+        fn clone_hits(&self) -> WindowKey {
+            let mut window = Window::default();
+            for (at, tag) in self.window.hits() {
+                window.restore(at, tag, at, u64::MAX, usize::MAX);
+            }
+            WindowKey {
+                window,
+                waiters: VecDeque::new(),
+                armed: self.armed,
+            }
+        }
+    }
 }

@@ -709,3 +709,6 @@ fn rekey_gives_a_concurrency_waiter_its_own_singleton_back() {
     let (c, out) = r.offer(r#"{"s":"x"}"#);
     assert_eq!(skipped(&out), vec![(c, SkipReason::SingletonActive)]);
 }
+
+#[path = "tests_reload.rs"]
+mod reload;
