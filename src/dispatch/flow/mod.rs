@@ -12,18 +12,24 @@
 //! **Semantics** (per key; the key comes from the gate's selector, see [`key`]):
 //! - `batch`: members are collected until `size` or `timeout` after the first, then leave as one
 //!   carrier job ([`batch::carrier`]); every member gets the carrier's outcome.
-//! - `debounce` (trailing edge): the latest event of a key is held until `period` passes without
-//!   a newer one; each superseded event is skipped (`debounced`).
+//! - `debounce` (trailing edge): the latest event of a key (by acceptance order) is held until
+//!   `period` passes without a newer one; each superseded event is skipped (`debounced`).
 //! - `rate_limit`: sliding-window log ([`window`]); past `max` per `period` the event is skipped
 //!   (`rate_limited`), never retried.
-//! - `throttle`: the same window, but excess events wait (FIFO per key) until the window has
-//!   room, then go on.
+//! - `throttle`: the same window, but excess events wait until the window has room, then go
+//!   on, in acceptance order per key.
 //! - `singleton`: while an event of the key is in progress (from passing this gate to its
 //!   terminal outcome, retries and concurrency waits included) others are skipped
 //!   (`singleton_active`).
 //! - `concurrency`: at most `max` in progress per key (same span); waiters leave in order of
-//!   (`priority` rank, arrival), rank = position of the priority key's value in `order`,
-//!   unlisted values last.
+//!   (`priority` rank, acceptance order), rank = position of the priority key's value in
+//!   `order`, unlisted values last.
+//!
+//! **One order for waiters: acceptance order**, the event id (a ULID: time-ordered across
+//! cores), then the event key (`Pending::order`) — not the event key alone, which groups by
+//! log (`log << 48 | lsn`). The gates keep it whatever order events reach them in (a reload's
+//! re-offer, the logs read back one by one after a restart): throttle waiters, concurrency
+//! waiters within a rank, batch members, and which event of a debounce key is the newer.
 //!
 //! Skips are reported as [`FlowOut::skipped`]; the dispatcher turns them into durable
 //! `Skipped` outcomes carrying the gate's reason.
@@ -41,15 +47,15 @@
 //! `sluice_flow_held` gauge, [`metrics::FlowMetrics::full`]), plus the events in flight to the
 //! gate when the bound was reached (≤ `max_outstanding`). Past the bound: `batch`, `throttle`,
 //! `concurrency` (and the released events waiting for a slot) make the pumps leave the trigger's
-//! events in the log until some are released; `debounce` instead delivers the held key whose
-//! quiet period ends soonest early (counted in `sluice_flow_key_overflow_total`), so a newer
-//! event is never kept out of the gate that would supersede an older one. Held events are
+//! events in the log until some are released; `debounce` and `batch` keep the bound themselves
+//! and always take an event that supersedes or joins a held one (`collect`), so a newer event
+//! is never kept out of the gate that would supersede an older one. Held events are
 //! held by reference: their bodies stay in memory only within `[flow] max_held_bytes` per core,
 //! the others are read back from their log at release ([`payload`]).
 //! Keys of `batch`, `debounce`, `singleton` and `concurrency` exist only while an event of the
 //! key is held or in progress. `rate_limit`/`throttle` keys outlive their events (the window
 //! remembers); there are at most `[flow] max_gate_keys` of them per core, each with at most
-//! `max` timestamps (8 bytes each). A new key past the bound first evicts idle keys (empty
+//! `max` hits (32 bytes each: the time and the event's tag). A new key past the bound first evicts idle keys (empty
 //! window, no waiters; a sweep at most every [`SWEEP_EVERY`]); if none is idle, the event is
 //! counted against the gate's shared overflow key (`sluice_flow_key_overflow_total`): it is
 //! limited more strictly, never less. Timers ≤ held keys, plus for `batch` one stale entry per
@@ -58,14 +64,17 @@
 //!
 //! **Restarts.** `rate_limit` and `throttle` windows are saved to `<data_dir>/flow/core-K.json`
 //! ([`persist`]) at most [`persist::SAVE_EVERY`] after a hit and at the drain, and restored at
-//! start-up, so a restart opens no window early. Debounce deadlines and batch timers need no
+//! start-up, so a restart opens no window early; each hit names its event
+//! ([`window::tag`]), so a call in flight at a crash, retried after the restart, takes no
+//! second unit ([`window::Window::holds`]). Debounce deadlines and batch timers need no
 //! state: their events are pending in the WAL and are held again, for a full period or
 //! timeout from the restart (later, never earlier, never lost).
 //!
-//! **Reloads.** A reload that changes a trigger's gates re-keys the engine (`rekey`): every
-//! held event is taken out of the old gates and offered to the new ones, still held (its slot
-//! stays given back), so none is lost; unchanged windows and the holds of events in progress are
-//! carried over.
+//! **Reloads.** A reload that changes a trigger's gates re-keys the engine (`rekey`): only
+//! the gates that changed give up their held events, which are offered again from that gate's
+//! stage on, in acceptance order, keeping their debounce/batch deadline when the period did not
+//! change; unchanged gates (and every other trigger) keep their state, deadlines and timers.
+//! None is lost; `wait` is counted once per event.
 //!
 //! **Time.** The engine works on the injected clock shifted by [`SHIFT`] (a year and a day), so
 //! a window hit restored from before this process started is still a positive time.
@@ -191,7 +200,7 @@ struct Keys {
 #[derive(Debug, Default)]
 struct WindowKey {
     window: Window,
-    /// `throttle` only: events waiting for room, in acceptance order ([`Pending::order`]).
+    /// `throttle` only: events waiting for room, in acceptance order (`Pending::order`).
     waiters: VecDeque<Pending>,
     /// A timer is set for this key.
     armed: bool,
@@ -211,7 +220,7 @@ struct BatchKey {
 }
 
 /// A concurrency waiter's place: (priority rank, event id, event key): rank first, then
-/// acceptance order ([`Pending::order`]).
+/// acceptance order (`Pending::order`).
 type WaiterPlace = (usize, String, Lsn);
 
 #[derive(Debug, Default)]
