@@ -165,8 +165,10 @@ fn throttle_waiters_keep_acceptance_order_across_a_reload() {
 #[test]
 fn throttle_waiters_keep_acceptance_order_across_a_restart() {
     throttle_order_survives(|server, _| {
+        let t = Instant::now();
         server.stop();
         server.restart();
+        eprintln!("restart (SIGTERM, start again) took {:?}", t.elapsed());
     });
 }
 
@@ -247,7 +249,6 @@ fn a_call_in_flight_at_a_crash_takes_no_second_throttle_unit() {
     ds.hold(true);
     let a = server.ingest("/hooks/t", b"a");
     assert!(wait_until(Duration::from_secs(10), || ds.in_flight() == 1));
-    let first_call = Instant::now();
     let b = server.ingest("/hooks/t", b"b");
     // The window is saved at most 100 ms after its hit.
     std::thread::sleep(Duration::from_millis(500));
@@ -270,6 +271,8 @@ fn a_call_in_flight_at_a_crash_takes_no_second_throttle_unit() {
         .expect("a retried after the restart");
     let b_at = seen.iter().find(|x| x.webhook_id == b).unwrap().at;
     let retry_after = retry.at.saturating_duration_since(restarted);
+    // From the first call's arrival downstream (its window hit came a few ms before).
+    let first_call = seen.iter().find(|x| x.webhook_id == a).unwrap().at;
     let b_after = b_at.duration_since(first_call);
     eprintln!(
         "crash with a call in flight: retried {retry_after:?} after the restart, the next \
@@ -280,7 +283,7 @@ fn a_call_in_flight_at_a_crash_takes_no_second_throttle_unit() {
         "the retry waited for a unit it already had: {retry_after:?}"
     );
     assert!(
-        b_after >= Duration::from_millis(9_900) && b_after < Duration::from_secs(14),
+        b_after >= Duration::from_millis(9_500) && b_after < Duration::from_secs(14),
         "the next event should go one period after the first call: {b_after:?}"
     );
 }

@@ -82,6 +82,7 @@
 
 pub mod batch;
 mod collect;
+pub mod handover;
 pub mod key;
 pub mod metrics;
 pub mod payload;
@@ -270,6 +271,8 @@ pub struct FlowEngine {
     /// Engine time up to which window hits were restored from the state file: an event
     /// holding one of those passes its window again without a new hit ([`window::Window::holds`]).
     restored_until: u64,
+    /// Waiting for the start-up hand-over of recovered events ([`handover`]).
+    settle: Option<handover::Settle>,
     waiting: usize,
     /// Window state saved across restarts (`None`: not persisted, unit tests).
     store: Option<persist::Store>,
@@ -320,6 +323,7 @@ impl FlowEngine {
             sweep_at: 0,
             idle_sweep_at: 0,
             restored_until: 0,
+            settle: None,
             waiting: 0,
             store,
             payloads: payload::Payloads::new(config_max_held_bytes),
@@ -342,6 +346,10 @@ impl FlowEngine {
             .timers
             .peek()
             .map(|Reverse((t, ..))| t.saturating_sub(SHIFT));
+        let t = match self.settle_due() {
+            Some(s) => Some(t.map_or(s, |t| t.min(s))),
+            None => t,
+        };
         match self.store.as_ref().and_then(|s| s.due()) {
             Some(s) => Some(t.map_or(s, |t| t.min(s))),
             None => t,
@@ -425,6 +433,7 @@ impl FlowEngine {
             return;
         }
         let now = self.restore_once(now);
+        self.settle_turn(now, out);
         while self
             .timers
             .peek()
@@ -592,9 +601,10 @@ impl FlowEngine {
         out: &mut FlowOut,
     ) -> Option<Pending> {
         let key = p.keys.by_stage[Stage::Concurrency as usize].clone();
+        // A reload's re-offered waiters all queue first, then leave by place (`rekey`); so do
+        // all events until the start-up hand-over (`handover`).
+        let requeued = p.retaken == Some(Stage::Concurrency) || self.settle.is_some();
         let c = self.gates[t].concurrency.entry(key.clone()).or_default();
-        // A reload's re-offered waiters all queue first, then leave by place (`rekey`).
-        let requeued = p.retaken == Some(Stage::Concurrency);
         if !requeued && c.waiters.is_empty() && c.active < g.max {
             c.active += 1;
             self.hold(p.job.lsn, t).concurrency = Some(key);

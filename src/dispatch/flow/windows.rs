@@ -129,7 +129,10 @@ impl FlowEngine {
             self.passed(t, Stage::Throttle, &p);
             return Some(p);
         }
-        if w.waiters.is_empty() && w.window.try_hit(now, period, g.max, id) {
+        // Until the start-up hand-over, every event waits (`super::handover`).
+        let settling = self.settle.is_some();
+        let w = self.gates[t].throttle.entry(key.clone()).or_default();
+        if !settling && w.waiters.is_empty() && w.window.try_hit(now, period, g.max, id) {
             self.mark_dirty();
             self.passed(t, Stage::Throttle, &p);
             return Some(p);
@@ -148,6 +151,10 @@ impl FlowEngine {
     }
 
     pub(super) fn fire_throttle(&mut self, t: usize, key: String, now: u64, out: &mut FlowOut) {
+        if self.settling() {
+            // Fired again at the hand-over (`super::handover`).
+            return;
+        }
         let cfg = Arc::clone(&self.config);
         let Some(g) = &cfg.triggers[t].flow.throttle else {
             return;
