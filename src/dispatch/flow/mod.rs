@@ -68,7 +68,10 @@
 //! ([`window::tag`]), so a call in flight at a crash, retried after the restart, takes no
 //! second unit ([`window::Window::holds`]). Debounce deadlines and batch timers need no
 //! state: their events are pending in the WAL and are held again, for a full period or
-//! timeout from the restart (later, never earlier, never lost).
+//! timeout from the restart (later, never earlier, never lost). The logs are read back one per
+//! core, so events reach the gates log by log: `throttle` and `concurrency` hold every event
+//! until the pumps have handed all recovered events over ([`handover`]), then release them in
+//! acceptance order.
 //!
 //! **Reloads.** A reload that changes a trigger's gates re-keys the engine (`rekey`): only
 //! the gates that changed give up their held events, which are offered again from that gate's
