@@ -79,6 +79,8 @@ impl FlowEngine {
         next.sweep_at = self.sweep_at;
         next.idle_sweep_at = self.idle_sweep_at;
         next.restored_until = self.restored_until;
+        // Still waiting for the start-up hand-over: so are the new gates.
+        next.settle = self.settle.take();
         let mut taken: Vec<Pending> = Vec::new();
         let old_gates = std::mem::take(&mut self.gates);
         let mut carried = Vec::with_capacity(old_gates.len());
@@ -101,7 +103,11 @@ impl FlowEngine {
         for p in taken {
             self.reoffer(p, now, out);
         }
-        // Re-offered concurrency waiters queued by place: admit them by place now.
+        // Re-offered concurrency waiters queued by place: admit them by place now (or at the
+        // start-up hand-over).
+        if self.settling() {
+            return;
+        }
         let mut keys: Vec<(usize, String)> = Vec::new();
         for (t, g) in self.gates.iter().enumerate() {
             keys.extend(g.concurrency.keys().map(|k| (t, k.clone())));

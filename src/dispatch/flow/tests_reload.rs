@@ -327,6 +327,7 @@ fn a_full_batch_takes_a_joining_event() {
     );
     assert_eq!(out.ready[0].lsns(), vec![a, d]);
     assert_eq!(r.metrics.flow.overflows(0, Stage::Batch as usize), 1);
+    r.advance(MS);
     let (_e, out) = r.offer("{\"k\":3}");
     assert!(out.ready.is_empty(), "room for a new key");
     let (_f, out) = r.offer("{\"k\":4}");
@@ -426,4 +427,25 @@ fn recovered_events_wait_for_the_handover_then_leave_in_acceptance_order() {
             false => assert!(at >= handover::SETTLE_MAX_DURATION - 2 * MS, "{at:?}"),
         }
     }
+}
+
+/// A reload during the start-up hand-over keeps waiting for it: the held throttle waiters are
+/// released at the hand-over, none is stranded.
+#[test]
+fn a_reload_during_the_handover_strands_no_waiter() {
+    let t = "throttle = { period = \"1s\", max = 1 }";
+    let mut r = Rig::new(t, "");
+    let cfg = r.engine.config.clone();
+    r.engine = FlowEngine::new(cfg, r.metrics.clone(), None).hold_for_handover(true);
+    r.engine.note_handover(false);
+    r.advance(MS);
+    for (id, k) in [("F2", key(1, 1)), ("F1", key(0, 1))] {
+        assert!(r.offer_job(job(id, k, "{}")).ready.is_empty());
+    }
+    r.advance(MS); // the throttle's timer fires while waiting: ignored
+    assert!(r.rekey_to(config(t, "singleton = {}", "")).ready.is_empty());
+    r.engine.note_handover(true);
+    let mut order = r.until_released(MS, SEC).1;
+    order.extend(r.until_released(10 * MS, 2 * SEC).1);
+    assert_eq!(order, ["F1", "F2"]);
 }
