@@ -165,7 +165,8 @@ impl Dispatcher {
             &config,
         );
         Dispatcher {
-            flow: FlowEngine::new(config.clone(), metrics.shared.clone(), Some(store)),
+            flow: FlowEngine::new(config.clone(), metrics.shared.clone(), Some(store))
+                .hold_for_handover(!slots.window.handover.done()),
             core,
             slots,
             slot_wait: VecDeque::new(),
@@ -489,6 +490,7 @@ impl Dispatcher {
         }
         self.finished = finished;
         let mut out = FlowOut::default();
+        self.flow.note_handover(self.slots.window.handover.done());
         self.flow.on_tick(now, draining, &mut out);
         if !draining {
             touched.extend(self.apply_flow(out, now));

@@ -15,7 +15,8 @@
 //! `outstanding_a_waiting_core_is_woken_or_sees_the_slot` failed with them).
 //!
 //! Layout: two cache-padded words, one per role: `n` is written by every admission and
-//! release; `waiters` only when a core runs out of slots.
+//! release; `waiters` only when a core runs out of slots. `handover` (once per pump, at
+//! start-up) is the hand-over of the events recovered from the logs (`CorePump::handed_over`).
 
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::CachePadded;
@@ -32,6 +33,9 @@ pub struct Outstanding {
     max: u64,
     /// Bit `k`: core `k` waits for a slot.
     waiters: CachePadded<AtomicU64>,
+    /// Pumps that have not yet handed over every event recovered from their logs (each
+    /// registers at creation, before the cores' threads start).
+    pub handover: crate::sync::countdown::Countdown,
 }
 
 impl Outstanding {
@@ -40,6 +44,7 @@ impl Outstanding {
             n: CachePadded::new(AtomicU64::new(0)),
             max: max as u64,
             waiters: CachePadded::new(AtomicU64::new(0)),
+            handover: crate::sync::countdown::Countdown::new(),
         }
     }
 

@@ -196,6 +196,8 @@ pub struct CorePump {
     tick_at: u64,
     drained_at_tick: u64,
     retain_at: u64,
+    /// This pump finished its part of `outstanding.handover` ([`CorePump::handed_over`]).
+    handed_over: bool,
 }
 
 #[derive(Debug)]
@@ -271,7 +273,9 @@ impl CorePump {
                 disk_bytes: 0,
             });
         }
+        outstanding.handover.register();
         Ok(CorePump {
+            handed_over: false,
             config: Arc::clone(&shared.config),
             unknown: Default::default(),
             core,
@@ -372,6 +376,32 @@ impl CorePump {
         self.flush_records(committer);
         self.tick(now);
         self.retain(now);
+    }
+
+    /// Called by the loop once the jobs this pump admitted are in the other cores' rings: when
+    /// every event recovered from this pump's logs has been read (admitted, done or parked),
+    /// finishes this pump's part of the start-up hand-over, once; the last pump wakes every
+    /// core, whose flow gates then release the recovered waiters in acceptance order
+    /// (`dispatch::flow` "Restarts").
+    pub fn handed_over(&mut self) {
+        if self.handed_over {
+            return;
+        }
+        let read = |l: &LogPump| match &l.source {
+            Source::Memory { .. } => true,
+            Source::Log(tail) => tail.next_lsn() >= l.recovered.next_lsn,
+            // Its read-back waits for a retry: recovered events from `from` on are unread.
+            Source::Reopen(r) => r.from >= l.recovered.next_lsn,
+        };
+        if !self.logs.iter().all(read) {
+            return;
+        }
+        self.handed_over = true;
+        if self.outstanding.handover.finish() {
+            for w in &self.wakers {
+                let _ = w.wake();
+            }
+        }
     }
 
     /// True when nothing is queued for or with the commit helper.

@@ -25,6 +25,7 @@ pub use std::sync::{Mutex, MutexGuard};
 pub use std::thread;
 
 pub mod clock;
+pub mod countdown;
 pub mod gcra;
 pub mod handback;
 pub mod publish;

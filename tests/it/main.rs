@@ -17,7 +17,8 @@
 //! - `hostile`: slowloris, floods, garbage; a good client keeps its latency.
 //! - `props`: proptest models of the codecs, the ring and the token bucket.
 //! - `auth`: signature schemes, dedupe across a crash, the admin token.
-//! - `flow`: per-trigger flow-control gates with a real downstream.
+//! - `flow`: per-trigger flow-control gates with a real downstream (`flow_gates`: bounds and
+//!   restarts; `flow_reload`: reloads, acceptance order, supersession at the bound, crash).
 //! - `budgets`: the in-flight body budget, unread responses, accepts at the fd limit (RSS).
 //! - `returns`: the return schedule (`Retry-After` that schedules) with honouring and
 //!   non-honouring clients against a real slow downstream.
@@ -57,6 +58,7 @@ mod edge;
 mod faults;
 mod flow;
 mod flow_gates;
+mod flow_reload;
 #[cfg(feature = "failpoints")]
 mod fsync_failure;
 mod full_disk;

@@ -12,18 +12,21 @@
 //!   `singleton_active`).
 //!
 //! So for every gate `pass + wait + skip + held = events that reached it` (held: the gauge
-//! below; events held across a restart are evaluated again and counted again).
+//! below; events held across a restart are evaluated again and counted again; an event a
+//! reload offers again to its gate is counted once, when it leaves, `dispatch::flow::rekey`).
 //!
 //! `sluice_flow_held{trigger,gate}` (gauge): events a gate holds now (throttle queue, debounce
 //! window, batch being filled, concurrency waiters), plus `gate="dispatch"`: events a gate
 //! released that wait for a `max_outstanding` slot. Each is bounded by `[flow] max_held`:
 //! while any of a trigger's counts is at the bound its pumps admit none of its events (they
 //! stay in the log, covered by the backlog bound, and are admitted in order once the gate
-//! releases some), see [`FlowMetrics::full`].
+//! releases some), see [`FlowMetrics::full`] — except `batch` and `debounce`, which keep the
+//! bound themselves (`dispatch::flow::collect`).
 //!
 //! `sluice_flow_key_overflow_total{trigger,gate}`: `rate_limit`/`throttle` events that found
 //! the per-core key table full (`[flow] max_gate_keys`) and used the gate's shared overflow key;
-//! `debounce` keys delivered early because the gate held `max_held` keys.
+//! `debounce` keys delivered early and `batch` batches flushed early because an event with a
+//! new key found the gate holding `max_held` events (one count per early release).
 //!
 //! `sluice_flow_read_back_failures_total`: held events whose body could not be read back from
 //! their log (`dispatch::flow::payload`); they stay pending.
@@ -66,6 +69,8 @@ pub const GATES: [&str; 6] = [
 pub const DECISIONS: [&str; 3] = ["pass", "wait", "skip"];
 /// Index of the `gate="dispatch"` held count (released, waiting for a dispatch slot).
 pub const DISPATCH: usize = GATES.len();
+/// Gates (`batch`, `debounce`) that keep `[flow] max_held` themselves ([`FlowMetrics::full`]).
+const SELF_BOUNDED: [usize; 2] = [0, 1];
 
 /// Spare trigger cells a run's reloads may claim for triggers with gates (the bound on the
 /// series reloads add: this many triggers, each with the start-up triggers' families).
@@ -229,11 +234,17 @@ impl FlowMetrics {
     }
 
     /// True while one of trigger `t`'s held counts is at `[flow] max_held`: its pumps admit
-    /// none of its events until the gate releases some.
+    /// none of its events until the gate releases some. `batch` and `debounce` are not looked
+    /// at: they keep their own bound, and must take an event that joins or supersedes one they
+    /// hold (`dispatch::flow::collect`), which the pump cannot tell from a new key.
     pub fn full(&self, t: usize) -> bool {
-        self.triggers
-            .get(t)
-            .is_some_and(|c| c.held.iter().any(|h| h.load(Relaxed) >= self.max_held))
+        self.triggers.get(t).is_some_and(|c| {
+            c.held
+                .iter()
+                .enumerate()
+                .filter(|(g, _)| !SELF_BOUNDED.contains(g))
+                .any(|(_, h)| h.load(Relaxed) >= self.max_held)
+        })
     }
 
     /// The cells of trigger `id`: the start-up triggers' by map, then a scan of the spare cells
@@ -336,11 +347,11 @@ impl FlowMetrics {
         );
         w.header(
             OVERFLOW,
-            "Window-gate events that used the shared overflow key (key table full).",
+            "Window-gate events that used the shared overflow key (key table full); debounce keys and batches released early for a new key (gate at max_held).",
             MetricType::Counter,
         );
         self.each_gate(|t, g, gate| {
-            if g == 1 || g == 2 || g == 3 {
+            if g <= 3 {
                 let n = t.overflow[g].get();
                 w.sample_u64(OVERFLOW, &[("trigger", t.name()), ("gate", gate)], n);
             }

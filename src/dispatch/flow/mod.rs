@@ -12,18 +12,24 @@
 //! **Semantics** (per key; the key comes from the gate's selector, see [`key`]):
 //! - `batch`: members are collected until `size` or `timeout` after the first, then leave as one
 //!   carrier job ([`batch::carrier`]); every member gets the carrier's outcome.
-//! - `debounce` (trailing edge): the latest event of a key is held until `period` passes without
-//!   a newer one; each superseded event is skipped (`debounced`).
+//! - `debounce` (trailing edge): the latest event of a key (by acceptance order) is held until
+//!   `period` passes without a newer one; each superseded event is skipped (`debounced`).
 //! - `rate_limit`: sliding-window log ([`window`]); past `max` per `period` the event is skipped
 //!   (`rate_limited`), never retried.
-//! - `throttle`: the same window, but excess events wait (FIFO per key) until the window has
-//!   room, then go on.
+//! - `throttle`: the same window, but excess events wait until the window has room, then go
+//!   on, in acceptance order per key.
 //! - `singleton`: while an event of the key is in progress (from passing this gate to its
 //!   terminal outcome, retries and concurrency waits included) others are skipped
 //!   (`singleton_active`).
 //! - `concurrency`: at most `max` in progress per key (same span); waiters leave in order of
-//!   (`priority` rank, arrival), rank = position of the priority key's value in `order`,
-//!   unlisted values last.
+//!   (`priority` rank, acceptance order), rank = position of the priority key's value in
+//!   `order`, unlisted values last.
+//!
+//! **One order for waiters: acceptance order**, the event id (a ULID: time-ordered across
+//! cores), then the event key (`Pending::order`) — not the event key alone, which groups by
+//! log (`log << 48 | lsn`). The gates keep it whatever order events reach them in (a reload's
+//! re-offer, the logs read back one by one after a restart): throttle waiters, concurrency
+//! waiters within a rank, batch members, and which event of a debounce key is the newer.
 //!
 //! Skips are reported as [`FlowOut::skipped`]; the dispatcher turns them into durable
 //! `Skipped` outcomes carrying the gate's reason.
@@ -41,15 +47,15 @@
 //! `sluice_flow_held` gauge, [`metrics::FlowMetrics::full`]), plus the events in flight to the
 //! gate when the bound was reached (≤ `max_outstanding`). Past the bound: `batch`, `throttle`,
 //! `concurrency` (and the released events waiting for a slot) make the pumps leave the trigger's
-//! events in the log until some are released; `debounce` instead delivers the held key whose
-//! quiet period ends soonest early (counted in `sluice_flow_key_overflow_total`), so a newer
-//! event is never kept out of the gate that would supersede an older one. Held events are
+//! events in the log until some are released; `debounce` and `batch` keep the bound themselves
+//! and always take an event that supersedes or joins a held one (`collect`), so a newer event
+//! is never kept out of the gate that would supersede an older one. Held events are
 //! held by reference: their bodies stay in memory only within `[flow] max_held_bytes` per core,
 //! the others are read back from their log at release ([`payload`]).
 //! Keys of `batch`, `debounce`, `singleton` and `concurrency` exist only while an event of the
 //! key is held or in progress. `rate_limit`/`throttle` keys outlive their events (the window
 //! remembers); there are at most `[flow] max_gate_keys` of them per core, each with at most
-//! `max` timestamps (8 bytes each). A new key past the bound first evicts idle keys (empty
+//! `max` hits (32 bytes each: the time and the event's tag). A new key past the bound first evicts idle keys (empty
 //! window, no waiters; a sweep at most every [`SWEEP_EVERY`]); if none is idle, the event is
 //! counted against the gate's shared overflow key (`sluice_flow_key_overflow_total`): it is
 //! limited more strictly, never less. Timers ≤ held keys, plus for `batch` one stale entry per
@@ -58,20 +64,28 @@
 //!
 //! **Restarts.** `rate_limit` and `throttle` windows are saved to `<data_dir>/flow/core-K.json`
 //! ([`persist`]) at most [`persist::SAVE_EVERY`] after a hit and at the drain, and restored at
-//! start-up, so a restart opens no window early. Debounce deadlines and batch timers need no
+//! start-up, so a restart opens no window early; each hit names its event
+//! ([`window::tag`]), so a call in flight at a crash, retried after the restart, takes no
+//! second unit ([`window::Window::holds`]). Debounce deadlines and batch timers need no
 //! state: their events are pending in the WAL and are held again, for a full period or
-//! timeout from the restart (later, never earlier, never lost).
+//! timeout from the restart (later, never earlier, never lost). The logs are read back one per
+//! core, so events reach the gates log by log: `throttle` and `concurrency` hold every event
+//! until the pumps have handed all recovered events over ([`handover`]), then release them in
+//! acceptance order.
 //!
-//! **Reloads.** A reload that changes a trigger's gates re-keys the engine (`rekey`): every
-//! held event is taken out of the old gates and offered to the new ones, still held (its slot
-//! stays given back), so none is lost; unchanged windows and the holds of events in progress are
-//! carried over.
+//! **Reloads.** A reload that changes a trigger's gates re-keys the engine (`rekey`): only
+//! the gates that changed give up their held events, which are offered again from that gate's
+//! stage on, in acceptance order, keeping their debounce/batch deadline when the period did not
+//! change; unchanged gates (and every other trigger) keep their state, deadlines and timers.
+//! None is lost; `wait` is counted once per event.
 //!
 //! **Time.** The engine works on the injected clock shifted by [`SHIFT`] (a year and a day), so
 //! a window hit restored from before this process started is still a positive time.
 #![forbid(unsafe_code)]
 
 pub mod batch;
+mod collect;
+pub mod handover;
 pub mod key;
 pub mod metrics;
 pub mod payload;
@@ -84,7 +98,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use crate::config::flow::{BatchGate, ConcurrencyGate, DebounceGate, FlowConfig};
+use crate::config::flow::{ConcurrencyGate, FlowConfig};
 use crate::config::Config;
 use crate::dispatch::job::{Job, SkipReason};
 use crate::dispatch::metrics::DispatchMetrics;
@@ -154,6 +168,29 @@ struct Pending {
     held: bool,
     /// Its body was dropped while held ([`payload`]): read back before it is delivered.
     dropped: bool,
+    /// A reload took it from the gate of this stage and offers it to that stage's new gate
+    /// (it leaves it as `wait`, not `pass`: it was held there).
+    retaken: Option<Stage>,
+    /// Its deadline in the gate a reload took it from ([`collect::Hint`]).
+    hint: Option<collect::Hint>,
+}
+
+impl Pending {
+    fn new(job: Job, keys: Box<Keys>, held: bool, dropped: bool) -> Pending {
+        Pending {
+            job,
+            keys,
+            held,
+            dropped,
+            retaken: None,
+            hint: None,
+        }
+    }
+
+    /// Acceptance order: the event id (a ULID, time-ordered across cores), then the event key.
+    fn order(&self) -> (&str, Lsn) {
+        (self.job.event.event_id.as_str(), self.job.lsn)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -167,7 +204,7 @@ struct Keys {
 #[derive(Debug, Default)]
 struct WindowKey {
     window: Window,
-    /// `throttle` only: events waiting for room, FIFO.
+    /// `throttle` only: events waiting for room, in acceptance order (`Pending::order`).
     waiters: VecDeque<Pending>,
     /// A timer is set for this key.
     armed: bool,
@@ -186,10 +223,14 @@ struct BatchKey {
     deadline: u64,
 }
 
+/// A concurrency waiter's place: (priority rank, event id, event key): rank first, then
+/// acceptance order (`Pending::order`).
+type WaiterPlace = (usize, String, Lsn);
+
 #[derive(Debug, Default)]
 struct ConcurrencyKey {
     active: usize,
-    waiters: BTreeMap<(usize, u64), Pending>,
+    waiters: BTreeMap<WaiterPlace, Pending>,
 }
 
 /// One trigger's gate state.
@@ -230,7 +271,11 @@ pub struct FlowEngine {
     max_window_keys: usize,
     sweep_at: u64,
     idle_sweep_at: u64,
-    seq: u64,
+    /// Engine time up to which window hits were restored from the state file: an event
+    /// holding one of those passes its window again without a new hit ([`window::Window::holds`]).
+    restored_until: u64,
+    /// Waiting for the start-up hand-over of recovered events ([`handover`]).
+    settle: Option<handover::Settle>,
     waiting: usize,
     /// Window state saved across restarts (`None`: not persisted, unit tests).
     store: Option<persist::Store>,
@@ -280,7 +325,8 @@ impl FlowEngine {
             window_keys: 0,
             sweep_at: 0,
             idle_sweep_at: 0,
-            seq: 0,
+            restored_until: 0,
+            settle: None,
             waiting: 0,
             store,
             payloads: payload::Payloads::new(config_max_held_bytes),
@@ -303,6 +349,10 @@ impl FlowEngine {
             .timers
             .peek()
             .map(|Reverse((t, ..))| t.saturating_sub(SHIFT));
+        let t = match self.settle_due() {
+            Some(s) => Some(t.map_or(s, |t| t.min(s))),
+            None => t,
+        };
         match self.store.as_ref().and_then(|s| s.due()) {
             Some(s) => Some(t.map_or(s, |t| t.min(s))),
             None => t,
@@ -322,13 +372,13 @@ impl FlowEngine {
             return;
         };
         let keys = Box::new(resolve(&self.config.triggers[t].flow, &job.event));
-        let p = Pending {
-            job,
-            keys,
-            held: false,
-            dropped: false,
-        };
-        self.run(t, p, Stage::Batch, now, out);
+        self.run(
+            t,
+            Pending::new(job, keys, false, false),
+            Stage::Batch,
+            now,
+            out,
+        );
     }
 
     /// The event at `lsn` reached a terminal outcome: give back its singleton and concurrency
@@ -342,14 +392,22 @@ impl FlowEngine {
             self.gates[t].singleton.remove(&k);
         }
         let Some(k) = h.concurrency else { return };
+        if let Some(ck) = self.gates[t].concurrency.get_mut(&k) {
+            ck.active = ck.active.saturating_sub(1);
+        }
+        self.admit_waiters(t, &k, out);
+    }
+
+    /// Admits concurrency waiters of trigger `t`'s key `k` while it has room, in place order
+    /// (rank, then acceptance order); forgets the key when idle.
+    fn admit_waiters(&mut self, t: usize, k: &str, out: &mut FlowOut) {
         let cfg = Arc::clone(&self.config);
         let Some(g) = &cfg.triggers[t].flow.concurrency else {
             return;
         };
-        let Some(ck) = self.gates[t].concurrency.get_mut(&k) else {
+        let Some(ck) = self.gates[t].concurrency.get_mut(k) else {
             return;
         };
-        ck.active = ck.active.saturating_sub(1);
         let mut admitted = Vec::new();
         while ck.active < g.max {
             let Some((_, p)) = ck.waiters.pop_first() else {
@@ -359,12 +417,12 @@ impl FlowEngine {
             admitted.push(p);
         }
         if ck.active == 0 && ck.waiters.is_empty() {
-            self.gates[t].concurrency.remove(&k);
+            self.gates[t].concurrency.remove(k);
         }
         for p in admitted {
             self.unheld(t, Stage::Concurrency, 1);
             self.count(t, Stage::Concurrency, Decision::Wait);
-            self.hold(p.job.lsn, t).concurrency = Some(k.clone());
+            self.hold(p.job.lsn, t).concurrency = Some(k.to_string());
             self.leave(p, out);
         }
     }
@@ -378,6 +436,7 @@ impl FlowEngine {
             return;
         }
         let now = self.restore_once(now);
+        self.settle_turn(now, out);
         while self
             .timers
             .peek()
@@ -410,6 +469,16 @@ impl FlowEngine {
         self.metrics
             .flow
             .incr(self.cell(t), stage as usize, d as usize);
+    }
+
+    /// `p` goes on from `stage` at once: `pass`, or `wait` when a reload took it from this
+    /// stage's old gate (it was held here).
+    fn passed(&self, t: usize, stage: Stage, p: &Pending) {
+        let d = match p.retaken == Some(stage) {
+            true => Decision::Wait,
+            false => Decision::Pass,
+        };
+        self.count(t, stage, d);
     }
 
     /// `p` is held by `stage`: reported once, so its dispatch slot is given back; its body
@@ -513,149 +582,6 @@ impl FlowEngine {
         self.leave(p, out);
     }
 
-    // ----- batch ------------------------------------------------------------------------------
-
-    fn batch(&mut self, t: usize, g: &BatchGate, mut p: Pending, now: u64, out: &mut FlowOut) {
-        // Every member is held (the carrier takes one dispatch slot for all of them).
-        self.held(t, Stage::Batch, &mut p, out);
-        let key = p.keys.by_stage[Stage::Batch as usize].clone();
-        let member = (p.job, p.dropped);
-        let full = match self.gates[t].batch.get_mut(&key) {
-            Some(b) => {
-                b.members.push(member);
-                b.members.len() >= g.size
-            }
-            None => {
-                let deadline = now.saturating_add(nanos(g.timeout));
-                self.timers
-                    .push(Reverse((deadline, t, Stage::Batch, key.clone())));
-                self.gates[t].batch.insert(
-                    key.clone(),
-                    BatchKey {
-                        members: vec![member],
-                        deadline,
-                    },
-                );
-                g.size <= 1
-            }
-        };
-        if full {
-            self.flush_batch(t, &key, true, out);
-        }
-    }
-
-    /// A batch timer: flush if the key's current batch is due (a batch flushed by size leaves
-    /// a stale timer; a newer batch of the key has its own, later deadline).
-    fn fire_batch(&mut self, t: usize, key: &str, now: u64, out: &mut FlowOut) {
-        if self.gates[t]
-            .batch
-            .get(key)
-            .is_some_and(|b| b.deadline <= now)
-        {
-            self.flush_batch(t, key, false, out);
-        }
-    }
-
-    /// Sends the batch of `key` as one carrier. `by_size`: the last member filled it (it went
-    /// on at once: `pass`; the others waited).
-    fn flush_batch(&mut self, t: usize, key: &str, by_size: bool, out: &mut FlowOut) {
-        if let Some(b) = self.gates[t].batch.remove(key) {
-            let n = b.members.len();
-            self.unheld(t, Stage::Batch, n);
-            let waited = n - usize::from(by_size);
-            self.metrics.flow.incr_n(
-                self.cell(t),
-                Stage::Batch as usize,
-                Decision::Wait as usize,
-                waited,
-            );
-            if by_size {
-                self.count(t, Stage::Batch, Decision::Pass);
-            }
-            let mut members = Vec::with_capacity(n);
-            for (mut job, dropped) in b.members {
-                match self.payloads.restore(&mut job, dropped) {
-                    Ok(()) => members.push(job),
-                    Err(e) => self.lost(job.lsn, &e, out),
-                }
-            }
-            if !members.is_empty() {
-                out.resumed.push(batch::carrier(members));
-            }
-        }
-    }
-
-    // ----- debounce ---------------------------------------------------------------------------
-
-    fn debounce(&mut self, t: usize, g: &DebounceGate, p: Pending, now: u64, out: &mut FlowOut) {
-        let deadline = now.saturating_add(nanos(g.period));
-        let key = p.keys.by_stage[Stage::Debounce as usize].clone();
-        let mut p = p;
-        if let Some(mut d) = self.gates[t].debounce.remove(&key) {
-            // The newcomer takes the superseded event's place (one timer per key, re-armed
-            // when it fires early).
-            self.held(t, Stage::Debounce, &mut p, out);
-            let old = std::mem::replace(&mut d.latest, p);
-            d.deadline = deadline;
-            self.gates[t].debounce.insert(key, d);
-            self.unheld(t, Stage::Debounce, 1);
-            self.skip(t, Stage::Debounce, old, SkipReason::Debounced, out);
-            return;
-        }
-        if self
-            .metrics
-            .flow
-            .held(self.cell(t), Stage::Debounce as usize)
-            >= self.config.flow.max_held as u64
-        {
-            self.debounce_overflow(t, now, out);
-        }
-        self.held(t, Stage::Debounce, &mut p, out);
-        self.timers
-            .push(Reverse((deadline, t, Stage::Debounce, key.clone())));
-        self.gates[t].debounce.insert(
-            key,
-            DebounceKey {
-                latest: p,
-                deadline,
-            },
-        );
-    }
-
-    /// Past `max_held` keys: the held key whose quiet period ends soonest goes on early.
-    fn debounce_overflow(&mut self, t: usize, now: u64, out: &mut FlowOut) {
-        let soonest = self.gates[t]
-            .debounce
-            .iter()
-            .min_by_key(|(_, d)| d.deadline)
-            .map(|(k, _)| k.clone());
-        if let Some(d) = soonest.and_then(|k| self.gates[t].debounce.remove(&k)) {
-            self.metrics
-                .flow
-                .overflowed(self.cell(t), Stage::Debounce as usize);
-            self.unheld(t, Stage::Debounce, 1);
-            self.count(t, Stage::Debounce, Decision::Wait);
-            self.run(t, d.latest, Stage::RateLimit, now, out);
-        }
-    }
-
-    fn fire_debounce(&mut self, t: usize, key: String, now: u64, out: &mut FlowOut) {
-        let Some(d) = self.gates[t].debounce.get(&key) else {
-            return;
-        };
-        if d.deadline > now {
-            // A newer event moved the quiet time: one timer per key, re-armed.
-            self.timers
-                .push(Reverse((d.deadline, t, Stage::Debounce, key)));
-            return;
-        }
-        if let Some(d) = self.gates[t].debounce.remove(&key) {
-            self.unheld(t, Stage::Debounce, 1);
-            self.count(t, Stage::Debounce, Decision::Wait);
-            self.run(t, d.latest, Stage::RateLimit, now, out);
-        }
-    }
-
     // ----- singleton and concurrency ----------------------------------------------------------
 
     fn singleton(&mut self, t: usize, p: Pending, out: &mut FlowOut) -> Option<Pending> {
@@ -678,18 +604,20 @@ impl FlowEngine {
         out: &mut FlowOut,
     ) -> Option<Pending> {
         let key = p.keys.by_stage[Stage::Concurrency as usize].clone();
+        // A reload's re-offered waiters all queue first, then leave by place (`rekey`); so do
+        // all events until the start-up hand-over (`handover`).
+        let requeued = p.retaken == Some(Stage::Concurrency) || self.settle.is_some();
         let c = self.gates[t].concurrency.entry(key.clone()).or_default();
-        if c.waiters.is_empty() && c.active < g.max {
+        if !requeued && c.waiters.is_empty() && c.active < g.max {
             c.active += 1;
             self.hold(p.job.lsn, t).concurrency = Some(key);
-            self.count(t, Stage::Concurrency, Decision::Pass);
+            self.passed(t, Stage::Concurrency, &p);
             return Some(p);
         }
         self.held(t, Stage::Concurrency, &mut p, out);
-        self.seq += 1;
-        let rank = p.keys.rank;
+        let place = (p.keys.rank, p.job.event.event_id.clone(), p.job.lsn);
         let c = self.gates[t].concurrency.entry(key).or_default();
-        c.waiters.insert((rank, self.seq), p);
+        c.waiters.insert(place, p);
         None
     }
 }

@@ -7,8 +7,14 @@
 //!
 //! ```json
 //! {"version":1,"core":0,"windows":[
-//!   {"trigger":"t","gate":"throttle","key":"","hits_unix_ms":[1764560000123]}]}
+//!   {"trigger":"t","gate":"throttle","key":"","hits_unix_ms":[1764560000123],
+//!    "hit_tags":["5f0c…32 hex digits"]}]}
 //! ```
+//!
+//! `hit_tags[i]` is the [`super::window::tag`] of the event that took hit `i` (32 lowercase hex
+//! digits), so an event whose call was in flight when the process died passes its window
+//! again after the restart without taking a second unit. A file without `hit_tags` (or with a
+//! tag that does not parse) restores its hits as taken by unknown events.
 //!
 //! A hit is stored as Unix milliseconds (its age on the monotonic clock, rounded down, taken
 //! from the wall clock at the save), and restored at start-up as `now − age` (rounded down
@@ -47,6 +53,9 @@ pub struct SavedWindow {
     pub gate: String,
     pub key: String,
     pub hits_unix_ms: Vec<u64>,
+    /// Parallel to `hits_unix_ms`: the tag of each hit's event, hex.
+    #[serde(default)]
+    pub hit_tags: Vec<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -221,12 +230,18 @@ impl FlowEngine {
             let (period, max) = (nanos(g.period), g.max);
             let key = self.window_key(t, stage, &w.key, shifted);
             let win = &mut self.window_map(t, stage).entry(key).or_default().window;
-            for hit_ms in w.hits_unix_ms {
+            for (i, hit_ms) in w.hits_unix_ms.into_iter().enumerate() {
                 // Ages are rounded down: a restored hit is never older than it was.
                 let age = unix_ms.saturating_sub(hit_ms).saturating_mul(1_000_000);
-                win.restore(shifted.saturating_sub(age), shifted, period, max);
+                let tag = w
+                    .hit_tags
+                    .get(i)
+                    .and_then(|h| u128::from_str_radix(h, 16).ok())
+                    .unwrap_or(0);
+                win.restore(shifted.saturating_sub(age), tag, shifted, period, max);
             }
         }
+        self.restored_until = shifted;
         shifted
     }
 
@@ -251,18 +266,22 @@ impl FlowEngine {
                 let Some(cfg) = cfg else { continue };
                 let period = nanos(cfg.period);
                 for (key, w) in map {
-                    let hits: Vec<u64> = w
+                    let (hits, tags): (Vec<u64>, Vec<String>) = w
                         .window
                         .hits()
-                        .filter(|&h| now.saturating_sub(h) < period)
-                        .map(|h| unix_ms.saturating_sub(now.saturating_sub(h) / 1_000_000))
-                        .collect();
+                        .filter(|&(h, _)| now.saturating_sub(h) < period)
+                        .map(|(h, tag)| {
+                            let ms = unix_ms.saturating_sub(now.saturating_sub(h) / 1_000_000);
+                            (ms, format!("{tag:032x}"))
+                        })
+                        .unzip();
                     if !hits.is_empty() {
                         windows.push(SavedWindow {
                             trigger: self.config.triggers[t].id.clone(),
                             gate: gate.to_string(),
                             key: key.clone(),
                             hits_unix_ms: hits,
+                            hit_tags: tags,
                         });
                     }
                 }
@@ -282,6 +301,7 @@ mod tests {
             gate: "throttle".into(),
             key: "k".into(),
             hits_unix_ms: vec![5, 7],
+            hit_tags: vec![format!("{:032x}", 9u128), "zz".into()],
         };
         let file = SavedFile {
             version: VERSION,
@@ -307,6 +327,11 @@ mod tests {
         );
         assert!(read(&fs, &dir.join("core-1.json")).is_err());
         assert!(!dir.join("core-0.json.tmp").exists());
+        // A file written before hits had tags still reads (its hits' events are unknown).
+        let old = r#"{"version":1,"core":2,"windows":[{"trigger":"t","gate":"throttle","key":"","hits_unix_ms":[1]}]}"#;
+        std::fs::write(dir.join("core-2.json"), old).unwrap();
+        let read_old = read(&fs, &dir.join("core-2.json")).unwrap();
+        assert!(read_old.windows[0].hit_tags.is_empty());
     }
 
     /// The drain's save survives a power cut right after it: the `flow/` directory entry, the

@@ -64,7 +64,7 @@ impl Rig {
     ) -> (u64, FlowOut) {
         self.lsn += 1;
         let event = EventRecord {
-            event_id: format!("e{}", self.lsn),
+            event_id: format!("e{:08}", self.lsn),
             trigger_id: trigger.into(),
             source: "p".into(),
             received_at_ms: self.lsn,
@@ -641,32 +641,49 @@ fn rekey_offers_held_events_to_the_new_gates_and_keeps_in_progress_holds() {
     assert_eq!(ready(&out), vec![d]);
 }
 
+/// Unchanged gates keep their state; a held event re-enters only from its own stage on (the
+/// gates before it, which it passed, are not applied again); a removed gate lets it go on.
 #[test]
-fn rekey_keeps_an_unchanged_window_and_takes_every_kind_of_held_event() {
+fn rekey_keeps_an_unchanged_window_and_reoffers_from_the_held_stage() {
     let gates = "throttle = { period = \"60s\", max = 1 }";
     let mut r = Rig::new(gates, "");
     let (a, out) = r.offer("{}");
     assert_eq!(ready(&out), vec![a]);
     let (b, out) = r.offer("{}");
     assert!(out.ready.is_empty());
-    // Same throttle: its window survives, so `b` still waits (re-offered, not passed).
+    // Same throttle: its window and its waiter stay as they are.
     let out = r.rekey(gates);
     assert!(merged(out).ready.is_empty());
     assert_eq!(r.engine.waiting(), 1);
     assert_eq!(r.metrics.flow.held(0, Stage::Throttle as usize), 1);
-    // A batch gate instead: `b` becomes a batch member, flushed by its timeout.
+    // A debounce added before the throttle does not apply to `b` (it passed that stage); the
+    // throttle with a longer period keeps the hit of `a`: `b` still waits.
+    let out = r.rekey("debounce = { period = \"1s\" }\nthrottle = { period = \"120s\", max = 1 }");
+    assert!(merged(out).ready.is_empty() && r.engine.waiting() == 1);
+    assert_eq!(r.metrics.flow.held(0, Stage::Debounce as usize), 0);
+    assert_eq!(r.metrics.flow.held(0, Stage::Throttle as usize), 1);
+    // The throttle removed: `b` goes on (the batch before it is not applied), counted `wait`
+    // once at the throttle.
     let out = r.rekey("batch = { size = 10, timeout = \"1s\" }");
-    assert!(merged(out).ready.is_empty());
+    assert_eq!(
+        out.resumed.iter().map(|j| j.lsn).collect::<Vec<_>>(),
+        vec![b]
+    );
     assert_eq!(r.metrics.flow.held(0, Stage::Throttle as usize), 0);
-    assert_eq!(r.metrics.flow.held(0, Stage::Batch as usize), 1);
+    assert_eq!(
+        (r.count("throttle", "pass"), r.count("throttle", "wait")),
+        (1, 1)
+    );
+    // Batch members whose batch becomes a debounce: both re-offered from the next stage on,
+    // the older one superseded.
     let (c, _) = r.offer("{}");
-    // Debounce instead of the batch: both members are taken, the older one is superseded.
+    let (d, _) = r.offer("{}");
     let out = r.rekey("debounce = { period = \"1s\" }");
-    assert_eq!(skipped(&out), vec![(b, SkipReason::Debounced)]);
+    assert_eq!(skipped(&out), vec![(c, SkipReason::Debounced)]);
     assert_eq!(r.metrics.flow.held(0, Stage::Batch as usize), 0);
     assert_eq!(r.metrics.flow.held(0, Stage::Debounce as usize), 1);
     let out = r.advance(Duration::from_secs(1));
-    assert_eq!(ready(&out), vec![c]);
+    assert_eq!(ready(&out), vec![d]);
     assert_eq!(r.engine.waiting(), 0);
 }
 
@@ -692,3 +709,6 @@ fn rekey_gives_a_concurrency_waiter_its_own_singleton_back() {
     let (c, out) = r.offer(r#"{"s":"x"}"#);
     assert_eq!(skipped(&out), vec![(c, SkipReason::SingletonActive)]);
 }
+
+#[path = "tests_reload.rs"]
+mod reload;

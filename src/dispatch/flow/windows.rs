@@ -1,6 +1,12 @@
 //! The window gates, `rate_limit` and `throttle` (semantics in the parent module's docs): the
 //! per-key sliding windows ([`super::window`]), the per-core key table and its sweeps, and the
 //! throttle's waiters and timers.
+//!
+//! Throttle waiters are kept in acceptance order (event id, a ULID: time-ordered across
+//! cores), whatever order they arrived in (a reload's re-offer, the logs read back after a
+//! restart), and leave in that order. An event that already holds a hit of the window (saved
+//! before a restart: its call was in flight when the process died) passes without taking
+//! another one ([`super::window::Window::holds`]).
 #![forbid(unsafe_code)]
 
 use std::cmp::Reverse;
@@ -8,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::key::OVERFLOW_KEY;
+use super::window::tag;
 use super::{nanos, Decision, FlowEngine, FlowOut, Pending, Stage, WindowKey, SWEEP_EVERY};
 use crate::config::flow::WindowGate;
 use crate::dispatch::job::SkipReason;
@@ -82,8 +89,14 @@ impl FlowEngine {
             &p.keys.by_stage[Stage::RateLimit as usize],
             now,
         );
+        let id = tag(&p.job.event.event_id);
+        let until = self.restored_until;
         let w = self.gates[t].rate_limit.entry(key).or_default();
-        if w.window.try_hit(now, nanos(g.period), g.max) {
+        if w.window.holds(id, until) {
+            // Its unit was taken before a restart (the call was in flight): not a second one.
+            self.count(t, Stage::RateLimit, Decision::Pass);
+            Some(p)
+        } else if w.window.try_hit(now, nanos(g.period), g.max, id) {
             self.mark_dirty();
             self.count(t, Stage::RateLimit, Decision::Pass);
             Some(p)
@@ -108,15 +121,27 @@ impl FlowEngine {
             now,
         );
         let period = nanos(g.period);
+        let id = tag(&p.job.event.event_id);
+        let until = self.restored_until;
         let w = self.gates[t].throttle.entry(key.clone()).or_default();
-        if w.waiters.is_empty() && w.window.try_hit(now, period, g.max) {
+        if w.window.holds(id, until) {
+            // Its unit was taken before a restart (the call was in flight): not a second one.
+            self.passed(t, Stage::Throttle, &p);
+            return Some(p);
+        }
+        // Until the start-up hand-over, every event waits (`super::handover`).
+        let settling = self.settle.is_some();
+        let w = self.gates[t].throttle.entry(key.clone()).or_default();
+        if !settling && w.waiters.is_empty() && w.window.try_hit(now, period, g.max, id) {
             self.mark_dirty();
-            self.count(t, Stage::Throttle, Decision::Pass);
+            self.passed(t, Stage::Throttle, &p);
             return Some(p);
         }
         self.held(t, Stage::Throttle, &mut p, out);
         let w = self.gates[t].throttle.entry(key.clone()).or_default();
-        w.waiters.push_back(p);
+        // Acceptance order, not arrival order (module docs).
+        let at = w.waiters.partition_point(|q| q.order() <= p.order());
+        w.waiters.insert(at, p);
         let arm = (!w.armed).then(|| w.window.room_at(period).max(now));
         w.armed = true;
         if let Some(at) = arm {
@@ -126,6 +151,10 @@ impl FlowEngine {
     }
 
     pub(super) fn fire_throttle(&mut self, t: usize, key: String, now: u64, out: &mut FlowOut) {
+        if self.settling() {
+            // Fired again at the hand-over (`super::handover`).
+            return;
+        }
         let cfg = Arc::clone(&self.config);
         let Some(g) = &cfg.triggers[t].flow.throttle else {
             return;
@@ -136,7 +165,10 @@ impl FlowEngine {
         };
         w.armed = false;
         let mut go = Vec::new();
-        while !w.waiters.is_empty() && w.window.try_hit(now, period, g.max) {
+        while let Some(id) = w.waiters.front().map(|p| tag(&p.job.event.event_id)) {
+            if !w.window.try_hit(now, period, g.max, id) {
+                break;
+            }
             go.extend(w.waiters.pop_front());
         }
         if !w.waiters.is_empty() {

@@ -199,6 +199,10 @@ impl Worker {
         }
         self.links.admitted = admitted;
         self.send_out();
+        if self.links.job_overflow.is_empty() {
+            // The recovered events this pump admitted are all in their owners' rings.
+            self.pump.handed_over();
+        }
         self.links.wake_touched();
         self.committer.kick(self.uring.as_deref_mut());
         self.metrics
