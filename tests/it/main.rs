@@ -27,6 +27,7 @@
 //! - `wal_loss`: lost segment files and damaged acknowledged records are detected.
 //! - `https`: HTTPS destinations against a local rustls server with a generated CA.
 //! - `shared`: destination budgets shared by three nodes through a real `redis-server`.
+//! - `check`: `sluice check` output fed back and served, its flags, its error prefixes.
 //! - `ops`: `sluice check`, the systemd unit, CLI progress, the dashboard, hot reload.
 //! - `reload`: hot reload by SIGHUP and `POST /admin/reload` with traffic flowing.
 //! - `fsync_failure` (`--features failpoints`): one failed `fdatasync` that drops its pages.
@@ -39,6 +40,7 @@ mod absorb;
 mod auth;
 mod browser;
 mod budgets;
+mod check;
 mod connections;
 mod crash;
 mod dispatch;
