@@ -221,7 +221,16 @@ fn main() -> ExitCode {
         Command::Loadgen(args) => match sluice::tools::loadgen::run(&args) {
             Ok(summary) => {
                 print_line(&sluice::tools::loadgen::summary_json(&summary));
-                ExitCode::SUCCESS
+                match summary.totals.errors {
+                    0 => ExitCode::SUCCESS,
+                    n => fail(
+                        1,
+                        &format!(
+                            "loadgen: {n} requests failed on I/O (a connection \
+                         refused or reset, or a malformed response; the summary's errors)"
+                        ),
+                    ),
+                }
             }
             Err(e) => fail(e.exit_code(), &format!("loadgen: {e}")),
         },
