@@ -80,14 +80,18 @@ missing_tools() {
     done
 }
 
-# Prints how apt-get may be run here ("" for root, "sudo -n"), or fails.
+# Prints how apt-get may be run here ("" for root, "sudo -n"), or why not (on stderr) and fails.
 apt_runner() {
-    on_path apt-get || return 1
+    if ! on_path apt-get; then
+        echo "no apt-get here" >&2
+        return 1
+    fi
     if [[ $(id -u) == 0 ]]; then
         echo ""
     elif on_path sudo && sudo -n true 2>/dev/null; then
         echo "sudo -n"
     else
+        echo "not root and no passwordless sudo" >&2
         return 1
     fi
 }
@@ -103,7 +107,7 @@ if [[ -n $missing ]]; then
     packages=$(cut -d'|' -f2 <<<"$missing" | sort -u | tr '\n' ' ')
     if [[ $install != 1 ]]; then
         echo "missing: ${packages}(not installing: --no-install / SLUICE_TEST_INSTALL=0)"
-    elif runner=$(apt_runner); then
+    elif runner=$(apt_runner 2>"$target_dir/apt-runner.why"); then
         echo "installing: $packages(apt-get${runner:+ via $runner})"
         # shellcheck disable=SC2086 # $runner and $packages are word lists
         if ! { $runner apt-get update -qq \
@@ -112,7 +116,7 @@ if [[ -n $missing ]]; then
         fi
         missing=$(missing_tools)
     else
-        echo "missing: ${packages}(cannot install: not root, no passwordless sudo, or no apt-get)"
+        echo "missing: ${packages}(cannot install: $(cat "$target_dir/apt-runner.why"))"
     fi
 fi
 for row in "${TOOLS[@]}"; do
