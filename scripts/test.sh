@@ -24,8 +24,8 @@ cd "$(dirname "$0")/.."
 # tool | Debian package | tests that need it
 TOOLS=(
     "redis-server|redis-server|shared::* (destination budgets shared through Redis)"
-    "chromium|chromium|ops::dashboard_in_chromium_* (the dashboard in a real browser)"
-    "chromedriver|chromium-driver|ops::dashboard_in_chromium_*"
+    "chromium|chromium|ops::, dashboard::dashboard_in_chromium_* (the dashboard in a real browser)"
+    "chromedriver|chromium-driver|ops::, dashboard::dashboard_in_chromium_*"
     "systemd-analyze|systemd|ops::systemd_unit_verifies_cleanly"
     "python3|python3|edge::every_metrics_family_* (/metrics through prometheus_client)"
     "prometheus_client|python3-prometheus-client|edge::every_metrics_family_* (or pip, by the test)"

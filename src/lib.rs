@@ -1,11 +1,13 @@
 //! sluice: a webhook ingest and dispatch server with end-to-end backpressure.
 //!
 //! The architecture, the backpressure chain and the module map are described in `DESIGN.md`
-//! (kept beside the README). In brief: worker threads (`sched`) each run an event loop with their
-//! own listener; the sans-IO HTTP/1.1 codec (`net::http`) turns bytes into requests; `ingest`
-//! routes them and admits them through token buckets; accepted events travel through a bounded
-//! lock-free ring (`ring`) to the single WAL writer (`wal`), which group-commits them and reports
-//! back; only then does the worker answer 202.
+//! (kept beside the README). In brief: one thread per core (`sched`) runs an event loop with its
+//! own listener and connections; the sans-IO HTTP/1.1 codec (`net::http`) turns bytes into
+//! requests; `ingest` routes them and admits them through token buckets; an accepted event is
+//! staged in the core's next batch, which the core's commit helper writes and syncs to the
+//! core's own log (`wal`, one log per core); only then does the core answer 202. Durable events
+//! go from memory to the core's pump and on to the dispatcher of the destination's owner core
+//! (`dispatch`), through lock-free rings between cores (`ring`).
 #![warn(missing_debug_implementations)]
 
 pub mod cluster;

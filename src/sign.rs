@@ -1,7 +1,7 @@
 //! HMAC signing primitives and the Standard Webhooks scheme, in one leaf module.
 //!
 //! Both directions use this module and nothing else for their cryptography: inbound
-//! verification (`ingest::verify`) and outbound signing of deliveries (`dispatch::deliver`), so
+//! verification (`ingest::verify`) and outbound signing of deliveries (`dispatch::request`), so
 //! the two cannot drift apart (a signature sluice sends verifies with sluice's own verifier, and
 //! both match the official `standardwebhooks` and `svix` libraries). It depends on no other
 //! module of the crate.

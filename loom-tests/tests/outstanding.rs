@@ -1,4 +1,4 @@
-//! Loom models of `sluice::sched::outstanding::Outstanding`, the pump window shared by all
+//! Loom models of `sluice::dispatch::outstanding::Outstanding`, the pump window shared by all
 //! cores: the bound under concurrent reservations, and no lost wake-up between a core that runs
 //! out of slots and a core that releases one.
 //!
@@ -10,7 +10,7 @@ use common::explore;
 
 use loom::sync::Arc;
 use loom::thread;
-use sluice::sched::outstanding::Outstanding;
+use sluice::dispatch::outstanding::Outstanding;
 
 #[test]
 fn outstanding_two_reservers_never_pass_the_bound() {

@@ -1,8 +1,8 @@
 //! A shared destination's budget as its owner core sees it: a local cache of what Redis granted,
 //! so the per-event decision stays local (no round trip, no lock on the way to `Go`).
 //!
-//! - **Permits.** The grant's `target` is the bound of the destination's [`Permits`]
-//!   ([`Permits::set_max`]: up at once, down as calls finish). The lease is valid until
+//! - **Permits.** The grant's `target` is the bound of the destination's permits
+//!   ([`PermitBound::set_max`]: up at once, down as calls finish). The lease is valid until
 //!   `valid_until` (the sync's send time + `lease` − a margin, on this node's clock); past it
 //!   the node starts no call under it. Redis never counts this node below its `ceiling` (the
 //!   permits' bound when the sync left), so a lowered target is reported only after the local
@@ -25,8 +25,7 @@ use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use super::slot::{Desire, Health, Slot, Tokens};
-use crate::config::shared::OnUnavailable;
-use crate::dispatch::permits::Permits;
+use super::spec::OnUnavailable;
 
 /// Most rate tokens asked for at once.
 pub const MAX_TOKEN_ASK: u32 = 256;
@@ -40,6 +39,16 @@ pub enum Mode {
     Closed,
     /// No valid lease and `on_unavailable = "local"`: this node's own budget.
     Local,
+}
+
+/// The permit set a shared budget bounds: the destination's (`dispatch::permits::Permits`
+/// implements it). The budget raises or lowers the bound as leases come and go, and asks
+/// whether a permit is free before it reserves a shared rate token.
+pub trait PermitBound {
+    /// Sets the bound of calls in flight (up at once; down as calls finish).
+    fn set_max(&mut self, max: usize);
+    /// Whether a call could take a permit now.
+    fn available(&self) -> bool;
 }
 
 /// The owner core's cache of one shared destination's grants.
@@ -107,7 +116,7 @@ impl SharedBudget {
     }
 
     /// Reads the slot: a newer grant, a token batch, the health.
-    pub fn refresh(&mut self, now: u64, permits: &mut Permits) {
+    pub fn refresh(&mut self, now: u64, permits: &mut dyn PermitBound) {
         let (grant, tokens, health) = self.slot.read();
         if grant.seq > self.grant_seq {
             self.grant_seq = grant.seq;
@@ -130,7 +139,7 @@ impl SharedBudget {
     }
 
     /// The mode at `now`, applying a change to the permits' bound.
-    pub fn mode(&mut self, now: u64, permits: &mut Permits) -> Mode {
+    pub fn mode(&mut self, now: u64, permits: &mut dyn PermitBound) -> Mode {
         let m = if now < self.valid_until {
             Mode::Shared
         } else if self.on_unavailable == OnUnavailable::Local
@@ -154,7 +163,7 @@ impl SharedBudget {
 
     /// May a call start under the lease at `now`? `Err(until)` as in `Gate::Wait` (0: a grant
     /// or a finishing call will wake the destination).
-    pub fn admit(&mut self, now: u64, permits: &mut Permits) -> Result<(), u64> {
+    pub fn admit(&mut self, now: u64, permits: &mut dyn PermitBound) -> Result<(), u64> {
         match self.mode(now, permits) {
             Mode::Closed => Err(self.wake_hint()),
             Mode::Shared | Mode::Local => Ok(()),
@@ -206,7 +215,7 @@ impl SharedBudget {
     /// A free permit is required before a token is asked for: tokens are reserved in Redis for
     /// the whole cluster, and a node that cannot use them (all its permits out) would only take
     /// them from a node that can.
-    pub fn check(&mut self, now: u64, permits: &mut Permits) -> Result<bool, u64> {
+    pub fn check(&mut self, now: u64, permits: &mut dyn PermitBound) -> Result<bool, u64> {
         let answer = self.admit(now, permits).and_then(|()| {
             if !permits.available() {
                 return Err(self.wake_hint());
@@ -274,6 +283,7 @@ impl SharedBudget {
 mod tests {
     use super::*;
     use crate::cluster::slot::Grant;
+    use crate::dispatch::permits::Permits;
 
     const MS: u64 = 1_000_000;
 

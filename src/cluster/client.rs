@@ -23,10 +23,10 @@ use std::time::Duration;
 
 use mio::Waker;
 
+use super::dest::SharedDest;
 use super::redis::{Call, Conn, RedisError};
 use super::slot::{Grant, Health, Tokens};
-use super::SharedDest;
-use crate::config::shared::RedisAddr;
+use super::spec::{RedisAddr, SharedRate};
 use crate::sync::clock::Clock;
 
 /// Least time between two syncs of one destination whose desire keeps changing.
@@ -259,7 +259,7 @@ impl Client {
             }
             Due::Rate { i, need, .. } => {
                 let s = &self.dests[i];
-                let r = s.rate.unwrap_or(crate::config::RateConfig {
+                let r = s.rate.unwrap_or(SharedRate {
                     per_sec: 1,
                     burst: 1,
                 });
@@ -381,6 +381,158 @@ impl Client {
             if let Some(c) = ep.conn.as_mut() {
                 let _ = c.pipeline(&calls);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::slot::Desire;
+    use crate::cluster::spec::{OnUnavailable, SharedDestSpec, SharedSpec};
+    use crate::sync::clock::ManualClock;
+    use std::sync::mpsc::sync_channel;
+
+    const MS: u64 = 1_000_000;
+
+    fn client(rates: &[Option<SharedRate>]) -> Client {
+        let dests = rates
+            .iter()
+            .enumerate()
+            .map(|(dest, &rate)| {
+                Arc::new(SharedDest::new(SharedDestSpec {
+                    dest,
+                    shared: SharedSpec {
+                        redis: RedisAddr {
+                            host: "127.0.0.1".into(),
+                            port: 6379,
+                            db: 0,
+                        },
+                        key: format!("k{dest}"),
+                        lease: Duration::from_secs(5),
+                        on_unavailable: OnUnavailable::Closed,
+                    },
+                    limit: 10,
+                    rate,
+                    uri: format!("http://d{dest}/"),
+                }))
+            })
+            .collect();
+        let (_tx, kick) = sync_channel(1);
+        Client {
+            node: "n".into(),
+            dests,
+            clock: Arc::new(ManualClock::new(0)),
+            wakers: Vec::new(),
+            kick,
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn want(c: &Client, i: usize, want: u32, rate_need: u32, rate_gen: u64) {
+        c.dests[i].slot.publish(Desire {
+            want,
+            ceiling: want,
+            rate_need,
+            rate_gen,
+        });
+    }
+
+    #[test]
+    fn margin_and_horizon_keep_their_bounds() {
+        assert_eq!(margin(Duration::from_secs(5)), Duration::from_millis(500));
+        assert_eq!(
+            margin(Duration::from_millis(200)),
+            Duration::from_millis(50)
+        );
+        assert_eq!(horizon(1e6), 20 * MS, "1 ms interval: the 20 ms floor");
+        assert_eq!(horizon(10.0 * MS as f64), 40 * MS, "4 intervals");
+        assert_eq!(horizon(1e9), 250 * MS, "1 s interval: the 250 ms cap");
+    }
+
+    #[test]
+    fn a_new_desire_is_due_once_the_sync_gap_passed_and_not_again_while_unchanged() {
+        let c = client(&[None]);
+        let mut tracks = vec![Track::default()];
+        assert!(c.due(0, &tracks, &[0], 0).is_empty(), "nothing wanted");
+        want(&c, 0, 3, 0, 0);
+        let due = c.due(ns(SYNC_GAP), &tracks, &[0], 0);
+        assert!(matches!(due[..], [Due::Lease { i: 0, want: 3, .. }]));
+        // Sent, granted in full, lease renewal far away: nothing is due.
+        tracks[0].last_sent = Some((3, 3));
+        tracks[0].last_attempt = ns(SYNC_GAP);
+        tracks[0].target = 3;
+        tracks[0].recorded = 3;
+        tracks[0].renew_at = 1_000 * MS;
+        assert!(c.due(10 * MS, &tracks, &[0], 0).is_empty());
+        assert_eq!(c.next_due(&tracks, &[endpoint()], &[0]), 1_000 * MS);
+        // The renewal comes due at its time.
+        assert_eq!(c.due(1_000 * MS, &tracks, &[0], 0).len(), 1);
+    }
+
+    #[test]
+    fn a_starved_or_down_destination_asks_again_and_other_endpoints_are_left_out() {
+        let c = client(&[None, None]);
+        let mut tracks = vec![Track::default(), Track::default()];
+        want(&c, 0, 5, 0, 0);
+        tracks[0].last_sent = Some((5, 5));
+        tracks[0].target = 2; // starved: wants 5, granted 2
+        tracks[0].last_attempt = 10 * MS;
+        tracks[0].renew_at = u64::MAX;
+        assert!(c.due(10 * MS + 1, &tracks, &[0, 1], 0).is_empty());
+        assert_eq!(
+            c.due(10 * MS + ns(STARVED_RETRY), &tracks, &[0, 1], 0)
+                .len(),
+            1
+        );
+        tracks[1].down = true;
+        assert_eq!(c.due(0, &tracks, &[0, 1], 1).len(), 1, "down: every turn");
+        assert!(
+            c.due(0, &tracks, &[0, 1], 0).is_empty(),
+            "endpoint 0 serves only destination 0"
+        );
+    }
+
+    #[test]
+    fn a_rate_request_is_served_once_per_generation_with_its_gcra_parameters() {
+        let c = client(&[Some(SharedRate {
+            per_sec: 100,
+            burst: 5,
+        })]);
+        let mut tracks = vec![Track::default()];
+        want(&c, 0, 0, 7, 1);
+        let due = c.due(0, &tracks, &[0], 0);
+        let rate = due.iter().find(|d| matches!(d, Due::Rate { .. })).unwrap();
+        match c.call(rate) {
+            Call::Rate {
+                want,
+                interval_us,
+                tau_us,
+                horizon_us,
+                ..
+            } => {
+                assert_eq!(want, 7);
+                assert_eq!(interval_us, 10_000.0, "100/s: one token per 10 ms");
+                assert_eq!(tau_us, 40_000, "burst 5: four intervals of tolerance");
+                assert_eq!(horizon_us, 40_000, "4 intervals, inside 20..=250 ms");
+            }
+            Call::Lease { .. } => panic!("a rate call was due"),
+        }
+        tracks[0].rate_served = 1;
+        let again = c.due(0, &tracks, &[0], 0);
+        assert!(again.iter().all(|d| !matches!(d, Due::Rate { .. })));
+    }
+
+    fn endpoint() -> Endpoint {
+        Endpoint {
+            addr: RedisAddr {
+                host: "127.0.0.1".into(),
+                port: 6379,
+                db: 0,
+            },
+            conn: None,
+            retry_at: 0,
+            backoff: BACKOFF_MIN,
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Several nodes, one downstream budget: a destination's `max_in_flight` and `rate` shared
-//! through Redis (issue 13; `[[destinations]] shared = { … }`, README "Several nodes").
+//! through Redis (`[[destinations]] shared = { … }`, README "Several nodes").
 //!
 //! ```text
 //!  owner core (mio loop)                      client thread (one per node)           Redis
@@ -31,9 +31,11 @@
 
 pub mod budget;
 pub mod client;
+mod dest;
 pub mod redis;
 pub mod resp;
 pub mod slot;
+mod spec;
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -42,26 +44,12 @@ use std::sync::Arc;
 use mio::Waker;
 use parking_lot::Mutex;
 
-use crate::config::shared::{OnUnavailable, SharedConfig};
-use crate::config::{Config, RateConfig};
 use crate::metrics::{MetricType, PromWriter};
 use crate::sync::clock::Clock;
 use budget::SharedBudget;
-use slot::{Health, Slot};
-
-/// One shared destination.
-#[derive(Debug)]
-pub struct SharedDest {
-    pub slot: Arc<Slot>,
-    pub cfg: SharedConfig,
-    /// The cluster-wide `max_in_flight`.
-    pub limit: usize,
-    pub rate: Option<RateConfig>,
-    /// The destination's uri (the metrics label).
-    pub uri: String,
-    /// `sluice:budget:<key>:held|want|expiry|rate|epoch`.
-    pub keys: [String; 5],
-}
+pub use dest::SharedDest;
+use slot::Health;
+pub use spec::{OnUnavailable, RedisAddr, SharedDestSpec, SharedRate, SharedSpec};
 
 /// A node's shared budgets: the slots and the client thread.
 #[derive(Debug)]
@@ -75,25 +63,11 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// The shared destinations of `config` (none: an inert value, no thread).
-    pub fn from_config(config: &Config) -> Cluster {
-        let dests = config
-            .destinations
-            .iter()
-            .enumerate()
-            .filter_map(|(i, d)| {
-                let cfg = d.shared.clone()?;
-                let base = format!("sluice:budget:{}", cfg.key);
-                Some(Arc::new(SharedDest {
-                    slot: Arc::new(Slot::new(i)),
-                    keys: ["held", "want", "expiry", "rate", "epoch"]
-                        .map(|k| format!("{base}:{k}")),
-                    cfg,
-                    limit: d.max_in_flight,
-                    rate: d.rate,
-                    uri: d.handler.uri.clone(),
-                }))
-            })
+    /// The node's shared destinations (none: an inert value, no thread).
+    pub fn new(specs: Vec<SharedDestSpec>) -> Cluster {
+        let dests = specs
+            .into_iter()
+            .map(|spec| Arc::new(SharedDest::new(spec)))
             .collect();
         let (kick_tx, kick_rx) = sync_channel(1);
         Cluster {

@@ -25,7 +25,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use super::resp::{self, Reply};
-use crate::config::shared::RedisAddr;
+use super::spec::RedisAddr;
 
 /// Bound of a connect, of each write and of each wait for a reply.
 pub const IO_TIMEOUT: Duration = Duration::from_millis(1000);

@@ -235,12 +235,7 @@ impl HandlerUri {
     }
 }
 
-/// Outbound rate budget of one destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateConfig {
-    pub per_sec: u64,
-    pub burst: u64,
-}
+pub use crate::dispatch::rate::RateSpec;
 
 /// Circuit breaker settings of one destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,7 +291,7 @@ pub struct DestinationConfig {
     /// `Some` for `max_in_flight = "auto"`.
     pub adaptive: Option<AdaptiveConfig>,
     pub timeout: Duration,
-    pub rate: Option<RateConfig>,
+    pub rate: Option<RateSpec>,
     pub circuit: CircuitConfig,
     /// Extra request headers, names as written, in name order.
     pub headers: Vec<(String, String)>,
@@ -308,7 +303,7 @@ pub struct DestinationConfig {
     /// TLS client settings; `Some` exactly for `https://` handlers.
     pub tls: Option<super::tls::TlsConfig>,
     /// `Some` when the budget (`max_in_flight`, `rate`) is shared through Redis.
-    pub shared: Option<super::shared::SharedConfig>,
+    pub shared: Option<super::shared::SharedSpec>,
 }
 
 impl DestinationConfig {
@@ -579,7 +574,7 @@ fn build_destination(
             }
             crate::sync::gcra::BucketParams::new(burst, rr.per_sec)
                 .map_err(|e| ConfigError(format!("{key}: rate: {e}")))?;
-            Some(RateConfig {
+            Some(RateSpec {
                 per_sec: rr.per_sec,
                 burst,
             })

@@ -157,7 +157,7 @@ fn destination_fields_parse() {
     assert_eq!(d.timeout, Duration::from_millis(250));
     assert_eq!(
         d.rate,
-        Some(RateConfig {
+        Some(RateSpec {
             per_sec: 10,
             burst: 10
         })
@@ -179,7 +179,7 @@ fn destination_fields_parse() {
         + "[[destinations]]\nuri = \"http://h\"\nrate = { per_sec = 10, burst = 1 }\n";
     assert_eq!(
         build(&burst).unwrap().destinations[0].rate,
-        Some(RateConfig {
+        Some(RateSpec {
             per_sec: 10,
             burst: 1
         })

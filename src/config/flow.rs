@@ -354,81 +354,17 @@ pub fn parse_flow_duration(text: &str) -> Result<Duration, String> {
 
 /// Validates one trigger's gates. `id` names the trigger in every message.
 pub fn build_flow(id: &str, r: RawFlow) -> Result<FlowConfig, ConfigError> {
-    let at = |key: &str, msg: String| ConfigError(format!("trigger {id:?}: {key}: {msg}"));
-    let selector = |gate: &str, key: Option<String>| -> Result<KeySelector, ConfigError> {
-        match key {
-            None => Ok(KeySelector::Global),
-            Some(k) => KeySelector::parse(&k).map_err(|e| at(&format!("{gate}.key"), e)),
-        }
-    };
-    let required = |gate: &str, field: &str| at(gate, format!("{field} is required"));
-    let number = |gate: &str, field: &str, v: Option<u64>, hi: u64| match v {
-        None => Err(required(gate, field)),
-        Some(n) if (1..=hi).contains(&n) => Ok(n as usize),
-        Some(n) => Err(at(
-            &format!("{gate}.{field}"),
-            format!("{n} is out of range (1..={hi})"),
-        )),
-    };
-    let duration = |gate: &str, field: &str, v: Option<String>| match v {
-        None => Err(required(gate, field)),
-        Some(t) => parse_flow_duration(&t).map_err(|e| at(&format!("{gate}.{field}"), e)),
-    };
-    if r.batch.is_some() {
-        let others = [
-            ("debounce", r.debounce.is_some()),
-            ("singleton", r.singleton.is_some()),
-            ("concurrency", r.concurrency.is_some()),
-            ("priority", r.priority.is_some()),
-            ("throttle", r.throttle.is_some()),
-            ("rate_limit", r.rate_limit.is_some()),
-        ];
-        if let Some((other, _)) = others.iter().find(|(_, set)| *set) {
-            return err(format!(
-                "trigger {id:?}: batch cannot be combined with {other} (remove one of the two keys)"
-            ));
-        }
-    }
-    if r.priority.is_some() && r.concurrency.is_none() {
-        return err(format!(
-            "trigger {id:?}: priority requires concurrency (priority orders concurrency waiters)"
-        ));
-    }
-    let window = |gate: &str, w: Option<RawWindow>| -> Result<Option<WindowGate>, ConfigError> {
-        let Some(w) = w else { return Ok(None) };
-        Ok(Some(WindowGate {
-            key: selector(gate, w.key)?,
-            period: duration(gate, "period", w.period)?,
-            max: number(gate, "max", w.max, MAX_WINDOW_MAX)?,
-        }))
-    };
+    let v = Validator { id };
+    v.combinations(&r)?;
     let priority = match r.priority {
         None => None,
-        Some(p) => {
-            let key = match p.key {
-                None => return Err(required("priority", "key")),
-                Some(k) => selector("priority", Some(k))?,
-            };
-            let order = p.order.ok_or_else(|| required("priority", "order"))?;
-            if order.is_empty() || order.len() > MAX_PRIORITY_ORDER {
-                return Err(at(
-                    "priority.order",
-                    format!("must list 1..={MAX_PRIORITY_ORDER} values"),
-                ));
-            }
-            for (i, v) in order.iter().enumerate() {
-                if order[..i].contains(v) {
-                    return Err(at("priority.order", format!("{v:?} is listed twice")));
-                }
-            }
-            Some(PriorityOrder { key, order })
-        }
+        Some(p) => Some(v.priority(p)?),
     };
     let concurrency = match r.concurrency {
         None => None,
         Some(c) => Some(ConcurrencyGate {
-            key: selector("concurrency", c.key)?,
-            max: number("concurrency", "max", c.max, MAX_CONCURRENCY)?,
+            key: v.selector("concurrency", c.key)?,
+            max: v.number("concurrency", "max", c.max, MAX_CONCURRENCY)?,
             priority,
         }),
     };
@@ -436,28 +372,138 @@ pub fn build_flow(id: &str, r: RawFlow) -> Result<FlowConfig, ConfigError> {
         batch: match r.batch {
             None => None,
             Some(b) => Some(BatchGate {
-                key: selector("batch", b.key)?,
-                size: number("batch", "size", b.size, MAX_BATCH_SIZE)?,
-                timeout: duration("batch", "timeout", b.timeout)?,
+                key: v.selector("batch", b.key)?,
+                size: v.number("batch", "size", b.size, MAX_BATCH_SIZE)?,
+                timeout: v.duration("batch", "timeout", b.timeout)?,
             }),
         },
         debounce: match r.debounce {
             None => None,
             Some(d) => Some(DebounceGate {
-                key: selector("debounce", d.key)?,
-                period: duration("debounce", "period", d.period)?,
+                key: v.selector("debounce", d.key)?,
+                period: v.duration("debounce", "period", d.period)?,
             }),
         },
-        rate_limit: window("rate_limit", r.rate_limit)?,
-        throttle: window("throttle", r.throttle)?,
+        rate_limit: v.window("rate_limit", r.rate_limit)?,
+        throttle: v.window("throttle", r.throttle)?,
         singleton: match r.singleton {
             None => None,
             Some(s) => Some(SingletonGate {
-                key: selector("singleton", s.key)?,
+                key: v.selector("singleton", s.key)?,
             }),
         },
         concurrency,
     })
+}
+
+/// The checks of one trigger's `flow` table; every message names the trigger and the key.
+struct Validator<'a> {
+    id: &'a str,
+}
+
+impl Validator<'_> {
+    fn at(&self, key: &str, msg: String) -> ConfigError {
+        ConfigError(format!("trigger {:?}: {key}: {msg}", self.id))
+    }
+
+    fn required(&self, gate: &str, field: &str) -> ConfigError {
+        self.at(gate, format!("{field} is required"))
+    }
+
+    fn selector(&self, gate: &str, key: Option<String>) -> Result<KeySelector, ConfigError> {
+        match key {
+            None => Ok(KeySelector::Global),
+            Some(k) => KeySelector::parse(&k).map_err(|e| self.at(&format!("{gate}.key"), e)),
+        }
+    }
+
+    /// A required count in `1..=hi`.
+    fn number(
+        &self,
+        gate: &str,
+        field: &str,
+        v: Option<u64>,
+        hi: u64,
+    ) -> Result<usize, ConfigError> {
+        match v {
+            None => Err(self.required(gate, field)),
+            Some(n) if (1..=hi).contains(&n) => Ok(n as usize),
+            Some(n) => Err(self.at(
+                &format!("{gate}.{field}"),
+                format!("{n} is out of range (1..={hi})"),
+            )),
+        }
+    }
+
+    /// A required duration.
+    fn duration(
+        &self,
+        gate: &str,
+        field: &str,
+        v: Option<String>,
+    ) -> Result<Duration, ConfigError> {
+        match v {
+            None => Err(self.required(gate, field)),
+            Some(t) => parse_flow_duration(&t).map_err(|e| self.at(&format!("{gate}.{field}"), e)),
+        }
+    }
+
+    /// `batch` stands alone; `priority` orders `concurrency` waiters, so it needs one.
+    fn combinations(&self, r: &RawFlow) -> Result<(), ConfigError> {
+        let id = self.id;
+        if r.batch.is_some() {
+            let others = [
+                ("debounce", r.debounce.is_some()),
+                ("singleton", r.singleton.is_some()),
+                ("concurrency", r.concurrency.is_some()),
+                ("priority", r.priority.is_some()),
+                ("throttle", r.throttle.is_some()),
+                ("rate_limit", r.rate_limit.is_some()),
+            ];
+            if let Some((other, _)) = others.iter().find(|(_, set)| *set) {
+                return err(format!(
+                    "trigger {id:?}: batch cannot be combined with {other} (remove one of the two keys)"
+                ));
+            }
+        }
+        if r.priority.is_some() && r.concurrency.is_none() {
+            return err(format!(
+                "trigger {id:?}: priority requires concurrency (priority orders concurrency waiters)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// `rate_limit` or `throttle`: a key, a period and a count.
+    fn window(&self, gate: &str, w: Option<RawWindow>) -> Result<Option<WindowGate>, ConfigError> {
+        let Some(w) = w else { return Ok(None) };
+        Ok(Some(WindowGate {
+            key: self.selector(gate, w.key)?,
+            period: self.duration(gate, "period", w.period)?,
+            max: self.number(gate, "max", w.max, MAX_WINDOW_MAX)?,
+        }))
+    }
+
+    /// `priority = { key, order }`: 1..=`MAX_PRIORITY_ORDER` distinct values.
+    fn priority(&self, p: RawPriority) -> Result<PriorityOrder, ConfigError> {
+        let key = match p.key {
+            None => return Err(self.required("priority", "key")),
+            Some(k) => self.selector("priority", Some(k))?,
+        };
+        let order = p.order.ok_or_else(|| self.required("priority", "order"))?;
+        if order.is_empty() || order.len() > MAX_PRIORITY_ORDER {
+            return Err(self.at(
+                "priority.order",
+                format!("must list 1..={MAX_PRIORITY_ORDER} values"),
+            ));
+        }
+        for (i, v) in order.iter().enumerate() {
+            if order[..i].contains(v) {
+                return Err(self.at("priority.order", format!("{v:?} is listed twice")));
+            }
+        }
+        Ok(PriorityOrder { key, order })
+    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Tests of the limits `config` enforces at start-up (issue 11): duration bounds, reserved
+//! Tests of the limits `config` enforces at start-up: duration bounds, reserved
 //! trigger paths and ids, `drain_grace`, and start-up warnings. Kept apart: `mod.rs` is long.
 use super::*;
 

@@ -45,7 +45,7 @@ use serde::Deserialize;
 pub use auth::{TriggerAuth, ENV_ADMIN_TOKEN};
 pub use dispatch::{
     AdaptiveConfig, CircuitConfig, DestinationConfig, DispatchConfig, HandlerUri, OnOpen,
-    PumpConfig, RateConfig, RetryConfig, ENV_PUMP_MAX_OUTSTANDING,
+    PumpConfig, RateSpec, RetryConfig, ENV_PUMP_MAX_OUTSTANDING,
 };
 pub use duration::parse_duration;
 pub use flow::{FlowConfig, FlowSettings};
@@ -139,8 +139,9 @@ pub struct RawWal {
     pub segment_bytes: Option<u64>,
     /// `pwrite` or `mmap`. Default: `pwrite` (see BENCHMARKS.md).
     pub write_path: Option<String>,
-    /// Capacity of the MPSC ring between workers and the WAL writer. Default: 4096.
-    /// Range: 2..=1_048_576.
+    /// Sized the ring to the single WAL writer of the layout before per-core logs; it sizes
+    /// nothing now (each core commits its own log, bounded by `max_batch`) and is accepted only
+    /// so old manifests still load, with a warning. Range: 2..=1_048_576.
     pub ring_capacity: Option<usize>,
     /// Most records in one group commit. Default: 1024. Range: 1..=65536.
     pub max_batch: Option<usize>,
@@ -416,6 +417,25 @@ impl Config {
     /// Where the WAL segments live.
     pub fn wal_dir(&self) -> PathBuf {
         self.server.data_dir.join("wal")
+    }
+
+    /// The destinations whose budget is shared through Redis, as the cluster takes them.
+    pub fn shared_destinations(&self) -> Vec<crate::cluster::SharedDestSpec> {
+        let shared = self.destinations.iter().enumerate();
+        shared
+            .filter_map(|(dest, d)| {
+                Some(crate::cluster::SharedDestSpec {
+                    dest,
+                    shared: d.shared.clone()?,
+                    limit: d.max_in_flight,
+                    rate: d.rate.map(|r| crate::cluster::SharedRate {
+                        per_sec: r.per_sec,
+                        burst: r.burst,
+                    }),
+                    uri: d.handler.uri.clone(),
+                })
+            })
+            .collect()
     }
 }
 

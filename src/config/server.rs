@@ -95,34 +95,13 @@ pub struct ServerConfig {
 }
 
 pub(super) fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, ConfigError> {
-    let listen_text = o
-        .listen
-        .clone()
-        .or(r.listen)
-        .unwrap_or_else(|| "127.0.0.1:8080".into());
-    let listen: SocketAddr = listen_text.parse().map_err(|_| {
-        ConfigError(format!(
-            "listen: {listen_text:?} is not an address like 127.0.0.1:8080"
-        ))
-    })?;
+    let listen = listen_addr(o.listen.clone().or(r.listen.clone()))?;
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
     let workers = ranged("server.workers", o.workers.or(r.workers), cores, 1, 256)?;
-    let max_head_bytes = ranged(
-        "server.max_head_bytes",
-        r.max_head_bytes,
-        16 * 1024,
-        1024,
-        1 << 20,
-    )?;
-    let max_body_bytes = ranged(
-        "server.max_body_bytes",
-        r.max_body_bytes,
-        10 << 20,
-        1,
-        crate::wal::MAX_BODY_BYTES as u64,
-    )?;
+    let (max_head_bytes, max_body_bytes) = (head_bytes(&r)?, body_bytes(&r)?);
+    let t = Timeouts::build(&r, o)?;
     Ok(ServerConfig {
         listen,
         data_dir: o
@@ -143,31 +122,11 @@ pub(super) fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, 
             1,
             1_000_000,
         )?,
-        header_timeout: duration_or(
-            "server.header_timeout",
-            r.header_timeout,
-            Duration::from_secs(10),
-        )?,
-        body_timeout: duration_or(
-            "server.body_timeout",
-            r.body_timeout,
-            Duration::from_secs(30),
-        )?,
-        idle_timeout: duration_or(
-            "server.idle_timeout",
-            r.idle_timeout,
-            Duration::from_secs(60),
-        )?,
-        shutdown_timeout: duration_or(
-            "server.shutdown_timeout",
-            r.shutdown_timeout,
-            Duration::from_secs(30),
-        )?,
-        drain_grace: match o.drain_grace.clone().or(r.drain_grace) {
-            None => Duration::from_secs(2),
-            Some(t) => duration::parse_duration_or_zero(&t)
-                .map_err(|e| ConfigError(format!("server.drain_grace: {e}")))?,
-        },
+        header_timeout: t.header,
+        body_timeout: t.body,
+        idle_timeout: t.idle,
+        shutdown_timeout: t.shutdown,
+        drain_grace: t.drain_grace,
         max_body_bytes,
         max_head_bytes,
         // Default: 8 KiB, or the head limit if smaller (the target is part of the head).
@@ -192,4 +151,66 @@ pub(super) fn build_server(r: RawServer, o: &Overrides) -> Result<ServerConfig, 
         max_queued_response_bytes: budgets::queued_response_bytes(r.max_queued_response_bytes)?,
         ui: super::ui::build(r.ui.as_deref(), listen)?,
     })
+}
+
+/// `server.listen` (or `--listen`). Default: `127.0.0.1:8080`.
+fn listen_addr(given: Option<String>) -> Result<SocketAddr, ConfigError> {
+    let text = given.unwrap_or_else(|| "127.0.0.1:8080".into());
+    text.parse().map_err(|_| {
+        ConfigError(format!(
+            "listen: {text:?} is not an address like 127.0.0.1:8080"
+        ))
+    })
+}
+
+/// `server.max_head_bytes`: 1 KiB..=1 MiB, default 16 KiB.
+fn head_bytes(r: &RawServer) -> Result<usize, ConfigError> {
+    ranged(
+        "server.max_head_bytes",
+        r.max_head_bytes,
+        16 * 1024,
+        1024,
+        1 << 20,
+    )
+}
+
+/// `server.max_body_bytes`: 1..=the WAL's record bound, default 10 MiB.
+fn body_bytes(r: &RawServer) -> Result<u64, ConfigError> {
+    ranged(
+        "server.max_body_bytes",
+        r.max_body_bytes,
+        10 << 20,
+        1,
+        crate::wal::MAX_BODY_BYTES as u64,
+    )
+}
+
+/// The connection timeouts and the drain's phases.
+struct Timeouts {
+    header: Duration,
+    body: Duration,
+    idle: Duration,
+    shutdown: Duration,
+    drain_grace: Duration,
+}
+
+impl Timeouts {
+    fn build(r: &RawServer, o: &Overrides) -> Result<Timeouts, ConfigError> {
+        let secs = Duration::from_secs;
+        Ok(Timeouts {
+            header: duration_or("server.header_timeout", r.header_timeout.clone(), secs(10))?,
+            body: duration_or("server.body_timeout", r.body_timeout.clone(), secs(30))?,
+            idle: duration_or("server.idle_timeout", r.idle_timeout.clone(), secs(60))?,
+            shutdown: duration_or(
+                "server.shutdown_timeout",
+                r.shutdown_timeout.clone(),
+                secs(30),
+            )?,
+            drain_grace: match o.drain_grace.clone().or(r.drain_grace.clone()) {
+                None => secs(2),
+                Some(t) => duration::parse_duration_or_zero(&t)
+                    .map_err(|e| ConfigError(format!("server.drain_grace: {e}")))?,
+            },
+        })
+    }
 }

@@ -1,6 +1,7 @@
 //! `[[destinations]] shared = { … }`: a destination budget shared by several nodes through
-//! Redis (issue 13; the mechanism is `crate::cluster`). Two stages like every table: the raw
-//! serde struct ([`RawShared`], unknown keys are errors) and the validated [`SharedConfig`].
+//! Redis (the mechanism is `crate::cluster`). Two stages like every table: the raw
+//! serde struct ([`RawShared`], unknown keys are errors) and the validated [`SharedSpec`], which
+//! the cluster defines.
 
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use serde::Deserialize;
 
 use super::duration::parse_duration;
 use super::ConfigError;
+pub use crate::cluster::{OnUnavailable, RedisAddr, SharedSpec};
 
 /// Shortest `lease`: a renewal (every `lease / 3`) must fit many Redis round trips.
 pub const MIN_LEASE: Duration = Duration::from_millis(500);
@@ -36,41 +38,8 @@ pub struct RawShared {
     pub on_unavailable: Option<String>,
 }
 
-/// Where the Redis is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisAddr {
-    pub host: String,
-    pub port: u16,
-    pub db: u8,
-}
-
-impl std::fmt::Display for RedisAddr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "redis://{}:{}/{}", self.host, self.port, self.db)
-    }
-}
-
-/// `on_unavailable`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnUnavailable {
-    /// No dispatch to the destination until Redis answers again.
-    Closed,
-    /// This node's own budget until Redis answers again.
-    Local,
-}
-
-/// A validated `shared` table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SharedConfig {
-    pub redis: RedisAddr,
-    /// The budget's name (the Redis keys are `sluice:budget:<key>:…`).
-    pub key: String,
-    pub lease: Duration,
-    pub on_unavailable: OnUnavailable,
-}
-
 /// Validates `raw` for the destination `uri` (`what` names it in errors).
-pub fn build_shared(what: &str, uri: &str, raw: RawShared) -> Result<SharedConfig, ConfigError> {
+pub fn build_shared(what: &str, uri: &str, raw: RawShared) -> Result<SharedSpec, ConfigError> {
     let fail = |msg: String| Err(ConfigError(format!("{what}: shared.{msg}")));
     let redis = match parse_redis_url(&raw.redis) {
         Ok(a) => a,
@@ -109,7 +78,7 @@ pub fn build_shared(what: &str, uri: &str, raw: RawShared) -> Result<SharedConfi
             ))
         }
     };
-    Ok(SharedConfig {
+    Ok(SharedSpec {
         redis,
         key,
         lease,
@@ -196,7 +165,7 @@ mod tests {
         let c = build_shared("d", "http://x/h", raw("redis://127.0.0.1:7000/2")).unwrap();
         assert_eq!(
             c,
-            SharedConfig {
+            SharedSpec {
                 redis: RedisAddr {
                     host: "127.0.0.1".into(),
                     port: 7000,

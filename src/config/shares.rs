@@ -1,5 +1,5 @@
 //! `[[triggers]] max_pending = { events = N, bytes = B }`: a trigger's guaranteed share of the
-//! durable backlog (issue 18; the arithmetic is [`crate::ingest::shares`], README "Bounds").
+//! durable backlog (the arithmetic is [`crate::ingest::shares`], README "Bounds").
 
 use serde::Deserialize;
 

@@ -656,7 +656,7 @@ mod tests {
     #[test]
     fn a_reload_leaves_a_shared_destinations_lease_alone() {
         use crate::cluster::slot::{Grant, Health, Slot};
-        use crate::config::shared::OnUnavailable;
+        use crate::cluster::OnUnavailable;
         use std::sync::Arc;
         let cfg = built(
             "[[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/a\"\nhandler = \"http://h/\"\n\

@@ -44,6 +44,7 @@ use std::sync::Arc;
 
 use mio::{Registry, Token};
 
+use super::outstanding::Outstanding;
 use crate::config::{Config, DestinationConfig};
 use crate::dispatch::adaptive::Sample;
 use crate::dispatch::circuit::Transition;
@@ -61,7 +62,6 @@ use crate::dispatch::retry::RetryPolicy;
 use crate::dispatch::rng::SmallRng;
 use crate::ingest::backlog::Backlog;
 use crate::net::http::client::{RequestError, RequestTemplate};
-use crate::sched::outstanding::Outstanding;
 
 /// The dispatch window a dispatcher takes slots from for gate-released jobs: the shared
 /// `max_outstanding` counter and each trigger's cap in it (`Backlog::window_take`).

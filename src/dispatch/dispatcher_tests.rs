@@ -41,7 +41,7 @@ fn rig(dest: &str) -> Rig {
             Arc::new(config),
             metrics,
             super::Slots {
-                window: Arc::new(crate::sched::outstanding::Outstanding::new(64)),
+                window: Arc::new(crate::dispatch::outstanding::Outstanding::new(64)),
                 backlog: Arc::new(crate::ingest::backlog::Backlog::new(
                     1000,
                     1 << 20,

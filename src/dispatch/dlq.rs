@@ -372,7 +372,7 @@ pub(crate) mod tests {
 
     pub(crate) fn sample_entry(n: u64) -> DlqEntry {
         let id =
-            crate::ingest::event_id::encode(0x0123_4567_89AB_CDEF_0000_0000_0000_0000 + n as u128);
+            crate::wal::event_id::encode(0x0123_4567_89AB_CDEF_0000_0000_0000_0000 + n as u128);
         DlqEntry {
             event: EventRecord {
                 event_id: id.clone(),

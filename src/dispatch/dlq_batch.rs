@@ -1,4 +1,4 @@
-//! The DLQ's batch files: one immutable file per group commit of dead letters (issue 12 item 3).
+//! The DLQ's batch files: one immutable file per group commit of dead letters.
 //!
 //! # Names in `DATA_DIR/dlq/`
 //!

@@ -11,8 +11,8 @@
 #![forbid(unsafe_code)]
 
 use super::dlq::{DlqEntry, DlqError, DlqStore, DlqSummary};
-use crate::ingest::event_id::EventIdGen;
 use crate::sync::clock::unix_millis;
+use crate::wal::event_id::EventIdGen;
 use crate::wal::segment::list_segments;
 use crate::wal::{
     self, Durability, Lsn, Record, WalConfig, WalError, WritePath, DEFAULT_SEGMENT_BYTES,

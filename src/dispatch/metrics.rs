@@ -333,30 +333,44 @@ impl DispatchMetrics {
 
     /// Renders every dispatch family. `now_ms` makes the oldest-pending age live at scrape time.
     pub fn render(&self, w: &mut PromWriter, now_ms: u64, pending_events: u64) {
-        if let Some(g) = &self.dlq_store {
-            let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-            let entries = get(&g.entries) as f64;
-            w.gauge(
-                "sluice_dlq_entries",
-                "Live dead-letter entries (bound: dispatch.max_dlq_entries).",
-                entries,
-            );
-            w.gauge(
-                "sluice_dlq_bytes",
-                "Bytes of the DLQ's files (batch files and legacy entry files).",
-                get(&g.bytes) as f64,
-            );
-            w.counter(
-                "sluice_dlq_batch_files_written_total",
-                "DLQ batch files written (one per commit of dead letters, plus compactions).",
-                get(&g.files_written),
-            );
-            w.counter(
-                "sluice_dlq_entries_written_total",
-                "Dead-letter entries written durably.",
-                get(&g.entries_written),
-            );
-        }
+        self.render_dlq_store(w);
+        self.render_pump(w, now_ms, pending_events);
+        self.render_ids(w);
+        self.render_destinations(w);
+        self.render_attempts(w);
+        self.flow.render_prometheus(w);
+    }
+
+    /// The DLQ store's gauges and counters (nothing before the store is open).
+    fn render_dlq_store(&self, w: &mut PromWriter) {
+        let Some(g) = &self.dlq_store else {
+            return;
+        };
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        w.gauge(
+            "sluice_dlq_entries",
+            "Live dead-letter entries (bound: dispatch.max_dlq_entries).",
+            get(&g.entries) as f64,
+        );
+        w.gauge(
+            "sluice_dlq_bytes",
+            "Bytes of the DLQ's files (batch files and legacy entry files).",
+            get(&g.bytes) as f64,
+        );
+        w.counter(
+            "sluice_dlq_batch_files_written_total",
+            "DLQ batch files written (one per commit of dead letters, plus compactions).",
+            get(&g.files_written),
+        );
+        w.counter(
+            "sluice_dlq_entries_written_total",
+            "Dead-letter entries written durably.",
+            get(&g.entries_written),
+        );
+    }
+
+    /// The pumps' window, outstanding jobs, oldest pending age, backlog and done cursors.
+    fn render_pump(&self, w: &mut PromWriter, now_ms: u64, pending_events: u64) {
         w.counter(
             "sluice_pump_window_overflows_total",
             "Times a core's in-memory dispatch window (4096 events, 64 MiB) was full, so its pump read the log back.",
@@ -367,28 +381,14 @@ impl DispatchMetrics {
             "Dispatch jobs admitted by the pump and not finished.",
             MetricType::Gauge,
         );
-        w.sample_u64(
-            "harn_orchestrator_pump_outstanding",
-            &[],
-            self.pump_outstanding(),
-        );
-        let oldest = self
-            .pumps
-            .iter()
-            .map(|c| c.oldest_pending_ms.load(Ordering::Relaxed))
-            .filter(|&ms| ms != 0)
-            .min()
-            .unwrap_or(0);
-        let age = if oldest == 0 {
-            0.0
-        } else {
-            now_ms.saturating_sub(oldest) as f64 / 1000.0
-        };
+        let outstanding = self.pump_outstanding();
+        w.sample_u64("harn_orchestrator_pump_outstanding", &[], outstanding);
         w.header(
             "harn_trigger_oldest_pending_age_seconds",
             "Age of the oldest accepted event without an outcome (computed at scrape).",
             MetricType::Gauge,
         );
+        let age = self.oldest_pending_age(now_ms);
         w.sample("harn_trigger_oldest_pending_age_seconds", &[], age);
         w.header(
             "sluice_wal_pending_events",
@@ -403,12 +403,29 @@ impl DispatchMetrics {
         );
         for (core, c) in self.pumps.iter().enumerate() {
             let core = core.to_string();
-            w.sample_u64(
-                "sluice_pump_done_cursor",
-                &[("core", &core)],
-                c.done_cursor.load(Ordering::Relaxed),
-            );
+            let cursor = c.done_cursor.load(Ordering::Relaxed);
+            w.sample_u64("sluice_pump_done_cursor", &[("core", &core)], cursor);
         }
+    }
+
+    /// Seconds since the oldest event without an outcome was accepted (0 when none).
+    fn oldest_pending_age(&self, now_ms: u64) -> f64 {
+        let oldest = self
+            .pumps
+            .iter()
+            .map(|c| c.oldest_pending_ms.load(Ordering::Relaxed))
+            .filter(|&ms| ms != 0)
+            .min()
+            .unwrap_or(0);
+        if oldest == 0 {
+            0.0
+        } else {
+            now_ms.saturating_sub(oldest) as f64 / 1000.0
+        }
+    }
+
+    /// Per destination: calls in flight, permits, connections opened.
+    fn render_destinations(&self, w: &mut PromWriter) {
         type Cell = fn(&DestCells) -> &AtomicU64;
         let families: [(&str, &str, MetricType, Cell); 3] = [
             (
@@ -430,7 +447,6 @@ impl DispatchMetrics {
                 |d| &d.connections,
             ),
         ];
-        self.render_ids(w);
         for (name, help, kind, cell) in families {
             w.header(name, help, kind);
             for (uri, d) in self.exported() {
@@ -438,6 +454,10 @@ impl DispatchMetrics {
                 w.sample_u64(name, &[("destination", uri)], v);
             }
         }
+    }
+
+    /// Attempts by outcome, their durations, and the time from acceptance to the DLQ.
+    fn render_attempts(&self, w: &mut PromWriter) {
         w.header(
             "sluice_dispatch_attempts_total",
             "Delivery attempts by destination and outcome.",
@@ -476,7 +496,6 @@ impl DispatchMetrics {
                 &[("status", r.as_str())],
             );
         }
-        self.flow.render_prometheus(w);
     }
 }
 

@@ -19,6 +19,9 @@
 //! | [`destination`] | the gate: circuit, pause, rate, permits, in that order | nothing consumed unless `Go`; `on_open = "hold"` waits instead of failing fast |
 //! | [`flow`] | per-trigger gates: batch, debounce, rate_limit, throttle, singleton, concurrency | state bounded by held jobs and `max_gate_keys` |
 //!
+//! The pump window shared by all cores is [`outstanding`] (`max_outstanding` jobs admitted and not
+//! finished, one padded atomic word; loom model `loom-tests/tests/outstanding.rs`).
+//!
 //! The delivery runtime builds on these: [`dispatcher`] (the decisions: queues, gates, retry
 //! timers, outcomes) drives [`outbound`] (the I/O: connections, keep-alive reuse, request and
 //! response). The DLQ is [`dlq`] (entries and their format) stored by [`dlq_store`] as group-committed
@@ -41,6 +44,7 @@ pub mod flow;
 pub mod job;
 pub mod metrics;
 pub mod outbound;
+pub mod outstanding;
 pub mod permits;
 pub mod rate;
 pub mod request;

@@ -96,6 +96,16 @@ impl Permits {
     }
 }
 
+impl crate::cluster::budget::PermitBound for Permits {
+    fn set_max(&mut self, max: usize) {
+        Permits::set_max(self, max)
+    }
+
+    fn available(&self) -> bool {
+        Permits::available(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,14 @@
 
 use crate::sync::gcra::{decide, BucketParams, Decision, ParamError};
 
+/// A destination's outbound rate budget as configured (`rate = { per_sec, burst }`): validated
+/// by `config` (`per_sec` 1..=1e9, `burst` ≥ 1), turned into a [`RateBudget`] per owner core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateSpec {
+    pub per_sec: u64,
+    pub burst: u64,
+}
+
 /// GCRA over a plain `u64`.
 #[derive(Debug, Clone)]
 pub struct RateBudget {

@@ -1,5 +1,5 @@
 //! The durable-queue bound: committed-but-not-done events, counted in events and bytes, in
-//! per-trigger shares plus a common pool (issue 18; the arithmetic is [`crate::ingest::shares`]).
+//! per-trigger shares plus a common pool (the arithmetic is [`crate::ingest::shares`]).
 //!
 //! Ingest *reserves* an event's room before offering it to the WAL (so the bound holds for
 //! events in flight to the disk too), in its trigger's slot ([`Backlog::reserve_for`]): from the
@@ -849,6 +849,10 @@ impl Backlog {
 #[path = "backlog_resize.rs"]
 mod resize;
 use resize::SharePlan;
+
+#[path = "backlog_view.rs"]
+mod view;
+pub use view::{SlotView, SLOT_REFUSALS};
 
 #[cfg(all(test, not(loom)))]
 #[path = "backlog_tests.rs"]

@@ -6,7 +6,7 @@
 //! - [`bucket`]: GCRA token bucket in one atomic word, and the all-or-nothing
 //!   [`bucket::Admission`] through the global and a per-source bucket.
 //! - [`sources`]: bounded per-source registry, per-core caches, per-source refusal counters.
-//! - [`respond`]: the 202/503 bodies; [`event_id`]: ULID-shaped event ids.
+//! - [`respond`]: the 202/503 bodies; `event_id` (from `wal`): ULID-shaped event ids.
 //! - [`schedule`]: the return schedule: `Retry-After` of `queue_full` and `ingest_saturated`
 //!   refusals from a ring of future one-second slots, so refused senders return spread out.
 //! - [`verify`]: per-trigger signature schemes (`401`), outbound Standard Webhooks signing;
@@ -27,7 +27,8 @@
 pub mod backlog;
 pub mod bucket;
 pub mod dedupe;
-pub mod event_id;
+/// The event id lives with the record that stores it (`wal::event_id`); ingest mints them.
+pub use crate::wal::event_id;
 pub mod pending;
 pub mod pipeline;
 pub mod respond;

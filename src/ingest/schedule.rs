@@ -1,5 +1,5 @@
 //! The return schedule: `Retry-After` handed out like tickets, so refused senders come back
-//! spread over the seconds that will have room instead of all together (issue 16).
+//! spread over the seconds that will have room instead of all together.
 //!
 //! # Model
 //! A refusal caused by a *rate* constraint has a known future room: the durable backlog

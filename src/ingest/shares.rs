@@ -1,5 +1,5 @@
 //! Per-trigger shares of the durable backlog: a guaranteed share per trigger plus a common
-//! pool any trigger may borrow from while it is free (issue 18, DESIGN.md "Backlog shares").
+//! pool any trigger may borrow from while it is free (DESIGN.md "Backlog shares").
 //!
 //! # Slots
 //!

@@ -381,7 +381,7 @@ fn top_by_traffic(entries: &mut Vec<Arc<SourceEntry>>, n: usize) -> Vec<Arc<Sour
 struct Totals {
     refusals: [u64; RefusalReason::COUNT],
     accepted: u64,
-    /// Early returns (issue 16): not traffic, only summed for `_other`.
+    /// Early returns: not traffic, only summed for `_other`.
     early: u64,
 }
 

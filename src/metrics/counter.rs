@@ -391,14 +391,25 @@ impl Metrics {
         self.shards[core].get(slot::IO_RETIRED)
     }
 
-    /// The whole `/metrics` body: this module's families, then whatever `extra` appends.
-    /// Same as [`super::prom::render`].
+    /// The whole `/metrics` body: this module's families, then whatever `extra` appends (WAL
+    /// histograms, per-source refusal counters, ...).
     pub fn render(&self, extra: &mut dyn FnMut(&mut PromWriter)) -> String {
-        super::prom::render(self, extra)
+        let mut w = PromWriter::new();
+        self.render_prometheus(&mut w);
+        extra(&mut w);
+        w.finish()
     }
 
     /// Append every family this module owns, in a fixed order.
     pub fn render_prometheus(&self, w: &mut PromWriter) {
+        self.render_requests(w);
+        self.render_connections(w);
+        self.render_core_gauges(w);
+        self.render_read_pauses(w);
+    }
+
+    /// `harn_backpressure_events_total` and `sluice_http_requests_total`.
+    fn render_requests(&self, w: &mut PromWriter) {
         const BP: &str = "harn_backpressure_events_total";
         w.header(
             BP,
@@ -429,104 +440,110 @@ impl Metrics {
                 }
             }
         }
+    }
 
+    /// Connections accepted, refused (by reason), timed out (by kind) and open (per core).
+    fn render_connections(&self, w: &mut PromWriter) {
         w.counter(
             "sluice_connections_accepted_total",
             "Connections accepted.",
             self.connections_accepted(),
         );
-
-        const REFUSED: &str = "sluice_connections_refused_total";
-        w.header(
-            REFUSED,
+        let refused = ConnRefusal::ALL
+            .iter()
+            .map(|&r| (r.as_str(), self.connections_refused(r)));
+        labelled(
+            w,
+            ("sluice_connections_refused_total", "reason"),
             "Connections refused at accept, by reason.",
-            MetricType::Counter,
+            refused,
         );
-        for &r in ConnRefusal::ALL {
-            w.sample_u64(
-                REFUSED,
-                &[("reason", r.as_str())],
-                self.connections_refused(r),
-            );
-        }
-
-        const TIMED_OUT: &str = "sluice_connections_timed_out_total";
-        w.header(
-            TIMED_OUT,
+        let timed_out = TimeoutKind::ALL
+            .iter()
+            .map(|&k| (k.as_str(), self.connections_timed_out(k)));
+        labelled(
+            w,
+            ("sluice_connections_timed_out_total", "kind"),
             "Connections closed by a timeout, by kind.",
-            MetricType::Counter,
+            timed_out,
         );
-        for &k in TimeoutKind::ALL {
-            w.sample_u64(
-                TIMED_OUT,
-                &[("kind", k.as_str())],
-                self.connections_timed_out(k),
-            );
-        }
-
-        const OPEN: &str = "sluice_connections_open";
-        w.header(
-            OPEN,
+        self.per_core_gauge(
+            w,
+            "sluice_connections_open",
             "Open connections, per worker core.",
-            MetricType::Gauge,
+            Metrics::connections_open,
         );
-        for core in 0..self.cores() {
-            let label = core.to_string();
-            w.sample_u64(OPEN, &[("core", &label)], self.connections_open(core));
-        }
+    }
 
-        const QUEUED: &str = "sluice_commit_queued_records";
-        w.header(
-            QUEUED,
+    /// The per-core gauges of the commit, the links and io_uring's retired connections, and
+    /// the receive pool's empty count.
+    fn render_core_gauges(&self, w: &mut PromWriter) {
+        self.per_core_gauge(
+            w,
+            "sluice_commit_queued_records",
             "Records in a core's next group commit and with its commit helper (bound: 2 x wal.max_batch ingest records plus the pump's).",
-            MetricType::Gauge,
+            Metrics::commit_queued,
         );
-        for core in 0..self.cores() {
-            let label = core.to_string();
-            w.sample_u64(QUEUED, &[("core", &label)], self.commit_queued(core));
-        }
-
-        const WAITING: &str = "sluice_link_waiting_items";
-        w.header(
-            WAITING,
+        self.per_core_gauge(
+            w,
+            "sluice_link_waiting_items",
             "Jobs and outcomes a core holds because another core's inbound ring is full (bound: the jobs the core holds; offered again every loop turn).",
-            MetricType::Gauge,
+            Metrics::link_waiting,
         );
-        for core in 0..self.cores() {
-            let label = core.to_string();
-            w.sample_u64(WAITING, &[("core", &label)], self.link_waiting(core));
-        }
-
-        const RETIRED: &str = "sluice_io_retired_connections";
-        w.header(
-            RETIRED,
+        self.per_core_gauge(
+            w,
+            "sluice_io_retired_connections",
             "io_uring: closed connections whose last response bytes are still being sent (bound: 4096 per core, 2 s each; 0 on mio).",
-            MetricType::Gauge,
+            Metrics::io_retired,
         );
-        for core in 0..self.cores() {
-            let label = core.to_string();
-            w.sample_u64(RETIRED, &[("core", &label)], self.io_retired(core));
-        }
         w.counter(
             "sluice_io_receive_pool_empty_total",
             "io_uring: receives that found the core's receive-buffer pool (128 x 32 KiB) empty and were re-armed.",
             self.sum(slot::IO_POOL_EMPTY),
         );
+    }
 
-        const PAUSED: &str = "sluice_connections_read_paused_total";
-        w.header(
-            PAUSED,
+    /// Reads paused by a bound, and bodies refused by the body budget.
+    fn render_read_pauses(&self, w: &mut PromWriter) {
+        let paused = PauseBound::ALL
+            .iter()
+            .map(|&b| (b.as_str(), self.read_paused(b)));
+        labelled(
+            w,
+            ("sluice_connections_read_paused_total", "bound"),
             "Times a connection stopped being read because its queued responses reached a bound.",
-            MetricType::Counter,
+            paused,
         );
-        for &b in PauseBound::ALL {
-            w.sample_u64(PAUSED, &[("bound", b.as_str())], self.read_paused(b));
-        }
         w.counter(
             "sluice_body_budget_refusals_total",
             "Request bodies refused (503 body_budget) because max_inflight_body_bytes could not cover them.",
             self.body_budget_refused(),
         );
+    }
+
+    /// A gauge family with one sample per core (`core` label), read by `get(self, core)`.
+    fn per_core_gauge(&self, w: &mut PromWriter, name: &str, help: &str, get: CoreGauge) {
+        w.header(name, help, MetricType::Gauge);
+        for core in 0..self.cores() {
+            let label = core.to_string();
+            w.sample_u64(name, &[("core", &label)], get(self, core));
+        }
+    }
+}
+
+/// A per-core gauge reader of [`Metrics`].
+type CoreGauge = fn(&Metrics, usize) -> u64;
+
+/// A counter family `(name, label)` with one sample per label value.
+fn labelled<'a>(
+    w: &mut PromWriter,
+    (name, label): (&str, &str),
+    help: &str,
+    samples: impl Iterator<Item = (&'a str, u64)>,
+) {
+    w.header(name, help, MetricType::Counter);
+    for (value, v) in samples {
+        w.sample_u64(name, &[(label, value)], v);
     }
 }
 

@@ -9,8 +9,9 @@
 //! - [`counter`]: the fixed families every worker core counts into without sharing a cache line
 //!   ([`CoreMetrics`]), summed at scrape time ([`Metrics`]); plus [`Counter`] for counters keyed
 //!   at run time (per-source refusals in `ingest::sources`).
-//! - [`prom`]: the text writer ([`PromWriter`]) and [`render`], which other modules extend with
-//!   their own families (WAL histograms, ring depth, per-source counters) through a callback.
+//! - [`prom`]: the text writer ([`PromWriter`]); [`render`] writes the core families with it
+//!   and lets other modules extend the body with their own (WAL histograms, per-source counters)
+//!   through a callback.
 //!
 //! - [`histogram`]: the one Prometheus histogram type (fixed buckets, nanoseconds in, seconds
 //!   out), used by the WAL's sync timing and dispatch durations.
@@ -31,7 +32,13 @@ pub use counter::{
     status_slot, Action, ConnRefusal, CoreMetrics, Counter, Dimension, Metrics, PauseBound, Route,
     TimeoutKind, STATUS_CODES,
 };
-pub use prom::{render, MetricType, PromWriter};
+pub use prom::{MetricType, PromWriter};
+
+/// The whole `/metrics` body: the core families of `metrics`, then whatever `extra` appends
+/// (WAL histograms, ring depth, per-source refusal counters, ...). Same as [`Metrics::render`].
+pub fn render(metrics: &Metrics, extra: &mut dyn FnMut(&mut PromWriter)) -> String {
+    metrics.render(extra)
+}
 
 #[cfg(test)]
 mod tests {

@@ -231,15 +231,6 @@ fn valid_label_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// The whole `/metrics` body: the core families of `metrics`, then whatever `extra` appends
-/// (WAL histograms, ring depth, per-source refusal counters, ...).
-pub fn render(metrics: &super::Metrics, extra: &mut dyn FnMut(&mut PromWriter)) -> String {
-    let mut w = PromWriter::new();
-    metrics.render_prometheus(&mut w);
-    extra(&mut w);
-    w.finish()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,7 +325,7 @@ mod tests {
                 .push_str("# TYPE preformatted gauge\npreformatted 1\n");
         };
         let text = m.render(&mut extra);
-        assert_eq!(text, render(&m, &mut extra));
+        assert_eq!(text, crate::metrics::render(&m, &mut extra));
         let expected = "\
 # HELP harn_backpressure_events_total Backpressure decisions by dimension and action.
 # TYPE harn_backpressure_events_total counter

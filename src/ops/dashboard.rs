@@ -16,6 +16,12 @@
 //! no core a turn. Cells are read `Relaxed` one by one: the snapshot is not atomic across
 //! cells (a count may be one event ahead of another), which a once-a-second view tolerates.
 //!
+//! **What a reload removed stays on the page until it is done**: a destination no trigger uses
+//! any more is listed (`"removed": true`) while it has calls in flight or queued, a removed
+//! trigger while it holds events or dispatch jobs (`ops::dashboard_backlog`), so every event
+//! `backlog.events` counts is on a row (a trigger added by a reload shows the default route's
+//! slot, which it shares).
+//!
 //! **Access** (`server.ui`, [`crate::config::ui`]): `public` serves both; `token` serves the
 //! static page and requires `Authorization: Bearer <admin token>` for the state; `off` is 404.
 
@@ -24,11 +30,13 @@
 use serde_json::{json, Value};
 
 use crate::config::ui::UiMode;
+use crate::config::Config;
 use crate::dispatch::circuit::CircuitState;
 use crate::dispatch::dlq::DlqReason;
 use crate::ingest::router::OpsEndpoint;
 use crate::ingest::sources::RefusalReason;
 use crate::metrics::counter::{Action, Dimension};
+use crate::ops::dashboard_backlog;
 use crate::sched::state::Shared;
 
 /// The page, embedded at build time.
@@ -120,11 +128,39 @@ pub fn answer(shared: &Shared, ep: OpsEndpoint, authorization: Option<&[u8]>) ->
 pub fn state(shared: &Shared) -> Value {
     let generation = shared.reload.current();
     let config = &generation.value.config;
-    let now = shared.clock.now_nanos();
     let now_ms = crate::sync::clock::unix_millis();
     let m = &shared.metrics;
     let d = &shared.metrics_dispatch;
+    let oldest_age_s = d
+        .oldest_pending_ms()
+        .map_or(0.0, |ms| now_ms.saturating_sub(ms) as f64 / 1000.0);
+    json!({
+        "now_ms": now_ms,
+        "config_generation": generation.number,
+        "phase": shared.not_ready_reason().unwrap_or("ready"),
+        "ingest": ingest(shared, config),
+        "wal": {
+            "healthy": shared.wal_healthy(),
+            "appends": wal_appends(shared),
+            "commit_queued": (0..m.cores()).map(|c| m.commit_queued(c)).sum::<u64>(),
+            "bytes": shared.backlog.wal_bytes(),
+            "max_bytes": config.dispatch.max_wal_bytes,
+        },
+        "backlog": dashboard_backlog::backlog(shared, config, oldest_age_s),
+        "pump": dashboard_backlog::pump(shared, config),
+        "destinations": destinations(shared, config),
+        "dlq": {
+            "retry_exhausted": d.dead_lettered(DlqReason::RetryExhausted),
+            "circuit_open": d.dead_lettered(DlqReason::CircuitOpen),
+            "permanent_failure": d.dead_lettered(DlqReason::PermanentFailure),
+        },
+        "triggers": dashboard_backlog::triggers(shared, config),
+    })
+}
 
+/// `ingest`: admitted and refused requests (all sources), the global bucket, the body budget.
+fn ingest(shared: &Shared, config: &Config) -> Value {
+    let m = &shared.metrics;
     let mut admitted = 0u64;
     let mut refused = [0u64; RefusalReason::COUNT];
     shared.sources.for_each(|_, e| {
@@ -138,22 +174,41 @@ pub fn state(shared: &Shared) -> Value {
         .map(|r| (r.as_str().to_string(), json!(refused[*r as usize])))
         .collect();
     let global = shared.admission.global();
+    json!({
+        "admitted": admitted,
+        "refused": refused,
+        "admit_events": m.backpressure_events(Dimension::Ingest, Action::Admit),
+        "reject_events": m.backpressure_events(Dimension::Ingest, Action::Reject),
+        "global_bucket": {
+            "capacity": config.ingest.global_capacity,
+            "available": global.available(shared.clock.now_nanos()).max(0.0).floor(),
+            "refill_per_sec": config.ingest.refill_per_sec,
+        },
+        "body_budget": {
+            "in_use": shared.body_budget.in_use(),
+            "limit": shared.body_budget.limit(),
+        },
+    })
+}
 
-    let oldest_age_s = d
-        .oldest_pending_ms()
-        .map_or(0.0, |ms| now_ms.saturating_sub(ms) as f64 / 1000.0);
-    // By destination id; one a reload removed (kept to finish its events) is not shown.
+/// `destinations[]` by destination id: the ones a trigger uses, then the ones a reload removed
+/// (kept to finish their events) while they still have calls in flight or queued
+/// (`"removed": true`).
+fn destinations(shared: &Shared, config: &Config) -> Vec<Value> {
+    let now = shared.clock.now_nanos();
     let used = crate::ops::reload_ids::in_use(config);
-    let destinations: Vec<Value> = d
-        .destinations()
+    let cells = shared.metrics_dispatch.destinations();
+    let all = cells.into_iter().zip(config.destinations.iter()).zip(used);
+    let (active, removed): (Vec<_>, Vec<_>) = all.partition(|(_, used)| *used);
+    let busy = |s: &crate::dispatch::metrics::DestSnapshot| s.in_flight > 0 || s.queued > 0;
+    active
         .into_iter()
-        .zip(config.destinations.iter())
-        .zip(used)
-        .filter_map(|(sc, used)| used.then_some(sc))
-        .map(|(s, c)| {
+        .chain(removed.into_iter().filter(|((s, _), _)| busy(s)))
+        .map(|((s, c), used)| {
             let paused_ms = s.paused_until.saturating_sub(now) / 1_000_000;
             json!({
                 "uri": s.uri,
+                "removed": !used,
                 "in_flight": s.in_flight,
                 "permits": s.permits,
                 "max_in_flight": c.max_in_flight,
@@ -173,85 +228,7 @@ pub fn state(shared: &Shared) -> Value {
                 "tls_error_total": s.tls_error,
             })
         })
-        .collect();
-    let triggers: Vec<Value> = config
-        .triggers
-        .iter()
-        .map(|t| {
-            let (events, bytes) = shared.backlog.trigger_pending(&t.id);
-            // The start-up trigger's cells (a reload may reorder the triggers).
-            let cells = d.flow.index_of(&t.id).unwrap_or(usize::MAX);
-            let mut gates = serde_json::Map::new();
-            for (g, gate) in crate::dispatch::flow::metrics::GATES.iter().enumerate() {
-                if let Some(counts) = d.flow.decisions(cells, g) {
-                    let counts: serde_json::Map<String, Value> =
-                        crate::dispatch::flow::metrics::DECISIONS
-                            .iter()
-                            .zip(counts)
-                            .map(|(name, n)| (name.to_string(), json!(n)))
-                            .collect();
-                    gates.insert(gate.to_string(), Value::Object(counts));
-                }
-            }
-            // The sum of its `sluice_flow_held{gate}` over the six gates.
-            let gate_waiting = d.flow.held_in_gates(cells);
-            json!({
-                "id": t.id,
-                "path": t.path,
-                "gate_waiting": gate_waiting,
-                "pending_events": events,
-                "pending_bytes": bytes,
-                "gates": gates,
-            })
-        })
-        .collect();
-    json!({
-        "now_ms": now_ms,
-        "config_generation": generation.number,
-        "phase": shared.not_ready_reason().unwrap_or("ready"),
-        "ingest": {
-            "admitted": admitted,
-            "refused": refused,
-            "admit_events": m.backpressure_events(Dimension::Ingest, Action::Admit),
-            "reject_events": m.backpressure_events(Dimension::Ingest, Action::Reject),
-            "global_bucket": {
-                "capacity": config.ingest.global_capacity,
-                "available": global.available(now).max(0.0).floor(),
-                "refill_per_sec": config.ingest.refill_per_sec,
-            },
-            "body_budget": {
-                "in_use": shared.body_budget.in_use(),
-                "limit": shared.body_budget.limit(),
-            },
-        },
-        "wal": {
-            "healthy": shared.wal_healthy(),
-            "appends": wal_appends(shared),
-            "commit_queued": (0..m.cores()).map(|c| m.commit_queued(c)).sum::<u64>(),
-            "bytes": shared.backlog.wal_bytes(),
-            "max_bytes": config.dispatch.max_wal_bytes,
-        },
-        "backlog": {
-            "events": shared.backlog.pending_events(),
-            "max_events": config.dispatch.max_pending_events,
-            "bytes": shared.backlog.pending_bytes(),
-            "max_bytes": config.dispatch.max_pending_bytes,
-            "oldest_age_seconds": oldest_age_s,
-            "saturated": shared.backlog.is_saturated(),
-        },
-        "pump": {
-            "outstanding": d.pump_outstanding(),
-            "max_outstanding": config.pump.max_outstanding,
-            "window_overflows": d.window_overflows(),
-        },
-        "destinations": destinations,
-        "dlq": {
-            "retry_exhausted": d.dead_lettered(DlqReason::RetryExhausted),
-            "circuit_open": d.dead_lettered(DlqReason::CircuitOpen),
-            "permanent_failure": d.dead_lettered(DlqReason::PermanentFailure),
-        },
-        "triggers": triggers,
-    })
+        .collect()
 }
 
 fn wal_appends(shared: &Shared) -> u64 {

@@ -7,7 +7,8 @@
 //! in [`Published`]: one mutex-guarded `Arc` plus an atomic generation number. Each core's loop
 //! compares the number with its own at the top of every turn ([`CoreView::pick_up`], one
 //! `Acquire` load; the lock is taken only when the number changed) and applies the new generation
-//! to what it owns at that loop boundary ([`apply_on_core`]), and compares again before it
+//! to what it owns at that loop boundary (the core's `follow_reload`: its pump learns the new
+//! trigger → destination map, its dispatcher the new destinations), and compares again before it
 //! routes each request (so a request sent after the reload's `200` meets the new generation on
 //! any core). A core's loop turns at least every 100 ms (its poll timeout), so every core runs
 //! the new generation within about 100 ms of the publication; until then it runs the old one,
@@ -354,25 +355,96 @@ impl CoreView {
     }
 }
 
-/// Applies `next` to what one core owns: its dispatcher (destination limits, retry, timeouts)
-/// and its pump (trigger → destination). Called between two requests of the core's loop.
-pub fn apply_on_core(
-    next: &Versioned<Generation>,
-    dispatcher: &mut crate::dispatch::dispatcher::Dispatcher,
-    pump: &mut crate::sched::pump::CorePump,
-    now: u64,
-    registry: &mio::Registry,
-    draining: bool,
-) {
-    pump.learn_handlers(&next.value.config);
-    dispatcher.reconfigure(Arc::clone(&next.value.config), now, registry, draining);
-}
-
 /// The main thread's SIGHUP check (every 20 ms while it waits): a reload per signal received
 /// (signals arriving during one reload coalesce into the next).
 pub fn on_signal(hup: &std::sync::atomic::AtomicBool, published: &Published) {
     if hup.swap(false, Ordering::Relaxed) {
         eprintln!("sluice: SIGHUP: reloading the configuration");
         let _ = published.reload();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: &str = "[[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/a\"\n\
+                       handler = \"http://127.0.0.1:9/a\"\n";
+    const TWO: &str = "[[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/a\"\n\
+                       handler = \"http://127.0.0.1:9/a\"\n\n[[triggers]]\nid = \"b\"\n\
+                       provider = \"p\"\npath = \"/b\"\nhandler = \"http://127.0.0.1:9/a\"\n";
+
+    /// A `Published` started from `text`, reading reloads from the file it returns.
+    fn published(text: &str) -> (Published, tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sluice.toml");
+        std::fs::write(&path, text).unwrap();
+        let overrides = Overrides::default();
+        let config = Config::load(Some(&path), &overrides).unwrap();
+        let guards = Guards::new(&config.triggers, config.ingest.dedupe_max_keys);
+        let router = Router::new(&config.triggers, config.ingest.default_route);
+        let p = Published::new(Arc::new(config), router, &guards);
+        p.set_source(ReloadSource {
+            path: Some(path.clone()),
+            overrides,
+        });
+        (p, dir, path)
+    }
+
+    fn reloads(p: &Published) -> String {
+        let mut w = PromWriter::new();
+        p.render_prometheus(&mut w);
+        w.finish()
+    }
+
+    #[test]
+    fn a_valid_reload_publishes_the_next_generation_once_to_each_view() {
+        let (p, _dir, path) = published(ONE);
+        let mut view = CoreView::new(&p);
+        assert!(
+            view.pick_up(&p).is_none(),
+            "the view starts on generation 1"
+        );
+        std::fs::write(&path, TWO).unwrap();
+        assert_eq!(p.reload(), Ok(2));
+        let next = view.pick_up(&p).expect("generation 2 is picked up");
+        assert_eq!(next.number, 2);
+        assert_eq!(view.config().triggers.len(), 2);
+        assert!(view.pick_up(&p).is_none(), "picked up once");
+        assert!(reloads(&p).contains("sluice_config_reloads_total{result=\"ok\"} 1"));
+        assert!(reloads(&p).contains("sluice_config_generation 2"));
+    }
+
+    #[test]
+    fn an_invalid_manifest_publishes_nothing_and_is_counted() {
+        let (p, _dir, path) = published(ONE);
+        std::fs::write(&path, "[[triggers]]\nid = \"a\"\n").unwrap();
+        assert!(matches!(p.reload(), Err(ReloadError::Invalid(_))));
+        assert_eq!(p.number(), 1);
+        let (status, body) = admin_answer(&p);
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains("\"reason\":\"invalid\"") && body.contains("\"generation\":1"));
+        assert!(reloads(&p).contains("sluice_config_reloads_total{result=\"error\"} 2"));
+    }
+
+    #[test]
+    fn a_change_that_needs_a_restart_is_refused_with_409() {
+        let (p, _dir, path) = published(ONE);
+        let moved = format!("{ONE}[server]\nlisten = \"127.0.0.1:9999\"\n");
+        std::fs::write(&path, moved).unwrap();
+        let (status, body) = admin_answer(&p);
+        assert_eq!(status, 409, "{body}");
+        assert!(body.contains("needs_restart"), "{body}");
+        assert_eq!(p.number(), 1);
+    }
+
+    #[test]
+    fn without_a_source_a_reload_says_so() {
+        let config = Config::load(None, &Overrides::default()).unwrap();
+        let guards = Guards::new(&config.triggers, config.ingest.dedupe_max_keys);
+        let router = Router::new(&config.triggers, config.ingest.default_route);
+        let p = Published::new(Arc::new(config), router, &guards);
+        assert_eq!(p.reload(), Err(ReloadError::NoSource));
+        assert_eq!(admin_answer(&p).0, 409);
     }
 }

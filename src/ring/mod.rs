@@ -1,8 +1,10 @@
 //! Bounded lock-free rings.
 //!
-//! [`channel`] builds a bounded multi-producer / single-consumer ring: the hand-off from the
-//! per-core ingest paths to the single WAL writer (DESIGN.md, "Data flow"). The algorithm and
-//! its memory orderings are documented in [`mpsc`].
+//! [`channel`] builds a bounded multi-producer / single-consumer ring. sluice uses it for every
+//! hand-off between threads: each core's inbound job ring and outcome ring (written by every
+//! core), and the two batch rings between a core and its commit helper (DESIGN.md, "Data
+//! flow"). The algorithm and its memory orderings are documented in [`mpsc`]; the error a refused
+//! push hands back is [`PushError`] (`error.rs`).
 //!
 //! CONTRACT (the rest of the crate codes against exactly this API):
 //!
@@ -49,56 +51,7 @@
 
 pub mod mpsc;
 
+mod error;
+
+pub use error::PushError;
 pub use mpsc::{channel, Receiver, Sender};
-
-use std::fmt;
-
-/// Why [`Sender::try_push`] refused a value; the value is handed back in either case.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum PushError<T> {
-    /// The ring holds `capacity` items (or the consumer is still reading the oldest one).
-    Full(T),
-    /// The ring was closed: by `close()` on either side, or by dropping the receiver or the
-    /// last sender. No push will ever succeed again.
-    Closed(T),
-}
-
-impl<T> PushError<T> {
-    /// The value that was not pushed.
-    pub fn into_inner(self) -> T {
-        match self {
-            PushError::Full(v) | PushError::Closed(v) => v,
-        }
-    }
-
-    /// `true` for [`PushError::Full`].
-    pub fn is_full(&self) -> bool {
-        matches!(self, PushError::Full(_))
-    }
-
-    /// `true` for [`PushError::Closed`].
-    pub fn is_closed(&self) -> bool {
-        matches!(self, PushError::Closed(_))
-    }
-}
-
-// Manual impl so `unwrap()` works for any `T` (like `std::sync::mpsc::TrySendError`).
-impl<T> fmt::Debug for PushError<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PushError::Full(_) => f.write_str("Full(..)"),
-            PushError::Closed(_) => f.write_str("Closed(..)"),
-        }
-    }
-}
-
-impl<T> fmt::Display for PushError<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PushError::Full(_) => f.write_str("pushing into a full ring"),
-            PushError::Closed(_) => f.write_str("pushing into a closed ring"),
-        }
-    }
-}
-
-impl<T> std::error::Error for PushError<T> {}

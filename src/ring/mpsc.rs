@@ -34,7 +34,7 @@
 use std::fmt;
 use std::mem::MaybeUninit;
 
-use super::PushError;
+use super::error::PushError;
 use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::cell::UnsafeCell;
 use crate::sync::{Arc, CachePadded};

@@ -4,7 +4,7 @@
 //!
 //! Its own module so that the dependency goes one way: the worker's scrape path
 //! (`worker::budgets`) and the runtime both depend on it and on [`Shared`]; it depends on
-//! neither (`.ci/import_edges.sh` checks).
+//! neither (`.ci/structure.py` checks).
 
 use crate::sched::state::Shared;
 use crate::sync::clock::unix_millis;

@@ -1,4 +1,5 @@
-//! The runtime: worker threads (one event loop each), the WAL writer thread, and shutdown.
+//! The runtime: one thread per core (one event loop each), each core's commit helper thread, and
+//! shutdown.
 //!
 //! - [`runtime`] starts everything, waits for SIGTERM/SIGINT and drains.
 //! - [`worker`] is one core's event loop: its own `mio::Poll`, its own `SO_REUSEPORT` listener,
@@ -7,12 +8,11 @@
 //! - [`exposition`] renders `/metrics` from that state (below both the runtime and the worker).
 //!
 //! Dependencies go one way: `runtime` → `worker` → (`commit`, `pump`, `exposition`, `state`) →
-//! `ingest`, `wal`, `dispatch`; `.ci/import_edges.py` checks the edges issue 10 named.
+//! `ingest`, `wal`, `dispatch`; `.ci/structure.py` checks the edges.
 
 pub mod commit;
 pub mod exposition;
 pub mod logs;
-pub mod outstanding;
 pub mod placement;
 pub mod pump;
 pub mod runtime;

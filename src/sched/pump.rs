@@ -42,9 +42,9 @@ use std::sync::Arc;
 
 use crate::dispatch::dlq::{DlqEntry, DlqError};
 use crate::dispatch::job::{Job, JobOutcome};
+pub use crate::dispatch::outstanding::Outstanding;
 use crate::sched::commit::{Committer, Item};
 use crate::sched::logs::{event_key, split_key};
-pub use crate::sched::outstanding::Outstanding;
 use crate::sched::state::Shared;
 use crate::wal::{
     AppendOutcome, DispatchRecovery, DoneEntry, DoneRecord, DoneStatus, EventRecord, Lsn, Record,

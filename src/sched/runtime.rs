@@ -2,15 +2,16 @@
 //!
 //! Start-up order matters: signal handlers are installed first (a SIGTERM during start-up must
 //! not kill the process with the default action), then the WAL is recovered, then listeners are
-//! bound (so a bad address fails before anything runs), then the writer and workers start, and
-//! only then is the phase `Ready` and the address printed.
+//! bound (so a bad address fails before anything runs), then the cores (each with its commit
+//! helper) start, and only then is the phase `Ready` and the address printed.
 //!
 //! Shutdown (SIGTERM/SIGINT): phase `Draining` (`/readyz` → 503 `draining`) at once; for
 //! `drain_grace` the listeners stay open and requests are served (with `Connection: close`), so
 //! a load balancer polling `/readyz` can move traffic away; then each worker stops accepting,
 //! closes idle connections and answers what it has already received, with
 //! `Connection: close`; workers exit when they have nothing in flight, or after
-//! `shutdown_timeout`. Then the WAL ring is closed, the writer drains it, syncs and exits.
+//! `shutdown_timeout`. A core that exits closes its commit helper, which finishes the batches it
+//! holds, syncs its logs and exits (`sched::commit::Committer::close`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,7 +51,7 @@ pub enum RuntimeError {
     },
     /// A value the config validation let through but a component refused.
     Config(String),
-    /// A worker or the writer died.
+    /// A core's thread or its commit helper died.
     ThreadDied(String),
 }
 
@@ -426,7 +427,7 @@ fn start(run: Run) -> Result<(Handles, SocketAddr), RuntimeError> {
         .first()
         .map(|c| c.links.wakers.clone())
         .unwrap_or_default();
-    // Shared destination budgets (issue 13): the Redis client thread wakes the cores' loops.
+    // Shared destination budgets: the Redis client thread wakes the cores' loops.
     run.shared
         .cluster
         .start(run.shared.clock.clone(), wakers.clone())

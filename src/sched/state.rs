@@ -50,14 +50,14 @@ pub struct Shared {
     pub body_budget: crate::sync::Arc<BodyBudget>,
     /// The `/metrics` rendering shared by concurrent scrapes (`metrics::shared`).
     pub scrapes: SharedRendering,
-    /// `Retry-After` of `queue_full` / `ingest_saturated` refusals (issue 16).
+    /// `Retry-After` of `queue_full` / `ingest_saturated` refusals.
     pub returns: ReturnSchedule,
     /// The configuration generation cores pick up at the top of a turn (`ops::reload`).
     /// `config` and `router` above stay the start-up generation: what a reload cannot change.
     pub reload: crate::ops::reload::Published,
     /// The cores' I/O backend, resolved at start-up from `server.io` (`net::io::select`).
     pub io_backend: crate::net::io::Backend,
-    /// Destination budgets shared with other nodes through Redis (issue 13).
+    /// Destination budgets shared with other nodes through Redis.
     pub cluster: crate::cluster::Cluster,
     // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
     // loop turn. `Relaxed` is enough: the phase carries no data with it, and a worker that sees
@@ -89,7 +89,7 @@ impl Shared {
         let body_budget = crate::sync::Arc::new(budget);
         let returns = ReturnSchedule::new(config.ingest.refill_per_sec);
         Shared {
-            cluster: crate::cluster::Cluster::from_config(&config),
+            cluster: crate::cluster::Cluster::new(config.shared_destinations()),
             returns,
             reload: crate::ops::reload::Published::new(config.clone(), router.clone(), &guards)
                 .with_flow_cells(Arc::clone(&metrics_dispatch))

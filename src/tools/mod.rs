@@ -1,4 +1,4 @@
-//! Load tools shipped with the binary (issue 5): an open-loop load generator (`sluice loadgen`)
+//! Load tools shipped with the binary: an open-loop load generator (`sluice loadgen`)
 //! and a capacity-modelled third-party server (`sluice mock-downstream`). They exist so that
 //! performance claims and tuning advice are reproducible with the project's own code.
 //!

@@ -105,7 +105,8 @@ pub(crate) enum Staged {
     NoRoom,
 }
 
-/// An open, recovered WAL, ready to append. Owned by the writer thread.
+/// An open, recovered log, ready to append. Owned by one thread at a time: its core's commit
+/// helper (or the core's loop with `commit = "ring"`).
 pub struct Wal {
     pub(crate) dir: PathBuf,
     pub(crate) segment_bytes: u64,

@@ -219,6 +219,7 @@
 
 mod appender;
 pub mod checkpoint;
+pub mod event_id;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
 pub mod format;

@@ -6,8 +6,9 @@
 //! change behind the reference's back, and which turn into `SIGBUS` if the file shrinks under
 //! them. The WAL upholds this as follows:
 //!
-//! * Segment files are only ever written by this process's single WAL writer, either through
-//!   `pwrite` or through *the* `MmapMut` of that file (never both for one file at a time).
+//! * A segment file is only ever written by the one owner of its log (the core's commit helper,
+//!   or the core itself with `commit = "ring"`), either through `pwrite` or through *the*
+//!   `MmapMut` of that file (never both for one file at a time).
 //! * Segment files are never truncated or shrunk while open: they are preallocated to their full
 //!   size before being mapped for writing; retention only unlinks whole segments (a live map keeps
 //!   the inode alive).

@@ -95,6 +95,31 @@ impl Browser {
             .unwrap_or_else(|e| panic!("goto {url}: {e}"));
     }
 
+    /// Makes the page's viewport exactly `width` × `height` CSS pixels at scale 1 (DevTools'
+    /// device metrics, through chromedriver's CDP endpoint): layout checks and screenshots do
+    /// not depend on the window's decorations.
+    pub fn viewport(&self, width: u32, height: u32) {
+        let path = format!("/session/{}/goog/cdp/execute", self.session);
+        let params =
+            json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false});
+        let cmd = json!({"cmd": "Emulation.setDeviceMetricsOverride", "params": params});
+        self.call("POST", &path, Some(cmd))
+            .unwrap_or_else(|e| panic!("viewport {width}x{height}: {e}"));
+    }
+
+    /// A PNG of the viewport as Chromium rendered it.
+    pub fn screenshot(&self) -> Vec<u8> {
+        use base64::Engine as _;
+        let path = format!("/session/{}/screenshot", self.session);
+        let v = self
+            .call("GET", &path, None)
+            .unwrap_or_else(|e| panic!("screenshot: {e}"));
+        let b64 = v["value"].as_str().expect("screenshot is a base64 string");
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .expect("screenshot base64")
+    }
+
     /// Runs `script` (a function body) in the page; its return value.
     pub fn eval(&self, script: &str) -> Value {
         let path = format!("/session/{}/execute/sync", self.session);

@@ -29,6 +29,7 @@
 //! - `shared`: destination budgets shared by three nodes through a real `redis-server`.
 //! - `check`: `sluice check` output fed back and served, its flags, its error prefixes.
 //! - `ops`: `sluice check`, the systemd unit, CLI progress, the dashboard, hot reload.
+//! - `dashboard`: the dashboard in Chromium at 1280 px under a refused trigger and a reload.
 //! - `reload`: hot reload by SIGHUP and `POST /admin/reload` with traffic flowing.
 //! - `fsync_failure` (`--features failpoints`): one failed `fdatasync` that drops its pages.
 //! - `powerloss`: the WAL and (`powerloss::dlq`) the DLQ over the simulated disk (`storage::sim`),
@@ -43,6 +44,7 @@ mod budgets;
 mod check;
 mod connections;
 mod crash;
+mod dashboard;
 mod dispatch;
 mod dispatch_i12;
 mod dlq_corrupt;

@@ -332,7 +332,7 @@ const rows = [...document.querySelectorAll('[data-testid="destination"]')].map((
   queued: tr.querySelector('[data-testid="dest-queued"]').textContent,
   circuit: tr.querySelector('[data-testid="dest-circuit"]').textContent,
 }));
-return { backlog: t("backlog"), bound: t("backlog-bound"), status: t("status"),
+return { backlog: t("backlog"), bound: t("backlog-bound"), status: t("status"), pump_cap: t("pump-cap"),
          pump: t("pump-outstanding"), admitted: t("admitted"), rows };
 "#;
 
@@ -366,7 +366,9 @@ fn wait_dashboard(
 /// Issue 14 acceptance: 30 events held by a stalled destination; Chromium renders `/ui` with
 /// `backlog` reading 30 and the destination's row showing its uri, 5 calls in flight of 5
 /// permits and 25 queued; then the downstream answers, and the same page shows the backlog
-/// drain to 0 without a reload. `/ui` loads nothing from outside.
+/// drain to 0 without a reload. `/ui` loads nothing from outside. At a 1280×900 viewport the
+/// page scrolls nowhere sideways, the pump hop says there is no per-trigger cap (one trigger),
+/// and the screenshot README shows is written (`dashboard::save_screenshot`).
 #[test]
 fn dashboard_in_chromium_follows_a_stalled_destination() {
     use crate::downstream::{Behavior, Downstream};
@@ -379,6 +381,7 @@ fn dashboard_in_chromium_follows_a_stalled_destination() {
     let server = Server::start(crate::dispatch::big_buckets(Opts::config(
         &crate::dispatch::manifest(&uri, "max_in_flight = 5\ntimeout = \"60s\"", ""),
     )));
+    browser.viewport(1280, 900);
     browser.goto(&format!("http://{}/ui", server.addr()));
     let v = wait_dashboard(&browser, "an empty backlog and the destination", |v| {
         v["backlog"] == "0" && v["rows"].as_array().is_some_and(|r| r.len() == 1)
@@ -397,6 +400,16 @@ fn dashboard_in_chromium_follows_a_stalled_destination() {
             && v["rows"][0]["queued"] == "25"
     });
     assert_eq!(v["admitted"], "30", "{v}");
+    // One trigger with a handler: no per-trigger cap of the window, and the page says so.
+    assert!(
+        v["pump_cap"]
+            .as_str()
+            .unwrap()
+            .starts_with("no per-trigger cap"),
+        "{v}"
+    );
+    crate::dashboard::assert_fits_1280(&browser);
+    crate::dashboard::save_screenshot(&browser, "dashboard-stalled-destination", 1280);
     assert_eq!(
         ds.in_flight(),
         5,

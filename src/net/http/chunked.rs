@@ -15,7 +15,7 @@
 //! exceed `max_head_bytes` (431). Trailer fields are read and discarded; only their line
 //! structure (CRLF, no bare CR/LF) is checked.
 
-use super::{HttpError, Limits};
+use super::message::{HttpError, Limits};
 
 const MAX_SIZE_DIGITS: u8 = 16;
 

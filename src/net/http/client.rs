@@ -57,7 +57,7 @@ use std::mem::{self, MaybeUninit};
 use std::time::Duration;
 
 use super::chunked::{append_capped, ChunkedDecoder};
-use super::{HttpError, Limits};
+use super::message::{HttpError, Limits};
 use crate::net::date::parse_http_date;
 
 /// Header slots kept on the stack for `httparse`; a larger `max_headers` uses the heap.

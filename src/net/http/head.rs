@@ -10,7 +10,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::{BodyFraming, HttpError, Limits, Method, Version};
+use super::message::{BodyFraming, HttpError, Limits, Method, Version};
 
 /// Longest accepted method token; longer ones get 501 (RFC 9110 §9.1).
 const MAX_METHOD_BYTES: usize = 32;

@@ -4,8 +4,10 @@
 use std::mem;
 
 use super::chunked::{append_capped, ChunkedDecoder};
+use super::head::RequestHead;
 use super::head::{self, HeadScanner};
-use super::{BodyFraming, HttpError, Limits, ReadEvent, Request, RequestHead};
+use super::message::{BodyFraming, HttpError, Limits};
+use super::request::{ReadEvent, Request};
 
 /// Reads requests from a connection's buffer. One per connection; cheap to create.
 #[derive(Debug)]

@@ -1,6 +1,6 @@
 //! Response serialisation: status line, framing headers, caller headers, body.
 
-use super::HttpError;
+use super::message::HttpError;
 
 /// Appends a complete response to `out`:
 ///

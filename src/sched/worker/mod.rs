@@ -21,7 +21,7 @@
 //!
 //! Dedupe claims (`ingest::dedupe`) are kept per ticket in `claims` until settled: confirmed
 //! when the WAL reports the event durable (before the 202 is queued), released when the append
-//! is refused or fails, or when the connection closes before its event reached the WAL ring.
+//! is refused or fails, or when the connection closes before its event was staged in a batch.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -77,7 +77,7 @@ const TICKET_SEQ_BITS: u32 = 40;
 const SWEEP_EVERY: Duration = Duration::from_millis(100);
 /// How long a closing connection's input is read and discarded after the final response.
 const LINGER: Duration = Duration::from_secs(2);
-/// Poll timeout while requests wait for room in the WAL ring.
+/// Poll timeout while requests wait for room in the core's next batch.
 const OFFER_RETRY: Duration = Duration::from_millis(1);
 
 /// What a worker's core owns besides its connections: its poll (with the waker its commit
@@ -321,8 +321,12 @@ impl Worker {
         if let Some(next) = self.view.pick_up(&self.shared.reload) {
             let (now, registry) = (self.turn_now, self.poll.registry());
             let draining = self.shared.accepting_stopped(now);
-            let (dispatcher, pump) = (&mut self.dispatcher, &mut self.pump);
-            crate::ops::reload::apply_on_core(&next, dispatcher, pump, now, registry, draining);
+            // Between two requests of this loop: the pump learns the new trigger → destination
+            // map, the dispatcher the new destinations (limits, retry, timeouts, gates).
+            let config = &next.value.config;
+            self.pump.learn_handlers(config);
+            let dispatcher = &mut self.dispatcher;
+            dispatcher.reconfigure(Arc::clone(config), now, registry, draining);
         }
     }
 

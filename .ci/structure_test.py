@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Self-test of .ci/structure.py on small trees written to a temp dir (run by .ci/run)."""
+
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import structure  # noqa: E402
+
+
+def tree(files: dict) -> Path:
+    root = Path(tempfile.mkdtemp()) / "src"
+    for name, text in files.items():
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return root
+
+
+def check(name, files, expect_present, expect_absent=()):
+    found, _, _ = structure.violations(tree(files))
+    missing = [k for k in expect_present if k not in found]
+    extra = [k for k in expect_absent if k in found]
+    if missing or extra:
+        print(f"FAIL {name}: missing {missing}, unexpected {extra}; found {sorted(found)}")
+        return False
+    print(f"ok   {name}")
+    return True
+
+
+LONG = "fn long() {\n" + "    let _x = 1;\n" * 80 + "}\n"
+ok = all([
+    check("a cycle through a parent's re-export is a file cycle", {
+        "lib.rs": "pub mod a;\n",
+        "a/mod.rs": "mod b;\nmod c;\npub use b::Thing;\npub struct Shared;\n",
+        "a/b.rs": "pub struct Thing(super::Shared);\n",
+        "a/c.rs": "fn f(_: super::Thing) {}\n",
+    }, ["file-cycle: src/a/mod.rs src/a/b.rs"]),
+    check("test modules and strings never count", {
+        "lib.rs": "pub mod wal;\npub mod net;\n",
+        "wal.rs": "pub struct W;\n#[cfg(all(test, not(loom)))]\nmod tests { use crate::net::N; }\n"
+                  "const S: &str = \"crate::net::N\";\n// crate::net::N\n",
+        "net.rs": "pub struct N;\n",
+    }, [], ["forbidden: wal -> net"]),
+    check("a forbidden folder edge through a use tree", {
+        "lib.rs": "pub mod wal;\npub mod config;\n",
+        "wal.rs": "use crate::{config::{self, C}};\n",
+        "config.rs": "pub struct C;\n",
+    }, ["forbidden: wal -> config"]),
+    check("a function over the limit, a test function under cfg(test) not", {
+        "lib.rs": "pub mod x;\n",
+        "x.rs": LONG + "#[cfg(test)]\nmod tests {\n" + LONG.replace("long", "long_test") + "}\n",
+    }, ["long-fn: src/x.rs::long"], ["long-fn: src/x.rs::long_test"]),
+    check("a file over the tested-lines bound without tests", {
+        "lib.rs": "pub mod big;\npub mod tested;\n",
+        "big.rs": "// line\n" * 301,
+        "tested.rs": "// line\n" * 301 + "#[cfg(test)]\n#[path = \"tested_tests.rs\"]\nmod tests;\n",
+        "tested_tests.rs": "// line\n" * 400,
+    }, ["untested: src/big.rs"], ["untested: src/tested.rs", "untested: src/tested_tests.rs"]),
+])
+print("structure self-test:", "passed" if ok else "FAILED")
+sys.exit(0 if ok else 1)
