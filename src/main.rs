@@ -68,18 +68,44 @@ enum Command {
         #[command(subcommand)]
         command: WalCommand,
     },
-    /// Validate a manifest with the environment and print the effective configuration
-    /// (every default filled in, secrets redacted); exit 0 when valid, 2 naming the failing key.
-    Check {
-        /// TOML manifest.
-        #[arg(long)]
-        config: PathBuf,
-    },
+    /// Validate a manifest with the environment and the serve flags given, and print the
+    /// effective configuration as a manifest (every default filled in, secrets as their
+    /// references); exit 0 when valid, 2 naming the failing key.
+    Check(CheckArgs),
     /// Dead-letter queue tools (exit 4 when the entry does not exist).
     Dlq {
         #[command(subcommand)]
         command: DlqCommand,
     },
+}
+
+/// `sluice check`: the manifest and the `serve` flags that change the configuration.
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// TOML manifest.
+    #[arg(long)]
+    config: PathBuf,
+    /// As `serve --listen`.
+    #[arg(long)]
+    listen: Option<String>,
+    /// As `serve --data-dir` (not opened: a check reads only the manifest and secret files).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// As `serve --workers`.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// As `serve --durability`.
+    #[arg(long)]
+    durability: Option<String>,
+    /// As `serve --pump-max-outstanding`.
+    #[arg(long)]
+    pump_max_outstanding: Option<usize>,
+    /// As `serve --drain-grace`.
+    #[arg(long)]
+    drain_grace: Option<String>,
+    /// As `serve --io`.
+    #[arg(long)]
+    io: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -195,7 +221,16 @@ fn main() -> ExitCode {
         Command::Loadgen(args) => match sluice::tools::loadgen::run(&args) {
             Ok(summary) => {
                 print_line(&sluice::tools::loadgen::summary_json(&summary));
-                ExitCode::SUCCESS
+                match summary.totals.errors {
+                    0 => ExitCode::SUCCESS,
+                    n => fail(
+                        1,
+                        &format!(
+                            "loadgen: {n} requests failed on I/O (a connection \
+                         refused or reset, or a malformed response; the summary's errors)"
+                        ),
+                    ),
+                }
             }
             Err(e) => fail(e.exit_code(), &format!("loadgen: {e}")),
         },
@@ -242,16 +277,31 @@ fn main() -> ExitCode {
             }
         }
         Command::Dlq { command } => dlq(command),
-        Command::Check { config } => match Config::load(Some(&config), &Overrides::default()) {
-            Ok(cfg) => {
-                for w in cfg.warnings() {
-                    eprintln!("sluice: warning: {w}");
-                }
-                print_line(sluice::config::render::render(&cfg).trim_end());
-                ExitCode::SUCCESS
+        Command::Check(args) => check(args),
+    }
+}
+
+/// `sluice check`: the configuration `serve` with the same flags would run, as a manifest.
+fn check(args: CheckArgs) -> ExitCode {
+    let overrides = Overrides {
+        listen: args.listen,
+        data_dir: args.data_dir,
+        workers: args.workers,
+        durability: args.durability,
+        pump_max_outstanding: args.pump_max_outstanding,
+        drain_grace: args.drain_grace,
+        accept_wal_loss: false,
+        io: args.io,
+    };
+    match Config::load(Some(&args.config), &overrides) {
+        Ok(cfg) => {
+            for w in cfg.warnings() {
+                eprintln!("sluice: warning: {w}");
             }
-            Err(e) => fail(2, &e.to_string()),
-        },
+            print_line(sluice::config::render::render(&cfg).trim_end());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(2, &e.to_string()),
     }
 }
 

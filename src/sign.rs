@@ -7,7 +7,8 @@
 //! module of the crate.
 //!
 //! [Standard Webhooks](https://www.standardwebhooks.com/) (`standard_webhooks`): the secret is
-//! `whsec_<base64>` (the prefix is optional); the MAC key is the decoded base64. The signed
+//! `whsec_<base64>`; the MAC key is the decoded base64 (a value without the prefix is not
+//! decoded: `config::auth` takes such a key only when the manifest marks it raw). The signed
 //! bytes are `<msg-id>.<timestamp>.<body>`; the signature header lists space-separated
 //! `v1,<base64 HMAC-SHA256>` values, any of which may match. Svix's libraries send the same
 //! scheme under the header names `svix-id`, `svix-timestamp`, `svix-signature`.
@@ -98,10 +99,11 @@ pub mod standard_webhooks {
     /// Candidates longer than this (characters) are skipped without decoding.
     const MAX_SIGNATURE_CHARS: usize = 256;
 
-    /// The MAC key of a secret: the base64 after an optional `whsec_` prefix; `None` if it is
-    /// not base64 or decodes to nothing.
+    /// The MAC key of a secret: the base64 after the `whsec_` prefix; `None` without the
+    /// prefix (never a silent decode of a value that may be a raw key), if it is not base64, or
+    /// if it decodes to nothing.
     pub fn decode_secret(secret: &[u8]) -> Option<Vec<u8>> {
-        let b64 = secret.strip_prefix(b"whsec_").unwrap_or(secret);
+        let b64 = secret.strip_prefix(b"whsec_")?;
         let key = B64.decode(b64).ok()?;
         (!key.is_empty()).then_some(key)
     }
@@ -218,11 +220,13 @@ mod tests {
     }
 
     #[test]
-    fn secrets_decode_with_or_without_prefix_and_padding() {
+    fn secrets_decode_with_the_prefix_with_or_without_padding() {
         let key = b"abcd";
         assert_eq!(decode_secret(b"whsec_YWJjZA==").as_deref(), Some(&key[..]));
-        assert_eq!(decode_secret(b"YWJjZA").as_deref(), Some(&key[..]));
+        assert_eq!(decode_secret(b"whsec_YWJjZA").as_deref(), Some(&key[..]));
         assert_eq!(decode_secret(b"whsec_!!!"), None);
+        // Valid base64 without the prefix is not decoded.
+        assert_eq!(decode_secret(b"YWJjZA=="), None);
         assert_eq!(decode_secret(b"whsec_"), None);
     }
 

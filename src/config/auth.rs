@@ -9,6 +9,9 @@
 //! path = "/hooks/github"
 //! verify = "github"            # github | stripe | slack | standard-webhooks | hmac
 //! secrets = [ { env = "GITHUB_SECRET" }, { file = "/run/secrets/gh_next" } ]   # 1..=8, any may sign
+//!                              # standard-webhooks: each secret is `whsec_<base64>` (the key is
+//!                              # the decoded base64), or marked raw, used as the key as read:
+//!                              # { env = "NAME", encoding = "raw" }. Nothing else is accepted.
 //! tolerance = "300s"           # stripe, slack, standard-webhooks only. Default 300s. Range 1s..=24h
 //! hmac = { header = "x-signature", prefix = "sha256=", algorithm = "sha256", encoding = "hex" }
 //!                              # verify = "hmac" only (required there). Defaults: prefix "",
@@ -36,12 +39,81 @@ pub const ENV_ADMIN_TOKEN: &str = "SLUICE_ADMIN_TOKEN";
 /// Most secrets per trigger (each costs one HMAC per failed request).
 pub const MAX_SECRETS: usize = 8;
 
-/// `secrets = [ { env = "…" } | { file = "…" } ]`: exactly one of the two keys.
+/// `secrets = [ { env = "…" } | { file = "…" } ]`: exactly one of the two keys, and for a
+/// Standard Webhooks key (`verify = "standard-webhooks"`, a destination's `signing_secret`)
+/// optionally `encoding`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSecretRef {
     pub env: Option<String>,
     pub file: Option<PathBuf>,
+    /// Standard Webhooks keys only: `"whsec"` (the value must be `whsec_<base64>`; the key is
+    /// the decoded base64) or `"raw"` (the value as read is the key). Default: `"whsec"`; an
+    /// unprefixed value is an error, never silently base64-decoded.
+    pub encoding: Option<String>,
+}
+
+/// How a Standard Webhooks key is written in its secret (`encoding` of a secret reference).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyEncoding {
+    /// `whsec_<base64>`: the key is the decoded base64.
+    Whsec,
+    /// The secret's bytes are the key.
+    Raw,
+}
+
+/// A validated secret reference: where the secret is read from, and `encoding` as written
+/// (`None`: not given). What `sluice check` prints instead of the secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretRef {
+    pub source: SecretSource,
+    pub encoding: Option<KeyEncoding>,
+}
+
+impl SecretRef {
+    /// The Standard Webhooks MAC key of `secret` (read from this reference). `what` names the
+    /// secret in the error, which says how to mark a key raw and never shows the value.
+    pub fn signing_key(&self, secret: &Secret, what: &str) -> Result<Secret, String> {
+        match self.encoding {
+            Some(KeyEncoding::Raw) => Ok(secret.clone()),
+            Some(KeyEncoding::Whsec) | None => {
+                crate::sign::standard_webhooks::decode_secret(secret.expose())
+                    .map(Secret::new)
+                    .ok_or_else(|| {
+                        format!(
+                            "{what} ({}) must be whsec_<base64> of a non-empty key; a key used as \
+                             read is marked raw: {}",
+                            self.source,
+                            self.with_encoding(KeyEncoding::Raw).toml()
+                        )
+                    })
+            }
+        }
+    }
+
+    fn with_encoding(&self, encoding: KeyEncoding) -> SecretRef {
+        SecretRef {
+            source: self.source.clone(),
+            encoding: Some(encoding),
+        }
+    }
+
+    /// The reference as the manifest writes it: `{ env = "NAME" }`, `{ file = "/path" }`, with
+    /// `encoding = "…"` when it was given.
+    pub fn toml(&self) -> String {
+        let q = |s: &str| toml::Value::String(s.to_string()).to_string();
+        let mut text = match &self.source {
+            SecretSource::Env(name) => format!("{{ env = {}", q(name)),
+            SecretSource::File(path) => format!("{{ file = {}", q(&path.to_string_lossy())),
+        };
+        match self.encoding {
+            None => {}
+            Some(KeyEncoding::Whsec) => text.push_str(", encoding = \"whsec\""),
+            Some(KeyEncoding::Raw) => text.push_str(", encoding = \"raw\""),
+        }
+        text.push_str(" }");
+        text
+    }
 }
 
 /// `hmac = { header, prefix, algorithm, encoding }`.
@@ -78,6 +150,8 @@ pub struct RawDedupeOptions {
 pub struct TriggerAuth {
     pub verify: Option<Verifier>,
     pub dedupe: Option<DedupeRule>,
+    /// Where `verify`'s secrets came from, in order (empty without `verify`).
+    pub secrets: Vec<SecretRef>,
 }
 
 /// Validates the auth keys of trigger `t`, reading its secrets through `env` and the file system.
@@ -114,6 +188,7 @@ pub(super) fn build_trigger_auth(
             "hmac = {…} is only valid with verify = \"hmac\"".into(),
         ));
     }
+    let mut refs = Vec::new();
     let verify = match &scheme {
         None => {
             if t.secrets.is_some() || t.tolerance.is_some() {
@@ -140,8 +215,10 @@ pub(super) fn build_trigger_auth(
                     d
                 }
             };
-            let secrets = load_secrets(t.secrets.as_deref().unwrap_or(&[]), env).map_err(fail)?;
-            let v = Verifier::new(scheme.clone(), &secrets, tolerance)
+            let loaded = load_secrets(t.secrets.as_deref().unwrap_or(&[]), env).map_err(fail)?;
+            let keys = verify_keys(scheme, &loaded).map_err(|e| fail(format!("secrets: {e}")))?;
+            refs = loaded.into_iter().map(|(r, _)| r).collect();
+            let v = Verifier::from_keys(scheme.clone(), keys, tolerance)
                 .map_err(|e| fail(format!("secrets: {e}")))?;
             Some(v)
         }
@@ -168,7 +245,28 @@ pub(super) fn build_trigger_auth(
             source: KeySource::for_scheme(scheme.as_ref()),
         }),
         verify,
+        secrets: refs,
     })
+}
+
+/// The MAC keys of `scheme` from the secrets read: for `standard-webhooks` each decoded as its
+/// reference's `encoding` says; for the other schemes the secrets as read (where `encoding`
+/// means nothing and is refused).
+fn verify_keys(scheme: &Scheme, loaded: &[(SecretRef, Secret)]) -> Result<Vec<Secret>, String> {
+    loaded
+        .iter()
+        .enumerate()
+        .map(|(i, (r, secret))| match scheme {
+            Scheme::StandardWebhooks => r.signing_key(secret, &format!("secret #{}", i + 1)),
+            _ if r.encoding.is_some() => Err(format!(
+                "secret #{}: encoding applies to standard-webhooks secrets only (verify = {:?} \
+                 uses the secret as read)",
+                i + 1,
+                scheme.name()
+            )),
+            _ => Ok(secret.clone()),
+        })
+        .collect()
 }
 
 fn hmac_scheme(h: &RawHmac) -> Result<HmacScheme, String> {
@@ -189,10 +287,11 @@ fn hmac_scheme(h: &RawHmac) -> Result<HmacScheme, String> {
     })
 }
 
+/// Reads each referenced secret (with the validated reference it came from).
 pub(super) fn load_secrets(
     refs: &[RawSecretRef],
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<Secret>, String> {
+) -> Result<Vec<(SecretRef, Secret)>, String> {
     if refs.is_empty() || refs.len() > MAX_SECRETS {
         return Err(format!(
             "secrets must list 1..={MAX_SECRETS} entries like {{ env = \"NAME\" }} or {{ file = \"/path\" }}"
@@ -211,7 +310,18 @@ pub(super) fn load_secrets(
                             .to_string(),
                     ),
                 };
-            source.load(env).map_err(|e| format!("secret {e}"))
+            let encoding = match r.encoding.as_deref() {
+                None => None,
+                Some("whsec") => Some(KeyEncoding::Whsec),
+                Some("raw") => Some(KeyEncoding::Raw),
+                Some(other) => {
+                    return Err(format!(
+                        "secret encoding must be \"whsec\" or \"raw\", got {other:?}"
+                    ))
+                }
+            };
+            let secret = source.load(env).map_err(|e| format!("secret {e}"))?;
+            Ok((SecretRef { source, encoding }, secret))
         })
         .collect()
 }
@@ -241,6 +351,7 @@ mod tests {
             "GH" => Some("gh-secret".into()),
             "GH2" => Some("gh-secret-2".into()),
             "SW" => Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()),
+            "B64" => Some("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()),
             _ => None,
         }
     }
@@ -342,6 +453,71 @@ mod tests {
             let e = build(text).unwrap_err();
             assert!(e.0.contains(needle), "{text:?}: {e}");
             assert!(!e.0.contains("gh-secret"), "secret leaked: {e}");
+        }
+    }
+
+    #[test]
+    fn a_standard_webhooks_key_is_whsec_or_marked_raw_never_guessed() {
+        // Unprefixed base64 is refused (exit 2 at start), naming the secret and the raw form.
+        let e =
+            build("verify = \"standard-webhooks\"\nsecrets = [{ env = \"B64\" }]\n").unwrap_err();
+        assert!(e.0.contains("secret #1 (environment variable B64)"), "{e}");
+        assert!(e.0.contains("{ env = \"B64\", encoding = \"raw\" }"), "{e}");
+        assert!(!e.0.contains("MfKQ9r8"), "secret leaked: {e}");
+        // Marked raw, the same value is the key as read; whsec_ decodes.
+        for (text, key) in [
+            (
+                "{ env = \"B64\", encoding = \"raw\" }",
+                &b"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"[..],
+            ),
+            (
+                "{ env = \"SW\", encoding = \"whsec\" }",
+                &[0x31, 0xf2, 0x90][..],
+            ),
+        ] {
+            let c = build(&format!(
+                "verify = \"standard-webhooks\"\nsecrets = [{text}]\n"
+            ))
+            .unwrap();
+            assert_eq!(c.triggers[0].auth.secrets[0].toml(), text);
+            let m = format!(
+                "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\nhandler = \"http://127.0.0.1:9/\"\n\
+                 [[destinations]]\nuri = \"http://127.0.0.1:9/\"\nsigning_secret = {text}\n"
+            );
+            let c = Config::build(
+                Config::parse_manifest(&m).unwrap(),
+                &env,
+                &Overrides::default(),
+            )
+            .unwrap();
+            let k = c.destinations[0]
+                .signing_key
+                .as_ref()
+                .unwrap()
+                .expose()
+                .to_vec();
+            assert!(k.starts_with(key), "{text}");
+        }
+        // The same rule for a destination's signing_secret.
+        let m = "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\nhandler = \"http://127.0.0.1:9/\"\n\
+                 [[destinations]]\nuri = \"http://127.0.0.1:9/\"\nsigning_secret = { env = \"B64\" }\n";
+        let e = Config::build(
+            Config::parse_manifest(m).unwrap(),
+            &env,
+            &Overrides::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.0.contains("signing_secret") && e.0.contains("encoding = \"raw\""),
+            "{e}"
+        );
+        // `encoding` means nothing to the other schemes, and only two values exist.
+        for (text, needle) in [
+            ("verify = \"github\"\nsecrets = [{ env = \"GH\", encoding = \"raw\" }]\n", "standard-webhooks secrets only"),
+            ("verify = \"standard-webhooks\"\nsecrets = [{ env = \"SW\", encoding = \"base64\" }]\n", "\"whsec\" or \"raw\""),
+        ] {
+            let e = build(text).unwrap_err();
+            assert!(e.0.contains(needle), "{text:?}: {e}");
         }
     }
 

@@ -90,7 +90,8 @@ pub struct RawDestination {
     /// Retry schedule. Default: `{ max_attempts = 7, base = "1s", cap = "10m" }`.
     pub retry: Option<RawRetry>,
     /// Sign every delivery with the Standard Webhooks scheme (`webhook-signature: v1,<b64>`
-    /// over `id.timestamp.body`). The secret is `whsec_<base64>` (or bare base64), read from
+    /// over `id.timestamp.body`). The secret is `whsec_<base64>` (the key is the decoded
+    /// base64), or a key used as read when marked `encoding = "raw"`; read from
     /// `{ env = "NAME" }` or `{ file = "/path" }`; never inline, never logged. Default: unsigned.
     pub signing_secret: Option<super::auth::RawSecretRef>,
     /// TLS settings of an `https://` destination (see [`super::tls::RawTls`] for each key's
@@ -297,6 +298,8 @@ pub struct DestinationConfig {
     pub retry: RetryConfig,
     /// Decoded Standard Webhooks signing key, when `signing_secret` is set.
     pub signing_key: Option<crate::ingest::secrets::Secret>,
+    /// Where `signing_secret` is read from (what `sluice check` prints).
+    pub signing_secret: Option<super::auth::SecretRef>,
     /// TLS client settings; `Some` exactly for `https://` handlers.
     pub tls: Option<super::tls::TlsConfig>,
     /// `Some` when the budget (`max_in_flight`, `rate`) is shared through Redis.
@@ -612,20 +615,15 @@ fn build_destination(
         ));
     }
     let headers = build_headers(&key, r.headers.unwrap_or_default())?;
-    let signing_key = match &r.signing_secret {
-        None => None,
+    let (signing_key, signing_secret) = match &r.signing_secret {
+        None => (None, None),
         Some(secret_ref) => {
-            let secret = super::auth::load_secrets(std::slice::from_ref(secret_ref), env)
-                .map_err(|e| ConfigError(format!("{key}: signing_secret: {e}")))?
+            let fail = |e: String| ConfigError(format!("{key}: signing_secret: {e}"));
+            let (source, secret) = super::auth::load_secrets(std::slice::from_ref(secret_ref), env)
+                .map_err(fail)?
                 .remove(0);
-            let key_bytes = crate::sign::standard_webhooks::decode_secret(secret.expose())
-                .map(crate::ingest::secrets::Secret::new)
-                .ok_or_else(|| {
-                    ConfigError(format!(
-                        "{key}: signing_secret must be whsec_<base64> (or base64) of a non-empty key"
-                    ))
-                })?;
-            Some(key_bytes)
+            let key_bytes = source.signing_key(&secret, "the secret").map_err(fail)?;
+            (Some(key_bytes), Some(source))
         }
     };
     let tls = match (handler.tls, r.tls) {
@@ -651,6 +649,7 @@ fn build_destination(
         headers,
         retry,
         signing_key,
+        signing_secret,
     })
 }
 

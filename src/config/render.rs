@@ -1,17 +1,21 @@
 //! The effective configuration as text: what `sluice check --config F` prints after the manifest
-//! validated (manifest, environment and embedded defaults merged).
+//! validated (manifest, environment, command-line overrides and embedded defaults merged).
 //!
-//! The output is TOML-shaped (`[section]`, `key = value`) so that it reads like the manifest it
-//! came from, with every default filled in. Secrets are never printed: a secret shows as
-//! `"<redacted, N bytes>"` (the `Debug` of [`crate::ingest::secrets::Secret`]). Durations are
-//! printed in the unit `Debug` picks (`"10s"`, `"50ms"`), which the manifest parser accepts.
-//! Trigger verification and flow gates, whose validated forms have no TOML image, are printed as
-//! their `Debug` text in a string.
+//! The output is a manifest: valid TOML in the keys and forms the manifest parser accepts, every
+//! default filled in, so that feeding it back (`sluice check --config OUT` with the same
+//! environment and flags) validates and prints the same text. Secrets are never printed: a secret
+//! shows as its reference (`{ env = "NAME" }`, `{ file = "/path" }`, with `encoding` when it was
+//! given). Trigger verification and flow gates are the manifest's own keys (`verify`, `secrets`,
+//! `tolerance`, `hmac`, `dedupe`, `concurrency`, `priority`, `throttle`, `rate_limit`,
+//! `debounce`, `singleton`, `batch`). Durations are printed in the largest unit that divides
+//! them (`"1m"`, `"1500ms"`); strings through the `toml` crate's own quoting.
 
 #![forbid(unsafe_code)]
 
 use std::fmt::Write;
+use std::time::Duration;
 
+use super::flow::KeySelector;
 use super::Config;
 
 /// Renders `cfg` as TOML-shaped text (see the module header).
@@ -56,26 +60,91 @@ impl Out {
         self.0.push('\n');
         let _ = writeln!(self.0, "[[{name}]]");
     }
+    /// A number or boolean (its `Display` is its TOML).
     fn kv(&mut self, key: &str, v: impl std::fmt::Display) {
         let _ = writeln!(self.0, "{key} = {v}");
     }
-    fn s(&mut self, key: &str, v: impl std::fmt::Debug) {
-        // `{:?}` of a `&str` or `String` is a quoted, escaped string: valid TOML for ASCII.
+    fn s(&mut self, key: &str, v: &str) {
+        let _ = writeln!(self.0, "{key} = {}", quote(v));
+    }
+    /// A float: `{:?}` always has a fraction or exponent (`1.0`), so it stays a TOML float.
+    fn f(&mut self, key: &str, v: f64) {
         let _ = writeln!(self.0, "{key} = {v:?}");
     }
-    fn dur(&mut self, key: &str, d: std::time::Duration) {
-        self.s(key, format!("{d:?}"));
+    fn dur(&mut self, key: &str, d: Duration) {
+        self.s(key, &duration_text(d));
     }
     fn line(&mut self, text: &str) {
         let _ = writeln!(self.0, "{text}");
     }
 }
 
+/// A TOML string (basic or literal, escaped as TOML wants).
+fn quote(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// An inline table `{ k = v, … }` of already-rendered values.
+fn inline(fields: &[(&str, String)]) -> String {
+    if fields.is_empty() {
+        return "{}".to_string();
+    }
+    let body: Vec<String> = fields.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+    format!("{{ {} }}", body.join(", "))
+}
+
+/// A duration as the manifest writes it: the largest of `d`, `h`, `m`, `s`, `ms` that divides
+/// it; `"0s"` for zero. (Sub-millisecond parts cannot come from a manifest; such a value is
+/// printed as `Debug` would.)
+pub fn duration_text(d: Duration) -> String {
+    if d.subsec_nanos() % 1_000_000 != 0 {
+        return format!("{d:?}");
+    }
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".to_string();
+    }
+    for (unit, per) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms % per == 0 {
+            return format!("{}{unit}", ms / per);
+        }
+    }
+    format!("{ms}ms")
+}
+
+fn dq(d: Duration) -> String {
+    quote(&duration_text(d))
+}
+
+/// A key selector as written; `None` for the trigger-wide gate (no `key`).
+fn selector(k: &KeySelector) -> Option<String> {
+    let text = match k {
+        KeySelector::Global => return None,
+        KeySelector::Source => "event.source".to_string(),
+        KeySelector::Trigger => "event.trigger".to_string(),
+        KeySelector::Header(h) => format!("event.headers.{h}"),
+        KeySelector::Body(path) => format!("event.body.{}", path.join(".")),
+    };
+    Some(quote(&text))
+}
+
+/// `key = "…"` first when the gate has one, then `rest`.
+fn keyed(k: &KeySelector, rest: Vec<(&'static str, String)>) -> String {
+    let mut fields: Vec<(&str, String)> = selector(k).map(|q| ("key", q)).into_iter().collect();
+    fields.extend(rest);
+    inline(&fields)
+}
+
 fn server(o: &mut Out, cfg: &Config) {
     let s = &cfg.server;
     o.section("server");
-    o.s("listen", s.listen.to_string());
-    o.s("data_dir", s.data_dir.display().to_string());
+    o.s("listen", &s.listen.to_string());
+    o.s("data_dir", &s.data_dir.to_string_lossy());
     o.kv("workers", s.workers);
     o.kv("max_connections_per_core", s.max_connections_per_core);
     o.dur("header_timeout", s.header_timeout);
@@ -90,7 +159,7 @@ fn server(o: &mut Out, cfg: &Config) {
     o.kv("max_inflight_body_bytes", s.max_inflight_body_bytes);
     o.kv("max_queued_response_bytes", s.max_queued_response_bytes);
     o.s("ui", s.ui.as_str());
-    o.s("io", format!("{:?}", s.io).to_lowercase());
+    o.s("io", &format!("{:?}", s.io).to_lowercase());
 }
 
 fn ingest(o: &mut Out, cfg: &Config) {
@@ -103,7 +172,8 @@ fn ingest(o: &mut Out, cfg: &Config) {
     o.kv("metrics_top_sources", i.metrics_top_sources);
     o.dur("offer_timeout", i.offer_timeout);
     o.kv("default_route", i.default_route);
-    o.s("stored_headers", &i.stored_headers);
+    let headers: Vec<String> = i.stored_headers.iter().map(|h| quote(h)).collect();
+    o.line(&format!("stored_headers = [{}]", headers.join(", ")));
     o.kv("dedupe_max_keys", i.dedupe_max_keys);
 }
 
@@ -126,6 +196,9 @@ fn wal(o: &mut Out, cfg: &Config) {
         },
     );
     o.kv("max_batch", w.max_batch);
+    if let Some(n) = w.ring_capacity {
+        o.kv("ring_capacity", n);
+    }
     o.s(
         "commit",
         match w.commit {
@@ -140,13 +213,13 @@ fn dispatch(o: &mut Out, cfg: &Config) {
     o.section("dispatch");
     o.kv("max_pending_events", d.max_pending_events);
     o.kv("max_pending_bytes", d.max_pending_bytes);
-    o.kv("saturated_high", d.saturated_high);
-    o.kv("saturated_low", d.saturated_low);
+    o.f("saturated_high", d.saturated_high);
+    o.f("saturated_low", d.saturated_low);
     o.dur("retention", d.retention);
     o.kv("max_wal_bytes", d.max_wal_bytes);
     o.kv("max_dlq_entries", d.max_dlq_entries);
     o.kv("absorb_max_bytes", d.absorb_max_bytes);
-    o.kv("reserved_fraction", d.reserved_fraction);
+    o.f("reserved_fraction", d.reserved_fraction);
 }
 
 fn trigger(o: &mut Out, cfg: &Config, t: &super::TriggerConfig) {
@@ -164,17 +237,74 @@ fn trigger(o: &mut Out, cfg: &Config, t: &super::TriggerConfig) {
             crate::ingest::backlog::WhenFull::Absorb => "absorb",
         },
     );
-    if let Some(e) = t.max_pending.events {
-        o.kv("max_pending.events", e);
+    let mut share = Vec::new();
+    share.extend(t.max_pending.events.map(|e| ("events", e.to_string())));
+    share.extend(t.max_pending.bytes.map(|b| ("bytes", b.to_string())));
+    if !share.is_empty() {
+        o.line(&format!("max_pending = {}", inline(&share)));
     }
-    if let Some(b) = t.max_pending.bytes {
-        o.kv("max_pending.bytes", b);
+    trigger_auth(o, &t.auth);
+    trigger_flow(o, &t.flow);
+}
+
+/// `verify`, `secrets` (as references), `tolerance`, `hmac`, `dedupe`.
+fn trigger_auth(o: &mut Out, a: &super::TriggerAuth) {
+    use crate::ingest::verify::Scheme;
+    if let Some(v) = &a.verify {
+        o.s("verify", v.scheme().name());
+        let refs: Vec<String> = a.secrets.iter().map(|r| r.toml()).collect();
+        o.line(&format!("secrets = [{}]", refs.join(", ")));
+        if v.scheme().has_timestamp() {
+            o.dur("tolerance", v.tolerance());
+        }
+        if let Scheme::Hmac(h) = v.scheme() {
+            let lower = |d: &dyn std::fmt::Debug| quote(&format!("{d:?}").to_lowercase());
+            o.line(&format!(
+                "hmac = {}",
+                inline(&[
+                    ("header", quote(&h.header)),
+                    ("prefix", quote(&h.prefix)),
+                    ("algorithm", lower(&h.algorithm)),
+                    ("encoding", lower(&h.encoding)),
+                ])
+            ));
+        }
     }
-    if t.auth.verify.is_some() || t.auth.dedupe.is_some() {
-        o.s("auth", format!("{:?}", t.auth));
+    if let Some(d) = &a.dedupe {
+        o.line(&format!("dedupe = {}", inline(&[("window", dq(d.window))])));
     }
-    if !t.flow.is_empty() {
-        o.s("flow", format!("{:?}", t.flow));
+}
+
+/// The seven gate keys, in the manifest's forms.
+fn trigger_flow(o: &mut Out, f: &super::flow::FlowConfig) {
+    if let Some(c) = &f.concurrency {
+        let g = keyed(&c.key, vec![("max", c.max.to_string())]);
+        o.line(&format!("concurrency = {g}"));
+        if let Some(p) = &c.priority {
+            let order: Vec<String> = p.order.iter().map(|v| quote(v)).collect();
+            let order = format!("[{}]", order.join(", "));
+            o.line(&format!(
+                "priority = {}",
+                keyed(&p.key, vec![("order", order)])
+            ));
+        }
+    }
+    for (name, w) in [("throttle", &f.throttle), ("rate_limit", &f.rate_limit)] {
+        if let Some(w) = w {
+            let rest = vec![("period", dq(w.period)), ("max", w.max.to_string())];
+            o.line(&format!("{name} = {}", keyed(&w.key, rest)));
+        }
+    }
+    if let Some(d) = &f.debounce {
+        let g = keyed(&d.key, vec![("period", dq(d.period))]);
+        o.line(&format!("debounce = {g}"));
+    }
+    if let Some(s) = &f.singleton {
+        o.line(&format!("singleton = {}", keyed(&s.key, Vec::new())));
+    }
+    if let Some(b) = &f.batch {
+        let rest = vec![("size", b.size.to_string()), ("timeout", dq(b.timeout))];
+        o.line(&format!("batch = {}", keyed(&b.key, rest)));
     }
 }
 
@@ -196,65 +326,63 @@ fn destination(o: &mut Out, d: &super::DestinationConfig) {
             r.per_sec, r.burst
         ));
     }
+    let on_open = match d.circuit.on_open {
+        super::OnOpen::Dlq => "dlq",
+        super::OnOpen::Hold => "hold",
+    };
     o.line(&format!(
-        "circuit = {{ failures = {}, open_for = \"{:?}\", on_open = \"{}\" }}",
+        "circuit = {{ failures = {}, open_for = {}, on_open = \"{on_open}\" }}",
         d.circuit.failures,
-        d.circuit.open_for,
-        match d.circuit.on_open {
-            super::OnOpen::Dlq => "dlq",
-            super::OnOpen::Hold => "hold",
-        }
+        dq(d.circuit.open_for),
     ));
     o.line(&format!(
-        "retry = {{ max_attempts = {}, base = \"{:?}\", cap = \"{:?}\" }}",
-        d.retry.max_attempts, d.retry.base, d.retry.cap
+        "retry = {{ max_attempts = {}, base = {}, cap = {} }}",
+        d.retry.max_attempts,
+        dq(d.retry.base),
+        dq(d.retry.cap)
     ));
-    for (name, value) in &d.headers {
-        o.s(&format!("headers.{name:?}"), value);
+    if !d.headers.is_empty() {
+        let fields: Vec<String> = d
+            .headers
+            .iter()
+            .map(|(name, value)| format!("{} = {}", quote(name), quote(value)))
+            .collect();
+        o.line(&format!("headers = {{ {} }}", fields.join(", ")));
     }
-    if let Some(k) = &d.signing_key {
-        o.s("signing_secret", format!("{k:?}"));
+    if let Some(r) = &d.signing_secret {
+        o.line(&format!("signing_secret = {}", r.toml()));
     }
-    if d.tls.is_some() {
-        o.s("tls", "configured");
+    destination_tls_shared(o, d);
+}
+
+fn destination_tls_shared(o: &mut Out, d: &super::DestinationConfig) {
+    if let Some(t) = &d.tls {
+        let t = &t.source;
+        let path = |p: &std::path::Path| quote(&p.to_string_lossy());
+        let mut fields = Vec::new();
+        fields.extend(t.ca_file.as_deref().map(|p| ("ca_file", path(p))));
+        fields.extend(t.client_cert.as_deref().map(|p| ("client_cert", path(p))));
+        fields.extend(t.client_key.as_deref().map(|p| ("client_key", path(p))));
+        fields.push(("server_name", quote(&t.server_name)));
+        o.line(&format!("tls = {}", inline(&fields)));
+    }
+    if let Some(s) = &d.shared {
+        let on_unavailable = match s.on_unavailable {
+            super::shared::OnUnavailable::Closed => "closed",
+            super::shared::OnUnavailable::Local => "local",
+        };
+        o.line(&format!(
+            "shared = {}",
+            inline(&[
+                ("redis", quote(&s.redis.to_string())),
+                ("key", quote(&s.key)),
+                ("lease", dq(s.lease)),
+                ("on_unavailable", quote(on_unavailable)),
+            ])
+        ));
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{Config, Overrides};
-
-    #[test]
-    fn renders_defaults_and_a_trigger_with_its_destination() {
-        let raw = Config::parse_manifest(
-            r#"
-[[triggers]]
-id = "gh"
-provider = "github"
-path = "/hooks/gh"
-handler = "http://127.0.0.1:9/x"
-[[destinations]]
-uri = "http://127.0.0.1:9/x"
-max_in_flight = 5
-"#,
-        )
-        .unwrap();
-        let cfg = Config::build(raw, &|_| None, &Overrides::default()).unwrap();
-        let text = render(&cfg);
-        assert!(
-            text.contains("[server]\nlisten = \"127.0.0.1:8080\""),
-            "{text}"
-        );
-        assert!(text.contains("max_outstanding = 64"), "{text}");
-        assert!(text.contains("[[triggers]]\nid = \"gh\""), "{text}");
-        assert!(
-            text.contains("handler = \"http://127.0.0.1:9/x\""),
-            "{text}"
-        );
-        assert!(
-            text.contains("[[destinations]]\nuri = \"http://127.0.0.1:9/x\"\nmax_in_flight = 5"),
-            "{text}"
-        );
-    }
-}
+#[path = "render_tests.rs"]
+mod tests;

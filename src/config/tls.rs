@@ -60,6 +60,7 @@ pub struct TlsConfig {
 pub struct TlsSource {
     pub ca_file: Option<PathBuf>,
     pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
     pub server_name: String,
 }
 
@@ -134,6 +135,7 @@ pub fn build_tls(key: &str, host: &str, raw: RawTls) -> Result<TlsConfig, Config
         source: TlsSource {
             ca_file: raw.ca_file,
             client_cert: raw.client_cert,
+            client_key: raw.client_key,
             server_name: name_text,
         },
     })

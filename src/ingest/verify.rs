@@ -164,22 +164,20 @@ impl Headers for [(&str, &[u8])] {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verifier {
     scheme: Scheme,
-    /// MAC keys: the secrets as read, or for `standard-webhooks` their decoded `whsec_` part.
+    /// MAC keys: the secrets as read, or for `standard-webhooks` their decoded `whsec_` part
+    /// (or the secret as read when the manifest marks it `encoding = "raw"`).
     keys: Vec<Secret>,
     tolerance_secs: u64,
 }
 
 impl Verifier {
-    /// Builds a verifier. `standard-webhooks` secrets must be `whsec_<base64>` (or bare base64);
-    /// the error says which secret (by position) is not, never its value.
+    /// Builds a verifier. `standard-webhooks` secrets must be `whsec_<base64>`; the error says
+    /// which secret (by position) is not, never its value.
     pub fn new(
         scheme: Scheme,
         secrets: &[Secret],
         tolerance: Duration,
     ) -> Result<Verifier, String> {
-        if secrets.is_empty() {
-            return Err("at least one secret is required".into());
-        }
         let keys = match scheme {
             Scheme::StandardWebhooks => secrets
                 .iter()
@@ -191,11 +189,29 @@ impl Verifier {
                 .collect::<Result<Vec<_>, _>>()?,
             _ => secrets.to_vec(),
         };
+        Verifier::from_keys(scheme, keys, tolerance)
+    }
+
+    /// Builds a verifier from MAC keys as they are (for `standard-webhooks`, already decoded or
+    /// given raw: the caller decides, see `config::auth`).
+    pub fn from_keys(
+        scheme: Scheme,
+        keys: Vec<Secret>,
+        tolerance: Duration,
+    ) -> Result<Verifier, String> {
+        if keys.is_empty() {
+            return Err("at least one secret is required".into());
+        }
         Ok(Verifier {
             scheme,
             keys,
             tolerance_secs: tolerance.as_secs(),
         })
+    }
+
+    /// How far a signed timestamp may be from the clock (timestamped schemes).
+    pub fn tolerance(&self) -> Duration {
+        Duration::from_secs(self.tolerance_secs)
     }
 
     pub fn scheme(&self) -> &Scheme {
@@ -360,7 +376,7 @@ fn hex_digit(c: u8) -> Option<u8> {
     }
 }
 
-/// The key of a Standard Webhooks secret: the base64 after an optional `whsec_` prefix.
+/// The key of a Standard Webhooks secret: the base64 after the `whsec_` prefix.
 pub fn decode_standard_webhooks_secret(secret: &[u8]) -> Option<Secret> {
     standard_webhooks::decode_secret(secret).map(Secret::new)
 }

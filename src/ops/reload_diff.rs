@@ -154,6 +154,7 @@ fn destinations(old: &Config, new: &Config) -> Result<(), String> {
         live.retry = o.retry;
         live.headers = o.headers.clone();
         live.signing_key = o.signing_key.clone();
+        live.signing_secret = o.signing_secret.clone();
         if &live != o {
             return Err(key(
                 "a setting other than max_in_flight, rate, timeout, retry, headers \

@@ -1,6 +1,8 @@
 //! A real headless Chromium driven over the W3C WebDriver protocol by `chromedriver` (Debian
-//! `chromium` + `chromium-driver`, installed by `.ci/run`). No mock: the page is rendered and its
-//! script runs in the browser; the test reads the DOM through `execute/sync`.
+//! `chromium` + `chromium-driver`, installed by `scripts/test.sh` when it may). No mock: the page
+//! is rendered and its script runs in the browser; the test reads the DOM through `execute/sync`.
+//! Without them a test skips by name (or fails under `SLUICE_REQUIRE_TOOLS=1`), see
+//! `support::require_tool`.
 
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
@@ -8,10 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::Client;
-
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-const CHROMIUM: &str = "/usr/bin/chromium";
+use crate::support::{require_tools, Client};
 
 /// A chromedriver process with one headless Chromium session.
 pub struct Browser {
@@ -21,17 +20,19 @@ pub struct Browser {
 }
 
 impl Browser {
-    /// Starts chromedriver on a free port and a headless session. Panics naming what is missing.
-    pub fn start() -> Browser {
-        assert!(
-            std::path::Path::new(CHROMEDRIVER).exists() && std::path::Path::new(CHROMIUM).exists(),
-            "{CHROMEDRIVER} / {CHROMIUM} missing: apt-get install chromium chromium-driver (.ci/run does)"
-        );
+    /// Starts chromedriver on a free port and a headless session; `None` (the calling test is
+    /// skipped, by name) when `chromium` or `chromedriver` is not installed.
+    pub fn start() -> Option<Browser> {
+        let tools = require_tools(&[
+            ("chromium", "chromium"),
+            ("chromedriver", "chromium-driver"),
+        ])?;
+        let (chromium, chromedriver) = (&tools[0], &tools[1]);
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
-        let driver = Command::new(CHROMEDRIVER)
+        let driver = Command::new(chromedriver)
             .arg(format!("--port={port}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -55,7 +56,7 @@ impl Browser {
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {
-                "binary": CHROMIUM,
+                "binary": chromium,
                 // --no-sandbox: the test may run as root in a container, where Chromium's
                 // sandbox cannot start; the page is our own.
                 "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
@@ -69,7 +70,7 @@ impl Browser {
             .as_str()
             .unwrap_or_else(|| panic!("no session: {v}"))
             .to_string();
-        b
+        Some(b)
     }
 
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, String> {

@@ -436,6 +436,8 @@ fn signing_secret_that_is_missing_or_malformed_fails_startup() {
     for (env_value, needle) in [
         (None, "SINK_KEY"),
         (Some("whsec_!!notbase64!!"), "signing_secret"),
+        // Valid base64 without the prefix is not silently decoded: whsec_ or marked raw.
+        (Some("YWJjZA=="), "encoding = \"raw\""),
     ] {
         let dest = "signing_secret = { env = \"SINK_KEY\" }";
         let mut opts = Opts::config(&manifest(uri, dest, ""));
@@ -446,12 +448,14 @@ fn signing_secret_that_is_missing_or_malformed_fails_startup() {
             Err(f) => f,
             Ok(_) => panic!("started with a bad signing secret"),
         };
-        assert!(
-            failure.status.is_some_and(|s| !s.success()),
+        assert_eq!(
+            failure.status.and_then(|s| s.code()),
+            Some(2),
             "{}",
             failure.stderr
         );
         assert!(failure.stderr.contains(needle), "{}", failure.stderr);
+        assert!(!failure.stderr.contains("YWJjZA"), "{}", failure.stderr);
     }
 }
 

@@ -265,15 +265,20 @@ fn slack_url_verification_is_answered_with_the_challenge_and_not_stored() {
 
 // ----- 4. /metrics through an independent parser -------------------------------------------
 
-/// Where `prometheus_client` is installed for the tests (also by `.ci/run`).
+/// Where `prometheus_client` is installed for the tests when the system has none.
 fn pydeps() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target/pydeps")
 }
 
-fn python_with_prometheus_client() -> PathBuf {
+/// `python3` and a `PYTHONPATH` under which `prometheus_client.parser` imports: the system's
+/// module (Debian `python3-prometheus-client`, which `scripts/test.sh` installs when it may), or
+/// one installed with pip into `target/pydeps`. `None` (the test is skipped, by name) when
+/// neither is possible.
+fn python_with_prometheus_client() -> Option<(PathBuf, PathBuf)> {
+    let python = require_tool("python3", "python3")?;
     let dir = pydeps();
     let importable = |dir: &Path| {
-        Command::new("python3")
+        Command::new(&python)
             .args(["-c", "import prometheus_client.parser"])
             .env("PYTHONPATH", dir)
             .stdout(Stdio::null())
@@ -283,20 +288,22 @@ fn python_with_prometheus_client() -> PathBuf {
     };
     if !importable(&dir) {
         // A fresh machine: install it once (PyPI), into the target dir only.
-        let out = Command::new("python3")
+        let installed = Command::new(&python)
             .args(["-m", "pip", "install", "--quiet", "--target"])
             .arg(&dir)
             .arg("prometheus_client")
-            .output()
-            .expect("python3 -m pip (python3 with pip is required by this test)");
-        assert!(
-            out.status.success() && importable(&dir),
-            "could not install prometheus_client into {}: {}",
-            dir.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !installed || !importable(&dir) {
+            return missing(
+                "python module prometheus_client",
+                "python3-prometheus-client",
+            );
+        }
     }
-    dir
+    Some((python, dir))
 }
 
 /// Parses the exposition with `prometheus_client`; prints one line per problem.
@@ -334,7 +341,9 @@ sys.exit(1 if problems else 0)
 
 #[test]
 fn every_metrics_family_has_help_and_type_for_an_independent_parser() {
-    let pythonpath = python_with_prometheus_client();
+    let Some((python, pythonpath)) = python_with_prometheus_client() else {
+        return;
+    };
     let ds = Downstream::start(Behavior::default());
     let uri = ds.uri("/sink");
     let config = format!(
@@ -387,7 +396,7 @@ fn every_metrics_family_has_help_and_type_for_an_independent_parser() {
     assert!(text.contains("sluice_wal_sync_seconds_bucket"), "{text}");
     assert!(text.contains("sluice_dispatch_attempts_total"), "{text}");
 
-    let mut child = Command::new("python3")
+    let mut child = Command::new(&python)
         .args(["-c", CHECK_METRICS_PY])
         .env("PYTHONPATH", &pythonpath)
         .stdin(Stdio::piped())

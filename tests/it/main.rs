@@ -30,6 +30,7 @@
 //! - `wal_manifest`: a deleted log or checkpoint of a multi-worker data dir is named, not recreated.
 //! - `https`: HTTPS destinations against a local rustls server with a generated CA.
 //! - `shared`: destination budgets shared by three nodes through a real `redis-server`.
+//! - `check`: `sluice check` output fed back and served, its flags, its error prefixes.
 //! - `ops`: `sluice check`, the systemd unit, CLI progress, the dashboard, hot reload.
 //! - `dashboard`: the dashboard in Chromium at 1280 px under a refused trigger and a reload.
 //! - `reload`: hot reload by SIGHUP and `POST /admin/reload` with traffic flowing.
@@ -44,6 +45,7 @@ mod absorb;
 mod auth;
 mod browser;
 mod budgets;
+mod check;
 mod connections;
 mod crash;
 mod dashboard;

@@ -2,12 +2,14 @@
 //! test on a free loopback port, three `sluice serve` processes, a real downstream that counts
 //! the requests it serves at once.
 //!
-//! `redis-server` must be installed (Debian package `redis-server`; `.ci/run` installs it): a
-//! missing binary fails the test with that message, it does not skip.
+//! `redis-server` comes from the Debian package `redis-server` (`scripts/test.sh` installs it when
+//! it may): without it each test here is skipped by name, or fails under
+//! `SLUICE_REQUIRE_TOOLS=1` (CI), see `support::require_tool`.
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,34 +19,36 @@ use crate::support::*;
 
 /// A `redis-server` child on 127.0.0.1 without persistence (a restart forgets everything).
 struct Redis {
+    bin: PathBuf,
     port: u16,
     child: Option<Child>,
 }
 
 impl Redis {
-    fn start() -> Redis {
+    /// `None` (the test is skipped, by name) when `redis-server` is not installed.
+    fn start() -> Option<Redis> {
+        let bin = require_tool("redis-server", "redis-server")?;
         let port = {
             let l = TcpListener::bind("127.0.0.1:0").expect("bind for a free port");
             l.local_addr().unwrap().port()
         };
-        let mut r = Redis { port, child: None };
+        let mut r = Redis {
+            bin,
+            port,
+            child: None,
+        };
         r.spawn();
-        r
+        Some(r)
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+        let child = Command::new(&self.bin)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run redis-server ({e}): these tests need a real Redis. Install the \
-                     Debian package redis-server (apt-get install redis-server; .ci/run does)"
-                )
-            });
+            .unwrap_or_else(|e| panic!("cannot run {} ({e})", self.bin.display()));
         self.child = Some(child);
         assert!(
             wait_until(Duration::from_secs(5), || self.ping()),
@@ -130,7 +134,9 @@ fn delivered(ds: &Downstream) -> HashSet<String> {
 
 #[test]
 fn three_nodes_never_pass_the_shared_max_in_flight_and_use_most_of_it() {
-    let redis = Redis::start();
+    let Some(redis) = Redis::start() else {
+        return;
+    };
     let ds = Downstream::start(Behavior {
         delay: Duration::from_millis(40),
         ..Behavior::default()
@@ -169,7 +175,9 @@ fn three_nodes_never_pass_the_shared_max_in_flight_and_use_most_of_it() {
 
 #[test]
 fn a_killed_nodes_permits_come_back_within_the_lease() {
-    let redis = Redis::start();
+    let Some(redis) = Redis::start() else {
+        return;
+    };
     let ds = Downstream::start(Behavior {
         delay: Duration::from_millis(300),
         ..Behavior::default()
@@ -226,7 +234,9 @@ fn a_killed_nodes_permits_come_back_within_the_lease() {
 
 #[test]
 fn a_redis_restart_mid_run_loses_no_event_and_readyz_says_why() {
-    let mut redis = Redis::start();
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
     let ds = Downstream::start(Behavior {
         delay: Duration::from_millis(20),
         ..Behavior::default()
@@ -283,7 +293,9 @@ fn a_redis_restart_mid_run_loses_no_event_and_readyz_says_why() {
 
 #[test]
 fn the_shared_rate_holds_within_five_percent_across_three_nodes() {
-    let redis = Redis::start();
+    let Some(redis) = Redis::start() else {
+        return;
+    };
     let ds = Downstream::start(Behavior::default());
     let uri = ds.uri("/sink");
     let per_sec = 100.0;
@@ -329,7 +341,9 @@ fn the_shared_rate_holds_within_five_percent_across_three_nodes() {
 
 #[test]
 fn on_unavailable_local_falls_back_to_each_nodes_own_budget() {
-    let mut redis = Redis::start();
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
     let ds = Downstream::start(Behavior {
         delay: Duration::from_millis(20),
         ..Behavior::default()
@@ -381,7 +395,9 @@ fn signal(server: &Server, sig: libc::c_int) {
 
 #[test]
 fn a_paused_node_does_not_come_back_over_the_budget() {
-    let mut redis = Redis::start();
+    let Some(mut redis) = Redis::start() else {
+        return;
+    };
     let ds = Downstream::start(Behavior {
         delay: Duration::from_millis(200),
         ..Behavior::default()

@@ -21,6 +21,8 @@ use tempfile::TempDir;
 
 mod client;
 pub use client::*;
+mod system_tools;
+pub use system_tools::*;
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");

@@ -72,11 +72,9 @@ impl Mock {
     /// SIGTERM, wait for exit 0 (≤ 10 s) and return the summary it printed.
     fn stop(mut self) -> Value {
         let mut child = self.child.take().expect("running");
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
+        // SAFETY: kill(2) with the PID of a child this struct owns and has not reaped.
+        let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(sent, 0, "kill: {}", std::io::Error::last_os_error());
         let deadline = Instant::now() + Duration::from_secs(10);
         let exit = loop {
             if let Some(s) = child.try_wait().expect("try_wait") {
@@ -115,6 +113,40 @@ fn loadgen(args: &[&str]) -> Value {
     assert!(out.status.success(), "loadgen failed: {}", out.all());
     serde_json::from_str(&out.stdout)
         .unwrap_or_else(|e| panic!("loadgen summary is not JSON ({e}): {}", out.all()))
+}
+
+/// A closed port refuses every connection: each request is an I/O error (not a timeout, which
+/// would blame a slow server), the summary still prints, and the exit status is 1.
+#[test]
+fn loadgen_against_a_closed_port_counts_errors_and_exits_1() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let out = run_cli(&[
+        "loadgen",
+        "--url",
+        &url,
+        "--rate",
+        "20",
+        "--requests",
+        "20",
+        "--timeout",
+        "2s",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", out.all());
+    assert!(
+        out.stderr.contains("20 requests failed on I/O"),
+        "{}",
+        out.stderr
+    );
+    let summary: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("summary is not JSON ({e}): {}", out.all()));
+    assert_eq!(n(&summary, &["totals", "offered"]), 20, "{summary}");
+    assert_eq!(n(&summary, &["totals", "errors"]), 20, "{summary}");
+    assert_eq!(n(&summary, &["totals", "timeouts"]), 0, "{summary}");
+    assert_eq!(n(&summary, &["totals", "sent"]), 0, "{summary}");
 }
 
 fn n(v: &Value, path: &[&str]) -> u64 {

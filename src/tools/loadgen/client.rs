@@ -7,7 +7,9 @@
 //! latency is measured from its due time, so time spent waiting for a connection counts
 //! (no coordinated omission). `--timeout` runs from the due time too: a request still queued
 //! or unanswered by then is a timeout (an unanswered one also costs its connection, which is
-//! reopened).
+//! reopened). A connection that cannot be opened (refused, unreachable) is an I/O failure: while
+//! no connection of the thread is up, every queued request fails at the next failed attempt and
+//! counts as an `error`, not as a timeout (a closed port is not a slow server).
 //!
 //! Bounds: connections fixed; in flight ≤ connections; pending and scheduled retries ≤
 //! `queue_cap` each (past it: `dropped_client`); response buffer ≤ 1 MiB per connection.
@@ -105,6 +107,8 @@ struct Worker<'a> {
     pending: VecDeque<Arrival>,
     retries: BinaryHeap<Reverse<Arrival>>,
     busy: usize,
+    /// Connections `Idle` or `Busy` (connected).
+    up: usize,
     next_k: u64,
     next_due: Option<Instant>,
     /// Next scan of the connection table (deadlines, reconnects): every `SWEEP`.
@@ -134,6 +138,7 @@ pub fn run(
         pending: VecDeque::new(),
         retries: BinaryHeap::new(),
         busy: 0,
+        up: 0,
         next_k: id as u64,
         next_due: None,
         next_sweep: Instant::now(),
@@ -302,29 +307,32 @@ impl Worker<'_> {
     fn connect(&mut self, i: usize) {
         let conn = &mut self.conns[i];
         conn.input.clear();
-        match TcpStream::connect(self.plan.addr) {
-            Ok(mut s) => {
-                let interest = Interest::READABLE | Interest::WRITABLE;
-                if self
-                    .poll
-                    .registry()
-                    .register(&mut s, Token(i), interest)
-                    .is_ok()
-                {
-                    let _ = s.set_nodelay(true);
-                    conn.stream = Some(s);
-                    conn.state = State::Connecting;
-                    return;
-                }
-                conn.state = State::Down {
-                    until: Instant::now() + RECONNECT_BACKOFF,
-                };
+        if let Ok(mut s) = TcpStream::connect(self.plan.addr) {
+            let interest = Interest::READABLE | Interest::WRITABLE;
+            if self
+                .poll
+                .registry()
+                .register(&mut s, Token(i), interest)
+                .is_ok()
+            {
+                let _ = s.set_nodelay(true);
+                conn.stream = Some(s);
+                conn.state = State::Connecting;
+                return;
             }
-            Err(_) => {
-                conn.state = State::Down {
-                    until: Instant::now() + RECONNECT_BACKOFF,
-                };
-            }
+        }
+        conn.state = State::Down {
+            until: Instant::now() + RECONNECT_BACKOFF,
+        };
+        self.connect_failed();
+    }
+
+    /// A connection could not be opened. With none up, the queued requests cannot be sent:
+    /// each fails now as an I/O error (module header).
+    fn connect_failed(&mut self) {
+        if self.up == 0 {
+            self.slot.counts.errors += self.pending.len() as u64;
+            self.pending.clear();
         }
     }
 
@@ -335,11 +343,16 @@ impl Worker<'_> {
         if let Some(mut s) = conn.stream.take() {
             let _ = self.poll.registry().deregister(&mut s);
         }
-        if let State::Busy { .. } = conn.state {
-            self.busy -= 1;
-            if count_error {
-                self.slot.counts.errors += 1;
+        match conn.state {
+            State::Busy { .. } => {
+                self.busy -= 1;
+                self.up -= 1;
+                if count_error {
+                    self.slot.counts.errors += 1;
+                }
             }
+            State::Idle => self.up -= 1,
+            State::Connecting | State::Down { .. } => {}
         }
         conn.state = State::Down { until: now };
     }
@@ -397,12 +410,14 @@ impl Worker<'_> {
                     .is_some_and(|s| matches!(s.take_error(), Ok(None)) && s.peer_addr().is_ok());
                 if ok {
                     conn.state = State::Idle;
+                    self.up += 1;
                     self.idle.push_back(i);
                 } else {
                     self.drop_conn(i, now, false);
                     self.conns[i].state = State::Down {
                         until: now + RECONNECT_BACKOFF,
                     };
+                    self.connect_failed();
                 }
             }
             State::Busy { .. } => self.write_some(i, now),
@@ -438,9 +453,17 @@ impl Worker<'_> {
             }
         }
         let State::Busy { req, .. } = conn.state else {
-            // Bytes or a close on a connection with nothing outstanding: start afresh.
+            // Bytes or a close on a connection with nothing outstanding: start afresh; a close
+            // before the connection was up is a failed connect.
+            let connecting = matches!(conn.state, State::Connecting);
             if closed || !conn.input.is_empty() {
                 self.drop_conn(i, now, false);
+                if connecting {
+                    self.conns[i].state = State::Down {
+                        until: now + RECONNECT_BACKOFF,
+                    };
+                    self.connect_failed();
+                }
             }
             return;
         };

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# The README's test command: sets up the system tools the test suite uses, runs
+# `cargo test --all-targets`, and says what it could not run.
+#
+#   scripts/test.sh [--require-all] [--no-install] [--setup-only] [-- CARGO_TEST_ARGS...]
+#
+# 1. Probes the tools below. Missing ones are installed with apt-get when it may: as root, or
+#    through `sudo -n` (passwordless sudo; it never prompts); Python's prometheus_client first
+#    with pip into target/pydeps (no root needed). `--no-install` or SLUICE_TEST_INSTALL=0 never
+#    installs.
+# 2. Runs `cargo test --all-targets` (plus CARGO_TEST_ARGS). A test whose tool is still missing
+#    prints one line `SKIPPED <test>: <tool> not found; install: apt-get install <package>`,
+#    does not run, and is appended to the skip record (SLUICE_SKIP_RECORD, under the target dir).
+# 3. Prints the summary of what was not run. Exit status: cargo's (0 when every test that ran
+#    passed, skips included).
+#
+# `--require-all` (or SLUICE_REQUIRE_TOOLS=1) — what CI uses — turns any gap into a failure: the
+# script stops before testing if a tool is still missing after the install, and a test that
+# finds a tool missing fails instead of skipping.
+# `--setup-only` stops after step 1 (with `--require-all`: exit 1 if anything is missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# tool | Debian package | tests that need it
+TOOLS=(
+    "redis-server|redis-server|shared::* (destination budgets shared through Redis)"
+    "chromium|chromium|ops::, dashboard::dashboard_in_chromium_* (the dashboard in a real browser)"
+    "chromedriver|chromium-driver|ops::, dashboard::dashboard_in_chromium_*"
+    "systemd-analyze|systemd|ops::systemd_unit_verifies_cleanly"
+    "python3|python3|edge::every_metrics_family_* (/metrics through prometheus_client)"
+    "prometheus_client|python3-prometheus-client|edge::every_metrics_family_* (or pip, by the test)"
+)
+
+strict=${SLUICE_REQUIRE_TOOLS:-0}
+install=${SLUICE_TEST_INSTALL:-1}
+setup_only=0
+while [[ $# -gt 0 ]]; do
+    case $1 in
+    --require-all) strict=1 ;;
+    --no-install) install=0 ;;
+    --setup-only) setup_only=1 ;;
+    --) shift; break ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "scripts/test.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+target_dir=${CARGO_TARGET_DIR:-target}
+mkdir -p "$target_dir"
+target_dir=$(cd "$target_dir" && pwd)
+
+# Whether `$1` is an executable file on PATH (`command -v` also names a file that is not
+# executable when there is no other).
+on_path() {
+    local dir
+    IFS=: read -ra dirs <<<"$PATH"
+    for dir in "${dirs[@]}"; do
+        [[ -f $dir/$1 && -x $dir/$1 ]] && return 0
+    done
+    return 1
+}
+
+# Whether `tool` is usable: an executable on PATH, or (prometheus_client) an importable module,
+# from the system or from target/pydeps where the test installs it with pip.
+have() {
+    if [[ $1 == prometheus_client ]]; then
+        on_path python3 \
+            && PYTHONPATH=target/pydeps python3 -c 'import prometheus_client.parser' 2>/dev/null
+    else
+        on_path "$1"
+    fi
+}
+
+missing_tools() {
+    local row tool package
+    for row in "${TOOLS[@]}"; do
+        IFS='|' read -r tool package _ <<<"$row"
+        have "$tool" || echo "$tool|$package"
+    done
+}
+
+# Prints how apt-get may be run here ("" for root, "sudo -n"), or why not (on stderr) and fails.
+apt_runner() {
+    if ! on_path apt-get; then
+        echo "no apt-get here" >&2
+        return 1
+    fi
+    if [[ $(id -u) == 0 ]]; then
+        echo ""
+    elif on_path sudo && sudo -n true 2>/dev/null; then
+        echo "sudo -n"
+    else
+        echo "not root and no passwordless sudo" >&2
+        return 1
+    fi
+}
+
+echo "== system tools"
+if [[ $install == 1 ]] && ! have prometheus_client && on_path python3; then
+    # No root needed: PyPI into the target dir (where the test looks), before apt-get.
+    python3 -m pip install --quiet --target target/pydeps prometheus_client 2>/dev/null \
+        || echo "pip install --target target/pydeps prometheus_client failed; trying apt-get"
+fi
+missing=$(missing_tools)
+if [[ -n $missing ]]; then
+    packages=$(cut -d'|' -f2 <<<"$missing" | sort -u | tr '\n' ' ')
+    if [[ $install != 1 ]]; then
+        echo "missing: ${packages}(not installing: --no-install / SLUICE_TEST_INSTALL=0)"
+    elif runner=$(apt_runner 2>"$target_dir/apt-runner.why"); then
+        echo "installing: $packages(apt-get${runner:+ via $runner})"
+        # shellcheck disable=SC2086 # $runner and $packages are word lists
+        if ! { $runner apt-get update -qq \
+            && DEBIAN_FRONTEND=noninteractive $runner apt-get install -y -qq $packages; }; then
+            echo "apt-get install $packages failed"
+        fi
+        missing=$(missing_tools)
+    else
+        echo "missing: ${packages}(cannot install: $(cat "$target_dir/apt-runner.why"))"
+    fi
+fi
+for row in "${TOOLS[@]}"; do
+    IFS='|' read -r tool package needed_by <<<"$row"
+    if have "$tool"; then
+        printf '  %-18s ok\n' "$tool"
+    else
+        printf '  %-18s MISSING (apt-get install %s) — %s\n' "$tool" "$package" "$needed_by"
+    fi
+done
+if [[ -n $missing && $strict == 1 ]]; then
+    packages=$(cut -d'|' -f2 <<<"$missing" | sort -u | tr '\n' ' ')
+    echo "--require-all: tools missing; install them: sudo apt-get install $packages" >&2
+    exit 1
+fi
+[[ $setup_only == 1 ]] && exit 0
+
+record="$target_dir/test-skips.txt"
+: >"$record"
+export SLUICE_SKIP_RECORD=$record
+if [[ $strict == 1 ]]; then export SLUICE_REQUIRE_TOOLS=1; fi
+
+echo "== cargo test --all-targets $*"
+status=0
+cargo test --all-targets "$@" || status=$?
+
+echo
+if [[ -s $record ]]; then
+    echo "== NOT RUN: $(wc -l <"$record") test(s), for want of a system tool:"
+    sort "$record" | while IFS=$'\t' read -r test tool package; do
+        echo "  $test — $tool (apt-get install $package)"
+    done
+    echo "  install them all: sudo apt-get install $(cut -f3 "$record" | sort -u | tr '\n' ' ')"
+else
+    echo "== every test ran (no test skipped for want of a tool)"
+fi
+exit "$status"

@@ -1,0 +1,177 @@
+//! `render`: its output is a manifest that validates to the same configuration (the round trip
+//! `sluice check` promises), never shows a secret, and reads as the sections it renders.
+
+use super::*;
+use crate::config::{Config, Overrides};
+
+fn env(k: &str) -> Option<String> {
+    match k {
+        "GH" => Some("gh-secret-value".into()),
+        "GH_NEXT" => Some("gh-next-value".into()),
+        "SW" => Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()),
+        "SW_RAW" => Some("a-raw-signing-key".into()),
+        "SIGN" => Some("whsec_YWJjZA==".into()),
+        _ => None,
+    }
+}
+
+fn build(text: &str, overrides: &Overrides) -> Config {
+    let raw = Config::parse_manifest(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    Config::build(raw, &env, overrides).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// Renders `text`, feeds the output back, and checks that it renders the same; returns it.
+fn round_trip(text: &str, overrides: &Overrides) -> String {
+    let first = render(&build(text, overrides));
+    toml::from_str::<toml::Table>(&first).unwrap_or_else(|e| panic!("not TOML: {e}\n{first}"));
+    let second = render(&build(&first, overrides));
+    assert_eq!(first, second, "the output of check does not check the same");
+    for secret in [
+        "gh-secret-value",
+        "gh-next-value",
+        "MfKQ9r8",
+        "a-raw-signing-key",
+        "YWJjZA",
+    ] {
+        assert!(!first.contains(secret), "secret {secret} printed:\n{first}");
+    }
+    first
+}
+
+const GATES_AND_AUTH: &str = r#"
+[ingest]
+stored_headers = ["x-tenant"]
+
+[[triggers]]
+id = "gh"
+provider = "github"
+path = "/hooks/gh"
+handler = "http://127.0.0.1:9/sink"
+verify = "github"
+secrets = [{ env = "GH" }, { env = "GH_NEXT" }]
+dedupe = true
+concurrency = { key = "event.headers.x-tenant", max = 3 }
+priority = { key = "event.body.tier", order = ["gold", "silver"] }
+throttle = { key = "event.body.user.id", period = "60s", max = 30 }
+rate_limit = { period = "1h", max = 1000 }
+max_pending = { events = 100, bytes = 1000000 }
+
+[[triggers]]
+id = "sw"
+provider = "svc"
+path = "/hooks/sw"
+handler = "http://127.0.0.1:9/other"
+verify = "standard-webhooks"
+secrets = [{ env = "SW" }, { env = "SW_RAW", encoding = "raw" }]
+tolerance = "2m"
+debounce = { key = "event.source", period = "30s" }
+singleton = {}
+
+[[triggers]]
+id = "hm"
+provider = "acme"
+path = "/hooks/hm"
+handler = "https://example.com/hook"
+verify = "hmac"
+secrets = [{ env = "GH" }]
+hmac = { header = "X-Sig", prefix = "sha1=", algorithm = "sha1", encoding = "base64" }
+dedupe = { window = "2h" }
+batch = { key = "event.trigger", size = 5, timeout = "2s" }
+when_backlog_full = "absorb"
+
+[[destinations]]
+uri = "http://127.0.0.1:9/sink"
+max_in_flight = 5
+rate = { per_sec = 10 }
+headers = { "x-api-key" = "k\"1'", "X-Other" = "é" }
+signing_secret = { env = "SIGN" }
+retry = { max_attempts = 3, base = "250ms", cap = "1m" }
+circuit = { failures = 2, open_for = "30s", on_open = "hold" }
+
+[[destinations]]
+uri = "http://127.0.0.1:9/other"
+max_in_flight = 4
+signing_secret = { env = "SW_RAW", encoding = "raw" }
+shared = { redis = "redis://127.0.0.1:6390/2", lease = "5s", on_unavailable = "local" }
+
+[[destinations]]
+uri = "https://example.com/hook"
+max_in_flight = "auto"
+min_in_flight = 2
+tls = { server_name = "hooks.example.org" }
+"#;
+
+#[test]
+fn defaults_round_trip() {
+    let text = round_trip("", &Overrides::default());
+    assert!(
+        text.contains("[server]\nlisten = \"127.0.0.1:8080\""),
+        "{text}"
+    );
+    assert!(text.contains("max_outstanding = 64"), "{text}");
+    assert!(text.contains("saturated_high = 0.9"), "{text}");
+}
+
+#[test]
+fn triggers_with_auth_gates_and_destinations_round_trip_as_tables() {
+    let text = round_trip(GATES_AND_AUTH, &Overrides::default());
+    for want in [
+        "[[triggers]]\nid = \"gh\"",
+        "secrets = [{ env = \"GH\" }, { env = \"GH_NEXT\" }]",
+        "dedupe = { window = \"1d\" }",
+        "concurrency = { key = \"event.headers.x-tenant\", max = 3 }",
+        "priority = { key = \"event.body.tier\", order = [\"gold\", \"silver\"] }",
+        "throttle = { key = \"event.body.user.id\", period = \"1m\", max = 30 }",
+        "rate_limit = { period = \"1h\", max = 1000 }",
+        "max_pending = { events = 100, bytes = 1000000 }",
+        "secrets = [{ env = \"SW\" }, { env = \"SW_RAW\", encoding = \"raw\" }]",
+        "tolerance = \"2m\"",
+        "singleton = {}",
+        "hmac = { header = \"x-sig\", prefix = \"sha1=\", algorithm = \"sha1\", encoding = \"base64\" }",
+        "batch = { key = \"event.trigger\", size = 5, timeout = \"2s\" }",
+        "signing_secret = { env = \"SIGN\" }",
+        "signing_secret = { env = \"SW_RAW\", encoding = \"raw\" }",
+        "max_in_flight = \"auto\"\nmin_in_flight = 2",
+        "tls = { server_name = \"hooks.example.org\" }",
+        "on_unavailable = \"local\"",
+        "circuit = { failures = 2, open_for = \"30s\", on_open = \"hold\" }",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    assert!(
+        !text.contains("TriggerAuth") && !text.contains("Some("),
+        "{text}"
+    );
+}
+
+#[test]
+fn command_line_overrides_are_part_of_the_output() {
+    let o = Overrides {
+        listen: Some("127.0.0.1:0".into()),
+        workers: Some(3),
+        io: Some("mio".into()),
+        drain_grace: Some("1500ms".into()),
+        ..Overrides::default()
+    };
+    let text = round_trip(GATES_AND_AUTH, &o);
+    assert!(text.contains("listen = \"127.0.0.1:0\""), "{text}");
+    assert!(text.contains("workers = 3"), "{text}");
+    assert!(text.contains("io = \"mio\""), "{text}");
+    assert!(text.contains("drain_grace = \"1500ms\""), "{text}");
+}
+
+#[test]
+fn durations_print_in_the_largest_exact_unit() {
+    let d = Duration::from_millis;
+    assert_eq!(duration_text(d(0)), "0s");
+    assert_eq!(duration_text(d(250)), "250ms");
+    assert_eq!(duration_text(d(1500)), "1500ms");
+    assert_eq!(duration_text(d(2000)), "2s");
+    assert_eq!(duration_text(d(90_000)), "90s");
+    assert_eq!(duration_text(d(120_000)), "2m");
+    assert_eq!(duration_text(d(7 * 86_400_000)), "7d");
+    for ms in [1, 999, 1001, 61_000, 3_600_000, 86_400_001] {
+        let text = duration_text(d(ms));
+        assert_eq!(crate::config::parse_duration(&text), Ok(d(ms)), "{text}");
+    }
+}

@@ -1,0 +1,83 @@
+//! System tools some tests need (a real `redis-server`, Chromium, `systemd-analyze`, Python with
+//! `prometheus_client`), and what a test does when one is missing.
+//!
+//! A test asks once, at its top: `let Some(redis) = require_tool(...) else { return };`.
+//! - Tool present (an executable file on `PATH`, or at the absolute path given): its path.
+//! - Missing, lenient (the default): one line on the terminal — `SKIPPED <test>: <tool> not
+//!   found; install: apt-get install <package>` — written past libtest's output capture so it is
+//!   seen, one line appended to the skip record (see [`SKIP_RECORD_ENV`]), and `None`: the test
+//!   returns without asserting anything. `scripts/test.sh` prints the record as its summary.
+//! - Missing, strict (`SLUICE_REQUIRE_TOOLS=1`, set by `scripts/test.sh --require-all` and so by
+//!   CI): the test panics with the same message.
+//!
+//! A skipped test is therefore never silent: the line, the record and the script's summary name
+//! it. The record is append-only, one line per skip (`test<TAB>tool<TAB>package`), bounded by the
+//! number of tests.
+
+use std::fs::OpenOptions;
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+
+/// `1` turns a missing tool into a test failure.
+pub const REQUIRE_TOOLS_ENV: &str = "SLUICE_REQUIRE_TOOLS";
+/// File that skips are appended to (`scripts/test.sh` sets it; unset: no record, the line only).
+pub const SKIP_RECORD_ENV: &str = "SLUICE_SKIP_RECORD";
+
+/// The path of `tool` (a name looked up on `PATH`, or an absolute path) if it is an executable
+/// file; otherwise a skip or a panic as the module header says. `package` is the Debian package
+/// that provides it.
+pub fn require_tool(tool: &str, package: &str) -> Option<PathBuf> {
+    find_tool(tool).or_else(|| missing(tool, package))
+}
+
+/// Several tools at once (all or nothing); the first missing one is the one reported.
+pub fn require_tools(tools: &[(&str, &str)]) -> Option<Vec<PathBuf>> {
+    tools
+        .iter()
+        .map(|(tool, package)| require_tool(tool, package))
+        .collect()
+}
+
+/// Reports a missing requirement that is not a binary on `PATH` (a Python module, say): a skip
+/// line and record, or a panic in strict mode. Always `None`, for `let Some(..) = .. else`.
+pub fn missing<T>(tool: &str, package: &str) -> Option<T> {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("<unnamed test>")
+        .to_string();
+    let how = format!("{tool} not found; install: apt-get install {package}");
+    if std::env::var(REQUIRE_TOOLS_ENV).is_ok_and(|v| v == "1") {
+        panic!("{test}: {how} ({REQUIRE_TOOLS_ENV}=1 makes a missing tool a failure)");
+    }
+    // Past the capture of `eprintln!`: a passing test's captured output is never shown.
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {how}");
+    if let Some(record) = std::env::var_os(SKIP_RECORD_ENV) {
+        let line = format!("{test}\t{tool}\t{package}\n");
+        let appended = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&record)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = appended {
+            panic!("cannot append the skip of {test} to {record:?}: {e}");
+        }
+    }
+    None
+}
+
+/// An executable regular file named `tool` on `PATH` (or at `tool` if it is a path).
+pub fn find_tool(tool: &str) -> Option<PathBuf> {
+    if tool.contains('/') {
+        return is_executable(Path::new(tool)).then(|| PathBuf::from(tool));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(tool))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    // Metadata follows symlinks (Debian's `chromedriver` and `redis-server` are links).
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
