@@ -27,6 +27,7 @@ TOOLS=(
     "chromium|chromium|ops::, dashboard::dashboard_in_chromium_* (the dashboard in a real browser)"
     "chromedriver|chromium-driver|ops::, dashboard::dashboard_in_chromium_*"
     "systemd-analyze|systemd|ops::systemd_unit_verifies_cleanly"
+    "nginx|nginx|drain_nginx::* (a rolling restart behind nginx upstream keep-alive)"
     "python3|python3|edge::every_metrics_family_* (/metrics through prometheus_client)"
     "prometheus_client|python3-prometheus-client|edge::every_metrics_family_* (or pip, by the test)"
 )

