@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod outbound;
 pub mod permits;
 pub mod rate;
+pub mod replay_claims;
 pub mod request;
 pub mod retry;
 pub mod rng;

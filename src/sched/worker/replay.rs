@@ -5,7 +5,10 @@
 //!
 //! 1. list the DLQ (one read of every entry: the cost grows with the DLQ, which
 //!    `max_dlq_entries` bounds) and select the matching entries, oldest first, skipping those
-//!    a previous call already handed to the WAL and whose append has not completed;
+//!    a previous call — on any core — already handed to the WAL and whose append has not
+//!    completed (the store's [`ReplayClaims`](crate::dispatch::replay_claims), shared by every
+//!    core: an entry is claimed before it is read and released only after it left the DLQ or
+//!    its append failed, so no entry reaches the WAL twice);
 //! 2. for at most [`ONLINE_CHUNK`] of them, while the backlog bound (`max_pending_events`/
 //!    `bytes`, never the absorb budget), this core's appends in flight and its commit helper's
 //!    room allow: a new event (new id, `replay_of` = the entry id) goes to the commit helper, as
@@ -21,11 +24,12 @@
 //! (`max_outstanding`); a crash between durability and removal leaves an entry that a later
 //! replay delivers again (at least once, as everywhere).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::{Worker, TICKET_SEQ_BITS};
 use crate::dispatch::bulk_replay::{ReplayFilter, ONLINE_CHUNK};
 use crate::dispatch::dlq::DlqError;
+use crate::dispatch::replay_claims::{ClaimRefused, ReplayClaim};
 use crate::ingest::respond::json_str;
 use crate::metrics::Route;
 use crate::net::http;
@@ -36,12 +40,15 @@ use crate::wal::{self, AppendOutcome, EventRecord};
 /// [`TICKET_SEQ_BITS`]; the pump's carry bit 63).
 pub(super) const REPLAY_TICKET: u64 = 1 << 62;
 
-/// Bulk replays whose append has not completed.
+/// This core's replays whose append has not completed, by commit ticket: bulk ones (ticket with
+/// [`REPLAY_TICKET`]) with their trigger id and backlog cost, and single ones
+/// (`POST /admin/dlq/{id}/replay`, an ingest ticket) holding their claim only.
 #[derive(Debug, Default)]
 pub(super) struct Replays {
-    /// ticket → (entry id, trigger id, backlog cost).
-    by_ticket: HashMap<u64, (String, String, u64)>,
-    ids: HashSet<String>,
+    /// ticket → (claim, trigger id, backlog cost).
+    by_ticket: HashMap<u64, (ReplayClaim, String, u64)>,
+    /// ingest ticket → claim of a single replay.
+    pub(super) single: HashMap<u64, ReplayClaim>,
 }
 
 impl Worker {
@@ -65,15 +72,29 @@ impl Worker {
                 return self.answer_replay(idx, 500, None, body, keep_alive);
             }
         };
+        let claims = store.replays();
         let selected: Vec<String> = listing
             .entries
             .into_iter()
-            .filter(|s| filter.matches(s) && !self.replays.ids.contains(&s.id))
+            .filter(|s| filter.matches(s) && !claims.is_claimed(&s.id))
             .map(|s| s.id)
             .collect();
         let (mut replayed, mut skipped) = (0usize, 0usize);
         let mut room = true;
         for id in selected.iter().take(ONLINE_CHUNK) {
+            // Claimed before it is read: a replay elsewhere either holds it (skip) or released
+            // it after removing the entry (the read finds it gone).
+            let claim = match claims.claim(id) {
+                Ok(c) => c,
+                Err(ClaimRefused::InFlight) => {
+                    skipped += 1; // on its way, from another call
+                    continue;
+                }
+                Err(ClaimRefused::Full) => {
+                    room = false;
+                    break;
+                }
+            };
             let entry = match store.get(id) {
                 Ok(e) => e,
                 Err(DlqError::NotFound { .. }) => {
@@ -107,10 +128,9 @@ impl Worker {
             let ticket = REPLAY_TICKET | self.seq;
             self.committer.push_ingest(0, ticket, record);
             self.outstanding += 1;
-            self.replays.ids.insert(entry.id.clone());
             self.replays
                 .by_ticket
-                .insert(ticket, (entry.id, trigger, cost));
+                .insert(ticket, (claim, trigger, cost));
             replayed += 1;
         }
         let remaining = selected.len() - replayed - skipped;
@@ -158,13 +178,13 @@ impl Worker {
     }
 
     /// The append of a bulk replay completed: durable → the entry leaves the DLQ; failed → the
-    /// backlog share goes back and the entry stays.
+    /// backlog share goes back and the entry stays. Either way the claim drops last.
     pub(super) fn replay_done(&mut self, ticket: u64, outcome: AppendOutcome) {
         self.outstanding -= 1;
-        let Some((id, trigger, cost)) = self.replays.by_ticket.remove(&ticket) else {
+        let Some((claim, trigger, cost)) = self.replays.by_ticket.remove(&ticket) else {
             return;
         };
-        self.replays.ids.remove(&id);
+        let id = claim.id();
         if !matches!(outcome, AppendOutcome::Durable { .. }) {
             self.shared.backlog.release_for(&trigger, cost);
             eprintln!(
@@ -172,8 +192,23 @@ impl Worker {
             );
             return;
         }
-        if let Err(e) = self.shared.dlq.remove(&id) {
+        if let Err(e) = self.shared.dlq.remove(id) {
             eprintln!("sluice: replayed {id} but could not remove its DLQ entry: {e}");
+        }
+        drop(claim); // after the removal (module docs)
+    }
+
+    /// A single replay's claim (ingest ticket `ticket`), if it has one: on `durable` its entry
+    /// leaves the DLQ first, then the claim drops. For a replay whose connection is gone too.
+    pub(super) fn settle_single_replay(&mut self, ticket: u64, durable: bool) {
+        let Some(claim) = self.replays.single.remove(&ticket) else {
+            return;
+        };
+        if durable {
+            if let Err(e) = self.shared.dlq.remove(claim.id()) {
+                let id = claim.id();
+                eprintln!("sluice: replayed {id} but could not remove its DLQ entry: {e}");
+            }
         }
     }
 }
