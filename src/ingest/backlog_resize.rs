@@ -2,15 +2,15 @@
 //! split recomputed from the new explicit shares, applied live by [`ShareDim::resize`](crate::ingest::shares::ShareDim::resize) (which
 //! keeps the bound and drops nothing; see there).
 
-use super::{Backlog, TriggerShare};
-use crate::ingest::shares::{split, Split};
+use super::{Backlog, DefaultRoute, TriggerShare};
+use crate::ingest::shares::{split_slots, Split};
 
 /// The inputs of the split (see [`Backlog::resize_shares`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct SharePlan {
     pub(super) events: Vec<Option<u64>>,
     pub(super) bytes: Vec<Option<u64>>,
-    pub(super) default_route: bool,
+    pub(super) default_route: DefaultRoute,
     pub(super) reserved: f64,
 }
 
@@ -18,19 +18,20 @@ impl Backlog {
     /// The (events, bytes) splits of `plan`: one share per trigger slot, the default route's,
     /// 0 for the recovered slot (borrowed only), and the pool.
     pub(super) fn split_plan(&self, plan: &SharePlan) -> Result<(Split, Split), String> {
-        let off = (!plan.default_route).then_some(0);
-        let split_of = |max: u64, explicit: &[Option<u64>], what: &str| {
-            let mut explicit = explicit.to_vec();
-            explicit.push(off);
-            let mut s = split(max, &explicit, plan.reserved).map_err(|sum| {
+        let d = plan.default_route;
+        let split_of = |max: u64, explicit: &[Option<u64>], default, what: &str| {
+            split_slots(max, explicit, default, plan.reserved).map_err(|sum| {
                 format!("the triggers' max_pending.{what} sum to {sum}, past max_pending_{what} = {max}")
-            })?;
-            s.shares.push(0); // the recovered slot: borrowed only
-            Ok::<Split, String>(s)
+            })
         };
         Ok((
-            split_of(self.max_events, &plan.events, "events")?,
-            split_of(self.max_bytes, &plan.bytes, "bytes")?,
+            split_of(
+                self.max_events,
+                &plan.events,
+                d.share.map(|s| s.0),
+                "events",
+            )?,
+            split_of(self.max_bytes, &plan.bytes, d.share.map(|s| s.1), "bytes")?,
         ))
     }
 
