@@ -108,25 +108,6 @@ pub fn trigger_shares(triggers: &[crate::config::TriggerConfig]) -> Vec<TriggerS
         .collect()
 }
 
-/// The default route as the backlog sees it (`config` builds it from `ingest.default_route`
-/// and `ingest.default_route_max_pending`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DefaultRoute {
-    /// Served (`POST /webhooks/{source}`).
-    pub on: bool,
-    /// Its share, `(events, bytes)` as a trigger's `max_pending` (`None` values: the default
-    /// share), when it is given one; `None`: no share, it borrows from the pool only, and it
-    /// does not count for readiness.
-    pub share: Option<(Option<u64>, Option<u64>)>,
-}
-
-impl From<bool> for DefaultRoute {
-    /// On or off, without a share.
-    fn from(on: bool) -> DefaultRoute {
-        DefaultRoute { on, share: None }
-    }
-}
-
 /// Label of the default route's slot (the built-in trigger id).
 const DEFAULT_SLOT: &str = crate::ingest::router::DEFAULT_TRIGGER_ID;
 /// Label of the slot of the events recovered at start-up.
@@ -873,6 +854,7 @@ impl Backlog {
 
 #[path = "backlog_resize.rs"]
 mod resize;
+pub use resize::DefaultRoute;
 use resize::SharePlan;
 
 #[cfg(all(test, not(loom)))]

@@ -77,16 +77,29 @@ fn replay_round(backend_note: &str) {
         .map(|mut client| {
             let barrier = barrier.clone();
             std::thread::spawn(move || {
+                // Each call lists and reads the 600 entries on its core's loop, the calls of
+                // one core one after another: allow more than the harness's 10 s on a loaded
+                // machine (debug build).
+                client.set_read_timeout(Duration::from_secs(60));
                 barrier.wait();
                 let auth = [("Authorization", "Bearer s3cret-token")];
-                client.post("/admin/dlq/replay", b"", &auth)
+                let started = std::time::Instant::now();
+                let r = client.try_post("/admin/dlq/replay", b"", &auth);
+                (r, started.elapsed())
             })
         })
         .collect();
     let mut replayed = 0;
     for call in calls {
-        let r = call.join().unwrap();
+        let (r, took) = call.join().unwrap();
+        let r =
+            r.unwrap_or_else(|e| panic!("{backend_note}: replay call failed after {took:?}: {e}"));
         assert!(matches!(r.status, 200 | 202), "{}", r.text());
+        eprintln!(
+            "{backend_note}: call answered {} in {took:?}: {}",
+            r.status,
+            r.text()
+        );
         replayed += r.json()["replayed"].as_u64().unwrap();
     }
     assert_eq!(

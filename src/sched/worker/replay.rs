@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use super::{Worker, TICKET_SEQ_BITS};
 use crate::dispatch::bulk_replay::{ReplayFilter, ONLINE_CHUNK};
 use crate::dispatch::dlq::DlqError;
+use crate::dispatch::dlq_store::DlqStore;
 use crate::dispatch::replay_claims::{ClaimRefused, ReplayClaim};
 use crate::ingest::respond::json_str;
 use crate::metrics::Route;
@@ -49,6 +50,15 @@ pub(super) struct Replays {
     by_ticket: HashMap<u64, (ReplayClaim, String, u64)>,
     /// ingest ticket → claim of a single replay.
     pub(super) single: HashMap<u64, ReplayClaim>,
+}
+
+/// What [`Worker::replay_one`] did with one entry.
+enum Step {
+    Handed,
+    /// On its way from another call, gone, or unreadable.
+    Skipped,
+    /// No room (backlog, appends in flight, commit batch, or the claim set's bound): stop.
+    NoRoom,
 }
 
 impl Worker {
@@ -82,56 +92,14 @@ impl Worker {
         let (mut replayed, mut skipped) = (0usize, 0usize);
         let mut room = true;
         for id in selected.iter().take(ONLINE_CHUNK) {
-            // Claimed before it is read: a replay elsewhere either holds it (skip) or released
-            // it after removing the entry (the read finds it gone).
-            let claim = match claims.claim(id) {
-                Ok(c) => c,
-                Err(ClaimRefused::InFlight) => {
-                    skipped += 1; // on its way, from another call
-                    continue;
-                }
-                Err(ClaimRefused::Full) => {
+            match self.replay_one(&store, id) {
+                Step::Handed => replayed += 1,
+                Step::Skipped => skipped += 1,
+                Step::NoRoom => {
                     room = false;
                     break;
                 }
-            };
-            let entry = match store.get(id) {
-                Ok(e) => e,
-                Err(DlqError::NotFound { .. }) => {
-                    skipped += 1; // removed meanwhile
-                    continue;
-                }
-                Err(e) => {
-                    eprintln!("sluice: bulk replay skips DLQ entry {id}: {e}");
-                    skipped += 1;
-                    continue;
-                }
-            };
-            let received_at_ms = unix_millis();
-            let event = EventRecord {
-                event_id: self.ids.next(received_at_ms),
-                received_at_ms,
-                replay_of: Some(entry.id.clone()),
-                ..entry.event
-            };
-            let cost = wal::event_cost(&event);
-            let trigger = event.trigger_id.clone();
-            let record = wal::Record::Event(event);
-            if self.outstanding >= self.max_outstanding
-                || !self.committer.has_room(record.batch_weight())
-                || self.shared.backlog.reserve_for(&trigger, cost).is_err()
-            {
-                room = false;
-                break;
             }
-            self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
-            let ticket = REPLAY_TICKET | self.seq;
-            self.committer.push_ingest(0, ticket, record);
-            self.outstanding += 1;
-            self.replays
-                .by_ticket
-                .insert(ticket, (claim, trigger, cost));
-            replayed += 1;
         }
         let remaining = selected.len() - replayed - skipped;
         let body =
@@ -152,6 +120,49 @@ impl Worker {
             );
             self.answer_replay(idx, 503, Some(&ra), &body, keep_alive);
         }
+    }
+
+    /// Hands entry `id` to the WAL if it is not on its way already and there is room.
+    fn replay_one(&mut self, store: &DlqStore, id: &str) -> Step {
+        // Claimed before it is read: a replay elsewhere either holds it (skip) or released it
+        // after removing the entry (the read finds it gone).
+        let claim = match store.replays().claim(id) {
+            Ok(c) => c,
+            Err(ClaimRefused::InFlight) => return Step::Skipped, // on its way, from another call
+            Err(ClaimRefused::Full) => return Step::NoRoom,
+        };
+        let entry = match store.get(id) {
+            Ok(e) => e,
+            Err(DlqError::NotFound { .. }) => return Step::Skipped, // removed meanwhile
+            Err(e) => {
+                eprintln!("sluice: bulk replay skips DLQ entry {id}: {e}");
+                return Step::Skipped;
+            }
+        };
+        let received_at_ms = unix_millis();
+        let event = EventRecord {
+            event_id: self.ids.next(received_at_ms),
+            received_at_ms,
+            replay_of: Some(entry.id.clone()),
+            ..entry.event
+        };
+        let cost = wal::event_cost(&event);
+        let trigger = event.trigger_id.clone();
+        let record = wal::Record::Event(event);
+        if self.outstanding >= self.max_outstanding
+            || !self.committer.has_room(record.batch_weight())
+            || self.shared.backlog.reserve_for(&trigger, cost).is_err()
+        {
+            return Step::NoRoom;
+        }
+        self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
+        let ticket = REPLAY_TICKET | self.seq;
+        self.committer.push_ingest(0, ticket, record);
+        self.outstanding += 1;
+        self.replays
+            .by_ticket
+            .insert(ticket, (claim, trigger, cost));
+        Step::Handed
     }
 
     fn answer_replay(
