@@ -103,6 +103,20 @@ fn ingest(o: &mut Out, cfg: &Config) {
     o.kv("metrics_top_sources", i.metrics_top_sources);
     o.dur("offer_timeout", i.offer_timeout);
     o.kv("default_route", i.default_route);
+    match i.default_route_max_pending {
+        None => {}
+        Some(m) if m.events.is_none() && m.bytes.is_none() => {
+            o.kv("default_route_max_pending", "{}")
+        }
+        Some(m) => {
+            if let Some(e) = m.events {
+                o.kv("default_route_max_pending.events", e);
+            }
+            if let Some(b) = m.bytes {
+                o.kv("default_route_max_pending.bytes", b);
+            }
+        }
+    }
     o.s("stored_headers", &i.stored_headers);
     o.kv("dedupe_max_keys", i.dedupe_max_keys);
 }
