@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{duration_or, err, ranged, ConfigError};
+use crate::ingest::backlog::DefaultRoute;
 
 /// Environment variable names (Harn orchestrator contract).
 pub const ENV_GLOBAL_CAPACITY: &str = "HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY";
@@ -34,8 +35,13 @@ pub struct RawIngest {
     /// How long a request waits for room in the full WAL ring before `503 wal_busy`.
     /// Default: `50ms`.
     pub offer_timeout: Option<String>,
-    /// Serve the embedded route `POST /webhooks/{source}`. Default: true.
+    /// Serve the embedded route `POST /webhooks/{source}`. Default: true when no `[[triggers]]`
+    /// are configured, false when some are (set it to serve both).
     pub default_route: Option<bool>,
+    /// The default route's guaranteed share of the durable backlog, as a trigger's
+    /// `max_pending` (`{}`: a default share like a trigger's). Default: none (it borrows from
+    /// the common pool only, and does not count for `/readyz`). Only with the route on.
+    pub default_route_max_pending: Option<super::shares::RawMaxPending>,
     /// Request headers stored with each event (case-insensitive names), besides
     /// `content-type`, which is always kept. At most 32 (31 when a trigger has `dedupe`, whose
     /// key takes one slot). Default: a list of common provider delivery and signature headers.
@@ -54,6 +60,8 @@ pub struct IngestConfig {
     pub metrics_top_sources: usize,
     pub offer_timeout: Duration,
     pub default_route: bool,
+    /// The default route's share (`None`: none; see [`RawIngest::default_route_max_pending`]).
+    pub default_route_max_pending: Option<super::shares::MaxPending>,
     /// Lower-cased header names stored with each event (always includes `content-type`).
     pub stored_headers: Vec<String>,
     pub dedupe_max_keys: usize,
@@ -90,10 +98,24 @@ fn env_u64(env: &dyn Fn(&str) -> Option<String>, key: &str) -> Result<Option<u64
     }
 }
 
+/// `has_triggers`: the manifest configures `[[triggers]]` (the default route's default).
 pub(super) fn build_ingest(
     r: RawIngest,
     env: &dyn Fn(&str) -> Option<String>,
+    has_triggers: bool,
 ) -> Result<IngestConfig, ConfigError> {
+    let default_route = r.default_route.unwrap_or(!has_triggers);
+    let default_route_max_pending = match r.default_route_max_pending {
+        Some(_) if !default_route => {
+            return err(
+                "ingest.default_route_max_pending is set but the default route is off \
+                 (set ingest.default_route = true to serve it)"
+                    .to_string(),
+            )
+        }
+        Some(raw) => Some(super::shares::build("default route", Some(raw))?),
+        None => None,
+    };
     let positive = |key: &str, env_key: &str, manifest: Option<u64>, default: u64| {
         let v = match env_u64(env, env_key)? {
             Some(v) => v,
@@ -173,7 +195,8 @@ pub(super) fn build_ingest(
             r.offer_timeout,
             Duration::from_millis(50),
         )?,
-        default_route: r.default_route.unwrap_or(true),
+        default_route,
+        default_route_max_pending,
         stored_headers: stored,
         dedupe_max_keys: ranged(
             "ingest.dedupe_max_keys",
@@ -183,4 +206,14 @@ pub(super) fn build_ingest(
             100_000_000,
         )?,
     })
+}
+
+impl IngestConfig {
+    /// The default route as the backlog sees it.
+    pub fn default_route_spec(&self) -> DefaultRoute {
+        DefaultRoute {
+            on: self.default_route,
+            share: self.default_route_max_pending.map(|m| (m.events, m.bytes)),
+        }
+    }
 }

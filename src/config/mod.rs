@@ -293,7 +293,7 @@ impl Config {
                     .map_err(|e| ConfigError(format!("environment variable {ENV_IO}: {e}")))?;
             }
         }
-        let mut ingest = build_ingest(raw.ingest, env)?;
+        let mut ingest = build_ingest(raw.ingest, env, !raw.triggers.is_empty())?;
         let mut wal = build_wal(raw.wal, overrides, server.max_body_bytes)?;
         if let Some(v) = env(ENV_WAL_COMMIT) {
             wal.commit = v
@@ -316,7 +316,7 @@ impl Config {
         let dispatch = dispatch::build_dispatch(raw.dispatch, wal.segment_bytes, server.workers)?;
         let flow = flow::build_flow_settings(raw.flow)?;
         flow::check_batch_sizes(&triggers, &flow)?;
-        shares::check_sums(&triggers, &dispatch)?;
+        shares::check_sums(&triggers, ingest.default_route_max_pending, &dispatch)?;
         // A gate key can only read headers stored with the event: add them to the stored set.
         for t in &triggers {
             for h in t.flow.headers() {

@@ -172,6 +172,12 @@ fn ingest(o: &mut Out, cfg: &Config) {
     o.kv("metrics_top_sources", i.metrics_top_sources);
     o.dur("offer_timeout", i.offer_timeout);
     o.kv("default_route", i.default_route);
+    if let Some(m) = i.default_route_max_pending {
+        let mut share = Vec::new();
+        share.extend(m.events.map(|e| ("events", e.to_string())));
+        share.extend(m.bytes.map(|b| ("bytes", b.to_string())));
+        o.line(&format!("default_route_max_pending = {}", inline(&share)));
+    }
     let headers: Vec<String> = i.stored_headers.iter().map(|h| quote(h)).collect();
     o.line(&format!("stored_headers = [{}]", headers.join(", ")));
     o.kv("dedupe_max_keys", i.dedupe_max_keys);

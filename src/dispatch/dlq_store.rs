@@ -63,6 +63,7 @@ use super::dlq::{
 };
 use super::dlq_batch::{self as batch, Found, Name};
 use super::dlq_index::{Index, Loc};
+use super::replay_claims::ReplayClaims;
 use crate::storage::{self, OpenMode, Storage};
 
 /// Batch files smaller than this are not compacted (their dead bytes are bounded anyway).
@@ -80,6 +81,8 @@ pub struct DlqGauges {
     pub files_written: AtomicU64,
     /// Entries written.
     pub entries_written: AtomicU64,
+    /// Entries claimed by a replay and not yet removed or given back ([`ReplayClaims`]).
+    pub replays_in_flight: Arc<AtomicU64>,
 }
 
 /// The dead-letter queue (see the module header).
@@ -95,6 +98,8 @@ pub struct DlqStore {
     next_seq: AtomicU64,
     index: Mutex<Index>,
     gauges: Arc<DlqGauges>,
+    /// The entries on their way back to the WAL, shared by every core's replays.
+    replays: ReplayClaims,
 }
 
 /// What [`DlqStore::list`] found.
@@ -201,6 +206,7 @@ impl DlqStore {
         owner: bool,
         ix: Index,
     ) -> Result<DlqStore, DlqError> {
+        let gauges = Arc::new(DlqGauges::default());
         let store = DlqStore {
             storage,
             dir: dir.to_owned(),
@@ -208,7 +214,8 @@ impl DlqStore {
             owner,
             next_seq: AtomicU64::new(ix.max_seq() + 1),
             index: Mutex::new(ix),
-            gauges: Arc::new(DlqGauges::default()),
+            replays: ReplayClaims::new(max, gauges.replays_in_flight.clone()),
+            gauges,
         };
         store.publish(&store.index.lock());
         Ok(store)
@@ -221,6 +228,12 @@ impl DlqStore {
     /// The gauges `/metrics` renders.
     pub fn gauges(&self) -> Arc<DlqGauges> {
         self.gauges.clone()
+    }
+
+    /// The entries replays are handing to the WAL (claim one before reading it; see
+    /// [`ReplayClaims`]).
+    pub fn replays(&self) -> &ReplayClaims {
+        &self.replays
     }
 
     /// Live entries.

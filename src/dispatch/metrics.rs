@@ -376,6 +376,11 @@ impl DispatchMetrics {
             "Dead-letter entries written durably.",
             get(&g.entries_written),
         );
+        w.gauge(
+            "sluice_dlq_replays_in_flight",
+            "DLQ entries a replay has handed to the WAL and not yet removed (shared by every core; bound: dispatch.max_dlq_entries).",
+            get(&g.replays_in_flight) as f64,
+        );
     }
 
     /// The pumps' window, outstanding jobs, oldest pending age, backlog and done cursors.

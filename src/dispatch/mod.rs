@@ -47,6 +47,7 @@ pub mod outbound;
 pub mod outstanding;
 pub mod permits;
 pub mod rate;
+pub mod replay_claims;
 pub mod request;
 pub mod retry;
 pub mod rng;

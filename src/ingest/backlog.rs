@@ -13,7 +13,7 @@
 //!
 //! `/readyz` reports `saturated` ([`Backlog::is_saturated`]) only when the node as a whole
 //! cannot accept: its *fill* is the smaller of (the pool's fill) and (the share fill that more
-//! than half of the slots reach — the triggers, plus the default route when it is on), taking
+//! than half of the slots reach — the triggers, plus the default route when it has a share), taking
 //! the fuller of events and bytes for each; `saturated` from `fill ≥ high`, off again only
 //! below `low` (hysteresis, evaluated when asked).
 //!
@@ -200,7 +200,7 @@ pub struct Backlog {
     /// route's, then the recovered events'.
     slot_of: HashMap<String, usize>,
     names: Vec<String>,
-    /// Slots counted in the readiness median (the triggers, and the default route when on).
+    /// Slots counted in the readiness median (the triggers, and the default route when it has a share).
     ready_slots: usize,
     absorbing: Vec<bool>,
     stats: Vec<CachePadded<SlotStats>>,
@@ -239,7 +239,7 @@ fn ewma(old_milli: u64, sample: f64) -> u64 {
 }
 
 impl Backlog {
-    /// A backlog without configured triggers (the default route's slot has the default share).
+    /// A backlog without configured triggers (the default route without a share: the whole bound is the pool).
     pub fn new(max_events: u64, max_bytes: u64, high: f64, low: f64) -> Backlog {
         Backlog::with_wal_limit(max_events, max_bytes, high, low, u64::MAX)
     }
@@ -294,31 +294,37 @@ impl Backlog {
             absorb_bytes: CachePadded::new(AtomicU64::new(0)),
             plan: Default::default(),
         };
-        b.set_slots(&[], true, crate::ingest::shares::DEFAULT_RESERVED)
+        b.set_slots(&[], true.into(), crate::ingest::shares::DEFAULT_RESERVED)
             .expect("no explicit share cannot pass the bound");
         b
     }
 
     /// Gives each trigger its slot and share (module docs, [`crate::ingest::shares`]); the
-    /// default route's slot counts for readiness only when `default_route` is on (off: its share
-    /// is 0). Call before [`Backlog::with_absorb`] and before any reservation. `Err` names the
-    /// dimension whose explicit shares pass the bound (the config validates this first).
+    /// default route's slot has a share, and counts for readiness, only when it is on and given
+    /// one ([`DefaultRoute`]; else it borrows from the pool only). Call before
+    /// [`Backlog::with_absorb`] and before any reservation. `Err` names the dimension whose
+    /// explicit shares pass the bound (the config validates this first).
     pub fn with_triggers(
         mut self,
         triggers: &[TriggerShare<'_>],
-        default_route: bool,
+        default_route: impl Into<DefaultRoute>,
         reserved_fraction: f64,
     ) -> Result<Backlog, String> {
-        self.set_slots(triggers, default_route, reserved_fraction)?;
+        self.set_slots(triggers, default_route.into(), reserved_fraction)?;
         Ok(self)
     }
 
     fn set_slots(
         &mut self,
         triggers: &[TriggerShare<'_>],
-        default_route: bool,
+        default_route: DefaultRoute,
         reserved: f64,
     ) -> Result<(), String> {
+        // Off, it has no share whatever it was given (the config refuses that combination).
+        let default_route = DefaultRoute {
+            share: default_route.share.filter(|_| default_route.on),
+            ..default_route
+        };
         let plan = SharePlan {
             events: triggers.iter().map(|t| t.events).collect(),
             bytes: triggers.iter().map(|t| t.bytes).collect(),
@@ -341,7 +347,7 @@ impl Backlog {
             .enumerate()
             .map(|(i, t)| (t.id.to_owned(), i))
             .collect();
-        self.ready_slots = triggers.len() + usize::from(default_route);
+        self.ready_slots = triggers.len() + usize::from(default_route.share.is_some());
         self.absorbing = vec![false; self.names.len()];
         self.stats = (0..self.names.len())
             .map(|_| CachePadded::new(SlotStats::default()))
@@ -848,6 +854,7 @@ impl Backlog {
 
 #[path = "backlog_resize.rs"]
 mod resize;
+pub use resize::DefaultRoute;
 use resize::SharePlan;
 
 #[path = "backlog_view.rs"]

@@ -3,14 +3,33 @@
 //! keeps the bound and drops nothing; see there).
 
 use super::{Backlog, TriggerShare};
-use crate::ingest::shares::{split, Split};
+use crate::ingest::shares::{split_slots, Split};
+
+/// The default route as the backlog sees it (`config` builds it from `ingest.default_route`
+/// and `ingest.default_route_max_pending`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DefaultRoute {
+    /// Served (`POST /webhooks/{source}`).
+    pub on: bool,
+    /// Its share, `(events, bytes)` as a trigger's `max_pending` (`None` values: the default
+    /// share), when it is given one; `None`: no share, it borrows from the pool only, and it
+    /// does not count for readiness.
+    pub share: Option<(Option<u64>, Option<u64>)>,
+}
+
+impl From<bool> for DefaultRoute {
+    /// On or off, without a share.
+    fn from(on: bool) -> DefaultRoute {
+        DefaultRoute { on, share: None }
+    }
+}
 
 /// The inputs of the split (see [`Backlog::resize_shares`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct SharePlan {
     pub(super) events: Vec<Option<u64>>,
     pub(super) bytes: Vec<Option<u64>>,
-    pub(super) default_route: bool,
+    pub(super) default_route: DefaultRoute,
     pub(super) reserved: f64,
 }
 
@@ -18,19 +37,20 @@ impl Backlog {
     /// The (events, bytes) splits of `plan`: one share per trigger slot, the default route's,
     /// 0 for the recovered slot (borrowed only), and the pool.
     pub(super) fn split_plan(&self, plan: &SharePlan) -> Result<(Split, Split), String> {
-        let off = (!plan.default_route).then_some(0);
-        let split_of = |max: u64, explicit: &[Option<u64>], what: &str| {
-            let mut explicit = explicit.to_vec();
-            explicit.push(off);
-            let mut s = split(max, &explicit, plan.reserved).map_err(|sum| {
+        let d = plan.default_route;
+        let split_of = |max: u64, explicit: &[Option<u64>], default, what: &str| {
+            split_slots(max, explicit, default, plan.reserved).map_err(|sum| {
                 format!("the triggers' max_pending.{what} sum to {sum}, past max_pending_{what} = {max}")
-            })?;
-            s.shares.push(0); // the recovered slot: borrowed only
-            Ok::<Split, String>(s)
+            })
         };
         Ok((
-            split_of(self.max_events, &plan.events, "events")?,
-            split_of(self.max_bytes, &plan.bytes, "bytes")?,
+            split_of(
+                self.max_events,
+                &plan.events,
+                d.share.map(|s| s.0),
+                "events",
+            )?,
+            split_of(self.max_bytes, &plan.bytes, d.share.map(|s| s.1), "bytes")?,
         ))
     }
 

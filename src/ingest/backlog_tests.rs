@@ -2,6 +2,13 @@
 
 use super::*;
 
+/// The default route on and given a default-sized share (`ingest.default_route_max_pending =
+/// {}`): three slots divide the reserve.
+const DEFAULT_WITH_SHARE: DefaultRoute = DefaultRoute {
+    on: true,
+    share: Some((None, None)),
+};
+
 fn two_triggers(max_events: u64, max_bytes: u64) -> Backlog {
     let t = |id| TriggerShare {
         id,
@@ -9,8 +16,51 @@ fn two_triggers(max_events: u64, max_bytes: u64) -> Backlog {
         bytes: None,
     };
     Backlog::new(max_events, max_bytes, 0.9, 0.5)
-        .with_triggers(&[t("a"), t("b")], true, 0.5)
+        .with_triggers(&[t("a"), t("b")], DEFAULT_WITH_SHARE, 0.5)
         .unwrap()
+}
+
+/// `n` triggers with default shares; the default route on without a share (its default when
+/// `ingest.default_route = true` is set beside triggers).
+fn triggers_and_default_route(n: usize, max_events: u64) -> Backlog {
+    const IDS: [&str; 3] = ["a", "b", "c"];
+    let shares: Vec<TriggerShare<'_>> = IDS[..n]
+        .iter()
+        .map(|&id| TriggerShare {
+            id,
+            events: None,
+            bytes: None,
+        })
+        .collect();
+    Backlog::new(max_events, 1 << 30, 0.9, 0.5)
+        .with_triggers(&shares, true, 0.5)
+        .unwrap()
+}
+
+#[test]
+fn one_trigger_holds_the_whole_bound_beside_a_default_route_without_a_share() {
+    let b = triggers_and_default_route(1, 100);
+    assert_eq!((b.share_of("a").0, b.share_of("default").0), (50, 0));
+    assert_eq!(b.pool_size().0, 50);
+    assert_eq!(fill(&b, "a", 300), 100, "its share and the whole pool");
+    assert_eq!(fill(&b, "unknown", 10), 0, "the default route only borrows");
+    // Stalled with the pool full: the node cannot accept, whatever the default route.
+    assert!(b.is_saturated());
+    b.release_done(b.slot("a"), 60, 600);
+    assert!(!b.is_saturated());
+    assert_eq!(fill(&b, "other-source", 5), 5, "it borrows from the pool");
+}
+
+#[test]
+fn the_default_route_without_a_share_does_not_count_for_readiness() {
+    let b = triggers_and_default_route(2, 1000);
+    assert_eq!((b.share_of("a").0, b.pool_size().0), (250, 500));
+    assert_eq!(fill(&b, "a", 3000), 750);
+    // The pool is full but only one of the two triggers is at its share: ready.
+    assert!(!b.is_saturated(), "{}", b.node_fill());
+    // Both triggers' shares full: more than half of the triggers, with the pool full.
+    assert_eq!(fill(&b, "b", 3000), 250);
+    assert!(b.is_saturated());
 }
 
 /// Reserves `n` events of 10 bytes for `id`; how many fit.

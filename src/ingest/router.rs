@@ -5,9 +5,14 @@
 //!    endpoints; the last two answer as `server.ui` says).
 //! 2. Exact trigger paths from the manifest's `[[triggers]]` (`POST` only); the trigger's
 //!    provider is the event's source.
-//! 3. The embedded default route `POST /webhooks/{source}` (unless `ingest.default_route =
-//!    false`); `source` must match `[A-Za-z0-9._-]{1,64}`, else `400`. Its events belong to the
-//!    built-in trigger [`DEFAULT_TRIGGER_ID`].
+//! 3. The embedded default route `POST /webhooks/{source}` when `ingest.default_route` is on
+//!    (by default only without `[[triggers]]`); `source` must match `[A-Za-z0-9._-]{1,64}`, else
+//!    `400`. Its events belong to the built-in trigger [`DEFAULT_TRIGGER_ID`] — except a source
+//!    a trigger owns, compared ignoring ASCII case, so that no case variant of a verified
+//!    trigger's path or source gets in unverified: a source that is the last segment of a
+//!    trigger's path `/webhooks/{source}` goes to that trigger, else one equal to the source
+//!    (`provider`) of exactly one trigger goes to that trigger; one named by several triggers
+//!    is `404`.
 //!
 //! 4. `/admin/…` when the admin routes are on ([`Router::with_admin`], i.e. `SLUICE_ADMIN_TOKEN`
 //!    is set): [`RouteMatch::Admin`]. The worker checks the bearer token *before* looking at the
@@ -103,12 +108,37 @@ pub enum RouteMatch<'a> {
     NotFound,
 }
 
+/// Which trigger owns a default-route source (module docs, rule 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    One(usize),
+    Several,
+}
+
 /// Immutable routing table built from the config.
 #[derive(Debug, Clone)]
 pub struct Router {
-    triggers: HashMap<String, (String, String)>,
+    /// path → index into `ids`.
+    triggers: HashMap<String, usize>,
+    /// (trigger id, source) per trigger, config order.
+    ids: Vec<(String, String)>,
+    /// Lower-cased `{source}` of trigger paths `/webhooks/{source}` → owner.
+    path_owner: HashMap<String, Owner>,
+    /// Lower-cased trigger sources → owner.
+    source_owner: HashMap<String, Owner>,
     default_route: bool,
     admin: bool,
+}
+
+/// Adds `key` → trigger `i` to `map`, or marks the key as owned by several.
+fn own(map: &mut HashMap<String, Owner>, key: String, i: usize) {
+    map.entry(key)
+        .and_modify(|o| {
+            if *o != Owner::One(i) {
+                *o = Owner::Several
+            }
+        })
+        .or_insert(Owner::One(i));
 }
 
 const ALLOW_GET: &str = "GET, HEAD";
@@ -116,14 +146,52 @@ const ALLOW_POST: &str = "POST";
 
 impl Router {
     pub fn new(triggers: &[TriggerConfig], default_route: bool) -> Router {
-        let triggers = triggers
-            .iter()
-            .map(|t| (t.path.clone(), (t.id.clone(), t.provider.clone())))
-            .collect();
-        Router {
-            triggers,
+        let mut r = Router {
+            triggers: HashMap::new(),
+            ids: Vec::new(),
+            path_owner: HashMap::new(),
+            source_owner: HashMap::new(),
             default_route,
             admin: false,
+        };
+        for (i, t) in triggers.iter().enumerate() {
+            r.triggers.insert(t.path.clone(), i);
+            r.ids.push((t.id.clone(), t.provider.clone()));
+            if let Some(source) = t.path.strip_prefix(DEFAULT_ROUTE_PREFIX) {
+                own(&mut r.path_owner, source.to_ascii_lowercase(), i);
+            }
+            own(&mut r.source_owner, t.provider.to_ascii_lowercase(), i);
+        }
+        r
+    }
+
+    /// The default route's answer for a valid `source` (module docs, rule 3).
+    fn default_route<'a>(&'a self, source: &'a str) -> RouteMatch<'a> {
+        // A valid source is at most 64 ASCII bytes: lower-cased on the stack.
+        let mut buf = [0u8; 64];
+        let lower = &mut buf[..source.len()];
+        lower.copy_from_slice(source.as_bytes());
+        lower.make_ascii_lowercase();
+        let lower = std::str::from_utf8(lower).unwrap_or(source);
+        let owner = self
+            .path_owner
+            .get(lower)
+            .or_else(|| self.source_owner.get(lower));
+        match owner {
+            None => RouteMatch::Ingest {
+                trigger_id: DEFAULT_TRIGGER_ID,
+                source,
+            },
+            Some(&Owner::One(i)) => self.ingest(i),
+            Some(Owner::Several) => RouteMatch::NotFound,
+        }
+    }
+
+    fn ingest(&self, i: usize) -> RouteMatch<'_> {
+        let (id, source) = &self.ids[i];
+        RouteMatch::Ingest {
+            trigger_id: id,
+            source,
         }
     }
 
@@ -168,12 +236,9 @@ impl Router {
                 });
             }
         }
-        if let Some((id, provider)) = self.triggers.get(path) {
+        if let Some(&i) = self.triggers.get(path) {
             return if is_post {
-                RouteMatch::Ingest {
-                    trigger_id: id,
-                    source: provider,
-                }
+                self.ingest(i)
             } else {
                 RouteMatch::MethodNotAllowed(ALLOW_POST)
             };
@@ -184,10 +249,7 @@ impl Router {
                     return RouteMatch::MethodNotAllowed(ALLOW_POST);
                 }
                 return if is_valid_id(source) {
-                    RouteMatch::Ingest {
-                        trigger_id: DEFAULT_TRIGGER_ID,
-                        source,
-                    }
+                    self.default_route(source)
                 } else {
                     RouteMatch::BadSource
                 };
@@ -314,6 +376,72 @@ mod tests {
         ] {
             assert_eq!(reserved_route(p), None, "{p}");
         }
+    }
+
+    fn trigger(id: &str, provider: &str, path: &str) -> TriggerConfig {
+        TriggerConfig {
+            id: id.into(),
+            provider: provider.into(),
+            path: path.into(),
+            ..router_trigger()
+        }
+    }
+
+    fn router_trigger() -> TriggerConfig {
+        TriggerConfig {
+            id: String::new(),
+            provider: String::new(),
+            path: String::new(),
+            handler: None,
+            auth: Default::default(),
+            flow: Default::default(),
+            when_backlog_full: crate::ingest::backlog::WhenFull::Refuse,
+            max_pending: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_source_a_trigger_owns_goes_to_that_trigger_whatever_its_case() {
+        let r = Router::new(
+            &[
+                trigger("gh", "gh-main", "/webhooks/github"),
+                trigger("st", "stripe", "/hooks/stripe"),
+                trigger("a1", "acme", "/hooks/a1"),
+                trigger("a2", "acme", "/hooks/a2"),
+            ],
+            true,
+        );
+        let to = |id| RouteMatch::Ingest {
+            trigger_id: id,
+            source: match id {
+                "gh" => "gh-main",
+                _ => "stripe",
+            },
+        };
+        // A case variant of a trigger's path, and its source in any case.
+        assert_eq!(r.route("POST", "/webhooks/GitHub"), to("gh"));
+        assert_eq!(r.route("POST", "/webhooks/github"), to("gh"));
+        assert_eq!(r.route("POST", "/webhooks/GH-Main"), to("gh"));
+        assert_eq!(r.route("POST", "/webhooks/STRIPE"), to("st"));
+        // A source two triggers have: neither, and not the default route either.
+        assert_eq!(r.route("POST", "/webhooks/Acme"), RouteMatch::NotFound);
+        // Any other source is the default route's, its case kept.
+        assert_eq!(
+            r.route("POST", "/webhooks/Other"),
+            RouteMatch::Ingest {
+                trigger_id: DEFAULT_TRIGGER_ID,
+                source: "Other"
+            }
+        );
+        // Off: only the exact trigger paths.
+        let off = Router::new(&[trigger("gh", "github", "/webhooks/github")], false);
+        assert_eq!(off.route("POST", "/webhooks/GitHub"), RouteMatch::NotFound);
+        assert_eq!(off.route("POST", "/webhooks/github"), {
+            RouteMatch::Ingest {
+                trigger_id: "gh",
+                source: "github",
+            }
+        });
     }
 
     #[test]

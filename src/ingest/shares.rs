@@ -4,7 +4,9 @@
 //! # Slots
 //!
 //! One slot per `[[triggers]]` entry (config order), then one for the default route
-//! (`POST /webhooks/{source}`, and any event whose trigger id the config no longer knows), then
+//! (`POST /webhooks/{source}`, and any event whose trigger id the config no longer knows; it
+//! takes no share, only borrows from the pool, unless `ingest.default_route_max_pending` gives
+//! it one: [`split_slots`]), then
 //! the *recovered* slot: events pending at start-up (read back from the WAL) were reserved
 //! before this run's shares existed, so they are counted there, all of it borrowed from the
 //! pool (which they may overfill: a smaller bound than before a restart), until they drain.
@@ -66,6 +68,24 @@ pub fn split(max: u64, explicit: &[Option<u64>], reserved: f64) -> Result<Split,
     let shares: Vec<u64> = explicit.iter().map(|e| e.unwrap_or(each)).collect();
     let pool = max - taken - each * implicit;
     Ok(Split { shares, pool })
+}
+
+/// The split of one dimension over the backlog's slots: one per trigger (`triggers`, config
+/// order), then the default route's (`default`: `Some(explicit)` when it takes a share — its
+/// `None` a default one like a trigger's — `None` when it takes none, i.e. a share of 0: it
+/// only borrows from the pool), then the recovered slot (0: borrowed only). `Err(sum)` as
+/// [`split`].
+pub fn split_slots(
+    max: u64,
+    triggers: &[Option<u64>],
+    default: Option<Option<u64>>,
+    reserved: f64,
+) -> Result<Split, u64> {
+    let mut explicit = triggers.to_vec();
+    explicit.push(default.unwrap_or(Some(0)));
+    let mut s = split(max, &explicit, reserved)?;
+    s.shares.push(0); // the recovered slot
+    Ok(s)
 }
 
 /// `counter -= n`, stopping at 0; returns what was actually taken.
@@ -296,6 +316,25 @@ mod tests {
         // A tiny bound: shares of 0, everything in the pool.
         let s = split(3, &[None, None, None, None], DEFAULT_RESERVED).unwrap();
         assert_eq!((s.shares, s.pool), (vec![0, 0, 0, 0], 3));
+    }
+
+    #[test]
+    fn the_default_route_takes_no_share_unless_given_one() {
+        // One trigger, the default route without a share: the trigger has the whole reserve.
+        let s = split_slots(100, &[None], None, DEFAULT_RESERVED).unwrap();
+        assert_eq!((s.shares, s.pool), (vec![50, 0, 0], 50));
+        // Given one (default-sized): it divides the reserve like a trigger.
+        let s = split_slots(100, &[None], Some(None), DEFAULT_RESERVED).unwrap();
+        assert_eq!((s.shares, s.pool), (vec![25, 25, 0], 50));
+        let s = split_slots(100, &[None], Some(Some(10)), DEFAULT_RESERVED).unwrap();
+        assert_eq!((s.shares, s.pool), (vec![40, 10, 0], 50));
+        // No trigger, no share: the whole bound is the pool.
+        let s = split_slots(100, &[], None, DEFAULT_RESERVED).unwrap();
+        assert_eq!((s.shares, s.pool), (vec![0, 0], 100));
+        assert_eq!(
+            split_slots(10, &[Some(6)], Some(Some(5)), DEFAULT_RESERVED),
+            Err(11)
+        );
     }
 
     #[test]

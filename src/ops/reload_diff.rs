@@ -97,7 +97,14 @@ fn sections(old: &Config, new: &Config) -> Result<(), String> {
     same("wal.max_batch", &o.max_batch, &n.max_batch)?;
     same("wal.ring_capacity", &o.ring_capacity, &n.ring_capacity)?;
     same_dbg("[wal]", o, n)?;
-    same_dbg("[ingest]", &old.ingest, &new.ingest)?;
+    // `default_route` applies live (the router is rebuilt; the route takes no share of its own
+    // unless `default_route_max_pending`, which does need a restart, gives it one): a reload
+    // that adds the first trigger turns a defaulted route off.
+    let live = |i: &crate::config::IngestConfig| crate::config::IngestConfig {
+        default_route: false,
+        ..i.clone()
+    };
+    same_dbg("[ingest]", &live(&old.ingest), &live(&new.ingest))?;
     same_dbg("orchestrator.pumps", &old.pump, &new.pump)?;
     same_dbg("[dispatch]", &old.dispatch, &new.dispatch)?;
     same_dbg("[flow]", &old.flow, &new.flow)?;

@@ -196,7 +196,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         )
         .with_triggers(
             &crate::ingest::backlog::trigger_shares(&config.triggers),
-            config.ingest.default_route,
+            config.ingest.default_route_spec(),
             config.dispatch.reserved_fraction,
         )
         .map_err(RuntimeError::Config)?
@@ -264,6 +264,9 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
     }
     let router = Router::new(&config.triggers, config.ingest.default_route)
         .with_admin(config.admin_token.is_some());
+    for line in crate::config::shares::routes_summary(&config) {
+        eprintln!("sluice: {line}");
+    }
     let histogram = Arc::new(crate::metrics::histogram::Histogram::new(
         wal::SYNC_BOUNDS_NANOS,
     ));

@@ -86,7 +86,10 @@ impl Nginx {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| {
-                panic!("cannot run {} ({e}): install the Debian package nginx", nginx.display())
+                panic!(
+                    "cannot run {} ({e}): install the Debian package nginx",
+                    nginx.display()
+                )
             });
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
         let mut nginx = Nginx { child, addr, dir };

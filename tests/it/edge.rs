@@ -346,8 +346,10 @@ fn every_metrics_family_has_help_and_type_for_an_independent_parser() {
     };
     let ds = Downstream::start(Behavior::default());
     let uri = ds.uri("/sink");
+    // The default route on beside the trigger: its flood source is refused by its own bucket.
     let config = format!(
-        "[[triggers]]\nid = \"gh\"\nprovider = \"github\"\npath = \"/hooks/gh\"\nhandler = \"{uri}\"\n\
+        "[ingest]\ndefault_route = true\n\n\
+         [[triggers]]\nid = \"gh\"\nprovider = \"github\"\npath = \"/hooks/gh\"\nhandler = \"{uri}\"\n\
          verify = \"github\"\nsecrets = [{{ env = \"GH_SECRET\" }}]\n\
          dedupe = true\n\
          concurrency = {{ key = \"event.headers.x-github-delivery\", max = 2 }}\n\n\
@@ -423,7 +425,11 @@ fn every_metrics_family_has_help_and_type_for_an_independent_parser() {
 
 #[test]
 fn unsigned_default_route_traffic_does_not_spend_a_signed_triggers_bucket() {
-    let config = "[[triggers]]\nid = \"gh\"\nprovider = \"github\"\npath = \"/hooks/gh\"\n\
+    // The default route on beside a verified trigger: its traffic has buckets of its own, and a
+    // source the trigger owns (`github`, in any case) is the trigger's, so unsigned requests
+    // naming it are refused 401 and spend nothing.
+    let config = "[ingest]\ndefault_route = true\n\n\
+                  [[triggers]]\nid = \"gh\"\nprovider = \"github\"\npath = \"/hooks/gh\"\n\
                   verify = \"github\"\nsecrets = [{ env = \"GH_SECRET\" }]\n";
     let server = Server::start(
         Opts::config(config)
@@ -435,22 +441,25 @@ fn unsigned_default_route_traffic_does_not_spend_a_signed_triggers_bucket() {
     let mut c = server.client();
     let mut statuses = Vec::new();
     for _ in 0..8 {
-        statuses.push(c.post("/webhooks/github", b"{}", &[]).status);
+        statuses.push(c.post("/webhooks/other", b"{}", &[]).status);
     }
     assert!(
         statuses.iter().filter(|s| **s == 503).count() >= 2,
         "the default route's own bucket (5) should refuse: {statuses:?}"
     );
-    // Unsigned requests to the trigger are 401 and spend nothing either.
-    for _ in 0..8 {
-        assert_eq!(c.post("/hooks/gh", b"{}", &[]).status, 401);
+    // Unsigned requests to the trigger, by its path or by its source on the default route, are
+    // 401 and spend nothing either.
+    for path in ["/hooks/gh", "/webhooks/github", "/webhooks/GitHub"] {
+        for _ in 0..4 {
+            assert_eq!(c.post(path, b"{}", &[]).status, 401, "{path}");
+        }
     }
     let body = br#"{"action":"opened"}"#;
     let sig = github_sig("topsecret", body);
     let r = c.post("/hooks/gh", body, &[("x-hub-signature-256", &sig)]);
     let (_, trigger) = accepted(&r);
     assert_eq!(trigger, "gh");
-    // The two keys are visible as separate sources.
+    // The two keys are visible as separate sources; none is the default route's `github`.
     let text = c.get("/metrics").text();
     let samples = parse_metrics(&text);
     let accepted_of = |source: &str| {
@@ -460,7 +469,8 @@ fn unsigned_default_route_traffic_does_not_spend_a_signed_triggers_bucket() {
             .map(|s| s.value)
     };
     assert_eq!(accepted_of("github@gh"), Some(1.0), "{text}");
-    assert!(accepted_of("github").is_some_and(|v| v <= 6.0), "{text}");
+    assert!(accepted_of("other").is_some_and(|v| v <= 6.0), "{text}");
+    assert_eq!(accepted_of("github"), None, "{text}");
 }
 
 // ----- 6. start-up refusals ------------------------------------------------------------------

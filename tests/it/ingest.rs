@@ -49,7 +49,8 @@ fn healthz_and_readyz() {
 #[test]
 fn manifest_trigger_sets_trigger_id_and_source() {
     let mut server = Server::start(Opts::config(
-        "[[triggers]]\nid = \"gh\"\nprovider = \"github\"\npath = \"/hooks/gh\"\n",
+        "[ingest]\ndefault_route = true\n\n\
+         [[triggers]]\nid = \"gh\"\nprovider = \"github\"\npath = \"/hooks/gh\"\n",
     ));
     let body = br#"{"action":"opened"}"#;
     let r = server
@@ -57,7 +58,7 @@ fn manifest_trigger_sets_trigger_id_and_source() {
         .post("/hooks/gh", body, &[("X-GitHub-Event", "push")]);
     let (id, trigger) = accepted(&r);
     assert_eq!(trigger, "gh");
-    // The default route still works beside the trigger.
+    // The default route, set on, works beside the trigger.
     // The query string is ignored for matching.
     let (_, tq) = accepted(&server.post("/hooks/gh?delivery=1", b"q"));
     assert_eq!(tq, "gh");

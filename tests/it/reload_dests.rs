@@ -269,17 +269,18 @@ fn max_pending_shrinks_live_without_dropping_pending_events() {
     assert_eq!(delivered.len(), 10, "each pending event delivered once");
 
     ds.hold(true);
-    let (statuses, more) = post_counting(&server, 10);
+    let (statuses, more) = post_counting(&server, 11);
     assert_eq!(
         statuses.iter().filter(|&&s| s == 202).count(),
-        7,
-        "share 2 + pool 5: {statuses:?}"
+        10,
+        "share 2 + pool 8 (the default route holds no share): {statuses:?}"
     );
+    assert_eq!(statuses[10], 503, "{statuses:?}");
     ids.extend(more);
     ds.hold(false);
     assert!(wait_until(Duration::from_secs(20), || delivered_ids(&ds)
         .len()
-        >= 17));
+        >= 20));
     assert_eq!(delivered_ids(&ds).into_iter().collect::<HashSet<_>>(), ids);
 }
 

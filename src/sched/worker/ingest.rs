@@ -7,6 +7,7 @@
 //! answer. Split from `mod.rs` (the event loop, connections, routing) by responsibility.
 
 use super::*;
+use crate::dispatch::replay_claims::ReplayClaim;
 use crate::ingest::pipeline::{self, Arrival, Decision, Now, Pipeline, Response};
 
 /// The node's shared state the pipeline reads.
@@ -24,7 +25,7 @@ pub(super) fn node(shared: &Shared) -> pipeline::Node<'_> {
 impl Worker {
     /// The core's pipeline over the node's shared state (`shared`, a clone of `self.shared`
     /// so that the core's own parts can be borrowed mutably beside it).
-    fn pipeline<'a>(&'a mut self, shared: &'a Shared) -> Pipeline<'a> {
+    pub(super) fn pipeline<'a>(&'a mut self, shared: &'a Shared) -> Pipeline<'a> {
         Pipeline {
             // The checks of the generation this core runs.
             node: pipeline::Node {
@@ -59,7 +60,7 @@ impl Worker {
             source,
         };
         let decision = self.pipeline(&shared).ingest(arrival, now);
-        self.apply(idx, decision, keep_alive, now.mono);
+        self.apply(idx, decision, keep_alive, now.mono, None);
     }
 
     /// Queues the pipeline's immediate answer (`Retry-After`, when set, before `Content-Type`).
@@ -77,8 +78,17 @@ impl Worker {
         self.push_ready(idx, route, r.status, headers, &r.body, keep_alive, false);
     }
 
-    /// Applies the pipeline's output on connection `idx` (module docs).
-    fn apply(&mut self, idx: usize, decision: Decision, keep_alive: bool, now: u64) {
+    /// Applies the pipeline's output on connection `idx` (module docs). `replay`: a single
+    /// replay's claim, held by the staged event's ticket until its append's answer (dropped at
+    /// once with a refusal).
+    pub(super) fn apply(
+        &mut self,
+        idx: usize,
+        decision: Decision,
+        keep_alive: bool,
+        now: u64,
+        replay: Option<ReplayClaim>,
+    ) {
         let append = match decision {
             Decision::Respond(r) => return self.respond(idx, Route::Webhook, r, keep_alive),
             Decision::Append(a) => a,
@@ -87,6 +97,9 @@ impl Worker {
         let ticket = ((idx as u64) << TICKET_SEQ_BITS) | self.seq;
         if let Some(token) = append.claim {
             self.claims.insert(ticket, token);
+        }
+        if let Some(claim) = replay {
+            self.replays.single.insert(ticket, claim);
         }
         let pending = PendingIngest {
             ticket,
@@ -111,43 +124,6 @@ impl Worker {
             // FIFO behind connections already waiting for ring space.
             self.offer_waiters.push_back(idx);
         }
-    }
-
-    /// `POST /admin/dlq/{id}/replay`: a new event (new id, `replay_of = id`) with the
-    /// dead-lettered event's trigger, source, headers and body goes through the normal durable
-    /// path; once it is durable the DLQ entry is removed and the answer is `202`. Two concurrent
-    /// replays of one entry both deliver (at least once, as everywhere).
-    pub(super) fn replay_dead_letter(&mut self, idx: usize, id: &str, keep_alive: bool) {
-        let found = self.shared.dlq.get(id);
-        let entry = match found {
-            Ok(e) => e,
-            Err(e) => {
-                use crate::dispatch::dlq::DlqError;
-                let (status, reason) = match e {
-                    DlqError::NotFound { .. } => (404, "not_found"),
-                    DlqError::InvalidId { .. } => (400, "invalid_id"),
-                    _ => (500, "dlq_unreadable"),
-                };
-                let body = format!("{{\"status\":\"error\",\"reason\":\"{reason}\"}}");
-                let h = [("Content-Type", "application/json")];
-                return self.push_ready(
-                    idx,
-                    Route::Admin,
-                    status,
-                    &h,
-                    body.as_bytes(),
-                    keep_alive,
-                    false,
-                );
-            }
-        };
-        let now = Now {
-            mono: self.now(),
-            unix_ms: unix_millis(),
-        };
-        let shared = Arc::clone(&self.shared);
-        let decision = self.pipeline(&shared).replay(entry.event, entry.id, now);
-        self.apply(idx, decision, keep_alive, now.mono);
     }
 
     /// Confirms (`durable`) or releases the dedupe claim of `ticket`, if it has one.
@@ -191,23 +167,26 @@ impl Worker {
 
     /// Replaces the ingest slot at `pos` with its response.
     pub(super) fn finish_slot(&mut self, idx: usize, pos: usize, result: Result<(), Refusal>) {
+        let Some(conn) = self.conns.get(idx).and_then(Option::as_ref) else {
+            return;
+        };
+        let Some(Slot::Pending(p)) = conn.slots.get(pos) else {
+            return;
+        };
+        let ticket = p.ticket;
+        if let Some(token) = self.claims.remove(&ticket) {
+            self.shared.guards.settle(token, result.is_ok());
+        }
+        // A replay: durable → the entry leaves the DLQ (a failure to remove it only means a
+        // later replay would deliver again: at least once), then its claim drops.
+        self.settle_single_replay(ticket, result.is_ok());
         let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
             return;
         };
         let Some(Slot::Pending(p)) = conn.slots.get(pos) else {
             return;
         };
-        if let Some(token) = self.claims.remove(&p.ticket) {
-            self.shared.guards.settle(token, result.is_ok());
-        }
         let keep_alive = p.keep_alive;
-        if let (Ok(()), Some(of)) = (result, &p.reply.replay_of) {
-            // The replay is durable: the entry leaves the DLQ (a failure to remove it only means
-            // a second replay would deliver again: at least once).
-            if let Err(e) = self.shared.dlq.remove(of) {
-                eprintln!("sluice: replayed {of} but could not remove its DLQ entry: {e}");
-            }
-        }
         let reply = p.reply.as_ref();
         let body = &mut self.reply_body;
         let pipeline::Completion {
@@ -256,7 +235,9 @@ impl Worker {
         let durable = matches!(outcome, AppendOutcome::Durable { .. });
         self.settle_claim(ticket, durable);
         if let Some((slot, cost)) = self.orphans.remove(&ticket) {
-            // Its connection is gone: nobody to answer, but the backlog must be right.
+            // Its connection is gone: nobody to answer, but the backlog (and a replay's DLQ
+            // entry) must be right.
+            self.settle_single_replay(ticket, durable);
             if !durable {
                 self.shared.backlog.release_slot(slot, 1, cost);
             }

@@ -465,6 +465,7 @@ impl Worker {
                 if let Slot::Pending(p) = slot {
                     if p.offer.is_some() {
                         self.settle_claim(p.ticket, false);
+                        self.settle_single_replay(p.ticket, false);
                         self.shared
                             .backlog
                             .release_for(&p.reply.trigger_id, p.reply.cost);

@@ -1,11 +1,17 @@
-//! `POST /admin/dlq/replay?reason=R&trigger=ID&since=T`: bulk replay of dead letters through the
-//! durable path, paced by the backlog bound (filters: [`crate::dispatch::bulk_replay`]).
+//! Online replay of dead letters through the durable path: one entry (`POST
+//! /admin/dlq/{id}/replay`, at the end of this file) or in bulk, below.
+//!
+//! `POST /admin/dlq/replay?reason=R&trigger=ID&since=T`: bulk replay, paced by the backlog bound
+//! (filters: [`crate::dispatch::bulk_replay`]).
 //!
 //! One call does a bounded amount of work on the core's loop and answers at once:
 //!
 //! 1. list the DLQ (one read of every entry: the cost grows with the DLQ, which
 //!    `max_dlq_entries` bounds) and select the matching entries, oldest first, skipping those
-//!    a previous call already handed to the WAL and whose append has not completed;
+//!    a previous call — on any core — already handed to the WAL and whose append has not
+//!    completed (the store's [`ReplayClaims`](crate::dispatch::replay_claims), shared by every
+//!    core: an entry is claimed before it is read and released only after it left the DLQ or
+//!    its append failed, so no entry reaches the WAL twice);
 //! 2. for at most [`ONLINE_CHUNK`] of them, while the backlog bound (`max_pending_events`/
 //!    `bytes`, never the absorb budget), this core's appends in flight and its commit helper's
 //!    room allow: a new event (new id, `replay_of` = the entry id) goes to the commit helper, as
@@ -21,11 +27,15 @@
 //! (`max_outstanding`); a crash between durability and removal leaves an entry that a later
 //! replay delivers again (at least once, as everywhere).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::{Worker, TICKET_SEQ_BITS};
 use crate::dispatch::bulk_replay::{ReplayFilter, ONLINE_CHUNK};
 use crate::dispatch::dlq::DlqError;
+use crate::dispatch::dlq_store::DlqStore;
+use crate::dispatch::replay_claims::{ClaimRefused, ReplayClaim};
+use crate::ingest::pipeline::Now;
 use crate::ingest::respond::json_str;
 use crate::metrics::Route;
 use crate::net::http;
@@ -36,12 +46,24 @@ use crate::wal::{self, AppendOutcome, EventRecord};
 /// [`TICKET_SEQ_BITS`]; the pump's carry bit 63).
 pub(super) const REPLAY_TICKET: u64 = 1 << 62;
 
-/// Bulk replays whose append has not completed.
+/// This core's replays whose append has not completed, by commit ticket: bulk ones (ticket with
+/// [`REPLAY_TICKET`]) with their trigger id and backlog cost, and single ones
+/// (`POST /admin/dlq/{id}/replay`, an ingest ticket) holding their claim only.
 #[derive(Debug, Default)]
 pub(super) struct Replays {
-    /// ticket → (entry id, trigger id, backlog cost).
-    by_ticket: HashMap<u64, (String, String, u64)>,
-    ids: HashSet<String>,
+    /// ticket → (claim, trigger id, backlog cost).
+    by_ticket: HashMap<u64, (ReplayClaim, String, u64)>,
+    /// ingest ticket → claim of a single replay.
+    pub(super) single: HashMap<u64, ReplayClaim>,
+}
+
+/// What [`Worker::replay_one`] did with one entry.
+enum Step {
+    Handed,
+    /// On its way from another call, gone, or unreadable.
+    Skipped,
+    /// No room (backlog, appends in flight, commit batch, or the claim set's bound): stop.
+    NoRoom,
 }
 
 impl Worker {
@@ -65,53 +87,24 @@ impl Worker {
                 return self.answer_replay(idx, 500, None, body, keep_alive);
             }
         };
+        let claims = store.replays();
         let selected: Vec<String> = listing
             .entries
             .into_iter()
-            .filter(|s| filter.matches(s) && !self.replays.ids.contains(&s.id))
+            .filter(|s| filter.matches(s) && !claims.is_claimed(&s.id))
             .map(|s| s.id)
             .collect();
         let (mut replayed, mut skipped) = (0usize, 0usize);
         let mut room = true;
         for id in selected.iter().take(ONLINE_CHUNK) {
-            let entry = match store.get(id) {
-                Ok(e) => e,
-                Err(DlqError::NotFound { .. }) => {
-                    skipped += 1; // removed meanwhile
-                    continue;
+            match self.replay_one(&store, id) {
+                Step::Handed => replayed += 1,
+                Step::Skipped => skipped += 1,
+                Step::NoRoom => {
+                    room = false;
+                    break;
                 }
-                Err(e) => {
-                    eprintln!("sluice: bulk replay skips DLQ entry {id}: {e}");
-                    skipped += 1;
-                    continue;
-                }
-            };
-            let received_at_ms = unix_millis();
-            let event = EventRecord {
-                event_id: self.ids.next(received_at_ms),
-                received_at_ms,
-                replay_of: Some(entry.id.clone()),
-                ..entry.event
-            };
-            let cost = wal::event_cost(&event);
-            let trigger = event.trigger_id.clone();
-            let record = wal::Record::Event(event);
-            if self.outstanding >= self.max_outstanding
-                || !self.committer.has_room(record.batch_weight())
-                || self.shared.backlog.reserve_for(&trigger, cost).is_err()
-            {
-                room = false;
-                break;
             }
-            self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
-            let ticket = REPLAY_TICKET | self.seq;
-            self.committer.push_ingest(0, ticket, record);
-            self.outstanding += 1;
-            self.replays.ids.insert(entry.id.clone());
-            self.replays
-                .by_ticket
-                .insert(ticket, (entry.id, trigger, cost));
-            replayed += 1;
         }
         let remaining = selected.len() - replayed - skipped;
         let body =
@@ -132,6 +125,49 @@ impl Worker {
             );
             self.answer_replay(idx, 503, Some(&ra), &body, keep_alive);
         }
+    }
+
+    /// Hands entry `id` to the WAL if it is not on its way already and there is room.
+    fn replay_one(&mut self, store: &DlqStore, id: &str) -> Step {
+        // Claimed before it is read: a replay elsewhere either holds it (skip) or released it
+        // after removing the entry (the read finds it gone).
+        let claim = match store.replays().claim(id) {
+            Ok(c) => c,
+            Err(ClaimRefused::InFlight) => return Step::Skipped, // on its way, from another call
+            Err(ClaimRefused::Full) => return Step::NoRoom,
+        };
+        let entry = match store.get(id) {
+            Ok(e) => e,
+            Err(DlqError::NotFound { .. }) => return Step::Skipped, // removed meanwhile
+            Err(e) => {
+                eprintln!("sluice: bulk replay skips DLQ entry {id}: {e}");
+                return Step::Skipped;
+            }
+        };
+        let received_at_ms = unix_millis();
+        let event = EventRecord {
+            event_id: self.ids.next(received_at_ms),
+            received_at_ms,
+            replay_of: Some(entry.id.clone()),
+            ..entry.event
+        };
+        let cost = wal::event_cost(&event);
+        let trigger = event.trigger_id.clone();
+        let record = wal::Record::Event(event);
+        if self.outstanding >= self.max_outstanding
+            || !self.committer.has_room(record.batch_weight())
+            || self.shared.backlog.reserve_for(&trigger, cost).is_err()
+        {
+            return Step::NoRoom;
+        }
+        self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
+        let ticket = REPLAY_TICKET | self.seq;
+        self.committer.push_ingest(0, ticket, record);
+        self.outstanding += 1;
+        self.replays
+            .by_ticket
+            .insert(ticket, (claim, trigger, cost));
+        Step::Handed
     }
 
     fn answer_replay(
@@ -158,13 +194,13 @@ impl Worker {
     }
 
     /// The append of a bulk replay completed: durable → the entry leaves the DLQ; failed → the
-    /// backlog share goes back and the entry stays.
+    /// backlog share goes back and the entry stays. Either way the claim drops last.
     pub(super) fn replay_done(&mut self, ticket: u64, outcome: AppendOutcome) {
         self.outstanding -= 1;
-        let Some((id, trigger, cost)) = self.replays.by_ticket.remove(&ticket) else {
+        let Some((claim, trigger, cost)) = self.replays.by_ticket.remove(&ticket) else {
             return;
         };
-        self.replays.ids.remove(&id);
+        let id = claim.id();
         if !matches!(outcome, AppendOutcome::Durable { .. }) {
             self.shared.backlog.release_for(&trigger, cost);
             eprintln!(
@@ -172,8 +208,79 @@ impl Worker {
             );
             return;
         }
-        if let Err(e) = self.shared.dlq.remove(&id) {
+        if let Err(e) = self.shared.dlq.remove(id) {
             eprintln!("sluice: replayed {id} but could not remove its DLQ entry: {e}");
         }
+        drop(claim); // after the removal (module docs)
+    }
+
+    /// A single replay's claim (ingest ticket `ticket`), if it has one: on `durable` its entry
+    /// leaves the DLQ first, then the claim drops. For a replay whose connection is gone too.
+    pub(super) fn settle_single_replay(&mut self, ticket: u64, durable: bool) {
+        let Some(claim) = self.replays.single.remove(&ticket) else {
+            return;
+        };
+        if durable {
+            if let Err(e) = self.shared.dlq.remove(claim.id()) {
+                let id = claim.id();
+                eprintln!("sluice: replayed {id} but could not remove its DLQ entry: {e}");
+            }
+        }
+    }
+}
+
+/// One entry: `POST /admin/dlq/{id}/replay`.
+impl Worker {
+    /// `POST /admin/dlq/{id}/replay`: a new event (new id, `replay_of = id`) with the
+    /// dead-lettered event's trigger, source, headers and body goes through the normal durable
+    /// path; once it is durable the DLQ entry is removed and the answer is `202`. The entry is
+    /// claimed first in the store's set shared by every core (`dispatch::replay_claims`): while
+    /// a replay (bulk or single, any core) has it on its way, another is `409 in_progress`.
+    pub(super) fn replay_dead_letter(&mut self, idx: usize, id: &str, keep_alive: bool) {
+        let claim = match self.shared.dlq.replays().claim(id) {
+            Ok(c) => c,
+            Err(ClaimRefused::InFlight) => {
+                return self.replay_refused(idx, 409, "in_progress", keep_alive)
+            }
+            Err(ClaimRefused::Full) => {
+                return self.replay_refused(idx, 503, "queue_full", keep_alive)
+            }
+        };
+        let entry = match self.shared.dlq.get(id) {
+            Ok(e) => e,
+            Err(e) => {
+                let (status, reason) = match e {
+                    DlqError::NotFound { .. } => (404, "not_found"),
+                    DlqError::InvalidId { .. } => (400, "invalid_id"),
+                    _ => (500, "dlq_unreadable"),
+                };
+                return self.replay_refused(idx, status, reason, keep_alive);
+            }
+        };
+        let now = Now {
+            mono: self.now(),
+            unix_ms: unix_millis(),
+        };
+        let shared = Arc::clone(&self.shared);
+        let decision = self.pipeline(&shared).replay(entry.event, entry.id, now);
+        self.apply(idx, decision, keep_alive, now.mono, Some(claim));
+    }
+
+    /// A single replay's error answer (`503` with `Retry-After: 1`).
+    fn replay_refused(&mut self, idx: usize, status: u16, reason: &str, keep_alive: bool) {
+        let body = format!("{{\"status\":\"error\",\"reason\":\"{reason}\"}}");
+        let mut h = vec![("Content-Type", "application/json")];
+        if status == 503 {
+            h.push(("Retry-After", "1"));
+        }
+        self.push_ready(
+            idx,
+            Route::Admin,
+            status,
+            &h,
+            body.as_bytes(),
+            keep_alive,
+            false,
+        );
     }
 }
