@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 use super::checkpoint::{Checkpoint, CheckpointFile, LostRange};
+use super::format::marker::{append_marker, MARKER_RECORD_BYTES};
 use super::format::{
     append_record, encode_event_into, encode_payload_into, EncodeError, EventRecord, Record,
     RecordKind,
@@ -117,7 +118,14 @@ pub struct Wal {
     pub(crate) next_lsn: Lsn,
     /// Records in `buf` not yet committed.
     staged: u64,
+    /// The staged records, then (from [`Wal::seal`] until the commit settles) their commit
+    /// marker.
     buf: Vec<u8>,
+    /// Sequence number of the next commit's marker (`format::marker`; 1 + the last found by
+    /// recovery).
+    pub(crate) batch_seq: u64,
+    /// `buf` ends with its commit marker.
+    sealed: bool,
     wrapper: Option<FileWrapper>,
     /// `std`'s `Arc`: the writer is an I/O thread that loom never models, and loom's `Arc` cannot
     /// hold a `dyn` value on stable.
@@ -200,6 +208,8 @@ impl Wal {
             next_lsn,
             staged: 0,
             buf: Vec::with_capacity(1 << 20),
+            batch_seq: 1,
+            sealed: false,
             wrapper: None,
             clock: std::sync::Arc::new(MonotonicClock::new()),
             shared: None,
@@ -358,7 +368,9 @@ impl Wal {
         let start = self.buf.len();
         let lsn = self.next_lsn + self.staged;
         let len = append_record(&mut self.buf, lsn, kind, payload)?;
-        if self.active.end + self.buf.len() as u64 > self.active.capacity {
+        // Room for the batch's commit marker is kept too (`Wal::seal`).
+        let need = self.buf.len() + MARKER_RECORD_BYTES;
+        if self.active.end + need as u64 > self.active.capacity {
             self.buf.truncate(start);
             if self.active_is_empty() {
                 // Cannot happen with a validated config (every record fits an empty segment);
@@ -390,6 +402,20 @@ impl Wal {
     pub(crate) fn discard(&mut self) {
         self.buf.clear();
         self.staged = 0;
+        self.sealed = false;
+    }
+
+    /// Appends the staged batch's commit marker to `buf` (once per commit): it rides the
+    /// batch's own write. ORDERED in `Fsync` mode: nothing is written after it before the
+    /// batch's sync returned (`wal::damage` relies on that).
+    fn seal(&mut self) {
+        if self.sealed || self.staged == 0 {
+            return;
+        }
+        let (first, next) = (self.next_lsn, self.next_lsn + self.staged);
+        let ordered = self.durability == Durability::Fsync;
+        append_marker(&mut self.buf, 0, self.batch_seq, first, next, ordered);
+        self.sealed = true;
     }
 
     /// Group commit: writes the staged records with one `write_at` and, in `Fsync` mode, one
@@ -413,6 +439,7 @@ impl Wal {
             Ok(()) => {
                 self.active.end += len;
                 self.next_lsn += self.staged;
+                self.batch_seq += 1;
                 if self.durability == Durability::Fsync {
                     self.synced_lsn = self.next_lsn - 1;
                 } else {
@@ -444,6 +471,7 @@ impl Wal {
         let Some(fd) = fd.filter(|_| self.ring_committable()) else {
             return Prepared::Done(self.commit());
         };
+        self.seal();
         let end = self.active.end;
         let mut res = Ok(());
         if self.active.dirty_end > end {
@@ -509,6 +537,7 @@ impl Wal {
     }
 
     fn write_staged(&mut self) -> io::Result<()> {
+        self.seal();
         if self.active.dirty_end > self.active.end {
             self.scrub()?;
         }

@@ -219,12 +219,14 @@
 
 mod appender;
 pub mod checkpoint;
+pub(crate) mod damage;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
 pub mod format;
 pub mod layout;
 #[cfg(test)]
 mod loss_tests;
+mod reader;
 pub(crate) mod recovery;
 pub mod segment;
 pub mod state;
