@@ -387,6 +387,30 @@ impl Wal {
         Ok(Staged::Lsn(lsn))
     }
 
+    /// Recovery: closes the records `[from, end)` of the active segment (first LSN `first`),
+    /// which no commit marker closes, with one (not synced here: the caller syncs), so the
+    /// next batch's marker lines up with the batch before it. Skipped when the segment has no
+    /// room (records of a version before markers may fill it; the next batch rolls).
+    pub(crate) fn seal_recovered(&mut self, from: u64, first: Lsn) -> io::Result<()> {
+        let end = self.active.end;
+        if end + MARKER_RECORD_BYTES as u64 > self.active.capacity || first >= self.next_lsn {
+            return Ok(());
+        }
+        let map = self.storage.map(&self.active.path)?;
+        let Some(records) = map.get(from as usize..end as usize) else {
+            return Ok(());
+        };
+        let mut buf = records.to_vec();
+        let ordered = self.durability == Durability::Fsync;
+        append_marker(&mut buf, 0, self.batch_seq, first, self.next_lsn, ordered);
+        self.active.file.write_at(end, &buf[records.len()..])?;
+        self.active.end += MARKER_RECORD_BYTES as u64;
+        self.active.zeroed_end = self.active.zeroed_end.max(self.active.end);
+        self.os_synced_end = self.active.end;
+        self.batch_seq += 1;
+        Ok(())
+    }
+
     /// Records staged and not yet committed.
     pub(crate) fn staged(&self) -> u64 {
         self.staged

@@ -46,6 +46,8 @@ pub(crate) struct Scanner {
     /// Where the current batch began (the end of the last commit marker in this segment, or
     /// 0); `None` after a lost range, whose batch cannot be checked.
     pub(crate) batch_start: Option<usize>,
+    /// LSN of the first record at `batch_start`.
+    pub(crate) batch_first: Lsn,
     /// A commit marker was seen in this segment (before it, records of a version without
     /// markers may precede the first batch).
     seen_marker: bool,
@@ -64,6 +66,7 @@ impl Scanner {
             pos,
             next_lsn,
             batch_start,
+            batch_first: next_lsn,
             seen_marker: false,
             last_marker: None,
         }
@@ -134,6 +137,7 @@ impl Scanner {
         }
         self.pos += r.len;
         self.batch_start = Some(self.pos);
+        self.batch_first = self.next_lsn;
         self.seen_marker = true;
         self.last_marker = Some(m);
         Ok(())
@@ -188,6 +192,10 @@ pub(crate) struct DirScan {
     pub(crate) accepted: Vec<(Lsn, Lsn)>,
     /// The last commit marker's sequence number (0: none).
     pub(crate) last_batch_seq: u64,
+    /// The last segment ends with records no commit marker closes (a torn final batch whose
+    /// marker did not reach the disk, or records written before markers existed): their
+    /// offset and first LSN. Recovery seals them with a marker before writing after them.
+    pub(crate) unsealed: Option<(u64, Lsn)>,
 }
 
 /// How [`scan_dir`] reads a log.
@@ -224,6 +232,7 @@ pub(crate) fn scan_dir(
         losses: Vec::new(),
         accepted: Vec::new(),
         last_batch_seq: 0,
+        unsealed: None,
     };
     let mut ordered = None;
     let count = segments.len();
@@ -338,6 +347,12 @@ impl SegmentScan<'_> {
         };
         scan.next_lsn = sc.next_lsn;
         scan.last_end = sc.pos as u64;
+        scan.unsealed = match sc.batch_start {
+            Some(s) if self.last && s < sc.pos && sc.batch_first < sc.next_lsn => {
+                Some((s as u64, sc.batch_first))
+            }
+            _ => None,
+        };
         stop
     }
 
@@ -680,8 +695,12 @@ fn attach(
         // A torn tail (or stray bytes): zero it now, so the report's promise holds on disk.
         wal.scrub().map_err(io_err)?;
     }
+    if let Some((from, first)) = scan.unsealed {
+        wal.seal_recovered(from, first).map_err(io_err)?;
+    }
     // What the scan read may be in the page cache only (a crash before a sync, `Os` mode):
     // make it durable before the checkpoint promises it.
+    let end = wal.active.end;
     wal.active.file.sync(0, end).map_err(io_err)?;
     fs.sync_dir(dir).map_err(|e| WalError::io(dir, e))?;
     let first_live_lsn = scan.segments.first().map_or(next_lsn, |s| s.0);
