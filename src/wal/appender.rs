@@ -1,6 +1,7 @@
 //! [`Wal`]: the open log's append side — staging records, group commit, rollover, scrubbing.
 //!
-//! Records are encoded into one staging buffer; [`Wal::commit`] writes the whole buffer with a
+//! Records are encoded into one staging buffer; [`Wal::commit`] appends the batch's commit marker
+//! (`format::marker`: room for it is kept when staging) and writes the whole buffer with a
 //! single `write_at` and (in `Fsync` mode) a single `sync`: that is the group commit. A staged
 //! chunk never spans segments: when a record does not fit, the caller commits what is staged,
 //! calls [`Wal::roll`], and stages the record again.

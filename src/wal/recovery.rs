@@ -151,7 +151,7 @@ pub enum Finding {
     /// write or sync: never acknowledged). Recovery zeroes it from `offset`.
     TornTail { segment: PathBuf, offset: u64 },
     /// Damage to data that may have been acknowledged, or that cannot be read past; startup
-    /// must stop (with `--accept-wal-loss` the LSNs in [`DirScan::losses`] are given up).
+    /// must stop (with `--accept-wal-loss` the LSN ranges named are given up).
     Corrupt {
         segment: PathBuf,
         offset: u64,
