@@ -70,8 +70,9 @@
 //! A segment has no header. Each is preallocated to [`WalConfig::segment_bytes`] (default
 //! 64 MiB) with `fallocate` (falling back to `set_len`), so the unused tail reads as zeros.
 //! `segment_bytes` must be at least [`MAX_RECORD_BYTES`] (33 825 959 bytes, the largest record
-//! the field bounds below allow: a replayed event with every field at its bound) so that every
-//! record fits in an empty segment; [`open`] refuses smaller values. A record never spans segments: when it does not fit in the space left, the
+//! the field bounds below allow: a replayed event with every field at its bound) plus a commit
+//! marker (42 bytes): 33 826 001 bytes, [`min_segment_bytes_for`], so that every record fits in an
+//! empty segment with its marker; [`open`] refuses smaller values. A record never spans segments: when it does not fit in the space left, the
 //! writer creates (and, in `Fsync` mode, `fsync`s the directory entry of) the next segment.
 //! LSNs start at 1 and are consecutive across segments.
 //!
@@ -301,6 +302,18 @@ pub type Lsn = u64;
 /// Smallest segment size accepted: 1 MiB.
 pub const MIN_SEGMENT_BYTES: u64 = 1 << 20;
 
+/// The smallest valid `segment_bytes` when bodies are at most `max_body` bytes: the largest
+/// record plus its commit marker (one commit) must fit in an empty segment, and at least
+/// [`MIN_SEGMENT_BYTES`].
+pub const fn min_segment_bytes_for(max_body: usize) -> u64 {
+    let commit = (max_record_bytes_for(max_body) + format::marker::MARKER_RECORD_BYTES) as u64;
+    if commit > MIN_SEGMENT_BYTES {
+        commit
+    } else {
+        MIN_SEGMENT_BYTES
+    }
+}
+
 /// Default segment size: 64 MiB.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Default most requests per group commit.
@@ -408,8 +421,8 @@ pub struct WalConfig {
     /// The WAL directory, `DATA_DIR/wal`. Created if absent.
     pub dir: PathBuf,
     /// Size of each segment file. Default: 64 MiB. Range:
-    /// `max(1 MiB, max_record_bytes_for(max_body_bytes)) ..= 2^40`, so that the largest record
-    /// this log accepts fits in an empty segment.
+    /// `min_segment_bytes_for(max_body_bytes) ..= 2^40`, so that the largest record this log
+    /// accepts, with its commit marker, fits in an empty segment.
     pub segment_bytes: u64,
     /// Largest event body this log accepts (larger: the request completes `Unavailable`).
     /// Default and maximum: [`MAX_BODY_BYTES`]. Ingest enforces the same limit first (413).
@@ -448,7 +461,7 @@ impl WalConfig {
                 self.max_body_bytes
             ));
         }
-        let min = MIN_SEGMENT_BYTES.max(max_record_bytes_for(self.max_body_bytes) as u64);
+        let min = min_segment_bytes_for(self.max_body_bytes);
         if self.segment_bytes < min || self.segment_bytes > 1 << 40 {
             return bad(format!(
                 "wal segment_bytes {} outside {}..={} (a segment must hold the largest record: \

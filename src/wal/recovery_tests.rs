@@ -6,13 +6,13 @@ use crate::wal::Durability;
 use super::*;
 use crate::wal::format::tests::sample_event;
 use crate::wal::format::EventRecord;
-use crate::wal::{WritePath, MAX_BODY_BYTES, MAX_RECORD_BYTES};
+use crate::wal::{WritePath, MAX_BODY_BYTES};
 use std::os::unix::fs::FileExt;
 
 /// Smallest legal segments, `Os` durability (no sync per batch) to keep tests quick.
 pub(crate) fn test_cfg(dir: &Path, write_path: WritePath) -> WalConfig {
     WalConfig {
-        segment_bytes: MAX_RECORD_BYTES as u64,
+        segment_bytes: crate::wal::min_segment_bytes_for(crate::wal::MAX_BODY_BYTES),
         durability: Durability::Os,
         write_path,
         ..WalConfig::new(dir.join("wal"))
@@ -88,7 +88,7 @@ fn empty_dir_starts_at_lsn_one_and_rejects_small_segments() {
     let (wal, _) = open(&cfg).unwrap();
     assert_eq!(wal.next_lsn(), 1);
     assert_eq!(wal.active_segment(), segment_path(&cfg.dir, 1));
-    cfg.segment_bytes = MAX_RECORD_BYTES as u64 - 1;
+    cfg.segment_bytes = crate::wal::min_segment_bytes_for(MAX_BODY_BYTES) - 1;
     assert!(matches!(open(&cfg), Err(WalError::InvalidConfig { .. })));
 }
 
