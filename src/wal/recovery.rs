@@ -192,6 +192,9 @@ pub(crate) struct DirScan {
     pub(crate) accepted: Vec<(Lsn, Lsn)>,
     /// The last commit marker's sequence number (0: none).
     pub(crate) last_batch_seq: u64,
+    /// The scan stopped before the end of the log (a record `visit` refused, or overlapping
+    /// segments): what follows was not read.
+    pub(crate) stopped: bool,
     /// The last segment ends with records no commit marker closes (a torn final batch whose
     /// marker did not reach the disk, or records written before markers existed): their
     /// offset and first LSN. Recovery seals them with a marker before writing after them.
@@ -232,6 +235,7 @@ pub(crate) fn scan_dir(
         losses: Vec::new(),
         accepted: Vec::new(),
         last_batch_seq: 0,
+        stopped: false,
         unsealed: None,
     };
     let mut ordered = None;
@@ -266,6 +270,7 @@ fn segment_gap(scan: &mut DirScan, path: &Path, first: Lsn) -> bool {
     if first < expected {
         let reason = format!("LSN gap: segment starts at {first}, expected {expected}");
         set_finding(scan, path, 0, reason);
+        scan.stopped = true;
         return false;
     }
     let range = LostRange {
@@ -329,6 +334,7 @@ impl SegmentScan<'_> {
                     scan.records += 1;
                     if let Err(reason) = visit(self.path, offset, &r) {
                         set_finding(scan, self.path, offset, reason);
+                        scan.stopped = true;
                         break true;
                     }
                 }

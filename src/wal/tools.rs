@@ -168,7 +168,9 @@ pub fn verify_log_in(
         .map(|_| scan.next_lsn - 1);
     let finding = scan.finding.clone();
     let mut lost: Vec<LostRange> = scan.losses.iter().map(|l| l.range.clone()).collect();
-    if let Some(c) = &checkpoint {
+    // A scan stopped early (an undecodable payload) names its damage by the finding; what it
+    // did not read is not missing.
+    if let Some(c) = checkpoint.as_ref().filter(|_| !scan.stopped) {
         let torn = match &finding {
             Some(Finding::TornTail { segment, offset }) => Some((segment.clone(), *offset)),
             _ => None,
