@@ -180,6 +180,13 @@ fn check(ctl: u8, segments: &[(u64, &[u8])]) {
             match wal::open_in(storage.clone(), &accept) {
                 Ok((log, _)) => drop(log),
                 Err(wal::WalError::Io { .. }) => return,
+                // Segments whose names overlap (never written so; which copy of an LSN is
+                // right cannot be told): refused even when accepting loss, by design.
+                Err(wal::WalError::Corrupt { reason, .. })
+                    if reason.starts_with("LSN gap: segment starts at") =>
+                {
+                    return
+                }
                 Err(e) => panic!("--accept-wal-loss refused: {e}"),
             }
             let again = wal::open_in(storage.clone(), &cfg);
