@@ -122,7 +122,7 @@ fn torn_tail_zeroed_is_truncated_on_restart() {
     write_at(
         &seg,
         (record_end - 8) as u64,
-        &vec![0u8; 8 + MARKER_RECORD_BYTES],
+        &[0u8; 8 + MARKER_RECORD_BYTES],
     );
     assert_recovers_torn_tail(&mut server, &written);
 }
