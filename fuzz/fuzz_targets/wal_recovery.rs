@@ -6,7 +6,11 @@
 //! gets past the CRC check and reaches LSN continuity, payload decoding and torn-tail logic.
 //! The bytes are written as one or two segment files of an in-memory log; then: `verify`, the
 //! dispatch recovery, the reader and `open` must not panic, and after a successful `open`
-//! (which truncates a torn tail) the log must verify clean. Control bit 7 also cuts the power
+//! (which truncates a torn tail) the log must verify clean. The structured input also writes
+//! commit markers (batch boundaries, `fsync`-ordered or not) and zeroes whole sectors (a lost
+//! write), so the recovery decision (`wal::damage`: torn final batch vs damage to acknowledged
+//! data) sees the shapes it decides between. When `open` refuses damage (`Corrupt`, `Lost`),
+//! `--accept-wal-loss` must get past it, and the next plain `open` must not refuse again. Control bit 7 also cuts the power
 //! during that first `open` (after a number of storage operations taken from the input), reboots
 //! the simulated disk and opens again: recovery interrupted by a power loss must recover too.
 #![no_main]
@@ -14,6 +18,7 @@
 use libfuzzer_sys::fuzz_target;
 use sluice::storage::sim::SimFs;
 use sluice::storage::{OpenMode, Storage};
+use sluice::wal::format::marker::append_marker;
 use sluice::wal::format::{append_record, decode_payload, parse_record, Parsed};
 use sluice::wal::tools::Finding;
 use sluice::wal::{self, Durability, RecordKind, WalConfig, WalReader};
@@ -87,6 +92,8 @@ static ALLOC: SpareLarge = SpareLarge;
 fn structured(data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut lsn = 1u64;
+    // The batch not yet closed by a commit marker: its start and first LSN.
+    let mut batch = (0usize, 1u64);
     let mut rest = data;
     while rest.len() >= 3 {
         let kind = RecordKind::from_u8(1 + rest[0] % 5).unwrap_or(RecordKind::Event);
@@ -99,13 +106,23 @@ fn structured(data: &[u8]) -> Vec<u8> {
         });
         lsn += 1;
         if let Some((&d, r)) = rest.split_first() {
-            // Damage: 0xF0.. flips a byte; 0xE0.. skips an LSN; else nothing.
+            // 0xF0.. flips a byte; 0xE0.. skips an LSN; 0xD0.. closes the batch with a commit
+            // marker (ORDERED when bit 0 is set), as the writer does; 0xC0.. zeroes the
+            // 512-byte sector holding a byte (a lost write); else nothing.
             rest = r;
             if d >= 0xF0 && !out.is_empty() {
                 let i = usize::from(d) * 7 % out.len();
                 out[i] ^= 0x5A;
             } else if (0xE0..0xF0).contains(&d) {
                 lsn += 1;
+            } else if (0xD0..0xE0).contains(&d) && batch.1 < lsn {
+                append_marker(&mut out, batch.0, u64::from(d), batch.1, lsn, d & 1 == 1);
+                batch = (out.len(), lsn);
+            } else if (0xC0..0xD0).contains(&d) && !out.is_empty() {
+                let i = usize::from(d) * 131 % out.len();
+                let start = i - i % 512;
+                let end = (start + 512).min(out.len());
+                out[start..end].fill(0);
             }
         }
     }
@@ -152,7 +169,39 @@ fn check(ctl: u8, segments: &[(u64, &[u8])]) {
         let _ = wal::open_in(storage.clone(), &cfg);
         fs.reboot();
     }
-    let opened = wal::open_in(storage.clone(), &cfg);
+    let opened = match wal::open_in(storage.clone(), &cfg) {
+        Err(wal::WalError::Corrupt { .. } | wal::WalError::Lost { .. }) => {
+            // Refused, naming the damage: accepting the loss must always get past it (lost-range
+            // records written over it), and the next plain start must not ask again.
+            let accept = WalConfig {
+                accept_loss: true,
+                ..cfg.clone()
+            };
+            match wal::open_in(storage.clone(), &accept) {
+                Ok((log, _)) => drop(log),
+                Err(wal::WalError::Io { .. }) => return,
+                // Segments whose names overlap (never written so; which copy of an LSN is
+                // right cannot be told): refused even when accepting loss, by design.
+                Err(wal::WalError::Corrupt { reason, .. })
+                    if reason.starts_with("LSN gap: segment starts at") =>
+                {
+                    return
+                }
+                Err(e) => panic!("--accept-wal-loss refused: {e}"),
+            }
+            let again = wal::open_in(storage.clone(), &cfg);
+            assert!(
+                !matches!(
+                    again,
+                    Err(wal::WalError::Corrupt { .. } | wal::WalError::Lost { .. })
+                ),
+                "asked again after the loss was accepted: {:?}",
+                again.err()
+            );
+            again
+        }
+        other => other,
+    };
     if let Ok((log, report)) = opened {
         drop(log);
         // `open` checks framing (length, CRC, kind, LSN continuity) and truncates a torn tail;
@@ -161,6 +210,7 @@ fn check(ctl: u8, segments: &[(u64, &[u8])]) {
         // (the next start-up step) refuse too, never skip it silently.
         let v = wal::tools::verify_log_in(&fs, &wal_dir, &mut sluice::tools::progress::Silent)
             .expect("verify after open");
+        assert!(v.lost.is_empty(), "lost ranges left after open: {v}");
         match &v.finding {
             None => assert_eq!(v.records, report.records, "{v}"),
             Some(Finding::TornTail { .. }) => panic!("torn tail left after open: {v}"),

@@ -474,15 +474,14 @@ fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, Con
             .map_err(|e| ConfigError(format!("wal.write_path {e}")))?,
     };
     // The largest record must fit in an empty segment.
-    let min_segment = crate::wal::MIN_SEGMENT_BYTES
-        .max(crate::wal::max_record_bytes_for(max_body as usize) as u64);
+    let min_segment = crate::wal::min_segment_bytes_for(max_body as usize);
     let segment_bytes = r.segment_bytes.unwrap_or(64 << 20);
     if segment_bytes < min_segment || segment_bytes > 1 << 30 {
         return err(format!(
             "wal.segment_bytes = {segment_bytes} is out of range ({min_segment}..={}): a segment must hold \
-             the largest record (server.max_body_bytes = {max_body} plus up to {} bytes of head)",
+             the largest record (server.max_body_bytes = {max_body} plus up to {} bytes of head and commit marker)",
             1u64 << 30,
-            crate::wal::max_record_bytes_for(0)
+            crate::wal::max_record_bytes_for(0) + crate::wal::format::marker::MARKER_RECORD_BYTES
         ));
     }
     Ok(WalSettings {

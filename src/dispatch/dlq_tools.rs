@@ -325,7 +325,9 @@ fn offline_wal_config(wal_dir: &Path) -> Result<WalConfig, WalError> {
         },
         Err(_) => DEFAULT_SEGMENT_BYTES, // no WAL yet: `open` creates it
     };
-    let overhead = (MAX_RECORD_BYTES - MAX_BODY_BYTES) as u64;
+    // A record's head and its commit marker (`wal::min_segment_bytes_for`).
+    let overhead =
+        (MAX_RECORD_BYTES - MAX_BODY_BYTES + wal::format::marker::MARKER_RECORD_BYTES) as u64;
     let max_body = segment_bytes
         .saturating_sub(overhead)
         .clamp(1, MAX_BODY_BYTES as u64) as usize;
@@ -621,7 +623,7 @@ mod tests {
     fn replay_appends_a_replay_event_then_removes_the_entry() {
         let (tmp, entries) = setup();
         let wal_cfg = WalConfig {
-            segment_bytes: MAX_RECORD_BYTES as u64,
+            segment_bytes: wal::min_segment_bytes_for(MAX_BODY_BYTES),
             ..WalConfig::new(wal::core_log_dir(&tmp.path().join("wal"), 0))
         };
         let (mut log, _) = wal::open(&wal_cfg).unwrap();
@@ -657,7 +659,7 @@ mod tests {
             std::fs::metadata(wal::segment::segment_path(&wal_cfg.dir, 1))
                 .unwrap()
                 .len(),
-            MAX_RECORD_BYTES as u64
+            wal::min_segment_bytes_for(MAX_BODY_BYTES)
         );
         assert_eq!(
             replay(tmp.path(), &entries[1].id).unwrap_err().exit_code(),

@@ -14,6 +14,10 @@
 //!   is kept or not; every directory reverts to its durable entries (unsynced creations,
 //!   renames and removals are lost); locks are released. Then everything works again.
 //!
+//! * [`SimFs::damage`] is a failing disk after that: a bit flipped, or a whole sector lost, in
+//!   data that was synced (the WAL's power-loss test checks that such damage to acknowledged
+//!   events is always reported, never silently truncated).
+//!
 //! Bounds: memory is the sum of the files' sizes, twice (cache and disk); a test keeps its
 //! files small (segments of 1 MiB).
 #![forbid(unsafe_code)]
@@ -28,6 +32,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Granularity of tearing: a disk sector.
 pub const SECTOR: u64 = 512;
+
+/// What [`SimFs::damage`] does to synced data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskDamage {
+    /// One bit of the byte flips (a media or firmware error).
+    FlipBit { bit: u8 },
+    /// The 512-byte sector holding the byte reads as zeros: a write the disk acknowledged
+    /// (its flush returned) and then lost — a "lost synced write".
+    LoseSector,
+}
 
 type Ino = u64;
 
@@ -308,6 +322,36 @@ impl SimFs {
     /// The power comes back (module docs): the disk is what survived; caches start from it.
     pub fn reboot(&self) {
         self.lock().reboot();
+    }
+
+    /// A failing disk's damage to data already on it (synced, or left by [`SimFs::reboot`]):
+    /// applied to the disk image and the cache alike, at `offset` of the file at `path`.
+    /// Returns whether anything changed (`false`: the offset is past the file's data, which
+    /// reads as zeros already, or the file is not there).
+    pub fn damage(&self, path: &Path, offset: u64, how: DiskDamage) -> bool {
+        let mut st = self.lock();
+        let Ok(Entry::File(ino)) = st.lookup(path) else {
+            return false;
+        };
+        let Some(inode) = st.inodes.get_mut(&ino) else {
+            return false;
+        };
+        let at = offset as usize;
+        if at >= inode.disk.len() || !inode.dirty.is_empty() {
+            return false; // past the data, or unsynced sectors: damage synced state only
+        }
+        let cache = Arc::make_mut(&mut inode.cache);
+        for image in [&mut inode.disk, cache] {
+            match how {
+                DiskDamage::FlipBit { bit } => image[at] ^= 1 << (bit % 8),
+                DiskDamage::LoseSector => {
+                    let start = at - at % SECTOR as usize;
+                    let end = (start + SECTOR as usize).min(image.len());
+                    image[start..end].fill(0);
+                }
+            }
+        }
+        true
     }
 
     /// Bytes in the page cache not yet on disk (dirty sectors), over all files.

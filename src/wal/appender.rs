@@ -1,6 +1,7 @@
 //! [`Wal`]: the open log's append side — staging records, group commit, rollover, scrubbing.
 //!
-//! Records are encoded into one staging buffer; [`Wal::commit`] writes the whole buffer with a
+//! Records are encoded into one staging buffer; [`Wal::commit`] appends the batch's commit marker
+//! (`format::marker`: room for it is kept when staging) and writes the whole buffer with a
 //! single `write_at` and (in `Fsync` mode) a single `sync`: that is the group commit. A staged
 //! chunk never spans segments: when a record does not fit, the caller commits what is staged,
 //! calls [`Wal::roll`], and stages the record again.
@@ -14,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 use super::checkpoint::{Checkpoint, CheckpointFile, FailureStreak, LostRange};
+use super::format::marker::{append_marker, MARKER_RECORD_BYTES};
 use super::format::{
     append_record, encode_event_into, encode_payload_into, EncodeError, EventRecord, Record,
     RecordKind,
@@ -119,7 +121,14 @@ pub struct Wal {
     pub(crate) next_lsn: Lsn,
     /// Records in `buf` not yet committed.
     staged: u64,
+    /// The staged records, then (from [`Wal::seal`] until the commit settles) their commit
+    /// marker.
     buf: Vec<u8>,
+    /// Sequence number of the next commit's marker (`format::marker`; 1 + the last found by
+    /// recovery).
+    pub(crate) batch_seq: u64,
+    /// `buf` ends with its commit marker.
+    sealed: bool,
     wrapper: Option<FileWrapper>,
     /// `std`'s `Arc`: the writer is an I/O thread that loom never models, and loom's `Arc` cannot
     /// hold a `dyn` value on stable.
@@ -202,6 +211,8 @@ impl Wal {
             next_lsn,
             staged: 0,
             buf: Vec::with_capacity(1 << 20),
+            batch_seq: 1,
+            sealed: false,
             wrapper: None,
             clock: std::sync::Arc::new(MonotonicClock::new()),
             shared: None,
@@ -360,7 +371,9 @@ impl Wal {
         let start = self.buf.len();
         let lsn = self.next_lsn + self.staged;
         let len = append_record(&mut self.buf, lsn, kind, payload)?;
-        if self.active.end + self.buf.len() as u64 > self.active.capacity {
+        // Room for the batch's commit marker is kept too (`Wal::seal`).
+        let need = self.buf.len() + MARKER_RECORD_BYTES;
+        if self.active.end + need as u64 > self.active.capacity {
             self.buf.truncate(start);
             if self.active_is_empty() {
                 // Cannot happen with a validated config (every record fits an empty segment);
@@ -375,6 +388,30 @@ impl Wal {
         }
         self.staged += 1;
         Ok(Staged::Lsn(lsn))
+    }
+
+    /// Recovery: closes the records `[from, end)` of the active segment (first LSN `first`),
+    /// which no commit marker closes, with one (not synced here: the caller syncs), so the
+    /// next batch's marker lines up with the batch before it. Skipped when the segment has no
+    /// room (records of a version before markers may fill it; the next batch rolls).
+    pub(crate) fn seal_recovered(&mut self, from: u64, first: Lsn) -> io::Result<()> {
+        let end = self.active.end;
+        if end + MARKER_RECORD_BYTES as u64 > self.active.capacity || first >= self.next_lsn {
+            return Ok(());
+        }
+        let map = self.storage.map(&self.active.path)?;
+        let Some(records) = map.get(from as usize..end as usize) else {
+            return Ok(());
+        };
+        let mut buf = records.to_vec();
+        let ordered = self.durability == Durability::Fsync;
+        append_marker(&mut buf, 0, self.batch_seq, first, self.next_lsn, ordered);
+        self.active.file.write_at(end, &buf[records.len()..])?;
+        self.active.end += MARKER_RECORD_BYTES as u64;
+        self.active.zeroed_end = self.active.zeroed_end.max(self.active.end);
+        self.os_synced_end = self.active.end;
+        self.batch_seq += 1;
+        Ok(())
     }
 
     /// Records staged and not yet committed.
@@ -392,6 +429,20 @@ impl Wal {
     pub(crate) fn discard(&mut self) {
         self.buf.clear();
         self.staged = 0;
+        self.sealed = false;
+    }
+
+    /// Appends the staged batch's commit marker to `buf` (once per commit): it rides the
+    /// batch's own write. ORDERED in `Fsync` mode: nothing is written after it before the
+    /// batch's sync returned (`wal::damage` relies on that).
+    fn seal(&mut self) {
+        if self.sealed || self.staged == 0 {
+            return;
+        }
+        let (first, next) = (self.next_lsn, self.next_lsn + self.staged);
+        let ordered = self.durability == Durability::Fsync;
+        append_marker(&mut self.buf, 0, self.batch_seq, first, next, ordered);
+        self.sealed = true;
     }
 
     /// Group commit: writes the staged records with one `write_at` and, in `Fsync` mode, one
@@ -415,6 +466,7 @@ impl Wal {
             Ok(()) => {
                 self.active.end += len;
                 self.next_lsn += self.staged;
+                self.batch_seq += 1;
                 if self.durability == Durability::Fsync {
                     self.synced_lsn = self.next_lsn - 1;
                 } else {
@@ -446,6 +498,7 @@ impl Wal {
         let Some(fd) = fd.filter(|_| self.ring_committable()) else {
             return Prepared::Done(self.commit());
         };
+        self.seal();
         let end = self.active.end;
         let mut res = Ok(());
         if self.active.dirty_end > end {
@@ -511,6 +564,7 @@ impl Wal {
     }
 
     fn write_staged(&mut self) -> io::Result<()> {
+        self.seal();
         if self.active.dirty_end > self.active.end {
             self.scrub()?;
         }

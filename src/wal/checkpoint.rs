@@ -81,9 +81,9 @@ pub struct LostRange {
 }
 
 impl LostRange {
-    /// How many LSNs the range covers.
+    /// How many LSNs the range covers (0 for `last = first - 1`: damaged framing only).
     pub fn len(&self) -> u64 {
-        self.last - self.first + 1
+        (self.last + 1).saturating_sub(self.first)
     }
 
     /// Never true: a range holds at least one LSN.

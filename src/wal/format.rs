@@ -63,6 +63,10 @@ pub enum RecordKind {
     DlqEntry = 4,
     /// A replayed event ([`EventRecord`] with `replay_of: Some(_)`).
     ReplayEvent = 5,
+    /// A commit marker closing a batch ([`marker`]); consumes no LSN, decodes to no [`Record`].
+    Marker = 6,
+    /// LSNs given up with `--accept-wal-loss` ([`marker`]); decodes to no [`Record`].
+    Lost = 7,
 }
 
 impl RecordKind {
@@ -73,6 +77,8 @@ impl RecordKind {
             3 => RecordKind::Retry,
             4 => RecordKind::DlqEntry,
             5 => RecordKind::ReplayEvent,
+            6 => RecordKind::Marker,
+            7 => RecordKind::Lost,
             _ => return None,
         })
     }
@@ -405,6 +411,7 @@ pub fn encode_payload_into(rec: &Record, out: &mut Vec<u8>) -> Result<(), Encode
 }
 
 mod decode;
+pub mod marker;
 pub use decode::{decode_event, decode_payload, parse_event, EventView};
 
 /// CRC32C of a record: its `len` field followed by everything after the `crc` field.

@@ -46,6 +46,7 @@
 //!            fn probe(&mut self) -> io::Result<()>; fn retire_below(&mut self, Lsn) -> io::Result<usize> }
 //! impl WalShared { fn request_retire(&self, Lsn) }   // retention's request to the writer
 //! pub struct WalReader;  // open(dir) / open_from(dir, lsn); Iterator<Item = Result<RawRecord, WalError>>;
+//!                        // skipping() goes on past damage and missing segments, skipped() names them;
 //!                        // next_event() -> Option<Result<(Lsn, EventRecord), WalError>>
 //! impl Wal { fn append(&mut self, &[Record]) -> Result<Lsn, WalError>;     // offline / tests
 //!            fn append_events(&mut self, &[EventRecord]) -> Result<Lsn, WalError>; fn sync(..) }
@@ -69,8 +70,9 @@
 //! A segment has no header. Each is preallocated to [`WalConfig::segment_bytes`] (default
 //! 64 MiB) with `fallocate` (falling back to `set_len`), so the unused tail reads as zeros.
 //! `segment_bytes` must be at least [`MAX_RECORD_BYTES`] (33 825 959 bytes, the largest record
-//! the field bounds below allow: a replayed event with every field at its bound) so that every
-//! record fits in an empty segment; [`open`] refuses smaller values. A record never spans segments: when it does not fit in the space left, the
+//! the field bounds below allow: a replayed event with every field at its bound) plus a commit
+//! marker (42 bytes): 33 826 001 bytes, [`min_segment_bytes_for`], so that every record fits in an
+//! empty segment with its marker; [`open`] refuses smaller values. A record never spans segments: when it does not fit in the space left, the
 //! writer creates (and, in `Fsync` mode, `fsync`s the directory entry of) the next segment.
 //! LSNs start at 1 and are consecutive across segments.
 //!
@@ -88,12 +90,28 @@
 //!      4     4  crc    u32  CRC32C (Castagnoli) over bytes [0,4) (len) then [8,len) (lsn, kind,
 //!                           payload); so a corrupted length is caught too.
 //!      8     8  lsn    u64  log sequence number, consecutive from the segment name's LSN.
-//!     16     1  kind   u8   1 = event, 2 = done, 3 = retry, 5 = replayed event.
+//!     16     1  kind   u8   1 = event, 2 = done, 3 = retry, 5 = replayed event,
+//!                           6 = commit marker, 7 = lost range (framing: below).
 //!                           4 = DLQ entry is the framing of `DATA_DIR/dlq/` files only
 //!                           (`dispatch::dlq`): a kind-4 record in the WAL does not decode
 //!                           (`wal verify` reports it as corrupt). Other values are corruption.
 //!     17   len-17  payload
 //! ```
+//!
+//! Every commit (one write: a batch, or the part of a batch in one segment) ends with a commit
+//! marker (kind 6, 42 bytes) in the same write; its header LSN is the LSN *after* the batch, and it
+//! consumes none. `--accept-wal-loss` writes a lost-range record (kind 7, 25 bytes or more) over
+//! damaged bytes it gives up. Both payloads are spelled out in [`format::marker`]:
+//!
+//! ```text
+//! kind 6: u64 batch_seq, u64 first_lsn, u32 batch_bytes, u32 batch_crc (CRC32C of the batch's
+//!         record bytes, which end where the marker starts), u8 flags (bit 0 ORDERED: `fsync`
+//!         mode, nothing after it is written before the batch's sync returned)
+//! kind 7: u64 last_lsn (LSNs header.lsn..=last_lsn given up), then zero padding to `len`
+//! ```
+//!
+//! Versions: logs written before markers have none; they read unchanged (a scan checks a
+//! marker only where it finds one), and their damage is decided by the earlier rule (below).
 //!
 //! Event payload (kind 1), fields in order, no padding:
 //!
@@ -147,24 +165,41 @@
 //!
 //! # Recovery
 //!
-//! [`open`] scans every segment in order, checking length bounds, CRC, kind and LSN continuity
-//! (within a segment and from one segment's last record to the next segment's name). A scan of a
-//! segment stops at the first zero `len` field; everything after it must be zero. A bad record
-//! (or non-zero bytes after the end marker) in the *last* segment that is followed by no valid
-//! record (a search of every later offset for a CRC-valid record with a plausible LSN) is a torn
-//! tail: it is zeroed from that offset, `fsync`ed, reported in [`RecoveryReport::truncated_tail`],
-//! and startup continues. Anything else — a bad record followed by a valid one, a bad record in
-//! a non-last segment, an LSN gap — is [`WalError::Corrupt`] naming the segment and offset.
+//! [`open`] scans every segment in order, checking length bounds, CRC, kind, LSN continuity
+//! (within a segment and from one segment's last record to the next segment's name) and every
+//! commit marker against its batch. A scan of a segment stops at the first zero `len` field;
+//! everything after it must be zero. At damage (a bad record, a marker that does not match, an
+//! LSN gap, non-zero bytes after the end) one rule decides (`wal::damage`): only an incomplete
+//! final batch that was never acknowledged may be dropped.
 //!
-//! Then the segments are compared with the checkpoint ([`checkpoint::missing`]): LSNs it
-//! promises (`first_live_lsn..=durable_lsn`) that no segment holds — the oldest segments deleted,
-//! the newest truncated or deleted — are [`WalError::Lost`]; a torn tail at or below the
-//! checkpointed durable LSN is [`WalError::Corrupt`] (a synced record cannot be torn by a crash).
-//! Both stop startup unless [`WalConfig::accept_loss`], which logs, reports
-//! ([`RecoveryReport::lost`]) and counts them, truncates a damaged tail, and rewrites the
-//! checkpoint. After recovery the active segment and the directory are synced (what the scan read
-//! may have been in the page cache only) and the checkpoint is written with what exists; a log
-//! without a checkpoint (older versions) gets one then.
+//! * **Damage to acknowledged data** — in a segment the log rolled past; at or below the
+//!   checkpoint's durable LSN; with anything written after its batch (an ORDERED marker of a
+//!   later batch, or any byte after its own ORDERED marker: in `fsync` mode a batch is written
+//!   only after the previous one's sync returned); or, in the final batch of an ORDERED log, a
+//!   changed byte inside sectors that were all written. [`open`] fails with
+//!   [`WalError::Corrupt`] naming the segment, offset and the LSN range that cannot be read;
+//!   nothing is truncated.
+//! * **Torn final batch** — in the final batch of an ORDERED log, a 512-byte sector it covers
+//!   reads as zeros, or only a prefix reached the disk (what a power cut leaves). Zeroed from the
+//!   offset, `fsync`ed, reported in [`RecoveryReport::truncated_tail`]; startup continues.
+//! * Not ORDERED (`os` durability, whose batches reach the disk in any order, or a log written
+//!   before markers): the earlier rule — in the last segment, damage above the checkpoint's
+//!   durable LSN is a torn tail; at or below it acknowledged data; without a checkpoint, torn
+//!   when no CRC-valid record with a plausible LSN follows.
+//! * **Missing segment files** — a gap between segment names (a deleted middle segment), or LSNs
+//!   the checkpoint promises (`first_live_lsn..=durable_lsn`) that no segment holds (the oldest
+//!   deleted, the newest truncated or deleted): [`WalError::Lost`] with the ranges.
+//!
+//! With [`WalConfig::accept_loss`] (`serve --accept-wal-loss`) each range is logged
+//! (`ACCEPTING LOSS`), reported ([`RecoveryReport::lost`]), counted, and recorded in the log: a
+//! lost-range record is written over the damaged bytes (up to the next valid record, which is
+//! kept, with everything after it), or a small segment holding one replaces a deleted middle
+//! segment; a scan passes over them, so the next start does not ask again. Records that end the
+//! last segment without a marker (a torn batch whose marker did not land, an older version's
+//! records) are closed with one before anything is written after them. After recovery the
+//! active segment and the directory are synced (what the scan read may have been in the page
+//! cache only) and the checkpoint is written with what exists; a log without a checkpoint
+//! (older versions) gets one then.
 //!
 //! # Write paths and the measured choice
 //!
@@ -201,9 +236,11 @@
 //! # Durability
 //!
 //! [`Durability::Fsync`] (default): a request completes `Durable` only after the batch holding
-//! it was written and synced. [`Durability::Os`]: it completes once the write reached the page
-//! cache (survives a process crash, not a power loss); the writer syncs at segment rollover and
-//! at shutdown only.
+//! it was written and synced; its commit marker is ORDERED (on both write paths: the mmap path's
+//! next batch is copied only after the previous `msync` returned). [`Durability::Os`]: it
+//! completes once the write reached the page cache (survives a process crash, not a power loss);
+//! the writer syncs at segment rollover, every `OS_SYNC_EVERY_BYTES` and at shutdown; its marker
+//! proves only that a batch was written whole, not that it was synced.
 //!
 //! # Failure handling
 //!
@@ -220,6 +257,7 @@
 
 mod appender;
 pub mod checkpoint;
+pub(crate) mod damage;
 pub mod event_id;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
@@ -228,6 +266,7 @@ pub mod layout;
 #[cfg(test)]
 mod loss_tests;
 pub mod manifest;
+mod reader;
 pub(crate) mod recovery;
 pub mod segment;
 pub mod state;
@@ -265,6 +304,18 @@ pub type Lsn = u64;
 
 /// Smallest segment size accepted: 1 MiB.
 pub const MIN_SEGMENT_BYTES: u64 = 1 << 20;
+
+/// The smallest valid `segment_bytes` when bodies are at most `max_body` bytes: the largest
+/// record plus its commit marker (one commit) must fit in an empty segment, and at least
+/// [`MIN_SEGMENT_BYTES`].
+pub const fn min_segment_bytes_for(max_body: usize) -> u64 {
+    let commit = (max_record_bytes_for(max_body) + format::marker::MARKER_RECORD_BYTES) as u64;
+    if commit > MIN_SEGMENT_BYTES {
+        commit
+    } else {
+        MIN_SEGMENT_BYTES
+    }
+}
 
 /// Default segment size: 64 MiB.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
@@ -373,8 +424,8 @@ pub struct WalConfig {
     /// The WAL directory, `DATA_DIR/wal`. Created if absent.
     pub dir: PathBuf,
     /// Size of each segment file. Default: 64 MiB. Range:
-    /// `max(1 MiB, max_record_bytes_for(max_body_bytes)) ..= 2^40`, so that the largest record
-    /// this log accepts fits in an empty segment.
+    /// `min_segment_bytes_for(max_body_bytes) ..= 2^40`, so that the largest record this log
+    /// accepts, with its commit marker, fits in an empty segment.
     pub segment_bytes: u64,
     /// Largest event body this log accepts (larger: the request completes `Unavailable`).
     /// Default and maximum: [`MAX_BODY_BYTES`]. Ingest enforces the same limit first (413).
@@ -413,7 +464,7 @@ impl WalConfig {
                 self.max_body_bytes
             ));
         }
-        let min = MIN_SEGMENT_BYTES.max(max_record_bytes_for(self.max_body_bytes) as u64);
+        let min = min_segment_bytes_for(self.max_body_bytes);
         if self.segment_bytes < min || self.segment_bytes > 1 << 40 {
             return bad(format!(
                 "wal segment_bytes {} outside {}..={} (a segment must hold the largest record: \

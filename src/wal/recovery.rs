@@ -1,14 +1,16 @@
-//! Recovery ([`open`]), the segment scanner shared with the offline tools, and [`WalReader`].
+//! Recovery ([`open`]) and the segment scanner shared with the reader and the offline tools.
 //!
-//! The rules (torn tail vs corruption) are stated in the `wal` module header.
+//! The rules (torn final batch vs damage to acknowledged data, lost ranges, what
+//! `--accept-wal-loss` writes) are stated in the `wal` module header; the decision itself is
+//! [`super::damage::classify`].
 #![forbid(unsafe_code)]
 
 use super::appender::{Active, Wal};
 use super::checkpoint::{self, Checkpoint, CheckpointFile, Extent, LostRange};
-use super::format::{
-    decode_payload, parse_record, EventRecord, Parsed, Record, RecordKind, RecordRef,
-    RECORD_HEADER_BYTES,
-};
+pub(crate) use super::damage::{all_zero, last_non_zero};
+use super::damage::{classify, next_valid, Damage, Verdict};
+use super::format::marker::{lost_span, parse_lost, parse_marker, Marker, LOST_RECORD_BYTES};
+use super::format::{parse_record, Parsed, RecordKind, RecordRef};
 use super::segment::{list_segments_in, segment_path};
 use super::{Lsn, WalConfig, WalError};
 use crate::storage::{Contents, StdFs, Storage};
@@ -16,129 +18,158 @@ use crate::sync::clock::unix_millis;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use super::reader::{RawRecord, WalReader};
+
 /// One step of a segment scan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Step<'a> {
-    /// A valid record at `offset`, with the expected LSN.
+    /// A valid data record at `offset`, with the expected LSN (commit markers are checked and
+    /// passed over inside the step).
     Record(u64, RecordRef<'a>),
+    /// A lost-range record at `offset`: LSNs `first..=last` were given up earlier
+    /// (`--accept-wal-loss`); the scan continues at `last + 1`.
+    Gap { offset: u64, first: Lsn, last: Lsn },
     /// Clean end: only zeros from here on.
     End,
-    /// Not a valid continuation at `offset`. `torn` is true when no valid record follows (so, in
-    /// the last segment, this is a torn tail rather than corruption).
-    Bad {
-        offset: u64,
-        reason: String,
-        torn: bool,
-    },
+    /// Not a valid continuation at `offset` ([`super::damage::classify`] decides what it is).
+    Bad { offset: u64, reason: String },
 }
 
-/// Walks the records of one segment's bytes, checking LSN continuity from `next_lsn`.
+/// Walks the records of one segment's bytes, checking LSN continuity from `next_lsn` and every
+/// commit marker against the batch it closes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Scanner {
     /// Offset of the next record.
     pub(crate) pos: usize,
     /// LSN the next record must carry.
     pub(crate) next_lsn: Lsn,
+    /// Where the current batch began (the end of the last commit marker in this segment, or
+    /// 0); `None` after a lost range, whose batch cannot be checked.
+    pub(crate) batch_start: Option<usize>,
+    /// LSN of the first record at `batch_start`.
+    pub(crate) batch_first: Lsn,
+    /// A commit marker was seen in this segment (before it, records of a version without
+    /// markers may precede the first batch).
+    seen_marker: bool,
+    /// The last commit marker passed.
+    pub(crate) last_marker: Option<Marker>,
 }
 
 impl Scanner {
     pub(crate) fn new(first_lsn: Lsn) -> Self {
+        Self::resume_at(0, first_lsn, Some(0))
+    }
+
+    /// A scanner continuing at `pos`, expecting `next_lsn` (past damage: `batch_start` None).
+    pub(crate) fn resume_at(pos: usize, next_lsn: Lsn, batch_start: Option<usize>) -> Self {
         Scanner {
-            pos: 0,
-            next_lsn: first_lsn,
+            pos,
+            next_lsn,
+            batch_start,
+            batch_first: next_lsn,
+            seen_marker: false,
+            last_marker: None,
         }
     }
 
     /// The next step; after `End` or `Bad` the scanner stays put.
     pub(crate) fn step<'a>(&mut self, bytes: &'a [u8]) -> Step<'a> {
-        let rest = bytes.get(self.pos..).unwrap_or(&[]);
-        let offset = self.pos as u64;
-        let bad = |reason: &str| Step::Bad {
-            offset,
-            reason: reason.to_owned(),
-            torn: !valid_record_after(bytes, self.pos + 1, self.next_lsn),
-        };
-        match parse_record(rest) {
-            Parsed::Record(r) if r.lsn == self.next_lsn => {
-                self.pos += r.len;
-                self.next_lsn += 1;
-                Step::Record(offset, r)
-            }
-            Parsed::Record(r) => Step::Bad {
+        loop {
+            let rest = bytes.get(self.pos..).unwrap_or(&[]);
+            let offset = self.pos as u64;
+            let bad = |reason: &str| Step::Bad {
                 offset,
-                reason: format!("LSN gap: expected {}, found {}", self.next_lsn, r.lsn),
-                torn: false,
-            },
-            Parsed::End if all_zero(rest) => Step::End,
-            Parsed::End => bad("non-zero bytes after the end-of-data marker"),
-            Parsed::Bad(reason) => bad(reason),
+                reason: reason.to_owned(),
+            };
+            let r = match parse_record(rest) {
+                Parsed::Record(r) if r.lsn == self.next_lsn => r,
+                Parsed::Record(r) => {
+                    let reason = format!("LSN gap: expected {}, found {}", self.next_lsn, r.lsn);
+                    return Step::Bad { offset, reason };
+                }
+                Parsed::End if all_zero(rest) => return Step::End,
+                Parsed::End => return bad("non-zero bytes after the end-of-data marker"),
+                Parsed::Bad(reason) => return bad(reason),
+            };
+            match r.kind {
+                RecordKind::Marker => match self.check_marker(bytes, &r) {
+                    Ok(()) => continue,
+                    Err(reason) => return bad(reason),
+                },
+                RecordKind::Lost => {
+                    let Some(last) = parse_lost(r.lsn, r.payload) else {
+                        return bad("lost-range record with an invalid range");
+                    };
+                    self.pos += r.len;
+                    self.next_lsn = last + 1;
+                    self.batch_start = None;
+                    return Step::Gap {
+                        offset,
+                        first: r.lsn,
+                        last,
+                    };
+                }
+                _ => {
+                    self.pos += r.len;
+                    self.next_lsn += 1;
+                    return Step::Record(offset, r);
+                }
+            }
         }
     }
-}
 
-/// True if `bytes` are all zero. Compares 64 KiB pieces against a static zero block (`memcmp`):
-/// a 64 MiB preallocated segment tail is checked at every open, so this must be fast even in
-/// unoptimised builds.
-pub(crate) fn all_zero(bytes: &[u8]) -> bool {
-    static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
-    bytes.chunks(ZEROS.len()).all(|c| c == &ZEROS[..c.len()])
-}
-
-/// Offset of the last non-zero byte: skips all-zero 64 KiB blocks from the end with
-/// [`all_zero`] (the preallocated tail of a segment), then looks inside the last other block.
-fn last_non_zero(bytes: &[u8]) -> Option<usize> {
-    const BLOCK: usize = 64 * 1024;
-    let mut end = bytes.len();
-    while end > 0 {
-        let start = end.saturating_sub(BLOCK);
-        if !all_zero(&bytes[start..end]) {
-            return bytes[start..end]
-                .iter()
-                .rposition(|&b| b != 0)
-                .map(|p| start + p);
+    /// Checks the commit marker `r` at `pos` against the batch before it, and passes it.
+    fn check_marker(&mut self, bytes: &[u8], r: &RecordRef<'_>) -> Result<(), &'static str> {
+        let m = parse_marker(r.lsn, r.payload).ok_or("commit marker with invalid fields")?;
+        if let Some(s) = self.batch_start {
+            let start = self
+                .pos
+                .checked_sub(m.batch_bytes as usize)
+                .ok_or("commit marker covers more bytes than precede it")?;
+            let aligned = if self.seen_marker {
+                start == s
+            } else {
+                start >= s
+            };
+            if !aligned || crc32c::crc32c(&bytes[start..self.pos]) != m.batch_crc {
+                return Err("commit marker does not match the batch before it");
+            }
         }
-        end = start;
+        self.pos += r.len;
+        self.batch_start = Some(self.pos);
+        self.batch_first = self.next_lsn;
+        self.seen_marker = true;
+        self.last_marker = Some(m);
+        Ok(())
     }
-    None
-}
-
-/// True if some offset `>= from` holds a CRC-valid record whose LSN is at least `min_lsn` (and
-/// plausible: no more records than could fit). Cheap filters first, CRC last.
-fn valid_record_after(bytes: &[u8], from: usize, min_lsn: Lsn) -> bool {
-    let max_lsn = min_lsn.saturating_add((bytes.len() / RECORD_HEADER_BYTES) as u64);
-    // A record's `len` field is not zero, so no record starts after the last non-zero byte:
-    // the preallocated zero tail of a segment (most of it, usually) is skipped by block compares
-    // instead of being searched offset by offset.
-    let Some(last) = last_non_zero(bytes) else {
-        return false;
-    };
-    let stop = (last + 1).min(bytes.len().saturating_sub(RECORD_HEADER_BYTES - 1));
-    (from..stop).any(|p| {
-        let h = &bytes[p..p + RECORD_HEADER_BYTES];
-        let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
-        let mut lsn = [0u8; 8];
-        lsn.copy_from_slice(&h[8..16]);
-        let lsn = u64::from_le_bytes(lsn);
-        len >= RECORD_HEADER_BYTES
-            && len <= bytes.len() - p
-            && RecordKind::from_u8(h[16]).is_some()
-            && (min_lsn..=max_lsn).contains(&lsn)
-            && matches!(parse_record(&bytes[p..]), Parsed::Record(_))
-    })
 }
 
 /// A finding of a directory scan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finding {
-    /// The last segment ends with an incomplete or damaged record at `offset`, followed by
-    /// nothing valid. Recovery zeroes it from `offset`.
+    /// The last segment ends with an incomplete final batch at `offset` (a power cut during its
+    /// write or sync: never acknowledged). Recovery zeroes it from `offset`.
     TornTail { segment: PathBuf, offset: u64 },
-    /// Damage that is not a torn tail; startup must stop.
+    /// Damage to data that may have been acknowledged, or that cannot be read past; startup
+    /// must stop (with `--accept-wal-loss` the LSN ranges named are given up).
     Corrupt {
         segment: PathBuf,
         offset: u64,
         reason: String,
     },
+}
+
+/// LSNs that cannot be read, and how `--accept-wal-loss` records that they were given up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Loss {
+    pub(crate) range: LostRange,
+    /// The segment file to write the lost-range record into (created if missing), at `offset`;
+    /// the bytes up to `resume` (`None`: the segment's end) are zeroed after it.
+    pub(crate) segment: PathBuf,
+    pub(crate) offset: u64,
+    pub(crate) resume: Option<u64>,
+    /// The segment file is missing (deleted): a small one holding only the record is created.
+    pub(crate) missing_file: bool,
 }
 
 /// What a directory scan found.
@@ -152,7 +183,32 @@ pub(crate) struct DirScan {
     pub(crate) last_end: u64,
     /// In the last segment: end of its last non-zero byte (what a torn tail scrub must zero).
     pub(crate) last_dirty_end: u64,
+    /// The first finding: a torn tail (the scan ended there), or corruption (the scan ended
+    /// there, unless it skipped damage: then it is the first of `losses`).
     pub(crate) finding: Option<Finding>,
+    /// Damage skipped ([`ScanOpts::skip_damage`]) and missing segment files, in LSN order.
+    pub(crate) losses: Vec<Loss>,
+    /// Lost ranges accepted earlier (lost-range records read).
+    pub(crate) accepted: Vec<(Lsn, Lsn)>,
+    /// The last commit marker's sequence number (0: none).
+    pub(crate) last_batch_seq: u64,
+    /// The scan stopped before the end of the log (a record `visit` refused, or overlapping
+    /// segments): what follows was not read.
+    pub(crate) stopped: bool,
+    /// The last segment ends with records no commit marker closes (a torn final batch whose
+    /// marker did not reach the disk, or records written before markers existed): their
+    /// offset and first LSN. Recovery seals them with a marker before writing after them.
+    pub(crate) unsealed: Option<(u64, Lsn)>,
+}
+
+/// How [`scan_dir`] reads a log.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ScanOpts {
+    /// The checkpoint's durable LSN (`None`: no checkpoint).
+    pub(crate) promised: Option<Lsn>,
+    /// Go on past damage to acknowledged data and past missing segment files, recording each
+    /// in [`DirScan::losses`] (a torn tail still ends the scan).
+    pub(crate) skip_damage: bool,
 }
 
 fn map_segment(storage: &dyn Storage, path: &Path) -> Result<Contents, WalError> {
@@ -160,17 +216,11 @@ fn map_segment(storage: &dyn Storage, path: &Path) -> Result<Contents, WalError>
 }
 
 /// Scans every segment of `dir` in order, calling `visit` for each valid record; an `Err(reason)`
-/// from `visit` is reported as corruption of that record. Stops at the first finding.
-///
-/// `promised` is the checkpoint's durable LSN (`Lsn::MAX` without a checkpoint): in the last
-/// segment, damage at an LSN above it is a torn tail even when valid records follow, because
-/// nothing there was ever synced: a power loss writes the unsynced pages of a file back in any
-/// order, so the records of an unsynced batch can survive around a lost one. (Found by the
-/// power-loss test, `tests/it/powerloss.rs`: such a log used to be refused as corrupt.)
+/// from `visit` is reported as corruption of that record (and always ends the scan).
 pub(crate) fn scan_dir(
     storage: &dyn Storage,
     dir: &Path,
-    promised: Lsn,
+    opts: ScanOpts,
     visit: &mut dyn FnMut(&Path, u64, &RecordRef<'_>) -> Result<(), String>,
 ) -> Result<DirScan, WalError> {
     let segments = list_segments_in(storage, dir)?;
@@ -182,66 +232,230 @@ pub(crate) fn scan_dir(
         last_end: 0,
         last_dirty_end: 0,
         finding: None,
+        losses: Vec::new(),
+        accepted: Vec::new(),
+        last_batch_seq: 0,
+        stopped: false,
+        unsealed: None,
     };
+    let mut ordered = None;
     let count = segments.len();
     for (i, (first, path)) in segments.iter().enumerate() {
-        if *first != scan.next_lsn {
-            let reason = format!(
-                "LSN gap: segment starts at {first}, expected {}",
-                scan.next_lsn
-            );
-            scan.finding = Some(Finding::Corrupt {
-                segment: path.clone(),
-                offset: 0,
-                reason,
-            });
+        if *first != scan.next_lsn && !segment_gap(&mut scan, path, *first) {
             break;
         }
         let map = map_segment(storage, path)?;
-        let bytes: &[u8] = &map;
-        let mut sc = Scanner::new(*first);
-        let finding = loop {
-            match sc.step(bytes) {
-                Step::Record(offset, r) => {
-                    scan.records += 1;
-                    if let Err(reason) = visit(path, offset, &r) {
-                        break Some(Finding::Corrupt {
-                            segment: path.clone(),
-                            offset,
-                            reason,
-                        });
-                    }
-                }
-                Step::End => break None,
-                Step::Bad { offset, torn, .. }
-                    if i + 1 == count && (torn || sc.next_lsn > promised) =>
-                {
-                    break Some(Finding::TornTail {
-                        segment: path.clone(),
-                        offset,
-                    });
-                }
-                Step::Bad { offset, reason, .. } => {
-                    break Some(Finding::Corrupt {
-                        segment: path.clone(),
-                        offset,
-                        reason,
-                    });
-                }
-            }
+        let seg = SegmentScan {
+            bytes: &map,
+            path,
+            last: i + 1 == count,
+            next_first: segments.get(i + 1).map(|s| s.0),
         };
+        let stop = seg.run(&mut scan, opts, &mut ordered, visit);
         scan.segments.push((*first, path.clone()));
-        scan.next_lsn = sc.next_lsn;
-        scan.last_end = sc.pos as u64;
-        if i + 1 == count {
-            scan.last_dirty_end = last_non_zero(bytes).map_or(0, |p| p as u64 + 1);
+        if seg.last {
+            scan.last_dirty_end = last_non_zero(seg.bytes).map_or(0, |p| p as u64 + 1);
         }
-        if finding.is_some() {
-            scan.finding = finding;
+        if stop {
             break;
         }
     }
     Ok(scan)
+}
+
+/// The next segment is named `first`, not the expected LSN: segment files are missing (a
+/// [`Loss`]) or overlap (corruption). Returns whether the scan goes on.
+fn segment_gap(scan: &mut DirScan, path: &Path, first: Lsn) -> bool {
+    let expected = scan.next_lsn;
+    if first < expected {
+        let reason = format!("LSN gap: segment starts at {first}, expected {expected}");
+        set_finding(scan, path, 0, reason);
+        scan.stopped = true;
+        return false;
+    }
+    let range = LostRange {
+        first: expected,
+        last: first - 1,
+        why: format!(
+            "no segment holds them (the segment file {} was deleted; the next segment starts at \
+             LSN {first})",
+            segment_path(path.parent().unwrap_or(Path::new("")), expected).display()
+        ),
+    };
+    scan.losses.push(Loss {
+        range,
+        segment: segment_path(path.parent().unwrap_or(Path::new("")), expected),
+        offset: 0,
+        resume: None,
+        missing_file: true,
+    });
+    scan.next_lsn = first;
+    true
+}
+
+fn set_finding(scan: &mut DirScan, segment: &Path, offset: u64, reason: String) {
+    if scan.finding.is_none() {
+        scan.finding = Some(Finding::Corrupt {
+            segment: segment.to_owned(),
+            offset,
+            reason,
+        });
+    }
+}
+
+/// One segment of a [`scan_dir`].
+struct SegmentScan<'a> {
+    bytes: &'a [u8],
+    path: &'a Path,
+    last: bool,
+    /// First LSN of the next segment, if any.
+    next_first: Option<Lsn>,
+}
+
+impl SegmentScan<'_> {
+    /// Scans the segment into `scan`; `ordered` is the last commit marker's flag, carried from
+    /// segment to segment. Returns whether the directory scan stops here.
+    fn run(
+        &self,
+        scan: &mut DirScan,
+        opts: ScanOpts,
+        ordered: &mut Option<bool>,
+        visit: &mut dyn FnMut(&Path, u64, &RecordRef<'_>) -> Result<(), String>,
+    ) -> bool {
+        let mut sc = Scanner::new(scan.next_lsn);
+        let stop = loop {
+            let step = sc.step(self.bytes);
+            if let Some(m) = sc.last_marker {
+                *ordered = Some(m.ordered);
+                scan.last_batch_seq = m.batch_seq;
+            }
+            match step {
+                Step::Record(offset, r) => {
+                    scan.records += 1;
+                    if let Err(reason) = visit(self.path, offset, &r) {
+                        set_finding(scan, self.path, offset, reason);
+                        scan.stopped = true;
+                        break true;
+                    }
+                }
+                Step::Gap { first, last, .. } => scan.accepted.push((first, last)),
+                Step::End => break false,
+                Step::Bad { offset, reason } => {
+                    match self.damaged(scan, opts, *ordered, &sc, offset, reason) {
+                        Some(resumed) => sc = resumed,
+                        None => break true,
+                    }
+                    if sc.pos >= self.bytes.len() {
+                        break false;
+                    }
+                }
+            }
+        };
+        scan.next_lsn = sc.next_lsn;
+        scan.last_end = sc.pos as u64;
+        scan.unsealed = match sc.batch_start {
+            Some(s) if self.last && s < sc.pos && sc.batch_first < sc.next_lsn => {
+                Some((s as u64, sc.batch_first))
+            }
+            _ => None,
+        };
+        stop
+    }
+
+    /// Damage at `offset`: a torn tail (the scan ends), or damage to acknowledged data —
+    /// recorded, and, when skipping damage, the scanner to continue with.
+    fn damaged(
+        &self,
+        scan: &mut DirScan,
+        opts: ScanOpts,
+        ordered: Option<bool>,
+        sc: &Scanner,
+        offset: u64,
+        reason: String,
+    ) -> Option<Scanner> {
+        let damage = Damage {
+            bytes: self.bytes,
+            offset: offset as usize,
+            lsn: sc.next_lsn,
+            batch_start: sc.batch_start,
+            ordered,
+            promised: opts.promised,
+            last_segment: self.last,
+        };
+        let why = match classify(&damage) {
+            Verdict::Torn => {
+                scan.finding.get_or_insert(Finding::TornTail {
+                    segment: self.path.to_owned(),
+                    offset,
+                });
+                return None;
+            }
+            Verdict::Acked(why) => why,
+        };
+        let (resume, last) = self.resume_after(offset as usize, sc.next_lsn, opts.promised);
+        let range = LostRange {
+            first: sc.next_lsn,
+            last,
+            why: format!(
+                "the record with LSN {} at offset {offset} of {} is damaged ({reason}): {why}",
+                sc.next_lsn,
+                self.path.display()
+            ),
+        };
+        let message = format!("{reason}; {why}; {}", range_words(&range));
+        set_finding(scan, self.path, offset, message);
+        scan.losses.push(Loss {
+            range,
+            segment: self.path.to_owned(),
+            offset,
+            resume: resume.map(|(p, _)| p as u64),
+            missing_file: false,
+        });
+        if !opts.skip_damage {
+            return None;
+        }
+        let next = match resume {
+            Some((p, lsn)) => Scanner::resume_at(p, lsn, None),
+            None => Scanner::resume_at(self.bytes.len(), last + 1, None),
+        };
+        Some(next)
+    }
+
+    /// Where a scan may continue past damage at `offset` (expected LSN `lsn`): the first valid
+    /// record at least a lost-range record's length further on (so one can be written over the
+    /// damage) and its LSN, and the last LSN given up. Without one, the rest of the segment is
+    /// given up: up to the next segment's first LSN, or (last segment) the checkpoint's durable
+    /// LSN or at least `lsn`.
+    fn resume_after(
+        &self,
+        offset: usize,
+        lsn: Lsn,
+        promised: Option<Lsn>,
+    ) -> (Option<(usize, Lsn)>, Lsn) {
+        match next_valid(self.bytes, offset + LOST_RECORD_BYTES, lsn) {
+            Some((p, r)) => (Some((p, r.lsn)), r.lsn - 1),
+            None => {
+                let last = match self.next_first {
+                    Some(f) => f.saturating_sub(1).max(lsn),
+                    None => promised.unwrap_or(0).max(lsn),
+                };
+                (None, last)
+            }
+        }
+    }
+}
+
+/// "LSNs a..=b cannot be read" (or "no record is lost" for damaged framing only).
+fn range_words(r: &LostRange) -> String {
+    if r.last < r.first {
+        "no record is lost (only framing bytes are damaged)".to_owned()
+    } else {
+        format!(
+            "LSNs {}..={} cannot be read; --accept-wal-loss gives them up and keeps every record \
+             after them",
+            r.first, r.last
+        )
+    }
 }
 
 /// What recovery found.
@@ -253,10 +467,11 @@ pub struct RecoveryReport {
     pub records: u64,
     /// LSN of the last valid record (0 if none ever); appends continue at `last_lsn + 1`.
     pub last_lsn: Lsn,
-    /// The torn tail zeroed: segment and offset it was truncated at.
+    /// The torn final batch zeroed: segment and offset it was truncated at.
     pub truncated_tail: Option<(PathBuf, u64)>,
-    /// LSN ranges the checkpoint promised and the log did not hold, accepted because
-    /// [`WalConfig::accept_loss`] was set (empty otherwise: missing ranges fail the open).
+    /// LSN ranges given up at this start because [`WalConfig::accept_loss`] was set: damaged
+    /// records, missing segment files, ranges the checkpoint promised (empty otherwise: each
+    /// of those fails the open).
     pub lost: Vec<LostRange>,
 }
 
@@ -278,23 +493,7 @@ pub fn open_in(
     cfg.validate()?;
     let fs = &*storage;
     let dir = &cfg.dir;
-    if !fs.is_dir(dir) {
-        // The directories created here (the log's, and missing parents): each one's entry must
-        // survive a power loss before the log promises anything in it, in either durability
-        // mode (`Os` mode promises the records of a rolled segment).
-        let mut created = Vec::new();
-        let mut p = Some(dir.as_path());
-        while let Some(d) = p.filter(|d| !d.as_os_str().is_empty() && !fs.is_dir(d)) {
-            created.push(d);
-            p = d.parent();
-        }
-        fs.create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
-        for d in created.iter().rev() {
-            if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
-                fs.sync_dir(parent).map_err(|e| WalError::io(parent, e))?;
-            }
-        }
-    }
+    create_dirs(fs, dir)?;
     let lock_path = dir.join(LOCK_FILE);
     let Some(lock) = fs
         .try_lock(&lock_path)
@@ -303,10 +502,8 @@ pub fn open_in(
         return Err(WalError::Locked { path: lock_path });
     };
     let promised = promised(fs, dir, cfg.accept_loss)?;
-    let durable = promised.map_or(Lsn::MAX, |c| c.durable_lsn);
-    let scan = scan_dir(fs, dir, durable, &mut |_, _, _| Ok(()))?;
-    let mut truncated_tail = None;
-    match &scan.finding {
+    let (scan, mut lost) = scan_accepting(fs, dir, promised, cfg.accept_loss)?;
+    let truncated_tail = match &scan.finding {
         Some(Finding::Corrupt {
             segment,
             offset,
@@ -318,20 +515,167 @@ pub fn open_in(
                 reason: reason.clone(),
             })
         }
-        Some(Finding::TornTail { segment, offset }) => {
-            truncated_tail = Some((segment.clone(), *offset))
-        }
-        None => {}
-    }
-    let lost = match &promised {
-        Some(c) => check_promise(dir, c, &scan, &truncated_tail, cfg.accept_loss)?,
-        None => Vec::new(),
+        Some(Finding::TornTail { segment, offset }) => Some((segment.clone(), *offset)),
+        None => None,
     };
+    if let Some(c) = &promised {
+        lost.extend(check_promise(
+            dir,
+            c,
+            &scan,
+            &truncated_tail,
+            cfg.accept_loss,
+        )?);
+    }
     let next_lsn = match (scan.segments.is_empty(), &promised) {
         // Every segment is gone (loss accepted): LSNs continue after the promised ones.
         (true, Some(c)) => scan.next_lsn.max(c.durable_lsn + 1).max(c.first_live_lsn),
         _ => scan.next_lsn,
     };
+    let mut wal = attach(storage.clone(), cfg, &scan, next_lsn)?;
+    wal.lock = Some(lock);
+    wal.lost_accepted = lost.clone();
+    let report = RecoveryReport {
+        segments: scan.segments.len(),
+        records: scan.records,
+        last_lsn: next_lsn - 1,
+        truncated_tail,
+        lost,
+    };
+    Ok((wal, report))
+}
+
+/// Creates `dir` and missing parents, each one's entry synced before the log promises anything
+/// in it (in either durability mode: `Os` mode promises the records of a rolled segment).
+fn create_dirs(fs: &dyn Storage, dir: &Path) -> Result<(), WalError> {
+    if fs.is_dir(dir) {
+        return Ok(());
+    }
+    let mut created = Vec::new();
+    let mut p = Some(dir);
+    while let Some(d) = p.filter(|d| !d.as_os_str().is_empty() && !fs.is_dir(d)) {
+        created.push(d);
+        p = d.parent();
+    }
+    fs.create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
+    for d in created.iter().rev() {
+        if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs.sync_dir(parent).map_err(|e| WalError::io(parent, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Scans `dir`; damage to acknowledged data and missing segment files fail the open unless
+/// `accept_loss`, which gives them up ([`give_up`]) and scans again. Returns the scan and the
+/// ranges given up.
+fn scan_accepting(
+    fs: &dyn Storage,
+    dir: &Path,
+    promised: Option<Checkpoint>,
+    accept_loss: bool,
+) -> Result<(DirScan, Vec<LostRange>), WalError> {
+    let opts = ScanOpts {
+        promised: promised.map(|c| c.durable_lsn),
+        skip_damage: true,
+    };
+    let scan = scan_dir(fs, dir, opts, &mut |_, _, _| Ok(()))?;
+    if scan.losses.is_empty() {
+        return Ok((scan, Vec::new()));
+    }
+    if !accept_loss {
+        return Err(loss_error(dir, &scan));
+    }
+    let mut lost = Vec::new();
+    for loss in &scan.losses {
+        eprintln!(
+            "sluice: wal {}: ACCEPTING LOSS (--accept-wal-loss): {}",
+            dir.display(),
+            loss.range
+        );
+        give_up(fs, loss)?;
+        lost.push(loss.range.clone());
+    }
+    fs.sync_dir(dir).map_err(|e| WalError::io(dir, e))?;
+    let scan = scan_dir(fs, dir, opts, &mut |_, _, _| Ok(()))?;
+    if !scan.losses.is_empty() {
+        return Err(loss_error(dir, &scan));
+    }
+    Ok((scan, lost))
+}
+
+/// The open's refusal for `scan.losses`: [`WalError::Corrupt`] naming the first damaged record
+/// (and every range), or [`WalError::Lost`] when only segment files are missing.
+fn loss_error(dir: &Path, scan: &DirScan) -> WalError {
+    let ranges: Vec<LostRange> = scan.losses.iter().map(|l| l.range.clone()).collect();
+    match scan.losses.iter().find(|l| !l.missing_file) {
+        Some(first) => {
+            let mut reason = match &scan.finding {
+                Some(Finding::Corrupt { reason, .. }) => reason.clone(),
+                _ => first.range.why.clone(),
+            };
+            for r in ranges.iter().filter(|r| **r != first.range) {
+                reason.push_str(&format!("; also {r}"));
+            }
+            WalError::Corrupt {
+                segment: first.segment.clone(),
+                offset: first.offset,
+                reason,
+            }
+        }
+        None => WalError::Lost {
+            dir: dir.to_owned(),
+            ranges,
+        },
+    }
+}
+
+/// Records that `loss` is given up, in the log itself: lost-range records written over the
+/// damaged bytes (up to where the scan resumes; to the end of the written bytes when nothing
+/// follows), or, for a missing segment file, a small segment of that name holding only one.
+/// Synced before returning.
+fn give_up(fs: &dyn Storage, loss: &Loss) -> Result<(), WalError> {
+    let path = &loss.segment;
+    let io_err = |e| WalError::io(path, e);
+    let end = match (loss.resume, loss.missing_file) {
+        (Some(r), _) => r,
+        (None, true) => LOST_RECORD_BYTES as u64,
+        (None, false) => {
+            let map = map_segment(fs, path)?;
+            let written = last_non_zero(&map).map_or(0, |p| p as u64 + 1);
+            written.max(loss.offset + LOST_RECORD_BYTES as u64)
+        }
+    };
+    let span = (end - loss.offset) as usize;
+    let mut buf = Vec::with_capacity(span);
+    match loss.resume {
+        Some(_) => lost_span(&mut buf, loss.range.first, loss.range.last, span),
+        None => {
+            lost_span(
+                &mut buf,
+                loss.range.first,
+                loss.range.last,
+                LOST_RECORD_BYTES,
+            );
+            buf.resize(span, 0);
+        }
+    }
+    let mut file = fs
+        .open_segment(path, super::WritePath::Pwrite)
+        .map_err(io_err)?;
+    file.write_at(loss.offset, &buf).map_err(io_err)?;
+    file.sync(loss.offset, span as u64).map_err(io_err)
+}
+
+/// The appender positioned after the scan: the last segment (or a new one) opened and
+/// preallocated, a torn tail zeroed, what the scan read synced, the checkpoint written.
+fn attach(
+    storage: Arc<dyn Storage>,
+    cfg: &WalConfig,
+    scan: &DirScan,
+    next_lsn: Lsn,
+) -> Result<Wal, WalError> {
+    let (fs, dir) = (&*storage, &cfg.dir);
     let (path, first_lsn, end, dirty_end) = match scan.segments.last() {
         Some((first, path)) => (path.clone(), *first, scan.last_end, scan.last_dirty_end),
         None => (segment_path(dir, next_lsn), next_lsn, 0, 0),
@@ -352,13 +696,17 @@ pub fn open_in(
         zeroed_end: end,
     };
     let mut wal = Wal::new(cfg, storage.clone(), active, next_lsn);
-    wal.lock = Some(lock);
+    wal.batch_seq = scan.last_batch_seq + 1;
     if dirty_end > end {
         // A torn tail (or stray bytes): zero it now, so the report's promise holds on disk.
         wal.scrub().map_err(io_err)?;
     }
+    if let Some((from, first)) = scan.unsealed {
+        wal.seal_recovered(from, first).map_err(io_err)?;
+    }
     // What the scan read may be in the page cache only (a crash before a sync, `Os` mode):
     // make it durable before the checkpoint promises it.
+    let end = wal.active.end;
     wal.active.file.sync(0, end).map_err(io_err)?;
     fs.sync_dir(dir).map_err(|e| WalError::io(dir, e))?;
     let first_live_lsn = scan.segments.first().map_or(next_lsn, |s| s.0);
@@ -367,15 +715,7 @@ pub fn open_in(
         durable_lsn: next_lsn - 1,
     };
     wal.checkpoint = Some(CheckpointFile::open_or_create(fs, dir, c, unix_millis())?);
-    wal.lost_accepted = lost.clone();
-    let report = RecoveryReport {
-        segments: scan.segments.len(),
-        records: scan.records,
-        last_lsn: next_lsn - 1,
-        truncated_tail,
-        lost,
-    };
-    Ok((wal, report))
+    Ok(wal)
 }
 
 /// The checkpoint of `dir`, if it has one. A damaged one fails the open unless `accept_loss`
@@ -398,9 +738,9 @@ fn promised(
     }
 }
 
-/// Compares the scan with the checkpoint `c`: the missing ranges, accepted (logged, returned)
-/// if `accept_loss`, else an error: [`WalError::Corrupt`] for a damaged record at or below the
-/// checkpointed durable LSN (it is not a torn tail), [`WalError::Lost`] for missing files.
+/// Compares the scan with the checkpoint `c`: the ranges it promises that no segment holds
+/// (the oldest segments deleted, the newest truncated or deleted), accepted (logged, returned)
+/// if `accept_loss`, else [`WalError::Lost`].
 fn check_promise(
     dir: &Path,
     c: &Checkpoint,
@@ -426,198 +766,10 @@ fn check_promise(
         }
         return Ok(lost);
     }
-    match torn {
-        Some((segment, offset)) if scan.next_lsn <= c.durable_lsn => Err(WalError::Corrupt {
-            segment: segment.clone(),
-            offset: *offset,
-            reason: format!(
-                "the record with LSN {} is damaged or incomplete, but the checkpoint records \
-                 LSNs up to {} as durable: corruption, not a torn tail (LSNs {}..={} would be \
-                 lost; --accept-wal-loss truncates there)",
-                scan.next_lsn, c.durable_lsn, scan.next_lsn, c.durable_lsn
-            ),
-        }),
-        _ => Err(WalError::Lost {
-            dir: dir.to_owned(),
-            ranges: lost,
-        }),
-    }
-}
-
-/// One record read back from the log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawRecord {
-    pub lsn: Lsn,
-    pub kind: RecordKind,
-    pub payload: Vec<u8>,
-    /// Byte offset of the record in its segment.
-    pub offset: u64,
-}
-
-/// Iterates every record of a WAL directory in LSN order, verifying as it goes.
-///
-/// Yields `Err(WalError::Corrupt)` (and then ends) on damage; a torn tail of the last segment
-/// simply ends the iteration. Reads through read-only maps, one segment at a time. A reader
-/// running beside the writer must stop at [`super::WalShared::durable_lsn`].
-#[derive(Debug)]
-pub struct WalReader {
-    storage: Arc<dyn Storage>,
-    segments: Vec<(Lsn, PathBuf)>,
-    /// Index of the mapped segment in `segments`.
-    current: usize,
-    map: Contents,
-    scanner: Scanner,
-    /// Records below this LSN are skipped.
-    start_lsn: Lsn,
-    done: bool,
-}
-
-impl WalReader {
-    /// A reader over all records in the WAL directory `dir`.
-    pub fn open(dir: &Path) -> Result<WalReader, WalError> {
-        Self::open_from(dir, 0)
-    }
-
-    /// A reader starting at the first record with LSN `>= start_lsn` (earlier segments are not
-    /// read).
-    pub fn open_from(dir: &Path, start_lsn: Lsn) -> Result<WalReader, WalError> {
-        Self::open_in(Arc::new(StdFs), dir, start_lsn)
-    }
-
-    /// [`WalReader::open_from`] on `storage`.
-    pub fn open_in(
-        storage: Arc<dyn Storage>,
-        dir: &Path,
-        start_lsn: Lsn,
-    ) -> Result<WalReader, WalError> {
-        let mut segments = list_segments_in(&*storage, dir)?;
-        // Keep the last segment starting at or below start_lsn, and all after it.
-        let skip = segments
-            .iter()
-            .rposition(|(first, _)| *first <= start_lsn)
-            .unwrap_or(0);
-        segments.drain(..skip);
-        let mut r = WalReader {
-            scanner: Scanner::new(segments.first().map_or(1, |s| s.0)),
-            segments,
-            current: 0,
-            map: Contents::Empty,
-            start_lsn,
-            done: false,
-            storage,
-        };
-        if !r.segments.is_empty() {
-            r.map = map_segment(&*r.storage, &r.segments[0].1)?;
-        }
-        Ok(r)
-    }
-
-    /// The next event record (kind 1 or 5; other kinds are skipped), decoded; an undecodable
-    /// payload is `Err(Corrupt)` at that record.
-    pub fn next_event(&mut self) -> Option<Result<(Lsn, EventRecord), WalError>> {
-        loop {
-            match self.next_record()? {
-                Ok((lsn, Record::Event(ev))) => return Some(Ok((lsn, ev))),
-                Ok(_) => continue,
-                Err(e) => return Some(Err(e)),
-            }
-        }
-    }
-
-    /// The next record of any kind, decoded; an undecodable payload is `Err(Corrupt)` at that
-    /// record.
-    pub fn next_record(&mut self) -> Option<Result<(Lsn, Record), WalError>> {
-        let rec = match self.next()? {
-            Ok(rec) => rec,
-            Err(e) => return Some(Err(e)),
-        };
-        match decode_payload(rec.kind, &rec.payload) {
-            Ok(r) => Some(Ok((rec.lsn, r))),
-            Err(e) => Some(Err(
-                self.corrupt_error(rec.offset, format!("{:?} payload: {e}", rec.kind))
-            )),
-        }
-    }
-
-    /// The segment being read.
-    pub fn current_segment(&self) -> Option<&Path> {
-        self.segments.get(self.current).map(|s| s.1.as_path())
-    }
-
-    /// Ends the iteration with corruption at `offset` of the current segment.
-    fn corrupt_error(&mut self, offset: u64, reason: String) -> WalError {
-        self.done = true;
-        let segment = self
-            .current_segment()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        WalError::Corrupt {
-            segment,
-            offset,
-            reason,
-        }
-    }
-
-    /// Moves to the next segment; `None` when there is none.
-    fn advance(&mut self) -> Option<Result<(), WalError>> {
-        self.current += 1;
-        let (first, path) = self.segments.get(self.current)?.clone();
-        if first != self.scanner.next_lsn {
-            let reason = format!(
-                "LSN gap: segment starts at {first}, expected {}",
-                self.scanner.next_lsn
-            );
-            return Some(Err(WalError::Corrupt {
-                segment: path,
-                offset: 0,
-                reason,
-            }));
-        }
-        self.scanner = Scanner::new(first);
-        match map_segment(&*self.storage, &path) {
-            Ok(map) => {
-                self.map = map;
-                Some(Ok(()))
-            }
-            Err(e) => Some(Err(e)),
-        }
-    }
-}
-
-impl Iterator for WalReader {
-    type Item = Result<RawRecord, WalError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        while !self.done && self.current < self.segments.len() {
-            let last = self.current + 1 == self.segments.len();
-            let bytes: &[u8] = &self.map;
-            match self.scanner.step(bytes) {
-                Step::Record(offset, r) if r.lsn >= self.start_lsn => {
-                    let rec = RawRecord {
-                        lsn: r.lsn,
-                        kind: r.kind,
-                        payload: r.payload.to_vec(),
-                        offset,
-                    };
-                    return Some(Ok(rec));
-                }
-                Step::Record(..) => {}
-                Step::Bad { torn: true, .. } if last => self.done = true,
-                Step::Bad { offset, reason, .. } => {
-                    return Some(Err(self.corrupt_error(offset, reason)))
-                }
-                Step::End => match self.advance() {
-                    None => self.done = true,
-                    Some(Ok(())) => {}
-                    Some(Err(e)) => {
-                        self.done = true;
-                        return Some(Err(e));
-                    }
-                },
-            }
-        }
-        None
-    }
+    Err(WalError::Lost {
+        dir: dir.to_owned(),
+        ranges: lost,
+    })
 }
 
 #[cfg(test)]

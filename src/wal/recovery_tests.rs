@@ -3,28 +3,16 @@
 use crate::wal::segment::list_segments;
 use crate::wal::Durability;
 
-#[test]
-fn zero_scans_find_the_last_written_byte_across_blocks() {
-    let mut b = vec![0u8; 200 * 1024];
-    assert!(all_zero(&b));
-    assert_eq!(last_non_zero(&b), None);
-    for at in [0, 65_535, 65_536, 131_073, b.len() - 1] {
-        b[at] = 7;
-        assert!(!all_zero(&b));
-        assert_eq!(last_non_zero(&b), Some(at), "{at}");
-    }
-    assert_eq!(last_non_zero(&[]), None);
-}
-
 use super::*;
 use crate::wal::format::tests::sample_event;
-use crate::wal::{WritePath, MAX_BODY_BYTES, MAX_RECORD_BYTES};
+use crate::wal::format::EventRecord;
+use crate::wal::{WritePath, MAX_BODY_BYTES};
 use std::os::unix::fs::FileExt;
 
 /// Smallest legal segments, `Os` durability (no sync per batch) to keep tests quick.
 pub(crate) fn test_cfg(dir: &Path, write_path: WritePath) -> WalConfig {
     WalConfig {
-        segment_bytes: MAX_RECORD_BYTES as u64,
+        segment_bytes: crate::wal::min_segment_bytes_for(crate::wal::MAX_BODY_BYTES),
         durability: Durability::Os,
         write_path,
         ..WalConfig::new(dir.join("wal"))
@@ -100,7 +88,7 @@ fn empty_dir_starts_at_lsn_one_and_rejects_small_segments() {
     let (wal, _) = open(&cfg).unwrap();
     assert_eq!(wal.next_lsn(), 1);
     assert_eq!(wal.active_segment(), segment_path(&cfg.dir, 1));
-    cfg.segment_bytes = MAX_RECORD_BYTES as u64 - 1;
+    cfg.segment_bytes = crate::wal::min_segment_bytes_for(MAX_BODY_BYTES) - 1;
     assert!(matches!(open(&cfg), Err(WalError::InvalidConfig { .. })));
 }
 
@@ -150,13 +138,14 @@ fn torn_tail_garbage_or_bad_crc_after_last_record() {
     // checkpoint promises them: corruption at its offset, not a torn tail.
     f.write_all_at(&[0xFF], offs[2] + 20).unwrap();
     assert_eq!(corrupt_at(&cfg), (seg.clone(), offs[2]));
-    // Accepting the loss truncates there.
+    // Accepting the loss gives up LSN 3 exactly: a lost-range record is written over it (no
+    // truncation), and the next start does not ask again.
     let accept = WalConfig {
         accept_loss: true,
         ..cfg.clone()
     };
     let (mut wal, report) = open(&accept).unwrap();
-    assert_eq!(report.truncated_tail, Some((seg.clone(), offs[2])));
+    assert_eq!(report.truncated_tail, None);
     assert_eq!(
         report
             .lost
@@ -171,14 +160,18 @@ fn torn_tail_garbage_or_bad_crc_after_last_record() {
     );
     // Records appended after the last checkpoint (`Os` mode: committed, never synced) are
     // not promised: damage in the last of them is a torn tail.
-    assert_eq!(wal.append_events(&events(10..12)).unwrap(), 4);
+    assert_eq!(wal.append_events(&events(10..12)).unwrap(), 5);
     drop(wal);
     let offs = offsets(&cfg.dir);
+    assert_eq!(offs.len(), 4, "LSNs 1, 2, 4, 5");
     f.write_all_at(&[0xFF], offs[3] + 20).unwrap();
     let (_, report) = open(&cfg).unwrap();
     assert_eq!(report.truncated_tail, Some((seg, offs[3])));
     assert!(report.lost.is_empty());
-    assert_eq!(report.last_lsn, 3);
+    assert_eq!(report.last_lsn, 4);
+    let lsns: Vec<Lsn> = read_events(&cfg.dir).iter().map(|e| e.0).collect();
+    assert_eq!(lsns, [1, 2, 4]);
+    assert!(crate::wal::tools::verify_log(&cfg.dir).unwrap().is_clean());
 }
 
 #[test]
@@ -280,9 +273,15 @@ fn rollover_and_corruption_in_non_last_segment() {
     let f = std::fs::OpenOptions::new().write(true).open(&seg5).unwrap();
     f.write_all_at(&[0xEE; 3], last + 500).unwrap();
     assert_eq!(corrupt_at(&cfg), (seg5.clone(), last));
-    // An LSN gap between segments.
+    // A deleted middle segment: its LSNs are lost (named), not an anonymous LSN gap.
     std::fs::remove_file(&seg5).unwrap();
-    assert_eq!(corrupt_at(&cfg), (segment_path(&cfg.dir, 9), 0));
+    match open(&cfg) {
+        Err(WalError::Lost { ranges, .. }) => {
+            assert_eq!((ranges.len(), ranges[0].first, ranges[0].last), (1, 5, 8));
+            assert!(ranges[0].why.contains("was deleted"), "{}", ranges[0]);
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
 }
 
 #[test]

@@ -27,7 +27,7 @@
 #![forbid(unsafe_code)]
 
 use super::format::{decode_payload, parse_event, Record, RecordKind, RecordRef};
-use super::recovery::{scan_dir, Finding};
+use super::recovery::{scan_dir, Finding, ScanOpts};
 use super::{Lsn, WalError};
 use crate::storage::{StdFs, Storage};
 use std::collections::BTreeMap;
@@ -131,8 +131,13 @@ pub fn recover_dispatch_in(
     wal_dir: &Path,
 ) -> Result<DispatchRecovery, WalError> {
     let mut state = DispatchScan::default();
-    // After `open`, which truncated a torn tail: the strict rule (no checkpoint needed).
-    let scan = scan_dir(storage, wal_dir, Lsn::MAX, &mut |_, _, r| state.observe(r))?;
+    // After `open`, which truncated a torn tail and wrote a lost-range record over every
+    // range it gave up (no checkpoint needed for what is left).
+    let opts = ScanOpts {
+        promised: None,
+        skip_damage: false,
+    };
+    let scan = scan_dir(storage, wal_dir, opts, &mut |_, _, r| state.observe(r))?;
     if let Some(Finding::Corrupt {
         segment,
         offset,

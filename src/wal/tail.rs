@@ -6,6 +6,9 @@
 //! below the durable LSN is complete and final: the tail never sees a torn or partial record,
 //! and any mismatch there (bad length, CRC, LSN) is corruption, not a race.
 //!
+//! Commit markers are passed over (they carry no LSN of their own); a lost-range record written
+//! by `--accept-wal-loss` moves the expected LSN past the range it gave up.
+//!
 //! Segment rollover: a zero `len` field (or the end of the file) where the record of LSN `n`
 //! should start means it is the first record of the segment named `n`. The writer creates,
 //! preallocates and writes that segment before it publishes a durable LSN `>= n`.
@@ -21,7 +24,10 @@
 //! back to [`READ_BUF_KEEP`] after a large one) plus the decoded record handed to the caller.
 #![forbid(unsafe_code)]
 
-use super::format::{decode_payload, parse_record, Parsed, Record, RECORD_HEADER_BYTES};
+use super::format::marker::parse_lost;
+use super::format::{
+    decode_payload, parse_record, Parsed, Record, RecordKind, RECORD_HEADER_BYTES,
+};
 use super::segment::{list_segments, segment_path};
 use super::{Lsn, WalError, MAX_RECORD_BYTES};
 use std::fs::File;
@@ -100,10 +106,21 @@ impl WalTail {
             if self.segment.is_none() {
                 self.locate()?;
             }
-            let Some(len) = self.header(durable_lsn)? else {
+            let Some((len, kind)) = self.header(durable_lsn)? else {
                 self.roll()?;
                 continue;
             };
+            if kind == RecordKind::Marker as u8 {
+                // A commit marker: framing, no LSN of its own (its batch's CRCs were checked
+                // record by record).
+                self.pos += len as u64;
+                continue;
+            }
+            if kind == RecordKind::Lost as u8 {
+                self.next_lsn = self.lost_range_end(len, durable_lsn)? + 1;
+                self.pos += len as u64;
+                continue;
+            }
             if self.next_lsn < self.from_lsn {
                 self.pos += len as u64;
                 self.next_lsn += 1;
@@ -151,9 +168,24 @@ impl WalTail {
         Ok(())
     }
 
-    /// Reads and checks the header at `pos`: `Some(len)` for a record, `None` at the end of
-    /// the segment's data.
-    fn header(&mut self, durable: Lsn) -> Result<Option<usize>, WalError> {
+    /// The last LSN given up by the lost-range record of `len` bytes at `pos`.
+    fn lost_range_end(&mut self, len: usize, durable: Lsn) -> Result<Lsn, WalError> {
+        let n = self.window(len, durable)?.len();
+        if n < len {
+            return Err(self.corrupt("record extends past the end of the segment"));
+        }
+        let off = (self.pos - self.win_start) as usize;
+        match parse_record(&self.buf[off..off + len]) {
+            Parsed::Record(r) => parse_lost(r.lsn, r.payload)
+                .ok_or_else(|| self.corrupt("invalid lost-range record")),
+            Parsed::Bad(reason) => Err(self.corrupt(reason)),
+            Parsed::End => Err(self.corrupt("record vanished")),
+        }
+    }
+
+    /// Reads and checks the header at `pos`: `Some((len, kind))` for a record, `None` at the
+    /// end of the segment's data.
+    fn header(&mut self, durable: Lsn) -> Result<Option<(usize, u8)>, WalError> {
         let view = self.window(RECORD_HEADER_BYTES, durable)?;
         let n = view.len();
         let mut h = [0u8; RECORD_HEADER_BYTES];
@@ -176,7 +208,7 @@ impl WalTail {
             let reason = format!("LSN gap: expected {}, found {lsn}", self.next_lsn);
             return Err(self.corrupt(reason));
         }
-        Ok(Some(len))
+        Ok(Some((len, h[16])))
     }
 
     fn read_record(&mut self, len: usize, durable: Lsn) -> Result<(Lsn, Record), WalError> {

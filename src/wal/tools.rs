@@ -6,8 +6,8 @@
 
 use super::checkpoint::{self, Checkpoint, Extent, LostRange};
 use super::format::{decode_payload, RecordRef};
-use super::recovery::scan_dir;
 pub use super::recovery::Finding;
+use super::recovery::{scan_dir, ScanOpts};
 use super::{DoneStatus, Lsn, Record, WalError, WalReader};
 use crate::storage::{StdFs, Storage};
 use crate::tools::progress::{Progress, Silent};
@@ -40,8 +40,12 @@ pub struct VerifyReport {
     pub checkpoint: Option<Checkpoint>,
     /// The checkpoint file exists but is damaged: why.
     pub checkpoint_damaged: Option<String>,
-    /// LSN ranges the checkpoint promises that the segments do not hold (startup would fail).
+    /// LSN ranges that cannot be read (startup would fail; `--accept-wal-loss` gives them up):
+    /// damaged records (also named by `finding`), missing segment files, and ranges the
+    /// checkpoint promises that the segments do not hold.
     pub lost: Vec<LostRange>,
+    /// Ranges given up at an earlier start (`--accept-wal-loss`), recorded in the log.
+    pub accepted: Vec<(Lsn, Lsn)>,
 }
 
 impl VerifyReport {
@@ -81,6 +85,9 @@ impl std::fmt::Display for VerifyReport {
         }?;
         for r in &self.lost {
             write!(f, "; LOST: {r}")?;
+        }
+        for (a, b) in &self.accepted {
+            write!(f, "; accepted earlier: LSNs {a}..={b} given up")?;
         }
         if let Some(why) = &self.checkpoint_damaged {
             write!(f, "; CHECKPOINT DAMAGED: {why}")?;
@@ -147,44 +154,35 @@ pub fn verify_log_in(
         Some(Ok(c)) => (Some(c), None),
         Some(Err(d)) => (None, Some(d.to_string())),
     };
-    // The same torn-tail rule as recovery: damage above the checkpoint's durable LSN in the
-    // last segment is a torn tail (recovery truncates it), whatever follows it.
-    let promised = checkpoint.map_or(Lsn::MAX, |c| c.durable_lsn);
-    let scan = scan_dir(storage, &dir, promised, &mut check)?;
+    // The same decision as recovery (`wal::damage`), going on past damage to acknowledged
+    // data and past missing segment files, so every range that cannot be read is named.
+    let opts = ScanOpts {
+        promised: checkpoint.map(|c| c.durable_lsn),
+        skip_damage: true,
+    };
+    let scan = scan_dir(storage, &dir, opts, &mut check)?;
     let records = valid;
     let last_lsn = scan
         .first_lsn
         .filter(|_| records > 0)
-        .map(|first| first + records - 1);
-    let mut finding = scan.finding;
-    let mut lost = Vec::new();
-    if let Some(c) = &checkpoint {
+        .map(|_| scan.next_lsn - 1);
+    let finding = scan.finding.clone();
+    let mut lost: Vec<LostRange> = scan.losses.iter().map(|l| l.range.clone()).collect();
+    // A scan stopped early (an undecodable payload) names its damage by the finding; what it
+    // did not read is not missing.
+    if let Some(c) = checkpoint.as_ref().filter(|_| !scan.stopped) {
         let torn = match &finding {
             Some(Finding::TornTail { segment, offset }) => Some((segment.clone(), *offset)),
             _ => None,
         };
-        // A corrupt record stops the scan early; its range is named by the finding instead.
-        if !matches!(finding, Some(Finding::Corrupt { .. })) {
-            let extent = Extent {
-                first_segment_lsn: scan.segments.first().map(|s| s.0),
-                next_lsn: scan.next_lsn,
-                damaged_tail: torn.clone(),
-            };
-            lost = checkpoint::missing(c, &extent);
-        }
-        if let Some((segment, offset)) = torn.filter(|_| scan.next_lsn <= c.durable_lsn) {
-            let reason = format!(
-                "the record with LSN {} is damaged or incomplete, but the checkpoint records LSNs \
-                 up to {} as durable: corruption, not a torn tail",
-                scan.next_lsn, c.durable_lsn
-            );
-            finding = Some(Finding::Corrupt {
-                segment,
-                offset,
-                reason,
-            });
-        }
+        let extent = Extent {
+            first_segment_lsn: scan.segments.first().map(|s| s.0),
+            next_lsn: scan.next_lsn,
+            damaged_tail: torn,
+        };
+        lost.extend(checkpoint::missing(c, &extent));
     }
+    let accepted = scan.accepted.clone();
     Ok(VerifyReport {
         dir,
         segments: scan.segments.len(),
@@ -195,6 +193,7 @@ pub fn verify_log_in(
         checkpoint,
         checkpoint_damaged,
         lost,
+        accepted,
     })
 }
 
@@ -244,7 +243,9 @@ fn hex(bytes: &[u8]) -> String {
 /// "outcome"}`, plus `"replay_of"` for a replayed event, `"gate"`/`"reason"` for a skip or a
 /// dead letter, `"attempts"` when recorded (see `InspectLine`). Each log is read twice: the
 /// outcomes first (one map entry per `Done` entry / retried event), then the events.
-/// Stops with `Err(Corrupt)` at damage; a torn tail just ends that log's output.
+/// Damaged records and missing segment files are passed over (named on stderr as
+/// `UNREADABLE`), so every readable event is listed; a torn tail just ends that log's output;
+/// an undecodable payload in a CRC-valid record stops with `Err(Corrupt)`.
 pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError> {
     inspect_json_with(data_dir, out, &|_| None, &mut Silent)
 }
@@ -271,7 +272,7 @@ pub fn inspect_json_with(
 /// or (pending, retried) the attempts made.
 fn outcomes(dir: &Path) -> Result<HashMap<Lsn, (Option<DoneStatus>, u32)>, WalError> {
     let mut map = HashMap::new();
-    let mut reader = WalReader::open(dir)?;
+    let mut reader = WalReader::open(dir)?.skipping();
     while let Some(next) = reader.next_record() {
         match next? {
             (_, Record::Done(d)) => {
@@ -303,7 +304,9 @@ fn inspect_log(
     progress: &mut dyn Progress,
 ) -> Result<(), WalError> {
     let done = outcomes(dir)?;
-    let mut reader = WalReader::open(dir)?;
+    // Lists what is readable: damaged records and missing segment files are passed over and
+    // named on stderr (`wal verify` reports them).
+    let mut reader = WalReader::open(dir)?.skipping();
     let out_err = |e: std::io::Error| WalError::io(Path::new("<output>"), e);
     while let Some(next) = reader.next_event() {
         let (lsn, ev) = next?;
@@ -337,6 +340,9 @@ fn inspect_log(
         serde_json::to_writer(&mut *out, &line).map_err(|e| out_err(e.into()))?;
         out.write_all(b"\n").map_err(out_err)?;
         progress.advance(1);
+    }
+    for r in reader.skipped() {
+        eprintln!("sluice: wal inspect {name}: UNREADABLE, not listed: {r}");
     }
     Ok(())
 }
@@ -526,7 +532,12 @@ mod tests {
             matches!(&r.finding, Some(Finding::Corrupt { segment, offset, .. })
             if *segment == seg && *offset == offs[1])
         );
-        assert_eq!(r.records, 1);
+        // The scan goes on past it: LSN 3 is readable, LSN 2 alone is named lost.
+        assert_eq!(r.records, 2);
+        assert_eq!(
+            r.lost.iter().map(|l| (l.first, l.last)).collect::<Vec<_>>(),
+            [(2, 2)]
+        );
         // Read-only: only our two flipped bytes differ.
         let after = std::fs::read(&seg).unwrap();
         assert_eq!(before.iter().zip(&after).filter(|(a, b)| a != b).count(), 2);

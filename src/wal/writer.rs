@@ -4,7 +4,8 @@
 //! handling; only the last chunk's write and sync leave this module).
 //!
 //! The caller (a core's commit helper or loop, `sched::commit`) hands over a whole batch at once. The
-//! records are staged with consecutive LSNs into the log's staging buffer and committed with one
+//! records are staged with consecutive LSNs into the log's staging buffer, closed by the batch's
+//! commit marker (`format::marker`, appended to the same buffer), and committed with one
 //! write and one sync (more only when the batch crosses into a new segment); on success the
 //! log's [`WalShared::durable_lsn`] is published (`Release`). Each record gets its own
 //! [`AppendOutcome`], in batch order. A write or sync failure turns the outcomes of the failed

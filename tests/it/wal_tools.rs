@@ -1,6 +1,7 @@
 //! Damaged WALs: a torn tail is truncated on restart; corruption followed by valid records is
 //! reported by `sluice wal verify` (segment + offset) and stops the server from starting.
 
+use sluice::wal::format::marker::MARKER_RECORD_BYTES;
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -115,8 +116,14 @@ fn torn_tail_zeroed_is_truncated_on_restart() {
     let mut server = Server::start(Opts::default().workers(1));
     let written = write_events_offline(&mut server, 5);
     let (seg, end) = last_segment_end(&server.wal_dir());
-    // The last 8 bytes of the last record never reached the disk.
-    write_at(&seg, (end - 7) as u64, &[0u8; 8]);
+    // The batch's write ends with its commit marker (42 bytes, `wal::format::marker`): the
+    // last 8 bytes of the last record and the marker after it never reached the disk.
+    let record_end = end + 1 - MARKER_RECORD_BYTES;
+    write_at(
+        &seg,
+        (record_end - 8) as u64,
+        &[0u8; 8 + MARKER_RECORD_BYTES],
+    );
     assert_recovers_torn_tail(&mut server, &written);
 }
 
@@ -125,7 +132,8 @@ fn torn_tail_truncated_file_is_recovered() {
     let mut server = Server::start(Opts::default().workers(1));
     let written = write_events_offline(&mut server, 5);
     let (seg, end) = last_segment_end(&server.wal_dir());
-    // The file ends in the middle of the last record.
+    let end = end + 1 - MARKER_RECORD_BYTES; // the last record's end, before its batch's marker
+                                             // The file ends in the middle of the last record.
     let f = OpenOptions::new()
         .write(true)
         .open(&seg)

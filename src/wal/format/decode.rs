@@ -147,14 +147,17 @@ pub fn decode_event(payload: &[u8]) -> Result<EventRecord, DecodeError> {
 }
 
 /// Decodes the payload of a record of `kind`. Never panics. `DlqEntry` is `Invalid` (it never
-/// belongs in the WAL).
+/// belongs in the WAL), and so are `Marker` and `Lost` (framing, not records: the scanner
+/// consumes them, `format::marker` parses them).
 pub fn decode_payload(kind: RecordKind, payload: &[u8]) -> Result<Record, DecodeError> {
     let mut c = Cursor { rest: payload };
     let rec = match kind {
         RecordKind::Event | RecordKind::ReplayEvent => {
             return parse_event(kind, payload).map(|v| Record::Event(v.to_record()))
         }
-        RecordKind::DlqEntry => return Err(DecodeError::Invalid { field: "kind" }),
+        RecordKind::DlqEntry | RecordKind::Marker | RecordKind::Lost => {
+            return Err(DecodeError::Invalid { field: "kind" })
+        }
         RecordKind::Done => {
             let n = c.u16("done entries")?;
             if n > MAX_DONE_ENTRIES {
