@@ -30,8 +30,16 @@ fn countdown_done_publishes_every_finishers_work() {
             })
             .collect();
         if c.done() {
-            assert_eq!(work[0].load(Ordering::Relaxed), 1, "party 0's work is visible");
-            assert_eq!(work[1].load(Ordering::Relaxed), 1, "party 1's work is visible");
+            assert_eq!(
+                work[0].load(Ordering::Relaxed),
+                1,
+                "party 0's work is visible"
+            );
+            assert_eq!(
+                work[1].load(Ordering::Relaxed),
+                1,
+                "party 1's work is visible"
+            );
         }
         let last: usize = parties
             .into_iter()

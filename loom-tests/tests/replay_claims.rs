@@ -79,7 +79,11 @@ fn a_failed_replay_leaves_the_entry_for_one_more() {
         let ok = thread::spawn(move || {
             let Ok(claim) = claims.claim("A") else { return };
             if p.load(Ordering::Relaxed) {
-                assert_eq!(in_flight.fetch_add(1, Ordering::Relaxed), 0, "two on their way");
+                assert_eq!(
+                    in_flight.fetch_add(1, Ordering::Relaxed),
+                    0,
+                    "two on their way"
+                );
                 h.fetch_add(1, Ordering::Relaxed);
                 p.store(false, Ordering::Relaxed);
                 in_flight.fetch_sub(1, Ordering::Relaxed);

@@ -53,8 +53,22 @@ const JSON: &str = "application/json";
 pub struct Now {
     /// The loop turn's reading of the injected clock, nanoseconds.
     pub mono: u64,
-    /// Wall-clock receive time, Unix milliseconds.
+    /// Wall-clock receive time, Unix milliseconds (what the event stores).
     pub unix_ms: u64,
+    /// The same reading in Unix microseconds (the event id's order within a millisecond).
+    pub unix_us: u64,
+}
+
+impl Now {
+    /// `mono` and one reading of the wall clock.
+    pub fn wall(mono: u64) -> Now {
+        let unix_us = crate::sync::clock::unix_micros();
+        Now {
+            mono,
+            unix_ms: unix_us / 1000,
+            unix_us,
+        }
+    }
 }
 
 /// What the pipeline reads of the node's shared state (borrowed for one call).
@@ -205,7 +219,7 @@ impl Pipeline<'_> {
             return Decision::Respond(Response::refused(Refusal::IngestSaturated, secs));
         }
         self.metrics.incr_ingest(true);
-        let event_id = self.ids.next(now.unix_ms);
+        let event_id = self.ids.next_us(now.unix_us);
         let claim = match guard {
             Some(g) => {
                 match claim_dedupe(node.guards, g, trigger_id, head, &body, &event_id, now) {
@@ -258,7 +272,7 @@ impl Pipeline<'_> {
     pub fn replay(&mut self, event: EventRecord, entry_id: String, now: Now) -> Decision {
         let source = self.sources.get_for(&event.trigger_id, &event.source);
         let event = EventRecord {
-            event_id: self.ids.next(now.unix_ms),
+            event_id: self.ids.next_us(now.unix_us),
             received_at_ms: now.unix_ms,
             replay_of: Some(entry_id),
             ..event

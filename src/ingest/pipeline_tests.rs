@@ -19,6 +19,7 @@ const T0: u64 = 5_000_000_000;
 const NOW: Now = Now {
     mono: T0,
     unix_ms: 1_750_000_000_000,
+    unix_us: 1_750_000_000_000_000,
 };
 
 /// Tokens of every per-source bucket (refilled at 1/s; the tests' clock does not move).

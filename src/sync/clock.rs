@@ -72,9 +72,15 @@ impl Clock for ManualClock {
 
 /// Wall-clock milliseconds since the Unix epoch, for `received_at` stamps (not for intervals).
 pub fn unix_millis() -> u64 {
+    unix_micros() / 1000
+}
+
+/// Unix microseconds from the wall clock (0 before 1970). Event ids carry the microsecond within
+/// the millisecond, so events accepted one after the other on different cores keep that order.
+pub fn unix_micros() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
+        .map(|d| d.as_micros() as u64)
         .unwrap_or(0)
 }
 

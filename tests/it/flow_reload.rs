@@ -27,14 +27,14 @@ fn reload(server: &Server, text: &str, generation: f64) {
     wait_generation(server, generation);
 }
 
-/// The worker (core) that accepted the event: bits 72..80 of its id (`ingest::event_id`).
+/// The worker (core) that accepted the event: bits 62..70 of its id (`wal::event_id`).
 fn worker_of(id: &str) -> u32 {
     const CROCKFORD: &[u8] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
     let v = id.bytes().fold(0u128, |v, c| {
         let d = CROCKFORD.iter().position(|&x| x == c).expect("crockford") as u128;
         (v << 5) | d
     });
-    ((v >> 72) & 0xff) as u32
+    ((v >> 62) & 0xff) as u32
 }
 
 /// Posts events to `/hooks/t`, one per fresh connection, until there are at least 8 and both

@@ -48,10 +48,7 @@ impl Worker {
         keep_alive: bool,
     ) {
         // The loop turn's clock reading (one `Instant::now()` per turn, not per request).
-        let now = Now {
-            mono: self.turn_now,
-            unix_ms: unix_millis(),
-        };
+        let now = Now::wall(self.turn_now);
         let shared = Arc::clone(&self.shared);
         let arrival = Arrival {
             head,

@@ -39,7 +39,7 @@ use crate::ingest::pipeline::Now;
 use crate::ingest::respond::json_str;
 use crate::metrics::Route;
 use crate::net::http;
-use crate::sync::clock::unix_millis;
+use crate::sync::clock::unix_micros;
 use crate::wal::{self, AppendOutcome, EventRecord};
 
 /// Marks the commit tickets of bulk replays (ingest tickets hold a connection slot < 2^22 above
@@ -144,9 +144,10 @@ impl Worker {
                 return Step::Skipped;
             }
         };
-        let received_at_ms = unix_millis();
+        let received_at_us = unix_micros();
+        let received_at_ms = received_at_us / 1000;
         let event = EventRecord {
-            event_id: self.ids.next(received_at_ms),
+            event_id: self.ids.next_us(received_at_us),
             received_at_ms,
             replay_of: Some(entry.id.clone()),
             ..entry.event
@@ -257,10 +258,7 @@ impl Worker {
                 return self.replay_refused(idx, status, reason, keep_alive);
             }
         };
-        let now = Now {
-            mono: self.now(),
-            unix_ms: unix_millis(),
-        };
+        let now = Now::wall(self.now());
         let shared = Arc::clone(&self.shared);
         let decision = self.pipeline(&shared).replay(entry.event, entry.id, now);
         self.apply(idx, decision, keep_alive, now.mono, Some(claim));
