@@ -31,33 +31,14 @@ enum Command {
         /// TOML manifest.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Listen address (default 127.0.0.1:8080).
-        #[arg(long)]
-        listen: Option<String>,
-        /// Data directory (default ./sluice-data).
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
-        /// Worker threads (default: available cores).
-        #[arg(long)]
-        workers: Option<usize>,
-        /// fsync (202 after fdatasync, default) or os (202 after the page cache has it).
-        #[arg(long)]
-        durability: Option<String>,
-        /// Most dispatch jobs out at once (default 64; env HARN_ORCHESTRATOR_PUMP_MAX_OUTSTANDING).
-        #[arg(long)]
-        pump_max_outstanding: Option<usize>,
-        /// Serve on for this long after SIGTERM/SIGINT while /readyz says draining (default 2s).
-        #[arg(long)]
-        drain_grace: Option<String>,
+        #[command(flatten)]
+        flags: RunFlags,
         /// Start although the WAL checkpoint says records are missing (deleted or truncated
         /// segment files): the missing LSN ranges are logged and counted
         /// (sluice_wal_loss_accepted_total) and cannot be recovered. Without it, such a start
         /// exits 1 naming the missing ranges.
         #[arg(long)]
         accept_wal_loss: bool,
-        /// I/O backend: auto (io_uring where the kernel allows, else mio), mio or uring.
-        #[arg(long)]
-        io: Option<String>,
     },
     /// Open-loop HTTP/1.1 load generator (fixed rate or schedule; per-second timeline).
     Loadgen(sluice::tools::loadgen::LoadgenArgs),
@@ -85,27 +66,51 @@ struct CheckArgs {
     /// TOML manifest.
     #[arg(long)]
     config: PathBuf,
-    /// As `serve --listen`.
+    #[command(flatten)]
+    flags: RunFlags,
+}
+
+/// The flags `serve` and `check` share: each wins over the manifest and the environment. `check`
+/// opens nothing (`--data-dir` is only checked and printed).
+#[derive(clap::Args)]
+struct RunFlags {
+    /// Listen address (default 127.0.0.1:8080).
     #[arg(long)]
     listen: Option<String>,
-    /// As `serve --data-dir` (not opened: a check reads only the manifest and secret files).
+    /// Data directory (default ./sluice-data).
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// As `serve --workers`.
+    /// Worker threads (default: available cores).
     #[arg(long)]
     workers: Option<usize>,
-    /// As `serve --durability`.
+    /// fsync (202 after fdatasync, default) or os (202 after the page cache has it).
     #[arg(long)]
     durability: Option<String>,
-    /// As `serve --pump-max-outstanding`.
+    /// Most dispatch jobs out at once (default 64; env HARN_ORCHESTRATOR_PUMP_MAX_OUTSTANDING).
     #[arg(long)]
     pump_max_outstanding: Option<usize>,
-    /// As `serve --drain-grace`.
+    /// Serve on for this long after SIGTERM/SIGINT while /readyz says draining (default 2s).
     #[arg(long)]
     drain_grace: Option<String>,
-    /// As `serve --io`.
+    /// I/O backend: auto (io_uring where the kernel allows, else mio), mio or uring.
     #[arg(long)]
     io: Option<String>,
+}
+
+impl RunFlags {
+    /// The configuration overrides these flags make.
+    fn overrides(self, accept_wal_loss: bool) -> Overrides {
+        Overrides {
+            listen: self.listen,
+            data_dir: self.data_dir,
+            workers: self.workers,
+            durability: self.durability,
+            pump_max_outstanding: self.pump_max_outstanding,
+            drain_grace: self.drain_grace,
+            accept_wal_loss,
+            io: self.io,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -178,25 +183,10 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve {
             config,
-            listen,
-            data_dir,
-            workers,
-            durability,
-            pump_max_outstanding,
-            drain_grace,
+            flags,
             accept_wal_loss,
-            io,
         } => {
-            let overrides = Overrides {
-                listen,
-                data_dir,
-                workers,
-                durability,
-                pump_max_outstanding,
-                drain_grace,
-                accept_wal_loss,
-                io,
-            };
+            let overrides = flags.overrides(accept_wal_loss);
             let source = sluice::ops::reload::ReloadSource {
                 path: config.clone(),
                 overrides: overrides.clone(),
@@ -283,16 +273,7 @@ fn main() -> ExitCode {
 
 /// `sluice check`: the configuration `serve` with the same flags would run, as a manifest.
 fn check(args: CheckArgs) -> ExitCode {
-    let overrides = Overrides {
-        listen: args.listen,
-        data_dir: args.data_dir,
-        workers: args.workers,
-        durability: args.durability,
-        pump_max_outstanding: args.pump_max_outstanding,
-        drain_grace: args.drain_grace,
-        accept_wal_loss: false,
-        io: args.io,
-    };
+    let overrides = args.flags.overrides(false);
     match Config::load(Some(&args.config), &overrides) {
         Ok(cfg) => {
             for w in cfg.warnings() {

@@ -273,9 +273,15 @@ impl CorePump {
                 disk_bytes: 0,
             });
         }
-        outstanding.handover.register();
+        // A pump whose logs recovered no pending event has nothing to hand over: it does not
+        // take part, so a fresh start holds no gate (the flow gates wait only for pumps that
+        // registered, before any loop turns).
+        let nothing_pending = pumps.iter().all(|l| l.recovered.pending.is_empty());
+        if !nothing_pending {
+            outstanding.handover.register();
+        }
         Ok(CorePump {
-            handed_over: false,
+            handed_over: nothing_pending,
             config: Arc::clone(&shared.config),
             unknown: Default::default(),
             core,

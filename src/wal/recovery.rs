@@ -546,24 +546,10 @@ pub fn open_in(
 }
 
 /// Creates `dir` and missing parents, each one's entry synced before the log promises anything
-/// in it (in either durability mode: `Os` mode promises the records of a rolled segment).
+/// in it (in either durability mode: `Os` mode promises the records of a rolled segment). An
+/// error names `dir` (the entry that failed may be one of its parents).
 fn create_dirs(fs: &dyn Storage, dir: &Path) -> Result<(), WalError> {
-    if fs.is_dir(dir) {
-        return Ok(());
-    }
-    let mut created = Vec::new();
-    let mut p = Some(dir);
-    while let Some(d) = p.filter(|d| !d.as_os_str().is_empty() && !fs.is_dir(d)) {
-        created.push(d);
-        p = d.parent();
-    }
-    fs.create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
-    for d in created.iter().rev() {
-        if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
-            fs.sync_dir(parent).map_err(|e| WalError::io(parent, e))?;
-        }
-    }
-    Ok(())
+    crate::storage::create_dir_all_durably(fs, dir).map_err(|e| WalError::io(dir, e))
 }
 
 /// Scans `dir`; damage to acknowledged data and missing segment files fail the open unless
