@@ -148,9 +148,14 @@ echo
 if [[ -s $record ]]; then
     echo "== NOT RUN: $(wc -l <"$record") test(s), for want of a system tool:"
     sort "$record" | while IFS=$'\t' read -r test tool package; do
-        echo "  $test — $tool (apt-get install $package)"
+        if [[ $package == - ]]; then
+            echo "  $test — $tool (no package provides it: run the suite as root)"
+        else
+            echo "  $test — $tool (apt-get install $package)"
+        fi
     done
-    echo "  install them all: sudo apt-get install $(cut -f3 "$record" | sort -u | tr '\n' ' ')"
+    packages=$(cut -f3 "$record" | { grep -vx -- - || true; } | sort -u | tr '\n' ' ')
+    if [[ -n $packages ]]; then echo "  install them all: sudo apt-get install $packages"; fi
 else
     echo "== every test ran (no test skipped for want of a tool)"
 fi

@@ -42,11 +42,26 @@ pub fn require_tools(tools: &[(&str, &str)]) -> Option<Vec<PathBuf>> {
 /// Reports a missing requirement that is not a binary on `PATH` (a Python module, say): a skip
 /// line and record, or a panic in strict mode. Always `None`, for `let Some(..) = .. else`.
 pub fn missing<T>(tool: &str, package: &str) -> Option<T> {
+    let how = format!("{tool} not found; install: apt-get install {package}");
+    skip(&how, tool, package)
+}
+
+/// `Some(())` when the test runs as root; otherwise a skip (a panic in strict mode) naming
+/// `why` root is needed. Recorded with the package `-`: no package provides it.
+pub fn require_root(why: &str) -> Option<()> {
+    // SAFETY: `geteuid` reads the calling process's effective user id; it cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return Some(());
+    }
+    skip(&format!("needs root ({why})"), "root", "-")
+}
+
+/// The skip line, the record and the strict-mode panic shared by every missing requirement.
+fn skip<T>(how: &str, tool: &str, package: &str) -> Option<T> {
     let test = std::thread::current()
         .name()
         .unwrap_or("<unnamed test>")
         .to_string();
-    let how = format!("{tool} not found; install: apt-get install {package}");
     if std::env::var(REQUIRE_TOOLS_ENV).is_ok_and(|v| v == "1") {
         panic!("{test}: {how} ({REQUIRE_TOOLS_ENV}=1 makes a missing tool a failure)");
     }
