@@ -451,6 +451,27 @@ fn iterations() -> u64 {
         .unwrap_or(120)
 }
 
+/// `iterations()` cuts over simulated disks seeded from `seed_base`, alternating `fsync` and
+/// `os` durability; `damage` also damages synced sectors before each recovery. Returns the
+/// totals and the number of disks.
+fn run_disks(seed_base: u64, damage: bool) -> (Totals, u64) {
+    let cuts = iterations();
+    let mut totals = Totals::default();
+    let mut disk = 0u64;
+    while totals.cuts < cuts {
+        let seed = seed_base ^ disk.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mode = if disk % 2 == 0 {
+            Durability::Fsync
+        } else {
+            Durability::Os
+        };
+        let generations = GENERATIONS.min(cuts - totals.cuts);
+        one_disk(seed, mode, generations, damage, &mut totals);
+        disk += 1;
+    }
+    (totals, disk)
+}
+
 /// Every cut followed by damage to synced data (a flipped bit or a lost sector, in a random
 /// segment): recovery never returns fewer acknowledged events without reporting it — it
 /// refuses naming the range (then `--accept-wal-loss` gives up exactly that), or, for a lost
@@ -458,25 +479,7 @@ fn iterations() -> u64 {
 /// `wal::damage` for why that case cannot be told from a power cut).
 #[test]
 fn powerloss_synced_damage() {
-    let cuts = iterations();
-    let mut totals = Totals::default();
-    let mut disk = 0u64;
-    while totals.cuts < cuts {
-        let seed = 0xDA7A_0000_0000_0000 ^ disk.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let mode = if disk % 2 == 0 {
-            Durability::Fsync
-        } else {
-            Durability::Os
-        };
-        one_disk(
-            seed,
-            mode,
-            GENERATIONS.min(cuts - totals.cuts),
-            true,
-            &mut totals,
-        );
-        disk += 1;
-    }
+    let (totals, _) = run_disks(0xDA7A_0000_0000_0000, true);
     println!(
         "powerloss synced damage: {} cuts, {} damaged, {} acknowledged, {} lost without a \
          report; reported: {} refused opens, {} acknowledged records given up as named, {} \
@@ -498,25 +501,7 @@ fn powerloss_synced_damage() {
 
 #[test]
 fn powerloss() {
-    let cuts = iterations();
-    let mut totals = Totals::default();
-    let mut disk = 0u64;
-    while totals.cuts < cuts {
-        let seed = 0x5EED_0000_0000_0000 ^ disk.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let mode = if disk % 2 == 0 {
-            Durability::Fsync
-        } else {
-            Durability::Os
-        };
-        one_disk(
-            seed,
-            mode,
-            GENERATIONS.min(cuts - totals.cuts),
-            false,
-            &mut totals,
-        );
-        disk += 1;
-    }
+    let (totals, disk) = run_disks(0x5EED_0000_0000_0000, false);
     println!(
         "powerloss: {} cuts, {} acknowledged, {} lost",
         totals.cuts, totals.acknowledged, totals.lost
