@@ -22,9 +22,10 @@
 //! files small (segments of 1 MiB).
 #![forbid(unsafe_code)]
 
-use super::{Contents, LockGuard, OpenMode, Storage, StorageFile};
-use crate::wal::segment::{PwriteFile, SegmentFile};
-use crate::wal::WritePath;
+use super::interface::{
+    Contents, LockGuard, OpenMode, SegmentFile, Storage, StorageFile, WritePath,
+};
+use super::segment::PwriteFile;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};

@@ -1,9 +1,11 @@
-//! [`StdFs`]: the real [`Storage`], over `std::fs` (maps, `fallocate` and `flock` from `wal::sys`).
+//! [`StdFs`]: the real [`Storage`], over `std::fs` (maps, `fallocate` and `flock` from `storage::sys`).
 #![forbid(unsafe_code)]
 
-use super::{Contents, LockGuard, OpenMode, Storage, StorageFile};
-use crate::wal::segment::{MmapFile, PwriteFile, SegmentFile};
-use crate::wal::{sys, WritePath};
+use super::interface::{
+    Contents, LockGuard, OpenMode, SegmentFile, Storage, StorageFile, WritePath,
+};
+use super::segment::{MmapFile, PwriteFile};
+use super::sys;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};

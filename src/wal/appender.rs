@@ -151,8 +151,8 @@ pub struct Wal {
     checkpoint_streak: FailureStreak,
     /// True after a roll failed, until one succeeds: the probe then retries the roll.
     roll_failed: bool,
-    /// Failing commits and rolls, logged without flooding (`writer::FailureLog`).
-    pub(crate) failure_log: super::writer::FailureLog,
+    /// Failing commits and rolls, logged without flooding (`failure_log::FailureLog`).
+    pub(crate) failure_log: super::failure_log::FailureLog,
     /// Missing ranges accepted at open (`--accept-wal-loss`), published when a writer attaches.
     pub(crate) lost_accepted: Vec<LostRange>,
     /// `Os` durability only: the committed bytes `[os_synced_end, active.end)` of the active

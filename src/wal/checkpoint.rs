@@ -47,9 +47,9 @@
 //! listed log always had one, so its absence refuses the start before the log is opened.
 #![forbid(unsafe_code)]
 
+pub use super::error::{Damaged, LostRange};
 use super::{Lsn, WalError};
 use crate::storage::{OpenMode, StdFs, Storage, StorageFile};
-use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -69,37 +69,6 @@ pub struct Checkpoint {
     pub first_live_lsn: Lsn,
     /// Highest LSN synced to disk (0: none); `first_live_lsn..=durable_lsn` must be readable.
     pub durable_lsn: Lsn,
-}
-
-/// LSNs `first..=last` the checkpoint promises and the log does not hold.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LostRange {
-    pub first: Lsn,
-    pub last: Lsn,
-    /// What is missing, for the operator (names the segment when one is known).
-    pub why: String,
-}
-
-impl LostRange {
-    /// How many LSNs the range covers (0 for `last = first - 1`: damaged framing only).
-    pub fn len(&self) -> u64 {
-        (self.last + 1).saturating_sub(self.first)
-    }
-
-    /// Never true: a range holds at least one LSN.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-}
-
-impl fmt::Display for LostRange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "LSNs {}..={} missing: {}",
-            self.first, self.last, self.why
-        )
-    }
 }
 
 /// The path of the checkpoint file of log directory `dir`.
@@ -155,24 +124,6 @@ fn decode_file(bytes: &[u8]) -> Result<(u64, Checkpoint), String> {
             "no valid slot (file of {} bytes; expected {FILE_BYTES} with a CRC-valid slot)",
             bytes.len()
         )),
-    }
-}
-
-/// Why [`read`] found no usable checkpoint in an existing file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Damaged {
-    pub path: PathBuf,
-    pub reason: String,
-}
-
-impl fmt::Display for Damaged {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "checkpoint {} is damaged: {}",
-            self.path.display(),
-            self.reason
-        )
     }
 }
 

@@ -37,6 +37,7 @@
 //! fails naming it (`--accept-wal-loss` rebuilds it from the logs found, recording that).
 #![forbid(unsafe_code)]
 
+pub use super::error::{ManifestError, Missing, MissingKind};
 use crate::storage::{self, StdFs, Storage};
 use std::fmt;
 use std::io;
@@ -66,93 +67,6 @@ pub struct Manifest {
     pub logs: Vec<String>,
     /// Losses accepted so far, oldest first (at most [`MAX_ACCEPTED`]).
     pub accepted: Vec<AcceptedLoss>,
-}
-
-/// What of a listed log is missing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MissingKind {
-    /// The log's directory.
-    LogDir,
-    /// The log's `CHECKPOINT` file (its directory is there).
-    Checkpoint,
-}
-
-/// A listed log, or its checkpoint, that is not on disk.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Missing {
-    pub log: String,
-    pub kind: MissingKind,
-    /// The path that does not exist.
-    pub path: PathBuf,
-}
-
-impl fmt::Display for Missing {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.kind {
-            MissingKind::LogDir => write!(
-                f,
-                "log {} is missing: directory {} does not exist (every event in it is lost)",
-                self.log,
-                self.path.display()
-            ),
-            MissingKind::Checkpoint => write!(
-                f,
-                "log {} has lost its checkpoint: {} does not exist (what the log must hold \
-                 cannot be checked)",
-                self.log,
-                self.path.display()
-            ),
-        }
-    }
-}
-
-/// Errors of the manifest, sized to the caller's decision.
-#[derive(Debug)]
-pub enum ManifestError {
-    /// An I/O error on `path`.
-    Io { path: PathBuf, source: io::Error },
-    /// The manifest exists but does not parse or its CRC fails.
-    Damaged { path: PathBuf, reason: String },
-    /// Logs or checkpoints the manifest lists are not on disk.
-    Missing {
-        manifest: PathBuf,
-        missing: Vec<Missing>,
-    },
-}
-
-impl fmt::Display for ManifestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ManifestError::Io { path, source } => {
-                write!(f, "manifest I/O error on {}: {source}", path.display())
-            }
-            ManifestError::Damaged { path, reason } => write!(
-                f,
-                "manifest {} is damaged: {reason}; start with --accept-wal-loss to rebuild it \
-                 from the logs found",
-                path.display()
-            ),
-            ManifestError::Missing { manifest, missing } => {
-                write!(f, "{} lists what is not on disk:", manifest.display())?;
-                for m in missing {
-                    write!(f, " {m};")?;
-                }
-                write!(
-                    f,
-                    " start with --accept-wal-loss to run without it (it cannot be recovered)"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for ManifestError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ManifestError::Io { source, .. } => Some(source),
-            _ => None,
-        }
-    }
 }
 
 /// The manifest's path in the `wal/` directory `wal_dir`.

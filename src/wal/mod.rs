@@ -252,15 +252,18 @@
 //! so does a successful probe ([`Wal::probe`], at most every [`PROBE_EVERY`] from [`Wal::tick`]
 //! while unhealthy: the failed roll retried, or the dirty bytes zeroed, or 4 KiB of zeros written
 //! at the log end, then synced — no record committed), so health returns without a request.
-// `unsafe` is confined to `sys.rs` (maps and `fallocate`), which alone opts back in.
-#![deny(unsafe_code)]
+// The WAL has no `unsafe`: maps, `fallocate` and `flock` are storage's (`storage/sys.rs`).
+#![forbid(unsafe_code)]
 
 mod appender;
 pub mod checkpoint;
+mod config;
 pub(crate) mod damage;
+mod error;
 pub mod event_id;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
+mod failure_log;
 pub mod format;
 pub mod layout;
 #[cfg(test)]
@@ -269,455 +272,37 @@ pub mod manifest;
 mod reader;
 pub(crate) mod recovery;
 pub mod segment;
+mod shared;
 pub mod state;
-pub(crate) mod sys;
 pub mod tail;
 pub mod tools;
 mod writer;
 
+// This file only declares and re-exports: the files above import one another directly (or
+// through these re-exports) and never a definition of this file, so no import runs back here.
+
 pub use appender::{FileWrapper, Submission, Wal, CHECKPOINT_EVERY, PROBE_EVERY};
-pub use checkpoint::{Checkpoint, LostRange};
+pub use checkpoint::Checkpoint;
+pub use config::{
+    min_segment_bytes_for, CommitPath, Durability, UnknownVariant, WalConfig, DEFAULT_MAX_BATCH,
+    DEFAULT_SEGMENT_BYTES, MAX_BATCH_BYTES, MIN_SEGMENT_BYTES,
+};
+pub use error::{LostRange, WalError};
 pub use format::{
     decode_event, decode_payload, encode_event, encode_payload_into, truncate_utf8, DecodeError,
-    DoneEntry, DoneRecord, DoneStatus, EncodeError, EventRecord, Record, RecordKind, RetryRecord,
-    MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_RECORD_BYTES,
+    DoneEntry, DoneRecord, DoneStatus, EncodeError, EventRecord, Lsn, Record, RecordKind,
+    RetryRecord, MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_RECORD_BYTES,
 };
 pub use format::{event_cost, max_record_bytes_for, MAX_HEADERS, MAX_HEADER_VALUE_BYTES};
 pub use layout::{core_log_dir, log_dirs, LogDir};
+pub use reader::{RawRecord, WalReader};
 pub use recovery::LOCK_FILE;
-pub use recovery::{open, open_in, RawRecord, RecoveryReport, WalReader};
+pub use recovery::{open, open_in, RecoveryReport};
+pub use segment::WritePath;
+pub use shared::{AppendOutcome, AppendRequest, WalShared, SYNC_BOUNDS_NANOS};
 pub use state::{recover_dispatch, recover_dispatch_in, DispatchRecovery, PendingMeta};
 pub use tail::WalTail;
 pub use writer::{commit_batch, finish_batch, start_batch, PendingChunk};
-
-// std atomics on purpose: the WAL runs on its own thread and is not a loom model (see crate::sync).
-use std::fmt;
-use std::io;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-use crate::metrics::histogram::Histogram;
-use crate::metrics::{MetricType, PromWriter};
-
-/// Log sequence number: 1 for the first record ever written, consecutive after that.
-pub type Lsn = u64;
-
-/// Smallest segment size accepted: 1 MiB.
-pub const MIN_SEGMENT_BYTES: u64 = 1 << 20;
-
-/// The smallest valid `segment_bytes` when bodies are at most `max_body` bytes: the largest
-/// record plus its commit marker (one commit) must fit in an empty segment, and at least
-/// [`MIN_SEGMENT_BYTES`].
-pub const fn min_segment_bytes_for(max_body: usize) -> u64 {
-    let commit = (max_record_bytes_for(max_body) + format::marker::MARKER_RECORD_BYTES) as u64;
-    if commit > MIN_SEGMENT_BYTES {
-        commit
-    } else {
-        MIN_SEGMENT_BYTES
-    }
-}
-
-/// Default segment size: 64 MiB.
-pub const DEFAULT_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
-/// Default most requests per group commit.
-pub const DEFAULT_MAX_BATCH: usize = 1024;
-/// A batch also stops growing once its requests' bodies reach this many bytes.
-pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
-
-/// When a request is reported durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Durability {
-    /// After the batch is `fdatasync`ed / `msync`ed (default).
-    #[default]
-    Fsync,
-    /// After the write reached the page cache.
-    Os,
-}
-
-/// How records reach the segment file (see the module docs for the measured choice).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WritePath {
-    /// `pwrite` + `fdatasync` (default).
-    #[default]
-    Pwrite,
-    /// Copy into a `MmapMut` of the segment + `msync`.
-    Mmap,
-}
-
-/// Who writes and syncs a core's own log (`[wal] commit`; `sched::commit`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CommitPath {
-    /// The core's commit helper thread: `pwrite` + `fdatasync`, woken once per batch (default).
-    #[default]
-    Helper,
-    /// The core's own io_uring ring: the write linked to an `fdatasync`, submitted with the
-    /// turn's sends, the 202s sent on its completion (io_uring, `fsync`, `pwrite` only).
-    Ring,
-}
-
-/// The names `helper`, `ring`.
-impl std::str::FromStr for CommitPath {
-    type Err = UnknownVariant;
-    fn from_str(s: &str) -> Result<Self, UnknownVariant> {
-        match s {
-            "helper" => Ok(CommitPath::Helper),
-            "ring" => Ok(CommitPath::Ring),
-            other => Err(UnknownVariant {
-                expected: "\"helper\" or \"ring\"",
-                got: other.to_string(),
-            }),
-        }
-    }
-}
-
-/// A name that is not one of an enum's variants (`"sometimes"` for [`Durability`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownVariant {
-    /// The accepted names, e.g. `"fsync" or "os"`.
-    pub expected: &'static str,
-    pub got: String,
-}
-
-impl fmt::Display for UnknownVariant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "must be {}, got {:?}", self.expected, self.got)
-    }
-}
-
-impl std::error::Error for UnknownVariant {}
-
-/// The serde names (`fsync`, `os`), for command-line and environment overrides.
-impl std::str::FromStr for Durability {
-    type Err = UnknownVariant;
-    fn from_str(s: &str) -> Result<Self, UnknownVariant> {
-        match s {
-            "fsync" => Ok(Durability::Fsync),
-            "os" => Ok(Durability::Os),
-            other => Err(UnknownVariant {
-                expected: "\"fsync\" or \"os\"",
-                got: other.to_string(),
-            }),
-        }
-    }
-}
-
-/// The serde names (`pwrite`, `mmap`).
-impl std::str::FromStr for WritePath {
-    type Err = UnknownVariant;
-    fn from_str(s: &str) -> Result<Self, UnknownVariant> {
-        match s {
-            "pwrite" => Ok(WritePath::Pwrite),
-            "mmap" => Ok(WritePath::Mmap),
-            other => Err(UnknownVariant {
-                expected: "\"pwrite\" or \"mmap\"",
-                got: other.to_string(),
-            }),
-        }
-    }
-}
-
-/// WAL settings, validated by [`open`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WalConfig {
-    /// The WAL directory, `DATA_DIR/wal`. Created if absent.
-    pub dir: PathBuf,
-    /// Size of each segment file. Default: 64 MiB. Range:
-    /// `min_segment_bytes_for(max_body_bytes) ..= 2^40`, so that the largest record this log
-    /// accepts, with its commit marker, fits in an empty segment.
-    pub segment_bytes: u64,
-    /// Largest event body this log accepts (larger: the request completes `Unavailable`).
-    /// Default and maximum: [`MAX_BODY_BYTES`]. Ingest enforces the same limit first (413).
-    pub max_body_bytes: usize,
-    /// Default: `Fsync`.
-    pub durability: Durability,
-    /// Default: `Pwrite`.
-    pub write_path: WritePath,
-    /// Most requests per group commit. Default: 1024. Range: `1..=65536`.
-    pub max_batch: usize,
-    /// Open even when the checkpoint says records are missing (`serve --accept-wal-loss`):
-    /// the missing ranges are logged, reported in [`RecoveryReport::lost`] and counted; the
-    /// checkpoint is then rewritten to what exists. Default: false ([`WalError::Lost`]).
-    pub accept_loss: bool,
-}
-
-impl WalConfig {
-    /// Defaults for everything but the directory.
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        WalConfig {
-            dir: dir.into(),
-            segment_bytes: DEFAULT_SEGMENT_BYTES,
-            max_body_bytes: MAX_BODY_BYTES,
-            durability: Durability::default(),
-            write_path: WritePath::default(),
-            max_batch: DEFAULT_MAX_BATCH,
-            accept_loss: false,
-        }
-    }
-
-    pub(crate) fn validate(&self) -> Result<(), WalError> {
-        let bad = |reason: String| Err(WalError::InvalidConfig { reason });
-        if self.max_body_bytes == 0 || self.max_body_bytes > MAX_BODY_BYTES {
-            return bad(format!(
-                "wal max_body_bytes {} outside 1..={MAX_BODY_BYTES}",
-                self.max_body_bytes
-            ));
-        }
-        let min = min_segment_bytes_for(self.max_body_bytes);
-        if self.segment_bytes < min || self.segment_bytes > 1 << 40 {
-            return bad(format!(
-                "wal segment_bytes {} outside {}..={} (a segment must hold the largest record: \
-                 bodies up to {} bytes)",
-                self.segment_bytes,
-                min,
-                1u64 << 40,
-                self.max_body_bytes
-            ));
-        }
-        if self.max_batch == 0 || self.max_batch > 65536 {
-            return bad(format!(
-                "wal max_batch {} outside 1..=65536",
-                self.max_batch
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// One record to append; `ticket` is echoed back in the completion.
-#[derive(Debug)]
-pub struct AppendRequest {
-    /// The log to append to, as the core's slot (0 = the core's own log).
-    pub log: usize,
-    pub ticket: u64,
-    pub record: Record,
-}
-
-/// The result of one [`AppendRequest`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AppendOutcome {
-    /// The record is in the log at `lsn`, durable per the configured [`Durability`].
-    Durable { lsn: Lsn },
-    /// The record is not in the log: the disk failed or is full (see [`WalShared::healthy`]),
-    /// or it exceeds the WAL's field bounds (ingest checks those first).
-    Unavailable,
-}
-
-/// State the writer publishes to every other thread.
-///
-/// All fields are written by the writer thread only.
-#[derive(Debug)]
-pub struct WalShared {
-    /// Highest LSN whose record is durable (per [`Durability`]); 0 before any. Stored with
-    /// `Release` after the write/sync that made it durable and before the completions are sent;
-    /// pairs with the `Acquire` load in [`WalShared::durable_lsn`] (the pump reads the log up
-    /// to it, so the record bytes must be visible once the LSN is).
-    ///
-    /// The one field of the WAL behind the `crate::sync` shim: the publication is modelled under
-    /// loom (`loom-tests/tests/durable.rs`).
-    pub durable_lsn: crate::sync::atomic::AtomicU64,
-    /// False while the last write or sync failed (`/readyz` reports `wal_unavailable`).
-    /// `Relaxed`: a status flag; it publishes no other memory.
-    pub healthy: AtomicBool,
-    /// Records appended successfully (`Relaxed`: a counter).
-    pub appends_total: std::sync::atomic::AtomicU64,
-    /// Latency of each `fdatasync` / `msync`: `sluice_wal_sync_seconds` (one histogram shared
-    /// by all the logs of a process: [`WalShared::sharing`]).
-    pub sync_seconds: std::sync::Arc<Histogram>,
-    /// Retention's request: delete the segments wholly below this LSN (0: none). Written by
-    /// whoever runs retention ([`WalShared::request_retire`], `fetch_max`), read by the writer,
-    /// which advances the checkpoint's first live LSN *before* it deletes anything.
-    /// `Relaxed`: the value is the whole message (the segments are files, not memory).
-    pub retire_request: AtomicU64,
-    /// Missing LSN ranges accepted at start-up with `--accept-wal-loss`, and the LSNs in them
-    /// (`sluice_wal_loss_accepted_total`, `sluice_wal_lost_lsns_accepted`). Set once when the
-    /// writer attaches; `Relaxed`: counters.
-    pub loss_accepted_total: AtomicU64,
-    pub lost_lsns_accepted: AtomicU64,
-    /// `os` durability: committed bytes of the active segment not yet synced, which the log
-    /// keeps a copy of in memory to rewrite after a failed sync ([`Wal::os_unsynced_bytes`];
-    /// bounded by `OS_SYNC_EVERY_BYTES`, 4 MiB, plus one batch; always 0 in `fsync` mode).
-    /// `sluice_wal_os_unsynced_bytes{log}`. Stored by the writer after every commit, sync and
-    /// roll; `Relaxed`: a gauge for display, it publishes no other memory.
-    pub os_unsynced_bytes: AtomicU64,
-    /// Checkpoint writes that failed (`sluice_wal_checkpoint_failures_total`); each is retried
-    /// a second later. `Relaxed`: a counter.
-    pub checkpoint_failures_total: AtomicU64,
-    /// True while checkpoint writes have failed for `checkpoint::STALE_AFTER` (10 s) without a
-    /// success: `/readyz` reports `wal_checkpoint_failing`. Written by the writer; `Relaxed`: a
-    /// status flag, it publishes no other memory.
-    pub checkpoint_stale: AtomicBool,
-}
-
-/// `sluice_wal_sync_seconds` buckets (ns; 0.0001 s .. 1 s).
-pub const SYNC_BOUNDS_NANOS: &[u64] = &[
-    100_000,
-    250_000,
-    500_000,
-    1_000_000,
-    2_500_000,
-    5_000_000,
-    10_000_000,
-    25_000_000,
-    50_000_000,
-    100_000_000,
-    250_000_000,
-    500_000_000,
-    1_000_000_000,
-];
-
-impl Default for WalShared {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl WalShared {
-    pub fn new() -> Self {
-        WalShared {
-            durable_lsn: crate::sync::atomic::AtomicU64::new(0),
-            healthy: AtomicBool::new(true),
-            appends_total: std::sync::atomic::AtomicU64::new(0),
-            sync_seconds: std::sync::Arc::new(Histogram::new(SYNC_BOUNDS_NANOS)),
-            retire_request: AtomicU64::new(0),
-            loss_accepted_total: AtomicU64::new(0),
-            lost_lsns_accepted: AtomicU64::new(0),
-            os_unsynced_bytes: AtomicU64::new(0),
-            checkpoint_failures_total: AtomicU64::new(0),
-            checkpoint_stale: AtomicBool::new(false),
-        }
-    }
-
-    /// A log's state whose sync latencies go to `histogram` (shared with the other logs).
-    pub fn sharing(histogram: std::sync::Arc<Histogram>) -> Self {
-        WalShared {
-            sync_seconds: histogram,
-            ..WalShared::new()
-        }
-    }
-
-    /// Asks the writer to delete the segments wholly below `lsn` (a segment's first LSN; never
-    /// the active segment). It checkpoints the new first live LSN, then unlinks them.
-    pub fn request_retire(&self, lsn: Lsn) {
-        self.retire_request.fetch_max(lsn, Ordering::Relaxed);
-    }
-
-    /// The durable LSN (`Acquire`; see the field).
-    pub fn durable_lsn(&self) -> Lsn {
-        self.durable_lsn.load(Ordering::Acquire)
-    }
-
-    pub fn is_healthy(&self) -> bool {
-        self.healthy.load(Ordering::Relaxed)
-    }
-
-    /// Appends the Prometheus text of the WAL metrics (`sluice_wal_sync_seconds`).
-    pub fn render_prometheus(&self, out: &mut String) {
-        let mut w = PromWriter::appending(std::mem::take(out));
-        w.header(
-            "sluice_wal_sync_seconds",
-            "Duration of each WAL fdatasync (or msync).",
-            MetricType::Histogram,
-        );
-        self.sync_seconds
-            .render(&mut w, "sluice_wal_sync_seconds", &[]);
-        *out = w.finish();
-    }
-}
-
-/// Errors of the WAL, sized to the caller's decision.
-#[derive(Debug)]
-pub enum WalError {
-    /// An I/O error on `path`.
-    Io { path: PathBuf, source: io::Error },
-    /// The log is damaged at `offset` of `segment` (not a torn tail): startup must stop.
-    Corrupt {
-        segment: PathBuf,
-        offset: u64,
-        reason: String,
-    },
-    /// [`WalConfig`] is out of range.
-    InvalidConfig { reason: String },
-    /// Another process holds the WAL directory's lock file (`LOCK`): two writers on one log
-    /// would interleave LSNs and destroy acknowledged events.
-    Locked { path: PathBuf },
-    /// A record exceeds the WAL's field bounds.
-    Encode(EncodeError),
-    /// The checkpoint of log directory `dir` promises LSNs the segments do not hold (segment
-    /// files deleted or truncated). Startup stops unless `--accept-wal-loss`.
-    Lost {
-        dir: PathBuf,
-        ranges: Vec<LostRange>,
-    },
-    /// The checkpoint file exists but no slot of it is valid.
-    CheckpointDamaged(checkpoint::Damaged),
-    /// The data dir's manifest of logs is damaged, or lists a log or checkpoint that is gone.
-    Manifest(manifest::ManifestError),
-}
-
-impl WalError {
-    pub(crate) fn io(path: &Path, source: io::Error) -> Self {
-        WalError::Io {
-            path: path.to_owned(),
-            source,
-        }
-    }
-}
-
-impl fmt::Display for WalError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WalError::Io { path, source } => {
-                write!(f, "WAL I/O error on {}: {source}", path.display())
-            }
-            WalError::Corrupt {
-                segment,
-                offset,
-                reason,
-            } => {
-                write!(
-                    f,
-                    "WAL corrupt: {} at offset {offset}: {reason}",
-                    segment.display()
-                )
-            }
-            WalError::InvalidConfig { reason } => write!(f, "invalid WAL config: {reason}"),
-            WalError::Locked { path } => write!(
-                f,
-                "WAL directory is in use by another process (lock {} is held)",
-                path.display()
-            ),
-            WalError::Encode(e) => write!(f, "cannot append record: {e}"),
-            WalError::Lost { dir, ranges } => {
-                write!(f, "WAL records lost in {}:", dir.display())?;
-                for r in ranges {
-                    write!(f, " {r};")?;
-                }
-                write!(
-                    f,
-                    " start with --accept-wal-loss to run without them (they cannot be recovered)"
-                )
-            }
-            WalError::CheckpointDamaged(d) => write!(
-                f,
-                "{d}; start with --accept-wal-loss to rebuild it from the segments"
-            ),
-            WalError::Manifest(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for WalError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            WalError::Io { source, .. } => Some(source),
-            WalError::Encode(e) => Some(e),
-            WalError::Manifest(e) => Some(e),
-            _ => None,
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

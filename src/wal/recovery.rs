@@ -18,8 +18,6 @@ use crate::sync::clock::unix_millis;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use super::reader::{RawRecord, WalReader};
-
 /// One step of a segment scan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Step<'a> {
@@ -647,7 +645,7 @@ fn give_up(fs: &dyn Storage, loss: &Loss) -> Result<(), WalError> {
         }
     }
     let mut file = fs
-        .open_segment(path, super::WritePath::Pwrite)
+        .open_segment(path, crate::storage::WritePath::Pwrite)
         .map_err(io_err)?;
     file.write_at(loss.offset, &buf).map_err(io_err)?;
     file.sync(loss.offset, span as u64).map_err(io_err)

@@ -6,7 +6,7 @@ use crate::wal::Durability;
 use super::*;
 use crate::wal::format::tests::sample_event;
 use crate::wal::format::EventRecord;
-use crate::wal::{WritePath, MAX_BODY_BYTES};
+use crate::wal::{WalReader, WritePath, MAX_BODY_BYTES};
 use std::os::unix::fs::FileExt;
 
 /// Smallest legal segments, `Os` durability (no sync per batch) to keep tests quick.

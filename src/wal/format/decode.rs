@@ -1,11 +1,15 @@
 //! Payload decoding: the bounds-checked cursor, borrowed event views ([`EventView`],
 //! [`parse_event`]) and the owned decoders ([`decode_event`], [`decode_payload`]). The byte
-//! layout is the `wal` module header's; the encoders and the record framing are in the parent
-//! `format` module. Every length is checked before slicing; malformed input is a typed
-//! [`DecodeError`], never a panic.
+//! layout is the `wal` module header's; the types are in `format::record`, the encoders and the
+//! record framing in the parent `format` module. Every length is checked before slicing;
+//! malformed input is a typed [`DecodeError`], never a panic.
 #![forbid(unsafe_code)]
 
-use super::*;
+use super::record::{
+    DecodeError, DoneEntry, DoneRecord, DoneStatus, EventRecord, Record, RecordKind, RetryRecord,
+    MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_HEADERS, MAX_HEADER_NAME_BYTES,
+    MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES,
+};
 
 /// A bounds-checked little-endian cursor.
 struct Cursor<'a> {

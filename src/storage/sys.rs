@@ -1,4 +1,4 @@
-//! The only `unsafe` in the WAL: memory maps of segment files, `fallocate` and `flock`.
+//! The only `unsafe` of storage and the WAL: memory maps of segment files, `fallocate` and `flock`.
 //!
 //! # Contract for every map created here
 //!

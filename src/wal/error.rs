@@ -1,0 +1,239 @@
+//! The WAL's errors ([`WalError`], sized to the caller's decision) and what they carry: the
+//! ranges of LSNs a log lost ([`LostRange`]), a damaged checkpoint ([`Damaged`]), a damaged or
+//! incomplete manifest ([`ManifestError`]). A leaf of the `wal` folder: it names only the
+//! record format, so every other file of the WAL can return these without a cycle.
+#![forbid(unsafe_code)]
+
+use super::format::{EncodeError, Lsn};
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Errors of the WAL, sized to the caller's decision.
+#[derive(Debug)]
+pub enum WalError {
+    /// An I/O error on `path`.
+    Io { path: PathBuf, source: io::Error },
+    /// The log is damaged at `offset` of `segment` (not a torn tail): startup must stop.
+    Corrupt {
+        segment: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    /// [`WalConfig`](crate::wal::WalConfig) is out of range.
+    InvalidConfig { reason: String },
+    /// Another process holds the WAL directory's lock file (`LOCK`): two writers on one log
+    /// would interleave LSNs and destroy acknowledged events.
+    Locked { path: PathBuf },
+    /// A record exceeds the WAL's field bounds.
+    Encode(EncodeError),
+    /// The checkpoint of log directory `dir` promises LSNs the segments do not hold (segment
+    /// files deleted or truncated). Startup stops unless `--accept-wal-loss`.
+    Lost {
+        dir: PathBuf,
+        ranges: Vec<LostRange>,
+    },
+    /// The checkpoint file exists but no slot of it is valid.
+    CheckpointDamaged(Damaged),
+    /// The data dir's manifest of logs is damaged, or lists a log or checkpoint that is gone.
+    Manifest(ManifestError),
+}
+
+impl WalError {
+    pub(crate) fn io(path: &Path, source: io::Error) -> Self {
+        WalError::Io {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+impl fmt::Display for WalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WalError::Io { path, source } => {
+                write!(f, "WAL I/O error on {}: {source}", path.display())
+            }
+            WalError::Corrupt {
+                segment,
+                offset,
+                reason,
+            } => {
+                write!(
+                    f,
+                    "WAL corrupt: {} at offset {offset}: {reason}",
+                    segment.display()
+                )
+            }
+            WalError::InvalidConfig { reason } => write!(f, "invalid WAL config: {reason}"),
+            WalError::Locked { path } => write!(
+                f,
+                "WAL directory is in use by another process (lock {} is held)",
+                path.display()
+            ),
+            WalError::Encode(e) => write!(f, "cannot append record: {e}"),
+            WalError::Lost { dir, ranges } => {
+                write!(f, "WAL records lost in {}:", dir.display())?;
+                for r in ranges {
+                    write!(f, " {r};")?;
+                }
+                write!(
+                    f,
+                    " start with --accept-wal-loss to run without them (they cannot be recovered)"
+                )
+            }
+            WalError::CheckpointDamaged(d) => write!(
+                f,
+                "{d}; start with --accept-wal-loss to rebuild it from the segments"
+            ),
+            WalError::Manifest(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for WalError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            WalError::Io { source, .. } => Some(source),
+            WalError::Encode(e) => Some(e),
+            WalError::Manifest(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// LSNs `first..=last` the checkpoint promises and the log does not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostRange {
+    pub first: Lsn,
+    pub last: Lsn,
+    /// What is missing, for the operator (names the segment when one is known).
+    pub why: String,
+}
+
+impl LostRange {
+    /// How many LSNs the range covers (0 for `last = first - 1`: damaged framing only).
+    pub fn len(&self) -> u64 {
+        (self.last + 1).saturating_sub(self.first)
+    }
+
+    /// Never true: a range holds at least one LSN.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl fmt::Display for LostRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "LSNs {}..={} missing: {}",
+            self.first, self.last, self.why
+        )
+    }
+}
+
+/// Why `checkpoint::read` found no usable checkpoint in an existing file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damaged {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+impl fmt::Display for Damaged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "checkpoint {} is damaged: {}",
+            self.path.display(),
+            self.reason
+        )
+    }
+}
+
+/// What of a listed log is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingKind {
+    /// The log's directory.
+    LogDir,
+    /// The log's `CHECKPOINT` file (its directory is there).
+    Checkpoint,
+}
+
+/// A listed log, or its checkpoint, that is not on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    pub log: String,
+    pub kind: MissingKind,
+    /// The path that does not exist.
+    pub path: PathBuf,
+}
+
+impl fmt::Display for Missing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            MissingKind::LogDir => write!(
+                f,
+                "log {} is missing: directory {} does not exist (every event in it is lost)",
+                self.log,
+                self.path.display()
+            ),
+            MissingKind::Checkpoint => write!(
+                f,
+                "log {} has lost its checkpoint: {} does not exist (what the log must hold \
+                 cannot be checked)",
+                self.log,
+                self.path.display()
+            ),
+        }
+    }
+}
+
+/// Errors of the manifest, sized to the caller's decision.
+#[derive(Debug)]
+pub enum ManifestError {
+    /// An I/O error on `path`.
+    Io { path: PathBuf, source: io::Error },
+    /// The manifest exists but does not parse or its CRC fails.
+    Damaged { path: PathBuf, reason: String },
+    /// Logs or checkpoints the manifest lists are not on disk.
+    Missing {
+        manifest: PathBuf,
+        missing: Vec<Missing>,
+    },
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ManifestError::Io { path, source } => {
+                write!(f, "manifest I/O error on {}: {source}", path.display())
+            }
+            ManifestError::Damaged { path, reason } => write!(
+                f,
+                "manifest {} is damaged: {reason}; start with --accept-wal-loss to rebuild it \
+                 from the logs found",
+                path.display()
+            ),
+            ManifestError::Missing { manifest, missing } => {
+                write!(f, "{} lists what is not on disk:", manifest.display())?;
+                for m in missing {
+                    write!(f, " {m};")?;
+                }
+                write!(
+                    f,
+                    " start with --accept-wal-loss to run without it (it cannot be recovered)"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for ManifestError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ManifestError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! The WAL's record types, their field bounds and their errors: what the encoders (the parent
+//! `format` module) write and the decoders (`format::decode`) read. A leaf: it names nothing
+//! else in the crate, so both sides import it without importing each other.
+#![forbid(unsafe_code)]
+
+use std::fmt;
+
+/// Log sequence number (a record header's `lsn`): 1 for the first record ever written,
+/// consecutive after that.
+pub type Lsn = u64;
+/// Bytes in a record header: `len` u32, `crc` u32, `lsn` u64, `kind` u8.
+pub const RECORD_HEADER_BYTES: usize = 17;
+
+/// Longest `event_id`, `trigger_id` or `source`, in bytes (UTF-8).
+pub const MAX_ID_BYTES: usize = 256;
+/// Most headers stored with one event.
+pub const MAX_HEADERS: usize = 32;
+/// Longest stored header name, in bytes (UTF-8).
+pub const MAX_HEADER_NAME_BYTES: usize = 256;
+/// Longest stored header value, in bytes.
+pub const MAX_HEADER_VALUE_BYTES: usize = 8 * 1024;
+/// Largest event body the WAL accepts (ingest enforces its own, smaller or equal, limit first).
+pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+/// Largest possible event payload: every field at its bound.
+pub const MAX_EVENT_PAYLOAD_BYTES: usize = 3 * (2 + MAX_ID_BYTES)
+    + 8
+    + 2
+    + MAX_HEADERS * (2 + MAX_HEADER_NAME_BYTES + 2 + MAX_HEADER_VALUE_BYTES)
+    + 4
+    + MAX_BODY_BYTES;
+
+/// Largest `replay_of` prefix of a kind-5 (`ReplayEvent`) payload: `u16` length + an id.
+pub const REPLAY_PREFIX_MAX_BYTES: usize = 2 + MAX_ID_BYTES;
+
+/// Largest possible record (header + largest payload of any kind: a replayed event with every
+/// field at its bound) = 33 825 959 bytes. A segment must be at least this big, so that every
+/// record fits in an empty segment.
+pub const MAX_RECORD_BYTES: usize =
+    RECORD_HEADER_BYTES + REPLAY_PREFIX_MAX_BYTES + MAX_EVENT_PAYLOAD_BYTES;
+
+/// Largest possible record when bodies are at most `max_body` bytes (`<= MAX_BODY_BYTES`).
+pub const fn max_record_bytes_for(max_body: usize) -> usize {
+    MAX_RECORD_BYTES - MAX_BODY_BYTES + max_body
+}
+
+/// Most entries in one [`DoneRecord`]; encoders refuse more.
+pub const MAX_DONE_ENTRIES: usize = 4096;
+/// Longest [`RetryRecord::last_error`], in bytes (UTF-8); callers truncate with [`truncate_utf8`].
+pub const MAX_ERROR_BYTES: usize = 1024;
+
+/// What a record carries. The numbers never change meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum RecordKind {
+    /// An accepted event ([`EventRecord`] with `replay_of: None`).
+    Event = 1,
+    /// Outcomes: events that are finished ([`DoneRecord`]).
+    Done = 2,
+    /// A durable retry schedule for one event ([`RetryRecord`]).
+    Retry = 3,
+    /// Never in the WAL: the framing of a dead-letter file (`dispatch::dlq`). A WAL record of
+    /// this kind does not decode ([`decode_payload`](crate::wal::decode_payload) refuses it; `wal verify` reports it).
+    DlqEntry = 4,
+    /// A replayed event ([`EventRecord`] with `replay_of: Some(_)`).
+    ReplayEvent = 5,
+    /// A commit marker closing a batch ([`marker`](super::marker)); consumes no LSN, decodes to no [`Record`].
+    Marker = 6,
+    /// LSNs given up with `--accept-wal-loss` ([`marker`](super::marker)); decodes to no [`Record`].
+    Lost = 7,
+}
+
+impl RecordKind {
+    pub fn from_u8(b: u8) -> Option<RecordKind> {
+        Some(match b {
+            1 => RecordKind::Event,
+            2 => RecordKind::Done,
+            3 => RecordKind::Retry,
+            4 => RecordKind::DlqEntry,
+            5 => RecordKind::ReplayEvent,
+            6 => RecordKind::Marker,
+            7 => RecordKind::Lost,
+            _ => return None,
+        })
+    }
+}
+
+/// One accepted webhook event, as stored in the WAL.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EventRecord {
+    pub event_id: String,
+    pub trigger_id: String,
+    pub source: String,
+    /// Wall-clock receive time, Unix milliseconds.
+    pub received_at_ms: u64,
+    /// Selected request headers (at most [`MAX_HEADERS`]).
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+    /// For a replay from the dead-letter queue: the DLQ entry id (the original event id) this
+    /// event re-delivers. Stored as kind 5 when set, kind 1 when not.
+    pub replay_of: Option<String>,
+}
+
+impl EventRecord {
+    /// `Event`, or `ReplayEvent` when `replay_of` is set.
+    pub fn kind(&self) -> RecordKind {
+        match self.replay_of {
+            None => RecordKind::Event,
+            Some(_) => RecordKind::ReplayEvent,
+        }
+    }
+}
+
+/// Outcome of one finished event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DoneStatus {
+    Delivered = 1,
+    /// Moved to the dead-letter queue (the DLQ file is written before this record).
+    DeadLettered = 2,
+    /// Dropped by a flow-control gate, reason not recorded (written before status 5..=7).
+    Skipped = 3,
+    /// The trigger has no handler: nothing to deliver.
+    NoHandler = 4,
+    /// Skipped by `rate_limit`: the window was full.
+    SkippedRateLimited = 5,
+    /// Skipped by `debounce`: a later event of the key superseded it.
+    SkippedDebounced = 6,
+    /// Skipped by `singleton`: a delivery of the key was in progress.
+    SkippedSingletonActive = 7,
+}
+
+impl DoneStatus {
+    /// `(outcome, gate, reason)` as `wal inspect` shows it.
+    pub fn describe(self) -> (&'static str, Option<&'static str>, Option<&'static str>) {
+        match self {
+            DoneStatus::Delivered => ("delivered", None, None),
+            DoneStatus::DeadLettered => ("dead_lettered", None, None),
+            DoneStatus::Skipped => ("skipped", None, None),
+            DoneStatus::NoHandler => ("no_handler", None, None),
+            DoneStatus::SkippedRateLimited => ("skipped", Some("rate_limit"), Some("rate_limited")),
+            DoneStatus::SkippedDebounced => ("skipped", Some("debounce"), Some("debounced")),
+            DoneStatus::SkippedSingletonActive => {
+                ("skipped", Some("singleton"), Some("singleton_active"))
+            }
+        }
+    }
+
+    pub fn from_u8(b: u8) -> Option<DoneStatus> {
+        Some(match b {
+            1 => DoneStatus::Delivered,
+            2 => DoneStatus::DeadLettered,
+            3 => DoneStatus::Skipped,
+            4 => DoneStatus::NoHandler,
+            5 => DoneStatus::SkippedRateLimited,
+            6 => DoneStatus::SkippedDebounced,
+            7 => DoneStatus::SkippedSingletonActive,
+            _ => return None,
+        })
+    }
+}
+
+/// One finished event inside a [`DoneRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DoneEntry {
+    /// LSN of the event record (kind 1 or 5) this outcome finishes.
+    pub event_lsn: u64,
+    pub status: DoneStatus,
+    /// Delivery attempts made (0 if none).
+    pub attempts: u32,
+}
+
+/// Outcomes of up to [`MAX_DONE_ENTRIES`] events, recorded together (kind 2).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DoneRecord {
+    pub entries: Vec<DoneEntry>,
+}
+
+/// A durable retry schedule (kind 3): attempt `next_attempt` of the event at `event_lsn` is due
+/// at `due_at_ms`. The latest one for an event wins.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RetryRecord {
+    pub event_lsn: u64,
+    /// Number of the attempt to make next (the first attempt is 1).
+    pub next_attempt: u32,
+    /// Unix milliseconds.
+    pub due_at_ms: u64,
+    /// At most [`MAX_ERROR_BYTES`]; the caller truncates ([`truncate_utf8`]).
+    pub last_error: String,
+}
+
+/// Anything the writer appends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// Kind 1, or kind 5 when `replay_of` is set.
+    Event(EventRecord),
+    Done(DoneRecord),
+    Retry(RetryRecord),
+}
+
+impl Record {
+    pub fn kind(&self) -> RecordKind {
+        match self {
+            Record::Event(ev) => ev.kind(),
+            Record::Done(_) => RecordKind::Done,
+            Record::Retry(_) => RecordKind::Retry,
+        }
+    }
+
+    /// Bytes this record contributes to a batch's size bound (its body, or its entries).
+    pub fn batch_weight(&self) -> usize {
+        match self {
+            Record::Event(ev) => ev.body.len(),
+            Record::Done(d) => d.entries.len() * DONE_ENTRY_BYTES,
+            Record::Retry(r) => r.last_error.len(),
+        }
+    }
+}
+
+/// Bytes per [`DoneEntry`] in a kind-2 payload.
+pub const DONE_ENTRY_BYTES: usize = 8 + 1 + 4;
+
+/// The longest prefix of `s` that is at most `max` bytes and ends on a character boundary.
+pub fn truncate_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Why an event cannot be encoded (a field exceeds its documented bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncodeError {
+    /// The named field is `len` bytes (or items), above its bound `max`.
+    TooLong {
+        field: &'static str,
+        len: usize,
+        max: usize,
+    },
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EncodeError::TooLong { field, len, max } => {
+                write!(
+                    f,
+                    "record field `{field}` is {len}, above the WAL bound {max}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for EncodeError {}
+
+/// Why bytes are not a valid event payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The input ended inside `field`.
+    Truncated { field: &'static str },
+    /// A length prefix of `field` exceeds the field's bound.
+    TooLong {
+        field: &'static str,
+        len: usize,
+        max: usize,
+    },
+    /// `field` is not valid UTF-8.
+    InvalidUtf8 { field: &'static str },
+    /// Bytes remain after the last field.
+    TrailingBytes { count: usize },
+    /// `field` holds a value outside its defined set (an unknown status code, or a record kind
+    /// that has no place in the WAL).
+    Invalid { field: &'static str },
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Truncated { field } => write!(f, "payload truncated in `{field}`"),
+            DecodeError::TooLong { field, len, max } => {
+                write!(f, "`{field}` length {len} above bound {max}")
+            }
+            DecodeError::InvalidUtf8 { field } => write!(f, "`{field}` is not UTF-8"),
+            DecodeError::TrailingBytes { count } => write!(f, "{count} trailing bytes"),
+            DecodeError::Invalid { field } => write!(f, "`{field}` has an undefined value"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
