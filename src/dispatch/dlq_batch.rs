@@ -36,7 +36,7 @@
 //! tombstone (after its batch is durable, before its outcome is reported).
 #![forbid(unsafe_code)]
 
-use super::dlq::{valid_id, ID_LEN, MAX_DLQ_RECORD_BYTES};
+use super::dlq_entry::{valid_id, ID_LEN, MAX_DLQ_RECORD_BYTES};
 use crate::wal::format::{record_crc, RECORD_HEADER_BYTES};
 
 /// First bytes of every batch file.
@@ -214,8 +214,8 @@ pub fn reseal_record(rec: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dispatch::dlq::tests::sample_entry;
     use crate::dispatch::dlq::{check_record, encode_entry};
+    use crate::dispatch::dlq_entry::tests::sample_entry;
 
     fn file(n: u64) -> (Vec<u8>, Vec<String>) {
         let mut bytes = header(n as u32).to_vec();

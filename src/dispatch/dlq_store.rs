@@ -39,7 +39,7 @@
 //! Live entries ≤ `max_entries` (`dispatch.max_dlq_entries`). Bytes: a batch file with no live
 //! entry is deleted, and one less than half live (by bytes, at least [`COMPACT_MIN_BYTES`]) is
 //! rewritten, so the files hold at most about twice the live entries' bytes, each entry at most
-//! [`super::dlq::MAX_DLQ_RECORD_BYTES`]. Published as `sluice_dlq_entries` and `sluice_dlq_bytes`.
+//! [`super::dlq_entry::MAX_DLQ_RECORD_BYTES`]. Published as `sluice_dlq_entries` and `sluice_dlq_bytes`.
 //!
 //! # Storage
 //!
@@ -58,10 +58,10 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::dlq::{
+use super::dlq_batch::{self as batch, Found, Name};
+use super::dlq_entry::{
     decode_entry, encode_entry_into, io_err, valid_id, DlqEntry, DlqError, DlqSummary,
 };
-use super::dlq_batch::{self as batch, Found, Name};
 use super::dlq_index::{Index, Loc};
 use super::replay_claims::ReplayClaims;
 use crate::storage::{self, OpenMode, Storage};
@@ -620,7 +620,9 @@ struct Vanished;
 
 #[path = "dlq_store_read.rs"]
 mod read;
-use read::{exists, read_legacy, read_names, scan_dir};
+#[path = "dlq_store_scan.rs"]
+mod scan;
+use scan::{exists, read_legacy, read_names, scan_dir};
 
 #[cfg(test)]
 #[path = "dlq_store_tests.rs"]

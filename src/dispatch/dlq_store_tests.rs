@@ -1,9 +1,9 @@
 //! Tests of [`super::DlqStore`] against real files.
 
 use super::*;
-use crate::dispatch::dlq::tests::sample_entry;
 use crate::dispatch::dlq::{check_record, encode_entry, DlqReason};
 use crate::dispatch::dlq_batch;
+use crate::dispatch::dlq_entry::tests::sample_entry;
 use crate::wal::format::MAX_ERROR_BYTES;
 
 #[test]

@@ -458,8 +458,8 @@ fn replay_event(entry: &DlqEntry, ids: &mut EventIdGen, now_ms: u64) -> wal::Eve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dispatch::dlq::tests::sample_entry;
     use crate::dispatch::dlq::{valid_id, DlqReason};
+    use crate::dispatch::dlq_entry::tests::sample_entry;
     use crate::wal::{recover_dispatch, WalReader};
 
     fn setup() -> (tempfile::TempDir, Vec<DlqEntry>) {

@@ -37,6 +37,7 @@ pub mod destination;
 pub mod dispatcher;
 pub mod dlq;
 pub mod dlq_batch;
+pub mod dlq_entry;
 pub mod dlq_index;
 pub mod dlq_store;
 pub mod dlq_tools;
