@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+pub use self::client::OnRefusal;
 use self::client::Plan;
 use self::timeline::Aggregator;
 use super::histogram::Histogram;
@@ -53,18 +54,6 @@ pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
 /// Delay between starting the threads and the first arrival, so connections are open.
 const WARMUP: Duration = Duration::from_millis(100);
-
-/// What to do with a 429/503.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnRefusal {
-    /// Count it and move on.
-    Drop,
-    /// Re-send after Retry-After (default 1 s) × uniform jitter [1, 1.5).
-    Honor,
-    /// Re-send at once.
-    Immediate,
-}
 
 /// Timeline file format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

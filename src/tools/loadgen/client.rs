@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
+use serde::Serialize;
 
 use super::response::{self, Outcome, MAX_RESPONSE_BYTES};
 use super::timeline::{Aggregator, Counts, Slot};
-use super::OnRefusal;
 use crate::tools::histogram::Histogram;
 use crate::tools::spec::{Rng, Schedule, Targets};
 
@@ -35,6 +35,18 @@ use crate::tools::spec::{Rng, Schedule, Targets};
 const SWEEP: Duration = Duration::from_millis(5);
 /// Wait before reopening a connection that failed to connect.
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// What to do with a 429/503.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnRefusal {
+    /// Count it and move on.
+    Drop,
+    /// Re-send after Retry-After (default 1 s) × uniform jitter [1, 1.5).
+    Honor,
+    /// Re-send at once.
+    Immediate,
+}
 
 /// Everything the threads share, read-only.
 #[derive(Debug)]
@@ -529,5 +541,182 @@ impl Worker<'_> {
             attempt: req.attempt + 1,
             refused_at: Some(now),
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::thread;
+
+    const REQUEST: &[u8] = b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n";
+    const ACCEPTED: &[u8] = b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n";
+    const REFUSED: &[u8] =
+        b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 0\r\nContent-Length: 0\r\n\r\n";
+
+    /// `arrivals` requests at 200/s to `addr`, one thread, one connection.
+    fn plan(addr: SocketAddr, arrivals: u64, timeout: Duration, on_refusal: OnRefusal) -> Plan {
+        Plan {
+            addr,
+            requests: vec![REQUEST.to_vec()],
+            targets: Targets::parse("/x").unwrap(),
+            schedule: Schedule::constant(200.0).unwrap(),
+            max_arrivals: arrivals,
+            end: Duration::from_secs(5),
+            timeout,
+            on_refusal,
+            max_retries: 2,
+            queue_cap: 16,
+            threads: 1,
+            seed: 7,
+            start: Instant::now(),
+        }
+    }
+
+    fn run_plan(plan: &Plan) -> Totals {
+        let agg = Aggregator::new(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        run(0, 1, plan, &agg, &stop).unwrap()
+    }
+
+    /// A loopback server answering each request on a connection with the next of `replies`
+    /// (`None`: read it and never answer), one connection at a time, until `replies` are used
+    /// up, the returned flag is set, or 10 s passed. Joining it yields the replies sent.
+    fn server(replies: Vec<Option<&'static [u8]>>) -> (SocketAddr, Server) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        let handle = thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut next = replies.into_iter();
+            let mut served = 0;
+            listener.set_nonblocking(true).unwrap();
+            let mut held = Vec::new();
+            let over = || Instant::now() >= deadline || flag.load(Ordering::Relaxed);
+            while !over() {
+                let Ok((mut s, _)) = listener.accept() else {
+                    thread::sleep(Duration::from_millis(2));
+                    continue;
+                };
+                s.set_nonblocking(false).unwrap();
+                s.set_read_timeout(Some(Duration::from_millis(300)))
+                    .unwrap();
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                loop {
+                    while let Some(end) = find(&buf, b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        if let Some(Some(reply)) = next.next() {
+                            served += 1;
+                            let _ = s.write_all(reply);
+                        }
+                    }
+                    match s.read(&mut chunk) {
+                        Ok(0) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            if over() || next.len() == 0 {
+                                break;
+                            }
+                        }
+                        Err(_) => break,
+                    }
+                }
+                held.push(s);
+                if next.len() == 0 {
+                    break;
+                }
+            }
+            served
+        });
+        (addr, Server { done, handle })
+    }
+
+    struct Server {
+        done: Arc<AtomicBool>,
+        handle: thread::JoinHandle<usize>,
+    }
+
+    impl Server {
+        fn join(self) -> usize {
+            self.done.store(true, Ordering::Relaxed);
+            self.handle.join().unwrap()
+        }
+    }
+
+    fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+        hay.windows(needle.len()).position(|w| w == needle)
+    }
+
+    #[test]
+    fn accepted_and_refused_responses_are_counted_and_a_refusal_is_resent() {
+        let replies = vec![
+            Some(ACCEPTED),
+            Some(REFUSED),
+            Some(ACCEPTED),
+            Some(ACCEPTED),
+        ];
+        let (addr, server) = server(replies);
+        let plan = plan(addr, 3, Duration::from_secs(5), OnRefusal::Immediate);
+        let t = run_plan(&plan);
+        assert_eq!(server.join(), 4);
+        let c = &t.counts;
+        assert_eq!((c.offered, c.sent, c.retries), (3, 4, 1), "{c:?}");
+        assert_eq!(
+            (c.ok, c.unavailable, c.too_many, c.other),
+            (3, 1, 0, 0),
+            "{c:?}"
+        );
+        assert_eq!((c.errors, c.timeouts, c.dropped_client), (0, 0, 0), "{c:?}");
+        assert!(t.retry_delay.is_some(), "the re-send's wait is measured");
+    }
+
+    #[test]
+    fn a_refusal_is_not_resent_when_the_policy_drops_it() {
+        let (addr, server) = server(vec![Some(REFUSED), Some(ACCEPTED)]);
+        let t = run_plan(&plan(addr, 2, Duration::from_secs(5), OnRefusal::Drop));
+        assert_eq!(server.join(), 2);
+        let c = &t.counts;
+        assert_eq!(
+            (c.sent, c.retries, c.ok, c.unavailable),
+            (2, 0, 1, 1),
+            "{c:?}"
+        );
+        assert_eq!(t.retry_delay, None);
+    }
+
+    #[test]
+    fn a_malformed_response_is_an_error_and_costs_the_connection() {
+        let (addr, server) = server(vec![Some(b"garbage\r\n\r\n"), Some(ACCEPTED)]);
+        let t = run_plan(&plan(addr, 2, Duration::from_secs(5), OnRefusal::Drop));
+        server.join();
+        let c = &t.counts;
+        assert_eq!((c.errors, c.ok, c.other, c.timeouts), (1, 1, 0, 0), "{c:?}");
+    }
+
+    #[test]
+    fn a_server_that_never_answers_yields_timeouts_not_errors() {
+        let (addr, server) = server(vec![None, None, None]);
+        let t = run_plan(&plan(addr, 2, Duration::from_millis(200), OnRefusal::Drop));
+        server.join();
+        let c = &t.counts;
+        assert_eq!((c.timeouts, c.errors, c.ok), (2, 0, 0), "{c:?}");
+    }
+
+    #[test]
+    fn a_closed_port_fails_every_request_as_an_error_not_a_timeout() {
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap(); // the listener is dropped: nothing listens on `addr`
+        let t = run_plan(&plan(addr, 3, Duration::from_secs(5), OnRefusal::Immediate));
+        let c = &t.counts;
+        assert_eq!(
+            (c.offered, c.errors, c.timeouts, c.sent),
+            (3, 3, 0, 0),
+            "{c:?}"
+        );
     }
 }
