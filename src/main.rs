@@ -179,100 +179,139 @@ enum WalCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
+    let outcome = match Cli::parse().command {
         Command::Serve {
             config,
             flags,
             accept_wal_loss,
-        } => {
-            let overrides = flags.overrides(accept_wal_loss);
-            let source = sluice::ops::reload::ReloadSource {
-                path: config.clone(),
-                overrides: overrides.clone(),
-            };
-            let cfg = match Config::load(config.as_deref(), &overrides) {
-                Ok(c) => c,
-                Err(e) => return fail(2, &e.to_string()),
-            };
-            for w in cfg.warnings() {
-                eprintln!("sluice: warning: {w}");
-            }
-            let result = sluice::sched::runtime::serve_reloadable(cfg, Some(source), &mut |addr| {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "sluice: listening on http://{addr}");
-                let _ = out.flush();
-            });
-            match result {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(1, &e.to_string()),
-            }
-        }
-        Command::Loadgen(args) => match sluice::tools::loadgen::run(&args) {
-            Ok(summary) => {
-                print_line(&sluice::tools::loadgen::summary_json(&summary));
-                match summary.totals.errors {
-                    0 => ExitCode::SUCCESS,
-                    n => fail(
-                        1,
-                        &format!(
-                            "loadgen: {n} requests failed on I/O (a connection \
-                         refused or reset, or a malformed response; the summary's errors)"
-                        ),
-                    ),
-                }
-            }
-            Err(e) => fail(e.exit_code(), &format!("loadgen: {e}")),
-        },
-        Command::MockDownstream(args) => {
-            let result = sluice::tools::mock_downstream::run(&args, &mut |addr| {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "mock-downstream: listening on http://{addr}");
-                let _ = out.flush();
-            });
-            match result {
-                Ok(stats) => {
-                    print_line(&sluice::tools::mock_downstream::stats_json(&stats));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(e.exit_code(), &format!("mock-downstream: {e}")),
-            }
-        }
-        Command::Wal {
-            command: WalCommand::Verify { data_dir },
-        } => match sluice::wal::manifest::check(&data_dir.join("wal")) {
-            Err(e) => fail(3, &e.to_string()),
-            Ok(m) => {
-                println!("{m}");
-                verify_logs(&data_dir)
-            }
-        },
-        Command::Wal {
-            command: WalCommand::Inspect { data_dir, json: _ },
-        } => {
-            let stdout = std::io::stdout();
-            let mut out = std::io::BufWriter::new(stdout.lock());
-            // Dead letters' reasons from the DLQ (empty when it cannot be read: the outcome
-            // is still shown).
-            let reasons = sluice::dispatch::dlq_tools::reasons(&data_dir);
-            let reason = |id: &str| reasons.get(id).copied();
-            let mut progress = sluice::tools::progress::on_stderr("events");
-            let inspect = sluice::wal::tools::inspect_json_with;
-            match inspect(&data_dir, &mut out, &reason, &mut *progress) {
-                Ok(()) => {
-                    let _ = out.flush();
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(1, &e.to_string()),
-            }
-        }
+        } => serve(config, flags.overrides(accept_wal_loss)),
+        Command::Loadgen(args) => loadgen(&args),
+        Command::MockDownstream(args) => mock_downstream(&args),
+        Command::Wal { command } => wal(command),
         Command::Dlq { command } => dlq(command),
         Command::Check(args) => check(args),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("sluice: {}", f.msg);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// A command's failure: the exit code (module header) and the line printed as `sluice: {msg}`.
+#[derive(Debug, PartialEq, Eq)]
+struct Failure {
+    code: u8,
+    msg: String,
+}
+
+/// What a command ends with: `Ok` exits 0.
+type Outcome = Result<(), Failure>;
+
+fn fail(code: u8, msg: impl Into<String>) -> Outcome {
+    Err(Failure {
+        code,
+        msg: msg.into(),
+    })
+}
+
+/// `sluice serve`: exit 2 for an invalid configuration, 1 when the server fails.
+fn serve(config: Option<PathBuf>, overrides: Overrides) -> Outcome {
+    let source = sluice::ops::reload::ReloadSource {
+        path: config.clone(),
+        overrides: overrides.clone(),
+    };
+    let cfg = match Config::load(config.as_deref(), &overrides) {
+        Ok(c) => c,
+        Err(e) => return fail(2, e.to_string()),
+    };
+    for w in cfg.warnings() {
+        eprintln!("sluice: warning: {w}");
+    }
+    let result = sluice::sched::runtime::serve_reloadable(cfg, Some(source), &mut |addr| {
+        print_line(&format!("sluice: listening on http://{addr}"));
+    });
+    result.or_else(|e| fail(1, e.to_string()))
+}
+
+/// `sluice loadgen`: the summary on stdout; exit 1 when any request failed on I/O.
+fn loadgen(args: &sluice::tools::loadgen::LoadgenArgs) -> Outcome {
+    match sluice::tools::loadgen::run(args) {
+        Ok(summary) => {
+            print_line(&sluice::tools::loadgen::summary_json(&summary));
+            loadgen_errors(summary.totals.errors)
+        }
+        Err(e) => fail(e.exit_code(), format!("loadgen: {e}")),
+    }
+}
+
+/// A load run with `errors` requests failed on I/O exits 1 (the summary is printed either way).
+fn loadgen_errors(errors: u64) -> Outcome {
+    match errors {
+        0 => Ok(()),
+        n => fail(
+            1,
+            format!(
+                "loadgen: {n} requests failed on I/O (a connection \
+                 refused or reset, or a malformed response; the summary's errors)"
+            ),
+        ),
+    }
+}
+
+/// `sluice mock-downstream`: its stats on stdout when it stops.
+fn mock_downstream(args: &sluice::tools::mock_downstream::MockArgs) -> Outcome {
+    let result = sluice::tools::mock_downstream::run(args, &mut |addr| {
+        print_line(&format!("mock-downstream: listening on http://{addr}"));
+    });
+    match result {
+        Ok(stats) => {
+            print_line(&sluice::tools::mock_downstream::stats_json(&stats));
+            Ok(())
+        }
+        Err(e) => fail(e.exit_code(), format!("mock-downstream: {e}")),
+    }
+}
+
+/// `sluice wal verify|inspect`.
+fn wal(command: WalCommand) -> Outcome {
+    match command {
+        WalCommand::Verify { data_dir } => {
+            match sluice::wal::manifest::check(&data_dir.join("wal")) {
+                Err(e) => fail(3, e.to_string()),
+                Ok(m) => {
+                    println!("{m}");
+                    verify_logs(&data_dir)
+                }
+            }
+        }
+        WalCommand::Inspect { data_dir, json: _ } => inspect(&data_dir),
+    }
+}
+
+/// `sluice wal inspect`: one JSON object per event on stdout.
+fn inspect(data_dir: &std::path::Path) -> Outcome {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    // Dead letters' reasons from the DLQ (empty when it cannot be read: the outcome is still
+    // shown).
+    let reasons = sluice::dispatch::dlq_tools::reasons(data_dir);
+    let reason = |id: &str| reasons.get(id).copied();
+    let mut progress = sluice::tools::progress::on_stderr("events");
+    let inspect = sluice::wal::tools::inspect_json_with;
+    match inspect(data_dir, &mut out, &reason, &mut *progress) {
+        Ok(()) => {
+            let _ = out.flush();
+            Ok(())
+        }
+        Err(e) => fail(1, e.to_string()),
     }
 }
 
 /// `sluice check`: the configuration `serve` with the same flags would run, as a manifest.
-fn check(args: CheckArgs) -> ExitCode {
+fn check(args: CheckArgs) -> Outcome {
     let overrides = args.flags.overrides(false);
     match Config::load(Some(&args.config), &overrides) {
         Ok(cfg) => {
@@ -283,14 +322,14 @@ fn check(args: CheckArgs) -> ExitCode {
                 eprintln!("sluice: {line}");
             }
             print_line(sluice::config::render::render(&cfg).trim_end());
-            ExitCode::SUCCESS
+            Ok(())
         }
-        Err(e) => fail(2, &e.to_string()),
+        Err(e) => fail(2, e.to_string()),
     }
 }
 
 /// `wal verify`'s check of every log (after the manifest's).
-fn verify_logs(data_dir: &std::path::Path) -> ExitCode {
+fn verify_logs(data_dir: &std::path::Path) -> Outcome {
     match sluice::wal::tools::verify_all_with(
         data_dir,
         &mut *sluice::tools::progress::on_stderr("records"),
@@ -300,15 +339,15 @@ fn verify_logs(data_dir: &std::path::Path) -> ExitCode {
                 println!("{r}");
             }
             match reports.iter().find(|r| !r.is_clean()) {
-                None => ExitCode::SUCCESS,
-                Some(bad) => fail(3, &bad.to_string()),
+                None => Ok(()),
+                Some(bad) => fail(3, bad.to_string()),
             }
         }
-        Err(e) => fail(3, &e.to_string()),
+        Err(e) => fail(3, e.to_string()),
     }
 }
 
-fn dlq(command: DlqCommand) -> ExitCode {
+fn dlq(command: DlqCommand) -> Outcome {
     use sluice::dispatch::dlq_tools;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -318,7 +357,7 @@ fn dlq(command: DlqCommand) -> ExitCode {
                 let _ = out.flush();
                 return fail(
                     3,
-                    &format!(
+                    format!(
                         "{} DLQ entries listed, {} unreadable (listed with their problem; \
                          `dlq discard ID` removes one)",
                         listed.entries, listed.unreadable
@@ -347,10 +386,7 @@ fn dlq(command: DlqCommand) -> ExitCode {
         } => return replay_all(&data_dir, reason, trigger, since, limit),
     };
     let _ = out.flush();
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(e.exit_code(), &e.to_string()),
-    }
+    result.or_else(|e| fail(e.exit_code(), e.to_string()))
 }
 
 /// `sluice dlq replay --all`: exit 0, 2 for a bad filter, 3 when some entry was unreadable
@@ -361,7 +397,7 @@ fn replay_all(
     trigger: Option<String>,
     since: Option<String>,
     limit: Option<usize>,
-) -> ExitCode {
+) -> Outcome {
     use sluice::dispatch::{bulk_replay, dlq_tools};
     let filter = (|| {
         Ok::<_, String>(bulk_replay::ReplayFilter {
@@ -375,7 +411,7 @@ fn replay_all(
     })();
     let filter = match filter {
         Ok(f) => f,
-        Err(e) => return fail(2, &e),
+        Err(e) => return fail(2, e),
     };
     let mut progress = sluice::tools::progress::on_stderr("entries");
     match dlq_tools::replay_all_with(data_dir, &filter, limit, &mut *progress) {
@@ -387,15 +423,15 @@ fn replay_all(
             if r.unreadable > 0 {
                 return fail(
                     3,
-                    &format!(
+                    format!(
                         "{} DLQ entry files unreadable and left in place (`dlq list` names them)",
                         r.unreadable
                     ),
                 );
             }
-            ExitCode::SUCCESS
+            Ok(())
         }
-        Err(e) => fail(e.exit_code(), &e.to_string()),
+        Err(e) => fail(e.exit_code(), e.to_string()),
     }
 }
 
@@ -406,7 +442,113 @@ fn print_line(text: &str) {
     let _ = out.flush();
 }
 
-fn fail(code: u8, msg: &str) -> ExitCode {
-    eprintln!("sluice: {msg}");
-    ExitCode::from(code)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("sluice").chain(args.iter().copied()))
+    }
+
+    fn code(outcome: Outcome) -> u8 {
+        outcome.err().map_or(0, |f| f.code)
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn dlq_replay_takes_an_id_or_all_but_not_both() {
+        assert!(
+            parse(&["dlq", "replay", "--data-dir", "d"]).is_err(),
+            "no id, no --all"
+        );
+        assert!(parse(&["dlq", "replay", "ID", "--all", "--data-dir", "d"]).is_err());
+        let all = parse(&["dlq", "replay", "--all", "--limit", "5", "--data-dir", "d"]).unwrap();
+        assert!(matches!(
+            all.command,
+            Command::Dlq {
+                command: DlqCommand::Replay {
+                    id: None,
+                    all: true,
+                    limit: Some(5),
+                    ..
+                }
+            }
+        ));
+    }
+
+    #[test]
+    fn serve_flags_become_overrides_and_check_needs_a_manifest() {
+        let cli = parse(&[
+            "serve",
+            "--workers",
+            "3",
+            "--io",
+            "mio",
+            "--accept-wal-loss",
+        ])
+        .unwrap();
+        let Command::Serve {
+            flags,
+            accept_wal_loss,
+            config,
+        } = cli.command
+        else {
+            panic!("not serve");
+        };
+        let o = flags.overrides(accept_wal_loss);
+        assert_eq!(
+            (o.workers, o.io.as_deref(), o.accept_wal_loss),
+            (Some(3), Some("mio"), true)
+        );
+        assert_eq!(config, None);
+        assert!(parse(&["check"]).is_err(), "check reads a manifest");
+    }
+
+    #[test]
+    fn a_load_run_exits_1_only_when_requests_failed_on_io() {
+        assert_eq!(loadgen_errors(0), Ok(()));
+        let f = loadgen_errors(3).unwrap_err();
+        assert_eq!(f.code, 1);
+        assert!(
+            f.msg.starts_with("loadgen: 3 requests failed on I/O"),
+            "{}",
+            f.msg
+        );
+    }
+
+    #[test]
+    fn an_invalid_manifest_exits_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "this is = = not toml\n").unwrap();
+        let cli = parse(&["check", "--config", path.to_str().unwrap()]).unwrap();
+        let Command::Check(args) = cli.command else {
+            panic!("not check");
+        };
+        assert_eq!(code(check(args)), 2);
+    }
+
+    #[test]
+    fn dlq_tools_map_a_bad_id_to_2_a_missing_entry_to_4_and_a_bad_filter_to_2() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("dlq")).unwrap();
+        let data_dir = dir.path().to_path_buf();
+        let show = |id: &str| {
+            dlq(DlqCommand::Show {
+                id: id.to_string(),
+                data_dir: data_dir.clone(),
+            })
+        };
+        assert_eq!(code(show("not-an-id")), 2);
+        assert_eq!(code(show("01ARZ3NDEKTSV4RRFFQ69G5FAV")), 4);
+        let bad_reason = replay_all(&data_dir, Some("bored".into()), None, None, None);
+        assert_eq!(code(bad_reason), 2);
+        let bad_since = replay_all(&data_dir, None, None, Some("yesterday".into()), None);
+        assert_eq!(code(bad_since), 2);
+    }
 }

@@ -6,43 +6,15 @@
 //! (`worker::budgets`) and the runtime both depend on it and on [`Shared`]; it depends on
 //! neither (`.ci/structure.py` checks).
 
+use crate::metrics::PromWriter;
 use crate::sched::state::Shared;
 use crate::sync::clock::unix_millis;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// Renders `/metrics`: the merged per-core counters plus the WAL's and the sources' families.
 pub fn render_metrics(shared: &Shared) -> String {
-    use std::sync::atomic::Ordering::Relaxed;
     shared.metrics.render(&mut |w| {
-        w.counter(
-            "sluice_wal_appends_total",
-            "Records appended to the WAL and reported durable, over all logs.",
-            shared
-                .wal
-                .iter()
-                .map(|l| l.appends_total.load(Relaxed))
-                .sum(),
-        );
-        w.header(
-            "sluice_wal_durable_lsn",
-            "Highest LSN known durable, per log (own logs are core-K).",
-            crate::metrics::MetricType::Gauge,
-        );
-        for (i, l) in shared.wal.iter().enumerate() {
-            let log = i.to_string();
-            w.sample_u64("sluice_wal_durable_lsn", &[("log", &log)], l.durable_lsn());
-        }
-        w.header(
-            "sluice_wal_os_unsynced_bytes",
-            "durability = os: committed bytes of the log's active segment not yet fdatasynced, \
-             kept in memory to rewrite after a failed sync (at most 4 MiB plus one batch), per \
-             log; 0 in fsync mode.",
-            crate::metrics::MetricType::Gauge,
-        );
-        for (i, l) in shared.wal.iter().enumerate() {
-            let log = i.to_string();
-            let bytes = l.os_unsynced_bytes.load(Relaxed);
-            w.sample_u64("sluice_wal_os_unsynced_bytes", &[("log", &log)], bytes);
-        }
+        render_wal_progress(shared, w);
         w.header(
             "sluice_io_backend",
             "The cores' I/O backend: 1 on the backend in use (server.io, resolved at start-up).",
@@ -53,48 +25,7 @@ pub fn render_metrics(shared: &Shared) -> String {
             &[("backend", shared.io_backend.name())],
             1,
         );
-        w.gauge(
-            "sluice_wal_healthy",
-            "1 when every log accepts writes, 0 after a write or sync error.",
-            if shared.wal_healthy() { 1.0 } else { 0.0 },
-        );
-        w.counter(
-            "sluice_wal_checkpoint_failures_total",
-            "Checkpoint writes that failed, over all logs (each is retried a second later).",
-            shared
-                .wal
-                .iter()
-                .map(|l| l.checkpoint_failures_total.load(Relaxed))
-                .sum(),
-        );
-        w.gauge(
-            "sluice_wal_checkpoint_failing",
-            "Logs whose checkpoint writes have failed for 10 s or more (/readyz: \
-             wal_checkpoint_failing).",
-            shared.wal_checkpoint_stale_logs() as f64,
-        );
-        if let Some(first) = shared.wal.first() {
-            // One histogram shared by every log.
-            first.render_prometheus(w.buffer_mut());
-        }
-        w.counter(
-            "sluice_wal_loss_accepted_total",
-            "Missing WAL ranges accepted at start-up with --accept-wal-loss, over all logs.",
-            shared
-                .wal
-                .iter()
-                .map(|l| l.loss_accepted_total.load(Relaxed))
-                .sum(),
-        );
-        w.gauge(
-            "sluice_wal_lost_lsns_accepted",
-            "LSNs the checkpoints promised that were missing and accepted as lost at start-up.",
-            shared
-                .wal
-                .iter()
-                .map(|l| l.lost_lsns_accepted.load(Relaxed))
-                .sum::<u64>() as f64,
-        );
+        render_wal_health(shared, w);
         shared.sources.render_prometheus(w);
         shared.body_budget.render_prometheus(w);
         shared.scrapes.render_prometheus(w);
@@ -109,4 +40,84 @@ pub fn render_metrics(shared: &Shared) -> String {
         shared.cluster.render_prometheus(w);
         shared.reload.render_prometheus(w);
     })
+}
+
+/// The logs' progress: records appended, durable LSN and unsynced bytes per log.
+fn render_wal_progress(shared: &Shared, w: &mut PromWriter) {
+    w.counter(
+        "sluice_wal_appends_total",
+        "Records appended to the WAL and reported durable, over all logs.",
+        shared
+            .wal
+            .iter()
+            .map(|l| l.appends_total.load(Relaxed))
+            .sum(),
+    );
+    w.header(
+        "sluice_wal_durable_lsn",
+        "Highest LSN known durable, per log (own logs are core-K).",
+        crate::metrics::MetricType::Gauge,
+    );
+    for (i, l) in shared.wal.iter().enumerate() {
+        let log = i.to_string();
+        w.sample_u64("sluice_wal_durable_lsn", &[("log", &log)], l.durable_lsn());
+    }
+    w.header(
+        "sluice_wal_os_unsynced_bytes",
+        "durability = os: committed bytes of the log's active segment not yet fdatasynced, \
+         kept in memory to rewrite after a failed sync (at most 4 MiB plus one batch), per \
+         log; 0 in fsync mode.",
+        crate::metrics::MetricType::Gauge,
+    );
+    for (i, l) in shared.wal.iter().enumerate() {
+        let log = i.to_string();
+        let bytes = l.os_unsynced_bytes.load(Relaxed);
+        w.sample_u64("sluice_wal_os_unsynced_bytes", &[("log", &log)], bytes);
+    }
+}
+
+/// The logs' health: writable, checkpoints, sync latency, losses accepted at start-up.
+fn render_wal_health(shared: &Shared, w: &mut PromWriter) {
+    w.gauge(
+        "sluice_wal_healthy",
+        "1 when every log accepts writes, 0 after a write or sync error.",
+        if shared.wal_healthy() { 1.0 } else { 0.0 },
+    );
+    w.counter(
+        "sluice_wal_checkpoint_failures_total",
+        "Checkpoint writes that failed, over all logs (each is retried a second later).",
+        shared
+            .wal
+            .iter()
+            .map(|l| l.checkpoint_failures_total.load(Relaxed))
+            .sum(),
+    );
+    w.gauge(
+        "sluice_wal_checkpoint_failing",
+        "Logs whose checkpoint writes have failed for 10 s or more (/readyz: \
+         wal_checkpoint_failing).",
+        shared.wal_checkpoint_stale_logs() as f64,
+    );
+    if let Some(first) = shared.wal.first() {
+        // One histogram shared by every log.
+        first.render_prometheus(w.buffer_mut());
+    }
+    w.counter(
+        "sluice_wal_loss_accepted_total",
+        "Missing WAL ranges accepted at start-up with --accept-wal-loss, over all logs.",
+        shared
+            .wal
+            .iter()
+            .map(|l| l.loss_accepted_total.load(Relaxed))
+            .sum(),
+    );
+    w.gauge(
+        "sluice_wal_lost_lsns_accepted",
+        "LSNs the checkpoints promised that were missing and accepted as lost at start-up.",
+        shared
+            .wal
+            .iter()
+            .map(|l| l.lost_lsns_accepted.load(Relaxed))
+            .sum::<u64>() as f64,
+    );
 }
