@@ -1,7 +1,7 @@
 //! The one Prometheus histogram type: fixed buckets of `AtomicU64`, observed in nanoseconds,
 //! exposed in seconds.
 //!
-//! Used for `sluice_wal_sync_seconds` (the WAL writer), `sluice_dispatch_duration_seconds`
+//! Used for `sluice_wal_sync_seconds` (each log's commit), `sluice_dispatch_duration_seconds`
 //! (destination cores) and `harn_trigger_accepted_to_dlq_seconds` (the pump). Each user owns its
 //! bucket bounds as a `&'static [u64]` of nanoseconds (inclusive upper bounds, ascending); the
 //! `le` labels are those bounds in seconds, formatted by [`PromWriter`] (`0.0001`, `1`, `30`).

@@ -133,7 +133,8 @@ pub struct Wal {
     /// `std`'s `Arc`: the writer is an I/O thread that loom never models, and loom's `Arc` cannot
     /// hold a `dyn` value on stable.
     clock: std::sync::Arc<dyn Clock>,
-    /// Where sync latencies go once a writer thread owns this log.
+    /// The log's published state (durable LSN, health, sync latencies), once attached
+    /// ([`Wal::attach_shared`]).
     pub(crate) shared: Option<Arc<WalShared>>,
     /// The WAL directory's `LOCK` file, `flock`ed exclusively while this `Wal` lives.
     pub(crate) lock: Option<Box<dyn LockGuard>>,

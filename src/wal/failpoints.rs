@@ -32,7 +32,7 @@ pub const ENV: &str = "SLUICE_FAILPOINTS";
 /// Faults injected so far (`Relaxed`: a counter).
 static INJECTED: AtomicU64 = AtomicU64::new(0);
 /// True once `eio-sync-once` has failed a sync; false again when the control file says anything
-/// else. `Relaxed`: the flag is the whole message (one writer thread per log; a test uses one).
+/// else. `Relaxed`: the flag is the whole message (each log has one owner; a test uses one log).
 static SYNC_ONCE_FIRED: AtomicBool = AtomicBool::new(false);
 
 /// Faults injected so far in this process.

@@ -1,17 +1,20 @@
 //! The write-ahead log: the durable queue of accepted events.
 //!
 //! Each core owns one log (`DATA_DIR/wal/core-K/`, see `sched::logs`); its commit helper
-//! (`sched::commit`) appends a loop turn's records to fixed-size, preallocated segment files
-//! with *group commit* ([`commit_batch`]: one `fdatasync` per batch, however many records the
-//! batch holds) and publishes the log's durable LSN. [`open`] recovers the log at startup; [`WalReader`] iterates it (offline,
-//! through read-only maps); [`WalTail`] follows it while the writer appends (`pread` up to the
-//! durable LSN); [`recover_dispatch`] rebuilds the pump's pending set; [`tools`] holds the
-//! offline `sluice wal verify|inspect` implementations.
+//! (`sched::commit`, or the core's own io_uring ring with `commit = "ring"`) appends a loop
+//! turn's records to fixed-size, preallocated segment files with *group commit*
+//! ([`commit_batch`]: one `fdatasync` per batch, however many records the batch holds) and
+//! publishes the log's durable LSN. [`open`] recovers the log at startup; [`WalReader`]
+//! iterates it (offline, through read-only maps); [`WalTail`] follows it while the log is
+//! appended to (`pread` up to the durable LSN); [`recover_dispatch`] rebuilds the pump's pending
+//! set; [`tools`] holds the offline `sluice wal verify|inspect` implementations.
 //!
-//! # API used by the rest of the crate (sched, main)
+//! # API used by the rest of the crate (sched, dispatch, ops, main)
+//!
+//! Re-exported here from the file named on the right; signatures abridged.
 //!
 //! ```ignore
-//! pub type Lsn = u64;
+//! pub type Lsn = u64;                                                    // format/record.rs
 //! pub struct EventRecord { pub event_id: String, pub trigger_id: String, pub source: String,
 //!                          pub received_at_ms: u64, pub headers: Vec<(String, Vec<u8>)>, pub body: Vec<u8>,
 //!                          pub replay_of: Option<String> }
@@ -22,45 +25,63 @@
 //!     SkippedRateLimited = 5, SkippedDebounced = 6, SkippedSingletonActive = 7 }
 //! pub struct RetryRecord { pub event_lsn: Lsn, pub next_attempt: u32, pub due_at_ms: u64,
 //!                          pub last_error: String /* <= MAX_ERROR_BYTES (1024) */ }
-//! pub enum Durability { Fsync /* default */, Os }        // serde and FromStr: "fsync" | "os"
-//! pub enum WritePath { Pwrite /* default */, Mmap }      // serde and FromStr: "pwrite" | "mmap"
-//! pub enum CommitPath { Helper /* default */, Ring }     // FromStr: "helper" | "ring"
-//! pub struct WalConfig { pub dir: PathBuf /* DATA_DIR/wal */, pub segment_bytes: u64, pub durability: Durability,
-//!                        pub write_path: WritePath, pub max_batch: usize,
-//!                        pub accept_loss: bool }                              // WalConfig::new(dir) = defaults
-//! pub struct AppendRequest { pub log: usize, pub ticket: u64, pub record: Record }
-//! pub enum AppendOutcome { Durable { lsn: Lsn }, Unavailable }
-//! pub struct WalShared { pub durable_lsn: AtomicU64, pub healthy: AtomicBool, pub appends_total: AtomicU64,
-//!                        pub sync_seconds: metrics::histogram::Histogram }
-//! impl WalShared { fn new() -> Self; fn durable_lsn(&self) -> Lsn; fn is_healthy(&self) -> bool;
-//!                  fn render_prometheus(&self, out: &mut String) }
-//! pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError>;
-//! pub struct RecoveryReport { pub segments: usize, pub records: u64, pub last_lsn: Lsn,
-//!                             pub truncated_tail: Option<(PathBuf, u64)>, pub lost: Vec<LostRange> }
-//! pub fn commit_batch(wal: &mut Wal, shared: &WalShared, records: impl IntoIterator<Item = &Record>,
-//!                     outcomes: &mut Vec<AppendOutcome>);   // one group commit, one outcome per record
-//! pub enum WalError { Io { path, source }, Corrupt { segment: PathBuf, offset: u64, reason: String },
-//!                     InvalidConfig { reason }, Encode(EncodeError), Locked { path },
-//!                     Lost { dir, ranges: Vec<LostRange> }, CheckpointDamaged(checkpoint::Damaged) }
-//! impl Wal { fn tick(&mut self, now_ns); fn checkpoint_if_due(&mut self, now_ns) -> io::Result<bool>;
-//!            fn probe(&mut self) -> io::Result<()>; fn retire_below(&mut self, Lsn) -> io::Result<usize> }
-//! impl WalShared { fn request_retire(&self, Lsn) }   // retention's request to the writer
-//! pub struct WalReader;  // open(dir) / open_from(dir, lsn); Iterator<Item = Result<RawRecord, WalError>>;
-//!                        // skipping() goes on past damage and missing segments, skipped() names them;
-//!                        // next_event() -> Option<Result<(Lsn, EventRecord), WalError>>
-//! impl Wal { fn append(&mut self, &[Record]) -> Result<Lsn, WalError>;     // offline / tests
-//!            fn append_events(&mut self, &[EventRecord]) -> Result<Lsn, WalError>; fn sync(..) }
-//! pub struct WalTail;    // open(wal_dir, from_lsn); next(durable_lsn) -> Result<Option<(Lsn, Record)>, WalError>
-//! pub fn recover_dispatch(wal_dir: &Path) -> Result<DispatchRecovery, WalError>;
-//! pub struct DispatchRecovery { pub pending: BTreeMap<Lsn, PendingMeta>, pub done_cursor: Lsn, pub next_lsn: Lsn }
-//! pub struct PendingMeta { pub bytes: u64, pub received_at_ms: u64, pub trigger_id: String,
-//!                          pub next_attempt: u32, pub due_at_ms: u64 }
 //! pub fn encode_event(&EventRecord) -> Result<Vec<u8>, EncodeError>;   // kind 1, or 5 with replay_of
 //! pub fn decode_event(&[u8]) -> Result<EventRecord, DecodeError>;      // kind 1
 //! pub fn encode_payload_into(&Record, &mut Vec<u8>) -> Result<(), EncodeError>;
-//! pub fn decode_payload(RecordKind, &[u8]) -> Result<Record, DecodeError>;
-//! pub mod tools { pub fn verify(data_dir: &Path) -> Result<VerifyReport, WalError>;
-//!                 pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError>; }
+//! pub fn decode_payload(RecordKind, &[u8]) -> Result<Record, DecodeError>;   // format.rs, format/decode.rs
+//!
+//! pub enum Durability { Fsync /* default */, Os }        // serde and FromStr: "fsync" | "os"
+//! pub enum WritePath { Pwrite /* default */, Mmap }      // serde and FromStr: "pwrite" | "mmap" (storage)
+//! pub enum CommitPath { Helper /* default */, Ring }     // FromStr: "helper" | "ring"
+//! pub struct WalConfig { pub dir: PathBuf, pub segment_bytes: u64, pub max_body_bytes: usize,
+//!                        pub durability: Durability, pub write_path: WritePath, pub max_batch: usize,
+//!                        pub accept_loss: bool }         // WalConfig::new(dir) = defaults; config.rs
+//! pub const fn min_segment_bytes_for(max_body: usize) -> u64;
+//!
+//! pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError>;   // recovery.rs;
+//!                                                        // open_in(storage, cfg) on any storage
+//! pub struct RecoveryReport { pub segments: usize, pub records: u64, pub last_lsn: Lsn,
+//!                             pub truncated_tail: Option<(PathBuf, u64)>, pub lost: Vec<LostRange> }
+//! impl Wal {                                             // appender.rs, appender_checkpoint.rs
+//!     fn attach_shared(&mut self, Arc<WalShared>); fn set_file_wrapper(&mut self, FileWrapper);
+//!     fn next_lsn(&self) -> Lsn; fn last_lsn(&self) -> Lsn; fn os_unsynced_bytes(&self) -> usize;
+//!     fn tick(&mut self, now_ns); fn probe(&mut self) -> io::Result<()>;
+//!     fn checkpoint_if_due(&mut self, now_ns) -> io::Result<bool>;
+//!     fn retire_below(&mut self, Lsn) -> io::Result<usize>;
+//!     fn append(&mut self, &[Record]) -> Result<Lsn, WalError>;   // offline / tests, as
+//!     fn append_events(&mut self, &[EventRecord]) -> Result<Lsn, WalError>; fn sync(&mut self) }
+//!
+//! pub fn commit_batch(wal: &mut Wal, shared: &WalShared, records: impl IntoIterator<Item = &Record>,
+//!                     outcomes: &mut Vec<AppendOutcome>);   // one group commit, one outcome per record
+//! pub fn start_batch(..) -> Option<(Submission, PendingChunk)>;   // the same commit, its last write
+//! pub fn finish_batch(.., PendingChunk, (buf, written, synced));  // and sync on the caller's ring; writer.rs
+//! pub struct AppendRequest { pub log: usize, pub ticket: u64, pub record: Record }     // shared.rs
+//! pub enum AppendOutcome { Durable { lsn: Lsn }, Unavailable }
+//! pub struct WalShared { pub durable_lsn, pub healthy, pub appends_total, pub sync_seconds: Arc<Histogram>,
+//!                        pub retire_request, pub loss_accepted_total, pub lost_lsns_accepted,
+//!                        pub os_unsynced_bytes, pub checkpoint_failures_total, pub checkpoint_stale }
+//! impl WalShared { fn new() -> Self; fn sharing(Arc<Histogram>) -> Self; fn durable_lsn(&self) -> Lsn;
+//!                  fn is_healthy(&self) -> bool; fn request_retire(&self, Lsn);  // retention's request
+//!                  fn render_prometheus(&self, out: &mut String) }
+//! pub enum WalError { Io { path, source }, Corrupt { segment, offset, reason }, InvalidConfig { reason },
+//!                     Locked { path }, Encode(EncodeError), Lost { dir, ranges: Vec<LostRange> },
+//!                     CheckpointDamaged(checkpoint::Damaged), Manifest(manifest::ManifestError) }  // error.rs
+//!
+//! pub struct WalReader;  // reader.rs: open(dir) / open_from(dir, lsn) / open_in(storage, ..);
+//!                        // Iterator<Item = Result<RawRecord, WalError>>; next_event(), next_record();
+//!                        // skipping() goes on past damage and missing segments, skipped() names them
+//! pub struct WalTail;    // tail.rs: open(wal_dir, from_lsn); next(durable_lsn) -> Result<Option<(Lsn, Record)>, WalError>
+//! pub fn recover_dispatch(wal_dir: &Path) -> Result<DispatchRecovery, WalError>;   // state.rs
+//! pub struct DispatchRecovery { pub pending: BTreeMap<Lsn, PendingMeta>, pub done_cursor: Lsn, pub next_lsn: Lsn }
+//! pub struct PendingMeta { pub bytes: u64, pub received_at_ms: u64, pub trigger_id: String,
+//!                          pub next_attempt: u32, pub due_at_ms: u64 }
+//! pub fn core_log_dir(wal_dir: &Path, core: usize) -> PathBuf;   // layout.rs: DATA_DIR/wal/core-K
+//! pub fn log_dirs(wal_dir: &Path) -> Result<Vec<LogDir>, WalError>;
+//! pub mod manifest { pub fn check(wal_dir: &Path) -> Result<CheckReport, ManifestError>; .. }
+//! pub mod tools { pub fn verify_all(data_dir: &Path) -> Result<Vec<VerifyReport>, WalError>;
+//!                 pub fn verify_log(dir: &Path) -> Result<VerifyReport, WalError>;
+//!                 pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError>;
+//!                 /* *_with variants take a progress reporter */ }
 //! ```
 //!
 //! # Files

@@ -29,7 +29,8 @@ pub enum AppendOutcome {
 
 /// State the writer publishes to every other thread.
 ///
-/// All fields are written by the writer thread only.
+/// All fields are written by the log's one owner only: its core's commit helper, or the core's
+/// loop with `commit = "ring"` (`Wal::attach_shared` hands it over).
 #[derive(Debug)]
 pub struct WalShared {
     /// Highest LSN whose record is durable (per [`Durability`](crate::wal::Durability)); 0 before any. Stored with
