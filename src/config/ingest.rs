@@ -1,6 +1,7 @@
 //! `[ingest]`: the token buckets (manifest or the Harn orchestrator's environment), the source
 //! registry, the WAL offer timeout, the default route, the stored headers and the dedupe index.
-//! Stage 1 ([`RawIngest`], every field documented) and stage 2 ([`IngestConfig`]), validated by
+//! Stage 1 ([`RawIngest`], every field documented) and stage 2 (ingest's own
+//! [`IngestSpec`]), validated by
 //! [`build_ingest`]; split from `config/mod.rs` by section.
 
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{duration_or, err, ranged, ConfigError};
-use crate::ingest::backlog::DefaultRoute;
+use crate::ingest::spec::IngestSpec;
 
 /// Environment variable names (Harn orchestrator contract).
 pub const ENV_GLOBAL_CAPACITY: &str = "HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY";
@@ -51,22 +52,6 @@ pub struct RawIngest {
     pub dedupe_max_keys: Option<usize>,
 }
 
-#[derive(Debug, Clone)]
-pub struct IngestConfig {
-    pub global_capacity: u64,
-    pub per_source_capacity: u64,
-    pub refill_per_sec: u64,
-    pub max_sources: usize,
-    pub metrics_top_sources: usize,
-    pub offer_timeout: Duration,
-    pub default_route: bool,
-    /// The default route's share (`None`: none; see [`RawIngest::default_route_max_pending`]).
-    pub default_route_max_pending: Option<super::shares::MaxPending>,
-    /// Lower-cased header names stored with each event (always includes `content-type`).
-    pub stored_headers: Vec<String>,
-    pub dedupe_max_keys: usize,
-}
-
 /// Default headers stored with each event besides `content-type`.
 pub const DEFAULT_STORED_HEADERS: &[&str] = &[
     "user-agent",
@@ -103,7 +88,7 @@ pub(super) fn build_ingest(
     r: RawIngest,
     env: &dyn Fn(&str) -> Option<String>,
     has_triggers: bool,
-) -> Result<IngestConfig, ConfigError> {
+) -> Result<IngestSpec, ConfigError> {
     let default_route = r.default_route.unwrap_or(!has_triggers);
     let default_route_max_pending = match r.default_route_max_pending {
         Some(_) if !default_route => {
@@ -178,7 +163,7 @@ pub(super) fn build_ingest(
         crate::sync::gcra::BucketParams::new(capacity, refill_per_sec)
             .map_err(|e| ConfigError(format!("ingest.{key} / refill_per_sec: {e}")))?;
     }
-    Ok(IngestConfig {
+    Ok(IngestSpec {
         global_capacity,
         per_source_capacity,
         refill_per_sec,
@@ -206,14 +191,4 @@ pub(super) fn build_ingest(
             100_000_000,
         )?,
     })
-}
-
-impl IngestConfig {
-    /// The default route as the backlog sees it.
-    pub fn default_route_spec(&self) -> DefaultRoute {
-        DefaultRoute {
-            on: self.default_route,
-            share: self.default_route_max_pending.map(|m| (m.events, m.bytes)),
-        }
-    }
 }

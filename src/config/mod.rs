@@ -42,6 +42,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+/// `[A-Za-z0-9._-]{1,64}`, the shape of a trigger id, a provider and a source (ingest's rule).
+pub use crate::ingest::router::is_valid_id;
+use crate::ingest::spec::{IngestSpec, MaxPending, TriggerSpec, WhenFull};
 pub use auth::{TriggerAuth, ENV_ADMIN_TOKEN};
 pub use dispatch::{
     AdaptiveConfig, CircuitConfig, DestinationConfig, DispatchConfig, HandlerUri, OnOpen,
@@ -51,7 +54,7 @@ pub use duration::parse_duration;
 pub use flow::{FlowConfig, FlowSettings};
 use ingest::build_ingest;
 pub use ingest::{
-    IngestConfig, RawIngest, DEFAULT_STORED_HEADERS, ENV_GLOBAL_CAPACITY, ENV_PER_SOURCE_CAPACITY,
+    RawIngest, DEFAULT_STORED_HEADERS, ENV_GLOBAL_CAPACITY, ENV_PER_SOURCE_CAPACITY,
     ENV_REFILL_PER_SEC, MAX_STORED_HEADERS,
 };
 use server::build_server;
@@ -219,16 +222,31 @@ pub struct TriggerConfig {
     /// Flow-control gates (none by default).
     pub flow: FlowConfig,
     /// What this trigger's events do when the durable backlog is full.
-    pub when_backlog_full: crate::ingest::backlog::WhenFull,
+    pub when_backlog_full: WhenFull,
     /// Guaranteed share of the durable backlog (`None` values: the default share).
-    pub max_pending: shares::MaxPending,
+    pub max_pending: MaxPending,
+}
+
+impl TriggerConfig {
+    /// The trigger as ingest sees it: route, edge checks, backlog policy and share.
+    pub fn ingest_spec(&self) -> TriggerSpec {
+        TriggerSpec {
+            id: self.id.clone(),
+            provider: self.provider.clone(),
+            path: self.path.clone(),
+            verifier: self.auth.verify.clone(),
+            dedupe: self.auth.dedupe,
+            when_backlog_full: self.when_backlog_full,
+            max_pending: self.max_pending,
+        }
+    }
 }
 
 /// The validated configuration. Built once at startup; never mutated.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub server: ServerConfig,
-    pub ingest: IngestConfig,
+    pub ingest: IngestSpec,
     pub wal: WalSettings,
     pub triggers: Vec<TriggerConfig>,
     /// One per distinct trigger handler URI, in order of first use; indices are stable.
@@ -255,14 +273,6 @@ pub struct Overrides {
     pub accept_wal_loss: bool,
     /// `--io` (wins over `SLUICE_IO` and `server.io`).
     pub io: Option<String>,
-}
-
-/// `[A-Za-z0-9._-]{1,64}`: the shape of a source or trigger id.
-pub fn is_valid_id(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 impl Config {
@@ -412,6 +422,15 @@ impl Config {
             ));
         }
         warnings
+    }
+
+    /// The triggers as ingest sees them, in config order (the router's, the checks' and the
+    /// backlog shares' input; a reload rebuilds those from the new config's).
+    pub fn ingest_triggers(&self) -> Vec<TriggerSpec> {
+        self.triggers
+            .iter()
+            .map(TriggerConfig::ingest_spec)
+            .collect()
     }
 
     /// Where the WAL segments live.
@@ -743,18 +762,13 @@ mod tests {
                 handler: None,
                 auth: TriggerAuth::default(),
                 flow: FlowConfig::default(),
-                when_backlog_full: crate::ingest::backlog::WhenFull::Refuse,
+                when_backlog_full: WhenFull::Refuse,
                 max_pending: Default::default(),
             }]
         );
-    }
-
-    #[test]
-    fn id_shape() {
-        assert!(is_valid_id("github.com_x-1"));
-        assert!(!is_valid_id(""));
-        assert!(!is_valid_id("a/b"));
-        assert!(!is_valid_id(&"a".repeat(65)));
-        assert!(is_valid_id(&"a".repeat(64)));
+        assert_eq!(
+            c.ingest_triggers(),
+            vec![TriggerSpec::plain("gh", "github", "/hooks/github")]
+        );
     }
 }

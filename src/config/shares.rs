@@ -16,12 +16,8 @@ pub struct RawMaxPending {
     pub bytes: Option<u64>,
 }
 
-/// The validated share (`None`: the default share).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MaxPending {
-    pub events: Option<u64>,
-    pub bytes: Option<u64>,
-}
+/// The validated share (`None`: the default share), ingest's type.
+pub use crate::ingest::spec::MaxPending;
 
 /// Validates one trigger's `max_pending`: each value given is ≥ 1.
 pub(super) fn build(id: &str, raw: Option<RawMaxPending>) -> Result<MaxPending, ConfigError> {

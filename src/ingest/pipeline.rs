@@ -30,7 +30,6 @@
 
 use std::sync::Arc;
 
-use crate::config::Config;
 use crate::ingest::backlog::Backlog;
 use crate::ingest::bucket::Admission;
 use crate::ingest::dedupe::{self, Claim, ClaimToken, DEDUPE_KEY_HEADER};
@@ -40,6 +39,7 @@ use crate::ingest::respond::{
 };
 use crate::ingest::schedule::ReturnSchedule;
 use crate::ingest::sources::{SourceCache, SourceEntry};
+use crate::ingest::spec::IngestSpec;
 use crate::ingest::{verify, GuardTable, Guards, TriggerGuard};
 use crate::metrics::CoreMetrics;
 use crate::net::budget::{Reservation, BODY_BUDGET_RETRY_AFTER_SECS};
@@ -74,7 +74,10 @@ impl Now {
 /// What the pipeline reads of the node's shared state (borrowed for one call).
 #[derive(Debug, Clone, Copy)]
 pub struct Node<'a> {
-    pub config: &'a Config,
+    /// `[ingest]`: the stored headers and the offer timeout.
+    pub ingest: &'a IngestSpec,
+    /// `wal.segment_bytes`: the disk bound refuses once one more segment would pass it.
+    pub segment_bytes: u64,
     pub guards: &'a Guards,
     /// The checks of the generation the core runs (`ops::reload`).
     pub table: &'a GuardTable,
@@ -189,7 +192,7 @@ impl Pipeline<'_> {
         } = arrival;
         let node = self.node;
         let guard = node.table.get(trigger_id);
-        let Some(stored) = stored_headers_fit(node.config, head, guard) else {
+        let Some(stored) = stored_headers_fit(node.ingest, head, guard) else {
             let text = format!(
                 "stored headers exceed {} fields or {} bytes per value\n",
                 wal::MAX_HEADERS,
@@ -211,11 +214,11 @@ impl Pipeline<'_> {
             }
         }
         let entry = self.sources.get_for(trigger_id, source);
-        if let Err(refusal) = node.admission.try_admit(entry.bucket(), now.mono) {
+        if let Err(exhausted) = node.admission.try_admit(entry.bucket(), now.mono) {
             self.metrics.incr_ingest(false);
             entry.count_refusal(Refusal::IngestSaturated);
             let emission = entry.bucket().params().emission_nanos();
-            let secs = (node.returns).bucket(now.mono, entry.returns(), &refusal, emission);
+            let secs = (node.returns).bucket(now.mono, entry.returns(), &exhausted, emission);
             return Decision::Respond(Response::refused(Refusal::IngestSaturated, secs));
         }
         self.metrics.incr_ingest(true);
@@ -229,7 +232,7 @@ impl Pipeline<'_> {
             }
             None => None,
         };
-        let mut headers = stored_headers(node.config, head, stored);
+        let mut headers = stored_headers(node.ingest, head, stored);
         let claim = claim.map(|(token, key)| {
             headers.push((DEDUPE_KEY_HEADER.to_string(), key.into_bytes()));
             token
@@ -293,7 +296,7 @@ impl Node<'_> {
     ) -> Decision {
         let cost = wal::event_cost(&event);
         let backlog = self.backlog;
-        let refusal = if backlog.wal_full(self.config.wal.segment_bytes) {
+        let refusal = if backlog.wal_full(self.segment_bytes) {
             Some((Refusal::WalFull, backlog.retry_after_secs()))
         } else {
             // Past the trigger's share with the pool in use: `Retry-After` from the return
@@ -325,7 +328,7 @@ impl Node<'_> {
             record: event,
             reply,
             claim,
-            offer_deadline: now + self.config.ingest.offer_timeout.as_nanos() as u64,
+            offer_deadline: now + self.ingest.offer_timeout.as_nanos() as u64,
         })
     }
 
@@ -393,10 +396,10 @@ impl PendingReply {
 
 /// The configured headers of `head` to store with its event.
 fn to_store<'h>(
-    config: &'h Config,
+    ingest: &'h IngestSpec,
     head: &'h RequestHead,
 ) -> impl Iterator<Item = (&'h str, &'h [u8])> + 'h {
-    let stored = &config.ingest.stored_headers;
+    let stored = &ingest.stored_headers;
     head.headers()
         .filter(move |(n, _)| *n != DEDUPE_KEY_HEADER && stored.iter().any(|s| s == n))
 }
@@ -405,13 +408,13 @@ fn to_store<'h>(
 /// key when the trigger dedupes), checked before anything is copied: `Some(fields to store,
 /// the key's slot included)`, or `None` past the bounds.
 fn stored_headers_fit(
-    config: &Config,
+    ingest: &IngestSpec,
     head: &RequestHead,
     guard: Option<&TriggerGuard>,
 ) -> Option<usize> {
     let key_slot = usize::from(guard.is_some_and(|g| g.dedupe.is_some()));
     let (mut n, mut too_long) = (key_slot, false);
-    for (_, v) in to_store(config, head) {
+    for (_, v) in to_store(ingest, head) {
         n += 1;
         too_long |= v.len() > wal::MAX_HEADER_VALUE_BYTES;
     }
@@ -420,9 +423,9 @@ fn stored_headers_fit(
 
 /// The headers to store (after [`stored_headers_fit`] counted `n`), copied for the event into
 /// a list of exactly that room.
-fn stored_headers(config: &Config, head: &RequestHead, n: usize) -> Vec<(String, Vec<u8>)> {
+fn stored_headers(ingest: &IngestSpec, head: &RequestHead, n: usize) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::with_capacity(n);
-    out.extend(to_store(config, head).map(|(n, v)| (n.to_owned(), v.to_vec())));
+    out.extend(to_store(ingest, head).map(|(n, v)| (n.to_owned(), v.to_vec())));
     out
 }
 

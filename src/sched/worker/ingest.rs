@@ -13,7 +13,8 @@ use crate::ingest::pipeline::{self, Arrival, Decision, Now, Pipeline, Response};
 /// The node's shared state the pipeline reads.
 pub(super) fn node(shared: &Shared) -> pipeline::Node<'_> {
     pipeline::Node {
-        config: &shared.config,
+        ingest: &shared.config.ingest,
+        segment_bytes: shared.config.wal.segment_bytes,
         guards: &shared.guards,
         table: shared.guards.start_table(),
         admission: &shared.admission,
