@@ -45,7 +45,7 @@ pub struct RawIngest {
     pub default_route_max_pending: Option<super::shares::RawMaxPending>,
     /// Request headers stored with each event (case-insensitive names), besides
     /// `content-type`, which is always kept. At most 32 (31 when a trigger has `dedupe`, whose
-    /// key takes one slot). Default: a list of common provider delivery and signature headers.
+    /// key is stored as one more). Default: a list of common provider delivery and signature headers.
     pub stored_headers: Option<Vec<String>>,
     /// Most dedupe keys held across triggers; past it the oldest are evicted (README
     /// "Signatures and dedupe"). Default: 1_000_000. Range: 1..=100_000_000.

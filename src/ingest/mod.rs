@@ -8,7 +8,7 @@
 //! - [`sources`]: bounded per-source registry, per-core caches, per-source refusal counters.
 //! - [`respond`]: the 202/503 bodies; `event_id` (from `wal`): ULID-shaped event ids.
 //! - [`schedule`]: the return schedule: `Retry-After` of `queue_full` and `ingest_saturated`
-//!   refusals from a ring of future one-second slots, so refused senders return spread out.
+//!   refusals from a ring of the coming seconds, so refused senders return spread out.
 //! - [`verify`]: per-trigger signature schemes (`401`), outbound Standard Webhooks signing;
 //!   [`secrets`]: where signing secrets come from; [`dedupe`]: the sharded dedupe index.
 //! - [`Guards`]: the per-trigger checks above, assembled from the trigger specs for the workers.

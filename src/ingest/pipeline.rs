@@ -109,7 +109,7 @@ pub struct Arrival<'r> {
 
 /// The pipeline's output.
 #[derive(Debug)]
-pub enum Decision {
+pub enum Output {
     /// Answer now; nothing is appended.
     Respond(Response),
     /// Append the record; answer once it is durable (or not).
@@ -152,10 +152,10 @@ pub struct PendingReply {
     pub replay_of: Option<String>,
 }
 
-/// The answer of a pending reply: `202` or a `503` with `Retry-After: 1` (its JSON body is
+/// The head of a pending reply's answer: `202`, or `503` with `Retry-After: 1` (its JSON body is
 /// written into the caller's buffer).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Completion {
+pub struct ReplyHead {
     pub status: u16,
     pub retry_after: Option<&'static str>,
 }
@@ -183,7 +183,7 @@ impl Response {
 
 impl Pipeline<'_> {
     /// Runs the ingest sequence (module docs) on one request.
-    pub fn ingest(&mut self, arrival: Arrival<'_>, now: Now) -> Decision {
+    pub fn ingest(&mut self, arrival: Arrival<'_>, now: Now) -> Output {
         let Arrival {
             head,
             body,
@@ -198,7 +198,7 @@ impl Pipeline<'_> {
                 wal::MAX_HEADERS,
                 wal::MAX_HEADER_VALUE_BYTES
             );
-            return Decision::Respond(Response {
+            return Output::Respond(Response {
                 content_type: http::TEXT_PLAIN,
                 ..Response::json(431, text)
             });
@@ -206,11 +206,11 @@ impl Pipeline<'_> {
         if let Some(g) = guard {
             if let Err(f) = node.guards.verify(g, head, &body, now.unix_ms / 1000) {
                 let text = verify::unauthorized_body(f.as_str());
-                return Decision::Respond(Response::json(401, text));
+                return Output::Respond(Response::json(401, text));
             }
             // Slack's `url_verification`: answered, not stored (`TriggerGuard::handshake`).
             if let Some(answer) = g.handshake(&body) {
-                return Decision::Respond(Response::json(200, answer));
+                return Output::Respond(Response::json(200, answer));
             }
         }
         let entry = self.sources.get_for(trigger_id, source);
@@ -219,7 +219,7 @@ impl Pipeline<'_> {
             entry.count_refusal(Refusal::IngestSaturated);
             let emission = entry.bucket().params().emission_nanos();
             let secs = (node.returns).bucket(now.mono, entry.returns(), &exhausted, emission);
-            return Decision::Respond(Response::refused(Refusal::IngestSaturated, secs));
+            return Output::Respond(Response::refused(Refusal::IngestSaturated, secs));
         }
         self.metrics.incr_ingest(true);
         let event_id = self.ids.next_us(now.unix_us);
@@ -227,7 +227,7 @@ impl Pipeline<'_> {
             Some(g) => {
                 match claim_dedupe(node.guards, g, trigger_id, head, &body, &event_id, now) {
                     Ok(claim) => claim,
-                    Err(answered) => return Decision::Respond(answered),
+                    Err(answered) => return Output::Respond(answered),
                 }
             }
             None => None,
@@ -272,7 +272,7 @@ impl Pipeline<'_> {
 
     /// A DLQ replay: a new event (new id, received now, `replay_of` = the entry) with the
     /// dead-lettered event's trigger, source, headers and body; the backlog step only.
-    pub fn replay(&mut self, event: EventRecord, entry_id: String, now: Now) -> Decision {
+    pub fn replay(&mut self, event: EventRecord, entry_id: String, now: Now) -> Output {
         let source = self.sources.get_for(&event.trigger_id, &event.source);
         let event = EventRecord {
             event_id: self.ids.next_us(now.unix_us),
@@ -293,7 +293,7 @@ impl Node<'_> {
         source: Arc<SourceEntry>,
         claim: Option<ClaimToken>,
         now: u64,
-    ) -> Decision {
+    ) -> Output {
         let cost = wal::event_cost(&event);
         let backlog = self.backlog;
         let refusal = if backlog.wal_full(self.segment_bytes) {
@@ -315,7 +315,7 @@ impl Node<'_> {
                 self.guards.settle(token, false);
             }
             source.count_refusal(reason);
-            return Decision::Respond(Response::refused(reason, retry_after));
+            return Output::Respond(Response::refused(reason, retry_after));
         }
         let reply = PendingReply {
             event_id: event.event_id.clone(),
@@ -324,7 +324,7 @@ impl Node<'_> {
             cost,
             replay_of: event.replay_of.clone(),
         };
-        Decision::Append(Append {
+        Output::Append(Append {
             record: event,
             reply,
             claim,
@@ -341,7 +341,7 @@ impl Node<'_> {
         reply: ReplyRef<'_>,
         result: Result<(), Refusal>,
         body: &mut String,
-    ) -> Completion {
+    ) -> ReplyHead {
         body.clear();
         match result {
             Ok(()) => {
@@ -353,7 +353,7 @@ impl Node<'_> {
                     json_str(body, of);
                     body.push('}');
                 }
-                Completion {
+                ReplyHead {
                     status: 202,
                     retry_after: None,
                 }
@@ -363,7 +363,7 @@ impl Node<'_> {
                 self.backlog.count_refusal(reply.trigger_id, reason);
                 self.backlog.release_for(reply.trigger_id, reply.cost);
                 push_refused_body(body, reason, 1);
-                Completion {
+                ReplyHead {
                     status: 503,
                     retry_after: Some("1"),
                 }
@@ -404,16 +404,16 @@ fn to_store<'h>(
         .filter(move |(n, _)| *n != DEDUPE_KEY_HEADER && stored.iter().any(|s| s == n))
 }
 
-/// Step 1: whether the headers to store fit the WAL's bounds (one slot kept free for the dedupe
+/// Step 1: whether the headers to store fit the WAL's bounds (room for one more kept for the dedupe
 /// key when the trigger dedupes), checked before anything is copied: `Some(fields to store,
-/// the key's slot included)`, or `None` past the bounds.
+/// the key's field included)`, or `None` past the bounds.
 fn stored_headers_fit(
     ingest: &IngestSpec,
     head: &RequestHead,
     guard: Option<&TriggerGuard>,
 ) -> Option<usize> {
-    let key_slot = usize::from(guard.is_some_and(|g| g.dedupe.is_some()));
-    let (mut n, mut too_long) = (key_slot, false);
+    let key_field = usize::from(guard.is_some_and(|g| g.dedupe.is_some()));
+    let (mut n, mut too_long) = (key_field, false);
     for (_, v) in to_store(ingest, head) {
         n += 1;
         too_long |= v.len() > wal::MAX_HEADER_VALUE_BYTES;

@@ -109,7 +109,7 @@ impl Fx {
         source: &str,
         headers: &[(&str, &str)],
         body: &str,
-    ) -> Decision {
+    ) -> Output {
         let Request { head, body } = parse(headers, body);
         let arrival = Arrival {
             head: &head,
@@ -151,10 +151,10 @@ fn github_sig(body: &str) -> String {
     format!("sha256={hex}")
 }
 
-fn append(d: Decision) -> Append {
+fn append(d: Output) -> Append {
     match d {
-        Decision::Append(a) => a,
-        Decision::Respond(r) => panic!(
+        Output::Append(a) => a,
+        Output::Respond(r) => panic!(
             "expected an append, got {} {}",
             r.status,
             String::from_utf8_lossy(&r.body)
@@ -162,10 +162,10 @@ fn append(d: Decision) -> Append {
     }
 }
 
-fn respond(d: Decision) -> Response {
+fn respond(d: Output) -> Response {
     match d {
-        Decision::Respond(r) => r,
-        Decision::Append(a) => panic!("expected a response, got an append of {:?}", a.record),
+        Output::Respond(r) => r,
+        Output::Append(a) => panic!("expected a response, got an append of {:?}", a.record),
     }
 }
 
