@@ -279,7 +279,7 @@ fn check(args: CheckArgs) -> ExitCode {
             for w in cfg.warnings() {
                 eprintln!("sluice: warning: {w}");
             }
-            for line in sluice::config::shares::routes_summary(&cfg) {
+            for line in sluice::config::render::routes_summary(&cfg) {
                 eprintln!("sluice: {line}");
             }
             print_line(sluice::config::render::render(&cfg).trim_end());

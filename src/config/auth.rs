@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{parse_duration, ConfigError, RawTrigger};
+use super::{parse_duration, ConfigError};
 use crate::ingest::dedupe::{DedupeRule, KeySource, DEFAULT_WINDOW};
 use crate::ingest::secrets::{Secret, SecretSource};
 use crate::ingest::verify::{HmacScheme, Scheme, Verifier, DEFAULT_TOLERANCE};
@@ -154,12 +154,24 @@ pub struct TriggerAuth {
     pub secrets: Vec<SecretRef>,
 }
 
-/// Validates the auth keys of trigger `t`, reading its secrets through `env` and the file system.
+/// A trigger's auth keys as written (borrowed from its `[[triggers]]` entry).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RawAuth<'a> {
+    pub verify: Option<&'a str>,
+    pub secrets: Option<&'a [RawSecretRef]>,
+    pub tolerance: Option<&'a str>,
+    pub hmac: Option<&'a RawHmac>,
+    pub dedupe: Option<&'a RawDedupe>,
+}
+
+/// Validates the auth keys `t` of trigger `id`, reading its secrets through `env` and the file
+/// system.
 pub(super) fn build_trigger_auth(
-    t: &RawTrigger,
+    id: &str,
+    t: RawAuth<'_>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<TriggerAuth, ConfigError> {
-    let fail = |msg: String| ConfigError(format!("trigger {:?}: {msg}", t.id));
+    let fail = |msg: String| ConfigError(format!("trigger {id:?}: {msg}"));
     let scheme = verify_scheme(t).map_err(fail)?;
     let (verify, secrets) = match &scheme {
         None if t.secrets.is_some() || t.tolerance.is_some() => {
@@ -171,7 +183,7 @@ pub(super) fn build_trigger_auth(
             (Some(verifier), refs)
         }
     };
-    let window = dedupe_window(t.dedupe.as_ref()).map_err(fail)?;
+    let window = dedupe_window(t.dedupe).map_err(fail)?;
     Ok(TriggerAuth {
         dedupe: window.map(|window| DedupeRule {
             window,
@@ -183,8 +195,8 @@ pub(super) fn build_trigger_auth(
 }
 
 /// `verify` (with `hmac`, required by `verify = "hmac"` and refused by every other scheme).
-fn verify_scheme(t: &RawTrigger) -> Result<Option<Scheme>, String> {
-    let scheme = match t.verify.as_deref() {
+fn verify_scheme(t: RawAuth<'_>) -> Result<Option<Scheme>, String> {
+    let scheme = match t.verify {
         None => None,
         Some("github") => Some(Scheme::Github),
         Some("stripe") => Some(Scheme::Stripe),
@@ -193,7 +205,6 @@ fn verify_scheme(t: &RawTrigger) -> Result<Option<Scheme>, String> {
         Some("hmac") => {
             let h = t
                 .hmac
-                .as_ref()
                 .ok_or("verify = \"hmac\" needs hmac = { header = \"…\" }")?;
             Some(Scheme::Hmac(
                 hmac_scheme(h).map_err(|e| format!("hmac: {e}"))?,
@@ -215,11 +226,11 @@ fn verify_scheme(t: &RawTrigger) -> Result<Option<Scheme>, String> {
 /// The verifier of `scheme`: `tolerance` checked against the scheme, the `secrets` read and
 /// turned into keys; with the references they were read from (what `sluice check` prints).
 fn build_verifier(
-    t: &RawTrigger,
+    t: RawAuth<'_>,
     scheme: &Scheme,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Verifier, Vec<SecretRef>), String> {
-    let tolerance = match &t.tolerance {
+    let tolerance = match t.tolerance {
         None => DEFAULT_TOLERANCE,
         Some(_) if !scheme.has_timestamp() => {
             return Err(format!(
@@ -235,7 +246,7 @@ fn build_verifier(
             d
         }
     };
-    let loaded = load_secrets(t.secrets.as_deref().unwrap_or(&[]), env)?;
+    let loaded = load_secrets(t.secrets.unwrap_or(&[]), env)?;
     let keys = verify_keys(scheme, &loaded).map_err(|e| format!("secrets: {e}"))?;
     let refs = loaded.into_iter().map(|(r, _)| r).collect();
     let verifier = Verifier::from_keys(scheme.clone(), keys, tolerance)

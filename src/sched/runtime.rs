@@ -265,7 +265,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
     }
     let router = Router::new(&ingest_triggers, config.ingest.default_route)
         .with_admin(config.admin_token.is_some());
-    for line in crate::config::shares::routes_summary(&config) {
+    for line in crate::config::render::routes_summary(&config) {
         eprintln!("sluice: {line}");
     }
     let histogram = Arc::new(crate::metrics::histogram::Histogram::new(
