@@ -318,7 +318,7 @@ fn check(args: CheckArgs) -> Outcome {
             for w in cfg.warnings() {
                 eprintln!("sluice: warning: {w}");
             }
-            for line in sluice::config::shares::routes_summary(&cfg) {
+            for line in sluice::config::render::routes_summary(&cfg) {
                 eprintln!("sluice: {line}");
             }
             print_line(sluice::config::render::render(&cfg).trim_end());

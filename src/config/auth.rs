@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{parse_duration, ConfigError, RawTrigger};
+use super::{parse_duration, ConfigError};
 use crate::ingest::dedupe::{DedupeRule, KeySource, DEFAULT_WINDOW};
 use crate::ingest::secrets::{Secret, SecretSource};
 use crate::ingest::verify::{HmacScheme, Scheme, Verifier, DEFAULT_TOLERANCE};
@@ -154,14 +154,49 @@ pub struct TriggerAuth {
     pub secrets: Vec<SecretRef>,
 }
 
-/// Validates the auth keys of trigger `t`, reading its secrets through `env` and the file system.
+/// A trigger's auth keys as written (borrowed from its `[[triggers]]` entry).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RawAuth<'a> {
+    pub verify: Option<&'a str>,
+    pub secrets: Option<&'a [RawSecretRef]>,
+    pub tolerance: Option<&'a str>,
+    pub hmac: Option<&'a RawHmac>,
+    pub dedupe: Option<&'a RawDedupe>,
+}
+
+/// Validates the auth keys `t` of trigger `id`, reading its secrets through `env` and the file
+/// system.
 pub(super) fn build_trigger_auth(
-    t: &RawTrigger,
+    id: &str,
+    t: RawAuth<'_>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<TriggerAuth, ConfigError> {
-    let id = &t.id;
     let fail = |msg: String| ConfigError(format!("trigger {id:?}: {msg}"));
-    let scheme = match t.verify.as_deref() {
+    let scheme = verify_scheme(t).map_err(fail)?;
+    let (verify, secrets) = match &scheme {
+        None if t.secrets.is_some() || t.tolerance.is_some() => {
+            return Err(fail("secrets and tolerance need verify = \"…\"".into()));
+        }
+        None => (None, Vec::new()),
+        Some(scheme) => {
+            let (verifier, refs) = build_verifier(t, scheme, env).map_err(fail)?;
+            (Some(verifier), refs)
+        }
+    };
+    let window = dedupe_window(t.dedupe).map_err(fail)?;
+    Ok(TriggerAuth {
+        dedupe: window.map(|window| DedupeRule {
+            window,
+            source: KeySource::for_scheme(scheme.as_ref()),
+        }),
+        verify,
+        secrets,
+    })
+}
+
+/// `verify` (with `hmac`, required by `verify = "hmac"` and refused by every other scheme).
+fn verify_scheme(t: RawAuth<'_>) -> Result<Option<Scheme>, String> {
+    let scheme = match t.verify {
         None => None,
         Some("github") => Some(Scheme::Github),
         Some("stripe") => Some(Scheme::Stripe),
@@ -170,82 +205,72 @@ pub(super) fn build_trigger_auth(
         Some("hmac") => {
             let h = t
                 .hmac
-                .as_ref()
-                .ok_or_else(|| fail("verify = \"hmac\" needs hmac = { header = \"…\" }".into()))?;
+                .ok_or("verify = \"hmac\" needs hmac = { header = \"…\" }")?;
             Some(Scheme::Hmac(
-                hmac_scheme(h).map_err(|e| fail(format!("hmac: {e}")))?,
+                hmac_scheme(h).map_err(|e| format!("hmac: {e}"))?,
             ))
         }
         Some(other) => {
-            return Err(fail(format!(
+            return Err(format!(
                 "verify must be \"github\", \"stripe\", \"slack\", \"standard-webhooks\" or \
                  \"hmac\", got {other:?}"
-            )))
+            ))
         }
     };
     if t.hmac.is_some() && !matches!(scheme, Some(Scheme::Hmac(_))) {
-        return Err(fail(
-            "hmac = {…} is only valid with verify = \"hmac\"".into(),
-        ));
+        return Err("hmac = {…} is only valid with verify = \"hmac\"".into());
     }
-    let mut refs = Vec::new();
-    let verify = match &scheme {
-        None => {
-            if t.secrets.is_some() || t.tolerance.is_some() {
-                return Err(fail("secrets and tolerance need verify = \"…\"".into()));
-            }
-            None
+    Ok(scheme)
+}
+
+/// The verifier of `scheme`: `tolerance` checked against the scheme, the `secrets` read and
+/// turned into keys; with the references they were read from (what `sluice check` prints).
+fn build_verifier(
+    t: RawAuth<'_>,
+    scheme: &Scheme,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Verifier, Vec<SecretRef>), String> {
+    let tolerance = match t.tolerance {
+        None => DEFAULT_TOLERANCE,
+        Some(_) if !scheme.has_timestamp() => {
+            return Err(format!(
+                "tolerance does not apply to verify = {:?} (no timestamp)",
+                scheme.name()
+            ))
         }
-        Some(scheme) => {
-            let tolerance = match &t.tolerance {
-                None => DEFAULT_TOLERANCE,
-                Some(_) if !scheme.has_timestamp() => {
-                    return Err(fail(format!(
-                        "tolerance does not apply to verify = {:?} (no timestamp)",
-                        scheme.name()
-                    )))
-                }
-                Some(text) => {
-                    let d = parse_duration(text).map_err(|e| fail(format!("tolerance: {e}")))?;
-                    if d < Duration::from_secs(1) || d > Duration::from_secs(86_400) {
-                        return Err(fail(format!(
-                            "tolerance {text:?} is out of range (1s..=24h)"
-                        )));
-                    }
-                    d
-                }
-            };
-            let loaded = load_secrets(t.secrets.as_deref().unwrap_or(&[]), env).map_err(fail)?;
-            let keys = verify_keys(scheme, &loaded).map_err(|e| fail(format!("secrets: {e}")))?;
-            refs = loaded.into_iter().map(|(r, _)| r).collect();
-            let v = Verifier::from_keys(scheme.clone(), keys, tolerance)
-                .map_err(|e| fail(format!("secrets: {e}")))?;
-            Some(v)
+        Some(text) => {
+            let d = parse_duration(text).map_err(|e| format!("tolerance: {e}"))?;
+            if d < Duration::from_secs(1) || d > Duration::from_secs(86_400) {
+                return Err(format!("tolerance {text:?} is out of range (1s..=24h)"));
+            }
+            d
         }
     };
-    let window = match &t.dedupe {
+    let loaded = load_secrets(t.secrets.unwrap_or(&[]), env)?;
+    let keys = verify_keys(scheme, &loaded).map_err(|e| format!("secrets: {e}"))?;
+    let refs = loaded.into_iter().map(|(r, _)| r).collect();
+    let verifier = Verifier::from_keys(scheme.clone(), keys, tolerance)
+        .map_err(|e| format!("secrets: {e}"))?;
+    Ok((verifier, refs))
+}
+
+/// `dedupe = true | false | { window = "…" }`: the window, or `None` without dedupe.
+fn dedupe_window(raw: Option<&RawDedupe>) -> Result<Option<Duration>, String> {
+    Ok(match raw {
         None | Some(RawDedupe::Flag(false)) => None,
         Some(RawDedupe::Flag(true)) => Some(DEFAULT_WINDOW),
         Some(RawDedupe::Options(o)) => Some(match &o.window {
             None => DEFAULT_WINDOW,
             Some(text) => {
-                let d = parse_duration(text).map_err(|e| fail(format!("dedupe.window: {e}")))?;
+                let d = parse_duration(text).map_err(|e| format!("dedupe.window: {e}"))?;
                 if d < Duration::from_secs(1) || d > Duration::from_secs(365 * 86_400) {
-                    return Err(fail(format!(
+                    return Err(format!(
                         "dedupe.window {text:?} is out of range (1s..=365d)"
-                    )));
+                    ));
                 }
                 d
             }
         }),
-    };
-    Ok(TriggerAuth {
-        dedupe: window.map(|window| DedupeRule {
-            window,
-            source: KeySource::for_scheme(scheme.as_ref()),
-        }),
-        verify,
-        secrets: refs,
     })
 }
 

@@ -447,7 +447,7 @@ fn when_backlog_full_defaults_by_verify_scheme_and_absorb_max_bytes_follows_the_
         ]
     );
     assert_eq!(
-        crate::ingest::backlog::absorbing_triggers(&c.triggers),
+        crate::ingest::backlog::absorbing_triggers(&c.ingest_triggers()),
         ["gh", "plain-absorb"]
     );
     assert_eq!(c.dispatch.absorb_max_bytes, 134217728 / 10);

@@ -322,16 +322,17 @@ pub(super) fn build_flow_settings(r: RawFlowSection) -> Result<FlowSettings, Con
 
 /// A batch must fit in its gate: `batch.size <= [flow] max_held`, else the batch could never
 /// fill (a precise error, never a clamp).
-pub(super) fn check_batch_sizes(
-    triggers: &[super::TriggerConfig],
+/// `triggers`: each trigger's id and gates.
+pub(super) fn check_batch_sizes<'a>(
+    triggers: impl IntoIterator<Item = (&'a str, &'a FlowConfig)>,
     flow: &FlowSettings,
 ) -> Result<(), ConfigError> {
-    for t in triggers {
-        if let Some(b) = t.flow.batch.as_ref().filter(|b| b.size > flow.max_held) {
+    for (id, gates) in triggers {
+        if let Some(b) = gates.batch.as_ref().filter(|b| b.size > flow.max_held) {
             return Err(ConfigError(format!(
                 "trigger {:?}: batch.size: {} is larger than flow.max_held ({}), the most events \
                  a gate holds; raise flow.max_held or lower the size",
-                t.id, b.size, flow.max_held
+                id, b.size, flow.max_held
             )));
         }
     }

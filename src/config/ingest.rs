@@ -1,6 +1,7 @@
 //! `[ingest]`: the token buckets (manifest or the Harn orchestrator's environment), the source
 //! registry, the WAL offer timeout, the default route, the stored headers and the dedupe index.
-//! Stage 1 ([`RawIngest`], every field documented) and stage 2 ([`IngestConfig`]), validated by
+//! Stage 1 ([`RawIngest`], every field documented) and stage 2 (ingest's own
+//! [`IngestSpec`]), validated by
 //! [`build_ingest`]; split from `config/mod.rs` by section.
 
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{duration_or, err, ranged, ConfigError};
-use crate::ingest::backlog::DefaultRoute;
+use crate::ingest::spec::{IngestSpec, MaxPending};
 
 /// Environment variable names (Harn orchestrator contract).
 pub const ENV_GLOBAL_CAPACITY: &str = "HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY";
@@ -44,27 +45,11 @@ pub struct RawIngest {
     pub default_route_max_pending: Option<super::shares::RawMaxPending>,
     /// Request headers stored with each event (case-insensitive names), besides
     /// `content-type`, which is always kept. At most 32 (31 when a trigger has `dedupe`, whose
-    /// key takes one slot). Default: a list of common provider delivery and signature headers.
+    /// key is stored as one more). Default: a list of common provider delivery and signature headers.
     pub stored_headers: Option<Vec<String>>,
     /// Most dedupe keys held across triggers; past it the oldest are evicted (README
     /// "Signatures and dedupe"). Default: 1_000_000. Range: 1..=100_000_000.
     pub dedupe_max_keys: Option<usize>,
-}
-
-#[derive(Debug, Clone)]
-pub struct IngestConfig {
-    pub global_capacity: u64,
-    pub per_source_capacity: u64,
-    pub refill_per_sec: u64,
-    pub max_sources: usize,
-    pub metrics_top_sources: usize,
-    pub offer_timeout: Duration,
-    pub default_route: bool,
-    /// The default route's share (`None`: none; see [`RawIngest::default_route_max_pending`]).
-    pub default_route_max_pending: Option<super::shares::MaxPending>,
-    /// Lower-cased header names stored with each event (always includes `content-type`).
-    pub stored_headers: Vec<String>,
-    pub dedupe_max_keys: usize,
 }
 
 /// Default headers stored with each event besides `content-type`.
@@ -100,37 +85,66 @@ fn env_u64(env: &dyn Fn(&str) -> Option<String>, key: &str) -> Result<Option<u64
 
 /// `has_triggers`: the manifest configures `[[triggers]]` (the default route's default).
 pub(super) fn build_ingest(
-    r: RawIngest,
+    mut r: RawIngest,
     env: &dyn Fn(&str) -> Option<String>,
     has_triggers: bool,
-) -> Result<IngestConfig, ConfigError> {
+) -> Result<IngestSpec, ConfigError> {
     let default_route = r.default_route.unwrap_or(!has_triggers);
-    let default_route_max_pending = match r.default_route_max_pending {
-        Some(_) if !default_route => {
-            return err(
-                "ingest.default_route_max_pending is set but the default route is off \
-                 (set ingest.default_route = true to serve it)"
-                    .to_string(),
-            )
-        }
-        Some(raw) => Some(super::shares::build("default route", Some(raw))?),
-        None => None,
-    };
-    let positive = |key: &str, env_key: &str, manifest: Option<u64>, default: u64| {
-        let v = match env_u64(env, env_key)? {
-            Some(v) => v,
-            None => manifest.unwrap_or(default),
-        };
-        if v == 0 || v > 1 << 40 {
-            return err(format!(
-                "ingest.{key} = {v} is out of range (1..={})",
-                1u64 << 40
-            ));
-        }
-        Ok(v)
-    };
+    let default_route_max_pending =
+        default_route_share(default_route, r.default_route_max_pending)?;
+    let stored_headers = stored_headers(r.stored_headers.take())?;
+    let buckets = bucket_sizes(&r, env)?;
+    Ok(IngestSpec {
+        global_capacity: buckets.global_capacity,
+        per_source_capacity: buckets.per_source_capacity,
+        refill_per_sec: buckets.refill_per_sec,
+        max_sources: ranged("ingest.max_sources", r.max_sources, 10_000, 1, 1_000_000)?,
+        metrics_top_sources: ranged(
+            "ingest.metrics_top_sources",
+            r.metrics_top_sources,
+            crate::ingest::sources::DEFAULT_METRICS_TOP_SOURCES,
+            0,
+            10_000,
+        )?,
+        offer_timeout: duration_or(
+            "ingest.offer_timeout",
+            r.offer_timeout,
+            Duration::from_millis(50),
+        )?,
+        default_route,
+        default_route_max_pending,
+        stored_headers,
+        dedupe_max_keys: ranged(
+            "ingest.dedupe_max_keys",
+            r.dedupe_max_keys,
+            crate::ingest::dedupe::DEFAULT_MAX_KEYS,
+            1,
+            100_000_000,
+        )?,
+    })
+}
+
+/// `ingest.default_route_max_pending`: only with the default route on.
+fn default_route_share(
+    default_route: bool,
+    raw: Option<super::shares::RawMaxPending>,
+) -> Result<Option<MaxPending>, ConfigError> {
+    match raw {
+        Some(_) if !default_route => err(
+            "ingest.default_route_max_pending is set but the default route is off \
+             (set ingest.default_route = true to serve it)"
+                .to_string(),
+        ),
+        Some(raw) => Ok(Some(super::shares::build("default route", Some(raw))?)),
+        None => Ok(None),
+    }
+}
+
+/// `ingest.stored_headers`: `content-type` first, then the names given (or the defaults),
+/// lower-cased, each once; at most [`MAX_STORED_HEADERS`] in all.
+fn stored_headers(names: Option<Vec<String>>) -> Result<Vec<String>, ConfigError> {
     let mut stored = vec!["content-type".to_string()];
-    let names: Vec<String> = match r.stored_headers {
+    let names: Vec<String> = match names {
         Some(list) => list,
         None => DEFAULT_STORED_HEADERS
             .iter()
@@ -158,62 +172,56 @@ pub(super) fn build_ingest(
             MAX_STORED_HEADERS
         ));
     }
-    let global_capacity = positive(
-        "global_capacity",
-        ENV_GLOBAL_CAPACITY,
-        r.global_capacity,
-        4096,
-    )?;
-    let per_source_capacity = positive(
-        "per_source_capacity",
-        ENV_PER_SOURCE_CAPACITY,
-        r.per_source_capacity,
-        1024,
-    )?;
-    let refill_per_sec = positive("refill_per_sec", ENV_REFILL_PER_SEC, r.refill_per_sec, 1024)?;
-    for (key, capacity) in [
-        ("global_capacity", global_capacity),
-        ("per_source_capacity", per_source_capacity),
-    ] {
-        crate::sync::gcra::BucketParams::new(capacity, refill_per_sec)
-            .map_err(|e| ConfigError(format!("ingest.{key} / refill_per_sec: {e}")))?;
-    }
-    Ok(IngestConfig {
-        global_capacity,
-        per_source_capacity,
-        refill_per_sec,
-        max_sources: ranged("ingest.max_sources", r.max_sources, 10_000, 1, 1_000_000)?,
-        metrics_top_sources: ranged(
-            "ingest.metrics_top_sources",
-            r.metrics_top_sources,
-            crate::ingest::sources::DEFAULT_METRICS_TOP_SOURCES,
-            0,
-            10_000,
-        )?,
-        offer_timeout: duration_or(
-            "ingest.offer_timeout",
-            r.offer_timeout,
-            Duration::from_millis(50),
-        )?,
-        default_route,
-        default_route_max_pending,
-        stored_headers: stored,
-        dedupe_max_keys: ranged(
-            "ingest.dedupe_max_keys",
-            r.dedupe_max_keys,
-            crate::ingest::dedupe::DEFAULT_MAX_KEYS,
-            1,
-            100_000_000,
-        )?,
-    })
+    Ok(stored)
 }
 
-impl IngestConfig {
-    /// The default route as the backlog sees it.
-    pub fn default_route_spec(&self) -> DefaultRoute {
-        DefaultRoute {
-            on: self.default_route,
-            share: self.default_route_max_pending.map(|m| (m.events, m.bytes)),
+/// The token buckets' sizes, validated together.
+struct BucketSizes {
+    global_capacity: u64,
+    per_source_capacity: u64,
+    refill_per_sec: u64,
+}
+
+/// The buckets' capacities and refill: each from its environment variable, else the manifest,
+/// else the default; each in `1..=2^40`, and each capacity a valid GCRA with the refill.
+fn bucket_sizes(
+    r: &RawIngest,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<BucketSizes, ConfigError> {
+    let positive = |key: &str, env_key: &str, manifest: Option<u64>, default: u64| {
+        let v = match env_u64(env, env_key)? {
+            Some(v) => v,
+            None => manifest.unwrap_or(default),
+        };
+        if v == 0 || v > 1 << 40 {
+            return err(format!(
+                "ingest.{key} = {v} is out of range (1..={})",
+                1u64 << 40
+            ));
         }
+        Ok(v)
+    };
+    let sizes = BucketSizes {
+        global_capacity: positive(
+            "global_capacity",
+            ENV_GLOBAL_CAPACITY,
+            r.global_capacity,
+            4096,
+        )?,
+        per_source_capacity: positive(
+            "per_source_capacity",
+            ENV_PER_SOURCE_CAPACITY,
+            r.per_source_capacity,
+            1024,
+        )?,
+        refill_per_sec: positive("refill_per_sec", ENV_REFILL_PER_SEC, r.refill_per_sec, 1024)?,
+    };
+    for (key, capacity) in [
+        ("global_capacity", sizes.global_capacity),
+        ("per_source_capacity", sizes.per_source_capacity),
+    ] {
+        crate::sync::gcra::BucketParams::new(capacity, sizes.refill_per_sec)
+            .map_err(|e| ConfigError(format!("ingest.{key} / refill_per_sec: {e}")))?;
     }
+    Ok(sizes)
 }

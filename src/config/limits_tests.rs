@@ -1,6 +1,7 @@
 //! Tests of the limits `config` enforces at start-up: duration bounds, reserved
 //! trigger paths and ids, `drain_grace`, and start-up warnings. Kept apart: `mod.rs` is long.
 use super::*;
+use std::time::Duration;
 
 fn no_env(_: &str) -> Option<String> {
     None

@@ -23,13 +23,21 @@
 //! `ingest.rs`, both re-exported here. Destinations, the pump and the backlog bounds are in [`dispatch`]. Per-trigger signature
 //! verification and dedupe keys (`verify`, `secrets`, `tolerance`, `hmac`, `dedupe`) are
 //! validated in [`auth`].
+//!
+//! Layering inside `config`: this file assembles the sections; the sections import only each
+//! other and the leaves (`error.rs`: [`ConfigError`] and the range/duration validators;
+//! `overrides.rs`: [`Overrides`]; [`duration`]), never this file, so no section depends on the
+//! whole. A check across sections takes the parts it compares (`flow::check_batch_sizes` the
+//! triggers' gates, `shares::check_sums` their shares), not the config.
 
 pub mod auth;
 mod budgets;
 pub mod dispatch;
 pub mod duration;
+mod error;
 pub mod flow;
 mod ingest;
+mod overrides;
 pub mod render;
 mod server;
 pub mod shared;
@@ -38,22 +46,27 @@ pub mod tls;
 pub mod ui;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
 
+/// `[A-Za-z0-9._-]{1,64}`, the shape of a trigger id, a provider and a source (ingest's rule).
+pub use crate::ingest::router::is_valid_id;
+use crate::ingest::spec::{IngestSpec, MaxPending, TriggerSpec, WhenFull};
 pub use auth::{TriggerAuth, ENV_ADMIN_TOKEN};
 pub use dispatch::{
     AdaptiveConfig, CircuitConfig, DestinationConfig, DispatchConfig, HandlerUri, OnOpen,
     PumpConfig, RateSpec, RetryConfig, ENV_PUMP_MAX_OUTSTANDING,
 };
 pub use duration::parse_duration;
+pub use error::ConfigError;
+pub(crate) use error::{duration_or, err, ranged};
 pub use flow::{FlowConfig, FlowSettings};
 use ingest::build_ingest;
 pub use ingest::{
-    IngestConfig, RawIngest, DEFAULT_STORED_HEADERS, ENV_GLOBAL_CAPACITY, ENV_PER_SOURCE_CAPACITY,
+    RawIngest, DEFAULT_STORED_HEADERS, ENV_GLOBAL_CAPACITY, ENV_PER_SOURCE_CAPACITY,
     ENV_REFILL_PER_SEC, MAX_STORED_HEADERS,
 };
+pub use overrides::Overrides;
 use server::build_server;
 pub use server::{RawServer, ServerConfig, ENV_IO};
 
@@ -81,22 +94,6 @@ fn check_commit_path(wal: &WalSettings, io: crate::net::io::IoMode) -> Result<()
         );
     }
     Ok(())
-}
-
-/// A configuration error: which key, and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(pub String);
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError(msg.into()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -219,16 +216,31 @@ pub struct TriggerConfig {
     /// Flow-control gates (none by default).
     pub flow: FlowConfig,
     /// What this trigger's events do when the durable backlog is full.
-    pub when_backlog_full: crate::ingest::backlog::WhenFull,
+    pub when_backlog_full: WhenFull,
     /// Guaranteed share of the durable backlog (`None` values: the default share).
-    pub max_pending: shares::MaxPending,
+    pub max_pending: MaxPending,
+}
+
+impl TriggerConfig {
+    /// The trigger as ingest sees it: route, edge checks, backlog policy and share.
+    pub fn ingest_spec(&self) -> TriggerSpec {
+        TriggerSpec {
+            id: self.id.clone(),
+            provider: self.provider.clone(),
+            path: self.path.clone(),
+            verifier: self.auth.verify.clone(),
+            dedupe: self.auth.dedupe,
+            when_backlog_full: self.when_backlog_full,
+            max_pending: self.max_pending,
+        }
+    }
 }
 
 /// The validated configuration. Built once at startup; never mutated.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub server: ServerConfig,
-    pub ingest: IngestConfig,
+    pub ingest: IngestSpec,
     pub wal: WalSettings,
     pub triggers: Vec<TriggerConfig>,
     /// One per distinct trigger handler URI, in order of first use; indices are stable.
@@ -239,30 +251,6 @@ pub struct Config {
     pub flow: FlowSettings,
     /// `SLUICE_ADMIN_TOKEN`; `None`: the `/admin/` routes are off (404).
     pub admin_token: Option<crate::ingest::secrets::Secret>,
-}
-
-/// Command-line overrides (highest precedence).
-#[derive(Debug, Default, Clone)]
-pub struct Overrides {
-    pub listen: Option<String>,
-    pub data_dir: Option<PathBuf>,
-    pub workers: Option<usize>,
-    pub durability: Option<String>,
-    pub pump_max_outstanding: Option<usize>,
-    /// `--drain-grace` (wins over `server.drain_grace`).
-    pub drain_grace: Option<String>,
-    /// `--accept-wal-loss` (there is no manifest key: it is a decision for one start).
-    pub accept_wal_loss: bool,
-    /// `--io` (wins over `SLUICE_IO` and `server.io`).
-    pub io: Option<String>,
-}
-
-/// `[A-Za-z0-9._-]{1,64}`: the shape of a source or trigger id.
-pub fn is_valid_id(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 impl Config {
@@ -315,33 +303,10 @@ impl Config {
         let pump = dispatch::build_pump(raw.orchestrator, env, overrides)?;
         let dispatch = dispatch::build_dispatch(raw.dispatch, wal.segment_bytes, server.workers)?;
         let flow = flow::build_flow_settings(raw.flow)?;
-        flow::check_batch_sizes(&triggers, &flow)?;
-        shares::check_sums(&triggers, ingest.default_route_max_pending, &dispatch)?;
-        // A gate key can only read headers stored with the event: add them to the stored set.
-        for t in &triggers {
-            for h in t.flow.headers() {
-                if !ingest.stored_headers.iter().any(|s| s == h) {
-                    if ingest.stored_headers.len() >= MAX_STORED_HEADERS {
-                        return err(format!(
-                            "trigger {:?}: a flow-control key reads header {h:?}, which would be \
-                             stored header number {} (ingest.stored_headers: at most {MAX_STORED_HEADERS})",
-                            t.id,
-                            ingest.stored_headers.len() + 1
-                        ));
-                    }
-                    ingest.stored_headers.push(h.to_string());
-                }
-            }
-        }
-        if triggers.iter().any(|t| t.auth.dedupe.is_some())
-            && ingest.stored_headers.len() >= MAX_STORED_HEADERS
-        {
-            return err(format!(
-                "ingest.stored_headers lists {} headers; with dedupe at most {} (the key is stored too)",
-                ingest.stored_headers.len(),
-                MAX_STORED_HEADERS - 1
-            ));
-        }
+        flow::check_batch_sizes(triggers.iter().map(|t| (t.id.as_str(), &t.flow)), &flow)?;
+        let trigger_shares: Vec<MaxPending> = triggers.iter().map(|t| t.max_pending).collect();
+        shares::check_sums(&trigger_shares, ingest.default_route_max_pending, &dispatch)?;
+        store_gate_headers(&triggers, &mut ingest.stored_headers)?;
         let admin_token = auth::admin_token(env)?;
         if ui_explicit && server.ui == ui::UiMode::Token && admin_token.is_none() {
             return err(format!(
@@ -414,6 +379,15 @@ impl Config {
         warnings
     }
 
+    /// The triggers as ingest sees them, in config order (the router's, the checks' and the
+    /// backlog shares' input; a reload rebuilds those from the new config's).
+    pub fn ingest_triggers(&self) -> Vec<TriggerSpec> {
+        self.triggers
+            .iter()
+            .map(TriggerConfig::ingest_spec)
+            .collect()
+    }
+
     /// Where the WAL segments live.
     pub fn wal_dir(&self) -> PathBuf {
         self.server.data_dir.join("wal")
@@ -439,25 +413,35 @@ impl Config {
     }
 }
 
-fn duration_or(key: &str, v: Option<String>, default: Duration) -> Result<Duration, ConfigError> {
-    match v {
-        None => Ok(default),
-        Some(t) => parse_duration(&t).map_err(|e| ConfigError(format!("{key}: {e}"))),
+/// The headers the triggers' gate keys read, added to the stored set (a gate key can only
+/// read headers stored with the event); room kept for the dedupe key when a trigger dedupes.
+fn store_gate_headers(
+    triggers: &[TriggerConfig],
+    stored: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    for t in triggers {
+        for h in t.flow.headers() {
+            if !stored.iter().any(|s| s == h) {
+                if stored.len() >= MAX_STORED_HEADERS {
+                    return err(format!(
+                        "trigger {:?}: a flow-control key reads header {h:?}, which would be \
+                         stored header number {} (stored: at most {MAX_STORED_HEADERS})",
+                        t.id,
+                        stored.len() + 1
+                    ));
+                }
+                stored.push(h.to_string());
+            }
+        }
     }
-}
-
-fn ranged<T: PartialOrd + std::fmt::Display + Copy>(
-    key: &str,
-    v: Option<T>,
-    default: T,
-    lo: T,
-    hi: T,
-) -> Result<T, ConfigError> {
-    let x = v.unwrap_or(default);
-    if x < lo || x > hi {
-        return err(format!("{key} = {x} is out of range ({lo}..={hi})"));
+    if triggers.iter().any(|t| t.auth.dedupe.is_some()) && stored.len() >= MAX_STORED_HEADERS {
+        return err(format!(
+            "stored lists {} headers; with dedupe at most {} (the key is stored too)",
+            stored.len(),
+            MAX_STORED_HEADERS - 1
+        ));
     }
-    Ok(x)
+    Ok(())
 }
 
 fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, ConfigError> {
@@ -503,53 +487,70 @@ fn build_wal(r: RawWal, o: &Overrides, max_body: u64) -> Result<WalSettings, Con
     })
 }
 
+/// A trigger's id, provider and path: well-formed, not reserved, and not taken by an earlier
+/// trigger (`out`).
+fn check_trigger_route(t: &RawTrigger, out: &[TriggerConfig]) -> Result<(), ConfigError> {
+    if !is_valid_id(&t.id) {
+        return err(format!(
+            "triggers: id {:?} must match [A-Za-z0-9._-]{{1,64}}",
+            t.id
+        ));
+    }
+    if t.id == crate::ingest::router::DEFAULT_TRIGGER_ID {
+        return err(format!(
+            "triggers: id {:?} is reserved for the default route POST /webhooks/{{source}}",
+            t.id
+        ));
+    }
+    if !is_valid_id(&t.provider) {
+        return err(format!(
+            "trigger {:?}: provider {:?} must match [A-Za-z0-9._-]{{1,64}}",
+            t.id, t.provider
+        ));
+    }
+    if !t.path.starts_with('/') || t.path.len() > 1024 || t.path.contains(['?', '#', ' ']) {
+        return err(format!(
+            "trigger {:?}: path {:?} must be an absolute path without query (≤ 1024 bytes)",
+            t.id, t.path
+        ));
+    }
+    if let Some(route) = crate::ingest::router::reserved_route(&t.path) {
+        return err(format!(
+            "trigger {:?}: path {:?} is taken by the built-in route {route} \
+             (reserved: /healthz, /readyz, /metrics, /admin, /ui, /api and everything under them)",
+            t.id, t.path
+        ));
+    }
+    if let Some(other) = out.iter().find(|o| o.id == t.id) {
+        return err(format!("triggers: id {:?} is defined twice", other.id));
+    }
+    if let Some(other) = out.iter().find(|o| o.path == t.path) {
+        return err(format!(
+            "triggers {:?} and {:?} both use path {:?}",
+            other.id, t.id, t.path
+        ));
+    }
+    Ok(())
+}
+
 fn build_triggers(
     raw: Vec<RawTrigger>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<TriggerConfig>, ConfigError> {
     let mut out: Vec<TriggerConfig> = Vec::with_capacity(raw.len());
     for t in raw {
-        if !is_valid_id(&t.id) {
-            return err(format!(
-                "triggers: id {:?} must match [A-Za-z0-9._-]{{1,64}}",
-                t.id
-            ));
-        }
-        if t.id == crate::ingest::router::DEFAULT_TRIGGER_ID {
-            return err(format!(
-                "triggers: id {:?} is reserved for the default route POST /webhooks/{{source}}",
-                t.id
-            ));
-        }
-        if !is_valid_id(&t.provider) {
-            return err(format!(
-                "trigger {:?}: provider {:?} must match [A-Za-z0-9._-]{{1,64}}",
-                t.id, t.provider
-            ));
-        }
-        if !t.path.starts_with('/') || t.path.len() > 1024 || t.path.contains(['?', '#', ' ']) {
-            return err(format!(
-                "trigger {:?}: path {:?} must be an absolute path without query (≤ 1024 bytes)",
-                t.id, t.path
-            ));
-        }
-        if let Some(route) = crate::ingest::router::reserved_route(&t.path) {
-            return err(format!(
-                "trigger {:?}: path {:?} is taken by the built-in route {route} \
-                 (reserved: /healthz, /readyz, /metrics, /admin, /ui, /api and everything under them)",
-                t.id, t.path
-            ));
-        }
-        if let Some(other) = out.iter().find(|o| o.id == t.id) {
-            return err(format!("triggers: id {:?} is defined twice", other.id));
-        }
-        if let Some(other) = out.iter().find(|o| o.path == t.path) {
-            return err(format!(
-                "triggers {:?} and {:?} both use path {:?}",
-                other.id, t.id, t.path
-            ));
-        }
-        let auth = auth::build_trigger_auth(&t, env)?;
+        check_trigger_route(&t, &out)?;
+        let auth = auth::build_trigger_auth(
+            &t.id,
+            auth::RawAuth {
+                verify: t.verify.as_deref(),
+                secrets: t.secrets.as_deref(),
+                tolerance: t.tolerance.as_deref(),
+                hmac: t.hmac.as_ref(),
+                dedupe: t.dedupe.as_ref(),
+            },
+            env,
+        )?;
         let flow = flow::build_flow(
             &t.id,
             flow::RawFlow {
@@ -586,6 +587,7 @@ mod limits_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn no_env(_: &str) -> Option<String> {
         None
@@ -743,18 +745,13 @@ mod tests {
                 handler: None,
                 auth: TriggerAuth::default(),
                 flow: FlowConfig::default(),
-                when_backlog_full: crate::ingest::backlog::WhenFull::Refuse,
+                when_backlog_full: WhenFull::Refuse,
                 max_pending: Default::default(),
             }]
         );
-    }
-
-    #[test]
-    fn id_shape() {
-        assert!(is_valid_id("github.com_x-1"));
-        assert!(!is_valid_id(""));
-        assert!(!is_valid_id("a/b"));
-        assert!(!is_valid_id(&"a".repeat(65)));
-        assert!(is_valid_id(&"a".repeat(64)));
+        assert_eq!(
+            c.ingest_triggers(),
+            vec![TriggerSpec::plain("gh", "github", "/hooks/github")]
+        );
     }
 }

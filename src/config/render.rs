@@ -389,6 +389,69 @@ fn destination_tls_shared(o: &mut Out, d: &super::DestinationConfig) {
     }
 }
 
+/// What `serve` logs at start and `sluice check` prints (to stderr, one line each, prefixed
+/// `routes:`): every route that takes events, the share of the durable backlog it holds, and
+/// the common pool (the split of [`crate::ingest::shares::split_slots`], as the server makes it).
+pub fn routes_summary(config: &Config) -> Vec<String> {
+    use crate::ingest::shares::split_slots;
+    use crate::ingest::spec::MaxPending;
+    let d = &config.dispatch;
+    let default = config.ingest.default_route_max_pending;
+    let split = |max, get: fn(&MaxPending) -> Option<u64>| {
+        let explicit: Vec<Option<u64>> = config
+            .triggers
+            .iter()
+            .map(|t| get(&t.max_pending))
+            .collect();
+        split_slots(
+            max,
+            &explicit,
+            default.as_ref().map(get),
+            d.reserved_fraction,
+        )
+        .ok()
+    };
+    let (Some(events), Some(bytes)) = (
+        split(d.max_pending_events, |m| m.events),
+        split(d.max_pending_bytes, |m| m.bytes),
+    ) else {
+        return vec!["routes: the shares do not fit the backlog bound".into()];
+    };
+    let mut lines: Vec<String> = config
+        .triggers
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            format!(
+                "routes: POST {} -> trigger {:?} (source {:?}): share {} events, {} bytes",
+                t.path, t.id, t.provider, events.shares[i], bytes.shares[i]
+            )
+        })
+        .collect();
+    let n = config.triggers.len();
+    lines.push(match (config.ingest.default_route, default) {
+        (false, _) if n > 0 => "routes: POST /webhooks/{source} -> off (triggers are configured; \
+                                ingest.default_route = true serves it too)"
+            .into(),
+        (false, _) => {
+            "routes: POST /webhooks/{source} -> off (ingest.default_route = false)".into()
+        }
+        (true, None) => "routes: POST /webhooks/{source} -> default route: no share (borrows \
+                         from the pool only)"
+            .into(),
+        (true, Some(_)) => format!(
+            "routes: POST /webhooks/{{source}} -> default route: share {} events, {} bytes",
+            events.shares[n], bytes.shares[n]
+        ),
+    });
+    lines.push(format!(
+        "routes: common pool: {} events, {} bytes (of dispatch.max_pending_events = {}, \
+         max_pending_bytes = {})",
+        events.pool, bytes.pool, d.max_pending_events, d.max_pending_bytes
+    ));
+    lines
+}
+
 #[cfg(test)]
 #[path = "render_tests.rs"]
 mod tests;

@@ -175,3 +175,44 @@ fn durations_print_in_the_largest_exact_unit() {
         assert_eq!(crate::config::parse_duration(&text), Ok(d(ms)), "{text}");
     }
 }
+
+// `routes_summary`: the routes and their backlog shares, as `serve` logs them.
+
+fn summary(text: &str) -> Vec<String> {
+    let raw = Config::parse_manifest(text).unwrap();
+    let cfg = Config::build(raw, &|_| None, &Overrides::default()).unwrap();
+    super::routes_summary(&cfg)
+}
+
+#[test]
+fn one_trigger_holds_the_reserve_and_the_default_route_is_off() {
+    let s = summary(
+        "[dispatch]\nmax_pending_events = 100\nmax_pending_bytes = 2097152\n\
+         [[triggers]]\nid = \"gh\"\nprovider = \"github\"\npath = \"/hooks/gh\"\n",
+    );
+    assert_eq!(
+        s,
+        [
+            "routes: POST /hooks/gh -> trigger \"gh\" (source \"github\"): share 50 events, 1048576 bytes",
+            "routes: POST /webhooks/{source} -> off (triggers are configured; ingest.default_route = true serves it too)",
+            "routes: common pool: 50 events, 1048576 bytes (of dispatch.max_pending_events = 100, max_pending_bytes = 2097152)",
+        ]
+    );
+}
+
+#[test]
+fn the_default_route_takes_a_share_only_when_given_one() {
+    let base = "[dispatch]\nmax_pending_events = 100\nmax_pending_bytes = 2097152\n";
+    let s = summary(base);
+    assert!(s[0].contains("default route: no share"), "{s:?}");
+    assert!(s[1].contains("pool: 100 events, 2097152 bytes"), "{s:?}");
+    let s = summary(&format!(
+        "[ingest]\ndefault_route = true\ndefault_route_max_pending = {{ events = 10 }}\n{base}\
+         [[triggers]]\nid = \"gh\"\nprovider = \"github\"\npath = \"/hooks/gh\"\n"
+    ));
+    assert!(
+        s[1].contains("default route: share 10 events, 524288 bytes"),
+        "{s:?}"
+    );
+    assert!(s[0].contains("share 40 events, 524288 bytes"), "{s:?}");
+}

@@ -6,7 +6,7 @@
 //! budget is full (`TAT = 0`).
 #![forbid(unsafe_code)]
 
-use crate::sync::gcra::{decide, BucketParams, Decision, ParamError};
+use crate::sync::gcra::{decide, BucketParams, Conformance, ParamError};
 
 /// A destination's outbound rate budget as configured (`rate = { per_sec, burst }`): validated
 /// by `config` (`per_sec` 1..=1e9, `burst` ≥ 1), turned into a [`RateBudget`] per owner core.
@@ -35,19 +35,19 @@ impl RateBudget {
     /// Whether a token could be taken at `now`: `Err(nanos until one can)` otherwise.
     pub fn peek(&self, now: u64) -> Result<(), u64> {
         match decide(self.tat, now, &self.params) {
-            Decision::Admit { .. } => Ok(()),
-            Decision::Refuse { retry_after } => Err(retry_after.as_nanos()),
+            Conformance::Admit { .. } => Ok(()),
+            Conformance::Refuse { retry_after } => Err(retry_after.as_nanos()),
         }
     }
 
     /// Takes one token at `now`, or says how many nanoseconds until one is available (> 0).
     pub fn try_take(&mut self, now: u64) -> Result<(), u64> {
         match decide(self.tat, now, &self.params) {
-            Decision::Admit { new_tat } => {
+            Conformance::Admit { new_tat } => {
                 self.tat = new_tat;
                 Ok(())
             }
-            Decision::Refuse { retry_after } => Err(retry_after.as_nanos()),
+            Conformance::Refuse { retry_after } => Err(retry_after.as_nanos()),
         }
     }
 

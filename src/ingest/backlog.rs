@@ -47,30 +47,12 @@ use std::sync::atomic::AtomicU64 as StdAtomicU64;
 // Through the shim: the bounds are modelled with loom (`loom-tests/tests/backlog.rs`).
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::ingest::respond::Refusal;
 use crate::ingest::shares::{ShareDim, Split};
-use crate::ingest::sources::RefusalReason;
+use crate::ingest::spec::TriggerSpec;
+pub use crate::ingest::spec::WhenFull;
 use crate::metrics::prom::{MetricType, PromWriter};
 use crate::sync::CachePadded;
-
-/// What a trigger's events do when the durable backlog is full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WhenFull {
-    /// `503 queue_full` with `Retry-After` (the sender retries).
-    Refuse,
-    /// Keep accepting into the WAL up to `absorb_max_bytes` more (the sender never retries).
-    Absorb,
-}
-
-impl WhenFull {
-    /// Parses the manifest value `"refuse"` | `"absorb"`.
-    pub fn parse(text: &str) -> Option<WhenFull> {
-        match text {
-            "refuse" => Some(WhenFull::Refuse),
-            "absorb" => Some(WhenFull::Absorb),
-            _ => None,
-        }
-    }
-}
 
 /// `counter -= n`, stopping at 0.
 fn sub_saturating(counter: &AtomicU64, n: u64) {
@@ -80,7 +62,7 @@ fn sub_saturating(counter: &AtomicU64, n: u64) {
 }
 
 /// Ids of the triggers whose events absorb (for [`Backlog::with_absorb`]).
-pub fn absorbing_triggers(triggers: &[crate::config::TriggerConfig]) -> Vec<&str> {
+pub fn absorbing_triggers(triggers: &[TriggerSpec]) -> Vec<&str> {
     triggers
         .iter()
         .filter(|t| t.when_backlog_full == WhenFull::Absorb)
@@ -97,7 +79,7 @@ pub struct TriggerShare<'a> {
 }
 
 /// The configured triggers' shares (for [`Backlog::with_triggers`]).
-pub fn trigger_shares(triggers: &[crate::config::TriggerConfig]) -> Vec<TriggerShare<'_>> {
+pub fn trigger_shares(triggers: &[TriggerSpec]) -> Vec<TriggerShare<'_>> {
     triggers
         .iter()
         .map(|t| TriggerShare {
@@ -134,7 +116,7 @@ struct SlotStats {
     drained_at_update: StdAtomicU64,
     /// Events made done per second (EWMA) × 1000.
     rate_milli: StdAtomicU64,
-    refusals: [StdAtomicU64; RefusalReason::COUNT],
+    refusals: [StdAtomicU64; Refusal::COUNT],
 }
 
 /// The totals over all slots (gauges; the bounds are the shares' and the pool's). Written by
@@ -550,13 +532,13 @@ impl Backlog {
 
     /// Counts a refusal of trigger `trigger_id`'s event for `reason`
     /// (`sluice_ingest_trigger_refusals_total`).
-    pub fn count_refusal(&self, trigger_id: &str, reason: RefusalReason) {
+    pub fn count_refusal(&self, trigger_id: &str, reason: Refusal) {
         self.stats[self.slot(trigger_id)].refusals[reason as usize]
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Refusals of trigger `trigger_id`'s events for `reason` so far.
-    pub fn refusals(&self, trigger_id: &str, reason: RefusalReason) -> u64 {
+    pub fn refusals(&self, trigger_id: &str, reason: Refusal) -> u64 {
         self.stats[self.slot(trigger_id)].refusals[reason as usize]
             .load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -731,10 +713,10 @@ impl Backlog {
         );
         for (s, id) in self.names.iter().enumerate().take(self.names.len() - 1) {
             for r in [
-                RefusalReason::QueueFull,
-                RefusalReason::WalFull,
-                RefusalReason::WalBusy,
-                RefusalReason::WalUnavailable,
+                Refusal::QueueFull,
+                Refusal::WalFull,
+                Refusal::WalBusy,
+                Refusal::WalUnavailable,
             ] {
                 let n =
                     self.stats[s].refusals[r as usize].load(std::sync::atomic::Ordering::Relaxed);

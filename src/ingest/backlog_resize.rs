@@ -4,25 +4,7 @@
 
 use super::{Backlog, TriggerShare};
 use crate::ingest::shares::{split_slots, Split};
-
-/// The default route as the backlog sees it (`config` builds it from `ingest.default_route`
-/// and `ingest.default_route_max_pending`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DefaultRoute {
-    /// Served (`POST /webhooks/{source}`).
-    pub on: bool,
-    /// Its share, `(events, bytes)` as a trigger's `max_pending` (`None` values: the default
-    /// share), when it is given one; `None`: no share, it borrows from the pool only, and it
-    /// does not count for readiness.
-    pub share: Option<(Option<u64>, Option<u64>)>,
-}
-
-impl From<bool> for DefaultRoute {
-    /// On or off, without a share.
-    fn from(on: bool) -> DefaultRoute {
-        DefaultRoute { on, share: None }
-    }
-}
+pub use crate::ingest::spec::DefaultRoute;
 
 /// The inputs of the split (see [`Backlog::resize_shares`]).
 #[derive(Debug, Clone, Default, PartialEq)]

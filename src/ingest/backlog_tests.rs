@@ -274,7 +274,7 @@ fn node_retry_after_and_wal_bound() {
 fn metrics_per_trigger_and_pool() {
     let b = two_triggers(1000, 1 << 20);
     fill(&b, "a", 200);
-    b.count_refusal("a", RefusalReason::QueueFull);
+    b.count_refusal("a", Refusal::QueueFull);
     let mut w = PromWriter::new();
     b.render_prometheus(&mut w);
     for line in [

@@ -5,14 +5,14 @@
 //! writes nothing.
 
 use super::Backlog;
-use crate::ingest::sources::RefusalReason;
+use crate::ingest::respond::Refusal;
 
 /// The refusals a slot counts (the durable queue's), in rendering order.
-pub const SLOT_REFUSALS: [RefusalReason; 4] = [
-    RefusalReason::QueueFull,
-    RefusalReason::WalFull,
-    RefusalReason::WalBusy,
-    RefusalReason::WalUnavailable,
+pub const SLOT_REFUSALS: [Refusal; 4] = [
+    Refusal::QueueFull,
+    Refusal::WalFull,
+    Refusal::WalBusy,
+    Refusal::WalUnavailable,
 ];
 
 /// What one slot (a start-up trigger, the default route, or the recovered events) holds now.
@@ -137,7 +137,7 @@ mod tests {
         // Its byte share (half the byte bound over "a" and "b") holds all its bytes.
         assert_eq!((a.bytes, a.borrowed_bytes), (6000, 0));
         assert!(b.reserve_for("a", 100).is_err());
-        b.count_refusal("a", RefusalReason::QueueFull);
+        b.count_refusal("a", Refusal::QueueFull);
         assert_eq!(b.slot_view(0).refused, [1, 0, 0, 0]);
         // "b" has its whole share and no room to borrow: not at its limit until the share is full.
         let v = b.slot_view(1);

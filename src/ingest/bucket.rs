@@ -6,7 +6,7 @@
 //! [`crate::ingest::sources::SourceEntry`]) or neither: acquire global, then source, refund
 //! global if the source refuses (the short window this opens is discussed on
 //! [`Admission::try_admit`]). A refusal carries the wait of the refusing bucket, which becomes
-//! the 503's `Retry-After` ([`Refusal::retry_after_secs`]).
+//! the 503's `Retry-After` ([`Exhausted::retry_after_secs`]).
 #![forbid(unsafe_code)]
 
 use crate::sync::gcra::TokenBucket;
@@ -20,9 +20,10 @@ pub enum BucketKind {
     Source,
 }
 
-/// An admission refusal: answer 503 with `Retry-After: {retry_after_secs()}`.
+/// No token: which bucket had none and how long until it has one (the pipeline answers
+/// `503 ingest_saturated` with `Retry-After: {retry_after_secs()}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refusal {
+pub struct Exhausted {
     /// Time until the refusing bucket has a token; when both buckets are empty, the longer of
     /// the two, so the client is not invited back into a second refusal.
     pub retry_after: RetryAfter,
@@ -30,7 +31,7 @@ pub struct Refusal {
     pub bucket: BucketKind,
 }
 
-impl Refusal {
+impl Exhausted {
     /// The `Retry-After` header value (`max(1, floor(seconds))`).
     pub const fn retry_after_secs(&self) -> u64 {
         self.retry_after.retry_after_secs()
@@ -72,14 +73,14 @@ impl Admission {
     /// the budget; the token itself is returned exactly (a refund is never lost and cannot
     /// overfill); and making the two buckets one atomic step would need a lock or a multi-word
     /// CAS shared by all cores on every request, which costs far more than a rare spurious 503.
-    pub fn try_admit(&self, source: &TokenBucket, now: u64) -> Result<(), Refusal> {
+    pub fn try_admit(&self, source: &TokenBucket, now: u64) -> Result<(), Exhausted> {
         if let Err(global_wait) = self.global.try_acquire(now) {
             return Err(match source.check(now) {
-                Err(source_wait) if source_wait > global_wait => Refusal {
+                Err(source_wait) if source_wait > global_wait => Exhausted {
                     retry_after: source_wait,
                     bucket: BucketKind::Source,
                 },
-                _ => Refusal {
+                _ => Exhausted {
                     retry_after: global_wait,
                     bucket: BucketKind::Global,
                 },
@@ -87,7 +88,7 @@ impl Admission {
         }
         if let Err(source_wait) = source.try_acquire(now) {
             self.global.refund(now);
-            return Err(Refusal {
+            return Err(Exhausted {
                 retry_after: source_wait,
                 bucket: BucketKind::Source,
             });

@@ -8,10 +8,12 @@
 //! - [`sources`]: bounded per-source registry, per-core caches, per-source refusal counters.
 //! - [`respond`]: the 202/503 bodies; `event_id` (from `wal`): ULID-shaped event ids.
 //! - [`schedule`]: the return schedule: `Retry-After` of `queue_full` and `ingest_saturated`
-//!   refusals from a ring of future one-second slots, so refused senders return spread out.
+//!   refusals from a ring of the coming seconds, so refused senders return spread out.
 //! - [`verify`]: per-trigger signature schemes (`401`), outbound Standard Webhooks signing;
 //!   [`secrets`]: where signing secrets come from; [`dedupe`]: the sharded dedupe index.
-//! - [`Guards`]: the per-trigger checks above, assembled from the config for the workers.
+//! - [`Guards`]: the per-trigger checks above, assembled from the trigger specs for the workers.
+//! - [`spec`]: what ingest needs of the configuration ([`spec::IngestSpec`],
+//!   [`spec::TriggerSpec`], …); `config` builds these, ingest imports nothing of it.
 //! - [`backlog`]: the durable-backlog bound (reserved at ingest, released by the pumps), in
 //!   per-trigger shares plus a common pool ([`shares`]); its shared atomics cache-padded by
 //!   writer, modelled with loom (`loom-tests/tests/backlog.rs`).
@@ -37,17 +39,18 @@ pub mod schedule;
 pub mod secrets;
 pub mod shares;
 pub mod sources;
+pub mod spec;
 pub mod verify;
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::config::TriggerConfig;
 use crate::metrics::auth::AuthMetrics;
 use crate::metrics::PromWriter;
 use crate::net::http::RequestHead;
 use dedupe::{Claim, ClaimToken, DedupeIndex, DedupeRule, KeyDigest};
+use spec::TriggerSpec;
 use verify::{Failure, Verifier};
 
 /// One trigger's checks (only triggers with `verify` or `dedupe` have one).
@@ -85,19 +88,16 @@ pub struct GuardTable {
 impl GuardTable {
     /// The checks of `triggers`, counting in `metrics`' cells (claimed for a trigger that has
     /// none yet, marked to render). `Err`: no spare cell left (nothing is published then).
-    pub fn build(triggers: &[TriggerConfig], metrics: &AuthMetrics) -> Result<GuardTable, String> {
+    pub fn build(triggers: &[TriggerSpec], metrics: &AuthMetrics) -> Result<GuardTable, String> {
         let mut by_trigger = HashMap::new();
         let mut marks = Vec::new();
-        for t in triggers
-            .iter()
-            .filter(|t| t.auth.verify.is_some() || t.auth.dedupe.is_some())
-        {
+        for t in triggers.iter().filter(|t| t.guarded()) {
             let index = metrics.cell_for(&t.id)?;
-            marks.push((index, t.auth.verify.is_some(), t.auth.dedupe.is_some()));
+            marks.push((index, t.verifier.is_some(), t.dedupe.is_some()));
             let g = TriggerGuard {
                 index,
-                verifier: t.auth.verify.clone(),
-                dedupe: t.auth.dedupe,
+                verifier: t.verifier.clone(),
+                dedupe: t.dedupe,
             };
             by_trigger.insert(t.id.as_str().into(), g);
         }
@@ -141,18 +141,12 @@ pub struct Guards {
 }
 
 impl Guards {
-    pub fn new(triggers: &[TriggerConfig], dedupe_max_keys: usize) -> Guards {
+    pub fn new(triggers: &[TriggerSpec], dedupe_max_keys: usize) -> Guards {
         let metrics = AuthMetrics::new(
             triggers
                 .iter()
-                .filter(|t| t.auth.verify.is_some() || t.auth.dedupe.is_some())
-                .map(|t| {
-                    (
-                        t.id.as_str(),
-                        t.auth.verify.is_some(),
-                        t.auth.dedupe.is_some(),
-                    )
-                }),
+                .filter(|t| t.guarded())
+                .map(|t| (t.id.as_str(), t.verifier.is_some(), t.dedupe.is_some())),
         );
         // Every guarded start-up trigger has its cells (above): the build claims none, so it
         // cannot fail — and a table without a trigger's verifier must never be used.

@@ -30,7 +30,6 @@
 
 use std::sync::Arc;
 
-use crate::config::Config;
 use crate::ingest::backlog::Backlog;
 use crate::ingest::bucket::Admission;
 use crate::ingest::dedupe::{self, Claim, ClaimToken, DEDUPE_KEY_HEADER};
@@ -40,6 +39,7 @@ use crate::ingest::respond::{
 };
 use crate::ingest::schedule::ReturnSchedule;
 use crate::ingest::sources::{SourceCache, SourceEntry};
+use crate::ingest::spec::IngestSpec;
 use crate::ingest::{verify, GuardTable, Guards, TriggerGuard};
 use crate::metrics::CoreMetrics;
 use crate::net::budget::{Reservation, BODY_BUDGET_RETRY_AFTER_SECS};
@@ -74,7 +74,10 @@ impl Now {
 /// What the pipeline reads of the node's shared state (borrowed for one call).
 #[derive(Debug, Clone, Copy)]
 pub struct Node<'a> {
-    pub config: &'a Config,
+    /// `[ingest]`: the stored headers and the offer timeout.
+    pub ingest: &'a IngestSpec,
+    /// `wal.segment_bytes`: the disk bound refuses once one more segment would pass it.
+    pub segment_bytes: u64,
     pub guards: &'a Guards,
     /// The checks of the generation the core runs (`ops::reload`).
     pub table: &'a GuardTable,
@@ -106,7 +109,7 @@ pub struct Arrival<'r> {
 
 /// The pipeline's output.
 #[derive(Debug)]
-pub enum Decision {
+pub enum Output {
     /// Answer now; nothing is appended.
     Respond(Response),
     /// Append the record; answer once it is durable (or not).
@@ -149,10 +152,10 @@ pub struct PendingReply {
     pub replay_of: Option<String>,
 }
 
-/// The answer of a pending reply: `202` or a `503` with `Retry-After: 1` (its JSON body is
+/// The head of a pending reply's answer: `202`, or `503` with `Retry-After: 1` (its JSON body is
 /// written into the caller's buffer).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Completion {
+pub struct ReplyHead {
     pub status: u16,
     pub retry_after: Option<&'static str>,
 }
@@ -180,7 +183,7 @@ impl Response {
 
 impl Pipeline<'_> {
     /// Runs the ingest sequence (module docs) on one request.
-    pub fn ingest(&mut self, arrival: Arrival<'_>, now: Now) -> Decision {
+    pub fn ingest(&mut self, arrival: Arrival<'_>, now: Now) -> Output {
         let Arrival {
             head,
             body,
@@ -189,13 +192,13 @@ impl Pipeline<'_> {
         } = arrival;
         let node = self.node;
         let guard = node.table.get(trigger_id);
-        let Some(stored) = stored_headers_fit(node.config, head, guard) else {
+        let Some(stored) = stored_headers_fit(node.ingest, head, guard) else {
             let text = format!(
                 "stored headers exceed {} fields or {} bytes per value\n",
                 wal::MAX_HEADERS,
                 wal::MAX_HEADER_VALUE_BYTES
             );
-            return Decision::Respond(Response {
+            return Output::Respond(Response {
                 content_type: http::TEXT_PLAIN,
                 ..Response::json(431, text)
             });
@@ -203,20 +206,20 @@ impl Pipeline<'_> {
         if let Some(g) = guard {
             if let Err(f) = node.guards.verify(g, head, &body, now.unix_ms / 1000) {
                 let text = verify::unauthorized_body(f.as_str());
-                return Decision::Respond(Response::json(401, text));
+                return Output::Respond(Response::json(401, text));
             }
             // Slack's `url_verification`: answered, not stored (`TriggerGuard::handshake`).
             if let Some(answer) = g.handshake(&body) {
-                return Decision::Respond(Response::json(200, answer));
+                return Output::Respond(Response::json(200, answer));
             }
         }
         let entry = self.sources.get_for(trigger_id, source);
-        if let Err(refusal) = node.admission.try_admit(entry.bucket(), now.mono) {
+        if let Err(exhausted) = node.admission.try_admit(entry.bucket(), now.mono) {
             self.metrics.incr_ingest(false);
             entry.count_refusal(Refusal::IngestSaturated);
             let emission = entry.bucket().params().emission_nanos();
-            let secs = (node.returns).bucket(now.mono, entry.returns(), &refusal, emission);
-            return Decision::Respond(Response::refused(Refusal::IngestSaturated, secs));
+            let secs = (node.returns).bucket(now.mono, entry.returns(), &exhausted, emission);
+            return Output::Respond(Response::refused(Refusal::IngestSaturated, secs));
         }
         self.metrics.incr_ingest(true);
         let event_id = self.ids.next_us(now.unix_us);
@@ -224,12 +227,12 @@ impl Pipeline<'_> {
             Some(g) => {
                 match claim_dedupe(node.guards, g, trigger_id, head, &body, &event_id, now) {
                     Ok(claim) => claim,
-                    Err(answered) => return Decision::Respond(answered),
+                    Err(answered) => return Output::Respond(answered),
                 }
             }
             None => None,
         };
-        let mut headers = stored_headers(node.config, head, stored);
+        let mut headers = stored_headers(node.ingest, head, stored);
         let claim = claim.map(|(token, key)| {
             headers.push((DEDUPE_KEY_HEADER.to_string(), key.into_bytes()));
             token
@@ -269,7 +272,7 @@ impl Pipeline<'_> {
 
     /// A DLQ replay: a new event (new id, received now, `replay_of` = the entry) with the
     /// dead-lettered event's trigger, source, headers and body; the backlog step only.
-    pub fn replay(&mut self, event: EventRecord, entry_id: String, now: Now) -> Decision {
+    pub fn replay(&mut self, event: EventRecord, entry_id: String, now: Now) -> Output {
         let source = self.sources.get_for(&event.trigger_id, &event.source);
         let event = EventRecord {
             event_id: self.ids.next_us(now.unix_us),
@@ -290,10 +293,10 @@ impl Node<'_> {
         source: Arc<SourceEntry>,
         claim: Option<ClaimToken>,
         now: u64,
-    ) -> Decision {
+    ) -> Output {
         let cost = wal::event_cost(&event);
         let backlog = self.backlog;
-        let refusal = if backlog.wal_full(self.config.wal.segment_bytes) {
+        let refusal = if backlog.wal_full(self.segment_bytes) {
             Some((Refusal::WalFull, backlog.retry_after_secs()))
         } else {
             // Past the trigger's share with the pool in use: `Retry-After` from the return
@@ -312,7 +315,7 @@ impl Node<'_> {
                 self.guards.settle(token, false);
             }
             source.count_refusal(reason);
-            return Decision::Respond(Response::refused(reason, retry_after));
+            return Output::Respond(Response::refused(reason, retry_after));
         }
         let reply = PendingReply {
             event_id: event.event_id.clone(),
@@ -321,11 +324,11 @@ impl Node<'_> {
             cost,
             replay_of: event.replay_of.clone(),
         };
-        Decision::Append(Append {
+        Output::Append(Append {
             record: event,
             reply,
             claim,
-            offer_deadline: now + self.config.ingest.offer_timeout.as_nanos() as u64,
+            offer_deadline: now + self.ingest.offer_timeout.as_nanos() as u64,
         })
     }
 
@@ -338,7 +341,7 @@ impl Node<'_> {
         reply: ReplyRef<'_>,
         result: Result<(), Refusal>,
         body: &mut String,
-    ) -> Completion {
+    ) -> ReplyHead {
         body.clear();
         match result {
             Ok(()) => {
@@ -350,7 +353,7 @@ impl Node<'_> {
                     json_str(body, of);
                     body.push('}');
                 }
-                Completion {
+                ReplyHead {
                     status: 202,
                     retry_after: None,
                 }
@@ -360,7 +363,7 @@ impl Node<'_> {
                 self.backlog.count_refusal(reply.trigger_id, reason);
                 self.backlog.release_for(reply.trigger_id, reply.cost);
                 push_refused_body(body, reason, 1);
-                Completion {
+                ReplyHead {
                     status: 503,
                     retry_after: Some("1"),
                 }
@@ -393,25 +396,25 @@ impl PendingReply {
 
 /// The configured headers of `head` to store with its event.
 fn to_store<'h>(
-    config: &'h Config,
+    ingest: &'h IngestSpec,
     head: &'h RequestHead,
 ) -> impl Iterator<Item = (&'h str, &'h [u8])> + 'h {
-    let stored = &config.ingest.stored_headers;
+    let stored = &ingest.stored_headers;
     head.headers()
         .filter(move |(n, _)| *n != DEDUPE_KEY_HEADER && stored.iter().any(|s| s == n))
 }
 
-/// Step 1: whether the headers to store fit the WAL's bounds (one slot kept free for the dedupe
+/// Step 1: whether the headers to store fit the WAL's bounds (room for one more kept for the dedupe
 /// key when the trigger dedupes), checked before anything is copied: `Some(fields to store,
-/// the key's slot included)`, or `None` past the bounds.
+/// the key's field included)`, or `None` past the bounds.
 fn stored_headers_fit(
-    config: &Config,
+    ingest: &IngestSpec,
     head: &RequestHead,
     guard: Option<&TriggerGuard>,
 ) -> Option<usize> {
-    let key_slot = usize::from(guard.is_some_and(|g| g.dedupe.is_some()));
-    let (mut n, mut too_long) = (key_slot, false);
-    for (_, v) in to_store(config, head) {
+    let key_field = usize::from(guard.is_some_and(|g| g.dedupe.is_some()));
+    let (mut n, mut too_long) = (key_field, false);
+    for (_, v) in to_store(ingest, head) {
         n += 1;
         too_long |= v.len() > wal::MAX_HEADER_VALUE_BYTES;
     }
@@ -420,9 +423,9 @@ fn stored_headers_fit(
 
 /// The headers to store (after [`stored_headers_fit`] counted `n`), copied for the event into
 /// a list of exactly that room.
-fn stored_headers(config: &Config, head: &RequestHead, n: usize) -> Vec<(String, Vec<u8>)> {
+fn stored_headers(ingest: &IngestSpec, head: &RequestHead, n: usize) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::with_capacity(n);
-    out.extend(to_store(config, head).map(|(n, v)| (n.to_owned(), v.to_vec())));
+    out.extend(to_store(ingest, head).map(|(n, v)| (n.to_owned(), v.to_vec())));
     out
 }
 

@@ -5,7 +5,7 @@
 use hmac::{Hmac, Mac};
 
 use super::*;
-use crate::config::Overrides;
+use crate::config::{Config, Overrides};
 use crate::ingest::backlog::{trigger_shares, Backlog};
 use crate::ingest::respond::accepted_body;
 use crate::ingest::sources::SourceTable;
@@ -72,10 +72,10 @@ impl Fx {
                     .map(|t| (t.id.as_str(), t.provider.as_str())),
             );
         let backlog = Backlog::with_wal_limit(max_events, 1 << 30, 0.9, 0.5, max_wal_bytes)
-            .with_triggers(&trigger_shares(&config.triggers), true, 0.0)
+            .with_triggers(&trigger_shares(&config.ingest_triggers()), true, 0.0)
             .unwrap();
         Fx {
-            guards: Guards::new(&config.triggers, ing.dedupe_max_keys),
+            guards: Guards::new(&config.ingest_triggers(), ing.dedupe_max_keys),
             admission: Admission::new(params(ing.global_capacity), T0),
             returns: ReturnSchedule::new(ing.refill_per_sec),
             backlog,
@@ -89,7 +89,8 @@ impl Fx {
     fn pipeline(&mut self) -> Pipeline<'_> {
         Pipeline {
             node: Node {
-                config: &self.config,
+                ingest: &self.config.ingest,
+                segment_bytes: self.config.wal.segment_bytes,
                 guards: &self.guards,
                 table: self.guards.start_table(),
                 admission: &self.admission,
@@ -108,7 +109,7 @@ impl Fx {
         source: &str,
         headers: &[(&str, &str)],
         body: &str,
-    ) -> Decision {
+    ) -> Output {
         let Request { head, body } = parse(headers, body);
         let arrival = Arrival {
             head: &head,
@@ -150,10 +151,10 @@ fn github_sig(body: &str) -> String {
     format!("sha256={hex}")
 }
 
-fn append(d: Decision) -> Append {
+fn append(d: Output) -> Append {
     match d {
-        Decision::Append(a) => a,
-        Decision::Respond(r) => panic!(
+        Output::Append(a) => a,
+        Output::Respond(r) => panic!(
             "expected an append, got {} {}",
             r.status,
             String::from_utf8_lossy(&r.body)
@@ -161,10 +162,10 @@ fn append(d: Decision) -> Append {
     }
 }
 
-fn respond(d: Decision) -> Response {
+fn respond(d: Output) -> Response {
     match d {
-        Decision::Respond(r) => r,
-        Decision::Append(a) => panic!("expected a response, got an append of {:?}", a.record),
+        Output::Respond(r) => r,
+        Output::Append(a) => panic!("expected a response, got an append of {:?}", a.record),
     }
 }
 

@@ -8,7 +8,53 @@
 
 use std::fmt::Write;
 
-pub use super::sources::RefusalReason as Refusal;
+/// Why a request was refused: the `reason` of a `503` body and the `reason` label of
+/// `sluice_ingest_refusals_total` (per source) and the backlog's per-trigger refusals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(usize)]
+pub enum Refusal {
+    /// A token bucket (global or per-source) was empty: 503 + Retry-After.
+    IngestSaturated,
+    /// The WAL ring stayed full past `offer_timeout`.
+    WalBusy,
+    /// The WAL cannot accept writes (I/O error, writer stopped).
+    WalUnavailable,
+    /// Reserved: the durable backlog bound (`max_pending`) refused.
+    QueueFull,
+    /// Reserved: the server is draining for shutdown.
+    Draining,
+    /// The WAL's disk use reached `max_wal_bytes`.
+    WalFull,
+    /// The process-wide in-flight body budget (`max_inflight_body_bytes`) could not cover the
+    /// declared body: refused before it was read.
+    BodyBudget,
+}
+
+impl Refusal {
+    /// Every reason, in rendering order (`ALL[r as usize] == r`).
+    pub const ALL: [Refusal; 7] = [
+        Refusal::IngestSaturated,
+        Refusal::WalBusy,
+        Refusal::WalUnavailable,
+        Refusal::QueueFull,
+        Refusal::Draining,
+        Refusal::WalFull,
+        Refusal::BodyBudget,
+    ];
+    pub const COUNT: usize = Self::ALL.len();
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Refusal::IngestSaturated => "ingest_saturated",
+            Refusal::WalBusy => "wal_busy",
+            Refusal::WalUnavailable => "wal_unavailable",
+            Refusal::QueueFull => "queue_full",
+            Refusal::Draining => "draining",
+            Refusal::WalFull => "wal_full",
+            Refusal::BodyBudget => "body_budget",
+        }
+    }
+}
 
 /// `{"status":"accepted",...}`
 pub fn accepted_body(event_id: &str, trigger_id: &str) -> String {

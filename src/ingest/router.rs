@@ -25,7 +25,16 @@
 
 use std::collections::HashMap;
 
-use crate::config::{is_valid_id, TriggerConfig};
+use crate::ingest::spec::TriggerSpec;
+
+/// `[A-Za-z0-9._-]{1,64}`: the shape of a source or trigger id (the default route answers
+/// `400` to a source of any other shape; `config` refuses such trigger ids and providers).
+pub fn is_valid_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
 
 /// Trigger id of events received on the embedded `POST /webhooks/{source}` route.
 pub const DEFAULT_TRIGGER_ID: &str = "default";
@@ -145,7 +154,7 @@ const ALLOW_GET: &str = "GET, HEAD";
 const ALLOW_POST: &str = "POST";
 
 impl Router {
-    pub fn new(triggers: &[TriggerConfig], default_route: bool) -> Router {
+    pub fn new(triggers: &[TriggerSpec], default_route: bool) -> Router {
         let mut r = Router {
             triggers: HashMap::new(),
             ids: Vec::new(),
@@ -264,19 +273,7 @@ mod tests {
     use super::*;
 
     fn router() -> Router {
-        Router::new(
-            &[TriggerConfig {
-                id: "gh".into(),
-                provider: "github".into(),
-                path: "/hooks/gh".into(),
-                handler: None,
-                auth: Default::default(),
-                flow: Default::default(),
-                when_backlog_full: crate::ingest::backlog::WhenFull::Refuse,
-                max_pending: Default::default(),
-            }],
-            true,
-        )
+        Router::new(&[TriggerSpec::plain("gh", "github", "/hooks/gh")], true)
     }
 
     #[test]
@@ -378,26 +375,17 @@ mod tests {
         }
     }
 
-    fn trigger(id: &str, provider: &str, path: &str) -> TriggerConfig {
-        TriggerConfig {
-            id: id.into(),
-            provider: provider.into(),
-            path: path.into(),
-            ..router_trigger()
-        }
+    fn trigger(id: &str, provider: &str, path: &str) -> TriggerSpec {
+        TriggerSpec::plain(id, provider, path)
     }
 
-    fn router_trigger() -> TriggerConfig {
-        TriggerConfig {
-            id: String::new(),
-            provider: String::new(),
-            path: String::new(),
-            handler: None,
-            auth: Default::default(),
-            flow: Default::default(),
-            when_backlog_full: crate::ingest::backlog::WhenFull::Refuse,
-            max_pending: Default::default(),
-        }
+    #[test]
+    fn id_shape() {
+        assert!(is_valid_id("github.com_x-1"));
+        assert!(!is_valid_id(""));
+        assert!(!is_valid_id("a/b"));
+        assert!(!is_valid_id(&"a".repeat(65)));
+        assert!(is_valid_id(&"a".repeat(64)));
     }
 
     #[test]

@@ -52,7 +52,7 @@ use crate::metrics::{Counter, MetricType, PromWriter};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::CachePadded;
 
-use super::bucket::{BucketKind, Refusal as BucketRefusal};
+use super::bucket::{BucketKind, Exhausted};
 
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 /// Slots in a ring: a power of two above `MAX_RETURN_SECS + 1`.
@@ -311,14 +311,14 @@ impl ReturnSchedule {
         &self,
         now: u64,
         source: &SourcePromise,
-        refusal: &BucketRefusal,
+        exhausted: &Exhausted,
         source_emission_nanos: u64,
     ) -> u64 {
-        let wait = refusal.retry_after_secs();
-        match refusal.bucket {
+        let wait = exhausted.retry_after_secs();
+        match exhausted.bucket {
             BucketKind::Global => assign(&self.buckets, now, source, self.bucket_room, wait),
             BucketKind::Source => {
-                let wait = refusal.retry_after.as_nanos();
+                let wait = exhausted.retry_after.as_nanos();
                 let now_sec = now / NANOS_PER_SEC;
                 match space_source(now, source, wait, source_emission_nanos) {
                     Some(secs) => {

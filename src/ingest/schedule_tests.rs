@@ -1,7 +1,7 @@
 //! Unit tests of the return schedule on the manual clock.
 
 use super::*;
-use crate::ingest::bucket::{BucketKind, Refusal, RetryAfter};
+use crate::ingest::bucket::{BucketKind, Exhausted, RetryAfter};
 use crate::sync::clock::{Clock, ManualClock};
 use std::time::Duration;
 
@@ -158,8 +158,8 @@ fn a_source_far_over_its_promise_cap_is_spread_not_piled() {
     assert_eq!(distinct.len(), SPREAD_SECS as usize, "{tail:?}");
 }
 
-fn source_refusal(wait_nanos: u64) -> Refusal {
-    Refusal {
+fn source_refusal(wait_nanos: u64) -> Exhausted {
+    Exhausted {
         retry_after: RetryAfter::from_nanos(wait_nanos),
         bucket: BucketKind::Source,
     }
@@ -206,7 +206,7 @@ fn source_bucket_spacing_stops_at_the_cap() {
 #[test]
 fn global_bucket_refusals_use_the_refill_as_room() {
     let sched = ReturnSchedule::new(2);
-    let refusal = Refusal {
+    let refusal = Exhausted {
         retry_after: RetryAfter::from_nanos(SEC / 3),
         bucket: BucketKind::Global,
     };

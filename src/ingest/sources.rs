@@ -37,7 +37,7 @@
 //!   `sluice_ingest_accepted_total{source}`) have series for at most `metrics_top_sources`
 //!   entries (default [`DEFAULT_METRICS_TOP_SOURCES`]; the ones with the most accepted plus
 //!   refused requests at scrape time) plus one [`OTHER_SERIES`] that sums all the others, i.e.
-//!   at most `(metrics_top_sources + 1) × (RefusalReason::COUNT + 1)` series however many
+//!   at most `(metrics_top_sources + 1) × (Refusal::COUNT + 1)` series however many
 //!   sources clients create. `sluice_metrics_sources_folded` says how many were summed. The
 //!   name `_other` is reserved like `_overflow`: a source of that name shares the overflow
 //!   entry, so its series cannot be confused with the sum.
@@ -47,6 +47,7 @@
 //! model; the bucket inside an entry is the part a loom model covers.
 #![forbid(unsafe_code)]
 
+use super::respond::Refusal;
 use super::schedule::SourcePromise;
 use crate::metrics::{Counter, MetricType, PromWriter};
 use crate::sync::gcra::{BucketParams, TokenBucket};
@@ -67,61 +68,13 @@ pub const DEFAULT_METRICS_TOP_SOURCES: usize = 100;
 /// Longest source name with its own entry; longer names share the overflow entry.
 pub const MAX_SOURCE_NAME_LEN: usize = 128;
 
-/// Why a request from a source was refused (`reason` label of
-/// `sluice_ingest_refusals_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(usize)]
-pub enum RefusalReason {
-    /// A token bucket (global or per-source) was empty: 503 + Retry-After.
-    IngestSaturated,
-    /// The WAL ring stayed full past `offer_timeout`.
-    WalBusy,
-    /// The WAL cannot accept writes (I/O error, writer stopped).
-    WalUnavailable,
-    /// Reserved: the durable backlog bound (`max_pending`) refused.
-    QueueFull,
-    /// Reserved: the server is draining for shutdown.
-    Draining,
-    /// The WAL's disk use reached `max_wal_bytes`.
-    WalFull,
-    /// The process-wide in-flight body budget (`max_inflight_body_bytes`) could not cover the
-    /// declared body: refused before it was read.
-    BodyBudget,
-}
-
-impl RefusalReason {
-    /// Every reason, in rendering order (`ALL[r as usize] == r`).
-    pub const ALL: [RefusalReason; 7] = [
-        RefusalReason::IngestSaturated,
-        RefusalReason::WalBusy,
-        RefusalReason::WalUnavailable,
-        RefusalReason::QueueFull,
-        RefusalReason::Draining,
-        RefusalReason::WalFull,
-        RefusalReason::BodyBudget,
-    ];
-    pub const COUNT: usize = Self::ALL.len();
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            RefusalReason::IngestSaturated => "ingest_saturated",
-            RefusalReason::WalBusy => "wal_busy",
-            RefusalReason::WalUnavailable => "wal_unavailable",
-            RefusalReason::QueueFull => "queue_full",
-            RefusalReason::Draining => "draining",
-            RefusalReason::WalFull => "wal_full",
-            RefusalReason::BodyBudget => "body_budget",
-        }
-    }
-}
-
 /// One source's bucket and counters. Shared by all cores (`Arc`), never removed.
 #[derive(Debug)]
 pub struct SourceEntry {
     name: Box<str>,
     /// Cache-padded internally, so counter writes do not bounce the bucket's line.
     bucket: TokenBucket,
-    refusals: [Counter; RefusalReason::COUNT],
+    refusals: [Counter; Refusal::COUNT],
     accepted: Counter,
     /// The latest return promised by `Retry-After` and the early-return counter
     /// ([`super::schedule`]); one word and one counter, bounded with the table.
@@ -154,7 +107,7 @@ impl SourceEntry {
     }
 
     #[inline]
-    pub fn count_refusal(&self, reason: RefusalReason) {
+    pub fn count_refusal(&self, reason: Refusal) {
         self.refusals[reason as usize].incr();
     }
 
@@ -164,7 +117,7 @@ impl SourceEntry {
         self.accepted.incr();
     }
 
-    pub fn refusals(&self, reason: RefusalReason) -> u64 {
+    pub fn refusals(&self, reason: Refusal) -> u64 {
         self.refusals[reason as usize].get()
     }
 
@@ -323,7 +276,7 @@ impl SourceTable {
                 .collect()
         };
         for (name, t) in &series {
-            for reason in RefusalReason::ALL {
+            for reason in Refusal::ALL {
                 let v = t.refusals[reason as usize];
                 if v != 0 {
                     w.sample_u64(
@@ -379,7 +332,7 @@ fn top_by_traffic(entries: &mut Vec<Arc<SourceEntry>>, n: usize) -> Vec<Arc<Sour
 /// One entry's counters as read at scrape time (or a sum of several).
 #[derive(Debug, Default, Clone, Copy)]
 struct Totals {
-    refusals: [u64; RefusalReason::COUNT],
+    refusals: [u64; Refusal::COUNT],
     accepted: u64,
     /// Early returns: not traffic, only summed for `_other`.
     early: u64,
@@ -393,7 +346,7 @@ impl Totals {
     }
 
     fn add(&mut self, e: &SourceEntry) {
-        for reason in RefusalReason::ALL {
+        for reason in Refusal::ALL {
             self.refusals[reason as usize] += e.refusals(reason);
         }
         self.accepted += e.accepted();
@@ -500,7 +453,7 @@ mod tests {
 
     #[test]
     fn reasons_index_their_table() {
-        for (i, r) in RefusalReason::ALL.iter().enumerate() {
+        for (i, r) in Refusal::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i);
         }
     }
@@ -598,11 +551,11 @@ mod tests {
         let t = table(1);
         let b = t.lookup("b\"q");
         let o = t.lookup("zzz");
-        b.count_refusal(RefusalReason::IngestSaturated);
-        b.count_refusal(RefusalReason::IngestSaturated);
+        b.count_refusal(Refusal::IngestSaturated);
+        b.count_refusal(Refusal::IngestSaturated);
         b.count_accepted();
-        o.count_refusal(RefusalReason::WalBusy);
-        assert_eq!(b.refusals(RefusalReason::IngestSaturated), 2);
+        o.count_refusal(Refusal::WalBusy);
+        assert_eq!(b.refusals(Refusal::IngestSaturated), 2);
         let mut names = Vec::new();
         t.for_each(|n, _| names.push(n.to_owned()));
         assert_eq!(names, ["b\"q", OVERFLOW_SOURCE]);
@@ -633,7 +586,7 @@ mod tests {
         for (name, accepted, refused) in [("a", 1, 0), ("b", 5, 0), ("c", 0, 3), ("d", 2, 1)] {
             let e = t.lookup(name);
             (0..accepted).for_each(|_| e.count_accepted());
-            (0..refused).for_each(|_| e.count_refusal(RefusalReason::BodyBudget));
+            (0..refused).for_each(|_| e.count_refusal(Refusal::BodyBudget));
         }
         // A client cannot pose as the sum.
         assert!(Arc::ptr_eq(&t.lookup(OTHER_SERIES), t.overflow()));

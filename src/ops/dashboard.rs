@@ -33,8 +33,8 @@ use crate::config::ui::UiMode;
 use crate::config::Config;
 use crate::dispatch::circuit::CircuitState;
 use crate::dispatch::dlq::DlqReason;
+use crate::ingest::respond::Refusal;
 use crate::ingest::router::OpsEndpoint;
-use crate::ingest::sources::RefusalReason;
 use crate::metrics::counter::{Action, Dimension};
 use crate::ops::dashboard_backlog;
 use crate::sched::state::Shared;
@@ -162,14 +162,14 @@ pub fn state(shared: &Shared) -> Value {
 fn ingest(shared: &Shared, config: &Config) -> Value {
     let m = &shared.metrics;
     let mut admitted = 0u64;
-    let mut refused = [0u64; RefusalReason::COUNT];
+    let mut refused = [0u64; Refusal::COUNT];
     shared.sources.for_each(|_, e| {
         admitted += e.accepted();
-        for r in RefusalReason::ALL {
+        for r in Refusal::ALL {
             refused[r as usize] += e.refusals(r);
         }
     });
-    let refused: serde_json::Map<String, Value> = RefusalReason::ALL
+    let refused: serde_json::Map<String, Value> = Refusal::ALL
         .iter()
         .map(|r| (r.as_str().to_string(), json!(refused[*r as usize])))
         .collect();

@@ -248,7 +248,8 @@ impl Published {
         // Every check that changes nothing comes before anything is claimed for the new
         // configuration: a refused reload must leave no trace (a destination's metric cell,
         // named once per run, would otherwise carry the refused URI for good).
-        let shares = trigger_shares(&next.triggers);
+        let ingest_triggers = next.ingest_triggers();
+        let shares = trigger_shares(&ingest_triggers);
         if let Some(b) = &self.backlog {
             b.check_shares(&shares).map_err(ReloadError::NeedsRestart)?;
         }
@@ -260,7 +261,7 @@ impl Published {
                 .map_err(ReloadError::NeedsRestart)?;
         }
         // The new verifiers (their secrets read by `Config::load` above) and dedupe rules.
-        let guards = GuardTable::build(&next.triggers, &self.auth_cells)
+        let guards = GuardTable::build(&ingest_triggers, &self.auth_cells)
             .map_err(ReloadError::NeedsRestart)?;
         // Applies what it accepts (checked above): the triggers' `max_pending` shares, resized
         // live (a shrunk share waits for its events to drain).
@@ -274,7 +275,7 @@ impl Published {
             m.claim_destinations(&next)
                 .map_err(ReloadError::NeedsRestart)?;
         }
-        let router = Router::new(&next.triggers, next.ingest.default_route)
+        let router = Router::new(&ingest_triggers, next.ingest.default_route)
             .with_admin(next.admin_token.is_some());
         let config = Arc::new(next);
         // Reloads are serialized by `reloading`, so `current` is still the latest here.
@@ -381,8 +382,8 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         let overrides = Overrides::default();
         let config = Config::load(Some(&path), &overrides).unwrap();
-        let guards = Guards::new(&config.triggers, config.ingest.dedupe_max_keys);
-        let router = Router::new(&config.triggers, config.ingest.default_route);
+        let guards = Guards::new(&config.ingest_triggers(), config.ingest.dedupe_max_keys);
+        let router = Router::new(&config.ingest_triggers(), config.ingest.default_route);
         let p = Published::new(Arc::new(config), router, &guards);
         p.set_source(ReloadSource {
             path: Some(path.clone()),
@@ -441,8 +442,8 @@ mod tests {
     #[test]
     fn without_a_source_a_reload_says_so() {
         let config = Config::load(None, &Overrides::default()).unwrap();
-        let guards = Guards::new(&config.triggers, config.ingest.dedupe_max_keys);
-        let router = Router::new(&config.triggers, config.ingest.default_route);
+        let guards = Guards::new(&config.ingest_triggers(), config.ingest.dedupe_max_keys);
+        let router = Router::new(&config.ingest_triggers(), config.ingest.default_route);
         let p = Published::new(Arc::new(config), router, &guards);
         assert_eq!(p.reload(), Err(ReloadError::NoSource));
         assert_eq!(admin_answer(&p).0, 409);

@@ -100,7 +100,7 @@ fn sections(old: &Config, new: &Config) -> Result<(), String> {
     // `default_route` applies live (the router is rebuilt; the route takes no share of its own
     // unless `default_route_max_pending`, which does need a restart, gives it one): a reload
     // that adds the first trigger turns a defaulted route off.
-    let live = |i: &crate::config::IngestConfig| crate::config::IngestConfig {
+    let live = |i: &crate::ingest::spec::IngestSpec| crate::ingest::spec::IngestSpec {
         default_route: false,
         ..i.clone()
     };

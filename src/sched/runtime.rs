@@ -186,6 +186,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         pending_events += log.recovered.pending.len() as u64;
         pending_bytes += log.recovered.pending.values().map(|m| m.bytes).sum::<u64>();
     }
+    let ingest_triggers = config.ingest_triggers();
     let backlog = Arc::new(
         Backlog::with_wal_limit(
             config.dispatch.max_pending_events,
@@ -195,7 +196,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
             config.dispatch.max_wal_bytes,
         )
         .with_triggers(
-            &crate::ingest::backlog::trigger_shares(&config.triggers),
+            &crate::ingest::backlog::trigger_shares(&ingest_triggers),
             config.ingest.default_route_spec(),
             config.dispatch.reserved_fraction,
         )
@@ -210,7 +211,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         )
         .with_absorb(
             config.dispatch.absorb_max_bytes,
-            &crate::ingest::backlog::absorbing_triggers(&config.triggers),
+            &crate::ingest::backlog::absorbing_triggers(&ingest_triggers),
         ),
     );
     backlog.preload(pending_events, pending_bytes);
@@ -252,7 +253,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
     );
     let admission = Admission::new(bucket(config.ingest.global_capacity)?, clock.now_nanos());
     // Before any core appends: the dedupe index is rebuilt from what is already durable.
-    let guards = Guards::new(&config.triggers, config.ingest.dedupe_max_keys);
+    let guards = Guards::new(&ingest_triggers, config.ingest.dedupe_max_keys);
     let mut rebuilt = 0;
     for log in &run_logs.logs {
         rebuilt += guards
@@ -262,9 +263,9 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
     if rebuilt > 0 {
         eprintln!("sluice: dedupe index rebuilt from the wal: {rebuilt} keys");
     }
-    let router = Router::new(&config.triggers, config.ingest.default_route)
+    let router = Router::new(&ingest_triggers, config.ingest.default_route)
         .with_admin(config.admin_token.is_some());
-    for line in crate::config::shares::routes_summary(&config) {
+    for line in crate::config::render::routes_summary(&config) {
         eprintln!("sluice: {line}");
     }
     let histogram = Arc::new(crate::metrics::histogram::Histogram::new(

@@ -150,9 +150,10 @@ impl RetryAfter {
     }
 }
 
-/// The outcome of [`decide`].
+/// Whether one token conforms at `now` (the outcome of [`decide`]): admit, or refuse until a
+/// token is due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub enum Conformance {
     /// Conforming: store `new_tat` (if the word still holds the `tat` that was decided on).
     Admit { new_tat: u64 },
     /// Not conforming: one token becomes available after `retry_after`.
@@ -166,13 +167,13 @@ pub enum Decision {
 /// more conservative; it can never admit more than `capacity` at once. Saturating arithmetic
 /// keeps huge idle gaps and clock values near `u64::MAX` from wrapping.
 #[inline]
-pub fn decide(tat: u64, now: u64, params: &BucketParams) -> Decision {
+pub fn decide(tat: u64, now: u64, params: &BucketParams) -> Conformance {
     let new_tat = tat.max(now).saturating_add(params.emission_nanos);
     let debt = new_tat - now; // new_tat >= now
     if debt <= params.window_nanos {
-        Decision::Admit { new_tat }
+        Conformance::Admit { new_tat }
     } else {
-        Decision::Refuse {
+        Conformance::Refuse {
             retry_after: RetryAfter::from_nanos(debt - params.window_nanos),
         }
     }
@@ -220,8 +221,8 @@ impl TokenBucket {
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
             match decide(tat, now, &self.params) {
-                Decision::Refuse { retry_after } => return Err(retry_after),
-                Decision::Admit { new_tat } => {
+                Conformance::Refuse { retry_after } => return Err(retry_after),
+                Conformance::Admit { new_tat } => {
                     match self.tat.compare_exchange_weak(
                         tat,
                         new_tat,
@@ -241,8 +242,8 @@ impl TokenBucket {
     #[inline]
     pub fn check(&self, now: u64) -> Result<(), RetryAfter> {
         match decide(self.tat.load(Ordering::Relaxed), now, &self.params) {
-            Decision::Admit { .. } => Ok(()),
-            Decision::Refuse { retry_after } => Err(retry_after),
+            Conformance::Admit { .. } => Ok(()),
+            Conformance::Refuse { retry_after } => Err(retry_after),
         }
     }
 
@@ -304,25 +305,25 @@ mod tests {
     #[test]
     fn decide_admits_up_to_capacity_then_refuses_with_time_to_one_token() {
         let p = params(2, 1);
-        assert_eq!(decide(0, 0, &p), Decision::Admit { new_tat: SEC });
-        assert_eq!(decide(SEC, 0, &p), Decision::Admit { new_tat: 2 * SEC });
+        assert_eq!(decide(0, 0, &p), Conformance::Admit { new_tat: SEC });
+        assert_eq!(decide(SEC, 0, &p), Conformance::Admit { new_tat: 2 * SEC });
         assert_eq!(
             decide(2 * SEC, 0, &p),
-            Decision::Refuse {
+            Conformance::Refuse {
                 retry_after: RetryAfter::from_nanos(SEC)
             }
         );
         // A quarter second later, three quarters to wait.
         assert_eq!(
             decide(2 * SEC, SEC / 4, &p),
-            Decision::Refuse {
+            Conformance::Refuse {
                 retry_after: RetryAfter::from_nanos(3 * SEC / 4)
             }
         );
         // An old TAT is the same as a full bucket.
         assert_eq!(
             decide(5, 100 * SEC, &p),
-            Decision::Admit { new_tat: 101 * SEC }
+            Conformance::Admit { new_tat: 101 * SEC }
         );
     }
 
@@ -332,11 +333,11 @@ mod tests {
         let p = params(1, 1);
         assert_eq!(
             decide(0, u64::MAX - 1, &p),
-            Decision::Admit { new_tat: u64::MAX }
+            Conformance::Admit { new_tat: u64::MAX }
         );
         assert!(matches!(
             decide(u64::MAX, u64::MAX - 2 * SEC, &p),
-            Decision::Refuse { .. }
+            Conformance::Refuse { .. }
         ));
     }
 

@@ -8,12 +8,13 @@
 
 use super::*;
 use crate::dispatch::replay_claims::ReplayClaim;
-use crate::ingest::pipeline::{self, Arrival, Decision, Now, Pipeline, Response};
+use crate::ingest::pipeline::{self, Arrival, Now, Output, Pipeline, Response};
 
 /// The node's shared state the pipeline reads.
 pub(super) fn node(shared: &Shared) -> pipeline::Node<'_> {
     pipeline::Node {
-        config: &shared.config,
+        ingest: &shared.config.ingest,
+        segment_bytes: shared.config.wal.segment_bytes,
         guards: &shared.guards,
         table: shared.guards.start_table(),
         admission: &shared.admission,
@@ -81,14 +82,14 @@ impl Worker {
     pub(super) fn apply(
         &mut self,
         idx: usize,
-        decision: Decision,
+        decision: Output,
         keep_alive: bool,
         now: u64,
         replay: Option<ReplayClaim>,
     ) {
         let append = match decision {
-            Decision::Respond(r) => return self.respond(idx, Route::Webhook, r, keep_alive),
-            Decision::Append(a) => a,
+            Output::Respond(r) => return self.respond(idx, Route::Webhook, r, keep_alive),
+            Output::Append(a) => a,
         };
         self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
         let ticket = ((idx as u64) << TICKET_SEQ_BITS) | self.seq;
@@ -186,7 +187,7 @@ impl Worker {
         let keep_alive = p.keep_alive;
         let reply = p.reply.as_ref();
         let body = &mut self.reply_body;
-        let pipeline::Completion {
+        let pipeline::ReplyHead {
             status,
             retry_after,
         } = node(&self.shared).complete(reply, result, body);
