@@ -58,8 +58,9 @@ const RESERVED_HEADERS: &[&str] = &[
 // Stage 1: raw manifest tables.
 // ---------------------------------------------------------------------------------------------
 
-/// `[[destinations]]`: overrides for the destination of one handler URI.
-#[derive(Debug, Deserialize)]
+/// `[[destinations]]`: overrides for the destination of one handler URI. `Default`: a handler
+/// without an entry (every key at its default).
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawDestination {
     /// The handler URI this entry configures; compared after normalization. Required; must be the
@@ -526,74 +527,98 @@ pub(super) fn build_destinations(
     Ok((destinations, index))
 }
 
+/// One destination: the handler's `[[destinations]]` entry (defaults when it has none), each
+/// key validated in manifest order, so the first wrong key is the one reported.
 fn build_destination(
     handler: HandlerUri,
     raw: Option<RawDestination>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<DestinationConfig, ConfigError> {
     let key = format!("destination {:?}", handler.uri);
-    let r = raw.unwrap_or(RawDestination {
-        uri: String::new(),
-        max_in_flight: None,
-        max_in_flight_cap: None,
-        min_in_flight: None,
-        timeout: None,
-        rate: None,
-        circuit: None,
-        headers: None,
-        retry: None,
-        signing_secret: None,
-        tls: None,
-        shared: None,
-    });
+    let r = raw.unwrap_or_default();
     let (max_in_flight, adaptive) = build_max_in_flight(&key, &r)?;
-    let shared = match r.shared {
-        None => None,
-        Some(_) if adaptive.is_some() => {
-            return err(format!(
-                "{key}: shared budgets take a fixed max_in_flight, not \"auto\" (each node's \
-                 adaptive limit sees only its own calls; see README \"Several nodes\")"
-            ))
-        }
-        Some(raw) => Some(super::shared::build_shared(&key, &handler.uri, raw)?),
-    };
+    let shared = build_dest_shared(&key, &handler.uri, r.shared, adaptive.is_some())?;
     let timeout = duration_or(
         &format!("{key}: timeout"),
         r.timeout,
         Duration::from_secs(10),
     )?;
-    let rate = match r.rate {
-        None => None,
-        Some(rr) => {
-            let burst = rr.burst.unwrap_or(rr.per_sec);
-            if rr.per_sec == 0 {
-                return err(format!("{key}: rate.per_sec must be at least 1"));
-            }
-            if burst == 0 {
-                return err(format!("{key}: rate.burst must be at least 1"));
-            }
-            crate::sync::gcra::BucketParams::new(burst, rr.per_sec)
-                .map_err(|e| ConfigError(format!("{key}: rate: {e}")))?;
-            Some(RateSpec {
-                per_sec: rr.per_sec,
-                burst,
-            })
-        }
-    };
-    let (failures, open_for, on_open) = match r.circuit {
+    let rate = r.rate.map(|rr| build_rate(&key, rr)).transpose()?;
+    let circuit = build_circuit(&key, r.circuit)?;
+    let retry = build_retry(&key, r.retry)?;
+    let headers = build_headers(&key, r.headers.unwrap_or_default())?;
+    let (signing_key, signing_secret) = build_signing(&key, r.signing_secret.as_ref(), env)?;
+    let tls = build_dest_tls(&key, &handler, r.tls)?;
+    Ok(DestinationConfig {
+        handler,
+        tls,
+        shared,
+        max_in_flight,
+        adaptive,
+        timeout,
+        rate,
+        circuit,
+        headers,
+        retry,
+        signing_key,
+        signing_secret,
+    })
+}
+
+/// `shared = { … }`: only with a fixed `max_in_flight`.
+fn build_dest_shared(
+    key: &str,
+    uri: &str,
+    raw: Option<super::shared::RawShared>,
+    adaptive: bool,
+) -> Result<Option<super::shared::SharedSpec>, ConfigError> {
+    match raw {
+        None => Ok(None),
+        Some(_) if adaptive => err(format!(
+            "{key}: shared budgets take a fixed max_in_flight, not \"auto\" (each node's \
+             adaptive limit sees only its own calls; see README \"Several nodes\")"
+        )),
+        Some(raw) => Ok(Some(super::shared::build_shared(key, uri, raw)?)),
+    }
+}
+
+/// `rate = { per_sec, burst }`: both at least 1, and parameters the GCRA accepts.
+fn build_rate(key: &str, rr: RawRate) -> Result<RateSpec, ConfigError> {
+    let burst = rr.burst.unwrap_or(rr.per_sec);
+    if rr.per_sec == 0 {
+        return err(format!("{key}: rate.per_sec must be at least 1"));
+    }
+    if burst == 0 {
+        return err(format!("{key}: rate.burst must be at least 1"));
+    }
+    crate::sync::gcra::BucketParams::new(burst, rr.per_sec)
+        .map_err(|e| ConfigError(format!("{key}: rate: {e}")))?;
+    Ok(RateSpec {
+        per_sec: rr.per_sec,
+        burst,
+    })
+}
+
+/// `circuit = { failures, open_for, on_open }`, each key defaulted on its own.
+fn build_circuit(key: &str, raw: Option<RawCircuit>) -> Result<CircuitConfig, ConfigError> {
+    let (failures, open_for, on_open) = match raw {
         None => (None, None, None),
         Some(c) => (c.failures, c.open_for, c.on_open),
     };
-    let circuit = CircuitConfig {
+    Ok(CircuitConfig {
         failures: ranged(&format!("{key}: circuit.failures"), failures, 5, 1, 10_000)?,
         open_for: duration_or(
             &format!("{key}: circuit.open_for"),
             open_for,
             Duration::from_secs(60),
         )?,
-        on_open: OnOpen::parse(&key, on_open.as_deref())?,
-    };
-    let (max_attempts, base, cap) = match r.retry {
+        on_open: OnOpen::parse(key, on_open.as_deref())?,
+    })
+}
+
+/// `retry = { max_attempts, base, cap }` with `base <= cap`.
+fn build_retry(key: &str, raw: Option<RawRetry>) -> Result<RetryConfig, ConfigError> {
+    let (max_attempts, base, cap) = match raw {
         None => (None, None, None),
         Some(rt) => (rt.max_attempts, rt.base, rt.cap),
     };
@@ -614,43 +639,48 @@ fn build_destination(
             retry.base, retry.cap
         ));
     }
-    let headers = build_headers(&key, r.headers.unwrap_or_default())?;
-    let (signing_key, signing_secret) = match &r.signing_secret {
-        None => (None, None),
-        Some(secret_ref) => {
-            let fail = |e: String| ConfigError(format!("{key}: signing_secret: {e}"));
-            let (source, secret) = super::auth::load_secrets(std::slice::from_ref(secret_ref), env)
-                .map_err(fail)?
-                .remove(0);
-            let key_bytes = source.signing_key(&secret, "the secret").map_err(fail)?;
-            (Some(key_bytes), Some(source))
-        }
+    Ok(retry)
+}
+
+/// `signing_secret`: the decoded key and where it was read from.
+fn build_signing(
+    key: &str,
+    raw: Option<&super::auth::RawSecretRef>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<
+    (
+        Option<crate::ingest::secrets::Secret>,
+        Option<super::auth::SecretRef>,
+    ),
+    ConfigError,
+> {
+    let Some(secret_ref) = raw else {
+        return Ok((None, None));
     };
-    let tls = match (handler.tls, r.tls) {
-        (true, raw) => Some(super::tls::build_tls(
-            &key,
+    let fail = |e: String| ConfigError(format!("{key}: signing_secret: {e}"));
+    let (source, secret) = super::auth::load_secrets(std::slice::from_ref(secret_ref), env)
+        .map_err(fail)?
+        .remove(0);
+    let key_bytes = source.signing_key(&secret, "the secret").map_err(fail)?;
+    Ok((Some(key_bytes), Some(source)))
+}
+
+/// `tls = { … }`: required settings of an `https://` handler (defaults when absent), an error
+/// on an `http://` one.
+fn build_dest_tls(
+    key: &str,
+    handler: &HandlerUri,
+    raw: Option<super::tls::RawTls>,
+) -> Result<Option<super::tls::TlsConfig>, ConfigError> {
+    match (handler.tls, raw) {
+        (true, raw) => Ok(Some(super::tls::build_tls(
+            key,
             &handler.host,
             raw.unwrap_or_default(),
-        )?),
-        (false, None) => None,
-        (false, Some(_)) => {
-            return err(format!("{key}: tls applies to https:// destinations only"))
-        }
-    };
-    Ok(DestinationConfig {
-        handler,
-        tls,
-        shared,
-        max_in_flight,
-        adaptive,
-        timeout,
-        rate,
-        circuit,
-        headers,
-        retry,
-        signing_key,
-        signing_secret,
-    })
+        )?)),
+        (false, None) => Ok(None),
+        (false, Some(_)) => err(format!("{key}: tls applies to https:// destinations only")),
+    }
 }
 
 /// `max_in_flight` (a number or `"auto"`), `max_in_flight_cap`, `min_in_flight`.
