@@ -262,6 +262,7 @@ pub mod event_id;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
 pub mod format;
+pub mod key;
 pub mod layout;
 #[cfg(test)]
 mod loss_tests;

@@ -4,7 +4,7 @@
 //! and before the destination's permits.
 //!
 //! **Where the state lives.** A trigger has one handler, so one destination, so one owner core
-//! (`sched::placement`). Every gate of a trigger therefore lives in that core's
+//! (`dispatch::placement`). Every gate of a trigger therefore lives in that core's
 //! [`FlowEngine`], inside its `Dispatcher`, and is only touched by that core's thread: plain
 //! maps, no locks, no atomics (the metrics counters aside), hence no loom model. Decisions take
 //! `now` (nanoseconds of the injected clock), so every gate is tested on a manual clock.

@@ -193,7 +193,7 @@ fn owns(config: &Config, core: usize, w: &SavedWindow) -> bool {
         .and_then(|t| t.handler)
         .is_some_and(|d| {
             let uri = &config.destinations[d].handler.uri;
-            crate::sched::placement::owner_core(uri, config.server.workers) == core
+            crate::dispatch::placement::owner_core(uri, config.server.workers) == core
         })
 }
 

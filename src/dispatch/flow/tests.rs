@@ -541,7 +541,7 @@ fn throttle_window_survives_a_restart_through_the_state_file() {
         "throttle = { period = \"10s\", max = 1 }\nrate_limit = { period = \"1h\", max = 5 }";
     let mut r = Rig::new(gates, "");
     let cfg = r.engine.config.clone();
-    let core = crate::sched::placement::owner_core("http://h/", cfg.server.workers);
+    let core = crate::dispatch::placement::owner_core("http://h/", cfg.server.workers);
     let store = |c: &Config| persist::Store::open(dir.path(), core, c);
     r.engine = FlowEngine::new(cfg.clone(), r.metrics.clone(), Some(store(&cfg)));
     assert_eq!(r.offer("{}").1.ready.len(), 1, "the window was empty");

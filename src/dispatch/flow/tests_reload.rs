@@ -373,7 +373,7 @@ fn an_event_retried_after_a_crash_takes_no_second_window_unit() {
         "throttle = { period = \"10s\", max = 1 }\nrate_limit = { period = \"1h\", max = 1 }";
     let mut r = Rig::new(gates, "");
     let cfg = r.engine.config.clone();
-    let core = crate::sched::placement::owner_core("http://h/", cfg.server.workers);
+    let core = crate::dispatch::placement::owner_core("http://h/", cfg.server.workers);
     let store = |c: &Config| persist::Store::open(dir.path(), core, c);
     r.engine = FlowEngine::new(cfg.clone(), r.metrics.clone(), Some(store(&cfg)));
     assert_eq!(r.offer_job(job("X", key(0, 1), "{}")).ready.len(), 1);
