@@ -127,7 +127,7 @@ fn triggers_share_destinations_by_normalized_uri() {
     assert_eq!(d.rate, None);
     assert_eq!(
         d.circuit,
-        CircuitConfig {
+        CircuitSpec {
             failures: 5,
             open_for: Duration::from_secs(60),
             on_open: crate::config::OnOpen::Dlq,
@@ -135,7 +135,7 @@ fn triggers_share_destinations_by_normalized_uri() {
     );
     assert_eq!(
         d.retry,
-        RetryConfig {
+        RetrySpec {
             max_attempts: 7,
             base: Duration::from_secs(1),
             cap: Duration::from_secs(600)
@@ -194,7 +194,7 @@ fn max_in_flight_auto_parses_with_its_range() {
     let d = &c.destinations[0];
     assert_eq!(
         d.adaptive,
-        Some(crate::config::AdaptiveConfig { min: 1, cap: 256 })
+        Some(crate::config::AdaptiveSpec { min: 1, cap: 256 })
     );
     assert_eq!(d.max_in_flight, 256);
     assert_eq!(d.initial_permits(), crate::dispatch::adaptive::INITIAL);
@@ -205,7 +205,7 @@ fn max_in_flight_auto_parses_with_its_range() {
     let d = &c.destinations[0];
     assert_eq!(
         d.adaptive,
-        Some(crate::config::AdaptiveConfig { min: 2, cap: 8 })
+        Some(crate::config::AdaptiveSpec { min: 2, cap: 8 })
     );
     assert_eq!(d.initial_permits(), 8);
     let c = build(&dest("max_in_flight = 7")).unwrap();

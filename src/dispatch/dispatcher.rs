@@ -45,7 +45,6 @@ use std::sync::Arc;
 use mio::{Registry, Token};
 
 use super::outstanding::Outstanding;
-use crate::config::{Config, DestinationConfig};
 use crate::dispatch::adaptive::Sample;
 use crate::dispatch::circuit::Transition;
 use crate::dispatch::classify::{classify, AttemptResult, Class};
@@ -60,6 +59,7 @@ use crate::dispatch::permits::Permit;
 use crate::dispatch::request::{encode, template};
 use crate::dispatch::retry::RetryPolicy;
 use crate::dispatch::rng::SmallRng;
+use crate::dispatch::spec::{DestinationSpec, DispatchSpec};
 use crate::ingest::backlog::Backlog;
 use crate::net::http::client::{RequestError, RequestTemplate};
 
@@ -119,7 +119,7 @@ impl Ord for Delayed {
 /// One core's delivery engine.
 #[derive(Debug)]
 pub struct Dispatcher {
-    config: Arc<Config>,
+    config: Arc<DispatchSpec>,
     dests: HashMap<usize, Dest>,
     pool: OutboundPool<Attempt>,
     /// Attempts the pool finished in one call, settled right after (capacity reused).
@@ -155,22 +155,18 @@ impl Dispatcher {
     /// `slots`: the pumps' `max_outstanding` window.
     pub fn new(
         core: usize,
-        config: Arc<Config>,
+        config: Arc<DispatchSpec>,
         metrics: CoreDispatchMetrics,
         slots: Slots,
     ) -> Dispatcher {
-        let store = crate::dispatch::flow::persist::Store::open(
-            &config.server.data_dir.join("flow"),
-            core,
-            &config,
-        );
+        let store = crate::dispatch::flow::persist::Store::open(&config.flow_dir, core, &config);
         Dispatcher {
             flow: FlowEngine::new(config.clone(), metrics.shared.clone(), Some(store))
                 .hold_for_handover(!slots.window.handover.done()),
             core,
             slots,
             slot_wait: VecDeque::new(),
-            pool: OutboundPool::new(config.server.idle_timeout.as_nanos() as u64),
+            pool: OutboundPool::new(config.idle_timeout.as_nanos() as u64),
             config,
             dests: HashMap::new(),
             finished: Vec::new(),
@@ -216,7 +212,7 @@ impl Dispatcher {
         let budgets = &mut self.budgets;
         let shared_dests = &mut self.shared_dests;
         self.dests.entry(d).or_insert_with(|| {
-            let c: &DestinationConfig = &config.destinations[d];
+            let c: &DestinationSpec = &config.destinations[d];
             // Parameters were validated with the config, so this cannot fail; a failure would
             // be a bug, and unlimited permits are not an acceptable fallback.
             let state = DestinationState::from_config(c).expect("validated destination config");
@@ -245,24 +241,14 @@ impl Dispatcher {
     /// the next attempts use the new ones.
     pub fn reconfigure(
         &mut self,
-        config: Arc<Config>,
+        config: Arc<DispatchSpec>,
         now: u64,
         registry: &Registry,
         draining: bool,
     ) {
         let old = std::mem::replace(&mut self.config, config);
-        let flows = |c: &Config| -> Vec<(String, crate::config::FlowConfig)> {
-            let mut v: Vec<_> = c
-                .triggers
-                .iter()
-                .filter(|t| !t.flow.is_empty())
-                .map(|t| (t.id.clone(), t.flow.clone()))
-                .collect();
-            v.sort_by(|a, b| a.0.cmp(&b.0));
-            v
-        };
         let mut touched = Vec::new();
-        if flows(&old) != flows(&self.config) {
+        if old.gated() != self.config.gated() {
             // Gates changed: every waiting event is offered to the new gates (`flow::rekey`).
             let mut out = FlowOut::default();
             self.flow.rekey(Arc::clone(&self.config), now, &mut out);

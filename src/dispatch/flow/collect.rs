@@ -23,8 +23,8 @@
 
 use std::cmp::Reverse;
 
+use super::spec::{BatchGate, DebounceGate};
 use super::{nanos, BatchKey, DebounceKey, Decision, FlowEngine, FlowOut, Pending, Stage};
-use crate::config::flow::{BatchGate, DebounceGate};
 use crate::dispatch::job::SkipReason;
 
 /// A held event's deadline in the gate a reload took it from: `(stage, deadline, period)`.

@@ -1,5 +1,5 @@
 //! Per-trigger flow-control gates (Harn reference §5; manifest syntax in
-//! [`crate::config::flow`]): `batch → debounce → rate_limit → throttle → singleton →
+//! `config::flow`): `batch → debounce → rate_limit → throttle → singleton →
 //! concurrency`, applied on the destination's owner core after the pump hands the event over
 //! and before the destination's permits.
 //!
@@ -91,6 +91,7 @@ pub mod metrics;
 pub mod payload;
 pub mod persist;
 mod rekey;
+pub mod spec;
 pub mod window;
 mod windows;
 
@@ -98,12 +99,12 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use crate::config::flow::{ConcurrencyGate, FlowConfig};
-use crate::config::Config;
 use crate::dispatch::job::{Job, SkipReason};
 use crate::dispatch::metrics::DispatchMetrics;
+use crate::dispatch::spec::DispatchSpec;
 use crate::wal::{EventRecord, Lsn};
 use key::Resolver;
+use spec::{ConcurrencyGate, FlowSpec, KeySelector};
 use window::Window;
 
 /// Shortest interval between two sweeps for idle window keys when the key table is full.
@@ -255,7 +256,7 @@ struct Hold {
 /// One core's flow-control state for the triggers whose destination it owns.
 #[derive(Debug)]
 pub struct FlowEngine {
-    config: Arc<Config>,
+    config: Arc<DispatchSpec>,
     metrics: Arc<DispatchMetrics>,
     /// Trigger id → index in `config.triggers`, for triggers with at least one gate.
     by_id: HashMap<String, usize>,
@@ -285,7 +286,7 @@ pub struct FlowEngine {
 impl FlowEngine {
     /// `store`: where this core's window state is saved and restored from.
     pub fn new(
-        config: Arc<Config>,
+        config: Arc<DispatchSpec>,
         metrics: Arc<DispatchMetrics>,
         store: Option<persist::Store>,
     ) -> FlowEngine {
@@ -623,10 +624,10 @@ impl FlowEngine {
 }
 
 /// Resolves every key the trigger's gates use (the body is parsed at most once).
-fn resolve(f: &FlowConfig, event: &EventRecord) -> Keys {
+fn resolve(f: &FlowSpec, event: &EventRecord) -> Keys {
     let mut r = Resolver::new(event);
     let mut keys = Keys::default();
-    let mut set = |stage: Stage, sel: Option<&crate::config::flow::KeySelector>| {
+    let mut set = |stage: Stage, sel: Option<&KeySelector>| {
         if let Some(sel) = sel {
             keys.by_stage[stage as usize] = r.resolve(sel);
         }

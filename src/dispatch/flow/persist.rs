@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use crate::storage::{self, OpenMode, Storage};
 
 use super::{nanos, FlowEngine, Stage, SHIFT};
-use crate::config::Config;
+use crate::dispatch::spec::DispatchSpec;
 
 /// Longest time between a window hit and the save that records it (clock nanoseconds).
 pub const SAVE_EVERY: u64 = 100_000_000;
@@ -80,12 +80,12 @@ pub struct Store {
 impl Store {
     /// Reads every core's file in `dir` (`<data_dir>/flow`), keeping the windows of the
     /// triggers `core` owns under `config`.
-    pub fn open(dir: &Path, core: usize, config: &Config) -> Store {
+    pub fn open(dir: &Path, core: usize, config: &DispatchSpec) -> Store {
         Store::open_in(storage::std_fs(), dir, core, config)
     }
 
     /// [`Store::open`] on `fs`.
-    pub fn open_in(fs: Arc<dyn Storage>, dir: &Path, core: usize, config: &Config) -> Store {
+    pub fn open_in(fs: Arc<dyn Storage>, dir: &Path, core: usize, config: &DispatchSpec) -> Store {
         let mut restored: Vec<SavedWindow> = Vec::new();
         for path in state_files(&*fs, dir) {
             match read(&*fs, &path) {
@@ -185,15 +185,15 @@ fn write_atomically(fs: &dyn Storage, path: &Path, file: &SavedFile, sync: bool)
 }
 
 /// Does `core` own the trigger of `w` (its handler's destination) under `config`?
-fn owns(config: &Config, core: usize, w: &SavedWindow) -> bool {
+fn owns(config: &DispatchSpec, core: usize, w: &SavedWindow) -> bool {
     config
         .triggers
         .iter()
         .find(|t| t.id == w.trigger)
-        .and_then(|t| t.handler)
+        .and_then(|t| t.dest)
         .is_some_and(|d| {
             let uri = &config.destinations[d].handler.uri;
-            crate::dispatch::placement::owner_core(uri, config.server.workers) == core
+            crate::dispatch::placement::owner_core(uri, config.workers) == core
         })
 }
 
