@@ -27,9 +27,6 @@ use super::spec::{BatchGate, DebounceGate};
 use super::{nanos, BatchKey, DebounceKey, Decision, FlowEngine, FlowOut, Pending, Stage};
 use crate::dispatch::job::SkipReason;
 
-/// A held event's deadline in the gate a reload took it from: `(stage, deadline, period)`.
-pub(super) type Hint = (Stage, u64, u64);
-
 /// The deadline of `p` in a gate of `stage` with `period`, held from `now` on.
 fn deadline(p: &mut Pending, stage: Stage, period: u64, now: u64) -> u64 {
     let fresh = now.saturating_add(period);

@@ -63,8 +63,9 @@
 //! its one timer (re-armed when it fires early).
 //!
 //! **Restarts.** `rate_limit` and `throttle` windows are saved to `<data_dir>/flow/core-K.json`
-//! ([`persist`]) at most [`persist::SAVE_EVERY`] after a hit and at the drain, and restored at
-//! start-up, so a restart opens no window early; each hit names its event
+//! ([`persist`]; the engine's side in `restore`) at most [`persist::SAVE_EVERY`] after a hit
+//! and at the drain, and restored at start-up, so a restart opens no window early; each hit
+//! names its event
 //! ([`window::tag`]), so a call in flight at a crash, retried after the restart, takes no
 //! second unit ([`window::Window::holds`]). Debounce deadlines and batch timers need no
 //! state: their events are pending in the WAL and are held again, for a full period or
@@ -91,6 +92,7 @@ pub mod metrics;
 pub mod payload;
 pub mod persist;
 mod rekey;
+mod restore;
 pub mod spec;
 pub mod window;
 mod windows;
@@ -160,6 +162,20 @@ pub struct FlowOut {
     pub lost: Vec<Lsn>,
 }
 
+/// A held event's deadline in the gate a reload took it from: `(stage, deadline, period)`.
+type Hint = (Stage, u64, u64);
+
+/// The start-up hand-over as this engine sees it ([`handover`]).
+#[derive(Debug, Default)]
+struct Settle {
+    /// Engine time at which the gates stop waiting (set at the first turn; 0: not yet).
+    until: u64,
+    /// Every pump finished (seen in an earlier turn: act in this one).
+    seen: bool,
+    /// The loop's latest reading of the countdown.
+    done: bool,
+}
+
 /// An event inside the gates, with its keys resolved once.
 #[derive(Debug)]
 struct Pending {
@@ -172,8 +188,8 @@ struct Pending {
     /// A reload took it from the gate of this stage and offers it to that stage's new gate
     /// (it leaves it as `wait`, not `pass`: it was held there).
     retaken: Option<Stage>,
-    /// Its deadline in the gate a reload took it from ([`collect::Hint`]).
-    hint: Option<collect::Hint>,
+    /// Its deadline in the gate a reload took it from ([`Hint`], `collect`).
+    hint: Option<Hint>,
 }
 
 impl Pending {
@@ -276,7 +292,7 @@ pub struct FlowEngine {
     /// holding one of those passes its window again without a new hit ([`window::Window::holds`]).
     restored_until: u64,
     /// Waiting for the start-up hand-over of recovered events ([`handover`]).
-    settle: Option<handover::Settle>,
+    settle: Option<Settle>,
     waiting: usize,
     /// Window state saved across restarts (`None`: not persisted, unit tests).
     store: Option<persist::Store>,
