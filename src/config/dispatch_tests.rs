@@ -144,6 +144,36 @@ fn triggers_share_destinations_by_normalized_uri() {
     assert!(d.headers.is_empty());
 }
 
+/// What dispatch is handed: the same destinations by id, each trigger's route (its
+/// destination index and gates), the `[flow]` bounds and the server settings it reads.
+#[test]
+fn dispatch_spec_is_what_dispatch_runs_on() {
+    let text = [
+        trig("b", "/b", "http://other/"),
+        "[[triggers]]\nid = \"n\"\nprovider = \"p\"\npath = \"/n\"\n".to_string(),
+        trig("a", "/a", "http://h/"),
+        "singleton = {}\n".to_string(),
+        "[server]\nworkers = 3\ndata_dir = \"/var/lib/x\"\n[flow]\nmax_held = 7\n".to_string(),
+    ]
+    .concat();
+    let c = build(&text).unwrap();
+    let spec = c.dispatch_spec();
+    assert_eq!(spec.destinations, c.destinations);
+    let routes: Vec<_> = spec
+        .triggers
+        .iter()
+        .map(|t| (t.id.as_str(), t.dest))
+        .collect();
+    assert_eq!(routes, vec![("b", Some(0)), ("n", None), ("a", Some(1))]);
+    assert_eq!(spec.triggers[2].flow, c.triggers[2].flow);
+    assert_eq!((spec.workers, spec.flow.max_held), (3, 7));
+    assert_eq!(spec.flow_dir, std::path::Path::new("/var/lib/x/flow"));
+    assert_eq!(spec.idle_timeout, c.server.idle_timeout);
+    assert_eq!(spec.in_use(), vec![true, true]);
+    let gated: Vec<_> = spec.gated().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(gated, vec!["a"], "only triggers with a gate, by id");
+}
+
 #[test]
 fn destination_fields_parse() {
     let text = trig("a", "/a", "http://h:8080/x")

@@ -193,3 +193,94 @@ impl DispatchSpec {
         v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatch::flow::spec::{KeySelector, SingletonGate};
+
+    fn route(id: &str, dest: Option<usize>, gated: bool) -> TriggerRoute {
+        let flow = FlowSpec {
+            singleton: gated.then_some(SingletonGate {
+                key: KeySelector::Global,
+            }),
+            ..FlowSpec::default()
+        };
+        TriggerRoute {
+            id: id.into(),
+            dest,
+            flow,
+        }
+    }
+
+    fn spec(destinations: usize, triggers: Vec<TriggerRoute>) -> DispatchSpec {
+        let handler = |i: usize| HandlerUri {
+            kind: "http",
+            tls: false,
+            host: "h".into(),
+            port: 80,
+            authority: "h".into(),
+            path_and_query: format!("/{i}"),
+            uri: format!("http://h/{i}"),
+        };
+        let dest = |i| DestinationSpec {
+            handler: handler(i),
+            max_in_flight: 4,
+            adaptive: None,
+            timeout: Duration::from_secs(1),
+            rate: None,
+            circuit: CircuitSpec {
+                failures: 5,
+                open_for: Duration::from_secs(60),
+                on_open: OnOpen::Dlq,
+            },
+            headers: Vec::new(),
+            retry: RetrySpec {
+                max_attempts: 3,
+                base: Duration::from_secs(1),
+                cap: Duration::from_secs(10),
+            },
+            signing_key: None,
+            signing_secret: None,
+            tls: None,
+            shared: None,
+        };
+        DispatchSpec {
+            destinations: (0..destinations).map(dest).collect(),
+            triggers,
+            flow: FlowBounds {
+                max_gate_keys: 10,
+                max_held: 10,
+                max_held_bytes: 0,
+            },
+            workers: 1,
+            flow_dir: PathBuf::from("flow"),
+            idle_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_destination_no_trigger_names_is_not_in_use() {
+        let s = spec(3, vec![route("a", Some(2), false), route("b", None, false)]);
+        assert_eq!(s.in_use(), vec![false, false, true]);
+    }
+
+    #[test]
+    fn gated_lists_triggers_with_gates_by_id() {
+        let s = spec(
+            1,
+            vec![
+                route("z", Some(0), true),
+                route("plain", Some(0), false),
+                route("a", None, true),
+            ],
+        );
+        let ids: Vec<&str> = s.gated().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, vec!["a", "z"]);
+        let mut other = s.clone();
+        other.triggers.reverse();
+        assert_eq!(s.gated(), other.gated(), "manifest order does not matter");
+        other.triggers[0].flow = FlowSpec::default();
+        assert_ne!(s.gated(), other.gated(), "a gate removed is a change");
+    }
+}
