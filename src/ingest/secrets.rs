@@ -6,8 +6,9 @@
 //! variable that is unset or empty, or a file that is missing, unreadable or empty, is a startup
 //! error that names the variable or the file, never the value.
 //!
-//! [`Secret`] (`crate::sign::Secret`) holds the bytes. Its `Debug` prints `Secret(<redacted, N bytes>)`, so a config dump
-//! or a panic message cannot leak it; nothing in the crate formats a secret's bytes.
+//! [`Secret`] (`crate::sign::Secret`) holds the bytes. Its `Debug` prints
+//! `Secret(<redacted, N bytes>)`, so a config dump or a panic message cannot leak it; nothing in
+//! the crate formats a secret's bytes.
 #![forbid(unsafe_code)]
 
 use std::fmt;
