@@ -18,6 +18,29 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine;
 use hmac::{Hmac, Mac};
 
+/// Secret bytes: a verification secret or a signing key. `Debug` is redacted
+/// (`Secret(<redacted, N bytes>)`, so a config dump or a panic message cannot leak it); there is
+/// no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Secret {
+        Secret(bytes.into())
+    }
+
+    /// The key material (for MAC computation and constant-time comparison only).
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret(<redacted, {} bytes>)", self.0.len())
+    }
+}
+
 /// Standard base64 alphabet, padding optional on input; padded on output.
 pub const B64: GeneralPurpose = GeneralPurpose::new(
     &base64::alphabet::STANDARD,

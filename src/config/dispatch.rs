@@ -2,10 +2,12 @@
 //! `[dispatch]`.
 //!
 //! Same two stages as the rest of [`super`]: the `Raw*` serde images (every field documented with
-//! its default and range, unknown keys rejected) are validated once into immutable structs.
+//! its default and range, unknown keys rejected) are validated once into immutable structs: the
+//! destination specs dispatch defines ([`crate::dispatch::spec`], re-exported here) and the pump
+//! and backlog bounds. [`super::Config::dispatch_spec`] hands dispatch its whole view.
 //!
 //! Destinations are keyed by the *normalized* handler URI ([`HandlerUri::uri`]). Every distinct
-//! handler named by a trigger gets exactly one [`DestinationConfig`], in order of first appearance
+//! handler named by a trigger gets exactly one [`DestinationSpec`], in order of first appearance
 //! among the triggers, so its index in [`super::Config::destinations`] is stable for a given
 //! manifest; a `[[destinations]]` entry only overrides that destination's defaults, and one that
 //! no trigger uses is an error (a typo must not silently leave the real destination on defaults).
@@ -58,8 +60,9 @@ const RESERVED_HEADERS: &[&str] = &[
 // Stage 1: raw manifest tables.
 // ---------------------------------------------------------------------------------------------
 
-/// `[[destinations]]`: overrides for the destination of one handler URI.
-#[derive(Debug, Deserialize)]
+/// `[[destinations]]`: overrides for the destination of one handler URI. `Default`: a handler
+/// without an entry (every key at its default).
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawDestination {
     /// The handler URI this entry configures; compared after normalization. Required; must be the
@@ -207,112 +210,19 @@ pub struct RawDispatch {
 // Stage 2: validated config.
 // ---------------------------------------------------------------------------------------------
 
-/// A parsed, normalized handler URI.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HandlerUri {
-    /// Handler kind; `"http"` is the only one so far (`https` is kind `http` over TLS).
-    pub kind: &'static str,
-    /// `https://`: the connection speaks TLS.
-    pub tls: bool,
-    /// Lower-cased host to connect to: a DNS name, an IPv4 address, or an IPv6 address without
-    /// its brackets.
-    pub host: String,
-    /// TCP port (80, or 443 for `https`, when not written).
-    pub port: u16,
-    /// `host[:port]` exactly as written in the manifest (the `Host` header value).
-    pub authority: String,
-    /// Request target: path (default `/`) and query, as written.
-    pub path_and_query: String,
-    /// Normalized URI, the destination key: `http://` (or `https://`) + host (IPv6 in
-    /// brackets) + `:port` unless the scheme's default + path_and_query.
-    pub uri: String,
-}
-
-impl HandlerUri {
-    /// The circuit key, handler kind + target URI (Harn reference §7): `"http:" + uri`.
-    pub fn circuit_key(&self) -> String {
-        format!("{}:{}", self.kind, self.uri)
-    }
-}
-
 pub use crate::dispatch::rate::RateSpec;
+pub use crate::dispatch::spec::{
+    AdaptiveSpec, CircuitSpec, DestinationSpec, HandlerUri, OnOpen, RetrySpec, TlsSource, TlsSpec,
+};
 
-/// Circuit breaker settings of one destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CircuitConfig {
-    pub failures: u32,
-    pub open_for: Duration,
-    pub on_open: OnOpen,
-}
-
-/// `circuit.on_open`: the fate of events while a destination's circuit is open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnOpen {
-    /// Dead-letter them as `circuit_open` (Harn `fail_fast`).
-    #[default]
-    Dlq,
-    /// Keep them pending on the owner core until the half-open probe succeeds.
-    Hold,
-}
-
-impl OnOpen {
-    fn parse(key: &str, text: Option<&str>) -> Result<OnOpen, ConfigError> {
-        match text {
-            None | Some("dlq") => Ok(OnOpen::Dlq),
-            Some("hold") => Ok(OnOpen::Hold),
-            Some(other) => err(format!(
-                "{key}: circuit.on_open must be \"dlq\" or \"hold\", not {other:?}"
-            )),
-        }
-    }
-}
-
-/// Retry schedule of one destination (`base <= cap`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryConfig {
-    pub max_attempts: u32,
-    pub base: Duration,
-    pub cap: Duration,
-}
-
-/// `max_in_flight = "auto"`: the adaptive limit's range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AdaptiveConfig {
-    pub min: usize,
-    pub cap: usize,
-}
-
-/// One destination: everything the owner core needs to deliver to a handler URI.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DestinationConfig {
-    pub handler: HandlerUri,
-    /// The fixed limit, or with `adaptive` the cap (the most permits there can ever be).
-    pub max_in_flight: usize,
-    /// `Some` for `max_in_flight = "auto"`.
-    pub adaptive: Option<AdaptiveConfig>,
-    pub timeout: Duration,
-    pub rate: Option<RateSpec>,
-    pub circuit: CircuitConfig,
-    /// Extra request headers, names as written, in name order.
-    pub headers: Vec<(String, String)>,
-    pub retry: RetryConfig,
-    /// Decoded Standard Webhooks signing key, when `signing_secret` is set.
-    pub signing_key: Option<crate::ingest::secrets::Secret>,
-    /// Where `signing_secret` is read from (what `sluice check` prints).
-    pub signing_secret: Option<super::auth::SecretRef>,
-    /// TLS client settings; `Some` exactly for `https://` handlers.
-    pub tls: Option<super::tls::TlsConfig>,
-    /// `Some` when the budget (`max_in_flight`, `rate`) is shared through Redis.
-    pub shared: Option<super::shared::SharedSpec>,
-}
-
-impl DestinationConfig {
-    /// The permits at start: `max_in_flight`, or the adaptive limit's starting value.
-    pub fn initial_permits(&self) -> usize {
-        match self.adaptive {
-            Some(a) => crate::dispatch::adaptive::INITIAL.clamp(a.min, a.cap),
-            None => self.max_in_flight,
-        }
+/// `circuit.on_open`: `"dlq"` (the default) or `"hold"`.
+fn parse_on_open(key: &str, text: Option<&str>) -> Result<OnOpen, ConfigError> {
+    match text {
+        None | Some("dlq") => Ok(OnOpen::Dlq),
+        Some("hold") => Ok(OnOpen::Hold),
+        Some(other) => err(format!(
+            "{key}: circuit.on_open must be \"dlq\" or \"hold\", not {other:?}"
+        )),
     }
 }
 
@@ -481,7 +391,7 @@ pub(super) fn build_destinations(
     handlers: &[(String, Option<String>)],
     raw: Vec<RawDestination>,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(Vec<DestinationConfig>, Vec<Option<usize>>), ConfigError> {
+) -> Result<(Vec<DestinationSpec>, Vec<Option<usize>>), ConfigError> {
     let mut uris: Vec<HandlerUri> = Vec::new();
     let mut index = Vec::with_capacity(handlers.len());
     for (id, handler) in handlers {
@@ -526,78 +436,102 @@ pub(super) fn build_destinations(
     Ok((destinations, index))
 }
 
+/// One destination: the handler's `[[destinations]]` entry (defaults when it has none), each
+/// key validated in manifest order, so the first wrong key is the one reported.
 fn build_destination(
     handler: HandlerUri,
     raw: Option<RawDestination>,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<DestinationConfig, ConfigError> {
+) -> Result<DestinationSpec, ConfigError> {
     let key = format!("destination {:?}", handler.uri);
-    let r = raw.unwrap_or(RawDestination {
-        uri: String::new(),
-        max_in_flight: None,
-        max_in_flight_cap: None,
-        min_in_flight: None,
-        timeout: None,
-        rate: None,
-        circuit: None,
-        headers: None,
-        retry: None,
-        signing_secret: None,
-        tls: None,
-        shared: None,
-    });
+    let r = raw.unwrap_or_default();
     let (max_in_flight, adaptive) = build_max_in_flight(&key, &r)?;
-    let shared = match r.shared {
-        None => None,
-        Some(_) if adaptive.is_some() => {
-            return err(format!(
-                "{key}: shared budgets take a fixed max_in_flight, not \"auto\" (each node's \
-                 adaptive limit sees only its own calls; see README \"Several nodes\")"
-            ))
-        }
-        Some(raw) => Some(super::shared::build_shared(&key, &handler.uri, raw)?),
-    };
+    let shared = build_dest_shared(&key, &handler.uri, r.shared, adaptive.is_some())?;
     let timeout = duration_or(
         &format!("{key}: timeout"),
         r.timeout,
         Duration::from_secs(10),
     )?;
-    let rate = match r.rate {
-        None => None,
-        Some(rr) => {
-            let burst = rr.burst.unwrap_or(rr.per_sec);
-            if rr.per_sec == 0 {
-                return err(format!("{key}: rate.per_sec must be at least 1"));
-            }
-            if burst == 0 {
-                return err(format!("{key}: rate.burst must be at least 1"));
-            }
-            crate::sync::gcra::BucketParams::new(burst, rr.per_sec)
-                .map_err(|e| ConfigError(format!("{key}: rate: {e}")))?;
-            Some(RateSpec {
-                per_sec: rr.per_sec,
-                burst,
-            })
-        }
-    };
-    let (failures, open_for, on_open) = match r.circuit {
+    let rate = r.rate.map(|rr| build_rate(&key, rr)).transpose()?;
+    let circuit = build_circuit(&key, r.circuit)?;
+    let retry = build_retry(&key, r.retry)?;
+    let headers = build_headers(&key, r.headers.unwrap_or_default())?;
+    let (signing_key, signing_secret) = build_signing(&key, r.signing_secret.as_ref(), env)?;
+    let tls = build_dest_tls(&key, &handler, r.tls)?;
+    Ok(DestinationSpec {
+        handler,
+        tls,
+        shared,
+        max_in_flight,
+        adaptive,
+        timeout,
+        rate,
+        circuit,
+        headers,
+        retry,
+        signing_key,
+        signing_secret,
+    })
+}
+
+/// `shared = { … }`: only with a fixed `max_in_flight`.
+fn build_dest_shared(
+    key: &str,
+    uri: &str,
+    raw: Option<super::shared::RawShared>,
+    adaptive: bool,
+) -> Result<Option<super::shared::SharedSpec>, ConfigError> {
+    match raw {
+        None => Ok(None),
+        Some(_) if adaptive => err(format!(
+            "{key}: shared budgets take a fixed max_in_flight, not \"auto\" (each node's \
+             adaptive limit sees only its own calls; see README \"Several nodes\")"
+        )),
+        Some(raw) => Ok(Some(super::shared::build_shared(key, uri, raw)?)),
+    }
+}
+
+/// `rate = { per_sec, burst }`: both at least 1, and parameters the GCRA accepts.
+fn build_rate(key: &str, rr: RawRate) -> Result<RateSpec, ConfigError> {
+    let burst = rr.burst.unwrap_or(rr.per_sec);
+    if rr.per_sec == 0 {
+        return err(format!("{key}: rate.per_sec must be at least 1"));
+    }
+    if burst == 0 {
+        return err(format!("{key}: rate.burst must be at least 1"));
+    }
+    crate::sync::gcra::BucketParams::new(burst, rr.per_sec)
+        .map_err(|e| ConfigError(format!("{key}: rate: {e}")))?;
+    Ok(RateSpec {
+        per_sec: rr.per_sec,
+        burst,
+    })
+}
+
+/// `circuit = { failures, open_for, on_open }`, each key defaulted on its own.
+fn build_circuit(key: &str, raw: Option<RawCircuit>) -> Result<CircuitSpec, ConfigError> {
+    let (failures, open_for, on_open) = match raw {
         None => (None, None, None),
         Some(c) => (c.failures, c.open_for, c.on_open),
     };
-    let circuit = CircuitConfig {
+    Ok(CircuitSpec {
         failures: ranged(&format!("{key}: circuit.failures"), failures, 5, 1, 10_000)?,
         open_for: duration_or(
             &format!("{key}: circuit.open_for"),
             open_for,
             Duration::from_secs(60),
         )?,
-        on_open: OnOpen::parse(&key, on_open.as_deref())?,
-    };
-    let (max_attempts, base, cap) = match r.retry {
+        on_open: parse_on_open(key, on_open.as_deref())?,
+    })
+}
+
+/// `retry = { max_attempts, base, cap }` with `base <= cap`.
+fn build_retry(key: &str, raw: Option<RawRetry>) -> Result<RetrySpec, ConfigError> {
+    let (max_attempts, base, cap) = match raw {
         None => (None, None, None),
         Some(rt) => (rt.max_attempts, rt.base, rt.cap),
     };
-    let retry = RetryConfig {
+    let retry = RetrySpec {
         max_attempts: ranged(
             &format!("{key}: retry.max_attempts"),
             max_attempts,
@@ -614,50 +548,49 @@ fn build_destination(
             retry.base, retry.cap
         ));
     }
-    let headers = build_headers(&key, r.headers.unwrap_or_default())?;
-    let (signing_key, signing_secret) = match &r.signing_secret {
-        None => (None, None),
-        Some(secret_ref) => {
-            let fail = |e: String| ConfigError(format!("{key}: signing_secret: {e}"));
-            let (source, secret) = super::auth::load_secrets(std::slice::from_ref(secret_ref), env)
-                .map_err(fail)?
-                .remove(0);
-            let key_bytes = source.signing_key(&secret, "the secret").map_err(fail)?;
-            (Some(key_bytes), Some(source))
-        }
+    Ok(retry)
+}
+
+/// `signing_secret`: the decoded key and where it was read from.
+fn build_signing(
+    key: &str,
+    raw: Option<&super::auth::RawSecretRef>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Option<crate::sign::Secret>, Option<String>), ConfigError> {
+    let Some(secret_ref) = raw else {
+        return Ok((None, None));
     };
-    let tls = match (handler.tls, r.tls) {
-        (true, raw) => Some(super::tls::build_tls(
-            &key,
+    let fail = |e: String| ConfigError(format!("{key}: signing_secret: {e}"));
+    let (source, secret) = super::auth::load_secrets(std::slice::from_ref(secret_ref), env)
+        .map_err(fail)?
+        .remove(0);
+    let key_bytes = source.signing_key(&secret, "the secret").map_err(fail)?;
+    Ok((Some(key_bytes), Some(source.toml())))
+}
+
+/// `tls = { … }`: required settings of an `https://` handler (defaults when absent), an error
+/// on an `http://` one.
+fn build_dest_tls(
+    key: &str,
+    handler: &HandlerUri,
+    raw: Option<super::tls::RawTls>,
+) -> Result<Option<TlsSpec>, ConfigError> {
+    match (handler.tls, raw) {
+        (true, raw) => Ok(Some(super::tls::build_tls(
+            key,
             &handler.host,
             raw.unwrap_or_default(),
-        )?),
-        (false, None) => None,
-        (false, Some(_)) => {
-            return err(format!("{key}: tls applies to https:// destinations only"))
-        }
-    };
-    Ok(DestinationConfig {
-        handler,
-        tls,
-        shared,
-        max_in_flight,
-        adaptive,
-        timeout,
-        rate,
-        circuit,
-        headers,
-        retry,
-        signing_key,
-        signing_secret,
-    })
+        )?)),
+        (false, None) => Ok(None),
+        (false, Some(_)) => err(format!("{key}: tls applies to https:// destinations only")),
+    }
 }
 
 /// `max_in_flight` (a number or `"auto"`), `max_in_flight_cap`, `min_in_flight`.
 fn build_max_in_flight(
     key: &str,
     r: &RawDestination,
-) -> Result<(usize, Option<AdaptiveConfig>), ConfigError> {
+) -> Result<(usize, Option<AdaptiveSpec>), ConfigError> {
     let fixed = match &r.max_in_flight {
         None => Some(64),
         Some(RawMaxInFlight::Fixed(n)) => match usize::try_from(*n) {
@@ -702,7 +635,7 @@ fn build_max_in_flight(
             "{key}: min_in_flight ({min}) must not exceed max_in_flight_cap ({cap})"
         ));
     }
-    Ok((cap, Some(AdaptiveConfig { min, cap })))
+    Ok((cap, Some(AdaptiveSpec { min, cap })))
 }
 
 fn build_headers(
@@ -856,6 +789,29 @@ pub(super) fn build_dispatch(
             1 << 32,
         )?,
     })
+}
+
+impl super::Config {
+    /// What dispatch needs of this configuration, as dispatch defines it: the destinations
+    /// (by id), each trigger's route and gates, the `[flow]` bounds and the few server settings
+    /// the dispatcher reads. Built for each core at start and at each reload.
+    pub fn dispatch_spec(&self) -> crate::dispatch::spec::DispatchSpec {
+        use crate::dispatch::spec::{DispatchSpec, TriggerRoute};
+        DispatchSpec {
+            destinations: self.destinations.clone(),
+            triggers: (self.triggers.iter())
+                .map(|t| TriggerRoute {
+                    id: t.id.clone(),
+                    dest: t.handler,
+                    flow: t.flow.clone(),
+                })
+                .collect(),
+            flow: self.flow,
+            workers: self.server.workers,
+            flow_dir: self.server.data_dir.join("flow"),
+            idle_timeout: self.server.idle_timeout,
+        }
+    }
 }
 
 /// `when_backlog_full`: as given, else `absorb` for `verify = "github"`, `refuse` otherwise.

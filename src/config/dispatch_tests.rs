@@ -127,7 +127,7 @@ fn triggers_share_destinations_by_normalized_uri() {
     assert_eq!(d.rate, None);
     assert_eq!(
         d.circuit,
-        CircuitConfig {
+        CircuitSpec {
             failures: 5,
             open_for: Duration::from_secs(60),
             on_open: crate::config::OnOpen::Dlq,
@@ -135,13 +135,43 @@ fn triggers_share_destinations_by_normalized_uri() {
     );
     assert_eq!(
         d.retry,
-        RetryConfig {
+        RetrySpec {
             max_attempts: 7,
             base: Duration::from_secs(1),
             cap: Duration::from_secs(600)
         }
     );
     assert!(d.headers.is_empty());
+}
+
+/// What dispatch is handed: the same destinations by id, each trigger's route (its
+/// destination index and gates), the `[flow]` bounds and the server settings it reads.
+#[test]
+fn dispatch_spec_is_what_dispatch_runs_on() {
+    let text = [
+        trig("b", "/b", "http://other/"),
+        "[[triggers]]\nid = \"n\"\nprovider = \"p\"\npath = \"/n\"\n".to_string(),
+        trig("a", "/a", "http://h/"),
+        "singleton = {}\n".to_string(),
+        "[server]\nworkers = 3\ndata_dir = \"/var/lib/x\"\n[flow]\nmax_held = 7\n".to_string(),
+    ]
+    .concat();
+    let c = build(&text).unwrap();
+    let spec = c.dispatch_spec();
+    assert_eq!(spec.destinations, c.destinations);
+    let routes: Vec<_> = spec
+        .triggers
+        .iter()
+        .map(|t| (t.id.as_str(), t.dest))
+        .collect();
+    assert_eq!(routes, vec![("b", Some(0)), ("n", None), ("a", Some(1))]);
+    assert_eq!(spec.triggers[2].flow, c.triggers[2].flow);
+    assert_eq!((spec.workers, spec.flow.max_held), (3, 7));
+    assert_eq!(spec.flow_dir, std::path::Path::new("/var/lib/x/flow"));
+    assert_eq!(spec.idle_timeout, c.server.idle_timeout);
+    assert_eq!(spec.in_use(), vec![true, true]);
+    let gated: Vec<_> = spec.gated().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(gated, vec!["a"], "only triggers with a gate, by id");
 }
 
 #[test]
@@ -194,7 +224,7 @@ fn max_in_flight_auto_parses_with_its_range() {
     let d = &c.destinations[0];
     assert_eq!(
         d.adaptive,
-        Some(crate::config::AdaptiveConfig { min: 1, cap: 256 })
+        Some(crate::config::AdaptiveSpec { min: 1, cap: 256 })
     );
     assert_eq!(d.max_in_flight, 256);
     assert_eq!(d.initial_permits(), crate::dispatch::adaptive::INITIAL);
@@ -205,7 +235,7 @@ fn max_in_flight_auto_parses_with_its_range() {
     let d = &c.destinations[0];
     assert_eq!(
         d.adaptive,
-        Some(crate::config::AdaptiveConfig { min: 2, cap: 8 })
+        Some(crate::config::AdaptiveSpec { min: 2, cap: 8 })
     );
     assert_eq!(d.initial_permits(), 8);
     let c = build(&dest("max_in_flight = 7")).unwrap();

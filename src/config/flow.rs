@@ -2,7 +2,7 @@
 //! `rate_limit`, `debounce`, `singleton`, `batch`) and the `[flow]` table.
 //!
 //! Same two stages as the rest of [`super`]: the `Raw*` serde images, every field documented,
-//! are validated once into [`FlowConfig`]. The semantics live in [`crate::dispatch::flow`].
+//! are validated once into [`FlowSpec`]. The semantics live in [`crate::dispatch::flow`].
 //!
 //! ```toml
 //! concurrency = { key = "event.headers.x-tenant", max = 10 }
@@ -147,155 +147,13 @@ pub struct RawFlow {
 // Stage 2: validated.
 // ---------------------------------------------------------------------------------------------
 
-/// What a gate key is taken from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeySelector {
-    /// No `key`: one gate for the whole trigger.
-    Global,
-    /// `event.source`
-    Source,
-    /// `event.trigger`
-    Trigger,
-    /// `event.headers.<name>`, name lower-cased.
-    Header(String),
-    /// `event.body.<a.b.c>`: object members (or array indices) of the JSON body.
-    Body(Vec<String>),
-}
+pub use crate::dispatch::flow::spec::{
+    BatchGate, ConcurrencyGate, DebounceGate, FlowBounds, FlowSpec, KeySelector, PriorityOrder,
+    SingletonGate, WindowGate,
+};
 
-impl KeySelector {
-    /// Parses a selector; the error says what is wrong (the caller names the key).
-    pub fn parse(text: &str) -> Result<KeySelector, String> {
-        let expected = "expected event.source, event.trigger, event.headers.<name> or \
-                        event.body.<dotted.path>";
-        match text {
-            "event.source" => return Ok(KeySelector::Source),
-            "event.trigger" => return Ok(KeySelector::Trigger),
-            _ => {}
-        }
-        if let Some(name) = text.strip_prefix("event.headers.") {
-            let ok = !name.is_empty()
-                && name.len() <= 256
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-            if !ok {
-                return Err(format!("{text:?}: {name:?} is not a header name"));
-            }
-            return Ok(KeySelector::Header(name.to_ascii_lowercase()));
-        }
-        if let Some(path) = text.strip_prefix("event.body.") {
-            let segments: Vec<String> = path.split('.').map(str::to_string).collect();
-            if path.len() > 1024 || segments.iter().any(|s| s.is_empty()) {
-                return Err(format!(
-                    "{text:?}: the body path must be dot-separated non-empty names (≤ 1024 bytes)"
-                ));
-            }
-            return Ok(KeySelector::Body(segments));
-        }
-        Err(format!("{text:?} is not a key selector ({expected})"))
-    }
-
-    /// The header this selector reads, if any.
-    pub fn header(&self) -> Option<&str> {
-        match self {
-            KeySelector::Header(h) => Some(h),
-            _ => None,
-        }
-    }
-}
-
-/// `concurrency` (with its optional `priority`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConcurrencyGate {
-    pub key: KeySelector,
-    pub max: usize,
-    pub priority: Option<PriorityOrder>,
-}
-
-/// `priority`: rank = position of the key's value in `order`; unlisted values rank `order.len()`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PriorityOrder {
-    pub key: KeySelector,
-    pub order: Vec<String>,
-}
-
-impl PriorityOrder {
-    pub fn rank(&self, value: &str) -> usize {
-        self.order
-            .iter()
-            .position(|v| v == value)
-            .unwrap_or(self.order.len())
-    }
-}
-
-/// `throttle` / `rate_limit`: at most `max` per sliding `period` per key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WindowGate {
-    pub key: KeySelector,
-    pub period: Duration,
-    pub max: usize,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DebounceGate {
-    pub key: KeySelector,
-    pub period: Duration,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SingletonGate {
-    pub key: KeySelector,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BatchGate {
-    pub key: KeySelector,
-    pub size: usize,
-    pub timeout: Duration,
-}
-
-/// A trigger's gates; all `None` (the default) means no flow control.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FlowConfig {
-    pub batch: Option<BatchGate>,
-    pub debounce: Option<DebounceGate>,
-    pub rate_limit: Option<WindowGate>,
-    pub throttle: Option<WindowGate>,
-    pub singleton: Option<SingletonGate>,
-    pub concurrency: Option<ConcurrencyGate>,
-}
-
-impl FlowConfig {
-    pub fn is_empty(&self) -> bool {
-        self == &FlowConfig::default()
-    }
-
-    /// Every header a selector of this trigger reads.
-    pub fn headers(&self) -> Vec<&str> {
-        let mut keys: Vec<&KeySelector> = Vec::new();
-        keys.extend(self.batch.as_ref().map(|g| &g.key));
-        keys.extend(self.debounce.as_ref().map(|g| &g.key));
-        keys.extend(self.rate_limit.as_ref().map(|g| &g.key));
-        keys.extend(self.throttle.as_ref().map(|g| &g.key));
-        keys.extend(self.singleton.as_ref().map(|g| &g.key));
-        if let Some(c) = &self.concurrency {
-            keys.push(&c.key);
-            keys.extend(c.priority.as_ref().map(|p| &p.key));
-        }
-        keys.into_iter().filter_map(KeySelector::header).collect()
-    }
-}
-
-/// `[flow]`, validated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FlowSettings {
-    pub max_gate_keys: usize,
-    pub max_held: usize,
-    pub max_held_bytes: u64,
-}
-
-pub(super) fn build_flow_settings(r: RawFlowSection) -> Result<FlowSettings, ConfigError> {
-    Ok(FlowSettings {
+pub(super) fn build_flow_settings(r: RawFlowSection) -> Result<FlowBounds, ConfigError> {
+    Ok(FlowBounds {
         max_gate_keys: super::ranged(
             "flow.max_gate_keys",
             r.max_gate_keys,
@@ -324,8 +182,8 @@ pub(super) fn build_flow_settings(r: RawFlowSection) -> Result<FlowSettings, Con
 /// fill (a precise error, never a clamp).
 /// `triggers`: each trigger's id and gates.
 pub(super) fn check_batch_sizes<'a>(
-    triggers: impl IntoIterator<Item = (&'a str, &'a FlowConfig)>,
-    flow: &FlowSettings,
+    triggers: impl IntoIterator<Item = (&'a str, &'a FlowSpec)>,
+    flow: &FlowBounds,
 ) -> Result<(), ConfigError> {
     for (id, gates) in triggers {
         if let Some(b) = gates.batch.as_ref().filter(|b| b.size > flow.max_held) {
@@ -354,7 +212,7 @@ pub fn parse_flow_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// Validates one trigger's gates. `id` names the trigger in every message.
-pub fn build_flow(id: &str, r: RawFlow) -> Result<FlowConfig, ConfigError> {
+pub fn build_flow(id: &str, r: RawFlow) -> Result<FlowSpec, ConfigError> {
     let v = Validator { id };
     v.combinations(&r)?;
     let priority = match r.priority {
@@ -369,7 +227,7 @@ pub fn build_flow(id: &str, r: RawFlow) -> Result<FlowConfig, ConfigError> {
             priority,
         }),
     };
-    Ok(FlowConfig {
+    Ok(FlowSpec {
         batch: match r.batch {
             None => None,
             Some(b) => Some(BatchGate {
@@ -523,7 +381,7 @@ mod tests {
         )
     }
 
-    fn flow(gates: &str) -> FlowConfig {
+    fn flow(gates: &str) -> FlowSpec {
         build(gates).unwrap().triggers[0].flow.clone()
     }
 

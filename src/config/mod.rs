@@ -54,13 +54,13 @@ pub use crate::ingest::router::is_valid_id;
 use crate::ingest::spec::{IngestSpec, MaxPending, TriggerSpec, WhenFull};
 pub use auth::{TriggerAuth, ENV_ADMIN_TOKEN};
 pub use dispatch::{
-    AdaptiveConfig, CircuitConfig, DestinationConfig, DispatchConfig, HandlerUri, OnOpen,
-    PumpConfig, RateSpec, RetryConfig, ENV_PUMP_MAX_OUTSTANDING,
+    AdaptiveSpec, CircuitSpec, DestinationSpec, DispatchConfig, HandlerUri, OnOpen, PumpConfig,
+    RateSpec, RetrySpec, ENV_PUMP_MAX_OUTSTANDING,
 };
 pub use duration::parse_duration;
 pub use error::ConfigError;
 pub(crate) use error::{duration_or, err, ranged};
-pub use flow::{FlowConfig, FlowSettings};
+pub use flow::{FlowBounds, FlowSpec};
 use ingest::build_ingest;
 pub use ingest::{
     RawIngest, DEFAULT_STORED_HEADERS, ENV_GLOBAL_CAPACITY, ENV_PER_SOURCE_CAPACITY,
@@ -214,7 +214,7 @@ pub struct TriggerConfig {
     /// Signature verification and dedupe (both off by default).
     pub auth: TriggerAuth,
     /// Flow-control gates (none by default).
-    pub flow: FlowConfig,
+    pub flow: FlowSpec,
     /// What this trigger's events do when the durable backlog is full.
     pub when_backlog_full: WhenFull,
     /// Guaranteed share of the durable backlog (`None` values: the default share).
@@ -244,11 +244,11 @@ pub struct Config {
     pub wal: WalSettings,
     pub triggers: Vec<TriggerConfig>,
     /// One per distinct trigger handler URI, in order of first use; indices are stable.
-    pub destinations: Vec<DestinationConfig>,
+    pub destinations: Vec<DestinationSpec>,
     pub pump: PumpConfig,
     pub dispatch: DispatchConfig,
     /// `[flow]`: bounds of the per-core flow-control state.
-    pub flow: FlowSettings,
+    pub flow: FlowBounds,
     /// `SLUICE_ADMIN_TOKEN`; `None`: the `/admin/` routes are off (404).
     pub admin_token: Option<crate::ingest::secrets::Secret>,
 }
@@ -744,7 +744,7 @@ mod tests {
                 path: "/hooks/github".into(),
                 handler: None,
                 auth: TriggerAuth::default(),
-                flow: FlowConfig::default(),
+                flow: FlowSpec::default(),
                 when_backlog_full: WhenFull::Refuse,
                 max_pending: Default::default(),
             }]

@@ -282,7 +282,7 @@ fn trigger_auth(o: &mut Out, a: &super::TriggerAuth) {
 }
 
 /// The seven gate keys, in the manifest's forms.
-fn trigger_flow(o: &mut Out, f: &super::flow::FlowConfig) {
+fn trigger_flow(o: &mut Out, f: &super::flow::FlowSpec) {
     if let Some(c) = &f.concurrency {
         let g = keyed(&c.key, vec![("max", c.max.to_string())]);
         o.line(&format!("concurrency = {g}"));
@@ -314,7 +314,7 @@ fn trigger_flow(o: &mut Out, f: &super::flow::FlowConfig) {
     }
 }
 
-fn destination(o: &mut Out, d: &super::DestinationConfig) {
+fn destination(o: &mut Out, d: &super::DestinationSpec) {
     o.array_item("destinations");
     o.s("uri", &d.handler.uri);
     match d.adaptive {
@@ -356,12 +356,12 @@ fn destination(o: &mut Out, d: &super::DestinationConfig) {
         o.line(&format!("headers = {{ {} }}", fields.join(", ")));
     }
     if let Some(r) = &d.signing_secret {
-        o.line(&format!("signing_secret = {}", r.toml()));
+        o.line(&format!("signing_secret = {r}"));
     }
     destination_tls_shared(o, d);
 }
 
-fn destination_tls_shared(o: &mut Out, d: &super::DestinationConfig) {
+fn destination_tls_shared(o: &mut Out, d: &super::DestinationSpec) {
     if let Some(t) = &d.tls {
         let t = &t.source;
         let path = |p: &std::path::Path| quote(&p.to_string_lossy());

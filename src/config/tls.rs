@@ -22,6 +22,7 @@ use rustls::{ClientConfig, RootCertStore};
 use serde::Deserialize;
 
 use super::ConfigError;
+use crate::dispatch::spec::{TlsSource, TlsSpec};
 use crate::net::tls::TlsClient;
 
 /// Largest certificate or key file read, in bytes.
@@ -46,34 +47,9 @@ pub struct RawTls {
     pub server_name: Option<String>,
 }
 
-/// The validated TLS settings of one destination.
-#[derive(Debug, Clone)]
-pub struct TlsConfig {
-    /// What the outbound pool needs to open connections.
-    pub client: TlsClient,
-    /// The settings as written (for equality and display).
-    pub source: TlsSource,
-}
-
-/// The settings a [`TlsConfig`] was built from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsSource {
-    pub ca_file: Option<PathBuf>,
-    pub client_cert: Option<PathBuf>,
-    pub client_key: Option<PathBuf>,
-    pub server_name: String,
-}
-
-impl PartialEq for TlsConfig {
-    fn eq(&self, other: &Self) -> bool {
-        self.source == other.source
-    }
-}
-impl Eq for TlsConfig {}
-
 /// Builds the TLS settings of destination `key` (for error messages) whose handler host is
 /// `host`.
-pub fn build_tls(key: &str, host: &str, raw: RawTls) -> Result<TlsConfig, ConfigError> {
+pub fn build_tls(key: &str, host: &str, raw: RawTls) -> Result<TlsSpec, ConfigError> {
     let name_text = raw.server_name.clone().unwrap_or_else(|| host.to_string());
     let server_name = ServerName::try_from(name_text.clone()).map_err(|_| {
         ConfigError(format!(
@@ -127,7 +103,7 @@ pub fn build_tls(key: &str, host: &str, raw: RawTls) -> Result<TlsConfig, Config
             )))
         }
     };
-    Ok(TlsConfig {
+    Ok(TlsSpec {
         client: TlsClient {
             config: Arc::new(config),
             server_name,

@@ -43,7 +43,7 @@ use super::classify::Class;
 use super::permits::{Permit, Permits};
 use super::rate::RateBudget;
 use crate::cluster::budget::SharedBudget;
-use crate::config::{DestinationConfig, OnOpen};
+use crate::dispatch::spec::{DestinationSpec, OnOpen};
 use crate::sync::gcra::ParamError;
 
 /// Longest pause a `Retry-After` can impose on a destination.
@@ -161,8 +161,8 @@ impl DestinationState {
     /// shared budget its lease) and the rate budget when it changed (a new budget starts full).
     pub fn reconfigure(
         &mut self,
-        c: &DestinationConfig,
-        old: &DestinationConfig,
+        c: &DestinationSpec,
+        old: &DestinationSpec,
     ) -> Result<(), ParamError> {
         // A shared budget's permits follow its lease (and a reload cannot change its limits,
         // `ops::reload_diff`): set here, they would let this node past the cluster's budget
@@ -196,7 +196,7 @@ impl DestinationState {
     /// From a validated destination config. The rate parameters were validated by the config
     /// with the same [`crate::sync::gcra::BucketParams`] rules, so this fails only for a
     /// hand-built config.
-    pub fn from_config(c: &DestinationConfig) -> Result<Self, ParamError> {
+    pub fn from_config(c: &DestinationSpec) -> Result<Self, ParamError> {
         let rate = match c.rate {
             Some(r) => Some(RateBudget::new(r.per_sec, r.burst)?),
             None => None,

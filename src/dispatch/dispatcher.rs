@@ -45,7 +45,6 @@ use std::sync::Arc;
 use mio::{Registry, Token};
 
 use super::outstanding::Outstanding;
-use crate::config::{Config, DestinationConfig};
 use crate::dispatch::adaptive::Sample;
 use crate::dispatch::circuit::Transition;
 use crate::dispatch::classify::{classify, AttemptResult, Class};
@@ -60,6 +59,7 @@ use crate::dispatch::permits::Permit;
 use crate::dispatch::request::{encode, template};
 use crate::dispatch::retry::RetryPolicy;
 use crate::dispatch::rng::SmallRng;
+use crate::dispatch::spec::{DestinationSpec, DispatchSpec};
 use crate::ingest::backlog::Backlog;
 use crate::net::http::client::{RequestError, RequestTemplate};
 
@@ -119,7 +119,7 @@ impl Ord for Delayed {
 /// One core's delivery engine.
 #[derive(Debug)]
 pub struct Dispatcher {
-    config: Arc<Config>,
+    config: Arc<DispatchSpec>,
     dests: HashMap<usize, Dest>,
     pool: OutboundPool<Attempt>,
     /// Attempts the pool finished in one call, settled right after (capacity reused).
@@ -155,22 +155,18 @@ impl Dispatcher {
     /// `slots`: the pumps' `max_outstanding` window.
     pub fn new(
         core: usize,
-        config: Arc<Config>,
+        config: Arc<DispatchSpec>,
         metrics: CoreDispatchMetrics,
         slots: Slots,
     ) -> Dispatcher {
-        let store = crate::dispatch::flow::persist::Store::open(
-            &config.server.data_dir.join("flow"),
-            core,
-            &config,
-        );
+        let store = crate::dispatch::flow::persist::Store::open(&config.flow_dir, core, &config);
         Dispatcher {
             flow: FlowEngine::new(config.clone(), metrics.shared.clone(), Some(store))
                 .hold_for_handover(!slots.window.handover.done()),
             core,
             slots,
             slot_wait: VecDeque::new(),
-            pool: OutboundPool::new(config.server.idle_timeout.as_nanos() as u64),
+            pool: OutboundPool::new(config.idle_timeout.as_nanos() as u64),
             config,
             dests: HashMap::new(),
             finished: Vec::new(),
@@ -216,7 +212,7 @@ impl Dispatcher {
         let budgets = &mut self.budgets;
         let shared_dests = &mut self.shared_dests;
         self.dests.entry(d).or_insert_with(|| {
-            let c: &DestinationConfig = &config.destinations[d];
+            let c: &DestinationSpec = &config.destinations[d];
             // Parameters were validated with the config, so this cannot fail; a failure would
             // be a bug, and unlimited permits are not an acceptable fallback.
             let state = DestinationState::from_config(c).expect("validated destination config");
@@ -245,24 +241,14 @@ impl Dispatcher {
     /// the next attempts use the new ones.
     pub fn reconfigure(
         &mut self,
-        config: Arc<Config>,
+        config: Arc<DispatchSpec>,
         now: u64,
         registry: &Registry,
         draining: bool,
     ) {
         let old = std::mem::replace(&mut self.config, config);
-        let flows = |c: &Config| -> Vec<(String, crate::config::FlowConfig)> {
-            let mut v: Vec<_> = c
-                .triggers
-                .iter()
-                .filter(|t| !t.flow.is_empty())
-                .map(|t| (t.id.clone(), t.flow.clone()))
-                .collect();
-            v.sort_by(|a, b| a.0.cmp(&b.0));
-            v
-        };
         let mut touched = Vec::new();
-        if flows(&old) != flows(&self.config) {
+        if old.gated() != self.config.gated() {
             // Gates changed: every waiting event is offered to the new gates (`flow::rekey`).
             let mut out = FlowOut::default();
             self.flow.rekey(Arc::clone(&self.config), now, &mut out);
@@ -649,17 +635,66 @@ impl Dispatcher {
         registry: &Registry,
     ) {
         let Attempt {
-            mut job,
+            job,
             permit,
             started,
             ..
         } = attempt;
         let class = classify(&result);
+        let opened = self.feed_gate(d, permit, &class, &result, started, now);
         let config = Arc::clone(&self.config);
         let uri = config.destinations[d].handler.uri.as_str();
+        match class {
+            Class::Delivered => {
+                let attempts = job.attempt;
+                self.held -= job.events();
+                if job.batch.is_empty() {
+                    self.delivered(job.lsn, attempts, job.event.received_at_ms, now);
+                } else {
+                    for m in job.batch {
+                        self.delivered(m.lsn, attempts, m.event.received_at_ms, now);
+                    }
+                }
+            }
+            Class::Permanent => {
+                let attempts = job.attempt;
+                let why = describe(&result, uri);
+                self.dead_letter(job, DlqReason::PermanentFailure, attempts, why, now);
+            }
+            Class::Retryable { .. } if self.dest(d).state.holds() => {
+                // `on_open = "hold"`: the outage is not the event's failure. Back to the head
+                // of the queue, attempt count unchanged; the gate waits for the probe.
+                self.metrics.circuit_held();
+                self.dest(d).queue.push_front(job);
+            }
+            Class::Retryable { .. } if opened => {
+                let attempts = job.attempt;
+                let why = format!(
+                    "destination circuit opened for http:{uri} after {} consecutive failures: {}",
+                    config.destinations[d].circuit.failures,
+                    describe(&result, uri)
+                );
+                self.dead_letter(job, DlqReason::CircuitOpen, attempts, why, now);
+            }
+            Class::Retryable { .. } => self.retry(d, job, describe(&result, uri), now),
+        }
+        self.pump_dest(d, now, registry);
+    }
+
+    /// Gives the attempt's permit back and tells the destination's state (circuit, pause,
+    /// adaptive limit) and the metrics how it ended. Returns whether the circuit opened.
+    fn feed_gate(
+        &mut self,
+        d: usize,
+        permit: Permit,
+        class: &Class,
+        result: &AttemptResult,
+        started: u64,
+        now: u64,
+    ) -> bool {
         let in_flight_at_end = self.dest(d).state.in_flight();
-        let events = self.dest(d).state.complete(permit, now, &class);
-        if let Some(sample) = adaptive_sample(&result, now.saturating_sub(started)) {
+        let events = self.dest(d).state.complete(permit, now, class);
+        if let Some(sample) = adaptive_sample(result, now.saturating_sub(started)) {
             if let Some(limit) = self.dest(d).state.observe(now, in_flight_at_end, sample) {
                 self.metrics.set_permits(d, limit as u64);
             }
@@ -677,82 +712,33 @@ impl Dispatcher {
         }
         let in_flight = self.dest(d).state.in_flight() as u64;
         self.metrics.set_in_flight(d, in_flight);
-        self.metrics.attempt(
-            d,
-            &class,
-            result.is_tls_error(),
-            now.saturating_sub(started),
-        );
-        match class {
-            Class::Delivered => {
-                let attempts = job.attempt;
-                self.held -= job.events();
-                if job.batch.is_empty() {
-                    self.delivered(job.lsn, attempts, job.event.received_at_ms, now);
-                } else {
-                    for m in job.batch {
-                        self.delivered(m.lsn, attempts, m.event.received_at_ms, now);
-                    }
-                }
-            }
-            Class::Permanent => {
-                let attempts = job.attempt;
-                self.dead_letter(
-                    job,
-                    DlqReason::PermanentFailure,
-                    attempts,
-                    describe(&result, uri),
-                    now,
-                );
-            }
-            Class::Retryable { .. } if self.dest(d).state.holds() => {
-                // `on_open = "hold"`: the outage is not the event's failure. Back to the head
-                // of the queue, attempt count unchanged; the gate waits for the probe.
-                self.metrics.circuit_held();
-                self.dest(d).queue.push_front(job);
-            }
-            Class::Retryable { .. } if opened => {
-                let attempts = job.attempt;
-                let why = format!(
-                    "destination circuit opened for http:{uri} after {} consecutive failures: {}",
-                    self.config.destinations[d].circuit.failures,
-                    describe(&result, uri)
-                );
-                self.dead_letter(job, DlqReason::CircuitOpen, attempts, why, now);
-            }
-            Class::Retryable { .. } => {
-                let next = job.attempt + 1;
-                let policy = self.dest(d).policy;
-                match policy.delay_before(next, &mut self.rng) {
-                    Some(delay) => {
-                        let due = now + delay.as_nanos() as u64;
-                        let due_at_ms = unix_millis() + delay.as_millis() as u64;
-                        let last_error = describe(&result, uri);
-                        job.attempt = next;
-                        for lsn in job.lsns() {
-                            self.send(JobOutcome::RetryScheduled {
-                                lsn,
-                                next_attempt: next,
-                                due_at_ms,
-                                last_error: last_error.clone(),
-                            });
-                        }
-                        self.delay(job, due);
-                    }
-                    None => {
-                        let attempts = job.attempt;
-                        self.dead_letter(
-                            job,
-                            DlqReason::RetryExhausted,
-                            attempts,
-                            describe(&result, uri),
-                            now,
-                        );
-                    }
-                }
-            }
+        self.metrics
+            .attempt(d, class, result.is_tls_error(), now.saturating_sub(started));
+        opened
+    }
+
+    /// A retryable failure: the next attempt is scheduled (and reported to the pumps, to be
+    /// made durable) or, past the retry schedule, the job is dead-lettered.
+    fn retry(&mut self, d: usize, mut job: Job, last_error: String, now: u64) {
+        let next = job.attempt + 1;
+        let policy = self.dest(d).policy;
+        let Some(delay) = policy.delay_before(next, &mut self.rng) else {
+            let attempts = job.attempt;
+            self.dead_letter(job, DlqReason::RetryExhausted, attempts, last_error, now);
+            return;
+        };
+        let due = now + delay.as_nanos() as u64;
+        let due_at_ms = unix_millis() + delay.as_millis() as u64;
+        job.attempt = next;
+        for lsn in job.lsns() {
+            self.send(JobOutcome::RetryScheduled {
+                lsn,
+                next_attempt: next,
+                due_at_ms,
+                last_error: last_error.clone(),
+            });
         }
-        self.pump_dest(d, now, registry);
+        self.delay(job, due);
     }
 
     fn delivered(&mut self, lsn: u64, attempts: u32, received_at_ms: u64, now: u64) {

@@ -3,7 +3,7 @@
 //! as `pump_dest` would, and the pool's reports fed to `finish` as the pool would hand them
 //! over.
 use super::*;
-use crate::config::Overrides;
+use crate::config::{Config, Overrides};
 use crate::dispatch::metrics::DispatchMetrics;
 use crate::metrics::counter::Metrics;
 use crate::wal::EventRecord;
@@ -16,6 +16,8 @@ const SECOND: u64 = 1_000_000_000;
 struct Rig {
     d: Dispatcher,
     poll: Poll,
+    /// What the dispatcher's spec was built from (a reload is laid out against it).
+    config: Config,
 }
 
 /// A dispatcher for one trigger whose destination has `dest` settings.
@@ -38,7 +40,7 @@ fn rig(dest: &str) -> Rig {
     Rig {
         d: Dispatcher::new(
             0,
-            Arc::new(config),
+            Arc::new(config.dispatch_spec()),
             metrics,
             super::Slots {
                 window: Arc::new(crate::dispatch::outstanding::Outstanding::new(64)),
@@ -51,6 +53,7 @@ fn rig(dest: &str) -> Rig {
             },
         ),
         poll: Poll::new().unwrap(),
+        config,
     }
 }
 
@@ -359,9 +362,14 @@ fn a_job_for_a_destination_not_known_yet_waits_for_the_reload() {
         &Overrides::default(),
     )
     .unwrap();
-    let next = crate::ops::reload_ids::assign(&r.d.config, next, 1).unwrap();
+    let next = crate::ops::reload_ids::assign(&r.config, next, 1).unwrap();
     assert_eq!(next.destinations[1].handler.uri, "http://127.0.0.1:9/new");
-    r.d.reconfigure(Arc::new(next), SECOND, r.poll.registry(), false);
+    r.d.reconfigure(
+        Arc::new(next.dispatch_spec()),
+        SECOND,
+        r.poll.registry(),
+        false,
+    );
     assert!(r.d.early.is_empty());
     assert_eq!(r.d.held(), 1, "counted once");
     assert!(

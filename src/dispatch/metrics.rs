@@ -1,7 +1,7 @@
 //! Dispatch metrics: per-destination gauges and counters, delivery latency, the pump's live
 //! gauges, and the accepted-to-DLQ histogram. Destination cells are indexed by destination id
 //! (`ops::reload_ids`): the start-up destinations', plus
-//! [`RELOAD_DESTINATIONS`](crate::ops::reload_ids::RELOAD_DESTINATIONS) spare cells that a
+//! [`RELOAD_DESTINATIONS`](crate::dispatch::spec::RELOAD_DESTINATIONS) spare cells that a
 //! reload names ([`DispatchMetrics::claim_destinations`], before it publishes) for the
 //! destinations it adds, so every label set here has a bound known at start-up. A destination
 //! a reload removes stops being rendered (its cells keep counting the events accepted for it
@@ -141,9 +141,9 @@ const REASONS: [DlqReason; 3] = [
 
 impl DispatchMetrics {
     /// `destinations`: (uri, initial permits) in config order (their ids), plus
-    /// [`RELOAD_DESTINATIONS`](crate::ops::reload_ids::RELOAD_DESTINATIONS) spare cells.
+    /// [`RELOAD_DESTINATIONS`](crate::dispatch::spec::RELOAD_DESTINATIONS) spare cells.
     pub fn new(destinations: &[(String, u64)]) -> DispatchMetrics {
-        let spare = crate::ops::reload_ids::RELOAD_DESTINATIONS;
+        let spare = crate::dispatch::spec::RELOAD_DESTINATIONS;
         let dests: Box<[DestCells]> = (0..destinations.len() + spare)
             .map(|_| DestCells::default())
             .collect();
@@ -177,7 +177,7 @@ impl DispatchMetrics {
     /// Adds the flow-control families for `triggers`; `max_held` is `[flow] max_held`.
     pub fn with_flow(
         mut self,
-        triggers: &[crate::config::TriggerConfig],
+        triggers: &[crate::dispatch::spec::TriggerRoute],
         max_held: usize,
     ) -> DispatchMetrics {
         self.flow = FlowMetrics::new(triggers, max_held);
@@ -216,12 +216,14 @@ impl DispatchMetrics {
         }
     }
 
-    /// Names the cells of the destinations of a reload's `config` (laid out by id) that have
-    /// none. Called before the generation is published (reloads are serialized), so a core
+    /// Names the cells of a reload's `destinations` (laid out by id) that have none. Called before the generation is published (reloads are serialized), so a core
     /// counting for a new destination finds its cell. `Err` when an id has no cell (the bound
     /// of `ops::reload_ids` prevents it).
-    pub fn claim_destinations(&self, config: &crate::config::Config) -> Result<(), String> {
-        for (id, d) in config.destinations.iter().enumerate() {
+    pub fn claim_destinations(
+        &self,
+        destinations: &[crate::dispatch::spec::DestinationSpec],
+    ) -> Result<(), String> {
+        for (id, d) in destinations.iter().enumerate() {
             let Some(c) = self.dests.get(id) else {
                 return Err(format!(
                     "destination {} has no metric cell (id {id} of {})",
@@ -241,10 +243,10 @@ impl DispatchMetrics {
         Ok(())
     }
 
-    /// Renders the destinations a trigger of the published `config` names, and no other (once
-    /// the reload has published it; `Relaxed`: a flag read at render time).
-    pub fn export_destinations(&self, config: &crate::config::Config) {
-        let used = crate::ops::reload_ids::in_use(config);
+    /// Renders the destinations a trigger of the published configuration names (`used`, per
+    /// id: `DispatchSpec::in_use`), and no other (once the reload has published it; `Relaxed`:
+    /// a flag read at render time).
+    pub fn export_destinations(&self, used: &[bool]) {
         for (c, u) in self
             .dests
             .iter()

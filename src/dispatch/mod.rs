@@ -1,7 +1,9 @@
 //! Delivery to destinations: permits, retries, circuits, the dead-letter queue.
 //!
-//! Each destination (a trigger handler URI, see [`crate::config::dispatch`]) is owned by one
-//! worker core, so its policy state is plain single-threaded data: no atomics, no locks, and
+//! What dispatch is told is its own: [`spec`] defines the destinations, the triggers' routes and
+//! the flow gates (`config` validates the manifest into them and dispatch imports nothing of
+//! `config`). Each destination (a trigger handler URI) is owned by one worker core
+//! ([`placement`]), so its policy state is plain single-threaded data: no atomics, no locks, and
 //! every decision is a pure function of the state and the caller's `now` (nanoseconds on the
 //! injected clock's scale, [`crate::sync::clock::Clock`]).
 //!
@@ -18,6 +20,7 @@
 //! | [`classify`] | attempt result → delivered / retryable (+ pause) / permanent | only 429/503 pause |
 //! | [`destination`] | the gate: circuit, pause, rate, permits, in that order | nothing consumed unless `Go`; `on_open = "hold"` waits instead of failing fast |
 //! | [`flow`] | per-trigger gates: batch, debounce, rate_limit, throttle, singleton, concurrency | state bounded by held jobs and `max_gate_keys` |
+//! | [`placement`] | a destination's owner core: FNV-1a of `http:` + uri, modulo the cores | one owner per destination for the run |
 //!
 //! The pump window shared by all cores is [`outstanding`] (`max_outstanding` jobs admitted and not
 //! finished, one padded atomic word; loom model `loom-tests/tests/outstanding.rs`).
@@ -47,8 +50,10 @@ pub mod metrics;
 pub mod outbound;
 pub mod outstanding;
 pub mod permits;
+pub mod placement;
 pub mod rate;
 pub mod replay_claims;
 pub mod request;
 pub mod retry;
 pub mod rng;
+pub mod spec;

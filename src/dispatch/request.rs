@@ -5,13 +5,13 @@
 //! send it.
 #![forbid(unsafe_code)]
 
-use crate::config::DestinationConfig;
 use crate::dispatch::job::Job;
+use crate::dispatch::spec::DestinationSpec;
 use crate::net::http::client::{RequestError, RequestTemplate};
 use crate::net::http::decimal;
 
 /// The fixed parts of `cfg`'s requests: `POST` to its handler, its configured headers last.
-pub(crate) fn template(cfg: &DestinationConfig) -> Result<RequestTemplate, RequestError> {
+pub(crate) fn template(cfg: &DestinationSpec) -> Result<RequestTemplate, RequestError> {
     let trailing: Vec<(&str, &[u8])> = cfg
         .headers
         .iter()
@@ -31,7 +31,7 @@ pub(crate) fn template(cfg: &DestinationConfig) -> Result<RequestTemplate, Reque
 /// sluice's attempt/trigger/replay headers, then the destination's configured headers
 /// (`template`'s) and the body. No allocation but the signature's and `out`'s growth.
 pub(crate) fn encode(
-    cfg: &DestinationConfig,
+    cfg: &DestinationSpec,
     template: &RequestTemplate,
     job: &Job,
     ts_secs: u64,

@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use super::rng::SmallRng;
-use crate::config::RetryConfig;
+use crate::dispatch::spec::RetrySpec;
 
 /// When to try again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,8 +29,8 @@ pub struct RetryPolicy {
     pub cap: Duration,
 }
 
-impl From<&RetryConfig> for RetryPolicy {
-    fn from(c: &RetryConfig) -> Self {
+impl From<&RetrySpec> for RetryPolicy {
+    fn from(c: &RetrySpec) -> Self {
         RetryPolicy {
             max_attempts: c.max_attempts,
             base: c.base,
@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn from_config() {
-        let c = RetryConfig {
+        let c = RetrySpec {
             max_attempts: 7,
             base: Duration::from_secs(1),
             cap: Duration::from_secs(600),

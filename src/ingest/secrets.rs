@@ -6,33 +6,16 @@
 //! variable that is unset or empty, or a file that is missing, unreadable or empty, is a startup
 //! error that names the variable or the file, never the value.
 //!
-//! [`Secret`] holds the bytes. Its `Debug` prints `Secret(<redacted, N bytes>)`, so a config dump
-//! or a panic message cannot leak it; nothing in the crate formats a secret's bytes.
+//! [`Secret`] (`crate::sign::Secret`) holds the bytes. Its `Debug` prints
+//! `Secret(<redacted, N bytes>)`, so a config dump or a panic message cannot leak it; nothing in
+//! the crate formats a secret's bytes.
 #![forbid(unsafe_code)]
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// Secret bytes. `Debug` is redacted; there is no `Display`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(Vec<u8>);
-
-impl Secret {
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Secret {
-        Secret(bytes.into())
-    }
-
-    /// The key material (for MAC computation and constant-time comparison only).
-    pub fn expose(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Secret(<redacted, {} bytes>)", self.0.len())
-    }
-}
+/// The bytes of a secret (defined with the signing primitives that use it).
+pub use crate::sign::Secret;
 
 /// Where a secret is read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +49,7 @@ impl SecretSource {
         if bytes.is_empty() {
             return Err(format!("{self} is empty"));
         }
-        Ok(Secret(bytes))
+        Ok(Secret::new(bytes))
     }
 }
 

@@ -255,9 +255,10 @@ impl Published {
         }
         // Cells for every trigger with gates before any core can run them: a core finds them
         // by id. A claim that cannot be met publishes nothing.
+        let spec = next.dispatch_spec();
         if let Some(m) = &self.flow_cells {
             m.flow
-                .claim(&next.triggers)
+                .claim(&spec.triggers)
                 .map_err(ReloadError::NeedsRestart)?;
         }
         // The new verifiers (their secrets read by `Config::load` above) and dedupe rules.
@@ -272,7 +273,7 @@ impl Published {
         // Last: the new destinations' metric cells are named (once per run, by id), which
         // cannot fail within `assign`'s bound.
         if let Some(m) = &self.flow_cells {
-            m.claim_destinations(&next)
+            m.claim_destinations(&spec.destinations)
                 .map_err(ReloadError::NeedsRestart)?;
         }
         let router = Router::new(&ingest_triggers, next.ingest.default_route)
@@ -285,7 +286,7 @@ impl Published {
             guards: Arc::new(guards),
         });
         if let Some(m) = &self.flow_cells {
-            m.export_destinations(&config);
+            m.export_destinations(&spec.in_use());
         }
         for id in super::reload_diff::handlers_dropped(&current.value.config, &config) {
             eprintln!(

@@ -7,7 +7,7 @@
 use std::fmt::Debug;
 
 use crate::config::Config;
-use crate::sched::placement::owner_core;
+use crate::dispatch::placement::owner_core;
 
 /// `Ok(())` when every difference between `old` and `new` applies live; otherwise the key that
 /// needs a restart, with the running and the new value. `new` is laid out by destination id
@@ -185,7 +185,7 @@ fn triggers(old: &Config, new: &Config) -> Result<(), String> {
         };
         let key = |k: &str| format!("trigger {:?}: {k}", n.id);
         // A gated trigger's windows, holds and held events live on its destination's owner
-        // core (`sched::placement`): a new handler owned by another core would start its
+        // core (`dispatch::placement`): a new handler owned by another core would start its
         // gates empty there while the old core still held the old ones.
         let owner = |c: &Config, h: Option<usize>| {
             h.and_then(|i| c.destinations.get(i))

@@ -27,8 +27,9 @@ use std::collections::HashMap;
 
 use crate::config::Config;
 
-/// Destination ids a run's reloads may add beyond the start-up destinations.
-pub const RELOAD_DESTINATIONS: usize = 64;
+/// Destination ids a run's reloads may add beyond the start-up destinations (dispatch's bound
+/// on its per-destination tables).
+pub use crate::dispatch::spec::RELOAD_DESTINATIONS;
 
 /// `new` (just validated, its destinations in its own order of first use) laid out by the ids of
 /// `running`; `start` is the number of start-up destinations (the bound is `start +`

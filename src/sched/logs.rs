@@ -14,9 +14,9 @@
 //!
 //! # Event keys
 //!
-//! An event is named by its log and its LSN in that log. Jobs and outcomes between cores carry
-//! one `u64` key: the log's index (in [`RunLogs::logs`]) in the top 16 bits and the LSN in the
-//! low 48 ([`event_key`], [`split_key`]). 2^48 records per log is beyond any retention.
+//! Jobs and outcomes between cores name an event by one `u64` key: the log's index (in
+//! [`RunLogs::logs`]) and the LSN in that log ([`event_key`], [`split_key`], defined in
+//! `wal::key`).
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
@@ -24,23 +24,11 @@ use std::path::{Path, PathBuf};
 use crate::storage::{self, StdFs};
 use crate::sync::clock::unix_millis;
 use crate::wal::{
-    self, layout, manifest, DispatchRecovery, LogDir, Lsn, RecoveryReport, Wal, WalConfig, WalError,
+    self, layout, manifest, DispatchRecovery, LogDir, RecoveryReport, Wal, WalConfig, WalError,
 };
 
-/// Bits of an event key that hold the LSN.
-pub const KEY_LSN_BITS: u32 = 48;
-const LSN_MASK: u64 = (1 << KEY_LSN_BITS) - 1;
-
-/// The key of the event at `lsn` in log `log`.
-pub fn event_key(log: usize, lsn: Lsn) -> u64 {
-    debug_assert!(lsn <= LSN_MASK && log < 1 << (64 - KEY_LSN_BITS));
-    ((log as u64) << KEY_LSN_BITS) | (lsn & LSN_MASK)
-}
-
-/// `(log, lsn)` of an event key.
-pub fn split_key(key: u64) -> (usize, Lsn) {
-    ((key >> KEY_LSN_BITS) as usize, key & LSN_MASK)
-}
+/// Event keys live with the logs they name (`wal::key`); re-exported for the run's users.
+pub use crate::wal::key::{event_key, split_key, KEY_LSN_BITS};
 
 /// One open, recovered log and who owns it.
 #[derive(Debug)]
@@ -149,14 +137,6 @@ pub fn own_log_dir(wal_dir: &Path, core: usize) -> PathBuf {
 mod tests {
     use super::*;
     use crate::wal::format::tests::sample_event;
-
-    #[test]
-    fn keys_round_trip() {
-        for (log, lsn) in [(0, 1), (3, 12345), (65535, LSN_MASK)] {
-            assert_eq!(split_key(event_key(log, lsn)), (log, lsn));
-        }
-        assert_ne!(event_key(1, 5), event_key(0, 5));
-    }
 
     fn small(dir: &Path) -> WalConfig {
         WalConfig {

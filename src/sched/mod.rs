@@ -15,7 +15,6 @@ pub mod alloc;
 pub mod commit;
 pub mod exposition;
 pub mod logs;
-pub mod placement;
 pub mod pump;
 mod pump_source;
 pub mod runtime;

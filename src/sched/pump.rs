@@ -598,7 +598,7 @@ impl CorePump {
             });
             return Admit::Done;
         };
-        let owner = crate::sched::placement::owner_core(
+        let owner = crate::dispatch::placement::owner_core(
             &self.config.destinations[dest].handler.uri,
             self.workers,
         );

@@ -230,7 +230,7 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
                 .map(|d| (d.handler.uri.clone(), d.initial_permits() as u64))
                 .collect::<Vec<_>>(),
         )
-        .with_flow(&config.triggers, config.flow.max_held)
+        .with_flow(&config.dispatch_spec().triggers, config.flow.max_held)
         .with_cores(workers)
         .with_dlq(dlq.gauges()),
     );

@@ -286,6 +286,7 @@ pub mod event_id;
 pub mod failpoints;
 mod failure_log;
 pub mod format;
+pub mod key;
 pub mod layout;
 #[cfg(test)]
 mod loss_tests;

@@ -23,12 +23,9 @@
 
 use std::cmp::Reverse;
 
+use super::spec::{BatchGate, DebounceGate};
 use super::{nanos, BatchKey, DebounceKey, Decision, FlowEngine, FlowOut, Pending, Stage};
-use crate::config::flow::{BatchGate, DebounceGate};
 use crate::dispatch::job::SkipReason;
-
-/// A held event's deadline in the gate a reload took it from: `(stage, deadline, period)`.
-pub(super) type Hint = (Stage, u64, u64);
 
 /// The deadline of `p` in a gate of `stage` with `period`, held from `now` on.
 fn deadline(p: &mut Pending, stage: Stage, period: u64, now: u64) -> u64 {

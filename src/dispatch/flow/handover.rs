@@ -18,23 +18,12 @@
 //! calls in flight); `debounce`, `batch`, `rate_limit` and `singleton` are not held back.
 #![forbid(unsafe_code)]
 
-use super::{FlowEngine, FlowOut, SHIFT};
+use super::{FlowEngine, FlowOut, Settle, SHIFT};
 
 /// Longest time the gates wait for the hand-over after their first turn.
 pub const SETTLE_MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(2);
 /// [`SETTLE_MAX_DURATION`] in clock nanos.
 pub const SETTLE_MAX: u64 = SETTLE_MAX_DURATION.as_nanos() as u64;
-
-/// The hand-over as this engine sees it.
-#[derive(Debug, Default)]
-pub(super) struct Settle {
-    /// Engine time at which the gates stop waiting (set at the first turn; 0: not yet).
-    until: u64,
-    /// Every pump finished (seen in an earlier turn: act in this one).
-    seen: bool,
-    /// The loop's latest reading of the countdown.
-    done: bool,
-}
 
 impl FlowEngine {
     /// The gates hold throttle and concurrency events until the pumps' hand-over is done

@@ -15,7 +15,7 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::config::flow::KeySelector;
+use super::spec::KeySelector;
 use crate::wal::EventRecord;
 
 /// Longest key kept verbatim.

@@ -52,7 +52,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 
-use crate::config::TriggerConfig;
+use crate::dispatch::spec::TriggerRoute;
 use crate::metrics::counter::Counter;
 use crate::metrics::prom::{MetricType, PromWriter};
 
@@ -113,7 +113,7 @@ pub struct FlowMetrics {
 }
 
 impl FlowMetrics {
-    pub fn new(triggers: &[TriggerConfig], max_held: usize) -> FlowMetrics {
+    pub fn new(triggers: &[TriggerRoute], max_held: usize) -> FlowMetrics {
         FlowMetrics {
             read_back_failures: Counter::new(),
             max_held: max_held as u64,
@@ -148,9 +148,9 @@ impl FlowMetrics {
     /// Gives every trigger of `triggers` that has gates and no cells a spare cell (a reload,
     /// before it publishes `triggers`). `Err` names the first trigger left without one: the
     /// reload must then publish nothing.
-    pub fn claim(&self, triggers: &[TriggerConfig]) -> Result<(), String> {
+    pub fn claim(&self, triggers: &[TriggerRoute]) -> Result<(), String> {
         let _serial = self.claiming.lock().unwrap_or_else(|p| p.into_inner());
-        let need: Vec<&TriggerConfig> = triggers
+        let need: Vec<&TriggerRoute> = triggers
             .iter()
             .filter(|t| !t.flow.is_empty() && self.index_of(&t.id).is_none())
             .collect();
@@ -264,7 +264,7 @@ impl FlowMetrics {
     }
 
     /// Renders the gates `f` configures for trigger cells `t` from now on (a reload adding one).
-    pub fn mark_configured(&self, t: usize, f: &crate::config::FlowConfig) {
+    pub fn mark_configured(&self, t: usize, f: &super::spec::FlowSpec) {
         if let Some(cells) = self.triggers.get(t) {
             for (c, on) in cells.configured.iter().zip(gates_of(f)) {
                 if on {
@@ -380,7 +380,7 @@ impl TriggerCells {
 }
 
 /// The gates `f` configures, in [`GATES`] order.
-fn gates_of(f: &crate::config::FlowConfig) -> [bool; GATES.len()] {
+fn gates_of(f: &super::spec::FlowSpec) -> [bool; GATES.len()] {
     [
         f.batch.is_some(),
         f.debounce.is_some(),
@@ -406,7 +406,8 @@ mod tests {
             &|_| None,
             &crate::config::Overrides::default(),
         )
-        .unwrap();
+        .unwrap()
+        .dispatch_spec();
         let m = FlowMetrics::new(&c.triggers, 10);
         m.incr(0, 4, 2);
         m.incr(7, 0, 0); // unknown trigger: ignored
@@ -434,7 +435,8 @@ mod tests {
             &|_| None,
             &crate::config::Overrides::default(),
         )
-        .unwrap();
+        .unwrap()
+        .dispatch_spec();
         let m = FlowMetrics::new(&c.triggers, 2);
         m.held_add(0, 3, 1);
         assert!(!m.full(0));
@@ -471,6 +473,7 @@ mod tests {
                 &crate::config::Overrides::default(),
             )
             .unwrap()
+            .dispatch_spec()
         };
         let m = FlowMetrics::new(&cfg(0).triggers, 1);
         assert_eq!(m.index_of("n0"), None);

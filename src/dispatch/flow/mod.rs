@@ -1,10 +1,10 @@
 //! Per-trigger flow-control gates (Harn reference §5; manifest syntax in
-//! [`crate::config::flow`]): `batch → debounce → rate_limit → throttle → singleton →
+//! `config::flow`): `batch → debounce → rate_limit → throttle → singleton →
 //! concurrency`, applied on the destination's owner core after the pump hands the event over
 //! and before the destination's permits.
 //!
 //! **Where the state lives.** A trigger has one handler, so one destination, so one owner core
-//! (`sched::placement`). Every gate of a trigger therefore lives in that core's
+//! (`dispatch::placement`). Every gate of a trigger therefore lives in that core's
 //! [`FlowEngine`], inside its `Dispatcher`, and is only touched by that core's thread: plain
 //! maps, no locks, no atomics (the metrics counters aside), hence no loom model. Decisions take
 //! `now` (nanoseconds of the injected clock), so every gate is tested on a manual clock.
@@ -63,8 +63,9 @@
 //! its one timer (re-armed when it fires early).
 //!
 //! **Restarts.** `rate_limit` and `throttle` windows are saved to `<data_dir>/flow/core-K.json`
-//! ([`persist`]) at most [`persist::SAVE_EVERY`] after a hit and at the drain, and restored at
-//! start-up, so a restart opens no window early; each hit names its event
+//! ([`persist`]; the engine's side in `restore`) at most [`persist::SAVE_EVERY`] after a hit
+//! and at the drain, and restored at start-up, so a restart opens no window early; each hit
+//! names its event
 //! ([`window::tag`]), so a call in flight at a crash, retried after the restart, takes no
 //! second unit ([`window::Window::holds`]). Debounce deadlines and batch timers need no
 //! state: their events are pending in the WAL and are held again, for a full period or
@@ -91,6 +92,8 @@ pub mod metrics;
 pub mod payload;
 pub mod persist;
 mod rekey;
+mod restore;
+pub mod spec;
 pub mod window;
 mod windows;
 
@@ -98,12 +101,12 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use crate::config::flow::{ConcurrencyGate, FlowConfig};
-use crate::config::Config;
 use crate::dispatch::job::{Job, SkipReason};
 use crate::dispatch::metrics::DispatchMetrics;
+use crate::dispatch::spec::DispatchSpec;
 use crate::wal::{EventRecord, Lsn};
 use key::Resolver;
+use spec::{ConcurrencyGate, FlowSpec, KeySelector};
 use window::Window;
 
 /// Shortest interval between two sweeps for idle window keys when the key table is full.
@@ -159,6 +162,20 @@ pub struct FlowOut {
     pub lost: Vec<Lsn>,
 }
 
+/// A held event's deadline in the gate a reload took it from: `(stage, deadline, period)`.
+type Hint = (Stage, u64, u64);
+
+/// The start-up hand-over as this engine sees it ([`handover`]).
+#[derive(Debug, Default)]
+struct Settle {
+    /// Engine time at which the gates stop waiting (set at the first turn; 0: not yet).
+    until: u64,
+    /// Every pump finished (seen in an earlier turn: act in this one).
+    seen: bool,
+    /// The loop's latest reading of the countdown.
+    done: bool,
+}
+
 /// An event inside the gates, with its keys resolved once.
 #[derive(Debug)]
 struct Pending {
@@ -171,8 +188,8 @@ struct Pending {
     /// A reload took it from the gate of this stage and offers it to that stage's new gate
     /// (it leaves it as `wait`, not `pass`: it was held there).
     retaken: Option<Stage>,
-    /// Its deadline in the gate a reload took it from ([`collect::Hint`]).
-    hint: Option<collect::Hint>,
+    /// Its deadline in the gate a reload took it from ([`Hint`], `collect`).
+    hint: Option<Hint>,
 }
 
 impl Pending {
@@ -255,7 +272,7 @@ struct Hold {
 /// One core's flow-control state for the triggers whose destination it owns.
 #[derive(Debug)]
 pub struct FlowEngine {
-    config: Arc<Config>,
+    config: Arc<DispatchSpec>,
     metrics: Arc<DispatchMetrics>,
     /// Trigger id → index in `config.triggers`, for triggers with at least one gate.
     by_id: HashMap<String, usize>,
@@ -275,7 +292,7 @@ pub struct FlowEngine {
     /// holding one of those passes its window again without a new hit ([`window::Window::holds`]).
     restored_until: u64,
     /// Waiting for the start-up hand-over of recovered events ([`handover`]).
-    settle: Option<handover::Settle>,
+    settle: Option<Settle>,
     waiting: usize,
     /// Window state saved across restarts (`None`: not persisted, unit tests).
     store: Option<persist::Store>,
@@ -285,7 +302,7 @@ pub struct FlowEngine {
 impl FlowEngine {
     /// `store`: where this core's window state is saved and restored from.
     pub fn new(
-        config: Arc<Config>,
+        config: Arc<DispatchSpec>,
         metrics: Arc<DispatchMetrics>,
         store: Option<persist::Store>,
     ) -> FlowEngine {
@@ -623,10 +640,10 @@ impl FlowEngine {
 }
 
 /// Resolves every key the trigger's gates use (the body is parsed at most once).
-fn resolve(f: &FlowConfig, event: &EventRecord) -> Keys {
+fn resolve(f: &FlowSpec, event: &EventRecord) -> Keys {
     let mut r = Resolver::new(event);
     let mut keys = Keys::default();
-    let mut set = |stage: Stage, sel: Option<&crate::config::flow::KeySelector>| {
+    let mut set = |stage: Stage, sel: Option<&KeySelector>| {
         if let Some(sel) = sel {
             keys.by_stage[stage as usize] = r.resolve(sel);
         }

@@ -19,7 +19,7 @@
 use std::path::Path;
 
 use crate::dispatch::job::Job;
-use crate::sched::logs::split_key;
+use crate::wal::key::split_key;
 use crate::wal::{EventRecord, Lsn, Record, WalError, WalTail};
 
 /// The bodies held in memory by one core's gates.
@@ -108,7 +108,7 @@ mod tests {
         open(&cfg).unwrap().0.append(&recs).unwrap();
         let dir: std::sync::Arc<Path> = cfg.dir.as_path().into();
         let job = |i: usize| {
-            let key = crate::sched::logs::event_key(3, i as u64 + 1);
+            let key = crate::wal::key::event_key(3, i as u64 + 1);
             Job::new(key, events[i].clone(), 0, 1, 0).from_log(dir.clone())
         };
         let mut p = Payloads::new(250);

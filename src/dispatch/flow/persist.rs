@@ -11,6 +11,9 @@
 //!    "hit_tags":["5f0c…32 hex digits"]}]}
 //! ```
 //!
+//! This file is the store (the file and what was read from it); the engine's side, which turns
+//! its gates' windows into [`SavedWindow`]s and back, is `restore`.
+//!
 //! `hit_tags[i]` is the [`super::window::tag`] of the event that took hit `i` (32 lowercase hex
 //! digits), so an event whose call was in flight when the process died passes its window
 //! again after the restart without taking a second unit. A file without `hit_tags` (or with a
@@ -38,8 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::storage::{self, OpenMode, Storage};
 
-use super::{nanos, FlowEngine, Stage, SHIFT};
-use crate::config::Config;
+use crate::dispatch::spec::DispatchSpec;
 
 /// Longest time between a window hit and the save that records it (clock nanoseconds).
 pub const SAVE_EVERY: u64 = 100_000_000;
@@ -80,12 +82,12 @@ pub struct Store {
 impl Store {
     /// Reads every core's file in `dir` (`<data_dir>/flow`), keeping the windows of the
     /// triggers `core` owns under `config`.
-    pub fn open(dir: &Path, core: usize, config: &Config) -> Store {
+    pub fn open(dir: &Path, core: usize, config: &DispatchSpec) -> Store {
         Store::open_in(storage::std_fs(), dir, core, config)
     }
 
     /// [`Store::open`] on `fs`.
-    pub fn open_in(fs: Arc<dyn Storage>, dir: &Path, core: usize, config: &Config) -> Store {
+    pub fn open_in(fs: Arc<dyn Storage>, dir: &Path, core: usize, config: &DispatchSpec) -> Store {
         let mut restored: Vec<SavedWindow> = Vec::new();
         for path in state_files(&*fs, dir) {
             match read(&*fs, &path) {
@@ -185,110 +187,16 @@ fn write_atomically(fs: &dyn Storage, path: &Path, file: &SavedFile, sync: bool)
 }
 
 /// Does `core` own the trigger of `w` (its handler's destination) under `config`?
-fn owns(config: &Config, core: usize, w: &SavedWindow) -> bool {
+fn owns(config: &DispatchSpec, core: usize, w: &SavedWindow) -> bool {
     config
         .triggers
         .iter()
         .find(|t| t.id == w.trigger)
-        .and_then(|t| t.handler)
+        .and_then(|t| t.dest)
         .is_some_and(|d| {
             let uri = &config.destinations[d].handler.uri;
-            crate::sched::placement::owner_core(uri, config.server.workers) == core
+            crate::dispatch::placement::owner_core(uri, config.workers) == core
         })
-}
-
-impl FlowEngine {
-    pub(super) fn mark_dirty(&mut self) {
-        if let Some(s) = &mut self.store {
-            s.mark_dirty();
-        }
-    }
-
-    /// The engine's time for clock time `now`; restores the saved windows on the first call.
-    pub(super) fn restore_once(&mut self, now: u64) -> u64 {
-        let shifted = now.saturating_add(SHIFT);
-        let Some(saved) = self.store.as_mut().and_then(|s| s.take_restored()) else {
-            return shifted;
-        };
-        let unix_ms = crate::sync::clock::unix_millis();
-        for w in saved {
-            let Some(&t) = self.by_id.get(&w.trigger) else {
-                continue;
-            };
-            let stage = match w.gate.as_str() {
-                "rate_limit" => Stage::RateLimit,
-                "throttle" => Stage::Throttle,
-                _ => continue,
-            };
-            let f = &self.config.triggers[t].flow;
-            let Some(g) = (match stage {
-                Stage::RateLimit => f.rate_limit.as_ref(),
-                _ => f.throttle.as_ref(),
-            }) else {
-                continue;
-            };
-            let (period, max) = (nanos(g.period), g.max);
-            let key = self.window_key(t, stage, &w.key, shifted);
-            let win = &mut self.window_map(t, stage).entry(key).or_default().window;
-            for (i, hit_ms) in w.hits_unix_ms.into_iter().enumerate() {
-                // Ages are rounded down: a restored hit is never older than it was.
-                let age = unix_ms.saturating_sub(hit_ms).saturating_mul(1_000_000);
-                let tag = w
-                    .hit_tags
-                    .get(i)
-                    .and_then(|h| u128::from_str_radix(h, 16).ok())
-                    .unwrap_or(0);
-                win.restore(shifted.saturating_sub(age), tag, shifted, period, max);
-            }
-        }
-        self.restored_until = shifted;
-        shifted
-    }
-
-    /// Writes the window state when it changed (at most every [`SAVE_EVERY`], or at
-    /// once while `draining`).
-    pub(super) fn save(&mut self, clock: u64, draining: bool) {
-        let Some(store) = self.store.as_mut() else {
-            return;
-        };
-        if !store.save_due(clock, draining) {
-            return;
-        }
-        let now = clock.saturating_add(SHIFT);
-        let unix_ms = crate::sync::clock::unix_millis();
-        let mut windows = Vec::new();
-        for (t, g) in self.gates.iter().enumerate() {
-            let f = &self.config.triggers[t].flow;
-            for (gate, map, cfg) in [
-                ("rate_limit", &g.rate_limit, &f.rate_limit),
-                ("throttle", &g.throttle, &f.throttle),
-            ] {
-                let Some(cfg) = cfg else { continue };
-                let period = nanos(cfg.period);
-                for (key, w) in map {
-                    let (hits, tags): (Vec<u64>, Vec<String>) = w
-                        .window
-                        .hits()
-                        .filter(|&(h, _)| now.saturating_sub(h) < period)
-                        .map(|(h, tag)| {
-                            let ms = unix_ms.saturating_sub(now.saturating_sub(h) / 1_000_000);
-                            (ms, format!("{tag:032x}"))
-                        })
-                        .unzip();
-                    if !hits.is_empty() {
-                        windows.push(SavedWindow {
-                            trigger: self.config.triggers[t].id.clone(),
-                            gate: gate.to_string(),
-                            key: key.clone(),
-                            hits_unix_ms: hits,
-                            hit_tags: tags,
-                        });
-                    }
-                }
-            }
-        }
-        store.write(clock, windows, draining);
-    }
 }
 
 #[cfg(test)]

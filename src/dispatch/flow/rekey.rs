@@ -45,7 +45,7 @@ struct Carried {
 }
 
 /// Is gate `stage` configured in `f`?
-fn has(f: &FlowConfig, stage: Stage) -> bool {
+fn has(f: &FlowSpec, stage: Stage) -> bool {
     match stage {
         Stage::Batch => f.batch.is_some(),
         Stage::Debounce => f.debounce.is_some(),
@@ -57,7 +57,7 @@ fn has(f: &FlowConfig, stage: Stage) -> bool {
 }
 
 /// Is gate `stage` the same in `a` and `b` (both absent included)?
-fn same(a: &FlowConfig, b: &FlowConfig, stage: Stage) -> bool {
+fn same(a: &FlowSpec, b: &FlowSpec, stage: Stage) -> bool {
     match stage {
         Stage::Batch => a.batch == b.batch,
         Stage::Debounce => a.debounce == b.debounce,
@@ -71,7 +71,7 @@ fn same(a: &FlowConfig, b: &FlowConfig, stage: Stage) -> bool {
 impl FlowEngine {
     /// Replaces the gates with those of `config` (see the module docs); decisions go to `out`.
     /// `now`: the injected clock, as for [`FlowEngine::offer`].
-    pub fn rekey(&mut self, config: Arc<Config>, now: u64, out: &mut FlowOut) {
+    pub fn rekey(&mut self, config: Arc<DispatchSpec>, now: u64, out: &mut FlowOut) {
         // Windows saved before the restart belong to the old gates: restore them first.
         let now = self.restore_once(now);
         let mut next = FlowEngine::new(config, Arc::clone(&self.metrics), self.store.take());
@@ -132,7 +132,7 @@ impl FlowEngine {
         let new_cfg = Arc::clone(&next.config);
         let old = &old_cfg.triggers[o].flow;
         let to = next.by_id.get(&old_cfg.triggers[o].id).copied();
-        let empty = FlowConfig::default();
+        let empty = FlowSpec::default();
         let new = to.map_or(&empty, |t| &new_cfg.triggers[t].flow);
         let mut kept = [false; 6];
         for stage in STAGES {
@@ -182,7 +182,7 @@ impl FlowEngine {
         &mut self,
         o: usize,
         g: &mut TriggerGates,
-        new: &FlowConfig,
+        new: &FlowSpec,
         kept: &[bool; 6],
         taken: &mut Vec<Pending>,
     ) {
@@ -311,8 +311,8 @@ impl FlowEngine {
 /// period and `max` (waiters are taken separately, timers disarmed); else none.
 fn carry_windows(
     mut map: HashMap<String, WindowKey>,
-    old: Option<&crate::config::flow::WindowGate>,
-    new: Option<&crate::config::flow::WindowGate>,
+    old: Option<&super::spec::WindowGate>,
+    new: Option<&super::spec::WindowGate>,
     now: u64,
 ) -> HashMap<String, WindowKey> {
     let (Some(old), Some(new)) = (old, new) else {
@@ -344,7 +344,7 @@ fn counted(map: &HashMap<String, WindowKey>) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::flow::{KeySelector, WindowGate};
+    use crate::dispatch::flow::spec::{KeySelector, WindowGate};
     use std::time::Duration;
 
     fn gate(key: KeySelector, period_s: u64, max: usize) -> WindowGate {

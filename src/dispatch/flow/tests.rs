@@ -31,7 +31,8 @@ impl Rig {
                 &|_| None,
                 &Overrides::default(),
             )
-            .unwrap(),
+            .unwrap()
+            .dispatch_spec(),
         );
         let metrics =
             Arc::new(DispatchMetrics::new(&[]).with_flow(&cfg.triggers, cfg.flow.max_held));
@@ -541,8 +542,8 @@ fn throttle_window_survives_a_restart_through_the_state_file() {
         "throttle = { period = \"10s\", max = 1 }\nrate_limit = { period = \"1h\", max = 5 }";
     let mut r = Rig::new(gates, "");
     let cfg = r.engine.config.clone();
-    let core = crate::sched::placement::owner_core("http://h/", cfg.server.workers);
-    let store = |c: &Config| persist::Store::open(dir.path(), core, c);
+    let core = crate::dispatch::placement::owner_core("http://h/", cfg.workers);
+    let store = |c: &DispatchSpec| persist::Store::open(dir.path(), core, c);
     r.engine = FlowEngine::new(cfg.clone(), r.metrics.clone(), Some(store(&cfg)));
     assert_eq!(r.offer("{}").1.ready.len(), 1, "the window was empty");
     r.advance(200 * MS); // saves (due at once after the first hit)
@@ -584,13 +585,17 @@ fn r_job(lsn: u64) -> Job {
 }
 
 /// The manifest `Rig::new` builds, as a config (for a reload's new gates).
-fn rig_config(gates: &str) -> Arc<Config> {
+fn rig_config(gates: &str) -> Arc<DispatchSpec> {
     let text = format!(
         "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\nhandler = \"http://h/\"\n{gates}\n\
          [[triggers]]\nid = \"plain\"\nprovider = \"p\"\npath = \"/plain\"\nhandler = \"http://h/\"\n"
     );
     let raw = Config::parse_manifest(&text).unwrap();
-    Arc::new(Config::build(raw, &|_| None, &Overrides::default()).unwrap())
+    Arc::new(
+        Config::build(raw, &|_| None, &Overrides::default())
+            .unwrap()
+            .dispatch_spec(),
+    )
 }
 
 impl Rig {

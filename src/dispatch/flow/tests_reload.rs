@@ -8,14 +8,18 @@ use super::*;
 const SEC: Duration = Duration::from_secs(1);
 
 /// Both triggers' gates, and `[flow]` text.
-fn config(t: &str, plain: &str, flow: &str) -> Arc<Config> {
+fn config(t: &str, plain: &str, flow: &str) -> Arc<DispatchSpec> {
     let text = format!(
         "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\nhandler = \"http://h/\"\n{t}\n\
          [[triggers]]\nid = \"plain\"\nprovider = \"p\"\npath = \"/plain\"\nhandler = \"http://h/\"\n\
          {plain}\n{flow}\n"
     );
     let raw = Config::parse_manifest(&text).unwrap();
-    Arc::new(Config::build(raw, &|_| None, &Overrides::default()).unwrap())
+    Arc::new(
+        Config::build(raw, &|_| None, &Overrides::default())
+            .unwrap()
+            .dispatch_spec(),
+    )
 }
 
 /// An event of trigger `t` with event id `id` and event key `key` (as `log << 48 | lsn`).
@@ -45,7 +49,7 @@ impl Rig {
         merged(out)
     }
 
-    fn rekey_to(&mut self, cfg: Arc<Config>) -> FlowOut {
+    fn rekey_to(&mut self, cfg: Arc<DispatchSpec>) -> FlowOut {
         let mut out = FlowOut::default();
         let now = self.now();
         self.engine.rekey(cfg, now, &mut out);
@@ -373,8 +377,8 @@ fn an_event_retried_after_a_crash_takes_no_second_window_unit() {
         "throttle = { period = \"10s\", max = 1 }\nrate_limit = { period = \"1h\", max = 1 }";
     let mut r = Rig::new(gates, "");
     let cfg = r.engine.config.clone();
-    let core = crate::sched::placement::owner_core("http://h/", cfg.server.workers);
-    let store = |c: &Config| persist::Store::open(dir.path(), core, c);
+    let core = crate::dispatch::placement::owner_core("http://h/", cfg.workers);
+    let store = |c: &DispatchSpec| persist::Store::open(dir.path(), core, c);
     r.engine = FlowEngine::new(cfg.clone(), r.metrics.clone(), Some(store(&cfg)));
     assert_eq!(r.offer_job(job("X", key(0, 1), "{}")).ready.len(), 1);
     r.advance(200 * MS); // saved; then the process dies with X's call in flight

@@ -14,9 +14,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::key::OVERFLOW_KEY;
+use super::spec::WindowGate;
 use super::window::tag;
 use super::{nanos, Decision, FlowEngine, FlowOut, Pending, Stage, WindowKey, SWEEP_EVERY};
-use crate::config::flow::WindowGate;
 use crate::dispatch::job::SkipReason;
 
 impl FlowEngine {

@@ -186,7 +186,7 @@ impl Worker {
         };
         let dispatcher = Dispatcher::new(
             id,
-            shared.config.clone(),
+            Arc::new(shared.config.dispatch_spec()),
             CoreDispatchMetrics {
                 core: shared.metrics.core(id),
                 shared: shared.metrics_dispatch.clone(),
@@ -328,7 +328,8 @@ impl Worker {
             let config = &next.value.config;
             self.pump.learn_handlers(config);
             let dispatcher = &mut self.dispatcher;
-            dispatcher.reconfigure(Arc::clone(config), now, registry, draining);
+            let spec = Arc::new(config.dispatch_spec());
+            dispatcher.reconfigure(spec, now, registry, draining);
         }
     }
 

@@ -1,0 +1,155 @@
+//! A trigger's flow-control gates as `config` validated them ([`FlowSpec`]: `batch`,
+//! `debounce`, `rate_limit`, `throttle`, `singleton`, `concurrency` with its `priority`), the
+//! key selectors they group events by ([`KeySelector`]) and the per-core bounds of their state
+//! ([`FlowBounds`], `[flow]`). `config::flow` parses the manifest keys into these; the
+//! semantics are [`super`]'s.
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+/// What a gate key is taken from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySelector {
+    /// No `key`: one gate for the whole trigger.
+    Global,
+    /// `event.source`
+    Source,
+    /// `event.trigger`
+    Trigger,
+    /// `event.headers.<name>`, name lower-cased.
+    Header(String),
+    /// `event.body.<a.b.c>`: object members (or array indices) of the JSON body.
+    Body(Vec<String>),
+}
+
+impl KeySelector {
+    /// Parses a selector; the error says what is wrong (the caller names the key).
+    pub fn parse(text: &str) -> Result<KeySelector, String> {
+        let expected = "expected event.source, event.trigger, event.headers.<name> or \
+                        event.body.<dotted.path>";
+        match text {
+            "event.source" => return Ok(KeySelector::Source),
+            "event.trigger" => return Ok(KeySelector::Trigger),
+            _ => {}
+        }
+        if let Some(name) = text.strip_prefix("event.headers.") {
+            let ok = !name.is_empty()
+                && name.len() <= 256
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !ok {
+                return Err(format!("{text:?}: {name:?} is not a header name"));
+            }
+            return Ok(KeySelector::Header(name.to_ascii_lowercase()));
+        }
+        if let Some(path) = text.strip_prefix("event.body.") {
+            let segments: Vec<String> = path.split('.').map(str::to_string).collect();
+            if path.len() > 1024 || segments.iter().any(|s| s.is_empty()) {
+                return Err(format!(
+                    "{text:?}: the body path must be dot-separated non-empty names (≤ 1024 bytes)"
+                ));
+            }
+            return Ok(KeySelector::Body(segments));
+        }
+        Err(format!("{text:?} is not a key selector ({expected})"))
+    }
+
+    /// The header this selector reads, if any.
+    pub fn header(&self) -> Option<&str> {
+        match self {
+            KeySelector::Header(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+/// `concurrency` (with its optional `priority`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConcurrencyGate {
+    pub key: KeySelector,
+    pub max: usize,
+    pub priority: Option<PriorityOrder>,
+}
+
+/// `priority`: rank = position of the key's value in `order`; unlisted values rank `order.len()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorityOrder {
+    pub key: KeySelector,
+    pub order: Vec<String>,
+}
+
+impl PriorityOrder {
+    pub fn rank(&self, value: &str) -> usize {
+        self.order
+            .iter()
+            .position(|v| v == value)
+            .unwrap_or(self.order.len())
+    }
+}
+
+/// `throttle` / `rate_limit`: at most `max` per sliding `period` per key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowGate {
+    pub key: KeySelector,
+    pub period: Duration,
+    pub max: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DebounceGate {
+    pub key: KeySelector,
+    pub period: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SingletonGate {
+    pub key: KeySelector,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchGate {
+    pub key: KeySelector,
+    pub size: usize,
+    pub timeout: Duration,
+}
+
+/// A trigger's gates; all `None` (the default) means no flow control.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FlowSpec {
+    pub batch: Option<BatchGate>,
+    pub debounce: Option<DebounceGate>,
+    pub rate_limit: Option<WindowGate>,
+    pub throttle: Option<WindowGate>,
+    pub singleton: Option<SingletonGate>,
+    pub concurrency: Option<ConcurrencyGate>,
+}
+
+impl FlowSpec {
+    pub fn is_empty(&self) -> bool {
+        self == &FlowSpec::default()
+    }
+
+    /// Every header a selector of this trigger reads.
+    pub fn headers(&self) -> Vec<&str> {
+        let mut keys: Vec<&KeySelector> = Vec::new();
+        keys.extend(self.batch.as_ref().map(|g| &g.key));
+        keys.extend(self.debounce.as_ref().map(|g| &g.key));
+        keys.extend(self.rate_limit.as_ref().map(|g| &g.key));
+        keys.extend(self.throttle.as_ref().map(|g| &g.key));
+        keys.extend(self.singleton.as_ref().map(|g| &g.key));
+        if let Some(c) = &self.concurrency {
+            keys.push(&c.key);
+            keys.extend(c.priority.as_ref().map(|p| &p.key));
+        }
+        keys.into_iter().filter_map(KeySelector::header).collect()
+    }
+}
+
+/// `[flow]`: bounds of one core's flow-control state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowBounds {
+    pub max_gate_keys: usize,
+    pub max_held: usize,
+    pub max_held_bytes: u64,
+}

@@ -1,0 +1,286 @@
+//! What dispatch needs to know, as `config` validated it: each destination ([`DestinationSpec`]:
+//! its handler, permits, timeout, rate, circuit, retry schedule, headers, signing key, TLS and
+//! shared budget), each trigger's route to it with its flow-control gates ([`TriggerRoute`],
+//! gates in [`crate::dispatch::flow::spec`]), and the few server settings the dispatcher reads
+//! ([`DispatchSpec`]).
+//!
+//! `config` parses and validates the manifest into these (`config::dispatch`,
+//! `Config::dispatch_spec`); dispatch imports nothing of `config`. A reload hands each core a new
+//! [`DispatchSpec`] and the dispatcher diffs it against the running one
+//! (`Dispatcher::reconfigure`).
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::dispatch::flow::spec::{FlowBounds, FlowSpec};
+use crate::dispatch::rate::RateSpec;
+
+/// Destination ids a run's reloads may add beyond the start-up destinations: the bound of every
+/// per-destination table (each core's states, the metric cells), removed destinations included.
+pub const RELOAD_DESTINATIONS: usize = 64;
+
+/// A parsed, normalized handler URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandlerUri {
+    /// Handler kind; `"http"` is the only one so far (`https` is kind `http` over TLS).
+    pub kind: &'static str,
+    /// `https://`: the connection speaks TLS.
+    pub tls: bool,
+    /// Lower-cased host to connect to: a DNS name, an IPv4 address, or an IPv6 address without
+    /// its brackets.
+    pub host: String,
+    /// TCP port (80, or 443 for `https`, when not written).
+    pub port: u16,
+    /// `host[:port]` exactly as written in the manifest (the `Host` header value).
+    pub authority: String,
+    /// Request target: path (default `/`) and query, as written.
+    pub path_and_query: String,
+    /// Normalized URI, the destination key: `http://` (or `https://`) + host (IPv6 in
+    /// brackets) + `:port` unless the scheme's default + path_and_query.
+    pub uri: String,
+}
+
+impl HandlerUri {
+    /// The circuit key, handler kind + target URI (Harn reference §7): `"http:" + uri`.
+    pub fn circuit_key(&self) -> String {
+        format!("{}:{}", self.kind, self.uri)
+    }
+}
+
+/// Circuit breaker settings of one destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CircuitSpec {
+    pub failures: u32,
+    pub open_for: Duration,
+    pub on_open: OnOpen,
+}
+
+/// `circuit.on_open`: the fate of events while a destination's circuit is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnOpen {
+    /// Dead-letter them as `circuit_open` (Harn `fail_fast`).
+    #[default]
+    Dlq,
+    /// Keep them pending on the owner core until the half-open probe succeeds.
+    Hold,
+}
+
+/// Retry schedule of one destination (`base <= cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetrySpec {
+    pub max_attempts: u32,
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+/// `max_in_flight = "auto"`: the adaptive limit's range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptiveSpec {
+    pub min: usize,
+    pub cap: usize,
+}
+
+/// The TLS settings of an `https://` destination.
+#[derive(Debug, Clone)]
+pub struct TlsSpec {
+    /// What the outbound pool needs to open connections.
+    pub client: crate::net::tls::TlsClient,
+    /// The settings as written (for equality and display).
+    pub source: TlsSource,
+}
+
+/// The settings a [`TlsSpec`] was built from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSource {
+    pub ca_file: Option<PathBuf>,
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
+    pub server_name: String,
+}
+
+impl PartialEq for TlsSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+impl Eq for TlsSpec {}
+
+/// One destination: everything the owner core needs to deliver to a handler URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestinationSpec {
+    pub handler: HandlerUri,
+    /// The fixed limit, or with `adaptive` the cap (the most permits there can ever be).
+    pub max_in_flight: usize,
+    /// `Some` for `max_in_flight = "auto"`.
+    pub adaptive: Option<AdaptiveSpec>,
+    pub timeout: Duration,
+    pub rate: Option<RateSpec>,
+    pub circuit: CircuitSpec,
+    /// Extra request headers, names as written, in name order.
+    pub headers: Vec<(String, String)>,
+    pub retry: RetrySpec,
+    /// Decoded Standard Webhooks signing key, when `signing_secret` is set.
+    pub signing_key: Option<crate::sign::Secret>,
+    /// Where `signing_secret` is read from, as a TOML inline table (`{ env = "NAME" }`, what
+    /// `sluice check` prints); never the key.
+    pub signing_secret: Option<String>,
+    /// TLS client settings; `Some` exactly for `https://` handlers.
+    pub tls: Option<TlsSpec>,
+    /// `Some` when the budget (`max_in_flight`, `rate`) is shared through Redis.
+    pub shared: Option<crate::cluster::SharedSpec>,
+}
+
+impl DestinationSpec {
+    /// The permits at start: `max_in_flight`, or the adaptive limit's starting value.
+    pub fn initial_permits(&self) -> usize {
+        match self.adaptive {
+            Some(a) => crate::dispatch::adaptive::INITIAL.clamp(a.min, a.cap),
+            None => self.max_in_flight,
+        }
+    }
+}
+
+/// One trigger as dispatch sees it: its id, its destination and its gates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerRoute {
+    pub id: String,
+    /// Index into [`DispatchSpec::destinations`] of the trigger's handler, if it has one.
+    pub dest: Option<usize>,
+    /// Flow-control gates (none by default).
+    pub flow: FlowSpec,
+}
+
+/// Everything one core's dispatcher reads, built by `config` (`Config::dispatch_spec`) at start
+/// and at each reload. Destinations are laid out by their stable id (`ops::reload_ids`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DispatchSpec {
+    /// One per destination id (at most the start-up ones plus [`RELOAD_DESTINATIONS`]).
+    pub destinations: Vec<DestinationSpec>,
+    /// In manifest order.
+    pub triggers: Vec<TriggerRoute>,
+    /// `[flow]`: bounds of the per-core flow-control state.
+    pub flow: FlowBounds,
+    /// Worker cores (a destination's owner core is `placement::owner_core(uri, workers)`).
+    pub workers: usize,
+    /// Where the gates' window state is saved (`<data_dir>/flow`).
+    pub flow_dir: PathBuf,
+    /// How long an idle outbound keep-alive connection is kept.
+    pub idle_timeout: Duration,
+}
+
+impl DispatchSpec {
+    /// Per destination id: true when a trigger names the destination (false: removed by a
+    /// reload, kept only to finish the events accepted for it).
+    pub fn in_use(&self) -> Vec<bool> {
+        let mut used = vec![false; self.destinations.len()];
+        for d in self.triggers.iter().filter_map(|t| t.dest) {
+            used[d] = true;
+        }
+        used
+    }
+
+    /// The triggers with at least one gate, by id (what a reload compares to decide whether
+    /// the gates must be re-keyed).
+    pub fn gated(&self) -> Vec<(&str, &FlowSpec)> {
+        let mut v: Vec<_> = self
+            .triggers
+            .iter()
+            .filter(|t| !t.flow.is_empty())
+            .map(|t| (t.id.as_str(), &t.flow))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(b.0));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatch::flow::spec::{KeySelector, SingletonGate};
+
+    fn route(id: &str, dest: Option<usize>, gated: bool) -> TriggerRoute {
+        let flow = FlowSpec {
+            singleton: gated.then_some(SingletonGate {
+                key: KeySelector::Global,
+            }),
+            ..FlowSpec::default()
+        };
+        TriggerRoute {
+            id: id.into(),
+            dest,
+            flow,
+        }
+    }
+
+    fn spec(destinations: usize, triggers: Vec<TriggerRoute>) -> DispatchSpec {
+        let handler = |i: usize| HandlerUri {
+            kind: "http",
+            tls: false,
+            host: "h".into(),
+            port: 80,
+            authority: "h".into(),
+            path_and_query: format!("/{i}"),
+            uri: format!("http://h/{i}"),
+        };
+        let dest = |i| DestinationSpec {
+            handler: handler(i),
+            max_in_flight: 4,
+            adaptive: None,
+            timeout: Duration::from_secs(1),
+            rate: None,
+            circuit: CircuitSpec {
+                failures: 5,
+                open_for: Duration::from_secs(60),
+                on_open: OnOpen::Dlq,
+            },
+            headers: Vec::new(),
+            retry: RetrySpec {
+                max_attempts: 3,
+                base: Duration::from_secs(1),
+                cap: Duration::from_secs(10),
+            },
+            signing_key: None,
+            signing_secret: None,
+            tls: None,
+            shared: None,
+        };
+        DispatchSpec {
+            destinations: (0..destinations).map(dest).collect(),
+            triggers,
+            flow: FlowBounds {
+                max_gate_keys: 10,
+                max_held: 10,
+                max_held_bytes: 0,
+            },
+            workers: 1,
+            flow_dir: PathBuf::from("flow"),
+            idle_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_destination_no_trigger_names_is_not_in_use() {
+        let s = spec(3, vec![route("a", Some(2), false), route("b", None, false)]);
+        assert_eq!(s.in_use(), vec![false, false, true]);
+    }
+
+    #[test]
+    fn gated_lists_triggers_with_gates_by_id() {
+        let s = spec(
+            1,
+            vec![
+                route("z", Some(0), true),
+                route("plain", Some(0), false),
+                route("a", None, true),
+            ],
+        );
+        let ids: Vec<&str> = s.gated().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, vec!["a", "z"]);
+        let mut other = s.clone();
+        other.triggers.reverse();
+        assert_eq!(s.gated(), other.gated(), "manifest order does not matter");
+        other.triggers[0].flow = FlowSpec::default();
+        assert_ne!(s.gated(), other.gated(), "a gate removed is a change");
+    }
+}
