@@ -1,9 +1,12 @@
 //! The drain of a core's connections, and how a connection ends without a reset.
 //!
 //! Once accepting stops (SIGTERM/SIGINT plus `drain_grace`) the core stops its listener from
-//! completing new handshakes, takes what is waiting in its accept queue and only then closes
-//! the listener: a connection the kernel had completed would otherwise be reset with the
-//! request a proxy already sent on it. Requests
+//! taking new handshakes (`net::listen::stop_admitting`: new SYNs are dropped) and keeps
+//! accepting for [`HANDSHAKE_SETTLE`], so that handshakes the kernel was completing at that
+//! moment (a proxy counts the connection as open at the SYN-ACK and may have sent its request
+//! already) end up in the accept queue and are served; then it takes what is queued and only
+//! then closes the listener: a connection still queued, or still in its handshake, would
+//! otherwise be reset with the request a proxy already sent on it. Requests
 //! that arrive on open connections are still answered (`Connection: close`, README
 //! "Draining behind a load balancer") and their connections half-closed after the answer.
 //!
@@ -23,6 +26,10 @@ use super::*;
 /// How long a connection between requests must have been silent before the drain
 /// half-closes it (module docs).
 pub(super) const DRAIN_IDLE: Duration = Duration::from_millis(200);
+
+/// How long a listener that stopped admitting keeps accepting before it closes: time for the
+/// handshakes under way when it stopped to finish (a round trip; a proxy is near its upstream).
+pub(super) const HANDSHAKE_SETTLE: Duration = Duration::from_millis(200);
 
 /// True if the drain may end `conn` now: it is between requests with nothing received, queued
 /// or owed, has been silent for [`DRAIN_IDLE`] (`age`: nanos in its current phase), and no
@@ -65,25 +72,32 @@ impl Worker {
     pub(super) fn drain_step(&mut self, now: u64) -> bool {
         if self.draining_since.is_none() {
             self.draining_since = Some(now);
-            // What the kernel has already accepted is taken before the listener closes, and
-            // nothing new completes meanwhile (`net::listen::stop_admitting`).
+            // No new handshake starts; those under way complete and are accepted as usual
+            // until the listener closes below (`net::listen::stop_admitting`).
             if let Some(l) = self.listener.as_ref() {
                 if let Err(e) = crate::net::listen::stop_admitting(l) {
                     eprintln!("sluice: worker {}: filtering the listener: {e}", self.id);
                 }
             }
             self.accept_all();
-            if let Some(mut l) = self.listener.take() {
-                let _ = self.poll.registry().deregister(&mut l);
-            }
             // Connections silent long enough are half-closed now, the others on the sweep.
             self.sweep(now);
         }
         let started = self.draining_since.unwrap_or(now);
+        if self.listener.is_some()
+            && now.saturating_sub(started) >= HANDSHAKE_SETTLE.as_nanos() as u64
+        {
+            // What the kernel completed is taken before the listener closes.
+            self.accept_all();
+            if let Some(mut l) = self.listener.take() {
+                let _ = self.poll.registry().deregister(&mut l);
+            }
+        }
         let limit = self.shared.config.server.shutdown_timeout.as_nanos() as u64;
         // On io_uring, closed connections may still be sending their last response.
         let sending = self.uring.as_ref().map_or(0, |r| r.retired());
-        let quiet = self.open == 0
+        let quiet = self.listener.is_none()
+            && self.open == 0
             && sending == 0
             && self.outstanding == 0
             && self.dispatcher.in_flight() == 0;
