@@ -16,7 +16,14 @@
 //! proxy reuses the connection it got back last first (nginx's keep-alive cache is a stack),
 //! so a connection that has just answered is the one a request is most likely crossing our
 //! FIN on. It is ended once it has been silent for [`DRAIN_IDLE`] (checked on the sweep,
-//! every 100 ms); a request that comes first is answered, with `Connection: close`. A
+//! every 100 ms) and no client has sent a byte to any core of the node for as long
+//! ([`node_quiet`]); a request that comes first is answered, with `Connection: close`. The
+//! second condition is for the drain itself: every answer now closes its connection, so the
+//! proxy takes the connections below on its stack one after another, the idle ones last. A
+//! connection that is idle only because the ones above it were busy is about to be taken,
+//! and a FIN on it then crosses the request (seen with nginx: a FIN 205 ms into the silence,
+//! the request 123 µs later, a `502`). While the proxy is still sending it is left to carry
+//! its one more request; once nothing arrives anywhere, the proxy is not about to use it. A
 //! connection accepted but still silent is treated the same way (a proxy sends its request
 //! right after connecting). The worker exits when no connection is left (or at
 //! `shutdown_timeout`).
@@ -30,6 +37,12 @@ pub(super) const DRAIN_IDLE: Duration = Duration::from_millis(200);
 /// How long a listener that stopped admitting keeps accepting before it closes: time for the
 /// handshakes under way when it stopped to finish (a round trip; a proxy is near its upstream).
 pub(super) const HANDSHAKE_SETTLE: Duration = Duration::from_millis(200);
+
+/// True once no core has read a client's bytes for [`DRAIN_IDLE`]: the drain ends idle
+/// connections only then (module docs).
+pub(super) fn node_quiet(shared: &Shared, now: u64) -> bool {
+    now.saturating_sub(shared.drain_input_at()) >= DRAIN_IDLE.as_nanos() as u64
+}
 
 /// True if the drain may end `conn` now: it is between requests with nothing received, queued
 /// or owed, has been silent for [`DRAIN_IDLE`] (`age`: nanos in its current phase), and no
