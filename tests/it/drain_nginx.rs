@@ -113,8 +113,18 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        // Our own child, by its PID.
-        let _ = self.child.kill();
+        // Our own child, by its PID: SIGTERM, on which the master stops its worker (a SIGKILL
+        // would leave the worker running, orphaned), then SIGKILL if it has not exited.
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: kill(2) on the PID of a child we spawned and have not reaped (so the PID is
+        // still ours); it only sends a signal.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let exited = wait_until(Duration::from_secs(5), || {
+            matches!(self.child.try_wait(), Ok(Some(_)))
+        });
+        if !exited {
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
     }
 }

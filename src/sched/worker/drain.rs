@@ -38,10 +38,12 @@ pub(super) const DRAIN_IDLE: Duration = Duration::from_millis(200);
 /// handshakes under way when it stopped to finish (a round trip; a proxy is near its upstream).
 pub(super) const HANDSHAKE_SETTLE: Duration = Duration::from_millis(200);
 
-/// True once no core has read a client's bytes for [`DRAIN_IDLE`]: the drain ends idle
-/// connections only then (module docs).
-pub(super) fn node_quiet(shared: &Shared, now: u64) -> bool {
-    now.saturating_sub(shared.drain_input_at()) >= DRAIN_IDLE.as_nanos() as u64
+/// True once no core has read a client's bytes for [`DRAIN_IDLE`], counted from the later of
+/// the last such read and `since` (when this core's drain began: what came before it is not
+/// recorded): the drain ends idle connections only then (module docs).
+pub(super) fn node_quiet(shared: &Shared, now: u64, since: u64) -> bool {
+    let last = shared.drain_input_at().max(since);
+    now.saturating_sub(last) >= DRAIN_IDLE.as_nanos() as u64
 }
 
 /// True if the drain may end `conn` now: it is between requests with nothing received, queued
@@ -93,8 +95,8 @@ impl Worker {
                 }
             }
             self.accept_all();
-            // Connections silent long enough are half-closed now, the others on the sweep.
-            self.sweep(now);
+            // Idle connections are half-closed by the sweep, once the node has been quiet for
+            // `DRAIN_IDLE` counted from now (`node_quiet`).
         }
         let started = self.draining_since.unwrap_or(now);
         if self.listener.is_some()

@@ -777,7 +777,9 @@ impl Worker {
         );
         // Idle connections are ended only once no client has sent anything for a while
         // (`drain::node_quiet`).
-        let draining = self.draining_since.is_some() && drain::node_quiet(&self.shared, now);
+        let draining = self
+            .draining_since
+            .is_some_and(|since| drain::node_quiet(&self.shared, now, since));
         for idx in 0..self.conns.len() {
             let Some(conn) = self.conns[idx].as_ref() else {
                 continue;
