@@ -10,7 +10,7 @@
 //! not detected (it would itself fail its probe against ours if it is a `sluice serve`).
 //!
 //! At the end, [`stop_admitting`] lets a listener be closed without resetting connections the
-//! kernel completed for it.
+//! kernel completed for it, or was completing when accepting stopped.
 #![forbid(unsafe_code)]
 
 use std::io;
@@ -30,24 +30,33 @@ pub fn ensure_free(addr: SocketAddr) -> io::Result<()> {
     // Dropped here: the address is free again for the workers' SO_REUSEPORT listeners.
 }
 
-/// Stops a listening socket from completing new connections while keeping those its accept
-/// queue already holds: a classic socket filter that drops every packet the listener would
-/// see (SYNs, and the last ACKs of handshakes under way). Queued connections are sockets of
-/// their own, created before the filter, so they stay usable; the caller accepts them and
-/// only then closes the listener. Closing a listener resets the connections still in its
-/// queue, and a client (a proxy) may already have sent a request on one: without this, every
-/// connection the kernel completes between the last `accept` and the `close` is reset. With
-/// it, a client whose SYN was dropped sends it again about a second later and then meets a
-/// closed port (or another listener of the port): refused before anything was sent.
+/// Stops a listening socket from taking new connections while letting the ones under way
+/// complete: a classic socket filter that drops every segment with `SYN` set. A new client's SYN
+/// is dropped (it sends it again about a second later and then meets a closed port, or another
+/// listener of the port: refused before anything was sent). A handshake the kernel already
+/// answered with its SYN-ACK is not touched: its client counts the connection as open as soon
+/// as the SYN-ACK arrives and may send a request at once, and the final ACK (or that request)
+/// still completes it into the accept queue. Dropping those segments too would leave such a
+/// handshake unfinished, and when the listener closes the client's request meets no socket
+/// and is answered with a reset. Connections already queued are sockets of their own and stay
+/// usable. The caller keeps accepting for about a round trip (`sched/worker/drain.rs`) and
+/// only then closes the listener: closing it resets whatever its queue still holds.
 pub fn stop_admitting(listener: &impl std::os::fd::AsFd) -> io::Result<()> {
-    // `ret #0`: accept no bytes of any packet.
-    let drop_all = [libc::sock_filter {
-        code: (libc::BPF_RET | libc::BPF_K) as u16,
-        jt: 0,
-        jf: 0,
-        k: 0,
-    }];
-    socket2::SockRef::from(listener).attach_filter(&drop_all)
+    // The filter sees a segment from its TCP header: byte 13 holds the flags, SYN is 0x02.
+    //   ldb [13]; jset #0x02, drop, keep; keep: ret #-1 (all of it); drop: ret #0.
+    let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    let syn_dropped = [
+        op(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0, 0, 13),
+        op(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 1, 0, 0x02),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, u32::MAX),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
+    ];
+    socket2::SockRef::from(listener).attach_filter(&syn_dropped)
 }
 
 /// The start-up error text for a failed probe or bind of `addr`.
@@ -82,6 +91,68 @@ mod tests {
         ours.write_all(b"pong").unwrap();
         queued.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"pong", "the queued connection works end to end");
+    }
+
+    #[test]
+    fn a_handshake_under_way_when_admitting_stops_completes_and_is_accepted() {
+        use std::io::{Read, Write};
+        use std::time::{Duration, Instant};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Hold a handshake half-way: the SYN is answered, every other segment (the client's
+        // final ACK, its request) is dropped, so the client counts the connection as open
+        // while the listener still has only a request socket for it.
+        let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+            code: code as u16,
+            jt,
+            jf,
+            k,
+        };
+        let only_syn = [
+            op(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0, 0, 13),
+            op(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 0, 1, 0x02),
+            op(libc::BPF_RET | libc::BPF_K, 0, 0, u32::MAX),
+            op(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
+        ];
+        socket2::SockRef::from(&listener)
+            .attach_filter(&only_syn)
+            .unwrap();
+        let mut client = std::net::TcpStream::connect(addr).unwrap();
+        client.write_all(b"ping").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        assert_eq!(
+            listener.accept().unwrap_err().kind(),
+            io::ErrorKind::WouldBlock,
+            "the handshake was meant to be held half-way"
+        );
+        // Admitting stops now: the client's retransmitted request (which carries the ACK)
+        // must complete the handshake, not be dropped until the listener closes on it.
+        stop_admitting(&listener).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut ours = loop {
+            match listener.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "the handshake under way never completed"
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        ours.set_nonblocking(false).unwrap();
+        ours.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut got = [0u8; 4];
+        ours.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"ping");
+        ours.write_all(b"pong").unwrap();
+        client.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"pong", "the connection works end to end");
+        // And nothing new completes.
+        let late = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300));
+        assert!(late.is_err(), "a handshake completed after the filter");
     }
 
     #[test]

@@ -68,6 +68,11 @@ pub struct Shared {
     // read by workers and the pump per loop turn. `Relaxed` is enough for the same reason as
     // `phase`: it carries no data, and a reader that sees it one turn late stops one turn late.
     stop_accepting_at: AtomicU64,
+    // When a core last read a client's bytes during the drain (clock nanos; 0: not yet). The
+    // drain ends idle connections only once the whole node has been quiet
+    // (`sched/worker/drain.rs`). Written by the cores during the drain only; `Relaxed`: it orders
+    // nothing, and a core that sees it a turn late ends a connection a sweep later.
+    drain_input_at: AtomicU64,
 }
 
 impl Shared {
@@ -110,6 +115,7 @@ impl Shared {
             dlq,
             phase: AtomicU8::new(Phase::Starting as u8),
             stop_accepting_at: AtomicU64::new(u64::MAX),
+            drain_input_at: AtomicU64::new(0),
         }
     }
 
@@ -151,6 +157,16 @@ impl Shared {
         self.stop_accepting_at
             .store(now.saturating_add(grace), Ordering::Relaxed);
         self.set_phase(Phase::Draining);
+    }
+
+    /// A core read a client's bytes at `now` during the drain.
+    pub fn note_drain_input(&self, now: u64) {
+        self.drain_input_at.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// When a core last read a client's bytes during the drain (0: not yet).
+    pub fn drain_input_at(&self) -> u64 {
+        self.drain_input_at.load(Ordering::Relaxed)
     }
 
     /// Has the drain grace ended (listeners closed, new work held back)?

@@ -1,9 +1,12 @@
 //! The drain of a core's connections, and how a connection ends without a reset.
 //!
 //! Once accepting stops (SIGTERM/SIGINT plus `drain_grace`) the core stops its listener from
-//! completing new handshakes, takes what is waiting in its accept queue and only then closes
-//! the listener: a connection the kernel had completed would otherwise be reset with the
-//! request a proxy already sent on it. Requests
+//! taking new handshakes (`net::listen::stop_admitting`: new SYNs are dropped) and keeps
+//! accepting for [`HANDSHAKE_SETTLE`], so that handshakes the kernel was completing at that
+//! moment (a proxy counts the connection as open at the SYN-ACK and may have sent its request
+//! already) end up in the accept queue and are served; then it takes what is queued and only
+//! then closes the listener: a connection still queued, or still in its handshake, would
+//! otherwise be reset with the request a proxy already sent on it. Requests
 //! that arrive on open connections are still answered (`Connection: close`, README
 //! "Draining behind a load balancer") and their connections half-closed after the answer.
 //!
@@ -13,7 +16,14 @@
 //! proxy reuses the connection it got back last first (nginx's keep-alive cache is a stack),
 //! so a connection that has just answered is the one a request is most likely crossing our
 //! FIN on. It is ended once it has been silent for [`DRAIN_IDLE`] (checked on the sweep,
-//! every 100 ms); a request that comes first is answered, with `Connection: close`. A
+//! every 100 ms) and no client has sent a byte to any core of the node for as long
+//! ([`node_quiet`]); a request that comes first is answered, with `Connection: close`. The
+//! second condition is for the drain itself: every answer now closes its connection, so the
+//! proxy takes the connections below on its stack one after another, the idle ones last. A
+//! connection that is idle only because the ones above it were busy is about to be taken,
+//! and a FIN on it then crosses the request (seen with nginx: a FIN 205 ms into the silence,
+//! the request 123 µs later, a `502`). While the proxy is still sending it is left to carry
+//! its one more request; once nothing arrives anywhere, the proxy is not about to use it. A
 //! connection accepted but still silent is treated the same way (a proxy sends its request
 //! right after connecting). The worker exits when no connection is left (or at
 //! `shutdown_timeout`).
@@ -23,6 +33,18 @@ use super::*;
 /// How long a connection between requests must have been silent before the drain
 /// half-closes it (module docs).
 pub(super) const DRAIN_IDLE: Duration = Duration::from_millis(200);
+
+/// How long a listener that stopped admitting keeps accepting before it closes: time for the
+/// handshakes under way when it stopped to finish (a round trip; a proxy is near its upstream).
+pub(super) const HANDSHAKE_SETTLE: Duration = Duration::from_millis(200);
+
+/// True once no core has read a client's bytes for [`DRAIN_IDLE`], counted from the later of
+/// the last such read and `since` (when this core's drain began: what came before it is not
+/// recorded): the drain ends idle connections only then (module docs).
+pub(super) fn node_quiet(shared: &Shared, now: u64, since: u64) -> bool {
+    let last = shared.drain_input_at().max(since);
+    now.saturating_sub(last) >= DRAIN_IDLE.as_nanos() as u64
+}
 
 /// True if the drain may end `conn` now: it is between requests with nothing received, queued
 /// or owed, has been silent for [`DRAIN_IDLE`] (`age`: nanos in its current phase), and no
@@ -65,25 +87,32 @@ impl Worker {
     pub(super) fn drain_step(&mut self, now: u64) -> bool {
         if self.draining_since.is_none() {
             self.draining_since = Some(now);
-            // What the kernel has already accepted is taken before the listener closes, and
-            // nothing new completes meanwhile (`net::listen::stop_admitting`).
+            // No new handshake starts; those under way complete and are accepted as usual
+            // until the listener closes below (`net::listen::stop_admitting`).
             if let Some(l) = self.listener.as_ref() {
                 if let Err(e) = crate::net::listen::stop_admitting(l) {
                     eprintln!("sluice: worker {}: filtering the listener: {e}", self.id);
                 }
             }
             self.accept_all();
+            // Idle connections are half-closed by the sweep, once the node has been quiet for
+            // `DRAIN_IDLE` counted from now (`node_quiet`).
+        }
+        let started = self.draining_since.unwrap_or(now);
+        if self.listener.is_some()
+            && now.saturating_sub(started) >= HANDSHAKE_SETTLE.as_nanos() as u64
+        {
+            // What the kernel completed is taken before the listener closes.
+            self.accept_all();
             if let Some(mut l) = self.listener.take() {
                 let _ = self.poll.registry().deregister(&mut l);
             }
-            // Connections silent long enough are half-closed now, the others on the sweep.
-            self.sweep(now);
         }
-        let started = self.draining_since.unwrap_or(now);
         let limit = self.shared.config.server.shutdown_timeout.as_nanos() as u64;
         // On io_uring, closed connections may still be sending their last response.
         let sending = self.uring.as_ref().map_or(0, |r| r.retired());
-        let quiet = self.open == 0
+        let quiet = self.listener.is_none()
+            && self.open == 0
             && sending == 0
             && self.outstanding == 0
             && self.dispatcher.in_flight() == 0;

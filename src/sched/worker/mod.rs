@@ -586,7 +586,13 @@ impl Worker {
                 }
                 Ok(0) => {}
                 // After the read returned: every request in these bytes was sent before it.
-                Ok(_) => conn.read_at = self.shared.clock.now_nanos(),
+                Ok(_) => {
+                    conn.read_at = self.shared.clock.now_nanos();
+                    if draining {
+                        // The node is not quiet: idle connections stay open (`drain.rs`).
+                        self.shared.note_drain_input(conn.read_at);
+                    }
+                }
             }
         }
     }
@@ -770,7 +776,11 @@ impl Worker {
             cfg.body_timeout.as_nanos() as u64,
             cfg.idle_timeout.as_nanos() as u64,
         );
-        let draining = self.draining_since.is_some();
+        // Idle connections are ended only once no client has sent anything for a while
+        // (`drain::node_quiet`).
+        let draining = self
+            .draining_since
+            .is_some_and(|since| drain::node_quiet(&self.shared, now, since));
         for idx in 0..self.conns.len() {
             let Some(conn) = self.conns[idx].as_ref() else {
                 continue;
