@@ -13,15 +13,23 @@
 //! `--accept-wal-loss` must get past it, and the next plain `open` must not refuse again. Control bit 7 also cuts the power
 //! during that first `open` (after a number of storage operations taken from the input), reboots
 //! the simulated disk and opens again: recovery interrupted by a power loss must recover too.
+//!
+//! An input that ends with `[first_live, durable, b'C', b'K', b'P', b'T']` also writes the log's
+//! CHECKPOINT (`first_live_lsn`, `durable_lsn` from those two bytes) before recovery: damage at
+//! or below the durable LSN is acknowledged data (the decision's rule 2) and a log that ends or
+//! starts short of the promise is `Lost`. Then a plain `open` that succeeds must have kept every
+//! LSN the checkpoint promised (`last_lsn >= durable_lsn`): nothing promised is truncated without
+//! a refusal. Inputs without that trailer (the older seeds) run as before, with no checkpoint.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use sluice::storage::sim::SimFs;
 use sluice::storage::{OpenMode, Storage};
+use sluice::wal::checkpoint::{self, CheckpointFile};
 use sluice::wal::format::marker::append_marker;
 use sluice::wal::format::{append_record, decode_payload, parse_record, Parsed};
 use sluice::wal::tools::Finding;
-use sluice::wal::{self, Durability, RecordKind, WalConfig, WalReader};
+use sluice::wal::{self, Checkpoint, Durability, RecordKind, WalConfig, WalReader};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -129,11 +137,37 @@ fn structured(data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The input trailer that writes a CHECKPOINT (see the module header).
+const CHECKPOINT_TRAILER: &[u8] = b"CKPT";
+
+/// Splits the checkpoint trailer off `data`: the rest, and the checkpoint it asks for.
+fn split_checkpoint(data: &[u8]) -> (&[u8], Option<Checkpoint>) {
+    let n = data.len().saturating_sub(2 + CHECKPOINT_TRAILER.len());
+    match &data[n..] {
+        [first, durable, tag @ ..] if tag == CHECKPOINT_TRAILER => (
+            &data[..n],
+            Some(Checkpoint {
+                first_live_lsn: u64::from(*first),
+                durable_lsn: u64::from(*durable),
+            }),
+        ),
+        _ => (data, None),
+    }
+}
+
+/// The checkpoint on the simulated disk now, if one is there and valid.
+fn promise(fs: &SimFs, dir: &Path) -> Option<Checkpoint> {
+    match checkpoint::read_in(fs, dir) {
+        Ok(Some(Ok(c))) => Some(c),
+        _ => None,
+    }
+}
+
 fn segment_name(lsn: u64) -> String {
     format!("{lsn:020}.seg")
 }
 
-fn check(ctl: u8, segments: &[(u64, &[u8])]) {
+fn check(ctl: u8, segments: &[(u64, &[u8])], ckpt: Option<Checkpoint>) {
     let root = Path::new("/fuzz");
     let wal_dir = root.join("wal");
     let fs = SimFs::new(root, u64::from(ctl));
@@ -146,6 +180,9 @@ fn check(ctl: u8, segments: &[(u64, &[u8])]) {
         f.sync_data().unwrap();
     }
     fs.sync_dir(&wal_dir).unwrap();
+    if let Some(c) = ckpt {
+        CheckpointFile::open_or_create(&fs, &wal_dir, c, 0).unwrap();
+    }
     let _ = wal::tools::verify_log_in(&fs, &wal_dir, &mut sluice::tools::progress::Silent);
     let _ = wal::recover_dispatch_in(&fs, &wal_dir);
     if let Ok(mut reader) = WalReader::open_in(storage.clone(), &wal_dir, 0) {
@@ -169,6 +206,7 @@ fn check(ctl: u8, segments: &[(u64, &[u8])]) {
         let _ = wal::open_in(storage.clone(), &cfg);
         fs.reboot();
     }
+    let promised = promise(&fs, &wal_dir);
     let opened = match wal::open_in(storage.clone(), &cfg) {
         Err(wal::WalError::Corrupt { .. } | wal::WalError::Lost { .. }) => {
             // Refused, naming the damage: accepting the loss must always get past it (lost-range
@@ -200,6 +238,19 @@ fn check(ctl: u8, segments: &[(u64, &[u8])]) {
             );
             again
         }
+        Ok((log, report)) => {
+            // Not refused: then nothing the checkpoint promised was given up (damage at or
+            // below its durable LSN is refused above, never truncated as a torn tail).
+            if let Some(c) = promised.filter(|c| c.durable_lsn >= c.first_live_lsn) {
+                assert!(
+                    report.last_lsn >= c.durable_lsn,
+                    "open kept LSNs up to {} but the checkpoint promised {c:?} (truncated: {:?})",
+                    report.last_lsn,
+                    report.truncated_tail
+                );
+            }
+            Ok((log, report))
+        }
         other => other,
     };
     if let Ok((log, report)) = opened {
@@ -223,6 +274,7 @@ fn check(ctl: u8, segments: &[(u64, &[u8])]) {
 }
 
 fuzz_target!(|data: &[u8]| {
+    let (data, ckpt) = split_checkpoint(data);
     let Some((&ctl, body)) = data.split_first() else {
         return;
     };
@@ -247,8 +299,12 @@ fuzz_target!(|data: &[u8]| {
     if ctl & 2 == 2 && bytes.len() > 1 {
         let split = (usize::from(ctl >> 2) * bytes.len() / 64).clamp(1, bytes.len() - 1);
         let second_lsn = 1 + u64::from(ctl >> 4);
-        check(ctl, &[(1, &bytes[..split]), (second_lsn, &bytes[split..])]);
+        check(
+            ctl,
+            &[(1, &bytes[..split]), (second_lsn, &bytes[split..])],
+            ckpt,
+        );
     } else {
-        check(ctl, &[(1, &bytes)]);
+        check(ctl, &[(1, &bytes)], ckpt);
     }
 });

@@ -308,3 +308,38 @@ fn the_probe_restores_health_once_the_disk_syncs_again_at_most_once_a_second() {
     let (_, report) = open(&cfg).unwrap();
     assert_eq!((report.last_lsn, report.truncated_tail), (2, None));
 }
+
+/// A segment that holds no LSN of its own (only lost-range records with an empty range), then
+/// a gap to the next segment: the gap's lost-range record goes after them, where the scan of
+/// that segment ended, not over its start (which left the old records after the new one, out
+/// of LSN order, so the accepting open refused its own repair). Found by the `wal_recovery`
+/// fuzz target.
+#[test]
+fn a_gap_after_a_segment_holding_no_lsn_is_accepted_past_its_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = three_segments(tmp.path(), WritePath::Pwrite);
+    let next = firsts(&cfg.dir)[1];
+    let seg = segment_path(&cfg.dir, 1);
+    let len = std::fs::metadata(&seg).unwrap().len();
+    let mut bytes = Vec::new();
+    super::format::marker::lost_span(&mut bytes, 1, 0, 25);
+    super::format::marker::lost_span(&mut bytes, 1, 0, 25);
+    assert_eq!(bytes.len(), 50);
+    bytes.resize(len as usize, 0);
+    std::fs::write(&seg, &bytes).unwrap();
+    assert_eq!(lost_of(&cfg), [(1, next - 1)]);
+    let (_, report) = open(&accepting(&cfg)).unwrap();
+    let lost: Vec<_> = report.lost.iter().map(|r| (r.first, r.last)).collect();
+    assert_eq!(lost, [(1, next - 1)]);
+    assert_eq!(report.last_lsn, 10);
+    let kept = std::fs::read(&seg).unwrap();
+    assert_eq!(
+        kept[..50],
+        bytes[..50],
+        "the segment's own records are kept"
+    );
+    assert!(verify_log(&cfg.dir).unwrap().is_clean());
+    let (_, again) = open(&cfg).unwrap();
+    assert!(again.lost.is_empty());
+    assert_eq!(again.records, 10 - (next - 1));
+}

@@ -166,7 +166,9 @@ pub(crate) struct Loss {
     pub(crate) segment: PathBuf,
     pub(crate) offset: u64,
     pub(crate) resume: Option<u64>,
-    /// The segment file is missing (deleted): a small one holding only the record is created.
+    /// No segment holds the LSNs (a file deleted): a small segment of that name holding only
+    /// the record is created, or, when that name is the previous segment's (it held none of
+    /// them), the record is written in it at `offset`, where its scan ended.
     pub(crate) missing_file: bool,
 }
 
@@ -271,19 +273,39 @@ fn segment_gap(scan: &mut DirScan, path: &Path, first: Lsn) -> bool {
         scan.stopped = true;
         return false;
     }
+    let own = segment_path(path.parent().unwrap_or(Path::new("")), expected);
+    // The file named for `expected` is the previous segment when it held none of those LSNs
+    // (only lost-range records or framing): the record recording the loss goes where its scan
+    // ended (zeros from there on), not over its start.
+    let (why, segment, offset) = match scan.segments.last() {
+        Some((prev, prev_path)) if *prev == expected => (
+            format!(
+                "no segment holds them ({} ends before LSN {expected}; the next segment starts \
+                 at LSN {first})",
+                prev_path.display()
+            ),
+            prev_path.clone(),
+            scan.last_end,
+        ),
+        _ => (
+            format!(
+                "no segment holds them (the segment file {} was deleted; the next segment \
+                 starts at LSN {first})",
+                own.display()
+            ),
+            own,
+            0,
+        ),
+    };
     let range = LostRange {
         first: expected,
         last: first - 1,
-        why: format!(
-            "no segment holds them (the segment file {} was deleted; the next segment starts at \
-             LSN {first})",
-            segment_path(path.parent().unwrap_or(Path::new("")), expected).display()
-        ),
+        why,
     };
     scan.losses.push(Loss {
         range,
-        segment: segment_path(path.parent().unwrap_or(Path::new("")), expected),
-        offset: 0,
+        segment,
+        offset,
         resume: None,
         missing_file: true,
     });
@@ -623,7 +645,7 @@ fn give_up(fs: &dyn Storage, loss: &Loss) -> Result<(), WalError> {
     let io_err = |e| WalError::io(path, e);
     let end = match (loss.resume, loss.missing_file) {
         (Some(r), _) => r,
-        (None, true) => LOST_RECORD_BYTES as u64,
+        (None, true) => loss.offset + LOST_RECORD_BYTES as u64,
         (None, false) => {
             let map = map_segment(fs, path)?;
             let written = last_non_zero(&map).map_or(0, |p| p as u64 + 1);
