@@ -30,7 +30,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{duration_or, err, ranged, ConfigError, Overrides};
+use super::error::{duration_or, err, ranged, ConfigError};
+use super::overrides::Overrides;
 
 /// Environment variable for the pump bound (Harn orchestrator contract).
 pub const ENV_PUMP_MAX_OUTSTANDING: &str = "HARN_ORCHESTRATOR_PUMP_MAX_OUTSTANDING";
@@ -791,34 +792,11 @@ pub(super) fn build_dispatch(
     })
 }
 
-impl super::Config {
-    /// What dispatch needs of this configuration, as dispatch defines it: the destinations
-    /// (by id), each trigger's route and gates, the `[flow]` bounds and the few server settings
-    /// the dispatcher reads. Built for each core at start and at each reload.
-    pub fn dispatch_spec(&self) -> crate::dispatch::spec::DispatchSpec {
-        use crate::dispatch::spec::{DispatchSpec, TriggerRoute};
-        DispatchSpec {
-            destinations: self.destinations.clone(),
-            triggers: (self.triggers.iter())
-                .map(|t| TriggerRoute {
-                    id: t.id.clone(),
-                    dest: t.handler,
-                    flow: t.flow.clone(),
-                })
-                .collect(),
-            flow: self.flow,
-            workers: self.server.workers,
-            flow_dir: self.server.data_dir.join("flow"),
-            idle_timeout: self.server.idle_timeout,
-        }
-    }
-}
-
 /// `when_backlog_full`: as given, else `absorb` for `verify = "github"`, `refuse` otherwise.
 pub(super) fn when_backlog_full(
     id: &str,
     v: Option<&str>,
-    auth: &super::TriggerAuth,
+    auth: &super::auth::TriggerAuth,
 ) -> Result<crate::ingest::backlog::WhenFull, ConfigError> {
     use crate::ingest::backlog::WhenFull;
     match v {

@@ -580,6 +580,29 @@ fn build_triggers(
     Ok(out)
 }
 
+impl Config {
+    /// What dispatch needs of this configuration, as dispatch defines it: the destinations
+    /// (by id), each trigger's route and gates, the `[flow]` bounds and the few server settings
+    /// the dispatcher reads. Built for each core at start and at each reload.
+    pub fn dispatch_spec(&self) -> crate::dispatch::spec::DispatchSpec {
+        use crate::dispatch::spec::{DispatchSpec, TriggerRoute};
+        DispatchSpec {
+            destinations: self.destinations.clone(),
+            triggers: (self.triggers.iter())
+                .map(|t| TriggerRoute {
+                    id: t.id.clone(),
+                    dest: t.handler,
+                    flow: t.flow.clone(),
+                })
+                .collect(),
+            flow: self.flow,
+            workers: self.server.workers,
+            flow_dir: self.server.data_dir.join("flow"),
+            idle_timeout: self.server.idle_timeout,
+        }
+    }
+}
+
 #[cfg(test)]
 #[path = "limits_tests.rs"]
 mod limits_tests;
