@@ -385,8 +385,7 @@ impl Dispatcher {
                 i += 1;
                 continue;
             }
-            let o = &self.slots.window;
-            if !(o.try_acquire() || (o.wait(self.core) && o.try_acquire())) {
+            if !self.slots.window.acquire(self.core) {
                 self.slots.backlog.window_give(w);
                 return touched;
             }

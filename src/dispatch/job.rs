@@ -18,6 +18,21 @@ use std::sync::Arc;
 use crate::dispatch::dlq::DlqReason;
 use crate::wal::{EventRecord, Lsn};
 
+/// Bits of an event key (a job's `lsn`: the log index above, the LSN below) that hold the LSN.
+pub const KEY_LSN_BITS: u32 = 48;
+const LSN_MASK: u64 = (1 << KEY_LSN_BITS) - 1;
+
+/// The key of the event at `lsn` in log `log`.
+pub fn event_key(log: usize, lsn: Lsn) -> u64 {
+    debug_assert!(lsn <= LSN_MASK && log < 1 << (64 - KEY_LSN_BITS));
+    ((log as u64) << KEY_LSN_BITS) | (lsn & LSN_MASK)
+}
+
+/// `(log, lsn)` of an event key.
+pub fn split_key(key: u64) -> (usize, Lsn) {
+    ((key >> KEY_LSN_BITS) as usize, key & LSN_MASK)
+}
+
 /// One event to deliver.
 #[derive(Debug)]
 pub struct Job {
@@ -163,5 +178,18 @@ impl JobOutcome {
             | JobOutcome::Resumed { lsn, .. } => *lsn,
             JobOutcome::DeadLetter { job, .. } => job.lsn,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip() {
+        for (log, lsn) in [(0, 1), (3, 12345), (65535, LSN_MASK)] {
+            assert_eq!(split_key(event_key(log, lsn)), (log, lsn));
+        }
+        assert_ne!(event_key(1, 5), event_key(0, 5));
     }
 }

@@ -46,6 +46,7 @@ pub mod metrics;
 pub mod outbound;
 pub mod outstanding;
 pub mod permits;
+pub mod pump;
 pub mod rate;
 pub mod replay_claims;
 pub mod request;

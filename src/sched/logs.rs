@@ -24,23 +24,11 @@ use std::path::{Path, PathBuf};
 use crate::storage::{self, StdFs};
 use crate::sync::clock::unix_millis;
 use crate::wal::{
-    self, layout, manifest, DispatchRecovery, LogDir, Lsn, RecoveryReport, Wal, WalConfig, WalError,
+    self, layout, manifest, DispatchRecovery, LogDir, RecoveryReport, Wal, WalConfig, WalError,
 };
 
-/// Bits of an event key that hold the LSN.
-pub const KEY_LSN_BITS: u32 = 48;
-const LSN_MASK: u64 = (1 << KEY_LSN_BITS) - 1;
-
-/// The key of the event at `lsn` in log `log`.
-pub fn event_key(log: usize, lsn: Lsn) -> u64 {
-    debug_assert!(lsn <= LSN_MASK && log < 1 << (64 - KEY_LSN_BITS));
-    ((log as u64) << KEY_LSN_BITS) | (lsn & LSN_MASK)
-}
-
-/// `(log, lsn)` of an event key.
-pub fn split_key(key: u64) -> (usize, Lsn) {
-    ((key >> KEY_LSN_BITS) as usize, key & LSN_MASK)
-}
+// A job's key: log index and LSN (defined with the job, which carries it).
+pub use crate::dispatch::job::{event_key, split_key, KEY_LSN_BITS};
 
 /// One open, recovered log and who owns it.
 #[derive(Debug)]
@@ -149,14 +137,6 @@ pub fn own_log_dir(wal_dir: &Path, core: usize) -> PathBuf {
 mod tests {
     use super::*;
     use crate::wal::format::tests::sample_event;
-
-    #[test]
-    fn keys_round_trip() {
-        for (log, lsn) in [(0, 1), (3, 12345), (65535, LSN_MASK)] {
-            assert_eq!(split_key(event_key(log, lsn)), (log, lsn));
-        }
-        assert_ne!(event_key(1, 5), event_key(0, 5));
-    }
 
     fn small(dir: &Path) -> WalConfig {
         WalConfig {

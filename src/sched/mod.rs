@@ -17,7 +17,6 @@ pub mod exposition;
 pub mod logs;
 pub mod placement;
 pub mod pump;
-mod pump_source;
 pub mod runtime;
 pub mod state;
 pub mod thread_policy;

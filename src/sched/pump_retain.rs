@@ -3,7 +3,9 @@
 //! size on disk is measured for the `max_wal_bytes` bound.
 #![forbid(unsafe_code)]
 
-use super::{CorePump, LogPump, RETAIN_EVERY};
+use std::path::Path;
+
+use super::{CorePump, RETAIN_EVERY};
 use crate::wal::Lsn;
 
 impl CorePump {
@@ -18,29 +20,34 @@ impl CorePump {
         }
         self.retain_at = now + RETAIN_EVERY;
         let retention = self.shared.config.dispatch.retention;
-        for log in &mut self.logs {
-            let (total, retire_below) = retain_log(log, retention);
+        for (slot, (index, dir, cursor)) in self.pump.cursors().enumerate() {
+            let old = self.disk_bytes[slot];
+            let (new, retire_below) = retain_log(dir, cursor, old, retention);
             if let Some(lsn) = retire_below {
-                self.shared.wal[log.index].request_retire(lsn);
+                self.shared.wal[index].request_retire(lsn);
             }
-            let (old, new) = (log.disk_bytes, total);
-            log.disk_bytes = new;
+            self.disk_bytes[slot] = new;
             self.shared.backlog.adjust_wal_bytes(old, new);
         }
     }
 }
 
-/// Retention of one log: the bytes of the segments that stay, and the LSN below which every
-/// segment may be deleted (`None`: none may).
-fn retain_log(log: &LogPump, retention: std::time::Duration) -> (u64, Option<Lsn>) {
-    let segments = match crate::wal::segment::list_segments(&log.dir) {
+/// Retention of the log in `dir` whose done cursor is `cursor` (`last`: its bytes at the last
+/// measurement): the bytes of the segments that stay, and the LSN below which every segment
+/// may be deleted (`None`: none may).
+fn retain_log(
+    dir: &Path,
+    cursor: Lsn,
+    last: u64,
+    retention: std::time::Duration,
+) -> (u64, Option<Lsn>) {
+    let segments = match crate::wal::segment::list_segments(dir) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sluice: retention: listing {}: {e}", log.dir.display());
-            return (log.disk_bytes, None);
+            eprintln!("sluice: retention: listing {}: {e}", dir.display());
+            return (last, None);
         }
     };
-    let cursor = log.cursor();
     let mut total = 0u64;
     let mut deleting = true;
     let mut retire_below = None;
