@@ -52,3 +52,4 @@ pub mod replay_claims;
 pub mod request;
 pub mod retry;
 pub mod rng;
+pub mod trigger_caps;

@@ -53,6 +53,7 @@ use crate::dispatch::dlq::DlqEntry;
 use crate::dispatch::job::Job;
 use crate::dispatch::metrics::DispatchMetrics;
 use crate::dispatch::outstanding::Outstanding;
+use crate::dispatch::trigger_caps::Slots;
 use crate::wal::{DispatchRecovery, DoneEntry, EventRecord, Lsn, Record, RetryRecord, WalError};
 
 #[path = "pump_source.rs"]
@@ -74,8 +75,9 @@ pub const DLQ_RETRY_EVERY: u64 = 1_000_000_000;
 pub const PUMP_TICKET: u64 = 1 << 63;
 
 /// What the pump reads and moves outside itself, supplied by the shell: the logs (read-back),
-/// the durable-queue bound it gives room back to, each trigger's cap of the dispatch window and
-/// whether a trigger's flow-control gates are full. Tests supply fakes.
+/// the durable-queue bound it gives room back to, and whether a trigger's flow-control gates
+/// are full. Tests supply fakes. (The dispatch slots and the triggers' caps are dispatch's own:
+/// [`Slots`].)
 pub trait PumpEnv {
     type Tail: LogTail;
     /// Opens the log in `dir` for reading back from `from` (may fail: the descriptor limit;
@@ -85,22 +87,14 @@ pub trait PumpEnv {
     fn open_at_start(&self, dir: &Path, from: Lsn) -> Result<Self::Tail, WalError> {
         self.open(dir, from)
     }
-    /// The trigger slot of `trigger` (its backlog share and its window cap).
+    /// The backlog slot of `trigger` (its share of the durable-queue bound).
     fn trigger_slot(&self, trigger: &str) -> usize;
     /// The slot the events recovered at start-up are counted in.
     fn recovered_slot(&self) -> usize;
-    /// Takes one job of trigger slot `w`'s window cap; false at its cap.
-    fn window_take(&self, w: usize) -> bool;
-    /// Gives one job of `w`'s window cap back.
-    fn window_give(&self, w: usize);
-    /// True while `w` is below its window cap.
-    fn window_room(&self, w: usize) -> bool;
     /// True while trigger `trigger`'s gates hold `[flow] max_held` events.
     fn gates_full(&self, trigger: &str) -> bool;
     /// `events` events of slot `slot` totalling `bytes` are done: their backlog room goes back.
     fn release_done(&self, slot: usize, events: u64, bytes: u64);
-    /// The pumps set `delta` more events aside (negative: took them back).
-    fn note_parked(&self, delta: i64);
 }
 
 /// Where a trigger's events go: each trigger's destination id, each destination's owner core.
@@ -267,7 +261,8 @@ pub struct PumpCore<E: PumpEnv> {
     core: usize,
     env: E,
     metrics: Arc<DispatchMetrics>,
-    outstanding: Arc<Outstanding>,
+    /// The dispatch slots (`max_outstanding`) and the triggers' caps, shared by every core.
+    slots: Slots,
     logs: Vec<LogState<E::Tail>>,
     /// Log index → position in `logs`.
     slot_of: HashMap<usize, usize>,
@@ -302,7 +297,7 @@ impl<E: PumpEnv> PumpCore<E> {
         core: usize,
         env: E,
         metrics: Arc<DispatchMetrics>,
-        outstanding: Arc<Outstanding>,
+        slots: Slots,
         logs: Vec<PumpLog>,
         routes: Routes,
     ) -> Result<PumpCore<E>, WalError> {
@@ -332,13 +327,13 @@ impl<E: PumpEnv> PumpCore<E> {
         // registered, before any loop turns).
         let nothing_pending = states.iter().all(|l| l.recovered.pending.is_empty());
         if !nothing_pending {
-            outstanding.handover.register();
+            slots.window.handover.register();
         }
         let mut pump = PumpCore {
             core,
             env,
             metrics,
-            outstanding,
+            slots,
             logs: states,
             slot_of,
             handlers: HashMap::new(),
@@ -369,7 +364,12 @@ impl<E: PumpEnv> PumpCore<E> {
 
     /// The shared dispatch-slot counter.
     pub fn outstanding(&self) -> &Arc<Outstanding> {
-        &self.outstanding
+        &self.slots.window
+    }
+
+    /// The dispatch slots and the triggers' caps (the dispatchers take from the same).
+    pub fn slots(&self) -> &Slots {
+        &self.slots
     }
 
     /// The writes for the commit helper produced since the last call, in order.
@@ -476,7 +476,7 @@ impl<E: PumpEnv> PumpCore<E> {
             return false;
         }
         self.handed_over = true;
-        self.outstanding.handover.finish()
+        self.slots.window.handover.finish()
     }
 
     /// True when nothing is queued for or with the commit helper.
@@ -491,7 +491,7 @@ impl<E: PumpEnv> PumpCore<E> {
 
     /// Gives a dispatch slot back; the cores that wait for one are woken by the shell.
     fn release_slot(&mut self) {
-        self.wake |= self.outstanding.release();
+        self.wake |= self.slots.window.release();
     }
 
     fn ticket(&mut self, t: Ticket) -> u64 {

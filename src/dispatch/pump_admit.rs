@@ -17,7 +17,7 @@ impl<E: PumpEnv> PumpCore<E> {
             while self.logs[slot].done_queue.len() < MAX_DONE_ENTRIES
                 && !self.logs[slot].parked.full()
             {
-                if !self.outstanding.acquire(self.core) {
+                if !self.slots.window.acquire(self.core) {
                     return;
                 }
                 let (lsn, event) = match self.logs[slot].next_event() {
@@ -50,18 +50,18 @@ impl<E: PumpEnv> PumpCore<E> {
                     break;
                 };
                 // By id: a trigger a reload added has flow cells but the default slot.
-                if !self.env.window_room(w) || self.env.gates_full(trigger) {
+                if !self.slots.caps.room(w) || self.env.gates_full(trigger) {
                     i += 1;
                     continue;
                 }
-                if !self.outstanding.acquire(self.core) {
+                if !self.slots.window.acquire(self.core) {
                     return false;
                 }
                 let Some((lsn, event)) = self.logs[slot].parked.take(i) else {
                     self.release_slot();
                     break;
                 };
-                self.env.note_parked(-1);
+                self.slots.caps.note_parked(-1);
                 // Parked again (lost the room to another core): back in its place, passed.
                 if !self.place(slot, i, lsn, event, jobs) {
                     i += 1;
@@ -86,7 +86,7 @@ impl<E: PumpEnv> PumpCore<E> {
             Admit::Done => self.release_slot(),
             Admit::Park(lsn, event, w) => {
                 self.logs[slot].parked.put(at, lsn, event, w);
-                self.env.note_parked(1);
+                self.slots.caps.note_parked(1);
                 self.release_slot();
                 return false;
             }
@@ -121,13 +121,17 @@ impl<E: PumpEnv> PumpCore<E> {
             Some(d) => *d,
             None => self.unknown_trigger(&event.trigger_id),
         };
-        let w = self.env.trigger_slot(&event.trigger_id);
-        if dest.is_some() {
-            // Its gates hold `[flow] max_held` (dispatch::flow "Bounds"): it waits here.
-            if self.env.gates_full(&event.trigger_id) || !self.env.window_take(w) {
-                return Admit::Park(lsn, event, w);
+        let window = match dest {
+            Some(_) => {
+                let w = self.slots.caps.slot(&event.trigger_id);
+                // Its gates hold `[flow] max_held` (dispatch::flow "Bounds"): it waits here.
+                if self.env.gates_full(&event.trigger_id) || !self.slots.caps.take(w) {
+                    return Admit::Park(lsn, event, w);
+                }
+                Some(w)
             }
-        }
+            None => None,
+        };
         let log = &mut self.logs[slot];
         let (attempt, due_at_ms) = match log.recovered.pending.remove(&lsn) {
             Some(meta) if recovered => (meta.next_attempt.max(1), meta.due_at_ms),
@@ -136,12 +140,12 @@ impl<E: PumpEnv> PumpCore<E> {
         // Recovered events were counted in the recovered slot (`Backlog::preload`).
         let backlog_slot = match recovered {
             true => self.env.recovered_slot(),
-            false => w,
+            false => self.env.trigger_slot(&event.trigger_id),
         };
         let live = Live {
             cost: crate::wal::event_cost(&event),
             slot: backlog_slot,
-            window: dest.map(|_| w),
+            window,
             received_at_ms: event.received_at_ms,
             outstanding: dest.is_some(),
         };

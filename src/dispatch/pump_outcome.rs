@@ -109,7 +109,7 @@ impl<E: PumpEnv> PumpCore<E> {
             return;
         }
         if let Some(w) = l.window.take() {
-            self.env.window_give(w);
+            self.slots.caps.give(w);
         }
         self.release_slot();
     }

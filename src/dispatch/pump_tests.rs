@@ -10,11 +10,12 @@ use std::rc::Rc;
 use super::*;
 use crate::dispatch::dlq::{DlqError, DlqReason};
 use crate::dispatch::job::{event_key, JobOutcome, SkipReason};
+use crate::dispatch::trigger_caps::TriggerCaps;
 use crate::sync::clock::{Clock, ManualClock};
 use crate::wal::format::tests::sample_event;
 use crate::wal::{AppendOutcome, PendingMeta};
 
-/// Trigger slots of the fake: "a" 0, "b" 1, anything else the default route's 2, recovered 3.
+/// Backlog slots of the fake: "a" 0, "b" 1, anything else the default route's 2, recovered 3.
 const RECOVERED: usize = 3;
 
 /// The world around the core.
@@ -24,12 +25,8 @@ struct Fake {
     logs: RefCell<HashMap<PathBuf, Vec<(Lsn, Record)>>>,
     fail_open: Cell<bool>,
     opens: Cell<u32>,
-    /// Window cap per trigger slot (`u64::MAX`: none) and the jobs holding it.
-    caps: [Cell<u64>; 4],
-    held: [Cell<u64>; 4],
     full: RefCell<HashSet<String>>,
     released: RefCell<Vec<(usize, u64, u64)>>,
-    parked: Cell<i64>,
 }
 
 /// A read-back of one of the fake's logs (it sees records appended after it opened).
@@ -83,27 +80,11 @@ impl PumpEnv for Rc<Fake> {
     fn recovered_slot(&self) -> usize {
         RECOVERED
     }
-    fn window_take(&self, w: usize) -> bool {
-        let ok = self.held[w].get() < self.caps[w].get();
-        if ok {
-            self.held[w].set(self.held[w].get() + 1);
-        }
-        ok
-    }
-    fn window_give(&self, w: usize) {
-        self.held[w].set(self.held[w].get() - 1);
-    }
-    fn window_room(&self, w: usize) -> bool {
-        self.held[w].get() < self.caps[w].get()
-    }
     fn gates_full(&self, trigger: &str) -> bool {
         self.full.borrow().contains(trigger)
     }
     fn release_done(&self, slot: usize, events: u64, bytes: u64) {
         self.released.borrow_mut().push((slot, events, bytes));
-    }
-    fn note_parked(&self, delta: i64) {
-        self.parked.set(self.parked.get() + delta);
     }
 }
 
@@ -113,6 +94,7 @@ struct Rig {
     fake: Rc<Fake>,
     clock: ManualClock,
     slots: Arc<Outstanding>,
+    caps: Arc<TriggerCaps>,
     metrics: Arc<DispatchMetrics>,
     /// The LSN the next ingest event of the own log gets.
     next_lsn: Lsn,
@@ -158,35 +140,41 @@ fn routes() -> Routes {
 }
 
 impl Rig {
-    /// A fresh start, after its first turn (caught up with its empty log: memory from now).
+    /// A fresh start, after its first turn (caught up with its empty log: memory from now);
+    /// no trigger cap (one trigger with a handler, as far as the caps know).
     fn new(max_outstanding: usize) -> Rig {
-        let mut r = Rig::with_log(max_outstanding, fresh_log(), Fake::default());
+        Rig::fresh(max_outstanding, 1)
+    }
+
+    /// As [`Rig::new`], with "a" and "b" both capped at `max − max / 4`.
+    fn capped(max_outstanding: usize) -> Rig {
+        Rig::fresh(max_outstanding, 2)
+    }
+
+    fn fresh(max_outstanding: usize, with_handler: usize) -> Rig {
+        let mut r = Rig::with_log(max_outstanding, with_handler, fresh_log(), Fake::default());
         assert!(r.turn().is_empty());
         r
     }
 
-    fn with_log(max_outstanding: usize, log: PumpLog, fake: Fake) -> Rig {
+    fn with_log(max_outstanding: usize, with_handler: usize, log: PumpLog, fake: Fake) -> Rig {
         let fake = Rc::new(fake);
-        for c in &fake.caps {
-            c.set(u64::MAX);
-        }
         let slots = Arc::new(Outstanding::new(max_outstanding));
+        let caps = TriggerCaps::new(&["a", "b"], "default", max_outstanding, with_handler);
+        let caps = Arc::new(caps);
         let metrics = Arc::new(DispatchMetrics::new(&[]));
         let next_lsn = log.recovered.next_lsn;
-        let pump = PumpCore::new(
-            0,
-            fake.clone(),
-            metrics.clone(),
-            slots.clone(),
-            vec![log],
-            routes(),
-        )
-        .unwrap();
+        let both = Slots {
+            window: slots.clone(),
+            caps: caps.clone(),
+        };
+        let pump = PumpCore::new(0, fake.clone(), metrics.clone(), both, vec![log], routes());
         Rig {
-            pump,
+            pump: pump.unwrap(),
             fake,
             clock: ManualClock::new(1_000),
             slots,
+            caps,
             metrics,
             next_lsn,
         }
@@ -286,7 +274,7 @@ fn durable_events_become_jobs_for_their_owner_each_holding_a_slot() {
     assert_eq!(r.turn(), [(1, 1), (1, 2), (1, 3)]);
     assert_eq!(r.slots.get(), 3);
     assert_eq!(r.cursor(), 1, "nothing is done yet");
-    assert_eq!(r.fake.held[0].get(), 2, "trigger a holds two of its cap");
+    assert_eq!(r.caps.held_by("a"), 2, "trigger a holds two of its cap");
     assert!(r.turn().is_empty(), "each event once");
 }
 
@@ -424,21 +412,23 @@ fn a_read_back_that_cannot_open_keeps_the_events_pending_and_retries() {
 
 #[test]
 fn a_trigger_at_its_window_cap_is_parked_and_admitted_in_order_when_room_comes_back() {
-    let mut r = Rig::new(8);
-    r.fake.caps[0].set(1);
-    r.durable(&["a", "a", "b", "a"]);
-    assert_eq!(r.turn(), [(1, 1), (1, 3)], "b passes a's parked events");
-    assert_eq!(r.fake.parked.get(), 2);
-    assert_eq!(r.slots.get(), 2, "parked events hold no slot");
+    // 8 slots, two triggers with a handler: each may hold 6.
+    let mut r = Rig::capped(8);
+    r.durable(&["a"; 8]);
+    r.durable(&["b"]);
+    let jobs: Vec<Lsn> = r.turn().into_iter().map(|j| j.1).collect();
+    assert_eq!(jobs, [1, 2, 3, 4, 5, 6, 9], "b passes a's parked events");
+    assert_eq!(r.caps.parked(), 2);
+    assert_eq!(r.slots.get(), 7, "parked events hold no slot");
     assert_eq!(r.cursor(), 1);
     assert!(r.turn().is_empty());
     r.delivered(1);
-    assert_eq!(r.fake.held[0].get(), 0, "its cap given back");
-    assert_eq!(r.turn(), [(1, 2)], "the first parked first");
-    assert_eq!(r.fake.parked.get(), 1);
+    assert_eq!(r.caps.held_by("a"), 5, "its cap given back");
+    assert_eq!(r.turn(), [(1, 7)], "the first parked first");
+    assert_eq!(r.caps.parked(), 1);
     r.delivered(2);
-    assert_eq!(r.turn(), [(1, 4)]);
-    assert_eq!(r.fake.parked.get(), 0);
+    assert_eq!(r.turn(), [(1, 8)]);
+    assert_eq!(r.caps.parked(), 0);
 }
 
 #[test]
@@ -453,13 +443,13 @@ fn held_events_give_their_slot_back_and_resumed_ones_hold_the_dispatchers() {
         0,
     );
     assert_eq!(r.slots.get(), 1, "held: its slot goes back");
-    assert_eq!(r.fake.held[0].get(), 1, "and its cap");
+    assert_eq!(r.caps.held_by("a"), 1, "and its cap");
     assert_eq!(r.cursor(), 1, "still pending");
     r.turn();
     assert!(r.writes().is_empty(), "no record for a hold");
     // The gates release it: the dispatcher takes a slot and a cap, the pump learns of them.
     assert!(r.slots.acquire(1));
-    assert!(r.fake.window_take(0));
+    assert!(r.caps.take(0));
     let resumed = JobOutcome::Resumed {
         lsn: event_key(0, 1),
         window: 0,
@@ -471,7 +461,7 @@ fn held_events_give_their_slot_back_and_resumed_ones_hold_the_dispatchers() {
         1,
         "the resumed slot given back at its outcome"
     );
-    assert_eq!(r.fake.held[0].get(), 1);
+    assert_eq!(r.caps.held_by("a"), 1);
 }
 
 #[test]
@@ -480,10 +470,10 @@ fn a_trigger_whose_gates_are_full_is_parked_until_they_have_room() {
     r.fake.full.borrow_mut().insert("a".into());
     r.durable(&["a", "b"]);
     assert_eq!(r.turn(), [(1, 2)]);
-    assert_eq!(r.fake.parked.get(), 1);
+    assert_eq!(r.caps.parked(), 1);
     r.fake.full.borrow_mut().clear();
     assert_eq!(r.turn(), [(1, 1)]);
-    assert_eq!(r.fake.parked.get(), 0);
+    assert_eq!(r.caps.parked(), 0);
 }
 
 #[test]
@@ -527,7 +517,7 @@ fn recovered_events_resume_their_retry_schedule_and_skip_the_done_ones() {
         },
         ..fresh_log()
     };
-    let mut r = Rig::with_log(8, log, fake);
+    let mut r = Rig::with_log(8, 1, log, fake);
     let mut jobs = Vec::new();
     r.pump.turn(r.clock.now_nanos(), false, &mut jobs);
     let got: Vec<(Lsn, u32, u64)> = jobs

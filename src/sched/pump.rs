@@ -18,6 +18,7 @@ use crate::dispatch::metrics::DispatchMetrics;
 pub use crate::dispatch::outstanding::Outstanding;
 use crate::dispatch::pump::{PumpCore, PumpEnv, Route, Routes, Write};
 pub use crate::dispatch::pump::{PumpLog, PUMP_TICKET};
+use crate::dispatch::trigger_caps::Slots;
 use crate::ingest::backlog::Backlog;
 use crate::sched::commit::{Committer, Item};
 use crate::sched::state::Shared;
@@ -28,8 +29,8 @@ const RETAIN_EVERY: u64 = 5_000_000_000;
 /// How often core 0's pump folds the drained events into the drain rates (clock nanos).
 const TICK_EVERY: u64 = 1_000_000_000;
 
-/// What the pump core reads and moves through: the logs on disk, the backlog (the bound and,
-/// for now, each trigger's window cap) and the flow gates' counts.
+/// What the pump core reads and moves through: the logs on disk, the backlog bound and the flow
+/// gates' counts.
 #[derive(Debug)]
 pub struct LogsEnv {
     backlog: Arc<Backlog>,
@@ -61,23 +62,11 @@ impl PumpEnv for LogsEnv {
     fn recovered_slot(&self) -> usize {
         self.backlog.recovered_slot()
     }
-    fn window_take(&self, w: usize) -> bool {
-        self.backlog.window_take(w)
-    }
-    fn window_give(&self, w: usize) {
-        self.backlog.window_give(w)
-    }
-    fn window_room(&self, w: usize) -> bool {
-        self.backlog.window_room(w)
-    }
     fn gates_full(&self, trigger: &str) -> bool {
         self.metrics.flow.full_id(trigger)
     }
     fn release_done(&self, slot: usize, events: u64, bytes: u64) {
         self.backlog.release_done(slot, events, bytes)
-    }
-    fn note_parked(&self, delta: i64) {
-        self.backlog.note_parked(delta)
     }
 }
 
@@ -135,7 +124,11 @@ impl CorePump {
         let n = logs.len();
         let routes = routes(&shared.config, workers);
         let metrics = shared.metrics_dispatch.clone();
-        let pump = PumpCore::new(core, env, metrics, outstanding, logs, routes)?;
+        let slots = Slots {
+            window: outstanding,
+            caps: shared.caps.clone(),
+        };
+        let pump = PumpCore::new(core, env, metrics, slots, logs, routes)?;
         Ok(CorePump {
             pump,
             core,
@@ -149,11 +142,8 @@ impl CorePump {
     }
 
     /// The shared dispatch window (the dispatcher takes slots for gate-released jobs).
-    pub fn slots(&self) -> crate::dispatch::dispatcher::Slots {
-        crate::dispatch::dispatcher::Slots {
-            window: self.pump.outstanding().clone(),
-            backlog: self.shared.backlog.clone(),
-        }
+    pub fn slots(&self) -> Slots {
+        self.pump.slots().clone()
     }
 
     /// An ingest event of the core's own log is durable at `lsn`; the loop hands over the
