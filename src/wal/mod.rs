@@ -268,6 +268,7 @@ mod loss_tests;
 pub mod manifest;
 mod reader;
 pub(crate) mod recovery;
+pub mod retention;
 pub mod segment;
 pub mod state;
 pub(crate) mod sys;
