@@ -88,6 +88,11 @@ impl Outstanding {
         self.waiters.swap(0, Ordering::AcqRel)
     }
 
+    /// The bound, `max_outstanding`.
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
     /// Slots taken.
     pub fn get(&self) -> u64 {
         self.n.load(Ordering::Relaxed)

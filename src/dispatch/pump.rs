@@ -42,7 +42,22 @@
 //! waiting for the shell ≤ those of one call (the shell takes them after each); dead letters
 //! waiting for room in a full DLQ ≤ the events pending (each stays in its trigger's backlog
 //! share, so a full DLQ refuses only the triggers whose events wait for it, but gives its
-//! dispatch slot back: other triggers keep being dispatched).
+//! dispatch slot back: other triggers keep being dispatched); terminal outcomes awaiting their
+//! `Done` record's commit < [`PumpCore::max_awaiting`] per pump at admission (below).
+//!
+//! # Redeliveries after a crash
+//!
+//! A job's dispatch slot comes back when its outcome arrives, not when the outcome's `Done`
+//! record is durable: holding it through the group commit would stall dispatch whenever commits
+//! are slow. So the events a crash can redeliver — sent, without a durable `Done` — are the
+//! jobs out (≤ `max_outstanding`, all cores) plus the terminal outcomes awaiting their commit
+//! (`awaiting`). Those have a bound of their own, `A = max(max_outstanding,`
+//! [`MIN_AWAITING`]`)`: a pump admits nothing while its own reach `A` (outcomes of jobs already
+//! out may still add to them, each moving out of the jobs out). So jobs out plus awaiting
+//! outcomes stay below `max_outstanding + cores × A`: the documented bound on redeliveries per
+//! crash. Dispatch pauses only when a core's commits fall `A` outcomes behind; the floor keeps a
+//! small window (`max_outstanding = 1`) from waiting for each outcome's commit before the next
+//! admission.
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -71,6 +86,8 @@ pub const MAX_DONE_ENTRIES: usize = crate::wal::MAX_DONE_ENTRIES;
 pub const MAX_RECORDS_IN_FLIGHT: usize = 64;
 /// How often a DLQ write refused for lack of room is retried (clock nanos).
 pub const DLQ_RETRY_EVERY: u64 = 1_000_000_000;
+/// The least bound on a pump's outcomes awaiting their commit (module docs, "Redeliveries").
+pub const MIN_AWAITING: usize = 64;
 /// Tickets of the pump's own items carry this bit (ingest tickets never do).
 pub const PUMP_TICKET: u64 = 1 << 63;
 
@@ -281,6 +298,9 @@ pub struct PumpCore<E: PumpEnv> {
     /// The pump's items with the commit helper: ticket → what it carries.
     tickets: HashMap<u64, Ticket>,
     seq: u64,
+    /// Terminal outcomes (not `no_handler`) whose `Done` entry is queued or with the commit
+    /// helper; admission pauses at [`PumpCore::max_awaiting`] (module docs, "Redeliveries").
+    awaiting: usize,
     /// Events made done since the shell last asked ([`PumpCore::take_drained`]).
     drained: u64,
     /// This pump finished its part of `outstanding.handover`.
@@ -343,6 +363,7 @@ impl<E: PumpEnv> PumpCore<E> {
             dlq_retry_at: 0,
             tickets: HashMap::new(),
             seq: 0,
+            awaiting: 0,
             drained: 0,
             handed_over: nothing_pending,
             writes: Vec::new(),
@@ -360,6 +381,12 @@ impl<E: PumpEnv> PumpCore<E> {
             self.handlers.insert(id.clone(), *dest);
         }
         self.routes = routes;
+    }
+
+    /// The bound on this pump's outcomes awaiting their commit: `max(max_outstanding,`
+    /// [`MIN_AWAITING`]`)` (module docs, "Redeliveries").
+    pub fn max_awaiting(&self) -> usize {
+        (self.slots.window.max() as usize).max(MIN_AWAITING)
     }
 
     /// The shared dispatch-slot counter.

@@ -14,9 +14,7 @@ impl<E: PumpEnv> PumpCore<E> {
             return;
         }
         for slot in 0..self.logs.len() {
-            while self.logs[slot].done_queue.len() < MAX_DONE_ENTRIES
-                && !self.logs[slot].parked.full()
-            {
+            while self.room_to_admit(slot) && !self.logs[slot].parked.full() {
                 if !self.slots.window.acquire(self.core) {
                     return;
                 }
@@ -40,12 +38,19 @@ impl<E: PumpEnv> PumpCore<E> {
         }
     }
 
+    /// Whether log `slot`'s pump may admit: its `Done` entries queued below
+    /// [`MAX_DONE_ENTRIES`], and the outcomes awaiting their commit below
+    /// [`PumpCore::max_awaiting`] (module docs, "Redeliveries").
+    fn room_to_admit(&self, slot: usize) -> bool {
+        self.logs[slot].done_queue.len() < MAX_DONE_ENTRIES && self.awaiting < self.max_awaiting()
+    }
+
     /// Admits the parked events whose trigger has room in the window again, in LSN order per
     /// log. False when the dispatch slots (`max_outstanding`) are exhausted.
     fn admit_parked(&mut self, jobs: &mut Vec<(usize, Job)>) -> bool {
         for slot in 0..self.logs.len() {
             let mut i = 0;
-            while self.logs[slot].done_queue.len() < MAX_DONE_ENTRIES {
+            while self.room_to_admit(slot) {
                 let Some((trigger, w)) = self.logs[slot].parked.get(i) else {
                     break;
                 };

@@ -89,9 +89,11 @@ impl<E: PumpEnv> PumpCore<E> {
         self.dlq_retry_at = now + DLQ_RETRY_EVERY;
     }
 
-    /// A terminal outcome: the job gives its dispatch slot back; its `Done` entry is queued.
+    /// A terminal outcome: the job gives its dispatch slot back; its `Done` entry is queued,
+    /// awaiting its commit.
     fn finish(&mut self, slot: usize, lsn: Lsn, status: DoneStatus, attempts: u32) {
         self.unhold(slot, lsn);
+        self.awaiting += 1;
         self.logs[slot].done_queue.push(DoneEntry {
             event_lsn: lsn,
             status,
@@ -156,6 +158,12 @@ impl<E: PumpEnv> PumpCore<E> {
         match outcome {
             AppendOutcome::Durable { lsn } => {
                 log.durable = log.durable.max(lsn);
+                // The entries `finish` queued (a `no_handler` entry never awaited).
+                let finished = entries
+                    .iter()
+                    .filter(|e| e.status != DoneStatus::NoHandler)
+                    .count();
+                self.awaiting = self.awaiting.saturating_sub(finished);
                 // Released per backlog slot (few distinct per record): (slot, events, bytes).
                 let mut by_slot: Vec<(usize, u64, u64)> = Vec::new();
                 for e in &entries {

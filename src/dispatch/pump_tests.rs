@@ -583,16 +583,64 @@ fn a_dead_letter_the_dlq_refuses_waits_without_its_slot_and_is_retried_each_seco
 
 #[test]
 fn a_skip_is_terminal() {
-    let mut r = Rig::new(1);
-    r.durable(&["a", "a"]);
-    assert_eq!(r.turn().len(), 1);
+    let mut r = Rig::new(2);
+    r.durable(&["a", "a", "a"]);
+    assert_eq!(r.turn().len(), 2);
     let o = JobOutcome::Skipped {
         lsn: event_key(0, 1),
         reason: SkipReason::Debounced,
         attempts: 0,
     };
     r.pump.on_outcome(o, 0);
-    assert_eq!(r.turn(), [(1, 2)]);
+    assert_eq!(r.slots.get(), 1);
+    assert_eq!(r.turn(), [(1, 3)]);
     let w = r.writes();
     assert_eq!(w[0].1, "done[1]");
+}
+
+/// Slots come back at the outcome, not at its commit; the outcomes awaiting their commit have
+/// a bound of their own (`max(max_outstanding, MIN_AWAITING)` per pump), so jobs out plus
+/// outcomes not yet durable — what a crash can redeliver — stay bounded while commits lag.
+#[test]
+fn outcomes_awaiting_their_commit_pause_admission_at_their_bound() {
+    let a = MIN_AWAITING;
+    let mut r = Rig::new(a);
+    r.durable(&vec!["a"; 2 * a + 1]);
+    assert_eq!(r.pump.max_awaiting(), a);
+    assert_eq!(r.turn().len(), a);
+    r.delivered(1);
+    assert_eq!(
+        r.turn().len(),
+        1,
+        "one outcome awaits its commit: dispatch goes on"
+    );
+    let done1 = r.writes();
+    assert_eq!(done1[0].1, "done[1]");
+    for lsn in 2..=(a as u64 + 1) {
+        r.delivered(lsn);
+    }
+    assert_eq!(r.slots.get(), 0, "every slot is back");
+    assert!(
+        r.turn().is_empty(),
+        "but A + 1 outcomes await their commit: none admitted"
+    );
+    assert!(
+        r.writes().is_empty(),
+        "the next Done waits for the one in flight"
+    );
+    let lsn = r.next_lsn + 2 * a as u64;
+    r.pump
+        .on_record_done(done1[0].0, AppendOutcome::Durable { lsn });
+    assert!(r.turn().is_empty(), "A still await (queued): at the bound");
+    let rest = r.writes();
+    r.pump
+        .on_record_done(rest[0].0, AppendOutcome::Durable { lsn: lsn + 1 });
+    assert_eq!(r.turn().len(), a, "durable: admission resumes");
+    // A window of one still has room for A outcomes awaiting their commit.
+    let mut r = Rig::new(1);
+    r.durable(&["a", "a", "none", "a"]);
+    assert_eq!(r.turn(), [(1, 1)]);
+    r.delivered(1);
+    assert_eq!(r.turn(), [(1, 2)], "not waiting for the commit of 1");
+    assert_eq!(r.pump.max_awaiting(), MIN_AWAITING);
 }
