@@ -24,13 +24,13 @@
 //!
 //! Slots: a job arrives holding one of the pump's `max_outstanding` slots. When a gate holds
 //! an event, a `Held` outcome tells the pump to give its slot back; when the gates release it
-//! (a batch: its carrier), the dispatcher takes a slot itself ([`Outstanding`], one per call,
-//! within the trigger's cap, `Backlog::window_take`) and says so with a `Resumed` outcome, so
-//! that the pump gives both back at the terminal outcome.
+//! (a batch: its carrier), the dispatcher takes a slot itself ([`Slots::take`]: within the
+//! trigger's cap, one of the `max_outstanding`) and says so with a `Resumed` outcome, so that
+//! the pump gives both back at the terminal outcome.
 //! Released jobs that find no slot wait in `slot_wait` (FIFO per trigger, counted in
 //! `sluice_flow_held{gate="dispatch"}`, bounded by `[flow] max_held` per trigger, the pumps
 //! admitting none of the trigger's events at the bound); the core is marked in
-//! [`Outstanding`] and woken when a slot is freed.
+//! `Outstanding` and woken when a slot is freed.
 //!
 //! Bounds: jobs holding a slot ≤ `max_outstanding`; jobs held by gates: see
 //! [`crate::dispatch::flow`]; connections per
@@ -44,7 +44,6 @@ use std::sync::Arc;
 
 use mio::{Registry, Token};
 
-use super::outstanding::Outstanding;
 use crate::dispatch::adaptive::Sample;
 use crate::dispatch::circuit::Transition;
 use crate::dispatch::classify::{classify, AttemptResult, Class};
@@ -60,16 +59,11 @@ use crate::dispatch::request::{encode, template};
 use crate::dispatch::retry::RetryPolicy;
 use crate::dispatch::rng::SmallRng;
 use crate::dispatch::spec::{DestinationSpec, DispatchSpec};
-use crate::ingest::backlog::Backlog;
 use crate::net::http::client::{RequestError, RequestTemplate};
 
-/// The dispatch window a dispatcher takes slots from for gate-released jobs: the shared
-/// `max_outstanding` counter and each trigger's cap in it (`Backlog::window_take`).
-#[derive(Debug, Clone)]
-pub struct Slots {
-    pub window: Arc<Outstanding>,
-    pub backlog: Arc<Backlog>,
-}
+// The dispatch window a dispatcher takes slots from for gate-released jobs.
+use crate::dispatch::trigger_caps::Short;
+pub use crate::dispatch::trigger_caps::Slots;
 use crate::sync::clock::unix_millis;
 
 /// What an attempt carries through the outbound pool.
@@ -364,17 +358,20 @@ impl Dispatcher {
         let mut i = 0;
         let mut capped: Vec<usize> = Vec::new();
         while i < self.slot_wait.len() {
-            let w = self.slots.backlog.slot(&self.slot_wait[i].event.trigger_id);
-            if capped.contains(&w) || !self.slots.backlog.window_take(w) {
-                // At its trigger's cap: its later jobs wait too (order per trigger).
-                capped.push(w);
-                i += 1;
-                continue;
-            }
-            let o = &self.slots.window;
-            if !(o.try_acquire() || (o.wait(self.core) && o.try_acquire())) {
-                self.slots.backlog.window_give(w);
-                return touched;
+            let w = self.slots.caps.slot(&self.slot_wait[i].event.trigger_id);
+            let took = match capped.contains(&w) {
+                true => Err(Short::Capped),
+                false => self.slots.take(self.core, w),
+            };
+            match took {
+                Ok(()) => {}
+                Err(Short::Capped) => {
+                    // At its trigger's cap: its later jobs wait too (order per trigger).
+                    capped.push(w);
+                    i += 1;
+                    continue;
+                }
+                Err(Short::Exhausted) => return touched,
             }
             let Some(job) = self.slot_wait.remove(i) else {
                 break;

@@ -44,11 +44,11 @@ fn rig(dest: &str) -> Rig {
             metrics,
             super::Slots {
                 window: Arc::new(crate::dispatch::outstanding::Outstanding::new(64)),
-                backlog: Arc::new(crate::ingest::backlog::Backlog::new(
-                    1000,
-                    1 << 20,
-                    0.9,
-                    0.5,
+                caps: Arc::new(crate::dispatch::trigger_caps::TriggerCaps::new(
+                    &[],
+                    "default",
+                    64,
+                    0,
                 )),
             },
         ),

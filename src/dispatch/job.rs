@@ -18,6 +18,9 @@ use std::sync::Arc;
 use crate::dispatch::dlq::DlqReason;
 use crate::wal::{EventRecord, Lsn};
 
+/// Bits of an event key (a job's `lsn`: the log index above, the LSN below) that hold the LSN.
+pub use crate::wal::key::{event_key, split_key, KEY_LSN_BITS};
+
 /// One event to deliver.
 #[derive(Debug)]
 pub struct Job {

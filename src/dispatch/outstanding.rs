@@ -16,7 +16,7 @@
 //!
 //! Layout: two cache-padded words, one per role: `n` is written by every admission and
 //! release; `waiters` only when a core runs out of slots. `handover` (once per pump, at
-//! start-up) is the hand-over of the events recovered from the logs (`CorePump::handed_over`).
+//! start-up) is the hand-over of the events recovered from the logs (`PumpCore::handed_over`).
 
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::CachePadded;
@@ -64,6 +64,12 @@ impl Outstanding {
         false
     }
 
+    /// Takes one slot, or marks core `core` for a wake-up at the next release and looks once
+    /// more: the one way every taker (the pumps, a dispatcher's gate-released jobs) acquires.
+    pub fn acquire(&self, core: usize) -> bool {
+        self.try_acquire() || (self.wait(core) && self.try_acquire())
+    }
+
     /// Core `core` found no slot: marks it for a wake-up at the next release. Returns true if a
     /// slot is free now (the caller tries again at once).
     pub fn wait(&self, core: usize) -> bool {
@@ -80,6 +86,11 @@ impl Outstanding {
         self.n.fetch_sub(1, Ordering::AcqRel);
         // Always an RMW, never a load-first fast path (module docs).
         self.waiters.swap(0, Ordering::AcqRel)
+    }
+
+    /// The bound, `max_outstanding`.
+    pub fn max(&self) -> u64 {
+        self.max
     }
 
     /// Slots taken.

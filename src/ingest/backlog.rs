@@ -51,7 +51,6 @@ use crate::ingest::respond::Refusal;
 use crate::ingest::shares::{ShareDim, Split};
 use crate::ingest::spec::TriggerSpec;
 pub use crate::ingest::spec::WhenFull;
-use crate::metrics::prom::{MetricType, PromWriter};
 use crate::sync::CachePadded;
 
 /// `counter -= n`, stopping at 0.
@@ -144,8 +143,6 @@ struct PumpShared {
 /// Metrics-like counters of the pumps (`std` atomics, `Relaxed`).
 #[derive(Debug, Default)]
 struct PumpStats {
-    /// Durable events the pumps set aside because their trigger's window cap was reached.
-    parked: StdAtomicU64,
     /// Events given back to the pool by done releases, since start, and the pool's drain rate
     /// (written by the pumps / core 0's pump).
     pool_drained: StdAtomicU64,
@@ -175,9 +172,6 @@ pub struct Backlog {
     totals: CachePadded<Totals>,
     share_events: ShareDim,
     share_bytes: ShareDim,
-    /// Jobs each slot holds of the shared dispatch window (`max_outstanding`), capped per
-    /// trigger (shares only, no pool; [`Backlog::with_window`]).
-    window: ShareDim,
     /// Trigger id → slot; slots `0..triggers` are the configured triggers, then the default
     /// route's, then the recovered events'.
     slot_of: HashMap<String, usize>,
@@ -256,10 +250,6 @@ impl Backlog {
                 shares: vec![],
                 pool: 0,
             }),
-            window: ShareDim::new(Split {
-                shares: vec![],
-                pool: 0,
-            }),
             slot_of: HashMap::new(),
             names: Vec::new(),
             ready_slots: 0,
@@ -317,10 +307,6 @@ impl Backlog {
         self.share_events = ShareDim::new(events);
         self.share_bytes = ShareDim::new(bytes);
         *self.plan.get_mut().unwrap_or_else(|p| p.into_inner()) = plan;
-        self.window = ShareDim::new(Split {
-            shares: vec![u64::MAX; triggers.len() + 2],
-            pool: 0,
-        });
         self.names = triggers.iter().map(|t| t.id.to_owned()).collect();
         self.names.push(DEFAULT_SLOT.to_owned());
         self.names.push(RECOVERED_SLOT.to_owned());
@@ -347,52 +333,6 @@ impl Backlog {
             }
         }
         self
-    }
-
-    /// Caps the jobs one trigger may hold of the shared dispatch window when two or more
-    /// triggers have a handler: `max_outstanding − max_outstanding / 4` (at least 1), so a
-    /// quarter of the window is always left to the others (DESIGN.md "Backlog shares"). With
-    /// fewer, no cap. Call after [`Backlog::with_triggers`].
-    pub fn with_window(mut self, max_outstanding: usize, triggers_with_handler: usize) -> Backlog {
-        let cap = match triggers_with_handler {
-            0 | 1 => u64::MAX,
-            _ => (max_outstanding - max_outstanding / 4).max(1) as u64,
-        };
-        self.window = ShareDim::new(Split {
-            shares: vec![cap; self.names.len()],
-            pool: 0,
-        });
-        self
-    }
-
-    /// Takes one of the dispatch window's slots for trigger slot `slot`; false at its cap.
-    pub fn window_take(&self, slot: usize) -> bool {
-        self.window.take(slot, 1).is_some()
-    }
-
-    /// Gives one window slot of `slot` back.
-    pub fn window_give(&self, slot: usize) {
-        self.window.give(slot, 1);
-    }
-
-    /// True while `slot` is below its window cap.
-    pub fn window_room(&self, slot: usize) -> bool {
-        self.window.own(slot) < self.window.share(slot)
-    }
-
-    /// A pump set `n` events aside (`parked_delta > 0`) or took them back (`< 0`).
-    pub fn note_parked(&self, parked_delta: i64) {
-        use std::sync::atomic::Ordering::Relaxed;
-        match parked_delta >= 0 {
-            true => self
-                .pump_stats
-                .parked
-                .fetch_add(parked_delta as u64, Relaxed),
-            false => self
-                .pump_stats
-                .parked
-                .fetch_sub(parked_delta.unsigned_abs(), Relaxed),
-        };
     }
 
     /// The slot of trigger `id`: its own, or the default route's for an id the config does not
@@ -603,128 +543,6 @@ impl Backlog {
         (self.share_events.share(s), self.share_bytes.share(s))
     }
 
-    /// Per-trigger gauges, refusals and the pool; absorbed events and the absorb budget.
-    pub fn render_prometheus(&self, w: &mut PromWriter) {
-        self.render_shares(w);
-        const NAME: &str = "sluice_ingest_absorbed_total";
-        w.header(
-            NAME,
-            "Events accepted past their trigger's share and the pool by triggers with \
-             when_backlog_full = \"absorb\", by trigger.",
-            MetricType::Counter,
-        );
-        for (s, id) in self.names.iter().enumerate() {
-            let n = self.stats[s]
-                .absorbed
-                .load(std::sync::atomic::Ordering::Relaxed);
-            // A slot absorbing since a reload: rendered from its first absorbed event.
-            if self.absorbing[s] || n > 0 {
-                w.sample_u64(NAME, &[("trigger", id)], n);
-            }
-        }
-        const BUDGET: &str = "sluice_ingest_absorb_bytes";
-        w.header(
-            BUDGET,
-            "Bytes of the absorb budget (dispatch.absorb_max_bytes) in use.",
-            MetricType::Gauge,
-        );
-        w.sample_u64(BUDGET, &[], self.absorb_bytes());
-    }
-
-    fn render_shares(&self, w: &mut PromWriter) {
-        let per_slot: [(&str, &str, &ShareDim, bool); 4] = [
-            (
-                "sluice_backlog_events",
-                "Committed events not yet done, by trigger (its share and what it borrowed).",
-                &self.share_events,
-                false,
-            ),
-            (
-                "sluice_backlog_bytes",
-                "Bytes of committed events not yet done, by trigger.",
-                &self.share_bytes,
-                false,
-            ),
-            (
-                "sluice_backlog_share_events",
-                "Events of the backlog guaranteed to each trigger (max_pending.events).",
-                &self.share_events,
-                true,
-            ),
-            (
-                "sluice_backlog_share_bytes",
-                "Bytes of the backlog guaranteed to each trigger (max_pending.bytes).",
-                &self.share_bytes,
-                true,
-            ),
-        ];
-        for (name, help, dim, share) in per_slot {
-            w.header(name, help, MetricType::Gauge);
-            for (s, id) in self.names.iter().enumerate() {
-                let v = if share { dim.share(s) } else { dim.used(s) };
-                w.sample_u64(name, &[("trigger", id)], v);
-            }
-        }
-        for (name, help, dim) in [
-            (
-                "sluice_backlog_pool_events",
-                "Events borrowed from the backlog's common pool, and its size.",
-                &self.share_events,
-            ),
-            (
-                "sluice_backlog_pool_bytes",
-                "Bytes borrowed from the backlog's common pool, and its size.",
-                &self.share_bytes,
-            ),
-        ] {
-            w.header(name, help, MetricType::Gauge);
-            w.sample_u64(name, &[("state", "used")], dim.pool_used());
-            w.sample_u64(name, &[("state", "size")], dim.pool_size());
-        }
-        const PARKED: &str = "sluice_pump_parked_events";
-        w.header(
-            PARKED,
-            "Durable events set aside by the pumps because their trigger holds its cap of the \
-             dispatch window (max_outstanding); at most 4096 per log.",
-            MetricType::Gauge,
-        );
-        w.sample_u64(
-            PARKED,
-            &[],
-            self.pump_stats
-                .parked
-                .load(std::sync::atomic::Ordering::Relaxed),
-        );
-        const WINDOW: &str = "sluice_pump_window_jobs";
-        w.header(
-            WINDOW,
-            "Jobs of the dispatch window (max_outstanding) held, by trigger.",
-            MetricType::Gauge,
-        );
-        for (s, id) in self.names.iter().enumerate().take(self.names.len() - 1) {
-            w.sample_u64(WINDOW, &[("trigger", id)], self.window.own(s));
-        }
-        const REFUSED: &str = "sluice_ingest_trigger_refusals_total";
-        w.header(
-            REFUSED,
-            "Events refused by the durable queue (queue_full, wal_full, wal_busy, \
-             wal_unavailable), by trigger and reason.",
-            MetricType::Counter,
-        );
-        for (s, id) in self.names.iter().enumerate().take(self.names.len() - 1) {
-            for r in [
-                Refusal::QueueFull,
-                Refusal::WalFull,
-                Refusal::WalBusy,
-                Refusal::WalUnavailable,
-            ] {
-                let n =
-                    self.stats[s].refusals[r as usize].load(std::sync::atomic::Ordering::Relaxed);
-                w.sample_u64(REFUSED, &[("reason", r.as_str()), ("trigger", id)], n);
-            }
-        }
-    }
-
     /// The pump's latest measurement of the WAL's size on disk.
     pub fn set_wal_bytes(&self, bytes: u64) {
         self.pumps.wal_bytes.store(bytes, Ordering::Relaxed);
@@ -838,6 +656,9 @@ impl Backlog {
 mod resize;
 pub use resize::DefaultRoute;
 use resize::SharePlan;
+
+#[path = "backlog_render.rs"]
+mod render;
 
 #[path = "backlog_view.rs"]
 mod view;

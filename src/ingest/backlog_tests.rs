@@ -1,6 +1,7 @@
 //! Unit tests of the backlog's shares, pool, readiness and absorb budget.
 
 use super::*;
+use crate::metrics::prom::PromWriter;
 
 /// The default route on and given a default-sized share (`ingest.default_route_max_pending =
 /// {}`): three slots divide the reserve.

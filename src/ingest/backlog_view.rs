@@ -1,6 +1,7 @@
 //! A read-only view of each backlog slot for the dashboard (`ops::dashboard`): what it holds,
-//! of its share and borrowed from the pool, whether it has room for one more event, its jobs in
-//! the dispatch window and its durable-queue refusals. Every cell is read `Relaxed`, one by one
+//! of its share and borrowed from the pool, whether it has room for one more event and its
+//! durable-queue refusals (its jobs in the dispatch window are dispatch's:
+//! `dispatch::trigger_caps`). Every cell is read `Relaxed`, one by one
 //! (as `/metrics` reads them): a view may be one event off between two cells, never blocks and
 //! writes nothing.
 
@@ -35,8 +36,6 @@ pub struct SlotView {
     /// Its events drawn on the absorb budget when at its limit (`when_backlog_full = "absorb"`
     /// at start).
     pub absorbs: bool,
-    /// Jobs of the dispatch window (`max_outstanding`) its events hold now.
-    pub window_jobs: u64,
     /// Refusals since start by [`SLOT_REFUSALS`] (same order).
     pub refused: [u64; SLOT_REFUSALS.len()],
 }
@@ -59,21 +58,6 @@ impl Backlog {
         self.names.len() - 2
     }
 
-    /// The jobs one trigger may hold of the dispatch window (`max_outstanding − max_outstanding
-    /// / 4` with two or more triggers with a handler at start), `None` without a cap.
-    pub fn window_cap(&self) -> Option<u64> {
-        let cap = self.window.share(0);
-        (cap != u64::MAX).then_some(cap)
-    }
-
-    /// Durable events the pumps have set aside until their trigger has room (its window cap, or
-    /// its flow-control gates full).
-    pub fn parked_events(&self) -> u64 {
-        self.pump_stats
-            .parked
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     /// One slot's view (`s` < the number of slots).
     pub fn slot_view(&self, s: usize) -> SlotView {
         let (e, b) = (&self.share_events, &self.share_bytes);
@@ -91,7 +75,6 @@ impl Backlog {
             borrowed_bytes: bytes.saturating_sub(b.own(s)),
             at_limit: full(e) || full(b),
             absorbs: self.absorbing[s],
-            window_jobs: self.window.own(s),
             refused: SLOT_REFUSALS
                 .map(|r| stats.refusals[r as usize].load(std::sync::atomic::Ordering::Relaxed)),
         }
@@ -112,13 +95,11 @@ mod tests {
         Backlog::new(100, 1 << 20, 0.9, 0.7)
             .with_triggers(&[t("a", 10), t("b", 40)], false, 0.5)
             .unwrap()
-            .with_window(64, 2)
     }
 
     #[test]
     fn a_trigger_past_its_share_borrows_then_is_at_its_limit() {
         let b = two_triggers();
-        assert_eq!(b.window_cap(), Some(48));
         assert_eq!(b.own_slot("a"), Some(0));
         assert_eq!(b.own_slot("added-by-a-reload"), None);
         let a = b.slot_view(0);
@@ -148,17 +129,10 @@ mod tests {
     }
 
     #[test]
-    fn window_jobs_and_the_slot_order() {
+    fn the_slot_order() {
         let b = two_triggers();
-        assert!(b.window_take(1));
-        assert!(b.window_take(1));
         let names: Vec<_> = b.slot_views().into_iter().map(|v| v.name).collect();
         assert_eq!(names, ["a", "b", "default", "_recovered"]);
-        assert_eq!(b.slot_view(1).window_jobs, 2);
         assert_eq!(b.default_slot(), 2);
-        b.note_parked(3);
-        assert_eq!(b.parked_events(), 3);
-        let one = Backlog::new(100, 1 << 20, 0.9, 0.7).with_window(64, 1);
-        assert_eq!(one.window_cap(), None);
     }
 }

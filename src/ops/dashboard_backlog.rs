@@ -32,8 +32,9 @@ pub fn triggers(shared: &Shared, config: &Config) -> Vec<Value> {
             trigger_row(shared, &t.id, Some(&t.path), view, absorbs)
         })
         .collect();
+    let dispatching = |v: &SlotView| shared.caps.held_by(&v.name);
     let removed = views[..default].iter().filter(|v| {
-        !config.triggers.iter().any(|t| t.id == v.name) && (v.events > 0 || v.window_jobs > 0)
+        !config.triggers.iter().any(|t| t.id == v.name) && (v.events > 0 || dispatching(v) > 0)
     });
     rows.extend(removed.map(|v| trigger_row(shared, &v.name, None, v, v.absorbs)));
     rows
@@ -47,7 +48,7 @@ fn trigger_row(
     view: &SlotView,
     absorbs: bool,
 ) -> Value {
-    let mut row = slot_json(view);
+    let mut row = slot_json(view, shared.caps.held_by(&view.name));
     let d = &shared.metrics_dispatch;
     // The start-up trigger's cells (a reload may reorder the triggers).
     let cells = d.flow.index_of(id).unwrap_or(usize::MAX);
@@ -79,8 +80,9 @@ fn trigger_row(
     Value::Object(row)
 }
 
-/// What a slot holds, of its share and of the pool, its limit and its refusals.
-fn slot_json(v: &SlotView) -> Map<String, Value> {
+/// What a slot holds, of its share and of the pool, its limit and its refusals; `dispatching`:
+/// its jobs in the dispatch window.
+fn slot_json(v: &SlotView, dispatching: u64) -> Map<String, Value> {
     let refused: Map<String, Value> = SLOT_REFUSALS
         .iter()
         .zip(v.refused)
@@ -94,7 +96,7 @@ fn slot_json(v: &SlotView) -> Map<String, Value> {
         ("borrowed_events", json!(v.borrowed_events)),
         ("borrowed_bytes", json!(v.borrowed_bytes)),
         ("at_limit", json!(v.at_limit)),
-        ("dispatching", json!(v.window_jobs)),
+        ("dispatching", json!(dispatching)),
         ("refused", Value::Object(refused)),
     ];
     fields
@@ -110,7 +112,7 @@ pub fn backlog(shared: &Shared, config: &Config, oldest_age_s: f64) -> Value {
     let (pool_max_events, pool_max_bytes) = b.pool_size();
     let default = b.slot_view(b.default_slot());
     let recovered = b.slot_view(b.recovered_slot());
-    let mut default_route = slot_json(&default);
+    let mut default_route = slot_json(&default, shared.caps.held_by(&default.name));
     default_route.insert("on".into(), json!(config.ingest.default_route));
     json!({
         "events": b.pending_events(),
@@ -137,7 +139,7 @@ pub fn pump(shared: &Shared, config: &Config) -> Value {
         "outstanding": d.pump_outstanding(),
         "max_outstanding": config.pump.max_outstanding,
         "window_overflows": d.window_overflows(),
-        "trigger_cap": shared.backlog.window_cap(),
-        "parked_events": shared.backlog.parked_events(),
+        "trigger_cap": shared.caps.cap(),
+        "parked_events": shared.caps.parked(),
     })
 }

@@ -37,6 +37,7 @@ pub fn render_metrics(shared: &Shared) -> String {
             .render(w, unix_millis(), shared.backlog.pending_events());
         shared.guards.render_prometheus(w);
         shared.backlog.render_prometheus(w);
+        shared.caps.render_prometheus(w);
         shared.cluster.render_prometheus(w);
         shared.reload.render_prometheus(w);
     })

@@ -16,7 +16,6 @@ pub mod commit;
 pub mod exposition;
 pub mod logs;
 pub mod pump;
-mod pump_source;
 pub mod runtime;
 pub mod state;
 pub mod thread_policy;

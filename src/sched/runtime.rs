@@ -201,14 +201,6 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
             config.dispatch.reserved_fraction,
         )
         .map_err(RuntimeError::Config)?
-        .with_window(
-            config.pump.max_outstanding,
-            config
-                .triggers
-                .iter()
-                .filter(|t| t.handler.is_some())
-                .count(),
-        )
         .with_absorb(
             config.dispatch.absorb_max_bytes,
             &crate::ingest::backlog::absorbing_triggers(&ingest_triggers),

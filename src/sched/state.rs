@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::dispatch::dlq::DlqStore;
 use crate::dispatch::metrics::DispatchMetrics;
+use crate::dispatch::trigger_caps::TriggerCaps;
 use crate::ingest::backlog::Backlog;
 use crate::ingest::bucket::Admission;
 use crate::ingest::router::Router;
@@ -43,6 +44,8 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// The durable-queue bound (ingest reserves, the pump releases).
     pub backlog: Arc<Backlog>,
+    /// Each trigger's cap of the dispatch window (the pumps and dispatchers take and give).
+    pub caps: Arc<TriggerCaps>,
     pub metrics_dispatch: Arc<DispatchMetrics>,
     /// The dead-letter queue: the commit helpers write it, the admin routes read and remove.
     pub dlq: Arc<DlqStore>,
@@ -75,6 +78,19 @@ pub struct Shared {
     drain_input_at: AtomicU64,
 }
 
+/// The triggers' caps of the dispatch window: the triggers configured at start, of which
+/// those with a handler take part.
+fn trigger_caps(config: &Config) -> TriggerCaps {
+    let ids: Vec<&str> = config.triggers.iter().map(|t| t.id.as_str()).collect();
+    let with_handler = config.triggers.iter().filter(|t| t.handler.is_some());
+    TriggerCaps::new(
+        &ids,
+        crate::ingest::router::DEFAULT_TRIGGER_ID,
+        config.pump.max_outstanding,
+        with_handler.count(),
+    )
+}
+
 impl Shared {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -93,7 +109,9 @@ impl Shared {
         let budget = BodyBudget::new(config.server.max_inflight_body_bytes);
         let body_budget = crate::sync::Arc::new(budget);
         let returns = ReturnSchedule::new(config.ingest.refill_per_sec);
+        let caps = Arc::new(trigger_caps(&config));
         Shared {
+            caps,
             cluster: crate::cluster::Cluster::new(config.shared_destinations()),
             returns,
             reload: crate::ops::reload::Published::new(config.clone(), router.clone(), &guards)

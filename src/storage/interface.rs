@@ -188,6 +188,16 @@ pub trait Storage: Send + Sync + fmt::Debug {
     }
     /// Size of the file at `path`.
     fn len(&self, path: &Path) -> io::Result<u64>;
+    /// When the file at `path` was last written (its modification time). The default, for a
+    /// storage that keeps none (the simulation), is `Unsupported`: WAL retention then keeps
+    /// every segment (`wal::retention`).
+    fn modified(&self, path: &Path) -> io::Result<std::time::SystemTime> {
+        let _ = path;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this storage keeps no modification times",
+        ))
+    }
     /// Names of the entries of directory `dir` (any order); `NotFound` if it does not exist.
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// True if `path` is a directory.

@@ -103,6 +103,10 @@ impl Storage for StdFs {
         Ok(std::fs::metadata(path)?.len())
     }
 
+    fn modified(&self, path: &Path) -> io::Result<std::time::SystemTime> {
+        std::fs::metadata(path)?.modified()
+    }
+
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
         let mut out = Vec::new();
         for entry in std::fs::read_dir(dir)? {

@@ -293,6 +293,7 @@ mod loss_tests;
 pub mod manifest;
 mod reader;
 pub(crate) mod recovery;
+pub mod retention;
 pub mod segment;
 mod shared;
 pub mod state;

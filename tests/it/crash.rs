@@ -19,6 +19,10 @@ use crate::support::*;
 /// Delivery bounds of the destinations (also in the manifest below).
 const MAX_IN_FLIGHT: usize = 4;
 const MAX_OUTSTANDING: usize = 16;
+/// Cores of the server under test.
+const WORKERS: usize = 2;
+/// `dispatch::pump::MIN_AWAITING`: the least bound on a pump's outcomes awaiting their commit.
+const MIN_AWAITING: usize = 64;
 const CLIENTS: usize = 4;
 
 /// splitmix64: a tiny seeded generator, so a failing run can be replayed from its seed.
@@ -147,6 +151,7 @@ fn sigkill_at_random_moments_loses_nothing_and_bounds_redelivery() {
     );
     let big = "1000000000";
     let opts = Opts::config(&manifest)
+        .workers(WORKERS)
         .env(ENV_GLOBAL_CAPACITY, big)
         .env(ENV_PER_SOURCE_CAPACITY, big)
         .env(ENV_REFILL_PER_SEC, big);
@@ -211,20 +216,20 @@ fn sigkill_at_random_moments_loses_nothing_and_bounds_redelivery() {
 
     // Redeliveries: an event reaches the downstream again after a restart only if it had been
     // sent and its `Done` record was not yet durable at the kill. At one kill those are
-    // (a) calls in flight at the destination: at most `max_in_flight` (its permit set), plus
-    // (b) calls that had completed but whose `Done` entry was still queued or being committed:
-    // the pump frees a job's slot when its outcome arrives and writes the entry in the same turn,
-    // and admits at most `max_outstanding` jobs, so one pump batch of outcomes (≤ max_outstanding)
-    // waits for its commit while the downstream (2 ms per call, ≤ max_in_flight at once) cannot
-    // complete another batch within one group commit. Hence ≤ max_in_flight + max_outstanding
-    // per kill. A pump that acknowledged at admission (cursor = "admitted") would lose events
-    // instead; one that never wrote `Done` would redeliver everything, far above this bound.
+    // (a) jobs out: at most `max_outstanding` over all cores (calls in flight among them), plus
+    // (b) outcomes whose `Done` entry was still queued or being committed: each pump stops
+    // admitting while its own reach A = max(max_outstanding, MIN_AWAITING = 64)
+    // (`dispatch::pump`, "Redeliveries"), so (a) + (b) < max_outstanding + workers × A per
+    // kill, however slow the commits. A pump
+    // that acknowledged at admission (cursor = "admitted") would lose events instead; one that
+    // never wrote `Done` would redeliver everything, far above this bound.
     let mut count: HashMap<&String, usize> = HashMap::new();
     for s in &seen {
         *count.entry(&s.webhook_id).or_default() += 1;
     }
     let redeliveries: usize = count.values().map(|n| n - 1).sum();
-    let bound = done as usize * (MAX_IN_FLIGHT + MAX_OUTSTANDING);
+    let awaiting = MAX_OUTSTANDING.max(MIN_AWAITING);
+    let bound = done as usize * (MAX_OUTSTANDING + WORKERS * awaiting);
     assert!(
         redeliveries <= bound,
         "{redeliveries} redeliveries > bound {bound} ({ctx})"

@@ -12,9 +12,31 @@
 #![forbid(unsafe_code)]
 
 use std::collections::VecDeque;
-use std::path::Path;
 
-use crate::wal::{EventRecord, Lsn, WalError, WalTail};
+use crate::wal::{EventRecord, Lsn, Record, WalError, WalTail};
+
+/// Most durable events of a core's own log kept in memory for dispatch.
+pub const WINDOW_EVENTS: usize = 4096;
+/// Most bytes (record cost) of the events in the window.
+pub const WINDOW_BYTES: u64 = 64 << 20;
+
+/// A log read back from an LSN, in LSN order, up to a durable LSN the caller supplies
+/// ([`WalTail`] in the server; an in-memory log in tests).
+pub trait LogTail {
+    /// The next record at or below `durable`, if any.
+    fn next(&mut self, durable: Lsn) -> Result<Option<(Lsn, Record)>, WalError>;
+    /// The LSN the next call reads.
+    fn next_lsn(&self) -> Lsn;
+}
+
+impl LogTail for WalTail {
+    fn next(&mut self, durable: Lsn) -> Result<Option<(Lsn, Record)>, WalError> {
+        WalTail::next(self, durable)
+    }
+    fn next_lsn(&self) -> Lsn {
+        WalTail::next_lsn(self)
+    }
+}
 
 /// First wait before a failed read-back open is retried (clock nanos): 10 ms.
 pub const REOPEN_FIRST_DELAY: u64 = 10_000_000;
@@ -23,10 +45,10 @@ pub const REOPEN_MAX_DELAY: u64 = 1_000_000_000;
 
 /// Where a log's events not yet admitted are.
 #[derive(Debug)]
-pub(crate) enum Source {
+pub(crate) enum Source<T> {
     /// Read back from the log from the tail's position (after a restart, an overflow, and for
     /// adopted logs).
-    Log(WalTail),
+    Log(T),
     /// Every durable event not yet admitted is here, in LSN order.
     Memory {
         events: VecDeque<(Lsn, EventRecord)>,
@@ -56,19 +78,6 @@ pub(crate) fn next_delay(delay: u64) -> u64 {
         .clamp(REOPEN_FIRST_DELAY, REOPEN_MAX_DELAY)
 }
 
-/// Opens the log in `dir` for reading from `from`. With `--features failpoints`, the control
-/// file's `emfile-readback` fails it as the descriptor limit would.
-pub(crate) fn open_tail(dir: &Path, from: Lsn) -> Result<WalTail, WalError> {
-    #[cfg(feature = "failpoints")]
-    if let Some(e) = crate::wal::failpoints::readback_open_fault() {
-        return Err(WalError::Io {
-            path: dir.to_owned(),
-            source: e,
-        });
-    }
-    WalTail::open(dir, from)
-}
-
 /// What a read-back attempt did, for the caller to count and log.
 #[derive(Debug)]
 pub(crate) enum Opened {
@@ -78,7 +87,7 @@ pub(crate) enum Opened {
     No { error: WalError, first: bool },
 }
 
-impl Source {
+impl<T: LogTail> Source<T> {
     /// The first LSN not yet admitted (`durable + 1` when memory holds none).
     pub(crate) fn unadmitted(&self, durable: Lsn) -> Lsn {
         match self {
@@ -88,36 +97,49 @@ impl Source {
         }
     }
 
-    /// Switches to reading the log in `dir` back from `from` (the window overflowed). The
-    /// events in memory leave it: all are durable in the log at `from` or after. If the log
-    /// cannot be opened they stay pending there, as [`Source::Reopen`].
-    pub(crate) fn read_back(&mut self, dir: &Path, from: Lsn, now: u64) -> Opened {
+    /// Switches to reading the log back from `from` (the window overflowed), opened by `open`.
+    /// The events in memory leave it: all are durable in the log at `from` or after. If the
+    /// log cannot be opened they stay pending there, as [`Source::Reopen`].
+    pub(crate) fn read_back(
+        &mut self,
+        open: impl FnOnce(Lsn) -> Result<T, WalError>,
+        from: Lsn,
+        now: u64,
+    ) -> Opened {
         let r = Reopen {
             from,
             retry_at: now,
             delay: 0,
             failures: 0,
         };
-        let (source, opened) = attempt(dir, r, now);
+        let (source, opened) = attempt(open, r, now);
         *self = source;
         opened
     }
 
     /// Retries a [`Source::Reopen`] whose time has come; `None` otherwise.
-    pub(crate) fn retry_open(&mut self, dir: &Path, now: u64) -> Option<Opened> {
+    pub(crate) fn retry_open(
+        &mut self,
+        open: impl FnOnce(Lsn) -> Result<T, WalError>,
+        now: u64,
+    ) -> Option<Opened> {
         let Source::Reopen(r) = self else { return None };
         if now < r.retry_at {
             return None;
         }
-        let (source, opened) = attempt(dir, *r, now);
+        let (source, opened) = attempt(open, *r, now);
         *self = source;
         Some(opened)
     }
 }
 
 /// One open of the read-back `r` at `now`: the new source and what happened.
-fn attempt(dir: &Path, mut r: Reopen, now: u64) -> (Source, Opened) {
-    match open_tail(dir, r.from) {
+fn attempt<T>(
+    open: impl FnOnce(Lsn) -> Result<T, WalError>,
+    mut r: Reopen,
+    now: u64,
+) -> (Source<T>, Opened) {
+    match open(r.from) {
         Ok(tail) => (
             Source::Log(tail),
             Opened::Yes {
@@ -138,7 +160,12 @@ fn attempt(dir: &Path, mut r: Reopen, now: u64) -> (Source, Opened) {
 mod tests {
     use super::*;
     use crate::wal::format::tests::sample_event;
-    use crate::wal::{open, WalConfig};
+    use crate::wal::{open, WalConfig, WalTail};
+    use std::path::Path;
+
+    fn at(dir: &Path) -> impl FnOnce(Lsn) -> Result<WalTail, WalError> + '_ {
+        move |from| WalTail::open(dir, from)
+    }
 
     #[test]
     fn the_backoff_doubles_from_the_first_delay_to_the_cap() {
@@ -168,10 +195,10 @@ mod tests {
         wal.sync().unwrap();
         let mut events = VecDeque::new();
         events.push_back((3, sample_event(3, 10)));
-        let mut src = Source::Memory { events, bytes: 1 };
+        let mut src: Source<WalTail> = Source::Memory { events, bytes: 1 };
         // The directory cannot be opened (it is not there): pending from LSN 3.
         let missing = tmp.path().join("gone");
-        let got = src.read_back(&missing, 3, 100);
+        let got = src.read_back(at(&missing), 3, 100);
         assert!(matches!(got, Opened::No { first: true, .. }), "{got:?}");
         assert_eq!(
             src.unadmitted(9),
@@ -181,11 +208,11 @@ mod tests {
         let Source::Reopen(r) = &src else { panic!() };
         assert_eq!((r.retry_at, r.failures), (100 + REOPEN_FIRST_DELAY, 1));
         assert!(
-            src.retry_open(&missing, 100 + REOPEN_FIRST_DELAY - 1)
+            src.retry_open(at(&missing), 100 + REOPEN_FIRST_DELAY - 1)
                 .is_none(),
             "too soon"
         );
-        let got = src.retry_open(&missing, 100 + REOPEN_FIRST_DELAY);
+        let got = src.retry_open(at(&missing), 100 + REOPEN_FIRST_DELAY);
         assert!(
             matches!(got, Some(Opened::No { first: false, .. })),
             "{got:?}"
@@ -193,7 +220,7 @@ mod tests {
         let Source::Reopen(r) = &src else { panic!() };
         assert_eq!(r.delay, 2 * REOPEN_FIRST_DELAY);
         // The log opens: reading resumes at LSN 3, nothing skipped.
-        let got = src.retry_open(&dir, u64::MAX);
+        let got = src.retry_open(at(&dir), u64::MAX);
         assert!(matches!(got, Some(Opened::Yes { failures: 2 })), "{got:?}");
         let Source::Log(mut tail) = src else { panic!() };
         let (lsn, _) = tail.next(5).unwrap().unwrap();

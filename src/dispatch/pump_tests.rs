@@ -1,0 +1,646 @@
+//! The pump core on a manual clock, without sockets, threads or files: an in-memory log stands
+//! for the WAL (with opens that can be made to fail), a fake environment for the backlog, the
+//! window caps and the flow gates.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use super::*;
+use crate::dispatch::dlq::{DlqError, DlqReason};
+use crate::dispatch::job::{event_key, JobOutcome, SkipReason};
+use crate::dispatch::trigger_caps::TriggerCaps;
+use crate::sync::clock::{Clock, ManualClock};
+use crate::wal::format::tests::sample_event;
+use crate::wal::{AppendOutcome, PendingMeta};
+
+/// Backlog slots of the fake: "a" 0, "b" 1, anything else the default route's 2, recovered 3.
+const RECOVERED: usize = 3;
+
+/// The world around the core.
+#[derive(Debug, Default)]
+struct Fake {
+    /// Each log's records, by directory (what a read-back finds).
+    logs: RefCell<HashMap<PathBuf, Vec<(Lsn, Record)>>>,
+    fail_open: Cell<bool>,
+    opens: Cell<u32>,
+    full: RefCell<HashSet<String>>,
+    released: RefCell<Vec<(usize, u64, u64)>>,
+}
+
+/// A read-back of one of the fake's logs (it sees records appended after it opened).
+#[derive(Debug)]
+struct MemTail {
+    fake: Rc<Fake>,
+    dir: PathBuf,
+    next: Lsn,
+}
+
+impl LogTail for MemTail {
+    fn next(&mut self, durable: Lsn) -> Result<Option<(Lsn, Record)>, WalError> {
+        let logs = self.fake.logs.borrow();
+        let records = logs.get(&self.dir).map_or(&[][..], |r| &r[..]);
+        let found = records
+            .iter()
+            .find(|(l, _)| *l >= self.next && *l <= durable);
+        Ok(found.map(|(l, r)| {
+            self.next = l + 1;
+            (*l, r.clone())
+        }))
+    }
+    fn next_lsn(&self) -> Lsn {
+        self.next
+    }
+}
+
+impl PumpEnv for Rc<Fake> {
+    type Tail = MemTail;
+    fn open(&self, dir: &Path, from: Lsn) -> Result<MemTail, WalError> {
+        self.opens.set(self.opens.get() + 1);
+        if self.fail_open.get() {
+            return Err(WalError::Io {
+                path: dir.to_owned(),
+                source: std::io::Error::from_raw_os_error(24), // EMFILE
+            });
+        }
+        Ok(MemTail {
+            fake: self.clone(),
+            dir: dir.to_owned(),
+            next: from,
+        })
+    }
+    fn trigger_slot(&self, trigger: &str) -> usize {
+        match trigger {
+            "a" => 0,
+            "b" => 1,
+            _ => 2,
+        }
+    }
+    fn recovered_slot(&self) -> usize {
+        RECOVERED
+    }
+    fn gates_full(&self, trigger: &str) -> bool {
+        self.full.borrow().contains(trigger)
+    }
+    fn release_done(&self, slot: usize, events: u64, bytes: u64) {
+        self.released.borrow_mut().push((slot, events, bytes));
+    }
+}
+
+/// A core, its world, its clock and its dispatch slots.
+struct Rig {
+    pump: PumpCore<Rc<Fake>>,
+    fake: Rc<Fake>,
+    clock: ManualClock,
+    slots: Arc<Outstanding>,
+    caps: Arc<TriggerCaps>,
+    metrics: Arc<DispatchMetrics>,
+    /// The LSN the next ingest event of the own log gets.
+    next_lsn: Lsn,
+}
+
+const DIR: &str = "/fake/core-0";
+
+fn event(i: u64, trigger: &str) -> EventRecord {
+    let mut e = sample_event(i, 8);
+    e.trigger_id = trigger.to_owned();
+    e
+}
+
+fn fresh_log() -> PumpLog {
+    PumpLog {
+        index: 0,
+        name: "core-0".into(),
+        dir: DIR.into(),
+        own: true,
+        durable: 0,
+        recovered: DispatchRecovery {
+            pending: BTreeMap::new(),
+            done_cursor: 1,
+            next_lsn: 1,
+        },
+    }
+}
+
+/// Triggers "a" and "b" go to destination 0 (owner core 1); "none" has no handler.
+fn routes() -> Routes {
+    Routes {
+        handlers: vec![
+            ("a".into(), Some(0)),
+            ("b".into(), Some(0)),
+            ("none".into(), None),
+        ],
+        destinations: vec![Route {
+            owner: 1,
+            uri: "http://127.0.0.1:9/".into(),
+        }],
+        default_trigger: "default",
+    }
+}
+
+impl Rig {
+    /// A fresh start, after its first turn (caught up with its empty log: memory from now);
+    /// no trigger cap (one trigger with a handler, as far as the caps know).
+    fn new(max_outstanding: usize) -> Rig {
+        Rig::fresh(max_outstanding, 1)
+    }
+
+    /// As [`Rig::new`], with "a" and "b" both capped at `max − max / 4`.
+    fn capped(max_outstanding: usize) -> Rig {
+        Rig::fresh(max_outstanding, 2)
+    }
+
+    fn fresh(max_outstanding: usize, with_handler: usize) -> Rig {
+        let mut r = Rig::with_log(max_outstanding, with_handler, fresh_log(), Fake::default());
+        assert!(r.turn().is_empty());
+        r
+    }
+
+    fn with_log(max_outstanding: usize, with_handler: usize, log: PumpLog, fake: Fake) -> Rig {
+        let fake = Rc::new(fake);
+        let slots = Arc::new(Outstanding::new(max_outstanding));
+        let caps = TriggerCaps::new(&["a", "b"], "default", max_outstanding, with_handler);
+        let caps = Arc::new(caps);
+        let metrics = Arc::new(DispatchMetrics::new(&[]));
+        let next_lsn = log.recovered.next_lsn;
+        let both = Slots {
+            window: slots.clone(),
+            caps: caps.clone(),
+        };
+        let pump = PumpCore::new(0, fake.clone(), metrics.clone(), both, vec![log], routes());
+        Rig {
+            pump: pump.unwrap(),
+            fake,
+            clock: ManualClock::new(1_000),
+            slots,
+            caps,
+            metrics,
+            next_lsn,
+        }
+    }
+
+    /// Ingest events of `triggers` become durable in the own log (and in the fake log on disk).
+    fn durable(&mut self, triggers: &[&str]) -> Vec<Lsn> {
+        let mut lsns = Vec::new();
+        for t in triggers {
+            let lsn = self.next_lsn;
+            self.next_lsn += 1;
+            let e = event(lsn, t);
+            let mut logs = self.fake.logs.borrow_mut();
+            logs.entry(DIR.into())
+                .or_default()
+                .push((lsn, Record::Event(e.clone())));
+            drop(logs);
+            self.pump.on_durable(lsn, e, self.clock.now_nanos());
+            lsns.push(lsn);
+        }
+        lsns
+    }
+
+    /// One turn; the jobs admitted, as (owner, LSN).
+    fn turn(&mut self) -> Vec<(usize, Lsn)> {
+        let mut jobs = Vec::new();
+        self.pump.turn(self.clock.now_nanos(), false, &mut jobs);
+        jobs.into_iter()
+            .map(|(o, j)| (o, crate::dispatch::job::split_key(j.lsn).1))
+            .collect()
+    }
+
+    fn delivered(&mut self, lsn: Lsn) {
+        let key = event_key(0, lsn);
+        let o = JobOutcome::Delivered {
+            lsn: key,
+            attempts: 1,
+            received_at_ms: 0,
+        };
+        self.pump.on_outcome(o, 0);
+    }
+
+    /// The writes since the last call, as (ticket, what): "done[lsns]", "retry lsn", "dlq lsn".
+    fn writes(&mut self) -> Vec<(u64, String)> {
+        self.pump
+            .take_writes()
+            .map(|w| match w {
+                Write::Record {
+                    ticket,
+                    record: Record::Done(d),
+                    ..
+                } => {
+                    let lsns: Vec<Lsn> = d.entries.iter().map(|e| e.event_lsn).collect();
+                    (ticket, format!("done{lsns:?}"))
+                }
+                Write::Record {
+                    ticket,
+                    record: Record::Retry(r),
+                    ..
+                } => (ticket, format!("retry {}", r.event_lsn)),
+                Write::Record { ticket, .. } => (ticket, "other".into()),
+                Write::DeadLetter { ticket, entry } => (ticket, format!("dlq {}", entry.event_lsn)),
+            })
+            .collect()
+    }
+
+    /// The commit helper appends every record written so far to the own log, durable.
+    fn commit(&mut self) {
+        let records: Vec<(u64, Record)> = self
+            .pump
+            .take_writes()
+            .filter_map(|w| match w {
+                Write::Record { ticket, record, .. } => Some((ticket, record)),
+                Write::DeadLetter { .. } => None,
+            })
+            .collect();
+        for (ticket, record) in records {
+            let lsn = self.next_lsn;
+            self.next_lsn += 1;
+            let mut logs = self.fake.logs.borrow_mut();
+            logs.entry(DIR.into()).or_default().push((lsn, record));
+            drop(logs);
+            self.pump
+                .on_record_done(ticket, AppendOutcome::Durable { lsn });
+        }
+    }
+
+    fn cursor(&self) -> Lsn {
+        self.pump.cursors().next().unwrap().2
+    }
+}
+
+#[test]
+fn durable_events_become_jobs_for_their_owner_each_holding_a_slot() {
+    let mut r = Rig::new(8);
+    r.durable(&["a", "b", "a"]);
+    assert_eq!(r.turn(), [(1, 1), (1, 2), (1, 3)]);
+    assert_eq!(r.slots.get(), 3);
+    assert_eq!(r.cursor(), 1, "nothing is done yet");
+    assert_eq!(r.caps.held_by("a"), 2, "trigger a holds two of its cap");
+    assert!(r.turn().is_empty(), "each event once");
+}
+
+#[test]
+fn the_slots_bound_the_jobs_out_and_a_release_wakes_the_waiting_core() {
+    let mut r = Rig::new(2);
+    r.durable(&["a", "a", "a"]);
+    assert_eq!(r.turn().len(), 2);
+    assert_eq!(r.slots.get(), 2);
+    assert_eq!(r.pump.take_wakes(), 0);
+    r.delivered(1);
+    assert_eq!(r.slots.get(), 1, "the terminal outcome gave the slot back");
+    assert_eq!(r.pump.take_wakes(), 1, "core 0 waited for it and is woken");
+    assert_eq!(r.turn(), [(1, 3)]);
+    // A duplicate outcome releases nothing twice.
+    r.delivered(1);
+    assert_eq!(r.slots.get(), 2);
+}
+
+#[test]
+fn the_done_cursor_moves_only_once_the_done_record_is_durable() {
+    let mut r = Rig::new(8);
+    r.durable(&["a", "a"]);
+    r.turn();
+    r.delivered(1);
+    assert_eq!(r.cursor(), 1);
+    r.turn();
+    let w = r.writes();
+    assert_eq!(w.len(), 1);
+    assert_eq!(w[0].1, "done[1]");
+    // While it is with the commit helper, a second outcome waits for the next record.
+    r.delivered(2);
+    r.turn();
+    assert!(r.writes().is_empty(), "one Done record in flight per log");
+    assert!(!r.pump.is_flushed());
+    assert_eq!(r.cursor(), 1);
+    r.pump
+        .on_record_done(w[0].0, AppendOutcome::Durable { lsn: 3 });
+    assert_eq!(r.cursor(), 2, "event 1 is done");
+    let cost = crate::wal::event_cost(&event(1, "a"));
+    assert_eq!(*r.fake.released.borrow(), [(0, 1, cost)]);
+    assert_eq!(r.pump.take_drained(), 1);
+    r.turn();
+    let w = r.writes();
+    assert_eq!(w[0].1, "done[2]");
+    // Not durable: the entries are written again, and the cursor waits.
+    r.pump.on_record_done(w[0].0, AppendOutcome::Unavailable);
+    assert_eq!(r.cursor(), 2);
+    r.turn();
+    let w = r.writes();
+    assert_eq!(w[0].1, "done[2]");
+    r.pump
+        .on_record_done(w[0].0, AppendOutcome::Durable { lsn: 4 });
+    assert_eq!(r.cursor(), 5, "nothing left: past the last durable record");
+    assert!(r.pump.is_flushed());
+}
+
+#[test]
+fn events_without_a_handler_are_done_at_once_without_a_slot() {
+    let mut r = Rig::new(8);
+    r.durable(&["none", "a"]);
+    assert_eq!(r.turn(), [(1, 2)]);
+    assert_eq!(r.slots.get(), 1);
+    let w = r.writes();
+    assert_eq!(w[0].1, "done[1]");
+    r.pump
+        .on_record_done(w[0].0, AppendOutcome::Durable { lsn: 3 });
+    assert_eq!(r.cursor(), 2);
+}
+
+#[test]
+fn a_window_overflow_reads_the_log_back_in_order_without_a_gap() {
+    let mut r = Rig::new(4);
+    let n = WINDOW_EVENTS + 10;
+    r.durable(&vec!["a"; n]);
+    assert_eq!(r.metrics.window_overflows(), 1);
+    assert_eq!(r.fake.opens.get(), 2, "the start-up open and the read-back");
+    let mut admitted = Vec::new();
+    for _ in 0..n {
+        for (_, lsn) in r.turn() {
+            admitted.push(lsn);
+            r.delivered(lsn);
+        }
+        r.commit();
+    }
+    assert!(
+        admitted == (1..=n as u64).collect::<Vec<_>>(),
+        "in order, once each"
+    );
+    assert_eq!(r.cursor(), r.next_lsn, "every event done");
+    // Caught up with the durable LSN: new events come from memory again.
+    let lsn = r.durable(&["a"])[0];
+    let opens = r.fake.opens.get();
+    assert_eq!(r.turn(), [(1, lsn)]);
+    assert_eq!(r.fake.opens.get(), opens);
+}
+
+#[test]
+fn a_read_back_that_cannot_open_keeps_the_events_pending_and_retries() {
+    let mut r = Rig::new(4);
+    r.fake.fail_open.set(true);
+    let n = WINDOW_EVENTS + 1;
+    r.durable(&vec!["a"; n]);
+    assert_eq!(r.fake.opens.get(), 2, "failed once");
+    assert!(r.turn().is_empty(), "nothing from a log that is not open");
+    assert_eq!(r.cursor(), 1, "the events stay pending: the cursor holds");
+    // Retried after the first backoff, not before.
+    r.clock.set(1_000 + REOPEN_FIRST_DELAY - 1);
+    r.turn();
+    assert_eq!(r.fake.opens.get(), 2);
+    r.clock.set(1_000 + REOPEN_FIRST_DELAY);
+    r.turn();
+    assert_eq!(r.fake.opens.get(), 3, "retried, failed again");
+    // Then twice as long.
+    r.clock.set(1_000 + 3 * REOPEN_FIRST_DELAY - 1);
+    r.turn();
+    assert_eq!(r.fake.opens.get(), 3);
+    r.fake.fail_open.set(false);
+    r.clock.set(1_000 + 3 * REOPEN_FIRST_DELAY);
+    assert_eq!(r.turn(), [(1, 1), (1, 2), (1, 3), (1, 4)], "from the first");
+    let mut seen: usize = 4;
+    for lsn in 1..=4 {
+        r.delivered(lsn);
+    }
+    for _ in 0..n {
+        for (_, lsn) in r.turn() {
+            seen += 1;
+            assert_eq!(lsn, seen as u64);
+            r.delivered(lsn);
+        }
+        r.commit();
+    }
+    assert_eq!(seen, n, "every event admitted, none dropped");
+}
+
+#[test]
+fn a_trigger_at_its_window_cap_is_parked_and_admitted_in_order_when_room_comes_back() {
+    // 8 slots, two triggers with a handler: each may hold 6.
+    let mut r = Rig::capped(8);
+    r.durable(&["a"; 8]);
+    r.durable(&["b"]);
+    let jobs: Vec<Lsn> = r.turn().into_iter().map(|j| j.1).collect();
+    assert_eq!(jobs, [1, 2, 3, 4, 5, 6, 9], "b passes a's parked events");
+    assert_eq!(r.caps.parked(), 2);
+    assert_eq!(r.slots.get(), 7, "parked events hold no slot");
+    assert_eq!(r.cursor(), 1);
+    assert!(r.turn().is_empty());
+    r.delivered(1);
+    assert_eq!(r.caps.held_by("a"), 5, "its cap given back");
+    assert_eq!(r.turn(), [(1, 7)], "the first parked first");
+    assert_eq!(r.caps.parked(), 1);
+    r.delivered(2);
+    assert_eq!(r.turn(), [(1, 8)]);
+    assert_eq!(r.caps.parked(), 0);
+}
+
+#[test]
+fn held_events_give_their_slot_back_and_resumed_ones_hold_the_dispatchers() {
+    let mut r = Rig::new(2);
+    r.durable(&["a", "a"]);
+    r.turn();
+    r.pump.on_outcome(
+        JobOutcome::Held {
+            lsn: event_key(0, 1),
+        },
+        0,
+    );
+    assert_eq!(r.slots.get(), 1, "held: its slot goes back");
+    assert_eq!(r.caps.held_by("a"), 1, "and its cap");
+    assert_eq!(r.cursor(), 1, "still pending");
+    r.turn();
+    assert!(r.writes().is_empty(), "no record for a hold");
+    // The gates release it: the dispatcher takes a slot and a cap, the pump learns of them.
+    assert!(r.slots.acquire(1));
+    assert!(r.caps.take(0));
+    let resumed = JobOutcome::Resumed {
+        lsn: event_key(0, 1),
+        window: 0,
+    };
+    r.pump.on_outcome(resumed, 0);
+    r.delivered(1);
+    assert_eq!(
+        r.slots.get(),
+        1,
+        "the resumed slot given back at its outcome"
+    );
+    assert_eq!(r.caps.held_by("a"), 1);
+}
+
+#[test]
+fn a_trigger_whose_gates_are_full_is_parked_until_they_have_room() {
+    let mut r = Rig::new(8);
+    r.fake.full.borrow_mut().insert("a".into());
+    r.durable(&["a", "b"]);
+    assert_eq!(r.turn(), [(1, 2)]);
+    assert_eq!(r.caps.parked(), 1);
+    r.fake.full.borrow_mut().clear();
+    assert_eq!(r.turn(), [(1, 1)]);
+    assert_eq!(r.caps.parked(), 0);
+}
+
+#[test]
+fn a_retry_schedule_is_recorded_and_keeps_the_slot() {
+    let mut r = Rig::new(2);
+    r.durable(&["a"]);
+    r.turn();
+    let o = JobOutcome::RetryScheduled {
+        lsn: event_key(0, 1),
+        next_attempt: 2,
+        due_at_ms: 5_000,
+        last_error: "503".into(),
+    };
+    r.pump.on_outcome(o, 0);
+    assert_eq!(r.slots.get(), 1, "not terminal");
+    r.turn();
+    assert_eq!(r.writes()[0].1, "retry 1");
+}
+
+#[test]
+fn recovered_events_resume_their_retry_schedule_and_skip_the_done_ones() {
+    let mut fake = Fake::default();
+    let meta = |attempt, due| PendingMeta {
+        bytes: 100,
+        received_at_ms: 7,
+        trigger_id: "a".into(),
+        next_attempt: attempt,
+        due_at_ms: due,
+    };
+    let mut pending = BTreeMap::new();
+    pending.insert(2, meta(3, 9_000));
+    pending.insert(3, meta(1, 0));
+    let records = (1..=3).map(|l| (l, Record::Event(event(l, "a")))).collect();
+    fake.logs.get_mut().insert(DIR.into(), records);
+    let log = PumpLog {
+        durable: 3,
+        recovered: DispatchRecovery {
+            pending,
+            done_cursor: 1,
+            next_lsn: 4,
+        },
+        ..fresh_log()
+    };
+    let mut r = Rig::with_log(8, 1, log, fake);
+    let mut jobs = Vec::new();
+    r.pump.turn(r.clock.now_nanos(), false, &mut jobs);
+    let got: Vec<(Lsn, u32, u64)> = jobs
+        .iter()
+        .map(|(_, j)| (j.lsn & 0xffff, j.attempt, j.due_at_ms))
+        .collect();
+    assert_eq!(got, [(2, 3, 9_000), (3, 1, 0)], "event 1 was done before");
+    assert!(r.pump.handed_over(), "the only pump: its hand-over ends it");
+    assert!(!r.pump.handed_over(), "once");
+    r.delivered(2);
+    r.turn();
+    let w = r.writes();
+    r.pump
+        .on_record_done(w[0].0, AppendOutcome::Durable { lsn: 4 });
+    let released = r.fake.released.borrow();
+    assert_eq!(released[0].0, RECOVERED, "counted in the recovered slot");
+}
+
+#[test]
+fn a_dead_letter_the_dlq_refuses_waits_without_its_slot_and_is_retried_each_second() {
+    let mut r = Rig::new(2);
+    r.durable(&["a"]);
+    let mut jobs = Vec::new();
+    r.pump.turn(r.clock.now_nanos(), false, &mut jobs);
+    let job = jobs.pop().unwrap().1;
+    let o = JobOutcome::DeadLetter {
+        job: Box::new(job),
+        reason: DlqReason::RetryExhausted,
+        attempts: 5,
+        last_error: "500".into(),
+    };
+    r.pump.on_outcome(o, 0);
+    let w = r.writes();
+    assert_eq!(w[0].1, "dlq 1");
+    let entry = crate::dispatch::dlq::DlqEntry {
+        id: "x".into(),
+        event_lsn: 1,
+        destination: String::new(),
+        reason: DlqReason::RetryExhausted,
+        attempts: 5,
+        last_error: String::new(),
+        dead_lettered_at_ms: 0,
+        event: event(1, "a"),
+    };
+    let now = r.clock.now_nanos();
+    let full = Err(DlqError::Full { max_entries: 1 });
+    r.pump
+        .on_dead_letter_done(w[0].0, entry.clone(), full, 0, now);
+    assert_eq!(r.slots.get(), 0, "waiting for room, it holds no slot");
+    assert_eq!(r.cursor(), 1, "still pending");
+    r.clock.set(now + DLQ_RETRY_EVERY - 1);
+    r.turn();
+    assert!(r.writes().is_empty(), "too soon");
+    r.clock.set(now + DLQ_RETRY_EVERY);
+    r.turn();
+    let w = r.writes();
+    assert_eq!(w[0].1, "dlq 1", "retried");
+    r.pump.on_dead_letter_done(w[0].0, entry, Ok(()), 0, now);
+    r.turn();
+    assert_eq!(r.writes()[0].1, "done[1]");
+    assert_eq!(r.slots.get(), 0, "released once only");
+}
+
+#[test]
+fn a_skip_is_terminal() {
+    let mut r = Rig::new(2);
+    r.durable(&["a", "a", "a"]);
+    assert_eq!(r.turn().len(), 2);
+    let o = JobOutcome::Skipped {
+        lsn: event_key(0, 1),
+        reason: SkipReason::Debounced,
+        attempts: 0,
+    };
+    r.pump.on_outcome(o, 0);
+    assert_eq!(r.slots.get(), 1);
+    assert_eq!(r.turn(), [(1, 3)]);
+    let w = r.writes();
+    assert_eq!(w[0].1, "done[1]");
+}
+
+/// Slots come back at the outcome, not at its commit; the outcomes awaiting their commit have
+/// a bound of their own (`max(max_outstanding, MIN_AWAITING)` per pump), so jobs out plus
+/// outcomes not yet durable — what a crash can redeliver — stay bounded while commits lag.
+#[test]
+fn outcomes_awaiting_their_commit_pause_admission_at_their_bound() {
+    let a = MIN_AWAITING;
+    let mut r = Rig::new(a);
+    r.durable(&vec!["a"; 2 * a + 1]);
+    assert_eq!(r.pump.max_awaiting(), a);
+    assert_eq!(r.turn().len(), a);
+    r.delivered(1);
+    assert_eq!(
+        r.turn().len(),
+        1,
+        "one outcome awaits its commit: dispatch goes on"
+    );
+    let done1 = r.writes();
+    assert_eq!(done1[0].1, "done[1]");
+    for lsn in 2..=(a as u64 + 1) {
+        r.delivered(lsn);
+    }
+    assert_eq!(r.slots.get(), 0, "every slot is back");
+    assert!(
+        r.turn().is_empty(),
+        "but A + 1 outcomes await their commit: none admitted"
+    );
+    assert!(
+        r.writes().is_empty(),
+        "the next Done waits for the one in flight"
+    );
+    let lsn = r.next_lsn + 2 * a as u64;
+    r.pump
+        .on_record_done(done1[0].0, AppendOutcome::Durable { lsn });
+    assert!(r.turn().is_empty(), "A still await (queued): at the bound");
+    let rest = r.writes();
+    r.pump
+        .on_record_done(rest[0].0, AppendOutcome::Durable { lsn: lsn + 1 });
+    assert_eq!(r.turn().len(), a, "durable: admission resumes");
+    // A window of one still has room for A outcomes awaiting their commit.
+    let mut r = Rig::new(1);
+    r.durable(&["a", "a", "none", "a"]);
+    assert_eq!(r.turn(), [(1, 1)]);
+    r.delivered(1);
+    assert_eq!(r.turn(), [(1, 2)], "not waiting for the commit of 1");
+    assert_eq!(r.pump.max_awaiting(), MIN_AWAITING);
+}
