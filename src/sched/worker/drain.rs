@@ -74,7 +74,7 @@ impl Worker {
             }
             self.accept_all();
             if let Some(mut l) = self.listener.take() {
-                let _ = self.poll.registry().deregister(&mut l);
+                let _ = self.reactor.registry().deregister(&mut l);
             }
             // Connections silent long enough are half-closed now, the others on the sweep.
             self.sweep(now);
@@ -82,7 +82,7 @@ impl Worker {
         let started = self.draining_since.unwrap_or(now);
         let limit = self.shared.config.server.shutdown_timeout.as_nanos() as u64;
         // On io_uring, closed connections may still be sending their last response.
-        let sending = self.uring.as_ref().map_or(0, |r| r.retired());
+        let sending = self.reactor.closing_sends();
         let quiet = self.open == 0
             && sending == 0
             && self.outstanding == 0

@@ -170,7 +170,7 @@ impl Worker {
         let now_ms = crate::sync::clock::unix_millis();
         // Past `drain_grace` (not at the signal): the drain proper holds new work back.
         let draining = self.shared.accepting_stopped(now);
-        let registry = self.poll.registry();
+        let registry = self.reactor.registry();
         while let Some(job) = self.links.jobs_in.try_pop() {
             self.dispatcher.accept(job, now, registry, draining);
         }
@@ -192,7 +192,7 @@ impl Worker {
         for (owner, job) in admitted.drain(..) {
             if owner == self.links.core {
                 self.dispatcher
-                    .accept(job, now, self.poll.registry(), draining);
+                    .accept(job, now, self.reactor.registry(), draining);
             } else {
                 self.links.job_overflow.push_back((owner, job));
             }
@@ -204,7 +204,7 @@ impl Worker {
             self.pump.handed_over();
         }
         self.links.wake_touched();
-        self.committer.kick(self.uring.as_deref_mut());
+        self.committer.kick(self.reactor.file_ring());
         self.metrics
             .set_commit_queued(self.committer.queued() as u64);
         let waiting = self.links.job_overflow.len() + self.links.outcome_overflow.len();

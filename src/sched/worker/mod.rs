@@ -1,6 +1,7 @@
-//! One core's event loop.
+//! One core's event loop, written once over the core's reactor (`net::io::Reactor`, mio or
+//! io_uring below it): submit, wait, handle the events, then the turn's work (`end_turn`).
 //!
-//! Each worker owns: a `mio::Poll`, its own `SO_REUSEPORT` listener (the kernel spreads new
+//! Each worker owns: its reactor, its own `SO_REUSEPORT` listener (the kernel spreads new
 //! connections across workers), a bounded connection table, a cache of per-source buckets, a
 //! shard of the metrics, its log's commit helper, its pump and its dispatcher (`CoreParts`). Nothing here takes a lock on the request path, except the dedupe index's
 //! sharded locks for triggers with `dedupe` (held for one hash-map operation; `ingest::dedupe`).
@@ -32,7 +33,7 @@ use std::time::Duration;
 use crate::dispatch::dispatcher::{Dispatcher, CLIENT_TOKEN_BASE};
 use crate::dispatch::metrics::CoreDispatchMetrics;
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token};
+use mio::{Interest, Poll, Token};
 
 use crate::ingest::dedupe::ClaimToken;
 use crate::ingest::event_id::EventIdGen;
@@ -45,8 +46,8 @@ use crate::metrics::{ConnRefusal, CoreMetrics, Route, TimeoutKind};
 use crate::net::conn::{Flush, Phase, LINGER};
 use crate::net::date::DateCache;
 use crate::net::http::{self, HttpError, ReadEvent, Request};
-use crate::net::io::uring::Uring;
-use crate::net::io::{Backend, Stream};
+use crate::net::io::event::ConnEvent;
+use crate::net::io::{Backend, Event, Reactor, SOURCE_TOKEN_BASE};
 use crate::sched::commit::Committer;
 use crate::sched::pump::CorePump;
 use crate::sched::state::{Phase as Lifecycle, Shared};
@@ -59,7 +60,6 @@ mod ingest;
 mod links;
 mod ops;
 mod replay;
-mod uring_loop;
 
 /// A client connection of this core; its pending responses are ingest events.
 type Conn = crate::net::conn::Conn<PendingIngest>;
@@ -70,6 +70,10 @@ pub use links::CoreLinks;
 pub const WAKER_TOKEN: Token = links::WAKER;
 
 const LISTENER: Token = Token(usize::MAX - 1);
+// The core's own sources and the dispatcher's outbound sockets are sources of the reactor, not
+// connections.
+const _: () =
+    assert!(CLIENT_TOKEN_BASE >= SOURCE_TOKEN_BASE && links::WAKER.0 >= SOURCE_TOKEN_BASE);
 
 /// Bits of a ticket that carry the per-worker sequence; the bits above hold the connection slot.
 const TICKET_SEQ_BITS: u32 = 40;
@@ -93,7 +97,8 @@ pub struct CoreParts {
 #[derive(Debug)]
 pub struct Worker {
     id: usize,
-    poll: Poll,
+    /// The core's I/O: connections, sources (listener, waker, outbound sockets), the ring.
+    reactor: Reactor,
     listener: Option<TcpListener>,
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
@@ -142,10 +147,6 @@ pub struct Worker {
     view: crate::ops::reload::CoreView,
     /// The backend asked for; `uring` is set up on the core's own thread when the loop starts.
     backend: Backend,
-    /// The core's ring when the loop runs on io_uring (`uring_loop.rs`).
-    uring: Option<Box<Uring>>,
-    /// Connections whose ring operations need (re)arming at the end of the turn (io_uring).
-    touched: Vec<usize>,
     /// The last handled request's head, whose buffers the next parsed head reuses (one per
     /// core; kept only while it holds at most [`SPARE_HEAD_BYTES`]).
     spare_head: Option<http::RequestHead>,
@@ -196,7 +197,7 @@ impl Worker {
         .with_budgets(|d| shared.cluster.budget_for(d));
         Ok(Worker {
             id,
-            poll,
+            reactor: Reactor::new(poll),
             listener: Some(listener),
             conns: Vec::new(),
             free: Vec::new(),
@@ -228,8 +229,6 @@ impl Worker {
             edge: budgets::Edge::default(),
             trimmer: Default::default(),
             backend: shared_backend,
-            uring: None,
-            touched: Vec::new(),
             spare_head: None,
             reply_body: String::new(),
         })
@@ -251,42 +250,57 @@ impl Worker {
     pub fn run(mut self) {
         if self.backend == Backend::Uring {
             // The ring is single-issuer: it is set up on the thread that uses it.
-            match Uring::new(std::os::fd::AsRawFd::as_raw_fd(&self.poll)) {
-                Ok(ring) => {
-                    self.uring = Some(Box::new(ring));
-                    return self.run_uring();
-                }
-                Err(e) => eprintln!(
+            if let Err(e) = self.reactor.start_uring() {
+                eprintln!(
                     "sluice: worker {}: setting up io_uring failed ({e}); this core runs on mio",
                     self.id
-                ),
+                );
             }
         }
-        self.run_mio()
-    }
-
-    fn run_mio(mut self) {
-        let mut events = Events::with_capacity(1024);
+        let mut events = Vec::new();
         let mut last_sweep = self.now();
         loop {
             self.finish_scrapes();
-            // On mio the loop parks on its commit helper while a batch with requests is out
-            // (`sched::commit`): measured side by side, the same durable 202s as reading on,
-            // with a third of the switches beyond four per commit (BENCHMARKS.md).
-            let timeout = self.committer.wait_for_commit(self.turn_timeout());
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    eprintln!("sluice: worker {}: poll failed: {e}", self.id);
-                    return;
-                }
+            self.submit_io();
+            let mut timeout = self.turn_timeout();
+            if self.reactor.backend() == Backend::Mio {
+                // On mio the loop parks on its commit helper while a batch with requests is
+                // out (`sched::commit`): measured side by side, the same durable 202s as
+                // reading on, with a third of the switches beyond four per commit
+                // (BENCHMARKS.md). On io_uring it reads on: disk and CPU overlap.
+                timeout = self.committer.wait_for_commit(timeout);
             }
-            self.begin_turn();
-            for ev in events.iter() {
-                self.on_event(ev);
-            }
-            if self.end_turn(&mut last_sweep) {
+            if let Err(e) = self.reactor.wait(timeout, &mut events) {
+                eprintln!("sluice: worker {}: waiting for I/O failed: {e}", self.id);
                 return;
             }
+            self.begin_turn();
+            for ev in events.drain(..) {
+                self.on_event(ev);
+            }
+            let closing = self.reactor.closing_sends() as u64;
+            self.metrics.set_io_retired(closing);
+            if self.end_turn(&mut last_sweep) {
+                break;
+            }
+        }
+        self.reactor.shutdown(&mut self.conns);
+    }
+
+    /// Submits the operations the turn's connections asked for; closes those that failed.
+    fn submit_io(&mut self) {
+        let mut failed = Vec::new();
+        self.reactor.submit(&mut self.conns, &mut failed);
+        for idx in failed {
+            self.close(idx);
+        }
+    }
+
+    /// Connection `idx` was read dry or written to: the reactor submits what it needs before
+    /// the next wait.
+    pub(super) fn note_io(&mut self, idx: usize) {
+        if let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) {
+            self.reactor.touch(idx, &mut conn.stream);
         }
     }
 
@@ -321,7 +335,7 @@ impl Worker {
     /// core that was mid-turn when the reload was published.
     fn follow_reload(&mut self) {
         if let Some(next) = self.view.pick_up(&self.shared.reload) {
-            let (now, registry) = (self.turn_now, self.poll.registry());
+            let (now, registry) = (self.turn_now, self.reactor.registry());
             let draining = self.shared.accepting_stopped(now);
             // Between two requests of this loop: the pump learns the new trigger → destination
             // map, the dispatcher the new destinations (limits, retry, timeouts, gates).
@@ -332,29 +346,46 @@ impl Worker {
         }
     }
 
-    /// One readiness event of the core's mio poll.
-    fn on_event(&mut self, ev: &mio::event::Event) {
-        match ev.token() {
-            LISTENER => self.accept_all(),
-            links::WAKER => {}
-            Token(t) if t >= CLIENT_TOKEN_BASE => {
-                let now = self.now();
-                let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
-                let writable = ev.is_writable() || ev.is_error();
+    /// One event of the core's reactor.
+    fn on_event(&mut self, ev: Event) {
+        match ev {
+            Event::Source {
+                token: LISTENER, ..
+            } => self.accept_all(),
+            Event::Source {
+                token,
+                readable,
+                writable,
+            } if token.0 >= CLIENT_TOKEN_BASE => {
+                let (now, registry) = (self.now(), self.reactor.registry());
                 self.dispatcher
-                    .on_ready(Token(t), readable, writable, now, self.poll.registry());
+                    .on_ready(token, readable, writable, now, registry);
             }
-            Token(i) => {
-                if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
-                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                        c.readable = true;
-                    }
-                    if ev.is_read_closed() || ev.is_error() {
-                        c.rdhup = true;
-                    }
-                }
-                self.drive(i);
-            }
+            // The waker: the turn's work looks at what woke it.
+            Event::Source { .. } => {}
+            Event::Conn(ev) => self.on_conn_event(ev),
+            // The own log's commit is back (`sched::commit`): answered at turn end.
+            Event::FileDone(done) => self.committer.on_ring_done(done),
+        }
+    }
+
+    /// Readiness or a completion on a connection.
+    fn on_conn_event(&mut self, ev: ConnEvent) {
+        let idx = ev.idx();
+        let mut conn = self.conns.get_mut(idx).and_then(Option::as_mut);
+        let stream = conn.as_mut().map(|c| &mut c.stream);
+        let Some(ready) = self.reactor.settle(ev, stream) else {
+            return;
+        };
+        if ready.starved {
+            self.metrics.incr_io_pool_empty();
+        }
+        if let Some(c) = conn {
+            c.readable |= ready.input;
+            c.rdhup |= ready.closed;
+        }
+        if ready.drive {
+            self.drive(idx);
         }
     }
 
@@ -421,12 +452,7 @@ impl Worker {
                 self.conns.len() - 1
             }
         };
-        let stream = match self.uring.as_deref_mut() {
-            Some(ring) => ring.stream(stream.into()).map(Stream::Uring),
-            None => crate::net::io::mio::register(self.poll.registry(), &mut stream, Token(idx))
-                .map(|()| Stream::Mio(stream)),
-        };
-        let stream = match stream {
+        let stream = match self.reactor.adopt(idx, stream) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("sluice: worker {}: register failed: {e}", self.id);
@@ -449,16 +475,7 @@ impl Worker {
 
     fn close(&mut self, idx: usize) {
         if let Some(c) = self.conns.get_mut(idx).and_then(Option::take) {
-            match c.stream {
-                Stream::Mio(mut s) => {
-                    let _ = self.poll.registry().deregister(&mut s);
-                }
-                Stream::Uring(s) => {
-                    if let Some(ring) = self.uring.as_deref_mut() {
-                        ring.retire(idx, s);
-                    }
-                }
-            }
+            self.reactor.release(idx, c.stream);
             // Events never offered to the WAL: release their dedupe claim and backlog share now.
             // Events already with the writer are settled when their completion arrives.
             for slot in &c.slots {
@@ -758,9 +775,7 @@ impl Worker {
     // ----- timeouts and shutdown -------------------------------------------------------------
 
     fn sweep(&mut self, now: u64) {
-        if let Some(ring) = self.uring.as_deref_mut() {
-            ring.sweep(std::time::Instant::now());
-        }
+        self.reactor.sweep();
         let body = self.shared.body_budget.in_use();
         self.trimmer.sweep(self.open, body, now);
         let cfg = &self.shared.config.server;
