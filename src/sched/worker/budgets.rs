@@ -24,19 +24,6 @@ use crate::metrics::PauseBound;
 /// How often `accept` is retried while the process is at its fd limit.
 pub(super) const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 
-/// A worker's connection-budget state.
-#[derive(Debug, Default)]
-pub(super) struct Edge {
-    /// Connections holding a [`Slot::Deferred`] scrape (duplicates possible).
-    scrapes: Vec<usize>,
-    /// The latest `read_at` of those connections: the rendering must start after it.
-    scrapes_read_at: u64,
-    /// When to retry `accept` (clock nanos), while at the fd limit.
-    accept_retry_at: Option<u64>,
-    /// The fd limit was logged; reset once an accept retry no longer fails.
-    fd_limit_logged: bool,
-}
-
 /// The `accept` errors that mean "out of descriptors or memory for now".
 fn at_fd_limit(e: &io::Error) -> bool {
     matches!(

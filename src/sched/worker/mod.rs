@@ -54,26 +54,29 @@ use crate::sched::state::{Phase as Lifecycle, Shared};
 use crate::sync::clock::unix_millis;
 use crate::wal::{self, AppendOutcome, AppendRequest};
 
+mod books;
 mod budgets;
 mod drain;
 mod ingest;
 mod links;
 mod ops;
 mod replay;
+mod timeouts;
+mod wiring;
 
 /// A client connection of this core; its pending responses are ingest events.
 type Conn = crate::net::conn::Conn<PendingIngest>;
 type Slot = crate::net::conn::Slot<PendingIngest>;
 
-pub use links::CoreLinks;
+pub use wiring::CoreLinks;
 /// The poll token of a core's waker.
-pub const WAKER_TOKEN: Token = links::WAKER;
+pub const WAKER_TOKEN: Token = wiring::WAKER;
 
 const LISTENER: Token = Token(usize::MAX - 1);
 // The core's own sources and the dispatcher's outbound sockets are sources of the reactor, not
 // connections.
 const _: () =
-    assert!(CLIENT_TOKEN_BASE >= SOURCE_TOKEN_BASE && links::WAKER.0 >= SOURCE_TOKEN_BASE);
+    assert!(CLIENT_TOKEN_BASE >= SOURCE_TOKEN_BASE && wiring::WAKER.0 >= SOURCE_TOKEN_BASE);
 
 /// Bits of a ticket that carry the per-worker sequence; the bits above hold the connection slot.
 const TICKET_SEQ_BITS: u32 = 40;
@@ -138,9 +141,9 @@ pub struct Worker {
     /// The injected clock read once per loop turn (nanos): token-bucket decisions use it.
     turn_now: u64,
     /// Bulk DLQ replays whose append has not completed (`replay.rs`).
-    replays: replay::Replays,
+    replays: books::Replays,
     /// Connection budgets: deferred scrapes, the accept retry (`budgets.rs`).
-    edge: budgets::Edge,
+    edge: books::Edge,
     /// Gives freed memory back after a wave of connections or bodies (`sched::alloc`).
     trimmer: crate::sched::alloc::Trimmer,
     /// The configuration generation this core runs (`ops::reload`): its router for routing.
@@ -225,8 +228,8 @@ impl Worker {
             orphans: std::collections::HashMap::new(),
             reported_quiet: false,
             turn_now: 0,
-            replays: replay::Replays::default(),
-            edge: budgets::Edge::default(),
+            replays: books::Replays::default(),
+            edge: books::Edge::default(),
             trimmer: Default::default(),
             backend: shared_backend,
             spare_head: None,
@@ -770,74 +773,5 @@ impl Worker {
                 self.handle_ingest(idx, head, body, trigger_id, source, keep_alive)
             }
         }
-    }
-
-    // ----- timeouts and shutdown -------------------------------------------------------------
-
-    fn sweep(&mut self, now: u64) {
-        self.reactor.sweep();
-        let body = self.shared.body_budget.in_use();
-        self.trimmer.sweep(self.open, body, now);
-        let cfg = &self.shared.config.server;
-        let (head_t, body_t, idle_t) = (
-            cfg.header_timeout.as_nanos() as u64,
-            cfg.body_timeout.as_nanos() as u64,
-            cfg.idle_timeout.as_nanos() as u64,
-        );
-        let draining = self.draining_since.is_some();
-        for idx in 0..self.conns.len() {
-            let Some(conn) = self.conns[idx].as_ref() else {
-                continue;
-            };
-            if conn.unwritten() > 0 && now.saturating_sub(conn.write_since) > body_t {
-                // The client stopped reading its responses.
-                self.metrics.incr_timeout(TimeoutKind::Write);
-                self.close(idx);
-                continue;
-            }
-            let age = now.saturating_sub(conn.phase_since);
-            match conn.phase {
-                // The drain ends a silent connection by half-closing it (`drain.rs`).
-                Phase::Idle | Phase::Head if drain::may_end(conn, draining, age) => {
-                    self.linger(idx, now)
-                }
-                Phase::Head if age > head_t => {
-                    self.metrics.incr_timeout(TimeoutKind::Header);
-                    self.timeout_408(idx);
-                }
-                Phase::Body if age > body_t => {
-                    self.metrics.incr_timeout(TimeoutKind::Body);
-                    self.timeout_408(idx);
-                }
-                Phase::Linger if age > LINGER.as_nanos() as u64 => self.close(idx),
-                Phase::Idle if age > idle_t => {
-                    self.metrics.incr_timeout(TimeoutKind::Idle);
-                    // A half-close: a request that crossed our FIN is dropped, not reset.
-                    self.linger(idx, now);
-                }
-                _ => {}
-            }
-        }
-    }
-
-    fn timeout_408(&mut self, idx: usize) {
-        if let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) {
-            if conn.closing {
-                return self.close(idx);
-            }
-            conn.reader = http::RequestReader::new(self.limits.clone()).with_body_gate();
-            conn.body.release();
-            conn.rbuf.clear();
-        }
-        self.push_ready(
-            idx,
-            Route::Unmatched,
-            408,
-            &[("Content-Type", http::TEXT_PLAIN)],
-            b"request timeout\n",
-            false,
-            false,
-        );
-        self.flush(idx);
     }
 }
