@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use crate::net::budget::{BodyBudget, Reservation};
 use crate::net::http::RequestReader;
-use crate::net::io::{Stream, Streams};
+use crate::net::io::Stream;
 
 /// Bytes read from the socket per `read` call.
 pub const READ_CHUNK: usize = 64 * 1024;
@@ -398,15 +398,6 @@ impl<P> Conn<P> {
             self.phase = phase;
             self.phase_since = now;
         }
-    }
-}
-
-/// A table of connections by slot, as the reactor submits their operations.
-impl<P> Streams for Vec<Option<Conn<P>>> {
-    fn stream(&mut self, idx: usize) -> Option<&mut Stream> {
-        self.get_mut(idx)
-            .and_then(Option::as_mut)
-            .map(|c| &mut c.stream)
     }
 }
 

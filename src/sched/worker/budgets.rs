@@ -36,7 +36,7 @@ impl Worker {
     /// The body gate: reserves the declared body of the request whose head just arrived.
     /// Returns false (after queueing the 503 and closing the reader) if the budget refused.
     pub(super) fn admit_body(&mut self, idx: usize) -> bool {
-        let Some(conn) = self.conns.get(idx).and_then(Option::as_ref) else {
+        let Some(conn) = self.conns.get(idx) else {
             return false;
         };
         let want = conn.reader.declared_length().unwrap_or(0);
@@ -45,7 +45,7 @@ impl Worker {
 
     /// After a read into a chunked body: its buffer must stay covered by the budget.
     pub(super) fn charge_body(&mut self, idx: usize) -> bool {
-        let Some(conn) = self.conns.get(idx).and_then(Option::as_ref) else {
+        let Some(conn) = self.conns.get(idx) else {
             return false;
         };
         let want = conn.reader.body_capacity() as u64;
@@ -56,7 +56,7 @@ impl Worker {
     fn gate_body(&mut self, idx: usize, want: u64) -> bool {
         let shared = Arc::clone(&self.shared);
         let router = self.view.router().clone();
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return false;
         };
         let mut pipeline = Pipeline {
@@ -88,7 +88,7 @@ impl Worker {
     /// `503 body_budget` (the pipeline's answer): counted per core; the body read so far is
     /// dropped and the connection closes after the answer.
     fn refuse_body(&mut self, idx: usize, refused: Response) {
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
         let route = match conn.reader.pending_head() {
@@ -108,7 +108,7 @@ impl Worker {
 
     /// True (and counted) when `conn`'s queued responses reached a bound: stop reading it.
     pub(super) fn read_paused(&self, idx: usize) -> bool {
-        let Some(conn) = self.conns.get(idx).and_then(Option::as_ref) else {
+        let Some(conn) = self.conns.get(idx) else {
             return false;
         };
         let cfg = &self.shared.config.server;
@@ -125,7 +125,7 @@ impl Worker {
 
     /// `GET /metrics`: a placeholder answered by [`finish_scrapes`](Self::finish_scrapes).
     pub(super) fn defer_scrape(&mut self, idx: usize, keep_alive: bool, head_only: bool) {
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
         conn.push(Slot::Deferred {
@@ -163,7 +163,7 @@ impl Worker {
         let mut headers: Vec<(&str, &str)> = vec![("Date", &self.date)];
         headers.push(("Content-Type", "text/plain; version=0.0.4"));
         for &idx in &waiting {
-            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            let Some(conn) = self.conns.get_mut(idx) else {
                 continue;
             };
             for pos in 0..conn.slots.len() {

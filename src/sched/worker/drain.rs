@@ -40,7 +40,7 @@ impl Worker {
     /// (module docs). Closing at once with unread input would make the kernel send RST, which
     /// can destroy the response (e.g. a 413) before the client reads it.
     pub(super) fn linger(&mut self, idx: usize, now: u64) {
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
         if conn.peer_closed || conn.start_linger(now).is_err() {
@@ -53,7 +53,7 @@ impl Worker {
     /// byte bound (the time bound is the sweep's).
     pub(super) fn discard(&mut self, idx: usize) {
         self.note_io(idx);
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
         if conn.discard_input(&mut self.scratch) {
@@ -83,7 +83,7 @@ impl Worker {
         let limit = self.shared.config.server.shutdown_timeout.as_nanos() as u64;
         // On io_uring, closed connections may still be sending their last response.
         let sending = self.reactor.closing_sends();
-        let quiet = self.open == 0
+        let quiet = self.conns.open() == 0
             && sending == 0
             && self.outstanding == 0
             && self.dispatcher.in_flight() == 0;

@@ -2,8 +2,9 @@
 //! io_uring below it): submit, wait, handle the events, then the turn's work (`end_turn`).
 //!
 //! Each worker owns: its reactor, its own `SO_REUSEPORT` listener (the kernel spreads new
-//! connections across workers), a bounded connection table, a cache of per-source buckets, a
-//! shard of the metrics, its log's commit helper, its pump and its dispatcher (`CoreParts`). Nothing here takes a lock on the request path, except the dedupe index's
+//! connections across workers), a bounded connection table (`net::conns`), a cache of per-source
+//! buckets, a shard of the metrics, its log's commit helper, its pump and its dispatcher
+//! (`CoreParts`). Nothing here takes a lock on the request path, except the dedupe index's
 //! sharded locks for triggers with `dedupe` (held for one hash-map operation; `ingest::dedupe`).
 //!
 //! The life of an ingest request (decided by the sans-IO `ingest::pipeline`, applied by `ingest.rs`):
@@ -43,7 +44,8 @@ use crate::ingest::router::{AdminRoute, OpsEndpoint, RouteMatch};
 use crate::ingest::sources::SourceCache;
 use crate::ingest::verify;
 use crate::metrics::{ConnRefusal, CoreMetrics, Route, TimeoutKind};
-use crate::net::conn::{Flush, Phase, LINGER};
+use crate::net::conn::{Flush, Phase};
+use crate::net::conns::Conns;
 use crate::net::date::DateCache;
 use crate::net::http::{self, HttpError, ReadEvent, Request};
 use crate::net::io::event::ConnEvent;
@@ -103,9 +105,8 @@ pub struct Worker {
     /// The core's I/O: connections, sources (listener, waker, outbound sockets), the ring.
     reactor: Reactor,
     listener: Option<TcpListener>,
-    conns: Vec<Option<Conn>>,
-    free: Vec<usize>,
-    open: usize,
+    /// The core's connections (at most `max_connections_per_core`).
+    conns: Conns<PendingIngest>,
     shared: Arc<Shared>,
     metrics: CoreMetrics,
     sources: SourceCache,
@@ -202,9 +203,7 @@ impl Worker {
             id,
             reactor: Reactor::new(poll),
             listener: Some(listener),
-            conns: Vec::new(),
-            free: Vec::new(),
-            open: 0,
+            conns: Conns::new(shared.config.server.max_connections_per_core),
             metrics: shared.metrics.core(id),
             sources: SourceCache::new(shared.sources.clone()),
             view: crate::ops::reload::CoreView::new(&shared.reload),
@@ -302,7 +301,7 @@ impl Worker {
     /// Connection `idx` was read dry or written to: the reactor submits what it needs before
     /// the next wait.
     pub(super) fn note_io(&mut self, idx: usize) {
-        if let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) {
+        if let Some(conn) = self.conns.get_mut(idx) {
             self.reactor.touch(idx, &mut conn.stream);
         }
     }
@@ -375,7 +374,7 @@ impl Worker {
     /// Readiness or a completion on a connection.
     fn on_conn_event(&mut self, ev: ConnEvent) {
         let idx = ev.idx();
-        let mut conn = self.conns.get_mut(idx).and_then(Option::as_mut);
+        let mut conn = self.conns.get_mut(idx);
         let stream = conn.as_mut().map(|c| &mut c.stream);
         let Some(ready) = self.reactor.settle(ev, stream) else {
             return;
@@ -431,7 +430,7 @@ impl Worker {
     }
 
     fn admit_connection(&mut self, mut stream: TcpStream) {
-        if self.open >= self.shared.config.server.max_connections_per_core {
+        if self.conns.is_full() {
             self.metrics
                 .incr_connections_refused(ConnRefusal::PerCoreCap);
             let mut out = Vec::new();
@@ -448,18 +447,12 @@ impl Worker {
             return;
         }
         let _ = stream.set_nodelay(true);
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.conns.push(None);
-                self.conns.len() - 1
-            }
-        };
+        let idx = self.conns.reserve();
         let stream = match self.reactor.adopt(idx, stream) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("sluice: worker {}: register failed: {e}", self.id);
-                self.free.push(idx);
+                self.conns.unreserve(idx);
                 return;
             }
         };
@@ -469,15 +462,14 @@ impl Worker {
         let mut conn = Conn::new(stream, reader, budget, now);
         // A new connection must send its head within the header timeout (slowloris).
         conn.set_phase(Phase::Head, now);
-        self.conns[idx] = Some(conn);
-        self.open += 1;
+        self.conns.put(idx, conn);
         self.metrics.incr_connections_accepted();
-        self.metrics.set_connections_open(self.open as u64);
+        self.metrics.set_connections_open(self.conns.open() as u64);
         self.drive(idx);
     }
 
     fn close(&mut self, idx: usize) {
-        if let Some(c) = self.conns.get_mut(idx).and_then(Option::take) {
+        if let Some(c) = self.conns.take(idx) {
             self.reactor.release(idx, c.stream);
             // Events never offered to the WAL: release their dedupe claim and backlog share now.
             // Events already with the writer are settled when their completion arrives.
@@ -495,21 +487,14 @@ impl Worker {
                     }
                 }
             }
-            self.free.push(idx);
-            self.open -= 1;
-            self.metrics.set_connections_open(self.open as u64);
+            self.metrics.set_connections_open(self.conns.open() as u64);
         }
     }
 
     /// Reads, parses and answers as far as the connection allows, then writes; repeats while
     /// writing made room under the pipeline depth for requests already received.
     fn drive(&mut self, idx: usize) {
-        if let Some(Phase::Linger) = self
-            .conns
-            .get(idx)
-            .and_then(Option::as_ref)
-            .map(|c| c.phase)
-        {
+        if let Some(Phase::Linger) = self.conns.get(idx).map(|c| c.phase) {
             return self.discard(idx);
         }
         let cfg = &self.shared.config.server;
@@ -517,15 +502,9 @@ impl Worker {
         loop {
             let at_depth = self.read_and_handle(idx);
             self.flush(idx);
-            let room = self
-                .conns
-                .get(idx)
-                .and_then(Option::as_ref)
-                .is_some_and(|c| {
-                    c.phase != Phase::Linger
-                        && c.slots.len() < depth
-                        && c.queued_bytes() < max_bytes
-                });
+            let room = self.conns.get(idx).is_some_and(|c| {
+                c.phase != Phase::Linger && c.slots.len() < depth && c.queued_bytes() < max_bytes
+            });
             if !(at_depth && room) {
                 return;
             }
@@ -538,7 +517,7 @@ impl Worker {
     fn read_and_handle(&mut self, idx: usize) -> bool {
         let draining = self.shared.phase() == Lifecycle::Draining;
         loop {
-            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            let Some(conn) = self.conns.get_mut(idx) else {
                 return false;
             };
             if conn.closing {
@@ -547,7 +526,7 @@ impl Worker {
             if self.read_paused(idx) {
                 return true;
             }
-            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            let Some(conn) = self.conns.get_mut(idx) else {
                 return false;
             };
             match conn
@@ -567,7 +546,7 @@ impl Worker {
                     if !self.admit_body(idx) {
                         return false;
                     }
-                    let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+                    let Some(conn) = self.conns.get_mut(idx) else {
                         return false;
                     };
                     if expect_continue && !conn.continue_sent {
@@ -592,7 +571,7 @@ impl Worker {
                     return false;
                 }
             }
-            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            let Some(conn) = self.conns.get_mut(idx) else {
                 return false;
             };
             if !conn.readable || conn.peer_closed {
@@ -614,7 +593,7 @@ impl Worker {
     fn flush(&mut self, idx: usize) {
         self.note_io(idx);
         let now = self.now();
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
         if conn.phase == Phase::Linger {
@@ -662,7 +641,7 @@ impl Worker {
         head_only: bool,
     ) {
         self.metrics.incr_http(route, status);
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
         // `Date` and the caller's headers, on the stack (every route passes a few).
@@ -692,7 +671,7 @@ impl Worker {
 
     fn respond_error(&mut self, idx: usize, e: HttpError) {
         // The failed reader dropped any partial body.
-        if let Some(c) = self.conns.get_mut(idx).and_then(Option::as_mut) {
+        if let Some(c) = self.conns.get_mut(idx) {
             c.body.release();
         }
         let body = format!("{}\n", e.reason());
@@ -727,7 +706,7 @@ impl Worker {
         if !keep_alive {
             // This is the connection's last request: nothing pipelined behind it is read (and
             // so nothing behind it is ingested without an answer).
-            if let Some(c) = self.conns.get_mut(idx).and_then(Option::as_mut) {
+            if let Some(c) = self.conns.get_mut(idx) {
                 c.closing = true;
             }
         }

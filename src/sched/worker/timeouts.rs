@@ -2,59 +2,59 @@
 //! reading its responses (`body_timeout`), a head or a body that does not arrive in time
 //! (`header_timeout`, `body_timeout`: `408` and close), an idle keep-alive connection
 //! (`idle_timeout`: a half-close), a lingering one past `LINGER`, and during the drain a
-//! silent one (`drain.rs`).
+//! silent one (`drain.rs`). Which deadline passed is `net::conns::Timeouts`' decision; what
+//! follows (a `408`, a half-close, a close) is decided here.
 
 use super::*;
+use crate::net::conns::{Expired, Timeouts};
 
 impl Worker {
     pub(super) fn sweep(&mut self, now: u64) {
         self.reactor.sweep();
         let body = self.shared.body_budget.in_use();
-        self.trimmer.sweep(self.open, body, now);
+        self.trimmer.sweep(self.conns.open(), body, now);
         let cfg = &self.shared.config.server;
-        let (head_t, body_t, idle_t) = (
-            cfg.header_timeout.as_nanos() as u64,
-            cfg.body_timeout.as_nanos() as u64,
-            cfg.idle_timeout.as_nanos() as u64,
-        );
+        let timeouts = Timeouts::new(cfg.header_timeout, cfg.body_timeout, cfg.idle_timeout);
         let draining = self.draining_since.is_some();
-        for idx in 0..self.conns.len() {
-            let Some(conn) = self.conns[idx].as_ref() else {
+        for idx in 0..self.conns.slots() {
+            let Some(conn) = self.conns.get(idx) else {
                 continue;
             };
-            if conn.unwritten() > 0 && now.saturating_sub(conn.write_since) > body_t {
-                // The client stopped reading its responses.
-                self.metrics.incr_timeout(TimeoutKind::Write);
-                self.close(idx);
+            let expired = timeouts.check_conn(conn, now);
+            let age = now.saturating_sub(conn.phase_since);
+            // The drain ends a silent connection by half-closing it (`drain.rs`).
+            let silent = matches!(conn.phase, Phase::Idle | Phase::Head);
+            if expired != Some(Expired::Write) && silent && drain::may_end(conn, draining, age) {
+                self.linger(idx, now);
                 continue;
             }
-            let age = now.saturating_sub(conn.phase_since);
-            match conn.phase {
-                // The drain ends a silent connection by half-closing it (`drain.rs`).
-                Phase::Idle | Phase::Head if drain::may_end(conn, draining, age) => {
-                    self.linger(idx, now)
+            match expired {
+                Some(Expired::Write) => {
+                    // The client stopped reading its responses.
+                    self.metrics.incr_timeout(TimeoutKind::Write);
+                    self.close(idx);
                 }
-                Phase::Head if age > head_t => {
+                Some(Expired::Header) => {
                     self.metrics.incr_timeout(TimeoutKind::Header);
                     self.timeout_408(idx);
                 }
-                Phase::Body if age > body_t => {
+                Some(Expired::Body) => {
                     self.metrics.incr_timeout(TimeoutKind::Body);
                     self.timeout_408(idx);
                 }
-                Phase::Linger if age > LINGER.as_nanos() as u64 => self.close(idx),
-                Phase::Idle if age > idle_t => {
+                Some(Expired::Linger) => self.close(idx),
+                Some(Expired::Idle) => {
                     self.metrics.incr_timeout(TimeoutKind::Idle);
                     // A half-close: a request that crossed our FIN is dropped, not reset.
                     self.linger(idx, now);
                 }
-                _ => {}
+                None => {}
             }
         }
     }
 
     pub(super) fn timeout_408(&mut self, idx: usize) {
-        if let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) {
+        if let Some(conn) = self.conns.get_mut(idx) {
             if conn.closing {
                 return self.close(idx);
             }
