@@ -42,18 +42,27 @@ impl MioLeaf {
         timeout: Duration,
         out: &mut Vec<Event>,
     ) -> io::Result<()> {
-        match poll.poll(&mut self.events, Some(timeout)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
-            Err(e) => return Err(e),
-        }
-        translate(&self.events, out);
-        Ok(())
+        poll_into(poll, &mut self.events, timeout, out).map(drop)
+    }
+}
+
+/// One `epoll_wait` into `events`, translated into `out`; returns how many came (an
+/// interrupted wait: none).
+pub(super) fn poll_into(
+    poll: &mut Poll,
+    events: &mut Events,
+    timeout: Duration,
+    out: &mut Vec<Event>,
+) -> io::Result<usize> {
+    match poll.poll(events, Some(timeout)) {
+        Ok(()) => Ok(translate(events, out)),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+        Err(e) => Err(e),
     }
 }
 
 /// Readiness events as the reactor's: a token below [`SOURCE_TOKEN_BASE`] is a connection.
-pub(super) fn translate(events: &Events, out: &mut Vec<Event>) -> usize {
+fn translate(events: &Events, out: &mut Vec<Event>) -> usize {
     let mut n = 0;
     for ev in events.iter() {
         n += 1;

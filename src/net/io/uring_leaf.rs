@@ -23,7 +23,7 @@ use mio::net::TcpStream;
 use mio::{Events, Poll};
 
 use super::event::{ConnEvent, Event, Ready, Streams};
-use super::mio::{translate, EVENTS};
+use super::mio::{poll_into, EVENTS};
 use super::stream::Stream;
 use super::uring::{Completion, Op, Uring, UringStream};
 
@@ -108,13 +108,9 @@ impl UringLeaf {
             }
         }
         if self.poll_ready {
-            match poll.poll(&mut self.events, Some(Duration::ZERO)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
-                Err(e) => return Err(e),
-            }
+            let n = poll_into(poll, &mut self.events, Duration::ZERO, out)?;
             // A full batch may have left events behind: drain again next turn.
-            self.poll_ready = translate(&self.events, out) == self.events.capacity();
+            self.poll_ready = n == self.events.capacity();
         }
         Ok(())
     }
