@@ -613,17 +613,7 @@ impl Worker {
             return self.close(idx);
         }
         conn.trim();
-        let phase = if !conn.slots.is_empty() {
-            Phase::Busy
-        } else if conn.reader.pending_head().is_some() {
-            Phase::Body
-        } else if !conn.rbuf.is_empty() || !conn.reader.is_idle() || conn.served == 0 {
-            // A fresh connection must send its first head within the header timeout.
-            Phase::Head
-        } else {
-            Phase::Idle
-        };
-        conn.set_phase(phase, now);
+        conn.update_phase(now);
     }
 
     // ----- requests ---------------------------------------------------------------------------
