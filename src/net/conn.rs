@@ -392,6 +392,23 @@ impl<P> Conn<P> {
         !self.closing && self.is_quiet() && self.rbuf.is_empty() && self.reader.is_idle()
     }
 
+    /// Sets the phase from what the connection waits for now (after a flush, outside the
+    /// half-close): an answer it owes (`Busy`), the rest of a body (`Body`), the rest of a
+    /// head — or the first head of a fresh connection — (`Head`), or the next request (`Idle`).
+    pub fn update_phase(&mut self, now: u64) {
+        let phase = if !self.slots.is_empty() {
+            Phase::Busy
+        } else if self.reader.pending_head().is_some() {
+            Phase::Body
+        } else if !self.rbuf.is_empty() || !self.reader.is_idle() || self.served == 0 {
+            // A fresh connection must send its first head within the header timeout.
+            Phase::Head
+        } else {
+            Phase::Idle
+        };
+        self.set_phase(phase, now);
+    }
+
     /// Sets the phase, restarting its clock only when it changes.
     pub fn set_phase(&mut self, phase: Phase, now: u64) {
         if self.phase != phase {
@@ -609,6 +626,36 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         false
+    }
+
+    #[test]
+    fn the_phase_follows_what_the_connection_waits_for() {
+        let budget = crate::sync::Arc::new(BodyBudget::new(100));
+        let (mut c, _peer) = pair(&budget);
+        c.update_phase(1);
+        assert_eq!(
+            (c.phase, c.phase_since),
+            (Phase::Head, 1),
+            "fresh: its first head"
+        );
+        c.served = 1;
+        c.update_phase(2);
+        assert_eq!((c.phase, c.phase_since), (Phase::Idle, 2));
+        c.rbuf.extend_from_slice(b"PO");
+        c.update_phase(3);
+        assert_eq!(c.phase, Phase::Head, "part of a head");
+        c.push(Slot::Ready {
+            bytes: b"x".to_vec(),
+            close: false,
+        });
+        c.update_phase(4);
+        assert_eq!(
+            (c.phase, c.phase_since),
+            (Phase::Busy, 4),
+            "an answer is owed"
+        );
+        c.update_phase(5);
+        assert_eq!(c.phase_since, 4, "the same phase keeps its clock");
     }
 
     #[test]

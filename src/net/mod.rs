@@ -1,8 +1,9 @@
-//! Networking: the sans-IO HTTP/1.1 codec (`http`), the connection layer on mio (`conn`) and
+//! Networking: the sans-IO HTTP/1.1 codec (`http`), a connection (`conn`) and a core's table of them with their deadlines (`conns`), the reactor (`io`) and
 //! the process-wide in-flight body budget (`budget`).
 
 pub mod budget;
 pub mod conn;
+pub mod conns;
 pub mod date;
 pub mod http;
 pub mod io;

@@ -1,20 +1,27 @@
-//! Event-loop I/O backends for a core's client connections: readiness on mio (epoll) or
-//! completions on io_uring. The connection layer (`net::conn`) reads and writes a [`Stream`];
-//! which backend moves its bytes is chosen once at start-up ([`IoMode`], [`select`]).
+//! A core's I/O: one reactor API ([`reactor`]) with a leaf per backend — readiness on mio
+//! (epoll, [`mio`]) or completions on io_uring ([`uring_leaf`] over the ring driver [`uring`]).
+//! The core's loop is written once against [`Reactor`]; the connection layer (`net::conn`)
+//! reads and writes a [`Stream`] as a readiness socket on both. Which backend runs is chosen
+//! once at start-up ([`IoMode`], [`select`]).
 //!
-//! - [`mio`]: the socket itself, non-blocking, registered edge-triggered with the core's poll.
-//! - [`uring`]: a socket owned by the core's ring; receives land in a small per-connection inbox
-//!   and writes go to a bounded outbox that the loop submits once per turn
-//!   ([`uring::UringStream`]). Accepts, the cores' wakers and outbound (dispatch) sockets stay
-//!   on the core's mio poll, whose epoll fd is itself watched by the ring, so one wait covers
-//!   both.
+//! - mio: the socket itself, non-blocking, registered edge-triggered with the core's poll.
+//! - io_uring: a socket owned by the core's ring; receives land in a small per-connection inbox
+//!   and writes go to a bounded outbox that the reactor submits once per turn
+//!   ([`uring::UringStream`]). Sources (accepts, the cores' wakers, outbound dispatch sockets)
+//!   stay on the core's mio poll, whose epoll fd is itself watched by the ring, so one wait
+//!   covers both.
 
-use std::io::{self, IoSlice, Read, Write};
-use std::net::Shutdown;
-
+pub mod event;
 pub mod mio;
+pub mod reactor;
 mod sock;
+pub mod stream;
 pub mod uring;
+pub mod uring_leaf;
+
+pub use event::{ConnEvent, Event, Ready, Streams, SOURCE_TOKEN_BASE};
+pub use reactor::{Backend, Reactor};
+pub use stream::Stream;
 
 /// `[server] io` / `serve --io` / `SLUICE_IO`: which backend the cores use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -41,23 +48,6 @@ impl IoMode {
     }
 }
 
-/// The backend the cores run on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Mio,
-    Uring,
-}
-
-impl Backend {
-    /// The `backend` label of `sluice_io_backend`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Mio => "mio",
-            Backend::Uring => "uring",
-        }
-    }
-}
-
 /// Resolves the configured mode against this kernel: the backend, and the sentence the
 /// start-up log prints. `uring` asked for explicitly but unavailable is an error (the
 /// operator asked for it; silently running something else would hide it).
@@ -78,62 +68,5 @@ pub fn select(mode: IoMode) -> Result<(Backend, String), String> {
                 format!("mio (auto: io_uring unavailable: {why})"),
             )),
         },
-    }
-}
-
-/// A client connection's socket, on the core's backend.
-#[derive(Debug)]
-pub enum Stream {
-    Mio(::mio::net::TcpStream),
-    Uring(uring::UringStream),
-}
-
-impl Stream {
-    /// Shuts down one or both directions. On io_uring a write shutdown waits until the
-    /// bytes already accepted have been sent.
-    pub fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
-        match self {
-            Stream::Mio(s) => s.shutdown(how),
-            Stream::Uring(s) => s.shutdown(how),
-        }
-    }
-
-    /// True if bytes from the client are already here and not yet read (in the socket, or on
-    /// io_uring in the stream's inbox): a connection that looks idle but is not. Nothing is
-    /// consumed.
-    pub fn input_waiting(&self) -> bool {
-        match self {
-            Stream::Mio(s) => sock::peek(s),
-            Stream::Uring(s) => s.input_waiting(),
-        }
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Mio(s) => s.read(buf),
-            Stream::Uring(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Mio(s) => s.write(buf),
-            Stream::Uring(s) => s.write(buf),
-        }
-    }
-
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        match self {
-            Stream::Mio(s) => s.write_vectored(bufs),
-            Stream::Uring(s) => s.write_vectored(bufs),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
     }
 }

@@ -24,19 +24,6 @@ use crate::metrics::PauseBound;
 /// How often `accept` is retried while the process is at its fd limit.
 pub(super) const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 
-/// A worker's connection-budget state.
-#[derive(Debug, Default)]
-pub(super) struct Edge {
-    /// Connections holding a [`Slot::Deferred`] scrape (duplicates possible).
-    scrapes: Vec<usize>,
-    /// The latest `read_at` of those connections: the rendering must start after it.
-    scrapes_read_at: u64,
-    /// When to retry `accept` (clock nanos), while at the fd limit.
-    accept_retry_at: Option<u64>,
-    /// The fd limit was logged; reset once an accept retry no longer fails.
-    fd_limit_logged: bool,
-}
-
 /// The `accept` errors that mean "out of descriptors or memory for now".
 fn at_fd_limit(e: &io::Error) -> bool {
     matches!(
@@ -49,7 +36,7 @@ impl Worker {
     /// The body gate: reserves the declared body of the request whose head just arrived.
     /// Returns false (after queueing the 503 and closing the reader) if the budget refused.
     pub(super) fn admit_body(&mut self, idx: usize) -> bool {
-        let Some(conn) = self.conns.get(idx).and_then(Option::as_ref) else {
+        let Some(conn) = self.conns.get(idx) else {
             return false;
         };
         let want = conn.reader.declared_length().unwrap_or(0);
@@ -58,7 +45,7 @@ impl Worker {
 
     /// After a read into a chunked body: its buffer must stay covered by the budget.
     pub(super) fn charge_body(&mut self, idx: usize) -> bool {
-        let Some(conn) = self.conns.get(idx).and_then(Option::as_ref) else {
+        let Some(conn) = self.conns.get(idx) else {
             return false;
         };
         let want = conn.reader.body_capacity() as u64;
@@ -69,7 +56,7 @@ impl Worker {
     fn gate_body(&mut self, idx: usize, want: u64) -> bool {
         let shared = Arc::clone(&self.shared);
         let router = self.view.router().clone();
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return false;
         };
         let mut pipeline = Pipeline {
@@ -101,7 +88,7 @@ impl Worker {
     /// `503 body_budget` (the pipeline's answer): counted per core; the body read so far is
     /// dropped and the connection closes after the answer.
     fn refuse_body(&mut self, idx: usize, refused: Response) {
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
         let route = match conn.reader.pending_head() {
@@ -121,7 +108,7 @@ impl Worker {
 
     /// True (and counted) when `conn`'s queued responses reached a bound: stop reading it.
     pub(super) fn read_paused(&self, idx: usize) -> bool {
-        let Some(conn) = self.conns.get(idx).and_then(Option::as_ref) else {
+        let Some(conn) = self.conns.get(idx) else {
             return false;
         };
         let cfg = &self.shared.config.server;
@@ -138,7 +125,7 @@ impl Worker {
 
     /// `GET /metrics`: a placeholder answered by [`finish_scrapes`](Self::finish_scrapes).
     pub(super) fn defer_scrape(&mut self, idx: usize, keep_alive: bool, head_only: bool) {
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
         conn.push(Slot::Deferred {
@@ -176,7 +163,7 @@ impl Worker {
         let mut headers: Vec<(&str, &str)> = vec![("Date", &self.date)];
         headers.push(("Content-Type", "text/plain; version=0.0.4"));
         for &idx in &waiting {
-            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            let Some(conn) = self.conns.get_mut(idx) else {
                 continue;
             };
             for pos in 0..conn.slots.len() {

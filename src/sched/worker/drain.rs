@@ -62,7 +62,7 @@ impl Worker {
     /// (module docs). Closing at once with unread input would make the kernel send RST, which
     /// can destroy the response (e.g. a 413) before the client reads it.
     pub(super) fn linger(&mut self, idx: usize, now: u64) {
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
         if conn.peer_closed || conn.start_linger(now).is_err() {
@@ -75,7 +75,7 @@ impl Worker {
     /// byte bound (the time bound is the sweep's).
     pub(super) fn discard(&mut self, idx: usize) {
         self.note_io(idx);
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
         if conn.discard_input(&mut self.scratch) {
@@ -105,14 +105,14 @@ impl Worker {
             // What the kernel completed is taken before the listener closes.
             self.accept_all();
             if let Some(mut l) = self.listener.take() {
-                let _ = self.poll.registry().deregister(&mut l);
+                let _ = self.reactor.registry().deregister(&mut l);
             }
         }
         let limit = self.shared.config.server.shutdown_timeout.as_nanos() as u64;
         // On io_uring, closed connections may still be sending their last response.
-        let sending = self.uring.as_ref().map_or(0, |r| r.retired());
+        let sending = self.reactor.closing_sends();
         let quiet = self.listener.is_none()
-            && self.open == 0
+            && self.conns.open() == 0
             && sending == 0
             && self.outstanding == 0
             && self.dispatcher.in_flight() == 0;

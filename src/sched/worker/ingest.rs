@@ -110,7 +110,7 @@ impl Worker {
             keep_alive,
             reply: append.reply,
         };
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
         conn.slots.push_back(Slot::Pending(pending));
@@ -134,7 +134,7 @@ impl Worker {
     /// Offers the connection's waiting events to the WAL ring, in order. Returns true if some
     /// are still waiting for room.
     pub(super) fn offer_conn(&mut self, idx: usize, now: u64) -> bool {
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return false;
         };
         let mut still_waiting = false;
@@ -165,7 +165,7 @@ impl Worker {
 
     /// Replaces the ingest slot at `pos` with its response.
     pub(super) fn finish_slot(&mut self, idx: usize, pos: usize, result: Result<(), Refusal>) {
-        let Some(conn) = self.conns.get(idx).and_then(Option::as_ref) else {
+        let Some(conn) = self.conns.get(idx) else {
             return;
         };
         let Some(Slot::Pending(p)) = conn.slots.get(pos) else {
@@ -178,7 +178,7 @@ impl Worker {
         // A replay: durable → the entry leaves the DLQ (a failure to remove it only means a
         // later replay would deliver again: at least once), then its claim drops.
         self.settle_single_replay(ticket, result.is_ok());
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
         let Some(Slot::Pending(p)) = conn.slots.get(pos) else {
@@ -242,7 +242,7 @@ impl Worker {
             return None;
         }
         let idx = (ticket >> TICKET_SEQ_BITS) as usize;
-        let conn = self.conns.get_mut(idx).and_then(Option::as_mut)?;
+        let conn = self.conns.get_mut(idx)?;
         let pos = conn
             .slots
             .iter()

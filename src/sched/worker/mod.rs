@@ -1,8 +1,10 @@
-//! One core's event loop.
+//! One core's event loop, written once over the core's reactor (`net::io::Reactor`, mio or
+//! io_uring below it): submit, wait, handle the events, then the turn's work (`end_turn`).
 //!
-//! Each worker owns: a `mio::Poll`, its own `SO_REUSEPORT` listener (the kernel spreads new
-//! connections across workers), a bounded connection table, a cache of per-source buckets, a
-//! shard of the metrics, its log's commit helper, its pump and its dispatcher (`CoreParts`). Nothing here takes a lock on the request path, except the dedupe index's
+//! Each worker owns: its reactor, its own `SO_REUSEPORT` listener (the kernel spreads new
+//! connections across workers), a bounded connection table (`net::conns`), a cache of per-source
+//! buckets, a shard of the metrics, its log's commit helper, its pump and its dispatcher
+//! (`CoreParts`). Nothing here takes a lock on the request path, except the dedupe index's
 //! sharded locks for triggers with `dedupe` (held for one hash-map operation; `ingest::dedupe`).
 //!
 //! The life of an ingest request (decided by the sans-IO `ingest::pipeline`, applied by `ingest.rs`):
@@ -32,7 +34,7 @@ use std::time::Duration;
 use crate::dispatch::dispatcher::{Dispatcher, CLIENT_TOKEN_BASE};
 use crate::dispatch::metrics::CoreDispatchMetrics;
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token};
+use mio::{Interest, Poll, Token};
 
 use crate::ingest::dedupe::ClaimToken;
 use crate::ingest::event_id::EventIdGen;
@@ -42,34 +44,41 @@ use crate::ingest::router::{AdminRoute, OpsEndpoint, RouteMatch};
 use crate::ingest::sources::SourceCache;
 use crate::ingest::verify;
 use crate::metrics::{ConnRefusal, CoreMetrics, Route, TimeoutKind};
-use crate::net::conn::{Flush, Phase, LINGER};
+use crate::net::conn::{Flush, Phase};
+use crate::net::conns::Conns;
 use crate::net::date::DateCache;
 use crate::net::http::{self, HttpError, ReadEvent, Request};
-use crate::net::io::uring::Uring;
-use crate::net::io::{Backend, Stream};
+use crate::net::io::event::ConnEvent;
+use crate::net::io::{Backend, Event, Reactor, SOURCE_TOKEN_BASE};
 use crate::sched::commit::Committer;
 use crate::sched::pump::CorePump;
 use crate::sched::state::{Phase as Lifecycle, Shared};
 use crate::sync::clock::unix_millis;
 use crate::wal::{self, AppendOutcome, AppendRequest};
 
+mod books;
 mod budgets;
 mod drain;
 mod ingest;
 mod links;
 mod ops;
 mod replay;
-mod uring_loop;
+mod timeouts;
+mod wiring;
 
 /// A client connection of this core; its pending responses are ingest events.
 type Conn = crate::net::conn::Conn<PendingIngest>;
 type Slot = crate::net::conn::Slot<PendingIngest>;
 
-pub use links::CoreLinks;
+pub use wiring::CoreLinks;
 /// The poll token of a core's waker.
-pub const WAKER_TOKEN: Token = links::WAKER;
+pub const WAKER_TOKEN: Token = wiring::WAKER;
 
 const LISTENER: Token = Token(usize::MAX - 1);
+// The core's own sources and the dispatcher's outbound sockets are sources of the reactor, not
+// connections.
+const _: () =
+    assert!(CLIENT_TOKEN_BASE >= SOURCE_TOKEN_BASE && wiring::WAKER.0 >= SOURCE_TOKEN_BASE);
 
 /// Bits of a ticket that carry the per-worker sequence; the bits above hold the connection slot.
 const TICKET_SEQ_BITS: u32 = 40;
@@ -93,11 +102,11 @@ pub struct CoreParts {
 #[derive(Debug)]
 pub struct Worker {
     id: usize,
-    poll: Poll,
+    /// The core's I/O: connections, sources (listener, waker, outbound sockets), the ring.
+    reactor: Reactor,
     listener: Option<TcpListener>,
-    conns: Vec<Option<Conn>>,
-    free: Vec<usize>,
-    open: usize,
+    /// The core's connections (at most `max_connections_per_core`).
+    conns: Conns<PendingIngest>,
     shared: Arc<Shared>,
     metrics: CoreMetrics,
     sources: SourceCache,
@@ -133,19 +142,15 @@ pub struct Worker {
     /// The injected clock read once per loop turn (nanos): token-bucket decisions use it.
     turn_now: u64,
     /// Bulk DLQ replays whose append has not completed (`replay.rs`).
-    replays: replay::Replays,
+    replays: books::Replays,
     /// Connection budgets: deferred scrapes, the accept retry (`budgets.rs`).
-    edge: budgets::Edge,
+    edge: books::Edge,
     /// Gives freed memory back after a wave of connections or bodies (`sched::alloc`).
     trimmer: crate::sched::alloc::Trimmer,
     /// The configuration generation this core runs (`ops::reload`): its router for routing.
     view: crate::ops::reload::CoreView,
     /// The backend asked for; `uring` is set up on the core's own thread when the loop starts.
     backend: Backend,
-    /// The core's ring when the loop runs on io_uring (`uring_loop.rs`).
-    uring: Option<Box<Uring>>,
-    /// Connections whose ring operations need (re)arming at the end of the turn (io_uring).
-    touched: Vec<usize>,
     /// The last handled request's head, whose buffers the next parsed head reuses (one per
     /// core; kept only while it holds at most [`SPARE_HEAD_BYTES`]).
     spare_head: Option<http::RequestHead>,
@@ -196,11 +201,9 @@ impl Worker {
         .with_budgets(|d| shared.cluster.budget_for(d));
         Ok(Worker {
             id,
-            poll,
+            reactor: Reactor::new(poll),
             listener: Some(listener),
-            conns: Vec::new(),
-            free: Vec::new(),
-            open: 0,
+            conns: Conns::new(shared.config.server.max_connections_per_core),
             metrics: shared.metrics.core(id),
             sources: SourceCache::new(shared.sources.clone()),
             view: crate::ops::reload::CoreView::new(&shared.reload),
@@ -224,12 +227,10 @@ impl Worker {
             orphans: std::collections::HashMap::new(),
             reported_quiet: false,
             turn_now: 0,
-            replays: replay::Replays::default(),
-            edge: budgets::Edge::default(),
+            replays: books::Replays::default(),
+            edge: books::Edge::default(),
             trimmer: Default::default(),
             backend: shared_backend,
-            uring: None,
-            touched: Vec::new(),
             spare_head: None,
             reply_body: String::new(),
         })
@@ -251,42 +252,57 @@ impl Worker {
     pub fn run(mut self) {
         if self.backend == Backend::Uring {
             // The ring is single-issuer: it is set up on the thread that uses it.
-            match Uring::new(std::os::fd::AsRawFd::as_raw_fd(&self.poll)) {
-                Ok(ring) => {
-                    self.uring = Some(Box::new(ring));
-                    return self.run_uring();
-                }
-                Err(e) => eprintln!(
+            if let Err(e) = self.reactor.start_uring() {
+                eprintln!(
                     "sluice: worker {}: setting up io_uring failed ({e}); this core runs on mio",
                     self.id
-                ),
+                );
             }
         }
-        self.run_mio()
-    }
-
-    fn run_mio(mut self) {
-        let mut events = Events::with_capacity(1024);
+        let mut events = Vec::new();
         let mut last_sweep = self.now();
         loop {
             self.finish_scrapes();
-            // On mio the loop parks on its commit helper while a batch with requests is out
-            // (`sched::commit`): measured side by side, the same durable 202s as reading on,
-            // with a third of the switches beyond four per commit (BENCHMARKS.md).
-            let timeout = self.committer.wait_for_commit(self.turn_timeout());
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    eprintln!("sluice: worker {}: poll failed: {e}", self.id);
-                    return;
-                }
+            self.submit_io();
+            let mut timeout = self.turn_timeout();
+            if self.reactor.backend() == Backend::Mio {
+                // On mio the loop parks on its commit helper while a batch with requests is
+                // out (`sched::commit`): measured side by side, the same durable 202s as
+                // reading on, with a third of the switches beyond four per commit
+                // (BENCHMARKS.md). On io_uring it reads on: disk and CPU overlap.
+                timeout = self.committer.wait_for_commit(timeout);
             }
-            self.begin_turn();
-            for ev in events.iter() {
-                self.on_event(ev);
-            }
-            if self.end_turn(&mut last_sweep) {
+            if let Err(e) = self.reactor.wait(timeout, &mut events) {
+                eprintln!("sluice: worker {}: waiting for I/O failed: {e}", self.id);
                 return;
             }
+            self.begin_turn();
+            for ev in events.drain(..) {
+                self.on_event(ev);
+            }
+            let closing = self.reactor.closing_sends() as u64;
+            self.metrics.set_io_retired(closing);
+            if self.end_turn(&mut last_sweep) {
+                break;
+            }
+        }
+        self.reactor.shutdown(&mut self.conns);
+    }
+
+    /// Submits the operations the turn's connections asked for; closes those that failed.
+    fn submit_io(&mut self) {
+        let mut failed = Vec::new();
+        self.reactor.submit(&mut self.conns, &mut failed);
+        for idx in failed {
+            self.close(idx);
+        }
+    }
+
+    /// Connection `idx` was read dry or written to: the reactor submits what it needs before
+    /// the next wait.
+    pub(super) fn note_io(&mut self, idx: usize) {
+        if let Some(conn) = self.conns.get_mut(idx) {
+            self.reactor.touch(idx, &mut conn.stream);
         }
     }
 
@@ -321,7 +337,7 @@ impl Worker {
     /// core that was mid-turn when the reload was published.
     fn follow_reload(&mut self) {
         if let Some(next) = self.view.pick_up(&self.shared.reload) {
-            let (now, registry) = (self.turn_now, self.poll.registry());
+            let (now, registry) = (self.turn_now, self.reactor.registry());
             let draining = self.shared.accepting_stopped(now);
             // Between two requests of this loop: the pump learns the new trigger → destination
             // map, the dispatcher the new destinations (limits, retry, timeouts, gates).
@@ -333,29 +349,46 @@ impl Worker {
         }
     }
 
-    /// One readiness event of the core's mio poll.
-    fn on_event(&mut self, ev: &mio::event::Event) {
-        match ev.token() {
-            LISTENER => self.accept_all(),
-            links::WAKER => {}
-            Token(t) if t >= CLIENT_TOKEN_BASE => {
-                let now = self.now();
-                let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
-                let writable = ev.is_writable() || ev.is_error();
+    /// One event of the core's reactor.
+    fn on_event(&mut self, ev: Event) {
+        match ev {
+            Event::Source {
+                token: LISTENER, ..
+            } => self.accept_all(),
+            Event::Source {
+                token,
+                readable,
+                writable,
+            } if token.0 >= CLIENT_TOKEN_BASE => {
+                let (now, registry) = (self.now(), self.reactor.registry());
                 self.dispatcher
-                    .on_ready(Token(t), readable, writable, now, self.poll.registry());
+                    .on_ready(token, readable, writable, now, registry);
             }
-            Token(i) => {
-                if let Some(c) = self.conns.get_mut(i).and_then(Option::as_mut) {
-                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                        c.readable = true;
-                    }
-                    if ev.is_read_closed() || ev.is_error() {
-                        c.rdhup = true;
-                    }
-                }
-                self.drive(i);
-            }
+            // The waker: the turn's work looks at what woke it.
+            Event::Source { .. } => {}
+            Event::Conn(ev) => self.on_conn_event(ev),
+            // The own log's commit is back (`sched::commit`): answered at turn end.
+            Event::FileDone(done) => self.committer.on_ring_done(done),
+        }
+    }
+
+    /// Readiness or a completion on a connection.
+    fn on_conn_event(&mut self, ev: ConnEvent) {
+        let idx = ev.idx();
+        let mut conn = self.conns.get_mut(idx);
+        let stream = conn.as_mut().map(|c| &mut c.stream);
+        let Some(ready) = self.reactor.settle(ev, stream) else {
+            return;
+        };
+        if ready.starved {
+            self.metrics.incr_io_pool_empty();
+        }
+        if let Some(c) = conn {
+            c.readable |= ready.input;
+            c.rdhup |= ready.closed;
+        }
+        if ready.drive {
+            self.drive(idx);
         }
     }
 
@@ -398,7 +431,7 @@ impl Worker {
     }
 
     fn admit_connection(&mut self, mut stream: TcpStream) {
-        if self.open >= self.shared.config.server.max_connections_per_core {
+        if self.conns.is_full() {
             self.metrics
                 .incr_connections_refused(ConnRefusal::PerCoreCap);
             let mut out = Vec::new();
@@ -415,23 +448,12 @@ impl Worker {
             return;
         }
         let _ = stream.set_nodelay(true);
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.conns.push(None);
-                self.conns.len() - 1
-            }
-        };
-        let stream = match self.uring.as_deref_mut() {
-            Some(ring) => ring.stream(stream.into()).map(Stream::Uring),
-            None => crate::net::io::mio::register(self.poll.registry(), &mut stream, Token(idx))
-                .map(|()| Stream::Mio(stream)),
-        };
-        let stream = match stream {
+        let idx = self.conns.reserve();
+        let stream = match self.reactor.adopt(idx, stream) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("sluice: worker {}: register failed: {e}", self.id);
-                self.free.push(idx);
+                self.conns.unreserve(idx);
                 return;
             }
         };
@@ -441,25 +463,15 @@ impl Worker {
         let mut conn = Conn::new(stream, reader, budget, now);
         // A new connection must send its head within the header timeout (slowloris).
         conn.set_phase(Phase::Head, now);
-        self.conns[idx] = Some(conn);
-        self.open += 1;
+        self.conns.put(idx, conn);
         self.metrics.incr_connections_accepted();
-        self.metrics.set_connections_open(self.open as u64);
+        self.metrics.set_connections_open(self.conns.open() as u64);
         self.drive(idx);
     }
 
     fn close(&mut self, idx: usize) {
-        if let Some(c) = self.conns.get_mut(idx).and_then(Option::take) {
-            match c.stream {
-                Stream::Mio(mut s) => {
-                    let _ = self.poll.registry().deregister(&mut s);
-                }
-                Stream::Uring(s) => {
-                    if let Some(ring) = self.uring.as_deref_mut() {
-                        ring.retire(idx, s);
-                    }
-                }
-            }
+        if let Some(c) = self.conns.take(idx) {
+            self.reactor.release(idx, c.stream);
             // Events never offered to the WAL: release their dedupe claim and backlog share now.
             // Events already with the writer are settled when their completion arrives.
             for slot in &c.slots {
@@ -476,21 +488,14 @@ impl Worker {
                     }
                 }
             }
-            self.free.push(idx);
-            self.open -= 1;
-            self.metrics.set_connections_open(self.open as u64);
+            self.metrics.set_connections_open(self.conns.open() as u64);
         }
     }
 
     /// Reads, parses and answers as far as the connection allows, then writes; repeats while
     /// writing made room under the pipeline depth for requests already received.
     fn drive(&mut self, idx: usize) {
-        if let Some(Phase::Linger) = self
-            .conns
-            .get(idx)
-            .and_then(Option::as_ref)
-            .map(|c| c.phase)
-        {
+        if let Some(Phase::Linger) = self.conns.get(idx).map(|c| c.phase) {
             return self.discard(idx);
         }
         let cfg = &self.shared.config.server;
@@ -498,15 +503,9 @@ impl Worker {
         loop {
             let at_depth = self.read_and_handle(idx);
             self.flush(idx);
-            let room = self
-                .conns
-                .get(idx)
-                .and_then(Option::as_ref)
-                .is_some_and(|c| {
-                    c.phase != Phase::Linger
-                        && c.slots.len() < depth
-                        && c.queued_bytes() < max_bytes
-                });
+            let room = self.conns.get(idx).is_some_and(|c| {
+                c.phase != Phase::Linger && c.slots.len() < depth && c.queued_bytes() < max_bytes
+            });
             if !(at_depth && room) {
                 return;
             }
@@ -519,7 +518,7 @@ impl Worker {
     fn read_and_handle(&mut self, idx: usize) -> bool {
         let draining = self.shared.phase() == Lifecycle::Draining;
         loop {
-            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            let Some(conn) = self.conns.get_mut(idx) else {
                 return false;
             };
             if conn.closing {
@@ -528,7 +527,7 @@ impl Worker {
             if self.read_paused(idx) {
                 return true;
             }
-            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            let Some(conn) = self.conns.get_mut(idx) else {
                 return false;
             };
             match conn
@@ -548,7 +547,7 @@ impl Worker {
                     if !self.admit_body(idx) {
                         return false;
                     }
-                    let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+                    let Some(conn) = self.conns.get_mut(idx) else {
                         return false;
                     };
                     if expect_continue && !conn.continue_sent {
@@ -573,7 +572,7 @@ impl Worker {
                     return false;
                 }
             }
-            let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+            let Some(conn) = self.conns.get_mut(idx) else {
                 return false;
             };
             if !conn.readable || conn.peer_closed {
@@ -601,7 +600,7 @@ impl Worker {
     fn flush(&mut self, idx: usize) {
         self.note_io(idx);
         let now = self.now();
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
         if conn.phase == Phase::Linger {
@@ -621,17 +620,7 @@ impl Worker {
             return self.close(idx);
         }
         conn.trim();
-        let phase = if !conn.slots.is_empty() {
-            Phase::Busy
-        } else if conn.reader.pending_head().is_some() {
-            Phase::Body
-        } else if !conn.rbuf.is_empty() || !conn.reader.is_idle() || conn.served == 0 {
-            // A fresh connection must send its first head within the header timeout.
-            Phase::Head
-        } else {
-            Phase::Idle
-        };
-        conn.set_phase(phase, now);
+        conn.update_phase(now);
     }
 
     // ----- requests ---------------------------------------------------------------------------
@@ -649,7 +638,7 @@ impl Worker {
         head_only: bool,
     ) {
         self.metrics.incr_http(route, status);
-        let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) else {
+        let Some(conn) = self.conns.get_mut(idx) else {
             return;
         };
         // `Date` and the caller's headers, on the stack (every route passes a few).
@@ -679,7 +668,7 @@ impl Worker {
 
     fn respond_error(&mut self, idx: usize, e: HttpError) {
         // The failed reader dropped any partial body.
-        if let Some(c) = self.conns.get_mut(idx).and_then(Option::as_mut) {
+        if let Some(c) = self.conns.get_mut(idx) {
             c.body.release();
         }
         let body = format!("{}\n", e.reason());
@@ -714,7 +703,7 @@ impl Worker {
         if !keep_alive {
             // This is the connection's last request: nothing pipelined behind it is read (and
             // so nothing behind it is ingested without an answer).
-            if let Some(c) = self.conns.get_mut(idx).and_then(Option::as_mut) {
+            if let Some(c) = self.conns.get_mut(idx) {
                 c.closing = true;
             }
         }
@@ -760,80 +749,5 @@ impl Worker {
                 self.handle_ingest(idx, head, body, trigger_id, source, keep_alive)
             }
         }
-    }
-
-    // ----- timeouts and shutdown -------------------------------------------------------------
-
-    fn sweep(&mut self, now: u64) {
-        if let Some(ring) = self.uring.as_deref_mut() {
-            ring.sweep(std::time::Instant::now());
-        }
-        let body = self.shared.body_budget.in_use();
-        self.trimmer.sweep(self.open, body, now);
-        let cfg = &self.shared.config.server;
-        let (head_t, body_t, idle_t) = (
-            cfg.header_timeout.as_nanos() as u64,
-            cfg.body_timeout.as_nanos() as u64,
-            cfg.idle_timeout.as_nanos() as u64,
-        );
-        // Idle connections are ended only once no client has sent anything for a while
-        // (`drain::node_quiet`).
-        let draining = self
-            .draining_since
-            .is_some_and(|since| drain::node_quiet(&self.shared, now, since));
-        for idx in 0..self.conns.len() {
-            let Some(conn) = self.conns[idx].as_ref() else {
-                continue;
-            };
-            if conn.unwritten() > 0 && now.saturating_sub(conn.write_since) > body_t {
-                // The client stopped reading its responses.
-                self.metrics.incr_timeout(TimeoutKind::Write);
-                self.close(idx);
-                continue;
-            }
-            let age = now.saturating_sub(conn.phase_since);
-            match conn.phase {
-                // The drain ends a silent connection by half-closing it (`drain.rs`).
-                Phase::Idle | Phase::Head if drain::may_end(conn, draining, age) => {
-                    self.linger(idx, now)
-                }
-                Phase::Head if age > head_t => {
-                    self.metrics.incr_timeout(TimeoutKind::Header);
-                    self.timeout_408(idx);
-                }
-                Phase::Body if age > body_t => {
-                    self.metrics.incr_timeout(TimeoutKind::Body);
-                    self.timeout_408(idx);
-                }
-                Phase::Linger if age > LINGER.as_nanos() as u64 => self.close(idx),
-                Phase::Idle if age > idle_t => {
-                    self.metrics.incr_timeout(TimeoutKind::Idle);
-                    // A half-close: a request that crossed our FIN is dropped, not reset.
-                    self.linger(idx, now);
-                }
-                _ => {}
-            }
-        }
-    }
-
-    fn timeout_408(&mut self, idx: usize) {
-        if let Some(conn) = self.conns.get_mut(idx).and_then(Option::as_mut) {
-            if conn.closing {
-                return self.close(idx);
-            }
-            conn.reader = http::RequestReader::new(self.limits.clone()).with_body_gate();
-            conn.body.release();
-            conn.rbuf.clear();
-        }
-        self.push_ready(
-            idx,
-            Route::Unmatched,
-            408,
-            &[("Content-Type", http::TEXT_PLAIN)],
-            b"request timeout\n",
-            false,
-            false,
-        );
-        self.flush(idx);
     }
 }

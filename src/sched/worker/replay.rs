@@ -27,14 +27,13 @@
 //! (`max_outstanding`); a crash between durability and removal leaves an entry that a later
 //! replay delivers again (at least once, as everywhere).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Worker, TICKET_SEQ_BITS};
 use crate::dispatch::bulk_replay::{ReplayFilter, ONLINE_CHUNK};
 use crate::dispatch::dlq::DlqError;
 use crate::dispatch::dlq_store::DlqStore;
-use crate::dispatch::replay_claims::{ClaimRefused, ReplayClaim};
+use crate::dispatch::replay_claims::ClaimRefused;
 use crate::ingest::pipeline::Now;
 use crate::ingest::respond::json_str;
 use crate::metrics::Route;
@@ -45,17 +44,6 @@ use crate::wal::{self, AppendOutcome, EventRecord};
 /// Marks the commit tickets of bulk replays (ingest tickets hold a connection slot < 2^22 above
 /// [`TICKET_SEQ_BITS`]; the pump's carry bit 63).
 pub(super) const REPLAY_TICKET: u64 = 1 << 62;
-
-/// This core's replays whose append has not completed, by commit ticket: bulk ones (ticket with
-/// [`REPLAY_TICKET`]) with their trigger id and backlog cost, and single ones
-/// (`POST /admin/dlq/{id}/replay`, an ingest ticket) holding their claim only.
-#[derive(Debug, Default)]
-pub(super) struct Replays {
-    /// ticket → (claim, trigger id, backlog cost).
-    by_ticket: HashMap<u64, (ReplayClaim, String, u64)>,
-    /// ingest ticket → claim of a single replay.
-    pub(super) single: HashMap<u64, ReplayClaim>,
-}
 
 /// What [`Worker::replay_one`] did with one entry.
 enum Step {

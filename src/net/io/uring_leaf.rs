@@ -1,0 +1,162 @@
+//! The io_uring leaf of the reactor (`reactor.rs`): completions, on the core's ring
+//! ([`super::uring`], which holds the mechanisms and their bounds).
+//!
+//! - A wait is one `io_uring_enter`: it submits the operations the connections touched since the
+//!   last wait asked for ([`UringLeaf::submit`]: sends of what was written, receives for those
+//!   read dry, deferred write shutdowns) and waits for completions.
+//! - A receive's completion is a connection's readable edge, a send's the writable one:
+//!   [`UringLeaf::settle`] first moves the completion into the stream (bytes to its inbox, room
+//!   in its outbox).
+//! - The core's mio poll (sources: listener, wakers, outbound sockets) is watched by the ring
+//!   (its epoll fd, multishot `POLL_ADD`): when that fires, the poll is drained without waiting
+//!   in the same turn (and again next turn if a full batch came back), so nothing waits in two
+//!   places.
+//! - The file write's end is one [`Event::FileDone`].
+//!
+//! Bounds: the touched list holds each live connection at most once (its `queued` flag); the
+//! completion buffer is reused (the operations in flight bound it, `uring.rs`).
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Events, Poll};
+
+use super::event::{ConnEvent, Event, Ready, Streams};
+use super::mio::{poll_into, EVENTS};
+use super::stream::Stream;
+use super::uring::{Completion, Op, Uring, UringStream};
+
+/// The io_uring leaf's state.
+#[derive(Debug)]
+pub struct UringLeaf {
+    ring: Uring,
+    /// The turn's completions (reused).
+    completions: Vec<Completion>,
+    /// The mio poll's readiness events (reused).
+    events: Events,
+    /// The poll has (or may have) sources ready: drain it without waiting this turn.
+    poll_ready: bool,
+    /// Connections whose operations need (re)arming at the next submit.
+    touched: Vec<usize>,
+}
+
+impl UringLeaf {
+    pub(super) fn new(ring: Uring) -> UringLeaf {
+        UringLeaf {
+            ring,
+            completions: Vec::new(),
+            events: Events::with_capacity(EVENTS),
+            // Drain the poll once at the start: the listener may already have connections.
+            poll_ready: true,
+            touched: Vec::new(),
+        }
+    }
+
+    pub(super) fn ring(&mut self) -> &mut Uring {
+        &mut self.ring
+    }
+
+    pub(super) fn adopt(&mut self, stream: TcpStream) -> io::Result<Stream> {
+        self.ring.stream(stream.into()).map(Stream::Uring)
+    }
+
+    pub(super) fn release(&mut self, idx: usize, stream: UringStream) {
+        self.ring.retire(idx, stream);
+    }
+
+    pub(super) fn touch(&mut self, idx: usize, s: &mut UringStream) {
+        if !s.queued {
+            s.queued = true;
+            self.touched.push(idx);
+        }
+    }
+
+    pub(super) fn submit(&mut self, streams: &mut impl Streams, failed: &mut Vec<usize>) {
+        for idx in self.touched.drain(..) {
+            let Some(Stream::Uring(s)) = streams.stream(idx) else {
+                continue;
+            };
+            s.queued = false;
+            if let Err(e) = self.ring.arm(idx, s) {
+                eprintln!("sluice: io_uring: submitting for a connection: {e}");
+                failed.push(idx);
+            }
+        }
+    }
+
+    pub(super) fn wait(
+        &mut self,
+        poll: &mut Poll,
+        timeout: Duration,
+        out: &mut Vec<Event>,
+    ) -> io::Result<()> {
+        let timeout = if self.poll_ready {
+            Duration::ZERO
+        } else {
+            timeout
+        };
+        self.ring.wait(timeout)?;
+        self.ring.completions(&mut self.completions);
+        for c in &self.completions {
+            match c.op {
+                Op::Poll => self.poll_ready = true,
+                Op::Recv | Op::Send => out.push(Event::Conn(ConnEvent::done(*c))),
+                // The own log's commit is back (`sched::commit`).
+                Op::File => out.extend(self.ring.take_file_done().map(Event::FileDone)),
+                Op::Provide | Op::Cancel | Op::FileWrite | Op::FileSync => {}
+            }
+        }
+        if self.poll_ready {
+            let n = poll_into(poll, &mut self.events, Duration::ZERO, out)?;
+            // A full batch may have left events behind: drain again next turn.
+            self.poll_ready = n == self.events.capacity();
+        }
+        Ok(())
+    }
+
+    /// A receive or send completed for connection `c.idx`, whose stream is `stream` if the
+    /// slot is live.
+    pub(super) fn settle(&mut self, c: Completion, stream: Option<&mut Stream>) -> Option<Ready> {
+        let live = match stream {
+            Some(Stream::Uring(s)) if s.gen() == c.gen => Some(s),
+            _ => None,
+        };
+        let Some(s) = live else {
+            self.ring.on_orphan(&c);
+            return None;
+        };
+        if c.op == Op::Recv {
+            if !self.ring.on_recv(s, &c) {
+                // The buffer pool was empty: try again at the next submit.
+                self.touch(c.idx, s);
+                let starved = true;
+                return Some(Ready {
+                    starved,
+                    ..Ready::default()
+                });
+            }
+            return Some(Ready {
+                input: true,
+                drive: true,
+                ..Ready::default()
+            });
+        }
+        self.ring.on_send(s, &c);
+        // Room in the outbox (or an error to find): carry on where writing stopped.
+        let drive = s.take_writable() || c.res < 0;
+        self.touch(c.idx, s);
+        Some(Ready {
+            drive,
+            ..Ready::default()
+        })
+    }
+
+    pub(super) fn sweep(&mut self) {
+        self.ring.sweep(Instant::now());
+    }
+
+    pub(super) fn closing_sends(&self) -> usize {
+        self.ring.retired()
+    }
+}
