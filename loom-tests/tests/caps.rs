@@ -46,6 +46,10 @@ fn caps_a_give_racing_a_take_keeps_the_count() {
         };
         giver.join().unwrap();
         let took = taker.join().unwrap();
-        assert_eq!(c.held_by("a"), u64::from(took), "one job per successful take");
+        assert_eq!(
+            c.held_by("a"),
+            u64::from(took),
+            "one job per successful take"
+        );
     });
 }

@@ -20,9 +20,9 @@ pub enum Event {
         readable: bool,
         writable: bool,
     },
-    /// Something happened on a connection: hand it to [`Reactor::settle`] with its stream.
+    /// Something happened on a connection: hand it to [`Reactor::settle`](super::Reactor::settle) with its stream.
     Conn(ConnEvent),
-    /// The file write on the ring finished ([`Reactor::file_ring`]).
+    /// The file write on the ring finished ([`Reactor::file_ring`](super::Reactor::file_ring)).
     FileDone(FileDone),
 }
 

@@ -2,10 +2,10 @@
 //! ([`super::uring`], which holds the mechanisms and their bounds).
 //!
 //! - A wait is one `io_uring_enter`: it submits the operations the connections touched since the
-//!   last wait asked for ([`UringLeaf::submit`]: sends of what was written, receives for those
+//!   last wait asked for (`UringLeaf::submit`: sends of what was written, receives for those
 //!   read dry, deferred write shutdowns) and waits for completions.
 //! - A receive's completion is a connection's readable edge, a send's the writable one:
-//!   [`UringLeaf::settle`] first moves the completion into the stream (bytes to its inbox, room
+//!   `UringLeaf::settle` first moves the completion into the stream (bytes to its inbox, room
 //!   in its outbox).
 //! - The core's mio poll (sources: listener, wakers, outbound sockets) is watched by the ring
 //!   (its epoll fd, multishot `POLL_ADD`): when that fires, the poll is drained without waiting
