@@ -30,6 +30,16 @@ pub fn ensure_free(addr: SocketAddr) -> io::Result<()> {
     // Dropped here: the address is free again for the workers' SO_REUSEPORT listeners.
 }
 
+/// One classic-BPF instruction (`code`, jump if true, jump if false, `k`).
+fn bpf(code: u32, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    }
+}
+
 /// Stops a listening socket from taking new connections while letting the ones under way
 /// complete: a classic socket filter that drops every segment with `SYN` set. A new client's SYN
 /// is dropped (it sends it again about a second later and then meets a closed port, or another
@@ -44,17 +54,11 @@ pub fn ensure_free(addr: SocketAddr) -> io::Result<()> {
 pub fn stop_admitting(listener: &impl std::os::fd::AsFd) -> io::Result<()> {
     // The filter sees a segment from its TCP header: byte 13 holds the flags, SYN is 0x02.
     //   ldb [13]; jset #0x02, drop, keep; keep: ret #-1 (all of it); drop: ret #0.
-    let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
-        code: code as u16,
-        jt,
-        jf,
-        k,
-    };
     let syn_dropped = [
-        op(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0, 0, 13),
-        op(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 1, 0, 0x02),
-        op(libc::BPF_RET | libc::BPF_K, 0, 0, u32::MAX),
-        op(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
+        bpf(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0, 0, 13),
+        bpf(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 1, 0, 0x02),
+        bpf(libc::BPF_RET | libc::BPF_K, 0, 0, u32::MAX),
+        bpf(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
     ];
     socket2::SockRef::from(listener).attach_filter(&syn_dropped)
 }
@@ -102,17 +106,11 @@ mod tests {
         // Hold a handshake half-way: the SYN is answered, every other segment (the client's
         // final ACK, its request) is dropped, so the client counts the connection as open
         // while the listener still has only a request socket for it.
-        let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
-            code: code as u16,
-            jt,
-            jf,
-            k,
-        };
         let only_syn = [
-            op(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0, 0, 13),
-            op(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 0, 1, 0x02),
-            op(libc::BPF_RET | libc::BPF_K, 0, 0, u32::MAX),
-            op(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
+            bpf(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0, 0, 13),
+            bpf(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 0, 1, 0x02),
+            bpf(libc::BPF_RET | libc::BPF_K, 0, 0, u32::MAX),
+            bpf(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
         ];
         socket2::SockRef::from(&listener)
             .attach_filter(&only_syn)
