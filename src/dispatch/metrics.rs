@@ -61,6 +61,24 @@ pub const TRIGGER_LATENCY_BOUNDS_NANOS: &[u64] = &[
 struct PumpCells {
     oldest_pending_ms: AtomicU64,
     done_cursor: AtomicU64,
+    /// Terminal outcomes whose record awaits its group commit, and their bound.
+    awaiting: AtomicU64,
+    max_awaiting: AtomicU64,
+}
+
+/// One core's pump gauges, sampled each loop turn ([`DispatchMetrics::set_pump_core`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PumpSample {
+    /// Dispatch jobs out, all cores (the process-wide slot counter).
+    pub outstanding: u64,
+    /// Unix ms of the oldest pending event's receipt on this core.
+    pub oldest_received_at_ms: Option<u64>,
+    /// The done cursor of the core's own log.
+    pub done_cursor: u64,
+    /// Terminal outcomes whose `Done`/DLQ record awaits its commit, and the pump's bound on them
+    /// (admission pauses there: `dispatch::pump`, "Redeliveries").
+    pub awaiting: u64,
+    pub max_awaiting: u64,
 }
 
 #[derive(Debug, Default)]
@@ -190,19 +208,16 @@ impl DispatchMetrics {
         self
     }
 
-    /// Core `core`'s pump gauges; `outstanding` is the process-wide count.
-    pub fn set_pump_core(
-        &self,
-        core: usize,
-        outstanding: u64,
-        oldest_received_at_ms: Option<u64>,
-        done_cursor: u64,
-    ) {
-        self.pump_outstanding.store(outstanding, Ordering::Relaxed);
+    /// Core `core`'s pump gauges (`Relaxed`: gauges, each read on its own at scrape).
+    pub fn set_pump_core(&self, core: usize, s: PumpSample) {
+        self.pump_outstanding
+            .store(s.outstanding, Ordering::Relaxed);
         if let Some(c) = self.pumps.get(core) {
-            c.oldest_pending_ms
-                .store(oldest_received_at_ms.unwrap_or(0), Ordering::Relaxed);
-            c.done_cursor.store(done_cursor, Ordering::Relaxed);
+            let oldest = s.oldest_received_at_ms.unwrap_or(0);
+            c.oldest_pending_ms.store(oldest, Ordering::Relaxed);
+            c.done_cursor.store(s.done_cursor, Ordering::Relaxed);
+            c.awaiting.store(s.awaiting, Ordering::Relaxed);
+            c.max_awaiting.store(s.max_awaiting, Ordering::Relaxed);
         }
     }
 
@@ -428,6 +443,32 @@ impl DispatchMetrics {
             let cursor = c.done_cursor.load(Ordering::Relaxed);
             w.sample_u64("sluice_pump_done_cursor", &[("core", &core)], cursor);
         }
+        self.render_awaiting(w);
+    }
+
+    /// Each core's terminal outcomes awaiting their commit, beside their bound.
+    fn render_awaiting(&self, w: &mut PromWriter) {
+        const AWAITING: &str = "sluice_pump_outcomes_awaiting_commit";
+        const MAX: &str = "sluice_pump_outcomes_awaiting_commit_max";
+        w.header(
+            AWAITING,
+            "Terminal outcomes (delivered, dead-lettered) whose record awaits its group commit, \
+             per core; the core's pump stops admitting at sluice_pump_outcomes_awaiting_commit_max.",
+            MetricType::Gauge,
+        );
+        for (core, c) in self.pumps.iter().enumerate() {
+            let v = c.awaiting.load(Ordering::Relaxed);
+            w.sample_u64(AWAITING, &[("core", &core.to_string())], v);
+        }
+        w.header(
+            MAX,
+            "The bound on a core's outcomes awaiting their commit: max(dispatch slots, 64).",
+            MetricType::Gauge,
+        );
+        for (core, c) in self.pumps.iter().enumerate() {
+            let v = c.max_awaiting.load(Ordering::Relaxed);
+            w.sample_u64(MAX, &[("core", &core.to_string())], v);
+        }
     }
 
     /// Seconds since the oldest event without an outcome was accepted (0 when none).
@@ -641,5 +682,37 @@ mod tests {
         assert!(text.contains(
             "harn_trigger_accepted_to_dlq_seconds_bucket{le=\"120\",status=\"circuit_open\"} 1\n"
         ));
+    }
+
+    #[test]
+    fn each_core_shows_its_outcomes_awaiting_their_commit_beside_the_bound() {
+        let m = DispatchMetrics::new(&[("http://h/".into(), 4)]).with_cores(2);
+        let sample = |awaiting| PumpSample {
+            outstanding: 3,
+            oldest_received_at_ms: None,
+            done_cursor: 9,
+            awaiting,
+            max_awaiting: 64,
+        };
+        m.set_pump_core(0, sample(5));
+        m.set_pump_core(1, sample(0));
+        // A core past the table (never built) is ignored, not a panic.
+        m.set_pump_core(7, sample(1));
+        let mut w = PromWriter::new();
+        m.render(&mut w, 0, 0);
+        let text = w.finish();
+        for line in [
+            "# TYPE sluice_pump_outcomes_awaiting_commit gauge",
+            "sluice_pump_outcomes_awaiting_commit{core=\"0\"} 5",
+            "sluice_pump_outcomes_awaiting_commit{core=\"1\"} 0",
+            "sluice_pump_outcomes_awaiting_commit_max{core=\"0\"} 64",
+            "sluice_pump_done_cursor{core=\"1\"} 9",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(!text.contains("core=\"7\""));
     }
 }

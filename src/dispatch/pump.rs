@@ -389,6 +389,11 @@ impl<E: PumpEnv> PumpCore<E> {
         (self.slots.window.max() as usize).max(MIN_AWAITING)
     }
 
+    /// Terminal outcomes awaiting their commit (bounded by [`PumpCore::max_awaiting`]).
+    pub fn awaiting(&self) -> usize {
+        self.awaiting
+    }
+
     /// The shared dispatch-slot counter.
     pub fn outstanding(&self) -> &Arc<Outstanding> {
         &self.slots.window

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use crate::dispatch::dlq::{DlqEntry, DlqError};
 use crate::dispatch::job::{Job, JobOutcome};
-use crate::dispatch::metrics::DispatchMetrics;
+use crate::dispatch::metrics::{DispatchMetrics, PumpSample};
 pub use crate::dispatch::outstanding::Outstanding;
 use crate::dispatch::pump::{PumpCore, PumpEnv, Route, Routes, Write};
 pub use crate::dispatch::pump::{PumpLog, PUMP_TICKET};
@@ -244,12 +244,16 @@ impl CorePump {
     /// Live gauges every turn; the drain rate once a second (core 0, for all cores).
     fn tick(&mut self, now: u64) {
         let cursor = self.pump.cursors().next().map_or(0, |c| c.2);
-        self.shared.metrics_dispatch.set_pump_core(
-            self.core,
-            self.pump.outstanding().get(),
-            self.pump.oldest_received_at(),
-            cursor,
-        );
+        let sample = PumpSample {
+            outstanding: self.pump.outstanding().get(),
+            oldest_received_at_ms: self.pump.oldest_received_at(),
+            done_cursor: cursor,
+            awaiting: self.pump.awaiting() as u64,
+            max_awaiting: self.pump.max_awaiting() as u64,
+        };
+        self.shared
+            .metrics_dispatch
+            .set_pump_core(self.core, sample);
         let drained = self.pump.take_drained();
         if drained > 0 {
             self.shared.backlog.note_drained(drained);
