@@ -147,16 +147,16 @@ enum DlqCommand {
         #[arg(long, conflicts_with = "id")]
         all: bool,
         /// Only entries with this reason (retry_exhausted, circuit_open, permanent_failure).
-        #[arg(long, requires = "all")]
+        #[arg(long, conflicts_with = "id")]
         reason: Option<String>,
         /// Only entries of this trigger id.
-        #[arg(long, requires = "all")]
+        #[arg(long, conflicts_with = "id")]
         trigger: Option<String>,
         /// Only entries dead-lettered at or after this time (Unix ms or RFC 3339).
-        #[arg(long, requires = "all")]
+        #[arg(long, conflicts_with = "id")]
         since: Option<String>,
         /// Replay at most N entries (the restarted server's backlog bound counts them).
-        #[arg(long, requires = "all")]
+        #[arg(long, conflicts_with = "id")]
         limit: Option<usize>,
     },
 }

@@ -269,6 +269,36 @@ fn has_progress_bytes(s: &str) -> bool {
     s.contains('\r') || s.contains("\x1b[")
 }
 
+/// A filter names a set of entries: with one ID it is refused (exit 2, before any file is
+/// read), never parsed and ignored.
+#[test]
+fn a_dlq_replay_filter_beside_one_id_is_refused_not_ignored() {
+    let filters = [
+        ["--reason", "retry_exhausted"],
+        ["--trigger", "t"],
+        ["--since", "0"],
+        ["--limit", "1"],
+    ];
+    for [flag, value] in filters {
+        let id = "01ARZ3NDEKTSV4RRFFQ69G5FAV";
+        let out = run_cli(&[
+            "dlq",
+            "replay",
+            id,
+            flag,
+            value,
+            "--data-dir",
+            "/nonexistent",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {}", out.all());
+        assert!(
+            out.stderr.contains("cannot be used with"),
+            "{flag}: {}",
+            out.all()
+        );
+    }
+}
+
 #[test]
 fn long_cli_commands_draw_progress_on_a_tty_and_nothing_when_piped() {
     let (server, _ds) = dead_lettered_data_dir(20);
