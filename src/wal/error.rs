@@ -117,19 +117,53 @@ impl LostRange {
         (self.last + 1).saturating_sub(self.first)
     }
 
-    /// Never true: a range holds at least one LSN.
+    /// True for damaged framing between two records that loses no LSN.
     pub fn is_empty(&self) -> bool {
-        false
+        self.len() == 0
     }
 }
 
 impl fmt::Display for LostRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            // `first..=first - 1` would read as a range backwards; say what it is.
+            let after = self.first.saturating_sub(1);
+            return write!(
+                f,
+                "damaged bytes after LSN {after}, no LSN missing: {}",
+                self.why
+            );
+        }
         write!(
             f,
             "LSNs {}..={} missing: {}",
             self.first, self.last, self.why
         )
+    }
+}
+
+#[cfg(test)]
+mod lost_range_tests {
+    use super::LostRange;
+
+    #[test]
+    fn a_range_names_its_lsns_and_damage_that_loses_none_says_so() {
+        let range = |first, last| LostRange {
+            first,
+            last,
+            why: "segment 2 damaged".into(),
+        };
+        assert_eq!(
+            range(3, 5).to_string(),
+            "LSNs 3..=5 missing: segment 2 damaged"
+        );
+        assert_eq!((range(3, 5).len(), range(3, 5).is_empty()), (3, false));
+        let none = range(3, 2);
+        assert_eq!((none.len(), none.is_empty()), (0, true));
+        assert_eq!(
+            none.to_string(),
+            "damaged bytes after LSN 2, no LSN missing: segment 2 damaged"
+        );
     }
 }
 

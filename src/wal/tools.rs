@@ -84,10 +84,18 @@ impl std::fmt::Display for VerifyReport {
             ),
         }?;
         for r in &self.lost {
-            write!(f, "; LOST: {r}")?;
+            let word = if r.is_empty() { "DAMAGED" } else { "LOST" };
+            write!(f, "; {word}: {r}")?;
         }
         for (a, b) in &self.accepted {
-            write!(f, "; accepted earlier: LSNs {a}..={b} given up")?;
+            if b < a {
+                write!(
+                    f,
+                    "; accepted earlier: damaged bytes after LSN {b}, no LSN given up"
+                )?;
+            } else {
+                write!(f, "; accepted earlier: LSNs {a}..={b} given up")?;
+            }
         }
         if let Some(why) = &self.checkpoint_damaged {
             write!(f, "; CHECKPOINT DAMAGED: {why}")?;
