@@ -15,7 +15,8 @@
 use serde_json::{json, Map, Value};
 
 use crate::config::Config;
-use crate::ingest::backlog::{SlotView, WhenFull, SLOT_REFUSALS};
+use crate::ingest::backlog::view::{SlotView, SLOT_REFUSALS};
+use crate::ingest::backlog::WhenFull;
 use crate::sched::state::Shared;
 
 /// `triggers[]`: the configuration's triggers, then the removed ones still holding events.
