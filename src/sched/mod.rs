@@ -13,6 +13,8 @@
 
 pub mod alloc;
 pub mod commit;
+pub mod context;
+pub mod error;
 pub mod exposition;
 pub mod logs;
 pub mod pump;

@@ -15,6 +15,7 @@
 //! holds, syncs its logs and exits (`sched::commit::Committer::close`).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -24,55 +25,19 @@ use mio::{Poll, Waker};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::Config;
-use crate::dispatch::dlq::DlqStore;
-use crate::dispatch::metrics::DispatchMetrics;
-use crate::ingest::backlog::Backlog;
-use crate::ingest::bucket::{Admission, BucketParams};
 use crate::ingest::router::Router;
-use crate::ingest::sources::SourceTable;
-use crate::ingest::Guards;
 use crate::metrics::Metrics;
+use crate::net::io::Backend;
 use crate::sched::commit::{Committer, HelperLog};
-use crate::sched::logs;
+use crate::sched::context::{DispatchContext, IngestContext, Pending};
+use crate::sched::error::io_err;
+pub use crate::sched::error::RuntimeError;
+use crate::sched::logs::{self, OpenLog, RunLogs};
 use crate::sched::pump::{CorePump, Outstanding, PumpLog};
-use crate::sched::state::{Phase, Shared};
+use crate::sched::state::{NodeParts, Phase, Shared};
 use crate::sched::worker::{self, CoreLinks, CoreParts, Worker};
 use crate::sync::clock::{unix_millis, Clock, MonotonicClock};
 use crate::wal::{self, WalConfig, WalShared};
-
-/// Why the server could not start or stopped abnormally.
-#[derive(Debug)]
-pub enum RuntimeError {
-    /// The WAL could not be opened or recovered.
-    Wal(wal::WalError),
-    /// Binding, thread spawning or another OS call failed.
-    Io {
-        what: String,
-        source: std::io::Error,
-    },
-    /// A value the config validation let through but a component refused.
-    Config(String),
-    /// A core's thread or its commit helper died.
-    ThreadDied(String),
-}
-
-impl std::fmt::Display for RuntimeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RuntimeError::Wal(e) => write!(f, "write-ahead log: {e}"),
-            RuntimeError::Io { what, source } => write!(f, "{what}: {source}"),
-            RuntimeError::Config(msg) => f.write_str(msg),
-            RuntimeError::ThreadDied(name) => write!(f, "thread {name} died"),
-        }
-    }
-}
-
-impl std::error::Error for RuntimeError {}
-
-fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RuntimeError {
-    let what = what.into();
-    move |source| RuntimeError::Io { what, source }
-}
 
 /// Binds one `SO_REUSEPORT` listener.
 pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -119,13 +84,13 @@ pub fn serve_reloadable(
     let run = build(Arc::new(config))?;
     let shared = run.shared.clone();
     if let Some(source) = source {
-        shared.reload.set_source(source);
+        shared.reload().set_source(source);
     }
     let (handles, addr) = start(run)?;
     shared.set_phase(Phase::Ready);
     on_ready(addr);
     let died = wait_for_signal(&term, &handles, &mut || {
-        crate::ops::reload::on_signal(&hup, &shared.reload);
+        crate::ops::reload::on_signal(&hup, shared.reload());
     });
     drain(
         &shared,
@@ -164,148 +129,117 @@ fn wal_config(config: &Config, dir: std::path::PathBuf) -> WalConfig {
 /// Recovers every log, builds the shared state, binds the listeners and wires the cores.
 fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
-    let workers = config.server.workers;
-    let wal_dir = config.wal_dir();
-    let run_logs = logs::open_logs(&wal_config(&config, wal_dir.clone()), workers)
-        .map_err(RuntimeError::Wal)?;
-    let (mut pending_events, mut pending_bytes) = (0u64, 0u64);
-    for log in &run_logs.logs {
-        let r = &log.report;
-        eprintln!(
-            "sluice: wal {} recovered: {} segments, {} records, last lsn {}, {} pending{}",
-            log.name,
-            r.segments,
-            r.records,
-            r.last_lsn,
-            log.recovered.pending.len(),
-            match &r.truncated_tail {
-                Some((seg, off)) => format!(", torn tail truncated at {}:{}", seg.display(), off),
-                None => String::new(),
-            }
-        );
-        pending_events += log.recovered.pending.len() as u64;
-        pending_bytes += log.recovered.pending.values().map(|m| m.bytes).sum::<u64>();
-    }
-    let ingest_triggers = config.ingest_triggers();
-    let backlog = Arc::new(
-        Backlog::with_wal_limit(
-            config.dispatch.max_pending_events,
-            config.dispatch.max_pending_bytes,
-            config.dispatch.saturated_high,
-            config.dispatch.saturated_low,
-            config.dispatch.max_wal_bytes,
-        )
-        .with_triggers(
-            &crate::ingest::backlog::trigger_shares(&ingest_triggers),
-            config.ingest.default_route_spec(),
-            config.dispatch.reserved_fraction,
-        )
-        .map_err(RuntimeError::Config)?
-        .with_absorb(
-            config.dispatch.absorb_max_bytes,
-            &crate::ingest::backlog::absorbing_triggers(&ingest_triggers),
-        ),
-    );
-    backlog.preload(pending_events, pending_bytes);
-    let dlq = Arc::new(
-        DlqStore::open(
-            &config.server.data_dir.join("dlq"),
-            config.dispatch.max_dlq_entries as usize,
-        )
-        .map_err(|e| RuntimeError::Config(format!("dead-letter queue: {e}")))?,
-    );
-    let metrics_dispatch = Arc::new(
-        DispatchMetrics::new(
-            &config
-                .destinations
-                .iter()
-                .map(|d| (d.handler.uri.clone(), d.initial_permits() as u64))
-                .collect::<Vec<_>>(),
-        )
-        .with_flow(&config.dispatch_spec().triggers, config.flow.max_held)
-        .with_cores(workers)
-        .with_dlq(dlq.gauges()),
-    );
-    let bucket = |capacity| {
-        BucketParams::new(capacity, config.ingest.refill_per_sec)
-            .map_err(|e| RuntimeError::Config(format!("ingest bucket: {e}")))
-    };
-    let sources = Arc::new(
-        SourceTable::new(
-            config.ingest.max_sources,
-            bucket(config.ingest.per_source_capacity)?,
-        )
-        .with_metrics_top(config.ingest.metrics_top_sources)
-        .with_triggers(
-            config
-                .triggers
-                .iter()
-                .map(|t| (t.id.as_str(), t.provider.as_str())),
-        ),
-    );
-    let admission = Admission::new(bucket(config.ingest.global_capacity)?, clock.now_nanos());
-    // Before any core appends: the dedupe index is rebuilt from what is already durable.
-    let guards = Guards::new(&ingest_triggers, config.ingest.dedupe_max_keys);
-    let mut rebuilt = 0;
-    for log in &run_logs.logs {
-        rebuilt += guards
-            .rebuild_dedupe(&log.dir, unix_millis() / 1000)
-            .map_err(RuntimeError::Wal)?;
-    }
-    if rebuilt > 0 {
-        eprintln!("sluice: dedupe index rebuilt from the wal: {rebuilt} keys");
-    }
-    let router = Router::new(&ingest_triggers, config.ingest.default_route)
-        .with_admin(config.admin_token.is_some());
-    for line in crate::config::render::routes_summary(&config) {
-        eprintln!("sluice: {line}");
-    }
-    let histogram = Arc::new(crate::metrics::histogram::Histogram::new(
-        wal::SYNC_BOUNDS_NANOS,
-    ));
-    let wal_states: Vec<Arc<WalShared>> = run_logs
-        .logs
-        .iter()
-        .map(|l| {
-            let s = WalShared::sharing(histogram.clone());
-            s.durable_lsn
-                .store(l.report.last_lsn, std::sync::atomic::Ordering::Release);
-            Arc::new(s)
-        })
-        .collect();
-    let (io_backend, why) =
-        crate::net::io::select(config.server.io).map_err(|what| RuntimeError::Io {
-            what,
-            source: std::io::Error::from(std::io::ErrorKind::Unsupported),
-        })?;
-    eprintln!("sluice: io backend: {why}");
-    let mut shared = Shared::new(
-        config.clone(),
-        clock,
-        router,
-        admission,
-        sources,
-        guards,
-        wal_states.clone(),
-        Arc::new(Metrics::new(workers)),
-        backlog,
-        metrics_dispatch,
-        dlq.clone(),
-    );
-    shared.io_backend = io_backend;
+    let run_logs = recover_logs(&config)?;
+    let shared = Arc::new(shared_state(config.clone(), clock, &run_logs)?);
     if config.wal.commit == wal::CommitPath::Ring {
-        match commit_on_ring(&shared) {
+        match commit_on_ring(&config, shared.io_backend()) {
             true => eprintln!("sluice: wal commit: on each core's io_uring ring"),
             false => eprintln!(
                 "sluice: wal commit: \"ring\" needs the io_uring backend; on the commit helpers"
             ),
         }
     }
-    let shared = Arc::new(shared);
+    let (listeners, addr) = bind_listeners(config.server.listen, config.server.workers)?;
+    let cores = wire_cores(&shared, run_logs)?;
+    Ok(Run {
+        shared,
+        listeners,
+        addr,
+        cores,
+    })
+}
 
-    // Listeners: the first resolves the port (it may be 0), the others share it. No other
-    // process may hold the address (`net::listen`): SO_REUSEPORT would let it share silently.
-    let listen = config.server.listen;
+/// Opens and recovers every log of `config`'s data dir, one line per log on stderr.
+fn recover_logs(config: &Config) -> Result<RunLogs, RuntimeError> {
+    let base = wal_config(config, config.wal_dir());
+    let run_logs = logs::open_logs(&base, config.server.workers).map_err(RuntimeError::Wal)?;
+    for log in &run_logs.logs {
+        eprintln!("sluice: {}", recovery_line(log));
+    }
+    Ok(run_logs)
+}
+
+/// What the recovery of `log` found.
+fn recovery_line(log: &OpenLog) -> String {
+    let r = &log.report;
+    let torn = match &r.truncated_tail {
+        Some((seg, off)) => format!(", torn tail truncated at {}:{}", seg.display(), off),
+        None => String::new(),
+    };
+    format!(
+        "wal {} recovered: {} segments, {} records, last lsn {}, {} pending{torn}",
+        log.name,
+        r.segments,
+        r.records,
+        r.last_lsn,
+        log.recovered.pending.len(),
+    )
+}
+
+/// Events and bytes committed but not done over every recovered log.
+fn pending(run_logs: &RunLogs) -> Pending {
+    let mut p = Pending::default();
+    for log in &run_logs.logs {
+        p.events += log.recovered.pending.len() as u64;
+        p.bytes += log.recovered.pending.values().map(|m| m.bytes).sum::<u64>();
+    }
+    p
+}
+
+/// The shared state: the ingest and dispatch contexts, the routes, the logs' published state,
+/// the metric shards and the I/O backend (`server.io` resolved).
+fn shared_state(
+    config: Arc<Config>,
+    clock: Arc<dyn Clock>,
+    run_logs: &RunLogs,
+) -> Result<Shared, RuntimeError> {
+    let dirs: Vec<PathBuf> = run_logs.logs.iter().map(|l| l.dir.clone()).collect();
+    let now_secs = unix_millis() / 1000;
+    let pending = pending(run_logs);
+    let ingest = IngestContext::build(&config, clock.now_nanos(), pending, &dirs, now_secs)?;
+    let dispatch = DispatchContext::build(&config, Arc::clone(&ingest.backlog))?;
+    let router = Router::new(&config.ingest_triggers(), config.ingest.default_route)
+        .with_admin(config.admin_token.is_some());
+    for line in crate::config::render::routes_summary(&config) {
+        eprintln!("sluice: {line}");
+    }
+    let (io_backend, why) =
+        crate::net::io::select(config.server.io).map_err(|what| RuntimeError::Io {
+            what,
+            source: std::io::Error::from(std::io::ErrorKind::Unsupported),
+        })?;
+    eprintln!("sluice: io backend: {why}");
+    let node = NodeParts {
+        router,
+        wal: wal_states(run_logs),
+        metrics: Arc::new(Metrics::new(config.server.workers)),
+        io_backend,
+    };
+    Ok(Shared::new(config, clock, ingest, dispatch, node))
+}
+
+/// Each log's published state, starting at its recovered durable LSN; one sync-latency
+/// histogram for all.
+fn wal_states(run_logs: &RunLogs) -> Vec<Arc<WalShared>> {
+    let histogram = Arc::new(crate::metrics::histogram::Histogram::new(
+        wal::SYNC_BOUNDS_NANOS,
+    ));
+    let state = |l: &OpenLog| {
+        let s = WalShared::sharing(histogram.clone());
+        s.durable_lsn
+            .store(l.report.last_lsn, std::sync::atomic::Ordering::Release);
+        Arc::new(s)
+    };
+    run_logs.logs.iter().map(state).collect()
+}
+
+/// One listener per core on `listen`: the first resolves the port (it may be 0), the others
+/// share it. No other process may hold the address (`net::listen`): `SO_REUSEPORT` would let
+/// it share silently.
+fn bind_listeners(
+    listen: SocketAddr,
+    workers: usize,
+) -> Result<(Vec<std::net::TcpListener>, SocketAddr), RuntimeError> {
     let first = crate::net::listen::ensure_free(listen)
         .and_then(|()| bind_reuseport(listen))
         .map_err(|e| RuntimeError::Io {
@@ -319,46 +253,35 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
     for _ in 1..workers {
         listeners.push(bind_reuseport(addr).map_err(io_err(format!("binding {addr}")))?);
     }
-
-    let cores = wire_cores(&shared, run_logs, &wal_states, dlq)?;
-    Ok(Run {
-        shared,
-        listeners,
-        addr,
-        cores,
-    })
+    Ok((listeners, addr))
 }
 
 /// True if the cores commit their own logs on their io_uring rings (`wal.commit = "ring"`, and
 /// the backend is io_uring; config checks ensured durability and write path).
-fn commit_on_ring(shared: &Shared) -> bool {
-    shared.config.wal.commit == wal::CommitPath::Ring
-        && shared.io_backend == crate::net::io::Backend::Uring
+fn commit_on_ring(config: &Config, backend: Backend) -> bool {
+    config.wal.commit == wal::CommitPath::Ring && backend == Backend::Uring
 }
 
-/// Gives each core its poll, its commit helper over the logs it owns, its pump and its links.
-fn wire_cores(
-    shared: &Arc<Shared>,
-    run_logs: logs::RunLogs,
-    wal_states: &[Arc<WalShared>],
-    dlq: Arc<DlqStore>,
-) -> Result<Vec<CoreParts>, RuntimeError> {
-    let config = &shared.config;
-    let workers = config.server.workers;
-    let owners: Arc<[usize]> = run_logs.owners().into();
+/// Each core's poll and the waker of its loop.
+fn polls(workers: usize) -> Result<(Vec<Poll>, Vec<Arc<Waker>>), RuntimeError> {
     let mut polls = Vec::new();
     let mut wakers = Vec::new();
     for _ in 0..workers {
         let poll = Poll::new().map_err(io_err("creating a poll"))?;
-        let waker = Arc::new(
-            Waker::new(poll.registry(), worker::WAKER_TOKEN).map_err(io_err("creating a waker"))?,
-        );
+        let waker =
+            Waker::new(poll.registry(), worker::WAKER_TOKEN).map_err(io_err("creating a waker"))?;
         polls.push(poll);
-        wakers.push(waker);
+        wakers.push(Arc::new(waker));
     }
-    let max_outstanding = config.pump.max_outstanding;
-    let outstanding = Arc::new(Outstanding::new(max_outstanding));
-    let mut links = CoreLinks::wire(workers, max_outstanding, wakers.clone(), owners.clone());
+    Ok((polls, wakers))
+}
+
+/// The logs by owner core: what its commit helper writes and what its pump reads.
+fn logs_per_core(
+    run_logs: RunLogs,
+    wal_states: &[Arc<WalShared>],
+    workers: usize,
+) -> Vec<(Vec<HelperLog>, Vec<PumpLog>)> {
     let mut per_core: Vec<(Vec<HelperLog>, Vec<PumpLog>)> =
         (0..workers).map(|_| (Vec::new(), Vec::new())).collect();
     for (index, log) in run_logs.logs.into_iter().enumerate() {
@@ -381,16 +304,30 @@ fn wire_cores(
             shared: wal_states[index].clone(),
         });
     }
+    per_core
+}
+
+/// Gives each core its poll, its commit helper over the logs it owns, its pump and its links.
+fn wire_cores(shared: &Arc<Shared>, run_logs: RunLogs) -> Result<Vec<CoreParts>, RuntimeError> {
+    let config = &shared.config;
+    let workers = config.server.workers;
+    let owners: Arc<[usize]> = run_logs.owners().into();
+    let (polls, wakers) = polls(workers)?;
+    let max_outstanding = config.pump.max_outstanding;
+    let outstanding = Arc::new(Outstanding::new(max_outstanding));
+    let mut links = CoreLinks::wire(workers, max_outstanding, wakers.clone(), owners);
+    let per_core = logs_per_core(run_logs, shared.wal(), workers);
+    let on_ring = commit_on_ring(config, shared.io_backend());
     let now = shared.clock.now_nanos();
     let mut cores = Vec::new();
     for (core, ((helper_logs, pump_logs), poll)) in per_core.into_iter().zip(polls).enumerate() {
         let committer = Committer::start(
             core,
             helper_logs,
-            dlq.clone(),
+            shared.dispatch().dlq.clone(),
             wakers[core].clone(),
             config.wal.max_batch,
-            commit_on_ring(shared),
+            on_ring,
         )
         .map_err(io_err("starting a commit helper"))?;
         let pump = CorePump::new(
@@ -429,6 +366,7 @@ fn start(run: Run) -> Result<(Handles, SocketAddr), RuntimeError> {
         .unwrap_or_default();
     // Shared destination budgets: the Redis client thread wakes the cores' loops.
     run.shared
+        .dispatch()
         .cluster
         .start(run.shared.clock.clone(), wakers.clone())
         .map_err(io_err("starting the Redis client thread"))?;
