@@ -437,3 +437,137 @@ fn drain(
         let _ = h.join();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Overrides;
+    use crate::ops::lifecycle::Phase as P;
+
+    /// A configuration from manifest `text` (no environment) with its data dir in `dir`.
+    fn cfg(text: &str, dir: &std::path::Path, overrides: Overrides) -> Config {
+        let overrides = Overrides {
+            data_dir: Some(dir.to_path_buf()),
+            ..overrides
+        };
+        let raw = Config::parse_manifest(text).unwrap();
+        Config::build(raw, &|_| None, &overrides).unwrap()
+    }
+
+    const TWO_CORES: &str = "[server]\nworkers = 2\nio = \"mio\"\nlisten = \"127.0.0.1:0\"\n\
+        [[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/a\"\nhandler = \"http://127.0.0.1:9/a\"\n";
+
+    #[test]
+    fn wal_config_carries_every_wal_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "[server]\nmax_body_bytes = 65536\n[wal]\ndurability = \"os\"\n\
+                    write_path = \"mmap\"\nsegment_bytes = 3145728\nmax_batch = 7\n";
+        let accept = Overrides {
+            accept_wal_loss: true,
+            ..Overrides::default()
+        };
+        let config = cfg(text, dir.path(), accept);
+        let w = wal_config(&config, dir.path().join("x"));
+        assert_eq!(w.dir, dir.path().join("x"));
+        assert_eq!(w.segment_bytes, 3_145_728);
+        assert_eq!(w.max_body_bytes, 65_536);
+        assert_eq!(w.durability, wal::Durability::Os);
+        assert_eq!(w.write_path, wal::WritePath::Mmap);
+        assert_eq!(w.max_batch, 7);
+        assert!(w.accept_loss);
+        let plain = cfg("", dir.path(), Overrides::default());
+        assert!(!wal_config(&plain, dir.path().into()).accept_loss);
+    }
+
+    #[test]
+    fn the_ring_commits_only_on_the_io_uring_backend() {
+        let dir = tempfile::tempdir().unwrap();
+        let ring = cfg(
+            "[wal]\ncommit = \"ring\"\n",
+            dir.path(),
+            Overrides::default(),
+        );
+        let helper = cfg("", dir.path(), Overrides::default());
+        assert!(commit_on_ring(&ring, Backend::Uring));
+        assert!(!commit_on_ring(&ring, Backend::Mio));
+        assert!(!commit_on_ring(&helper, Backend::Uring));
+        assert!(!commit_on_ring(&helper, Backend::Mio));
+    }
+
+    #[test]
+    fn reuseport_listeners_share_a_port_and_refuse_a_plain_holder() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let (listeners, addr) = bind_listeners(any, 3).unwrap();
+        assert_eq!(listeners.len(), 3);
+        assert_ne!(addr.port(), 0);
+        for l in &listeners {
+            assert_eq!(l.local_addr().unwrap(), addr);
+        }
+        // A socket without SO_REUSEPORT holds this port: joining it fails.
+        let plain = std::net::TcpListener::bind(any).unwrap();
+        let held = plain.local_addr().unwrap();
+        let e = bind_reuseport(held).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+        // And the checked path names the address.
+        match bind_listeners(held, 1) {
+            Err(RuntimeError::Io { what, .. }) => {
+                assert!(what.contains(&held.to_string()), "{what}")
+            }
+            other => panic!("expected an Io error, got {other:?}"),
+        }
+        // An address no interface has (TEST-NET-1).
+        let e = bind_reuseport("192.0.2.1:0".parse().unwrap()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrNotAvailable, "{e}");
+    }
+
+    #[test]
+    fn the_contexts_are_built_from_a_config_in_a_temp_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Arc::new(cfg(TWO_CORES, dir.path(), Overrides::default()));
+        let run_logs = recover_logs(&config).unwrap();
+        assert_eq!(run_logs.logs.len(), 2, "one own log per core");
+        assert_eq!(pending(&run_logs), Pending::default());
+        assert!(recovery_line(&run_logs.logs[0]).starts_with("wal core-0 recovered: "));
+        let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+        let shared = shared_state(config.clone(), clock, &run_logs).unwrap();
+        // One durable-queue bound for both roles.
+        assert!(Arc::ptr_eq(
+            &shared.ingest().backlog,
+            &shared.dispatch().backlog
+        ));
+        assert_eq!(shared.ingest().segment_bytes, config.wal.segment_bytes);
+        assert_eq!(shared.io_backend(), Backend::Mio);
+        assert_eq!(shared.wal().len(), 2);
+        assert_eq!(shared.reload().number(), 1);
+        assert!(
+            dir.path().join("dlq").is_dir(),
+            "the dead-letter queue is opened"
+        );
+        // The ops view reads the same cells: the lifecycle, the backlog, the logs.
+        let view = shared.ops_view();
+        assert_eq!(view.not_ready_reason(), Some("starting"));
+        shared.set_phase(P::Ready);
+        assert_eq!(shared.ops_view().not_ready_reason(), None);
+        shared.ingest().backlog.reserve_for("a", 100).unwrap();
+        assert_eq!(shared.ops_view().backlog.pending_events(), 1);
+        shared.begin_drain(shared.clock.now_nanos(), Duration::ZERO);
+        assert_eq!(shared.not_ready_reason(), Some("draining"));
+        let cores = wire_cores(&Arc::new(shared), run_logs).unwrap();
+        assert_eq!(cores.len(), 2);
+    }
+
+    #[test]
+    fn a_dead_letter_dir_that_cannot_be_made_fails_the_build_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("dlq"), b"not a directory").unwrap();
+        let config = Arc::new(cfg(TWO_CORES, dir.path(), Overrides::default()));
+        let run_logs = recover_logs(&config).unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+        match shared_state(config, clock, &run_logs) {
+            Err(RuntimeError::Config(msg)) => {
+                assert!(msg.starts_with("dead-letter queue: "), "{msg}")
+            }
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+}
