@@ -90,3 +90,108 @@ impl OpsView<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Overrides;
+    use crate::ingest::bucket::BucketParams;
+    use crate::ingest::router::Router;
+    use crate::ingest::Guards;
+    use crate::sync::clock::ManualClock;
+
+    /// The handles a view borrows, built without the runtime.
+    struct Parts {
+        config: Arc<Config>,
+        clock: ManualClock,
+        lifecycle: Lifecycle,
+        reload: Published,
+        metrics: Metrics,
+        dispatch: DispatchMetrics,
+        caps: TriggerCaps,
+        backlog: Backlog,
+        admission: Admission,
+        sources: SourceTable,
+        body_budget: BodyBudget,
+        wal: Vec<Arc<WalShared>>,
+        cluster: Cluster,
+    }
+
+    fn parts() -> Parts {
+        let config = Arc::new(Config::load(None, &Overrides::default()).unwrap());
+        let triggers = config.ingest_triggers();
+        let guards = Guards::new(&triggers, config.ingest.dedupe_max_keys);
+        let router = Router::new(&triggers, config.ingest.default_route);
+        let bucket = BucketParams::new(10, 10).unwrap();
+        Parts {
+            reload: Published::new(config.clone(), router, &guards),
+            config,
+            clock: ManualClock::new(0),
+            lifecycle: Lifecycle::new(),
+            metrics: Metrics::new(1),
+            dispatch: DispatchMetrics::new(&[]),
+            caps: TriggerCaps::new(&[], "default", 16, 0),
+            backlog: Backlog::new(10, 1 << 20, 0.9, 0.7),
+            admission: Admission::new(bucket, 0),
+            sources: SourceTable::new(4, bucket),
+            body_budget: BodyBudget::new(1 << 20),
+            wal: vec![Arc::new(WalShared::new()), Arc::new(WalShared::new())],
+            cluster: Cluster::new(Vec::new()),
+        }
+    }
+
+    impl Parts {
+        fn view(&self) -> OpsView<'_> {
+            OpsView {
+                config: &self.config,
+                clock: &self.clock,
+                lifecycle: &self.lifecycle,
+                reload: &self.reload,
+                metrics: &self.metrics,
+                dispatch: &self.dispatch,
+                caps: &self.caps,
+                backlog: &self.backlog,
+                admission: &self.admission,
+                sources: &self.sources,
+                body_budget: &self.body_budget,
+                wal: &self.wal,
+                cluster: &self.cluster,
+            }
+        }
+    }
+
+    #[test]
+    fn readiness_names_the_first_reason_that_holds() {
+        let p = parts();
+        assert_eq!(p.view().not_ready_reason(), Some("starting"));
+        p.lifecycle.set_phase(Phase::Ready);
+        assert_eq!(p.view().not_ready_reason(), None);
+        for _ in 0..9 {
+            p.backlog.reserve_for("default", 1).unwrap();
+        }
+        assert_eq!(p.view().not_ready_reason(), Some("saturated"));
+        p.wal[1].checkpoint_stale.store(true, Relaxed);
+        assert_eq!(p.view().wal_checkpoint_stale_logs(), 1);
+        assert_eq!(p.view().not_ready_reason(), Some("wal_checkpoint_failing"));
+        p.wal[0].healthy.store(false, Relaxed);
+        assert_eq!(p.view().not_ready_reason(), Some("wal_unavailable"));
+        p.lifecycle.begin_drain(0, std::time::Duration::ZERO);
+        assert_eq!(p.view().not_ready_reason(), Some("draining"));
+    }
+
+    #[test]
+    fn the_dashboard_state_is_read_from_the_view_alone() {
+        let p = parts();
+        p.lifecycle.set_phase(Phase::Ready);
+        p.wal[0].appends_total.fetch_add(3, Relaxed);
+        p.wal[1].appends_total.fetch_add(4, Relaxed);
+        p.backlog.reserve_for("default", 100).unwrap();
+        let state = crate::ops::dashboard::state(&p.view());
+        assert_eq!(state["phase"], "ready");
+        assert_eq!(state["config_generation"], 1);
+        assert_eq!(state["wal"]["healthy"], true);
+        assert_eq!(state["wal"]["appends"], 7);
+        assert_eq!(state["backlog"]["events"], 1);
+        assert_eq!(state["backlog"]["bytes"], 100);
+    }
+}

@@ -5,6 +5,12 @@
 //! bound (so a bad address fails before anything runs), then the cores (each with its commit
 //! helper) start, and only then is the phase `Ready` and the address printed.
 //!
+//! The build reads in one screen (`build`'s steps, each its own function): `recover_logs`
+//! (open and recover every log, one line each), `shared_state` (the ingest and dispatch
+//! contexts from `sched::context`, the routes, the logs' published state, the I/O backend),
+//! `bind_listeners`, then `wire_cores` (per core: its poll and waker, its commit helper over
+//! the logs it owns, its pump, its links).
+//!
 //! Shutdown (SIGTERM/SIGINT): phase `Draining` (`/readyz` → 503 `draining`) at once; for
 //! `drain_grace` the listeners stay open and requests are served (with `Connection: close`), so
 //! a load balancer polling `/readyz` can move traffic away; then each worker takes what its
