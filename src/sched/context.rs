@@ -162,7 +162,7 @@ pub struct DispatchContext {
 }
 
 impl DispatchContext {
-    /// The context of `config` for `workers` cores, releasing into `backlog`; opens the
+    /// The context of `config` (its `server.workers` cores), releasing into `backlog`; opens the
     /// dead-letter queue under the data dir.
     pub fn build(config: &Config, backlog: Arc<Backlog>) -> Result<DispatchContext, RuntimeError> {
         let dlq = DlqStore::open(
