@@ -48,7 +48,8 @@ use std::sync::atomic::AtomicU64 as StdAtomicU64;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::ingest::respond::Refusal;
-use crate::ingest::shares::{ShareDim, Split};
+use crate::ingest::shares::{split_slots, ShareDim, Split};
+pub use crate::ingest::spec::DefaultRoute;
 use crate::ingest::spec::TriggerSpec;
 pub use crate::ingest::spec::WhenFull;
 use crate::sync::CachePadded;
@@ -193,6 +194,16 @@ pub struct Backlog {
     plan: std::sync::Mutex<SharePlan>,
 }
 
+/// The inputs of the split: each trigger slot's explicit `max_pending` (events, bytes), the
+/// default route's state and the reserved fraction (a reload's `resize_shares` changes them).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct SharePlan {
+    events: Vec<Option<u64>>,
+    bytes: Vec<Option<u64>>,
+    default_route: DefaultRoute,
+    reserved: f64,
+}
+
 /// Most seconds a `queue_full` refusal asks the client to wait.
 pub const MAX_RETRY_AFTER_SECS: u64 = 60;
 
@@ -321,6 +332,26 @@ impl Backlog {
             .map(|_| CachePadded::new(SlotStats::default()))
             .collect();
         Ok(())
+    }
+
+    /// The (events, bytes) splits of `plan`: one share per trigger slot, the default route's,
+    /// 0 for the recovered slot (borrowed only), and the pool.
+    fn split_plan(&self, plan: &SharePlan) -> Result<(Split, Split), String> {
+        let d = plan.default_route;
+        let split_of = |max: u64, explicit: &[Option<u64>], default, what: &str| {
+            split_slots(max, explicit, default, plan.reserved).map_err(|sum| {
+                format!("the triggers' max_pending.{what} sum to {sum}, past max_pending_{what} = {max}")
+            })
+        };
+        Ok((
+            split_of(
+                self.max_events,
+                &plan.events,
+                d.share.map(|s| s.0),
+                "events",
+            )?,
+            split_of(self.max_bytes, &plan.bytes, d.share.map(|s| s.1), "bytes")?,
+        ))
     }
 
     /// Lets the triggers `absorbing` fill `absorb_max_bytes` past their share and the pool
@@ -652,17 +683,17 @@ impl Backlog {
     }
 }
 
+// The files below add methods to `Backlog` and import this one; this one imports none of
+// them (one way: `.ci/structure.py`).
 #[path = "backlog_resize.rs"]
 mod resize;
-pub use resize::DefaultRoute;
-use resize::SharePlan;
 
 #[path = "backlog_render.rs"]
 mod render;
 
+/// The dashboard's read-only view of each slot ([`view::SlotView`]).
 #[path = "backlog_view.rs"]
-mod view;
-pub use view::{SlotView, SLOT_REFUSALS};
+pub mod view;
 
 #[cfg(all(test, not(loom)))]
 #[path = "backlog_tests.rs"]

@@ -5,7 +5,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::{Backlog, SLOT_REFUSALS};
+use super::view::SLOT_REFUSALS;
+use super::Backlog;
 use crate::ingest::shares::ShareDim;
 use crate::metrics::prom::{MetricType, PromWriter};
 

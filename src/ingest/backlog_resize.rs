@@ -2,40 +2,9 @@
 //! split recomputed from the new explicit shares, applied live by [`ShareDim::resize`](crate::ingest::shares::ShareDim::resize) (which
 //! keeps the bound and drops nothing; see there).
 
-use super::{Backlog, TriggerShare};
-use crate::ingest::shares::{split_slots, Split};
-pub use crate::ingest::spec::DefaultRoute;
-
-/// The inputs of the split (see [`Backlog::resize_shares`]).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(super) struct SharePlan {
-    pub(super) events: Vec<Option<u64>>,
-    pub(super) bytes: Vec<Option<u64>>,
-    pub(super) default_route: DefaultRoute,
-    pub(super) reserved: f64,
-}
+use super::{Backlog, SharePlan, TriggerShare};
 
 impl Backlog {
-    /// The (events, bytes) splits of `plan`: one share per trigger slot, the default route's,
-    /// 0 for the recovered slot (borrowed only), and the pool.
-    pub(super) fn split_plan(&self, plan: &SharePlan) -> Result<(Split, Split), String> {
-        let d = plan.default_route;
-        let split_of = |max: u64, explicit: &[Option<u64>], default, what: &str| {
-            split_slots(max, explicit, default, plan.reserved).map_err(|sum| {
-                format!("the triggers' max_pending.{what} sum to {sum}, past max_pending_{what} = {max}")
-            })
-        };
-        Ok((
-            split_of(
-                self.max_events,
-                &plan.events,
-                d.share.map(|s| s.0),
-                "events",
-            )?,
-            split_of(self.max_bytes, &plan.bytes, d.share.map(|s| s.1), "bytes")?,
-        ))
-    }
-
     /// A reload's `max_pending` values (`shares`: the new configuration's triggers): each
     /// trigger with a slot of its own takes its new explicit share; one the reload removed keeps
     /// its last (its events may still be pending there). Then every share and the pool are

@@ -37,7 +37,7 @@ use crate::ingest::respond::Refusal;
 use crate::ingest::router::OpsEndpoint;
 use crate::metrics::counter::{Action, Dimension};
 use crate::ops::dashboard_backlog;
-use crate::sched::state::Shared;
+use crate::ops::view::OpsView;
 
 /// The page, embedded at build time.
 pub const PAGE: &str = include_str!("ui.html");
@@ -86,8 +86,8 @@ impl Answer {
 }
 
 /// Answers `GET /ui` or `GET /api/v1/state` (`ep`), `authorization` being the request's header.
-pub fn answer(shared: &Shared, ep: OpsEndpoint, authorization: Option<&[u8]>) -> Answer {
-    let config = &shared.config;
+pub fn answer(node: &OpsView<'_>, ep: OpsEndpoint, authorization: Option<&[u8]>) -> Answer {
+    let config = node.config;
     let mode = config.server.ui;
     if mode == UiMode::Off {
         return Answer {
@@ -118,52 +118,52 @@ pub fn answer(shared: &Shared, ep: OpsEndpoint, authorization: Option<&[u8]>) ->
                     br#"{"status":"refused","reason":"unauthorized"}"#.to_vec(),
                 );
             }
-            let body = serde_json::to_vec(&state(shared)).unwrap_or_default();
+            let body = serde_json::to_vec(&state(node)).unwrap_or_default();
             Answer::json(200, body)
         }
     }
 }
 
 /// The `/api/v1/state` document (README "Dashboard" lists its fields).
-pub fn state(shared: &Shared) -> Value {
-    let generation = shared.reload.current();
+pub fn state(node: &OpsView<'_>) -> Value {
+    let generation = node.reload.current();
     let config = &generation.value.config;
     let now_ms = crate::sync::clock::unix_millis();
-    let m = &shared.metrics;
-    let d = &shared.metrics_dispatch;
+    let m = node.metrics;
+    let d = node.dispatch;
     let oldest_age_s = d
         .oldest_pending_ms()
         .map_or(0.0, |ms| now_ms.saturating_sub(ms) as f64 / 1000.0);
     json!({
         "now_ms": now_ms,
         "config_generation": generation.number,
-        "phase": shared.not_ready_reason().unwrap_or("ready"),
-        "ingest": ingest(shared, config),
+        "phase": node.not_ready_reason().unwrap_or("ready"),
+        "ingest": ingest(node, config),
         "wal": {
-            "healthy": shared.wal_healthy(),
-            "appends": wal_appends(shared),
+            "healthy": node.wal_healthy(),
+            "appends": node.wal_appends(),
             "commit_queued": (0..m.cores()).map(|c| m.commit_queued(c)).sum::<u64>(),
-            "bytes": shared.backlog.wal_bytes(),
+            "bytes": node.backlog.wal_bytes(),
             "max_bytes": config.dispatch.max_wal_bytes,
         },
-        "backlog": dashboard_backlog::backlog(shared, config, oldest_age_s),
-        "pump": dashboard_backlog::pump(shared, config),
-        "destinations": destinations(shared, config),
+        "backlog": dashboard_backlog::backlog(node, config, oldest_age_s),
+        "pump": dashboard_backlog::pump(node, config),
+        "destinations": destinations(node, config),
         "dlq": {
             "retry_exhausted": d.dead_lettered(DlqReason::RetryExhausted),
             "circuit_open": d.dead_lettered(DlqReason::CircuitOpen),
             "permanent_failure": d.dead_lettered(DlqReason::PermanentFailure),
         },
-        "triggers": dashboard_backlog::triggers(shared, config),
+        "triggers": dashboard_backlog::triggers(node, config),
     })
 }
 
 /// `ingest`: admitted and refused requests (all sources), the global bucket, the body budget.
-fn ingest(shared: &Shared, config: &Config) -> Value {
-    let m = &shared.metrics;
+fn ingest(node: &OpsView<'_>, config: &Config) -> Value {
+    let m = node.metrics;
     let mut admitted = 0u64;
     let mut refused = [0u64; Refusal::COUNT];
-    shared.sources.for_each(|_, e| {
+    node.sources.for_each(|_, e| {
         admitted += e.accepted();
         for r in Refusal::ALL {
             refused[r as usize] += e.refusals(r);
@@ -173,7 +173,7 @@ fn ingest(shared: &Shared, config: &Config) -> Value {
         .iter()
         .map(|r| (r.as_str().to_string(), json!(refused[*r as usize])))
         .collect();
-    let global = shared.admission.global();
+    let global = node.admission.global();
     json!({
         "admitted": admitted,
         "refused": refused,
@@ -181,12 +181,12 @@ fn ingest(shared: &Shared, config: &Config) -> Value {
         "reject_events": m.backpressure_events(Dimension::Ingest, Action::Reject),
         "global_bucket": {
             "capacity": config.ingest.global_capacity,
-            "available": global.available(shared.clock.now_nanos()).max(0.0).floor(),
+            "available": global.available(node.clock.now_nanos()).max(0.0).floor(),
             "refill_per_sec": config.ingest.refill_per_sec,
         },
         "body_budget": {
-            "in_use": shared.body_budget.in_use(),
-            "limit": shared.body_budget.limit(),
+            "in_use": node.body_budget.in_use(),
+            "limit": node.body_budget.limit(),
         },
     })
 }
@@ -194,10 +194,10 @@ fn ingest(shared: &Shared, config: &Config) -> Value {
 /// `destinations[]` by destination id: the ones a trigger uses, then the ones a reload removed
 /// (kept to finish their events) while they still have calls in flight or queued
 /// (`"removed": true`).
-fn destinations(shared: &Shared, config: &Config) -> Vec<Value> {
-    let now = shared.clock.now_nanos();
+fn destinations(node: &OpsView<'_>, config: &Config) -> Vec<Value> {
+    let now = node.clock.now_nanos();
     let used = crate::ops::reload_ids::in_use(config);
-    let cells = shared.metrics_dispatch.destinations();
+    let cells = node.dispatch.destinations();
     let all = cells.into_iter().zip(config.destinations.iter()).zip(used);
     let (active, removed): (Vec<_>, Vec<_>) = all.partition(|(_, used)| *used);
     let busy = |s: &crate::dispatch::metrics::DestSnapshot| s.in_flight > 0 || s.queued > 0;
@@ -229,13 +229,4 @@ fn destinations(shared: &Shared, config: &Config) -> Vec<Value> {
             })
         })
         .collect()
-}
-
-fn wal_appends(shared: &Shared) -> u64 {
-    use std::sync::atomic::Ordering::Relaxed;
-    shared
-        .wal
-        .iter()
-        .map(|l| l.appends_total.load(Relaxed))
-        .sum()
 }

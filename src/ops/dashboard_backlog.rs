@@ -15,12 +15,13 @@
 use serde_json::{json, Map, Value};
 
 use crate::config::Config;
-use crate::ingest::backlog::{SlotView, WhenFull, SLOT_REFUSALS};
-use crate::sched::state::Shared;
+use crate::ingest::backlog::view::{SlotView, SLOT_REFUSALS};
+use crate::ingest::backlog::WhenFull;
+use crate::ops::view::OpsView;
 
 /// `triggers[]`: the configuration's triggers, then the removed ones still holding events.
-pub fn triggers(shared: &Shared, config: &Config) -> Vec<Value> {
-    let backlog = &shared.backlog;
+pub fn triggers(node: &OpsView<'_>, config: &Config) -> Vec<Value> {
+    let backlog = node.backlog;
     let views = backlog.slot_views();
     let default = backlog.default_slot();
     let mut rows: Vec<Value> = config
@@ -29,27 +30,27 @@ pub fn triggers(shared: &Shared, config: &Config) -> Vec<Value> {
         .map(|t| {
             let view = &views[backlog.own_slot(&t.id).unwrap_or(default)];
             let absorbs = t.when_backlog_full == WhenFull::Absorb;
-            trigger_row(shared, &t.id, Some(&t.path), view, absorbs)
+            trigger_row(node, &t.id, Some(&t.path), view, absorbs)
         })
         .collect();
-    let dispatching = |v: &SlotView| shared.caps.held_by(&v.name);
+    let dispatching = |v: &SlotView| node.caps.held_by(&v.name);
     let removed = views[..default].iter().filter(|v| {
         !config.triggers.iter().any(|t| t.id == v.name) && (v.events > 0 || dispatching(v) > 0)
     });
-    rows.extend(removed.map(|v| trigger_row(shared, &v.name, None, v, v.absorbs)));
+    rows.extend(removed.map(|v| trigger_row(node, &v.name, None, v, v.absorbs)));
     rows
 }
 
 /// One trigger's row; `path` is `None` for a trigger the configuration no longer names.
 fn trigger_row(
-    shared: &Shared,
+    node: &OpsView<'_>,
     id: &str,
     path: Option<&str>,
     view: &SlotView,
     absorbs: bool,
 ) -> Value {
-    let mut row = slot_json(view, shared.caps.held_by(&view.name));
-    let d = &shared.metrics_dispatch;
+    let mut row = slot_json(view, node.caps.held_by(&view.name));
+    let d = node.dispatch;
     // The start-up trigger's cells (a reload may reorder the triggers).
     let cells = d.flow.index_of(id).unwrap_or(usize::MAX);
     let mut gates = Map::new();
@@ -106,13 +107,13 @@ fn slot_json(v: &SlotView, dispatching: u64) -> Map<String, Value> {
 }
 
 /// `backlog`: the node's totals, the common pool, the default route's and the recovered slots.
-pub fn backlog(shared: &Shared, config: &Config, oldest_age_s: f64) -> Value {
-    let b = &shared.backlog;
+pub fn backlog(node: &OpsView<'_>, config: &Config, oldest_age_s: f64) -> Value {
+    let b = node.backlog;
     let (pool_events, pool_bytes) = b.pool_used();
     let (pool_max_events, pool_max_bytes) = b.pool_size();
     let default = b.slot_view(b.default_slot());
     let recovered = b.slot_view(b.recovered_slot());
-    let mut default_route = slot_json(&default, shared.caps.held_by(&default.name));
+    let mut default_route = slot_json(&default, node.caps.held_by(&default.name));
     default_route.insert("on".into(), json!(config.ingest.default_route));
     json!({
         "events": b.pending_events(),
@@ -133,13 +134,13 @@ pub fn backlog(shared: &Shared, config: &Config, oldest_age_s: f64) -> Value {
 }
 
 /// `pump`: jobs outstanding, the window, its per-trigger cap and the events parked at it.
-pub fn pump(shared: &Shared, config: &Config) -> Value {
-    let d = &shared.metrics_dispatch;
+pub fn pump(node: &OpsView<'_>, config: &Config) -> Value {
+    let d = node.dispatch;
     json!({
         "outstanding": d.pump_outstanding(),
         "max_outstanding": config.pump.max_outstanding,
         "window_overflows": d.window_overflows(),
-        "trigger_cap": shared.caps.cap(),
-        "parked_events": shared.caps.parked(),
+        "trigger_cap": node.caps.cap(),
+        "parked_events": node.caps.parked(),
     })
 }

@@ -4,17 +4,21 @@
 //!
 //! Its own module so that the dependency goes one way: the worker's scrape path
 //! (`worker::budgets`) and the runtime both depend on it and on [`Shared`]; it depends on
-//! neither (`.ci/structure.py` checks).
+//! neither (`.ci/structure.py` checks). It reads through the ops view ([`OpsView`], what the
+//! dashboard reads) plus the ingest context's guards and return schedule.
 
 use crate::metrics::PromWriter;
+use crate::ops::view::OpsView;
 use crate::sched::state::Shared;
 use crate::sync::clock::unix_millis;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Renders `/metrics`: the merged per-core counters plus the WAL's and the sources' families.
 pub fn render_metrics(shared: &Shared) -> String {
-    shared.metrics.render(&mut |w| {
-        render_wal_progress(shared, w);
+    let node = shared.ops_view();
+    let ingest = shared.ingest();
+    node.metrics.render(&mut |w| {
+        render_wal_progress(&node, w);
         w.header(
             "sluice_io_backend",
             "The cores' I/O backend: 1 on the backend in use (server.io, resolved at start-up).",
@@ -22,44 +26,37 @@ pub fn render_metrics(shared: &Shared) -> String {
         );
         w.sample_u64(
             "sluice_io_backend",
-            &[("backend", shared.io_backend.name())],
+            &[("backend", shared.io_backend().name())],
             1,
         );
-        render_wal_health(shared, w);
-        shared.sources.render_prometheus(w);
-        shared.body_budget.render_prometheus(w);
-        shared.scrapes.render_prometheus(w);
-        shared
-            .returns
-            .render_prometheus(w, shared.clock.now_nanos());
-        shared
-            .metrics_dispatch
-            .render(w, unix_millis(), shared.backlog.pending_events());
-        shared.guards.render_prometheus(w);
-        shared.backlog.render_prometheus(w);
-        shared.caps.render_prometheus(w);
-        shared.cluster.render_prometheus(w);
-        shared.reload.render_prometheus(w);
+        render_wal_health(&node, w);
+        node.sources.render_prometheus(w);
+        node.body_budget.render_prometheus(w);
+        shared.scrapes().render_prometheus(w);
+        ingest.returns.render_prometheus(w, node.clock.now_nanos());
+        node.dispatch
+            .render(w, unix_millis(), node.backlog.pending_events());
+        ingest.guards.render_prometheus(w);
+        node.backlog.render_prometheus(w);
+        node.caps.render_prometheus(w);
+        node.cluster.render_prometheus(w);
+        node.reload.render_prometheus(w);
     })
 }
 
 /// The logs' progress: records appended, durable LSN and unsynced bytes per log.
-fn render_wal_progress(shared: &Shared, w: &mut PromWriter) {
+fn render_wal_progress(node: &OpsView<'_>, w: &mut PromWriter) {
     w.counter(
         "sluice_wal_appends_total",
         "Records appended to the WAL and reported durable, over all logs.",
-        shared
-            .wal
-            .iter()
-            .map(|l| l.appends_total.load(Relaxed))
-            .sum(),
+        node.wal_appends(),
     );
     w.header(
         "sluice_wal_durable_lsn",
         "Highest LSN known durable, per log (own logs are core-K).",
         crate::metrics::MetricType::Gauge,
     );
-    for (i, l) in shared.wal.iter().enumerate() {
+    for (i, l) in node.wal.iter().enumerate() {
         let log = i.to_string();
         w.sample_u64("sluice_wal_durable_lsn", &[("log", &log)], l.durable_lsn());
     }
@@ -70,7 +67,7 @@ fn render_wal_progress(shared: &Shared, w: &mut PromWriter) {
          log; 0 in fsync mode.",
         crate::metrics::MetricType::Gauge,
     );
-    for (i, l) in shared.wal.iter().enumerate() {
+    for (i, l) in node.wal.iter().enumerate() {
         let log = i.to_string();
         let bytes = l.os_unsynced_bytes.load(Relaxed);
         w.sample_u64("sluice_wal_os_unsynced_bytes", &[("log", &log)], bytes);
@@ -78,17 +75,16 @@ fn render_wal_progress(shared: &Shared, w: &mut PromWriter) {
 }
 
 /// The logs' health: writable, checkpoints, sync latency, losses accepted at start-up.
-fn render_wal_health(shared: &Shared, w: &mut PromWriter) {
+fn render_wal_health(node: &OpsView<'_>, w: &mut PromWriter) {
     w.gauge(
         "sluice_wal_healthy",
         "1 when every log accepts writes, 0 after a write or sync error.",
-        if shared.wal_healthy() { 1.0 } else { 0.0 },
+        if node.wal_healthy() { 1.0 } else { 0.0 },
     );
     w.counter(
         "sluice_wal_checkpoint_failures_total",
         "Checkpoint writes that failed, over all logs (each is retried a second later).",
-        shared
-            .wal
+        node.wal
             .iter()
             .map(|l| l.checkpoint_failures_total.load(Relaxed))
             .sum(),
@@ -97,17 +93,16 @@ fn render_wal_health(shared: &Shared, w: &mut PromWriter) {
         "sluice_wal_checkpoint_failing",
         "Logs whose checkpoint writes have failed for 10 s or more (/readyz: \
          wal_checkpoint_failing).",
-        shared.wal_checkpoint_stale_logs() as f64,
+        node.wal_checkpoint_stale_logs() as f64,
     );
-    if let Some(first) = shared.wal.first() {
+    if let Some(first) = node.wal.first() {
         // One histogram shared by every log.
         first.render_prometheus(w.buffer_mut());
     }
     w.counter(
         "sluice_wal_loss_accepted_total",
         "Missing WAL ranges accepted at start-up with --accept-wal-loss, over all logs.",
-        shared
-            .wal
+        node.wal
             .iter()
             .map(|l| l.loss_accepted_total.load(Relaxed))
             .sum(),
@@ -115,8 +110,7 @@ fn render_wal_health(shared: &Shared, w: &mut PromWriter) {
     w.gauge(
         "sluice_wal_lost_lsns_accepted",
         "LSNs the checkpoints promised that were missing and accepted as lost at start-up.",
-        shared
-            .wal
+        node.wal
             .iter()
             .map(|l| l.lost_lsns_accepted.load(Relaxed))
             .sum::<u64>() as f64,

@@ -1,18 +1,29 @@
 //! The runtime: one thread per core (one event loop each), each core's commit helper thread, and
 //! shutdown.
 //!
-//! - [`runtime`] starts everything, waits for SIGTERM/SIGINT and drains.
-//! - [`worker`] is one core's event loop: its own `mio::Poll`, its own `SO_REUSEPORT` listener,
-//!   its own bounded connection table, per-core metrics and source-bucket cache.
-//! - [`state`] is the little shared state: lifecycle phase and the handles every worker needs.
+//! - [`runtime`] builds the node (recover the logs, build the shared state, bind the listeners,
+//!   wire the cores), starts everything, waits for SIGTERM/SIGINT and drains; [`error`] is why
+//!   it could not.
+//! - [`worker`] is one core's event loop over the `net::io` reactor (mio or io_uring): its own
+//!   `SO_REUSEPORT` listener, its own bounded connection table, per-core metrics and
+//!   source-bucket cache.
+//! - [`state`] is what the cores share, grouped by role: the ingest and dispatch contexts
+//!   ([`context`], each built by a small constructor from the config), the ops view it lends
+//!   to `ops` (`ops::view::OpsView`), and the node-wide parts (config, clock, logs' published
+//!   state, metric shards, lifecycle).
+//! - [`commit`] is a core's commit helper; [`pump`] the shell of a core's pump; [`logs`] the
+//!   logs a run opens and which core owns each.
 //! - [`alloc`] sets the allocator up so that large request bodies are returned when freed.
 //! - [`exposition`] renders `/metrics` from that state (below both the runtime and the worker).
 //!
 //! Dependencies go one way: `runtime` → `worker` → (`commit`, `pump`, `exposition`, `state`) →
-//! `ingest`, `wal`, `dispatch`; `.ci/structure.py` checks the edges.
+//! `context` → `ingest`, `wal`, `dispatch`; `sched` → `ops`, never back; `.ci/structure.py`
+//! checks the edges.
 
 pub mod alloc;
 pub mod commit;
+pub mod context;
+pub mod error;
 pub mod exposition;
 pub mod logs;
 pub mod pump;

@@ -118,15 +118,15 @@ impl CorePump {
     ) -> Result<CorePump, WalError> {
         let workers = shared.config.server.workers;
         let env = LogsEnv {
-            backlog: shared.backlog.clone(),
-            metrics: shared.metrics_dispatch.clone(),
+            backlog: shared.dispatch().backlog.clone(),
+            metrics: shared.dispatch().metrics.clone(),
         };
         let n = logs.len();
         let routes = routes(&shared.config, workers);
-        let metrics = shared.metrics_dispatch.clone();
+        let metrics = shared.dispatch().metrics.clone();
         let slots = Slots {
             window: outstanding,
-            caps: shared.caps.clone(),
+            caps: shared.dispatch().caps.clone(),
         };
         let pump = PumpCore::new(core, env, metrics, slots, logs, routes)?;
         Ok(CorePump {
@@ -252,18 +252,19 @@ impl CorePump {
             max_awaiting: self.pump.max_awaiting() as u64,
         };
         self.shared
-            .metrics_dispatch
+            .dispatch()
+            .metrics
             .set_pump_core(self.core, sample);
         let drained = self.pump.take_drained();
         if drained > 0 {
-            self.shared.backlog.note_drained(drained);
+            self.shared.dispatch().backlog.note_drained(drained);
         }
         if now < self.tick_at + TICK_EVERY {
             return;
         }
         if self.core == 0 {
             let elapsed = (now - self.tick_at) as f64 / 1e9;
-            self.shared.backlog.update_drain_rate(elapsed);
+            self.shared.dispatch().backlog.update_drain_rate(elapsed);
         }
         self.tick_at = now;
     }

@@ -27,7 +27,7 @@ impl CorePump {
             let new = match retention::plan(&StdFs, dir, cursor, keep, wall) {
                 Ok(r) => {
                     if let Some(lsn) = r.retire_below {
-                        self.shared.wal[index].request_retire(lsn);
+                        self.shared.wal()[index].request_retire(lsn);
                     }
                     r.bytes
                 }
@@ -37,7 +37,7 @@ impl CorePump {
                 }
             };
             self.disk_bytes[slot] = new;
-            self.shared.backlog.adjust_wal_bytes(old, new);
+            self.shared.dispatch().backlog.adjust_wal_bytes(old, new);
         }
     }
 }

@@ -5,6 +5,12 @@
 //! bound (so a bad address fails before anything runs), then the cores (each with its commit
 //! helper) start, and only then is the phase `Ready` and the address printed.
 //!
+//! The build reads in one screen (`build`'s steps, each its own function): `recover_logs`
+//! (open and recover every log, one line each), `shared_state` (the ingest and dispatch
+//! contexts from `sched::context`, the routes, the logs' published state, the I/O backend),
+//! `bind_listeners`, then `wire_cores` (per core: its poll and waker, its commit helper over
+//! the logs it owns, its pump, its links).
+//!
 //! Shutdown (SIGTERM/SIGINT): phase `Draining` (`/readyz` → 503 `draining`) at once; for
 //! `drain_grace` the listeners stay open and requests are served (with `Connection: close`), so
 //! a load balancer polling `/readyz` can move traffic away; then each worker takes what its
@@ -15,6 +21,7 @@
 //! holds, syncs its logs and exits (`sched::commit::Committer::close`).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -24,55 +31,19 @@ use mio::{Poll, Waker};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::Config;
-use crate::dispatch::dlq::DlqStore;
-use crate::dispatch::metrics::DispatchMetrics;
-use crate::ingest::backlog::Backlog;
-use crate::ingest::bucket::{Admission, BucketParams};
 use crate::ingest::router::Router;
-use crate::ingest::sources::SourceTable;
-use crate::ingest::Guards;
 use crate::metrics::Metrics;
+use crate::net::io::Backend;
 use crate::sched::commit::{Committer, HelperLog};
-use crate::sched::logs;
+use crate::sched::context::{DispatchContext, IngestContext, Pending};
+use crate::sched::error::io_err;
+pub use crate::sched::error::RuntimeError;
+use crate::sched::logs::{self, OpenLog, RunLogs};
 use crate::sched::pump::{CorePump, Outstanding, PumpLog};
-use crate::sched::state::{Phase, Shared};
+use crate::sched::state::{NodeParts, Phase, Shared};
 use crate::sched::worker::{self, CoreLinks, CoreParts, Worker};
 use crate::sync::clock::{unix_millis, Clock, MonotonicClock};
 use crate::wal::{self, WalConfig, WalShared};
-
-/// Why the server could not start or stopped abnormally.
-#[derive(Debug)]
-pub enum RuntimeError {
-    /// The WAL could not be opened or recovered.
-    Wal(wal::WalError),
-    /// Binding, thread spawning or another OS call failed.
-    Io {
-        what: String,
-        source: std::io::Error,
-    },
-    /// A value the config validation let through but a component refused.
-    Config(String),
-    /// A core's thread or its commit helper died.
-    ThreadDied(String),
-}
-
-impl std::fmt::Display for RuntimeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RuntimeError::Wal(e) => write!(f, "write-ahead log: {e}"),
-            RuntimeError::Io { what, source } => write!(f, "{what}: {source}"),
-            RuntimeError::Config(msg) => f.write_str(msg),
-            RuntimeError::ThreadDied(name) => write!(f, "thread {name} died"),
-        }
-    }
-}
-
-impl std::error::Error for RuntimeError {}
-
-fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RuntimeError {
-    let what = what.into();
-    move |source| RuntimeError::Io { what, source }
-}
 
 /// Binds one `SO_REUSEPORT` listener.
 pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -119,13 +90,13 @@ pub fn serve_reloadable(
     let run = build(Arc::new(config))?;
     let shared = run.shared.clone();
     if let Some(source) = source {
-        shared.reload.set_source(source);
+        shared.reload().set_source(source);
     }
     let (handles, addr) = start(run)?;
     shared.set_phase(Phase::Ready);
     on_ready(addr);
     let died = wait_for_signal(&term, &handles, &mut || {
-        crate::ops::reload::on_signal(&hup, &shared.reload);
+        crate::ops::reload::on_signal(&hup, shared.reload());
     });
     drain(
         &shared,
@@ -164,148 +135,117 @@ fn wal_config(config: &Config, dir: std::path::PathBuf) -> WalConfig {
 /// Recovers every log, builds the shared state, binds the listeners and wires the cores.
 fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
-    let workers = config.server.workers;
-    let wal_dir = config.wal_dir();
-    let run_logs = logs::open_logs(&wal_config(&config, wal_dir.clone()), workers)
-        .map_err(RuntimeError::Wal)?;
-    let (mut pending_events, mut pending_bytes) = (0u64, 0u64);
-    for log in &run_logs.logs {
-        let r = &log.report;
-        eprintln!(
-            "sluice: wal {} recovered: {} segments, {} records, last lsn {}, {} pending{}",
-            log.name,
-            r.segments,
-            r.records,
-            r.last_lsn,
-            log.recovered.pending.len(),
-            match &r.truncated_tail {
-                Some((seg, off)) => format!(", torn tail truncated at {}:{}", seg.display(), off),
-                None => String::new(),
-            }
-        );
-        pending_events += log.recovered.pending.len() as u64;
-        pending_bytes += log.recovered.pending.values().map(|m| m.bytes).sum::<u64>();
-    }
-    let ingest_triggers = config.ingest_triggers();
-    let backlog = Arc::new(
-        Backlog::with_wal_limit(
-            config.dispatch.max_pending_events,
-            config.dispatch.max_pending_bytes,
-            config.dispatch.saturated_high,
-            config.dispatch.saturated_low,
-            config.dispatch.max_wal_bytes,
-        )
-        .with_triggers(
-            &crate::ingest::backlog::trigger_shares(&ingest_triggers),
-            config.ingest.default_route_spec(),
-            config.dispatch.reserved_fraction,
-        )
-        .map_err(RuntimeError::Config)?
-        .with_absorb(
-            config.dispatch.absorb_max_bytes,
-            &crate::ingest::backlog::absorbing_triggers(&ingest_triggers),
-        ),
-    );
-    backlog.preload(pending_events, pending_bytes);
-    let dlq = Arc::new(
-        DlqStore::open(
-            &config.server.data_dir.join("dlq"),
-            config.dispatch.max_dlq_entries as usize,
-        )
-        .map_err(|e| RuntimeError::Config(format!("dead-letter queue: {e}")))?,
-    );
-    let metrics_dispatch = Arc::new(
-        DispatchMetrics::new(
-            &config
-                .destinations
-                .iter()
-                .map(|d| (d.handler.uri.clone(), d.initial_permits() as u64))
-                .collect::<Vec<_>>(),
-        )
-        .with_flow(&config.dispatch_spec().triggers, config.flow.max_held)
-        .with_cores(workers)
-        .with_dlq(dlq.gauges()),
-    );
-    let bucket = |capacity| {
-        BucketParams::new(capacity, config.ingest.refill_per_sec)
-            .map_err(|e| RuntimeError::Config(format!("ingest bucket: {e}")))
-    };
-    let sources = Arc::new(
-        SourceTable::new(
-            config.ingest.max_sources,
-            bucket(config.ingest.per_source_capacity)?,
-        )
-        .with_metrics_top(config.ingest.metrics_top_sources)
-        .with_triggers(
-            config
-                .triggers
-                .iter()
-                .map(|t| (t.id.as_str(), t.provider.as_str())),
-        ),
-    );
-    let admission = Admission::new(bucket(config.ingest.global_capacity)?, clock.now_nanos());
-    // Before any core appends: the dedupe index is rebuilt from what is already durable.
-    let guards = Guards::new(&ingest_triggers, config.ingest.dedupe_max_keys);
-    let mut rebuilt = 0;
-    for log in &run_logs.logs {
-        rebuilt += guards
-            .rebuild_dedupe(&log.dir, unix_millis() / 1000)
-            .map_err(RuntimeError::Wal)?;
-    }
-    if rebuilt > 0 {
-        eprintln!("sluice: dedupe index rebuilt from the wal: {rebuilt} keys");
-    }
-    let router = Router::new(&ingest_triggers, config.ingest.default_route)
-        .with_admin(config.admin_token.is_some());
-    for line in crate::config::render::routes_summary(&config) {
-        eprintln!("sluice: {line}");
-    }
-    let histogram = Arc::new(crate::metrics::histogram::Histogram::new(
-        wal::SYNC_BOUNDS_NANOS,
-    ));
-    let wal_states: Vec<Arc<WalShared>> = run_logs
-        .logs
-        .iter()
-        .map(|l| {
-            let s = WalShared::sharing(histogram.clone());
-            s.durable_lsn
-                .store(l.report.last_lsn, std::sync::atomic::Ordering::Release);
-            Arc::new(s)
-        })
-        .collect();
-    let (io_backend, why) =
-        crate::net::io::select(config.server.io).map_err(|what| RuntimeError::Io {
-            what,
-            source: std::io::Error::from(std::io::ErrorKind::Unsupported),
-        })?;
-    eprintln!("sluice: io backend: {why}");
-    let mut shared = Shared::new(
-        config.clone(),
-        clock,
-        router,
-        admission,
-        sources,
-        guards,
-        wal_states.clone(),
-        Arc::new(Metrics::new(workers)),
-        backlog,
-        metrics_dispatch,
-        dlq.clone(),
-    );
-    shared.io_backend = io_backend;
+    let run_logs = recover_logs(&config)?;
+    let shared = Arc::new(shared_state(config.clone(), clock, &run_logs)?);
     if config.wal.commit == wal::CommitPath::Ring {
-        match commit_on_ring(&shared) {
+        match commit_on_ring(&config, shared.io_backend()) {
             true => eprintln!("sluice: wal commit: on each core's io_uring ring"),
             false => eprintln!(
                 "sluice: wal commit: \"ring\" needs the io_uring backend; on the commit helpers"
             ),
         }
     }
-    let shared = Arc::new(shared);
+    let (listeners, addr) = bind_listeners(config.server.listen, config.server.workers)?;
+    let cores = wire_cores(&shared, run_logs)?;
+    Ok(Run {
+        shared,
+        listeners,
+        addr,
+        cores,
+    })
+}
 
-    // Listeners: the first resolves the port (it may be 0), the others share it. No other
-    // process may hold the address (`net::listen`): SO_REUSEPORT would let it share silently.
-    let listen = config.server.listen;
+/// Opens and recovers every log of `config`'s data dir, one line per log on stderr.
+fn recover_logs(config: &Config) -> Result<RunLogs, RuntimeError> {
+    let base = wal_config(config, config.wal_dir());
+    let run_logs = logs::open_logs(&base, config.server.workers).map_err(RuntimeError::Wal)?;
+    for log in &run_logs.logs {
+        eprintln!("sluice: {}", recovery_line(log));
+    }
+    Ok(run_logs)
+}
+
+/// What the recovery of `log` found.
+fn recovery_line(log: &OpenLog) -> String {
+    let r = &log.report;
+    let torn = match &r.truncated_tail {
+        Some((seg, off)) => format!(", torn tail truncated at {}:{}", seg.display(), off),
+        None => String::new(),
+    };
+    format!(
+        "wal {} recovered: {} segments, {} records, last lsn {}, {} pending{torn}",
+        log.name,
+        r.segments,
+        r.records,
+        r.last_lsn,
+        log.recovered.pending.len(),
+    )
+}
+
+/// Events and bytes committed but not done over every recovered log.
+fn pending(run_logs: &RunLogs) -> Pending {
+    let mut p = Pending::default();
+    for log in &run_logs.logs {
+        p.events += log.recovered.pending.len() as u64;
+        p.bytes += log.recovered.pending.values().map(|m| m.bytes).sum::<u64>();
+    }
+    p
+}
+
+/// The shared state: the ingest and dispatch contexts, the routes, the logs' published state,
+/// the metric shards and the I/O backend (`server.io` resolved).
+fn shared_state(
+    config: Arc<Config>,
+    clock: Arc<dyn Clock>,
+    run_logs: &RunLogs,
+) -> Result<Shared, RuntimeError> {
+    let dirs: Vec<PathBuf> = run_logs.logs.iter().map(|l| l.dir.clone()).collect();
+    let now_secs = unix_millis() / 1000;
+    let pending = pending(run_logs);
+    let ingest = IngestContext::build(&config, clock.now_nanos(), pending, &dirs, now_secs)?;
+    let dispatch = DispatchContext::build(&config, Arc::clone(&ingest.backlog))?;
+    let router = Router::new(&config.ingest_triggers(), config.ingest.default_route)
+        .with_admin(config.admin_token.is_some());
+    for line in crate::config::render::routes_summary(&config) {
+        eprintln!("sluice: {line}");
+    }
+    let (io_backend, why) =
+        crate::net::io::select(config.server.io).map_err(|what| RuntimeError::Io {
+            what,
+            source: std::io::Error::from(std::io::ErrorKind::Unsupported),
+        })?;
+    eprintln!("sluice: io backend: {why}");
+    let node = NodeParts {
+        router,
+        wal: wal_states(run_logs),
+        metrics: Arc::new(Metrics::new(config.server.workers)),
+        io_backend,
+    };
+    Ok(Shared::new(config, clock, ingest, dispatch, node))
+}
+
+/// Each log's published state, starting at its recovered durable LSN; one sync-latency
+/// histogram for all.
+fn wal_states(run_logs: &RunLogs) -> Vec<Arc<WalShared>> {
+    let histogram = Arc::new(crate::metrics::histogram::Histogram::new(
+        wal::SYNC_BOUNDS_NANOS,
+    ));
+    let state = |l: &OpenLog| {
+        let s = WalShared::sharing(histogram.clone());
+        s.durable_lsn
+            .store(l.report.last_lsn, std::sync::atomic::Ordering::Release);
+        Arc::new(s)
+    };
+    run_logs.logs.iter().map(state).collect()
+}
+
+/// One listener per core on `listen`: the first resolves the port (it may be 0), the others
+/// share it. No other process may hold the address (`net::listen`): `SO_REUSEPORT` would let
+/// it share silently.
+fn bind_listeners(
+    listen: SocketAddr,
+    workers: usize,
+) -> Result<(Vec<std::net::TcpListener>, SocketAddr), RuntimeError> {
     let first = crate::net::listen::ensure_free(listen)
         .and_then(|()| bind_reuseport(listen))
         .map_err(|e| RuntimeError::Io {
@@ -319,46 +259,35 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
     for _ in 1..workers {
         listeners.push(bind_reuseport(addr).map_err(io_err(format!("binding {addr}")))?);
     }
-
-    let cores = wire_cores(&shared, run_logs, &wal_states, dlq)?;
-    Ok(Run {
-        shared,
-        listeners,
-        addr,
-        cores,
-    })
+    Ok((listeners, addr))
 }
 
 /// True if the cores commit their own logs on their io_uring rings (`wal.commit = "ring"`, and
 /// the backend is io_uring; config checks ensured durability and write path).
-fn commit_on_ring(shared: &Shared) -> bool {
-    shared.config.wal.commit == wal::CommitPath::Ring
-        && shared.io_backend == crate::net::io::Backend::Uring
+fn commit_on_ring(config: &Config, backend: Backend) -> bool {
+    config.wal.commit == wal::CommitPath::Ring && backend == Backend::Uring
 }
 
-/// Gives each core its poll, its commit helper over the logs it owns, its pump and its links.
-fn wire_cores(
-    shared: &Arc<Shared>,
-    run_logs: logs::RunLogs,
-    wal_states: &[Arc<WalShared>],
-    dlq: Arc<DlqStore>,
-) -> Result<Vec<CoreParts>, RuntimeError> {
-    let config = &shared.config;
-    let workers = config.server.workers;
-    let owners: Arc<[usize]> = run_logs.owners().into();
+/// Each core's poll and the waker of its loop.
+fn polls(workers: usize) -> Result<(Vec<Poll>, Vec<Arc<Waker>>), RuntimeError> {
     let mut polls = Vec::new();
     let mut wakers = Vec::new();
     for _ in 0..workers {
         let poll = Poll::new().map_err(io_err("creating a poll"))?;
-        let waker = Arc::new(
-            Waker::new(poll.registry(), worker::WAKER_TOKEN).map_err(io_err("creating a waker"))?,
-        );
+        let waker =
+            Waker::new(poll.registry(), worker::WAKER_TOKEN).map_err(io_err("creating a waker"))?;
         polls.push(poll);
-        wakers.push(waker);
+        wakers.push(Arc::new(waker));
     }
-    let max_outstanding = config.pump.max_outstanding;
-    let outstanding = Arc::new(Outstanding::new(max_outstanding));
-    let mut links = CoreLinks::wire(workers, max_outstanding, wakers.clone(), owners.clone());
+    Ok((polls, wakers))
+}
+
+/// The logs by owner core: what its commit helper writes and what its pump reads.
+fn logs_per_core(
+    run_logs: RunLogs,
+    wal_states: &[Arc<WalShared>],
+    workers: usize,
+) -> Vec<(Vec<HelperLog>, Vec<PumpLog>)> {
     let mut per_core: Vec<(Vec<HelperLog>, Vec<PumpLog>)> =
         (0..workers).map(|_| (Vec::new(), Vec::new())).collect();
     for (index, log) in run_logs.logs.into_iter().enumerate() {
@@ -381,16 +310,30 @@ fn wire_cores(
             shared: wal_states[index].clone(),
         });
     }
+    per_core
+}
+
+/// Gives each core its poll, its commit helper over the logs it owns, its pump and its links.
+fn wire_cores(shared: &Arc<Shared>, run_logs: RunLogs) -> Result<Vec<CoreParts>, RuntimeError> {
+    let config = &shared.config;
+    let workers = config.server.workers;
+    let owners: Arc<[usize]> = run_logs.owners().into();
+    let (polls, wakers) = polls(workers)?;
+    let max_outstanding = config.pump.max_outstanding;
+    let outstanding = Arc::new(Outstanding::new(max_outstanding));
+    let mut links = CoreLinks::wire(workers, max_outstanding, wakers.clone(), owners);
+    let per_core = logs_per_core(run_logs, shared.wal(), workers);
+    let on_ring = commit_on_ring(config, shared.io_backend());
     let now = shared.clock.now_nanos();
     let mut cores = Vec::new();
     for (core, ((helper_logs, pump_logs), poll)) in per_core.into_iter().zip(polls).enumerate() {
         let committer = Committer::start(
             core,
             helper_logs,
-            dlq.clone(),
+            shared.dispatch().dlq.clone(),
             wakers[core].clone(),
             config.wal.max_batch,
-            commit_on_ring(shared),
+            on_ring,
         )
         .map_err(io_err("starting a commit helper"))?;
         let pump = CorePump::new(
@@ -429,6 +372,7 @@ fn start(run: Run) -> Result<(Handles, SocketAddr), RuntimeError> {
         .unwrap_or_default();
     // Shared destination budgets: the Redis client thread wakes the cores' loops.
     run.shared
+        .dispatch()
         .cluster
         .start(run.shared.clock.clone(), wakers.clone())
         .map_err(io_err("starting the Redis client thread"))?;
@@ -497,5 +441,139 @@ fn drain(
     }
     for h in threads {
         let _ = h.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Overrides;
+    use crate::ops::lifecycle::Phase as P;
+
+    /// A configuration from manifest `text` (no environment) with its data dir in `dir`.
+    fn cfg(text: &str, dir: &std::path::Path, overrides: Overrides) -> Config {
+        let overrides = Overrides {
+            data_dir: Some(dir.to_path_buf()),
+            ..overrides
+        };
+        let raw = Config::parse_manifest(text).unwrap();
+        Config::build(raw, &|_| None, &overrides).unwrap()
+    }
+
+    const TWO_CORES: &str = "[server]\nworkers = 2\nio = \"mio\"\nlisten = \"127.0.0.1:0\"\n\
+        [[triggers]]\nid = \"a\"\nprovider = \"p\"\npath = \"/a\"\nhandler = \"http://127.0.0.1:9/a\"\n";
+
+    #[test]
+    fn wal_config_carries_every_wal_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "[server]\nmax_body_bytes = 65536\n[wal]\ndurability = \"os\"\n\
+                    write_path = \"mmap\"\nsegment_bytes = 3145728\nmax_batch = 7\n";
+        let accept = Overrides {
+            accept_wal_loss: true,
+            ..Overrides::default()
+        };
+        let config = cfg(text, dir.path(), accept);
+        let w = wal_config(&config, dir.path().join("x"));
+        assert_eq!(w.dir, dir.path().join("x"));
+        assert_eq!(w.segment_bytes, 3_145_728);
+        assert_eq!(w.max_body_bytes, 65_536);
+        assert_eq!(w.durability, wal::Durability::Os);
+        assert_eq!(w.write_path, wal::WritePath::Mmap);
+        assert_eq!(w.max_batch, 7);
+        assert!(w.accept_loss);
+        let plain = cfg("", dir.path(), Overrides::default());
+        assert!(!wal_config(&plain, dir.path().into()).accept_loss);
+    }
+
+    #[test]
+    fn the_ring_commits_only_on_the_io_uring_backend() {
+        let dir = tempfile::tempdir().unwrap();
+        let ring = cfg(
+            "[wal]\ncommit = \"ring\"\n",
+            dir.path(),
+            Overrides::default(),
+        );
+        let helper = cfg("", dir.path(), Overrides::default());
+        assert!(commit_on_ring(&ring, Backend::Uring));
+        assert!(!commit_on_ring(&ring, Backend::Mio));
+        assert!(!commit_on_ring(&helper, Backend::Uring));
+        assert!(!commit_on_ring(&helper, Backend::Mio));
+    }
+
+    #[test]
+    fn reuseport_listeners_share_a_port_and_refuse_a_plain_holder() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let (listeners, addr) = bind_listeners(any, 3).unwrap();
+        assert_eq!(listeners.len(), 3);
+        assert_ne!(addr.port(), 0);
+        for l in &listeners {
+            assert_eq!(l.local_addr().unwrap(), addr);
+        }
+        // A socket without SO_REUSEPORT holds this port: joining it fails.
+        let plain = std::net::TcpListener::bind(any).unwrap();
+        let held = plain.local_addr().unwrap();
+        let e = bind_reuseport(held).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+        // And the checked path names the address.
+        match bind_listeners(held, 1) {
+            Err(RuntimeError::Io { what, .. }) => {
+                assert!(what.contains(&held.to_string()), "{what}")
+            }
+            other => panic!("expected an Io error, got {other:?}"),
+        }
+        // An address no interface has (TEST-NET-1).
+        let e = bind_reuseport("192.0.2.1:0".parse().unwrap()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrNotAvailable, "{e}");
+    }
+
+    #[test]
+    fn the_contexts_are_built_from_a_config_in_a_temp_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Arc::new(cfg(TWO_CORES, dir.path(), Overrides::default()));
+        let run_logs = recover_logs(&config).unwrap();
+        assert_eq!(run_logs.logs.len(), 2, "one own log per core");
+        assert_eq!(pending(&run_logs), Pending::default());
+        assert!(recovery_line(&run_logs.logs[0]).starts_with("wal core-0 recovered: "));
+        let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+        let shared = shared_state(config.clone(), clock, &run_logs).unwrap();
+        // One durable-queue bound for both roles.
+        assert!(Arc::ptr_eq(
+            &shared.ingest().backlog,
+            &shared.dispatch().backlog
+        ));
+        assert_eq!(shared.ingest().segment_bytes, config.wal.segment_bytes);
+        assert_eq!(shared.io_backend(), Backend::Mio);
+        assert_eq!(shared.wal().len(), 2);
+        assert_eq!(shared.reload().number(), 1);
+        assert!(
+            dir.path().join("dlq").is_dir(),
+            "the dead-letter queue is opened"
+        );
+        // The ops view reads the same cells: the lifecycle, the backlog, the logs.
+        let view = shared.ops_view();
+        assert_eq!(view.not_ready_reason(), Some("starting"));
+        shared.set_phase(P::Ready);
+        assert_eq!(shared.ops_view().not_ready_reason(), None);
+        shared.ingest().backlog.reserve_for("a", 100).unwrap();
+        assert_eq!(shared.ops_view().backlog.pending_events(), 1);
+        shared.begin_drain(shared.clock.now_nanos(), Duration::ZERO);
+        assert_eq!(shared.not_ready_reason(), Some("draining"));
+        let cores = wire_cores(&Arc::new(shared), run_logs).unwrap();
+        assert_eq!(cores.len(), 2);
+    }
+
+    #[test]
+    fn a_dead_letter_dir_that_cannot_be_made_fails_the_build_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("dlq"), b"not a directory").unwrap();
+        let config = Arc::new(cfg(TWO_CORES, dir.path(), Overrides::default()));
+        let run_logs = recover_logs(&config).unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+        match shared_state(config, clock, &run_logs) {
+            Err(RuntimeError::Config(msg)) => {
+                assert!(msg.starts_with("dead-letter queue: "), "{msg}")
+            }
+            other => panic!("expected a config error, got {other:?}"),
+        }
     }
 }

@@ -1,209 +1,174 @@
-//! State shared by all workers: lifecycle phase, config, admission, WAL status, metrics.
+//! The state the cores share, grouped by role: one [`Shared`] per node, behind one `Arc`.
+//!
+//! - [`Shared::ingest`]: the ingest role's handles ([`IngestContext`]);
+//! - [`Shared::dispatch`]: the pumps' and dispatchers' ([`DispatchContext`]);
+//! - [`Shared::ops_view`]: the narrow view the dashboard, `/readyz` and `/metrics` read
+//!   ([`OpsView`], `ops`'s own type: `ops` never names this one);
+//! - node-wide: the start-up configuration and the clock (public: immutable, read by every
+//!   role), the logs' published state, the metric shards, the shared `/metrics` rendering, the
+//!   published configuration generation, the I/O backend and the lifecycle (phase, drain).
+//!
+//! Built once by the runtime (`sched::runtime`, through the constructors of `sched::context`)
+//! before any core starts; read-mostly afterwards. The only writes are the lifecycle (main
+//! thread, and the cores' drain input) and the atomics inside the handles.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::dispatch::dlq::DlqStore;
-use crate::dispatch::metrics::DispatchMetrics;
-use crate::dispatch::trigger_caps::TriggerCaps;
-use crate::ingest::backlog::Backlog;
-use crate::ingest::bucket::Admission;
 use crate::ingest::router::Router;
-use crate::ingest::schedule::ReturnSchedule;
-use crate::ingest::sources::SourceTable;
-use crate::ingest::Guards;
 use crate::metrics::shared::SharedRendering;
 use crate::metrics::Metrics;
-use crate::net::budget::BodyBudget;
+use crate::ops::lifecycle::Lifecycle;
+pub use crate::ops::lifecycle::Phase;
+use crate::ops::reload::Published;
+use crate::ops::view::OpsView;
+use crate::sched::context::{DispatchContext, IngestContext};
 use crate::sync::clock::Clock;
 use crate::wal::WalShared;
 
-/// Lifecycle of the server, as `/readyz` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Phase {
-    Starting = 0,
-    Ready = 1,
-    Draining = 2,
-}
-
-/// Everything the workers share. Read-mostly; the only writes are the phase (main thread) and
-/// the atomics inside `admission`, `wal` and `metrics`.
+/// The node-wide parts of [`Shared`] that are not a role's.
 #[derive(Debug)]
-pub struct Shared {
-    pub config: Arc<Config>,
-    pub clock: Arc<dyn Clock>,
+pub struct NodeParts {
+    /// The start-up routes (the first published generation's).
     pub router: Router,
-    pub admission: Admission,
-    pub sources: Arc<SourceTable>,
-    /// Per-trigger signature verifiers and the dedupe index.
-    pub guards: Guards,
     /// The published state of every log of this run, by log index (own logs first).
     pub wal: Vec<Arc<WalShared>>,
     pub metrics: Arc<Metrics>,
-    /// The durable-queue bound (ingest reserves, the pump releases).
-    pub backlog: Arc<Backlog>,
-    /// Each trigger's cap of the dispatch window (the pumps and dispatchers take and give).
-    pub caps: Arc<TriggerCaps>,
-    pub metrics_dispatch: Arc<DispatchMetrics>,
-    /// The dead-letter queue: the commit helpers write it, the admin routes read and remove.
-    pub dlq: Arc<DlqStore>,
-    /// The in-flight body budget (`server.max_inflight_body_bytes`), one for all cores.
-    pub body_budget: crate::sync::Arc<BodyBudget>,
-    /// The `/metrics` rendering shared by concurrent scrapes (`metrics::shared`).
-    pub scrapes: SharedRendering,
-    /// `Retry-After` of `queue_full` / `ingest_saturated` refusals.
-    pub returns: ReturnSchedule,
-    /// The configuration generation cores pick up at the top of a turn (`ops::reload`).
-    /// `config` and `router` above stay the start-up generation: what a reload cannot change.
-    pub reload: crate::ops::reload::Published,
     /// The cores' I/O backend, resolved at start-up from `server.io` (`net::io::select`).
     pub io_backend: crate::net::io::Backend,
-    /// Destination budgets shared with other nodes through Redis.
-    pub cluster: crate::cluster::Cluster,
-    // Written by the main thread at start and at shutdown; read by workers per `/readyz` and per
-    // loop turn. `Relaxed` is enough: the phase carries no data with it, and a worker that sees
-    // `Draining` one turn late only delays its drain by one poll timeout.
-    phase: AtomicU8,
-    // When accepting stops (clock nanos): `u64::MAX` until the drain begins, then the signal's
-    // time plus `server.drain_grace`. Written once by the main thread ([`Shared::begin_drain`]),
-    // read by workers and the pump per loop turn. `Relaxed` is enough for the same reason as
-    // `phase`: it carries no data, and a reader that sees it one turn late stops one turn late.
-    stop_accepting_at: AtomicU64,
-    // When a core last read a client's bytes during the drain (clock nanos; 0: not yet). The
-    // drain ends idle connections only once the whole node has been quiet
-    // (`sched/worker/drain.rs`). Written by the cores during the drain only; `Relaxed`: it orders
-    // nothing, and a core that sees it a turn late ends a connection a sweep later.
-    drain_input_at: AtomicU64,
 }
 
-/// The triggers' caps of the dispatch window: the triggers configured at start, of which
-/// those with a handler take part.
-fn trigger_caps(config: &Config) -> TriggerCaps {
-    let ids: Vec<&str> = config.triggers.iter().map(|t| t.id.as_str()).collect();
-    let with_handler = config.triggers.iter().filter(|t| t.handler.is_some());
-    TriggerCaps::new(
-        &ids,
-        crate::ingest::router::DEFAULT_TRIGGER_ID,
-        config.pump.max_outstanding,
-        with_handler.count(),
-    )
+/// Everything the cores share (module docs).
+#[derive(Debug)]
+pub struct Shared {
+    /// The start-up configuration: what a reload cannot change (the running generation is
+    /// [`Shared::reload`]'s).
+    pub config: Arc<Config>,
+    pub clock: Arc<dyn Clock>,
+    ingest: IngestContext,
+    dispatch: DispatchContext,
+    wal: Vec<Arc<WalShared>>,
+    metrics: Arc<Metrics>,
+    /// The `/metrics` rendering shared by concurrent scrapes (`metrics::shared`).
+    scrapes: SharedRendering,
+    /// The configuration generation cores pick up at the top of a turn (`ops::reload`).
+    reload: Published,
+    io_backend: crate::net::io::Backend,
+    lifecycle: Lifecycle,
 }
 
 impl Shared {
-    #[allow(clippy::too_many_arguments)]
+    /// The shared state over the role contexts; publishes the start-up generation.
     pub fn new(
         config: Arc<Config>,
         clock: Arc<dyn Clock>,
-        router: Router,
-        admission: Admission,
-        sources: Arc<SourceTable>,
-        guards: Guards,
-        wal: Vec<Arc<WalShared>>,
-        metrics: Arc<Metrics>,
-        backlog: Arc<Backlog>,
-        metrics_dispatch: Arc<DispatchMetrics>,
-        dlq: Arc<DlqStore>,
+        ingest: IngestContext,
+        dispatch: DispatchContext,
+        node: NodeParts,
     ) -> Shared {
-        let budget = BodyBudget::new(config.server.max_inflight_body_bytes);
-        let body_budget = crate::sync::Arc::new(budget);
-        let returns = ReturnSchedule::new(config.ingest.refill_per_sec);
-        let caps = Arc::new(trigger_caps(&config));
+        let reload = Published::new(config.clone(), node.router, &ingest.guards)
+            .with_flow_cells(Arc::clone(&dispatch.metrics))
+            .with_backlog(Arc::clone(&ingest.backlog));
         Shared {
-            caps,
-            cluster: crate::cluster::Cluster::new(config.shared_destinations()),
-            returns,
-            reload: crate::ops::reload::Published::new(config.clone(), router.clone(), &guards)
-                .with_flow_cells(Arc::clone(&metrics_dispatch))
-                .with_backlog(Arc::clone(&backlog)),
             config,
             clock,
-            router,
-            admission,
-            sources,
-            guards,
-            wal,
-            metrics,
-            backlog,
-            body_budget,
+            ingest,
+            dispatch,
+            wal: node.wal,
+            metrics: node.metrics,
             scrapes: SharedRendering::default(),
-            io_backend: crate::net::io::Backend::Mio,
-            metrics_dispatch,
-            dlq,
-            phase: AtomicU8::new(Phase::Starting as u8),
-            stop_accepting_at: AtomicU64::new(u64::MAX),
-            drain_input_at: AtomicU64::new(0),
+            reload,
+            io_backend: node.io_backend,
+            lifecycle: Lifecycle::new(),
         }
+    }
+
+    /// The ingest role's handles.
+    pub fn ingest(&self) -> &IngestContext {
+        &self.ingest
+    }
+
+    /// The pumps' and dispatchers' handles.
+    pub fn dispatch(&self) -> &DispatchContext {
+        &self.dispatch
+    }
+
+    /// What the ops pages read (a handful of pointer copies; build one per request).
+    pub fn ops_view(&self) -> OpsView<'_> {
+        OpsView {
+            config: &self.config,
+            clock: &*self.clock,
+            lifecycle: &self.lifecycle,
+            reload: &self.reload,
+            metrics: &self.metrics,
+            dispatch: &self.dispatch.metrics,
+            caps: &self.dispatch.caps,
+            backlog: &self.ingest.backlog,
+            admission: &self.ingest.admission,
+            sources: &self.ingest.sources,
+            body_budget: &self.ingest.body_budget,
+            wal: &self.wal,
+            cluster: &self.dispatch.cluster,
+        }
+    }
+
+    /// The published state of every log, by log index (own logs first).
+    pub fn wal(&self) -> &[Arc<WalShared>] {
+        &self.wal
+    }
+
+    /// The per-core metric shards.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The `/metrics` rendering shared by concurrent scrapes.
+    pub fn scrapes(&self) -> &SharedRendering {
+        &self.scrapes
+    }
+
+    /// The published configuration generation (`ops::reload`).
+    pub fn reload(&self) -> &Published {
+        &self.reload
+    }
+
+    /// The cores' I/O backend.
+    pub fn io_backend(&self) -> crate::net::io::Backend {
+        self.io_backend
     }
 
     pub fn phase(&self) -> Phase {
-        match self.phase.load(Ordering::Relaxed) {
-            0 => Phase::Starting,
-            1 => Phase::Ready,
-            _ => Phase::Draining,
-        }
+        self.lifecycle.phase()
     }
 
     pub fn set_phase(&self, p: Phase) {
-        self.phase.store(p as u8, Ordering::Relaxed);
-    }
-
-    /// True while some log's checkpoint writes have failed for `wal::checkpoint::STALE_AFTER`.
-    pub fn wal_checkpoint_stale(&self) -> bool {
-        self.wal_checkpoint_stale_logs() > 0
-    }
-
-    /// Logs whose checkpoint writes have failed for `wal::checkpoint::STALE_AFTER`.
-    pub fn wal_checkpoint_stale_logs(&self) -> usize {
-        self.wal
-            .iter()
-            .filter(|w| w.checkpoint_stale.load(Ordering::Relaxed))
-            .count()
-    }
-
-    /// True while every log accepts writes.
-    pub fn wal_healthy(&self) -> bool {
-        self.wal.iter().all(|w| w.is_healthy())
+        self.lifecycle.set_phase(p);
     }
 
     /// SIGTERM/SIGINT: `/readyz` says `draining` from now on; requests are still accepted and
     /// served until `now + grace`, then [`Shared::accepting_stopped`] turns true and the workers
     /// drain (stop accepting, finish what they have, exit).
     pub fn begin_drain(&self, now: u64, grace: std::time::Duration) {
-        let grace = u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX);
-        self.stop_accepting_at
-            .store(now.saturating_add(grace), Ordering::Relaxed);
-        self.set_phase(Phase::Draining);
+        self.lifecycle.begin_drain(now, grace);
     }
 
     /// A core read a client's bytes at `now` during the drain.
     pub fn note_drain_input(&self, now: u64) {
-        self.drain_input_at.fetch_max(now, Ordering::Relaxed);
+        self.lifecycle.note_drain_input(now);
     }
 
     /// When a core last read a client's bytes during the drain (0: not yet).
     pub fn drain_input_at(&self) -> u64 {
-        self.drain_input_at.load(Ordering::Relaxed)
+        self.lifecycle.drain_input_at()
     }
 
     /// Has the drain grace ended (listeners closed, new work held back)?
     pub fn accepting_stopped(&self, now: u64) -> bool {
-        now >= self.stop_accepting_at.load(Ordering::Relaxed)
+        self.lifecycle.accepting_stopped(now)
     }
 
-    /// `/readyz`: `None` when ready, else the reason for 503.
+    /// `/readyz`: `None` when ready, else the reason for 503 ([`OpsView::not_ready_reason`]).
     pub fn not_ready_reason(&self) -> Option<&'static str> {
-        match self.phase() {
-            Phase::Starting => Some("starting"),
-            Phase::Draining => Some("draining"),
-            Phase::Ready if !self.wal_healthy() => Some("wal_unavailable"),
-            Phase::Ready if self.wal_checkpoint_stale() => Some("wal_checkpoint_failing"),
-            Phase::Ready if self.backlog.is_saturated() => Some("saturated"),
-            Phase::Ready if self.cluster.not_ready_reason().is_some() => {
-                self.cluster.not_ready_reason()
-            }
-            Phase::Ready => None,
-        }
+        self.ops_view().not_ready_reason()
     }
 }

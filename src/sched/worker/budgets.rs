@@ -131,7 +131,7 @@ impl Worker {
         conn.push(Slot::Deferred {
             keep_alive,
             head_only,
-            charge: self.shared.scrapes.last_len(),
+            charge: self.shared.scrapes().last_len(),
         });
         if !keep_alive {
             conn.closing = true;
@@ -157,7 +157,7 @@ impl Worker {
         let not_before = std::mem::take(&mut self.edge.scrapes_read_at);
         let now = self.now();
         let shared = Arc::clone(&self.shared);
-        let body = shared.scrapes.get(not_before, now, || {
+        let body = shared.scrapes().get(not_before, now, || {
             crate::sched::exposition::render_metrics(&shared)
         });
         let mut headers: Vec<(&str, &str)> = vec![("Date", &self.date)];

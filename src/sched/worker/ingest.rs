@@ -10,17 +10,9 @@ use super::*;
 use crate::dispatch::replay_claims::ReplayClaim;
 use crate::ingest::pipeline::{self, Arrival, Now, Output, Pipeline, Response};
 
-/// The node's shared state the pipeline reads.
+/// The node's shared state the pipeline reads (the ingest context's).
 pub(super) fn node(shared: &Shared) -> pipeline::Node<'_> {
-    pipeline::Node {
-        ingest: &shared.config.ingest,
-        segment_bytes: shared.config.wal.segment_bytes,
-        guards: &shared.guards,
-        table: shared.guards.start_table(),
-        admission: &shared.admission,
-        returns: &shared.returns,
-        backlog: &shared.backlog,
-    }
+    shared.ingest().node()
 }
 
 impl Worker {
@@ -127,7 +119,7 @@ impl Worker {
     /// Confirms (`durable`) or releases the dedupe claim of `ticket`, if it has one.
     pub(super) fn settle_claim(&mut self, ticket: u64, durable: bool) {
         if let Some(token) = self.claims.remove(&ticket) {
-            self.shared.guards.settle(token, durable);
+            self.shared.ingest().guards.settle(token, durable);
         }
     }
 
@@ -173,7 +165,7 @@ impl Worker {
         };
         let ticket = p.ticket;
         if let Some(token) = self.claims.remove(&ticket) {
-            self.shared.guards.settle(token, result.is_ok());
+            self.shared.ingest().guards.settle(token, result.is_ok());
         }
         // A replay: durable → the entry leaves the DLQ (a failure to remove it only means a
         // later replay would deliver again: at least once), then its claim drops.
@@ -237,7 +229,7 @@ impl Worker {
             // entry) must be right.
             self.settle_single_replay(ticket, durable);
             if !durable {
-                self.shared.backlog.release_slot(slot, 1, cost);
+                self.shared.ingest().backlog.release_slot(slot, 1, cost);
             }
             return None;
         }

@@ -176,7 +176,7 @@ impl Worker {
             pump,
             links,
         } = parts;
-        let shared_backend = shared.io_backend;
+        let shared_backend = shared.io_backend();
         let mut listener = TcpListener::from_std(listener);
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
@@ -193,20 +193,20 @@ impl Worker {
             id,
             Arc::new(shared.config.dispatch_spec()),
             CoreDispatchMetrics {
-                core: shared.metrics.core(id),
-                shared: shared.metrics_dispatch.clone(),
+                core: shared.metrics().core(id),
+                shared: shared.dispatch().metrics.clone(),
             },
             pump.slots(),
         )
-        .with_budgets(|d| shared.cluster.budget_for(d));
+        .with_budgets(|d| shared.dispatch().cluster.budget_for(d));
         Ok(Worker {
             id,
             reactor: Reactor::new(poll),
             listener: Some(listener),
             conns: Conns::new(shared.config.server.max_connections_per_core),
-            metrics: shared.metrics.core(id),
-            sources: SourceCache::new(shared.sources.clone()),
-            view: crate::ops::reload::CoreView::new(&shared.reload),
+            metrics: shared.metrics().core(id),
+            sources: SourceCache::new(shared.ingest().sources.clone()),
+            view: crate::ops::reload::CoreView::new(shared.reload()),
             shared,
             committer,
             pump,
@@ -336,7 +336,7 @@ impl Worker {
     /// or after `sluice_config_generation` showed the new number, is routed by it, even on a
     /// core that was mid-turn when the reload was published.
     fn follow_reload(&mut self) {
-        if let Some(next) = self.view.pick_up(&self.shared.reload) {
+        if let Some(next) = self.view.pick_up(self.shared.reload()) {
             let (now, registry) = (self.turn_now, self.reactor.registry());
             let draining = self.shared.accepting_stopped(now);
             // Between two requests of this loop: the pump learns the new trigger → destination
@@ -459,7 +459,7 @@ impl Worker {
         };
         let now = self.now();
         let reader = http::RequestReader::new(self.limits.clone()).with_body_gate();
-        let budget = self.shared.body_budget.clone();
+        let budget = self.shared.ingest().body_budget.clone();
         let mut conn = Conn::new(stream, reader, budget, now);
         // A new connection must send its head within the header timeout (slowloris).
         conn.set_phase(Phase::Head, now);
@@ -480,10 +480,11 @@ impl Worker {
                         self.settle_claim(p.ticket, false);
                         self.settle_single_replay(p.ticket, false);
                         self.shared
+                            .ingest()
                             .backlog
                             .release_for(&p.reply.trigger_id, p.reply.cost);
                     } else {
-                        let slot = self.shared.backlog.slot(&p.reply.trigger_id);
+                        let slot = self.shared.ingest().backlog.slot(&p.reply.trigger_id);
                         self.orphans.insert(p.ticket, (slot, p.reply.cost));
                     }
                 }
@@ -712,7 +713,11 @@ impl Worker {
         let router = self.view.router().clone();
         match router.route(head.method.as_str(), head.path()) {
             RouteMatch::Ops(ep @ (OpsEndpoint::Ui | OpsEndpoint::State)) => {
-                let a = crate::ops::dashboard::answer(&shared, ep, head.header("authorization"));
+                let a = crate::ops::dashboard::answer(
+                    &shared.ops_view(),
+                    ep,
+                    head.header("authorization"),
+                );
                 let h = a.headers();
                 self.push_ready(idx, Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
             }

@@ -84,7 +84,7 @@ impl Worker {
             }
             AdminRoute::DlqBulkReplay => return self.bulk_replay(idx, head, keep_alive),
             AdminRoute::Reload => {
-                let (status, body) = crate::ops::reload::admin_answer(&self.shared.reload);
+                let (status, body) = crate::ops::reload::admin_answer(self.shared.reload());
                 let b = body.as_bytes();
                 return self.push_ready(idx, Route::Admin, status, &[json], b, keep_alive, false);
             }

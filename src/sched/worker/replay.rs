@@ -66,7 +66,7 @@ impl Worker {
                 return self.answer_replay(idx, 400, None, &body, keep_alive);
             }
         };
-        let store = self.shared.dlq.clone();
+        let store = self.shared.dispatch().dlq.clone();
         let listing = match store.list() {
             Ok(x) => x,
             Err(e) => {
@@ -104,6 +104,7 @@ impl Worker {
         } else {
             let ra = self
                 .shared
+                .ingest()
                 .backlog
                 .retry_after_secs()
                 .clamp(1, 60)
@@ -145,7 +146,12 @@ impl Worker {
         let record = wal::Record::Event(event);
         if self.outstanding >= self.max_outstanding
             || !self.committer.has_room(record.batch_weight())
-            || self.shared.backlog.reserve_for(&trigger, cost).is_err()
+            || self
+                .shared
+                .ingest()
+                .backlog
+                .reserve_for(&trigger, cost)
+                .is_err()
         {
             return Step::NoRoom;
         }
@@ -191,13 +197,13 @@ impl Worker {
         };
         let id = claim.id();
         if !matches!(outcome, AppendOutcome::Durable { .. }) {
-            self.shared.backlog.release_for(&trigger, cost);
+            self.shared.ingest().backlog.release_for(&trigger, cost);
             eprintln!(
                 "sluice: bulk replay of {id} failed to append ({outcome:?}); it stays in the DLQ"
             );
             return;
         }
-        if let Err(e) = self.shared.dlq.remove(id) {
+        if let Err(e) = self.shared.dispatch().dlq.remove(id) {
             eprintln!("sluice: replayed {id} but could not remove its DLQ entry: {e}");
         }
         drop(claim); // after the removal (module docs)
@@ -210,7 +216,7 @@ impl Worker {
             return;
         };
         if durable {
-            if let Err(e) = self.shared.dlq.remove(claim.id()) {
+            if let Err(e) = self.shared.dispatch().dlq.remove(claim.id()) {
                 let id = claim.id();
                 eprintln!("sluice: replayed {id} but could not remove its DLQ entry: {e}");
             }
@@ -226,7 +232,7 @@ impl Worker {
     /// claimed first in the store's set shared by every core (`dispatch::replay_claims`): while
     /// a replay (bulk or single, any core) has it on its way, another is `409 in_progress`.
     pub(super) fn replay_dead_letter(&mut self, idx: usize, id: &str, keep_alive: bool) {
-        let claim = match self.shared.dlq.replays().claim(id) {
+        let claim = match self.shared.dispatch().dlq.replays().claim(id) {
             Ok(c) => c,
             Err(ClaimRefused::InFlight) => {
                 return self.replay_refused(idx, 409, "in_progress", keep_alive)
@@ -235,7 +241,7 @@ impl Worker {
                 return self.replay_refused(idx, 503, "queue_full", keep_alive)
             }
         };
-        let entry = match self.shared.dlq.get(id) {
+        let entry = match self.shared.dispatch().dlq.get(id) {
             Ok(e) => e,
             Err(e) => {
                 let (status, reason) = match e {

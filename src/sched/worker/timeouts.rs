@@ -11,7 +11,7 @@ use crate::net::conns::{Expired, Timeouts};
 impl Worker {
     pub(super) fn sweep(&mut self, now: u64) {
         self.reactor.sweep();
-        let body = self.shared.body_budget.in_use();
+        let body = self.shared.ingest().body_budget.in_use();
         self.trimmer.sweep(self.conns.open(), body, now);
         let cfg = &self.shared.config.server;
         let timeouts = Timeouts::new(cfg.header_timeout, cfg.body_timeout, cfg.idle_timeout);
