@@ -35,6 +35,7 @@
 
 pub mod adaptive;
 pub mod batch;
+pub mod batch_metrics;
 pub mod bulk_replay;
 pub mod circuit;
 pub mod classify;
