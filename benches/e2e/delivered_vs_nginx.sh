@@ -61,6 +61,11 @@ for _ in $(seq 100); do
   grep -q listening "$WORK/sluice.out" 2>/dev/null && curl -s -o /dev/null http://127.0.0.1:18182/ && break
   sleep 0.1
 done
+if ! grep -q listening "$WORK/sluice.out" 2>/dev/null; then
+  # e.g. the port still held by the previous run's server, draining: say so instead of a wrk error.
+  echo "sluice did not start: $(cat "$WORK/sluice.err")" >&2
+  exit 1
+fi
 NGINX_PIDS=$(pgrep -P "$NGINX_MASTER" | tr '\n' ' ')
 echo "machine: $(nproc) cores, $(uname -r); sluice pinned to CPU $SERVER_CPU; wrk and nginx on CPU $CLIENT_CPU; burst ${DUR}s"
 
