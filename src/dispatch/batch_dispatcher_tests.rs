@@ -202,3 +202,23 @@ fn the_batched_request_is_signed_over_its_body_with_the_batch_id() {
     assert_eq!(v["batch_id"], id.as_str());
     assert_eq!(v["events"].as_array().unwrap().len(), 3);
 }
+
+#[test]
+fn a_reload_that_adds_batching_batches_the_next_events() {
+    let mut r = rig("max_in_flight = 4");
+    r.hold(job(1), 0);
+    assert!(r.d.dest(0).batcher.is_none());
+    let mut next = (*r.d.config).clone();
+    next.destinations[0].batch = Some(crate::dispatch::spec::BatchSpec {
+        max_events: 2,
+        max_bytes: 1 << 20,
+        linger: Duration::from_millis(5),
+    });
+    r.d.reconfigure(Arc::new(next), 0, r.poll.registry(), true);
+    // The job queued before stays one call (the reload pumped it out).
+    assert_eq!(r.d.in_flight(), 1);
+    r.hold(job(2), 0);
+    r.hold(job(3), 0);
+    let a = r.take(0);
+    assert_eq!(member_lsns(&a), [2, 3]);
+}
