@@ -126,6 +126,20 @@ fn five_hundred_events_arrive_in_signed_batches_of_at_most_max_events() {
     let calls = sample_value(&samples, "sluice_dispatch_batch_events_count", &[]);
     let events = sample_value(&samples, "sluice_dispatch_batch_events_sum", &[]);
     assert_eq!((calls, events), (seen.len() as f64, 500.0));
+    let uri = ds.uri("/batch");
+    let open = sample_value(
+        &samples,
+        "sluice_dispatch_batch_open_events",
+        &[("destination", uri.as_str())],
+    );
+    assert_eq!(open, 0.0, "nothing left filling once every event went");
+    assert!(
+        samples
+            .iter()
+            .any(|s| s.name == "sluice_dispatch_batch_open_events"
+                && s.label("destination") == Some(uri.as_str())),
+        "the gauge is rendered for the destination"
+    );
     assert!(wait_until(Duration::from_secs(10), || {
         let (_, s) = scrape(&server);
         sample_value(&s, "sluice_wal_pending_events", &[]) == 0.0
