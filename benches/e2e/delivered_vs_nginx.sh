@@ -6,7 +6,14 @@
 # backlog is empty, divided by the events delivered; beside it, nginx's CPU per `return 202`
 # request under the same wrk load, measured in the same run.
 #
-# Usage: [BIN=path/to/sluice] benches/e2e/delivered_vs_nginx.sh [DURATION_SECONDS]
+# BATCH=N (issue 28): the destination takes batched calls, `batch = { max_events = N,
+# linger = "5ms" }`, with `orchestrator.pumps.max_outstanding` = 16 × N so that batches can
+# fill while earlier ones are in flight (the unbatched run keeps the default 64). Delivered events
+# are then counted as the accepted ones (`sluice_ingest_accepted_total`) minus the dead letters
+# once nothing is pending, since `sluice_dispatch_attempts_total` counts calls; the calls and
+# their mean size come from `sluice_dispatch_batch_events`.
+#
+# Usage: [BIN=path/to/sluice] [BATCH=N] benches/e2e/delivered_vs_nginx.sh [DURATION_SECONDS]
 # Needs: wrk and nginx (Debian: apt-get install wrk nginx-light), a release build.
 set -euo pipefail
 DUR=${1:-5}
@@ -36,6 +43,9 @@ handler = "http://127.0.0.1:18181/events"
 [[destinations]]
 uri = "http://127.0.0.1:18181/events"
 max_in_flight = 64
+$([ -n "${BATCH:-}" ] && echo "batch = { max_events = $BATCH, linger = \"5ms\" }")
+
+$([ -n "${BATCH:-}" ] && printf '[orchestrator]\npumps = { max_outstanding = %d }\n' $((16 * BATCH)))
 
 [dispatch]
 max_pending_events = 10000000
@@ -51,6 +61,11 @@ for _ in $(seq 100); do
   grep -q listening "$WORK/sluice.out" 2>/dev/null && curl -s -o /dev/null http://127.0.0.1:18182/ && break
   sleep 0.1
 done
+if ! grep -q listening "$WORK/sluice.out" 2>/dev/null; then
+  # e.g. the port still held by the previous run's server, draining: say so instead of a wrk error.
+  echo "sluice did not start: $(cat "$WORK/sluice.err")" >&2
+  exit 1
+fi
 NGINX_PIDS=$(pgrep -P "$NGINX_MASTER" | tr '\n' ' ')
 echo "machine: $(nproc) cores, $(uname -r); sluice pinned to CPU $SERVER_CPU; wrk and nginx on CPU $CLIENT_CPU; burst ${DUR}s"
 
@@ -74,7 +89,13 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 after=$(cpu_ticks_split "$SLUICE")
-delivered=$(curl -s http://127.0.0.1:18180/metrics | awk '/^sluice_dispatch_attempts_total/ && /outcome="delivered"/ {s += $2} END {print s + 0}')
+if [ -n "${BATCH:-}" ]; then
+  delivered=$(curl -s http://127.0.0.1:18180/metrics | awk '/^sluice_ingest_accepted_total/ {a += $2} /^sluice_dlq_entries / {d += $2} END {print a - d}')
+  calls=$(metric 18180 sluice_dispatch_batch_events_count)
+  echo "batched: max_events=$BATCH, $calls calls, $(awk -v e="$delivered" -v c="$calls" 'BEGIN {printf "%.1f", (c > 0 ? e / c : 0)}') events per call"
+else
+  delivered=$(curl -s http://127.0.0.1:18180/metrics | awk '/^sluice_dispatch_attempts_total/ && /outcome="delivered"/ {s += $2} END {print s + 0}')
+fi
 elapsed=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}')
 sluice_us=$(per_unit_total "$before" "$after" "$delivered")
 echo "sluice: $accepted requests in the burst, $delivered delivered, pending $(metric 18180 sluice_wal_pending_events) after ${elapsed}s; cpu_us_per_delivered_event=$sluice_us ($(per_unit_split "$before" "$after" "$delivered"))"

@@ -106,6 +106,25 @@ pub struct RawDestination {
     /// (see [`super::shared::RawShared`] for each key). Default: none (this node's own budget).
     /// An error with `max_in_flight = "auto"`.
     pub shared: Option<super::shared::RawShared>,
+    /// Deliver in batched calls: one signed `POST` of up to `max_events` events
+    /// (`dispatch::batch`, README "Batched deliveries"). Default: none (one event per call).
+    pub batch: Option<RawBatch>,
+}
+
+/// `batch = { max_events, max_bytes, linger }`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBatch {
+    /// Most events in one call (and in the batch being filled, per destination). Default: 100.
+    /// Range: 1..=10000. Batches fill only from the events dispatched at once, so keep
+    /// `orchestrator.pumps.max_outstanding` a few times larger.
+    pub max_events: Option<usize>,
+    /// Most bytes of one call's body (the batch JSON); an event larger on its own is sent
+    /// alone. Default: 1048576 (1 MiB). Range: 1024..=67108864 (64 MiB).
+    pub max_bytes: Option<usize>,
+    /// Longest a batch waits for more events after its first one. Default: `"5ms"`.
+    /// Range: `1ms`..=`60s`.
+    pub linger: Option<String>,
 }
 
 /// `max_in_flight`: a number or `"auto"`.
@@ -213,7 +232,8 @@ pub struct RawDispatch {
 
 pub use crate::dispatch::rate::RateSpec;
 pub use crate::dispatch::spec::{
-    AdaptiveSpec, CircuitSpec, DestinationSpec, HandlerUri, OnOpen, RetrySpec, TlsSource, TlsSpec,
+    AdaptiveSpec, BatchSpec, CircuitSpec, DestinationSpec, HandlerUri, OnOpen, RetrySpec,
+    TlsSource, TlsSpec,
 };
 
 /// `circuit.on_open`: `"dlq"` (the default) or `"hold"`.
@@ -459,10 +479,12 @@ fn build_destination(
     let headers = build_headers(&key, r.headers.unwrap_or_default())?;
     let (signing_key, signing_secret) = build_signing(&key, r.signing_secret.as_ref(), env)?;
     let tls = build_dest_tls(&key, &handler, r.tls)?;
+    let batch = r.batch.map(|b| build_batch(&key, b)).transpose()?;
     Ok(DestinationSpec {
         handler,
         tls,
         shared,
+        batch,
         max_in_flight,
         adaptive,
         timeout,
@@ -506,6 +528,37 @@ fn build_rate(key: &str, rr: RawRate) -> Result<RateSpec, ConfigError> {
     Ok(RateSpec {
         per_sec: rr.per_sec,
         burst,
+    })
+}
+
+/// `batch = { max_events, max_bytes, linger }`, each key defaulted on its own, none clamped.
+fn build_batch(key: &str, raw: RawBatch) -> Result<BatchSpec, ConfigError> {
+    let linger = duration_or(
+        &format!("{key}: batch.linger"),
+        raw.linger,
+        BatchSpec::DEFAULT_LINGER,
+    )?;
+    if linger > BatchSpec::MAX_LINGER {
+        return err(format!(
+            "{key}: batch.linger = {linger:?} is out of range (1ms..=60s)"
+        ));
+    }
+    Ok(BatchSpec {
+        max_events: ranged(
+            &format!("{key}: batch.max_events"),
+            raw.max_events,
+            BatchSpec::DEFAULT_EVENTS,
+            1,
+            BatchSpec::MAX_EVENTS,
+        )?,
+        max_bytes: ranged(
+            &format!("{key}: batch.max_bytes"),
+            raw.max_bytes,
+            BatchSpec::DEFAULT_BYTES,
+            BatchSpec::MIN_BYTES,
+            BatchSpec::MAX_BYTES,
+        )?,
+        linger,
     })
 }
 

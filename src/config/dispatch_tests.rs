@@ -576,3 +576,72 @@ fn shared_budgets_parse_and_refuse_what_they_cannot_do() {
         "{bad}"
     );
 }
+
+#[test]
+fn batch_defaults_ranges_and_errors() {
+    let with = |b: &str| {
+        format!(
+            "{}[[destinations]]\nuri = \"http://h/x\"\nbatch = {b}\n",
+            trig("a", "/a", "http://h/x")
+        )
+    };
+    let plain = build(&trig("a", "/a", "http://h/x")).unwrap();
+    assert_eq!(plain.destinations[0].batch, None, "batching is opt-in");
+    let d = build(&with("{}")).unwrap().destinations[0].batch.unwrap();
+    assert_eq!(
+        (d.max_events, d.max_bytes, d.linger),
+        (100, 1 << 20, Duration::from_millis(5))
+    );
+    let d = build(&with(
+        "{ max_events = 50, max_bytes = 1024, linger = \"60s\" }",
+    ))
+    .unwrap()
+    .destinations[0]
+        .batch
+        .unwrap();
+    assert_eq!(
+        (d.max_events, d.max_bytes, d.linger),
+        (50, 1024, Duration::from_secs(60))
+    );
+    let cases = [
+        (
+            "{ max_events = 0 }",
+            "batch.max_events = 0 is out of range (1..=10000)",
+        ),
+        (
+            "{ max_events = 10001 }",
+            "batch.max_events = 10001 is out of range",
+        ),
+        (
+            "{ max_bytes = 1023 }",
+            "batch.max_bytes = 1023 is out of range (1024..=67108864)",
+        ),
+        (
+            "{ max_bytes = 67108865 }",
+            "batch.max_bytes = 67108865 is out of range",
+        ),
+        (
+            "{ linger = \"0ms\" }",
+            "batch.linger: duration \"0ms\" must be greater than zero",
+        ),
+        (
+            "{ linger = \"61s\" }",
+            "batch.linger = 61s is out of range (1ms..=60s)",
+        ),
+        (
+            "{ linger = \"5\" }",
+            "batch.linger: duration \"5\" has no unit",
+        ),
+        ("{ size = 5 }", "unknown field `size`"),
+    ];
+    for (b, want) in cases {
+        let e = build(&with(b)).unwrap_err().to_string();
+        assert!(e.contains(want), "{b}: {e}");
+        if !b.contains("size") {
+            assert!(
+                e.contains("destination \"http://h/x\""),
+                "{b}: names the destination: {e}"
+            );
+        }
+    }
+}

@@ -358,6 +358,14 @@ fn destination(o: &mut Out, d: &super::DestinationSpec) {
     if let Some(r) = &d.signing_secret {
         o.line(&format!("signing_secret = {r}"));
     }
+    if let Some(b) = d.batch {
+        o.line(&format!(
+            "batch = {{ max_events = {}, max_bytes = {}, linger = {} }}",
+            b.max_events,
+            b.max_bytes,
+            dq(b.linger)
+        ));
+    }
     destination_tls_shared(o, d);
 }
 

@@ -87,6 +87,7 @@ headers = { "x-api-key" = "k\"1'", "X-Other" = "é" }
 signing_secret = { env = "SIGN" }
 retry = { max_attempts = 3, base = "250ms", cap = "1m" }
 circuit = { failures = 2, open_for = "30s", on_open = "hold" }
+batch = { max_events = 50, linger = "20ms" }
 
 [[destinations]]
 uri = "http://127.0.0.1:9/other"
@@ -135,6 +136,7 @@ fn triggers_with_auth_gates_and_destinations_round_trip_as_tables() {
         "tls = { server_name = \"hooks.example.org\" }",
         "on_unavailable = \"local\"",
         "circuit = { failures = 2, open_for = \"30s\", on_open = \"hold\" }",
+        "batch = { max_events = 50, max_bytes = 1048576, linger = \"20ms\" }",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }

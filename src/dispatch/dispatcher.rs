@@ -22,6 +22,16 @@
 //! A terminal outcome (delivered, dead-lettered) releases the event's singleton/concurrency
 //! holds; a batch carrier reports its outcome once per member.
 //!
+//! Batched deliveries (`batch = { … }` on the destination, [`crate::dispatch::batch`]): a job
+//! that passed its gates and holds its slot joins the destination's batch being filled instead
+//! of its queue (`queue_job`); a closed batch is queued as one call (a carrier job), so the
+//! gate sees calls: one permit, one rate token, one circuit result per call. The `rate` budget
+//! of a batching destination therefore counts calls, not events. A batch closes at
+//! `max_events`, at `max_bytes`, or at its linger deadline: a timer here (`lingers`, at most one
+//! entry per batching destination plus one per reload that shortened its linger), never a
+//! poll. A retried batch is the same carrier (same id, body and members): it waits in `delayed`
+//! as a call and skips the batcher when due.
+//!
 //! Slots: a job arrives holding one of the pump's `max_outstanding` slots. When a gate holds
 //! an event, a `Held` outcome tells the pump to give its slot back; when the gates release it
 //! (a batch: its carrier), the dispatcher takes a slot itself ([`Slots::take`]: within the
@@ -45,6 +55,7 @@ use std::sync::Arc;
 use mio::{Registry, Token};
 
 use crate::dispatch::adaptive::Sample;
+use crate::dispatch::batch::{batch_id, Batcher};
 use crate::dispatch::circuit::Transition;
 use crate::dispatch::classify::{classify, AttemptResult, Class};
 use crate::dispatch::destination::{DestinationEvent, DestinationState, Gate};
@@ -84,6 +95,10 @@ struct Dest {
     queue: VecDeque<Job>,
     /// A wake-up timer is already set for this time (avoid piling up duplicates).
     wake_at: u64,
+    /// `Some` for a batching destination: the batch being filled.
+    batcher: Option<Batcher>,
+    /// A linger timer is already set for this time (0: none).
+    linger_at: u64,
 }
 
 /// A job waiting for its retry time (min-heap on `due`).
@@ -92,6 +107,8 @@ struct Delayed {
     due: u64,
     seq: u64,
     job: Job,
+    /// A batched call being retried (queued as it is, not batched again).
+    call: bool,
 }
 impl PartialEq for Delayed {
     fn eq(&self, o: &Self) -> bool {
@@ -120,6 +137,8 @@ pub struct Dispatcher {
     finished: Vec<Finished<Attempt>>,
     delayed: BinaryHeap<Reverse<Delayed>>,
     wakes: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Linger deadlines of batches being filled, by destination (module docs).
+    lingers: BinaryHeap<Reverse<(u64, usize)>>,
     seq: u64,
     /// Outcomes for the pumps, taken by the core's loop every turn ([`Dispatcher::
     /// take_outcomes`]); at most one per held job per attempt between two turns.
@@ -166,6 +185,7 @@ impl Dispatcher {
             finished: Vec::new(),
             delayed: BinaryHeap::new(),
             wakes: BinaryHeap::new(),
+            lingers: BinaryHeap::new(),
             seq: 0,
             outbox: VecDeque::new(),
             rng: SmallRng::seed_from_u64(
@@ -223,6 +243,8 @@ impl Dispatcher {
                 template: template(c),
                 queue: VecDeque::new(),
                 wake_at: 0,
+                batcher: c.batch.map(Batcher::new),
+                linger_at: 0,
             }
         })
     }
@@ -266,6 +288,15 @@ impl Dispatcher {
             }
             dest.policy = RetryPolicy::from(&c.retry);
             dest.template = template(c);
+            if c.batch != o.batch {
+                // The batch being filled goes as it is; the next ones follow the new settings.
+                if let Some(b) = dest.batcher.as_mut() {
+                    let mut closed = Vec::new();
+                    b.flush(&mut closed);
+                    dest.queue.extend(closed);
+                }
+                dest.batcher = c.batch.map(Batcher::new);
+            }
             let limit = dest.state.limit() as u64;
             self.metrics.set_permits(d, limit);
             touched.push(d);
@@ -310,12 +341,62 @@ impl Dispatcher {
         let wait_ms = job.due_at_ms.saturating_sub(unix_millis());
         if wait_ms > 0 {
             let due = now + wait_ms * 1_000_000;
-            self.delay(job, due);
+            self.delay(job, due, false);
             return None;
         }
         let d = job.dest;
-        self.dest(d).queue.push_back(job);
+        self.queue_job(d, job, false, now);
         Some(d)
+    }
+
+    /// Queues `job` for destination `d`: as one call, or, for a batching destination, into the
+    /// batch being filled (unless it is a batched call already, `call`), whose closed batches
+    /// are queued as calls; arms the linger timer of a batch left filling.
+    fn queue_job(&mut self, d: usize, job: Job, call: bool, now: u64) {
+        self.dest(d);
+        let Some(dest) = self.dests.get_mut(&d) else {
+            return;
+        };
+        let Some(batcher) = dest.batcher.as_mut().filter(|_| !call) else {
+            dest.queue.push_back(job);
+            return;
+        };
+        let (core, rng) = (self.core, &mut self.rng);
+        let mut new_id = || batch_id(unix_millis(), core, rng.next_u64());
+        let mut closed = Vec::new();
+        batcher.push(job, now, &mut new_id, &mut closed);
+        self.metrics.shared.batch.set_open(d, batcher.held());
+        dest.queue.extend(closed);
+        self.arm_linger(d);
+    }
+
+    /// Closes `d`'s batch if its linger is over, and sets the timer for the one left filling.
+    fn close_lingered(&mut self, d: usize, now: u64) {
+        let Some(dest) = self.dests.get_mut(&d) else {
+            return;
+        };
+        let Some(batcher) = dest.batcher.as_mut() else {
+            return;
+        };
+        let mut closed = Vec::new();
+        batcher.poll(now, &mut closed);
+        dest.queue.extend(closed);
+        self.metrics.shared.batch.set_open(d, batcher.held());
+        self.arm_linger(d);
+    }
+
+    /// A timer at the linger deadline of `d`'s batch being filled, unless one as early is set.
+    fn arm_linger(&mut self, d: usize) {
+        let Some(dest) = self.dests.get_mut(&d) else {
+            return;
+        };
+        let Some(t) = dest.batcher.as_ref().and_then(Batcher::deadline) else {
+            return;
+        };
+        if dest.linger_at == 0 || t < dest.linger_at {
+            dest.linger_at = t;
+            self.lingers.push(Reverse((t, d)));
+        }
     }
 
     /// Carries out the gates' decisions: held events give their slot back, skipped events
@@ -410,12 +491,13 @@ impl Dispatcher {
         self.apply_flow(out, now);
     }
 
-    fn delay(&mut self, job: Job, due: u64) {
+    fn delay(&mut self, job: Job, due: u64, call: bool) {
         self.seq += 1;
         self.delayed.push(Reverse(Delayed {
             due,
             seq: self.seq,
             job,
+            call,
         }));
     }
 
@@ -431,6 +513,9 @@ impl Dispatcher {
             t = Some(t.map_or(f, |x| x.min(f)));
         }
         if let Some(Reverse((w, _))) = self.wakes.peek() {
+            t = Some(t.map_or(*w, |x| x.min(*w)));
+        }
+        if let Some(Reverse((w, _))) = self.lingers.peek() {
             t = Some(t.map_or(*w, |x| x.min(*w)));
         }
         if let Some(a) = self.pool.next_deadline() {
@@ -455,7 +540,17 @@ impl Dispatcher {
                 break;
             };
             let dest = d.job.dest;
-            self.dest(dest).queue.push_back(d.job);
+            self.queue_job(dest, d.job, d.call, now);
+            touched.push(dest);
+        }
+        while self.lingers.peek().is_some_and(|Reverse((t, _))| *t <= now) {
+            let Some(Reverse((t, dest))) = self.lingers.pop() else {
+                break;
+            };
+            let state = self.dest(dest);
+            if state.linger_at == t {
+                state.linger_at = 0;
+            }
             touched.push(dest);
         }
         while self.wakes.peek().is_some_and(|Reverse((t, _))| *t <= now) {
@@ -488,6 +583,7 @@ impl Dispatcher {
     /// Starts as many queued jobs of destination `d` as its gate allows, then tells a shared
     /// budget what the destination wants and publishes its state for `/api/v1/state`.
     fn pump_dest(&mut self, d: usize, now: u64, registry: &Registry) {
+        self.close_lingered(d, now);
         self.start_queued(d, now, registry);
         let dest = self.dest(d);
         let queued = dest.queue.len();
@@ -560,6 +656,9 @@ impl Dispatcher {
             return;
         }
         let cfg = &self.config.destinations[d];
+        if cfg.batch.is_some() && !job.batch.is_empty() {
+            self.metrics.shared.batch.observe_call(job.batch.len());
+        }
         let in_flight = self.dests.get(&d).map_or(0, |x| x.state.in_flight());
         self.metrics.set_in_flight(d, in_flight as u64);
         let h = &cfg.handler;
@@ -735,7 +834,9 @@ impl Dispatcher {
                 last_error: last_error.clone(),
             });
         }
-        self.delay(job, due);
+        // A batched call is retried whole: the same carrier, id and members.
+        let call = self.dest(d).batcher.is_some() && !job.batch.is_empty();
+        self.delay(job, due, call);
     }
 
     fn delivered(&mut self, lsn: u64, attempts: u32, received_at_ms: u64, now: u64) {

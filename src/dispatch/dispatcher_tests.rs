@@ -377,3 +377,6 @@ fn a_job_for_a_destination_not_known_yet_waits_for_the_reload() {
         "the new destination's state, from its config"
     );
 }
+
+#[path = "batch_dispatcher_tests.rs"]
+mod batched;

@@ -141,6 +141,8 @@ pub struct DispatchMetrics {
     pub flow: FlowMetrics,
     /// The DLQ store's gauges (`sluice_dlq_*`; none unless [`DispatchMetrics::with_dlq`]).
     dlq_store: Option<std::sync::Arc<crate::dispatch::dlq::DlqGauges>>,
+    /// `sluice_dispatch_batch_*` (cells by destination id, as `dests`).
+    pub batch: crate::dispatch::batch_metrics::BatchMetrics,
 }
 
 fn reason_index(r: DlqReason) -> usize {
@@ -171,6 +173,7 @@ impl DispatchMetrics {
             c.exported.store(true, Ordering::Relaxed);
         }
         DispatchMetrics {
+            batch: crate::dispatch::batch_metrics::BatchMetrics::new(dests.len()),
             dests,
             duration: Histogram::new(DURATION_BOUNDS_NANOS),
             dlq: std::array::from_fn(|_| Histogram::new(TRIGGER_LATENCY_BOUNDS_NANOS)),
@@ -364,6 +367,12 @@ impl DispatchMetrics {
         self.render_ids(w);
         self.render_destinations(w);
         self.render_attempts(w);
+        let ids = self.dests.iter().enumerate();
+        let exported = ids.filter_map(|(id, d)| {
+            let uri = d.uri.get()?;
+            d.exported.load(Ordering::Relaxed).then_some((&**uri, id))
+        });
+        self.batch.render(w, exported);
         self.flow.render_prometheus(w);
     }
 

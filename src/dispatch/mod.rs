@@ -20,6 +20,7 @@
 //! | [`classify`] | attempt result → delivered / retryable (+ pause) / permanent | only 429/503 pause |
 //! | [`destination`] | the gate: circuit, pause, rate, permits, in that order | nothing consumed unless `Go`; `on_open = "hold"` waits instead of failing fast |
 //! | [`flow`] | per-trigger gates: batch, debounce, rate_limit, throttle, singleton, concurrency | state bounded by held jobs and `max_gate_keys` |
+//! | [`batch`] | a batching destination's batch being filled: members in, calls out, on the injected clock | ≤ `max_events` members; body ≤ `max_bytes` unless one event alone is larger; closed ≤ `linger` after its first member |
 //! | [`placement`] | a destination's owner core: FNV-1a of `http:` + uri, modulo the cores | one owner per destination for the run |
 //!
 //! The pump window shared by all cores is [`outstanding`] (`max_outstanding` jobs admitted and not
@@ -33,6 +34,8 @@
 //! leaf [`crate::metrics`] toolkit). Every policy module is `#![forbid(unsafe_code)]`.
 
 pub mod adaptive;
+pub mod batch;
+pub mod batch_metrics;
 pub mod bulk_replay;
 pub mod circuit;
 pub mod classify;

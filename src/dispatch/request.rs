@@ -3,6 +3,11 @@
 //! Standard Webhooks id, timestamp and signature, sluice's attempt/trigger/replay headers, the
 //! destination's configured headers). Split from [`super::dispatcher`], which decides when to
 //! send it.
+//!
+//! A batched call (a [`crate::dispatch::batch`] carrier) is encoded the same way from its
+//! carrier event: the batch JSON as body, `application/json`, `webhook-id` = the batch id, one
+//! signature over the whole body; it has no `x-sluice-trigger` (its members may come from
+//! several triggers: each names its own in the body).
 #![forbid(unsafe_code)]
 
 use crate::dispatch::job::Job;
@@ -60,12 +65,17 @@ pub(crate) fn encode(
         ("webhook-id", job.event.event_id.as_bytes()),
         ("webhook-timestamp", ts),
         ("x-sluice-attempt", attempt),
-        ("x-sluice-trigger", job.event.trigger_id.as_bytes()),
         ("user-agent", b"sluice"),
         ("", b""),
         ("", b""),
+        ("", b""),
     ];
-    let mut n = 6;
+    let mut n = 5;
+    let batched = cfg.batch.is_some() && !job.batch.is_empty();
+    if !batched {
+        fields[n] = ("x-sluice-trigger", job.event.trigger_id.as_bytes());
+        n += 1;
+    }
     if let Some(r) = &job.event.replay_of {
         fields[n] = ("x-sluice-replay-of", r.as_bytes());
         n += 1;

@@ -1,6 +1,6 @@
 //! What dispatch needs to know, as `config` validated it: each destination ([`DestinationSpec`]:
-//! its handler, permits, timeout, rate, circuit, retry schedule, headers, signing key, TLS and
-//! shared budget), each trigger's route to it with its flow-control gates ([`TriggerRoute`],
+//! its handler, permits, timeout, rate, circuit, retry schedule, headers, signing key, TLS,
+//! shared budget and batching), each trigger's route to it with its flow-control gates ([`TriggerRoute`],
 //! gates in [`crate::dispatch::flow::spec`]), and the few server settings the dispatcher reads
 //! ([`DispatchSpec`]).
 //!
@@ -106,6 +106,38 @@ impl PartialEq for TlsSpec {
 }
 impl Eq for TlsSpec {}
 
+/// `batch = { max_events, max_bytes, linger }`: the destination takes its events in batched
+/// calls ([`crate::dispatch::batch`]). `config` validated the ranges
+/// ([`BatchSpec::MAX_EVENTS`], [`BatchSpec::MIN_BYTES`]..=[`BatchSpec::MAX_BYTES`],
+/// linger ≤ [`BatchSpec::MAX_LINGER`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchSpec {
+    /// Most events in one call, and most events a batch being filled holds in memory.
+    pub max_events: usize,
+    /// Most bytes of one call's body (the batch JSON), unless a single event alone is larger:
+    /// it is then sent alone.
+    pub max_bytes: usize,
+    /// Longest a batch waits for more members after its first one joined.
+    pub linger: Duration,
+}
+
+impl BatchSpec {
+    /// Largest `max_events`.
+    pub const MAX_EVENTS: usize = 10_000;
+    /// Smallest `max_bytes` (1 KiB).
+    pub const MIN_BYTES: usize = 1024;
+    /// Largest `max_bytes` (64 MiB).
+    pub const MAX_BYTES: usize = 64 << 20;
+    /// Largest `linger` (1 minute).
+    pub const MAX_LINGER: Duration = Duration::from_secs(60);
+    /// Default `max_events`.
+    pub const DEFAULT_EVENTS: usize = 100;
+    /// Default `max_bytes` (1 MiB).
+    pub const DEFAULT_BYTES: usize = 1 << 20;
+    /// Default `linger`.
+    pub const DEFAULT_LINGER: Duration = Duration::from_millis(5);
+}
+
 /// One destination: everything the owner core needs to deliver to a handler URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DestinationSpec {
@@ -129,6 +161,8 @@ pub struct DestinationSpec {
     pub tls: Option<TlsSpec>,
     /// `Some` when the budget (`max_in_flight`, `rate`) is shared through Redis.
     pub shared: Option<crate::cluster::SharedSpec>,
+    /// `Some`: deliveries go in batched calls (`batch = { … }`); `None`: one event per call.
+    pub batch: Option<BatchSpec>,
 }
 
 impl DestinationSpec {
@@ -244,6 +278,7 @@ mod tests {
             signing_secret: None,
             tls: None,
             shared: None,
+            batch: None,
         };
         DispatchSpec {
             destinations: (0..destinations).map(dest).collect(),

@@ -36,7 +36,8 @@
 //! - per destination: `max_in_flight` (fixed limits; a raise applies at once, a cut applies as
 //!   calls return — no call in flight is cancelled, [`crate::dispatch::permits::Permits::set_max`]),
 //!   `rate` (a new budget, starting full), `timeout`, `retry` and `headers`, `signing_secret`
-//!   (for the next attempts).
+//!   (for the next attempts), `batch` (the batch being filled goes as it is, the next ones
+//!   follow the new settings; added or removed alike).
 //! - Refused as restart-only: `server.listen`, `server.data_dir`, `server.workers`,
 //!   `server.io` (the cores' I/O backend), the `[wal]`
 //!   settings (durability, write path, segment size), and the bounds sized at start (every

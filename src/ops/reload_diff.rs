@@ -162,10 +162,11 @@ fn destinations(old: &Config, new: &Config) -> Result<(), String> {
         live.headers = o.headers.clone();
         live.signing_key = o.signing_key.clone();
         live.signing_secret = o.signing_secret.clone();
+        live.batch = o.batch;
         if &live != o {
             return Err(key(
-                "a setting other than max_in_flight, rate, timeout, retry, headers \
-                            and signing_secret cannot change without a restart",
+                "a setting other than max_in_flight, rate, timeout, retry, headers, \
+                            signing_secret and batch cannot change without a restart",
             ));
         }
     }

@@ -43,6 +43,7 @@ mod support;
 
 mod absorb;
 mod auth;
+mod batch;
 mod browser;
 mod budgets;
 mod check;
