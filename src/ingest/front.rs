@@ -61,6 +61,22 @@ pub trait Stage {
     fn settled(&mut self, ticket: u64, durable: bool);
 }
 
+/// A borrowed stage is a stage (a core lends its commit batch for one call).
+impl<S: Stage + ?Sized> Stage for &mut S {
+    fn has_room(&self, weight: usize) -> bool {
+        (**self).has_room(weight)
+    }
+    fn stage(&mut self, ticket: u64, record: wal::Record) {
+        (**self).stage(ticket, record)
+    }
+    fn admitted(&mut self, ticket: u64) {
+        (**self).admitted(ticket)
+    }
+    fn settled(&mut self, ticket: u64, durable: bool) {
+        (**self).settled(ticket, durable)
+    }
+}
+
 /// What the front reads of the node and the loop turn for one call.
 #[derive(Debug, Clone, Copy)]
 pub struct Env<'a> {
@@ -396,10 +412,12 @@ impl Front {
     /// A connection closed with `pending` still queued: an event never staged is settled now
     /// (claim released, reservation given back); a staged one is settled when its answer comes
     /// (module docs).
-    pub fn on_close(&mut self, pending: &PendingIngest, stage: &mut impl Stage, env: &Env<'_>) {
-        let backlog = env.node.backlog;
+    pub fn on_close(&mut self, pending: &PendingIngest, stage: &mut impl Stage, node: &Node<'_>) {
+        let backlog = node.backlog;
         if pending.offer.is_some() {
-            self.settle_claim(env, pending.ticket, false);
+            if let Some(token) = self.claims.remove(&pending.ticket) {
+                node.guards.settle(token, false);
+            }
             stage.settled(pending.ticket, false);
             backlog.release_for(&pending.reply.trigger_id, pending.reply.cost);
         } else {

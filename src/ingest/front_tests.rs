@@ -412,7 +412,7 @@ fn a_connection_closed_before_staging_settles_at_once_and_after_staging_when_ans
     fx.with(|f, _, s, e| {
         for slot in &conn.slots {
             if let Slot::Pending(p) = slot {
-                f.on_close(p, s, e);
+                f.on_close(p, s, &e.node);
             }
         }
     });
@@ -429,4 +429,184 @@ fn a_connection_closed_before_staging_settles_at_once_and_after_staging_when_ans
     let idx = fx.connect();
     assert!(fx.ingest(idx, "gh", &refs(&h1)).is_some());
     assert!(fx.ingest(idx, "gh", &refs(&h2)).is_some());
+}
+
+// ----- the core's handler (`ingest::serve`) over the front -----------------------------------
+
+use crate::ingest::router::{RouteMatch, Router};
+use crate::ingest::serve::{Rest, Serve};
+use crate::net::server::{Ctx, Handler};
+
+/// The core around the front, faked: it records the routes that are not ingest's.
+struct FakeRest<'a> {
+    fx: &'a mut Fx,
+    router: Arc<Router>,
+    others: Vec<String>,
+    reloads: usize,
+}
+
+impl Rest for FakeRest<'_> {
+    type Stage<'s>
+        = &'s mut FakeStage
+    where
+        Self: 's;
+
+    fn follow_reload(&mut self) {
+        self.reloads += 1;
+    }
+    fn router(&self) -> &Arc<Router> {
+        &self.router
+    }
+    fn parts(&mut self) -> (&mut Front, Node<'_>, &mut FakeStage) {
+        let fx = &mut *self.fx;
+        let node = Node {
+            ingest: &fx.config.ingest,
+            segment_bytes: fx.config.wal.segment_bytes,
+            guards: &fx.guards,
+            table: fx.guards.start_table(),
+            admission: &fx.admission,
+            returns: &fx.returns,
+            backlog: &fx.backlog,
+        };
+        (&mut fx.front, node, &mut fx.stage)
+    }
+    fn other(
+        &mut self,
+        cx: &mut Ctx<'_, PendingIngest>,
+        route: RouteMatch<'_>,
+        head: &http::RequestHead,
+        keep_alive: bool,
+    ) {
+        self.others.push(format!("{route:?} {}", head.path()));
+        cx.respond(Route::Healthz, 200, &[], b"ok\n", keep_alive, false);
+    }
+    fn turn_now(&self) -> u64 {
+        T0
+    }
+    fn draining(&self) -> bool {
+        false
+    }
+    fn note_input(&mut self, _at: u64) {}
+}
+
+/// Parses `GET`/`POST` `path` with `headers` through the real codec.
+fn request(method: &str, path: &str, headers: &[(&str, &str)]) -> Request {
+    let body = if method == "POST" { r#"{"n":1}"# } else { "" };
+    let mut text = format!(
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (n, v) in headers {
+        text.push_str(&format!("{n}: {v}\r\n"));
+    }
+    text.push_str("\r\n");
+    text.push_str(body);
+    let mut buf = text.into_bytes();
+    match RequestReader::new(Limits::default()).poll(&mut buf) {
+        ReadEvent::Request(r) => r,
+        other => panic!("the codec did not produce a request: {other:?}"),
+    }
+}
+
+#[test]
+fn the_handler_runs_ingest_routes_through_the_front_and_hands_every_other_route_to_the_core() {
+    let mut fx = Fx::new(4);
+    let idx = fx.connect();
+    let router = Arc::new(Router::new(
+        &fx.config.ingest_triggers(),
+        fx.config.ingest.default_route,
+    ));
+    let metrics = Metrics::new(1).core(0);
+    let mut conns = std::mem::replace(&mut fx.conns, Conns::new(8));
+    let mut serve = Serve(FakeRest {
+        fx: &mut fx,
+        router,
+        others: Vec::new(),
+        reloads: 0,
+    });
+    let date = "Thu, 01 Jan 2026 00:00:00 GMT";
+    let signed = gh_headers("d-9");
+    for (method, path) in [("POST", "/gh"), ("GET", "/healthz")] {
+        let Request { head, body } = request(method, path, &refs(&signed));
+        let mut cx = Ctx {
+            conns: &mut conns,
+            idx,
+            date,
+            metrics: &metrics,
+        };
+        serve.on_request(&mut cx, &head, body, true);
+    }
+    let rest = serve.0;
+    assert_eq!(
+        rest.reloads, 2,
+        "a reload is followed before each request is routed"
+    );
+    assert_eq!(rest.others.len(), 1, "{:?}", rest.others);
+    assert!(rest.others[0].ends_with("/healthz"), "{:?}", rest.others);
+    assert_eq!(rest.fx.stage.staged.len(), 1, "the webhook was staged");
+    let slots = &conns.get(idx).unwrap().slots;
+    assert!(
+        matches!(slots[0], Slot::Pending(_)),
+        "the 202 waits for the commit"
+    );
+    assert!(
+        matches!(slots[1], Slot::Ready { .. }),
+        "answered by the core"
+    );
+}
+
+#[test]
+fn a_refused_body_is_answered_503_body_budget_and_the_connection_closes_after_it() {
+    let mut fx = Fx::new(4);
+    let idx = fx.connect();
+    // A head waiting for its 5-byte body, on a budget of 1 byte.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let _peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (ours, _) = l.accept().unwrap();
+    ours.set_nonblocking(true).unwrap();
+    let stream = Stream::Mio(mio::net::TcpStream::from_std(ours));
+    let budget = Arc::new(BodyBudget::new(1));
+    let reader = RequestReader::new(Limits::default()).with_body_gate();
+    let mut conn = Conn::new(stream, reader, budget, 0);
+    conn.rbuf
+        .extend_from_slice(b"POST /gh HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\n");
+    let mut held = None;
+    assert!(matches!(
+        conn.reader.poll_reusing(&mut conn.rbuf, &mut held),
+        ReadEvent::HeadReady { .. }
+    ));
+    let _ = fx.conns.take(idx);
+    let idx = fx.conns.reserve();
+    fx.conns.put(idx, conn);
+    let router = Arc::new(Router::new(
+        &fx.config.ingest_triggers(),
+        fx.config.ingest.default_route,
+    ));
+    let metrics = Metrics::new(1).core(0);
+    let mut conns = std::mem::replace(&mut fx.conns, Conns::new(8));
+    let mut serve = Serve(FakeRest {
+        fx: &mut fx,
+        router,
+        others: Vec::new(),
+        reloads: 0,
+    });
+    let mut cx = Ctx {
+        conns: &mut conns,
+        idx,
+        date: "Thu, 01 Jan 2026 00:00:00 GMT",
+        metrics: &metrics,
+    };
+    assert!(
+        !serve.gate_body(&mut cx, 5),
+        "1 byte of budget cannot cover 5"
+    );
+    let Slot::Ready { bytes, close } = &conns.get(idx).unwrap().slots[0] else {
+        panic!("no answer queued");
+    };
+    let text = String::from_utf8_lossy(bytes);
+    assert!(
+        text.starts_with("HTTP/1.1 503") && text.contains("body_budget"),
+        "{text}"
+    );
+    assert!(*close, "the connection closes after it");
 }

@@ -5,6 +5,9 @@
 //! - [`front`]: a core's ingest front: a routed request from admission to its reply on the
 //!   core's connections (applies the pipeline's output, keeps claims and orphans until settled,
 //!   stages through [`front::Stage`], answers on the commit's outcome).
+//! - [`serve`]: the core's request handler (`net::server::Handler`): routes, runs ingest
+//!   requests through the front, decides the body gate; other routes go to the core
+//!   ([`serve::Rest`]).
 //! - [`router`]: path + method → ops endpoint, admin route, trigger or the default route.
 //! - [`bucket`]: GCRA token bucket in one atomic word, and the all-or-nothing
 //!   [`bucket::Admission`] through the global and a per-source bucket.
@@ -41,6 +44,7 @@ pub mod respond;
 pub mod router;
 pub mod schedule;
 pub mod secrets;
+pub mod serve;
 pub mod shares;
 pub mod sources;
 pub mod spec;

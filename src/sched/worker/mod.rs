@@ -3,11 +3,11 @@
 //! (`end_turn`). The loop owns nothing of a request itself:
 //!
 //! - `net::server::Server`: the core's listener and connections — accept, read, frame, the
-//!   body gate, pipelining bounds, deadlines, writes. It yields complete requests to the core's
-//!   handler ([`serve.rs`](serve), `Core`), which routes them: ingest to the core's
+//!   body gate, pipelining bounds, deadlines, writes. It yields complete requests to its
+//!   handler, `ingest::serve::Serve`, which routes them: ingest to the core's
 //!   `ingest::front::Front` (admission to the 202: pipeline, dedupe claims, staging in the group
-//!   commit through `stage.rs`, settling on the commit's answer), ops and admin endpoints to
-//!   `ops.rs` and `replay.rs`.
+//!   commit through `stage.rs`, settling on the commit's answer), every other route to the core
+//!   (`serve.rs`: ops and admin endpoints, `ops.rs` and `replay.rs`).
 //! - the core's commit helper (`sched::commit`), its pump and its dispatcher, and the rings to
 //!   the other cores (`links.rs`, `wiring.rs`).
 //!
@@ -17,7 +17,7 @@
 //! the request path, except the dedupe index's sharded locks for triggers with `dedupe` (held
 //! for one hash-map operation; `ingest::dedupe`).
 //!
-//! An ingest request: the server frames it → `serve.rs` routes it → the front runs the
+//! An ingest request: the server frames it → `ingest::serve` routes it → the front runs the
 //! pipeline and stages the record in the core's next group commit (if that batch is full, it
 //! retries every millisecond until `offer_timeout`, then `503 wal_busy`) → at the end of the
 //! loop turn the batch goes to the core's commit helper, which writes and syncs it and wakes the
@@ -38,7 +38,6 @@ use mio::{Poll, Token};
 
 use crate::ingest::front::{Env, Front};
 use crate::ingest::pending::PendingIngest;
-use crate::ingest::pipeline::{Arrival, Now};
 use crate::ingest::router::{AdminRoute, OpsEndpoint, RouteMatch};
 use crate::ingest::sources::SourceCache;
 use crate::ingest::verify;

@@ -1,10 +1,15 @@
-//! The core's handler of the requests its server frames (`net::server::Handler`): it routes
-//! each request — ingest to the core's ingest front (`ingest::front`), ops and admin endpoints
-//! to `ops.rs` and `replay.rs` — and decides the body gate. [`Core`] borrows the worker's
-//! parts a request may touch, for one call of the server ([`Worker::split`]).
+//! The core around its ingest handler: the server's handler is `ingest::serve::Serve` (routing,
+//! ingest through the core's front, the body gate); [`Core`] is what it asks the core for
+//! (`ingest::serve::Rest`) — the reload to follow before routing, the node and the stage, the
+//! drain — and answers every route but ingest (ops and admin endpoints, `ops.rs` and
+//! `replay.rs`). [`Core`] borrows the worker's parts a request may touch, for one call of the
+//! server ([`Worker::split`]).
 
 use super::*;
-use crate::net::server::{Ctx, Handler, Net, Server};
+use crate::ingest::pipeline::Node;
+use crate::ingest::router::Router;
+use crate::ingest::serve::{Rest, Serve};
+use crate::net::server::{Ctx, Net, Server};
 use mio::Registry;
 
 /// What a request may touch of the core, borrowed beside its server (module docs).
@@ -17,7 +22,6 @@ pub(super) struct Core<'a> {
     pub(super) edge: &'a mut books::Edge,
     pub(super) pump: &'a mut CorePump,
     pub(super) dispatcher: &'a mut Dispatcher,
-    pub(super) metrics: &'a CoreMetrics,
     /// The core's poll registry (a clone: the reactor is borrowed by the server call).
     pub(super) registry: &'a Registry,
     /// The injected clock read once per loop turn (nanos): token-bucket decisions use it.
@@ -65,7 +69,7 @@ impl Worker {
     }
 
     /// The server, what its calls use of the core, and the handler, borrowed side by side.
-    pub(super) fn split(&mut self) -> (&mut Server<PendingIngest>, Net<'_>, Core<'_>) {
+    pub(super) fn split(&mut self) -> (&mut Server<PendingIngest>, Net<'_>, Serve<Core<'_>>) {
         let Worker {
             reactor,
             server,
@@ -96,36 +100,20 @@ impl Worker {
             edge,
             pump,
             dispatcher,
-            metrics,
             registry,
             turn_now: *turn_now,
         };
-        (server, net, core)
+        (server, net, Serve(core))
     }
 }
 
-impl Core<'_> {
-    /// The refused body's route, from the head waiting in the connection's reader.
-    fn pending_route(&self, cx: &mut Ctx<'_, PendingIngest>) -> Route {
-        let router = self.view.router();
-        match cx.conn().and_then(|c| c.reader.pending_head()) {
-            Some(head) => match router.route(head.method.as_str(), head.path()) {
-                RouteMatch::Ingest { .. } => Route::Webhook,
-                RouteMatch::Admin(_) => Route::Admin,
-                _ => Route::Unmatched,
-            },
-            None => Route::Unmatched,
-        }
-    }
+impl Rest for Core<'_> {
+    type Stage<'s>
+        = stage::CoreStage<'s>
+    where
+        Self: 's;
 
-    fn route_request(
-        &mut self,
-        cx: &mut Ctx<'_, PendingIngest>,
-        head: &http::RequestHead,
-        body: Vec<u8>,
-        keep_alive: bool,
-    ) {
-        let head_only = head.method.as_str() == "HEAD";
+    fn follow_reload(&mut self) {
         follow_reload(
             self.view,
             self.shared,
@@ -134,9 +122,33 @@ impl Core<'_> {
             self.registry,
             self.turn_now,
         );
-        let router = self.view.router().clone();
+    }
+
+    fn router(&self) -> &Arc<Router> {
+        self.view.router()
+    }
+
+    fn parts(&mut self) -> (&mut Front, Node<'_>, stage::CoreStage<'_>) {
+        let stage = stage::CoreStage {
+            committer: &mut *self.committer,
+            single: &mut self.replays.single,
+            claim: None,
+            dlq: &self.shared.dlq,
+        };
+        (&mut *self.front, stage::node(self.shared, self.view), stage)
+    }
+
+    /// Ops, admin and the answers of the router itself (`405`, `400`, `404`).
+    fn other(
+        &mut self,
+        cx: &mut Ctx<'_, PendingIngest>,
+        route: RouteMatch<'_>,
+        head: &http::RequestHead,
+        keep_alive: bool,
+    ) {
+        let head_only = head.method.as_str() == "HEAD";
         let text = http::TEXT_PLAIN;
-        match router.route(head.method.as_str(), head.path()) {
+        match route {
             RouteMatch::Ops(ep @ (OpsEndpoint::Ui | OpsEndpoint::State)) => {
                 let auth = head.header("authorization");
                 let a = crate::ops::dashboard::answer(self.shared, ep, auth);
@@ -169,74 +181,13 @@ impl Core<'_> {
                 keep_alive,
                 head_only,
             ),
-            RouteMatch::Ingest { trigger_id, source } => {
-                // The loop turn's clock reading (one `Instant::now()` per turn, not per request).
-                let now = Now::wall(self.turn_now);
-                let arrival = Arrival {
-                    head,
-                    body,
-                    trigger_id,
-                    source,
-                };
-                let idx = cx.idx;
-                let (front, conns, mut stage, env) = self.ingest_parts(cx, None);
-                front.ingest(conns, idx, arrival, keep_alive, now, &mut stage, &env);
-            }
+            // Handled by `ingest::serve::Serve` before it asks the core.
+            RouteMatch::Ingest { .. } => {}
         }
     }
-}
 
-impl Handler<PendingIngest> for Core<'_> {
-    fn on_request(
-        &mut self,
-        cx: &mut Ctx<'_, PendingIngest>,
-        head: &http::RequestHead,
-        body: Vec<u8>,
-        keep_alive: bool,
-    ) {
-        self.route_request(cx, head, body, keep_alive);
-    }
-
-    /// The ingest pipeline's body gate on the connection's share
-    /// ([`crate::ingest::pipeline::Pipeline::gate_body`]); refused: `503 body_budget` under
-    /// the head's route.
-    fn gate_body(&mut self, cx: &mut Ctx<'_, PendingIngest>, want: u64) -> bool {
-        let (router, idx) = (self.view.router().clone(), cx.idx);
-        let (front, conns, _, env) = self.ingest_parts(cx, None);
-        let Some(conn) = conns.get_mut(idx) else {
-            return false;
-        };
-        let mut pipeline = front.pipeline(env.node, env.metrics);
-        let reader = &conn.reader;
-        let source = || match reader.pending_head() {
-            Some(head) => match router.route(head.method.as_str(), head.path()) {
-                RouteMatch::Ingest { source, .. } => Some(source),
-                _ => None,
-            },
-            None => None,
-        };
-        let Err(refused) = pipeline.gate_body(&mut conn.body, want, source) else {
-            return true;
-        };
-        let route = self.pending_route(cx);
-        self.respond(cx, route, refused, false);
-        false
-    }
-
-    fn on_close(&mut self, pending: &PendingIngest) {
-        // Fields side by side (the node reads `view` while the stage holds the commit batch).
-        let mut stage = stage::CoreStage {
-            committer: &mut *self.committer,
-            single: &mut self.replays.single,
-            claim: None,
-            dlq: &self.shared.dlq,
-        };
-        let env = Env {
-            node: stage::node(self.shared, self.view),
-            metrics: self.metrics,
-            date: "",
-        };
-        self.front.on_close(pending, &mut stage, &env);
+    fn turn_now(&self) -> u64 {
+        self.turn_now
     }
 
     fn draining(&self) -> bool {

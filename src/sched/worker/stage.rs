@@ -9,7 +9,7 @@ use super::*;
 use crate::dispatch::dlq_store::DlqStore;
 use crate::dispatch::replay_claims::ReplayClaim;
 use crate::ingest::front::Stage;
-use crate::ingest::pipeline::{self, Response};
+use crate::ingest::pipeline;
 use crate::net::server::Ctx;
 use crate::sched::commit::Committer;
 
@@ -167,18 +167,5 @@ impl Core<'_> {
             dlq: &self.shared.dlq,
         };
         (&mut *self.front, stage)
-    }
-
-    /// Queues the pipeline's immediate answer `r` on `cx`'s connection.
-    pub(super) fn respond(
-        &mut self,
-        cx: &mut Ctx<'_, PendingIngest>,
-        route: Route,
-        r: Response,
-        keep_alive: bool,
-    ) {
-        let idx = cx.idx;
-        let (_, conns, _, env) = self.ingest_parts(cx, None);
-        crate::ingest::front::respond(conns, idx, route, r, keep_alive, &env);
     }
 }
