@@ -1,7 +1,13 @@
 //! Ingest: routes, admission, signatures, dedupe and the refusal policy.
 //!
 //! - [`pipeline`]: the ingest sequence below, sans-IO: a routed request in; an append (record +
-//!   pending reply) or an immediate response out. The worker's loop only feeds and applies it.
+//!   pending reply) or an immediate response out; [`front`] applies it.
+//! - [`front`]: a core's ingest front: a routed request from admission to its reply on the
+//!   core's connections (applies the pipeline's output, keeps claims and orphans until settled,
+//!   stages through [`front::Stage`], answers on the commit's outcome).
+//! - [`serve`]: the core's request handler (`net::server::Handler`): routes, runs ingest
+//!   requests through the front, decides the body gate; other routes go to the core
+//!   ([`serve::Rest`]).
 //! - [`router`]: path + method → ops endpoint, admin route, trigger or the default route.
 //! - [`bucket`]: GCRA token bucket in one atomic word, and the all-or-nothing
 //!   [`bucket::Admission`] through the global and a per-source bucket.
@@ -29,6 +35,7 @@
 pub mod backlog;
 pub mod bucket;
 pub mod dedupe;
+pub mod front;
 /// The event id lives with the record that stores it (`wal::event_id`); ingest mints them.
 pub use crate::wal::event_id;
 pub mod pending;
@@ -37,6 +44,7 @@ pub mod respond;
 pub mod router;
 pub mod schedule;
 pub mod secrets;
+pub mod serve;
 pub mod shares;
 pub mod sources;
 pub mod spec;

@@ -1,5 +1,5 @@
-//! An admitted event waiting to be durable before its `202`: the record the worker keeps in its
-//! connection's response queue (`net::conn::Slot::Pending`) until the commit answers. What the
+//! An admitted event waiting to be durable before its `202`: the record the core's ingest front
+//! (`ingest::front`) keeps in its connection's response queue (`net::conn::Slot::Pending`) until the commit answers. What the
 //! answer says is the pipeline's [`PendingReply`]; the rest is the loop's bookkeeping.
 
 use crate::ingest::pipeline::PendingReply;

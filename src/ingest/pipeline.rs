@@ -1,7 +1,7 @@
 //! The ingest sequence as a sans-IO pipeline: a parsed request in; out either an **append** (the
 //! event record for the core's log, plus the pending reply that answers it once the record is
 //! durable) or an immediate **response**. No sockets, no loop state, no clock reads: the caller
-//! (a core's event loop, `sched::worker::ingest`) passes the loop turn's clock readings in and
+//! (a core's ingest front, [`crate::ingest::front`]) passes the loop turn's clock readings in and
 //! applies the output (queues the response, or stages the record in its group commit and keeps
 //! the pending reply in the connection's next slot).
 //!

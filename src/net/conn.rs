@@ -156,6 +156,34 @@ pub struct Conn<P> {
     lingered: u64,
 }
 
+/// A response's bytes: `Date: date`, then `headers` (on the stack for up to seven of them),
+/// then `body` (none with `head_only`). `write_response` reserves the exact size: one
+/// allocation.
+pub fn response_bytes(
+    date: &str,
+    status: u16,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    keep_alive: bool,
+    head_only: bool,
+) -> Vec<u8> {
+    let mut inline = [("", ""); 8];
+    let heap: Vec<(&str, &str)>;
+    let all: &[(&str, &str)] = if headers.len() < inline.len() {
+        inline[0] = ("Date", date);
+        inline[1..=headers.len()].copy_from_slice(headers);
+        &inline[..=headers.len()]
+    } else {
+        heap = std::iter::once(("Date", date))
+            .chain(headers.iter().copied())
+            .collect();
+        &heap
+    };
+    let mut bytes = Vec::new();
+    crate::net::http::write_response(&mut bytes, status, all, body, keep_alive, head_only);
+    bytes
+}
+
 /// Result of a flush.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Flush {
@@ -251,6 +279,29 @@ impl<P> Conn<P> {
         self.slot_bytes += slot.charge();
         let old = std::mem::replace(&mut self.slots[pos], slot);
         self.slot_bytes -= old.charge();
+    }
+
+    /// Queues a complete response (`Date: date` first, then `headers`) behind the others; a
+    /// response without keep-alive is the connection's last ([`Conn::closing`]).
+    // Every argument is a distinct part of the response; a struct would only rename them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn respond(
+        &mut self,
+        date: &str,
+        status: u16,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        keep_alive: bool,
+        head_only: bool,
+    ) {
+        let bytes = response_bytes(date, status, headers, body, keep_alive, head_only);
+        self.push(Slot::Ready {
+            bytes,
+            close: !keep_alive,
+        });
+        if !keep_alive {
+            self.closing = true;
+        }
     }
 
     /// Response bytes queued and not yet written (the `max_queued_response_bytes` measure).

@@ -1,4 +1,5 @@
-//! Networking: the sans-IO HTTP/1.1 codec (`http`), a connection (`conn`) and a core's table of them with their deadlines (`conns`), the reactor (`io`) and
+//! Networking: the sans-IO HTTP/1.1 codec (`http`), a connection (`conn`) and a core's table of them with their deadlines (`conns`), a core's server side
+//! over that table (`server`: accept to last write, yielding requests to a generic handler), the reactor (`io`) and
 //! the process-wide in-flight body budget (`budget`).
 
 pub mod budget;
@@ -8,4 +9,5 @@ pub mod date;
 pub mod http;
 pub mod io;
 pub mod listen;
+pub mod server;
 pub mod tls;

@@ -1,22 +1,18 @@
 //! What a worker keeps track of between loop turns, kept apart from the methods that use it (so
-//! that the loop's own file names no file that adds methods to the worker): deferred scrapes and
-//! the accept retry (`budgets.rs`), and the replays whose append has not completed (`replay.rs`).
+//! that the loop's own file names no file that adds methods to the worker): deferred scrapes
+//! (`budgets.rs`), and the replays whose append has not completed (`replay.rs`, `stage.rs`).
 
 use std::collections::HashMap;
 
 use crate::dispatch::replay_claims::ReplayClaim;
 
-/// A worker's connection-budget state.
+/// A worker's deferred `/metrics` scrapes.
 #[derive(Debug, Default)]
 pub(super) struct Edge {
     /// Connections holding a `Slot::Deferred` scrape (duplicates possible).
     pub(super) scrapes: Vec<usize>,
     /// The latest `read_at` of those connections: the rendering must start after it.
     pub(super) scrapes_read_at: u64,
-    /// When to retry `accept` (clock nanos), while at the fd limit.
-    pub(super) accept_retry_at: Option<u64>,
-    /// The fd limit was logged; reset once an accept retry no longer fails.
-    pub(super) fd_limit_logged: bool,
 }
 
 /// This core's replays whose append has not completed, by commit ticket: bulk ones (ticket with

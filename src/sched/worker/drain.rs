@@ -10,8 +10,8 @@
 //! that arrive on open connections are still answered (`Connection: close`, README
 //! "Draining behind a load balancer") and their connections half-closed after the answer.
 //!
-//! A connection between requests is ended by a half-close ([`Worker::linger`]; the mechanism
-//! is `net::conn`'s): FIN, then its input is read and dropped until the client closes, within
+//! A connection between requests is ended by a half-close (`net::server::Server::linger`; the
+//! mechanism is `net::conn`'s): FIN, then its input is read and dropped until the client closes, within
 //! [`crate::net::conn::LINGER`] and [`crate::net::conn::LINGER_MAX_BYTES`]. Not at once: a
 //! proxy reuses the connection it got back last first (nginx's keep-alive cache is a stack),
 //! so a connection that has just answered is the one a request is most likely crossing our
@@ -29,10 +29,7 @@
 //! `shutdown_timeout`).
 
 use super::*;
-
-/// How long a connection between requests must have been silent before the drain
-/// half-closes it (module docs).
-pub(super) const DRAIN_IDLE: Duration = Duration::from_millis(200);
+use crate::net::server::DRAIN_IDLE;
 
 /// How long a listener that stopped admitting keeps accepting before it closes: time for the
 /// handshakes under way when it stopped to finish (a round trip; a proxy is near its upstream).
@@ -40,81 +37,46 @@ pub(super) const HANDSHAKE_SETTLE: Duration = Duration::from_millis(200);
 
 /// True once no core has read a client's bytes for [`DRAIN_IDLE`], counted from the later of
 /// the last such read and `since` (when this core's drain began: what came before it is not
-/// recorded): the drain ends idle connections only then (module docs).
+/// recorded): the drain ends idle connections only then (module docs;
+/// `net::server::may_end` is the per-connection half).
 pub(super) fn node_quiet(shared: &Shared, now: u64, since: u64) -> bool {
     let last = shared.drain_input_at().max(since);
     now.saturating_sub(last) >= DRAIN_IDLE.as_nanos() as u64
 }
 
-/// True if the drain may end `conn` now: it is between requests with nothing received, queued
-/// or owed, has been silent for [`DRAIN_IDLE`] (`age`: nanos in its current phase), and no
-/// byte of a next request is already waiting in its socket (a request that arrived since the
-/// loop last looked is answered, not dropped behind our FIN).
-pub(super) fn may_end(conn: &Conn, draining: bool, age: u64) -> bool {
-    draining
-        && conn.is_between_requests()
-        && age >= DRAIN_IDLE.as_nanos() as u64
-        && !conn.stream.input_waiting()
-}
-
 impl Worker {
-    /// Ends a connection after its final response, or between requests, with a half-close
-    /// (module docs). Closing at once with unread input would make the kernel send RST, which
-    /// can destroy the response (e.g. a 413) before the client reads it.
-    pub(super) fn linger(&mut self, idx: usize, now: u64) {
-        let Some(conn) = self.conns.get_mut(idx) else {
-            return;
-        };
-        if conn.peer_closed || conn.start_linger(now).is_err() {
-            return self.close(idx);
-        }
-        self.discard(idx);
-    }
-
-    /// Reads and drops input of a lingering connection; closes it at EOF, on error or at the
-    /// byte bound (the time bound is the sweep's).
-    pub(super) fn discard(&mut self, idx: usize) {
-        self.note_io(idx);
-        let Some(conn) = self.conns.get_mut(idx) else {
-            return;
-        };
-        if conn.discard_input(&mut self.scratch) {
-            self.close(idx);
-        }
-    }
-
     /// One step of the drain. Returns true when the worker may exit.
     pub(super) fn drain_step(&mut self, now: u64) -> bool {
         if self.draining_since.is_none() {
             self.draining_since = Some(now);
             // No new handshake starts; those under way complete and are accepted as usual
             // until the listener closes below (`net::listen::stop_admitting`).
-            if let Some(l) = self.listener.as_ref() {
+            if let Some(l) = self.server.listener() {
                 if let Err(e) = crate::net::listen::stop_admitting(l) {
                     eprintln!("sluice: worker {}: filtering the listener: {e}", self.id);
                 }
             }
-            self.accept_all();
+            let (server, mut net, mut core) = self.split();
+            server.accept_all(&mut net, &mut core);
             // Idle connections are half-closed by the sweep, once the node has been quiet for
             // `DRAIN_IDLE` counted from now (`node_quiet`).
         }
         let started = self.draining_since.unwrap_or(now);
-        if self.listener.is_some()
+        if self.server.listener().is_some()
             && now.saturating_sub(started) >= HANDSHAKE_SETTLE.as_nanos() as u64
         {
             // What the kernel completed is taken before the listener closes.
-            self.accept_all();
-            if let Some(mut l) = self.listener.take() {
-                let _ = self.reactor.registry().deregister(&mut l);
-            }
+            let (server, mut net, mut core) = self.split();
+            server.accept_all(&mut net, &mut core);
+            self.server.close_listener(self.reactor.registry());
         }
         let limit = self.shared.config.server.shutdown_timeout.as_nanos() as u64;
         // On io_uring, closed connections may still be sending their last response.
         let sending = self.reactor.closing_sends();
-        let quiet = self.listener.is_none()
-            && self.conns.open() == 0
+        let quiet = self.server.listener().is_none()
+            && self.server.conns().open() == 0
             && sending == 0
-            && self.outstanding == 0
+            && self.front.in_flight() == 0
             && self.dispatcher.in_flight() == 0;
         if quiet && !std::mem::replace(&mut self.reported_quiet, true) {
             self.links.report_quiet();

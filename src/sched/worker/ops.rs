@@ -2,41 +2,28 @@
 //! (rendered once per loop turn for all scrapes, `budgets.rs`) and `/admin/…` behind the bearer
 //! token.
 
+use super::serve::Core;
 use super::*;
+use crate::net::server::Ctx;
 
-impl Worker {
+impl Core<'_> {
     pub(super) fn handle_ops(
         &mut self,
-        idx: usize,
+        cx: &mut Ctx<'_, PendingIngest>,
         ep: OpsEndpoint,
         keep_alive: bool,
         head_only: bool,
     ) {
         let text = [("Content-Type", http::TEXT_PLAIN)];
         match ep {
-            OpsEndpoint::Healthz => self.push_ready(
-                idx,
-                Route::Healthz,
-                200,
-                &text,
-                b"ok\n",
-                keep_alive,
-                head_only,
-            ),
+            OpsEndpoint::Healthz => {
+                cx.respond(Route::Healthz, 200, &text, b"ok\n", keep_alive, head_only)
+            }
             OpsEndpoint::Readyz => match self.shared.not_ready_reason() {
-                None => self.push_ready(
-                    idx,
-                    Route::Readyz,
-                    200,
-                    &text,
-                    b"ready\n",
-                    keep_alive,
-                    head_only,
-                ),
+                None => cx.respond(Route::Readyz, 200, &text, b"ready\n", keep_alive, head_only),
                 Some(reason) => {
                     let body = format!("{reason}\n");
-                    self.push_ready(
-                        idx,
+                    cx.respond(
                         Route::Readyz,
                         503,
                         &text,
@@ -47,7 +34,7 @@ impl Worker {
                 }
             },
             // Rendered once for every scrape of this loop turn (`budgets.rs`).
-            OpsEndpoint::Metrics => self.defer_scrape(idx, keep_alive, head_only),
+            OpsEndpoint::Metrics => self.defer_scrape(cx, keep_alive, head_only),
             // Answered in `handle` (they need the request's headers).
             OpsEndpoint::Ui | OpsEndpoint::State => {}
         }
@@ -56,7 +43,7 @@ impl Worker {
     /// `/admin/…`: the bearer token first (`401` for any path without it), then the route.
     pub(super) fn handle_admin(
         &mut self,
-        idx: usize,
+        cx: &mut Ctx<'_, PendingIngest>,
         route: AdminRoute,
         head: &http::RequestHead,
         keep_alive: bool,
@@ -80,27 +67,19 @@ impl Worker {
                 let id = crate::ingest::router::dlq_replay_id(head.path())
                     .unwrap_or("")
                     .to_string();
-                return self.replay_dead_letter(idx, &id, keep_alive);
+                return self.replay_dead_letter(cx, &id, keep_alive);
             }
-            AdminRoute::DlqBulkReplay => return self.bulk_replay(idx, head, keep_alive),
+            AdminRoute::DlqBulkReplay => return self.bulk_replay(cx, head, keep_alive),
             AdminRoute::Reload => {
                 let (status, body) = crate::ops::reload::admin_answer(self.shared.reload());
                 let b = body.as_bytes();
-                return self.push_ready(idx, Route::Admin, status, &[json], b, keep_alive, false);
+                return cx.respond(Route::Admin, status, &[json], b, keep_alive, false);
             }
             AdminRoute::MethodNotAllowed(allow) => (405, Some(("Allow", allow)), b"{}"),
             AdminRoute::NotFound => (404, None, br#"{"status":"not_found"}"#),
         };
         let mut headers = vec![json];
         headers.extend(extra);
-        self.push_ready(
-            idx,
-            Route::Admin,
-            status,
-            &headers,
-            body,
-            keep_alive,
-            head_only,
-        );
+        cx.respond(Route::Admin, status, &headers, body, keep_alive, head_only);
     }
 }

@@ -27,22 +27,23 @@
 //! (`max_outstanding`); a crash between durability and removal leaves an entry that a later
 //! replay delivers again (at least once, as everywhere).
 
-use std::sync::Arc;
-
-use super::{Worker, TICKET_SEQ_BITS};
+use super::serve::Core;
+use super::Worker;
 use crate::dispatch::bulk_replay::{ReplayFilter, ONLINE_CHUNK};
 use crate::dispatch::dlq::DlqError;
 use crate::dispatch::dlq_store::DlqStore;
 use crate::dispatch::replay_claims::ClaimRefused;
+use crate::ingest::pending::PendingIngest;
 use crate::ingest::pipeline::Now;
 use crate::ingest::respond::json_str;
 use crate::metrics::Route;
 use crate::net::http;
+use crate::net::server::Ctx;
 use crate::sync::clock::unix_micros;
 use crate::wal::{self, AppendOutcome, EventRecord};
 
 /// Marks the commit tickets of bulk replays (ingest tickets hold a connection slot < 2^22 above
-/// [`TICKET_SEQ_BITS`]; the pump's carry bit 63).
+/// [`crate::ingest::front::TICKET_SEQ_BITS`]; the pump's carry bit 63).
 pub(super) const REPLAY_TICKET: u64 = 1 << 62;
 
 /// What [`Worker::replay_one`] did with one entry.
@@ -54,16 +55,21 @@ enum Step {
     NoRoom,
 }
 
-impl Worker {
+impl Core<'_> {
     /// The route (after the admin token).
-    pub(super) fn bulk_replay(&mut self, idx: usize, head: &http::RequestHead, keep_alive: bool) {
+    pub(super) fn bulk_replay(
+        &mut self,
+        cx: &mut Ctx<'_, PendingIngest>,
+        head: &http::RequestHead,
+        keep_alive: bool,
+    ) {
         let filter = match ReplayFilter::from_query(head.query()) {
             Ok(f) => f,
             Err(e) => {
                 let mut body = String::from(r#"{"status":"error","reason":"bad_query","detail":"#);
                 json_str(&mut body, &e);
                 body.push('}');
-                return self.answer_replay(idx, 400, None, &body, keep_alive);
+                return self.answer_replay(cx, 400, None, &body, keep_alive);
             }
         };
         let store = self.shared.dispatch().dlq.clone();
@@ -72,7 +78,7 @@ impl Worker {
             Err(e) => {
                 eprintln!("sluice: bulk replay cannot list the DLQ: {e}");
                 let body = r#"{"status":"error","reason":"dlq_unreadable"}"#;
-                return self.answer_replay(idx, 500, None, body, keep_alive);
+                return self.answer_replay(cx, 500, None, body, keep_alive);
             }
         };
         let claims = store.replays();
@@ -98,9 +104,9 @@ impl Worker {
         let body =
             format!(r#"{{"status":"accepted","replayed":{replayed},"remaining":{remaining}}}"#);
         if replayed > 0 {
-            self.answer_replay(idx, 202, None, &body, keep_alive);
+            self.answer_replay(cx, 202, None, &body, keep_alive);
         } else if room {
-            self.answer_replay(idx, 200, None, &body, keep_alive);
+            self.answer_replay(cx, 200, None, &body, keep_alive);
         } else {
             let ra = self
                 .shared
@@ -112,7 +118,7 @@ impl Worker {
             let body = format!(
                 r#"{{"status":"refused","reason":"queue_full","replayed":0,"remaining":{remaining}}}"#
             );
-            self.answer_replay(idx, 503, Some(&ra), &body, keep_alive);
+            self.answer_replay(cx, 503, Some(&ra), &body, keep_alive);
         }
     }
 
@@ -136,7 +142,7 @@ impl Worker {
         let received_at_us = unix_micros();
         let received_at_ms = received_at_us / 1000;
         let event = EventRecord {
-            event_id: self.ids.next_us(received_at_us),
+            event_id: self.front.ids().next_us(received_at_us),
             received_at_ms,
             replay_of: Some(entry.id.clone()),
             ..entry.event
@@ -144,8 +150,9 @@ impl Worker {
         let cost = wal::event_cost(&event);
         let trigger = event.trigger_id.clone();
         let record = wal::Record::Event(event);
-        if self.outstanding >= self.max_outstanding
-            || !self.committer.has_room(record.batch_weight())
+        let weight = record.batch_weight();
+        if self.front.at_bound()
+            || !self.committer.has_room(weight)
             || self
                 .shared
                 .ingest()
@@ -155,10 +162,11 @@ impl Worker {
         {
             return Step::NoRoom;
         }
-        self.seq = (self.seq + 1) & ((1 << TICKET_SEQ_BITS) - 1);
-        let ticket = REPLAY_TICKET | self.seq;
-        self.committer.push_ingest(0, ticket, record);
-        self.outstanding += 1;
+        let ticket = REPLAY_TICKET | self.front.next_seq();
+        let (front, mut stage) = self.stage_parts(None);
+        // Room was checked above, before the reservation.
+        let staged = front.stage_direct(&mut stage, ticket, record);
+        debug_assert!(staged);
         self.replays
             .by_ticket
             .insert(ticket, (claim, trigger, cost));
@@ -167,7 +175,7 @@ impl Worker {
 
     fn answer_replay(
         &mut self,
-        idx: usize,
+        cx: &mut Ctx<'_, PendingIngest>,
         status: u16,
         retry_after: Option<&str>,
         body: &str,
@@ -177,8 +185,7 @@ impl Worker {
         if let Some(ra) = retry_after {
             headers.push(("Retry-After", ra));
         }
-        self.push_ready(
-            idx,
+        cx.respond(
             Route::Admin,
             status,
             &headers,
@@ -187,11 +194,13 @@ impl Worker {
             false,
         );
     }
+}
 
+impl Worker {
     /// The append of a bulk replay completed: durable → the entry leaves the DLQ; failed → the
     /// backlog share goes back and the entry stays. Either way the claim drops last.
     pub(super) fn replay_done(&mut self, ticket: u64, outcome: AppendOutcome) {
-        self.outstanding -= 1;
+        self.front.direct_done();
         let Some((claim, trigger, cost)) = self.replays.by_ticket.remove(&ticket) else {
             return;
         };
@@ -208,37 +217,28 @@ impl Worker {
         }
         drop(claim); // after the removal (module docs)
     }
-
-    /// A single replay's claim (ingest ticket `ticket`), if it has one: on `durable` its entry
-    /// leaves the DLQ first, then the claim drops. For a replay whose connection is gone too.
-    pub(super) fn settle_single_replay(&mut self, ticket: u64, durable: bool) {
-        let Some(claim) = self.replays.single.remove(&ticket) else {
-            return;
-        };
-        if durable {
-            if let Err(e) = self.shared.dispatch().dlq.remove(claim.id()) {
-                let id = claim.id();
-                eprintln!("sluice: replayed {id} but could not remove its DLQ entry: {e}");
-            }
-        }
-    }
 }
 
 /// One entry: `POST /admin/dlq/{id}/replay`.
-impl Worker {
+impl Core<'_> {
     /// `POST /admin/dlq/{id}/replay`: a new event (new id, `replay_of = id`) with the
     /// dead-lettered event's trigger, source, headers and body goes through the normal durable
     /// path; once it is durable the DLQ entry is removed and the answer is `202`. The entry is
     /// claimed first in the store's set shared by every core (`dispatch::replay_claims`): while
     /// a replay (bulk or single, any core) has it on its way, another is `409 in_progress`.
-    pub(super) fn replay_dead_letter(&mut self, idx: usize, id: &str, keep_alive: bool) {
+    pub(super) fn replay_dead_letter(
+        &mut self,
+        cx: &mut Ctx<'_, PendingIngest>,
+        id: &str,
+        keep_alive: bool,
+    ) {
         let claim = match self.shared.dispatch().dlq.replays().claim(id) {
             Ok(c) => c,
             Err(ClaimRefused::InFlight) => {
-                return self.replay_refused(idx, 409, "in_progress", keep_alive)
+                return self.replay_refused(cx, 409, "in_progress", keep_alive)
             }
             Err(ClaimRefused::Full) => {
-                return self.replay_refused(idx, 503, "queue_full", keep_alive)
+                return self.replay_refused(cx, 503, "queue_full", keep_alive)
             }
         };
         let entry = match self.shared.dispatch().dlq.get(id) {
@@ -249,30 +249,31 @@ impl Worker {
                     DlqError::InvalidId { .. } => (400, "invalid_id"),
                     _ => (500, "dlq_unreadable"),
                 };
-                return self.replay_refused(idx, status, reason, keep_alive);
+                return self.replay_refused(cx, status, reason, keep_alive);
             }
         };
-        let now = Now::wall(self.now());
-        let shared = Arc::clone(&self.shared);
-        let decision = self.pipeline(&shared).replay(entry.event, entry.id, now);
-        self.apply(idx, decision, keep_alive, now.mono, Some(claim));
+        let now = Now::wall(self.shared.clock.now_nanos());
+        let idx = cx.idx;
+        let (front, conns, mut stage, env) = self.ingest_parts(cx, Some(claim));
+        let decision = front
+            .pipeline(env.node, env.metrics)
+            .replay(entry.event, entry.id, now);
+        front.apply(conns, idx, decision, keep_alive, now.mono, &mut stage, &env);
     }
 
     /// A single replay's error answer (`503` with `Retry-After: 1`).
-    fn replay_refused(&mut self, idx: usize, status: u16, reason: &str, keep_alive: bool) {
+    fn replay_refused(
+        &mut self,
+        cx: &mut Ctx<'_, PendingIngest>,
+        status: u16,
+        reason: &str,
+        keep_alive: bool,
+    ) {
         let body = format!("{{\"status\":\"error\",\"reason\":\"{reason}\"}}");
         let mut h = vec![("Content-Type", "application/json")];
         if status == 503 {
             h.push(("Retry-After", "1"));
         }
-        self.push_ready(
-            idx,
-            Route::Admin,
-            status,
-            &h,
-            body.as_bytes(),
-            keep_alive,
-            false,
-        );
+        cx.respond(Route::Admin, status, &h, body.as_bytes(), keep_alive, false);
     }
 }

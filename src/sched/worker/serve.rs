@@ -1,0 +1,200 @@
+//! The core around its ingest handler: the server's handler is `ingest::serve::Serve` (routing,
+//! ingest through the core's front, the body gate); [`Core`] is what it asks the core for
+//! (`ingest::serve::Rest`) — the reload to follow before routing, the node and the stage, the
+//! drain — and answers every route but ingest (ops and admin endpoints, `ops.rs` and
+//! `replay.rs`). [`Core`] borrows the worker's parts a request may touch, for one call of the
+//! server ([`Worker::split`]).
+
+use super::*;
+use crate::ingest::pipeline::Node;
+use crate::ingest::router::Router;
+use crate::ingest::serve::{Rest, Serve};
+use crate::net::server::{Ctx, Net, Server};
+use mio::Registry;
+
+/// What a request may touch of the core, borrowed beside its server (module docs).
+pub(super) struct Core<'a> {
+    pub(super) shared: &'a Arc<Shared>,
+    pub(super) view: &'a mut crate::ops::reload::CoreView,
+    pub(super) front: &'a mut Front,
+    pub(super) committer: &'a mut Committer,
+    pub(super) replays: &'a mut books::Replays,
+    pub(super) edge: &'a mut books::Edge,
+    pub(super) pump: &'a mut CorePump,
+    pub(super) dispatcher: &'a mut Dispatcher,
+    /// The core's poll registry (a clone: the reactor is borrowed by the server call).
+    pub(super) registry: &'a Registry,
+    /// The injected clock read once per loop turn (nanos): token-bucket decisions use it.
+    pub(super) turn_now: u64,
+}
+
+/// A reload: the core switches to the newest published generation; the pump learns the new
+/// trigger → destination map, the dispatcher the new destinations (limits, retry, timeouts,
+/// gates). Called at the top of a turn, before each request is routed and before the turn's
+/// jobs are judged (`Worker::follow_reload`).
+pub(super) fn follow_reload(
+    view: &mut crate::ops::reload::CoreView,
+    shared: &Shared,
+    pump: &mut CorePump,
+    dispatcher: &mut Dispatcher,
+    registry: &Registry,
+    now: u64,
+) {
+    if let Some(next) = view.pick_up(shared.reload()) {
+        let draining = shared.accepting_stopped(now);
+        let config = &next.value.config;
+        pump.learn_handlers(config);
+        let spec = Arc::new(config.dispatch_spec());
+        dispatcher.reconfigure(spec, now, registry, draining);
+    }
+}
+
+impl Worker {
+    /// A reload: this core switches to the newest published generation here, at the top of a
+    /// turn and again before each request is routed (`serve.rs`). The second check (one
+    /// `Acquire` load) makes a reload's answer a barrier: a request sent after `POST
+    /// /admin/reload` answered, or after `sluice_config_generation` showed the new number, is
+    /// routed by it, even on a core that was mid-turn when the reload was published.
+    pub(super) fn follow_reload(&mut self) {
+        let (view, shared) = (&mut self.view, &self.shared);
+        let (pump, dispatcher) = (&mut self.pump, &mut self.dispatcher);
+        follow_reload(
+            view,
+            shared,
+            pump,
+            dispatcher,
+            &self.registry,
+            self.turn_now,
+        );
+    }
+
+    /// The server, what its calls use of the core, and the handler, borrowed side by side.
+    pub(super) fn split(&mut self) -> (&mut Server<PendingIngest>, Net<'_>, Serve<Core<'_>>) {
+        let Worker {
+            reactor,
+            server,
+            shared,
+            metrics,
+            front,
+            committer,
+            pump,
+            dispatcher,
+            replays,
+            edge,
+            view,
+            registry,
+            turn_now,
+            ..
+        } = self;
+        let net = Net {
+            reactor,
+            metrics,
+            clock: &*shared.clock,
+        };
+        let core = Core {
+            shared,
+            view,
+            front,
+            committer,
+            replays,
+            edge,
+            pump,
+            dispatcher,
+            registry,
+            turn_now: *turn_now,
+        };
+        (server, net, Serve(core))
+    }
+}
+
+impl Rest for Core<'_> {
+    type Stage<'s>
+        = stage::CoreStage<'s>
+    where
+        Self: 's;
+
+    fn follow_reload(&mut self) {
+        follow_reload(
+            self.view,
+            self.shared,
+            self.pump,
+            self.dispatcher,
+            self.registry,
+            self.turn_now,
+        );
+    }
+
+    fn router(&self) -> &Arc<Router> {
+        self.view.router()
+    }
+
+    fn parts(&mut self) -> (&mut Front, Node<'_>, stage::CoreStage<'_>) {
+        let stage = stage::CoreStage {
+            committer: &mut *self.committer,
+            single: &mut self.replays.single,
+            claim: None,
+            dlq: &self.shared.dispatch().dlq,
+        };
+        (&mut *self.front, stage::node(self.shared, self.view), stage)
+    }
+
+    /// Ops, admin and the answers of the router itself (`405`, `400`, `404`).
+    fn other(
+        &mut self,
+        cx: &mut Ctx<'_, PendingIngest>,
+        route: RouteMatch<'_>,
+        head: &http::RequestHead,
+        keep_alive: bool,
+    ) {
+        let head_only = head.method.as_str() == "HEAD";
+        let text = http::TEXT_PLAIN;
+        match route {
+            RouteMatch::Ops(ep @ (OpsEndpoint::Ui | OpsEndpoint::State)) => {
+                let auth = head.header("authorization");
+                let a = crate::ops::dashboard::answer(&self.shared.ops_view(), ep, auth);
+                let h = a.headers();
+                cx.respond(Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
+            }
+            RouteMatch::Ops(ep) => self.handle_ops(cx, ep, keep_alive, head_only),
+            RouteMatch::Admin(route) => self.handle_admin(cx, route, head, keep_alive, head_only),
+            RouteMatch::MethodNotAllowed(allow) => cx.respond(
+                Route::Unmatched,
+                405,
+                &[("Allow", allow), ("Content-Type", text)],
+                b"method not allowed\n",
+                keep_alive,
+                head_only,
+            ),
+            RouteMatch::BadSource => cx.respond(
+                Route::Webhook,
+                400,
+                &[("Content-Type", text)],
+                b"invalid source: must match [A-Za-z0-9._-]{1,64}\n",
+                keep_alive,
+                head_only,
+            ),
+            RouteMatch::NotFound => cx.respond(
+                Route::Unmatched,
+                404,
+                &[("Content-Type", text)],
+                b"not found\n",
+                keep_alive,
+                head_only,
+            ),
+            // Handled by `ingest::serve::Serve` before it asks the core.
+            RouteMatch::Ingest { .. } => {}
+        }
+    }
+
+    fn turn_now(&self) -> u64 {
+        self.turn_now
+    }
+
+    fn draining(&self) -> bool {
+        self.shared.phase() == Lifecycle::Draining
+    }
+
+    fn note_input(&mut self, at: u64) {
+        self.shared.note_drain_input(at);
+    }
+}
