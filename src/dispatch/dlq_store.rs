@@ -194,8 +194,7 @@ impl DlqStore {
         if !exists(&*storage, dir) {
             return Self::with_index(storage, dir, usize::MAX, false, Index::default());
         }
-        let names = read_names(&*storage, dir)?;
-        let ix = scan_dir(&*storage, dir, &names);
+        let ix = scan_listed(&*storage, dir)?;
         Self::with_index(storage, dir, usize::MAX, false, ix)
     }
 
@@ -622,7 +621,7 @@ struct Vanished;
 mod read;
 #[path = "dlq_store_scan.rs"]
 mod scan;
-use scan::{exists, read_legacy, read_names, scan_dir};
+use scan::{exists, read_legacy, read_names, scan_dir, scan_listed};
 
 #[cfg(test)]
 #[path = "dlq_store_tests.rs"]

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use super::scan::{exists, read_names, scan_dir};
+use super::scan::{exists, read_names, scan_listed};
 use super::{DlqListing, DlqStore, Unreadable, Vanished};
 use crate::dispatch::dlq_batch::{self as batch, Name};
 use crate::dispatch::dlq_entry::{parse_entry, summary_of, DlqError, DlqSummary};
@@ -19,8 +19,8 @@ impl DlqStore {
         if self.owner {
             return;
         }
-        match read_names(&*self.storage, &self.dir) {
-            Ok(names) => *self.index.lock() = scan_dir(&*self.storage, &self.dir, &names),
+        match scan_listed(&*self.storage, &self.dir) {
+            Ok(ix) => *self.index.lock() = ix,
             Err(e) => eprintln!("sluice: DLQ: cannot re-read {}: {e}", self.dir.display()),
         }
     }

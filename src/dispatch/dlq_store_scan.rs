@@ -13,17 +13,48 @@ use crate::dispatch::dlq_index::Index;
 use crate::storage::Storage;
 use crate::wal::format::RECORD_HEADER_BYTES;
 
+/// How often [`scan_listed`] lists the directory again when a batch file vanished between its
+/// listing and its read (another process compacted or deleted it meanwhile).
+const RESCANS: usize = 4;
+
 /// Indexes every file in `dir` (`names`). Never fails: a batch file that cannot be read is a
-/// damaged tail at offset 0 (listed as unreadable), never skipped.
+/// damaged tail at offset 0 (listed as unreadable), never skipped — except one that no longer
+/// exists, which is gone, not damaged (a running server removed it after the listing).
 pub(super) fn scan_dir(fs: &dyn Storage, dir: &Path, names: &[String]) -> Index {
+    scan_names(fs, dir, names).0
+}
+
+/// Lists `dir` and indexes it, listing again (at most [`RESCANS`] more times) while a batch
+/// file vanished between the listing and its read: the server writes a compacted batch before
+/// it deletes the old one, so a fresh listing holds the entries the vanished file held. For
+/// readers beside a running server (`sluice dlq list`).
+pub(super) fn scan_listed(fs: &dyn Storage, dir: &Path) -> Result<Index, DlqError> {
+    let mut attempt = 0;
+    loop {
+        let names = read_names(fs, dir)?;
+        let (ix, vanished) = scan_names(fs, dir, &names);
+        if !vanished || attempt == RESCANS {
+            return Ok(ix);
+        }
+        attempt += 1;
+    }
+}
+
+/// The index of `names`, and whether a batch file among them no longer exists.
+fn scan_names(fs: &dyn Storage, dir: &Path, names: &[String]) -> (Index, bool) {
     let mut ix = Index::default();
+    let mut vanished = false;
     for name in names {
         match batch::classify(name) {
             Name::Batch(seq) => {
                 let path = dir.join(name);
                 let (bytes, scanned) = match read_batch(fs, &path) {
                     Ok(bytes) => (bytes.len() as u64, batch::scan(&bytes, check_record)),
-                    Err((len, why)) => (
+                    Err(Unread::Vanished) => {
+                        vanished = true;
+                        continue;
+                    }
+                    Err(Unread::Damaged(len, why)) => (
                         len,
                         batch::Scanned {
                             records: Vec::new(),
@@ -41,16 +72,31 @@ pub(super) fn scan_dir(fs: &dyn Storage, dir: &Path, names: &[String]) -> Index 
             Name::Tmp | Name::Other => {}
         }
     }
-    ix
+    (ix, vanished)
 }
 
-/// A batch file's bytes, or its size and why it cannot be read.
-fn read_batch(fs: &dyn Storage, path: &Path) -> Result<Vec<u8>, (u64, String)> {
-    let len = fs.len(path).map_err(|e| (0, e.to_string()))?;
+/// Why a batch file's bytes were not read.
+enum Unread {
+    /// It no longer exists.
+    Vanished,
+    /// Its size, and why it cannot be read.
+    Damaged(u64, String),
+}
+
+/// A batch file's bytes.
+fn read_batch(fs: &dyn Storage, path: &Path) -> Result<Vec<u8>, Unread> {
+    let fail = |len| {
+        move |e: io::Error| match e.kind() {
+            io::ErrorKind::NotFound => Unread::Vanished,
+            _ => Unread::Damaged(len, e.to_string()),
+        }
+    };
+    let len = fs.len(path).map_err(fail(0))?;
     if len > batch::MAX_FILE_BYTES as u64 {
-        return Err((len, format!("file of {len} bytes is larger than any batch")));
+        let why = format!("file of {len} bytes is larger than any batch");
+        return Err(Unread::Damaged(len, why));
     }
-    fs.read(path).map_err(|e| (len, e.to_string()))
+    fs.read(path).map_err(fail(len))
 }
 
 /// The names in `dir` (names that are not UTF-8 are no file of ours and are left out).
@@ -77,4 +123,32 @@ pub(super) fn read_legacy(fs: &dyn Storage, path: &Path, id: &str) -> Result<Vec
         });
     }
     fs.read(path).map_err(not_found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_file_that_vanished_after_the_listing_is_gone_not_damaged() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fs = crate::storage::std_fs();
+        // One batch file that is there and unreadable as a batch, one the listing names and
+        // another process deleted before it was read.
+        std::fs::write(tmp.path().join(batch::batch_name(1)), b"not a batch").unwrap();
+        let names = [batch::batch_name(1), batch::batch_name(2)];
+        let (ix, vanished) = scan_names(&*fs, tmp.path(), &names);
+        assert!(vanished);
+        let tails = ix.tails();
+        assert_eq!(tails.len(), 1, "{tails:?}");
+        assert_eq!(
+            tails[0].0, 1,
+            "only the damaged file is reported: {tails:?}"
+        );
+        assert!(ix.batch(2).is_none());
+        // A fresh listing no longer names it: nothing vanished, the damage is still reported.
+        let ix = scan_listed(&*fs, tmp.path()).unwrap();
+        assert_eq!(ix.tails().len(), 1);
+        assert!(ix.is_empty());
+    }
 }
