@@ -33,7 +33,7 @@ pub struct RawIngest {
     /// plus refused requests at scrape time); all others are summed into `source="_other"`.
     /// Default: 100. Range: 0..=10_000.
     pub metrics_top_sources: Option<usize>,
-    /// How long a request waits for room in the full WAL ring before `503 wal_busy`.
+    /// How long a request waits for room in the core's full next group-commit batch before `503 wal_busy`.
     /// Default: `50ms`.
     pub offer_timeout: Option<String>,
     /// Serve the embedded route `POST /webhooks/{source}`. Default: true when no `[[triggers]]`

@@ -1,4 +1,4 @@
-//! Batched deliveries (issue 28): a destination with `batch = { max_events, max_bytes, linger }`
+//! Batched deliveries: a destination with `batch = { max_events, max_bytes, linger }`
 //! gets several events per call. This is the pure part: members in, calls out, on an injected
 //! clock; the dispatcher ([`super::dispatcher`]) feeds it the events that passed their flow
 //! gates and took their slot, queues the calls it closes, and wakes it at its deadline.

@@ -15,7 +15,7 @@ use std::fmt::Write;
 pub enum Refusal {
     /// A token bucket (global or per-source) was empty: 503 + Retry-After.
     IngestSaturated,
-    /// The WAL ring stayed full past `offer_timeout`.
+    /// The core's next group-commit batch stayed full past `offer_timeout`.
     WalBusy,
     /// The WAL cannot accept writes (I/O error, writer stopped).
     WalUnavailable,

@@ -113,7 +113,7 @@ impl PromWriter {
         self.sample_u64(name, &[], value);
     }
 
-    /// A whole unlabeled gauge family (e.g. `sluice_wal_ring_depth`).
+    /// A whole unlabeled gauge family (e.g. `sluice_wal_pending_events`).
     pub fn gauge(&mut self, name: &str, help: &str, value: f64) {
         self.header(name, help, MetricType::Gauge);
         self.sample(name, &[], value);
@@ -319,7 +319,11 @@ mod tests {
         c0.set_connections_open(2);
 
         let mut extra = |w: &mut PromWriter| {
-            w.gauge("sluice_wal_ring_depth", "Records in the WAL ring.", 7.0);
+            w.gauge(
+                "sluice_wal_pending_events",
+                "Committed events not yet done.",
+                7.0,
+            );
             w.header("sluice_empty_total", "Nothing yet.", MetricType::Counter);
             w.buffer_mut()
                 .push_str("# TYPE preformatted gauge\npreformatted 1\n");
@@ -382,9 +386,9 @@ sluice_connections_read_paused_total{bound=\"response_bytes\"} 0
 # HELP sluice_body_budget_refusals_total Request bodies refused (503 body_budget) because max_inflight_body_bytes could not cover them.
 # TYPE sluice_body_budget_refusals_total counter
 sluice_body_budget_refusals_total 0
-# HELP sluice_wal_ring_depth Records in the WAL ring.
-# TYPE sluice_wal_ring_depth gauge
-sluice_wal_ring_depth 7
+# HELP sluice_wal_pending_events Committed events not yet done.
+# TYPE sluice_wal_pending_events gauge
+sluice_wal_pending_events 7
 # HELP sluice_empty_total Nothing yet.
 # TYPE sluice_empty_total counter
 # TYPE preformatted gauge
