@@ -196,8 +196,9 @@ fn held_destination(extra: &str) -> (Downstream, String) {
     (ds, config)
 }
 
-/// Lets `ds` answer 200 at once, and waits (60 s at most) until every id of `want` was
-/// delivered after `since`; returns the ids delivered after `since`.
+/// Lets `ds` answer 200 at once (callers do so before starting the server whose deliveries
+/// they wait for), and waits (60 s at most) until every id of `want` was delivered after
+/// `since`; returns the ids delivered after `since`.
 fn delivered_after(ds: &Downstream, since: Instant, want: &BTreeSet<String>) -> BTreeSet<String> {
     ds.set(Behavior::default());
     let ids = |seen: &[crate::downstream::Seen]| -> BTreeSet<String> {
@@ -257,6 +258,9 @@ fn a_flipped_byte_acknowledged_just_before_sigkill_is_refused_then_exactly_skipp
         &[&file_name(&seg), &format!("offset {off}"), &range],
     );
 
+    // The downstream answers at once from here: a call the new server sent while it still
+    // held requests for 30 s would be seen (counted) but keep the drain of `stop` waiting.
+    ds.set(Behavior::default());
     let since = Instant::now();
     let opts = Opts::config(&config).workers(1).arg("--accept-wal-loss");
     let mut accepted_server = Server::start_in(server.root(), opts)
@@ -332,6 +336,7 @@ fn a_deleted_middle_segment_is_lost_listed_around_and_delivered_around() {
     assert_eq!(listed, readable, "wal inspect lists every readable event");
     serve_refuses_naming(&mut server, &[&range, "--accept-wal-loss"]);
 
+    ds.set(Behavior::default()); // before the start: see the flipped-byte test
     let since = Instant::now();
     let opts = big_buckets(Opts::config(&config).workers(1)).arg("--accept-wal-loss");
     let mut accepted_server = Server::start_in(server.root(), opts)
