@@ -38,7 +38,8 @@
 //! ≤ [`MAX_RECORDS_IN_FLIGHT`] per log, of which at most one `Done` record (the outcomes that
 //! arrive while it is being made durable are queued and go out together in the next one: a
 //! `Done` record per commit, not per loop turn); `Done` entries queued ≤ [`MAX_DONE_ENTRIES`] per
-//! log (admission stops there); `Retry` records queued ≤ one per outcome received; writes
+//! log (admission stops there); `Retry` records queued ≤ one per outcome received; attempt
+//! entries queued ≤ [`MAX_ATTEMPTS_QUEUED`] per log (more are counted, not written); writes
 //! waiting for the shell ≤ those of one call (the shell takes them after each); dead letters
 //! waiting for room in a full DLQ ≤ the events pending (each stays in its trigger's backlog
 //! share, so a full DLQ refuses only the triggers whose events wait for it, but gives its
@@ -69,7 +70,9 @@ use crate::dispatch::job::Job;
 use crate::dispatch::metrics::DispatchMetrics;
 use crate::dispatch::outstanding::Outstanding;
 use crate::dispatch::trigger_caps::Slots;
-use crate::wal::{DispatchRecovery, DoneEntry, EventRecord, Lsn, Record, RetryRecord, WalError};
+use crate::wal::{
+    AttemptEntry, DispatchRecovery, DoneEntry, EventRecord, Lsn, Record, RetryRecord, WalError,
+};
 
 #[path = "pump_source.rs"]
 pub(crate) mod source;
@@ -84,6 +87,9 @@ use parked::Parked;
 pub const MAX_DONE_ENTRIES: usize = crate::wal::MAX_DONE_ENTRIES;
 /// Most `Done`/`Retry` records per log with the commit helper.
 pub const MAX_RECORDS_IN_FLIGHT: usize = 64;
+/// Most attempt entries queued per log for its next `Attempts` records (four full records);
+/// beyond it an entry is counted (`sluice_pump_attempts_unrecorded_total`) and not written.
+pub const MAX_ATTEMPTS_QUEUED: usize = 4 * crate::wal::MAX_ATTEMPT_ENTRIES;
 /// How often a DLQ write refused for lack of room is retried (clock nanos).
 pub const DLQ_RETRY_EVERY: u64 = 1_000_000_000;
 /// The least bound on a pump's outcomes awaiting their commit (module docs, "Redeliveries").
@@ -190,6 +196,8 @@ struct LogState<T> {
     parked: Parked,
     done_queue: Vec<DoneEntry>,
     retry_queue: VecDeque<RetryRecord>,
+    /// Attempt entries for the next `Attempts` record (≤ [`MAX_ATTEMPTS_QUEUED`]).
+    attempt_queue: Vec<AttemptEntry>,
     records_in_flight: usize,
     /// A `Done` record of this log is with the commit helper: the entries queued meanwhile
     /// wait for it to be durable and go out together in the next one.
@@ -259,6 +267,8 @@ enum Ticket {
     },
     /// A dead letter for the event `key`.
     DeadLetter { key: u64, attempts: u32 },
+    /// An `Attempts` record of `entries` entries in log slot `slot`.
+    Attempts { slot: usize, entries: usize },
 }
 
 /// What admitting one event came to.
@@ -338,6 +348,7 @@ impl<E: PumpEnv> PumpCore<E> {
                 parked: Parked::default(),
                 done_queue: Vec::new(),
                 retry_queue: VecDeque::new(),
+                attempt_queue: Vec::new(),
                 records_in_flight: 0,
                 done_in_flight: false,
             });
@@ -510,10 +521,9 @@ impl<E: PumpEnv> PumpCore<E> {
     pub fn is_flushed(&self) -> bool {
         self.tickets.is_empty()
             && self.writes.is_empty()
-            && self
-                .logs
-                .iter()
-                .all(|l| l.done_queue.is_empty() && l.retry_queue.is_empty())
+            && self.logs.iter().all(|l| {
+                l.done_queue.is_empty() && l.retry_queue.is_empty() && l.attempt_queue.is_empty()
+            })
     }
 
     /// Gives a dispatch slot back; the cores that wait for one are woken by the shell.

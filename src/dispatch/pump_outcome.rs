@@ -9,7 +9,16 @@ use super::MAX_RECORDS_IN_FLIGHT;
 use super::{PumpCore, PumpEnv, Ticket, Write, DLQ_RETRY_EVERY, MAX_DONE_ENTRIES};
 use crate::dispatch::dlq::{DlqEntry, DlqError};
 use crate::dispatch::job::{split_key, JobOutcome};
-use crate::wal::{AppendOutcome, DoneEntry, DoneRecord, DoneStatus, Lsn, Record, RetryRecord};
+use crate::wal::{
+    AppendOutcome, AttemptEntry, AttemptOutcome, AttemptsRecord, DoneEntry, DoneRecord, DoneStatus,
+    Lsn, Record, RetryRecord, MAX_ATTEMPT_ENTRIES,
+};
+
+use super::MAX_ATTEMPTS_QUEUED;
+
+/// `AttemptEntry::destination` of a gate's skip: the gates are the trigger's, before any
+/// destination's call.
+pub const NO_DESTINATION: u32 = u32::MAX;
 
 impl<E: PumpEnv> PumpCore<E> {
     /// An outcome of a job whose event is in one of this core's logs; `now_ms`: wall-clock
@@ -25,12 +34,20 @@ impl<E: PumpEnv> PumpCore<E> {
             return;
         };
         match outcome {
-            JobOutcome::Delivered { attempts, .. } => {
+            JobOutcome::Delivered {
+                attempts, attempt, ..
+            } => {
+                self.note_attempt(slot, attempt.entry(lsn, attempts));
                 self.finish(slot, lsn, DoneStatus::Delivered, attempts)
             }
             JobOutcome::Skipped {
                 attempts, reason, ..
-            } => self.finish(slot, lsn, reason.done_status(), attempts),
+            } => {
+                let status = reason.done_status();
+                let skip = AttemptOutcome::Skipped(status);
+                self.note_decision(slot, lsn, attempts, now_ms, NO_DESTINATION, skip);
+                self.finish(slot, lsn, status, attempts)
+            }
             // A gate holds it: its dispatch slot goes back (it stays pending and live).
             JobOutcome::Held { .. } => self.unhold(slot, lsn),
             // Released by its gates, it holds a slot the dispatcher took.
@@ -44,19 +61,30 @@ impl<E: PumpEnv> PumpCore<E> {
                 next_attempt,
                 due_at_ms,
                 last_error,
+                attempt,
                 ..
-            } => self.logs[slot].retry_queue.push_back(RetryRecord {
-                event_lsn: lsn,
-                next_attempt,
-                due_at_ms,
-                last_error,
-            }),
+            } => {
+                let made = next_attempt.saturating_sub(1);
+                self.note_attempt(slot, attempt.entry(lsn, made));
+                self.logs[slot].retry_queue.push_back(RetryRecord {
+                    event_lsn: lsn,
+                    next_attempt,
+                    due_at_ms,
+                    last_error,
+                })
+            }
             JobOutcome::DeadLetter {
                 job,
                 reason,
                 attempts,
                 last_error,
+                attempt,
             } => {
+                if let Some(a) = attempt {
+                    self.note_attempt(slot, a.entry(lsn, attempts));
+                }
+                let dead = AttemptOutcome::DeadLettered(reason as u8);
+                self.note_decision(slot, lsn, attempts, now_ms, job.dest as u32, dead);
                 let destination = self.routes.destinations.get(job.dest);
                 let entry = DlqEntry {
                     id: job.event.event_id.clone(),
@@ -71,6 +99,41 @@ impl<E: PumpEnv> PumpCore<E> {
                 self.dead_letter(entry, attempts, key);
             }
         }
+    }
+
+    /// Queues an attempt entry for the log in slot `slot` (its next `Attempts` record), or
+    /// counts it when the queue is at [`MAX_ATTEMPTS_QUEUED`].
+    fn note_attempt(&mut self, slot: usize, entry: AttemptEntry) {
+        let queue = &mut self.logs[slot].attempt_queue;
+        if queue.len() < MAX_ATTEMPTS_QUEUED {
+            queue.push(entry);
+        } else {
+            self.metrics.attempts_unrecorded_by(1);
+        }
+    }
+
+    /// Records a decision that ended the event without a call (a gate's skip, a dead-lettering)
+    /// as an attempt entry, at `now_ms`, with the attempts made.
+    fn note_decision(
+        &mut self,
+        slot: usize,
+        lsn: Lsn,
+        attempts: u32,
+        now_ms: u64,
+        destination: u32,
+        outcome: AttemptOutcome,
+    ) {
+        let entry = AttemptEntry {
+            event_lsn: lsn,
+            attempt: attempts,
+            at_ms: now_ms,
+            destination,
+            outcome,
+            latency_us: 0,
+            retry_after_ms: None,
+            response_prefix: Vec::new(),
+        };
+        self.note_attempt(slot, entry);
     }
 
     /// Sends the dead letter to the commit helper; its `Done` entry follows once it is durable.
@@ -121,6 +184,22 @@ impl<E: PumpEnv> PumpCore<E> {
         for slot in 0..self.logs.len() {
             while self.logs[slot].records_in_flight < MAX_RECORDS_IN_FLIGHT {
                 let log = &mut self.logs[slot];
+                // Attempts first: a `Done` record is never durable before the attempts that
+                // led to it (the same batch, or an earlier one).
+                if !log.attempt_queue.is_empty() {
+                    let n = log.attempt_queue.len().min(MAX_ATTEMPT_ENTRIES);
+                    let record = Record::Attempts(AttemptsRecord {
+                        entries: log.attempt_queue.drain(..n).collect(),
+                    });
+                    log.records_in_flight += 1;
+                    let ticket = self.ticket(Ticket::Attempts { slot, entries: n });
+                    self.writes.push(Write::Record {
+                        log: slot,
+                        ticket,
+                        record,
+                    });
+                    continue;
+                }
                 let (record, entries) = if !log.done_queue.is_empty() && !log.done_in_flight {
                     let n = log.done_queue.len().min(MAX_DONE_ENTRIES);
                     let entries: Vec<DoneEntry> = log.done_queue.drain(..n).collect();
@@ -147,8 +226,18 @@ impl<E: PumpEnv> PumpCore<E> {
 
     /// The commit helper's answer for one of the pump's records.
     pub fn on_record_done(&mut self, ticket: u64, outcome: AppendOutcome) {
-        let Some(Ticket::Record { slot, entries }) = self.tickets.remove(&ticket) else {
-            return;
+        let (slot, entries) = match self.tickets.remove(&ticket) {
+            Some(Ticket::Record { slot, entries }) => (slot, entries),
+            Some(Ticket::Attempts { slot, entries }) => {
+                self.logs[slot].records_in_flight -= 1;
+                // Not written again: an attempt entry is history, not state; its loss is
+                // counted (the event's outcome is still kept by its `Done` entry).
+                if outcome == AppendOutcome::Unavailable {
+                    self.metrics.attempts_unrecorded_by(entries as u64);
+                }
+                return;
+            }
+            _ => return,
         };
         let log = &mut self.logs[slot];
         log.records_in_flight -= 1;

@@ -18,13 +18,17 @@
 //! pub struct EventRecord { pub event_id: String, pub trigger_id: String, pub source: String,
 //!                          pub received_at_ms: u64, pub headers: Vec<(String, Vec<u8>)>, pub body: Vec<u8>,
 //!                          pub replay_of: Option<String> }
-//! pub enum Record { Event(EventRecord), Done(DoneRecord), Retry(RetryRecord) }
+//! pub enum Record { Event(EventRecord), Done(DoneRecord), Retry(RetryRecord), Attempts(AttemptsRecord) }
 //! pub struct DoneRecord { pub entries: Vec<DoneEntry> }          // <= MAX_DONE_ENTRIES (4096)
 //! pub struct DoneEntry { pub event_lsn: Lsn, pub status: DoneStatus, pub attempts: u32 }
 //! pub enum DoneStatus { Delivered = 1, DeadLettered = 2, Skipped = 3, NoHandler = 4,
 //!     SkippedRateLimited = 5, SkippedDebounced = 6, SkippedSingletonActive = 7 }
 //! pub struct RetryRecord { pub event_lsn: Lsn, pub next_attempt: u32, pub due_at_ms: u64,
 //!                          pub last_error: String /* <= MAX_ERROR_BYTES (1024) */ }
+//! pub struct AttemptsRecord { pub entries: Vec<AttemptEntry> }   // <= MAX_ATTEMPT_ENTRIES (1024)
+//! pub struct AttemptEntry { pub event_lsn: Lsn, pub attempt: u32, pub at_ms: u64, pub destination: u32,
+//!     pub outcome: AttemptOutcome, pub latency_us: u32, pub retry_after_ms: Option<u32>,
+//!     pub response_prefix: Vec<u8> /* <= MAX_RESPONSE_PREFIX_BYTES (512) */ }
 //! pub fn encode_event(&EventRecord) -> Result<Vec<u8>, EncodeError>;   // kind 1, or 5 with replay_of
 //! pub fn decode_event(&[u8]) -> Result<EventRecord, DecodeError>;      // kind 1
 //! pub fn encode_payload_into(&Record, &mut Vec<u8>) -> Result<(), EncodeError>;
@@ -112,7 +116,8 @@
 //!                           payload); so a corrupted length is caught too.
 //!      8     8  lsn    u64  log sequence number, consecutive from the segment name's LSN.
 //!     16     1  kind   u8   1 = event, 2 = done, 3 = retry, 5 = replayed event,
-//!                           6 = commit marker, 7 = lost range (framing: below).
+//!                           6 = commit marker, 7 = lost range (framing: below),
+//!                           8 = attempts (issue 27; layout in `format/attempt.rs`).
 //!                           4 = DLQ entry is the framing of `DATA_DIR/dlq/` files only
 //!                           (`dispatch::dlq`): a kind-4 record in the WAL does not decode
 //!                           (`wal verify` reports it as corrupt). Other values are corruption.
@@ -178,6 +183,14 @@
 //! u16 n, n bytes   last_error    UTF-8, n <= 1024 (MAX_ERROR_BYTES; the caller truncates)
 //! (nothing after last_error)
 //! ```
+//!
+//! Attempts payload (kind 8, issue 27): each delivery attempt of an event (time, destination,
+//! HTTP status or error class, latency, `Retry-After`, the first ≤ 512 bytes of the response
+//! body), and each skip by a flow gate or dead-lettering with its reason, written by the pump
+//! in the same group commit as its `Done` and `Retry` records. Byte layout in
+//! `format/attempt.rs`; at most 2 + 1024 × (37 + 512) bytes. Recovery checks them (the event
+//! LSN below the record's own) and otherwise passes over them; logs written before kind 8 read
+//! unchanged.
 //!
 //! Decoding ([`decode_payload`], [`decode_event`], [`format::parse_record`]) bounds-checks every
 //! length and never panics; malformed bytes are a [`DecodeError`] / a corruption finding.
@@ -317,6 +330,9 @@ pub use format::{
     RetryRecord, MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_RECORD_BYTES,
 };
 pub use format::{event_cost, max_record_bytes_for, MAX_HEADERS, MAX_HEADER_VALUE_BYTES};
+pub use format::{
+    AttemptEntry, AttemptOutcome, AttemptsRecord, MAX_ATTEMPT_ENTRIES, MAX_RESPONSE_PREFIX_BYTES,
+};
 pub use layout::{core_log_dir, log_dirs, LogDir};
 pub use reader::{RawRecord, WalReader};
 pub use recovery::LOCK_FILE;

@@ -103,6 +103,11 @@ impl DispatchScan {
                     meta.due_at_ms = retry.due_at_ms;
                 }
             }
+            Record::Attempts(a) => {
+                if let Some(e) = a.entries.iter().find(|e| e.event_lsn >= r.lsn) {
+                    return Err(forward("attempt entry", e.event_lsn));
+                }
+            }
             // Only the event kinds decode to events; they were handled above.
             Record::Event(_) => {}
         }
@@ -243,6 +248,48 @@ mod tests {
         drop(wal);
         match recover_dispatch(&cfg.dir) {
             Err(WalError::Corrupt { reason, .. }) => assert!(reason.contains("LSN 2"), "{reason}"),
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn attempt_records_are_checked_and_change_nothing_pending() {
+        use crate::wal::{AttemptEntry, AttemptOutcome, AttemptsRecord};
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+        let (mut wal, _) = open(&cfg).unwrap();
+        let attempt = |event_lsn, code| AttemptEntry {
+            event_lsn,
+            attempt: 1,
+            at_ms: 5,
+            destination: 0,
+            outcome: AttemptOutcome::Status(code),
+            latency_us: 9,
+            retry_after_ms: None,
+            response_prefix: b"no".to_vec(),
+        };
+        let attempts = |e: Vec<AttemptEntry>| Record::Attempts(AttemptsRecord { entries: e });
+        wal.append(&[
+            Record::Event(sample_event(1, 1)),
+            Record::Event(sample_event(2, 1)),
+            attempts(vec![attempt(1, 500), attempt(2, 200)]),
+            done(&[(2, DoneStatus::Delivered)]),
+        ])
+        .unwrap();
+        drop(wal);
+        let r = recover_dispatch(&cfg.dir).unwrap();
+        assert_eq!(r.pending.keys().copied().collect::<Vec<_>>(), [1]);
+        assert_eq!(
+            r.pending[&1].next_attempt, 1,
+            "an attempt entry is history only"
+        );
+        let (mut wal, _) = open(&cfg).unwrap();
+        wal.append(&[attempts(vec![attempt(6, 200)])]).unwrap();
+        drop(wal);
+        match recover_dispatch(&cfg.dir) {
+            Err(WalError::Corrupt { reason, .. }) => {
+                assert!(reason.contains("attempt entry refers to LSN 6"), "{reason}")
+            }
             other => panic!("expected Corrupt, got {other:?}"),
         }
     }
