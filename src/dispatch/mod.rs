@@ -44,6 +44,7 @@ pub mod dlq_entry;
 pub mod dlq_index;
 pub mod dlq_store;
 pub mod dlq_tools;
+pub mod event_tools;
 pub mod flow;
 pub mod job;
 pub mod metrics;

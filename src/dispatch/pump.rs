@@ -543,6 +543,8 @@ impl<E: PumpEnv> PumpCore<E> {
 mod admit;
 #[path = "pump_outcome.rs"]
 mod outcome;
+#[path = "pump_attempts.rs"]
+mod pump_attempts;
 
 #[cfg(all(test, not(loom)))]
 #[path = "pump_tests.rs"]

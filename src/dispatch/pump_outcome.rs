@@ -5,20 +5,14 @@
 //! retried every [`DLQ_RETRY_EVERY`].
 #![forbid(unsafe_code)]
 
+use super::pump_attempts::NO_DESTINATION;
 use super::MAX_RECORDS_IN_FLIGHT;
 use super::{PumpCore, PumpEnv, Ticket, Write, DLQ_RETRY_EVERY, MAX_DONE_ENTRIES};
 use crate::dispatch::dlq::{DlqEntry, DlqError};
 use crate::dispatch::job::{split_key, JobOutcome};
 use crate::wal::{
-    AppendOutcome, AttemptEntry, AttemptOutcome, AttemptsRecord, DoneEntry, DoneRecord, DoneStatus,
-    Lsn, Record, RetryRecord, MAX_ATTEMPT_ENTRIES,
+    AppendOutcome, AttemptOutcome, DoneEntry, DoneRecord, DoneStatus, Lsn, Record, RetryRecord,
 };
-
-use super::MAX_ATTEMPTS_QUEUED;
-
-/// `AttemptEntry::destination` of a gate's skip: the gates are the trigger's, before any
-/// destination's call.
-pub const NO_DESTINATION: u32 = u32::MAX;
 
 impl<E: PumpEnv> PumpCore<E> {
     /// An outcome of a job whose event is in one of this core's logs; `now_ms`: wall-clock
@@ -101,41 +95,6 @@ impl<E: PumpEnv> PumpCore<E> {
         }
     }
 
-    /// Queues an attempt entry for the log in slot `slot` (its next `Attempts` record), or
-    /// counts it when the queue is at [`MAX_ATTEMPTS_QUEUED`].
-    fn note_attempt(&mut self, slot: usize, entry: AttemptEntry) {
-        let queue = &mut self.logs[slot].attempt_queue;
-        if queue.len() < MAX_ATTEMPTS_QUEUED {
-            queue.push(entry);
-        } else {
-            self.metrics.attempts_unrecorded_by(1);
-        }
-    }
-
-    /// Records a decision that ended the event without a call (a gate's skip, a dead-lettering)
-    /// as an attempt entry, at `now_ms`, with the attempts made.
-    fn note_decision(
-        &mut self,
-        slot: usize,
-        lsn: Lsn,
-        attempts: u32,
-        now_ms: u64,
-        destination: u32,
-        outcome: AttemptOutcome,
-    ) {
-        let entry = AttemptEntry {
-            event_lsn: lsn,
-            attempt: attempts,
-            at_ms: now_ms,
-            destination,
-            outcome,
-            latency_us: 0,
-            retry_after_ms: None,
-            response_prefix: Vec::new(),
-        };
-        self.note_attempt(slot, entry);
-    }
-
     /// Sends the dead letter to the commit helper; its `Done` entry follows once it is durable.
     fn dead_letter(&mut self, entry: DlqEntry, attempts: u32, key: u64) {
         let ticket = self.ticket(Ticket::DeadLetter { key, attempts });
@@ -179,27 +138,16 @@ impl<E: PumpEnv> PumpCore<E> {
         self.release_slot();
     }
 
-    /// Queues the `Done` and `Retry` records for the commit helper (as [`Write`]s).
+    /// Queues the `Attempts`, `Done` and `Retry` records for the commit helper (as [`Write`]s).
     pub(super) fn flush_records(&mut self) {
         for slot in 0..self.logs.len() {
             while self.logs[slot].records_in_flight < MAX_RECORDS_IN_FLIGHT {
-                let log = &mut self.logs[slot];
                 // Attempts first: a `Done` record is never durable before the attempts that
                 // led to it (the same batch, or an earlier one).
-                if !log.attempt_queue.is_empty() {
-                    let n = log.attempt_queue.len().min(MAX_ATTEMPT_ENTRIES);
-                    let record = Record::Attempts(AttemptsRecord {
-                        entries: log.attempt_queue.drain(..n).collect(),
-                    });
-                    log.records_in_flight += 1;
-                    let ticket = self.ticket(Ticket::Attempts { slot, entries: n });
-                    self.writes.push(Write::Record {
-                        log: slot,
-                        ticket,
-                        record,
-                    });
+                if self.flush_attempts(slot) {
                     continue;
                 }
+                let log = &mut self.logs[slot];
                 let (record, entries) = if !log.done_queue.is_empty() && !log.done_in_flight {
                     let n = log.done_queue.len().min(MAX_DONE_ENTRIES);
                     let entries: Vec<DoneEntry> = log.done_queue.drain(..n).collect();

@@ -295,6 +295,7 @@ mod config;
 pub(crate) mod damage;
 mod error;
 pub mod event_id;
+pub mod events;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
 mod failure_log;

@@ -427,3 +427,42 @@ impl fmt::Display for DecodeError {
 }
 
 impl std::error::Error for DecodeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempt_outcomes_round_trip_their_wire_pair_and_name_their_error() {
+        let all = [
+            (AttemptOutcome::Status(503), None, true),
+            (AttemptOutcome::Connect, Some("connect"), true),
+            (AttemptOutcome::Timeout, Some("timeout"), true),
+            (AttemptOutcome::Io, Some("io"), true),
+            (AttemptOutcome::Tls, Some("tls"), true),
+            (
+                AttemptOutcome::Skipped(DoneStatus::SkippedRateLimited),
+                Some("rate_limited"),
+                false,
+            ),
+            (
+                AttemptOutcome::DeadLettered(1),
+                Some("retry_exhausted"),
+                false,
+            ),
+            (AttemptOutcome::DeadLettered(2), Some("circuit_open"), false),
+            (
+                AttemptOutcome::DeadLettered(3),
+                Some("permanent_failure"),
+                false,
+            ),
+        ];
+        for (o, error, call) in all {
+            let (class, code) = o.to_wire();
+            assert_eq!(AttemptOutcome::from_wire(class, code), Some(o));
+            assert_eq!((o.error(), o.is_call()), (error, call), "{o:?}");
+        }
+        assert_eq!(RecordKind::from_u8(8), Some(RecordKind::Attempts));
+        assert_eq!(RecordKind::from_u8(9), None);
+    }
+}
