@@ -18,6 +18,7 @@ use crate::dispatch::circuit::CircuitState;
 use crate::dispatch::classify::Class;
 use crate::dispatch::dlq::DlqReason;
 use crate::dispatch::flow::metrics::FlowMetrics;
+use crate::dispatch::ledger::LedgerBoard;
 use crate::metrics::counter::{Action, CoreMetrics, Dimension};
 use crate::metrics::histogram::Histogram;
 use crate::metrics::prom::{MetricType, PromWriter};
@@ -119,6 +120,9 @@ pub struct DispatchMetrics {
     /// Attempt entries a pump could not queue for its log because its attempt queue was at
     /// its bound (`sluice_pump_attempts_unrecorded_total`; `Relaxed`: a counter).
     attempts_unrecorded: AtomicU64,
+    /// Every core's event ledger (`dispatch::ledger`): `/api/v1/ledger` and the
+    /// `sluice_events_*_total{trigger}` counters.
+    pub ledger: LedgerBoard,
     /// Per core (written by that core's pump): unix ms of the oldest pending event's receipt
     /// (0 when none), and the done cursor of the core's own log.
     pumps: Box<[PumpCells]>,
@@ -163,6 +167,7 @@ impl DispatchMetrics {
             window_overflows: AtomicU64::new(0),
             readback_open_failures: AtomicU64::new(0),
             attempts_unrecorded: AtomicU64::new(0),
+            ledger: LedgerBoard::new(0),
             pumps: Box::new([]),
             flow: FlowMetrics::default(),
             dlq_store: None,
@@ -191,6 +196,7 @@ impl DispatchMetrics {
     /// One pump gauge cell per core.
     pub fn with_cores(mut self, cores: usize) -> DispatchMetrics {
         self.pumps = (0..cores).map(|_| PumpCells::default()).collect();
+        self.ledger = LedgerBoard::new(cores);
         self
     }
 
@@ -360,6 +366,7 @@ impl DispatchMetrics {
     pub fn render(&self, w: &mut PromWriter, now_ms: u64, pending_events: u64) {
         self.render_dlq_store(w);
         self.render_pump(w, now_ms, pending_events);
+        self.ledger.render(w);
         self.render_ids(w);
         self.render_destinations(w);
         self.render_attempts(w);

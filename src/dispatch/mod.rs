@@ -47,6 +47,7 @@ pub mod dlq_tools;
 pub mod event_tools;
 pub mod flow;
 pub mod job;
+pub mod ledger;
 pub mod metrics;
 pub mod outbound;
 pub mod outstanding;

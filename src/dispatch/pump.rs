@@ -67,6 +67,7 @@ use std::sync::Arc;
 
 use crate::dispatch::dlq::DlqEntry;
 use crate::dispatch::job::Job;
+use crate::dispatch::ledger::PumpLedger;
 use crate::dispatch::metrics::DispatchMetrics;
 use crate::dispatch::outstanding::Outstanding;
 use crate::dispatch::trigger_caps::Slots;
@@ -177,6 +178,8 @@ struct Live {
     received_at_ms: u64,
     /// It holds a dispatch slot.
     outstanding: bool,
+    /// Its trigger's row in the pump's ledger.
+    trigger: usize,
 }
 
 /// One log the core owns.
@@ -319,6 +322,8 @@ pub struct PumpCore<E: PumpEnv> {
     writes: Vec<Write>,
     /// Cores to wake (bit `k` = core `k`): they wait for a dispatch slot.
     wake: u64,
+    /// The event ledger of this pump's logs (`dispatch::ledger`), published to the metrics.
+    ledger: PumpLedger,
 }
 
 impl<E: PumpEnv> PumpCore<E> {
@@ -333,6 +338,7 @@ impl<E: PumpEnv> PumpCore<E> {
     ) -> Result<PumpCore<E>, WalError> {
         let mut states = Vec::new();
         let mut slot_of = HashMap::new();
+        let ledger = PumpLedger::recovered(logs.iter().flat_map(|l| &l.recovered.ledger));
         for (slot, l) in logs.into_iter().enumerate() {
             slot_of.insert(l.index, slot);
             let tail = env.open_at_start(&l.dir, l.recovered.done_cursor)?;
@@ -379,6 +385,7 @@ impl<E: PumpEnv> PumpCore<E> {
             handed_over: nothing_pending,
             writes: Vec::new(),
             wake: 0,
+            ledger,
         };
         pump.learn_routes(routes);
         Ok(pump)
@@ -441,6 +448,8 @@ impl<E: PumpEnv> PumpCore<E> {
     /// An ingest event of the core's own log (position 0) is durable at `lsn`; the loop hands
     /// over the event it wrote. `now`: clock nanos.
     pub fn on_durable(&mut self, lsn: Lsn, event: EventRecord, now: u64) {
+        let trigger = self.ledger.slot(&event.trigger_id);
+        self.ledger.accepted(trigger);
         let log = &mut self.logs[0];
         log.durable = log.durable.max(lsn);
         if let Source::Memory { events, bytes } = &mut log.source {
@@ -502,6 +511,8 @@ impl<E: PumpEnv> PumpCore<E> {
             self.admit(jobs);
         }
         self.flush_records();
+        let board = &self.metrics.ledger;
+        self.ledger.publish_if_due(board, self.core, now);
     }
 
     /// Called once the jobs this pump admitted are in the other cores' rings: when every event

@@ -205,6 +205,7 @@ impl<E: PumpEnv> PumpCore<E> {
                 let mut by_slot: Vec<(usize, u64, u64)> = Vec::new();
                 for e in &entries {
                     if let Some(l) = log.live.remove(&e.event_lsn) {
+                        self.ledger.done(l.trigger, e.status);
                         match by_slot.iter_mut().find(|s| s.0 == l.slot) {
                             Some(s) => (s.1, s.2) = (s.1 + 1, s.2 + l.cost),
                             None => by_slot.push((l.slot, 1, l.cost)),

@@ -129,6 +129,7 @@ fn fresh_log() -> PumpLog {
             pending: BTreeMap::new(),
             done_cursor: 1,
             next_lsn: 1,
+            ledger: BTreeMap::new(),
         },
     }
 }
@@ -554,6 +555,7 @@ fn recovered_events_resume_their_retry_schedule_and_skip_the_done_ones() {
             pending,
             done_cursor: 1,
             next_lsn: 4,
+            ledger: BTreeMap::new(),
         },
         ..fresh_log()
     };

@@ -85,7 +85,8 @@ impl Answer {
     }
 }
 
-/// Answers `GET /ui` or `GET /api/v1/state` (`ep`), `authorization` being the request's header.
+/// Answers `GET /ui`, `GET /api/v1/state` or `GET /api/v1/ledger` (`ep`, the last two under
+/// the same access rule), `authorization` being the request's header.
 pub fn answer(shared: &Shared, ep: OpsEndpoint, authorization: Option<&[u8]>) -> Answer {
     let config = &shared.config;
     let mode = config.server.ui;
@@ -118,8 +119,11 @@ pub fn answer(shared: &Shared, ep: OpsEndpoint, authorization: Option<&[u8]>) ->
                     br#"{"status":"refused","reason":"unauthorized"}"#.to_vec(),
                 );
             }
-            let body = serde_json::to_vec(&state(shared)).unwrap_or_default();
-            Answer::json(200, body)
+            let doc = match ep {
+                OpsEndpoint::Ledger => shared.metrics_dispatch.ledger.json(),
+                _ => state(shared),
+            };
+            Answer::json(200, serde_json::to_vec(&doc).unwrap_or_default())
         }
     }
 }

@@ -76,7 +76,8 @@
 //!                        // skipping() goes on past damage and missing segments, skipped() names them
 //! pub struct WalTail;    // tail.rs: open(wal_dir, from_lsn); next(durable_lsn) -> Result<Option<(Lsn, Record)>, WalError>
 //! pub fn recover_dispatch(wal_dir: &Path) -> Result<DispatchRecovery, WalError>;   // state.rs
-//! pub struct DispatchRecovery { pub pending: BTreeMap<Lsn, PendingMeta>, pub done_cursor: Lsn, pub next_lsn: Lsn }
+//! pub struct DispatchRecovery { pub pending: BTreeMap<Lsn, PendingMeta>, pub done_cursor: Lsn, pub next_lsn: Lsn,
+//!                              pub ledger: BTreeMap<String, TriggerTally> }   // TriggerTally { accepted, done: [u64; 8] }
 //! pub struct PendingMeta { pub bytes: u64, pub received_at_ms: u64, pub trigger_id: String,
 //!                          pub next_attempt: u32, pub due_at_ms: u64 }
 //! pub fn core_log_dir(wal_dir: &Path, core: usize) -> PathBuf;   // layout.rs: DATA_DIR/wal/core-K
@@ -340,7 +341,9 @@ pub use recovery::LOCK_FILE;
 pub use recovery::{open, open_in, RecoveryReport};
 pub use segment::WritePath;
 pub use shared::{AppendOutcome, AppendRequest, WalShared, SYNC_BOUNDS_NANOS};
-pub use state::{recover_dispatch, recover_dispatch_in, DispatchRecovery, PendingMeta};
+pub use state::{
+    recover_dispatch, recover_dispatch_in, DispatchRecovery, PendingMeta, TriggerTally,
+};
 pub use tail::WalTail;
 pub use writer::{commit_batch, finish_batch, start_batch, PendingChunk};
 

@@ -94,3 +94,94 @@ fn events_show_gives_each_attempt_and_the_outcome_while_running_and_after_a_stop
         .collect();
     assert_eq!(ids, [gone.as_str(), id.as_str()], "newest first");
 }
+
+/// The acceptance: 300 events, a third of the calls answered 500, the 30 events whose
+/// number ends in 0 answered 410, a SIGKILL once 150 calls were made and a restart: once
+/// settled the ledger reads accepted 300, delivered 270, dead_lettered 30, pending 0 — online
+/// (`/api/v1/ledger`, the `sluice_events_*` counters) and offline (`sluice events ledger`).
+#[test]
+fn the_ledger_balances_after_a_sigkill_and_a_restart() {
+    let ds = Downstream::start(Behavior::default());
+    ds.rule(|body, before| {
+        let n: u32 = std::str::from_utf8(body).ok()?.parse().ok()?;
+        let status = if n % 10 == 0 {
+            410
+        } else if before % 3 == 2 {
+            500
+        } else {
+            return None;
+        };
+        Some(Behavior {
+            status,
+            ..Behavior::default()
+        })
+    });
+    let uri = ds.uri("/sink");
+    let dest = "max_in_flight = 8\nretry = { max_attempts = 30, base = \"10ms\", cap = \"40ms\" }";
+    let mut server = Server::start(big_buckets(Opts::config(&manifest(&uri, dest, ""))));
+    let mut c = server.client();
+    for i in 0..300u32 {
+        accepted(&c.post("/hooks/t", i.to_string().as_bytes(), &[]));
+    }
+    assert!(ds.wait(Duration::from_secs(30), |s| s.len() >= 150));
+    server.sigkill();
+    server.restart();
+    let settled = |v: &serde_json::Value| {
+        let t = &v["triggers"]["t"];
+        t["pending"] == 0 && t["accepted"] == 300
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), || settled(
+            &server.get("/api/v1/ledger").json()
+        )),
+        "not settled: {}",
+        server.get("/api/v1/ledger").json()
+    );
+    let v = server.get("/api/v1/ledger").json();
+    let t = &v["triggers"]["t"];
+    let n = |k: &str| t[k].as_u64().unwrap();
+    assert_eq!(
+        (
+            n("accepted"),
+            n("delivered"),
+            n("dead_lettered"),
+            n("pending")
+        ),
+        (300, 270, 30, 0),
+        "{v}"
+    );
+    assert_eq!(
+        n("accepted"),
+        n("delivered") + n("dead_lettered") + n("skipped") + n("no_handler") + n("pending")
+    );
+    let (_, samples) = scrape(&server);
+    let t = [("trigger", "t")];
+    assert_eq!(
+        sample_value(&samples, "sluice_events_accepted_total", &t),
+        300.0
+    );
+    assert_eq!(
+        sample_value(&samples, "sluice_events_delivered_total", &t),
+        270.0
+    );
+    assert_eq!(
+        sample_value(&samples, "sluice_events_dead_lettered_total", &t),
+        30.0
+    );
+    let dir = server.data_dir();
+    server.stop();
+    let out = run_cli(&["events", "ledger", "--data-dir", path_str(&dir), "--json"]);
+    assert!(out.status.success(), "{}", out.all());
+    let offline: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let t = &offline["triggers"]["t"];
+    assert_eq!(
+        (
+            &t["accepted"],
+            &t["delivered"],
+            &t["dead_lettered"],
+            &t["pending"]
+        ),
+        (&300.into(), &270.into(), &30.into(), &0.into()),
+        "{offline}"
+    );
+}

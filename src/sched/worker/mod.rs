@@ -711,7 +711,7 @@ impl Worker {
         let shared = self.shared.clone();
         let router = self.view.router().clone();
         match router.route(head.method.as_str(), head.path()) {
-            RouteMatch::Ops(ep @ (OpsEndpoint::Ui | OpsEndpoint::State)) => {
+            RouteMatch::Ops(ep @ (OpsEndpoint::Ui | OpsEndpoint::State | OpsEndpoint::Ledger)) => {
                 let a = crate::ops::dashboard::answer(&shared, ep, head.header("authorization"));
                 let h = a.headers();
                 self.push_ready(idx, Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
