@@ -1,8 +1,9 @@
 //! Routing: request path and method → what the worker does with the request.
 //!
 //! Routes, in match order:
-//! 1. `GET|HEAD /healthz`, `/readyz`, `/metrics`, `/ui`, `/api/v1/state`, `/api/v1/ledger`
-//!    (the operational endpoints; the last three answer as `server.ui` says).
+//! 1. `GET|HEAD /healthz`, `/readyz`, `/metrics`, `/ui`, `/api/v1/state`, `/api/v1/ledger`,
+//!    `/api/v1/events/{id}` (the operational endpoints; the last four answer as `server.ui`
+//!    says).
 //! 2. Exact trigger paths from the manifest's `[[triggers]]` (`POST` only); the trigger's
 //!    provider is the event's source.
 //! 3. The embedded default route `POST /webhooks/{source}` when `ingest.default_route` is on
@@ -101,6 +102,8 @@ pub enum OpsEndpoint {
     /// `GET /api/v1/ledger`: the event ledger per trigger (`dispatch::ledger`), with the access
     /// rule of `State`.
     Ledger,
+    /// `GET /api/v1/events/{id}`: one event's status and attempts (`ops::events_api`).
+    Event,
 }
 
 /// What a request resolved to.
@@ -225,6 +228,7 @@ impl Router {
             "/ui" => Some(OpsEndpoint::Ui),
             "/api/v1/state" => Some(OpsEndpoint::State),
             "/api/v1/ledger" => Some(OpsEndpoint::Ledger),
+            _ if path.starts_with("/api/v1/events/") => Some(OpsEndpoint::Event),
             _ => None,
         };
         if let Some(ep) = ops {
@@ -294,6 +298,10 @@ mod tests {
         assert_eq!(
             r.route("GET", "/api/v1/ledger"),
             RouteMatch::Ops(OpsEndpoint::Ledger)
+        );
+        assert_eq!(
+            r.route("GET", "/api/v1/events/01ABC?body=1"),
+            RouteMatch::Ops(OpsEndpoint::Event)
         );
         assert_eq!(
             r.route("POST", "/metrics"),

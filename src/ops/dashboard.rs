@@ -74,7 +74,7 @@ impl Answer {
         h
     }
 
-    fn json(status: u16, body: Vec<u8>) -> Answer {
+    pub(crate) fn json(status: u16, body: Vec<u8>) -> Answer {
         Answer {
             status,
             content_type: "application/json",

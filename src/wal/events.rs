@@ -77,6 +77,9 @@ pub struct EventReport {
     /// Its calls in order (kind-8 entries that are calls; skips and dead-letterings are the
     /// fate's reason).
     pub attempts: Vec<AttemptEntry>,
+    /// The search for its outcome stopped at its bound ([`show_bounded`]) before finding a
+    /// `Done` entry: the fate is what the records read so far say.
+    pub bounded: bool,
 }
 
 /// Outcomes seen for one event so far in a scan.
@@ -194,21 +197,28 @@ fn candidate_segment(dir: &Path, id: &str) -> Result<Option<Lsn>, WalError> {
     Ok(lo.checked_sub(1).map(|i| segs[i].0))
 }
 
-/// The event `id` in the log `log`, with its fate, if the log holds it.
-fn show_in(log: &LogDir, id: &str) -> Result<Option<EventReport>, WalError> {
+/// The event `id` in the log `log`, with its fate, if the log holds it; at most `after`
+/// records are read past the event.
+fn show_in(log: &LogDir, id: &str, after: u64) -> Result<Option<EventReport>, WalError> {
     let Some(from) = candidate_segment(&log.dir, id)? else {
         return Ok(None);
     };
     let mut found: Option<(Lsn, EventRecord)> = None;
     let mut seen = HashMap::new();
+    let (mut read, mut bounded) = (0u64, false);
     for r in records_from(&log.dir, from)? {
         let (lsn, rec) = r?;
         match (&found, rec) {
             (None, Record::Event(ev)) if ev.event_id == id => found = Some((lsn, ev)),
             (None, Record::Event(ev)) if ev.event_id.as_str() > id => return Ok(None),
             (None, _) => {}
+            (Some(_), _) if read >= after => {
+                bounded = true;
+                break;
+            }
             (Some((l, _)), rec) => {
                 let l = *l;
+                read += 1;
                 if Seen::observe(&rec, &mut seen, &|e| e == l) {
                     break;
                 }
@@ -223,12 +233,19 @@ fn show_in(log: &LogDir, id: &str) -> Result<Option<EventReport>, WalError> {
             lsn,
             fate: s.fate(),
             attempts: s.attempts,
+            bounded,
         }
     }))
 }
 
 /// The event `id` of the data dir `data_dir` and its fate.
 pub fn show(data_dir: &Path, id: &str) -> Result<EventReport, ShowError> {
+    show_bounded(data_dir, id, u64::MAX)
+}
+
+/// [`show`], reading at most `after` records past the event in search of its outcome (the
+/// online route's bound: a pending event would otherwise be searched to the end of its log).
+pub fn show_bounded(data_dir: &Path, id: &str, after: u64) -> Result<EventReport, ShowError> {
     let Some((_, worker)) = event_id::parse(id) else {
         return Err(ShowError::BadId(id.to_owned()));
     };
@@ -237,7 +254,7 @@ pub fn show(data_dir: &Path, id: &str) -> Result<EventReport, ShowError> {
     logs.sort_by_key(|l| l.core != Some(usize::from(worker)));
     let mut maybe_retired = false;
     for log in &logs {
-        if let Some(report) = show_in(log, id)? {
+        if let Some(report) = show_in(log, id, after)? {
             return Ok(report);
         }
         let segs = list_segments(&log.dir)?;
@@ -308,6 +325,7 @@ fn list_segment(
             lsn,
             fate: s.fate(),
             attempts: s.attempts,
+            bounded: false,
         };
         if filter.admits(&report) {
             out.push(report);
@@ -410,7 +428,8 @@ pub fn ledger(data_dir: &Path) -> Result<Ledger, WalError> {
 
 /// `report` as the event API's JSON (DIRECTION.md "Formats to keep stable"): `id`, `trigger`,
 /// `source`, `received_at`, `bytes`, `status`, `attempts` (`at`, `status`, `latency_ms`,
-/// `error`, `retry_after`, `response_prefix`), `next_attempt_at`, and `reason`, `log`, `lsn`;
+/// `error`, `retry_after`, `response_prefix`), `next_attempt_at`, and `reason`, `log`, `lsn`,
+/// `outcome_search: "bounded"` when [`show_bounded`] stopped before an outcome;
 /// `body` (UTF-8; else `body_hex`) only when `with_body`.
 pub fn report_json(report: &EventReport, with_body: bool) -> serde_json::Value {
     use serde_json::json;
@@ -433,6 +452,9 @@ pub fn report_json(report: &EventReport, with_body: bool) -> serde_json::Value {
             v["reason"] = r.into()
         }
         _ => {}
+    }
+    if report.bounded {
+        v["outcome_search"] = "bounded".into();
     }
     if with_body {
         match std::str::from_utf8(&ev.body) {

@@ -137,6 +137,16 @@ fn show_finds_an_event_with_its_attempts_in_order_and_its_fate() {
     assert_eq!(json["attempts"][0]["latency_ms"], 1.5);
     assert!(json.get("body").is_none());
     assert_eq!(report_json(&r, true)["body"].as_str().unwrap().len(), BODY);
+    // Bounded: the 410's Done entry lies ~890 records after event 11 (the later events first).
+    let early = show_bounded(tmp.path(), &ids[11], 2).unwrap();
+    assert!(early.bounded);
+    assert_eq!(
+        early.fate,
+        Fate::Pending,
+        "its Done entry lies past the bound"
+    );
+    assert_eq!(report_json(&early, false)["outcome_search"], "bounded");
+    assert!(!show_bounded(tmp.path(), &ids[11], 2000).unwrap().bounded);
 }
 
 #[test]

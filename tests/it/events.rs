@@ -54,6 +54,34 @@ fn events_show_gives_each_attempt_and_the_outcome_while_running_and_after_a_stop
         "not dead-lettered: {:?}",
         show(&dir, &gone)
     );
+    // Online, the same answers.
+    let online = server.get(&format!("/api/v1/events/{id}"));
+    assert_eq!(online.status, 200);
+    let o = online.json();
+    assert_eq!(
+        (&o["status"], statuses(&o)),
+        (
+            &"delivered".into(),
+            vec![500.into(), 500.into(), 200.into()]
+        ),
+        "{o}"
+    );
+    assert!(o.get("body").is_none(), "no body unless asked");
+    let g = server.get(&format!("/api/v1/events/{gone}")).json();
+    assert_eq!(
+        (&g["status"], statuses(&g)),
+        (&"dead_lettered".into(), vec![410.into()]),
+        "{g}"
+    );
+    // Asking for the body takes the admin token (none is configured here).
+    assert_eq!(
+        server.get(&format!("/api/v1/events/{id}?body=1")).status,
+        403
+    );
+    let unknown = server.get("/api/v1/events/01HZX3K9V7Q2W8E5R4T6Y1V0AB");
+    assert_eq!(unknown.status, 404);
+    assert_eq!(unknown.json()["status"], "not_found");
+    assert_eq!(server.get("/api/v1/events/nope").status, 400);
     server.stop();
     let v = shown(&dir, &id).expect("found after the stop");
     assert_eq!(statuses(&v), [500, 500, 200], "{v}");
@@ -183,5 +211,37 @@ fn the_ledger_balances_after_a_sigkill_and_a_restart() {
         ),
         (&300.into(), &270.into(), &30.into(), &0.into()),
         "{offline}"
+    );
+}
+
+/// `server.ui = "token"`: the event route takes the admin token like `/api/v1/state`, and the
+/// body comes only with `?body=1` and that token.
+#[test]
+fn the_event_route_takes_the_admin_token_and_gives_the_body_only_when_asked() {
+    let server = Server::start(
+        Opts::config("[server]\nui = \"token\"\n").env("SLUICE_ADMIN_TOKEN", "s3cret-token"),
+    );
+    let id = server.ingest("/webhooks/gh", b"{\"hello\":1}");
+    let path = format!("/api/v1/events/{id}");
+    assert_eq!(server.get(&path).status, 401);
+    let get = |p: &str| {
+        let auth = [("Authorization", "Bearer s3cret-token")];
+        server.client().request("GET", p, &auth, b"")
+    };
+    let found = |p: &str| {
+        let r = get(p);
+        (r.status == 200).then(|| r.json())
+    };
+    // The 202 is durable: the event is in the log (the default route has no handler).
+    let v = found(&path).expect("found with the token");
+    assert_eq!(v["bytes"], 11);
+    assert!(v.get("body").is_none(), "{v}");
+    let with_body = found(&format!("{path}?body=1")).expect("found");
+    assert_eq!(with_body["body"], "{\"hello\":1}");
+    assert!(
+        wait_until(Duration::from_secs(10), || found(&path)
+            .is_some_and(|v| v["status"] == "no_handler")),
+        "{:?}",
+        found(&path)
     );
 }

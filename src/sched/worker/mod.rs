@@ -716,6 +716,12 @@ impl Worker {
                 let h = a.headers();
                 self.push_ready(idx, Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
             }
+            RouteMatch::Ops(OpsEndpoint::Event) => {
+                let auth = head.header("authorization");
+                let a = crate::ops::events_api::answer(&shared, head.path(), head.query(), auth);
+                let h = a.headers();
+                self.push_ready(idx, Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
+            }
             RouteMatch::Ops(ep) => self.handle_ops(idx, ep, keep_alive, head_only),
             RouteMatch::Admin(route) => self.handle_admin(idx, route, head, keep_alive, head_only),
             RouteMatch::MethodNotAllowed(allow) => self.push_ready(

@@ -49,7 +49,7 @@ impl Worker {
             // Rendered once for every scrape of this loop turn (`budgets.rs`).
             OpsEndpoint::Metrics => self.defer_scrape(idx, keep_alive, head_only),
             // Answered in `handle` (they need the request's headers).
-            OpsEndpoint::Ui | OpsEndpoint::State | OpsEndpoint::Ledger => {}
+            OpsEndpoint::Ui | OpsEndpoint::State | OpsEndpoint::Ledger | OpsEndpoint::Event => {}
         }
     }
 
