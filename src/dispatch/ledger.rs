@@ -11,7 +11,9 @@
 //! [`LedgerBoard`] (one `Mutex` per core, held for the copy; readers — `/metrics`,
 //! `/api/v1/ledger` — lock each cell in turn and add them up). A reader thus sees each core's
 //! ledger as of its last publication, each balanced on its own, so the sum balances too.
-//! Loom model: `loom-tests/tests/ledger.rs`.
+//! Loom model: `loom-tests/tests/ledger.rs`. With the ledger the pump publishes its live events'
+//! states ([`LiveState`]: dispatched, or held by a gate), which `GET /api/v1/events/{id}` reads
+//! for an event its log still says is pending.
 //!
 //! **Bound:** one row per trigger id the logs hold or the pumps saw (the configured triggers,
 //! the default route's and those of earlier configurations still in the retained log), per
@@ -146,11 +148,16 @@ impl PumpLedger {
         self.changed = true;
     }
 
-    /// Copies the ledger into `board`'s cell `core` when it changed and `now` (clock nanos) is
-    /// past the next publication time.
-    pub fn publish_if_due(&mut self, board: &LedgerBoard, core: usize, now: u64) {
-        if !self.changed || now < self.next_publish {
-            return;
+    /// Copies the ledger into `board`'s cell `core` when `now` (clock nanos) is past the next
+    /// publication time and it changed; true when that time has come (changed or not: the
+    /// caller publishes its live states with it).
+    pub fn publish_if_due(&mut self, board: &LedgerBoard, core: usize, now: u64) -> bool {
+        if now < self.next_publish {
+            return false;
+        }
+        if !self.changed {
+            self.next_publish = now + PUBLISH_EVERY;
+            return true;
         }
         self.changed = false;
         self.next_publish = now + PUBLISH_EVERY;
@@ -161,8 +168,22 @@ impl PumpLedger {
             .zip(self.rows.iter().copied())
             .collect();
         board.publish(core, snapshot);
+        true
     }
 }
+
+/// What a live event is doing, as its pump last published it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveState {
+    /// Dispatched: queued at its destination's owner core, on the wire, or waiting for a retry.
+    InFlight,
+    /// A flow gate holds it.
+    Held,
+}
+
+/// One core's live events: per log name, `(LSN, state)` in LSN order. Bound: the pump's live
+/// events (its dispatch window and the events its gates hold).
+pub type LiveSnapshot = Vec<(String, Vec<(crate::wal::Lsn, LiveState)>)>;
 
 /// One core's published ledger: a row per trigger id.
 pub type Snapshot = Vec<(String, Row)>;
@@ -170,17 +191,36 @@ pub type Snapshot = Vec<(String, Row)>;
 /// A Prometheus family of the ledger: name, help, the row's count.
 type Family = (&'static str, &'static str, fn(&Row) -> u64);
 
-/// Every core's last published ledger.
+/// Every core's last published ledger and live states.
 #[derive(Debug, Default)]
 pub struct LedgerBoard {
     cores: Box<[Mutex<Snapshot>]>,
+    live: Box<[Mutex<LiveSnapshot>]>,
 }
 
 impl LedgerBoard {
     pub fn new(cores: usize) -> LedgerBoard {
         LedgerBoard {
             cores: (0..cores).map(|_| Mutex::new(Vec::new())).collect(),
+            live: (0..cores).map(|_| Mutex::new(Vec::new())).collect(),
         }
+    }
+
+    /// Core `core`'s live states replace its last ones.
+    pub fn publish_live(&self, core: usize, live: LiveSnapshot) {
+        if let Some(cell) = self.live.get(core) {
+            *cell.lock().unwrap_or_else(|p| p.into_inner()) = live;
+        }
+    }
+
+    /// The published state of the event at `lsn` of the log named `log`, if a pump has it live.
+    pub fn live_state(&self, log: &str, lsn: crate::wal::Lsn) -> Option<LiveState> {
+        self.live.iter().find_map(|cell| {
+            let logs = cell.lock().unwrap_or_else(|p| p.into_inner());
+            let (_, events) = logs.iter().find(|(name, _)| name == log)?;
+            let i = events.binary_search_by_key(&lsn, |e| e.0).ok()?;
+            Some(events[i].1)
+        })
     }
 
     /// Core `core`'s ledger replaces its last one (a core index out of range is ignored).
@@ -285,9 +325,9 @@ mod tests {
         );
         assert_eq!((rb.accepted, rb.skipped(), rb.pending()), (1, 1, 0));
         l.accepted(b);
-        l.publish_if_due(&board, 1, PUBLISH_EVERY - 1);
+        assert!(!l.publish_if_due(&board, 1, PUBLISH_EVERY - 1));
         assert_eq!(board.merged()["b"].accepted, 1, "not due yet");
-        l.publish_if_due(&board, 1, PUBLISH_EVERY);
+        assert!(l.publish_if_due(&board, 1, PUBLISH_EVERY));
         assert_eq!(board.merged()["b"].accepted, 2);
         // Another core's rows add up.
         board.publish(
@@ -301,6 +341,15 @@ mod tests {
             )],
         );
         assert_eq!(board.merged()["b"].pending(), 4);
+        let live = vec![(
+            "core-1".to_owned(),
+            vec![(3, LiveState::Held), (9, LiveState::InFlight)],
+        )];
+        board.publish_live(1, live);
+        assert_eq!(board.live_state("core-1", 9), Some(LiveState::InFlight));
+        assert_eq!(board.live_state("core-1", 3), Some(LiveState::Held));
+        assert_eq!(board.live_state("core-1", 4), None);
+        assert_eq!(board.live_state("core-0", 9), None);
         let j = board.json();
         assert_eq!(j["triggers"]["a"]["dead_lettered"], 1);
         assert_eq!(j["triggers"]["b"]["retired"], 0);

@@ -67,7 +67,7 @@ use std::sync::Arc;
 
 use crate::dispatch::dlq::DlqEntry;
 use crate::dispatch::job::Job;
-use crate::dispatch::ledger::PumpLedger;
+use crate::dispatch::ledger::{LiveSnapshot, LiveState, PumpLedger};
 use crate::dispatch::metrics::DispatchMetrics;
 use crate::dispatch::outstanding::Outstanding;
 use crate::dispatch::trigger_caps::Slots;
@@ -180,6 +180,8 @@ struct Live {
     outstanding: bool,
     /// Its trigger's row in the pump's ledger.
     trigger: usize,
+    /// A flow gate holds it (from `Held` until `Resumed`).
+    held: bool,
 }
 
 /// One log the core owns.
@@ -512,7 +514,28 @@ impl<E: PumpEnv> PumpCore<E> {
         }
         self.flush_records();
         let board = &self.metrics.ledger;
-        self.ledger.publish_if_due(board, self.core, now);
+        if self.ledger.publish_if_due(board, self.core, now) {
+            board.publish_live(self.core, self.live_snapshot());
+        }
+    }
+
+    /// What this pump's live events are doing, per log: dispatched (`InFlight`) or held by a
+    /// gate (`Held`); the others (waiting for their commit, or for room in the DLQ) are left
+    /// out.
+    fn live_snapshot(&self) -> LiveSnapshot {
+        let state = |l: &Live| match (l.outstanding, l.held) {
+            (true, _) => Some(LiveState::InFlight),
+            (false, true) => Some(LiveState::Held),
+            (false, false) => None,
+        };
+        let per_log = |log: &LogState<E::Tail>| {
+            let lsns = log
+                .live
+                .iter()
+                .filter_map(|(lsn, l)| Some((*lsn, state(l)?)));
+            (log.name.clone(), lsns.collect())
+        };
+        self.logs.iter().map(per_log).collect()
     }
 
     /// Called once the jobs this pump admitted are in the other cores' rings: when every event

@@ -42,15 +42,8 @@ impl<E: PumpEnv> PumpCore<E> {
                 self.note_decision(slot, lsn, attempts, now_ms, NO_DESTINATION, skip);
                 self.finish(slot, lsn, status, attempts)
             }
-            // A gate holds it: its dispatch slot goes back (it stays pending and live).
-            JobOutcome::Held { .. } => self.unhold(slot, lsn),
-            // Released by its gates, it holds a slot the dispatcher took.
-            JobOutcome::Resumed { window, .. } => {
-                if let Some(l) = self.logs[slot].live.get_mut(&lsn) {
-                    l.outstanding = true;
-                    l.window = Some(window);
-                }
-            }
+            JobOutcome::Held { .. } => self.gate_held(slot, lsn),
+            JobOutcome::Resumed { window, .. } => self.gate_released(slot, lsn, window),
             JobOutcome::RetryScheduled {
                 next_attempt,
                 due_at_ms,
@@ -92,6 +85,24 @@ impl<E: PumpEnv> PumpCore<E> {
                 };
                 self.dead_letter(entry, attempts, key);
             }
+        }
+    }
+
+    /// A gate holds the event: its dispatch slot goes back (it stays pending and live).
+    fn gate_held(&mut self, slot: usize, lsn: Lsn) {
+        if let Some(l) = self.logs[slot].live.get_mut(&lsn) {
+            l.held = true;
+        }
+        self.unhold(slot, lsn)
+    }
+
+    /// Released by its gates, the event holds a dispatch slot the dispatcher took, and one of
+    /// trigger slot `window`'s cap.
+    fn gate_released(&mut self, slot: usize, lsn: Lsn, window: usize) {
+        if let Some(l) = self.logs[slot].live.get_mut(&lsn) {
+            l.outstanding = true;
+            l.held = false;
+            l.window = Some(window);
         }
     }
 

@@ -754,3 +754,39 @@ fn the_attempt_queue_is_bounded_and_counts_what_it_refuses() {
     }
     assert_eq!(r.metrics.attempts_unrecorded(), 3);
 }
+
+#[test]
+fn live_states_say_dispatched_or_held_and_leave_the_rest_out() {
+    use crate::dispatch::ledger::LiveState;
+    let mut r = Rig::new(2);
+    r.durable(&["a", "a"]);
+    assert_eq!(r.turn().len(), 2);
+    r.pump.on_outcome(
+        JobOutcome::Held {
+            lsn: event_key(0, 2),
+        },
+        0,
+    );
+    let snap = r.pump.live_snapshot();
+    assert_eq!(
+        snap,
+        [(
+            "core-0".to_owned(),
+            vec![(1, LiveState::InFlight), (2, LiveState::Held)]
+        )]
+    );
+    r.pump.on_outcome(
+        JobOutcome::Resumed {
+            lsn: event_key(0, 2),
+            window: 0,
+        },
+        0,
+    );
+    r.delivered(1);
+    let snap = r.pump.live_snapshot();
+    assert_eq!(
+        snap[0].1,
+        [(2, LiveState::InFlight)],
+        "a finished event is left out"
+    );
+}

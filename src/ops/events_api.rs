@@ -10,17 +10,20 @@
 //! most (the bound's records decoded), and only for callers allowed to see `/api/v1/state`.
 //!
 //! **Status** is the log's: `pending`, `retrying` (with `next_attempt_at`), `delivered`,
-//! `dead_lettered` and `skipped` (with `reason`), `no_handler`. Not yet: `held` and `in_flight`
-//! from the owning core's memory (a pending event may be either).
+//! `dead_lettered` and `skipped` (with `reason`), `no_handler`; an event the log says is
+//! pending is `in_flight` or `held` when its pump's last published live states
+//! (`dispatch::ledger::LiveState`, at most 100 ms old) say so. The gate that holds it is not
+//! named yet (the dispatcher knows it, the pump does not).
 //!
 //! **Access**: as `/api/v1/state` (`server.ui`); the body (`?body=1`) only with
 //! `Authorization: Bearer <SLUICE_ADMIN_TOKEN>`, whatever `server.ui` says (`403` otherwise).
 #![forbid(unsafe_code)]
 
 use crate::config::ui::UiMode;
+use crate::dispatch::ledger::LiveState;
 use crate::ops::dashboard::Answer;
 use crate::sched::state::Shared;
-use crate::wal::events::{report_json, show_bounded, ShowError};
+use crate::wal::events::{report_json, show_bounded, Fate, ShowError};
 
 /// Records read past the event in search of its outcome, at most.
 pub const MAX_RECORDS_AFTER: u64 = 20_000;
@@ -59,8 +62,20 @@ pub fn answer(
     let id = path.strip_prefix("/api/v1/events/").unwrap_or_default();
     match show_bounded(&config.server.data_dir, id, MAX_RECORDS_AFTER) {
         Ok(report) => {
-            let body = report_json(&report, with_body).to_string().into_bytes();
-            Answer::json(200, body)
+            let mut v = report_json(&report, with_body);
+            // The log says pending: its pump's memory may say more.
+            if report.fate == Fate::Pending {
+                match shared
+                    .metrics_dispatch
+                    .ledger
+                    .live_state(&report.log, report.lsn)
+                {
+                    Some(LiveState::InFlight) => v["status"] = "in_flight".into(),
+                    Some(LiveState::Held) => v["status"] = "held".into(),
+                    None => {}
+                }
+            }
+            Answer::json(200, v.to_string().into_bytes())
         }
         Err(ShowError::BadId(_)) => refused(400, "bad_event_id"),
         Err(ShowError::NotFound { maybe_retired }) => {

@@ -245,3 +245,30 @@ fn the_event_route_takes_the_admin_token_and_gives_the_body_only_when_asked() {
         found(&path)
     );
 }
+
+/// A pending event the destination has not answered yet is `in_flight` online (its pump's
+/// live states), `pending` from the files alone.
+#[test]
+fn an_unanswered_call_shows_in_flight_online() {
+    let ds = Downstream::start(Behavior::default());
+    ds.hold(true);
+    let uri = ds.uri("/sink");
+    let mut server = Server::start(big_buckets(Opts::config(&manifest(&uri, "", ""))));
+    let id = server.ingest("/hooks/t", b"{}");
+    let path = format!("/api/v1/events/{id}");
+    let status = |s: &Server| s.get(&path).json()["status"].clone();
+    assert!(
+        wait_until(Duration::from_secs(10), || status(&server) == "in_flight"),
+        "{}",
+        status(&server)
+    );
+    let dir = server.data_dir();
+    assert_eq!(shown(&dir, &id).unwrap()["status"], "pending");
+    ds.hold(false);
+    assert!(
+        wait_until(Duration::from_secs(10), || status(&server) == "delivered"),
+        "{}",
+        status(&server)
+    );
+    server.stop();
+}
