@@ -24,9 +24,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use super::event_id;
-use super::format::{AttemptEntry, AttemptOutcome, DoneStatus, EventRecord, Record};
+use super::format::{
+    decode_payload, parse_event, AttemptEntry, AttemptOutcome, DoneStatus, EventRecord, Record,
+    RecordKind,
+};
 use super::layout::{log_dirs, LogDir};
-use super::reader::WalReader;
+use super::reader::{RawRecord, WalReader};
 use super::segment::list_segments;
 use super::tools::WAL_SUBDIR;
 use super::{Lsn, WalError};
@@ -166,15 +169,33 @@ fn records_from(
     Ok(std::iter::from_fn(move || reader.next_record()))
 }
 
+/// The raw records of `dir` from the segment starting at `from` on, in LSN order (payloads
+/// not decoded: a lookup parses only what it needs).
+fn raw_from(
+    dir: &Path,
+    from: Lsn,
+) -> Result<impl Iterator<Item = Result<RawRecord, WalError>>, WalError> {
+    Ok(WalReader::open_from(dir, from)?.skipping())
+}
+
+fn corrupt(dir: &Path, r: &RawRecord, e: super::DecodeError) -> WalError {
+    WalError::Corrupt {
+        segment: dir.to_path_buf(),
+        offset: r.offset,
+        reason: format!("LSN {}: {:?} payload: {e}", r.lsn, r.kind),
+    }
+}
+
 /// The first event id of the segment starting at `first` (before `end`), if it holds one.
 fn first_event_id(dir: &Path, first: Lsn, end: Lsn) -> Result<Option<String>, WalError> {
-    for r in records_from(dir, first)? {
-        let (lsn, rec) = r?;
-        if lsn >= end {
+    for r in raw_from(dir, first)? {
+        let r = r?;
+        if r.lsn >= end {
             break;
         }
-        if let Record::Event(ev) = rec {
-            return Ok(Some(ev.event_id));
+        if matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent) {
+            let ev = parse_event(r.kind, &r.payload).map_err(|e| corrupt(dir, &r, e))?;
+            return Ok(Some(ev.event_id.to_owned()));
         }
     }
     Ok(None)
@@ -206,19 +227,31 @@ fn show_in(log: &LogDir, id: &str, after: u64) -> Result<Option<EventReport>, Wa
     let mut found: Option<(Lsn, EventRecord)> = None;
     let mut seen = HashMap::new();
     let (mut read, mut bounded) = (0u64, false);
-    for r in records_from(&log.dir, from)? {
-        let (lsn, rec) = r?;
-        match (&found, rec) {
-            (None, Record::Event(ev)) if ev.event_id == id => found = Some((lsn, ev)),
-            (None, Record::Event(ev)) if ev.event_id.as_str() > id => return Ok(None),
-            (None, _) => {}
-            (Some(_), _) if read >= after => {
+    for r in raw_from(&log.dir, from)? {
+        let r = r?;
+        let is_event = matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent);
+        match &found {
+            None if is_event => {
+                let ev = parse_event(r.kind, &r.payload).map_err(|e| corrupt(&log.dir, &r, e))?;
+                if ev.event_id == id {
+                    found = Some((r.lsn, ev.to_record()));
+                } else if ev.event_id > id {
+                    return Ok(None);
+                }
+            }
+            None => {}
+            Some(_) if read >= after => {
                 bounded = true;
                 break;
             }
-            (Some((l, _)), rec) => {
+            Some((l, _)) => {
                 let l = *l;
                 read += 1;
+                if is_event {
+                    continue;
+                }
+                let rec =
+                    decode_payload(r.kind, &r.payload).map_err(|e| corrupt(&log.dir, &r, e))?;
                 if Seen::observe(&rec, &mut seen, &|e| e == l) {
                     break;
                 }
