@@ -83,6 +83,9 @@
 //! pub fn core_log_dir(wal_dir: &Path, core: usize) -> PathBuf;   // layout.rs: DATA_DIR/wal/core-K
 //! pub fn log_dirs(wal_dir: &Path) -> Result<Vec<LogDir>, WalError>;
 //! pub mod manifest { pub fn check(wal_dir: &Path) -> Result<CheckReport, ManifestError>; .. }
+//! pub mod events { pub fn show(data_dir, id) -> Result<EventReport, ShowError>;   // issue 27: one event's
+//!                  pub fn show_bounded(..); pub fn list(data_dir, &ListFilter);      // attempts and fate,
+//!                  pub fn ledger(data_dir) -> Result<Ledger, WalError>; .. }          // from the files
 //! pub mod tools { pub fn verify_all(data_dir: &Path) -> Result<Vec<VerifyReport>, WalError>;
 //!                 pub fn verify_log(dir: &Path) -> Result<VerifyReport, WalError>;
 //!                 pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError>;

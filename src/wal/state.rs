@@ -61,7 +61,7 @@ pub struct DispatchRecovery {
     pub ledger: BTreeMap<String, TriggerTally>,
 }
 
-/// One trigger's events in a log: accepted, and done by [`DoneStatus`] (indexed by its code).
+/// One trigger's events in a log: accepted, and done by [`DoneStatus`](crate::wal::DoneStatus) (indexed by its code).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TriggerTally {
     pub accepted: u64,
