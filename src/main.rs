@@ -3,7 +3,8 @@
 //! Exit codes: 0 success; 1 runtime failure (WAL, I/O, a thread died); 2 invalid configuration
 //! or usage; 3 `wal verify` found corruption or lost records, `dlq list` found unreadable entries
 //! (the readable ones are still listed), `dlq show` found the entry damaged; 4 `dlq` entry not
-//! found.
+//! found. `events`: 2 for a malformed id or filter, 1 for an event not found (the message says
+//! whether retention may have retired it) or a failed read.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -57,6 +58,12 @@ enum Command {
     Dlq {
         #[command(subcommand)]
         command: DlqCommand,
+    },
+    /// Where is my event: one event's status and attempts, recent events, the per-trigger
+    /// ledger, read from the data dir's logs (read-only: safe while the server runs).
+    Events {
+        #[command(subcommand)]
+        command: EventsCommand,
     },
 }
 
@@ -162,6 +169,45 @@ enum DlqCommand {
 }
 
 #[derive(Subcommand)]
+enum EventsCommand {
+    /// One event: status, attempts in order (exit 1 when not found, 2 for a malformed id).
+    Show {
+        id: String,
+        #[arg(long)]
+        data_dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The newest events first.
+    List {
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Only events of this trigger id.
+        #[arg(long)]
+        trigger: Option<String>,
+        /// Only events with this status (pending, retrying, delivered, dead_lettered,
+        /// skipped, no_handler).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only events received at or after this time (Unix ms or RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        /// At most N events (default 100, at most 1000).
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Per trigger: accepted = delivered + dead_lettered + skipped + no_handler + pending.
+    Ledger {
+        #[arg(long)]
+        data_dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum WalCommand {
     /// Check every record's CRC and the LSN sequence; exit 0 when clean, 3 otherwise.
     Verify {
@@ -189,6 +235,7 @@ fn main() -> ExitCode {
         Command::MockDownstream(args) => mock_downstream(&args),
         Command::Wal { command } => wal(command),
         Command::Dlq { command } => dlq(command),
+        Command::Events { command } => events(command),
         Command::Check(args) => check(args),
     };
     match outcome {
@@ -387,6 +434,30 @@ fn dlq(command: DlqCommand) -> Outcome {
     };
     let _ = out.flush();
     result.or_else(|e| fail(e.exit_code(), e.to_string()))
+}
+
+/// `sluice events show|list|ledger`.
+fn events(command: EventsCommand) -> Outcome {
+    use sluice::dispatch::event_tools;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let result = match command {
+        EventsCommand::Show { id, data_dir, json } => {
+            event_tools::show(&data_dir, &id, json, &mut out)
+        }
+        EventsCommand::List {
+            data_dir,
+            trigger,
+            status,
+            since,
+            limit,
+            json,
+        } => event_tools::list_filter(trigger, status, since.as_deref(), limit)
+            .and_then(|f| event_tools::list(&data_dir, &f, json, &mut out)),
+        EventsCommand::Ledger { data_dir, json } => event_tools::ledger(&data_dir, json, &mut out),
+    };
+    let _ = out.flush();
+    result.or_else(|e| fail(e.code, e.msg))
 }
 
 /// `sluice dlq replay --all`: exit 0, 2 for a bad filter, 3 when some entry was unreadable

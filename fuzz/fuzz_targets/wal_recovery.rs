@@ -104,7 +104,10 @@ fn structured(data: &[u8]) -> Vec<u8> {
     let mut batch = (0usize, 1u64);
     let mut rest = data;
     while rest.len() >= 3 {
-        let kind = RecordKind::from_u8(1 + rest[0] % 5).unwrap_or(RecordKind::Event);
+        // Every kind a record header may carry but the framing ones (6, 7), which the
+        // 0xD0.. byte below writes as the writer does.
+        let kind = [1u8, 2, 3, 4, 5, 8][usize::from(rest[0]) % 6];
+        let kind = RecordKind::from_u8(kind).unwrap_or(RecordKind::Event);
         let len = usize::from(rest[1]).min(rest.len() - 2);
         let payload = &rest[2..2 + len];
         rest = &rest[2 + len..];

@@ -67,6 +67,22 @@ impl Class {
     }
 }
 
+/// How the log records `result` (`wal::AttemptOutcome`), and the `Retry-After` it carried in
+/// milliseconds (saturating).
+pub fn recorded(result: &AttemptResult) -> (crate::wal::AttemptOutcome, Option<u32>) {
+    use crate::wal::AttemptOutcome as O;
+    match *result {
+        AttemptResult::Status { code, retry_after } => (
+            O::Status(code),
+            retry_after.map(|d| d.as_millis().min(u128::from(u32::MAX - 1)) as u32),
+        ),
+        AttemptResult::ConnectError => (O::Connect, None),
+        AttemptResult::Timeout => (O::Timeout, None),
+        AttemptResult::Io => (O::Io, None),
+        AttemptResult::TlsError(_) => (O::Tls, None),
+    }
+}
+
 /// Classifies one attempt result (the module table).
 pub fn classify(result: &AttemptResult) -> Class {
     match *result {
@@ -94,6 +110,27 @@ mod tests {
             code,
             retry_after: retry_after.map(Duration::from_secs),
         })
+    }
+
+    #[test]
+    fn results_are_recorded_with_their_class_and_retry_after() {
+        use crate::wal::AttemptOutcome as O;
+        let r = AttemptResult::Status {
+            code: 503,
+            retry_after: Some(Duration::from_secs(7)),
+        };
+        assert_eq!(recorded(&r), (O::Status(503), Some(7000)));
+        let huge = AttemptResult::Status {
+            code: 429,
+            retry_after: Some(Duration::from_secs(u64::MAX / 4)),
+        };
+        // Saturates below the on-disk "none" value instead of wrapping.
+        assert_eq!(recorded(&huge), (O::Status(429), Some(u32::MAX - 1)));
+        assert_eq!(recorded(&AttemptResult::ConnectError), (O::Connect, None));
+        assert_eq!(recorded(&AttemptResult::Timeout), (O::Timeout, None));
+        assert_eq!(recorded(&AttemptResult::Io), (O::Io, None));
+        let tls = AttemptResult::TlsError(crate::net::tls::TlsFault::UnknownIssuer);
+        assert_eq!(recorded(&tls), (O::Tls, None));
     }
 
     #[test]

@@ -57,11 +57,11 @@ use mio::{Registry, Token};
 use crate::dispatch::adaptive::Sample;
 use crate::dispatch::batch::{batch_id, Batcher};
 use crate::dispatch::circuit::Transition;
-use crate::dispatch::classify::{classify, AttemptResult, Class};
+use crate::dispatch::classify::{classify, recorded, AttemptResult, Class};
 use crate::dispatch::destination::{DestinationEvent, DestinationState, Gate};
 use crate::dispatch::dlq::DlqReason;
 use crate::dispatch::flow::{FlowEngine, FlowOut};
-use crate::dispatch::job::{Job, JobOutcome};
+use crate::dispatch::job::{AttemptFacts, Job, JobOutcome};
 use crate::dispatch::metrics::CoreDispatchMetrics;
 pub use crate::dispatch::outbound::CLIENT_TOKEN_BASE;
 use crate::dispatch::outbound::{Finished, OutboundPool, Started, Target};
@@ -611,7 +611,7 @@ impl Dispatcher {
                         retry_after.as_secs().max(1)
                     );
                     let attempts = job.attempt - 1;
-                    self.dead_letter(job, DlqReason::CircuitOpen, attempts, last_error, now);
+                    self.dead_letter(job, DlqReason::CircuitOpen, attempts, last_error, None, now);
                 }
                 Gate::Wait { until } => {
                     if until > 0 && (dest.wake_at == 0 || until < dest.wake_at) {
@@ -652,7 +652,7 @@ impl Dispatcher {
             let msg = format!("cannot encode request: {e}");
             self.dest(d).state.release(permit);
             let attempts = job.attempt;
-            self.dead_letter(job, DlqReason::PermanentFailure, attempts, msg, now);
+            self.dead_letter(job, DlqReason::PermanentFailure, attempts, msg, None, now);
             return;
         }
         let cfg = &self.config.destinations[d];
@@ -740,22 +740,31 @@ impl Dispatcher {
         let opened = self.feed_gate(d, permit, &class, &result, started, now);
         let config = Arc::clone(&self.config);
         let uri = config.destinations[d].handler.uri.as_str();
+        let (outcome, retry_after_ms) = recorded(&result);
+        let facts = AttemptFacts {
+            at_ms: unix_millis(),
+            destination: d as u32,
+            outcome,
+            latency_us: (now.saturating_sub(started) / 1000).min(u64::from(u32::MAX)) as u32,
+            retry_after_ms,
+        };
         match class {
             Class::Delivered => {
                 let attempts = job.attempt;
                 self.held -= job.events();
                 if job.batch.is_empty() {
-                    self.delivered(job.lsn, attempts, job.event.received_at_ms, now);
+                    self.delivered(job.lsn, attempts, job.event.received_at_ms, facts, now);
                 } else {
                     for m in job.batch {
-                        self.delivered(m.lsn, attempts, m.event.received_at_ms, now);
+                        self.delivered(m.lsn, attempts, m.event.received_at_ms, facts, now);
                     }
                 }
             }
             Class::Permanent => {
                 let attempts = job.attempt;
                 let why = describe(&result, uri);
-                self.dead_letter(job, DlqReason::PermanentFailure, attempts, why, now);
+                let reason = DlqReason::PermanentFailure;
+                self.dead_letter(job, reason, attempts, why, Some(facts), now);
             }
             Class::Retryable { .. } if self.dest(d).state.holds() => {
                 // `on_open = "hold"`: the outage is not the event's failure. Back to the head
@@ -770,9 +779,9 @@ impl Dispatcher {
                     config.destinations[d].circuit.failures,
                     describe(&result, uri)
                 );
-                self.dead_letter(job, DlqReason::CircuitOpen, attempts, why, now);
+                self.dead_letter(job, DlqReason::CircuitOpen, attempts, why, Some(facts), now);
             }
-            Class::Retryable { .. } => self.retry(d, job, describe(&result, uri), now),
+            Class::Retryable { .. } => self.retry(d, job, describe(&result, uri), facts, now),
         }
         self.pump_dest(d, now, registry);
     }
@@ -815,12 +824,19 @@ impl Dispatcher {
 
     /// A retryable failure: the next attempt is scheduled (and reported to the pumps, to be
     /// made durable) or, past the retry schedule, the job is dead-lettered.
-    fn retry(&mut self, d: usize, mut job: Job, last_error: String, now: u64) {
+    fn retry(
+        &mut self,
+        d: usize,
+        mut job: Job,
+        last_error: String,
+        attempt: AttemptFacts,
+        now: u64,
+    ) {
         let next = job.attempt + 1;
         let policy = self.dest(d).policy;
         let Some(delay) = policy.delay_before(next, &mut self.rng) else {
-            let attempts = job.attempt;
-            self.dead_letter(job, DlqReason::RetryExhausted, attempts, last_error, now);
+            let (attempts, reason) = (job.attempt, DlqReason::RetryExhausted);
+            self.dead_letter(job, reason, attempts, last_error, Some(attempt), now);
             return;
         };
         let due = now + delay.as_nanos() as u64;
@@ -832,6 +848,7 @@ impl Dispatcher {
                 next_attempt: next,
                 due_at_ms,
                 last_error: last_error.clone(),
+                attempt,
             });
         }
         // A batched call is retried whole: the same carrier, id and members.
@@ -839,11 +856,19 @@ impl Dispatcher {
         self.delay(job, due, call);
     }
 
-    fn delivered(&mut self, lsn: u64, attempts: u32, received_at_ms: u64, now: u64) {
+    fn delivered(
+        &mut self,
+        lsn: u64,
+        attempts: u32,
+        received_at_ms: u64,
+        attempt: AttemptFacts,
+        now: u64,
+    ) {
         self.send(JobOutcome::Delivered {
             lsn,
             attempts,
             received_at_ms,
+            attempt,
         });
         self.release_flow(lsn, now);
     }
@@ -855,6 +880,7 @@ impl Dispatcher {
         reason: DlqReason,
         attempts: u32,
         last_error: String,
+        attempt: Option<AttemptFacts>,
         now: u64,
     ) {
         self.held -= job.events();
@@ -865,6 +891,7 @@ impl Dispatcher {
                 reason,
                 attempts,
                 last_error: last_error.clone(),
+                attempt,
             });
             self.release_flow(lsn, now);
         }

@@ -132,10 +132,59 @@ fn a_2xx_is_delivered_and_frees_the_permit() {
             [JobOutcome::Delivered {
                 lsn: 5,
                 attempts: 1,
-                received_at_ms: 1_000
+                received_at_ms: 1_000,
+                attempt: crate::dispatch::job::AttemptFacts {
+                    destination: 0,
+                    outcome: crate::wal::AttemptOutcome::Status(204),
+                    latency_us: 1_000_000,
+                    retry_after_ms: None,
+                    ..
+                },
             }]
         ),
         "{out:?}"
+    );
+}
+
+#[test]
+fn each_attempt_carries_its_facts_in_its_outcome() {
+    use crate::wal::AttemptOutcome as O;
+    let mut r = rig("retry = { max_attempts = 2, base = \"1s\", cap = \"1s\" }");
+    r.hold(job(7), 0);
+    let a = r.take(0);
+    r.report(
+        a,
+        AttemptResult::Status {
+            code: 500,
+            retry_after: Some(std::time::Duration::from_secs(3)),
+        },
+        SECOND / 2,
+    );
+    let out = r.outcomes();
+    let [JobOutcome::RetryScheduled { attempt, .. }] = out[..] else {
+        panic!("{out:?}");
+    };
+    assert_eq!(
+        (attempt.outcome, attempt.latency_us, attempt.retry_after_ms),
+        (O::Status(500), 500_000, Some(3000))
+    );
+    assert!(attempt.at_ms > 1_600_000_000_000, "wall-clock time");
+    let now = r.d.next_deadline().expect("a retry timer");
+    r.d.on_tick(now, r.poll.registry(), true);
+    let a = r.take(now);
+    r.report(a, AttemptResult::Timeout, now + 2 * SECOND);
+    let out = r.outcomes();
+    let [JobOutcome::DeadLetter {
+        attempts: 2,
+        attempt: Some(attempt),
+        ..
+    }] = &out[..]
+    else {
+        panic!("{out:?}");
+    };
+    assert_eq!(
+        (attempt.outcome, attempt.latency_us),
+        (O::Timeout, 2_000_000)
     );
 }
 

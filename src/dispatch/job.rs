@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::dispatch::dlq::DlqReason;
-use crate::wal::{EventRecord, Lsn};
+use crate::wal::{AttemptEntry, AttemptOutcome, EventRecord, Lsn};
 
 /// Bits of an event key (a job's `lsn`: the log index above, the LSN below) that hold the LSN.
 pub use crate::wal::key::{event_key, split_key, KEY_LSN_BITS};
@@ -93,6 +93,8 @@ pub enum JobOutcome {
         lsn: Lsn,
         attempts: u32,
         received_at_ms: u64,
+        /// The attempt that delivered it.
+        attempt: AttemptFacts,
     },
     /// An attempt failed retryably; the next one is due at `due_at_ms` (not terminal: the job
     /// stays with the core). The pump persists the schedule.
@@ -101,6 +103,8 @@ pub enum JobOutcome {
         next_attempt: u32,
         due_at_ms: u64,
         last_error: String,
+        /// The attempt that failed.
+        attempt: AttemptFacts,
     },
     /// Terminal failure: the pump writes the DLQ entry, then the outcome.
     DeadLetter {
@@ -109,6 +113,9 @@ pub enum JobOutcome {
         reason: DlqReason,
         attempts: u32,
         last_error: String,
+        /// The attempt that ended it; `None` when none was made this time (an open circuit
+        /// failing it fast, a request that could not be encoded).
+        attempt: Option<AttemptFacts>,
     },
     /// Not terminal: a flow-control gate holds the event; the pump gives its
     /// `max_outstanding` slot back (the event stays pending).
@@ -124,6 +131,38 @@ pub enum JobOutcome {
         reason: SkipReason,
         attempts: u32,
     },
+}
+
+/// The facts of one attempt, carried in its outcome to the pump of the event's log, which
+/// records them (kind 8, `wal::AttemptsRecord`) in its next group commit. `Copy` and 32 bytes:
+/// no allocation per attempt (the response prefix is not carried yet; the record has room).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptFacts {
+    /// Wall-clock end of the attempt, Unix milliseconds.
+    pub at_ms: u64,
+    /// The destination's id.
+    pub destination: u32,
+    pub outcome: AttemptOutcome,
+    /// Microseconds from the attempt's start to its end (saturating).
+    pub latency_us: u32,
+    /// The `Retry-After` the response carried, milliseconds (saturating).
+    pub retry_after_ms: Option<u32>,
+}
+
+impl AttemptFacts {
+    /// The log entry for attempt number `attempt` of the event at `lsn`.
+    pub fn entry(&self, lsn: Lsn, attempt: u32) -> AttemptEntry {
+        AttemptEntry {
+            event_lsn: lsn,
+            attempt,
+            at_ms: self.at_ms,
+            destination: self.destination,
+            outcome: self.outcome,
+            latency_us: self.latency_us,
+            retry_after_ms: self.retry_after_ms,
+            response_prefix: Vec::new(),
+        }
+    }
 }
 
 /// Why a gate skipped an event.

@@ -18,6 +18,7 @@ use crate::dispatch::circuit::CircuitState;
 use crate::dispatch::classify::Class;
 use crate::dispatch::dlq::DlqReason;
 use crate::dispatch::flow::metrics::FlowMetrics;
+use crate::dispatch::ledger::LedgerBoard;
 use crate::metrics::counter::{Action, CoreMetrics, Dimension};
 use crate::metrics::histogram::Histogram;
 use crate::metrics::prom::{MetricType, PromWriter};
@@ -134,6 +135,12 @@ pub struct DispatchMetrics {
     /// Times opening a log for read-back failed; the events stayed pending and the open was
     /// retried (`sluice_pump_readback_open_failures_total`; `Relaxed`: a counter).
     readback_open_failures: AtomicU64,
+    /// Attempt entries a pump could not queue for its log because its attempt queue was at
+    /// its bound (`sluice_pump_attempts_unrecorded_total`; `Relaxed`: a counter).
+    attempts_unrecorded: AtomicU64,
+    /// Every core's event ledger (`dispatch::ledger`): `/api/v1/ledger` and the
+    /// `sluice_events_*_total{trigger}` counters.
+    pub ledger: LedgerBoard,
     /// Per core (written by that core's pump): unix ms of the oldest pending event's receipt
     /// (0 when none), and the done cursor of the core's own log.
     pumps: Box<[PumpCells]>,
@@ -180,6 +187,8 @@ impl DispatchMetrics {
             pump_outstanding: AtomicU64::new(0),
             window_overflows: AtomicU64::new(0),
             readback_open_failures: AtomicU64::new(0),
+            attempts_unrecorded: AtomicU64::new(0),
+            ledger: LedgerBoard::new(0),
             pumps: Box::new([]),
             flow: FlowMetrics::default(),
             dlq_store: None,
@@ -208,6 +217,7 @@ impl DispatchMetrics {
     /// One pump gauge cell per core.
     pub fn with_cores(mut self, cores: usize) -> DispatchMetrics {
         self.pumps = (0..cores).map(|_| PumpCells::default()).collect();
+        self.ledger = LedgerBoard::new(cores);
         self
     }
 
@@ -356,6 +366,16 @@ impl DispatchMetrics {
         self.readback_open_failures.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// `n` attempt entries were not recorded (a pump's attempt queue was full, or their
+    /// record could not be made durable).
+    pub fn attempts_unrecorded_by(&self, n: u64) {
+        self.attempts_unrecorded.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn attempts_unrecorded(&self) -> u64 {
+        self.attempts_unrecorded.load(Ordering::Relaxed)
+    }
+
     pub fn window_overflows(&self) -> u64 {
         self.window_overflows.load(Ordering::Relaxed)
     }
@@ -364,6 +384,7 @@ impl DispatchMetrics {
     pub fn render(&self, w: &mut PromWriter, now_ms: u64, pending_events: u64) {
         self.render_dlq_store(w);
         self.render_pump(w, now_ms, pending_events);
+        self.ledger.render(w);
         self.render_ids(w);
         self.render_destinations(w);
         self.render_attempts(w);
@@ -421,6 +442,12 @@ impl DispatchMetrics {
             "Times a pump could not open its log to read it back (e.g. at the descriptor limit); \
              the events stay pending and the open is retried with backoff (10 ms doubling to 1 s).",
             self.readback_open_failures.load(Ordering::Relaxed),
+        );
+        w.counter(
+            "sluice_pump_attempts_unrecorded_total",
+            "Attempt entries (kind 8) not written because a pump's attempt queue for a log was at \
+             its bound (4096 entries): the log could not keep up; the events' outcomes are kept.",
+            self.attempts_unrecorded(),
         );
         w.header(
             "harn_orchestrator_pump_outstanding",

@@ -38,7 +38,8 @@
 //! ≤ [`MAX_RECORDS_IN_FLIGHT`] per log, of which at most one `Done` record (the outcomes that
 //! arrive while it is being made durable are queued and go out together in the next one: a
 //! `Done` record per commit, not per loop turn); `Done` entries queued ≤ [`MAX_DONE_ENTRIES`] per
-//! log (admission stops there); `Retry` records queued ≤ one per outcome received; writes
+//! log (admission stops there); `Retry` records queued ≤ one per outcome received; attempt
+//! entries queued ≤ [`MAX_ATTEMPTS_QUEUED`] per log (more are counted, not written); writes
 //! waiting for the shell ≤ those of one call (the shell takes them after each); dead letters
 //! waiting for room in a full DLQ ≤ the events pending (each stays in its trigger's backlog
 //! share, so a full DLQ refuses only the triggers whose events wait for it, but gives its
@@ -66,10 +67,13 @@ use std::sync::Arc;
 
 use crate::dispatch::dlq::DlqEntry;
 use crate::dispatch::job::Job;
+use crate::dispatch::ledger::{LiveSnapshot, LiveState, PumpLedger};
 use crate::dispatch::metrics::DispatchMetrics;
 use crate::dispatch::outstanding::Outstanding;
 use crate::dispatch::trigger_caps::Slots;
-use crate::wal::{DispatchRecovery, DoneEntry, EventRecord, Lsn, Record, RetryRecord, WalError};
+use crate::wal::{
+    AttemptEntry, DispatchRecovery, DoneEntry, EventRecord, Lsn, Record, RetryRecord, WalError,
+};
 
 #[path = "pump_source.rs"]
 pub(crate) mod source;
@@ -84,6 +88,9 @@ use parked::Parked;
 pub const MAX_DONE_ENTRIES: usize = crate::wal::MAX_DONE_ENTRIES;
 /// Most `Done`/`Retry` records per log with the commit helper.
 pub const MAX_RECORDS_IN_FLIGHT: usize = 64;
+/// Most attempt entries queued per log for its next `Attempts` records (four full records);
+/// beyond it an entry is counted (`sluice_pump_attempts_unrecorded_total`) and not written.
+pub const MAX_ATTEMPTS_QUEUED: usize = 4 * crate::wal::MAX_ATTEMPT_ENTRIES;
 /// How often a DLQ write refused for lack of room is retried (clock nanos).
 pub const DLQ_RETRY_EVERY: u64 = 1_000_000_000;
 /// The least bound on a pump's outcomes awaiting their commit (module docs, "Redeliveries").
@@ -171,6 +178,10 @@ struct Live {
     received_at_ms: u64,
     /// It holds a dispatch slot.
     outstanding: bool,
+    /// Its trigger's row in the pump's ledger.
+    trigger: usize,
+    /// A flow gate holds it (from `Held` until `Resumed`).
+    held: bool,
 }
 
 /// One log the core owns.
@@ -190,6 +201,8 @@ struct LogState<T> {
     parked: Parked,
     done_queue: Vec<DoneEntry>,
     retry_queue: VecDeque<RetryRecord>,
+    /// Attempt entries for the next `Attempts` record (≤ [`MAX_ATTEMPTS_QUEUED`]).
+    attempt_queue: Vec<AttemptEntry>,
     records_in_flight: usize,
     /// A `Done` record of this log is with the commit helper: the entries queued meanwhile
     /// wait for it to be durable and go out together in the next one.
@@ -259,6 +272,8 @@ enum Ticket {
     },
     /// A dead letter for the event `key`.
     DeadLetter { key: u64, attempts: u32 },
+    /// An `Attempts` record of `entries` entries in log slot `slot`.
+    Attempts { slot: usize, entries: usize },
 }
 
 /// What admitting one event came to.
@@ -309,6 +324,8 @@ pub struct PumpCore<E: PumpEnv> {
     writes: Vec<Write>,
     /// Cores to wake (bit `k` = core `k`): they wait for a dispatch slot.
     wake: u64,
+    /// The event ledger of this pump's logs (`dispatch::ledger`), published to the metrics.
+    ledger: PumpLedger,
 }
 
 impl<E: PumpEnv> PumpCore<E> {
@@ -323,6 +340,7 @@ impl<E: PumpEnv> PumpCore<E> {
     ) -> Result<PumpCore<E>, WalError> {
         let mut states = Vec::new();
         let mut slot_of = HashMap::new();
+        let ledger = PumpLedger::recovered(logs.iter().flat_map(|l| &l.recovered.ledger));
         for (slot, l) in logs.into_iter().enumerate() {
             slot_of.insert(l.index, slot);
             let tail = env.open_at_start(&l.dir, l.recovered.done_cursor)?;
@@ -338,6 +356,7 @@ impl<E: PumpEnv> PumpCore<E> {
                 parked: Parked::default(),
                 done_queue: Vec::new(),
                 retry_queue: VecDeque::new(),
+                attempt_queue: Vec::new(),
                 records_in_flight: 0,
                 done_in_flight: false,
             });
@@ -368,6 +387,7 @@ impl<E: PumpEnv> PumpCore<E> {
             handed_over: nothing_pending,
             writes: Vec::new(),
             wake: 0,
+            ledger,
         };
         pump.learn_routes(routes);
         Ok(pump)
@@ -435,6 +455,8 @@ impl<E: PumpEnv> PumpCore<E> {
     /// An ingest event of the core's own log (position 0) is durable at `lsn`; the loop hands
     /// over the event it wrote. `now`: clock nanos.
     pub fn on_durable(&mut self, lsn: Lsn, event: EventRecord, now: u64) {
+        let trigger = self.ledger.slot(&event.trigger_id);
+        self.ledger.accepted(trigger);
         let log = &mut self.logs[0];
         log.durable = log.durable.max(lsn);
         if let Source::Memory { events, bytes } = &mut log.source {
@@ -496,6 +518,29 @@ impl<E: PumpEnv> PumpCore<E> {
             self.admit(jobs);
         }
         self.flush_records();
+        let board = &self.metrics.ledger;
+        if self.ledger.publish_if_due(board, self.core, now) {
+            board.publish_live(self.core, self.live_snapshot());
+        }
+    }
+
+    /// What this pump's live events are doing, per log: dispatched (`InFlight`) or held by a
+    /// gate (`Held`); the others (waiting for their commit, or for room in the DLQ) are left
+    /// out.
+    fn live_snapshot(&self) -> LiveSnapshot {
+        let state = |l: &Live| match (l.outstanding, l.held) {
+            (true, _) => Some(LiveState::InFlight),
+            (false, true) => Some(LiveState::Held),
+            (false, false) => None,
+        };
+        let per_log = |log: &LogState<E::Tail>| {
+            let lsns = log
+                .live
+                .iter()
+                .filter_map(|(lsn, l)| Some((*lsn, state(l)?)));
+            (log.name.clone(), lsns.collect())
+        };
+        self.logs.iter().map(per_log).collect()
     }
 
     /// Called once the jobs this pump admitted are in the other cores' rings: when every event
@@ -515,10 +560,9 @@ impl<E: PumpEnv> PumpCore<E> {
     pub fn is_flushed(&self) -> bool {
         self.tickets.is_empty()
             && self.writes.is_empty()
-            && self
-                .logs
-                .iter()
-                .all(|l| l.done_queue.is_empty() && l.retry_queue.is_empty())
+            && self.logs.iter().all(|l| {
+                l.done_queue.is_empty() && l.retry_queue.is_empty() && l.attempt_queue.is_empty()
+            })
     }
 
     /// Gives a dispatch slot back; the cores that wait for one are woken by the shell.
@@ -538,6 +582,8 @@ impl<E: PumpEnv> PumpCore<E> {
 mod admit;
 #[path = "pump_outcome.rs"]
 mod outcome;
+#[path = "pump_attempts.rs"]
+mod pump_attempts;
 
 #[cfg(all(test, not(loom)))]
 #[path = "pump_tests.rs"]

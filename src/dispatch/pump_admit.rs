@@ -153,6 +153,8 @@ impl<E: PumpEnv> PumpCore<E> {
             window,
             received_at_ms: event.received_at_ms,
             outstanding: dest.is_some(),
+            trigger: self.ledger.slot(&event.trigger_id),
+            held: false,
         };
         log.live.insert(lsn, live);
         let Some(dest) = dest else {

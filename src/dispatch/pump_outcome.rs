@@ -5,11 +5,14 @@
 //! retried every [`DLQ_RETRY_EVERY`].
 #![forbid(unsafe_code)]
 
+use super::pump_attempts::NO_DESTINATION;
 use super::MAX_RECORDS_IN_FLIGHT;
 use super::{PumpCore, PumpEnv, Ticket, Write, DLQ_RETRY_EVERY, MAX_DONE_ENTRIES};
 use crate::dispatch::dlq::{DlqEntry, DlqError};
 use crate::dispatch::job::{split_key, JobOutcome};
-use crate::wal::{AppendOutcome, DoneEntry, DoneRecord, DoneStatus, Lsn, Record, RetryRecord};
+use crate::wal::{
+    AppendOutcome, AttemptOutcome, DoneEntry, DoneRecord, DoneStatus, Lsn, Record, RetryRecord,
+};
 
 impl<E: PumpEnv> PumpCore<E> {
     /// An outcome of a job whose event is in one of this core's logs; `now_ms`: wall-clock
@@ -25,38 +28,50 @@ impl<E: PumpEnv> PumpCore<E> {
             return;
         };
         match outcome {
-            JobOutcome::Delivered { attempts, .. } => {
+            JobOutcome::Delivered {
+                attempts, attempt, ..
+            } => {
+                self.note_attempt(slot, attempt.entry(lsn, attempts));
                 self.finish(slot, lsn, DoneStatus::Delivered, attempts)
             }
             JobOutcome::Skipped {
                 attempts, reason, ..
-            } => self.finish(slot, lsn, reason.done_status(), attempts),
-            // A gate holds it: its dispatch slot goes back (it stays pending and live).
-            JobOutcome::Held { .. } => self.unhold(slot, lsn),
-            // Released by its gates, it holds a slot the dispatcher took.
-            JobOutcome::Resumed { window, .. } => {
-                if let Some(l) = self.logs[slot].live.get_mut(&lsn) {
-                    l.outstanding = true;
-                    l.window = Some(window);
-                }
+            } => {
+                let status = reason.done_status();
+                let skip = AttemptOutcome::Skipped(status);
+                self.note_decision(slot, lsn, attempts, now_ms, NO_DESTINATION, skip);
+                self.finish(slot, lsn, status, attempts)
             }
+            JobOutcome::Held { .. } => self.gate_held(slot, lsn),
+            JobOutcome::Resumed { window, .. } => self.gate_released(slot, lsn, window),
             JobOutcome::RetryScheduled {
                 next_attempt,
                 due_at_ms,
                 last_error,
+                attempt,
                 ..
-            } => self.logs[slot].retry_queue.push_back(RetryRecord {
-                event_lsn: lsn,
-                next_attempt,
-                due_at_ms,
-                last_error,
-            }),
+            } => {
+                let made = next_attempt.saturating_sub(1);
+                self.note_attempt(slot, attempt.entry(lsn, made));
+                self.logs[slot].retry_queue.push_back(RetryRecord {
+                    event_lsn: lsn,
+                    next_attempt,
+                    due_at_ms,
+                    last_error,
+                })
+            }
             JobOutcome::DeadLetter {
                 job,
                 reason,
                 attempts,
                 last_error,
+                attempt,
             } => {
+                if let Some(a) = attempt {
+                    self.note_attempt(slot, a.entry(lsn, attempts));
+                }
+                let dead = AttemptOutcome::DeadLettered(reason as u8);
+                self.note_decision(slot, lsn, attempts, now_ms, job.dest as u32, dead);
                 let destination = self.routes.destinations.get(job.dest);
                 let entry = DlqEntry {
                     id: job.event.event_id.clone(),
@@ -70,6 +85,24 @@ impl<E: PumpEnv> PumpCore<E> {
                 };
                 self.dead_letter(entry, attempts, key);
             }
+        }
+    }
+
+    /// A gate holds the event: its dispatch slot goes back (it stays pending and live).
+    fn gate_held(&mut self, slot: usize, lsn: Lsn) {
+        if let Some(l) = self.logs[slot].live.get_mut(&lsn) {
+            l.held = true;
+        }
+        self.unhold(slot, lsn)
+    }
+
+    /// Released by its gates, the event holds a dispatch slot the dispatcher took, and one of
+    /// trigger slot `window`'s cap.
+    fn gate_released(&mut self, slot: usize, lsn: Lsn, window: usize) {
+        if let Some(l) = self.logs[slot].live.get_mut(&lsn) {
+            l.outstanding = true;
+            l.held = false;
+            l.window = Some(window);
         }
     }
 
@@ -116,10 +149,15 @@ impl<E: PumpEnv> PumpCore<E> {
         self.release_slot();
     }
 
-    /// Queues the `Done` and `Retry` records for the commit helper (as [`Write`]s).
+    /// Queues the `Attempts`, `Done` and `Retry` records for the commit helper (as [`Write`]s).
     pub(super) fn flush_records(&mut self) {
         for slot in 0..self.logs.len() {
             while self.logs[slot].records_in_flight < MAX_RECORDS_IN_FLIGHT {
+                // Attempts first: a `Done` record is never durable before the attempts that
+                // led to it (the same batch, or an earlier one).
+                if self.flush_attempts(slot) {
+                    continue;
+                }
                 let log = &mut self.logs[slot];
                 let (record, entries) = if !log.done_queue.is_empty() && !log.done_in_flight {
                     let n = log.done_queue.len().min(MAX_DONE_ENTRIES);
@@ -147,8 +185,18 @@ impl<E: PumpEnv> PumpCore<E> {
 
     /// The commit helper's answer for one of the pump's records.
     pub fn on_record_done(&mut self, ticket: u64, outcome: AppendOutcome) {
-        let Some(Ticket::Record { slot, entries }) = self.tickets.remove(&ticket) else {
-            return;
+        let (slot, entries) = match self.tickets.remove(&ticket) {
+            Some(Ticket::Record { slot, entries }) => (slot, entries),
+            Some(Ticket::Attempts { slot, entries }) => {
+                self.logs[slot].records_in_flight -= 1;
+                // Not written again: an attempt entry is history, not state; its loss is
+                // counted (the event's outcome is still kept by its `Done` entry).
+                if outcome == AppendOutcome::Unavailable {
+                    self.metrics.attempts_unrecorded_by(entries as u64);
+                }
+                return;
+            }
+            _ => return,
         };
         let log = &mut self.logs[slot];
         log.records_in_flight -= 1;
@@ -168,6 +216,7 @@ impl<E: PumpEnv> PumpCore<E> {
                 let mut by_slot: Vec<(usize, u64, u64)> = Vec::new();
                 for e in &entries {
                     if let Some(l) = log.live.remove(&e.event_lsn) {
+                        self.ledger.done(l.trigger, e.status);
                         match by_slot.iter_mut().find(|s| s.0 == l.slot) {
                             Some(s) => (s.1, s.2) = (s.1 + 1, s.2 + l.cost),
                             None => by_slot.push((l.slot, 1, l.cost)),

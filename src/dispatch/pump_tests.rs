@@ -13,7 +13,17 @@ use crate::dispatch::job::{event_key, JobOutcome, SkipReason};
 use crate::dispatch::trigger_caps::TriggerCaps;
 use crate::sync::clock::{Clock, ManualClock};
 use crate::wal::format::tests::sample_event;
-use crate::wal::{AppendOutcome, PendingMeta};
+use crate::wal::{AppendOutcome, AttemptOutcome, PendingMeta};
+
+fn facts(outcome: AttemptOutcome) -> crate::dispatch::job::AttemptFacts {
+    crate::dispatch::job::AttemptFacts {
+        at_ms: 1_700_000_000_000,
+        destination: 0,
+        outcome,
+        latency_us: 1500,
+        retry_after_ms: None,
+    }
+}
 
 /// Backlog slots of the fake: "a" 0, "b" 1, anything else the default route's 2, recovered 3.
 const RECOVERED: usize = 3;
@@ -119,6 +129,7 @@ fn fresh_log() -> PumpLog {
             pending: BTreeMap::new(),
             done_cursor: 1,
             next_lsn: 1,
+            ledger: BTreeMap::new(),
         },
     }
 }
@@ -213,12 +224,26 @@ impl Rig {
             lsn: key,
             attempts: 1,
             received_at_ms: 0,
+            attempt: facts(AttemptOutcome::Status(200)),
         };
         self.pump.on_outcome(o, 0);
     }
 
-    /// The writes since the last call, as (ticket, what): "done[lsns]", "retry lsn", "dlq lsn".
+    /// The writes since the last call, as (ticket, what): "done[lsns]", "retry lsn", "dlq lsn";
+    /// `Attempts` records are answered durable at once and left out (see [`Rig::all_writes`]).
     fn writes(&mut self) -> Vec<(u64, String)> {
+        let all = self.all_writes();
+        let (attempts, rest): (Vec<_>, Vec<_>) =
+            all.into_iter().partition(|w| w.1.starts_with("attempts"));
+        for (ticket, _) in attempts {
+            self.pump
+                .on_record_done(ticket, AppendOutcome::Durable { lsn: 0 });
+        }
+        rest
+    }
+
+    /// Every write since the last call, `Attempts` records as "attempts[lsn#attempt:class/code]".
+    fn all_writes(&mut self) -> Vec<(u64, String)> {
         self.pump
             .take_writes()
             .map(|w| match w {
@@ -235,6 +260,21 @@ impl Rig {
                     record: Record::Retry(r),
                     ..
                 } => (ticket, format!("retry {}", r.event_lsn)),
+                Write::Record {
+                    ticket,
+                    record: Record::Attempts(a),
+                    ..
+                } => {
+                    let e: Vec<String> = a
+                        .entries
+                        .iter()
+                        .map(|e| {
+                            let (class, code) = e.outcome.to_wire();
+                            format!("{}#{}:{class}/{code}", e.event_lsn, e.attempt)
+                        })
+                        .collect();
+                    (ticket, format!("attempts{e:?}"))
+                }
                 Write::Record { ticket, .. } => (ticket, "other".into()),
                 Write::DeadLetter { ticket, entry } => (ticket, format!("dlq {}", entry.event_lsn)),
             })
@@ -486,6 +526,7 @@ fn a_retry_schedule_is_recorded_and_keeps_the_slot() {
         next_attempt: 2,
         due_at_ms: 5_000,
         last_error: "503".into(),
+        attempt: facts(AttemptOutcome::Status(503)),
     };
     r.pump.on_outcome(o, 0);
     assert_eq!(r.slots.get(), 1, "not terminal");
@@ -514,6 +555,7 @@ fn recovered_events_resume_their_retry_schedule_and_skip_the_done_ones() {
             pending,
             done_cursor: 1,
             next_lsn: 4,
+            ledger: BTreeMap::new(),
         },
         ..fresh_log()
     };
@@ -548,6 +590,7 @@ fn a_dead_letter_the_dlq_refuses_waits_without_its_slot_and_is_retried_each_seco
         reason: DlqReason::RetryExhausted,
         attempts: 5,
         last_error: "500".into(),
+        attempt: Some(facts(AttemptOutcome::Status(500))),
     };
     r.pump.on_outcome(o, 0);
     let w = r.writes();
@@ -643,4 +686,107 @@ fn outcomes_awaiting_their_commit_pause_admission_at_their_bound() {
     r.delivered(1);
     assert_eq!(r.turn(), [(1, 2)], "not waiting for the commit of 1");
     assert_eq!(r.pump.max_awaiting(), MIN_AWAITING);
+}
+
+#[test]
+fn attempts_and_decisions_ride_the_same_flush_before_the_done_record() {
+    let mut r = Rig::new(4);
+    r.durable(&["a", "a", "a"]);
+    let mut jobs = Vec::new();
+    r.pump.turn(r.clock.now_nanos(), false, &mut jobs);
+    let o = JobOutcome::RetryScheduled {
+        lsn: event_key(0, 1),
+        next_attempt: 2,
+        due_at_ms: 5_000,
+        last_error: "500".into(),
+        attempt: facts(AttemptOutcome::Status(500)),
+    };
+    r.pump.on_outcome(o, 0);
+    r.delivered(1);
+    let job = jobs.pop().unwrap().1;
+    let o = JobOutcome::DeadLetter {
+        job: Box::new(job),
+        reason: DlqReason::PermanentFailure,
+        attempts: 1,
+        last_error: "410".into(),
+        attempt: Some(facts(AttemptOutcome::Status(410))),
+    };
+    r.pump.on_outcome(o, 7);
+    let o = JobOutcome::Skipped {
+        lsn: event_key(0, 2),
+        reason: SkipReason::Debounced,
+        attempts: 0,
+    };
+    r.pump.on_outcome(o, 7);
+    r.turn();
+    let w = r.all_writes();
+    let what: Vec<&str> = w.iter().map(|w| w.1.as_str()).collect();
+    // The dead letter goes at once; at the turn, attempts first (one record for all), then
+    // the Done and Retry records, in one flush.
+    assert_eq!(what[0], "dlq 3");
+    assert_eq!(
+        what[1],
+        r#"attempts["1#1:1/500", "1#1:1/200", "3#1:1/410", "3#1:7/3", "2#0:6/6"]"#
+    );
+    assert_eq!(&what[2..], ["done[1, 2]", "retry 1"]);
+    // A record the log could not make durable is counted, not written again.
+    r.pump.on_record_done(w[1].0, AppendOutcome::Unavailable);
+    assert_eq!(r.metrics.attempts_unrecorded(), 5);
+    r.turn();
+    assert!(!r.all_writes().iter().any(|w| w.1.starts_with("attempts")));
+}
+
+#[test]
+fn the_attempt_queue_is_bounded_and_counts_what_it_refuses() {
+    let mut r = Rig::new(1);
+    r.durable(&["a"]);
+    r.turn();
+    let n = MAX_ATTEMPTS_QUEUED + 3;
+    for i in 0..n {
+        let o = JobOutcome::RetryScheduled {
+            lsn: event_key(0, 1),
+            next_attempt: 2 + i as u32,
+            due_at_ms: 5_000,
+            last_error: String::new(),
+            attempt: facts(AttemptOutcome::Io),
+        };
+        r.pump.on_outcome(o, 0);
+    }
+    assert_eq!(r.metrics.attempts_unrecorded(), 3);
+}
+
+#[test]
+fn live_states_say_dispatched_or_held_and_leave_the_rest_out() {
+    use crate::dispatch::ledger::LiveState;
+    let mut r = Rig::new(2);
+    r.durable(&["a", "a"]);
+    assert_eq!(r.turn().len(), 2);
+    r.pump.on_outcome(
+        JobOutcome::Held {
+            lsn: event_key(0, 2),
+        },
+        0,
+    );
+    let snap = r.pump.live_snapshot();
+    assert_eq!(
+        snap,
+        [(
+            "core-0".to_owned(),
+            vec![(1, LiveState::InFlight), (2, LiveState::Held)]
+        )]
+    );
+    r.pump.on_outcome(
+        JobOutcome::Resumed {
+            lsn: event_key(0, 2),
+            window: 0,
+        },
+        0,
+    );
+    r.delivered(1);
+    let snap = r.pump.live_snapshot();
+    assert_eq!(
+        snap[0].1,
+        [(2, LiveState::InFlight)],
+        "a finished event is left out"
+    );
 }

@@ -1,8 +1,9 @@
 //! Routing: request path and method → what the worker does with the request.
 //!
 //! Routes, in match order:
-//! 1. `GET|HEAD /healthz`, `/readyz`, `/metrics`, `/ui`, `/api/v1/state` (the operational
-//!    endpoints; the last two answer as `server.ui` says).
+//! 1. `GET|HEAD /healthz`, `/readyz`, `/metrics`, `/ui`, `/api/v1/state`, `/api/v1/ledger`,
+//!    `/api/v1/events/{id}` (the operational endpoints; the last four answer as `server.ui`
+//!    says).
 //! 2. Exact trigger paths from the manifest's `[[triggers]]` (`POST` only); the trigger's
 //!    provider is the event's source.
 //! 3. The embedded default route `POST /webhooks/{source}` when `ingest.default_route` is on
@@ -98,6 +99,11 @@ pub enum OpsEndpoint {
     Ui,
     /// `GET /api/v1/state`: the dashboard's JSON.
     State,
+    /// `GET /api/v1/ledger`: the event ledger per trigger (`dispatch::ledger`), with the access
+    /// rule of `State`.
+    Ledger,
+    /// `GET /api/v1/events/{id}`: one event's status and attempts (`ops::events_api`).
+    Event,
 }
 
 /// What a request resolved to.
@@ -221,6 +227,8 @@ impl Router {
             "/metrics" => Some(OpsEndpoint::Metrics),
             "/ui" => Some(OpsEndpoint::Ui),
             "/api/v1/state" => Some(OpsEndpoint::State),
+            "/api/v1/ledger" => Some(OpsEndpoint::Ledger),
+            _ if path.starts_with("/api/v1/events/") => Some(OpsEndpoint::Event),
             _ => None,
         };
         if let Some(ep) = ops {
@@ -286,6 +294,14 @@ mod tests {
         assert_eq!(
             r.route("HEAD", "/readyz?x=1"),
             RouteMatch::Ops(OpsEndpoint::Readyz)
+        );
+        assert_eq!(
+            r.route("GET", "/api/v1/ledger"),
+            RouteMatch::Ops(OpsEndpoint::Ledger)
+        );
+        assert_eq!(
+            r.route("GET", "/api/v1/events/01ABC?body=1"),
+            RouteMatch::Ops(OpsEndpoint::Event)
         );
         assert_eq!(
             r.route("POST", "/metrics"),

@@ -74,7 +74,7 @@ impl Answer {
         h
     }
 
-    fn json(status: u16, body: Vec<u8>) -> Answer {
+    pub(crate) fn json(status: u16, body: Vec<u8>) -> Answer {
         Answer {
             status,
             content_type: "application/json",
@@ -85,7 +85,8 @@ impl Answer {
     }
 }
 
-/// Answers `GET /ui` or `GET /api/v1/state` (`ep`), `authorization` being the request's header.
+/// Answers `GET /ui`, `GET /api/v1/state` or `GET /api/v1/ledger` (`ep`, the last two under
+/// the same access rule), `authorization` being the request's header.
 pub fn answer(node: &OpsView<'_>, ep: OpsEndpoint, authorization: Option<&[u8]>) -> Answer {
     let config = node.config;
     let mode = config.server.ui;
@@ -118,8 +119,11 @@ pub fn answer(node: &OpsView<'_>, ep: OpsEndpoint, authorization: Option<&[u8]>)
                     br#"{"status":"refused","reason":"unauthorized"}"#.to_vec(),
                 );
             }
-            let body = serde_json::to_vec(&state(node)).unwrap_or_default();
-            Answer::json(200, body)
+            let doc = match ep {
+                OpsEndpoint::Ledger => node.dispatch.ledger.json(),
+                _ => state(node),
+            };
+            Answer::json(200, serde_json::to_vec(&doc).unwrap_or_default())
         }
     }
 }

@@ -1,17 +1,20 @@
-//! Operating a running sluice: the dashboard (`GET /ui`, `GET /api/v1/state`) and
-//! hot reload of the configuration (SIGHUP, `POST /admin/reload`).
+//! Operating a running sluice: the dashboard (`GET /ui`, `GET /api/v1/state`,
+//! `GET /api/v1/ledger`), one event's status and attempts (`GET /api/v1/events/{id}`,
+//! [`events_api`]) and hot reload of the configuration (SIGHUP, `POST /admin/reload`).
 //!
-//! Both read or publish process-wide state only through shared atomics and one published
-//! `Arc<Config>` (see [`reload`]); neither blocks a core's loop.
+//! The dashboard and reload read or publish process-wide state only through shared atomics and
+//! one published `Arc<Config>` (see [`reload`]); neither blocks a core's loop. An event lookup
+//! reads the log's files on the serving core, within a bound ([`events_api`]).
 //!
 //! - [`view`]: [`view::OpsView`], the narrow borrowed view of a running node that the runtime
-//!   builds and hands to the dashboard, `/readyz` and `/metrics`; `ops` never names the
-//!   runtime's types (`sched` → `ops`, one way).
+//!   builds and hands to the dashboard, the event API, `/readyz` and `/metrics`; `ops` never
+//!   names the runtime's types (`sched` → `ops`, one way).
 //! - [`lifecycle`]: the phase (`/readyz`) and the drain's cells, owned by the runtime's
 //!   shared state, read here.
 
 pub mod dashboard;
 mod dashboard_backlog;
+pub mod events_api;
 pub mod lifecycle;
 pub mod reload;
 mod reload_diff;

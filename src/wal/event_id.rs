@@ -74,9 +74,45 @@ pub fn encode(value: u128) -> String {
     String::from_utf8(out.to_vec()).expect("ascii")
 }
 
+/// What an event id says: its Unix millisecond and the index of the worker that made it (the
+/// core whose log holds it, `wal/core-K`, unless that log was adopted). `None` unless `id` is
+/// 26 characters of this module's alphabet (upper case) whose value fits in 128 bits.
+pub fn parse(id: &str) -> Option<(u64, u8)> {
+    let b = id.as_bytes();
+    if b.len() != 26 || b[0] > b'7' {
+        return None;
+    }
+    let mut value = 0u128;
+    for &c in b {
+        let digit = CROCKFORD.iter().position(|&x| x == c)? as u128;
+        value = (value << 5) | digit;
+    }
+    Some(((value >> 80) as u64, (value >> 62) as u8))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_parse_back_to_their_millisecond_and_worker() {
+        let mut g = EventIdGen::new(7);
+        let id = g.next_us(1_700_000_000_123 * 1000 + 999);
+        assert_eq!(parse(&id), Some((1_700_000_000_123, 7)));
+        assert_eq!(
+            parse("7ZZZZZZZZZZZZZZZZZZZZZZZZZ"),
+            Some(((1 << 48) - 1, 255))
+        );
+        for bad in [
+            "",
+            "01HZX",
+            "8ZZZZZZZZZZZZZZZZZZZZZZZZZ",
+            "0000000000000000000000000U",
+        ] {
+            assert_eq!(parse(bad), None, "{bad}");
+        }
+        assert_eq!(parse(&id.to_lowercase()), None, "ids are upper case");
+    }
 
     #[test]
     fn ids_are_26_chars_and_increase() {

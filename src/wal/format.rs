@@ -5,12 +5,14 @@
 //! error: no input, however malformed, makes it panic (see the mutation tests below).
 #![forbid(unsafe_code)]
 
+mod attempt;
 mod record;
 pub use record::{
-    max_record_bytes_for, truncate_utf8, DecodeError, DoneEntry, DoneRecord, DoneStatus,
-    EncodeError, EventRecord, Lsn, Record, RecordKind, RetryRecord, DONE_ENTRY_BYTES,
-    MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_EVENT_PAYLOAD_BYTES, MAX_HEADERS,
-    MAX_HEADER_NAME_BYTES, MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES, MAX_RECORD_BYTES,
+    max_record_bytes_for, truncate_utf8, AttemptEntry, AttemptOutcome, AttemptsRecord, DecodeError,
+    DoneEntry, DoneRecord, DoneStatus, EncodeError, EventRecord, Lsn, Record, RecordKind,
+    RetryRecord, DONE_ENTRY_BYTES, MAX_ATTEMPT_ENTRIES, MAX_BODY_BYTES, MAX_DONE_ENTRIES,
+    MAX_ERROR_BYTES, MAX_EVENT_PAYLOAD_BYTES, MAX_HEADERS, MAX_HEADER_NAME_BYTES,
+    MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES, MAX_RECORD_BYTES, MAX_RESPONSE_PREFIX_BYTES,
     RECORD_HEADER_BYTES, REPLAY_PREFIX_MAX_BYTES,
 };
 
@@ -104,6 +106,7 @@ pub fn payload_len(rec: &Record) -> Result<usize, EncodeError> {
             check("last_error", r.last_error.len(), MAX_ERROR_BYTES)?;
             Ok(8 + 4 + 8 + 2 + r.last_error.len())
         }
+        Record::Attempts(a) => attempt::payload_len(a),
     }
 }
 
@@ -127,6 +130,7 @@ pub fn encode_payload_into(rec: &Record, out: &mut Vec<u8>) -> Result<(), Encode
             out.extend_from_slice(&r.due_at_ms.to_le_bytes());
             put_str16(out, r.last_error.as_bytes());
         }
+        Record::Attempts(a) => attempt::encode_into(a, out),
     }
     Ok(())
 }

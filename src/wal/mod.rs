@@ -18,13 +18,17 @@
 //! pub struct EventRecord { pub event_id: String, pub trigger_id: String, pub source: String,
 //!                          pub received_at_ms: u64, pub headers: Vec<(String, Vec<u8>)>, pub body: Vec<u8>,
 //!                          pub replay_of: Option<String> }
-//! pub enum Record { Event(EventRecord), Done(DoneRecord), Retry(RetryRecord) }
+//! pub enum Record { Event(EventRecord), Done(DoneRecord), Retry(RetryRecord), Attempts(AttemptsRecord) }
 //! pub struct DoneRecord { pub entries: Vec<DoneEntry> }          // <= MAX_DONE_ENTRIES (4096)
 //! pub struct DoneEntry { pub event_lsn: Lsn, pub status: DoneStatus, pub attempts: u32 }
 //! pub enum DoneStatus { Delivered = 1, DeadLettered = 2, Skipped = 3, NoHandler = 4,
 //!     SkippedRateLimited = 5, SkippedDebounced = 6, SkippedSingletonActive = 7 }
 //! pub struct RetryRecord { pub event_lsn: Lsn, pub next_attempt: u32, pub due_at_ms: u64,
 //!                          pub last_error: String /* <= MAX_ERROR_BYTES (1024) */ }
+//! pub struct AttemptsRecord { pub entries: Vec<AttemptEntry> }   // <= MAX_ATTEMPT_ENTRIES (1024)
+//! pub struct AttemptEntry { pub event_lsn: Lsn, pub attempt: u32, pub at_ms: u64, pub destination: u32,
+//!     pub outcome: AttemptOutcome, pub latency_us: u32, pub retry_after_ms: Option<u32>,
+//!     pub response_prefix: Vec<u8> /* <= MAX_RESPONSE_PREFIX_BYTES (512) */ }
 //! pub fn encode_event(&EventRecord) -> Result<Vec<u8>, EncodeError>;   // kind 1, or 5 with replay_of
 //! pub fn decode_event(&[u8]) -> Result<EventRecord, DecodeError>;      // kind 1
 //! pub fn encode_payload_into(&Record, &mut Vec<u8>) -> Result<(), EncodeError>;
@@ -72,12 +76,16 @@
 //!                        // skipping() goes on past damage and missing segments, skipped() names them
 //! pub struct WalTail;    // tail.rs: open(wal_dir, from_lsn); next(durable_lsn) -> Result<Option<(Lsn, Record)>, WalError>
 //! pub fn recover_dispatch(wal_dir: &Path) -> Result<DispatchRecovery, WalError>;   // state.rs
-//! pub struct DispatchRecovery { pub pending: BTreeMap<Lsn, PendingMeta>, pub done_cursor: Lsn, pub next_lsn: Lsn }
+//! pub struct DispatchRecovery { pub pending: BTreeMap<Lsn, PendingMeta>, pub done_cursor: Lsn, pub next_lsn: Lsn,
+//!                              pub ledger: BTreeMap<String, TriggerTally> }   // TriggerTally { accepted, done: [u64; 8] }
 //! pub struct PendingMeta { pub bytes: u64, pub received_at_ms: u64, pub trigger_id: String,
 //!                          pub next_attempt: u32, pub due_at_ms: u64 }
 //! pub fn core_log_dir(wal_dir: &Path, core: usize) -> PathBuf;   // layout.rs: DATA_DIR/wal/core-K
 //! pub fn log_dirs(wal_dir: &Path) -> Result<Vec<LogDir>, WalError>;
 //! pub mod manifest { pub fn check(wal_dir: &Path) -> Result<CheckReport, ManifestError>; .. }
+//! pub mod events { pub fn show(data_dir, id) -> Result<EventReport, ShowError>;   // issue 27: one event's
+//!                  pub fn show_bounded(..); pub fn list(data_dir, &ListFilter);      // attempts and fate,
+//!                  pub fn ledger(data_dir) -> Result<Ledger, WalError>; .. }          // from the files
 //! pub mod tools { pub fn verify_all(data_dir: &Path) -> Result<Vec<VerifyReport>, WalError>;
 //!                 pub fn verify_log(dir: &Path) -> Result<VerifyReport, WalError>;
 //!                 pub fn inspect_json(data_dir: &Path, out: &mut dyn Write) -> Result<(), WalError>;
@@ -112,7 +120,8 @@
 //!                           payload); so a corrupted length is caught too.
 //!      8     8  lsn    u64  log sequence number, consecutive from the segment name's LSN.
 //!     16     1  kind   u8   1 = event, 2 = done, 3 = retry, 5 = replayed event,
-//!                           6 = commit marker, 7 = lost range (framing: below).
+//!                           6 = commit marker, 7 = lost range (framing: below),
+//!                           8 = attempts (issue 27; layout in `format/attempt.rs`).
 //!                           4 = DLQ entry is the framing of `DATA_DIR/dlq/` files only
 //!                           (`dispatch::dlq`): a kind-4 record in the WAL does not decode
 //!                           (`wal verify` reports it as corrupt). Other values are corruption.
@@ -178,6 +187,14 @@
 //! u16 n, n bytes   last_error    UTF-8, n <= 1024 (MAX_ERROR_BYTES; the caller truncates)
 //! (nothing after last_error)
 //! ```
+//!
+//! Attempts payload (kind 8, issue 27): each delivery attempt of an event (time, destination,
+//! HTTP status or error class, latency, `Retry-After`, the first ≤ 512 bytes of the response
+//! body), and each skip by a flow gate or dead-lettering with its reason, written by the pump
+//! in the same group commit as its `Done` and `Retry` records. Byte layout in
+//! `format/attempt.rs`; at most 2 + 1024 × (37 + 512) bytes. Recovery checks them (the event
+//! LSN below the record's own) and otherwise passes over them; logs written before kind 8 read
+//! unchanged.
 //!
 //! Decoding ([`decode_payload`], [`decode_event`], [`format::parse_record`]) bounds-checks every
 //! length and never panics; malformed bytes are a [`DecodeError`] / a corruption finding.
@@ -282,6 +299,7 @@ mod config;
 pub(crate) mod damage;
 mod error;
 pub mod event_id;
+pub mod events;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
 mod failure_log;
@@ -317,13 +335,18 @@ pub use format::{
     RetryRecord, MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_RECORD_BYTES,
 };
 pub use format::{event_cost, max_record_bytes_for, MAX_HEADERS, MAX_HEADER_VALUE_BYTES};
+pub use format::{
+    AttemptEntry, AttemptOutcome, AttemptsRecord, MAX_ATTEMPT_ENTRIES, MAX_RESPONSE_PREFIX_BYTES,
+};
 pub use layout::{core_log_dir, log_dirs, LogDir};
 pub use reader::{RawRecord, WalReader};
 pub use recovery::LOCK_FILE;
 pub use recovery::{open, open_in, RecoveryReport};
 pub use segment::WritePath;
 pub use shared::{AppendOutcome, AppendRequest, WalShared, SYNC_BOUNDS_NANOS};
-pub use state::{recover_dispatch, recover_dispatch_in, DispatchRecovery, PendingMeta};
+pub use state::{
+    recover_dispatch, recover_dispatch_in, DispatchRecovery, PendingMeta, TriggerTally,
+};
 pub use tail::WalTail;
 pub use writer::{commit_batch, finish_batch, start_batch, PendingChunk};
 

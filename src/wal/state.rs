@@ -56,12 +56,30 @@ pub struct DispatchRecovery {
     pub done_cursor: Lsn,
     /// The LSN after the last valid record (`last_lsn + 1`).
     pub next_lsn: Lsn,
+    /// Per trigger id, the events the log holds and how many of them are done, by status:
+    /// what the event ledger starts from (`dispatch::ledger`).
+    pub ledger: BTreeMap<String, TriggerTally>,
+}
+
+/// One trigger's events in a log: accepted, and done by [`DoneStatus`](crate::wal::DoneStatus) (indexed by its code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TriggerTally {
+    pub accepted: u64,
+    pub done: [u64; 8],
+}
+
+impl TriggerTally {
+    /// Events without a `Done` entry.
+    pub fn pending(&self) -> u64 {
+        self.accepted.saturating_sub(self.done.iter().sum())
+    }
 }
 
 /// Folds records, in LSN order, into a [`DispatchRecovery`].
 #[derive(Debug, Default)]
 pub(crate) struct DispatchScan {
     pending: BTreeMap<Lsn, PendingMeta>,
+    ledger: BTreeMap<String, TriggerTally>,
 }
 
 impl DispatchScan {
@@ -75,6 +93,16 @@ impl DispatchScan {
         };
         if matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent) {
             let ev = parse_event(r.kind, r.payload).map_err(|e| format!("event payload: {e}"))?;
+            match self.ledger.get_mut(ev.trigger_id) {
+                Some(t) => t.accepted += 1,
+                None => {
+                    let t = TriggerTally {
+                        accepted: 1,
+                        ..TriggerTally::default()
+                    };
+                    self.ledger.insert(ev.trigger_id.to_owned(), t);
+                }
+            }
             let meta = PendingMeta {
                 bytes: r.len as u64,
                 received_at_ms: ev.received_at_ms,
@@ -91,7 +119,11 @@ impl DispatchScan {
                     if e.event_lsn >= r.lsn {
                         return Err(forward("done entry", e.event_lsn));
                     }
-                    self.pending.remove(&e.event_lsn);
+                    if let Some(meta) = self.pending.remove(&e.event_lsn) {
+                        if let Some(t) = self.ledger.get_mut(&meta.trigger_id) {
+                            t.done[e.status as usize] += 1;
+                        }
+                    }
                 }
             }
             Record::Retry(retry) => {
@@ -101,6 +133,11 @@ impl DispatchScan {
                 if let Some(meta) = self.pending.get_mut(&retry.event_lsn) {
                     meta.next_attempt = retry.next_attempt;
                     meta.due_at_ms = retry.due_at_ms;
+                }
+            }
+            Record::Attempts(a) => {
+                if let Some(e) = a.entries.iter().find(|e| e.event_lsn >= r.lsn) {
+                    return Err(forward("attempt entry", e.event_lsn));
                 }
             }
             // Only the event kinds decode to events; they were handled above.
@@ -115,6 +152,7 @@ impl DispatchScan {
             pending: self.pending,
             done_cursor,
             next_lsn,
+            ledger: self.ledger,
         }
     }
 }
@@ -205,6 +243,10 @@ mod tests {
         drop(wal);
         let r = recover_dispatch(&cfg.dir).unwrap();
         assert_eq!(r.pending.keys().copied().collect::<Vec<_>>(), [2, 7]);
+        // Every event is one trigger's: 1 delivered, 3 no_handler (0 was never an event).
+        let t = r.ledger["github-push"];
+        assert_eq!((t.accepted, t.pending()), (4, 2));
+        assert_eq!((t.done[1], t.done[4], t.done[3]), (1, 1, 0));
         assert_eq!((r.done_cursor, r.next_lsn), (2, 10));
         let two = &r.pending[&2];
         assert_eq!((two.next_attempt, two.due_at_ms), (3, 9_000));
@@ -243,6 +285,48 @@ mod tests {
         drop(wal);
         match recover_dispatch(&cfg.dir) {
             Err(WalError::Corrupt { reason, .. }) => assert!(reason.contains("LSN 2"), "{reason}"),
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn attempt_records_are_checked_and_change_nothing_pending() {
+        use crate::wal::{AttemptEntry, AttemptOutcome, AttemptsRecord};
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+        let (mut wal, _) = open(&cfg).unwrap();
+        let attempt = |event_lsn, code| AttemptEntry {
+            event_lsn,
+            attempt: 1,
+            at_ms: 5,
+            destination: 0,
+            outcome: AttemptOutcome::Status(code),
+            latency_us: 9,
+            retry_after_ms: None,
+            response_prefix: b"no".to_vec(),
+        };
+        let attempts = |e: Vec<AttemptEntry>| Record::Attempts(AttemptsRecord { entries: e });
+        wal.append(&[
+            Record::Event(sample_event(1, 1)),
+            Record::Event(sample_event(2, 1)),
+            attempts(vec![attempt(1, 500), attempt(2, 200)]),
+            done(&[(2, DoneStatus::Delivered)]),
+        ])
+        .unwrap();
+        drop(wal);
+        let r = recover_dispatch(&cfg.dir).unwrap();
+        assert_eq!(r.pending.keys().copied().collect::<Vec<_>>(), [1]);
+        assert_eq!(
+            r.pending[&1].next_attempt, 1,
+            "an attempt entry is history only"
+        );
+        let (mut wal, _) = open(&cfg).unwrap();
+        wal.append(&[attempts(vec![attempt(6, 200)])]).unwrap();
+        drop(wal);
+        match recover_dispatch(&cfg.dir) {
+            Err(WalError::Corrupt { reason, .. }) => {
+                assert!(reason.contains("attempt entry refers to LSN 6"), "{reason}")
+            }
             other => panic!("expected Corrupt, got {other:?}"),
         }
     }

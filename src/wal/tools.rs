@@ -424,8 +424,24 @@ mod tests {
                 due_at_ms: 9,
                 last_error: "x".into(),
             }),
+            Record::Attempts(crate::wal::AttemptsRecord {
+                entries: vec![crate::wal::AttemptEntry {
+                    event_lsn: 4,
+                    attempt: 2,
+                    at_ms: 9,
+                    destination: 0,
+                    outcome: crate::wal::AttemptOutcome::Timeout,
+                    latency_us: 1,
+                    retry_after_ms: None,
+                    response_prefix: Vec::new(),
+                }],
+            }),
         ];
         open(&cfg).unwrap().0.append(&recs).unwrap();
+        // `wal verify` decodes the attempts record (kind 8) and finds the log clean.
+        let report = verify_all(tmp.path()).unwrap();
+        assert!(report.iter().all(|r| r.finding.is_none()), "{report:?}");
+        assert_eq!(report.iter().map(|r| r.records).sum::<u64>(), 8);
         let mut out = Vec::new();
         let dlq = |id: &str| (id == sample_event(2, 8).event_id).then_some("retry_exhausted");
         inspect_json_with(tmp.path(), &mut out, &dlq, &mut Silent).unwrap();

@@ -49,6 +49,8 @@ struct State {
     behavior: Mutex<Behavior>,
     /// Answers used (in order) before falling back to `behavior`.
     script: Mutex<VecDeque<Behavior>>,
+    /// Decides first, from the request's body and how many requests came before it.
+    rule: Mutex<Option<Rule>>,
     in_flight: AtomicUsize,
     peak: AtomicUsize,
     seen: Mutex<Vec<Seen>>,
@@ -57,6 +59,9 @@ struct State {
     /// While set, every received request waits (unanswered) until [`Downstream::hold`] clears it.
     hold: AtomicBool,
 }
+
+/// An answer chosen from the body and the number of requests received before this one.
+pub type Rule = fn(&[u8], usize) -> Option<Behavior>;
 
 pub struct Downstream {
     addr: SocketAddr,
@@ -118,6 +123,11 @@ impl Downstream {
 
     pub fn set(&self, b: Behavior) {
         *self.state.behavior.lock().unwrap() = b;
+    }
+
+    /// Every request asks `rule` first (then the script, then the behavior).
+    pub fn rule(&self, rule: Rule) {
+        *self.state.rule.lock().unwrap() = Some(rule);
     }
 
     pub fn script(&self, answers: Vec<Behavior>) {
@@ -215,11 +225,10 @@ fn serve(stream: TcpStream, st: &State) {
             .set_read_timeout(Some(Duration::from_millis(200)));
         let now_serving = st.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         st.peak.fetch_max(now_serving, Ordering::SeqCst);
-        let b = st
-            .script
-            .lock()
-            .unwrap()
-            .pop_front()
+        let before = st.seen.lock().unwrap().len();
+        let ruled = st.rule.lock().unwrap().and_then(|rule| rule(&body, before));
+        let b = ruled
+            .or_else(|| st.script.lock().unwrap().pop_front())
             .unwrap_or_else(|| st.behavior.lock().unwrap().clone());
         st.seen.lock().unwrap().push(Seen {
             at: Instant::now(),

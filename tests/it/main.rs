@@ -58,6 +58,7 @@ mod downstream;
 mod drain_nginx;
 mod durability;
 mod edge;
+mod events;
 #[cfg(feature = "failpoints")]
 mod faults;
 mod flow;

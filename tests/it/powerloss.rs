@@ -228,7 +228,7 @@ fn run_until_cut(
                         }
                     }
                 }
-                Record::Retry(_) => {}
+                Record::Retry(_) | Record::Attempts(_) => {}
             }
         }
         if rng.below(4) == 0 {

@@ -149,9 +149,16 @@ impl Rest for Core<'_> {
         let head_only = head.method.as_str() == "HEAD";
         let text = http::TEXT_PLAIN;
         match route {
-            RouteMatch::Ops(ep @ (OpsEndpoint::Ui | OpsEndpoint::State)) => {
+            RouteMatch::Ops(ep @ (OpsEndpoint::Ui | OpsEndpoint::State | OpsEndpoint::Ledger)) => {
                 let auth = head.header("authorization");
                 let a = crate::ops::dashboard::answer(&self.shared.ops_view(), ep, auth);
+                let h = a.headers();
+                cx.respond(Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
+            }
+            RouteMatch::Ops(OpsEndpoint::Event) => {
+                let auth = head.header("authorization");
+                let view = self.shared.ops_view();
+                let a = crate::ops::events_api::answer(&view, head.path(), head.query(), auth);
                 let h = a.headers();
                 cx.respond(Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
             }

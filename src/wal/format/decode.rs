@@ -187,6 +187,7 @@ pub fn decode_payload(kind: RecordKind, payload: &[u8]) -> Result<Record, Decode
             }
             Record::Done(DoneRecord { entries })
         }
+        RecordKind::Attempts => return super::attempt::decode(payload).map(Record::Attempts),
         RecordKind::Retry => Record::Retry(RetryRecord {
             event_lsn: u64::from_le_bytes(c.array("retry event_lsn")?),
             next_attempt: u32::from_le_bytes(c.array("retry next_attempt")?),

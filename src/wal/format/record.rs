@@ -68,6 +68,9 @@ pub enum RecordKind {
     Marker = 6,
     /// LSNs given up with `--accept-wal-loss` ([`marker`](super::marker)); decodes to no [`Record`].
     Lost = 7,
+    /// Delivery attempts, skips and dead-letterings of events ([`AttemptsRecord`]). Written
+    /// since issue 27; a log without them reads unchanged.
+    Attempts = 8,
 }
 
 impl RecordKind {
@@ -80,6 +83,7 @@ impl RecordKind {
             5 => RecordKind::ReplayEvent,
             6 => RecordKind::Marker,
             7 => RecordKind::Lost,
+            8 => RecordKind::Attempts,
             _ => return None,
         })
     }
@@ -196,6 +200,7 @@ pub enum Record {
     Event(EventRecord),
     Done(DoneRecord),
     Retry(RetryRecord),
+    Attempts(AttemptsRecord),
 }
 
 impl Record {
@@ -204,6 +209,7 @@ impl Record {
             Record::Event(ev) => ev.kind(),
             Record::Done(_) => RecordKind::Done,
             Record::Retry(_) => RecordKind::Retry,
+            Record::Attempts(_) => RecordKind::Attempts,
         }
     }
 
@@ -213,8 +219,136 @@ impl Record {
             Record::Event(ev) => ev.body.len(),
             Record::Done(d) => d.entries.len() * DONE_ENTRY_BYTES,
             Record::Retry(r) => r.last_error.len(),
+            Record::Attempts(a) => a.entries.iter().map(AttemptEntry::encoded_len).sum(),
         }
     }
+}
+
+/// Longest [`AttemptEntry::response_prefix`]: the first bytes of a response body kept with an
+/// attempt, so that one record of [`MAX_ATTEMPT_ENTRIES`] stays under 1 MiB.
+pub const MAX_RESPONSE_PREFIX_BYTES: usize = 512;
+/// Most entries in one [`AttemptsRecord`]; encoders refuse more.
+pub const MAX_ATTEMPT_ENTRIES: usize = 1024;
+/// Bytes of an [`AttemptEntry`] in a kind-8 payload before its response prefix.
+pub const ATTEMPT_ENTRY_FIXED_BYTES: usize = 8 + 4 + 8 + 4 + 1 + 2 + 4 + 4 + 2;
+/// `retry_after_ms` on disk when the response named none.
+pub const NO_RETRY_AFTER: u32 = u32::MAX;
+
+/// How one attempt (or a decision that ended the event without one) came out. On disk a class
+/// byte and a `u16` code; the numbers never change meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    /// Class 1: a complete response with this HTTP status.
+    Status(u16),
+    /// Class 2: the connection could not be established.
+    Connect,
+    /// Class 3: no complete response within the destination's timeout.
+    Timeout,
+    /// Class 4: the connection broke mid-exchange.
+    Io,
+    /// Class 5: the TLS handshake failed.
+    Tls,
+    /// Class 6: a flow gate skipped the event; the code is its `Done` status (5..=7).
+    Skipped(DoneStatus),
+    /// Class 7: the event was dead-lettered; the code is `dispatch::dlq::DlqReason`'s number
+    /// (1 retry_exhausted, 2 circuit_open, 3 permanent_failure).
+    DeadLettered(u8),
+}
+
+impl AttemptOutcome {
+    /// `(class, code)` as stored.
+    pub fn to_wire(self) -> (u8, u16) {
+        match self {
+            AttemptOutcome::Status(code) => (1, code),
+            AttemptOutcome::Connect => (2, 0),
+            AttemptOutcome::Timeout => (3, 0),
+            AttemptOutcome::Io => (4, 0),
+            AttemptOutcome::Tls => (5, 0),
+            AttemptOutcome::Skipped(s) => (6, s as u16),
+            AttemptOutcome::DeadLettered(r) => (7, u16::from(r)),
+        }
+    }
+
+    /// The outcome stored as `(class, code)`; `None` for an undefined pair.
+    pub fn from_wire(class: u8, code: u16) -> Option<AttemptOutcome> {
+        Some(match class {
+            1 => AttemptOutcome::Status(code),
+            2 => AttemptOutcome::Connect,
+            3 => AttemptOutcome::Timeout,
+            4 => AttemptOutcome::Io,
+            5 => AttemptOutcome::Tls,
+            6 => match u8::try_from(code).ok().and_then(DoneStatus::from_u8)? {
+                s @ (DoneStatus::SkippedRateLimited
+                | DoneStatus::SkippedDebounced
+                | DoneStatus::SkippedSingletonActive) => AttemptOutcome::Skipped(s),
+                _ => return None,
+            },
+            7 => match code {
+                1..=3 => AttemptOutcome::DeadLettered(code as u8),
+                _ => return None,
+            },
+            _ => return None,
+        })
+    }
+
+    /// Whether a call was made (a response or a transport failure), as opposed to a gate's skip
+    /// or a dead-lettering, which are recorded the same way but are not attempts.
+    pub fn is_call(self) -> bool {
+        !matches!(
+            self,
+            AttemptOutcome::Skipped(_) | AttemptOutcome::DeadLettered(_)
+        )
+    }
+
+    /// The error class of a failed call (`connect`, `timeout`, `io`, `tls`), or the reason of a
+    /// skip or dead-lettering; `None` for a response.
+    pub fn error(self) -> Option<&'static str> {
+        Some(match self {
+            AttemptOutcome::Status(_) => return None,
+            AttemptOutcome::Connect => "connect",
+            AttemptOutcome::Timeout => "timeout",
+            AttemptOutcome::Io => "io",
+            AttemptOutcome::Tls => "tls",
+            AttemptOutcome::Skipped(s) => s.describe().2.unwrap_or("skipped"),
+            AttemptOutcome::DeadLettered(1) => "retry_exhausted",
+            AttemptOutcome::DeadLettered(2) => "circuit_open",
+            AttemptOutcome::DeadLettered(_) => "permanent_failure",
+        })
+    }
+}
+
+/// One attempt of one event (or a skip or dead-lettering of it) inside an [`AttemptsRecord`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptEntry {
+    /// LSN of the event record (kind 1 or 5) in the same log.
+    pub event_lsn: Lsn,
+    /// The attempt's number (1 = first); for a skip or dead-lettering, the attempts made.
+    pub attempt: u32,
+    /// Wall-clock end of the attempt (or time of the decision), Unix milliseconds.
+    pub at_ms: u64,
+    /// The destination's id (its index in the configuration's destinations).
+    pub destination: u32,
+    pub outcome: AttemptOutcome,
+    /// From the request's start to its end, microseconds (saturating); 0 without a call.
+    pub latency_us: u32,
+    /// The `Retry-After` the response carried (and the destination honours), milliseconds.
+    pub retry_after_ms: Option<u32>,
+    /// The first bytes of the response body, at most [`MAX_RESPONSE_PREFIX_BYTES`].
+    pub response_prefix: Vec<u8>,
+}
+
+impl AttemptEntry {
+    /// Its bytes in a kind-8 payload.
+    pub fn encoded_len(&self) -> usize {
+        ATTEMPT_ENTRY_FIXED_BYTES + self.response_prefix.len()
+    }
+}
+
+/// Attempts of up to [`MAX_ATTEMPT_ENTRIES`] events, recorded together (kind 8). Rides the
+/// pump's next group commit with the `Done` and `Retry` records.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AttemptsRecord {
+    pub entries: Vec<AttemptEntry>,
 }
 
 /// Bytes per [`DoneEntry`] in a kind-2 payload.
@@ -293,3 +427,42 @@ impl fmt::Display for DecodeError {
 }
 
 impl std::error::Error for DecodeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempt_outcomes_round_trip_their_wire_pair_and_name_their_error() {
+        let all = [
+            (AttemptOutcome::Status(503), None, true),
+            (AttemptOutcome::Connect, Some("connect"), true),
+            (AttemptOutcome::Timeout, Some("timeout"), true),
+            (AttemptOutcome::Io, Some("io"), true),
+            (AttemptOutcome::Tls, Some("tls"), true),
+            (
+                AttemptOutcome::Skipped(DoneStatus::SkippedRateLimited),
+                Some("rate_limited"),
+                false,
+            ),
+            (
+                AttemptOutcome::DeadLettered(1),
+                Some("retry_exhausted"),
+                false,
+            ),
+            (AttemptOutcome::DeadLettered(2), Some("circuit_open"), false),
+            (
+                AttemptOutcome::DeadLettered(3),
+                Some("permanent_failure"),
+                false,
+            ),
+        ];
+        for (o, error, call) in all {
+            let (class, code) = o.to_wire();
+            assert_eq!(AttemptOutcome::from_wire(class, code), Some(o));
+            assert_eq!((o.error(), o.is_call()), (error, call), "{o:?}");
+        }
+        assert_eq!(RecordKind::from_u8(8), Some(RecordKind::Attempts));
+        assert_eq!(RecordKind::from_u8(9), None);
+    }
+}

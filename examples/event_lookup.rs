@@ -1,0 +1,120 @@
+//! Cost of `sluice events show` (`wal::events::show`) over a retained log of a given size.
+//!
+//! Writes one log (`DATA/wal/core-0`, 64 MiB segments, `durability = os`) of `EVENTS` events of
+//! `BODY` bytes, each made done by a `Done` entry written 1,000 events later (so an outcome
+//! lies in a later record, sometimes a later segment, as on a live node), with an `Attempts`
+//! record before each `Done` record; then looks up `LOOKUPS` ids spread over the log and prints
+//! the p50, p99 and max of the lookups' wall time.
+//!
+//! Run: `cargo run --release --example event_lookup -- DIR [EVENTS] [BODY] [LOOKUPS]`
+//! (DIR must not exist; it is left behind for `sluice events` to be tried on).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use sluice::wal::event_id::EventIdGen;
+use sluice::wal::{
+    open, AttemptEntry, AttemptOutcome, AttemptsRecord, DoneEntry, DoneRecord, DoneStatus,
+    Durability, EventRecord, Record, WalConfig,
+};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let dir = PathBuf::from(
+        args.get(1)
+            .expect("usage: event_lookup DIR [EVENTS] [BODY] [LOOKUPS]"),
+    );
+    let arg = |i: usize, d: u64| args.get(i).map_or(d, |a| a.parse().expect("a number"));
+    let (events, body, lookups) = (arg(2, 1_000_000), arg(3, 1024) as usize, arg(4, 200));
+    assert!(!dir.exists(), "{} exists", dir.display());
+    let cfg = WalConfig {
+        durability: Durability::Os,
+        ..WalConfig::new(dir.join("wal").join("core-0"))
+    };
+    let (mut wal, _) = open(&cfg).expect("open");
+    let mut gen = EventIdGen::new(0);
+    let mut ids = Vec::with_capacity(events as usize);
+    let t0 = Instant::now();
+    // `next` is the LSN the next record gets; `open_events` the event LSNs without an outcome.
+    let (mut next, mut batch) = (1u64, Vec::new());
+    let mut open_events = std::collections::VecDeque::new();
+    for i in 0..events {
+        let id = gen.next(1_800_000_000_000 + i / 10);
+        ids.push(id.clone());
+        batch.push(Record::Event(EventRecord {
+            event_id: id,
+            trigger_id: "t".into(),
+            source: "s".into(),
+            received_at_ms: 1_800_000_000_000 + i / 10,
+            headers: Vec::new(),
+            body: vec![b'x'; body],
+            replay_of: None,
+        }));
+        open_events.push_back(next);
+        next += 1;
+        if batch.len() < 100 {
+            continue;
+        }
+        // The outcomes of the events 1,000 back: an `Attempts` record, then a `Done` record.
+        let n = open_events.len().saturating_sub(1000);
+        let lsns: Vec<u64> = open_events.drain(..n).collect();
+        if !lsns.is_empty() {
+            let attempts = lsns.iter().map(|&l| AttemptEntry {
+                event_lsn: l,
+                attempt: 1,
+                at_ms: 1_800_000_000_000,
+                destination: 0,
+                outcome: AttemptOutcome::Status(200),
+                latency_us: 900,
+                retry_after_ms: None,
+                response_prefix: Vec::new(),
+            });
+            batch.push(Record::Attempts(AttemptsRecord {
+                entries: attempts.collect(),
+            }));
+            let done = lsns.iter().map(|&l| DoneEntry {
+                event_lsn: l,
+                status: DoneStatus::Delivered,
+                attempts: 1,
+            });
+            batch.push(Record::Done(DoneRecord {
+                entries: done.collect(),
+            }));
+            next += 2;
+        }
+        wal.append(&batch).expect("append");
+        batch.clear();
+    }
+    if !batch.is_empty() {
+        wal.append(&batch).expect("append");
+    }
+    wal.sync().expect("sync");
+    drop(wal);
+    let bytes: u64 = std::fs::read_dir(&cfg.dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    eprintln!(
+        "wrote {events} events, {:.2} GiB of segments, in {:.1} s",
+        bytes as f64 / (1u64 << 30) as f64,
+        t0.elapsed().as_secs_f64()
+    );
+    let mut times = Vec::with_capacity(lookups as usize);
+    let mut states = std::collections::BTreeMap::<&str, u64>::new();
+    for k in 0..lookups {
+        let i = (k * 7919 * 104_729) % events;
+        let t = Instant::now();
+        let r = sluice::wal::events::show(&dir, &ids[i as usize]).expect("found");
+        times.push(t.elapsed());
+        *states.entry(r.fate.as_str()).or_default() += 1;
+    }
+    times.sort();
+    let pct = |p: f64| times[((times.len() - 1) as f64 * p) as usize];
+    println!(
+        "lookups {lookups}: p50 {:?} p99 {:?} max {:?}; fates {states:?}",
+        pct(0.5),
+        pct(0.99),
+        times.last().unwrap()
+    );
+}

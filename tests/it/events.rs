@@ -1,0 +1,274 @@
+//! Issue 27, "where is my event": attempts and outcomes as the offline `sluice events` tools
+//! read them from a real server's data dir, while it runs and after it stopped.
+
+use std::time::Duration;
+
+use crate::dispatch::{big_buckets, manifest};
+use crate::downstream::{Behavior, Downstream};
+use crate::support::*;
+
+fn show(dir: &std::path::Path, id: &str) -> (i32, String, String) {
+    let out = run_cli(&["events", "show", id, "--data-dir", path_str(dir), "--json"]);
+    (
+        out.status.code().unwrap_or(-1),
+        out.stdout.clone(),
+        out.all(),
+    )
+}
+
+fn shown(dir: &std::path::Path, id: &str) -> Option<serde_json::Value> {
+    let (code, stdout, _) = show(dir, id);
+    (code == 0).then(|| serde_json::from_str(stdout.trim()).expect("json"))
+}
+
+fn statuses(v: &serde_json::Value) -> Vec<serde_json::Value> {
+    let attempts = v["attempts"].as_array().expect("attempts");
+    attempts.iter().map(|a| a["status"].clone()).collect()
+}
+
+#[test]
+fn events_show_gives_each_attempt_and_the_outcome_while_running_and_after_a_stop() {
+    let ds = Downstream::start(Behavior::default());
+    let fail = |status| Behavior {
+        status,
+        ..Behavior::default()
+    };
+    ds.script(vec![fail(500), fail(500)]);
+    let uri = ds.uri("/sink");
+    let dest = "retry = { max_attempts = 5, base = \"50ms\", cap = \"100ms\" }";
+    let mut server = Server::start(big_buckets(Opts::config(&manifest(&uri, dest, ""))));
+    let dir = server.data_dir();
+    let id = server.ingest("/hooks/t", b"{\"order\":1}");
+    let delivered = |v: &serde_json::Value| v["status"] == "delivered";
+    assert!(
+        wait_until(Duration::from_secs(20), || shown(&dir, &id)
+            .is_some_and(|v| delivered(&v))),
+        "not delivered: {:?}",
+        show(&dir, &id)
+    );
+    ds.set(fail(410));
+    let gone = server.ingest("/hooks/t", b"{\"order\":2}");
+    assert!(
+        wait_until(Duration::from_secs(20), || shown(&dir, &gone)
+            .is_some_and(|v| v["status"] == "dead_lettered")),
+        "not dead-lettered: {:?}",
+        show(&dir, &gone)
+    );
+    // Online, the same answers.
+    let online = server.get(&format!("/api/v1/events/{id}"));
+    assert_eq!(online.status, 200);
+    let o = online.json();
+    assert_eq!(
+        (&o["status"], statuses(&o)),
+        (
+            &"delivered".into(),
+            vec![500.into(), 500.into(), 200.into()]
+        ),
+        "{o}"
+    );
+    assert!(o.get("body").is_none(), "no body unless asked");
+    let g = server.get(&format!("/api/v1/events/{gone}")).json();
+    assert_eq!(
+        (&g["status"], statuses(&g)),
+        (&"dead_lettered".into(), vec![410.into()]),
+        "{g}"
+    );
+    // Asking for the body takes the admin token (none is configured here).
+    assert_eq!(
+        server.get(&format!("/api/v1/events/{id}?body=1")).status,
+        403
+    );
+    let unknown = server.get("/api/v1/events/01HZX3K9V7Q2W8E5R4T6Y1V0AB");
+    assert_eq!(unknown.status, 404);
+    assert_eq!(unknown.json()["status"], "not_found");
+    assert_eq!(server.get("/api/v1/events/nope").status, 400);
+    server.stop();
+    let v = shown(&dir, &id).expect("found after the stop");
+    assert_eq!(statuses(&v), [500, 500, 200], "{v}");
+    for a in v["attempts"].as_array().unwrap() {
+        assert!(a["at"].as_u64().unwrap() > 1_600_000_000_000, "{a}");
+        assert!(a["latency_ms"].as_f64().unwrap() > 0.0, "{a}");
+    }
+    assert_eq!(
+        (v["trigger"].as_str(), v["bytes"].as_u64()),
+        (Some("t"), Some(11))
+    );
+    let g = shown(&dir, &gone).expect("found");
+    assert_eq!(statuses(&g), [410], "{g}");
+    assert_eq!(g["reason"], "permanent_failure");
+    // An id nobody wrote: 1, saying so; a malformed one: 2.
+    let (code, _, all) = show(&dir, "01HZX3K9V7Q2W8E5R4T6Y1V0AB");
+    assert_eq!(code, 1, "{all}");
+    assert!(all.contains("not found"), "{all}");
+    assert_eq!(show(&dir, "nope").0, 2);
+    let out = run_cli(&["events", "ledger", "--data-dir", path_str(&dir), "--json"]);
+    assert!(out.status.success(), "{}", out.all());
+    let l: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let t = &l["triggers"]["t"];
+    assert_eq!(
+        (t["accepted"].as_u64(), t["delivered"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(
+        (t["dead_lettered"].as_u64(), t["pending"].as_u64()),
+        (Some(1), Some(0))
+    );
+    let out = run_cli(&["events", "list", "--data-dir", path_str(&dir), "--json"]);
+    assert!(out.status.success(), "{}", out.all());
+    let ids: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].clone())
+        .collect();
+    assert_eq!(ids, [gone.as_str(), id.as_str()], "newest first");
+}
+
+/// The issue's acceptance: 300 events, a third of the calls answered 500, the 30 events whose
+/// number ends in 0 answered 410, a SIGKILL once 150 calls were made and a restart: once
+/// settled the ledger reads accepted 300, delivered 270, dead_lettered 30, pending 0 — online
+/// (`/api/v1/ledger`, the `sluice_events_*` counters) and offline (`sluice events ledger`).
+#[test]
+fn the_ledger_balances_after_a_sigkill_and_a_restart() {
+    let ds = Downstream::start(Behavior::default());
+    ds.rule(|body, before| {
+        let n: u32 = std::str::from_utf8(body).ok()?.parse().ok()?;
+        let status = if n % 10 == 0 {
+            410
+        } else if before % 3 == 2 {
+            500
+        } else {
+            return None;
+        };
+        Some(Behavior {
+            status,
+            ..Behavior::default()
+        })
+    });
+    let uri = ds.uri("/sink");
+    let dest = "max_in_flight = 8\nretry = { max_attempts = 30, base = \"10ms\", cap = \"40ms\" }";
+    let mut server = Server::start(big_buckets(Opts::config(&manifest(&uri, dest, ""))));
+    let mut c = server.client();
+    for i in 0..300u32 {
+        accepted(&c.post("/hooks/t", i.to_string().as_bytes(), &[]));
+    }
+    assert!(ds.wait(Duration::from_secs(30), |s| s.len() >= 150));
+    server.sigkill();
+    server.restart();
+    let settled = |v: &serde_json::Value| {
+        let t = &v["triggers"]["t"];
+        t["pending"] == 0 && t["accepted"] == 300
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), || settled(
+            &server.get("/api/v1/ledger").json()
+        )),
+        "not settled: {}",
+        server.get("/api/v1/ledger").json()
+    );
+    let v = server.get("/api/v1/ledger").json();
+    let t = &v["triggers"]["t"];
+    let n = |k: &str| t[k].as_u64().unwrap();
+    assert_eq!(
+        (
+            n("accepted"),
+            n("delivered"),
+            n("dead_lettered"),
+            n("pending")
+        ),
+        (300, 270, 30, 0),
+        "{v}"
+    );
+    assert_eq!(
+        n("accepted"),
+        n("delivered") + n("dead_lettered") + n("skipped") + n("no_handler") + n("pending")
+    );
+    let (_, samples) = scrape(&server);
+    let t = [("trigger", "t")];
+    assert_eq!(
+        sample_value(&samples, "sluice_events_accepted_total", &t),
+        300.0
+    );
+    assert_eq!(
+        sample_value(&samples, "sluice_events_delivered_total", &t),
+        270.0
+    );
+    assert_eq!(
+        sample_value(&samples, "sluice_events_dead_lettered_total", &t),
+        30.0
+    );
+    let dir = server.data_dir();
+    server.stop();
+    let out = run_cli(&["events", "ledger", "--data-dir", path_str(&dir), "--json"]);
+    assert!(out.status.success(), "{}", out.all());
+    let offline: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let t = &offline["triggers"]["t"];
+    assert_eq!(
+        (
+            &t["accepted"],
+            &t["delivered"],
+            &t["dead_lettered"],
+            &t["pending"]
+        ),
+        (&300.into(), &270.into(), &30.into(), &0.into()),
+        "{offline}"
+    );
+}
+
+/// `server.ui = "token"`: the event route takes the admin token like `/api/v1/state`, and the
+/// body comes only with `?body=1` and that token.
+#[test]
+fn the_event_route_takes_the_admin_token_and_gives_the_body_only_when_asked() {
+    let server = Server::start(
+        Opts::config("[server]\nui = \"token\"\n").env("SLUICE_ADMIN_TOKEN", "s3cret-token"),
+    );
+    let id = server.ingest("/webhooks/gh", b"{\"hello\":1}");
+    let path = format!("/api/v1/events/{id}");
+    assert_eq!(server.get(&path).status, 401);
+    let get = |p: &str| {
+        let auth = [("Authorization", "Bearer s3cret-token")];
+        server.client().request("GET", p, &auth, b"")
+    };
+    let found = |p: &str| {
+        let r = get(p);
+        (r.status == 200).then(|| r.json())
+    };
+    // The 202 is durable: the event is in the log (the default route has no handler).
+    let v = found(&path).expect("found with the token");
+    assert_eq!(v["bytes"], 11);
+    assert!(v.get("body").is_none(), "{v}");
+    let with_body = found(&format!("{path}?body=1")).expect("found");
+    assert_eq!(with_body["body"], "{\"hello\":1}");
+    assert!(
+        wait_until(Duration::from_secs(10), || found(&path)
+            .is_some_and(|v| v["status"] == "no_handler")),
+        "{:?}",
+        found(&path)
+    );
+}
+
+/// A pending event the destination has not answered yet is `in_flight` online (its pump's
+/// live states), `pending` from the files alone.
+#[test]
+fn an_unanswered_call_shows_in_flight_online() {
+    let ds = Downstream::start(Behavior::default());
+    ds.hold(true);
+    let uri = ds.uri("/sink");
+    let mut server = Server::start(big_buckets(Opts::config(&manifest(&uri, "", ""))));
+    let id = server.ingest("/hooks/t", b"{}");
+    let path = format!("/api/v1/events/{id}");
+    let status = |s: &Server| s.get(&path).json()["status"].clone();
+    assert!(
+        wait_until(Duration::from_secs(10), || status(&server) == "in_flight"),
+        "{}",
+        status(&server)
+    );
+    let dir = server.data_dir();
+    assert_eq!(shown(&dir, &id).unwrap()["status"], "pending");
+    ds.hold(false);
+    assert!(
+        wait_until(Duration::from_secs(10), || status(&server) == "delivered"),
+        "{}",
+        status(&server)
+    );
+    server.stop();
+}
