@@ -57,6 +57,7 @@ pub mod outstanding;
 pub mod permits;
 pub mod placement;
 pub mod pump;
+pub mod pump_shell;
 pub mod rate;
 pub mod replay_claims;
 pub mod request;

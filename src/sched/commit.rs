@@ -6,13 +6,19 @@
 //! the checkpoint of what must exist, retention the pump asked for, and while a log is unhealthy
 //! a probe write, so `/readyz` recovers without a request.
 //!
+//! This file is the shell only: the thread, the rings, the wake and the hand-back. What a
+//! batch holds, its bound, its split between the ring and the helper and the per-batch commit
+//! are the WAL's (`wal::group`); the batch's dead letters are dispatch's, written through
+//! `wal::group::DeadLetters`.
+//!
 //! The core's loop collects what must reach the disk during a loop turn — ingest events, the
-//! pump's `Done`/`Retry` records, dead letters — into the *next* batch ([`Committer::push`]).
+//! pump's `Done`/`Retry` records, dead letters — into the *next* batch ([`Committer::staging`]).
 //! At the end of the turn, if no batch is with the helper, the next batch is handed over
-//! ([`Committer::kick`]: one ring push and one unpark). The helper group-commits each log the
-//! batch touches ([`wal::commit_batch`]: one write and one `fdatasync` per log), writes the dead
-//! letters, fills in every item's result, hands the batch back and wakes the loop once
-//! (`mio::Waker`). The loop takes it back ([`Committer::take_done`]) and answers the 202s.
+//! ([`Committer::kick`]: one ring push and one unpark). The helper commits it
+//! (`wal::group::process`: one write and one `fdatasync` per log the batch touches, then the
+//! dead letters, every item's result filled in), hands the batch back and wakes the loop once
+//! (`mio::Waker`). The loop takes it back ([`Committer::take_done`]) and gives it to ingest
+//! (the 202s) and the pump.
 //!
 //! So a request crosses no thread: it is parsed, admitted, staged and answered on its core; the
 //! helper only sees whole batches. While a batch is with the helper the next one fills, which is
@@ -36,7 +42,7 @@
 //!
 //! Bounds: at most one batch with the helper, one on the ring and one filling. The filling
 //! batch holds at most `max_batch` ingest records or [`wal::MAX_BATCH_BYTES`] of them
-//! ([`Committer::has_room`]; a refused offer waits for room, then `503 wal_busy`, as before);
+//! (`wal::group::Staging::has_room`; a refused offer waits for room, then `503 wal_busy`);
 //! the pump's records are bounded by the pump (`MAX_RECORDS_IN_FLIGHT` per log) and dead letters
 //! by `max_outstanding`. The two rings between loop and helper hold at most one batch each
 //! (capacity 2).
@@ -50,11 +56,15 @@ use std::time::Duration;
 use crossbeam_utils::sync::{Parker, Unparker};
 use mio::Waker;
 
-use crate::dispatch::dlq::{DlqEntry, DlqError, DlqStore};
+use crate::dispatch::dlq::DlqStore;
+pub use crate::dispatch::pump_shell::{Batch, Item, Outcome, Staging};
 use crate::net::io::uring::{FileDone, Uring};
 use crate::ring;
 use crate::sync::handback::Handback;
-use crate::wal::{self, AppendOutcome, PendingChunk, Record, Wal, WalShared};
+use crate::wal::{self, AppendOutcome, PendingChunk};
+
+/// A log the helper (or the loop's ring) commits, with its published state.
+pub type HelperLog = wal::group::Log;
 
 /// How long the helper sleeps with nothing to do if nobody unparks it (it then ticks its logs —
 /// checkpoint, retention, probe — and checks whether the loop has closed the ring).
@@ -66,43 +76,6 @@ const IDLE_PARK: Duration = Duration::from_millis(100);
 /// (`sluice_wal_sync_seconds`), so normally the batch is back first.
 pub const COMMIT_WAIT: Duration = Duration::from_millis(1);
 
-/// One thing for the disk.
-#[derive(Debug)]
-pub enum Item {
-    /// Append `record` to the core's log slot `log` (0 = its own log).
-    Append {
-        log: usize,
-        ticket: u64,
-        record: Record,
-    },
-    /// Store a dead letter durably (`dispatch::dlq`).
-    DeadLetter { ticket: u64, entry: DlqEntry },
-}
-
-/// The result of one [`Item`].
-#[derive(Debug)]
-pub enum Outcome {
-    Appended(AppendOutcome),
-    DeadLettered(Result<(), DlqError>),
-}
-
-/// A batch: the items, and (once back from the helper) one outcome per item, in order.
-#[derive(Debug, Default)]
-pub struct Batch {
-    pub items: Vec<Item>,
-    pub outcomes: Vec<Outcome>,
-    /// Bytes of the records appended by ingest (for the batch bound).
-    ingest_bytes: usize,
-    ingest_records: usize,
-}
-
-/// A log the helper appends to, with its published state.
-#[derive(Debug)]
-pub struct HelperLog {
-    pub wal: Wal,
-    pub shared: Arc<WalShared>,
-}
-
 /// The loop's side of the commit helper.
 #[derive(Debug)]
 pub struct Committer {
@@ -110,13 +83,13 @@ pub struct Committer {
     from_helper: ring::Receiver<Batch>,
     helper: Unparker,
     thread: Option<JoinHandle<()>>,
-    next: Batch,
+    /// The batch filling during the loop's turn (`wal::group::Staging`: its bound).
+    next: Staging,
     /// A batch is with the helper.
     in_flight: bool,
     /// Items in that batch, and how many of them are ingest records (requests waiting).
     in_flight_items: usize,
     in_flight_ingest: usize,
-    max_batch: usize,
     /// The loop's parker for [`Committer::wait_done`], and the helper's way to tell.
     parker: Parker,
     handback: Arc<Handback>,
@@ -134,21 +107,6 @@ struct LocalLog {
     /// [`Committer::take_done`].
     done: Option<Batch>,
     outcomes: Vec<AppendOutcome>,
-}
-
-/// True for an item of the core's own log (slot 0).
-fn is_local(item: &Item) -> bool {
-    matches!(item, Item::Append { log: 0, .. })
-}
-
-/// Moves the items of `from` that satisfy `pred` into a new batch, in order.
-fn split_off(from: &mut Batch, pred: impl FnMut(&Item) -> bool) -> Batch {
-    let (taken, kept) = std::mem::take(&mut from.items).into_iter().partition(pred);
-    from.items = kept;
-    Batch {
-        items: taken,
-        ..Batch::default()
-    }
 }
 
 impl Committer {
@@ -197,58 +155,42 @@ impl Committer {
             from_helper,
             helper,
             thread: Some(thread),
-            next: Batch::default(),
+            next: Staging::new(max_batch),
             in_flight: false,
             in_flight_items: 0,
             in_flight_ingest: 0,
-            max_batch,
             parker: loop_parker,
             handback,
             local,
         })
     }
 
-    /// True if an ingest record of `weight` bytes fits the filling batch.
-    pub fn has_room(&self, weight: usize) -> bool {
-        self.next.ingest_records == 0
-            || (self.next.ingest_records < self.max_batch
-                && self.next.ingest_bytes + weight <= wal::MAX_BATCH_BYTES)
+    /// The batch filling during this turn: ingest stages its appends here
+    /// ([`Staging::has_room`], [`Staging::push_ingest`]), the pump its records and dead letters.
+    pub fn staging(&mut self) -> &mut Staging {
+        &mut self.next
     }
 
-    /// Adds an ingest record (the caller checked [`Committer::has_room`]).
-    pub fn push_ingest(&mut self, log: usize, ticket: u64, record: Record) {
-        self.next.ingest_bytes += record.batch_weight();
-        self.next.ingest_records += 1;
-        self.next.items.push(Item::Append {
-            log,
-            ticket,
-            record,
-        });
-    }
-
-    /// Adds a record or dead letter of the pump's (bounded by the pump).
-    pub fn push(&mut self, item: Item) {
-        self.next.items.push(item);
+    /// The filling batch, to look at (its room: [`Staging::has_room`]).
+    pub fn staged(&self) -> &Staging {
+        &self.next
     }
 
     /// Hands the filling batch on, once per loop turn: the core's own log's records to the
     /// ring (`ring`, on io_uring) if its last commit is back, the rest to the helper if none is
-    /// there.
+    /// there (one ring push and one unpark).
     pub fn kick(&mut self, ring: Option<&mut Uring>) {
         if self.local.is_some() {
             self.kick_local(ring);
         }
-        if self.in_flight || self.next.items.is_empty() {
+        if self.in_flight {
             return;
         }
-        let batch = match self.local {
-            // Nothing for the helper (the own log's records wait for the ring): no split.
-            Some(_) if self.next.items.iter().all(is_local) => return,
-            // Ingest records are all the own log's: they stay for the ring, counted.
-            Some(_) => split_off(&mut self.next, |item| !is_local(item)),
-            None => std::mem::take(&mut self.next),
+        // Ingest records are all the own log's: on the ring path they stay for it, counted.
+        let Some(batch) = self.next.take_batch(self.local.is_some()) else {
+            return;
         };
-        let (items, ingest) = (batch.items.len(), batch.ingest_records);
+        let (items, ingest) = (batch.len(), batch.ingest_records());
         match self.to_helper.try_push(batch) {
             Ok(()) => {
                 self.in_flight = true;
@@ -257,7 +199,7 @@ impl Committer {
                 self.helper.unpark();
             }
             // Cannot happen (one batch at a time, capacity 2); keep the batch if it does.
-            Err(e) => self.next.items.extend(e.into_inner().items),
+            Err(e) => self.next.put_back(e.into_inner()),
         }
     }
 
@@ -275,20 +217,14 @@ impl Committer {
         // Between commits, as the helper does for its logs: checkpoint, retention, probe.
         let now = wal.now_nanos();
         wal.tick(now);
-        if !self.next.items.iter().any(is_local) {
+        let Some(mut batch) = self.next.take_own() else {
             return;
-        }
-        let mut batch = split_off(&mut self.next, is_local);
-        batch.ingest_records = std::mem::take(&mut self.next.ingest_records);
-        batch.ingest_bytes = std::mem::take(&mut self.next.ingest_bytes);
-        let records = batch.items.iter().filter_map(|item| match item {
-            Item::Append { record, .. } => Some(record),
-            Item::DeadLetter { .. } => None,
-        });
+        };
         let outcomes = &mut local.outcomes;
         match ring.filter(|r| !r.file_busy()) {
             Some(ring) => {
-                if let Some((sub, chunk)) = wal::start_batch(wal, shared, records, outcomes) {
+                if let Some((sub, chunk)) = wal::start_batch(wal, shared, batch.records(), outcomes)
+                {
                     match ring.write_file(sub.fd, sub.offset, sub.buf, true) {
                         Ok(()) => {
                             local.on_ring = Some((batch, chunk));
@@ -301,9 +237,9 @@ impl Committer {
                     }
                 }
             }
-            None => wal::commit_batch(wal, shared, records, outcomes),
+            None => wal::commit_batch(wal, shared, batch.records(), outcomes),
         }
-        batch.outcomes = outcomes.drain(..).map(Outcome::Appended).collect();
+        batch.set_appended(outcomes);
         local.done = Some(batch);
     }
 
@@ -319,7 +255,7 @@ impl Committer {
         let HelperLog { wal, shared } = &mut local.log;
         let results = (done.buf, done.written, done.synced);
         wal::finish_batch(wal, shared, &mut local.outcomes, chunk, results);
-        batch.outcomes = local.outcomes.drain(..).map(Outcome::Appended).collect();
+        batch.set_appended(&mut local.outcomes);
         local.done = Some(batch);
     }
 
@@ -335,6 +271,7 @@ impl Committer {
         self.in_flight_ingest = 0;
         Some(done)
     }
+
     /// True while a batch with requests waiting for it is with the helper and not back yet:
     /// the loop's next useful step is [`Committer::wait_done`].
     pub fn awaits_commit(&self) -> bool {
@@ -374,7 +311,7 @@ impl Committer {
             let batch = l.on_ring.as_ref().map(|(b, _)| b).or(l.done.as_ref());
             batch.map_or(0, |b| b.items.len())
         });
-        self.next.items.len() + self.in_flight_items + on_ring
+        self.next.len() + self.in_flight_items + on_ring
     }
 
     /// Nothing filling, nothing with the helper or on the ring.
@@ -383,7 +320,7 @@ impl Committer {
             .local
             .as_ref()
             .map_or(true, |l| l.on_ring.is_none() && l.done.is_none());
-        !self.in_flight && self.next.items.is_empty() && local_idle
+        !self.in_flight && self.next.is_empty() && local_idle
     }
 
     /// Stops the helper after the batch it has (a final sync of every log), and joins it.
@@ -465,8 +402,11 @@ impl Helper {
         }
     }
 
+    /// One batch: its commit (`wal::group::process`: one group commit per log it touches, then
+    /// its dead letters), then back to the loop with one wake (or one unpark of a parked loop).
     fn serve(&mut self, mut batch: Batch) {
-        self.process(&mut batch);
+        let (logs, first) = (&mut self.logs[..], self.first_slot);
+        wal::group::process(logs, first, &mut batch, &*self.dlq, &mut self.outcomes);
         if self.tx.try_push(batch).is_err() {
             eprintln!("sluice: commit helper: the loop's ring is closed; batch dropped");
         }
@@ -476,46 +416,6 @@ impl Helper {
             let _ = self.waker.wake();
         }
     }
-
-    /// Commits every log the batch touches (one group commit each), then the dead letters.
-    fn process(&mut self, batch: &mut Batch) {
-        let Batch {
-            items, outcomes, ..
-        } = batch;
-        outcomes.clear();
-        outcomes.extend(
-            items
-                .iter()
-                .map(|_| Outcome::Appended(AppendOutcome::Unavailable)),
-        );
-        for (i, log) in self.logs.iter_mut().enumerate() {
-            let slot = self.first_slot + i;
-            let mine = |item: &Item| matches!(item, Item::Append { log, .. } if *log == slot);
-            if !items.iter().any(mine) {
-                continue;
-            }
-            let records = items.iter().filter_map(|item| match item {
-                Item::Append { log, record, .. } if *log == slot => Some(record),
-                _ => None,
-            });
-            wal::commit_batch(&mut log.wal, &log.shared, records, &mut self.outcomes);
-            let positions = items.iter().enumerate().filter(|(_, i)| mine(i));
-            for ((pos, _), o) in positions.zip(self.outcomes.drain(..)) {
-                outcomes[pos] = Outcome::Appended(o);
-            }
-        }
-        // The turn's dead letters as one DLQ commit (`dispatch::dlq_store`).
-        let dead = items
-            .iter()
-            .enumerate()
-            .filter_map(|(pos, item)| match item {
-                Item::DeadLetter { entry, .. } => Some((pos, entry)),
-                _ => None,
-            });
-        for (pos, r) in self.dlq.put_batch(dead.collect()) {
-            outcomes[pos] = Outcome::DeadLettered(r);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -523,7 +423,7 @@ mod tests {
     use super::*;
     use crate::wal::format::tests::sample_event;
     use crate::wal::recovery::tests::{read_events, test_cfg};
-    use crate::wal::WritePath;
+    use crate::wal::{Record, WalShared, WritePath};
     use mio::{Events, Poll, Token};
 
     #[test]
@@ -547,7 +447,8 @@ mod tests {
             long,
             "nothing out: the poll waits as asked"
         );
-        c.push_ingest(0, 100, Record::Event(sample_event(100, 100)));
+        c.staging()
+            .push_ingest(0, 100, Record::Event(sample_event(100, 100)));
         c.kick(None);
         let t0 = std::time::Instant::now();
         let waited = c.wait_for_commit(long);
@@ -565,7 +466,8 @@ mod tests {
             c.wait_done(long);
         }
         for round in 0..20u64 {
-            c.push_ingest(0, round, Record::Event(sample_event(round, 100)));
+            c.staging()
+                .push_ingest(0, round, Record::Event(sample_event(round, 100)));
             c.kick(None);
             let t0 = std::time::Instant::now();
             while c.awaits_commit() {
@@ -603,13 +505,15 @@ mod tests {
         let waker = Arc::new(Waker::new(poll.registry(), Token(7)).unwrap());
         let mut c = Committer::start(0, logs, dlq, waker, 4, false).unwrap();
         for t in 0..4u64 {
-            assert!(c.has_room(1000));
-            c.push_ingest((t % 2) as usize, t, Record::Event(sample_event(t, 100)));
+            assert!(c.staging().has_room(1000));
+            c.staging()
+                .push_ingest((t % 2) as usize, t, Record::Event(sample_event(t, 100)));
         }
-        assert!(!c.has_room(10), "max_batch ingest records");
+        assert!(!c.staging().has_room(10), "max_batch ingest records");
         c.kick(None);
         assert!(!c.is_idle());
-        c.push_ingest(0, 9, Record::Event(sample_event(9, 100)));
+        c.staging()
+            .push_ingest(0, 9, Record::Event(sample_event(9, 100)));
         c.kick(None); // one batch at a time: stays filling
         let mut events = Events::with_capacity(4);
         let mut done = None;
@@ -750,9 +654,10 @@ mod tests {
         let (_poll, mut ring, dlq, waker) = ring_parts(tmp.path());
         let mut c = Committer::start(0, vec![own, adopted], dlq, waker, 8, true).unwrap();
         for t in 0..3u64 {
-            c.push_ingest(0, t, Record::Event(sample_event(t, 100)));
+            c.staging()
+                .push_ingest(0, t, Record::Event(sample_event(t, 100)));
         }
-        c.push(Item::Append {
+        c.staging().push(Item::Append {
             log: 1,
             ticket: 50,
             record: Record::Event(sample_event(50, 10)),
@@ -760,7 +665,8 @@ mod tests {
         c.kick(Some(&mut ring));
         assert!(ring.file_busy(), "the own log's write is on the ring");
         assert_eq!(c.queued(), 4);
-        c.push_ingest(0, 9, Record::Event(sample_event(9, 100)));
+        c.staging()
+            .push_ingest(0, 9, Record::Event(sample_event(9, 100)));
         c.kick(Some(&mut ring)); // one commit on the ring at a time: stays filling
         let mut back = [ring_done(&mut c, &mut ring), ring_done(&mut c, &mut ring)];
         back.sort_by_key(|b| b.items.len());
@@ -794,7 +700,8 @@ mod tests {
         // Four quarter-max events fill the smallest segment: the fifth starts a new one.
         let body = crate::wal::MAX_BODY_BYTES / 4;
         for t in 0..6u64 {
-            c.push_ingest(0, t, Record::Event(sample_event(t, body)));
+            c.staging()
+                .push_ingest(0, t, Record::Event(sample_event(t, body)));
         }
         c.kick(Some(&mut ring));
         assert!(ring.file_busy(), "the chunk after the roll is on the ring");
@@ -832,7 +739,8 @@ mod tests {
         let mut commit = |c: &mut Committer, ring: &mut Uring, n: usize| {
             for _ in 0..n {
                 ticket += 1;
-                c.push_ingest(0, ticket, Record::Event(sample_event(ticket, 3000)));
+                c.staging()
+                    .push_ingest(0, ticket, Record::Event(sample_event(ticket, 3000)));
             }
             c.kick(Some(ring));
             lsns(&ring_done(c, ring))

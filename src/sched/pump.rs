@@ -215,7 +215,7 @@ impl CorePump {
     /// Hands the core's writes to the commit helper and wakes the cores it released slots to.
     fn settle(&mut self, committer: &mut Committer) {
         for w in self.pump.take_writes() {
-            committer.push(match w {
+            committer.staging().push(match w {
                 Write::Record {
                     log,
                     ticket,

@@ -1,8 +1,9 @@
 //! The write-ahead log: the durable queue of accepted events.
 //!
-//! Each core owns one log (`DATA_DIR/wal/core-K/`, see `sched::logs`); its commit helper
-//! (`sched::commit`, or the core's own io_uring ring with `commit = "ring"`) appends a loop
-//! turn's records to fixed-size, preallocated segment files with *group commit*
+//! Each core owns one log (`DATA_DIR/wal/core-K/`, see `sched::logs`); a loop turn's records
+//! are gathered into one batch ([`group`]: the batch, its bound and its per-log commit), which
+//! its commit helper thread (`sched::commit`, or the core's own io_uring ring with
+//! `commit = "ring"`) appends to fixed-size, preallocated segment files with *group commit*
 //! ([`commit_batch`]: one `fdatasync` per batch, however many records the batch holds) and
 //! publishes the log's durable LSN. [`open`] recovers the log at startup; [`WalReader`]
 //! iterates it (offline, through read-only maps); [`WalTail`] follows it while the log is
@@ -55,6 +56,14 @@
 //!     fn append(&mut self, &[Record]) -> Result<Lsn, WalError>;   // offline / tests, as
 //!     fn append_events(&mut self, &[EventRecord]) -> Result<Lsn, WalError>; fn sync(&mut self) }
 //!
+//! pub mod group { pub enum Item<D> { Append { log, ticket, record }, DeadLetter { ticket, entry: D } }
+//!     pub enum Outcome<E> { Appended(AppendOutcome), DeadLettered(Result<(), E>) }
+//!     pub struct Batch<D, E> { pub items, pub outcomes, .. }   // a loop turn's writes, in order
+//!     pub struct Staging<D, E>;  // the filling batch: new(max_batch), has_room, push_ingest, push,
+//!                                // take_batch(keep_own), take_own, put_back
+//!     pub struct Log { pub wal: Wal, pub shared: Arc<WalShared> }
+//!     pub trait DeadLetters { fn put_dead_letters(..) }   // dispatch's DLQ implements it
+//!     pub fn process(logs: &mut [Log], first_slot, &mut Batch, &impl DeadLetters, scratch) }
 //! pub fn commit_batch(wal: &mut Wal, shared: &WalShared, records: impl IntoIterator<Item = &Record>,
 //!                     outcomes: &mut Vec<AppendOutcome>);   // one group commit, one outcome per record
 //! pub fn start_batch(..) -> Option<(Submission, PendingChunk)>;   // the same commit, its last write
@@ -304,6 +313,7 @@ pub mod events;
 pub mod failpoints;
 mod failure_log;
 pub mod format;
+pub mod group;
 pub mod key;
 pub mod layout;
 #[cfg(test)]

@@ -152,7 +152,7 @@ impl Core<'_> {
         let record = wal::Record::Event(event);
         let weight = record.batch_weight();
         if self.front.at_bound()
-            || !self.committer.has_room(weight)
+            || !self.committer.staging().has_room(weight)
             || self
                 .shared
                 .ingest()

@@ -25,11 +25,11 @@ pub(super) struct CoreStage<'a> {
 
 impl Stage for CoreStage<'_> {
     fn has_room(&self, weight: usize) -> bool {
-        self.committer.has_room(weight)
+        self.committer.staged().has_room(weight)
     }
 
     fn stage(&mut self, ticket: u64, record: crate::wal::Record) {
-        self.committer.push_ingest(0, ticket, record);
+        self.committer.staging().push_ingest(0, ticket, record);
     }
 
     fn admitted(&mut self, ticket: u64) {
