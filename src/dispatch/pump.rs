@@ -4,7 +4,8 @@
 //! through [`PumpEnv::open`]), outcomes and the commit helper's answers, each with a reading of
 //! the injected clock; its outputs are jobs, [`Write`]s for the commit helper, the cores to wake
 //! and each log's done cursor (retention). No socket, thread, waker or shared state is inside:
-//! `sched::pump` is the shell that moves data between this core and the rings, wakers and logs.
+//! [`crate::dispatch::pump_shell`] is the shell that moves data between this core and the
+//! commit batch, wakers and logs.
 //!
 //! Cursor semantics (DESIGN.md, "Where sluice goes further"): a log's cursor means *done*, the
 //! lowest LSN without a recorded outcome. Nothing is acknowledged at admission: an event is done
@@ -70,6 +71,7 @@ use crate::dispatch::job::Job;
 use crate::dispatch::ledger::{LiveSnapshot, LiveState, PumpLedger};
 use crate::dispatch::metrics::DispatchMetrics;
 use crate::dispatch::outstanding::Outstanding;
+use crate::dispatch::spec::DispatchSpec;
 use crate::dispatch::trigger_caps::Slots;
 use crate::wal::{
     AttemptEntry, DispatchRecovery, DoneEntry, EventRecord, Lsn, Record, RetryRecord, WalError,
@@ -130,6 +132,27 @@ pub struct Routes {
     pub destinations: Vec<Route>,
     /// The default route's trigger id: its events have no handler by design (not reported).
     pub default_trigger: &'static str,
+}
+
+impl Routes {
+    /// The routes of a configuration generation's dispatch spec: each trigger's destination
+    /// id, each destination's owner core (`placement::owner_core` over `spec.workers`).
+    /// `default_trigger` is the default route's trigger id (ingest's; the caller names it).
+    pub fn from_spec(spec: &DispatchSpec, default_trigger: &'static str) -> Routes {
+        let owner = |uri: &str| crate::dispatch::placement::owner_core(uri, spec.workers);
+        Routes {
+            handlers: (spec.triggers.iter())
+                .map(|t| (t.id.clone(), t.dest))
+                .collect(),
+            destinations: (spec.destinations.iter())
+                .map(|d| Route {
+                    owner: owner(&d.handler.uri),
+                    uri: d.handler.uri.clone(),
+                })
+                .collect(),
+            default_trigger,
+        }
+    }
 }
 
 /// One destination as the pump sees it.

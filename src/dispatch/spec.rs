@@ -295,6 +295,24 @@ mod tests {
     }
 
     #[test]
+    fn the_pump_routes_each_trigger_to_its_destination_and_each_destination_to_its_owner() {
+        use crate::dispatch::placement::owner_core;
+        use crate::dispatch::pump::{Route, Routes};
+        let mut s = spec(2, vec![route("a", Some(1), false), route("b", None, false)]);
+        s.workers = 4;
+        let r = Routes::from_spec(&s, "default");
+        assert_eq!(r.handlers, [("a".into(), Some(1)), ("b".into(), None)]);
+        let want: Vec<Route> = (0..2)
+            .map(|i| Route {
+                owner: owner_core(&format!("http://h/{i}"), 4),
+                uri: format!("http://h/{i}"),
+            })
+            .collect();
+        assert_eq!(r.destinations, want);
+        assert_eq!(r.default_trigger, "default");
+    }
+
+    #[test]
     fn a_destination_no_trigger_names_is_not_in_use() {
         let s = spec(3, vec![route("a", Some(2), false), route("b", None, false)]);
         assert_eq!(s.in_use(), vec![false, false, true]);

@@ -39,7 +39,7 @@ use crate::sched::context::{DispatchContext, IngestContext, Pending};
 use crate::sched::error::io_err;
 pub use crate::sched::error::RuntimeError;
 use crate::sched::logs::{self, OpenLog, RunLogs};
-use crate::sched::pump::{CorePump, Outstanding, PumpLog};
+use crate::sched::pump::{Outstanding, PumpLog};
 use crate::sched::state::{NodeParts, Phase, Shared};
 use crate::sched::worker::{self, CoreLinks, CoreParts, Worker};
 use crate::sync::clock::{unix_millis, Clock, MonotonicClock};
@@ -336,7 +336,7 @@ fn wire_cores(shared: &Arc<Shared>, run_logs: RunLogs) -> Result<Vec<CoreParts>,
             on_ring,
         )
         .map_err(io_err("starting a commit helper"))?;
-        let pump = CorePump::new(
+        let pump = crate::sched::pump::build(
             core,
             shared.clone(),
             pump_logs,

@@ -1,8 +1,9 @@
 //! A core's traffic with its commit helper and with the other cores, once per loop turn.
 //!
-//! - [`Worker::take_commits`]: the batch the commit helper finished — `202`s (or `503
-//!   wal_unavailable`) for the ingest events in it, each durable event handed to the core's
-//!   pump from memory, and the pump's own records and dead letters settled.
+//! - [`Worker::take_commits`]: each batch back from its commit goes to the domains — ingest
+//!   settles its appends (`202`s, or `503 wal_unavailable`), then the pump
+//!   (`dispatch::pump_shell`) settles its records and dead letters and takes each durable event
+//!   from memory. A loop step: it handles no event itself.
 //! - [`Worker::exchange`]: jobs and outcomes between the pump and the dispatchers. A job for a
 //!   destination this core owns, or an outcome for an event in a log this core owns, is handed
 //!   over directly; the others go through the destination core's inbound rings (one job ring
@@ -16,10 +17,9 @@
 //! rings and wakers themselves are `wiring.rs`'s.
 
 use super::Worker;
-use crate::sched::commit::{Item, Outcome};
+use crate::dispatch::pump_shell::Batch;
 use crate::sched::logs::split_key;
 use crate::sched::pump::PUMP_TICKET;
-use crate::wal::{AppendOutcome, Record};
 
 impl Worker {
     /// Handles the batches that came back (from the ring, from the commit helper), if any.
@@ -29,38 +29,22 @@ impl Worker {
         }
     }
 
-    fn take_commit(&mut self, mut batch: crate::sched::commit::Batch) {
-        let now_ms = crate::sync::clock::unix_millis();
+    /// The loop's step for one batch back from its commit: to ingest, which settles its
+    /// appends (claims, the 202s or `503`s queued, bulk replays), then to the pump
+    /// (`CorePump::on_commit`: its records and dead letters, the durable events from memory).
+    fn take_commit(&mut self, batch: Batch) {
         let mut touched: Vec<usize> = Vec::new();
-        let outcomes = std::mem::take(&mut batch.outcomes);
-        for (item, outcome) in batch.items.drain(..).zip(outcomes) {
-            match (item, outcome) {
-                (Item::Append { ticket, .. }, Outcome::Appended(o))
-                    if ticket & PUMP_TICKET != 0 =>
-                {
-                    self.pump.on_record_done(ticket, o)
-                }
-                (Item::Append { ticket, record, .. }, Outcome::Appended(o)) => {
-                    if ticket & super::replay::REPLAY_TICKET != 0 {
-                        self.replay_done(ticket, o);
-                    } else if let Some(idx) = self.ingest_done(ticket, o) {
-                        if touched.last() != Some(&idx) {
-                            touched.push(idx);
-                        }
-                    }
-                    if let (AppendOutcome::Durable { lsn }, Record::Event(event)) = (o, record) {
-                        // In memory already: the pump gets it without reading the log back.
-                        self.pump.on_durable(lsn, event);
-                    }
-                }
-                (Item::DeadLetter { ticket, entry }, Outcome::DeadLettered(r)) => {
-                    self.pump.on_dead_letter_done(ticket, entry, r, now_ms)
-                }
-                (item, outcome) => {
-                    eprintln!("sluice: commit helper answered {item:?} with {outcome:?}")
+        for (ticket, o) in batch.appended().filter(|(t, _)| t & PUMP_TICKET == 0) {
+            if ticket & super::replay::REPLAY_TICKET != 0 {
+                self.replay_done(ticket, o);
+            } else if let Some(idx) = self.ingest_done(ticket, o) {
+                if touched.last() != Some(&idx) {
+                    touched.push(idx);
                 }
             }
         }
+        self.pump
+            .on_commit(batch, crate::sync::clock::unix_millis());
         for idx in touched {
             // A connection that stopped reading at its pipeline depth may read again now.
             self.drive(idx);
@@ -80,20 +64,20 @@ impl Worker {
             self.dispatcher.accept(job, now, registry, draining);
         }
         while let Some(o) = self.links.outcomes_in.try_pop() {
-            self.pump.on_outcome(o, now_ms, &mut self.committer);
+            self.pump.on_outcome(o, now_ms, self.committer.staging());
         }
         self.dispatcher.on_tick(now, registry, draining);
         for o in self.dispatcher.take_outcomes() {
             let owner = self.links.log_owner[split_key(o.lsn()).0];
             if owner == self.links.core {
-                self.pump.on_outcome(o, now_ms, &mut self.committer);
+                self.pump.on_outcome(o, now_ms, self.committer.staging());
             } else {
                 self.links.outcome_overflow.push_back((owner, o));
             }
         }
         let mut admitted = std::mem::take(&mut self.links.admitted);
         self.pump
-            .turn(now, draining, &mut self.committer, &mut admitted);
+            .turn(now, draining, self.committer.staging(), &mut admitted);
         for (owner, job) in admitted.drain(..) {
             if owner == self.links.core {
                 self.dispatcher

@@ -43,8 +43,8 @@ pub(super) fn follow_reload(
     if let Some(next) = view.pick_up(shared.reload()) {
         let draining = shared.accepting_stopped(now);
         let config = &next.value.config;
-        pump.learn_handlers(config);
         let spec = Arc::new(config.dispatch_spec());
+        pump.learn_routes(&spec);
         dispatcher.reconfigure(spec, now, registry, draining);
     }
 }

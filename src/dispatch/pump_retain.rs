@@ -19,7 +19,7 @@ impl CorePump {
             return;
         }
         self.retain_at = now + RETAIN_EVERY;
-        let keep = self.shared.config.dispatch.retention;
+        let keep = self.retention;
         // Segment ages are against their modification times: the wall clock.
         let wall = UNIX_EPOCH + Duration::from_micros(unix_micros());
         for (slot, (index, dir, cursor)) in self.pump.cursors().enumerate() {
@@ -27,7 +27,7 @@ impl CorePump {
             let new = match retention::plan(&StdFs, dir, cursor, keep, wall) {
                 Ok(r) => {
                     if let Some(lsn) = r.retire_below {
-                        self.shared.wal()[index].request_retire(lsn);
+                        self.wal[index].request_retire(lsn);
                     }
                     r.bytes
                 }
@@ -37,7 +37,7 @@ impl CorePump {
                 }
             };
             self.disk_bytes[slot] = new;
-            self.shared.dispatch().backlog.adjust_wal_bytes(old, new);
+            self.queue.adjust_wal_bytes(old, new);
         }
     }
 }
