@@ -15,6 +15,8 @@
 //!   logs a run opens and which core owns each.
 //! - [`alloc`] sets the allocator up so that large request bodies are returned when freed.
 //! - [`exposition`] renders `/metrics` from that state (below both the runtime and the worker).
+//! - [`commit`] is a core's commit helper thread and rings (the batch is `wal::group`'s), and
+//!   [`pump`] assembles a core's pump shell (`dispatch::pump_shell`) from the shared state.
 //!
 //! Dependencies go one way: `runtime` → `worker` → (`commit`, `pump`, `exposition`, `state`) →
 //! `context` → `ingest`, `wal`, `dispatch`; `sched` → `ops`, never back; `.ci/structure.py`

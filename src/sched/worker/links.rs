@@ -30,7 +30,7 @@ impl Worker {
     }
 
     /// The loop's step for one batch back from its commit: to ingest, which settles its
-    /// appends (claims, the 202s or `503`s queued, bulk replays), then to the pump
+    /// appends (claims, the 202s or `503`s written, bulk replays), then to the pump
     /// (`CorePump::on_commit`: its records and dead letters, the durable events from memory).
     fn take_commit(&mut self, batch: Batch) {
         let mut touched: Vec<usize> = Vec::new();
@@ -43,12 +43,14 @@ impl Worker {
                 }
             }
         }
-        self.pump
-            .on_commit(batch, crate::sync::clock::unix_millis());
         for idx in touched {
-            // A connection that stopped reading at its pipeline depth may read again now.
+            // Its answers written; a connection that stopped reading at its pipeline depth may
+            // read again now.
             self.drive(idx);
         }
+        // Then the pump (nothing of it waits for the answers, nor they for it).
+        self.pump
+            .on_commit(batch, crate::sync::clock::unix_millis());
     }
 
     /// Moves jobs and outcomes: inbound rings, the dispatcher's outcomes, the pump's admissions.
