@@ -19,9 +19,23 @@ use common::{explore, explore_with_stack};
 use loom::sync::Arc;
 use loom::thread;
 use sluice::ring;
-use sluice::sched::commit::{Batch, Item};
 use sluice::storage::sim::SimFs;
+use sluice::wal::group::{self, DeadLetters, Item, Outcome};
 use sluice::wal::{self, AppendOutcome, EventRecord, Record, WalConfig, WalShared};
+
+/// The models carry no dead letters (the DLQ is dispatch's; its writes are not modelled here).
+type Batch = group::Batch<(), ()>;
+
+struct NoDeadLetters;
+
+impl DeadLetters for NoDeadLetters {
+    type Entry = ();
+    type Error = ();
+    fn put_dead_letters(&self, entries: Vec<(usize, &())>) -> Vec<(usize, Result<(), ()>)> {
+        assert!(entries.is_empty(), "no dead letters in these models");
+        Vec::new()
+    }
+}
 use std::path::Path;
 
 fn event(i: u64) -> Record {
@@ -37,7 +51,7 @@ fn event(i: u64) -> Record {
 }
 
 /// A fresh log on the simulated disk, attached to `shared` as the helper's log is.
-fn log(shared: &std::sync::Arc<WalShared>) -> wal::Wal {
+fn log(shared: &std::sync::Arc<WalShared>) -> group::Log {
     let fs = SimFs::new(Path::new("/m"), 1);
     let cfg = WalConfig {
         segment_bytes: wal::MIN_SEGMENT_BYTES,
@@ -46,21 +60,16 @@ fn log(shared: &std::sync::Arc<WalShared>) -> wal::Wal {
     };
     let (mut w, _) = wal::open_in(std::sync::Arc::new(fs), &cfg).expect("open");
     w.attach_shared(shared.clone());
-    w
+    group::Log {
+        wal: w,
+        shared: shared.clone(),
+    }
 }
 
-/// The helper's side of one batch: what `Helper::process` does for a batch of one log.
-fn commit(w: &mut wal::Wal, shared: &WalShared, batch: &mut Batch) {
-    let records = batch.items.iter().filter_map(|i| match i {
-        Item::Append { record, .. } => Some(record),
-        Item::DeadLetter { .. } => None,
-    });
-    let mut outcomes = Vec::new();
-    wal::commit_batch(w, shared, records, &mut outcomes);
-    batch.outcomes = outcomes
-        .into_iter()
-        .map(sluice::sched::commit::Outcome::Appended)
-        .collect();
+/// The helper's side of one batch: `Helper::serve`'s commit (`wal::group::process`).
+fn commit(log: &mut group::Log, batch: &mut Batch) {
+    let logs = std::slice::from_mut(log);
+    group::process(logs, 0, batch, &NoDeadLetters, &mut Vec::new());
 }
 
 #[test]
@@ -74,7 +83,6 @@ fn durable_lsn_is_published_before_the_batch_comes_back() {
             let mut w = log(&shared);
             let (to_helper, mut helper_rx) = ring::channel::<Batch>(2);
             let (helper_tx, from_helper) = ring::channel::<Batch>(2);
-            let s = shared.clone();
             let helper = thread::spawn(move || {
                 let mut batch = loop {
                     if let Some(b) = helper_rx.try_pop() {
@@ -82,7 +90,7 @@ fn durable_lsn_is_published_before_the_batch_comes_back() {
                     }
                     thread::yield_now();
                 };
-                commit(&mut w, &s, &mut batch);
+                commit(&mut w, &mut batch);
                 helper_tx.try_push(batch).expect("room for the batch");
             });
             let to_helper = to_helper;
@@ -106,7 +114,7 @@ fn durable_lsn_is_published_before_the_batch_comes_back() {
             // The loop answers 202 for each Durable outcome: the published LSN covers them.
             for o in &back.outcomes {
                 match o {
-                    sluice::sched::commit::Outcome::Appended(AppendOutcome::Durable { lsn }) => {
+                    Outcome::Appended(AppendOutcome::Durable { lsn }) => {
                         assert!(
                             shared.durable_lsn() >= *lsn,
                             "202 before the LSN is published"
@@ -128,7 +136,6 @@ fn durable_lsn_a_reader_never_sees_it_go_back_or_past_the_commits() {
         || {
             let shared = std::sync::Arc::new(WalShared::new());
             let mut w = log(&shared);
-            let s = shared.clone();
             let helper = thread::spawn(move || {
                 for t in 0..2 {
                     let mut batch = Batch::default();
@@ -137,7 +144,7 @@ fn durable_lsn_a_reader_never_sees_it_go_back_or_past_the_commits() {
                         ticket: t,
                         record: event(t),
                     });
-                    commit(&mut w, &s, &mut batch);
+                    commit(&mut w, &mut batch);
                 }
             });
             let r = Arc::new(shared.clone());
