@@ -11,12 +11,11 @@
 //!   ([`context`], each built by a small constructor from the config), the ops view it lends
 //!   to `ops` (`ops::view::OpsView`), and the node-wide parts (config, clock, logs' published
 //!   state, metric shards, lifecycle).
-//! - [`commit`] is a core's commit helper; [`pump`] the shell of a core's pump; [`logs`] the
-//!   logs a run opens and which core owns each.
+//! - [`commit`] is a core's commit helper thread and rings (the batch is `wal::group`'s);
+//!   [`pump`] assembles a core's pump shell (`dispatch::pump_shell`) from the shared state;
+//!   [`logs`] the logs a run opens and which core owns each.
 //! - [`alloc`] sets the allocator up so that large request bodies are returned when freed.
 //! - [`exposition`] renders `/metrics` from that state (below both the runtime and the worker).
-//! - [`commit`] is a core's commit helper thread and rings (the batch is `wal::group`'s), and
-//!   [`pump`] assembles a core's pump shell (`dispatch::pump_shell`) from the shared state.
 //!
 //! Dependencies go one way: `runtime` → `worker` → (`commit`, `pump`, `exposition`, `state`) →
 //! `context` → `ingest`, `wal`, `dispatch`; `sched` → `ops`, never back; `.ci/structure.py`
