@@ -34,7 +34,6 @@
 //! `sluice_connection_timeouts_total`, `sluice_body_budget_refused_total`.
 
 use std::io;
-use std::sync::Arc;
 use std::time::Duration;
 
 use mio::net::{TcpListener, TcpStream};
@@ -145,7 +144,7 @@ pub struct Server<P> {
     conns: Conns<P>,
     listener: Option<TcpListener>,
     spec: ServerSpec,
-    budget: Arc<BodyBudget>,
+    budget: crate::sync::Arc<BodyBudget>,
     /// Reusable socket read buffer ([`crate::net::conn::READ_CHUNK`] bytes).
     scratch: Box<[u8]>,
     /// The last handled request's head, whose buffers the next parsed head reuses (kept only
@@ -187,7 +186,7 @@ impl<P> Server<P> {
         listener: std::net::TcpListener,
         registry: &Registry,
         spec: ServerSpec,
-        budget: Arc<BodyBudget>,
+        budget: crate::sync::Arc<BodyBudget>,
     ) -> io::Result<Server<P>> {
         let mut listener = TcpListener::from_std(listener);
         registry.register(&mut listener, LISTENER, Interest::READABLE)?;

@@ -112,7 +112,7 @@ impl Fx {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
-        let budget = Arc::new(BodyBudget::new(1 << 20));
+        let budget = crate::sync::Arc::new(BodyBudget::new(1 << 20));
         let server = Server::new(0, listener, reactor.registry(), spec, budget).unwrap();
         let registry = Metrics::new(1);
         Fx {
