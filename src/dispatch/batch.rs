@@ -166,30 +166,7 @@ impl Batcher {
     fn close(&mut self) -> Option<Job> {
         let mut open = self.open.take()?;
         open.body.extend_from_slice(CLOSE);
-        Some(carrier(open.id, open.body, open.members))
-    }
-}
-
-/// The call carrying `members` (at least one), identified by `id`.
-fn carrier(id: String, body: Vec<u8>, members: Vec<Job>) -> Job {
-    let first = &members[0];
-    let event = EventRecord {
-        event_id: id,
-        trigger_id: first.event.trigger_id.clone(),
-        source: first.event.source.clone(),
-        received_at_ms: first.event.received_at_ms,
-        headers: vec![("content-type".into(), b"application/json".to_vec())],
-        body,
-        replay_of: None,
-    };
-    Job {
-        lsn: first.lsn,
-        event,
-        dest: first.dest,
-        attempt: members.iter().map(|m| m.attempt).max().unwrap_or(1),
-        due_at_ms: 0,
-        log_dir: None,
-        batch: members,
+        Some(Job::carrier(open.id, open.body, open.members, 0))
     }
 }
 

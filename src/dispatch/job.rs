@@ -55,6 +55,32 @@ impl Job {
         }
     }
 
+    /// A call carrying `members` (at least one): an `application/json` `body` identified by `id`
+    /// (its `webhook-id`), with the first member's LSN, destination, trigger, source and receipt
+    /// time, and the largest of the members' attempt numbers.
+    pub fn carrier(id: String, body: Vec<u8>, members: Vec<Job>, due_at_ms: u64) -> Job {
+        debug_assert!(!members.is_empty());
+        let first = &members[0];
+        let event = EventRecord {
+            event_id: id,
+            trigger_id: first.event.trigger_id.clone(),
+            source: first.event.source.clone(),
+            received_at_ms: first.event.received_at_ms,
+            headers: vec![("content-type".into(), b"application/json".to_vec())],
+            body,
+            replay_of: None,
+        };
+        Job {
+            lsn: first.lsn,
+            event,
+            dest: first.dest,
+            attempt: members.iter().map(|m| m.attempt).max().unwrap_or(1),
+            due_at_ms,
+            log_dir: None,
+            batch: members,
+        }
+    }
+
     /// The job, naming the directory of the log that holds its event.
     pub fn from_log(mut self, dir: Arc<Path>) -> Job {
         self.log_dir = Some(dir);

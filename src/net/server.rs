@@ -504,12 +504,7 @@ impl<P> Server<P> {
         idx: usize,
         want: u64,
     ) -> bool {
-        let mut cx = Ctx {
-            conns: &mut self.conns,
-            idx,
-            date: &self.date,
-            metrics: net.metrics,
-        };
+        let mut cx = self.ctx(net, idx);
         if h.gate_body(&mut cx, want) {
             return true;
         }
@@ -556,12 +551,7 @@ impl<P> Server<P> {
                 c.closing = true;
             }
         }
-        let mut cx = Ctx {
-            conns: &mut self.conns,
-            idx,
-            date: &self.date,
-            metrics: net.metrics,
-        };
+        let mut cx = self.ctx(net, idx);
         h.on_request(&mut cx, &head, body, keep_alive);
         if head.heap_bytes() <= SPARE_HEAD_BYTES {
             self.spare_head = Some(head);
@@ -574,21 +564,24 @@ impl<P> Server<P> {
             c.body.release();
         }
         let body = format!("{}\n", e.reason());
-        let mut cx = Ctx {
+        self.respond_last(net, idx, e.status(), body.as_bytes());
+    }
+
+    /// Queues a plain-text answer that ends the connection (a framing error, a timeout).
+    fn respond_last(&mut self, net: &Net<'_>, idx: usize, status: u16, body: &[u8]) {
+        let text = [("Content-Type", http::TEXT_PLAIN)];
+        self.ctx(net, idx)
+            .respond(Route::Unmatched, status, &text, body, false, false);
+    }
+
+    /// The handler's place on connection `idx`.
+    fn ctx<'s>(&'s mut self, net: &'s Net<'_>, idx: usize) -> Ctx<'s, P> {
+        Ctx {
             conns: &mut self.conns,
             idx,
             date: &self.date,
             metrics: net.metrics,
-        };
-        let text = [("Content-Type", http::TEXT_PLAIN)];
-        cx.respond(
-            Route::Unmatched,
-            e.status(),
-            &text,
-            body.as_bytes(),
-            false,
-            false,
-        );
+        }
     }
 
     /// Writes what is ready; closes when done or broken; updates the timeout phase.
@@ -715,21 +708,7 @@ impl<P> Server<P> {
         conn.reader = http::RequestReader::new(self.spec.limits.clone()).with_body_gate();
         conn.body.release();
         conn.rbuf.clear();
-        let mut cx = Ctx {
-            conns: &mut self.conns,
-            idx,
-            date: &self.date,
-            metrics: net.metrics,
-        };
-        let text = [("Content-Type", http::TEXT_PLAIN)];
-        cx.respond(
-            Route::Unmatched,
-            408,
-            &text,
-            b"request timeout\n",
-            false,
-            false,
-        );
+        self.respond_last(net, idx, 408, b"request timeout\n");
         self.flush(net, h, idx);
     }
 

@@ -14,31 +14,13 @@
 use base64::Engine as _;
 
 use crate::dispatch::job::Job;
-use crate::wal::EventRecord;
 
 /// Builds the carrier of `members` (at least one).
 pub fn carrier(members: Vec<Job>) -> Job {
-    debug_assert!(!members.is_empty());
     let body = body(&members);
-    let first = &members[0];
-    let event = EventRecord {
-        event_id: first.event.event_id.clone(),
-        trigger_id: first.event.trigger_id.clone(),
-        source: first.event.source.clone(),
-        received_at_ms: first.event.received_at_ms,
-        headers: vec![("content-type".into(), b"application/json".to_vec())],
-        body,
-        replay_of: None,
-    };
-    Job {
-        lsn: first.lsn,
-        event,
-        dest: first.dest,
-        attempt: members.iter().map(|m| m.attempt).max().unwrap_or(1),
-        due_at_ms: members.iter().map(|m| m.due_at_ms).max().unwrap_or(0),
-        log_dir: None,
-        batch: members,
-    }
+    let id = members[0].event.event_id.clone();
+    let due = members.iter().map(|m| m.due_at_ms).max().unwrap_or(0);
+    Job::carrier(id, body, members, due)
 }
 
 /// The JSON array of the members.
@@ -85,6 +67,7 @@ fn push_json_string(out: &mut Vec<u8>, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wal::EventRecord;
     use serde_json::Value;
 
     fn job(lsn: u64, id: &str, body: &[u8], attempt: u32) -> Job {
