@@ -231,16 +231,7 @@ fn batch_settings_out_of_range_fail_startup_with_exit_2() {
     ] {
         let dest = format!("batch = {batch}");
         let opts = Opts::config(&manifest("http://127.0.0.1:9/sink", &dest, ""));
-        let failure = match Server::start_in(temp_root(), opts) {
-            Err(f) => f,
-            Ok(_) => panic!("started with batch = {batch}"),
-        };
-        assert_eq!(
-            failure.status.and_then(|s| s.code()),
-            Some(2),
-            "{}",
-            failure.stderr
-        );
+        let failure = refused_config(opts, &format!("batch = {batch}"));
         assert!(failure.stderr.contains(needle), "{}", failure.stderr);
     }
 }

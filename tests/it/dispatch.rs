@@ -444,16 +444,7 @@ fn signing_secret_that_is_missing_or_malformed_fails_startup() {
         if let Some(v) = env_value {
             opts = opts.env("SINK_KEY", v);
         }
-        let failure = match Server::start_in(temp_root(), opts) {
-            Err(f) => f,
-            Ok(_) => panic!("started with a bad signing secret"),
-        };
-        assert_eq!(
-            failure.status.and_then(|s| s.code()),
-            Some(2),
-            "{}",
-            failure.stderr
-        );
+        let failure = refused_config(opts, "a bad signing secret");
         assert!(failure.stderr.contains(needle), "{}", failure.stderr);
         assert!(!failure.stderr.contains("YWJjZA"), "{}", failure.stderr);
     }

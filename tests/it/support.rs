@@ -151,6 +151,22 @@ pub struct Server {
     exit: Option<ExitStatus>,
 }
 
+/// Starts a server that must refuse its configuration: panics if it starts (naming `what`),
+/// asserts exit status 2, and returns the failure for the caller's checks of its message.
+pub fn refused_config(opts: Opts, what: &str) -> StartFailure {
+    let failure = match Server::start_in(temp_root(), opts) {
+        Err(f) => f,
+        Ok(_) => panic!("started with {what}"),
+    };
+    assert_eq!(
+        failure.status.and_then(|s| s.code()),
+        Some(2),
+        "{}",
+        failure.stderr
+    );
+    failure
+}
+
 /// A fresh temp dir for one test (holds `data/`, configs and logs).
 pub fn temp_root() -> Arc<TempDir> {
     Arc::new(
