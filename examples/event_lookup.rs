@@ -7,7 +7,10 @@
 //! the p50, p99 and max of the lookups' wall time.
 //!
 //! Run: `cargo run --release --example event_lookup -- DIR [EVENTS] [BODY] [LOOKUPS]`
-//! (DIR must not exist; it is left behind for `sluice events` to be tried on).
+//! (DIR is left behind for `sluice events` to be tried on). If DIR already holds a log this
+//! example wrote, nothing is written: its event ids are read back from the log (one pass, not
+//! timed, kept in `DIR/ids` for the next run) and only the lookups run, so one large log can be measured again on a later binary
+//! or a quieter machine.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -26,7 +29,39 @@ fn main() {
     );
     let arg = |i: usize, d: u64| args.get(i).map_or(d, |a| a.parse().expect("a number"));
     let (events, body, lookups) = (arg(2, 1_000_000), arg(3, 1024) as usize, arg(4, 200));
-    assert!(!dir.exists(), "{} exists", dir.display());
+    let ids = if dir.exists() {
+        read_ids(&dir)
+    } else {
+        write_log(&dir, events, body)
+    };
+    look_up(&dir, &ids, lookups);
+}
+
+/// The ids of the events in `dir`'s log, in log order: from `DIR/ids` (one per line) if an
+/// earlier run left it, else read from the log and kept there, so that a run on a cold page
+/// cache (the segments evicted, e.g. with `POSIX_FADV_DONTNEED`) does not warm it first.
+fn read_ids(dir: &std::path::Path) -> Vec<String> {
+    let kept = dir.join("ids");
+    if let Ok(text) = std::fs::read_to_string(&kept) {
+        return text.lines().map(str::to_owned).collect();
+    }
+    let t0 = Instant::now();
+    let mut reader = sluice::wal::WalReader::open(&dir.join("wal").join("core-0")).expect("open");
+    let mut ids = Vec::new();
+    while let Some(next) = reader.next_event() {
+        ids.push(next.expect("a readable log").1.event_id);
+    }
+    eprintln!(
+        "read {} event ids back in {:.1} s",
+        ids.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    std::fs::write(&kept, ids.join("\n")).expect("write DIR/ids");
+    ids
+}
+
+/// Writes the log described in the module header; returns its event ids in order.
+fn write_log(dir: &std::path::Path, events: u64, body: usize) -> Vec<String> {
     let cfg = WalConfig {
         durability: Durability::Os,
         ..WalConfig::new(dir.join("wal").join("core-0"))
@@ -100,12 +135,18 @@ fn main() {
         bytes as f64 / (1u64 << 30) as f64,
         t0.elapsed().as_secs_f64()
     );
+    ids
+}
+
+/// Times `lookups` lookups of ids spread over `ids`; prints p50, p99 and max.
+fn look_up(dir: &std::path::Path, ids: &[String], lookups: u64) {
+    let events = ids.len() as u64;
     let mut times = Vec::with_capacity(lookups as usize);
     let mut states = std::collections::BTreeMap::<&str, u64>::new();
     for k in 0..lookups {
         let i = (k * 7919 * 104_729) % events;
         let t = Instant::now();
-        let r = sluice::wal::events::show(&dir, &ids[i as usize]).expect("found");
+        let r = sluice::wal::events::show(dir, &ids[i as usize]).expect("found");
         times.push(t.elapsed());
         *states.entry(r.fate.as_str()).or_default() += 1;
     }

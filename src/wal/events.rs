@@ -8,8 +8,9 @@
 //! - [`show`]: the event id carries its millisecond and its worker (`event_id::parse`), and the
 //!   ids of one log increase with its LSNs (one generator per worker). So the log of that
 //!   worker is searched first (then the others), each by a binary search over its segments on
-//!   their first event id (one map and one record read per probe: `O(log segments)`), then one
-//!   forward scan from the chosen segment. The scan stops at the first event id above the one
+//!   their first event id (one map and one record read per probe: `O(log segments)`), then a
+//!   bisection inside the chosen segment on the same order (`events_seek`: about
+//!   `log2(segment / 64 KiB)` probes of a few KiB each), then one forward scan from there. The scan stops at the first event id above the one
 //!   asked (not found), and otherwise goes on from the event only until its `Done` entry (its
 //!   attempts are written before or with it): bounded by the bytes the log took between the
 //!   event and its outcome, or by the end of the log for an event still pending.
@@ -21,9 +22,10 @@
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::event_id;
+use super::events_seek;
 use super::format::{
     decode_payload, parse_event, AttemptEntry, AttemptOutcome, DoneStatus, EventRecord, Record,
     RecordKind,
@@ -201,9 +203,9 @@ fn first_event_id(dir: &Path, first: Lsn, end: Lsn) -> Result<Option<String>, Wa
     Ok(None)
 }
 
-/// The first LSN of the last segment of `dir` whose first event id is at or below `id` (a
-/// segment without events counts as below).
-fn candidate_segment(dir: &Path, id: &str) -> Result<Option<Lsn>, WalError> {
+/// The first LSN and the file of the last segment of `dir` whose first event id is at or below
+/// `id` (a segment without events counts as below).
+fn candidate_segment(dir: &Path, id: &str) -> Result<Option<(Lsn, PathBuf)>, WalError> {
     let segs = list_segments(dir)?;
     let end = |i: usize| segs.get(i + 1).map_or(Lsn::MAX, |s| s.0);
     let (mut lo, mut hi) = (0usize, segs.len());
@@ -215,19 +217,22 @@ fn candidate_segment(dir: &Path, id: &str) -> Result<Option<Lsn>, WalError> {
             _ => lo = mid + 1,
         }
     }
-    Ok(lo.checked_sub(1).map(|i| segs[i].0))
+    Ok(lo.checked_sub(1).map(|i| segs[i].clone()))
 }
 
 /// The event `id` in the log `log`, with its fate, if the log holds it; at most `after`
 /// records are read past the event.
 fn show_in(log: &LogDir, id: &str, after: u64) -> Result<Option<EventReport>, WalError> {
-    let Some(from) = candidate_segment(&log.dir, id)? else {
+    let Some((first, segment)) = candidate_segment(&log.dir, id)? else {
         return Ok(None);
     };
+    // Within the segment, a bisection on ids finds where to start (`events_seek`).
+    let (pos, from) = events_seek::seek(&segment, first, id)?;
     let mut found: Option<(Lsn, EventRecord)> = None;
     let mut seen = HashMap::new();
     let (mut read, mut bounded) = (0u64, false);
-    for r in raw_from(&log.dir, from)? {
+    let reader = WalReader::open_at(&log.dir, first, pos, from)?.skipping();
+    for r in reader {
         let r = r?;
         let is_event = matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent);
         match &found {

@@ -309,6 +309,7 @@ pub(crate) mod damage;
 mod error;
 pub mod event_id;
 pub mod events;
+mod events_seek;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
 mod failure_log;

@@ -102,6 +102,24 @@ impl WalReader {
         Ok(r)
     }
 
+    /// A reader starting at the record at byte `pos` of the segment whose first LSN is
+    /// `segment`, a record boundary that carries LSN `lsn` (found by a seek:
+    /// `events_seek`). The batch that record is in is not checked against its commit marker, as
+    /// after skipped damage; every record from there on is. If `dir` holds no segment starting
+    /// at `segment`, this is [`WalReader::open_from`]`(dir, lsn)`.
+    pub(crate) fn open_at(
+        dir: &Path,
+        segment: Lsn,
+        pos: usize,
+        lsn: Lsn,
+    ) -> Result<WalReader, WalError> {
+        let mut r = Self::open_from(dir, lsn)?;
+        if pos > 0 && r.segments.first().map(|s| s.0) == Some(segment) {
+            r.scanner = Scanner::resume_at(pos, lsn, None);
+        }
+        Ok(r)
+    }
+
     /// The next event record (kind 1 or 5; other kinds are skipped), decoded; an undecodable
     /// payload is `Err(Corrupt)` at that record.
     pub fn next_event(&mut self) -> Option<Result<(Lsn, EventRecord), WalError>> {
