@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Issue 28's table in one run: every row's CPU per unit as a ratio to sluice's own refusal (a 503
+# from a 1-token bucket: the same parse, a same-sized answer) measured in the same run, on the
+# same backend and at the same concurrency. nginx `return 202` stays as a reference row.
+#
+# Rows: refusal, durable 202 (fsync) at c64 and c256, and the delivered event (its ingest, WAL and
+# outbound call included) unbatched and batched (`BATCH`, default 64), each on io_uring and mio.
+# The delivered runs use 64 connections, so their ratio is to the c64 refusal.
+#
+# It runs `ingest_vs_nginx.sh` at c64 and c256, then `delivered_vs_nginx.sh` unbatched and
+# batched on each backend, keeps their full output in $OUT (default a temp dir) and prints the
+# table. Bounded: about 16 × DURATION seconds of load plus each delivered run's drain (≤ 60 s).
+#
+# Usage: [BIN=path/to/sluice] [BATCH=64] [OUT=dir] benches/e2e/floor.sh [DURATION_SECONDS]
+# Needs: wrk and nginx (Debian: apt-get install wrk nginx-light), a release build.
+set -euo pipefail
+DUR=${1:-5}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BATCH_N=${BATCH:-64}
+unset BATCH
+OUT=${OUT:-$(mktemp -d /tmp/sluice-floor.XXXXXX)}
+mkdir -p "$OUT"
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml"
+  BIN="$ROOT/target/release/sluice"
+fi
+export BIN
+
+# Waits (at most 30 s) until no server of a previous run listens on the scripts' ports: a
+# stopped sluice drains before it closes its listener.
+ports_free() {
+  for _ in $(seq 300); do
+    ss -Hltn '( sport >= :18080 and sport <= :18093 ) or ( sport >= :18180 and sport <= :18182 )' | grep -q . || return 0
+    sleep 0.1
+  done
+  echo "floor.sh: the benchmark ports are still in use after 30 s" >&2
+  exit 1
+}
+step() { # OUTPUT-NAME ENV... -- SCRIPT ARGS...: one run, its output kept; a failure names it
+  local name=$1
+  shift
+  ports_free
+  if ! env "$@" >"$OUT/$name.txt" 2>&1; then
+    echo "floor.sh: the $name run failed; its output: $OUT/$name.txt" >&2
+    tail -n 5 "$OUT/$name.txt" >&2
+    exit 1
+  fi
+}
+E2E="$ROOT/benches/e2e"
+step ingest-c64 "$E2E/ingest_vs_nginx.sh" "$DUR" 64
+step ingest-c256 "$E2E/ingest_vs_nginx.sh" "$DUR" 256
+for io in uring mio; do
+  step "delivered-$io" SLUICE_IO=$io "$E2E/delivered_vs_nginx.sh" "$DUR"
+  step "delivered-$io-batch" SLUICE_IO=$io BATCH="$BATCH_N" "$E2E/delivered_vs_nginx.sh" "$DUR"
+done
+
+# ingest FILE NAME-PATTERN: "total user kernel" µs per request of the wrk run whose heading matches.
+ingest() {
+  awk -v pat="$2" '
+    /^== / { on = index($0, pat) > 0 }
+    on && /cpu_us_per_request=/ {
+      match($0, /cpu_us_per_request=[0-9.]+/); t = substr($0, RSTART + 19, RLENGTH - 19)
+      match($0, /user_us=[0-9.]+/); u = substr($0, RSTART + 8, RLENGTH - 8)
+      match($0, /kernel_us=[0-9.]+/); k = substr($0, RSTART + 10, RLENGTH - 10)
+      print t, u, k; exit }' "$1"
+}
+# delivered FILE: "total user kernel" µs per delivered event, and the run's delivery line.
+delivered() {
+  awk '/cpu_us_per_delivered_event=/ {
+      match($0, /cpu_us_per_delivered_event=[0-9.]+/); t = substr($0, RSTART + 27, RLENGTH - 27)
+      match($0, /user_us=[0-9.]+/); u = substr($0, RSTART + 8, RLENGTH - 8)
+      match($0, /kernel_us=[0-9.]+/); k = substr($0, RSTART + 10, RLENGTH - 10)
+      print t, u, k; exit }' "$1"
+}
+row() { # label backend conc "total user kernel" refusal-total
+  read -r t u k <<<"$4"
+  awk -v l="$1" -v b="$2" -v c="$3" -v t="$t" -v u="$u" -v k="$k" -v r="$5" \
+    'BEGIN { printf "| %s | %s | %s | %.2f | %.2f | %.2f | %s |\n", l, b, c, t, u, k, (r > 0 ? sprintf("%.2f×", t / r) : "") }'
+}
+
+echo "machine: $(nproc) cores, $(uname -r); load before: $(cut -d' ' -f1-3 /proc/loadavg); outputs in $OUT"
+echo
+echo "| row | backend | conns | CPU µs / unit | user | kernel | ÷ refusal |"
+echo "|---|---|---|---|---|---|---|"
+for c in 64 256; do
+  f="$OUT/ingest-c$c.txt"
+  row "nginx return 202 (reference)" nginx "$c" "$(ingest "$f" "nginx return 202")" 0
+done
+for io in uring mio; do
+  name=$([ $io = uring ] && echo io_uring || echo mio)
+  r64=$(ingest "$OUT/ingest-c64.txt" "--io $io, buckets of 1 token" | cut -d' ' -f1)
+  r256=$(ingest "$OUT/ingest-c256.txt" "--io $io, buckets of 1 token" | cut -d' ' -f1)
+  row "refusal (503)" "$name" 64 "$(ingest "$OUT/ingest-c64.txt" "--io $io, buckets of 1 token")" "$r64"
+  row "refusal (503)" "$name" 256 "$(ingest "$OUT/ingest-c256.txt" "--io $io, buckets of 1 token")" "$r256"
+  row "durable 202 (fsync)" "$name" 64 "$(ingest "$OUT/ingest-c64.txt" "--io $io --durability fsync (")" "$r64"
+  row "durable 202 (fsync)" "$name" 256 "$(ingest "$OUT/ingest-c256.txt" "--io $io --durability fsync (")" "$r256"
+  row "delivered event, unbatched" "$name" 64 "$(delivered "$OUT/delivered-$io.txt")" "$r64"
+  row "delivered event, batch $BATCH_N" "$name" 64 "$(delivered "$OUT/delivered-$io-batch.txt")" "$r64"
+done
+echo
+for f in "$OUT"/delivered-*.txt; do
+  echo "$(basename "$f" .txt): $(grep -E '^sluice:' "$f")"
+done
