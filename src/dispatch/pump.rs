@@ -62,7 +62,7 @@
 //! admission.
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -119,6 +119,17 @@ pub trait PumpEnv {
     fn recovered_slot(&self) -> usize;
     /// True while trigger `trigger`'s gates hold `[flow] max_held` events.
     fn gates_full(&self, trigger: &str) -> bool;
+    /// The flow-gate cells of `trigger`, if it has some: an index that stays the trigger's for
+    /// the run, which the pump keeps (`pump_triggers`). `None` (the default): the pump asks
+    /// [`PumpEnv::gates_full`] by name.
+    fn gate_cells(&self, _trigger: &str) -> Option<usize> {
+        None
+    }
+    /// True while the trigger of cells `t` ([`PumpEnv::gate_cells`]) holds `[flow] max_held`
+    /// events.
+    fn cells_full(&self, _t: usize) -> bool {
+        false
+    }
     /// `events` events of slot `slot` totalling `bytes` are done: their backlog room goes back.
     fn release_done(&self, slot: usize, events: u64, bytes: u64);
 }
@@ -234,15 +245,17 @@ struct LogState<T> {
 
 impl<T: LogTail> LogState<T> {
     /// The next event not yet admitted, if one is durable.
-    fn next_event(&mut self) -> Result<Option<(Lsn, EventRecord)>, WalError> {
+    /// The next event not yet admitted, with its trigger's row if it has one already (an event
+    /// from memory: `PumpCore::on_durable`); one read back gets it at admission.
+    fn next_event(&mut self) -> Result<Option<(Lsn, EventRecord, Option<usize>)>, WalError> {
         match &mut self.source {
-            Source::Memory { events, bytes } => Ok(events.pop_front().map(|(lsn, ev)| {
+            Source::Memory { events, bytes } => Ok(events.pop_front().map(|(lsn, ev, row)| {
                 *bytes -= crate::wal::event_cost(&ev);
-                (lsn, ev)
+                (lsn, ev, Some(row))
             })),
             Source::Log(tail) => loop {
                 match tail.next(self.durable)? {
-                    Some((lsn, Record::Event(ev))) => return Ok(Some((lsn, ev))),
+                    Some((lsn, Record::Event(ev))) => return Ok(Some((lsn, ev, None))),
                     Some(_) => continue,
                     None => {
                         if self.own && tail.next_lsn() > self.durable {
@@ -307,6 +320,7 @@ enum Admit {
     /// Nothing to dispatch (no handler, or done before a restart).
     Done,
     /// Its trigger is at its cap: set aside, with its trigger slot.
+    /// Parked, with its trigger's row.
     Park(Lsn, EventRecord, usize),
 }
 
@@ -321,13 +335,10 @@ pub struct PumpCore<E: PumpEnv> {
     logs: Vec<LogState<E::Tail>>,
     /// Log index → position in `logs`.
     slot_of: HashMap<usize, usize>,
-    /// Trigger id → destination id; a trigger a reload removed keeps its last one (one entry
-    /// per trigger id configured during the run).
-    handlers: HashMap<String, Option<usize>>,
+    /// Each trigger's destination, cap slot, backlog slot and gate cells, by ledger row
+    /// (`pump_triggers`).
+    triggers: Triggers,
     routes: Routes,
-    /// Trigger ids of events found without a destination, already reported (bounded by the
-    /// trigger ids in the logs).
-    unknown: HashSet<String>,
     /// Dead letters the DLQ refused (full, or an I/O error): retried every
     /// [`DLQ_RETRY_EVERY`]; pending in their trigger's backlog share, without a dispatch slot.
     dlq_waiting: VecDeque<(DlqEntry, u32, u64)>,
@@ -398,9 +409,8 @@ impl<E: PumpEnv> PumpCore<E> {
             slots,
             logs: states,
             slot_of,
-            handlers: HashMap::new(),
+            triggers: Triggers::new(),
             routes: Routes::default(),
-            unknown: HashSet::new(),
             dlq_waiting: VecDeque::new(),
             dlq_retry_at: 0,
             tickets: HashMap::new(),
@@ -420,9 +430,8 @@ impl<E: PumpEnv> PumpCore<E> {
     /// longer names keeps its last destination (whose id and settings the generation keeps,
     /// `ops::reload_ids`), so its events accepted before the reload are still delivered.
     pub fn learn_routes(&mut self, routes: Routes) {
-        for (id, dest) in &routes.handlers {
-            self.handlers.insert(id.clone(), *dest);
-        }
+        self.triggers
+            .learn(&routes.handlers, routes.default_trigger);
         self.routes = routes;
     }
 
@@ -485,7 +494,7 @@ impl<E: PumpEnv> PumpCore<E> {
         if let Source::Memory { events, bytes } = &mut log.source {
             let cost = crate::wal::event_cost(&event);
             if events.len() < WINDOW_EVENTS && *bytes + cost <= WINDOW_BYTES {
-                events.push_back((lsn, event));
+                events.push_back((lsn, event, trigger));
                 *bytes += cost;
                 return;
             }
@@ -607,6 +616,9 @@ mod admit;
 mod outcome;
 #[path = "pump_attempts.rs"]
 mod pump_attempts;
+#[path = "pump_triggers.rs"]
+mod triggers;
+use triggers::Triggers;
 
 #[cfg(all(test, not(loom)))]
 #[path = "pump_tests.rs"]

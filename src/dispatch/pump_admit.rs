@@ -4,8 +4,10 @@
 //! cap). Parked events go first, in LSN order per log.
 #![forbid(unsafe_code)]
 
+use super::triggers::{Resolved, Slots, Triggers};
 use super::{Admit, Live, PumpCore, PumpEnv, MAX_DONE_ENTRIES};
 use crate::dispatch::job::{event_key, Job};
+use crate::dispatch::trigger_caps::TriggerCaps;
 use crate::wal::{DoneEntry, DoneStatus, EventRecord, Lsn};
 
 impl<E: PumpEnv> PumpCore<E> {
@@ -18,7 +20,7 @@ impl<E: PumpEnv> PumpCore<E> {
                 if !self.slots.window.acquire(self.core) {
                     return;
                 }
-                let (lsn, event) = match self.logs[slot].next_event() {
+                let (lsn, event, row) = match self.logs[slot].next_event() {
                     Ok(Some(e)) => e,
                     Ok(None) => {
                         self.release_slot();
@@ -32,8 +34,10 @@ impl<E: PumpEnv> PumpCore<E> {
                         break;
                     }
                 };
+                // Read back: its trigger's row is found here, once (from memory it has one).
+                let row = row.unwrap_or_else(|| self.ledger.slot(&event.trigger_id));
                 let at = self.logs[slot].parked.len();
-                self.place(slot, at, lsn, event, jobs);
+                self.place(slot, at, lsn, event, row, jobs);
             }
         }
     }
@@ -51,24 +55,31 @@ impl<E: PumpEnv> PumpCore<E> {
         for slot in 0..self.logs.len() {
             let mut i = 0;
             while self.room_to_admit(slot) {
-                let Some((trigger, w)) = self.logs[slot].parked.get(i) else {
+                let Some((trigger, row)) = self.logs[slot].parked.get(i) else {
                     break;
                 };
-                // By id: a trigger a reload added has flow cells but the default slot.
-                if !self.slots.caps.room(w) || self.env.gates_full(trigger) {
+                let r = resolve(
+                    &mut self.triggers,
+                    &self.slots.caps,
+                    &self.env,
+                    row,
+                    trigger,
+                );
+                // A trigger a reload added has flow cells but the default route's cap slot.
+                if !self.slots.caps.room(r.at.caps) || gates_full(&self.env, &r, trigger) {
                     i += 1;
                     continue;
                 }
                 if !self.slots.window.acquire(self.core) {
                     return false;
                 }
-                let Some((lsn, event)) = self.logs[slot].parked.take(i) else {
+                let Some((lsn, event, row)) = self.logs[slot].parked.take(i) else {
                     self.release_slot();
                     break;
                 };
                 self.slots.caps.note_parked(-1);
                 // Parked again (lost the room to another core): back in its place, passed.
-                if !self.place(slot, i, lsn, event, jobs) {
+                if !self.place(slot, i, lsn, event, row, jobs) {
                     i += 1;
                 }
             }
@@ -76,21 +87,25 @@ impl<E: PumpEnv> PumpCore<E> {
         true
     }
 
-    /// Admits one event that holds a dispatch slot: a job keeps it; otherwise it goes back, and
-    /// an event whose trigger is at its cap is parked at position `at`. False when parked.
+    /// Admits one event (of the trigger at ledger row `row`) that holds a dispatch slot: a job
+    /// keeps it; otherwise it goes back, and an event whose trigger is at its cap is parked at
+    /// position `at`. False when parked.
+    // Every argument is a distinct part of the event's place; a struct would only rename them.
+    #[allow(clippy::too_many_arguments)]
     fn place(
         &mut self,
         slot: usize,
         at: usize,
         lsn: Lsn,
         event: EventRecord,
+        row: usize,
         jobs: &mut Vec<(usize, Job)>,
     ) -> bool {
-        match self.admit_one(slot, lsn, event) {
+        match self.admit_one(slot, lsn, event, row) {
             Admit::Job(job) => jobs.push(job),
             Admit::Done => self.release_slot(),
-            Admit::Park(lsn, event, w) => {
-                self.logs[slot].parked.put(at, lsn, event, w);
+            Admit::Park(lsn, event, row) => {
+                self.logs[slot].parked.put(at, lsn, event, row);
                 self.slots.caps.note_parked(1);
                 self.release_slot();
                 return false;
@@ -99,41 +114,31 @@ impl<E: PumpEnv> PumpCore<E> {
         true
     }
 
-    /// An event of a trigger this run's configurations never named: the default route's (no
-    /// handler, by design), or one a manifest named before a restart, whose destination is then
-    /// unknown. It is recorded `no_handler` like a default-route event (`sluice wal inspect`
-    /// lists it; it can be posted again): said on stderr once per trigger id.
-    fn unknown_trigger(&mut self, id: &str) -> Option<usize> {
-        if id != self.routes.default_trigger && self.unknown.insert(id.to_string()) {
-            eprintln!(
-                "sluice: pump: events of trigger {id:?}, which the configuration does not name \
-                 (removed before this start?), are recorded as no_handler: their destination is \
-                 unknown"
-            );
-        }
-        None
-    }
-
-    /// Admits one event: a job if it goes to a destination (and takes its trigger's window
-    /// cap), `Park` if its trigger is at its cap.
-    fn admit_one(&mut self, slot: usize, lsn: Lsn, event: EventRecord) -> Admit {
+    /// Admits one event of the trigger at ledger row `row`: a job if it goes to a destination
+    /// (and takes its trigger's window cap), `Park` if its trigger is at its cap. Its trigger is
+    /// looked up by row (`pump_triggers`), not by name.
+    fn admit_one(&mut self, slot: usize, lsn: Lsn, event: EventRecord, row: usize) -> Admit {
         let log = &self.logs[slot];
         let recovered = lsn < log.recovered.next_lsn;
         if recovered && !log.recovered.pending.contains_key(&lsn) {
             return Admit::Done; // done before the restart
         }
-        let dest = match self.handlers.get(event.trigger_id.as_str()) {
-            Some(d) => *d,
-            None => self.unknown_trigger(&event.trigger_id),
-        };
+        let r = resolve(
+            &mut self.triggers,
+            &self.slots.caps,
+            &self.env,
+            row,
+            &event.trigger_id,
+        );
+        let dest = r.dest;
         let window = match dest {
             Some(_) => {
-                let w = self.slots.caps.slot(&event.trigger_id);
                 // Its gates hold `[flow] max_held` (dispatch::flow "Bounds"): it waits here.
-                if self.env.gates_full(&event.trigger_id) || !self.slots.caps.take(w) {
-                    return Admit::Park(lsn, event, w);
+                let full = gates_full(&self.env, &r, &event.trigger_id);
+                if full || !self.slots.caps.take(r.at.caps) {
+                    return Admit::Park(lsn, event, row);
                 }
-                Some(w)
+                Some(r.at.caps)
             }
             None => None,
         };
@@ -145,7 +150,7 @@ impl<E: PumpEnv> PumpCore<E> {
         // Recovered events were counted in the recovered slot (`Backlog::preload`).
         let backlog_slot = match recovered {
             true => self.env.recovered_slot(),
-            false => self.env.trigger_slot(&event.trigger_id),
+            false => r.at.backlog,
         };
         let live = Live {
             cost: crate::wal::event_cost(&event),
@@ -153,7 +158,7 @@ impl<E: PumpEnv> PumpCore<E> {
             window,
             received_at_ms: event.received_at_ms,
             outstanding: dest.is_some(),
-            trigger: self.ledger.slot(&event.trigger_id),
+            trigger: row,
             held: false,
         };
         log.live.insert(lsn, live);
@@ -170,5 +175,30 @@ impl<E: PumpEnv> PumpCore<E> {
         let key = event_key(log.index, lsn);
         let job = Job::new(key, event, dest, attempt, due_at_ms).from_log(log.dir.clone());
         Admit::Job((owner, job))
+    }
+}
+
+/// The trigger at ledger row `row`, named `name` (`pump_triggers`: looked up by name only when
+/// the row is stale).
+fn resolve(
+    triggers: &mut Triggers,
+    caps: &TriggerCaps,
+    env: &impl PumpEnv,
+    row: usize,
+    name: &str,
+) -> Resolved {
+    triggers.get(row, name, |name| Slots {
+        caps: caps.slot(name),
+        backlog: env.trigger_slot(name),
+        cells: env.gate_cells(name),
+    })
+}
+
+/// True while the gates of trigger `name` (resolved as `r`) hold `[flow] max_held` events: by
+/// its cells if it had some when resolved, else by name (cells a reload claims later).
+fn gates_full(env: &impl PumpEnv, r: &Resolved, name: &str) -> bool {
+    match r.at.cells {
+        Some(t) => env.cells_full(t),
+        None => env.gates_full(name),
     }
 }

@@ -1,5 +1,5 @@
 //! Durable events a log's pump set aside because their trigger was at its cap (its window cap,
-//! or its flow-control gates full), in LSN order, each with its trigger slot. The bookkeeping
+//! or its flow-control gates full), in LSN order, each with its trigger's row (`pump_triggers`). The bookkeeping
 //! is here once: every event that enters or leaves goes through [`Parked::put`] /
 //! [`Parked::take`], which keep the bytes; the caller moves the process-wide gauge by the count
 //! they return.
@@ -15,6 +15,7 @@ use crate::wal::{EventRecord, Lsn};
 
 #[derive(Debug, Default)]
 pub(super) struct Parked {
+    /// Each with its trigger's row (`pump_triggers`).
     events: VecDeque<(Lsn, EventRecord, usize)>,
     bytes: u64,
 }
@@ -34,7 +35,7 @@ impl Parked {
         self.events.front().map(|p| p.0)
     }
 
-    /// The trigger id and trigger slot of the `i`th event.
+    /// The trigger id and the trigger's row of the `i`th event.
     pub(super) fn get(&self, i: usize) -> Option<(&str, usize)> {
         self.events
             .get(i)
@@ -42,16 +43,16 @@ impl Parked {
     }
 
     /// Sets an event aside at position `i` (its place in LSN order; `len()` appends).
-    pub(super) fn put(&mut self, i: usize, lsn: Lsn, event: EventRecord, window: usize) {
+    pub(super) fn put(&mut self, i: usize, lsn: Lsn, event: EventRecord, row: usize) {
         self.bytes += crate::wal::event_cost(&event);
-        self.events.insert(i, (lsn, event, window));
+        self.events.insert(i, (lsn, event, row));
     }
 
-    /// Takes the `i`th event back.
-    pub(super) fn take(&mut self, i: usize) -> Option<(Lsn, EventRecord)> {
-        let (lsn, event, _) = self.events.remove(i)?;
+    /// Takes the `i`th event back, with its trigger's row.
+    pub(super) fn take(&mut self, i: usize) -> Option<(Lsn, EventRecord, usize)> {
+        let (lsn, event, row) = self.events.remove(i)?;
         self.bytes -= crate::wal::event_cost(&event);
-        Some((lsn, event))
+        Some((lsn, event, row))
     }
 }
 

@@ -117,6 +117,13 @@ impl PumpEnv for LogsEnv {
     fn gates_full(&self, trigger: &str) -> bool {
         self.metrics.flow.full_id(trigger)
     }
+    /// Its cells in the flow metrics: a claimed cell keeps its trigger for the run.
+    fn gate_cells(&self, trigger: &str) -> Option<usize> {
+        self.metrics.flow.index_of(trigger)
+    }
+    fn cells_full(&self, t: usize) -> bool {
+        self.metrics.flow.full(t)
+    }
     fn release_done(&self, slot: usize, events: u64, bytes: u64) {
         self.queue.release_done(slot, events, bytes)
     }

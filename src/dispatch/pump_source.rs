@@ -51,7 +51,8 @@ pub(crate) enum Source<T> {
     Log(T),
     /// Every durable event not yet admitted is here, in LSN order.
     Memory {
-        events: VecDeque<(Lsn, EventRecord)>,
+        /// Each with its trigger's row (`pump_triggers`).
+        events: VecDeque<(Lsn, EventRecord, usize)>,
         bytes: u64,
     },
     /// The log must be read back from `from`, but it could not be opened: retried at
@@ -194,7 +195,7 @@ mod tests {
             .unwrap();
         wal.sync().unwrap();
         let mut events = VecDeque::new();
-        events.push_back((3, sample_event(3, 10)));
+        events.push_back((3, sample_event(3, 10), 0));
         let mut src: Source<WalTail> = Source::Memory { events, bytes: 1 };
         // The directory cannot be opened (it is not there): pending from LSN 3.
         let missing = tmp.path().join("gone");

@@ -37,6 +37,9 @@ struct Fake {
     opens: Cell<u32>,
     full: RefCell<HashSet<String>>,
     released: RefCell<Vec<(usize, u64, u64)>>,
+    /// Backlog slots asked for by trigger name (the pump resolves a trigger once per
+    /// generation, `pump_triggers`).
+    lookups: Cell<u32>,
 }
 
 /// A read-back of one of the fake's logs (it sees records appended after it opened).
@@ -81,6 +84,7 @@ impl PumpEnv for Rc<Fake> {
         })
     }
     fn trigger_slot(&self, trigger: &str) -> usize {
+        self.lookups.set(self.lookups.get() + 1);
         match trigger {
             "a" => 0,
             "b" => 1,
@@ -92,6 +96,14 @@ impl PumpEnv for Rc<Fake> {
     }
     fn gates_full(&self, trigger: &str) -> bool {
         self.full.borrow().contains(trigger)
+    }
+    /// "a" has gate cells (0), asked by index; every other trigger is asked by name.
+    fn gate_cells(&self, trigger: &str) -> Option<usize> {
+        (trigger == "a").then_some(0)
+    }
+    fn cells_full(&self, t: usize) -> bool {
+        assert_eq!(t, 0, "only \"a\" has cells");
+        self.full.borrow().contains("a")
     }
     fn release_done(&self, slot: usize, events: u64, bytes: u64) {
         self.released.borrow_mut().push((slot, events, bytes));
@@ -514,6 +526,47 @@ fn a_trigger_whose_gates_are_full_is_parked_until_they_have_room() {
     r.fake.full.borrow_mut().clear();
     assert_eq!(r.turn(), [(1, 1)]);
     assert_eq!(r.caps.parked(), 0);
+}
+
+#[test]
+fn a_trigger_asked_by_name_is_parked_while_its_gates_are_full_too() {
+    let mut r = Rig::new(8);
+    r.fake.full.borrow_mut().insert("b".into());
+    r.durable(&["b", "a"]);
+    assert_eq!(r.turn(), [(1, 2)]);
+    assert_eq!(r.caps.parked(), 1);
+    r.fake.full.borrow_mut().clear();
+    assert_eq!(r.turn(), [(1, 1)]);
+}
+
+#[test]
+fn a_trigger_is_resolved_once_per_generation_and_a_reload_reaches_events_already_in() {
+    let mut r = Rig::new(64);
+    r.durable(&["a", "a", "b", "a"]);
+    assert_eq!(r.turn().len(), 4);
+    assert_eq!(r.fake.lookups.get(), 2, "once for \"a\", once for \"b\"");
+    // An event in the window (its row carried) and one parked, then a reload takes "a"'s
+    // handler away: both follow the new routes.
+    r.fake.full.borrow_mut().insert("a".into());
+    r.durable(&["a"]);
+    assert!(r.turn().is_empty(), "parked: its gates are full");
+    r.durable(&["a"]);
+    let mut reloaded = routes();
+    reloaded.handlers[0] = ("a".into(), None);
+    r.pump.learn_routes(reloaded);
+    r.fake.full.borrow_mut().clear();
+    assert!(r.turn().is_empty(), "no handler since the reload");
+    assert_eq!(
+        r.fake.lookups.get(),
+        3,
+        "\"a\" again, once, after the reload"
+    );
+    let w = r.writes();
+    assert_eq!(w.last().map(|w| w.1.as_str()), Some("done[5, 6]"), "{w:?}");
+    // A reload giving it back: the next event is a job again.
+    r.pump.learn_routes(routes());
+    r.durable(&["a"]);
+    assert_eq!(r.turn(), [(1, 7)]);
 }
 
 #[test]

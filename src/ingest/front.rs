@@ -10,8 +10,8 @@
 //!    the connection; an append gets a ticket (connection slot above [`TICKET_SEQ_BITS`], the
 //!    core's sequence below), its dedupe claim is kept by ticket, its pending reply is queued in
 //!    request order (`net::conn::Slot::Pending`), and its record is offered to the core's next
-//!    group commit through [`Stage`] — the core's commit batch, which ingest knows only as this
-//!    trait. No room: the connection waits (FIFO, [`Front::retry_offers`] every loop turn) until
+//!    group commit through [`Stage`] (`ingest::stage::CommitStage`: the front pushes into the
+//!    core's `wal::group::Staging` itself; a fake in the tests). No room: the connection waits (FIFO, [`Front::retry_offers`] every loop turn) until
 //!    the request's `offer_timeout`, then `503 wal_busy`.
 //! 2. [`Front::ingest_done`]: the commit's answer for a ticket. The dedupe claim is settled
 //!    first (confirmed if durable, released if not), then the pending reply becomes the `202` (or
@@ -35,6 +35,7 @@ use crate::ingest::pending::PendingIngest;
 use crate::ingest::pipeline::{Arrival, Node, Now, Output, Pipeline, ReplyHead, Response};
 use crate::ingest::respond::Refusal;
 use crate::ingest::sources::SourceCache;
+use crate::ingest::stage::Stage;
 use crate::metrics::{CoreMetrics, Route};
 use crate::net::conn::{response_bytes, Slot};
 use crate::net::conns::Conns;
@@ -44,39 +45,6 @@ use crate::wal::{self, AppendOutcome, AppendRequest};
 /// Bits of a ticket that carry the per-core sequence; the bits above hold the connection slot.
 pub const TICKET_SEQ_BITS: u32 = 40;
 
-/// Where an admitted event's record goes: the core's next group commit (implemented by the
-/// scheduler's commit batch; a fake in the tests).
-pub trait Stage {
-    /// True if a record of `weight` bytes fits the batch being filled.
-    fn has_room(&self, weight: usize) -> bool;
-    /// Stages `record` under `ticket` (the caller checked [`Stage::has_room`]); its outcome
-    /// comes back through [`Front::ingest_done`].
-    fn stage(&mut self, ticket: u64, record: wal::Record);
-    /// An append got `ticket`, before it is offered: the caller's own record for the ticket
-    /// (a DLQ replay's claim) starts here.
-    fn admitted(&mut self, ticket: u64);
-    /// The append of `ticket` is settled — `durable`, or failed or dropped before it was
-    /// staged — after its dedupe claim and before its answer: the caller's own bookkeeping for
-    /// the ticket (a DLQ replay's claim) ends here.
-    fn settled(&mut self, ticket: u64, durable: bool);
-}
-
-/// A borrowed stage is a stage (a core lends its commit batch for one call).
-impl<S: Stage + ?Sized> Stage for &mut S {
-    fn has_room(&self, weight: usize) -> bool {
-        (**self).has_room(weight)
-    }
-    fn stage(&mut self, ticket: u64, record: wal::Record) {
-        (**self).stage(ticket, record)
-    }
-    fn admitted(&mut self, ticket: u64) {
-        (**self).admitted(ticket)
-    }
-    fn settled(&mut self, ticket: u64, durable: bool) {
-        (**self).settled(ticket, durable)
-    }
-}
-
 /// What the front reads of the node and the loop turn for one call.
 #[derive(Debug, Clone, Copy)]
 pub struct Env<'a> {
@@ -84,6 +52,16 @@ pub struct Env<'a> {
     pub metrics: &'a CoreMetrics,
     /// The turn's `Date` header value.
     pub date: &'a str,
+}
+
+/// A staged append whose connection closed before its answer: what settling it still needs.
+#[derive(Debug, Clone, Copy)]
+struct Orphan {
+    /// Its backlog reservation: the trigger's backlog slot and the cost.
+    slot: usize,
+    cost: u64,
+    /// The core holds something for its ticket ([`Stage::admitted`]).
+    held: bool,
 }
 
 /// One core's ingest front (module docs).
@@ -99,9 +77,8 @@ pub struct Front {
     offer_waiters: VecDeque<usize>,
     /// Unsettled dedupe claims by ticket.
     claims: HashMap<u64, ClaimToken>,
-    /// Backlog reservations of appends whose connection closed before their answer
-    /// (ticket → (backlog slot, cost)).
-    orphans: HashMap<u64, (usize, u64)>,
+    /// Appends whose connection closed before their answer, by ticket.
+    orphans: HashMap<u64, Orphan>,
     /// The JSON body of the 202 (or 503) being written, reused from answer to answer.
     reply_body: String,
 }
@@ -233,9 +210,10 @@ impl Front {
         if let Some(token) = append.claim {
             self.claims.insert(ticket, token);
         }
-        stage.admitted(ticket);
+        let held = stage.admitted(ticket);
         conn.slots.push_back(Slot::Pending(PendingIngest {
             ticket,
+            held,
             offer: Some(AppendRequest {
                 log: 0,
                 ticket,
@@ -340,8 +318,11 @@ impl Front {
         };
         let (ticket, keep_alive) = (p.ticket, p.keep_alive);
         self.settle_claim(env, ticket, result.is_ok());
-        // A replay: durable → its entry leaves the DLQ (`Stage::settled`), then its claim drops.
-        stage.settled(ticket, result.is_ok());
+        if p.held {
+            // A replay: durable → its entry leaves the DLQ (`Stage::settled`), then its claim
+            // drops.
+            stage.settled(ticket, result.is_ok());
+        }
         let body = &mut self.reply_body;
         let ReplyHead {
             status,
@@ -360,13 +341,12 @@ impl Front {
             keep_alive,
             false,
         );
-        conn.fill_slot(
-            pos,
-            Slot::Ready {
-                bytes,
-                close: !keep_alive,
-            },
-        );
+        let answer = Slot::Ready {
+            bytes,
+            close: !keep_alive,
+        };
+        // The server writes it at the end of the turn (`Server::flush_answered`).
+        conns.answer(idx, pos, answer);
         env.metrics.incr_http(Route::Webhook, status);
     }
 
@@ -384,10 +364,12 @@ impl Front {
         // Settled before the 202 is queued (and even if the connection is gone).
         let durable = matches!(outcome, AppendOutcome::Durable { .. });
         self.settle_claim(env, ticket, durable);
-        if let Some((slot, cost)) = self.orphans.remove(&ticket) {
+        if let Some(Orphan { slot, cost, held }) = self.orphans.remove(&ticket) {
             // Its connection is gone: nobody to answer, but the backlog (and a replay's DLQ
             // entry) must be right.
-            stage.settled(ticket, durable);
+            if held {
+                stage.settled(ticket, durable);
+            }
             if !durable {
                 env.node.backlog.release_slot(slot, 1, cost);
             }
@@ -418,12 +400,18 @@ impl Front {
             if let Some(token) = self.claims.remove(&pending.ticket) {
                 node.guards.settle(token, false);
             }
-            stage.settled(pending.ticket, false);
+            if pending.held {
+                stage.settled(pending.ticket, false);
+            }
             backlog.release_for(&pending.reply.trigger_id, pending.reply.cost);
         } else {
             let slot = backlog.slot(&pending.reply.trigger_id);
-            self.orphans
-                .insert(pending.ticket, (slot, pending.reply.cost));
+            let orphan = Orphan {
+                slot,
+                cost: pending.reply.cost,
+                held: pending.held,
+            };
+            self.orphans.insert(pending.ticket, orphan);
         }
     }
 }

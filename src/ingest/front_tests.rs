@@ -50,6 +50,8 @@ dedupe = true
 #[derive(Default)]
 struct FakeStage {
     full: bool,
+    /// The core keeps nothing for the tickets (a client's event): no `settled` is expected.
+    hold_none: bool,
     staged: Vec<u64>,
     admitted: Vec<u64>,
     settled: Vec<(u64, bool)>,
@@ -63,8 +65,9 @@ impl Stage for FakeStage {
         assert!(matches!(record, wal::Record::Event(_)));
         self.staged.push(ticket);
     }
-    fn admitted(&mut self, ticket: u64) {
+    fn admitted(&mut self, ticket: u64) -> bool {
         self.admitted.push(ticket);
+        !self.hold_none
     }
     fn settled(&mut self, ticket: u64, durable: bool) {
         self.settled.push((ticket, durable));
@@ -272,6 +275,49 @@ fn an_admitted_request_is_staged_and_answered_202_in_its_slot_once_durable() {
         fx.backlog.pending_events(),
         1,
         "the pump releases it, not the 202"
+    );
+}
+
+#[test]
+fn a_ticket_the_core_does_not_hold_is_never_settled_with_it_and_its_answer_is_listed() {
+    let mut fx = Fx::new(4);
+    fx.stage.hold_none = true;
+    let idx = fx.connect();
+    let t1 = fx.ingest(idx, PLAIN, &[]).expect("an append");
+    let t2 = fx.ingest(idx, PLAIN, &[]).expect("an append");
+    assert_eq!(fx.stage.admitted, vec![t1, t2], "asked once per append");
+    assert_eq!(fx.done(t1, DURABLE), Some(idx));
+    assert_eq!(fx.done(t2, DURABLE), Some(idx));
+    assert!(
+        fx.stage.settled.is_empty(),
+        "a client's event does not call the core's holds"
+    );
+    let mut answered = Vec::new();
+    fx.conns.take_answered(&mut answered);
+    assert_eq!(
+        answered,
+        vec![idx],
+        "the server writes the connection, once"
+    );
+    // A closed connection: one event staged (an orphan), one never staged. Neither is held.
+    let idx = fx.connect();
+    let staged = fx.ingest(idx, PLAIN, &[]).unwrap();
+    fx.stage.full = true;
+    let waiting = fx.ingest(idx, PLAIN, &[]).unwrap();
+    let conn = fx.conns.take(idx).unwrap();
+    fx.with(|f, _, s, e| {
+        for slot in &conn.slots {
+            if let Slot::Pending(p) = slot {
+                f.on_close(p, s, &e.node);
+            }
+        }
+    });
+    assert_eq!(fx.done(staged, DURABLE), None);
+    assert!(fx.stage.settled.is_empty(), "{waiting}: never held");
+    assert_eq!(
+        fx.backlog.pending_events(),
+        3,
+        "the never-staged one's went back"
     );
 }
 

@@ -4,7 +4,9 @@
 //!   pending reply) or an immediate response out; [`front`] applies it.
 //! - [`front`]: a core's ingest front: a routed request from admission to its reply on the
 //!   core's connections (applies the pipeline's output, keeps claims and orphans until settled,
-//!   stages through [`front::Stage`], answers on the commit's outcome).
+//!   stages through [`stage::Stage`], answers on the commit's outcome).
+//! - [`stage`]: the core's commit batch as ingest stages into it ([`stage::CommitStage`] over
+//!   `wal::group::Staging`), with what the core keeps per ticket ([`stage::Holds`]).
 //! - [`serve`]: the core's request handler (`net::server::Handler`): routes, runs ingest
 //!   requests through the front, decides the body gate; other routes go to the core
 //!   ([`serve::Rest`]).
@@ -48,6 +50,7 @@ pub mod serve;
 pub mod shares;
 pub mod sources;
 pub mod spec;
+pub mod stage;
 pub mod verify;
 
 use std::collections::HashMap;

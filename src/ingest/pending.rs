@@ -9,6 +9,9 @@ use crate::wal::AppendRequest;
 #[derive(Debug)]
 pub struct PendingIngest {
     pub ticket: u64,
+    /// The core keeps something of its own for the ticket (`ingest::stage::Holds::admitted`: a
+    /// DLQ replay's claim), ended by `Holds::settled`; false for every client's event.
+    pub held: bool,
     /// `Some` while waiting for room in the core's commit batch; `None` once staged.
     pub offer: Option<AppendRequest>,
     /// When waiting for room stops and the request is refused (`wal_busy`).

@@ -3,16 +3,17 @@
 //! [`Front`] and decides the body gate with the pipeline; every other route (ops, admin, DLQ
 //! replays) goes to the core around it, [`Rest::other`]. The core provides, through [`Rest`],
 //! what ingest cannot name: the generation it routes by (a reload is followed before each
-//! request), the node's shared state, the staging of appends ([`Stage`]) and the drain.
+//! request), the node's shared state, the staging of appends ([`Stage`]: the core's commit batch, which the front pushes into itself) and the drain.
 //!
 //! Generic over the core (monomorphised): no dynamic dispatch on the request path.
 
 use std::sync::Arc;
 
-use crate::ingest::front::{Env, Front, Stage};
+use crate::ingest::front::{Env, Front};
 use crate::ingest::pending::PendingIngest;
 use crate::ingest::pipeline::{Arrival, Node, Now};
 use crate::ingest::router::{RouteMatch, Router};
+use crate::ingest::stage::Stage;
 use crate::metrics::Route;
 use crate::net::http::RequestHead;
 use crate::net::server::{Ctx, Handler};

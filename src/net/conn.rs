@@ -154,6 +154,8 @@ pub struct Conn<P> {
     pub served: u64,
     /// Input dropped since the half-close ([`Phase::Linger`]).
     lingered: u64,
+    /// On its table's list of answered connections (`Conns::answer`), not yet driven.
+    pub(super) answered: bool,
 }
 
 /// A response's bytes: `Date: date`, then `headers` (on the stack for up to seven of them),
@@ -222,6 +224,7 @@ impl<P> Conn<P> {
             continue_sent: false,
             served: 0,
             lingered: 0,
+            answered: false,
         }
     }
 

@@ -11,10 +11,15 @@
 //!   responses, a head or a body that does not arrive in time, an idle keep-alive connection,
 //!   a half-closed one past [`LINGER`]. What to do about one (a `408`, a half-close, a close) is
 //!   the owner's.
+//! - **Answers.** A response filled in later ([`Conns::answer`]: a `Slot::Pending` becoming its
+//!   bytes) puts its connection on the table's answered list, once until it is taken
+//!   ([`Conns::take_answered`]): the server writes those at the end of the turn
+//!   (`net::server::Server::flush_answered`). Bound: one entry per open connection (plus
+//!   connections closed since, whose slot the server skips or drives harmlessly).
 
 use std::time::Duration;
 
-use crate::net::conn::{Conn, Phase, LINGER};
+use crate::net::conn::{Conn, Phase, Slot, LINGER};
 use crate::net::io::{Stream, Streams};
 
 /// The connections of one core (module docs).
@@ -25,6 +30,8 @@ pub struct Conns<P> {
     free: Vec<usize>,
     open: usize,
     max_open: usize,
+    /// Connections answered since the server last wrote them (module docs).
+    answered: Vec<usize>,
 }
 
 impl<P> Conns<P> {
@@ -35,6 +42,7 @@ impl<P> Conns<P> {
             free: Vec::new(),
             open: 0,
             max_open,
+            answered: Vec::new(),
         }
     }
 
@@ -86,6 +94,34 @@ impl<P> Conns<P> {
 
     pub fn get_mut(&mut self, idx: usize) -> Option<&mut Conn<P>> {
         self.slots.get_mut(idx).and_then(Option::as_mut)
+    }
+
+    /// Fills the response at `pos` of connection `idx` (`Conn::fill_slot`) and lists the
+    /// connection as answered, for the server to write ([`Conns::take_answered`]). False if
+    /// the connection is gone.
+    pub fn answer(&mut self, idx: usize, pos: usize, slot: Slot<P>) -> bool {
+        let Some(conn) = self.get_mut(idx) else {
+            return false;
+        };
+        conn.fill_slot(pos, slot);
+        if !conn.answered {
+            conn.answered = true;
+            self.answered.push(idx);
+        }
+        true
+    }
+
+    /// The connections answered since the last call, in the order they were first answered;
+    /// each leaves the list (answered again later, it is listed again). `into` is cleared
+    /// first (the caller's buffer, reused).
+    pub fn take_answered(&mut self, into: &mut Vec<usize>) {
+        into.clear();
+        std::mem::swap(into, &mut self.answered);
+        for &idx in into.iter() {
+            if let Some(conn) = self.get_mut(idx) {
+                conn.answered = false;
+            }
+        }
     }
 
     /// Every slot the table has had (open or free): `0..slots()`.
@@ -273,6 +309,49 @@ mod table_tests {
         assert!(!c.is_full());
         assert_eq!(c.reserve(), a, "the closed slot is reused");
         assert_eq!(c.slots(), 2);
+    }
+
+    #[test]
+    fn an_answered_connection_is_listed_once_until_taken_and_again_after() {
+        use crate::net::conn::Slot;
+        let mut c: Conns<()> = Conns::new(4);
+        let (x, _px) = conn();
+        let (y, _py) = conn();
+        let (a, b) = (c.reserve(), c.reserve());
+        c.put(a, x);
+        c.put(b, y);
+        for idx in [a, b] {
+            let conn = c.get_mut(idx).unwrap();
+            conn.push(Slot::Pending(()));
+            conn.push(Slot::Pending(()));
+        }
+        let ready = || Slot::Ready {
+            bytes: b"HTTP/1.1 202 Accepted\r\n\r\n".to_vec(),
+            close: false,
+        };
+        assert!(c.answer(b, 0, ready()));
+        assert!(c.answer(a, 0, ready()));
+        assert!(c.answer(b, 1, ready()), "listed already: not twice");
+        let mut got = vec![99];
+        c.take_answered(&mut got);
+        assert_eq!(got, vec![b, a], "in the order first answered, once each");
+        assert!(matches!(c.get(b).unwrap().slots[1], Slot::Ready { .. }));
+        c.take_answered(&mut got);
+        assert!(got.is_empty(), "taken: the list is empty");
+        assert!(c.answer(a, 1, ready()));
+        c.take_answered(&mut got);
+        assert_eq!(
+            got,
+            vec![a],
+            "answered again after it was taken: listed again"
+        );
+        c.take(a);
+        assert!(
+            !c.answer(a, 0, ready()),
+            "a closed connection is not answered"
+        );
+        c.take_answered(&mut got);
+        assert!(got.is_empty());
     }
 
     #[test]

@@ -157,6 +157,8 @@ pub struct Server<P> {
     accept_retry_at: Option<u64>,
     /// The fd limit was logged; reset once an accept retry no longer fails.
     fd_limit_logged: bool,
+    /// The connections [`Server::flush_answered`] drives (a buffer, reused turn to turn).
+    answered: Vec<usize>,
 }
 
 /// The `accept` errors that mean "out of descriptors or memory for now".
@@ -202,6 +204,7 @@ impl<P> Server<P> {
             date: String::new(),
             accept_retry_at: None,
             fd_limit_logged: false,
+            answered: Vec::new(),
         })
     }
 
@@ -387,6 +390,18 @@ impl<P> Server<P> {
                 return;
             }
         }
+    }
+
+    /// Drives every connection answered since the last call (`Conns::answer`: the handler filled
+    /// a response it owed), once each: its answers are written, and a connection that stopped
+    /// reading at its pipeline depth reads again.
+    pub fn flush_answered(&mut self, net: &mut Net<'_>, h: &mut impl Handler<P>) {
+        let mut answered = std::mem::take(&mut self.answered);
+        self.conns.take_answered(&mut answered);
+        for &idx in &answered {
+            self.drive(net, h, idx);
+        }
+        self.answered = answered;
     }
 
     /// Frames buffered requests and reads more, until the socket is drained, the connection is

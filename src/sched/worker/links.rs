@@ -1,7 +1,8 @@
 //! A core's traffic with its commit helper and with the other cores, once per loop turn.
 //!
 //! - [`Worker::take_commits`]: each batch back from its commit goes to the domains — ingest
-//!   settles its appends (`202`s, or `503 wal_unavailable`), then the pump
+//!   settles its appends (`202`s, or `503 wal_unavailable`), the server writes the connections
+//!   they answered, then the pump
 //!   (`dispatch::pump_shell`) settles its records and dead letters and takes each durable event
 //!   from memory. A loop step: it handles no event itself.
 //! - [`Worker::exchange`]: jobs and outcomes between the pump and the dispatchers. A job for a
@@ -30,24 +31,22 @@ impl Worker {
     }
 
     /// The loop's step for one batch back from its commit: to ingest, which settles its
-    /// appends (claims, the 202s or `503`s written, bulk replays), then to the pump
+    /// appends (claims, the 202s or `503`s queued, bulk replays), then to the server, which
+    /// writes the answered connections (`Server::flush_answered`), then to the pump
     /// (`CorePump::on_commit`: its records and dead letters, the durable events from memory).
     fn take_commit(&mut self, batch: Batch) {
-        let mut touched: Vec<usize> = Vec::new();
         for (ticket, o) in batch.appended().filter(|(t, _)| t & PUMP_TICKET == 0) {
             if ticket & super::replay::REPLAY_TICKET != 0 {
                 self.replay_done(ticket, o);
-            } else if let Some(idx) = self.ingest_done(ticket, o) {
-                if touched.last() != Some(&idx) {
-                    touched.push(idx);
-                }
+                continue;
             }
+            let (front, conns, mut stage, env) = self.ingest_parts(None);
+            front.ingest_done(conns, ticket, o, &mut stage, &env);
         }
-        for idx in touched {
-            // Its answers written; a connection that stopped reading at its pipeline depth may
-            // read again now.
-            self.drive(idx);
-        }
+        // Its answers written; a connection that stopped reading at its pipeline depth may
+        // read again now.
+        let (server, mut net, mut core) = self.split();
+        server.flush_answered(&mut net, &mut core);
         // Then the pump (nothing of it waits for the answers, nor they for it).
         self.pump
             .on_commit(batch, crate::sync::clock::unix_millis());

@@ -5,9 +5,11 @@
 //! - `net::server::Server`: the core's listener and connections — accept, read, frame, the
 //!   body gate, pipelining bounds, deadlines, writes. It yields complete requests to its
 //!   handler, `ingest::serve::Serve`, which routes them: ingest to the core's
-//!   `ingest::front::Front` (admission to the 202: pipeline, dedupe claims, staging in the group
-//!   commit through `stage.rs`, settling on the commit's answer), every other route to the core
-//!   (`serve.rs`: ops and admin endpoints, `ops.rs` and `replay.rs`).
+//!   `ingest::front::Front` (admission to the 202: pipeline, dedupe claims, staging into the
+//!   core's group commit itself — `ingest::stage`, the batch lent by `stage.rs` — settling on the
+//!   commit's answer), every other route to the core (`serve.rs`: ops and admin endpoints,
+//!   `ops.rs` and `replay.rs`). The answered connections are written by the server
+//!   (`Server::flush_answered`, called from `links.rs` after a batch's answers).
 //! - the core's commit helper (`sched::commit`), its pump and its dispatcher, and the rings to
 //!   the other cores (`links.rs`, `wiring.rs`).
 //!
@@ -50,7 +52,6 @@ use crate::net::server::{Server, ServerSpec, LISTENER};
 use crate::sched::commit::Committer;
 use crate::sched::pump::CorePump;
 use crate::sched::state::{Phase as Lifecycle, Shared};
-use crate::wal::AppendOutcome;
 
 mod books;
 mod budgets;

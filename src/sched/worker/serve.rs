@@ -129,12 +129,12 @@ impl Rest for Core<'_> {
     }
 
     fn parts(&mut self) -> (&mut Front, Node<'_>, stage::CoreStage<'_>) {
-        let stage = stage::CoreStage {
-            committer: &mut *self.committer,
-            single: &mut self.replays.single,
-            claim: None,
-            dlq: &self.shared.dispatch().dlq,
-        };
+        let stage = stage::core_stage(
+            &mut *self.committer,
+            &mut self.replays.single,
+            None,
+            &self.shared.dispatch().dlq,
+        );
         (&mut *self.front, stage::node(self.shared, self.view), stage)
     }
 

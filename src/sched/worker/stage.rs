@@ -1,40 +1,59 @@
-//! Where the core's ingest front (`ingest::front::Front`) meets the rest of the core: its
-//! appends are staged in the core's group commit ([`CoreStage`], the front's
-//! [`Stage`]), and a single DLQ replay's claim is held by its ticket until the append's answer
-//! (`replay.rs`). The worker's few calls into the front are here too: the borrow split
-//! ([`Worker::ingest_parts`]), the commit's answers and the turn's offer retries.
+//! What the core lends its ingest front (`ingest::front::Front`) per call: its commit batch
+//! (`Committer::staging`), into which the front stages its appends itself
+//! (`ingest::stage::CommitStage`), and the single DLQ replays' claims ([`ReplayHolds`], the
+//! front's `Holds`: a claim is held by the ticket its append gets until the append is settled,
+//! `replay.rs`). Only an append that came with a claim is held, so a client's event never
+//! calls in here. The borrow splits are here too ([`Worker::ingest_parts`],
+//! [`Core::ingest_parts`]) and the turn's offer retries.
 
 use super::serve::Core;
 use super::*;
 use crate::dispatch::dlq_store::DlqStore;
 use crate::dispatch::replay_claims::ReplayClaim;
-use crate::ingest::front::Stage;
 use crate::ingest::pipeline;
+use crate::ingest::stage::{CommitStage, Holds};
 use crate::net::server::Ctx;
 use crate::sched::commit::Committer;
 
-/// The core's commit batch as the front's [`Stage`], with the single replays' claims.
-pub(super) struct CoreStage<'a> {
-    pub(super) committer: &'a mut Committer,
+/// The core's commit batch as its front stages into it, with the single replays' claims.
+pub(super) type CoreStage<'a> = CommitStage<
+    'a,
+    crate::dispatch::dlq_entry::DlqEntry,
+    crate::dispatch::dlq_entry::DlqError,
+    ReplayHolds<'a>,
+>;
+
+/// The single DLQ replays' claims, by ingest ticket (the front's [`Holds`]).
+pub(super) struct ReplayHolds<'a> {
     /// ingest ticket → claim of a single replay (`books::Replays::single`).
     pub(super) single: &'a mut std::collections::HashMap<u64, ReplayClaim>,
-    /// A single replay's claim, held by the ticket its append gets ([`Stage::admitted`]).
+    /// A single replay's claim, held by the ticket its append gets ([`Holds::admitted`]).
     pub(super) claim: Option<ReplayClaim>,
     pub(super) dlq: &'a DlqStore,
 }
 
-impl Stage for CoreStage<'_> {
-    fn has_room(&self, weight: usize) -> bool {
-        self.committer.staged().has_room(weight)
+/// The core's stage for one call: its commit batch and its replays' claims (`claim`: a single
+/// replay's, for the next append).
+pub(super) fn core_stage<'a>(
+    committer: &'a mut Committer,
+    single: &'a mut std::collections::HashMap<u64, ReplayClaim>,
+    claim: Option<ReplayClaim>,
+    dlq: &'a DlqStore,
+) -> CoreStage<'a> {
+    CommitStage {
+        batch: committer.staging(),
+        holds: ReplayHolds { single, claim, dlq },
     }
+}
 
-    fn stage(&mut self, ticket: u64, record: crate::wal::Record) {
-        self.committer.staging().push_ingest(0, ticket, record);
-    }
-
-    fn admitted(&mut self, ticket: u64) {
-        if let Some(claim) = self.claim.take() {
-            self.single.insert(ticket, claim);
+impl Holds for ReplayHolds<'_> {
+    fn admitted(&mut self, ticket: u64) -> bool {
+        match self.claim.take() {
+            Some(claim) => {
+                self.single.insert(ticket, claim);
+                true
+            }
+            None => false,
         }
     }
 
@@ -92,25 +111,18 @@ impl Worker {
             ..
         } = self;
         let (conns, date) = server.parts();
-        let stage = CoreStage {
+        let stage = core_stage(
             committer,
-            single: &mut replays.single,
+            &mut replays.single,
             claim,
-            dlq: &shared.dispatch().dlq,
-        };
+            &shared.dispatch().dlq,
+        );
         let env = Env {
             node: node(shared, view),
             metrics,
             date,
         };
         (front, conns, stage, env)
-    }
-
-    /// The commit helper's answer for ingest ticket `ticket` (`Front::ingest_done`). Returns
-    /// the connection answered, if it is still open.
-    pub(super) fn ingest_done(&mut self, ticket: u64, outcome: AppendOutcome) -> Option<usize> {
-        let (front, conns, mut stage, env) = self.ingest_parts(None);
-        front.ingest_done(conns, ticket, outcome, &mut stage, &env)
     }
 
     /// Offers the waiting connections' events again (`Front::retry_offers`), then drives each.
@@ -138,15 +150,15 @@ impl Core<'_> {
     ) -> (
         &'c mut Front,
         &'c mut Conns<PendingIngest>,
-        stage::CoreStage<'c>,
+        CoreStage<'c>,
         Env<'c>,
     ) {
-        let stage = stage::CoreStage {
-            committer: &mut *self.committer,
-            single: &mut self.replays.single,
+        let stage = core_stage(
+            &mut *self.committer,
+            &mut self.replays.single,
             claim,
-            dlq: &self.shared.dispatch().dlq,
-        };
+            &self.shared.dispatch().dlq,
+        );
         let env = Env {
             node: stage::node(self.shared, self.view),
             metrics: cx.metrics,
@@ -159,13 +171,13 @@ impl Core<'_> {
     pub(super) fn stage_parts(
         &mut self,
         claim: Option<ReplayClaim>,
-    ) -> (&mut Front, stage::CoreStage<'_>) {
-        let stage = stage::CoreStage {
-            committer: &mut *self.committer,
-            single: &mut self.replays.single,
+    ) -> (&mut Front, CoreStage<'_>) {
+        let stage = core_stage(
+            &mut *self.committer,
+            &mut self.replays.single,
             claim,
-            dlq: &self.shared.dispatch().dlq,
-        };
+            &self.shared.dispatch().dlq,
+        );
         (&mut *self.front, stage)
     }
 }
