@@ -36,7 +36,7 @@ use crate::ingest::pipeline::{Arrival, Node, Now, Output, Pipeline, ReplyHead, R
 use crate::ingest::respond::Refusal;
 use crate::ingest::sources::SourceCache;
 use crate::metrics::{CoreMetrics, Route};
-use crate::net::conn::{response_bytes, Slot};
+use crate::net::conn::Slot;
 use crate::net::conns::Conns;
 use crate::net::http;
 use crate::wal::{self, AppendOutcome, AppendRequest};
@@ -352,7 +352,7 @@ impl Front {
             ("Retry-After", retry_after.unwrap_or_default()),
         ];
         let n = if retry_after.is_some() { 2 } else { 1 };
-        let bytes = response_bytes(
+        let bytes = conn.response_bytes(
             env.date,
             status,
             &headers[..n],
