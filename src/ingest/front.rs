@@ -258,6 +258,10 @@ impl Front {
 
     /// Confirms (`durable`) or releases the dedupe claim of `ticket`, if it has one.
     fn settle_claim(&mut self, env: &Env<'_>, ticket: u64, durable: bool) {
+        // Most triggers do not dedupe: no hash per answer then.
+        if self.claims.is_empty() {
+            return;
+        }
         if let Some(token) = self.claims.remove(&ticket) {
             env.node.guards.settle(token, durable);
         }
@@ -384,7 +388,12 @@ impl Front {
         // Settled before the 202 is queued (and even if the connection is gone).
         let durable = matches!(outcome, AppendOutcome::Durable { .. });
         self.settle_claim(env, ticket, durable);
-        if let Some((slot, cost)) = self.orphans.remove(&ticket) {
+        let orphan = if self.orphans.is_empty() {
+            None
+        } else {
+            self.orphans.remove(&ticket)
+        };
+        if let Some((slot, cost)) = orphan {
             // Its connection is gone: nobody to answer, but the backlog (and a replay's DLQ
             // entry) must be right.
             stage.settled(ticket, durable);
