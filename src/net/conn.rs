@@ -161,7 +161,7 @@ pub struct Conn<P> {
 }
 
 /// Capacity up to which a written response's buffer is kept for the next response.
-pub const SPARE_KEEP: usize = 4096;
+pub const SPARE_KEEP: usize = 1024;
 
 /// A response's bytes: `Date: date`, then `headers` (on the stack for up to seven of them),
 /// then `body` (none with `head_only`). `write_response` reserves the exact size: one
