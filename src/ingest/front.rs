@@ -37,7 +37,7 @@ use crate::ingest::respond::Refusal;
 use crate::ingest::sources::SourceCache;
 use crate::ingest::stage::Stage;
 use crate::metrics::{CoreMetrics, Route};
-use crate::net::conn::{response_bytes, Slot};
+use crate::net::conn::Slot;
 use crate::net::conns::Conns;
 use crate::net::http;
 use crate::wal::{self, AppendOutcome, AppendRequest};
@@ -236,6 +236,10 @@ impl Front {
 
     /// Confirms (`durable`) or releases the dedupe claim of `ticket`, if it has one.
     fn settle_claim(&mut self, env: &Env<'_>, ticket: u64, durable: bool) {
+        // Most triggers do not dedupe: no hash per answer then.
+        if self.claims.is_empty() {
+            return;
+        }
         if let Some(token) = self.claims.remove(&ticket) {
             env.node.guards.settle(token, durable);
         }
@@ -333,7 +337,7 @@ impl Front {
             ("Retry-After", retry_after.unwrap_or_default()),
         ];
         let n = if retry_after.is_some() { 2 } else { 1 };
-        let bytes = response_bytes(
+        let bytes = conn.response_bytes(
             env.date,
             status,
             &headers[..n],
@@ -364,7 +368,12 @@ impl Front {
         // Settled before the 202 is queued (and even if the connection is gone).
         let durable = matches!(outcome, AppendOutcome::Durable { .. });
         self.settle_claim(env, ticket, durable);
-        if let Some(Orphan { slot, cost, held }) = self.orphans.remove(&ticket) {
+        let orphan = if self.orphans.is_empty() {
+            None
+        } else {
+            self.orphans.remove(&ticket)
+        };
+        if let Some(Orphan { slot, cost, held }) = orphan {
             // Its connection is gone: nobody to answer, but the backlog (and a replay's DLQ
             // entry) must be right.
             if held {

@@ -48,6 +48,7 @@ pub mod schedule;
 pub mod secrets;
 pub mod serve;
 pub mod shares;
+pub mod short_str;
 pub mod sources;
 pub mod spec;
 pub mod stage;

@@ -33,11 +33,10 @@ use std::sync::Arc;
 use crate::ingest::backlog::Backlog;
 use crate::ingest::bucket::Admission;
 use crate::ingest::dedupe::{self, Claim, ClaimToken, DEDUPE_KEY_HEADER};
-use crate::ingest::event_id::EventIdGen;
-use crate::ingest::respond::{
-    json_str, push_accepted_body, push_refused_body, refused_body, Refusal,
-};
+use crate::ingest::event_id::{EventId, EventIdGen};
+use crate::ingest::respond::{json_str, push_accepted, push_refused_body, refused_body, Refusal};
 use crate::ingest::schedule::ReturnSchedule;
+use crate::ingest::short_str::ShortStr;
 use crate::ingest::sources::{SourceCache, SourceEntry};
 use crate::ingest::spec::IngestSpec;
 use crate::ingest::{verify, GuardTable, Guards, TriggerGuard};
@@ -108,6 +107,9 @@ pub struct Arrival<'r> {
 }
 
 /// The pipeline's output.
+// An `Append` is moved once, straight into the connection's pending slot: boxing it to shrink
+// the enum would put back an allocation per admitted event (issue 28 item 3).
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Output {
     /// Answer now; nothing is appended.
@@ -139,11 +141,12 @@ pub struct Append {
     pub offer_deadline: u64,
 }
 
-/// What answers an appended event once its outcome is known ([`Node::complete`]).
+/// What answers an appended event once its outcome is known ([`Node::complete`]). Its id and
+/// trigger are inline copies (no allocation per request; the record has its own).
 #[derive(Debug)]
 pub struct PendingReply {
-    pub event_id: String,
-    pub trigger_id: String,
+    pub event_id: EventId,
+    pub trigger_id: ShortStr,
     /// The event's source (per-source accounting).
     pub source: Arc<SourceEntry>,
     /// The backlog reservation held for the event (given back if it fails).
@@ -222,14 +225,12 @@ impl Pipeline<'_> {
             return Output::Respond(Response::refused(Refusal::IngestSaturated, secs));
         }
         self.metrics.incr_ingest(true);
-        let event_id = self.ids.next_us(now.unix_us);
+        let id = self.ids.next_id_us(now.unix_us);
         let claim = match guard {
-            Some(g) => {
-                match claim_dedupe(node.guards, g, trigger_id, head, &body, &event_id, now) {
-                    Ok(claim) => claim,
-                    Err(answered) => return Output::Respond(answered),
-                }
-            }
+            Some(g) => match claim_dedupe(node.guards, g, trigger_id, head, &body, &id, now) {
+                Ok(claim) => claim,
+                Err(answered) => return Output::Respond(answered),
+            },
             None => None,
         };
         let mut headers = stored_headers(node.ingest, head, stored);
@@ -238,7 +239,7 @@ impl Pipeline<'_> {
             token
         });
         let event = EventRecord {
-            event_id,
+            event_id: id.as_str().to_owned(),
             trigger_id: trigger_id.to_owned(),
             source: source.to_owned(),
             received_at_ms: now.unix_ms,
@@ -246,7 +247,7 @@ impl Pipeline<'_> {
             body,
             replay_of: None,
         };
-        node.reserve(event, entry, claim, now.mono)
+        node.reserve(id, event, entry, claim, now.mono)
     }
 
     /// The body gate, before a body is read (the loop calls it when a head with a body arrives,
@@ -274,13 +275,14 @@ impl Pipeline<'_> {
     /// dead-lettered event's trigger, source, headers and body; the backlog step only.
     pub fn replay(&mut self, event: EventRecord, entry_id: String, now: Now) -> Output {
         let source = self.sources.get_for(&event.trigger_id, &event.source);
+        let id = self.ids.next_id_us(now.unix_us);
         let event = EventRecord {
-            event_id: self.ids.next_us(now.unix_us),
+            event_id: id.as_str().to_owned(),
             received_at_ms: now.unix_ms,
             replay_of: Some(entry_id),
             ..event
         };
-        self.node.reserve(event, source, None, now.mono)
+        self.node.reserve(id, event, source, None, now.mono)
     }
 }
 
@@ -289,6 +291,7 @@ impl Node<'_> {
     /// event is done, or by [`Node::complete`] if the append fails).
     fn reserve(
         &self,
+        id: EventId,
         event: EventRecord,
         source: Arc<SourceEntry>,
         claim: Option<ClaimToken>,
@@ -318,8 +321,8 @@ impl Node<'_> {
             return Output::Respond(Response::refused(reason, retry_after));
         }
         let reply = PendingReply {
-            event_id: event.event_id.clone(),
-            trigger_id: event.trigger_id.clone(),
+            event_id: id,
+            trigger_id: ShortStr::new(&event.trigger_id),
             source,
             cost,
             replay_of: event.replay_of.clone(),
@@ -346,7 +349,7 @@ impl Node<'_> {
         match result {
             Ok(()) => {
                 reply.source.count_accepted();
-                push_accepted_body(body, reply.event_id, reply.trigger_id);
+                push_accepted(body, reply.event_id, reply.trigger_id);
                 if let Some(of) = reply.replay_of {
                     body.pop();
                     body.push_str(",\"replay_of\":");
@@ -375,7 +378,7 @@ impl Node<'_> {
 /// A borrowed view of a pending reply (the loop keeps its fields in the connection's slot).
 #[derive(Debug, Clone, Copy)]
 pub struct ReplyRef<'a> {
-    pub event_id: &'a str,
+    pub event_id: &'a EventId,
     pub trigger_id: &'a str,
     pub source: &'a SourceEntry,
     pub cost: u64,
@@ -386,7 +389,7 @@ impl PendingReply {
     pub fn as_ref(&self) -> ReplyRef<'_> {
         ReplyRef {
             event_id: &self.event_id,
-            trigger_id: &self.trigger_id,
+            trigger_id: self.trigger_id.as_str(),
             source: &self.source,
             cost: self.cost,
             replay_of: self.replay_of.as_deref(),
@@ -394,38 +397,61 @@ impl PendingReply {
     }
 }
 
-/// The configured headers of `head` to store with its event.
+/// The configured headers of `head` to store with its event, with their positions in the head.
 fn to_store<'h>(
     ingest: &'h IngestSpec,
     head: &'h RequestHead,
-) -> impl Iterator<Item = (&'h str, &'h [u8])> + 'h {
+) -> impl Iterator<Item = (usize, (&'h str, &'h [u8]))> + 'h {
     let stored = &ingest.stored_headers;
     head.headers()
-        .filter(move |(n, _)| *n != DEDUPE_KEY_HEADER && stored.iter().any(|s| s == n))
+        .enumerate()
+        .filter(move |(_, (n, _))| *n != DEDUPE_KEY_HEADER && stored.iter().any(|s| s == n))
+}
+
+/// Which of a head's headers are stored ([`stored_headers_fit`]): their count, and their
+/// positions (bit `i` = the head's header `i`) when all are among the first 64, so the copy
+/// ([`stored_headers`]) does not compare names a second time.
+#[derive(Debug, Clone, Copy)]
+struct Stored {
+    /// Fields to store, the dedupe key's included.
+    fields: usize,
+    positions: Option<u64>,
 }
 
 /// Step 1: whether the headers to store fit the WAL's bounds (room for one more kept for the dedupe
-/// key when the trigger dedupes), checked before anything is copied: `Some(fields to store,
-/// the key's field included)`, or `None` past the bounds.
+/// key when the trigger dedupes), checked before anything is copied: `Some` (the fields to store,
+/// the key's field included), or `None` past the bounds.
 fn stored_headers_fit(
     ingest: &IngestSpec,
     head: &RequestHead,
     guard: Option<&TriggerGuard>,
-) -> Option<usize> {
+) -> Option<Stored> {
     let key_field = usize::from(guard.is_some_and(|g| g.dedupe.is_some()));
-    let (mut n, mut too_long) = (key_field, false);
-    for (_, v) in to_store(ingest, head) {
+    let (mut n, mut too_long, mut positions) = (key_field, false, Some(0u64));
+    for (i, (_, v)) in to_store(ingest, head) {
         n += 1;
         too_long |= v.len() > wal::MAX_HEADER_VALUE_BYTES;
+        positions = positions.and_then(|p| Some(p | 1u64.checked_shl(i as u32)?));
     }
-    (n <= wal::MAX_HEADERS && !too_long).then_some(n)
+    (n <= wal::MAX_HEADERS && !too_long).then_some(Stored {
+        fields: n,
+        positions,
+    })
 }
 
-/// The headers to store (after [`stored_headers_fit`] counted `n`), copied for the event into
-/// a list of exactly that room.
-fn stored_headers(ingest: &IngestSpec, head: &RequestHead, n: usize) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::with_capacity(n);
-    out.extend(to_store(ingest, head).map(|(n, v)| (n.to_owned(), v.to_vec())));
+/// The headers to store (after [`stored_headers_fit`] found them), copied for the event into a
+/// list of exactly that room.
+fn stored_headers(ingest: &IngestSpec, head: &RequestHead, s: Stored) -> Vec<(String, Vec<u8>)> {
+    let copy = |(n, v): (&str, &[u8])| (n.to_owned(), v.to_vec());
+    let mut out = Vec::with_capacity(s.fields);
+    match s.positions {
+        Some(bits) => out.extend(
+            (head.headers().enumerate())
+                .filter(|(i, _)| *i < 64 && bits & (1 << i) != 0)
+                .map(|(_, h)| copy(h)),
+        ),
+        None => out.extend(to_store(ingest, head).map(|(_, h)| copy(h))),
+    }
     out
 }
 

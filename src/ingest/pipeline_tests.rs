@@ -192,7 +192,7 @@ fn admit_appends_the_record_and_answers_202_once_durable() {
         T0 + 50_000_000,
         "offer_timeout defaults to 50ms"
     );
-    assert_eq!(a.reply.event_id, r.event_id);
+    assert_eq!(a.reply.event_id.as_str(), r.event_id);
     assert_eq!(a.reply.cost, wal::event_cost(r));
     assert_eq!(fx.backlog.pending_events(), 1, "the reservation is held");
     assert_eq!(fx.backlog.pending_bytes(), a.reply.cost);

@@ -8,6 +8,8 @@
 
 use std::fmt::Write;
 
+use crate::wal::event_id::EventId;
+
 /// Why a request was refused: the `reason` of a `503` body and the `reason` label of
 /// `sluice_ingest_refusals_total` (per source) and the backlog's per-trigger refusals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -72,6 +74,16 @@ pub fn push_accepted_body(out: &mut String, event_id: &str, trigger_id: &str) {
     out.push('}');
 }
 
+/// [`push_accepted_body`] for an id minted here: its characters are ASCII letters and digits
+/// ([`EventId`]), so it is written as it is, without [`json_str`]'s scan (the same bytes).
+pub fn push_accepted(out: &mut String, event_id: &EventId, trigger_id: &str) {
+    out.push_str("{\"status\":\"accepted\",\"event_id\":\"");
+    out.push_str(event_id.as_str());
+    out.push_str("\",\"trigger_id\":");
+    json_str(out, trigger_id);
+    out.push('}');
+}
+
 /// `{"status":"refused",...}`
 pub fn refused_body(reason: Refusal, retry_after_secs: u64) -> String {
     let mut s = String::with_capacity(80);
@@ -116,6 +128,7 @@ pub fn json_str(out: &mut String, value: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wal::event_id::EventIdGen;
 
     #[test]
     fn bodies_are_exact() {
@@ -133,6 +146,13 @@ mod tests {
         let mut s = String::new();
         json_str(&mut s, "é\u{1}x\"\"ü\u{1f}");
         assert_eq!(s, r#""é\u0001x\"\"ü\u001f""#);
+        // A minted id written as it is: the same bytes as the scanned form.
+        let id = EventIdGen::new(0).next_id_us(1_700_000_000_000_000);
+        for trigger in ["default", "a\"b"] {
+            let mut s = String::new();
+            push_accepted(&mut s, &id, trigger);
+            assert_eq!(s, accepted_body(id.as_str(), trigger));
+        }
         // Every string round-trips through a JSON parser.
         for v in ["", "plain", "\u{7f}€", "\\\\", "\"", "a\tb\rc", "日本\u{0}"] {
             let mut s = String::new();

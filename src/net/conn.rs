@@ -120,6 +120,10 @@ pub struct Conn<P> {
     pub stream: Stream,
     pub rbuf: Vec<u8>,
     wbuf: Vec<u8>,
+    /// The last response's buffer once written, reused for the next response's bytes
+    /// ([`Conn::response_bytes`]): no allocation per response once a connection has answered
+    /// one (kept only up to [`SPARE_KEEP`] bytes of capacity).
+    spare: Vec<u8>,
     wpos: usize,
     /// A shared response body written after `wbuf` (from a [`Slot::Shared`]).
     wbody: Option<Arc<[u8]>>,
@@ -158,9 +162,12 @@ pub struct Conn<P> {
     pub(super) answered: bool,
 }
 
+/// Capacity up to which a written response's buffer is kept for the next response.
+pub const SPARE_KEEP: usize = 1024;
+
 /// A response's bytes: `Date: date`, then `headers` (on the stack for up to seven of them),
 /// then `body` (none with `head_only`). `write_response` reserves the exact size: one
-/// allocation.
+/// allocation ([`Conn::response_bytes`] reuses the connection's last one instead).
 pub fn response_bytes(
     date: &str,
     status: u16,
@@ -169,6 +176,25 @@ pub fn response_bytes(
     keep_alive: bool,
     head_only: bool,
 ) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    response_into(
+        &mut bytes, date, status, headers, body, keep_alive, head_only,
+    );
+    bytes
+}
+
+/// [`response_bytes`] appended to `bytes`.
+// Every argument is a distinct part of the response; a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
+fn response_into(
+    bytes: &mut Vec<u8>,
+    date: &str,
+    status: u16,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    keep_alive: bool,
+    head_only: bool,
+) {
     let mut inline = [("", ""); 8];
     let heap: Vec<(&str, &str)>;
     let all: &[(&str, &str)] = if headers.len() < inline.len() {
@@ -181,9 +207,7 @@ pub fn response_bytes(
             .collect();
         &heap
     };
-    let mut bytes = Vec::new();
-    crate::net::http::write_response(&mut bytes, status, all, body, keep_alive, head_only);
-    bytes
+    crate::net::http::write_response(bytes, status, all, body, keep_alive, head_only);
 }
 
 /// Result of a flush.
@@ -206,6 +230,7 @@ impl<P> Conn<P> {
             stream,
             rbuf: Vec::new(),
             wbuf: Vec::new(),
+            spare: Vec::new(),
             wpos: 0,
             wbody: None,
             wbody_pos: 0,
@@ -284,6 +309,25 @@ impl<P> Conn<P> {
         self.slot_bytes -= old.charge();
     }
 
+    /// [`response_bytes`] written into the connection's spare buffer (the last response's,
+    /// once written): no allocation per response in the steady state.
+    pub fn response_bytes(
+        &mut self,
+        date: &str,
+        status: u16,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        keep_alive: bool,
+        head_only: bool,
+    ) -> Vec<u8> {
+        let mut bytes = std::mem::take(&mut self.spare);
+        bytes.clear();
+        response_into(
+            &mut bytes, date, status, headers, body, keep_alive, head_only,
+        );
+        bytes
+    }
+
     /// Queues a complete response (`Date: date` first, then `headers`) behind the others; a
     /// response without keep-alive is the connection's last ([`Conn::closing`]).
     // Every argument is a distinct part of the response; a struct would only rename them.
@@ -297,7 +341,7 @@ impl<P> Conn<P> {
         keep_alive: bool,
         head_only: bool,
     ) {
-        let bytes = response_bytes(date, status, headers, body, keep_alive, head_only);
+        let bytes = self.response_bytes(date, status, headers, body, keep_alive, head_only);
         self.push(Slot::Ready {
             bytes,
             close: !keep_alive,
@@ -361,11 +405,11 @@ impl<P> Conn<P> {
         self.slot_bytes -= slot.charge();
         let close = match slot {
             Slot::Ready { bytes, close } => {
-                self.wbuf = bytes;
+                self.keep_spare(bytes);
                 close
             }
             Slot::Shared { head, body, close } => {
-                self.wbuf = head;
+                self.keep_spare(head);
                 self.wbody = Some(body);
                 close
             }
@@ -378,6 +422,15 @@ impl<P> Conn<P> {
             self.slot_bytes = 0;
         }
         true
+    }
+
+    /// `next` becomes the write buffer; the written one (empty) is kept as the spare if it is
+    /// small, so the next response reuses it.
+    fn keep_spare(&mut self, next: Vec<u8>) {
+        let written = std::mem::replace(&mut self.wbuf, next);
+        if written.capacity() <= SPARE_KEEP && written.capacity() >= self.spare.capacity() {
+            self.spare = written;
+        }
     }
 
     /// One write of what is buffered: the head and a shared body go out in one `writev`.
@@ -495,6 +548,32 @@ mod tests {
         let mut out = vec![0; n];
         peer.read_exact(&mut out).unwrap();
         out
+    }
+
+    #[test]
+    fn a_written_response_buffer_is_reused_for_the_next_response() {
+        let budget = crate::sync::Arc::new(BodyBudget::new(1 << 20));
+        let (mut c, mut peer) = pair(&budget);
+        let first = c.response_bytes("d", 202, &[], b"{}", true, false);
+        let expected = response_bytes("d", 202, &[], b"{}", true, false);
+        assert_eq!(first, expected);
+        c.push(Slot::Ready {
+            bytes: first,
+            close: false,
+        });
+        assert_eq!(c.flush(0).unwrap(), Flush::Done);
+        assert_eq!(read_exactly(&mut peer, expected.len()), expected);
+        // The next response's bytes go to the buffer the first one was written from, once
+        // the one after it has taken the write buffer's place.
+        c.push(Slot::Ready {
+            bytes: b"x".to_vec(),
+            close: false,
+        });
+        assert_eq!(c.flush(0).unwrap(), Flush::Done);
+        let ptr = c.spare.as_ptr();
+        assert!(c.spare.capacity() >= expected.len());
+        let again = c.response_bytes("d", 202, &[], b"{}", true, false);
+        assert_eq!((again.as_ptr(), &again), (ptr, &expected));
     }
 
     #[test]

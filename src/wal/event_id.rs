@@ -48,30 +48,66 @@ impl EventIdGen {
 
     /// The next id for an event received at `unix_us` (Unix microseconds).
     pub fn next_us(&mut self, unix_us: u64) -> String {
+        self.next_id_us(unix_us).as_str().to_owned()
+    }
+
+    /// [`EventIdGen::next_us`] without an allocation: the id's 26 characters inline (the
+    /// event's record and its pending `202` each take what they need of it).
+    pub fn next_id_us(&mut self, unix_us: u64) -> EventId {
         self.counter = (self.counter + 1) & LOW62;
         let (ms, us) = (unix_us / 1000, unix_us % 1000);
         let value = ((ms as u128 & ((1 << 48) - 1)) << 80)
             | ((us as u128) << 70)
             | ((self.worker as u128) << 62)
             | self.counter;
-        encode(value)
+        EventId::encode(value)
+    }
+}
+
+/// An event id's 26 characters, inline (`Copy`, no allocation). Every byte is one of
+/// Crockford's base32 digits, so the id is ASCII and needs no JSON escaping.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EventId([u8; 26]);
+
+impl EventId {
+    /// 128-bit value → 26 Crockford base32 characters (the first carries 3 bits).
+    fn encode(value: u128) -> EventId {
+        let mut out = [0u8; 26];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let shift = 125 - 5 * i as i32;
+            let digit = if shift >= 0 {
+                (value >> shift) & 31
+            } else {
+                (value << -shift) & 31
+            };
+            *slot = CROCKFORD[digit as usize];
+        }
+        EventId(out)
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        // Every byte comes from CROCKFORD, which is ASCII.
+        std::str::from_utf8(&self.0).expect("ascii")
+    }
+}
+
+impl std::fmt::Debug for EventId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::ops::Deref for EventId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
     }
 }
 
 /// 128-bit value → 26 Crockford base32 characters (the first carries 3 bits).
 pub fn encode(value: u128) -> String {
-    let mut out = [0u8; 26];
-    for (i, slot) in out.iter_mut().enumerate() {
-        let shift = 125 - 5 * i as i32;
-        let digit = if shift >= 0 {
-            (value >> shift) & 31
-        } else {
-            (value << -shift) & 31
-        };
-        *slot = CROCKFORD[digit as usize];
-    }
-    // Every byte comes from CROCKFORD, which is ASCII.
-    String::from_utf8(out.to_vec()).expect("ascii")
+    EventId::encode(value).as_str().to_owned()
 }
 
 /// What an event id says: its Unix millisecond and the index of the worker that made it (the
@@ -152,5 +188,16 @@ mod tests {
         assert_eq!(encode(0), "00000000000000000000000000");
         assert_eq!(encode(u128::MAX), "7ZZZZZZZZZZZZZZZZZZZZZZZZZ");
         assert_eq!(encode(31), "0000000000000000000000000Z");
+    }
+
+    #[test]
+    fn an_inline_id_is_the_string_id() {
+        let (mut a, mut b) = (EventIdGen::new(3), EventIdGen::new(3));
+        b.counter = a.counter;
+        let t = 1_700_000_000_123_456;
+        let id = a.next_id_us(t);
+        assert_eq!(id.as_str(), b.next_us(t));
+        assert_eq!(&*id, id.as_str());
+        assert_eq!(format!("{id:?}"), format!("{:?}", id.as_str()));
     }
 }

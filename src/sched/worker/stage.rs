@@ -60,6 +60,9 @@ impl Holds for ReplayHolds<'_> {
     /// A single replay: durable → its entry leaves the DLQ first (a failure to remove it only
     /// means a later replay delivers again: at least once), then its claim drops.
     fn settled(&mut self, ticket: u64, durable: bool) {
+        if self.single.is_empty() {
+            return; // no replay waiting: no hash per answer
+        }
         let Some(claim) = self.single.remove(&ticket) else {
             return;
         };
