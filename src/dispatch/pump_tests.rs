@@ -22,6 +22,7 @@ fn facts(outcome: AttemptOutcome) -> crate::dispatch::job::AttemptFacts {
         outcome,
         latency_us: 1500,
         retry_after_ms: None,
+        response_prefix: Vec::new(),
     }
 }
 

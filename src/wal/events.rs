@@ -520,9 +520,24 @@ fn attempt_json(a: &AttemptEntry) -> serde_json::Value {
         v["retry_after"] = (f64::from(ms) / 1000.0).into();
     }
     if !a.response_prefix.is_empty() {
-        v["response_prefix"] = String::from_utf8_lossy(&a.response_prefix).into();
+        v["response_prefix"] = printable(&a.response_prefix).into();
     }
     v
+}
+
+/// `bytes` as printable ASCII: `0x20..=0x7E` as themselves but `\` as `\\`, every other byte
+/// as `\xNN` (lower-case hex). Lossless and unambiguous, so a response prefix in JSON shows
+/// what the destination sent, control bytes and invalid UTF-8 included.
+pub fn printable(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        match b {
+            b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

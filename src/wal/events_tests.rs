@@ -80,7 +80,10 @@ fn fixture(data: &Path) -> Vec<String> {
     };
     let mut later = vec![
         attempts(vec![
-            call(10, 1, 500),
+            AttemptEntry {
+                response_prefix: b"oops\n\\\xff".to_vec(),
+                ..call(10, 1, 500)
+            },
             call(11, 1, 410),
             dead,
             call(12, 1, 503),
@@ -135,6 +138,9 @@ fn show_finds_an_event_with_its_attempts_in_order_and_its_fate() {
     assert_eq!(json["status"], "delivered");
     assert_eq!(json["attempts"][2]["status"], 200);
     assert_eq!(json["attempts"][0]["latency_ms"], 1.5);
+    // Printable-escaped: a newline, a backslash and a byte that is not UTF-8.
+    assert_eq!(json["attempts"][0]["response_prefix"], "oops\\x0a\\\\\\xff");
+    assert!(json["attempts"][1].get("response_prefix").is_none());
     assert!(json.get("body").is_none());
     assert_eq!(report_json(&r, true)["body"].as_str().unwrap().len(), BODY);
     // Bounded: the 410's Done entry lies ~890 records after event 11 (the later events first).

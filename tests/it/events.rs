@@ -67,6 +67,9 @@ fn events_show_gives_each_attempt_and_the_outcome_while_running_and_after_a_stop
         "{o}"
     );
     assert!(o.get("body").is_none(), "no body unless asked");
+    // The downstream answers every call with the body `ok`: each attempt keeps its prefix.
+    assert_eq!(o["attempts"][0]["response_prefix"], "ok", "{o}");
+    assert_eq!(o["attempts"][2]["response_prefix"], "ok", "{o}");
     let g = server.get(&format!("/api/v1/events/{gone}")).json();
     assert_eq!(
         (&g["status"], statuses(&g)),
