@@ -403,8 +403,9 @@ impl Dispatcher {
     /// get their (terminal) outcome, ready jobs are queued, released jobs wait for a slot.
     /// Returns the destinations to pump (deduplicated).
     fn apply_flow(&mut self, out: FlowOut, now: u64) -> Vec<usize> {
-        for lsn in out.held {
-            self.send(JobOutcome::Held { lsn });
+        for (lsn, stage) in out.held {
+            let gate = stage.name();
+            self.send(JobOutcome::Held { lsn, gate });
         }
         // Unreadable bodies: no outcome, the events stay pending (`flow::payload`).
         self.held -= out.lost.len();

@@ -145,8 +145,9 @@ pub enum JobOutcome {
         attempt: Option<AttemptFacts>,
     },
     /// Not terminal: a flow-control gate holds the event; the pump gives its
-    /// `max_outstanding` slot back (the event stays pending).
-    Held { lsn: Lsn },
+    /// `max_outstanding` slot back (the event stays pending). Sent again when another gate
+    /// holds it. `gate`: the gate's name (`batch`, `debounce`, …).
+    Held { lsn: Lsn, gate: &'static str },
     /// Not terminal: the gates released the event (a batch: its carrier, under its first
     /// member's key) and the dispatcher took a `max_outstanding` slot for it, and one of the
     /// window cap of trigger slot `window`; the pump gives both back at its terminal outcome.
@@ -234,7 +235,7 @@ impl JobOutcome {
             JobOutcome::Delivered { lsn, .. }
             | JobOutcome::RetryScheduled { lsn, .. }
             | JobOutcome::Skipped { lsn, .. }
-            | JobOutcome::Held { lsn }
+            | JobOutcome::Held { lsn, .. }
             | JobOutcome::Resumed { lsn, .. } => *lsn,
             JobOutcome::DeadLetter { job, .. } => job.lsn,
         }

@@ -480,6 +480,7 @@ fn held_events_give_their_slot_back_and_resumed_ones_hold_the_dispatchers() {
     r.pump.on_outcome(
         JobOutcome::Held {
             lsn: event_key(0, 1),
+            gate: "debounce",
         },
         0,
     );
@@ -765,6 +766,7 @@ fn live_states_say_dispatched_or_held_and_leave_the_rest_out() {
     r.pump.on_outcome(
         JobOutcome::Held {
             lsn: event_key(0, 2),
+            gate: "singleton",
         },
         0,
     );
@@ -773,7 +775,7 @@ fn live_states_say_dispatched_or_held_and_leave_the_rest_out() {
         snap,
         [(
             "core-0".to_owned(),
-            vec![(1, LiveState::InFlight), (2, LiveState::Held)]
+            vec![(1, LiveState::InFlight), (2, LiveState::Held("singleton"))]
         )]
     );
     r.pump.on_outcome(

@@ -85,6 +85,49 @@ fn events_show_gives_each_attempt_and_the_outcome_while_running_and_after_a_stop
     assert_eq!(unknown.status, 404);
     assert_eq!(unknown.json()["status"], "not_found");
     assert_eq!(server.get("/api/v1/events/nope").status, 400);
+    // The list, a page at a time: newest first, each event as the single lookup gives it.
+    let page = server.get("/api/v1/events?limit=1&trigger=t").json();
+    assert_eq!(page["events"][0]["id"], gone.as_str(), "{page}");
+    assert_eq!(page["events"][0]["status"], "dead_lettered", "{page}");
+    let cursor = page["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_owned();
+    let next = server
+        .get(&format!("/api/v1/events?limit=1&cursor={cursor}"))
+        .json();
+    assert_eq!(next["events"][0]["id"], id.as_str(), "{next}");
+    assert_eq!(statuses(&next["events"][0]), [500, 500, 200], "{next}");
+    let last = server
+        .get(&format!("/api/v1/events?limit=5&cursor={id}"))
+        .json();
+    assert_eq!(
+        (
+            last["events"].as_array().map(Vec::len),
+            &last["next_cursor"]
+        ),
+        (Some(0), &serde_json::Value::Null)
+    );
+    let delivered = server.get("/api/v1/events?status=delivered").json();
+    assert_eq!(
+        delivered["events"].as_array().map(Vec::len),
+        Some(1),
+        "{delivered}"
+    );
+    for bad in [
+        "limit=0",
+        "limit=1001",
+        "limit=x",
+        "status=lost",
+        "cursor=%00",
+        "since=%",
+        "x=1",
+        "limit=1&limit=1",
+    ] {
+        let r = server.get(&format!("/api/v1/events?{bad}"));
+        assert_eq!(r.status, 400, "{bad}");
+        assert!(r.json()["reason"].as_str().is_some(), "{bad}: a message");
+    }
     server.stop();
     let v = shown(&dir, &id).expect("found after the stop");
     assert_eq!(statuses(&v), [500, 500, 200], "{v}");
@@ -273,5 +316,30 @@ fn an_unanswered_call_shows_in_flight_online() {
         "{}",
         status(&server)
     );
+    server.stop();
+}
+
+/// An event a flow gate holds is `held` online, naming the gate (its pump's live states).
+#[test]
+fn a_held_event_names_its_gate_online() {
+    let ds = Downstream::start(Behavior::default());
+    let uri = ds.uri("/sink");
+    let config = format!(
+        "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\nhandler = \"{uri}\"\n\
+         debounce = {{ period = \"30s\" }}\n"
+    );
+    let mut server = Server::start(big_buckets(Opts::config(&config)));
+    let id = server.ingest("/hooks/t", b"{}");
+    let path = format!("/api/v1/events/{id}");
+    let held = |s: &Server| s.get(&path).json();
+    assert!(
+        wait_until(Duration::from_secs(10), || held(&server)["status"]
+            == "held"),
+        "{}",
+        held(&server)
+    );
+    assert_eq!(held(&server)["gate"], "debounce");
+    let listed = server.get("/api/v1/events?status=pending").json();
+    assert_eq!(listed["events"][0]["gate"], "debounce", "{listed}");
     server.stop();
 }
