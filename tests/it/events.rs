@@ -343,3 +343,82 @@ fn a_held_event_names_its_gate_online() {
     assert_eq!(listed["events"][0]["gate"], "debounce", "{listed}");
     server.stop();
 }
+
+/// The dashboard's "where is my event" in a real headless Chromium: the search box shows an
+/// event's status and attempts, says `not found` for an unknown id and `not an event id` for
+/// hostile input (rendered as text: no element it spells is created), and each trigger lists
+/// its recent events with their status and attempts (from `GET /api/v1/events`).
+#[test]
+fn the_dashboard_finds_an_event_and_lists_recent_ones_in_chromium() {
+    let Some(browser) = crate::browser::Browser::start() else {
+        return;
+    };
+    let ds = Downstream::start(Behavior::default());
+    let fail = |status| Behavior {
+        status,
+        ..Behavior::default()
+    };
+    ds.script(vec![fail(500), fail(500)]);
+    let dest = "retry = { max_attempts = 5, base = \"50ms\", cap = \"100ms\" }";
+    let mut server = Server::start(big_buckets(Opts::config(&manifest(
+        &ds.uri("/sink"),
+        dest,
+        "",
+    ))));
+    let id = server.ingest("/hooks/t", b"{}");
+    let path = format!("/api/v1/events/{id}");
+    assert!(wait_until(Duration::from_secs(20), || server
+        .get(&path)
+        .json()["status"]
+        == "delivered"));
+    browser.viewport(1280, 900);
+    browser.goto(&format!("http://{}/ui", server.addr()));
+    let search = |text: &str| {
+        let script = format!(
+            "const i = document.getElementById('event-id'); i.value = {};\
+             document.getElementById('event-form').requestSubmit(); return true;",
+            serde_json::Value::from(text)
+        );
+        browser.eval(&script);
+    };
+    let result = || {
+        browser.eval(
+            "const r = document.querySelector('[data-testid=\"event-result\"]');\
+             return { text: r.innerText, imgs: document.querySelectorAll('img').length,\
+                      attempts: r.querySelectorAll('[data-testid=\"event-attempt\"]').length };",
+        )
+    };
+    let shows = |want: &str, attempts: u64| {
+        wait_until(Duration::from_secs(10), || {
+            let r = result();
+            r["text"].as_str().is_some_and(|t| t.contains(want)) && r["attempts"] == attempts
+        })
+    };
+    search(&id);
+    assert!(shows("delivered", 3), "{}", result());
+    let text = result()["text"].as_str().unwrap().to_owned();
+    assert!(text.contains("500 (") && text.contains("200 ("), "{text}");
+    assert!(text.contains("\"ok\""), "the response prefix: {text}");
+    search("01HZX3K9V7Q2W8E5R4T6Y1V0AB");
+    assert!(shows("not found", 0), "{}", result());
+    search("<img src=x onerror=alert(1)>");
+    assert!(shows("not an event id", 0), "{}", result());
+    assert_eq!(result()["imgs"], 0, "hostile input is text");
+    let recent = || {
+        browser.eval(
+            "return [...document.querySelectorAll('tr[data-testid=\"recent-event\"]')]\
+             .map((tr) => tr.innerText);",
+        )
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || recent().as_array().is_some_and(
+            |r| r.iter().any(|row| {
+                let row = row.as_str().unwrap_or("");
+                row.contains(&id) && row.contains("delivered") && row.contains("500 (")
+            })
+        )),
+        "{}",
+        recent()
+    );
+    server.stop();
+}
