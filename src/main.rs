@@ -192,9 +192,15 @@ enum EventsCommand {
         /// Only events received at or after this time (Unix ms or RFC 3339).
         #[arg(long)]
         since: Option<String>,
+        /// Only events received at or before this time (Unix ms or RFC 3339).
+        #[arg(long)]
+        until: Option<String>,
         /// At most N events (default 100, at most 1000).
         #[arg(long)]
         limit: Option<usize>,
+        /// Only events older than this id (the last id of the page before).
+        #[arg(long)]
+        cursor: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -450,10 +456,19 @@ fn events(command: EventsCommand) -> Outcome {
             trigger,
             status,
             since,
+            until,
             limit,
+            cursor,
             json,
-        } => event_tools::list_filter(trigger, status, since.as_deref(), limit)
-            .and_then(|f| event_tools::list(&data_dir, &f, json, &mut out)),
+        } => event_tools::list_filter(event_tools::ListArgs {
+            trigger,
+            status,
+            since: since.as_deref(),
+            until: until.as_deref(),
+            limit,
+            cursor: cursor.as_deref(),
+        })
+        .and_then(|f| event_tools::list(&data_dir, &f, json, &mut out)),
         EventsCommand::Ledger { data_dir, json } => event_tools::ledger(&data_dir, json, &mut out),
     };
     let _ = out.flush();

@@ -403,8 +403,9 @@ impl Dispatcher {
     /// get their (terminal) outcome, ready jobs are queued, released jobs wait for a slot.
     /// Returns the destinations to pump (deduplicated).
     fn apply_flow(&mut self, out: FlowOut, now: u64) -> Vec<usize> {
-        for lsn in out.held {
-            self.send(JobOutcome::Held { lsn });
+        for (lsn, stage) in out.held {
+            let gate = stage.name();
+            self.send(JobOutcome::Held { lsn, gate });
         }
         // Unreadable bodies: no outcome, the events stay pending (`flow::payload`).
         self.held -= out.lost.len();
@@ -709,7 +710,8 @@ impl Dispatcher {
                 dest,
                 payload,
                 result,
-            } => self.settle(dest, payload, result, now, registry),
+                body_prefix,
+            } => self.settle(dest, payload, (result, body_prefix), now, registry),
             Finished::Stale { dest, payload } => {
                 // A kept-alive connection the server had closed: resend on a fresh connection,
                 // once, without counting an attempt or feeding the circuit.
@@ -726,7 +728,7 @@ impl Dispatcher {
         &mut self,
         d: usize,
         attempt: Attempt,
-        result: AttemptResult,
+        (result, response_prefix): (AttemptResult, Vec<u8>),
         now: u64,
         registry: &Registry,
     ) {
@@ -747,6 +749,7 @@ impl Dispatcher {
             outcome,
             latency_us: (now.saturating_sub(started) / 1000).min(u64::from(u32::MAX)) as u32,
             retry_after_ms,
+            response_prefix,
         };
         match class {
             Class::Delivered => {
@@ -756,6 +759,7 @@ impl Dispatcher {
                     self.delivered(job.lsn, attempts, job.event.received_at_ms, facts, now);
                 } else {
                     for m in job.batch {
+                        let facts = facts.clone();
                         self.delivered(m.lsn, attempts, m.event.received_at_ms, facts, now);
                     }
                 }
@@ -848,7 +852,7 @@ impl Dispatcher {
                 next_attempt: next,
                 due_at_ms,
                 last_error: last_error.clone(),
-                attempt,
+                attempt: attempt.clone(),
             });
         }
         // A batched call is retried whole: the same carrier, id and members.
@@ -891,7 +895,7 @@ impl Dispatcher {
                 reason,
                 attempts,
                 last_error: last_error.clone(),
-                attempt,
+                attempt: attempt.clone(),
             });
             self.release_flow(lsn, now);
         }

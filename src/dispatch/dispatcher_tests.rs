@@ -91,10 +91,16 @@ impl Rig {
     }
 
     fn report(&mut self, attempt: Attempt, result: AttemptResult, now: u64) {
+        self.report_body(attempt, result, b"", now)
+    }
+
+    /// [`report`](Self::report) of a response whose body began with `prefix`.
+    fn report_body(&mut self, attempt: Attempt, result: AttemptResult, prefix: &[u8], now: u64) {
         let f = Finished::Done {
             dest: 0,
             payload: attempt,
             result,
+            body_prefix: prefix.to_vec(),
         };
         self.d.finish(f, now, self.poll.registry());
     }
@@ -152,21 +158,26 @@ fn each_attempt_carries_its_facts_in_its_outcome() {
     let mut r = rig("retry = { max_attempts = 2, base = \"1s\", cap = \"1s\" }");
     r.hold(job(7), 0);
     let a = r.take(0);
-    r.report(
+    r.report_body(
         a,
         AttemptResult::Status {
             code: 500,
             retry_after: Some(std::time::Duration::from_secs(3)),
         },
+        b"busy",
         SECOND / 2,
     );
     let out = r.outcomes();
-    let [JobOutcome::RetryScheduled { attempt, .. }] = out[..] else {
+    let [JobOutcome::RetryScheduled { attempt, .. }] = &out[..] else {
         panic!("{out:?}");
     };
     assert_eq!(
         (attempt.outcome, attempt.latency_us, attempt.retry_after_ms),
         (O::Status(500), 500_000, Some(3000))
+    );
+    assert_eq!(
+        attempt.response_prefix, b"busy",
+        "the body prefix is carried"
     );
     assert!(attempt.at_ms > 1_600_000_000_000, "wall-clock time");
     let now = r.d.next_deadline().expect("a retry timer");

@@ -110,13 +110,72 @@ fn write_text(r: &EventReport, out: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The filter of `sluice events list`, checked: 2 for a bad value.
-pub fn list_filter(
-    trigger: Option<String>,
-    status: Option<String>,
-    since: Option<&str>,
-    limit: Option<usize>,
-) -> Result<ListFilter, ToolError> {
+/// The filter of `sluice events list` and `GET /api/v1/events`, unchecked.
+#[derive(Debug, Clone, Default)]
+pub struct ListArgs<'a> {
+    pub trigger: Option<String>,
+    pub status: Option<String>,
+    /// Unix milliseconds or RFC 3339.
+    pub since: Option<&'a str>,
+    pub until: Option<&'a str>,
+    pub limit: Option<usize>,
+    /// The `next_cursor` of the page before (an event id).
+    pub cursor: Option<&'a str>,
+}
+
+/// The query string of `GET /api/v1/events` (`trigger`, `status`, `since`, `until`, `limit`,
+/// `cursor`; `%XX` and `+` decoded) as a checked filter: code 2 for an unknown or repeated
+/// key, a bad escape, or any value [`list_filter`] refuses.
+pub fn parse_list_query(query: &str) -> Result<ListFilter, ToolError> {
+    let mut values: [Option<String>; 6] = Default::default();
+    const KEYS: [&str; 6] = ["trigger", "status", "since", "until", "limit", "cursor"];
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let Some(i) = KEYS.iter().position(|key| *key == k) else {
+            let k = k.chars().take(32).collect::<String>();
+            return Err(err(
+                2,
+                format!("unknown parameter {k:?}: use {}", KEYS.join(", ")),
+            ));
+        };
+        let v = crate::dispatch::bulk_replay::percent_decode(v)
+            .ok_or_else(|| err(2, format!("{k}: bad %-escape or not UTF-8")))?;
+        if values[i].replace(v).is_some() {
+            return Err(err(2, format!("{k}: given twice")));
+        }
+    }
+    let [trigger, status, since, until, limit, cursor] = values;
+    let limit = match limit.as_deref() {
+        None => None,
+        Some(l) if !l.is_empty() && l.len() <= 9 && l.bytes().all(|b| b.is_ascii_digit()) => {
+            l.parse().ok()
+        }
+        Some(l) => {
+            let l = l.chars().take(32).collect::<String>();
+            return Err(err(2, format!("limit {l:?}: must be 1..={MAX_LIMIT}")));
+        }
+    };
+    list_filter(ListArgs {
+        trigger,
+        status,
+        since: since.as_deref(),
+        until: until.as_deref(),
+        limit,
+        cursor: cursor.as_deref(),
+    })
+}
+
+/// The filter of `sluice events list`, checked: 2 for a bad value (a limit out of 1..=1000 is
+/// refused, not clamped).
+pub fn list_filter(args: ListArgs<'_>) -> Result<ListFilter, ToolError> {
+    let ListArgs {
+        trigger,
+        status,
+        since,
+        until,
+        limit,
+        cursor,
+    } = args;
     if let Some(s) = &status {
         if !STATUSES.contains(&s.as_str()) {
             return Err(err(
@@ -130,10 +189,25 @@ pub fn list_filter(
         return Err(err(2, format!("--limit {limit}: must be 1..={MAX_LIMIT}")));
     }
     let since_ms = since.map(parse_since).transpose().map_err(|e| err(2, e))?;
+    let until_ms = until
+        .map(parse_since)
+        .transpose()
+        .map_err(|e| err(2, e.replacen("since", "until", 1)))?;
+    if let Some(c) = cursor {
+        if crate::wal::event_id::parse(c).is_none() {
+            let c = c.chars().take(32).collect::<String>();
+            return Err(err(
+                2,
+                format!("cursor {c:?}: not a cursor this server gave"),
+            ));
+        }
+    }
     Ok(ListFilter {
         trigger,
         status,
         since_ms,
+        until_ms,
+        before: cursor.map(str::to_owned),
         limit,
     })
 }
@@ -197,20 +271,30 @@ mod tests {
 
     #[test]
     fn filters_and_ids_are_checked_with_exit_code_2() {
-        let bad_status = list_filter(None, Some("lost".into()), None, None);
-        assert_eq!(bad_status.unwrap_err().code, 2);
-        assert_eq!(list_filter(None, None, None, Some(0)).unwrap_err().code, 2);
+        let args = |status: Option<&str>, since: Option<&'static str>, limit| ListArgs {
+            status: status.map(str::to_owned),
+            since,
+            limit,
+            ..ListArgs::default()
+        };
         assert_eq!(
-            list_filter(None, None, None, Some(1001)).unwrap_err().code,
-            2
-        );
-        assert_eq!(
-            list_filter(None, None, Some("yesterday"), None)
+            list_filter(args(Some("lost"), None, None))
                 .unwrap_err()
                 .code,
             2
         );
-        let f = list_filter(None, None, Some("2026-12-01T00:00:00Z"), None).unwrap();
+        assert_eq!(list_filter(args(None, None, Some(0))).unwrap_err().code, 2);
+        assert_eq!(
+            list_filter(args(None, None, Some(1001))).unwrap_err().code,
+            2
+        );
+        assert_eq!(
+            list_filter(args(None, Some("yesterday"), None))
+                .unwrap_err()
+                .code,
+            2
+        );
+        let f = list_filter(args(None, Some("2026-12-01T00:00:00Z"), None)).unwrap();
         assert_eq!((f.limit, f.since_ms.is_some()), (100, true));
         let dir = tempfile::tempdir().unwrap();
         let e = show(dir.path(), "not-an-id", true, &mut Vec::new()).unwrap_err();
@@ -219,5 +303,48 @@ mod tests {
         let e = show(dir.path(), missing, true, &mut Vec::new()).unwrap_err();
         assert_eq!(e.code, 1);
         assert!(e.msg.contains("not found"), "{}", e.msg);
+    }
+
+    #[test]
+    fn the_list_query_string_is_parsed_strictly_and_never_panics() {
+        let id = "01HZX3K9V7Q2W8E5R4T6Y1V0AB";
+        let q = format!("trigger=a%2Fb+c&status=delivered&since=5&until=2026-12-01T00:00:00Z&limit=1000&cursor={id}");
+        let f = parse_list_query(&q).unwrap();
+        assert_eq!(f.trigger.as_deref(), Some("a/b c"));
+        assert_eq!((f.since_ms, f.limit), (Some(5), 1000));
+        assert_eq!(f.until_ms, Some(1_796_083_200_000));
+        assert_eq!(f.before.as_deref(), Some(id));
+        assert_eq!(parse_list_query("").unwrap().limit, 100, "the default");
+        for bad in [
+            "limit=0",
+            "limit=1001",
+            "limit=-1",
+            "limit=99999999999999999999",
+            "limit=",
+            "limit=1&limit=2",
+            "status=held",
+            "since=never",
+            "until=%ZZ",
+            "cursor=abc",
+            "cursor=%FF",
+            "nope=1",
+            "trigger=%",
+        ] {
+            let e = parse_list_query(bad).unwrap_err();
+            assert_eq!(e.code, 2, "{bad}: {e:?}");
+        }
+        // Arbitrary bytes: an answer, never a panic.
+        let mut x = 0x9E37_79B9u32;
+        for _ in 0..2000 {
+            let s: String = (0..(x % 40))
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    char::from(b"=&%+az09ZX\\u{0}"[x as usize % 14])
+                })
+                .collect();
+            let _ = parse_list_query(&s);
+        }
     }
 }

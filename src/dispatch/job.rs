@@ -16,6 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::dispatch::dlq::DlqReason;
+use crate::dispatch::outbound::RESPONSE_PREFIX_BYTES;
 use crate::wal::{AttemptEntry, AttemptOutcome, EventRecord, Lsn};
 
 /// Bits of an event key (a job's `lsn`: the log index above, the LSN below) that hold the LSN.
@@ -144,8 +145,9 @@ pub enum JobOutcome {
         attempt: Option<AttemptFacts>,
     },
     /// Not terminal: a flow-control gate holds the event; the pump gives its
-    /// `max_outstanding` slot back (the event stays pending).
-    Held { lsn: Lsn },
+    /// `max_outstanding` slot back (the event stays pending). Sent again when another gate
+    /// holds it. `gate`: the gate's name (`batch`, `debounce`, …).
+    Held { lsn: Lsn, gate: &'static str },
     /// Not terminal: the gates released the event (a batch: its carrier, under its first
     /// member's key) and the dispatcher took a `max_outstanding` slot for it, and one of the
     /// window cap of trigger slot `window`; the pump gives both back at its terminal outcome.
@@ -160,9 +162,10 @@ pub enum JobOutcome {
 }
 
 /// The facts of one attempt, carried in its outcome to the pump of the event's log, which
-/// records them (kind 8, `wal::AttemptsRecord`) in its next group commit. `Copy` and 32 bytes:
-/// no allocation per attempt (the response prefix is not carried yet; the record has room).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// records them (kind 8, `wal::AttemptsRecord`) in its next group commit. 56 bytes; one
+/// allocation per attempt only when the response had a body (its prefix, at most
+/// [`RESPONSE_PREFIX_BYTES`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptFacts {
     /// Wall-clock end of the attempt, Unix milliseconds.
     pub at_ms: u64,
@@ -173,11 +176,16 @@ pub struct AttemptFacts {
     pub latency_us: u32,
     /// The `Retry-After` the response carried, milliseconds (saturating).
     pub retry_after_ms: Option<u32>,
+    /// The first bytes of the response body (`outbound::RESPONSE_PREFIX_BYTES` at most).
+    pub response_prefix: Vec<u8>,
 }
+
+// The pool keeps no more of a body than an attempt entry can hold.
+const _: () = assert!(RESPONSE_PREFIX_BYTES <= crate::wal::MAX_RESPONSE_PREFIX_BYTES);
 
 impl AttemptFacts {
     /// The log entry for attempt number `attempt` of the event at `lsn`.
-    pub fn entry(&self, lsn: Lsn, attempt: u32) -> AttemptEntry {
+    pub fn entry(self, lsn: Lsn, attempt: u32) -> AttemptEntry {
         AttemptEntry {
             event_lsn: lsn,
             attempt,
@@ -186,7 +194,7 @@ impl AttemptFacts {
             outcome: self.outcome,
             latency_us: self.latency_us,
             retry_after_ms: self.retry_after_ms,
-            response_prefix: Vec::new(),
+            response_prefix: self.response_prefix,
         }
     }
 }
@@ -227,7 +235,7 @@ impl JobOutcome {
             JobOutcome::Delivered { lsn, .. }
             | JobOutcome::RetryScheduled { lsn, .. }
             | JobOutcome::Skipped { lsn, .. }
-            | JobOutcome::Held { lsn }
+            | JobOutcome::Held { lsn, .. }
             | JobOutcome::Resumed { lsn, .. } => *lsn,
             JobOutcome::DeadLetter { job, .. } => job.lsn,
         }

@@ -177,8 +177,8 @@ impl PumpLedger {
 pub enum LiveState {
     /// Dispatched: queued at its destination's owner core, on the wire, or waiting for a retry.
     InFlight,
-    /// A flow gate holds it.
-    Held,
+    /// The flow gate of this name holds it.
+    Held(&'static str),
 }
 
 /// One core's live events: per log name, `(LSN, state)` in LSN order. Bound: the pump's live
@@ -343,11 +343,14 @@ mod tests {
         assert_eq!(board.merged()["b"].pending(), 4);
         let live = vec![(
             "core-1".to_owned(),
-            vec![(3, LiveState::Held), (9, LiveState::InFlight)],
+            vec![(3, LiveState::Held("debounce")), (9, LiveState::InFlight)],
         )];
         board.publish_live(1, live);
         assert_eq!(board.live_state("core-1", 9), Some(LiveState::InFlight));
-        assert_eq!(board.live_state("core-1", 3), Some(LiveState::Held));
+        assert_eq!(
+            board.live_state("core-1", 3),
+            Some(LiveState::Held("debounce"))
+        );
         assert_eq!(board.live_state("core-1", 4), None);
         assert_eq!(board.live_state("core-0", 9), None);
         let j = board.json();

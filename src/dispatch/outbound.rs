@@ -43,6 +43,10 @@ use crate::net::http::client::{ClientLimits, ResponseEvent, ResponseReader};
 use crate::net::tls::{tls_fault, TlsClient, Wire};
 use crate::sync::clock::unix_millis;
 
+/// Body bytes of each response kept for the attempt record (`wal::MAX_RESPONSE_PREFIX_BYTES`,
+/// checked in `dispatch::job`).
+pub const RESPONSE_PREFIX_BYTES: usize = 512;
+
 /// Tokens at and above this value belong to outbound connections.
 pub const CLIENT_TOKEN_BASE: usize = 1 << 40;
 
@@ -79,6 +83,9 @@ pub enum Finished<T> {
         dest: usize,
         payload: T,
         result: AttemptResult,
+        /// The first [`RESPONSE_PREFIX_BYTES`] of the response body (empty without a response
+        /// or with an empty body): the attempt record's `response_prefix`.
+        body_prefix: Vec<u8>,
     },
     /// A reused keep-alive connection broke before any byte of the response arrived: the
     /// server had closed it. Not an attempt; resend on a fresh connection.
@@ -262,6 +269,7 @@ impl<T> OutboundPool<T> {
             dest: d,
             payload: attempt.payload,
             result: AttemptResult::ConnectError,
+            body_prefix: Vec::new(),
         };
         let stream = match self.resolve(target).and_then(TcpStream::connect) {
             Ok(s) => s,
@@ -274,6 +282,7 @@ impl<T> OutboundPool<T> {
                     dest: d,
                     payload: attempt.payload,
                     result: failure(&e, AttemptResult::ConnectError),
+                    body_prefix: Vec::new(),
                 })
             }
         };
@@ -291,7 +300,9 @@ impl<T> OutboundPool<T> {
             wbuf,
             wpos: 0,
             rbuf: Vec::new(),
-            reader: ResponseReader::new(ClientLimits::default()).status_only(),
+            reader: ResponseReader::new(ClientLimits::default())
+                .status_only()
+                .keeping_body(RESPONSE_PREFIX_BYTES),
             served: 0,
         };
         let token = Token(CLIENT_TOKEN_BASE + id);
@@ -439,7 +450,7 @@ impl<T> OutboundPool<T> {
                                 code: r.status,
                                 retry_after: None,
                             };
-                            self.complete(id, result, false, now, registry)
+                            self.complete(id, (result, r.body_prefix), false, now, registry)
                         }
                         (_, ConnState::Busy(_)) => self.fail_conn(id, AttemptResult::Io, registry),
                         _ => {
@@ -485,7 +496,8 @@ impl<T> OutboundPool<T> {
                         code: r.status,
                         retry_after: pause,
                     };
-                    return self.complete(id, result, r.keep_alive, now, registry);
+                    let prefix = r.body_prefix;
+                    return self.complete(id, (result, prefix), r.keep_alive, now, registry);
                 }
                 ResponseEvent::Error(_) => return self.fail_conn(id, AttemptResult::Io, registry),
             }
@@ -497,7 +509,7 @@ impl<T> OutboundPool<T> {
     fn complete(
         &mut self,
         id: usize,
-        result: AttemptResult,
+        (result, body_prefix): (AttemptResult, Vec<u8>),
         keep_alive: bool,
         now: u64,
         registry: &Registry,
@@ -511,7 +523,9 @@ impl<T> OutboundPool<T> {
         c.served += 1;
         c.wbuf.clear();
         c.wpos = 0;
-        c.reader = ResponseReader::new(ClientLimits::default()).status_only();
+        c.reader = ResponseReader::new(ClientLimits::default())
+            .status_only()
+            .keeping_body(RESPONSE_PREFIX_BYTES);
         let keep = keep_alive && c.rbuf.is_empty();
         let dest = self.dests.entry(d).or_default();
         if keep && dest.idle.len() < dest.idle_cap {
@@ -523,6 +537,7 @@ impl<T> OutboundPool<T> {
             dest: d,
             payload: attempt.payload,
             result,
+            body_prefix,
         })
     }
 
@@ -550,6 +565,7 @@ impl<T> OutboundPool<T> {
                 dest,
                 payload,
                 result,
+                body_prefix: Vec::new(),
             }
         })
     }

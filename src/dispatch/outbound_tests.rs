@@ -304,7 +304,7 @@ fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure() {
     let (port, server) = server(
         2,
         vec![
-            b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 7\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 7\r\ncontent-length: 9\r\n\r\nslow down",
             b"nonsense\r\n\r\n",
         ],
     );
@@ -324,6 +324,13 @@ fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure() {
         retry_after: Some(Duration::from_secs(7)),
     };
     assert_eq!(done(&f), (1, want));
+    let Finished::Done { body_prefix, .. } = &f else {
+        unreachable!()
+    };
+    assert_eq!(
+        body_prefix, b"slow down",
+        "the body's first bytes are carried"
+    );
     pool.start(
         target(port, 0),
         2,

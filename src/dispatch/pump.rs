@@ -214,8 +214,8 @@ struct Live {
     outstanding: bool,
     /// Its trigger's row in the pump's ledger.
     trigger: usize,
-    /// A flow gate holds it (from `Held` until `Resumed`).
-    held: bool,
+    /// The flow gate that holds it (from `Held` until `Resumed`).
+    held: Option<&'static str>,
 }
 
 /// One log the core owns.
@@ -562,8 +562,8 @@ impl<E: PumpEnv> PumpCore<E> {
     fn live_snapshot(&self) -> LiveSnapshot {
         let state = |l: &Live| match (l.outstanding, l.held) {
             (true, _) => Some(LiveState::InFlight),
-            (false, true) => Some(LiveState::Held),
-            (false, false) => None,
+            (false, Some(gate)) => Some(LiveState::Held(gate)),
+            (false, None) => None,
         };
         let per_log = |log: &LogState<E::Tail>| {
             let lsns = log

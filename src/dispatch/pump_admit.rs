@@ -159,7 +159,7 @@ impl<E: PumpEnv> PumpCore<E> {
             received_at_ms: event.received_at_ms,
             outstanding: dest.is_some(),
             trigger: row,
-            held: false,
+            held: None,
         };
         log.live.insert(lsn, live);
         let Some(dest) = dest else {

@@ -42,7 +42,7 @@ impl<E: PumpEnv> PumpCore<E> {
                 self.note_decision(slot, lsn, attempts, now_ms, NO_DESTINATION, skip);
                 self.finish(slot, lsn, status, attempts)
             }
-            JobOutcome::Held { .. } => self.gate_held(slot, lsn),
+            JobOutcome::Held { gate, .. } => self.gate_held(slot, lsn, gate),
             JobOutcome::Resumed { window, .. } => self.gate_released(slot, lsn, window),
             JobOutcome::RetryScheduled {
                 next_attempt,
@@ -89,9 +89,10 @@ impl<E: PumpEnv> PumpCore<E> {
     }
 
     /// A gate holds the event: its dispatch slot goes back (it stays pending and live).
-    fn gate_held(&mut self, slot: usize, lsn: Lsn) {
+    /// Sent again when another gate holds it: `unhold` is idempotent.
+    fn gate_held(&mut self, slot: usize, lsn: Lsn, gate: &'static str) {
         if let Some(l) = self.logs[slot].live.get_mut(&lsn) {
-            l.held = true;
+            l.held = Some(gate);
         }
         self.unhold(slot, lsn)
     }
@@ -101,7 +102,7 @@ impl<E: PumpEnv> PumpCore<E> {
     fn gate_released(&mut self, slot: usize, lsn: Lsn, window: usize) {
         if let Some(l) = self.logs[slot].live.get_mut(&lsn) {
             l.outstanding = true;
-            l.held = false;
+            l.held = None;
             l.window = Some(window);
         }
     }

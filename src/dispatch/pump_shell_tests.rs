@@ -149,6 +149,7 @@ fn a_durable_event_reaches_the_pump_from_memory_and_its_done_record_moves_the_cu
             outcome: crate::wal::AttemptOutcome::Status(200),
             latency_us: 1500,
             retry_after_ms: None,
+            response_prefix: Vec::new(),
         },
     };
     r.pump.on_outcome(delivered, 0, &mut r.staging);

@@ -22,6 +22,7 @@ fn facts(outcome: AttemptOutcome) -> crate::dispatch::job::AttemptFacts {
         outcome,
         latency_us: 1500,
         retry_after_ms: None,
+        response_prefix: Vec::new(),
     }
 }
 
@@ -491,6 +492,7 @@ fn held_events_give_their_slot_back_and_resumed_ones_hold_the_dispatchers() {
     r.pump.on_outcome(
         JobOutcome::Held {
             lsn: event_key(0, 1),
+            gate: "debounce",
         },
         0,
     );
@@ -817,6 +819,7 @@ fn live_states_say_dispatched_or_held_and_leave_the_rest_out() {
     r.pump.on_outcome(
         JobOutcome::Held {
             lsn: event_key(0, 2),
+            gate: "singleton",
         },
         0,
     );
@@ -825,7 +828,7 @@ fn live_states_say_dispatched_or_held_and_leave_the_rest_out() {
         snap,
         [(
             "core-0".to_owned(),
-            vec![(1, LiveState::InFlight), (2, LiveState::Held)]
+            vec![(1, LiveState::InFlight), (2, LiveState::Held("singleton"))]
         )]
     );
     r.pump.on_outcome(

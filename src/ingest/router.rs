@@ -104,6 +104,9 @@ pub enum OpsEndpoint {
     Ledger,
     /// `GET /api/v1/events/{id}`: one event's status and attempts (`ops::events_api`).
     Event,
+    /// `GET /api/v1/events?…`: recent events, newest first, a page at a time
+    /// (`ops::events_api`).
+    Events,
 }
 
 /// What a request resolved to.
@@ -228,6 +231,7 @@ impl Router {
             "/ui" => Some(OpsEndpoint::Ui),
             "/api/v1/state" => Some(OpsEndpoint::State),
             "/api/v1/ledger" => Some(OpsEndpoint::Ledger),
+            "/api/v1/events" => Some(OpsEndpoint::Events),
             _ if path.starts_with("/api/v1/events/") => Some(OpsEndpoint::Event),
             _ => None,
         };
@@ -302,6 +306,10 @@ mod tests {
         assert_eq!(
             r.route("GET", "/api/v1/events/01ABC?body=1"),
             RouteMatch::Ops(OpsEndpoint::Event)
+        );
+        assert_eq!(
+            r.route("GET", "/api/v1/events?limit=5&cursor=x"),
+            RouteMatch::Ops(OpsEndpoint::Events)
         );
         assert_eq!(
             r.route("POST", "/metrics"),

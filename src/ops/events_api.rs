@@ -1,4 +1,5 @@
-//! `GET /api/v1/events/{id}[?body=1]`: one event's status and attempts, online.
+//! `GET /api/v1/events/{id}[?body=1]`: one event's status and attempts, online; and
+//! `GET /api/v1/events?…`: recent events, a page at a time ([`answer_list`]).
 //!
 //! **From the files, on the serving core, bounded.** The lookup is `wal::events::show_bounded`
 //! over the node's data dir — read-only maps, no lock the writer takes — done on the core that
@@ -12,18 +13,27 @@
 //! **Status** is the log's: `pending`, `retrying` (with `next_attempt_at`), `delivered`,
 //! `dead_lettered` and `skipped` (with `reason`), `no_handler`; an event the log says is
 //! pending is `in_flight` or `held` when its pump's last published live states
-//! (`dispatch::ledger::LiveState`, at most 100 ms old) say so. The gate that holds it is not
-//! named yet (the dispatcher knows it, the pump does not).
+//! (`dispatch::ledger::LiveState`, at most 100 ms old) say so; `held` comes with `gate`, the
+//! name of the flow gate holding it (`batch`, `debounce`, `rate_limit`, `throttle`,
+//! `singleton`, `concurrency`: the dispatcher reports each gate that holds it to the pump).
+//!
+//! **The list** is `wal::events::list`, the code of the offline `sluice events list`: per log,
+//! segments from the newest back, those wholly after the upper bound (`until`, the cursor —
+//! the last id of the page before; ids start with their millisecond) read for outcomes only,
+//! stopping at the segment that fills `limit` (≤ 1,000) or starts before `since`. So its cost
+//! is bounded by the page and the log from the page's oldest event to the end (outcomes are
+//! written after their events), events decoded only within `since..=until`.
 //!
 //! **Access**: as `/api/v1/state` (`server.ui`); the body (`?body=1`) only with
 //! `Authorization: Bearer <SLUICE_ADMIN_TOKEN>`, whatever `server.ui` says (`403` otherwise).
 #![forbid(unsafe_code)]
 
 use crate::config::ui::UiMode;
+use crate::dispatch::event_tools::parse_list_query;
 use crate::dispatch::ledger::LiveState;
 use crate::ops::dashboard::Answer;
 use crate::ops::view::OpsView;
-use crate::wal::events::{report_json, show_bounded, Fate, ShowError};
+use crate::wal::events::{list, report_json, show_bounded, EventReport, Fate, ShowError};
 
 /// Records read past the event in search of its outcome, at most.
 pub const MAX_RECORDS_AFTER: u64 = 20_000;
@@ -38,6 +48,76 @@ fn wants_body(query: Option<&str>) -> bool {
     query.is_some_and(|q| q.split('&').any(|kv| kv == "body=1"))
 }
 
+/// `/api/v1/state`'s access rule: `Ok(admin)` (whether the admin token was given), or the
+/// refusal.
+fn access(node: &OpsView<'_>, authorization: Option<&[u8]>) -> Result<bool, Answer> {
+    let config = node.config;
+    let admin = config
+        .admin_token
+        .as_ref()
+        .is_some_and(|t| crate::ingest::verify::bearer_matches(t, authorization));
+    match config.server.ui {
+        UiMode::Off => Err(Answer::json(404, br#"{"status":"not_found"}"#.to_vec())),
+        UiMode::Token if !admin => Err(refused(401, "unauthorized")),
+        _ => Ok(admin),
+    }
+}
+
+/// `report` as JSON, where an event the log says is pending gets the status its pump's
+/// memory gives (`in_flight`, `held`).
+fn live_json(node: &OpsView<'_>, report: &EventReport, with_body: bool) -> serde_json::Value {
+    let mut v = report_json(report, with_body);
+    if report.fate == Fate::Pending {
+        match node.dispatch.ledger.live_state(&report.log, report.lsn) {
+            Some(LiveState::InFlight) => v["status"] = "in_flight".into(),
+            Some(LiveState::Held(gate)) => {
+                v["status"] = "held".into();
+                v["gate"] = gate.into();
+            }
+            None => {}
+        }
+    }
+    v
+}
+
+/// Answers `GET /api/v1/events?trigger=&status=&since=&until=&limit=&cursor=`: the newest
+/// events first, each as the single lookup gives it (attempts included: the scan reads them
+/// anyway; no body), `{"events": […], "next_cursor": ID | null}`. A malformed query is a
+/// `400` naming the parameter (`dispatch::event_tools::parse_list_query`); a limit out of
+/// 1..=1000 is refused, not clamped.
+pub fn answer_list(
+    node: &OpsView<'_>,
+    query: Option<&str>,
+    authorization: Option<&[u8]>,
+) -> Answer {
+    if let Err(refusal) = access(node, authorization) {
+        return refusal;
+    }
+    let filter = match parse_list_query(query.unwrap_or("")) {
+        Ok(f) => f,
+        Err(e) => {
+            let body = serde_json::json!({ "status": "bad_request", "reason": e.msg });
+            return Answer::json(400, body.to_string().into_bytes());
+        }
+    };
+    match list(&node.config.server.data_dir, &filter) {
+        Ok(found) => {
+            let full = found.len() == filter.limit;
+            let next = found
+                .last()
+                .filter(|_| full)
+                .map(|r| r.event.event_id.clone());
+            let events: Vec<_> = found.iter().map(|r| live_json(node, r, false)).collect();
+            let body = serde_json::json!({ "events": events, "next_cursor": next });
+            Answer::json(200, body.to_string().into_bytes())
+        }
+        Err(e) => {
+            let body = serde_json::json!({ "status": "error", "error": e.to_string() });
+            Answer::json(500, body.to_string().into_bytes())
+        }
+    }
+}
+
 /// Answers `GET /api/v1/events/{id}`: the request's path, query and `Authorization` header.
 pub fn answer(
     node: &OpsView<'_>,
@@ -45,16 +125,11 @@ pub fn answer(
     query: Option<&str>,
     authorization: Option<&[u8]>,
 ) -> Answer {
+    let admin = match access(node, authorization) {
+        Ok(admin) => admin,
+        Err(refusal) => return refusal,
+    };
     let config = node.config;
-    let admin = config
-        .admin_token
-        .as_ref()
-        .is_some_and(|t| crate::ingest::verify::bearer_matches(t, authorization));
-    match config.server.ui {
-        UiMode::Off => return Answer::json(404, br#"{"status":"not_found"}"#.to_vec()),
-        UiMode::Token if !admin => return refused(401, "unauthorized"),
-        _ => {}
-    }
     let with_body = wants_body(query);
     if with_body && !admin {
         return refused(403, "body_needs_admin_token");
@@ -62,15 +137,7 @@ pub fn answer(
     let id = path.strip_prefix("/api/v1/events/").unwrap_or_default();
     match show_bounded(&config.server.data_dir, id, MAX_RECORDS_AFTER) {
         Ok(report) => {
-            let mut v = report_json(&report, with_body);
-            // The log says pending: its pump's memory may say more.
-            if report.fate == Fate::Pending {
-                match node.dispatch.ledger.live_state(&report.log, report.lsn) {
-                    Some(LiveState::InFlight) => v["status"] = "in_flight".into(),
-                    Some(LiveState::Held) => v["status"] = "held".into(),
-                    None => {}
-                }
-            }
+            let v = live_json(node, &report, with_body);
             Answer::json(200, v.to_string().into_bytes())
         }
         Err(ShowError::BadId(_)) => refused(400, "bad_event_id"),

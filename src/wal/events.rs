@@ -15,8 +15,10 @@
 //!   attempts are written before or with it): bounded by the bytes the log took between the
 //!   event and its outcome, or by the end of the log for an event still pending.
 //! - [`list`]: segments from the newest back, each scanned once, stopping after the segment
-//!   that brings the matches to `limit` or starts before `since`; memory: the outcomes of the
-//!   scanned segments' events.
+//!   that brings the matches to `limit` or starts before `since`; segments wholly after the
+//!   upper bound (`until`, the page cursor; a binary search on first event ids as for
+//!   [`show`]) are read for their outcomes only, no event decoded. Memory: the outcomes of the
+//!   scanned segments' events, and at most the events of the segments read in full.
 //! - [`ledger`]: one forward scan of every retained record (what recovery reads at start-up);
 //!   memory: the events without a `Done` entry.
 #![forbid(unsafe_code)]
@@ -313,49 +315,76 @@ pub struct ListFilter {
     pub status: Option<String>,
     /// Only events received at or after this Unix millisecond.
     pub since_ms: Option<u64>,
+    /// Only events received at or before this Unix millisecond.
+    pub until_ms: Option<u64>,
+    /// Only events whose id sorts below this one: the page cursor (the last id of the page
+    /// before).
+    pub before: Option<String>,
     /// At most this many (the newest).
     pub limit: usize,
 }
 
 impl ListFilter {
     fn admits(&self, r: &EventReport) -> bool {
-        self.trigger
-            .as_ref()
-            .map_or(true, |t| *t == r.event.trigger_id)
+        let ev = &r.event;
+        self.trigger.as_ref().map_or(true, |t| *t == ev.trigger_id)
             && self.status.as_ref().map_or(true, |s| s == r.fate.as_str())
-            && self.since_ms.map_or(true, |t| r.event.received_at_ms >= t)
+            && self.since_ms.map_or(true, |t| ev.received_at_ms >= t)
+            && self.until_ms.map_or(true, |t| ev.received_at_ms <= t)
+            && self.before.as_ref().map_or(true, |b| ev.event_id < *b)
+    }
+
+    /// The id every event this filter admits sorts below, if it has an upper bound: the
+    /// cursor, or the first id of the millisecond after `until_ms` (ids start with their
+    /// millisecond, [`event_id`]).
+    fn below(&self) -> Option<String> {
+        let until = self.until_ms.map(|t| {
+            let ms = t.saturating_add(1).min((1 << 48) - 1);
+            event_id::encode(u128::from(ms) << 80)
+        });
+        match (until, self.before.clone()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
 /// The events of one segment (`[first, end)`) that `filter` admits, newest first, given the
 /// outcomes of the newer segments in `seen` (which it extends). Also returns whether the
-/// segment starts before `filter.since_ms`.
+/// segment starts before `filter.since_ms`. With `events` false only its outcomes are read
+/// (a segment newer than the filter's upper bound: no event payload is decoded).
 fn list_segment(
     log: &LogDir,
-    first: Lsn,
-    end: Lsn,
+    (first, end): (Lsn, Lsn),
     filter: &ListFilter,
     seen: &mut HashMap<Lsn, Seen>,
+    events: bool,
 ) -> Result<(Vec<EventReport>, bool), WalError> {
-    let mut events = Vec::new();
-    for r in records_from(&log.dir, first)? {
-        let (lsn, rec) = r?;
-        if lsn >= end {
+    let mut found = Vec::new();
+    for r in raw_from(&log.dir, first)? {
+        let r = r?;
+        if r.lsn >= end {
             break;
         }
-        match rec {
-            Record::Event(ev) => events.push((lsn, ev)),
-            rec => {
-                Seen::observe(&rec, seen, &|_| true);
+        let bad = |e| corrupt(&log.dir, &r, e);
+        if matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent) {
+            if events {
+                found.push((
+                    r.lsn,
+                    parse_event(r.kind, &r.payload).map_err(bad)?.to_record(),
+                ));
             }
+        } else {
+            let rec = decode_payload(r.kind, &r.payload).map_err(bad)?;
+            Seen::observe(&rec, seen, &|_| true);
         }
     }
-    let older = match (events.first(), filter.since_ms) {
+    let older = match (found.first(), filter.since_ms) {
         (Some((_, e)), Some(t)) => e.received_at_ms < t,
         _ => false,
     };
     let mut out = Vec::new();
-    for (lsn, event) in events.into_iter().rev() {
+    for (lsn, event) in found.into_iter().rev() {
         let s = seen.remove(&lsn).unwrap_or_default();
         let report = EventReport {
             event,
@@ -373,17 +402,34 @@ fn list_segment(
 }
 
 /// The newest events `filter` admits, newest first (by id), at most `filter.limit`.
+///
+/// Per log, segments are read from the newest back: those wholly above the filter's upper
+/// bound (`until_ms`, the cursor; found by [`candidate_segment`]'s binary search on first
+/// event ids) for their outcomes only, the others in full, stopping after the segment that
+/// brings the matches to `limit` or starts before `since_ms`. An event's outcome is written
+/// after it, so the outcomes of every newer segment are read: the cost is the log from the
+/// page's oldest event to the end, events decoded only within the filter's time range.
 pub fn list(data_dir: &Path, filter: &ListFilter) -> Result<Vec<EventReport>, WalError> {
+    let below = filter.below();
     let mut all = Vec::new();
     for log in log_dirs(&data_dir.join(WAL_SUBDIR))? {
         let segs = list_segments(&log.dir)?;
+        // Segments after `top` start above the bound: no event of theirs is admitted.
+        let top = match &below {
+            Some(b) => candidate_segment(&log.dir, b)?.map(|s| s.0),
+            None => segs.last().map(|s| s.0),
+        };
+        let Some(top) = top else {
+            continue;
+        };
         let mut seen = HashMap::new();
         let mut found = 0;
         for i in (0..segs.len()).rev() {
             let end = segs.get(i + 1).map_or(Lsn::MAX, |s| s.0);
-            let (events, older) = list_segment(&log, segs[i].0, end, filter, &mut seen)?;
-            found += events.len();
-            all.extend(events);
+            let events = segs[i].0 <= top;
+            let (got, older) = list_segment(&log, (segs[i].0, end), filter, &mut seen, events)?;
+            found += got.len();
+            all.extend(got);
             if found >= filter.limit || older {
                 break;
             }
@@ -525,9 +571,24 @@ fn attempt_json(a: &AttemptEntry) -> serde_json::Value {
         v["retry_after"] = (f64::from(ms) / 1000.0).into();
     }
     if !a.response_prefix.is_empty() {
-        v["response_prefix"] = String::from_utf8_lossy(&a.response_prefix).into();
+        v["response_prefix"] = printable(&a.response_prefix).into();
     }
     v
+}
+
+/// `bytes` as printable ASCII: `0x20..=0x7E` as themselves but `\` as `\\`, every other byte
+/// as `\xNN` (lower-case hex). Lossless and unambiguous, so a response prefix in JSON shows
+/// what the destination sent, control bytes and invalid UTF-8 included.
+pub fn printable(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        match b {
+            b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -80,7 +80,10 @@ fn fixture(data: &Path) -> Vec<String> {
     };
     let mut later = vec![
         attempts(vec![
-            call(10, 1, 500),
+            AttemptEntry {
+                response_prefix: b"oops\n\\\xff".to_vec(),
+                ..call(10, 1, 500)
+            },
             call(11, 1, 410),
             dead,
             call(12, 1, 503),
@@ -135,6 +138,9 @@ fn show_finds_an_event_with_its_attempts_in_order_and_its_fate() {
     assert_eq!(json["status"], "delivered");
     assert_eq!(json["attempts"][2]["status"], 200);
     assert_eq!(json["attempts"][0]["latency_ms"], 1.5);
+    // Printable-escaped: a newline, a backslash and a byte that is not UTF-8.
+    assert_eq!(json["attempts"][0]["response_prefix"], "oops\\x0a\\\\\\xff");
+    assert!(json["attempts"][1].get("response_prefix").is_none());
     assert!(json.get("body").is_none());
     assert_eq!(report_json(&r, true)["body"].as_str().unwrap().len(), BODY);
     // Bounded: the 410's Done entry lies ~890 records after event 11 (the later events first).
@@ -223,4 +229,40 @@ fn list_is_newest_first_filtered_and_limited() {
         .map(|r| r.lsn)
         .collect();
     assert_eq!(got, [900, 898, 896, 894, 892, 890]);
+}
+
+#[test]
+fn list_pages_by_cursor_and_bounds_by_until() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ids = fixture(tmp.path());
+    let lsns = |f: &ListFilter| -> Vec<Lsn> {
+        list(tmp.path(), f).unwrap().iter().map(|r| r.lsn).collect()
+    };
+    let page = ListFilter {
+        before: Some(ids[896].clone()),
+        limit: 5,
+        ..ListFilter::default()
+    };
+    assert_eq!(lsns(&page), [895, 894, 893, 892, 891]);
+    // `until` in the first segment: the newer ones are read for outcomes only, and the fates
+    // found there still count.
+    let early = ListFilter {
+        until_ms: Some(1_000_000 + 12),
+        limit: 3,
+        ..ListFilter::default()
+    };
+    let got = list(tmp.path(), &early).unwrap();
+    let fates: Vec<(Lsn, &str)> = got.iter().map(|r| (r.lsn, r.fate.as_str())).collect();
+    assert_eq!(
+        fates,
+        [(12, "retrying"), (11, "dead_lettered"), (10, "delivered")]
+    );
+    assert_eq!(got[2].attempts.len(), 3, "attempts from later segments");
+    // A cursor below every id: nothing, without reading an event.
+    let none = ListFilter {
+        before: Some("00000000000000000000000000".into()),
+        limit: 3,
+        ..ListFilter::default()
+    };
+    assert!(lsns(&none).is_empty());
 }

@@ -67,6 +67,9 @@ fn events_show_gives_each_attempt_and_the_outcome_while_running_and_after_a_stop
         "{o}"
     );
     assert!(o.get("body").is_none(), "no body unless asked");
+    // The downstream answers every call with the body `ok`: each attempt keeps its prefix.
+    assert_eq!(o["attempts"][0]["response_prefix"], "ok", "{o}");
+    assert_eq!(o["attempts"][2]["response_prefix"], "ok", "{o}");
     let g = server.get(&format!("/api/v1/events/{gone}")).json();
     assert_eq!(
         (&g["status"], statuses(&g)),
@@ -82,6 +85,49 @@ fn events_show_gives_each_attempt_and_the_outcome_while_running_and_after_a_stop
     assert_eq!(unknown.status, 404);
     assert_eq!(unknown.json()["status"], "not_found");
     assert_eq!(server.get("/api/v1/events/nope").status, 400);
+    // The list, a page at a time: newest first, each event as the single lookup gives it.
+    let page = server.get("/api/v1/events?limit=1&trigger=t").json();
+    assert_eq!(page["events"][0]["id"], gone.as_str(), "{page}");
+    assert_eq!(page["events"][0]["status"], "dead_lettered", "{page}");
+    let cursor = page["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_owned();
+    let next = server
+        .get(&format!("/api/v1/events?limit=1&cursor={cursor}"))
+        .json();
+    assert_eq!(next["events"][0]["id"], id.as_str(), "{next}");
+    assert_eq!(statuses(&next["events"][0]), [500, 500, 200], "{next}");
+    let last = server
+        .get(&format!("/api/v1/events?limit=5&cursor={id}"))
+        .json();
+    assert_eq!(
+        (
+            last["events"].as_array().map(Vec::len),
+            &last["next_cursor"]
+        ),
+        (Some(0), &serde_json::Value::Null)
+    );
+    let delivered = server.get("/api/v1/events?status=delivered").json();
+    assert_eq!(
+        delivered["events"].as_array().map(Vec::len),
+        Some(1),
+        "{delivered}"
+    );
+    for bad in [
+        "limit=0",
+        "limit=1001",
+        "limit=x",
+        "status=lost",
+        "cursor=%00",
+        "since=%",
+        "x=1",
+        "limit=1&limit=1",
+    ] {
+        let r = server.get(&format!("/api/v1/events?{bad}"));
+        assert_eq!(r.status, 400, "{bad}");
+        assert!(r.json()["reason"].as_str().is_some(), "{bad}: a message");
+    }
     server.stop();
     let v = shown(&dir, &id).expect("found after the stop");
     assert_eq!(statuses(&v), [500, 500, 200], "{v}");
@@ -269,6 +315,110 @@ fn an_unanswered_call_shows_in_flight_online() {
         wait_until(Duration::from_secs(10), || status(&server) == "delivered"),
         "{}",
         status(&server)
+    );
+    server.stop();
+}
+
+/// An event a flow gate holds is `held` online, naming the gate (its pump's live states).
+#[test]
+fn a_held_event_names_its_gate_online() {
+    let ds = Downstream::start(Behavior::default());
+    let uri = ds.uri("/sink");
+    let config = format!(
+        "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\nhandler = \"{uri}\"\n\
+         debounce = {{ period = \"30s\" }}\n"
+    );
+    let mut server = Server::start(big_buckets(Opts::config(&config)));
+    let id = server.ingest("/hooks/t", b"{}");
+    let path = format!("/api/v1/events/{id}");
+    let held = |s: &Server| s.get(&path).json();
+    assert!(
+        wait_until(Duration::from_secs(10), || held(&server)["status"]
+            == "held"),
+        "{}",
+        held(&server)
+    );
+    assert_eq!(held(&server)["gate"], "debounce");
+    let listed = server.get("/api/v1/events?status=pending").json();
+    assert_eq!(listed["events"][0]["gate"], "debounce", "{listed}");
+    server.stop();
+}
+
+/// The dashboard's "where is my event" in a real headless Chromium: the search box shows an
+/// event's status and attempts, says `not found` for an unknown id and `not an event id` for
+/// hostile input (rendered as text: no element it spells is created), and each trigger lists
+/// its recent events with their status and attempts (from `GET /api/v1/events`).
+#[test]
+fn the_dashboard_finds_an_event_and_lists_recent_ones_in_chromium() {
+    let Some(browser) = crate::browser::Browser::start() else {
+        return;
+    };
+    let ds = Downstream::start(Behavior::default());
+    let fail = |status| Behavior {
+        status,
+        ..Behavior::default()
+    };
+    ds.script(vec![fail(500), fail(500)]);
+    let dest = "retry = { max_attempts = 5, base = \"50ms\", cap = \"100ms\" }";
+    let mut server = Server::start(big_buckets(Opts::config(&manifest(
+        &ds.uri("/sink"),
+        dest,
+        "",
+    ))));
+    let id = server.ingest("/hooks/t", b"{}");
+    let path = format!("/api/v1/events/{id}");
+    assert!(wait_until(Duration::from_secs(20), || server
+        .get(&path)
+        .json()["status"]
+        == "delivered"));
+    browser.viewport(1280, 900);
+    browser.goto(&format!("http://{}/ui", server.addr()));
+    let search = |text: &str| {
+        let script = format!(
+            "const i = document.getElementById('event-id'); i.value = {};\
+             document.getElementById('event-form').requestSubmit(); return true;",
+            serde_json::Value::from(text)
+        );
+        browser.eval(&script);
+    };
+    let result = || {
+        browser.eval(
+            "const r = document.querySelector('[data-testid=\"event-result\"]');\
+             return { text: r.innerText, imgs: document.querySelectorAll('img').length,\
+                      attempts: r.querySelectorAll('[data-testid=\"event-attempt\"]').length };",
+        )
+    };
+    let shows = |want: &str, attempts: u64| {
+        wait_until(Duration::from_secs(10), || {
+            let r = result();
+            r["text"].as_str().is_some_and(|t| t.contains(want)) && r["attempts"] == attempts
+        })
+    };
+    search(&id);
+    assert!(shows("delivered", 3), "{}", result());
+    let text = result()["text"].as_str().unwrap().to_owned();
+    assert!(text.contains("500 (") && text.contains("200 ("), "{text}");
+    assert!(text.contains("\"ok\""), "the response prefix: {text}");
+    search("01HZX3K9V7Q2W8E5R4T6Y1V0AB");
+    assert!(shows("not found", 0), "{}", result());
+    search("<img src=x onerror=alert(1)>");
+    assert!(shows("not an event id", 0), "{}", result());
+    assert_eq!(result()["imgs"], 0, "hostile input is text");
+    let recent = || {
+        browser.eval(
+            "return [...document.querySelectorAll('tr[data-testid=\"recent-event\"]')]\
+             .map((tr) => tr.innerText);",
+        )
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || recent().as_array().is_some_and(
+            |r| r.iter().any(|row| {
+                let row = row.as_str().unwrap_or("");
+                row.contains(&id) && row.contains("delivered") && row.contains("500 (")
+            })
+        )),
+        "{}",
+        recent()
     );
     server.stop();
 }

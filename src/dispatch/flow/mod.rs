@@ -127,6 +127,13 @@ pub enum Stage {
     Concurrency = 5,
 }
 
+impl Stage {
+    /// The gate's name (`gate` label, `[flow]` key).
+    pub fn name(self) -> &'static str {
+        metrics::GATES[self as usize]
+    }
+}
+
 const STAGES: [Stage; 6] = [
     Stage::Batch,
     Stage::Debounce,
@@ -154,8 +161,9 @@ pub struct FlowOut {
     pub ready: Vec<Job>,
     /// Through every gate after being held (a batch: its carrier): needs a dispatch slot.
     pub resumed: Vec<Job>,
-    /// Keys of events a gate started holding: their dispatch slot may be given back.
-    pub held: Vec<Lsn>,
+    /// Keys of events a gate started holding, with that gate (an event reported again when
+    /// another gate holds it): their dispatch slot may be given back.
+    pub held: Vec<(Lsn, Stage)>,
     pub skipped: Vec<(Job, SkipReason)>,
     /// Keys of held events whose body could not be read back ([`payload`]): they leave the
     /// gates without an outcome and stay pending.
@@ -183,6 +191,8 @@ struct Pending {
     keys: Box<Keys>,
     /// A gate held it (it gave its dispatch slot back).
     held: bool,
+    /// The gate that holds it, as last reported in [`FlowOut::held`].
+    held_at: Option<Stage>,
     /// Its body was dropped while held ([`payload`]): read back before it is delivered.
     dropped: bool,
     /// A reload took it from the gate of this stage and offers it to that stage's new gate
@@ -198,6 +208,7 @@ impl Pending {
             job,
             keys,
             held,
+            held_at: None,
             dropped,
             retaken: None,
             hint: None,
@@ -505,7 +516,10 @@ impl FlowEngine {
         self.metrics.flow.held_add(self.cell(t), stage as usize, 1);
         if !std::mem::replace(&mut p.held, true) {
             p.dropped = self.payloads.hold(&mut p.job);
-            out.held.push(p.job.lsn);
+        }
+        // Reported once per gate, so the pump can say which gate holds it.
+        if p.held_at.replace(stage) != Some(stage) {
+            out.held.push((p.job.lsn, stage));
         }
     }
 

@@ -221,8 +221,8 @@ fn debounce_delivers_only_the_latest_after_quiet() {
         assert!(out.ready.is_empty());
         assert_eq!(
             out.held,
-            vec![lsn],
-            "every newcomer gives its dispatch slot back"
+            vec![(lsn, Stage::Debounce)],
+            "every newcomer gives its dispatch slot back, naming its gate"
         );
         skipped_all.extend(skipped(&out));
         last = lsn;
@@ -278,7 +278,11 @@ fn held_events_are_reported_and_come_back_as_resumed() {
     r.engine.offer(job(2), now, &mut out);
     r.engine.offer(job(3), now, &mut out);
     assert_eq!(ready(&out), vec![1], "through at once: keeps its slot");
-    assert_eq!(out.held, vec![2, 3], "held: their slots go back");
+    assert_eq!(
+        out.held,
+        vec![(2, Stage::Throttle), (3, Stage::Throttle)],
+        "held: their slots go back"
+    );
     assert!(out.resumed.is_empty());
     assert_eq!(r.metrics.flow.held(0, Stage::Throttle as usize), 2);
     r.clock.advance(Duration::from_secs(1));
@@ -562,7 +566,7 @@ fn throttle_window_survives_a_restart_through_the_state_file() {
         out.ready.is_empty(),
         "the restored window is full: it waits"
     );
-    assert_eq!(out.held, vec![10]);
+    assert_eq!(out.held, vec![(10, Stage::Throttle)]);
     e3.on_tick(2_000, false, &mut out); // saves the rate_limit hit, which made a save due
     let due = e3.next_deadline().expect("a throttle timer");
     assert!(
@@ -613,7 +617,7 @@ fn rekey_offers_held_events_to_the_new_gates_and_keeps_in_progress_holds() {
     let (a, out) = r.offer("{}");
     assert_eq!(ready(&out), vec![a]);
     let (b, out) = r.offer("{}");
-    assert_eq!(out.held, vec![b]);
+    assert_eq!(out.held, vec![(b, Stage::Concurrency)]);
     let (c, _) = r.offer("{}");
     assert_eq!(r.engine.waiting(), 2);
     let conc = Stage::Concurrency as usize;

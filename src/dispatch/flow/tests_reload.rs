@@ -80,7 +80,7 @@ fn reloads_of_another_triggers_gates_move_no_debounce_deadline() {
     let t = "debounce = { period = \"3s\" }";
     let mut r = Rig::new(t, "");
     let (a, out) = r.offer("{}");
-    assert_eq!(out.held, vec![a]);
+    assert_eq!(out.held, vec![(a, Stage::Debounce)]);
     let mut delivered_at = None;
     for i in 1..=9u32 {
         let out = r.advance(SEC);

@@ -215,6 +215,9 @@ pub struct ResponseReader {
     limits: ClientLimits,
     /// Responses carry their fields and body prefix; see [`ResponseReader::status_only`].
     keep_headers: bool,
+    /// Body bytes kept in [`Response::body_prefix`]: `max_body_keep`, or what
+    /// [`ResponseReader::status_only`] and [`ResponseReader::keeping_body`] set.
+    keep_body: usize,
     /// The same bounds in the shape the shared chunked decoder takes.
     chunk_limits: Limits,
     state: State,
@@ -257,6 +260,7 @@ impl ResponseReader {
             max_chunk_line_bytes: MAX_CHUNK_LINE_BYTES,
         };
         ResponseReader {
+            keep_body: limits.max_body_keep,
             limits,
             keep_headers: true,
             chunk_limits,
@@ -271,6 +275,16 @@ impl ResponseReader {
     /// allocation per field and one for the body).
     pub fn status_only(mut self) -> Self {
         self.keep_headers = false;
+        self.keep_body = 0;
+        self
+    }
+
+    /// This reader, keeping the first `n` body bytes (at most `max_body_keep`) in
+    /// [`Response::body_prefix`] whatever else it keeps: a [`status_only`](Self::status_only)
+    /// reader that still reports the start of the body (the outbound pool's
+    /// `response_prefix`, issue 27). An empty body allocates nothing.
+    pub fn keeping_body(mut self, n: usize) -> Self {
+        self.keep_body = n.min(self.limits.max_body_keep);
         self
     }
 
@@ -382,10 +396,7 @@ impl ResponseReader {
             unreachable!("read_body outside the body state");
         };
         let input = &input[*consumed..];
-        let keep = match self.keep_headers {
-            true => self.limits.max_body_keep,
-            false => 0,
-        };
+        let keep = self.keep_body;
         let done = match decoder {
             BodyDecoder::Length { remaining } => {
                 let take = (*remaining).min(input.len() as u64) as usize;

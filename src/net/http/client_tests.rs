@@ -856,3 +856,34 @@ fn a_status_only_reader_reads_the_same_status_framing_and_retry_after() {
     }
     assert!(a.is_empty() && b.is_empty());
 }
+
+#[test]
+fn a_status_only_reader_keeping_body_reports_the_body_prefix_only() {
+    // Split across chunks and cut at `n`; a close-delimited body too; an empty body keeps nothing.
+    let wire: &[u8] = b"HTTP/1.1 500 Oops\r\nX: y\r\nTransfer-Encoding: chunked\r\n\r\n\
+        3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n\
+        HTTP/1.1 204 No Content\r\n\r\n";
+    let mut r = ResponseReader::new(limits()).status_only().keeping_body(5);
+    let mut buf = wire.to_vec();
+    let ResponseEvent::Response(x) = r.poll(&mut buf) else {
+        panic!("complete");
+    };
+    assert!(x.headers.is_empty());
+    assert_eq!(
+        (x.status, &x.body_prefix[..], x.body_len),
+        (500, &b"abcde"[..], 7)
+    );
+    let ResponseEvent::Response(y) = r.poll(&mut buf) else {
+        panic!("complete");
+    };
+    assert_eq!((y.status, y.body_prefix.capacity()), (204, 0));
+    let mut close = ResponseReader::new(limits())
+        .status_only()
+        .keeping_body(1 << 20);
+    let mut buf = b"HTTP/1.1 200 OK\r\n\r\nbody".to_vec();
+    assert!(matches!(close.poll(&mut buf), ResponseEvent::Incomplete));
+    let ResponseEvent::Response(z) = close.on_eof() else {
+        panic!("complete at EOF");
+    };
+    assert_eq!(&z.body_prefix[..], b"body", "at most max_body_keep");
+}

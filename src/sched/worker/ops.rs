@@ -36,7 +36,11 @@ impl Core<'_> {
             // Rendered once for every scrape of this loop turn (`budgets.rs`).
             OpsEndpoint::Metrics => self.defer_scrape(cx, keep_alive, head_only),
             // Answered in `handle` (they need the request's headers).
-            OpsEndpoint::Ui | OpsEndpoint::State | OpsEndpoint::Ledger | OpsEndpoint::Event => {}
+            OpsEndpoint::Ui
+            | OpsEndpoint::State
+            | OpsEndpoint::Ledger
+            | OpsEndpoint::Event
+            | OpsEndpoint::Events => {}
         }
     }
 

@@ -162,6 +162,13 @@ impl Rest for Core<'_> {
                 let h = a.headers();
                 cx.respond(Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
             }
+            RouteMatch::Ops(OpsEndpoint::Events) => {
+                let auth = head.header("authorization");
+                let view = self.shared.ops_view();
+                let a = crate::ops::events_api::answer_list(&view, head.query(), auth);
+                let h = a.headers();
+                cx.respond(Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
+            }
             RouteMatch::Ops(ep) => self.handle_ops(cx, ep, keep_alive, head_only),
             RouteMatch::Admin(route) => self.handle_admin(cx, route, head, keep_alive, head_only),
             RouteMatch::MethodNotAllowed(allow) => cx.respond(
