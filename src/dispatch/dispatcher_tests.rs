@@ -90,13 +90,10 @@ impl Rig {
         }
     }
 
+    /// The pool's report of a finished attempt, as `finish` settles it (its `Exchange`
+    /// mapped to the attempt result).
     fn report(&mut self, attempt: Attempt, result: AttemptResult, now: u64) {
-        let f = Finished::Done {
-            dest: 0,
-            payload: attempt,
-            result,
-        };
-        self.d.finish(f, now, self.poll.registry());
+        self.d.settle(0, attempt, result, now, self.poll.registry());
     }
 
     fn outcomes(&mut self) -> Vec<JobOutcome> {

@@ -103,7 +103,7 @@ fn drive(
     out
 }
 
-fn done(f: &Finished<u32>) -> (u32, AttemptResult) {
+fn done(f: &Finished<u32>) -> (u32, Exchange) {
     match f {
         Finished::Done {
             payload, result, ..
@@ -112,8 +112,8 @@ fn done(f: &Finished<u32>) -> (u32, AttemptResult) {
     }
 }
 
-const STATUS_200: AttemptResult = AttemptResult::Status {
-    code: 200,
+const STATUS_200: Exchange = Exchange::Response {
+    status: 200,
     retry_after: None,
 };
 
@@ -217,7 +217,7 @@ fn a_refused_connect_is_a_connect_error() {
         Ok(Started::Reused) => panic!("nothing to reuse"),
         Err(f) => f,
     };
-    assert_eq!(done(&f), (7, AttemptResult::ConnectError));
+    assert_eq!(done(&f), (7, Exchange::Failed(Failure::Connect)));
     assert_eq!((pool.in_flight(), pool.connections(0)), (0, 0));
 }
 
@@ -252,7 +252,7 @@ fn a_silent_server_times_the_attempt_out_at_its_deadline() {
     assert!(out.is_empty(), "not before the deadline");
     pool.on_tick(2 * SECOND, poll.registry(), &mut out);
     assert_eq!(out.len(), 1);
-    assert_eq!(done(&out[0]), (3, AttemptResult::Timeout));
+    assert_eq!(done(&out[0]), (3, Exchange::Failed(Failure::Timeout)));
     assert_eq!(pool.connections(0), 0);
     server.join().unwrap();
 }
@@ -319,8 +319,8 @@ fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure() {
     )
     .unwrap();
     let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
-    let want = AttemptResult::Status {
-        code: 429,
+    let want = Exchange::Response {
+        status: 429,
         retry_after: Some(Duration::from_secs(7)),
     };
     assert_eq!(done(&f), (1, want));
@@ -333,7 +333,7 @@ fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure() {
     )
     .unwrap();
     let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
-    assert_eq!(done(&f), (2, AttemptResult::Io));
+    assert_eq!(done(&f), (2, Exchange::Failed(Failure::Broken)));
     assert_eq!(pool.connections(0), 0);
     assert_eq!(server.join().unwrap(), 2);
 }

@@ -3,11 +3,12 @@
 //! It opens non-blocking TCP connections to destinations, keeps answered keep-alive connections
 //! idle for reuse, writes an encoded request, reads and parses the response with the sans-IO
 //! [`ResponseReader`], and hands back what happened to each attempt as a [`Finished`]: a
-//! response or a failure ([`AttemptResult`]), or a stale keep-alive connection that closed
-//! before answering. It decides nothing about the job: permits, gates, classification, retries
-//! and outcomes belong to [`crate::dispatch::dispatcher`]. The pool is generic over the payload
-//! `T` an attempt carries (the dispatcher's job and permit), so it is tested here with plain
-//! numbers against a real local listener.
+//! response or a failure class ([`Exchange`]), or a stale keep-alive connection that closed
+//! before answering. It knows no domain type and decides nothing about the attempt: permits,
+//! gates, classification, retries and outcomes belong to its caller (`dispatch`, which maps an
+//! [`Exchange`] to its attempt result). The pool is generic over the payload `T` an attempt
+//! carries (the dispatcher's job and permit), so it is tested here with plain numbers against a
+//! real local listener.
 //!
 //! Like the dispatcher, a pool belongs to one worker core and is driven from that core's mio
 //! loop: plain single-threaded data. Connection `id` is registered under
@@ -28,19 +29,19 @@
 //! An `https` destination's connections speak TLS through [`Wire`] (rustls driven over the same
 //! non-blocking stream, on this core's loop); the pool sees plaintext either way. A TLS
 //! connection is written and read on every readiness event (TLS couples the directions), and a
-//! certificate or handshake failure ends the attempt as [`AttemptResult::TlsError`].
+//! certificate or handshake failure ends the attempt as [`Failure::Tls`].
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
-use crate::dispatch::classify::AttemptResult;
 use crate::net::http::client::{ClientLimits, ResponseEvent, ResponseReader};
-use crate::net::tls::{tls_fault, TlsClient, Wire};
+use crate::net::tls::{tls_fault, TlsClient, TlsFault, Wire};
 use crate::sync::clock::unix_millis;
 
 /// Tokens at and above this value belong to outbound connections.
@@ -69,16 +70,42 @@ pub struct Target<'a> {
     pub tls: Option<&'a TlsClient>,
 }
 
+/// How an exchange on the wire ended, as the pool sees it (no meaning attached: the caller
+/// classifies it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exchange {
+    /// A complete response. `retry_after` is its parsed `Retry-After` header (delta-seconds,
+    /// or an HTTP date converted to a delay from now), if present.
+    Response {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
+    /// No complete response (the connection is closed).
+    Failed(Failure),
+}
+
+/// Why an exchange ended without a complete response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The TCP connection could not be established (no address, refused, unreachable).
+    Connect,
+    /// The attempt's deadline passed before a complete response.
+    Timeout,
+    /// TLS failed: the certificate, the handshake, or a hang-up during it.
+    Tls(TlsFault),
+    /// The connection broke mid-exchange, or the response was malformed or truncated.
+    Broken,
+}
+
 /// What happened to an attempt the pool carried.
 #[derive(Debug)]
 pub enum Finished<T> {
-    /// The attempt ended: a complete response (`AttemptResult::Status`; the connection went
-    /// back to the idle set or was closed) or a failure (connect error, timeout, broken
-    /// exchange; the connection is closed).
+    /// The attempt ended: a complete response (the connection went back to the idle set or was
+    /// closed) or a failure (the connection is closed).
     Done {
         dest: usize,
         payload: T,
-        result: AttemptResult,
+        result: Exchange,
     },
     /// A reused keep-alive connection broke before any byte of the response arrived: the
     /// server had closed it. Not an attempt; resend on a fresh connection.
@@ -261,7 +288,7 @@ impl<T> OutboundPool<T> {
         let connect_error = |attempt: InFlight<T>| Finished::Done {
             dest: d,
             payload: attempt.payload,
-            result: AttemptResult::ConnectError,
+            result: Exchange::Failed(Failure::Connect),
         };
         let stream = match self.resolve(target).and_then(TcpStream::connect) {
             Ok(s) => s,
@@ -273,7 +300,7 @@ impl<T> OutboundPool<T> {
                 return Err(Finished::Done {
                     dest: d,
                     payload: attempt.payload,
-                    result: failure(&e, AttemptResult::ConnectError),
+                    result: Exchange::Failed(failure(&e, Failure::Connect)),
                 })
             }
         };
@@ -351,11 +378,11 @@ impl<T> OutboundPool<T> {
         let connecting = fresh || c.wire.in_handshake();
         if connecting && matches!(c.wire.tcp().take_error(), Ok(Some(_)) | Err(_)) {
             let r = if c.wire.in_handshake() {
-                AttemptResult::TlsError(crate::net::tls::TlsFault::HandshakeAborted)
+                Failure::Tls(TlsFault::HandshakeAborted)
             } else if fresh {
-                AttemptResult::ConnectError
+                Failure::Connect
             } else {
-                AttemptResult::Io
+                Failure::Broken
             };
             out.extend(self.fail_conn(id, r, registry));
             return;
@@ -390,7 +417,7 @@ impl<T> OutboundPool<T> {
                 _ => false,
             };
             if expired {
-                out.extend(self.fail_conn(id, AttemptResult::Timeout, registry));
+                out.extend(self.fail_conn(id, Failure::Timeout, registry));
             }
         }
     }
@@ -407,7 +434,7 @@ impl<T> OutboundPool<T> {
             }
             match c.wire.write(rest) {
                 Ok(0) if rest.is_empty() => break,
-                Ok(0) => return self.fail_conn(id, AttemptResult::Io, registry),
+                Ok(0) => return self.fail_conn(id, Failure::Broken, registry),
                 Ok(n) => c.wpos += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -415,9 +442,9 @@ impl<T> OutboundPool<T> {
                 Err(e) => {
                     let connecting = c.served == 0 && c.wpos == 0 && !c.wire.is_tls();
                     let r = if connecting {
-                        AttemptResult::ConnectError
+                        Failure::Connect
                     } else {
-                        AttemptResult::Io
+                        Failure::Broken
                     };
                     return self.fail_conn(id, failure(&e, r), registry);
                 }
@@ -435,13 +462,13 @@ impl<T> OutboundPool<T> {
                     let ev = c.reader.on_eof();
                     return match (ev, &c.state) {
                         (ResponseEvent::Response(r), ConnState::Busy(_)) => {
-                            let result = AttemptResult::Status {
-                                code: r.status,
+                            let result = Exchange::Response {
+                                status: r.status,
                                 retry_after: None,
                             };
                             self.complete(id, result, false, now, registry)
                         }
-                        (_, ConnState::Busy(_)) => self.fail_conn(id, AttemptResult::Io, registry),
+                        (_, ConnState::Busy(_)) => self.fail_conn(id, Failure::Broken, registry),
                         _ => {
                             self.close(id, registry);
                             None
@@ -453,9 +480,9 @@ impl<T> OutboundPool<T> {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     let r = if e.kind() == io::ErrorKind::ConnectionRefused {
-                        AttemptResult::ConnectError
+                        Failure::Connect
                     } else {
-                        AttemptResult::Io
+                        Failure::Broken
                     };
                     return self.fail_conn(id, failure(&e, r), registry);
                 }
@@ -481,13 +508,13 @@ impl<T> OutboundPool<T> {
                 ResponseEvent::Incomplete => continue,
                 ResponseEvent::Response(r) => {
                     let pause = r.retry_after.map(|ra| ra.delay_from(unix_millis() / 1000));
-                    let result = AttemptResult::Status {
-                        code: r.status,
+                    let result = Exchange::Response {
+                        status: r.status,
                         retry_after: pause,
                     };
                     return self.complete(id, result, r.keep_alive, now, registry);
                 }
-                ResponseEvent::Error(_) => return self.fail_conn(id, AttemptResult::Io, registry),
+                ResponseEvent::Error(_) => return self.fail_conn(id, Failure::Broken, registry),
             }
         }
     }
@@ -497,7 +524,7 @@ impl<T> OutboundPool<T> {
     fn complete(
         &mut self,
         id: usize,
-        result: AttemptResult,
+        result: Exchange,
         keep_alive: bool,
         now: u64,
         registry: &Registry,
@@ -531,7 +558,7 @@ impl<T> OutboundPool<T> {
     fn fail_conn(
         &mut self,
         id: usize,
-        result: AttemptResult,
+        failure: Failure,
         registry: &Registry,
     ) -> Option<Finished<T>> {
         let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
@@ -541,7 +568,7 @@ impl<T> OutboundPool<T> {
         let ConnState::Busy(attempt) = state else {
             return None;
         };
-        let stale = attempt.reused && !attempt.got_bytes && result != AttemptResult::Timeout;
+        let stale = attempt.reused && !attempt.got_bytes && failure != Failure::Timeout;
         let payload = attempt.payload;
         Some(if stale {
             Finished::Stale { dest, payload }
@@ -549,7 +576,7 @@ impl<T> OutboundPool<T> {
             Finished::Done {
                 dest,
                 payload,
-                result,
+                result: Exchange::Failed(failure),
             }
         })
     }
@@ -576,8 +603,8 @@ fn recycle(spare: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
 }
 
 /// The attempt result of a failed read/write: a TLS fault, or `otherwise`.
-fn failure(e: &io::Error, otherwise: AttemptResult) -> AttemptResult {
-    tls_fault(e).map_or(otherwise, AttemptResult::TlsError)
+fn failure(e: &io::Error, otherwise: Failure) -> Failure {
+    tls_fault(e).map_or(otherwise, Failure::Tls)
 }
 
 #[cfg(test)]
