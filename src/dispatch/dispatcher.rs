@@ -69,6 +69,8 @@ use crate::dispatch::retry::RetryPolicy;
 use crate::dispatch::rng::SmallRng;
 use crate::dispatch::spec::{DestinationSpec, DispatchSpec};
 use crate::net::http::client::{RequestError, RequestTemplate};
+use crate::net::io::event::ConnEvent;
+use crate::net::io::{Backend, Reactor};
 pub use crate::net::outbound::CLIENT_TOKEN_BASE;
 use crate::net::outbound::{Finished, OutboundPool, Started, Target};
 
@@ -684,7 +686,35 @@ impl Dispatcher {
         }
     }
 
-    /// Readiness of an outbound connection.
+    /// Opens outbound connections on the core's backend (once its loop set it up).
+    pub fn set_backend(&mut self, backend: Backend) {
+        self.pool.set_backend(backend);
+    }
+
+    /// Submits the outbound connections' ring operations of the turn (io_uring; before the
+    /// loop's wait).
+    pub fn submit_io(&mut self, reactor: &mut Reactor) {
+        self.pool.submit(reactor);
+    }
+
+    /// A completion of an outbound connection (io_uring).
+    pub fn on_completion(
+        &mut self,
+        ev: ConnEvent,
+        reactor: &mut Reactor,
+        now: u64,
+        registry: &Registry,
+    ) {
+        let mut finished = std::mem::take(&mut self.finished);
+        self.pool
+            .on_completion(ev, reactor, now, registry, &mut finished);
+        for f in finished.drain(..) {
+            self.finish(f, now, registry);
+        }
+        self.finished = finished;
+    }
+
+    /// Readiness of an outbound connection (mio).
     pub fn on_ready(
         &mut self,
         token: Token,
