@@ -20,6 +20,8 @@
 
 use std::time::Duration;
 
+use crate::net::outbound::{Exchange, Failure};
+
 /// What happened to one attempt, as the outbound client reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttemptResult {
@@ -39,6 +41,25 @@ pub enum AttemptResult {
     /// name, the server rejected us, or it hung up during the handshake. Retried like a connect
     /// error (a rotated certificate or a fixed CA file heals it), counted as `tls_error`.
     TlsError(crate::net::tls::TlsFault),
+}
+
+impl From<Exchange> for AttemptResult {
+    /// What the outbound pool (`net::outbound`) reports, as an attempt result.
+    fn from(e: Exchange) -> AttemptResult {
+        match e {
+            Exchange::Response {
+                status,
+                retry_after,
+            } => AttemptResult::Status {
+                code: status,
+                retry_after,
+            },
+            Exchange::Failed(Failure::Connect) => AttemptResult::ConnectError,
+            Exchange::Failed(Failure::Timeout) => AttemptResult::Timeout,
+            Exchange::Failed(Failure::Tls(f)) => AttemptResult::TlsError(f),
+            Exchange::Failed(Failure::Broken) => AttemptResult::Io,
+        }
+    }
 }
 
 impl AttemptResult {
@@ -131,6 +152,36 @@ mod tests {
         assert_eq!(recorded(&AttemptResult::Io), (O::Io, None));
         let tls = AttemptResult::TlsError(crate::net::tls::TlsFault::UnknownIssuer);
         assert_eq!(recorded(&tls), (O::Tls, None));
+    }
+
+    #[test]
+    fn each_exchange_maps_to_its_attempt_result() {
+        let tls = crate::net::tls::TlsFault::NameMismatch;
+        let pause = Some(Duration::from_secs(3));
+        for (e, want) in [
+            (
+                Exchange::Response {
+                    status: 503,
+                    retry_after: pause,
+                },
+                AttemptResult::Status {
+                    code: 503,
+                    retry_after: pause,
+                },
+            ),
+            (
+                Exchange::Failed(Failure::Connect),
+                AttemptResult::ConnectError,
+            ),
+            (Exchange::Failed(Failure::Timeout), AttemptResult::Timeout),
+            (
+                Exchange::Failed(Failure::Tls(tls)),
+                AttemptResult::TlsError(tls),
+            ),
+            (Exchange::Failed(Failure::Broken), AttemptResult::Io),
+        ] {
+            assert_eq!(AttemptResult::from(e), want);
+        }
     }
 
     #[test]

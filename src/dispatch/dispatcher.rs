@@ -4,7 +4,7 @@
 //! from that worker's mio loop), so the permit set, circuit, rate budget and pause of a
 //! destination need no atomics and no locks. The I/O (connections, keep-alive reuse, writing
 //! the request, reading the response) is the [`OutboundPool`]'s
-//! ([`crate::dispatch::outbound`]); this file tells it what to send and settles what it reports.
+//! ([`crate::net::outbound`]); this file tells it what to send and settles what it reports.
 //!
 //! Flow: the pump hands a [`Job`] to its destination's owner core → [`Dispatcher::accept`]
 //! passes it through its trigger's flow-control gates ([`crate::dispatch::flow`], core-local
@@ -44,7 +44,7 @@
 //!
 //! Bounds: jobs holding a slot ≤ `max_outstanding`; jobs held by gates: see
 //! [`crate::dispatch::flow`]; connections per
-//! destination: see [`crate::dispatch::outbound`]; attempts finished and not yet settled ≤
+//! destination: see [`crate::net::outbound`]; attempts finished and not yet settled ≤
 //! the connections of one tick (a reused buffer); outcomes not yet taken by the core's loop
 //! (`take_outcomes`, every turn) ≤ one per held job per attempt.
 
@@ -63,14 +63,16 @@ use crate::dispatch::dlq::DlqReason;
 use crate::dispatch::flow::{FlowEngine, FlowOut};
 use crate::dispatch::job::{AttemptFacts, Job, JobOutcome};
 use crate::dispatch::metrics::CoreDispatchMetrics;
-pub use crate::dispatch::outbound::CLIENT_TOKEN_BASE;
-use crate::dispatch::outbound::{Finished, OutboundPool, Started, Target};
 use crate::dispatch::permits::Permit;
 use crate::dispatch::request::{encode, template};
 use crate::dispatch::retry::RetryPolicy;
 use crate::dispatch::rng::SmallRng;
 use crate::dispatch::spec::{DestinationSpec, DispatchSpec};
 use crate::net::http::client::{RequestError, RequestTemplate};
+use crate::net::io::event::ConnEvent;
+use crate::net::io::{Backend, Reactor};
+pub use crate::net::outbound::CLIENT_TOKEN_BASE;
+use crate::net::outbound::{Finished, OutboundPool, Started, Target};
 
 // The dispatch window a dispatcher takes slots from for gate-released jobs.
 use crate::dispatch::trigger_caps::Short;
@@ -685,7 +687,35 @@ impl Dispatcher {
         }
     }
 
-    /// Readiness of an outbound connection.
+    /// Opens outbound connections on the core's backend (once its loop set it up).
+    pub fn set_backend(&mut self, backend: Backend) {
+        self.pool.set_backend(backend);
+    }
+
+    /// Submits the outbound connections' ring operations of the turn (io_uring; before the
+    /// loop's wait).
+    pub fn submit_io(&mut self, reactor: &mut Reactor) {
+        self.pool.submit(reactor);
+    }
+
+    /// A completion of an outbound connection (io_uring).
+    pub fn on_completion(
+        &mut self,
+        ev: ConnEvent,
+        reactor: &mut Reactor,
+        now: u64,
+        registry: &Registry,
+    ) {
+        let mut finished = std::mem::take(&mut self.finished);
+        self.pool
+            .on_completion(ev, reactor, now, registry, &mut finished);
+        for f in finished.drain(..) {
+            self.finish(f, now, registry);
+        }
+        self.finished = finished;
+    }
+
+    /// Readiness of an outbound connection (mio).
     pub fn on_ready(
         &mut self,
         token: Token,
@@ -711,7 +741,7 @@ impl Dispatcher {
                 payload,
                 result,
                 body_prefix,
-            } => self.settle(dest, payload, (result, body_prefix), now, registry),
+            } => self.settle(dest, payload, (result.into(), body_prefix), now, registry),
             Finished::Stale { dest, payload } => {
                 // A kept-alive connection the server had closed: resend on a fresh connection,
                 // once, without counting an attempt or feeding the circuit.

@@ -90,19 +90,17 @@ impl Rig {
         }
     }
 
+    /// The pool's report of a finished attempt, as `finish` settles it (its `Exchange`
+    /// mapped to the attempt result).
     fn report(&mut self, attempt: Attempt, result: AttemptResult, now: u64) {
         self.report_body(attempt, result, b"", now)
     }
 
     /// [`report`](Self::report) of a response whose body began with `prefix`.
     fn report_body(&mut self, attempt: Attempt, result: AttemptResult, prefix: &[u8], now: u64) {
-        let f = Finished::Done {
-            dest: 0,
-            payload: attempt,
-            result,
-            body_prefix: prefix.to_vec(),
-        };
-        self.d.finish(f, now, self.poll.registry());
+        let reg = self.poll.registry();
+        self.d
+            .settle(0, attempt, (result, prefix.to_vec()), now, reg);
     }
 
     fn outcomes(&mut self) -> Vec<JobOutcome> {

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::dispatch::dlq::DlqReason;
-use crate::dispatch::outbound::RESPONSE_PREFIX_BYTES;
+use crate::net::outbound::RESPONSE_PREFIX_BYTES;
 use crate::wal::{AttemptEntry, AttemptOutcome, EventRecord, Lsn};
 
 /// Bits of an event key (a job's `lsn`: the log index above, the LSN below) that hold the LSN.
@@ -176,7 +176,7 @@ pub struct AttemptFacts {
     pub latency_us: u32,
     /// The `Retry-After` the response carried, milliseconds (saturating).
     pub retry_after_ms: Option<u32>,
-    /// The first bytes of the response body (`outbound::RESPONSE_PREFIX_BYTES` at most).
+    /// The first bytes of the response body (`net::outbound::RESPONSE_PREFIX_BYTES` at most).
     pub response_prefix: Vec<u8>,
 }
 

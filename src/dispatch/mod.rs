@@ -27,8 +27,8 @@
 //! finished, one padded atomic word; loom model `loom-tests/tests/outstanding.rs`).
 //!
 //! The delivery runtime builds on these: [`dispatcher`] (the decisions: queues, gates, retry
-//! timers, outcomes) drives [`outbound`] (the I/O: connections, keep-alive reuse, request and
-//! response). The DLQ is [`dlq`] (entries and their format) stored by [`dlq_store`] as group-committed
+//! timers, outcomes) drives the core's outbound pool ([`crate::net::outbound`], the I/O: connections,
+//! keep-alive reuse, request and response; `classify` maps what it reports to an attempt result). The DLQ is [`dlq`] (entries and their format) stored by [`dlq_store`] as group-committed
 //! batch files ([`dlq_batch`]) under an in-memory index ([`dlq_index`]) (bulk replay selection:
 //! [`bulk_replay`]); the dispatch metric families are [`metrics`] (built from the
 //! leaf [`crate::metrics`] toolkit). Every policy module is `#![forbid(unsafe_code)]`.
@@ -52,7 +52,6 @@ pub mod flow;
 pub mod job;
 pub mod ledger;
 pub mod metrics;
-pub mod outbound;
 pub mod outstanding;
 pub mod permits;
 pub mod placement;

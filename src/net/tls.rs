@@ -1,5 +1,6 @@
 //! The byte stream of one outbound connection: plain TCP, or TLS (rustls) over the same
-//! non-blocking mio `TcpStream`.
+//! non-blocking stream — any `Read + Write` with socket semantics: the core's
+//! `net::io::Stream` (a mio socket, or a stream on the io_uring ring), or a mio `TcpStream`.
 //!
 //! [`Wire`] reads and writes *plaintext* with socket semantics (`WouldBlock` when no progress
 //! is possible now, `Ok(0)` at the end of the stream), so the outbound pool and the sans-IO
@@ -31,7 +32,6 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 
-use mio::net::TcpStream;
 use rustls::pki_types::ServerName;
 use rustls::{CertificateError, ClientConfig, ClientConnection};
 
@@ -109,10 +109,10 @@ pub struct TlsClient {
     pub server_name: ServerName<'static>,
 }
 
-/// A TLS connection over a non-blocking TCP stream.
+/// A TLS connection over a non-blocking stream `S`.
 #[derive(Debug)]
-pub struct TlsStream {
-    tcp: TcpStream,
+pub struct TlsStream<S> {
+    tcp: S,
     tls: ClientConnection,
     /// TLS bytes reached the socket (the TCP connect had completed).
     sent: bool,
@@ -120,19 +120,22 @@ pub struct TlsStream {
 
 /// The stream of one outbound connection.
 #[derive(Debug)]
-pub enum Wire {
-    Plain(TcpStream),
-    Tls(Box<TlsStream>),
+pub enum Wire<S> {
+    Plain(S),
+    Tls(Box<TlsStream<S>>),
 }
 
-impl Wire {
+impl<S: Read + Write> Wire<S> {
     /// Wraps `tcp` (connecting or connected) in a TLS client for `client`, or leaves it plain.
-    pub fn new(tcp: TcpStream, client: Option<&TlsClient>) -> io::Result<Wire> {
+    /// On an error the stream comes back with it.
+    pub fn new(tcp: S, client: Option<&TlsClient>) -> Result<Wire<S>, (io::Error, S)> {
         Ok(match client {
             None => Wire::Plain(tcp),
             Some(c) => {
-                let tls = ClientConnection::new(c.config.clone(), c.server_name.clone())
-                    .map_err(|e| fault(TlsFault::from_rustls(&e)))?;
+                let tls = match ClientConnection::new(c.config.clone(), c.server_name.clone()) {
+                    Ok(t) => t,
+                    Err(e) => return Err((fault(TlsFault::from_rustls(&e)), tcp)),
+                };
                 Wire::Tls(Box::new(TlsStream {
                     tcp,
                     tls,
@@ -155,11 +158,19 @@ impl Wire {
         }
     }
 
-    /// The TCP stream (for registration and socket errors).
-    pub fn tcp(&mut self) -> &mut TcpStream {
+    /// The stream below (for registration and socket errors).
+    pub fn stream(&mut self) -> &mut S {
         match self {
             Wire::Plain(s) => s,
             Wire::Tls(t) => &mut t.tcp,
+        }
+    }
+
+    /// The stream below, the wire done with (the caller closes or retires it).
+    pub fn into_stream(self) -> S {
+        match self {
+            Wire::Plain(s) => s,
+            Wire::Tls(t) => t.tcp,
         }
     }
 
@@ -180,7 +191,7 @@ impl Wire {
     }
 }
 
-impl TlsStream {
+impl<S: Read + Write> TlsStream<S> {
     fn in_handshake(&self) -> bool {
         self.sent && self.tls.is_handshaking()
     }
@@ -278,4 +289,4 @@ impl TlsStream {
 
 #[cfg(test)]
 #[path = "tls_tests.rs"]
-mod tests;
+pub(crate) mod tests;

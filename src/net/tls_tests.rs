@@ -7,21 +7,22 @@ use std::net::TcpListener;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use rustls::pki_types::PrivatePkcs8KeyDer;
 use rustls::{RootCertStore, ServerConfig, ServerConnection, StreamOwned};
 
-struct Pki {
-    ca_der: CertificateDer<'static>,
-    server_chain: Vec<CertificateDer<'static>>,
-    server_key: Vec<u8>,
+pub(crate) struct Pki {
+    pub(crate) ca_der: CertificateDer<'static>,
+    pub(crate) server_chain: Vec<CertificateDer<'static>>,
+    pub(crate) server_key: Vec<u8>,
 }
 
 use rustls::pki_types::CertificateDer;
 
 /// A CA and a server certificate it signs for `names`.
-fn pki(names: &[&str]) -> Pki {
+pub(crate) fn pki(names: &[&str]) -> Pki {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -45,11 +46,11 @@ fn pki(names: &[&str]) -> Pki {
     }
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn client(trusted: &CertificateDer<'static>, name: &str) -> TlsClient {
+pub(crate) fn client(trusted: &CertificateDer<'static>, name: &str) -> TlsClient {
     let mut roots = RootCertStore::empty();
     roots.add(trusted.clone()).unwrap();
     let config = ClientConfig::builder_with_provider(provider())
@@ -105,10 +106,10 @@ fn server(p: &Pki, conns: usize) -> (u16, JoinHandle<usize>) {
 fn exchange(port: u16, c: Option<&TlsClient>, msg: &[u8]) -> io::Result<Vec<u8>> {
     let mut poll = Poll::new().unwrap();
     let tcp = TcpStream::connect(format!("127.0.0.1:{port}").parse().unwrap()).unwrap();
-    let mut wire = Wire::new(tcp, c)?;
+    let mut wire = Wire::new(tcp, c).map_err(|(e, _)| e)?;
     poll.registry()
         .register(
-            wire.tcp(),
+            wire.stream(),
             Token(1),
             Interest::READABLE | Interest::WRITABLE,
         )
@@ -262,10 +263,10 @@ fn a_request_larger_than_the_handshake_buffer_goes_out_whole() {
 fn exchange_until(port: u16, c: &TlsClient, msg: &[u8], answer_len: usize) -> io::Result<Vec<u8>> {
     let mut poll = Poll::new().unwrap();
     let tcp = TcpStream::connect(format!("127.0.0.1:{port}").parse().unwrap()).unwrap();
-    let mut wire = Wire::new(tcp, Some(c))?;
+    let mut wire = Wire::new(tcp, Some(c)).map_err(|(e, _)| e)?;
     poll.registry()
         .register(
-            wire.tcp(),
+            wire.stream(),
             Token(1),
             Interest::READABLE | Interest::WRITABLE,
         )

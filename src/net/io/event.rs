@@ -22,6 +22,10 @@ pub enum Event {
     },
     /// Something happened on a connection: hand it to [`Reactor::settle`](super::Reactor::settle) with its stream.
     Conn(ConnEvent),
+    /// Something happened on an outbound stream (io_uring; on mio an outbound socket's
+    /// readiness is a [`Event::Source`]): its owner hands it to
+    /// [`Reactor::settle_out`](super::Reactor::settle_out) with the stream.
+    Out(ConnEvent),
     /// The file write on the ring finished ([`Reactor::file_ring`](super::Reactor::file_ring)).
     FileDone(FileDone),
 }

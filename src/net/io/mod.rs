@@ -7,10 +7,12 @@
 //! - mio: the socket itself, non-blocking, registered edge-triggered with the core's poll.
 //! - io_uring: a socket owned by the core's ring; receives land in a small per-connection inbox
 //!   and writes go to a bounded outbox that the reactor submits once per turn
-//!   ([`uring::UringStream`]). Sources (accepts, the cores' wakers, outbound dispatch sockets)
-//!   stay on the core's mio poll, whose epoll fd is itself watched by the ring, so one wait
-//!   covers both.
+//!   ([`uring::UringStream`]). Outbound streams ([`client`]) are the same streams on the same
+//!   ring: connect watched by a `POLL_ADD`, then sends and receives. Sources (accepts, the
+//!   cores' wakers) stay on the core's mio poll, whose epoll fd is itself watched by the ring,
+//!   so one wait covers both.
 
+pub mod client;
 pub mod event;
 pub mod mio;
 pub mod reactor;
@@ -19,6 +21,7 @@ pub mod stream;
 pub mod uring;
 pub mod uring_leaf;
 
+pub use client::Clients;
 pub use event::{ConnEvent, Event, Ready, Streams, SOURCE_TOKEN_BASE};
 pub use reactor::{Backend, Reactor};
 pub use stream::Stream;

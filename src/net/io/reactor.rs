@@ -9,6 +9,7 @@
 //!     for ev in events.drain(..) {
 //!         Event::Source { token, .. } => …         // listener, waker, outbound sockets
 //!         Event::Conn(ev)  => reactor.settle(ev, stream) → Ready { input, closed, drive }
+//!         Event::Out(ev)   => reactor.settle_out(ev, stream, clients) → Ready  // io_uring
 //!         Event::FileDone(done) => …               // the core's own log's commit
 //!     }
 //! }
@@ -21,9 +22,12 @@
 //!   dry or written to, and [`Reactor::submit`] turns that into the backend's operations before
 //!   the next wait (nothing on mio; receives and sends on io_uring).
 //! - **Sources** are registered by the owner on [`Reactor::registry`] with a token at or above
-//!   [`SOURCE_TOKEN_BASE`]: the listener, the core's waker, outbound (dispatch) sockets. They are
-//!   readiness sources on both backends (on io_uring the poll's epoll fd is watched by the ring,
-//!   so one wait covers both).
+//!   [`SOURCE_TOKEN_BASE`]: the listener, the core's waker. They are readiness sources on both
+//!   backends (on io_uring the poll's epoll fd is watched by the ring, so one wait covers both).
+//! - **Outbound streams** ([`super::client::Clients`]): opened, touched and released by their
+//!   owner without the reactor, submitted once per turn ([`Reactor::submit_out`]). On mio they
+//!   are sources (readiness by token); on io_uring ring operations like the connections', whose
+//!   completions are [`Event::Out`] ([`Reactor::settle_out`]).
 //! - **Files**: on io_uring the core's own log is written and synced on the ring
 //!   ([`Reactor::file_ring`], `sched::commit`); its end is one [`Event::FileDone`].
 //!
@@ -185,6 +189,11 @@ impl Reactor {
             Leaf::Mio(_) => 0,
             Leaf::Uring(u) => u.closing_sends(),
         }
+    }
+
+    /// The ring (outbound streams, `client.rs`); `None` on mio.
+    pub(super) fn ring_mut(&mut self) -> Option<&mut Uring> {
+        self.file_ring()
     }
 
     /// The ring, for the core's own log's writes (`sched::commit`); `None` on mio.

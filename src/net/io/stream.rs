@@ -24,6 +24,16 @@ impl Stream {
         }
     }
 
+    /// The socket's pending error (`SO_ERROR`: a failed non-blocking connect), on io_uring the
+    /// connect's error, once. Nothing else is asked of an io_uring stream: later errors come
+    /// from `read` and `write`.
+    pub fn take_error(&mut self) -> io::Result<Option<io::Error>> {
+        match self {
+            Stream::Mio(s) => s.take_error(),
+            Stream::Uring(s) => Ok(s.take_connect_error()),
+        }
+    }
+
     /// True if bytes from the client are already here and not yet read (in the socket, or on
     /// io_uring in the stream's inbox): a connection that looks idle but is not. Nothing is
     /// consumed.

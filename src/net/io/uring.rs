@@ -17,9 +17,12 @@
 //!   loop's timeout) for completions. The ring is `SINGLE_ISSUER | DEFER_TASKRUN`: the kernel
 //!   runs completions' task work only inside that enter (with `GETEVENTS`), so nothing wakes
 //!   the loop while it sleeps elsewhere (a blocking file write). The core's mio poll
-//!   (accepts, wakers from the commit helper and the other cores, outbound dispatch sockets)
-//!   is watched by a multishot `IORING_OP_POLL_ADD` on its epoll fd, so nothing waits in two
-//!   places.
+//!   (accepts, wakers from the commit helper and the other cores) is watched by a multishot
+//!   `IORING_OP_POLL_ADD` on its epoll fd, so nothing waits in two places;
+//! - **outbound streams** (`net::io::client`: the dispatcher's connections) are the same
+//!   streams with their own operation codes: a non-blocking `connect(2)` watched by a one-shot
+//!   `POLL_ADD(POLLOUT)` ([`UringStream::connecting`], [`Uring::on_connect`]), then receives
+//!   (one armed at all times, re-armed when the owner reads the stream dry) and sends as above.
 //!
 //! Bounds, per core: the provided-buffer pool is [`BUFFERS`] × [`BUF_SIZE`] (4 MiB, resident from
 //! the start); per
@@ -76,6 +79,12 @@ pub enum Op {
     /// A file write's or sync's own completion (internal; reported as [`Op::File`]).
     FileWrite,
     FileSync,
+    /// An outbound stream's receive, send, and the watch on its non-blocking connect
+    /// ([`UringStream::connecting`]): the owner of outbound streams settles them
+    /// (`Reactor::settle_out`), not the connection table.
+    OutRecv,
+    OutSend,
+    OutConnect,
 }
 
 impl Op {
@@ -89,6 +98,9 @@ impl Op {
             Op::File => 6,
             Op::FileWrite => 7,
             Op::FileSync => 8,
+            Op::OutRecv => 9,
+            Op::OutSend => 10,
+            Op::OutConnect => 11,
         }
     }
 
@@ -102,8 +114,27 @@ impl Op {
             6 => Op::File,
             7 => Op::FileWrite,
             8 => Op::FileSync,
+            9 => Op::OutRecv,
+            10 => Op::OutSend,
+            11 => Op::OutConnect,
             _ => return None,
         })
+    }
+}
+
+impl Op {
+    /// A stream's receive or send, on its side (inbound connection or outbound stream).
+    fn on_side(self, out: bool) -> Op {
+        match (self, out) {
+            (Op::Recv, true) => Op::OutRecv,
+            (Op::Send, true) => Op::OutSend,
+            (op, _) => op,
+        }
+    }
+
+    /// An outbound stream's operation.
+    pub fn is_out(self) -> bool {
+        matches!(self, Op::OutRecv | Op::OutSend | Op::OutConnect)
     }
 }
 
@@ -179,12 +210,61 @@ pub struct UringStream {
     shut_done: bool,
     /// Queued on the worker's list of connections to arm this turn.
     pub queued: bool,
+    /// An outbound stream (its operations carry the `Out*` codes).
+    out: bool,
+    /// An outbound stream whose non-blocking connect has not finished: nothing is sent or
+    /// received until the ring's watch on it ([`Op::OutConnect`]) completes.
+    connecting: bool,
+    connect_armed: bool,
+    /// The connect failed (`errno`), until [`UringStream::take_connect_error`].
+    connect_error: Option<i32>,
 }
 
 impl UringStream {
     /// The connection generation (stale completions of a reused slot carry another).
     pub fn gen(&self) -> u32 {
         self.gen
+    }
+
+    /// An outbound stream over `sock`, a non-blocking socket whose connect is under way. The
+    /// ring watches it for writability (`POLL_ADD`, armed at the next submit); until that
+    /// completes `read` and `write` say `WouldBlock`, and its completion is the writable edge.
+    /// Its operations carry generation `gen` (chosen by the owner of outbound streams).
+    pub fn connecting(sock: std::net::TcpStream, gen: u32) -> UringStream {
+        let mut s = UringStream::new(sock, gen);
+        s.out = true;
+        s.connecting = true;
+        s
+    }
+
+    fn new(sock: std::net::TcpStream, gen: u32) -> UringStream {
+        UringStream {
+            sock,
+            gen,
+            inbox: Vec::new(),
+            inbox_pos: 0,
+            outbox: Vec::new(),
+            sending: Vec::new(),
+            sent: 0,
+            recv_armed: false,
+            send_armed: false,
+            want_recv: false,
+            blocked: false,
+            eof: false,
+            error: None,
+            shut_wanted: false,
+            shut_done: false,
+            queued: false,
+            out: false,
+            connecting: false,
+            connect_armed: false,
+            connect_error: None,
+        }
+    }
+
+    /// The connect's error, once (as `take_error` on a connecting socket).
+    pub fn take_connect_error(&mut self) -> Option<io::Error> {
+        self.connect_error.take().map(io::Error::from_raw_os_error)
     }
 
     /// True once a `write` found the outbox full and the send since made room.
@@ -240,6 +320,7 @@ impl Read for UringStream {
             return Ok(0);
         }
         self.want_recv = true;
+        // (While connecting, the receive waits for the connect: `Uring::arm`.)
         Err(io::ErrorKind::WouldBlock.into())
     }
 }
@@ -255,6 +336,13 @@ impl Write for UringStream {
         }
         if self.shut_wanted {
             return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        if self.connecting {
+            // Nothing is accepted before the connect finished (so an outbound writer can tell
+            // a connect failure from a broken exchange, as on mio); the connect's completion
+            // is the writable edge.
+            self.blocked = true;
+            return Err(io::ErrorKind::WouldBlock.into());
         }
         let room = OUT_CAP.saturating_sub(self.outbox.len());
         if room == 0 && bufs.iter().any(|b| !b.is_empty()) {
@@ -278,6 +366,17 @@ impl Write for UringStream {
     }
 }
 
+impl Drop for UringStream {
+    /// A stream dropped while its send is in flight (its owner dropped it without retiring
+    /// it: at exit, after the ring cancelled everything, or an owner dropped before the ring)
+    /// leaks the send's buffer rather than let the kernel read freed memory.
+    fn drop(&mut self) {
+        if self.send_armed {
+            std::mem::forget(std::mem::take(&mut self.sending));
+        }
+    }
+}
+
 /// A closed connection kept until its last send completes.
 #[derive(Debug)]
 struct Retired {
@@ -294,7 +393,8 @@ pub struct Uring {
     /// while the ring lives (`Drop` waits for the ring's operations first).
     pool: Box<[u8]>,
     next_gen: u32,
-    retired: HashMap<u32, Retired>,
+    /// By side (outbound or not) and generation: each side numbers its own streams.
+    retired: HashMap<(bool, u32), Retired>,
     /// Operations submitted whose last completion has not come back.
     in_flight: usize,
     /// Completions taken off the queue while making room for submissions.
@@ -420,24 +520,7 @@ impl Uring {
         sock.set_nonblocking(false)?;
         sock.set_nodelay(true)?;
         self.next_gen = self.next_gen.wrapping_add(1);
-        Ok(UringStream {
-            sock,
-            gen: self.next_gen,
-            inbox: Vec::new(),
-            inbox_pos: 0,
-            outbox: Vec::new(),
-            sending: Vec::new(),
-            sent: 0,
-            recv_armed: false,
-            send_armed: false,
-            want_recv: false,
-            blocked: false,
-            eof: false,
-            error: None,
-            shut_wanted: false,
-            shut_done: false,
-            queued: false,
-        })
+        Ok(UringStream::new(sock, self.next_gen))
     }
 
     fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
@@ -445,8 +528,10 @@ impl Uring {
             // Every entry built by this module points only at memory that outlives the
             // operation: the pool (freed after the ring's operations finished, `Drop`), a
             // stream's `sending` buffer (not touched while its send is armed; a closed
-            // stream's is kept in `retired` until the completion), a file write's buffer
-            // (owned by `file_op` until both its completions are back), or nothing.
+            // stream's is kept in `retired` until the completion; a stream dropped with its
+            // send armed leaks it, `UringStream`'s `Drop`), a file write's buffer (owned by
+            // `file_op` until both its completions are back), or nothing (a connect's watch,
+            // a cancel).
             // SAFETY: the entry's buffers outlive the operation (above).
             let pushed = unsafe { self.ring.submission().push(entry) };
             if pushed.is_ok() {
@@ -538,6 +623,7 @@ impl Uring {
                     }
                 }
                 Op::Recv | Op::Send | Op::File => out.push(c),
+                Op::OutRecv | Op::OutSend | Op::OutConnect => out.push(c),
                 Op::FileWrite | Op::FileSync => {
                     if self.on_file_completion(&c) {
                         out.push(Completion { op: Op::File, ..c });
@@ -706,6 +792,33 @@ impl Uring {
         }
     }
 
+    /// The watch on an outbound stream's connect completed: the connect finished, or failed
+    /// (its error is the socket's, asked once). A connected socket becomes blocking, as an
+    /// accepted one is (the ring waits for it, [`Uring::stream`]).
+    pub fn on_connect(&mut self, s: &mut UringStream, c: &Completion) {
+        s.connect_armed = false;
+        s.connecting = false;
+        s.blocked = true;
+        let errno = match s.sock.take_error() {
+            Ok(Some(e)) | Err(e) => e.raw_os_error().or(Some(libc::ECONNREFUSED)),
+            Ok(None) if c.res < 0 => Some(-c.res),
+            Ok(None) => s
+                .sock
+                .set_nonblocking(false)
+                .err()
+                .and_then(|e| e.raw_os_error()),
+        };
+        if let Some(errno) = errno {
+            s.connect_error = Some(errno);
+            s.error = Some(errno);
+        } else {
+            // A client reads whatever comes, whenever (the response, or the server's close of
+            // an idle connection, as mio's readable edge would say): a receive is armed from
+            // the start and re-armed each time the owner reads the stream dry.
+            s.want_recv = true;
+        }
+    }
+
     /// A send completed on a live stream.
     pub fn on_send(&mut self, s: &mut UringStream, c: &Completion) {
         s.send_armed = false;
@@ -721,6 +834,16 @@ impl Uring {
     /// Submits what the stream needs after the worker's turn: the next send, a deferred write
     /// shutdown, a receive.
     pub fn arm(&mut self, idx: usize, s: &mut UringStream) -> io::Result<()> {
+        if s.connecting {
+            if !s.connect_armed {
+                let e = opcode::PollAdd::new(types::Fd(s.sock.as_raw_fd()), libc::POLLOUT as u32)
+                    .build()
+                    .user_data(user_data(Op::OutConnect, idx, s.gen));
+                self.push(&e)?;
+                s.connect_armed = true;
+            }
+            return Ok(());
+        }
         if !s.send_armed && s.error.is_none() {
             if s.sent >= s.sending.len() {
                 s.sending.clear();
@@ -735,7 +858,7 @@ impl Uring {
                 let e = opcode::Send::new(types::Fd(s.sock.as_raw_fd()), rest.as_ptr(), len)
                     .flags(libc::MSG_NOSIGNAL)
                     .build()
-                    .user_data(user_data(Op::Send, idx, s.gen));
+                    .user_data(user_data(Op::Send.on_side(s.out), idx, s.gen));
                 self.push(&e)?;
                 s.send_armed = true;
             }
@@ -761,7 +884,7 @@ impl Uring {
             .buf_group(BGID)
             .build()
             .flags(squeue::Flags::BUFFER_SELECT)
-            .user_data(user_data(Op::Recv, idx, s.gen));
+            .user_data(user_data(Op::Recv.on_side(s.out), idx, s.gen));
             self.push(&e)?;
             s.recv_armed = true;
             s.want_recv = false;
@@ -773,12 +896,22 @@ impl Uring {
     /// and has not sent still leave (as `close(2)` would send a socket buffer), within
     /// [`RETIRE_WAIT`]; then the socket closes.
     pub fn retire(&mut self, idx: usize, mut s: UringStream) {
-        if s.recv_armed {
-            let e = opcode::AsyncCancel::new(user_data(Op::Recv, idx, s.gen))
+        // A connect's watch holds no memory of ours: cancelled, its completion is an orphan.
+        let armed = [
+            (s.recv_armed, Op::Recv.on_side(s.out)),
+            (s.connect_armed, Op::OutConnect),
+        ];
+        for (_, op) in armed.into_iter().filter(|(on, _)| *on) {
+            let e = opcode::AsyncCancel::new(user_data(op, idx, s.gen))
                 .build()
                 .user_data(user_data(Op::Cancel, 0, 0));
             if self.push(&e).is_err() {
-                let _ = s.sock.shutdown(Shutdown::Read);
+                let how = if op == Op::OutConnect {
+                    Shutdown::Both
+                } else {
+                    Shutdown::Read
+                };
+                let _ = s.sock.shutdown(how);
             }
         }
         s.want_recv = false;
@@ -795,7 +928,7 @@ impl Uring {
         }
         let until = Instant::now() + RETIRE_WAIT;
         self.retired.insert(
-            s.gen,
+            (s.out, s.gen),
             Retired {
                 stream: s,
                 idx,
@@ -808,20 +941,25 @@ impl Uring {
     /// A completion for a connection that is no longer live (a retired stream, or a stale
     /// receive of a closed one): the buffer goes back; a retired stream sends on or closes.
     pub fn on_orphan(&mut self, c: &Completion) {
-        if c.op == Op::Recv {
-            if let Some(range) = self.take_buffer(c) {
-                self.give_back(range.start / BUF_SIZE);
+        match c.op {
+            Op::Recv | Op::OutRecv => {
+                if let Some(range) = self.take_buffer(c) {
+                    self.give_back(range.start / BUF_SIZE);
+                }
+                return;
             }
-            return;
+            Op::Send | Op::OutSend => {}
+            _ => return,
         }
-        let Some(mut r) = self.retired.remove(&c.gen) else {
+        let key = (c.op.is_out(), c.gen);
+        let Some(mut r) = self.retired.remove(&key) else {
             return;
         };
         self.on_send(&mut r.stream, c);
         let idx = r.idx;
         if r.stream.error.is_none() && r.stream.unsent() > 0 && self.arm(idx, &mut r.stream).is_ok()
         {
-            self.retired.insert(c.gen, r);
+            self.retired.insert(key, r);
         }
     }
 

@@ -11,6 +11,7 @@
 //!   (its epoll fd, multishot `POLL_ADD`): when that fires, the poll is drained without waiting
 //!   in the same turn (and again next turn if a full batch came back), so nothing waits in two
 //!   places.
+//! - Outbound streams' completions (`client.rs`) are [`Event::Out`], settled by their owner.
 //! - The file write's end is one [`Event::FileDone`].
 //!
 //! Bounds: the touched list holds each live connection at most once (its `queued` flag); the
@@ -102,6 +103,10 @@ impl UringLeaf {
             match c.op {
                 Op::Poll => self.poll_ready = true,
                 Op::Recv | Op::Send => out.push(Event::Conn(ConnEvent::done(*c))),
+                // An outbound stream's (`client.rs`): its owner settles it.
+                Op::OutRecv | Op::OutSend | Op::OutConnect => {
+                    out.push(Event::Out(ConnEvent::done(*c)))
+                }
                 // The own log's commit is back (`sched::commit`).
                 Op::File => out.extend(self.ring.take_file_done().map(Event::FileDone)),
                 Op::Provide | Op::Cancel | Op::FileWrite | Op::FileSync => {}
@@ -126,30 +131,12 @@ impl UringLeaf {
             self.ring.on_orphan(&c);
             return None;
         };
-        if c.op == Op::Recv {
-            if !self.ring.on_recv(s, &c) {
-                // The buffer pool was empty: try again at the next submit.
-                self.touch(c.idx, s);
-                let starved = true;
-                return Some(Ready {
-                    starved,
-                    ..Ready::default()
-                });
-            }
-            return Some(Ready {
-                input: true,
-                drive: true,
-                ..Ready::default()
-            });
+        let ready = settle_stream(&mut self.ring, &c, s);
+        if ready.starved || c.op == Op::Send {
+            // Re-arm: the receive the empty pool refused, or the rest of the send.
+            self.touch(c.idx, s);
         }
-        self.ring.on_send(s, &c);
-        // Room in the outbox (or an error to find): carry on where writing stopped.
-        let drive = s.take_writable() || c.res < 0;
-        self.touch(c.idx, s);
-        Some(Ready {
-            drive,
-            ..Ready::default()
-        })
+        Some(ready)
     }
 
     pub(super) fn sweep(&mut self) {
@@ -158,5 +145,39 @@ impl UringLeaf {
 
     pub(super) fn closing_sends(&self) -> usize {
         self.ring.retired()
+    }
+}
+
+/// Moves a completion into its live stream and says what it means (both sides: inbound
+/// connections here, outbound streams in `client.rs`). The caller re-arms the stream.
+pub(super) fn settle_stream(ring: &mut Uring, c: &Completion, s: &mut UringStream) -> Ready {
+    match c.op {
+        Op::Recv | Op::OutRecv if !ring.on_recv(s, c) => Ready {
+            // The buffer pool was empty: try again at the next submit.
+            starved: true,
+            ..Ready::default()
+        },
+        Op::Recv | Op::OutRecv => Ready {
+            input: true,
+            drive: true,
+            ..Ready::default()
+        },
+        Op::OutConnect => {
+            ring.on_connect(s, c);
+            let drive = s.take_writable();
+            Ready {
+                drive,
+                ..Ready::default()
+            }
+        }
+        _ => {
+            ring.on_send(s, c);
+            // Room in the outbox (or an error to find): carry on where writing stopped.
+            let drive = s.take_writable() || c.res < 0;
+            Ready {
+                drive,
+                ..Ready::default()
+            }
+        }
     }
 }

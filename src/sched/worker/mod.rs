@@ -69,8 +69,8 @@ pub use wiring::CoreLinks;
 /// The poll token of a core's waker.
 pub const WAKER_TOKEN: Token = wiring::WAKER;
 
-// The core's own sources and the dispatcher's outbound sockets are sources of the reactor, not
-// connections.
+// The core's own sources and the dispatcher's outbound sockets (on mio) are sources of the
+// reactor, not connections.
 const _: () = assert!(
     CLIENT_TOKEN_BASE >= SOURCE_TOKEN_BASE
         && wiring::WAKER.0 >= SOURCE_TOKEN_BASE
@@ -148,12 +148,15 @@ impl Worker {
                 );
             }
         }
+        self.dispatcher.set_backend(self.reactor.backend());
         let mut events = Vec::new();
         let mut last_sweep = self.now();
         loop {
             self.finish_scrapes();
             let (server, mut net, mut core) = self.split();
             server.submit(&mut net, &mut core);
+            // The outbound connections' operations ride the same `io_uring_enter`.
+            self.dispatcher.submit_io(&mut self.reactor);
             let mut timeout = self.turn_timeout();
             if self.reactor.backend() == Backend::Mio {
                 // On mio the loop parks on its commit helper while a batch with requests is
@@ -224,6 +227,12 @@ impl Worker {
             // The waker: the turn's work looks at what woke it.
             Event::Source { .. } => {}
             Event::Conn(ev) => self.on_conn_event(ev),
+            Event::Out(ev) => {
+                let now = self.now();
+                let reactor = &mut self.reactor;
+                self.dispatcher
+                    .on_completion(ev, reactor, now, &self.registry);
+            }
             // The own log's commit is back (`sched::commit`): answered at turn end.
             Event::FileDone(done) => self.committer.on_ring_done(done),
         }

@@ -3,15 +3,21 @@
 //! It opens non-blocking TCP connections to destinations, keeps answered keep-alive connections
 //! idle for reuse, writes an encoded request, reads and parses the response with the sans-IO
 //! [`ResponseReader`], and hands back what happened to each attempt as a [`Finished`]: a
-//! response or a failure ([`AttemptResult`]), or a stale keep-alive connection that closed
-//! before answering. It decides nothing about the job: permits, gates, classification, retries
-//! and outcomes belong to [`crate::dispatch::dispatcher`]. The pool is generic over the payload
-//! `T` an attempt carries (the dispatcher's job and permit), so it is tested here with plain
-//! numbers against a real local listener.
+//! response or a failure class ([`Exchange`]), or a stale keep-alive connection that closed
+//! before answering. It knows no domain type and decides nothing about the attempt: permits,
+//! gates, classification, retries and outcomes belong to its caller (`dispatch`, which maps an
+//! [`Exchange`] to its attempt result). The pool is generic over the payload `T` an attempt
+//! carries (the dispatcher's job and permit), so it is tested here with plain numbers against a
+//! real local listener.
 //!
-//! Like the dispatcher, a pool belongs to one worker core and is driven from that core's mio
-//! loop: plain single-threaded data. Connection `id` is registered under
-//! `Token(CLIENT_TOKEN_BASE + id)`.
+//! A pool belongs to one worker core and is driven from that core's loop: plain
+//! single-threaded data. Its sockets are the core's outbound streams ([`Clients`], the same
+//! `net::io` API as inbound connections): on mio, non-blocking sockets registered under
+//! `Token(CLIENT_TOKEN_BASE + id)` whose readiness comes to [`OutboundPool::on_ready`]; on
+//! io_uring, streams on the core's ring (connect watched by a `POLL_ADD`, then sends and
+//! receives) submitted with the turn's one `io_uring_enter` ([`OutboundPool::submit`]), whose
+//! completions come to [`OutboundPool::on_completion`]. The pool works the same either way:
+//! it reads and writes its streams until `WouldBlock`.
 //!
 //! Bounds: busy connections ≤ attempts started and not finished (the dispatcher starts one per
 //! permit, so ≤ `max_in_flight` per destination); idle connections per destination ≤ the
@@ -20,27 +26,32 @@
 //! scratch buffer of `READ_CHUNK` bytes per pool; request buffers: one per open connection
 //! plus ≤ `SPARE_BUFFERS` spare ones (each ≤ `SPARE_BUFFER_MAX`) for reuse.
 //!
-//! Per delivery on a kept-alive connection: one `send` of the whole request (written from a
-//! recycled buffer), one `recv` that usually holds the whole response (parsed in place, its
+//! Per delivery on a kept-alive connection: one send of the whole request (written from a
+//! recycled buffer), one receive that usually holds the whole response (parsed in place, its
 //! fields not copied out), no `epoll_ctl` (registered once, edge-triggered, for both
-//! directions), no `getsockopt` (asked only while connecting), no allocation by the pool.
+//! directions), no `getsockopt` (asked only while connecting), no allocation by the pool. On
+//! mio the send and the receive are a `sendto` and a `recvfrom`; on io_uring they are ring
+//! operations carried by the `io_uring_enter`s the core makes anyway (the stream's outbox and
+//! inbox add one copy each way, `net::io::uring`).
 //!
 //! An `https` destination's connections speak TLS through [`Wire`] (rustls driven over the same
-//! non-blocking stream, on this core's loop); the pool sees plaintext either way. A TLS
-//! connection is written and read on every readiness event (TLS couples the directions), and a
-//! certificate or handshake failure ends the attempt as [`AttemptResult::TlsError`].
+//! non-blocking stream, on this core's loop, on both backends); the pool sees plaintext either
+//! way. A TLS connection is written and read on every readiness event or completion (TLS
+//! couples the directions), and a certificate or handshake failure ends the attempt as
+//! [`Failure::Tls`].
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::time::Duration;
 
-use mio::net::TcpStream;
-use mio::{Interest, Registry, Token};
+use mio::{Registry, Token};
 
-use crate::dispatch::classify::AttemptResult;
 use crate::net::http::client::{ClientLimits, ResponseEvent, ResponseReader};
-use crate::net::tls::{tls_fault, TlsClient, Wire};
+use crate::net::io::event::ConnEvent;
+use crate::net::io::{Backend, Clients, Reactor, Stream, Streams};
+use crate::net::tls::{tls_fault, TlsClient, TlsFault, Wire};
 use crate::sync::clock::unix_millis;
 
 /// Body bytes of each response kept for the attempt record (`wal::MAX_RESPONSE_PREFIX_BYTES`,
@@ -73,16 +84,42 @@ pub struct Target<'a> {
     pub tls: Option<&'a TlsClient>,
 }
 
+/// How an exchange on the wire ended, as the pool sees it (no meaning attached: the caller
+/// classifies it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exchange {
+    /// A complete response. `retry_after` is its parsed `Retry-After` header (delta-seconds,
+    /// or an HTTP date converted to a delay from now), if present.
+    Response {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
+    /// No complete response (the connection is closed).
+    Failed(Failure),
+}
+
+/// Why an exchange ended without a complete response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The TCP connection could not be established (no address, refused, unreachable).
+    Connect,
+    /// The attempt's deadline passed before a complete response.
+    Timeout,
+    /// TLS failed: the certificate, the handshake, or a hang-up during it.
+    Tls(TlsFault),
+    /// The connection broke mid-exchange, or the response was malformed or truncated.
+    Broken,
+}
+
 /// What happened to an attempt the pool carried.
 #[derive(Debug)]
 pub enum Finished<T> {
-    /// The attempt ended: a complete response (`AttemptResult::Status`; the connection went
-    /// back to the idle set or was closed) or a failure (connect error, timeout, broken
-    /// exchange; the connection is closed).
+    /// The attempt ended: a complete response (the connection went back to the idle set or was
+    /// closed) or a failure (the connection is closed).
     Done {
         dest: usize,
         payload: T,
-        result: AttemptResult,
+        result: Exchange,
         /// The first [`RESPONSE_PREFIX_BYTES`] of the response body (empty without a response
         /// or with an empty body): the attempt record's `response_prefix`.
         body_prefix: Vec<u8>,
@@ -134,7 +171,7 @@ struct InFlight<T> {
 #[derive(Debug)]
 struct ClientConn<T> {
     dest: usize,
-    wire: Wire,
+    wire: Wire<Stream>,
     state: ConnState<T>,
     wbuf: Vec<u8>,
     wpos: usize,
@@ -168,6 +205,19 @@ pub struct OutboundPool<T> {
     spare: Vec<Vec<u8>>,
     /// Idle connections older than this (ns) are closed on a tick.
     idle_timeout: u64,
+    /// The streams on the core's backend.
+    clients: Clients,
+    /// Connections whose ring operations could not be submitted: failed on the next tick.
+    unsubmitted: Vec<usize>,
+}
+
+/// The pool's connections as the reactor sees them when it submits their operations.
+struct ById<'a, T>(&'a mut [Option<ClientConn<T>>]);
+
+impl<T> Streams for ById<'_, T> {
+    fn stream(&mut self, id: usize) -> Option<&mut Stream> {
+        self.0.get_mut(id)?.as_mut().map(|c| c.wire.stream())
+    }
 }
 
 impl<T> OutboundPool<T> {
@@ -180,6 +230,55 @@ impl<T> OutboundPool<T> {
             scratch: vec![0u8; READ_CHUNK].into_boxed_slice(),
             spare: Vec::new(),
             idle_timeout: idle_timeout_nanos,
+            clients: Clients::new(Backend::Mio),
+            unsubmitted: Vec::new(),
+        }
+    }
+
+    /// Opens new connections on `backend` (the core's reactor's, once its loop started; mio
+    /// until then). A connection already open stays on its backend until it closes (release
+    /// and touch go by the stream's own kind).
+    pub fn set_backend(&mut self, backend: Backend) {
+        if self.clients.backend() != backend {
+            self.clients = Clients::new(backend);
+        }
+    }
+
+    /// Submits the ring operations the turn's work on the connections asked for (io_uring;
+    /// nothing on mio). Call once per turn, before the reactor's wait.
+    pub fn submit(&mut self, reactor: &mut Reactor) {
+        let mut ids = ById(&mut self.conns);
+        reactor.submit_out(&mut self.clients, &mut ids, &mut self.unsubmitted);
+    }
+
+    /// A completion of one of the pool's streams ([`crate::net::io::Event::Out`], io_uring).
+    /// Pushes the attempt's end, if it ended, to `out`.
+    pub fn on_completion(
+        &mut self,
+        ev: ConnEvent,
+        reactor: &mut Reactor,
+        now: u64,
+        registry: &Registry,
+        out: &mut Vec<Finished<T>>,
+    ) {
+        let id = ev.idx();
+        let stream = self
+            .conns
+            .get_mut(id)
+            .and_then(Option::as_mut)
+            .map(|c| c.wire.stream());
+        let Some(ready) = reactor.settle_out(ev, stream, &mut self.clients) else {
+            return;
+        };
+        if ready.drive {
+            self.drive(id, ready.input, true, now, registry, out);
+        }
+    }
+
+    /// Stream `id` was read or written: its operations go out with the next submit.
+    fn touch(&mut self, id: usize) {
+        if let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) {
+            self.clients.touch(id, c.wire.stream());
         }
     }
 
@@ -249,7 +348,9 @@ impl<T> OutboundPool<T> {
             attempt.reused = c.served > 0;
             c.state = ConnState::Busy(attempt);
             recycle(&mut self.spare, old);
-            return match self.write(id, registry) {
+            let written = self.write(id, registry);
+            self.touch(id);
+            return match written {
                 Some(f) => Err(f),
                 None => Ok(Started::Reused),
             };
@@ -268,29 +369,38 @@ impl<T> OutboundPool<T> {
         let connect_error = |attempt: InFlight<T>| Finished::Done {
             dest: d,
             payload: attempt.payload,
-            result: AttemptResult::ConnectError,
+            result: Exchange::Failed(Failure::Connect),
             body_prefix: Vec::new(),
-        };
-        let stream = match self.resolve(target).and_then(TcpStream::connect) {
-            Ok(s) => s,
-            Err(_) => return Err(connect_error(attempt)),
-        };
-        let wire = match Wire::new(stream, target.tls) {
-            Ok(w) => w,
-            Err(e) => {
-                return Err(Finished::Done {
-                    dest: d,
-                    payload: attempt.payload,
-                    result: failure(&e, AttemptResult::ConnectError),
-                    body_prefix: Vec::new(),
-                })
-            }
         };
         let id = match self.free.pop() {
             Some(i) => i,
             None => {
                 self.conns.push(None);
                 self.conns.len() - 1
+            }
+        };
+        let token = Token(CLIENT_TOKEN_BASE + id);
+        let opened = self
+            .resolve(target)
+            .and_then(|addr| self.clients.connect(addr, registry, token));
+        let stream = match opened {
+            Ok(s) => s,
+            Err(_) => {
+                self.free.push(id);
+                return Err(connect_error(attempt));
+            }
+        };
+        let wire = match Wire::new(stream, target.tls) {
+            Ok(w) => w,
+            Err((e, stream)) => {
+                self.clients.release(id, stream, registry);
+                self.free.push(id);
+                return Err(Finished::Done {
+                    dest: d,
+                    payload: attempt.payload,
+                    result: Exchange::Failed(failure(&e, Failure::Connect)),
+                    body_prefix: Vec::new(),
+                });
             }
         };
         let mut conn = ClientConn {
@@ -305,16 +415,12 @@ impl<T> OutboundPool<T> {
                 .keeping_body(RESPONSE_PREFIX_BYTES),
             served: 0,
         };
-        let token = Token(CLIENT_TOKEN_BASE + id);
-        let interest = Interest::READABLE | Interest::WRITABLE;
-        if registry.register(conn.wire.tcp(), token, interest).is_err() {
-            self.free.push(id);
-            return Err(connect_error(attempt));
-        }
         self.dests.entry(d).or_default().open += 1;
         conn.state = ConnState::Busy(attempt);
         self.conns[id] = Some(conn);
-        // The write happens on the first writable event (connection established).
+        // The write happens on the first writable event (connection established); on io_uring
+        // the connect's watch goes out with the next submit.
+        self.touch(id);
         Ok(Started::Opened)
     }
 
@@ -351,6 +457,33 @@ impl<T> OutboundPool<T> {
         let Some(id) = token.0.checked_sub(CLIENT_TOKEN_BASE) else {
             return;
         };
+        self.drive(id, readable, writable, now, registry, out);
+    }
+
+    /// Connection `id` may make progress (a readiness event or a completion): writes and
+    /// reads it as far as it goes.
+    fn drive(
+        &mut self,
+        id: usize,
+        readable: bool,
+        writable: bool,
+        now: u64,
+        registry: &Registry,
+        out: &mut Vec<Finished<T>>,
+    ) {
+        self.exchange(id, readable, writable, now, registry, out);
+        self.touch(id);
+    }
+
+    fn exchange(
+        &mut self,
+        id: usize,
+        readable: bool,
+        writable: bool,
+        now: u64,
+        registry: &Registry,
+        out: &mut Vec<Finished<T>>,
+    ) {
         let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else {
             return;
         };
@@ -360,13 +493,13 @@ impl<T> OutboundPool<T> {
         // write error anyway.
         let fresh = c.served == 0 && c.wpos == 0;
         let connecting = fresh || c.wire.in_handshake();
-        if connecting && matches!(c.wire.tcp().take_error(), Ok(Some(_)) | Err(_)) {
+        if connecting && matches!(c.wire.stream().take_error(), Ok(Some(_)) | Err(_)) {
             let r = if c.wire.in_handshake() {
-                AttemptResult::TlsError(crate::net::tls::TlsFault::HandshakeAborted)
+                Failure::Tls(TlsFault::HandshakeAborted)
             } else if fresh {
-                AttemptResult::ConnectError
+                Failure::Connect
             } else {
-                AttemptResult::Io
+                Failure::Broken
             };
             out.extend(self.fail_conn(id, r, registry));
             return;
@@ -394,6 +527,9 @@ impl<T> OutboundPool<T> {
     /// Timers: attempts past their deadline end with `Timeout`; idle connections older than
     /// `idle_timeout` are closed.
     pub fn on_tick(&mut self, now: u64, registry: &Registry, out: &mut Vec<Finished<T>>) {
+        while let Some(id) = self.unsubmitted.pop() {
+            out.extend(self.fail_conn(id, Failure::Broken, registry));
+        }
         for id in 0..self.conns.len() {
             let expired = match self.conns[id].as_ref().map(|c| &c.state) {
                 Some(ConnState::Busy(a)) => a.deadline <= now,
@@ -401,7 +537,7 @@ impl<T> OutboundPool<T> {
                 _ => false,
             };
             if expired {
-                out.extend(self.fail_conn(id, AttemptResult::Timeout, registry));
+                out.extend(self.fail_conn(id, Failure::Timeout, registry));
             }
         }
     }
@@ -418,7 +554,7 @@ impl<T> OutboundPool<T> {
             }
             match c.wire.write(rest) {
                 Ok(0) if rest.is_empty() => break,
-                Ok(0) => return self.fail_conn(id, AttemptResult::Io, registry),
+                Ok(0) => return self.fail_conn(id, Failure::Broken, registry),
                 Ok(n) => c.wpos += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -426,9 +562,9 @@ impl<T> OutboundPool<T> {
                 Err(e) => {
                     let connecting = c.served == 0 && c.wpos == 0 && !c.wire.is_tls();
                     let r = if connecting {
-                        AttemptResult::ConnectError
+                        Failure::Connect
                     } else {
-                        AttemptResult::Io
+                        Failure::Broken
                     };
                     return self.fail_conn(id, failure(&e, r), registry);
                 }
@@ -446,13 +582,13 @@ impl<T> OutboundPool<T> {
                     let ev = c.reader.on_eof();
                     return match (ev, &c.state) {
                         (ResponseEvent::Response(r), ConnState::Busy(_)) => {
-                            let result = AttemptResult::Status {
-                                code: r.status,
+                            let result = Exchange::Response {
+                                status: r.status,
                                 retry_after: None,
                             };
                             self.complete(id, (result, r.body_prefix), false, now, registry)
                         }
-                        (_, ConnState::Busy(_)) => self.fail_conn(id, AttemptResult::Io, registry),
+                        (_, ConnState::Busy(_)) => self.fail_conn(id, Failure::Broken, registry),
                         _ => {
                             self.close(id, registry);
                             None
@@ -464,9 +600,9 @@ impl<T> OutboundPool<T> {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     let r = if e.kind() == io::ErrorKind::ConnectionRefused {
-                        AttemptResult::ConnectError
+                        Failure::Connect
                     } else {
-                        AttemptResult::Io
+                        Failure::Broken
                     };
                     return self.fail_conn(id, failure(&e, r), registry);
                 }
@@ -492,14 +628,14 @@ impl<T> OutboundPool<T> {
                 ResponseEvent::Incomplete => continue,
                 ResponseEvent::Response(r) => {
                     let pause = r.retry_after.map(|ra| ra.delay_from(unix_millis() / 1000));
-                    let result = AttemptResult::Status {
-                        code: r.status,
+                    let result = Exchange::Response {
+                        status: r.status,
                         retry_after: pause,
                     };
                     let prefix = r.body_prefix;
                     return self.complete(id, (result, prefix), r.keep_alive, now, registry);
                 }
-                ResponseEvent::Error(_) => return self.fail_conn(id, AttemptResult::Io, registry),
+                ResponseEvent::Error(_) => return self.fail_conn(id, Failure::Broken, registry),
             }
         }
     }
@@ -509,7 +645,7 @@ impl<T> OutboundPool<T> {
     fn complete(
         &mut self,
         id: usize,
-        (result, body_prefix): (AttemptResult, Vec<u8>),
+        (result, body_prefix): (Exchange, Vec<u8>),
         keep_alive: bool,
         now: u64,
         registry: &Registry,
@@ -546,7 +682,7 @@ impl<T> OutboundPool<T> {
     fn fail_conn(
         &mut self,
         id: usize,
-        result: AttemptResult,
+        failure: Failure,
         registry: &Registry,
     ) -> Option<Finished<T>> {
         let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
@@ -556,7 +692,7 @@ impl<T> OutboundPool<T> {
         let ConnState::Busy(attempt) = state else {
             return None;
         };
-        let stale = attempt.reused && !attempt.got_bytes && result != AttemptResult::Timeout;
+        let stale = attempt.reused && !attempt.got_bytes && failure != Failure::Timeout;
         let payload = attempt.payload;
         Some(if stale {
             Finished::Stale { dest, payload }
@@ -564,7 +700,7 @@ impl<T> OutboundPool<T> {
             Finished::Done {
                 dest,
                 payload,
-                result,
+                result: Exchange::Failed(failure),
                 body_prefix: Vec::new(),
             }
         })
@@ -572,9 +708,9 @@ impl<T> OutboundPool<T> {
 
     fn close(&mut self, id: usize, registry: &Registry) {
         if let Some(mut c) = self.conns.get_mut(id).and_then(Option::take) {
-            let _ = registry.deregister(c.wire.tcp());
             self.free.push(id);
             recycle(&mut self.spare, std::mem::take(&mut c.wbuf));
+            self.clients.release(id, c.wire.into_stream(), registry);
             if let Some(dest) = self.dests.get_mut(&c.dest) {
                 dest.open -= 1;
                 dest.idle.retain(|&x| x != id);
@@ -592,8 +728,8 @@ fn recycle(spare: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
 }
 
 /// The attempt result of a failed read/write: a TLS fault, or `otherwise`.
-fn failure(e: &io::Error, otherwise: AttemptResult) -> AttemptResult {
-    tls_fault(e).map_or(otherwise, AttemptResult::TlsError)
+fn failure(e: &io::Error, otherwise: Failure) -> Failure {
+    tls_fault(e).map_or(otherwise, Failure::Tls)
 }
 
 #[cfg(test)]

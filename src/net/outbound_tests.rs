@@ -7,7 +7,9 @@ use std::net::TcpListener;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use mio::{Events, Poll};
+use mio::Poll;
+
+use crate::net::io::Event;
 
 const REQUEST: &[u8] = b"POST /h HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\nhi";
 const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
@@ -24,7 +26,7 @@ fn target(port: u16, idle_cap: usize) -> Target<'static> {
 }
 
 /// Reads one request of the shape of [`REQUEST`] (head, then a 2-byte body).
-fn read_request(r: &mut BufReader<std::net::TcpStream>) -> bool {
+fn read_request(r: &mut impl BufRead) -> bool {
     let mut line = String::new();
     loop {
         line.clear();
@@ -74,36 +76,103 @@ fn server(conns: usize, answers: Vec<&'static [u8]>) -> (u16, JoinHandle<usize>)
     (port, h)
 }
 
-/// Polls until `want` attempts finished (at most 5 s).
-fn drive(
-    pool: &mut OutboundPool<u32>,
-    poll: &mut Poll,
-    now: u64,
-    want: usize,
-) -> Vec<Finished<u32>> {
+/// A core's I/O for the pool: a reactor on one backend, and its registry.
+struct Rig {
+    reactor: Reactor,
+    registry: Registry,
+}
+
+impl Rig {
+    /// A reactor on `backend`; `None` (after saying so) when io_uring is unavailable here.
+    fn new(backend: Backend) -> Option<Rig> {
+        let poll = Poll::new().unwrap();
+        let registry = poll.registry().try_clone().unwrap();
+        let mut reactor = Reactor::new(poll);
+        if backend == Backend::Uring {
+            if let Err(why) = crate::net::io::uring::probe() {
+                eprintln!("io_uring unavailable here ({why}); uring pool test not run");
+                return None;
+            }
+            reactor.start_uring().unwrap();
+        }
+        Some(Rig { reactor, registry })
+    }
+
+    fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// A pool on this rig's backend.
+    fn pool(&self, idle_timeout: u64) -> OutboundPool<u32> {
+        let mut pool = OutboundPool::new(idle_timeout);
+        pool.set_backend(self.reactor.backend());
+        pool
+    }
+
+    /// One turn of the core's loop for the pool: submit, wait (at most 20 ms), hand the
+    /// events over.
+    fn turn(&mut self, pool: &mut OutboundPool<u32>, now: u64, out: &mut Vec<Finished<u32>>) {
+        let mut events = Vec::new();
+        pool.submit(&mut self.reactor);
+        self.reactor
+            .wait(Duration::from_millis(20), &mut events)
+            .unwrap();
+        for ev in events {
+            match ev {
+                Event::Source {
+                    token,
+                    readable,
+                    writable,
+                } => pool.on_ready(token, readable, writable, now, &self.registry, out),
+                Event::Out(ev) => {
+                    pool.on_completion(ev, &mut self.reactor, now, &self.registry, out)
+                }
+                other => panic!("not the pool's: {other:?}"),
+            }
+        }
+    }
+}
+
+/// Runs turns until `want` attempts finished (at most 5 s).
+fn drive(pool: &mut OutboundPool<u32>, rig: &mut Rig, now: u64, want: usize) -> Vec<Finished<u32>> {
     let mut out = Vec::new();
-    let mut events = Events::with_capacity(16);
     let stop = Instant::now() + Duration::from_secs(5);
     while out.len() < want && Instant::now() < stop {
-        poll.poll(&mut events, Some(Duration::from_millis(20)))
-            .unwrap();
-        for e in events.iter() {
-            let readable = e.is_readable() || e.is_read_closed() || e.is_error();
-            let writable = e.is_writable() || e.is_error();
-            pool.on_ready(
-                e.token(),
-                readable,
-                writable,
-                now,
-                poll.registry(),
-                &mut out,
-            );
-        }
+        rig.turn(pool, now, &mut out);
     }
     out
 }
 
-fn done(f: &Finished<u32>) -> (u32, AttemptResult) {
+/// Each test on both backends (`mio` and `uring` in a module named after it).
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use super::*;
+            #[test]
+            fn mio() {
+                super::$name(Backend::Mio)
+            }
+            #[test]
+            fn uring() {
+                super::$name(Backend::Uring)
+            }
+        }
+    )*};
+}
+
+both!(
+    an_answered_keep_alive_connection_carries_the_next_attempt,
+    a_kept_alive_connection_the_server_closed_is_stale_not_an_attempt,
+    a_refused_connect_is_a_connect_error,
+    a_silent_server_times_the_attempt_out_at_its_deadline,
+    idle_connections_close_after_idle_timeout_and_past_the_idle_cap,
+    retry_after_is_parsed_and_a_malformed_response_is_an_io_failure,
+    a_server_closing_mid_response_breaks_the_exchange,
+    an_https_destination_is_answered_over_tls,
+    an_untrusted_https_destination_is_a_tls_failure,
+);
+
+fn done(f: &Finished<u32>) -> (u32, Exchange) {
     match f {
         Finished::Done {
             payload, result, ..
@@ -112,16 +181,17 @@ fn done(f: &Finished<u32>) -> (u32, AttemptResult) {
     }
 }
 
-const STATUS_200: AttemptResult = AttemptResult::Status {
-    code: 200,
+const STATUS_200: Exchange = Exchange::Response {
+    status: 200,
     retry_after: None,
 };
 
-#[test]
-fn an_answered_keep_alive_connection_carries_the_next_attempt() {
+fn an_answered_keep_alive_connection_carries_the_next_attempt(b: Backend) {
     let (port, server) = server(1, vec![OK, OK]);
-    let mut poll = Poll::new().unwrap();
-    let mut pool = OutboundPool::<u32>::new(60 * SECOND);
+    let Some(mut poll) = Rig::new(b) else {
+        return;
+    };
+    let mut pool = poll.pool(60 * SECOND);
     let r = pool.start(
         target(port, 4),
         1,
@@ -155,12 +225,13 @@ fn an_answered_keep_alive_connection_carries_the_next_attempt() {
     assert_eq!(server.join().unwrap(), 2);
 }
 
-#[test]
-fn a_kept_alive_connection_the_server_closed_is_stale_not_an_attempt() {
+fn a_kept_alive_connection_the_server_closed_is_stale_not_an_attempt(b: Backend) {
     // The server answers once, then closes the connection when the list runs out.
     let (port, server) = server(1, vec![OK]);
-    let mut poll = Poll::new().unwrap();
-    let mut pool = OutboundPool::<u32>::new(60 * SECOND);
+    let Some(mut poll) = Rig::new(b) else {
+        return;
+    };
+    let mut pool = poll.pool(60 * SECOND);
     pool.start(
         target(port, 4),
         1,
@@ -198,14 +269,15 @@ fn a_kept_alive_connection_the_server_closed_is_stale_not_an_attempt() {
     assert_eq!(pool.connections(0), 0);
 }
 
-#[test]
-fn a_refused_connect_is_a_connect_error() {
+fn a_refused_connect_is_a_connect_error(b: Backend) {
     let port = {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let mut poll = Poll::new().unwrap();
-    let mut pool = OutboundPool::<u32>::new(60 * SECOND);
+    let Some(mut poll) = Rig::new(b) else {
+        return;
+    };
+    let mut pool = poll.pool(60 * SECOND);
     let f = match pool.start(
         target(port, 4),
         7,
@@ -217,16 +289,17 @@ fn a_refused_connect_is_a_connect_error() {
         Ok(Started::Reused) => panic!("nothing to reuse"),
         Err(f) => f,
     };
-    assert_eq!(done(&f), (7, AttemptResult::ConnectError));
+    assert_eq!(done(&f), (7, Exchange::Failed(Failure::Connect)));
     assert_eq!((pool.in_flight(), pool.connections(0)), (0, 0));
 }
 
-#[test]
-fn a_silent_server_times_the_attempt_out_at_its_deadline() {
+fn a_silent_server_times_the_attempt_out_at_its_deadline(b: Backend) {
     // The server reads the request and never answers.
     let (port, server) = server(1, vec![b""]);
-    let mut poll = Poll::new().unwrap();
-    let mut pool = OutboundPool::<u32>::new(60 * SECOND);
+    let Some(mut poll) = Rig::new(b) else {
+        return;
+    };
+    let mut pool = poll.pool(60 * SECOND);
     pool.start(
         target(port, 4),
         3,
@@ -236,15 +309,9 @@ fn a_silent_server_times_the_attempt_out_at_its_deadline() {
     )
     .unwrap();
     // Let the connection establish and the request go out; nothing comes back.
-    let mut events = Events::with_capacity(16);
     let mut out = Vec::new();
     for _ in 0..10 {
-        poll.poll(&mut events, Some(Duration::from_millis(20)))
-            .unwrap();
-        for e in events.iter() {
-            let (r, w) = (e.is_readable(), e.is_writable());
-            pool.on_ready(e.token(), r, w, SECOND, poll.registry(), &mut out);
-        }
+        poll.turn(&mut pool, SECOND, &mut out);
     }
     assert!(out.is_empty(), "{out:?}");
     assert_eq!(pool.in_flight(), 1);
@@ -252,16 +319,17 @@ fn a_silent_server_times_the_attempt_out_at_its_deadline() {
     assert!(out.is_empty(), "not before the deadline");
     pool.on_tick(2 * SECOND, poll.registry(), &mut out);
     assert_eq!(out.len(), 1);
-    assert_eq!(done(&out[0]), (3, AttemptResult::Timeout));
+    assert_eq!(done(&out[0]), (3, Exchange::Failed(Failure::Timeout)));
     assert_eq!(pool.connections(0), 0);
     server.join().unwrap();
 }
 
-#[test]
-fn idle_connections_close_after_idle_timeout_and_past_the_idle_cap() {
+fn idle_connections_close_after_idle_timeout_and_past_the_idle_cap(b: Backend) {
     let (port, server) = server(2, vec![OK, OK]);
-    let mut poll = Poll::new().unwrap();
-    let mut pool = OutboundPool::<u32>::new(5 * SECOND);
+    let Some(mut poll) = Rig::new(b) else {
+        return;
+    };
+    let mut pool = poll.pool(5 * SECOND);
     // idle_cap 0: the answered connection is closed at once.
     pool.start(
         target(port, 0),
@@ -299,8 +367,7 @@ fn idle_connections_close_after_idle_timeout_and_past_the_idle_cap() {
     assert_eq!(server.join().unwrap(), 2);
 }
 
-#[test]
-fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure() {
+fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure(b: Backend) {
     let (port, server) = server(
         2,
         vec![
@@ -308,8 +375,10 @@ fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure() {
             b"nonsense\r\n\r\n",
         ],
     );
-    let mut poll = Poll::new().unwrap();
-    let mut pool = OutboundPool::<u32>::new(60 * SECOND);
+    let Some(mut poll) = Rig::new(b) else {
+        return;
+    };
+    let mut pool = poll.pool(60 * SECOND);
     pool.start(
         target(port, 0),
         1,
@@ -319,8 +388,8 @@ fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure() {
     )
     .unwrap();
     let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
-    let want = AttemptResult::Status {
-        code: 429,
+    let want = Exchange::Response {
+        status: 429,
         retry_after: Some(Duration::from_secs(7)),
     };
     assert_eq!(done(&f), (1, want));
@@ -340,9 +409,102 @@ fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure() {
     )
     .unwrap();
     let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
-    assert_eq!(done(&f), (2, AttemptResult::Io));
+    assert_eq!(done(&f), (2, Exchange::Failed(Failure::Broken)));
     assert_eq!(pool.connections(0), 0);
     assert_eq!(server.join().unwrap(), 2);
+}
+
+fn a_server_closing_mid_response_breaks_the_exchange(b: Backend) {
+    // A head promising 10 bytes of body, 3 of them, then the close.
+    let (port, server) = server(1, vec![b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc"]);
+    let Some(mut poll) = Rig::new(b) else {
+        return;
+    };
+    let mut pool = poll.pool(60 * SECOND);
+    pool.start(
+        target(port, 4),
+        5,
+        REQUEST.to_vec(),
+        10 * SECOND,
+        poll.registry(),
+    )
+    .unwrap();
+    let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
+    assert_eq!(done(&f), (5, Exchange::Failed(Failure::Broken)));
+    assert_eq!(pool.connections(0), 0);
+    assert_eq!(server.join().unwrap(), 1);
+}
+
+/// An HTTPS server with `pki`'s certificate answering one request with [`OK`]; returns its
+/// port and whether it answered.
+fn https_server(pki: &crate::net::tls::tests::Pki) -> (u16, JoinHandle<bool>) {
+    use rustls::pki_types::PrivatePkcs8KeyDer;
+    let provider = crate::net::tls::tests::provider();
+    let key = PrivatePkcs8KeyDer::from(pki.server_key.clone());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(pki.server_chain.clone(), key.into())
+        .unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let h = thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let conn = rustls::ServerConnection::new(std::sync::Arc::new(config)).unwrap();
+        let mut r = BufReader::new(rustls::StreamOwned::new(conn, s));
+        if !read_request(&mut r) {
+            return false;
+        }
+        let tls = r.get_mut();
+        tls.write_all(OK).is_ok() && tls.flush().is_ok()
+    });
+    (port, h)
+}
+
+fn https_target(port: u16, tls: &TlsClient) -> Target<'_> {
+    Target {
+        tls: Some(tls),
+        ..target(port, 4)
+    }
+}
+
+fn an_https_destination_is_answered_over_tls(b: Backend) {
+    use crate::net::tls::tests::{client, pki};
+    let pki = pki(&["localhost"]);
+    let (port, server) = https_server(&pki);
+    let tls = client(&pki.ca_der, "localhost");
+    let Some(mut poll) = Rig::new(b) else {
+        return;
+    };
+    let mut pool = poll.pool(60 * SECOND);
+    let t = https_target(port, &tls);
+    pool.start(t, 8, REQUEST.to_vec(), 10 * SECOND, poll.registry())
+        .unwrap();
+    let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
+    assert_eq!(done(&f), (8, STATUS_200));
+    assert!(server.join().unwrap());
+}
+
+fn an_untrusted_https_destination_is_a_tls_failure(b: Backend) {
+    use crate::net::tls::tests::{client, pki};
+    let pki = pki(&["localhost"]);
+    let other = crate::net::tls::tests::pki(&["localhost"]);
+    let (port, server) = https_server(&pki);
+    let tls = client(&other.ca_der, "localhost");
+    let Some(mut poll) = Rig::new(b) else {
+        return;
+    };
+    let mut pool = poll.pool(60 * SECOND);
+    let t = https_target(port, &tls);
+    pool.start(t, 9, REQUEST.to_vec(), 10 * SECOND, poll.registry())
+        .unwrap();
+    let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
+    let unknown = Failure::Tls(TlsFault::UnknownIssuer);
+    assert_eq!(done(&f), (9, Exchange::Failed(unknown)));
+    assert_eq!(pool.connections(0), 0);
+    assert!(!server.join().unwrap());
 }
 
 #[test]
