@@ -404,7 +404,7 @@ fn list_segment(
 /// The newest events `filter` admits, newest first (by id), at most `filter.limit`.
 ///
 /// Per log, segments are read from the newest back: those wholly above the filter's upper
-/// bound (`until_ms`, the cursor; found by [`candidate_segment`]'s binary search on first
+/// bound (`until_ms`, the cursor; found by `candidate_segment`'s binary search on first
 /// event ids) for their outcomes only, the others in full, stopping after the segment that
 /// brings the matches to `limit` or starts before `since_ms`. An event's outcome is written
 /// after it, so the outcomes of every newer segment are read: the cost is the log from the
