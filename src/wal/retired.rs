@@ -31,7 +31,7 @@
 //!     16     4  owed      u32 m, <= MAX_OWED (262 144)
 //!     20     4  reserved  u32 = 0
 //!     24     8  covered   u64: every event with a smaller LSN is counted here
-//!     32        n rows:   u16 name length (1..=256), the trigger id (UTF-8),
+//!     32        n rows:   u16 name length (0..=256), the trigger id (UTF-8),
 //!                         u64 accepted (events retired), 8 x u64 done by DoneStatus code
 //!                         (index 0 is 0); done sum <= accepted
 //!      .        m owed:   u64 event LSN (< covered, increasing), u32 row index (< n)
@@ -232,7 +232,7 @@ impl<'a> Cursor<'a> {
         }
         let len = self.take(2)?;
         let len = u16::from_le_bytes([len[0], len[1]]) as usize;
-        if len == 0 || len > MAX_ID_BYTES {
+        if len > MAX_ID_BYTES {
             return Err(format!("trigger id of {len} bytes"));
         }
         let name = std::str::from_utf8(self.take(len)?)

@@ -15,7 +15,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::format::{decode_payload, parse_event, Record, RecordKind};
-use super::retired::{Retired, TriggerTally, MAX_OWED};
+use super::retired::{Retired, TriggerTally, MAX_OWED, MAX_TRIGGERS};
 use super::scanner::{Scanner, Step};
 use super::Lsn;
 use crate::storage::Storage;
@@ -145,9 +145,8 @@ pub(crate) struct Counted {
 pub(crate) fn count(fs: &dyn Storage, plan: &Plan<'_>, old: &Retired) -> io::Result<Counted> {
     let cover = plan.segments[plan.deleting].0;
     let mut c = Count::new(old);
-    let read = |path: &Path| -> io::Result<crate::storage::Contents> { fs.map(path) };
     for (first, path) in &plan.segments[..plan.deleting] {
-        let map = read(path)?;
+        let map = fs.map(path)?;
         let from = (*first).max(old.covered);
         if from >= cover {
             continue;
@@ -160,7 +159,7 @@ pub(crate) fn count(fs: &dyn Storage, plan: &Plan<'_>, old: &Retired) -> io::Res
         if c.open.is_empty() || budget == 0 {
             break;
         }
-        let map = read(path)?;
+        let map = fs.map(path)?;
         let end = if path == plan.active.0 {
             (plan.active.1 as usize).min(map.len())
         } else {
@@ -168,6 +167,12 @@ pub(crate) fn count(fs: &dyn Storage, plan: &Plan<'_>, old: &Retired) -> io::Res
         };
         let scanned = c.segment(&map[..end], *first, (0, Lsn::MAX), false);
         budget = budget.saturating_sub(scanned.max(1));
+    }
+    if c.names.len() > MAX_TRIGGERS {
+        return Err(io::Error::other(format!(
+            "retired events of {} trigger ids (at most {MAX_TRIGGERS}): segments kept",
+            c.names.len()
+        )));
     }
     if c.open.len() > MAX_OWED {
         return Err(io::Error::other(format!(

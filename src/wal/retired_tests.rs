@@ -33,6 +33,9 @@ fn sample() -> Retired {
     r.owed.insert(7, "a".into());
     r.owed.insert(400, "ü-b".into());
     r.owed.insert(499, "ü-b".into());
+    // An empty trigger id is a trigger id the log can hold.
+    r.tallies
+        .insert(String::new(), tally(1, &[(DoneStatus::NoHandler, 1)]));
     r
 }
 
@@ -43,7 +46,12 @@ fn the_file_round_trips() {
     let empty = Retired::default();
     assert_eq!(Retired::decode(&empty.encode()), Ok(empty));
     let counts = r.counts();
-    assert_eq!(counts, [("a".to_owned(), 10), ("ü-b".to_owned(), 4)]);
+    let want = [
+        (String::new(), 1),
+        ("a".to_owned(), 10),
+        ("ü-b".to_owned(), 4),
+    ];
+    assert_eq!(counts, want);
 }
 
 #[test]
