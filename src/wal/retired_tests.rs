@@ -160,6 +160,20 @@ fn row(l: &BTreeMap<String, TriggerTally>, t: &str) -> (u64, u64, u64, u64, u64)
     (x.accepted, d, dl, x.pending(), x.retired)
 }
 
+/// The offline ledger's row of `t` (`sluice events ledger`), as [`row`] gives recovery's.
+fn offline(data_dir: &Path, t: &str) -> (u64, u64, u64, u64, u64) {
+    let l = crate::wal::events::ledger(data_dir).unwrap();
+    let r = l.triggers[t];
+    assert!(r.balances(), "{r:?}");
+    (
+        r.accepted,
+        r.delivered,
+        r.dead_lettered,
+        r.pending,
+        r.retired,
+    )
+}
+
 #[test]
 fn retired_events_are_counted_with_outcomes_read_from_later_segments() {
     let tmp = tempfile::tempdir().unwrap();
@@ -184,6 +198,8 @@ fn retired_events_are_counted_with_outcomes_read_from_later_segments() {
     assert_eq!(row(&rec.ledger, "even"), (20, 20, 0, 0, even));
     assert_eq!(row(&rec.ledger, "odd"), (20, 0, 20, 0, odd));
     assert!(rec.pending.is_empty());
+    assert_eq!(offline(tmp.path(), "even"), (20, 20, 0, 0, even));
+    assert_eq!(offline(tmp.path(), "odd"), (20, 0, 20, 0, odd));
 }
 
 #[test]
@@ -211,6 +227,7 @@ fn a_crash_between_the_file_and_the_deletion_counts_each_event_once() {
     let gone = firsts[2] - 1;
     assert_eq!(row(&rec.ledger, "even"), (20, 20, 0, 0, gone - gone / 2));
     assert_eq!(row(&rec.ledger, "odd"), (20, 0, 20, 0, gone / 2));
+    assert_eq!(offline(tmp.path(), "odd"), (20, 0, 20, 0, gone / 2));
     // The restarted helper deletes the leftovers without counting them again.
     let (mut wal, _) = open(&cfg).unwrap();
     assert_eq!(wal.retire_below(firsts[2]).unwrap(), 2);
@@ -239,6 +256,7 @@ fn owed_outcomes_are_found_by_recovery_and_by_the_next_retirement() {
     let gone = firsts[1] - 1;
     assert_eq!(row(&rec.ledger, "even"), (20, 20, 0, 0, gone - gone / 2));
     assert_eq!(row(&rec.ledger, "odd"), (20, 0, 20, 0, gone / 2));
+    assert_eq!(offline(tmp.path(), "even"), (20, 20, 0, 0, gone - gone / 2));
     // More events and their outcomes, then events without any, past the active segment: the
     // retirement of every segment but the last reads the `Done` records among the deleted
     // segments (no forward read), which settles every owed event but the newest.
