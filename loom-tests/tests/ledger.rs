@@ -17,7 +17,14 @@ use sluice::dispatch::ledger::{LedgerBoard, LiveState, Row};
 fn row(accepted: u64, delivered: u64) -> Vec<(String, Row)> {
     let mut done = [0u64; 8];
     done[1] = delivered;
-    vec![("t".to_owned(), Row { accepted, done })]
+    vec![(
+        "t".to_owned(),
+        Row {
+            accepted,
+            done,
+            retired: 0,
+        },
+    )]
 }
 
 #[test]

@@ -242,7 +242,7 @@ pub fn list(
 }
 
 /// `sluice events ledger`: per trigger, `accepted = delivered + dead_lettered + skipped +
-/// no_handler + pending` over the retained log.
+/// no_handler + pending` over the logs' lives; `retired` of `accepted` were deleted by retention.
 pub fn ledger(data_dir: &Path, json: bool, out: &mut dyn Write) -> Result<(), ToolError> {
     let l = events::ledger(data_dir).map_err(|e| err(1, format!("reading the WAL failed: {e}")))?;
     if json {

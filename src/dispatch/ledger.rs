@@ -1,8 +1,11 @@
-//! The event ledger (issue 27): per trigger, over the retained log, `accepted = delivered +
-//! dead_lettered + skipped + no_handler + pending`, always.
+//! The event ledger (issue 27): per trigger, over the logs' lives, `accepted = delivered +
+//! dead_lettered + skipped + no_handler + pending`, always; `retired` of the `accepted` events
+//! were deleted by retention (their fates stay counted), so no count goes down across
+//! retention or a restart.
 //!
 //! **Kept by each pump, published per core.** A pump starts from what recovery counted in its
-//! logs ([`crate::wal::TriggerTally`]: events, and their `Done` entries by status), counts each
+//! logs ([`crate::wal::TriggerTally`]: events, their `Done` entries by status, and how many
+//! retired — the logs' `RETIRED` files plus their retained records), counts each
 //! event made durable in its own log (`PumpCore::on_durable`) and each `Done` entry once it is
 //! durable (`PumpCore::on_record_done`): an event is `pending` from its durable 202 until its
 //! outcome is durable, so the balance holds at every instant and across crashes (what recovery
@@ -11,13 +14,16 @@
 //! [`LedgerBoard`] (one `Mutex` per core, held for the copy; readers — `/metrics`,
 //! `/api/v1/ledger` — lock each cell in turn and add them up). A reader thus sees each core's
 //! ledger as of its last publication, each balanced on its own, so the sum balances too.
-//! Loom model: `loom-tests/tests/ledger.rs`. With the ledger the pump publishes its live events'
+//! Loom model: `loom-tests/tests/ledger.rs`. What retention deletes moves nothing but
+//! `retired`: each log's commit helper publishes its cumulative retired counts per trigger
+//! (`wal::RetiredCounts`, loom model `retired`), and the pump folds what grew into its rows
+//! ([`PumpLedger::fold_retired`], every retention round). With the ledger the pump publishes its live events'
 //! states ([`LiveState`]: dispatched, or held by a gate), which `GET /api/v1/events/{id}` reads
 //! for an event its log still says is pending.
 //!
 //! **Bound:** one row per trigger id the logs hold or the pumps saw (the configured triggers,
 //! the default route's and those of earlier configurations still in the retained log), per
-//! core. `retired` stays 0: retention does not yet count what it deletes per trigger.
+//! core, and one retired count per (log, row).
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -29,16 +35,19 @@ use crate::wal::{DoneStatus, TriggerTally};
 /// How often at most a pump publishes its ledger (nanoseconds of its clock).
 pub const PUBLISH_EVERY: u64 = 100_000_000;
 
-/// One trigger's counts: `done` by [`DoneStatus`] code (1..=7).
+/// One trigger's counts: `done` by [`DoneStatus`] code (1..=7); `retired` of the `accepted`
+/// events were deleted by retention (their fates stay in `done`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Row {
     pub accepted: u64,
     pub done: [u64; 8],
+    pub retired: u64,
 }
 
 impl Row {
     fn add(&mut self, o: &Row) {
         self.accepted += o.accepted;
+        self.retired += o.retired;
         for (d, x) in self.done.iter_mut().zip(o.done) {
             *d += x;
         }
@@ -92,7 +101,7 @@ impl Row {
             "skipped": self.skipped(),
             "no_handler": self.no_handler(),
             "pending": self.pending(),
-            "retired": 0,
+            "retired": self.retired,
         })
     }
 }
@@ -105,23 +114,45 @@ pub struct PumpLedger {
     rows: Vec<Row>,
     changed: bool,
     next_publish: u64,
+    /// The retired count last folded in, per (log index, row).
+    retired_seen: HashMap<(usize, usize), u64>,
 }
 
 impl PumpLedger {
-    /// Starting from what recovery counted in the pump's logs.
+    /// Starting from what recovery counted in the pump's logs: `(log index, its tallies)`.
     pub fn recovered<'a>(
-        tallies: impl IntoIterator<Item = (&'a String, &'a TriggerTally)>,
+        logs: impl IntoIterator<Item = (usize, &'a BTreeMap<String, TriggerTally>)>,
     ) -> Self {
         let mut l = PumpLedger::default();
-        for (trigger, t) in tallies {
-            let i = l.slot(trigger);
-            l.rows[i].add(&Row {
-                accepted: t.accepted,
-                done: t.done,
-            });
+        for (log, tallies) in logs {
+            for (trigger, t) in tallies {
+                let i = l.slot(trigger);
+                l.rows[i].add(&Row {
+                    accepted: t.accepted,
+                    done: t.done,
+                    retired: t.retired,
+                });
+                *l.retired_seen.entry((log, i)).or_default() += t.retired;
+            }
         }
         l.changed = true;
         l
+    }
+
+    /// Log `log`'s retired counts as its commit helper published them (cumulative per
+    /// trigger, `wal::RetiredCounts`): what grew since the last ones is added to `retired`.
+    /// Nothing else moves: the retired events' fates were counted when their `Done` entries
+    /// became durable (or by recovery).
+    pub fn fold_retired(&mut self, log: usize, counts: &[(String, u64)]) {
+        for (trigger, n) in counts {
+            let i = self.slot(trigger);
+            let seen = self.retired_seen.entry((log, i)).or_default();
+            if *n > *seen {
+                self.rows[i].retired += *n - *seen;
+                *seen = *n;
+                self.changed = true;
+            }
+        }
     }
 
     /// The row index of `trigger` (a new row the first time).
@@ -252,15 +283,20 @@ impl LedgerBoard {
         serde_json::json!({ "triggers": triggers })
     }
 
-    /// `sluice_events_{accepted,delivered,dead_lettered}_total{trigger}` and
+    /// `sluice_events_{accepted,retired,delivered,dead_lettered}_total{trigger}` and
     /// `sluice_events_skipped_total{trigger,reason}`: events, not calls.
     pub fn render(&self, w: &mut PromWriter) {
         let merged = self.merged();
-        let families: [Family; 3] = [
+        let families: [Family; 4] = [
             (
                 "sluice_events_accepted_total",
-                "Events made durable (202), per trigger, over the retained log.",
+                "Events made durable (202), per trigger, over the log's life.",
                 |r| r.accepted,
+            ),
+            (
+                "sluice_events_retired_total",
+                "Accepted events whose records retention deleted, per trigger.",
+                |r| r.retired,
             ),
             (
                 "sluice_events_delivered_total",
@@ -301,11 +337,12 @@ mod tests {
     fn a_pump_ledger_balances_from_recovery_on_and_publishes_when_due() {
         let mut tally = TriggerTally {
             accepted: 5,
+            retired: 2,
             ..TriggerTally::default()
         };
         tally.done[DoneStatus::Delivered as usize] = 3;
         let recovered = BTreeMap::from([("a".to_owned(), tally)]);
-        let mut l = PumpLedger::recovered(&recovered);
+        let mut l = PumpLedger::recovered([(0, &recovered)]);
         let board = LedgerBoard::new(2);
         let (a, b) = (l.slot("a"), l.slot("b"));
         l.accepted(b);
@@ -337,6 +374,7 @@ mod tests {
                 Row {
                     accepted: 3,
                     done: [0; 8],
+                    retired: 0,
                 },
             )],
         );
@@ -353,9 +391,22 @@ mod tests {
         );
         assert_eq!(board.live_state("core-1", 4), None);
         assert_eq!(board.live_state("core-0", 9), None);
+        // Retired counts, cumulative per log: what recovery counted is not added again, and
+        // only what grew since is (another log's counts apart).
+        l.fold_retired(0, &[("a".to_owned(), 2)]);
+        l.fold_retired(0, &[("a".to_owned(), 4), ("b".to_owned(), 1)]);
+        l.fold_retired(3, &[("a".to_owned(), 1)]);
+        l.fold_retired(0, &[("a".to_owned(), 3)]);
+        assert!(l.publish_if_due(&board, 1, 2 * PUBLISH_EVERY));
         let j = board.json();
         assert_eq!(j["triggers"]["a"]["dead_lettered"], 1);
-        assert_eq!(j["triggers"]["b"]["retired"], 0);
+        assert_eq!(j["triggers"]["a"]["retired"], 5);
+        assert_eq!(j["triggers"]["b"]["retired"], 1);
+        assert_eq!(
+            j["triggers"]["a"]["accepted"], 5,
+            "retiring moves nothing else"
+        );
+        assert_eq!(j["triggers"]["a"]["pending"], 1);
         let mut w = PromWriter::new();
         board.render(&mut w);
         let text = w.finish();
@@ -365,6 +416,10 @@ mod tests {
         );
         assert!(
             text.contains("sluice_events_skipped_total{reason=\"debounced\",trigger=\"b\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sluice_events_retired_total{trigger=\"a\"} 5"),
             "{text}"
         );
     }

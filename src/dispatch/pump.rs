@@ -374,7 +374,7 @@ impl<E: PumpEnv> PumpCore<E> {
     ) -> Result<PumpCore<E>, WalError> {
         let mut states = Vec::new();
         let mut slot_of = HashMap::new();
-        let ledger = PumpLedger::recovered(logs.iter().flat_map(|l| &l.recovered.ledger));
+        let ledger = PumpLedger::recovered(logs.iter().map(|l| (l.index, &l.recovered.ledger)));
         for (slot, l) in logs.into_iter().enumerate() {
             slot_of.insert(l.index, slot);
             let tail = env.open_at_start(&l.dir, l.recovered.done_cursor)?;
@@ -474,6 +474,12 @@ impl<E: PumpEnv> PumpCore<E> {
     /// The pump's logs: (log index, directory, done cursor), by position.
     pub fn cursors(&self) -> impl Iterator<Item = (usize, &Path, Lsn)> + '_ {
         self.logs.iter().map(|l| (l.index, &*l.dir, l.cursor()))
+    }
+
+    /// Log `index`'s retired counts, as its commit helper last published them (the ledger's
+    /// `retired`; [`PumpLedger::fold_retired`]).
+    pub fn fold_retired(&mut self, index: usize, counts: &[(String, u64)]) {
+        self.ledger.fold_retired(index, counts);
     }
 
     /// `received_at_ms` of the oldest event admitted and not yet done.

@@ -162,6 +162,8 @@ pub struct CorePump {
     wakers: Vec<Arc<mio::Waker>>,
     /// Bytes of each log's segments on disk at the last measurement, by position.
     disk_bytes: Vec<u64>,
+    /// The generation of each log's retired counts last folded into the ledger, by position.
+    retired_seen: Vec<u64>,
     tick_at: u64,
     retain_at: u64,
 }
@@ -207,6 +209,7 @@ impl CorePump {
             default_trigger,
             wakers,
             disk_bytes: vec![0; n],
+            retired_seen: vec![0; n],
             tick_at: now,
             retain_at: 0,
         })

@@ -164,6 +164,11 @@ pub struct Wal {
     os_rewrite: bool,
     /// When the commit in the caller's hands was submitted ([`Wal::start_commit`]).
     submitted_at_ns: u64,
+    /// What retention deleted, per trigger (the `RETIRED` file; `super::retired`).
+    pub(crate) retired: super::retired::Retired,
+    /// How far past the retired segments retention reads for outcomes
+    /// (`retired_count::FORWARD_BYTES`; tests set less).
+    pub(crate) retired_forward: u64,
 }
 
 impl fmt::Debug for Wal {
@@ -223,6 +228,8 @@ impl Wal {
             synced_lsn: next_lsn - 1,
             checkpoint_at_ns: 0,
             retire_at_ns: 0,
+            retired: super::retired::Retired::default(),
+            retired_forward: super::retired_count::FORWARD_BYTES,
             probe_at_ns: 0,
             checkpoint_streak: FailureStreak::default(),
             roll_failed: false,
@@ -243,6 +250,7 @@ impl Wal {
             .loss_accepted_total
             .store(self.lost_accepted.len() as u64, Ordering::Relaxed);
         shared.lost_lsns_accepted.store(lsns, Ordering::Relaxed);
+        shared.retired.publish(self.retired.counts());
         self.shared = Some(shared);
         self.publish_os_unsynced();
     }

@@ -4,11 +4,14 @@
 #![forbid(unsafe_code)]
 
 use super::super::checkpoint::{Checkpoint, StreakChange, STALE_AFTER};
+use super::super::retired;
+use super::super::retired_count::{self, Plan};
 use super::super::segment::list_segments_in;
 use super::super::{Lsn, WalError};
 use super::{Wal, CHECKPOINT_EVERY};
 use crate::sync::clock::unix_millis;
 use std::io;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 impl Wal {
@@ -88,11 +91,24 @@ impl Wal {
     }
 
     /// Retention: deletes the segments wholly below `lsn` (clamped to the active segment's
-    /// first LSN, so the active segment is never deleted). The checkpoint's first live LSN is
-    /// advanced and synced *first*, so a crash in between leaves extra segments, never a
-    /// checkpoint that promises deleted ones. Returns the number of segments deleted.
+    /// first LSN, so the active segment is never deleted). Their events are counted per trigger
+    /// into the `RETIRED` file first (`super::retired`: written durably, covering up to the
+    /// first kept segment), then the checkpoint's first live LSN is advanced and synced, then
+    /// the files go: a crash in between leaves extra segments, never a checkpoint that promises
+    /// deleted ones nor an event counted twice. Returns the number of segments deleted.
     pub fn retire_below(&mut self, lsn: Lsn) -> io::Result<usize> {
         let keep = lsn.min(self.active.first_lsn);
+        let segments = list_segments_in(&*self.storage, &self.dir).map_err(|e| match e {
+            WalError::Io { source, .. } => source,
+            other => io::Error::other(other.to_string()),
+        })?;
+        let deleting = segments
+            .windows(2)
+            .take_while(|pair| pair[1].0 <= keep)
+            .count();
+        if deleting > 0 && segments[deleting].0 > self.retired.covered {
+            self.count_retired(&segments, deleting)?;
+        }
         if self.checkpoint().is_some_and(|c| c.first_live_lsn < keep) {
             let c = Checkpoint {
                 first_live_lsn: keep,
@@ -100,20 +116,37 @@ impl Wal {
             };
             self.write_checkpoint(c)?;
         }
-        let segments = list_segments_in(&*self.storage, &self.dir).map_err(|e| match e {
-            WalError::Io { source, .. } => source,
-            other => io::Error::other(other.to_string()),
-        })?;
-        let mut deleted = 0;
-        for pair in segments.windows(2) {
-            let ((_, path), (next_first, _)) = (&pair[0], &pair[1]);
-            if *next_first > keep {
-                break;
-            }
+        for (_, path) in &segments[..deleting] {
             self.storage.remove(path)?;
             eprintln!("sluice: retention: deleted {}", path.display());
-            deleted += 1;
         }
-        Ok(deleted)
+        Ok(deleting)
+    }
+
+    /// Counts the events of the first `deleting` of `segments` into the `RETIRED` file
+    /// (durably) and publishes the new per-trigger counts to the log's pump.
+    fn count_retired(&mut self, segments: &[(Lsn, PathBuf)], deleting: usize) -> io::Result<()> {
+        let started = self.clock.now_nanos();
+        let plan = Plan {
+            segments,
+            deleting,
+            active: (&self.active.path, self.active.end),
+            forward_bytes: self.retired_forward,
+        };
+        let counted = retired_count::count(&*self.storage, &plan, &self.retired)?;
+        retired::write(&*self.storage, &self.dir, &counted.retired)?;
+        self.retired = counted.retired;
+        if let Some(s) = &self.shared {
+            s.retired.publish(self.retired.counts());
+        }
+        eprintln!(
+            "sluice: retention: {}: counted {} events of {deleting} segment(s) in {} ms \
+             ({} owed an outcome)",
+            self.dir.display(),
+            counted.events,
+            self.clock.now_nanos().saturating_sub(started) / 1_000_000,
+            self.retired.owed.len()
+        );
+        Ok(())
     }
 }

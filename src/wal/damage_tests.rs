@@ -3,7 +3,7 @@ use super::*;
 use crate::wal::format::marker::append_marker;
 use crate::wal::format::tests::sample_event;
 use crate::wal::format::{append_record, encode_event_into};
-use crate::wal::recovery::{Scanner, Step};
+use crate::wal::scanner::{Scanner, Step};
 
 /// A segment of `batches` batches of `per` events (bodies of ~700 bytes, so a batch spans
 /// several sectors), each closed by its marker; returns the bytes (with a zero tail) and, per

@@ -37,6 +37,8 @@ pub enum WalError {
     CheckpointDamaged(Damaged),
     /// The data dir's manifest of logs is damaged, or lists a log or checkpoint that is gone.
     Manifest(ManifestError),
+    /// A log's `RETIRED` file (what retention deleted, per trigger) is damaged.
+    Retired { path: PathBuf, reason: String },
 }
 
 impl WalError {
@@ -87,6 +89,12 @@ impl fmt::Display for WalError {
                 "{d}; start with --accept-wal-loss to rebuild it from the segments"
             ),
             WalError::Manifest(e) => write!(f, "{e}"),
+            WalError::Retired { path, reason } => write!(
+                f,
+                "{} is damaged ({reason}): the ledger's retired counts cannot be read; start with \
+                 --accept-wal-loss to start from empty ones",
+                path.display()
+            ),
         }
     }
 }

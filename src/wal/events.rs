@@ -19,8 +19,10 @@
 //!   upper bound (`until`, the page cursor; a binary search on first event ids as for
 //!   [`show`]) are read for their outcomes only, no event decoded. Memory: the outcomes of the
 //!   scanned segments' events, and at most the events of the segments read in full.
-//! - [`ledger`]: one forward scan of every retained record (what recovery reads at start-up);
-//!   memory: the events without a `Done` entry.
+//! - [`ledger`]: one forward scan of every retained record (what recovery reads at start-up)
+//!   plus each log's `RETIRED` file (what retention deleted, per trigger, with the outcomes:
+//!   `super::retired`), so its counts are over the log's life and `retired` is what retention
+//!   deleted; memory: the events without a `Done` entry.
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -34,9 +36,11 @@ use super::format::{
 };
 use super::layout::{log_dirs, LogDir};
 use super::reader::{RawRecord, WalReader};
+use super::retired::{self, Retired};
 use super::segment::list_segments;
 use super::tools::WAL_SUBDIR;
 use super::{Lsn, WalError};
+use crate::storage::StdFs;
 
 /// What became of an event, as far as its log says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -440,7 +444,8 @@ pub fn list(data_dir: &Path, filter: &ListFilter) -> Result<Vec<EventReport>, Wa
     Ok(all)
 }
 
-/// One trigger's balance over the retained log.
+/// One trigger's balance over the log's life: `retired` of its `accepted` events were deleted
+/// by retention (their fates stay counted in `delivered` .. `no_handler`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LedgerRow {
     pub accepted: u64,
@@ -449,8 +454,7 @@ pub struct LedgerRow {
     pub skipped: u64,
     pub no_handler: u64,
     pub pending: u64,
-    /// Events of this trigger retention deleted. Retention does not record them per trigger
-    /// yet, so it reads 0 (see DESIGN.md "Storage").
+    /// Events of this trigger retention deleted (the log's `RETIRED` file, `wal::retired`).
     pub retired: u64,
 }
 
@@ -459,6 +463,16 @@ impl LedgerRow {
     pub fn balances(&self) -> bool {
         self.accepted
             == self.delivered + self.dead_lettered + self.skipped + self.no_handler + self.pending
+    }
+
+    /// Adds `n` outcomes of status code `status` ([`DoneStatus`] as `u8`).
+    fn add_done(&mut self, status: usize, n: u64) {
+        match status {
+            s if s == DoneStatus::Delivered as usize => self.delivered += n,
+            s if s == DoneStatus::DeadLettered as usize => self.dead_lettered += n,
+            s if s == DoneStatus::NoHandler as usize => self.no_handler += n,
+            _ => self.skipped += n,
+        }
     }
 }
 
@@ -469,43 +483,83 @@ pub struct Ledger {
     pub since_ms: Option<u64>,
 }
 
-/// The per-trigger ledger over every retained log of `data_dir`.
+/// The per-trigger ledger of every log of `data_dir`, over the logs' lives: each log's
+/// `RETIRED` file (what retention deleted) plus its retained records above what that file
+/// covers. Safe beside a running server: when retention moved a log's file while it was read,
+/// that log is read again (three tries, then the error or the last reading stands).
 pub fn ledger(data_dir: &Path) -> Result<Ledger, WalError> {
     let mut ledger = Ledger::default();
     for log in log_dirs(&data_dir.join(WAL_SUBDIR))? {
-        let mut open: HashMap<Lsn, String> = HashMap::new();
-        for r in records_from(&log.dir, 0)? {
-            match r? {
-                (lsn, Record::Event(ev)) => {
-                    let since = ledger.since_ms.get_or_insert(ev.received_at_ms);
-                    *since = (*since).min(ev.received_at_ms);
-                    ledger
-                        .triggers
-                        .entry(ev.trigger_id.clone())
-                        .or_default()
-                        .accepted += 1;
-                    open.insert(lsn, ev.trigger_id);
-                }
-                (_, Record::Done(d)) => {
-                    for e in &d.entries {
-                        let Some(t) = open.remove(&e.event_lsn) else {
-                            continue;
-                        };
-                        let row = ledger.triggers.entry(t).or_default();
-                        match e.status {
-                            DoneStatus::Delivered => row.delivered += 1,
-                            DoneStatus::DeadLettered => row.dead_lettered += 1,
-                            DoneStatus::NoHandler => row.no_handler += 1,
-                            _ => row.skipped += 1,
-                        }
-                    }
-                }
-                _ => {}
+        let mut tries = 0;
+        let part = loop {
+            let retired = retired::load(&StdFs, &log.dir)?;
+            let covered = retired.covered;
+            let part = log_ledger(&log.dir, retired);
+            tries += 1;
+            if tries == 3 || retired::load(&StdFs, &log.dir)?.covered == covered {
+                break part?;
             }
+        };
+        for (t, r) in part.triggers {
+            let row = ledger.triggers.entry(t).or_default();
+            row.accepted += r.accepted;
+            row.pending += r.pending;
+            row.retired += r.retired;
+            row.delivered += r.delivered;
+            row.dead_lettered += r.dead_lettered;
+            row.skipped += r.skipped;
+            row.no_handler += r.no_handler;
         }
-        for t in open.into_values() {
-            ledger.triggers.entry(t).or_default().pending += 1;
+        ledger.since_ms = match (ledger.since_ms, part.since_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    Ok(ledger)
+}
+
+/// The ledger of the log in `dir` whose `RETIRED` file holds `retired`.
+fn log_ledger(dir: &Path, mut retired: Retired) -> Result<Ledger, WalError> {
+    let mut ledger = Ledger::default();
+    let mut open: HashMap<Lsn, String> = HashMap::new();
+    for r in records_from(dir, 0)? {
+        match r? {
+            (lsn, _) if lsn < retired.covered => {}
+            (lsn, Record::Event(ev)) => {
+                let since = ledger.since_ms.get_or_insert(ev.received_at_ms);
+                *since = (*since).min(ev.received_at_ms);
+                let row = ledger.triggers.entry(ev.trigger_id.clone()).or_default();
+                row.accepted += 1;
+                open.insert(lsn, ev.trigger_id);
+            }
+            (_, Record::Done(d)) => {
+                for e in &d.entries {
+                    let lsn = e.event_lsn;
+                    let Some(t) = open.remove(&lsn).or_else(|| retired.owed.remove(&lsn)) else {
+                        continue;
+                    };
+                    let row = ledger.triggers.entry(t).or_default();
+                    row.add_done(e.status as usize, 1);
+                }
+            }
+            _ => {}
         }
+    }
+    for t in open.into_values() {
+        ledger.triggers.entry(t).or_default().pending += 1;
+    }
+    for (t, x) in &retired.tallies {
+        let row = ledger.triggers.entry(t.clone()).or_default();
+        row.accepted += x.accepted;
+        row.retired += x.accepted;
+        for (status, n) in x.done.iter().enumerate() {
+            row.add_done(status, *n);
+        }
+    }
+    // Owed events whose `Done` entry is not in the retained log (a range given up with
+    // `--accept-wal-loss`): still without a known outcome.
+    for t in retired.owed.into_values() {
+        ledger.triggers.entry(t).or_default().pending += 1;
     }
     Ok(ledger)
 }

@@ -21,7 +21,7 @@ use std::path::Path;
 use super::damage::last_non_zero;
 use super::format::marker::{parse_marker, MARKER_RECORD_BYTES};
 use super::format::{parse_event, parse_record, Parsed, RecordKind, RECORD_HEADER_BYTES};
-use super::recovery::{Scanner, Step};
+use super::scanner::{Scanner, Step};
 use super::{Lsn, WalError};
 use crate::storage::{StdFs, Storage};
 

@@ -52,7 +52,7 @@
 //!     fn next_lsn(&self) -> Lsn; fn last_lsn(&self) -> Lsn; fn os_unsynced_bytes(&self) -> usize;
 //!     fn tick(&mut self, now_ns); fn probe(&mut self) -> io::Result<()>;
 //!     fn checkpoint_if_due(&mut self, now_ns) -> io::Result<bool>;
-//!     fn retire_below(&mut self, Lsn) -> io::Result<usize>;
+//!     fn retire_below(&mut self, Lsn) -> io::Result<usize>;   // counts into RETIRED first
 //!     fn append(&mut self, &[Record]) -> Result<Lsn, WalError>;   // offline / tests, as
 //!     fn append_events(&mut self, &[EventRecord]) -> Result<Lsn, WalError>; fn sync(&mut self) }
 //!
@@ -72,13 +72,17 @@
 //! pub enum AppendOutcome { Durable { lsn: Lsn }, Unavailable }
 //! pub struct WalShared { pub durable_lsn, pub healthy, pub appends_total, pub sync_seconds: Arc<Histogram>,
 //!                        pub retire_request, pub loss_accepted_total, pub lost_lsns_accepted,
-//!                        pub os_unsynced_bytes, pub checkpoint_failures_total, pub checkpoint_stale }
+//!                        pub os_unsynced_bytes, pub checkpoint_failures_total, pub checkpoint_stale,
+//!                        pub retired: RetiredCounts }   // publish(Vec<(trigger, n)>), newer(&mut gen)
 //! impl WalShared { fn new() -> Self; fn sharing(Arc<Histogram>) -> Self; fn durable_lsn(&self) -> Lsn;
 //!                  fn is_healthy(&self) -> bool; fn request_retire(&self, Lsn);  // retention's request
 //!                  fn render_prometheus(&self, out: &mut String) }
 //! pub enum WalError { Io { path, source }, Corrupt { segment, offset, reason }, InvalidConfig { reason },
 //!                     Locked { path }, Encode(EncodeError), Lost { dir, ranges: Vec<LostRange> },
-//!                     CheckpointDamaged(checkpoint::Damaged), Manifest(manifest::ManifestError) }  // error.rs
+//!                     CheckpointDamaged(checkpoint::Damaged), Manifest(manifest::ManifestError),
+//!                     Retired { path, reason } }  // error.rs
+//! pub mod retired { pub struct Retired { pub covered: Lsn, pub tallies, pub owed };   // the RETIRED file
+//!                   pub fn load(fs, dir) -> Result<Retired, WalError>; .. }
 //!
 //! pub struct WalReader;  // reader.rs: open(dir) / open_from(dir, lsn) / open_in(storage, ..);
 //!                        // Iterator<Item = Result<RawRecord, WalError>>; next_event(), next_record();
@@ -86,7 +90,8 @@
 //! pub struct WalTail;    // tail.rs: open(wal_dir, from_lsn); next(durable_lsn) -> Result<Option<(Lsn, Record)>, WalError>
 //! pub fn recover_dispatch(wal_dir: &Path) -> Result<DispatchRecovery, WalError>;   // state.rs
 //! pub struct DispatchRecovery { pub pending: BTreeMap<Lsn, PendingMeta>, pub done_cursor: Lsn, pub next_lsn: Lsn,
-//!                              pub ledger: BTreeMap<String, TriggerTally> }   // TriggerTally { accepted, done: [u64; 8] }
+//!                              pub ledger: BTreeMap<String, TriggerTally> }   // over the log's life, RETIRED included:
+//!                                                    // TriggerTally { accepted, done: [u64; 8], retired }
 //! pub struct PendingMeta { pub bytes: u64, pub received_at_ms: u64, pub trigger_id: String,
 //!                          pub next_attempt: u32, pub due_at_ms: u64 }
 //! pub fn core_log_dir(wal_dir: &Path, core: usize) -> PathBuf;   // layout.rs: DATA_DIR/wal/core-K
@@ -114,9 +119,11 @@
 //! writer creates (and, in `Fsync` mode, `fsync`s the directory entry of) the next segment.
 //! LSNs start at 1 and are consecutive across segments.
 //!
-//! Beside the segments: `LOCK` (held with `flock` by the process that has the log open) and
+//! Beside the segments: `LOCK` (held with `flock` by the process that has the log open),
 //! `CHECKPOINT`, what must exist (first live LSN, highest synced LSN), spelled out byte by byte
-//! in [`checkpoint`]. Other files are ignored. `DATA_DIR/wal/MANIFEST` lists the data dir's logs,
+//! in [`checkpoint`], and, once retention deleted segments, `RETIRED`: per trigger, the events
+//! it deleted and their outcomes, and the LSN below which every event is counted there (written
+//! before each deletion; versioned, CRC'd, spelled out byte by byte in [`retired`]). Other files are ignored. `DATA_DIR/wal/MANIFEST` lists the data dir's logs,
 //! so a deleted log or checkpoint refuses the start instead of coming back empty ([`manifest`]).
 //!
 //! # Record format (all integers little-endian)
@@ -323,6 +330,9 @@ pub mod manifest;
 mod reader;
 pub(crate) mod recovery;
 pub mod retention;
+pub mod retired;
+mod retired_count;
+mod scanner;
 pub mod segment;
 mod shared;
 pub mod state;
@@ -353,11 +363,12 @@ pub use layout::{core_log_dir, log_dirs, LogDir};
 pub use reader::{RawRecord, WalReader};
 pub use recovery::LOCK_FILE;
 pub use recovery::{open, open_in, RecoveryReport};
+pub use retired::TriggerTally;
 pub use segment::WritePath;
-pub use shared::{AppendOutcome, AppendRequest, WalShared, SYNC_BOUNDS_NANOS};
-pub use state::{
-    recover_dispatch, recover_dispatch_in, DispatchRecovery, PendingMeta, TriggerTally,
+pub use shared::{
+    AppendOutcome, AppendRequest, RetiredCounts, RetiredList, WalShared, SYNC_BOUNDS_NANOS,
 };
+pub use state::{recover_dispatch, recover_dispatch_in, DispatchRecovery, PendingMeta};
 pub use tail::WalTail;
 pub use writer::{commit_batch, finish_batch, start_batch, PendingChunk};
 

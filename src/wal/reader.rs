@@ -6,7 +6,7 @@ use super::checkpoint::{self, LostRange};
 use super::damage::{classify, next_valid, Damage, Verdict};
 use super::format::marker::LOST_RECORD_BYTES;
 use super::format::{decode_payload, EventRecord, Record, RecordKind};
-use super::recovery::{Scanner, Step};
+use super::scanner::{Scanner, Step};
 use super::segment::list_segments_in;
 use super::{Lsn, WalError};
 use crate::storage::{Contents, StdFs, Storage};

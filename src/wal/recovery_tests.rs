@@ -5,7 +5,7 @@ use crate::wal::Durability;
 
 use super::*;
 use crate::wal::format::tests::sample_event;
-use crate::wal::format::EventRecord;
+use crate::wal::format::{EventRecord, RecordKind};
 use crate::wal::{WalReader, WritePath, MAX_BODY_BYTES};
 use std::os::unix::fs::FileExt;
 

@@ -72,6 +72,61 @@ pub struct WalShared {
     /// success: `/readyz` reports `wal_checkpoint_failing`. Written by the writer; `Relaxed`: a
     /// status flag, it publishes no other memory.
     pub checkpoint_stale: AtomicBool,
+    /// Events retention deleted from the log, per trigger, cumulative (the `RETIRED` file's
+    /// counts): published by the writer at attach and after each retirement, read by the pump
+    /// owning the log for its ledger's `retired`.
+    pub retired: RetiredCounts,
+}
+
+/// A log's retired counts, per trigger, as its writer last published them. Bound: one entry
+/// per trigger id the log ever retired an event of.
+///
+/// A `Mutex` around the whole list, replaced at each publication (at most once a second:
+/// retention), with a generation number a reader checks first without the lock, so a reader
+/// with nothing new takes no lock. Loom model: `loom-tests/tests/retired.rs`.
+#[derive(Debug)]
+pub struct RetiredCounts {
+    /// Publications so far; stored with `Release` under the lock after the list is replaced,
+    /// loaded with `Acquire` by [`RetiredCounts::newer`] (which then takes the lock anyway:
+    /// the generation is a hint, the list and its generation are read together).
+    generation: crate::sync::atomic::AtomicU64,
+    counts: crate::sync::Mutex<(u64, RetiredList)>,
+}
+
+/// Per trigger id, the events retired (cumulative).
+pub type RetiredList = std::sync::Arc<Vec<(String, u64)>>;
+
+impl Default for RetiredCounts {
+    fn default() -> Self {
+        RetiredCounts {
+            generation: crate::sync::atomic::AtomicU64::new(0),
+            counts: crate::sync::Mutex::new((0, RetiredList::default())),
+        }
+    }
+}
+
+impl RetiredCounts {
+    /// Replaces the published counts with `counts`.
+    pub fn publish(&self, counts: Vec<(String, u64)>) {
+        let mut cell = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let generation = cell.0 + 1;
+        *cell = (generation, std::sync::Arc::new(counts));
+        self.generation
+            .store(generation, crate::sync::atomic::Ordering::Release);
+    }
+
+    /// The counts if published after generation `*seen` (which becomes theirs), else `None`.
+    pub fn newer(&self, seen: &mut u64) -> Option<RetiredList> {
+        if self.generation.load(crate::sync::atomic::Ordering::Acquire) == *seen {
+            return None;
+        }
+        let cell = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if cell.0 == *seen {
+            return None;
+        }
+        *seen = cell.0;
+        Some(cell.1.clone())
+    }
 }
 
 /// `sluice_wal_sync_seconds` buckets (ns; 0.0001 s .. 1 s).
@@ -110,6 +165,7 @@ impl WalShared {
             os_unsynced_bytes: AtomicU64::new(0),
             checkpoint_failures_total: AtomicU64::new(0),
             checkpoint_stale: AtomicBool::new(false),
+            retired: RetiredCounts::default(),
         }
     }
 

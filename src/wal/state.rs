@@ -10,7 +10,10 @@
 //!
 //! Retry and done entries for an LSN that is not pending are ignored: the event finished earlier
 //! (a duplicate outcome written again after a crash) or lies below the first segment (retention
-//! only deletes segments wholly below the done cursor). An entry naming its own record's LSN or a
+//! only deletes segments wholly below the done cursor) — except a done entry for an event the
+//! log's `RETIRED` file owes an outcome (`super::retired`), which counts in the ledger. Records
+//! below that file's covered LSN are passed over: they are counted there (a segment a crash
+//! left behind before its deletion), and the ledger is the file's tallies plus the scan's. An entry naming its own record's LSN or a
 //! later one is impossible for a correct writer (an outcome follows its event) and is reported as
 //! corruption at that record.
 //!
@@ -28,6 +31,7 @@
 
 use super::format::{decode_payload, parse_event, Record, RecordKind, RecordRef};
 use super::recovery::{scan_dir, Finding, ScanOpts};
+use super::retired::{Retired, TriggerTally};
 use super::{Lsn, WalError};
 use crate::storage::{StdFs, Storage};
 use std::collections::BTreeMap;
@@ -56,23 +60,10 @@ pub struct DispatchRecovery {
     pub done_cursor: Lsn,
     /// The LSN after the last valid record (`last_lsn + 1`).
     pub next_lsn: Lsn,
-    /// Per trigger id, the events the log holds and how many of them are done, by status:
+    /// Per trigger id, the events of the log over its life (the `RETIRED` file's plus the
+    /// retained ones above what it covers), how many are done by status, how many retired:
     /// what the event ledger starts from (`dispatch::ledger`).
     pub ledger: BTreeMap<String, TriggerTally>,
-}
-
-/// One trigger's events in a log: accepted, and done by [`DoneStatus`](crate::wal::DoneStatus) (indexed by its code).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TriggerTally {
-    pub accepted: u64,
-    pub done: [u64; 8],
-}
-
-impl TriggerTally {
-    /// Events without a `Done` entry.
-    pub fn pending(&self) -> u64 {
-        self.accepted.saturating_sub(self.done.iter().sum())
-    }
 }
 
 /// Folds records, in LSN order, into a [`DispatchRecovery`].
@@ -80,11 +71,26 @@ impl TriggerTally {
 pub(crate) struct DispatchScan {
     pending: BTreeMap<Lsn, PendingMeta>,
     ledger: BTreeMap<String, TriggerTally>,
+    /// What retention deleted (the `RETIRED` file): records below its `covered` LSN are
+    /// counted there and passed over here; its owed events get their status from the `Done`
+    /// entries found here.
+    retired: Retired,
 }
 
 impl DispatchScan {
+    /// A scan of a log whose `RETIRED` file holds `retired`.
+    pub(crate) fn with_retired(retired: Retired) -> Self {
+        DispatchScan {
+            retired,
+            ..DispatchScan::default()
+        }
+    }
+
     /// Applies one record; `Err(reason)` when its payload does not decode or it refers forward.
     pub(crate) fn observe(&mut self, r: &RecordRef<'_>) -> Result<(), String> {
+        if r.lsn < self.retired.covered {
+            return Ok(());
+        }
         let forward = |what: &str, target: Lsn| {
             format!(
                 "{what} refers to LSN {target}, not before its own record {}",
@@ -119,11 +125,14 @@ impl DispatchScan {
                     if e.event_lsn >= r.lsn {
                         return Err(forward("done entry", e.event_lsn));
                     }
-                    if let Some(meta) = self.pending.remove(&e.event_lsn) {
-                        if let Some(t) = self.ledger.get_mut(&meta.trigger_id) {
-                            t.done[e.status as usize] += 1;
-                        }
-                    }
+                    let trigger = match self.pending.remove(&e.event_lsn) {
+                        Some(meta) => meta.trigger_id,
+                        None => match self.retired.owed.remove(&e.event_lsn) {
+                            Some(t) => t,
+                            None => continue,
+                        },
+                    };
+                    self.ledger.entry(trigger).or_default().done[e.status as usize] += 1;
                 }
             }
             Record::Retry(retry) => {
@@ -146,8 +155,16 @@ impl DispatchScan {
         Ok(())
     }
 
-    pub(crate) fn finish(self, next_lsn: Lsn) -> DispatchRecovery {
+    pub(crate) fn finish(mut self, next_lsn: Lsn) -> DispatchRecovery {
         let done_cursor = self.pending.keys().next().copied().unwrap_or(next_lsn);
+        for (trigger, r) in &self.retired.tallies {
+            let t = self.ledger.entry(trigger.clone()).or_default();
+            t.accepted += r.accepted;
+            t.retired += r.accepted;
+            for (d, x) in t.done.iter_mut().zip(r.done) {
+                *d += x;
+            }
+        }
         DispatchRecovery {
             pending: self.pending,
             done_cursor,
@@ -168,7 +185,7 @@ pub fn recover_dispatch_in(
     storage: &dyn Storage,
     wal_dir: &Path,
 ) -> Result<DispatchRecovery, WalError> {
-    let mut state = DispatchScan::default();
+    let mut state = DispatchScan::with_retired(super::retired::load(storage, wal_dir)?);
     // After `open`, which truncated a torn tail and wrote a lost-range record over every
     // range it gave up (no checkpoint needed for what is left).
     let opts = ScanOpts {

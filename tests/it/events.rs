@@ -422,3 +422,118 @@ fn the_dashboard_finds_an_event_and_lists_recent_ones_in_chromium() {
     );
     server.stop();
 }
+
+/// The ledger's `accepted`, `retired`, `pending` of trigger `t` and whether it balances.
+fn ledger_row(v: &serde_json::Value) -> (u64, u64, u64, bool) {
+    let t = &v["triggers"]["t"];
+    let n = |k: &str| t[k].as_u64().unwrap_or(0);
+    let sum = n("delivered") + n("dead_lettered") + n("skipped") + n("no_handler") + n("pending");
+    (
+        n("accepted"),
+        n("retired"),
+        n("pending"),
+        n("accepted") == sum,
+    )
+}
+
+/// Issue 27 item 7: 1 MiB segments and `retention = "1s"` retire segments while events flow.
+/// The ledger stays cumulative over the log's life — `accepted` never shrinks, `retired > 0`
+/// says how many of them retention deleted, the balance holds — online (`/api/v1/ledger`,
+/// `sluice_events_{accepted,retired}_total`), offline (`sluice events ledger`, beside the
+/// running server) and after a SIGKILL and a restart.
+#[test]
+fn retired_events_stay_in_the_ledger_online_offline_and_after_a_restart() {
+    let ds = Downstream::start(Behavior::default());
+    ds.rule(|body, _| {
+        let n: u32 = std::str::from_utf8(body)
+            .ok()?
+            .split(' ')
+            .next()?
+            .parse()
+            .ok()?;
+        (n % 10 == 0).then(|| Behavior {
+            status: 410,
+            ..Behavior::default()
+        })
+    });
+    let uri = ds.uri("/sink");
+    let dest = "max_in_flight = 8\nretry = { max_attempts = 3, base = \"10ms\", cap = \"40ms\" }";
+    let extra = "[server]\nmax_body_bytes = 65536\n[wal]\nsegment_bytes = 1048576\n\
+                 [dispatch]\nretention = \"1s\"\n";
+    let opts = Opts::config(&manifest(&uri, dest, extra)).workers(1);
+    let mut server = Server::start(big_buckets(opts));
+    let mut c = server.client();
+    let pad = "x".repeat(60_000);
+    let mut sent = 0u32;
+    let post = |c: &mut Client, sent: &mut u32| {
+        accepted(&c.post("/hooks/t", format!("{sent} {pad}").as_bytes(), &[]));
+        *sent += 1;
+    };
+    for _ in 0..40 {
+        post(&mut c, &mut sent);
+    }
+    // Keep events flowing (a few a second) until the ledger says retention deleted some.
+    let retiring = wait_until(Duration::from_secs(60), || {
+        post(&mut c, &mut sent);
+        std::thread::sleep(Duration::from_millis(200));
+        ledger_row(&server.get("/api/v1/ledger").json()).1 > 0
+    });
+    assert!(
+        retiring,
+        "nothing retired: {}",
+        server.get("/api/v1/ledger").json()
+    );
+    let settled = |v: &serde_json::Value, n: u32| {
+        let (accepted, _, pending, balanced) = ledger_row(v);
+        accepted == u64::from(n) && pending == 0 && balanced
+    };
+    let wait_settled = |server: &Server, n: u32| {
+        let ok = wait_until(Duration::from_secs(60), || {
+            settled(&server.get("/api/v1/ledger").json(), n)
+        });
+        assert!(ok, "not settled: {}", server.get("/api/v1/ledger").json());
+    };
+    wait_settled(&server, sent);
+    let first = segments(&server.wal_dir())[0].clone();
+    assert!(!first.ends_with("00000000000000000001.seg"), "{first:?}");
+    let v = server.get("/api/v1/ledger").json();
+    let (accepted_n, retired, _, _) = ledger_row(&v);
+    assert!(retired > 0 && retired < accepted_n, "{v}");
+    assert_eq!(
+        v["triggers"]["t"]["dead_lettered"],
+        u64::from(sent.div_ceil(10))
+    );
+    let (_, samples) = scrape(&server);
+    let t = [("trigger", "t")];
+    let metric = |name: &str| sample_value(&samples, name, &t) as u64;
+    assert_eq!(metric("sluice_events_accepted_total"), accepted_n);
+    assert!(metric("sluice_events_retired_total") >= retired);
+    // Offline, beside the running server: the same cumulative counts.
+    let dir = server.data_dir();
+    let offline = |dir: &std::path::Path| {
+        let out = run_cli(&["events", "ledger", "--data-dir", path_str(dir), "--json"]);
+        assert!(out.status.success(), "{}", out.all());
+        serde_json::from_str::<serde_json::Value>(out.stdout.trim()).unwrap()
+    };
+    let off = offline(&dir);
+    let (acc, ret, pending, balanced) = ledger_row(&off);
+    assert_eq!((acc, pending, balanced), (accepted_n, 0, true), "{off}");
+    assert!(ret >= retired, "{off}");
+    // A crash and a restart: nothing shrinks.
+    server.sigkill();
+    server.restart();
+    wait_settled(&server, sent);
+    let v = server.get("/api/v1/ledger").json();
+    let (acc, ret, _, _) = ledger_row(&v);
+    assert_eq!(acc, accepted_n, "{v}");
+    assert!(ret >= retired, "retired went down: {v}");
+    let (_, samples) = scrape(&server);
+    assert_eq!(
+        sample_value(&samples, "sluice_events_accepted_total", &t) as u64,
+        accepted_n
+    );
+    server.stop();
+    let off = offline(&dir);
+    assert_eq!(ledger_row(&off).0, accepted_n, "{off}");
+    assert!(ledger_row(&off).1 >= ret, "{off}");
+}
