@@ -169,6 +169,10 @@ pub struct Wal {
     /// How far past the retired segments retention reads for outcomes
     /// (`retired_count::FORWARD_BYTES`; tests set less).
     pub(crate) retired_forward: u64,
+    /// A retirement whose count [`Wal::tick`] reads on, a slice per turn.
+    pub(crate) retiring: Option<super::retired_count::Retiring>,
+    /// Bytes of a count read per turn (`retired_count::SLICE_BYTES`; tests set less).
+    pub(crate) retire_slice: u64,
 }
 
 impl fmt::Debug for Wal {
@@ -230,6 +234,8 @@ impl Wal {
             retire_at_ns: 0,
             retired: super::retired::Retired::default(),
             retired_forward: super::retired_count::FORWARD_BYTES,
+            retiring: None,
+            retire_slice: super::retired_count::SLICE_BYTES,
             probe_at_ns: 0,
             checkpoint_streak: FailureStreak::default(),
             roll_failed: false,
@@ -768,7 +774,7 @@ impl Wal {
 
     /// Housekeeping for the loop that owns the log, once per turn (`now_ns` from
     /// [`Wal::now_nanos`]): retention requested through [`WalShared::request_retire`] (at most
-    /// once a second), a [`Wal::probe`] while [`WalShared::healthy`] is false (at most every
+    /// once a second; a count in progress reads on `retired_count::SLICE_BYTES` per turn), a [`Wal::probe`] while [`WalShared::healthy`] is false (at most every
     /// [`PROBE_EVERY`]; success turns health back on), and [`Wal::checkpoint_if_due`].
     pub fn tick(&mut self, now_ns: u64) {
         let second = Duration::from_secs(1).as_nanos() as u64;
@@ -777,11 +783,21 @@ impl Wal {
             None => (0, true),
         };
         let first_live = self.checkpoint().map_or(0, |c| c.first_live_lsn);
-        if retire > first_live && now_ns.saturating_sub(self.retire_at_ns) >= second {
+        let retiring = if self.retiring.is_some() {
+            Some(self.retire_step(self.retire_slice))
+        } else if retire > first_live && now_ns.saturating_sub(self.retire_at_ns) >= second {
             self.retire_at_ns = now_ns;
-            if let Err(e) = self.retire_below(retire) {
-                eprintln!("sluice: retention: {e} (retried in a second)");
-            }
+            // Begun, and its first slice read: a small retirement is done in one turn.
+            Some(self.retire_start(retire).and_then(|done| match done {
+                Some(deleted) => Ok(Some(deleted)),
+                None => self.retire_step(self.retire_slice),
+            }))
+        } else {
+            None
+        };
+        if let Some(Err(e)) = retiring {
+            self.retire_at_ns = now_ns;
+            eprintln!("sluice: retention: {e} (retried in a second)");
         }
         if !healthy && now_ns.saturating_sub(self.probe_at_ns) >= PROBE_EVERY.as_nanos() as u64 {
             self.probe_at_ns = now_ns;

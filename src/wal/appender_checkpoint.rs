@@ -5,7 +5,7 @@
 
 use super::super::checkpoint::{Checkpoint, StreakChange, STALE_AFTER};
 use super::super::retired;
-use super::super::retired_count::{self, Plan};
+use super::super::retired_count::{Counting, Retiring};
 use super::super::segment::list_segments_in;
 use super::super::{Lsn, WalError};
 use super::{Wal, CHECKPOINT_EVERY};
@@ -90,13 +90,29 @@ impl Wal {
         Ok(true)
     }
 
-    /// Retention: deletes the segments wholly below `lsn` (clamped to the active segment's
-    /// first LSN, so the active segment is never deleted). Their events are counted per trigger
-    /// into the `RETIRED` file first (`super::retired`: written durably, covering up to the
-    /// first kept segment), then the checkpoint's first live LSN is advanced and synced, then
-    /// the files go: a crash in between leaves extra segments, never a checkpoint that promises
-    /// deleted ones nor an event counted twice. Returns the number of segments deleted.
+    /// Retention, at once: deletes the segments wholly below `lsn` (clamped to the active
+    /// segment's first LSN, so the active segment is never deleted). Their events are counted
+    /// per trigger into the `RETIRED` file first (`super::retired`: written durably, covering up
+    /// to the first kept segment), then the checkpoint's first live LSN is advanced and synced,
+    /// then the files go: a crash in between leaves extra segments, never a checkpoint that
+    /// promises deleted ones nor an event counted twice. Returns the number of segments
+    /// deleted. The commit helper does the same a slice at a time ([`Wal::tick`]).
     pub fn retire_below(&mut self, lsn: Lsn) -> io::Result<usize> {
+        self.retiring = None;
+        if let Some(deleted) = self.retire_start(lsn)? {
+            return Ok(deleted);
+        }
+        loop {
+            if let Some(deleted) = self.retire_step(u64::MAX)? {
+                return Ok(deleted);
+            }
+        }
+    }
+
+    /// Begins retiring the segments wholly below `lsn`: a count for [`Wal::retire_step`] to
+    /// read when events of theirs are not counted yet (`None`), else they go now
+    /// (`Some(deleted)`).
+    pub(super) fn retire_start(&mut self, lsn: Lsn) -> io::Result<Option<usize>> {
         let keep = lsn.min(self.active.first_lsn);
         let segments = list_segments_in(&*self.storage, &self.dir).map_err(|e| match e {
             WalError::Io { source, .. } => source,
@@ -107,8 +123,52 @@ impl Wal {
             .take_while(|pair| pair[1].0 <= keep)
             .count();
         if deleting > 0 && segments[deleting].0 > self.retired.covered {
-            self.count_retired(&segments, deleting)?;
+            let counting = Counting::start(segments, deleting, self.retired_forward, &self.retired);
+            self.retiring = Some(Retiring {
+                keep,
+                counting,
+                slices: 0,
+            });
+            return Ok(None);
         }
+        self.retire_apply(keep, &segments[..deleting]).map(Some)
+    }
+
+    /// Reads on in the count in progress for about `slice` bytes; once it is complete, writes
+    /// the `RETIRED` file, publishes the counts to the log's pump and deletes the segments
+    /// (`Some(deleted)`). An error drops the retirement (retention asks again).
+    pub(super) fn retire_step(&mut self, slice: u64) -> io::Result<Option<usize>> {
+        let Some(mut r) = self.retiring.take() else {
+            return Ok(None);
+        };
+        let active = (self.active.path.as_path(), self.active.end);
+        r.slices += 1;
+        if !r.counting.advance(&*self.storage, active, slice)? {
+            self.retiring = Some(r);
+            return Ok(None);
+        }
+        let (segments, deleting) = r.counting.plan();
+        let gone = segments[..deleting].to_vec();
+        let counted = r.counting.finish()?;
+        retired::write(&*self.storage, &self.dir, &counted.retired)?;
+        self.retired = counted.retired;
+        if let Some(s) = &self.shared {
+            s.retired.publish(self.retired.counts());
+        }
+        eprintln!(
+            "sluice: retention: {}: counted {} events of {} segment(s) in {} slice(s) \
+             ({} owed an outcome)",
+            self.dir.display(),
+            counted.events,
+            gone.len(),
+            r.slices,
+            self.retired.owed.len()
+        );
+        self.retire_apply(r.keep, &gone).map(Some)
+    }
+
+    /// Advances the checkpoint's first live LSN to `keep` (synced), then deletes `gone`.
+    fn retire_apply(&mut self, keep: Lsn, gone: &[(Lsn, PathBuf)]) -> io::Result<usize> {
         if self.checkpoint().is_some_and(|c| c.first_live_lsn < keep) {
             let c = Checkpoint {
                 first_live_lsn: keep,
@@ -116,37 +176,10 @@ impl Wal {
             };
             self.write_checkpoint(c)?;
         }
-        for (_, path) in &segments[..deleting] {
+        for (_, path) in gone {
             self.storage.remove(path)?;
             eprintln!("sluice: retention: deleted {}", path.display());
         }
-        Ok(deleting)
-    }
-
-    /// Counts the events of the first `deleting` of `segments` into the `RETIRED` file
-    /// (durably) and publishes the new per-trigger counts to the log's pump.
-    fn count_retired(&mut self, segments: &[(Lsn, PathBuf)], deleting: usize) -> io::Result<()> {
-        let started = self.clock.now_nanos();
-        let plan = Plan {
-            segments,
-            deleting,
-            active: (&self.active.path, self.active.end),
-            forward_bytes: self.retired_forward,
-        };
-        let counted = retired_count::count(&*self.storage, &plan, &self.retired)?;
-        retired::write(&*self.storage, &self.dir, &counted.retired)?;
-        self.retired = counted.retired;
-        if let Some(s) = &self.shared {
-            s.retired.publish(self.retired.counts());
-        }
-        eprintln!(
-            "sluice: retention: {}: counted {} events of {deleting} segment(s) in {} ms \
-             ({} owed an outcome)",
-            self.dir.display(),
-            counted.events,
-            self.clock.now_nanos().saturating_sub(started) / 1_000_000,
-            self.retired.owed.len()
-        );
-        Ok(())
+        Ok(gone.len())
     }
 }

@@ -319,70 +319,66 @@ fn a_damaged_file_refuses_the_start_unless_the_loss_is_accepted() {
     assert_eq!(rec.ledger["even"].retired, 0);
 }
 
-/// DESIGN.md "Retired counts": how long the commit helper counts one default 64 MiB segment of
-/// 1 KiB events (outcomes 64 to a `Done` record, written a batch behind, so the last ones sit
-/// in the next segment). Run: `cargo test --release --lib measure_retired_count -- --ignored
-/// --nocapture`.
 #[test]
-#[ignore]
-fn measure_retired_count_of_one_default_segment() {
+fn a_count_read_a_slice_at_a_time_matches_one_read_at_once() {
+    use crate::wal::retired_count::{Counting, FORWARD_BYTES};
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = WalConfig {
-        durability: Durability::Os,
-        ..WalConfig::new(tmp.path().join("wal"))
-    };
+    let cfg = small_cfg(tmp.path());
+    let firsts = written(&cfg);
+    let (wal, _) = open(&cfg).unwrap();
+    let segments = list_segments(&cfg.dir).unwrap();
+    let active = (wal.active.path.as_path(), wal.active.end);
+    let mut at_once = Counting::start(segments.clone(), 2, FORWARD_BYTES, &Retired::default());
+    assert!(at_once.advance(&StdFs, active, u64::MAX).unwrap());
+    let whole = at_once.finish().unwrap();
+    let mut c = Counting::start(segments.clone(), 2, FORWARD_BYTES, &Retired::default());
+    let mut slices = 1;
+    while !c.advance(&StdFs, active, 64 << 10).unwrap() {
+        slices += 1;
+    }
+    // Two deleted segments of 1 MiB and the outcomes' read into the third: many slices.
+    assert!(slices >= 10, "{slices} slices");
+    let sliced = c.finish().unwrap();
+    assert_eq!(sliced.retired, whole.retired);
+    assert_eq!(sliced.events, whole.events);
+    assert_eq!(sliced.retired.covered, firsts[2]);
+}
+
+#[test]
+fn the_helper_deletes_only_once_its_count_is_complete() {
+    use crate::sync::clock::ManualClock;
+    use crate::wal::WalShared;
+    use std::sync::Arc;
+    use std::time::Duration;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = small_cfg(tmp.path());
+    let firsts = written(&cfg);
     let (mut wal, _) = open(&cfg).unwrap();
-    let mut next = 1;
-    let mut owed: Vec<Lsn> = Vec::new();
-    while list_segments(&cfg.dir).unwrap().len() < 3 {
-        let batch: Vec<Record> = (0..64)
-            .map(|i| {
-                let mut e = sample_event(next + i, 1024);
-                e.trigger_id = format!("trigger-{}", (next + i) % 8);
-                Record::Event(e)
-            })
-            .collect();
-        let last = wal.append(&batch).unwrap();
-        let outcomes = done(owed.drain(..));
-        owed.extend(last - 63..=last);
-        next = wal.append(&[outcomes]).unwrap() + 1;
+    let shared = Arc::new(WalShared::new());
+    wal.attach_shared(shared.clone());
+    let clock = Arc::new(ManualClock::new(0));
+    let mut wal = wal.with_clock(clock.clone());
+    wal.retire_slice = 256 << 10;
+    shared.request_retire(firsts[2]);
+    clock.advance(Duration::from_secs(2));
+    // 256 KiB a turn: the segments, the old checkpoint and no file while the count reads.
+    let mut turns = 0;
+    while turns == 0 || wal.retiring.is_some() {
+        assert_eq!(list_segments(&cfg.dir).unwrap().len(), firsts.len());
+        assert!(
+            !path(&cfg.dir).exists(),
+            "no RETIRED file before the count ends"
+        );
+        assert_eq!(wal.checkpoint().unwrap().first_live_lsn, 1);
+        wal.tick(wal.now_nanos());
+        turns += 1;
+        assert!(turns < 100, "the count ends");
     }
-    wal.sync().unwrap();
-    let firsts: Vec<Lsn> = list_segments(&cfg.dir)
-        .unwrap()
-        .iter()
-        .map(|s| s.0)
-        .collect();
-    let mut times = Vec::new();
-    for round in 0..6 {
-        let fs = StdFs;
-        let segments = list_segments(&cfg.dir).unwrap();
-        if round % 2 == 1 {
-            // Out of the page cache (as an old segment may be): written back, then dropped.
-            for (_, p) in &segments[..2] {
-                let py = "import os,sys\nfd=os.open(sys.argv[1],os.O_RDONLY)\nos.fsync(fd)\n\
-                          os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED)";
-                let st = std::process::Command::new("python3")
-                    .args(["-c", py])
-                    .arg(p)
-                    .status();
-                assert!(st.unwrap().success());
-            }
-        }
-        let plan = crate::wal::retired_count::Plan {
-            segments: &segments,
-            deleting: 1,
-            active: (&wal.active.path, wal.active.end),
-            forward_bytes: crate::wal::retired_count::FORWARD_BYTES,
-        };
-        let t = std::time::Instant::now();
-        let c = crate::wal::retired_count::count(&fs, &plan, &Retired::default()).unwrap();
-        times.push(t.elapsed());
-        assert!(c.retired.owed.is_empty());
-        assert_eq!(c.events, firsts[1] - 1 - (firsts[1] - 1) / 65);
-    }
-    eprintln!(
-        "counting one 64 MiB segment ({} records), cached then not, in turn: {times:?}",
-        firsts[1] - 1
-    );
+    assert!(turns >= 4, "read over {turns} turns");
+    assert_eq!(list_segments(&cfg.dir).unwrap()[0].0, firsts[2]);
+    assert_eq!(wal.checkpoint().unwrap().first_live_lsn, firsts[2]);
+    assert_eq!(load(&StdFs, &cfg.dir).unwrap().covered, firsts[2]);
+    let counts = shared.retired.newer(&mut 0).expect("published");
+    let gone = firsts[2] - 1;
+    assert_eq!(counts.iter().map(|c| c.1).sum::<u64>(), gone, "{counts:?}");
 }
