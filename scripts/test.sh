@@ -5,8 +5,9 @@
 #   scripts/test.sh [--require-all] [--no-install] [--setup-only] [-- CARGO_TEST_ARGS...]
 #
 # 1. Probes the tools below. Missing ones are installed with apt-get when it may: as root, or
-#    through `sudo -n` (passwordless sudo; it never prompts); Python's prometheus_client first
-#    with pip into target/pydeps (no root needed). `--no-install` or SLUICE_TEST_INSTALL=0 never
+#    through `sudo -n` (passwordless sudo; it never prompts); the Python modules
+#    (prometheus_client, the official standardwebhooks library) first with pip into
+#    target/pydeps (no root needed). `--no-install` or SLUICE_TEST_INSTALL=0 never
 #    installs.
 # 2. Runs `cargo test --all-targets` (plus CARGO_TEST_ARGS). A test whose tool is still missing
 #    prints one line `SKIPPED <test>: <tool> not found; install: apt-get install <package>`,
@@ -30,6 +31,7 @@ TOOLS=(
     "nginx|nginx|drain_nginx::* (a rolling restart behind nginx upstream keep-alive)"
     "python3|python3|edge::every_metrics_family_* (/metrics through prometheus_client)"
     "prometheus_client|python3-prometheus-client|edge::every_metrics_family_* (or pip, by the test)"
+    "standardwebhooks|python3-pip|batch::five_hundred_*, batch::a_batch_answered_500_* (batches verified by the official Standard Webhooks library: pip, by this script or the test)"
 )
 
 strict=${SLUICE_REQUIRE_TOOLS:-0}
@@ -68,6 +70,9 @@ have() {
     if [[ $1 == prometheus_client ]]; then
         on_path python3 \
             && PYTHONPATH=target/pydeps python3 -c 'import prometheus_client.parser' 2>/dev/null
+    elif [[ $1 == standardwebhooks ]]; then
+        on_path python3 \
+            && PYTHONPATH=target/pydeps python3 -c 'import standardwebhooks.webhooks' 2>/dev/null
     else
         on_path "$1"
     fi
@@ -98,11 +103,13 @@ apt_runner() {
 }
 
 echo "== system tools"
-if [[ $install == 1 ]] && ! have prometheus_client && on_path python3; then
-    # No root needed: PyPI into the target dir (where the test looks), before apt-get.
-    python3 -m pip install --quiet --target target/pydeps prometheus_client 2>/dev/null \
-        || echo "pip install --target target/pydeps prometheus_client failed; trying apt-get"
-fi
+for module in prometheus_client standardwebhooks; do
+    if [[ $install == 1 ]] && ! have $module && on_path python3; then
+        # No root needed: PyPI into the target dir (where the tests look), before apt-get.
+        python3 -m pip install --quiet --target target/pydeps $module 2>/dev/null \
+            || echo "pip install --target target/pydeps $module failed; trying apt-get"
+    fi
+done
 missing=$(missing_tools)
 if [[ -n $missing ]]; then
     packages=$(cut -d'|' -f2 <<<"$missing" | sort -u | tr '\n' ' ')
@@ -114,6 +121,10 @@ if [[ -n $missing ]]; then
         if ! { $runner apt-get update -qq \
             && DEBIAN_FRONTEND=noninteractive $runner apt-get install -y -qq $packages; }; then
             echo "apt-get install $packages failed"
+        fi
+        # python3-pip may have come just now: PyPI again for what it serves.
+        if ! have standardwebhooks && on_path python3; then
+            python3 -m pip install --quiet --target target/pydeps standardwebhooks 2>/dev/null || true
         fi
         missing=$(missing_tools)
     else

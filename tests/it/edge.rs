@@ -4,7 +4,7 @@
 //! content-type contract of error responses.
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -265,47 +265,6 @@ fn slack_url_verification_is_answered_with_the_challenge_and_not_stored() {
 
 // ----- 4. /metrics through an independent parser -------------------------------------------
 
-/// Where `prometheus_client` is installed for the tests when the system has none.
-fn pydeps() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/pydeps")
-}
-
-/// `python3` and a `PYTHONPATH` under which `prometheus_client.parser` imports: the system's
-/// module (Debian `python3-prometheus-client`, which `scripts/test.sh` installs when it may), or
-/// one installed with pip into `target/pydeps`. `None` (the test is skipped, by name) when
-/// neither is possible.
-fn python_with_prometheus_client() -> Option<(PathBuf, PathBuf)> {
-    let python = require_tool("python3", "python3")?;
-    let dir = pydeps();
-    let importable = |dir: &Path| {
-        Command::new(&python)
-            .args(["-c", "import prometheus_client.parser"])
-            .env("PYTHONPATH", dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !importable(&dir) {
-        // A fresh machine: install it once (PyPI), into the target dir only.
-        let installed = Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "--target"])
-            .arg(&dir)
-            .arg("prometheus_client")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !installed || !importable(&dir) {
-            return missing(
-                "python module prometheus_client",
-                "python3-prometheus-client",
-            );
-        }
-    }
-    Some((python, dir))
-}
-
 /// Parses the exposition with `prometheus_client`; prints one line per problem.
 const CHECK_METRICS_PY: &str = r##"
 import sys
@@ -341,7 +300,11 @@ sys.exit(1 if problems else 0)
 
 #[test]
 fn every_metrics_family_has_help_and_type_for_an_independent_parser() {
-    let Some((python, pythonpath)) = python_with_prometheus_client() else {
+    let Some((python, pythonpath)) = python_with(
+        "prometheus_client.parser",
+        "prometheus_client",
+        "python3-prometheus-client",
+    ) else {
         return;
     };
     let ds = Downstream::start(Behavior::default());

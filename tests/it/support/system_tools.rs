@@ -1,5 +1,6 @@
 //! System tools some tests need (a real `redis-server`, Chromium, `systemd-analyze`, Python with
-//! `prometheus_client`), and what a test does when one is missing.
+//! `prometheus_client` or the official `standardwebhooks` library), and what a test does when
+//! one is missing.
 //!
 //! A test asks once, at its top: `let Some(redis) = require_tool(...) else { return };`.
 //! - Tool present (an executable file on `PATH`, or at the absolute path given): its path.
@@ -18,6 +19,7 @@ use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 /// `1` turns a missing tool into a test failure.
 pub const REQUIRE_TOOLS_ENV: &str = "SLUICE_REQUIRE_TOOLS";
@@ -29,6 +31,44 @@ pub const SKIP_RECORD_ENV: &str = "SLUICE_SKIP_RECORD";
 /// that provides it.
 pub fn require_tool(tool: &str, package: &str) -> Option<PathBuf> {
     find_tool(tool).or_else(|| missing(tool, package))
+}
+
+/// Where Python modules are installed for the tests when the system has none (`pip --target`).
+pub fn pydeps() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/pydeps")
+}
+
+/// `python3` and a `PYTHONPATH` under which `import_name` imports: the system's module (from
+/// the Debian `package`, which `scripts/test.sh` installs when it may), or PyPI's `pip_name`
+/// installed with pip into [`pydeps`] (once, by the first test that asks). `None` (the test is
+/// skipped, by name, or fails in strict mode) when neither is possible.
+pub fn python_with(import_name: &str, pip_name: &str, package: &str) -> Option<(PathBuf, PathBuf)> {
+    let python = require_tool("python3", "python3")?;
+    let dir = pydeps();
+    let importable = |dir: &Path| {
+        Command::new(&python)
+            .args(["-c", &format!("import {import_name}")])
+            .env("PYTHONPATH", dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !importable(&dir) {
+        // A fresh machine: install it (PyPI), into the target dir only.
+        let installed = Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "--target"])
+            .arg(&dir)
+            .arg(pip_name)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !installed || !importable(&dir) {
+            return missing(&format!("python module {pip_name}"), package);
+        }
+    }
+    Some((python, dir))
 }
 
 /// Several tools at once (all or nothing); the first missing one is the one reported.
