@@ -774,8 +774,9 @@ impl Wal {
 
     /// Housekeeping for the loop that owns the log, once per turn (`now_ns` from
     /// [`Wal::now_nanos`]): retention requested through [`WalShared::request_retire`] (at most
-    /// once a second; a count in progress reads on `retired_count::SLICE_BYTES` per turn), a [`Wal::probe`] while [`WalShared::healthy`] is false (at most every
-    /// [`PROBE_EVERY`]; success turns health back on), and [`Wal::checkpoint_if_due`].
+    /// once a second; a count in progress reads on `retired_count::SLICE_BYTES` per turn), a
+    /// [`Wal::probe`] while [`WalShared::healthy`] is false (at most every [`PROBE_EVERY`];
+    /// success turns health back on), and [`Wal::checkpoint_if_due`].
     pub fn tick(&mut self, now_ns: u64) {
         let second = Duration::from_secs(1).as_nanos() as u64;
         let (retire, healthy) = match &self.shared {
