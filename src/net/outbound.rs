@@ -207,8 +207,10 @@ pub struct OutboundPool<T> {
     idle_timeout: u64,
     /// The streams on the core's backend.
     clients: Clients,
-    /// Connections whose ring operations could not be submitted: failed on the next tick.
-    unsubmitted: Vec<usize>,
+    /// Connections whose ring operations could not be submitted, by id and stream generation:
+    /// failed on the next tick if the id still holds that stream. Bound: the pool's
+    /// connections (one entry per stream per submit).
+    unsubmitted: Vec<(usize, u32)>,
 }
 
 /// The pool's connections as the reactor sees them when it submits their operations.
@@ -527,8 +529,17 @@ impl<T> OutboundPool<T> {
     /// Timers: attempts past their deadline end with `Timeout`; idle connections older than
     /// `idle_timeout` are closed.
     pub fn on_tick(&mut self, now: u64, registry: &Registry, out: &mut Vec<Finished<T>>) {
-        while let Some(id) = self.unsubmitted.pop() {
-            out.extend(self.fail_conn(id, Failure::Broken, registry));
+        while let Some((id, gen)) = self.unsubmitted.pop() {
+            // The id may have been closed and given to a new connection since: only the stream
+            // whose submit failed is failed.
+            let same = self
+                .conns
+                .get_mut(id)
+                .and_then(Option::as_mut)
+                .is_some_and(|c| matches!(c.wire.stream(), Stream::Uring(s) if s.gen() == gen));
+            if same {
+                out.extend(self.fail_conn(id, Failure::Broken, registry));
+            }
         }
         for id in 0..self.conns.len() {
             let expired = match self.conns[id].as_ref().map(|c| &c.state) {

@@ -523,3 +523,37 @@ fn spare_request_buffers_are_bounded_in_number_and_size() {
     recycle(&mut spare, used);
     assert!(spare[0].is_empty(), "a kept buffer is cleared");
 }
+
+/// A stream whose ring submit failed is failed at the next tick only while its id still holds
+/// it: an id closed and given to a new connection in between keeps the new attempt.
+#[test]
+fn a_failed_submit_fails_only_the_stream_it_was_for() {
+    let (port, _server) = server(1, vec![OK]);
+    let Some(rig) = Rig::new(Backend::Uring) else {
+        return;
+    };
+    let mut pool = rig.pool(60 * SECOND);
+    let r = pool.start(
+        target(port, 4),
+        7,
+        REQUEST.to_vec(),
+        10 * SECOND,
+        rig.registry(),
+    );
+    assert_eq!(r.unwrap(), Started::Opened);
+    let gen = match pool.conns[0].as_mut().unwrap().wire.stream() {
+        Stream::Uring(s) => s.gen(),
+        other => panic!("a ring stream: {other:?}"),
+    };
+    let mut out = Vec::new();
+    // A failure reported for an earlier stream of id 0: nothing happens to this one.
+    pool.unsubmitted.push((0, gen.wrapping_sub(1)));
+    pool.on_tick(1, rig.registry(), &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(pool.in_flight(), 1);
+    // Its own: the attempt ends as a broken connection.
+    pool.unsubmitted.push((0, gen));
+    pool.on_tick(1, rig.registry(), &mut out);
+    assert_eq!(done(&out[0]), (7, Exchange::Failed(Failure::Broken)));
+    assert_eq!(pool.in_flight(), 0);
+}

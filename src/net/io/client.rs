@@ -116,13 +116,13 @@ impl Clients {
 
 impl Reactor {
     /// Submits what the outbound streams touched since the last call need, and retires the
-    /// ones released. Ids whose operations could not be submitted are added to `failed` (the
-    /// owner closes them).
+    /// ones released. Streams whose operations could not be submitted are added to `failed`,
+    /// as their id and generation (the owner closes them if the id still holds that stream).
     pub fn submit_out(
         &mut self,
         clients: &mut Clients,
         streams: &mut impl Streams,
-        failed: &mut Vec<usize>,
+        failed: &mut Vec<(usize, u32)>,
     ) {
         let Some(ring) = self.ring_mut() else {
             return;
@@ -137,7 +137,7 @@ impl Reactor {
             s.queued = false;
             if let Err(e) = ring.arm(id, s) {
                 eprintln!("sluice: io_uring: submitting for an outbound connection: {e}");
-                failed.push(id);
+                failed.push((id, s.gen()));
             }
         }
     }
