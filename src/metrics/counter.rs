@@ -196,7 +196,9 @@ pub mod slot {
     pub const IO_RETIRED: usize = LINK_WAITING + 1;
     /// Counter (io_uring): receives that found the core's buffer pool empty (re-armed).
     pub const IO_POOL_EMPTY: usize = IO_RETIRED + 1;
-    pub const COUNT: usize = IO_POOL_EMPTY + 1;
+    /// Gauge: sockets in the core's io_uring file table.
+    pub const IO_FIXED_FILES: usize = IO_POOL_EMPTY + 1;
+    pub const COUNT: usize = IO_FIXED_FILES + 1;
 
     #[inline]
     pub const fn backpressure(d: Dimension, a: Action) -> usize {
@@ -312,6 +314,12 @@ impl CoreMetrics {
         self.shard.cells[slot::IO_RETIRED].store(conns, Ordering::Relaxed);
     }
 
+    /// Set this core's `sluice_io_registered_files` (the owning worker only).
+    #[inline]
+    pub fn set_io_fixed_files(&self, files: u64) {
+        self.shard.cells[slot::IO_FIXED_FILES].store(files, Ordering::Relaxed);
+    }
+
     /// A receive found the core's io_uring buffer pool empty.
     #[inline]
     pub fn incr_io_pool_empty(&self) {
@@ -389,6 +397,11 @@ impl Metrics {
     /// Closed connections of core `core` still sending their last bytes (io_uring; a gauge).
     pub fn io_retired(&self, core: usize) -> u64 {
         self.shards[core].get(slot::IO_RETIRED)
+    }
+
+    /// Sockets in core `core`'s io_uring file table (a gauge).
+    pub fn io_fixed_files(&self, core: usize) -> u64 {
+        self.shards[core].get(slot::IO_FIXED_FILES)
     }
 
     /// The whole `/metrics` body: this module's families, then whatever `extra` appends (WAL
@@ -495,6 +508,12 @@ impl Metrics {
             "sluice_io_retired_connections",
             "io_uring: closed connections whose last response bytes are still being sent (bound: 4096 per core, 2 s each; 0 on mio).",
             Metrics::io_retired,
+        );
+        self.per_core_gauge(
+            w,
+            "sluice_io_registered_files",
+            "io_uring: sockets in a core's registered file table, whose operations skip the kernel's descriptor lookup (bound: 4096 per core, at most RLIMIT_NOFILE; 0 on mio).",
+            Metrics::io_fixed_files,
         );
         w.counter(
             "sluice_io_receive_pool_empty_total",

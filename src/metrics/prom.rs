@@ -376,6 +376,10 @@ sluice_link_waiting_items{core=\"1\"} 0
 # TYPE sluice_io_retired_connections gauge
 sluice_io_retired_connections{core=\"0\"} 0
 sluice_io_retired_connections{core=\"1\"} 0
+# HELP sluice_io_registered_files io_uring: sockets in a core's registered file table, whose operations skip the kernel's descriptor lookup (bound: 4096 per core, at most RLIMIT_NOFILE; 0 on mio).
+# TYPE sluice_io_registered_files gauge
+sluice_io_registered_files{core=\"0\"} 0
+sluice_io_registered_files{core=\"1\"} 0
 # HELP sluice_io_receive_pool_empty_total io_uring: receives that found the core's receive-buffer pool (128 x 32 KiB) empty and were re-armed.
 # TYPE sluice_io_receive_pool_empty_total counter
 sluice_io_receive_pool_empty_total 0

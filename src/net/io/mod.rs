@@ -19,7 +19,10 @@ pub mod reactor;
 mod sock;
 pub mod stream;
 pub mod uring;
+mod uring_bufs;
+mod uring_files;
 pub mod uring_leaf;
+mod uring_op;
 
 pub use client::Clients;
 pub use event::{ConnEvent, Event, Ready, Streams, SOURCE_TOKEN_BASE};

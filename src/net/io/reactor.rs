@@ -191,6 +191,14 @@ impl Reactor {
         }
     }
 
+    /// Sockets in the ring's registered file table (io_uring; 0 on mio).
+    pub fn registered_files(&self) -> usize {
+        match &self.leaf {
+            Leaf::Mio(_) => 0,
+            Leaf::Uring(u) => u.registered_files(),
+        }
+    }
+
     /// The ring (outbound streams, `client.rs`); `None` on mio.
     pub(super) fn ring_mut(&mut self) -> Option<&mut Uring> {
         self.file_ring()

@@ -5,14 +5,18 @@
 //! completions, so the HTTP codec and every bound of `net::conn` stay the same on both backends:
 //! - **receive**: one `IORING_OP_RECV` at a time per connection, armed only when the connection
 //!   asked for more input (its inbox is empty and the worker read it dry), into a buffer the
-//!   kernel picks from the core's provided-buffer pool. The completion's bytes are copied to the
-//!   connection's inbox and the buffer is given back at once, so a connection holds at most one
-//!   receive ([`BUF_SIZE`]) that the worker has not read: a connection the worker stops reading
+//!   kernel picks from the core's receive buffers (`uring_bufs.rs`: a registered buffer
+//!   ring, so giving one back is a store, not a submission). The completion's bytes are copied
+//!   to the connection's inbox and the buffer is given back at once, so a connection holds at
+//!   most one receive ([`BUF_SIZE`]) that the worker has not read: a connection the worker stops reading
 //!   (pipeline depth, body budget) stops receiving, and TCP backpressure reaches its client as
 //!   with mio;
 //! - **send**: `write` copies into the connection's outbox (at most [`OUT_CAP`] bytes, then
 //!   `WouldBlock`); at the end of the loop turn the outbox becomes one `IORING_OP_SEND`. One send
 //!   is in flight per connection; its completion is the "writable" edge;
+//! - **registered files**: a stream that arms its second receive takes a slot in the ring's
+//!   file table (`uring_files.rs`), and its sends and receives name the slot, so the kernel
+//!   does not look the socket up for each; its close clears the slot;
 //! - **wait**: one `io_uring_enter` per turn submits the turn's operations and waits (with the
 //!   loop's timeout) for completions. The ring is `SINGLE_ISSUER | DEFER_TASKRUN`: the kernel
 //!   runs completions' task work only inside that enter (with `GETEVENTS`), so nothing wakes
@@ -24,8 +28,8 @@
 //!   `POLL_ADD(POLLOUT)` ([`UringStream::connecting`], [`Uring::on_connect`]), then receives
 //!   (one armed at all times, re-armed when the owner reads the stream dry) and sends as above.
 //!
-//! Bounds, per core: the provided-buffer pool is [`BUFFERS`] × [`BUF_SIZE`] (4 MiB, resident from
-//! the start); per
+//! Bounds, per core: the receive buffers are [`BUFFERS`] × [`BUF_SIZE`] (4 MiB, resident from
+//! the start); the file table [`MAX_FIXED_FILES`] slots; per
 //! connection, the inbox holds at most one receive (and keeps 4 KiB of capacity while idle) and the outbox plus the send in flight at
 //! most 2 × [`OUT_CAP`]. A closed connection whose accepted bytes are not yet sent is kept (its
 //! socket and buffers only) until the send completes, at most [`RETIRE_WAIT`], and at most
@@ -45,10 +49,30 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-/// Size of one provided receive buffer.
-pub const BUF_SIZE: usize = 32 * 1024;
-/// Provided receive buffers per core.
-pub const BUFFERS: u16 = 128;
+use super::uring_bufs::{RecvBufs, BGID};
+pub use super::uring_bufs::{BUFFERS, BUF_SIZE};
+pub use super::uring_files::MAX_FIXED_FILES;
+use super::uring_files::{FixedFiles, REGISTER_AFTER};
+use super::uring_op::user_data;
+pub use super::uring_op::{Completion, Op};
+
+/// Builds an entry on a stream's socket: its registered slot when it has a live one
+/// (`uring_files.rs`), else its descriptor.
+macro_rules! on_socket {
+    ($slot:expr, $fd:expr, |$t:ident| $build:expr) => {
+        match $slot {
+            Some(slot) => {
+                let $t = types::Fixed(slot);
+                $build
+            }
+            None => {
+                let $t = types::Fd($fd);
+                $build
+            }
+        }
+    };
+}
+
 /// Bytes a connection's outbox accepts before `write` says `WouldBlock`.
 pub const OUT_CAP: usize = 256 * 1024;
 /// How long a closed connection's unsent bytes may take to leave.
@@ -62,96 +86,6 @@ const INBOX_KEEP: usize = 4 * 1024;
 /// overflowing completions rather than dropping them: `IORING_FEAT_NODROP`, checked by
 /// [`probe`]).
 const ENTRIES: u32 = 1024;
-/// Provided-buffer group id.
-const BGID: u16 = 1;
-
-/// What a completion is for (top byte of its `user_data`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Recv,
-    Send,
-    /// The core's epoll fd became readable.
-    Poll,
-    Provide,
-    Cancel,
-    /// The one file write (and its linked `fdatasync`) finished: [`Uring::take_file_done`].
-    File,
-    /// A file write's or sync's own completion (internal; reported as [`Op::File`]).
-    FileWrite,
-    FileSync,
-    /// An outbound stream's receive, send, and the watch on its non-blocking connect
-    /// ([`UringStream::connecting`]): the owner of outbound streams settles them
-    /// (`Reactor::settle_out`), not the connection table.
-    OutRecv,
-    OutSend,
-    OutConnect,
-}
-
-impl Op {
-    fn code(self) -> u64 {
-        match self {
-            Op::Recv => 1,
-            Op::Send => 2,
-            Op::Poll => 3,
-            Op::Provide => 4,
-            Op::Cancel => 5,
-            Op::File => 6,
-            Op::FileWrite => 7,
-            Op::FileSync => 8,
-            Op::OutRecv => 9,
-            Op::OutSend => 10,
-            Op::OutConnect => 11,
-        }
-    }
-
-    fn from_code(code: u64) -> Option<Op> {
-        Some(match code {
-            1 => Op::Recv,
-            2 => Op::Send,
-            3 => Op::Poll,
-            4 => Op::Provide,
-            5 => Op::Cancel,
-            6 => Op::File,
-            7 => Op::FileWrite,
-            8 => Op::FileSync,
-            9 => Op::OutRecv,
-            10 => Op::OutSend,
-            11 => Op::OutConnect,
-            _ => return None,
-        })
-    }
-}
-
-impl Op {
-    /// A stream's receive or send, on its side (inbound connection or outbound stream).
-    fn on_side(self, out: bool) -> Op {
-        match (self, out) {
-            (Op::Recv, true) => Op::OutRecv,
-            (Op::Send, true) => Op::OutSend,
-            (op, _) => op,
-        }
-    }
-
-    /// An outbound stream's operation.
-    pub fn is_out(self) -> bool {
-        matches!(self, Op::OutRecv | Op::OutSend | Op::OutConnect)
-    }
-}
-
-/// `user_data`: operation (8 bits) | connection slot (24 bits) | connection generation (32).
-fn user_data(op: Op, idx: usize, gen: u32) -> u64 {
-    (op.code() << 56) | (((idx as u64) & 0xFF_FFFF) << 32) | u64::from(gen)
-}
-
-/// One completion, decoded.
-#[derive(Debug, Clone, Copy)]
-pub struct Completion {
-    pub op: Op,
-    pub idx: usize,
-    pub gen: u32,
-    pub res: i32,
-    pub flags: u32,
-}
 
 /// Whether this kernel runs the backend: a ring can be set up (not forbidden by
 /// `kernel.io_uring_disabled` or a seccomp filter), waits take a timeout (`EXT_ARG`), overflowing
@@ -218,6 +152,10 @@ pub struct UringStream {
     connect_armed: bool,
     /// The connect failed (`errno`), until [`UringStream::take_connect_error`].
     connect_error: Option<i32>,
+    /// Its slot in the ring's file table, once it has one (`uring_files.rs`).
+    fixed: Option<u32>,
+    /// Receives armed, counted up to [`REGISTER_AFTER`].
+    recvs: u8,
 }
 
 impl UringStream {
@@ -259,6 +197,8 @@ impl UringStream {
             connecting: false,
             connect_armed: false,
             connect_error: None,
+            fixed: None,
+            recvs: 0,
         }
     }
 
@@ -389,9 +329,12 @@ struct Retired {
 /// A core's ring, its receive-buffer pool and its retired connections.
 pub struct Uring {
     ring: IoUring,
-    /// [`BUFFERS`] × [`BUF_SIZE`]; the kernel writes into it, so it never moves or shrinks
-    /// while the ring lives (`Drop` waits for the ring's operations first).
-    pool: Box<[u8]>,
+    /// The receive buffers (`uring_bufs.rs`); the kernel writes into them, so they never move
+    /// or shrink while the ring lives (`Drop` waits for the ring's operations first, and the
+    /// ring, declared above, is dropped before them).
+    bufs: RecvBufs,
+    /// The registered sockets (`uring_files.rs`).
+    files: FixedFiles,
     next_gen: u32,
     /// By side (outbound or not) and generation: each side numbers its own streams.
     retired: HashMap<(bool, u32), Retired>,
@@ -486,13 +429,15 @@ impl Uring {
         let ring = build(true, false)
             .or_else(|_| build(false, true))
             .or_else(|_| build(false, false))?;
+        // The pool is filled, not left as untouched zero pages (`uring_bufs.rs`): a core's
+        // idle memory is what it keeps after load (measured: 4 MiB per core more after a
+        // burst of 400 connections otherwise).
+        let (bufs, provide_all) = RecvBufs::new(&ring.submitter());
+        let files = FixedFiles::new(&ring.submitter());
         let mut u = Uring {
             ring,
-            // Filled (not left as untouched zero pages): the kernel touches every buffer under
-            // load and the pages stay, so they are resident from the start, and a core's idle
-            // memory is what it keeps after load (measured: 4 MiB per core more after a burst
-            // of 400 connections otherwise).
-            pool: vec![0x5a_u8; BUFFERS as usize * BUF_SIZE].into_boxed_slice(),
+            bufs,
+            files,
             next_gen: 0,
             retired: HashMap::new(),
             in_flight: 0,
@@ -503,11 +448,9 @@ impl Uring {
             file_op: None,
             file_done: None,
         };
-        let provide =
-            opcode::ProvideBuffers::new(u.pool.as_mut_ptr(), BUF_SIZE as i32, BUFFERS, BGID, 0)
-                .build()
-                .user_data(user_data(Op::Provide, 0, 0));
-        u.push(&provide)?;
+        if let Some(provide) = provide_all {
+            u.push(&provide.user_data(user_data(Op::Provide, 0, 0)))?;
+        }
         u.arm_poll()?;
         u.ring.submit()?;
         Ok(u)
@@ -629,6 +572,8 @@ impl Uring {
                         out.push(Completion { op: Op::File, ..c });
                     }
                 }
+                Op::FileReg => self.files.on_registered(c.idx as u32, c.res),
+                Op::FileClear => self.files.on_cleared(c.idx as u32),
             }
         }
         self.drained = all;
@@ -747,7 +692,7 @@ impl Uring {
                     s.inbox.clear();
                     s.inbox_pos = 0;
                 }
-                s.inbox.extend_from_slice(&self.pool[range.clone()]);
+                s.inbox.extend_from_slice(self.bufs.bytes(range.clone()));
             }
             self.give_back(range.start / BUF_SIZE);
         }
@@ -777,19 +722,18 @@ impl Uring {
     }
 
     fn give_back(&mut self, bid: usize) {
-        let start = bid * BUF_SIZE;
-        let e = opcode::ProvideBuffers::new(
-            self.pool[start..].as_mut_ptr(),
-            BUF_SIZE as i32,
-            1,
-            BGID,
-            bid as u16,
-        )
-        .build()
-        .user_data(user_data(Op::Provide, 0, 0));
-        if let Err(e) = self.push(&e) {
+        let Some(e) = self.bufs.give_back(bid as u16) else {
+            return; // published in the buffer ring
+        };
+        if let Err(e) = self.push(&e.user_data(user_data(Op::Provide, 0, 0))) {
             eprintln!("sluice: io_uring: returning a receive buffer: {e}");
         }
+    }
+
+    /// True when receive buffers go back through a registered buffer ring (no submission per
+    /// receive), false on kernels without one (`uring_bufs.rs`).
+    pub fn buffer_ring(&self) -> bool {
+        self.bufs.is_ring()
     }
 
     /// The watch on an outbound stream's connect completed: the connect finished, or failed
@@ -855,10 +799,12 @@ impl Uring {
             if s.sent < s.sending.len() {
                 let rest = &s.sending[s.sent..];
                 let len = u32::try_from(rest.len()).unwrap_or(u32::MAX);
-                let e = opcode::Send::new(types::Fd(s.sock.as_raw_fd()), rest.as_ptr(), len)
-                    .flags(libc::MSG_NOSIGNAL)
-                    .build()
-                    .user_data(user_data(Op::Send.on_side(s.out), idx, s.gen));
+                let e = on_socket!(self.slot(s), s.sock.as_raw_fd(), |f| {
+                    opcode::Send::new(f, rest.as_ptr(), len)
+                        .flags(libc::MSG_NOSIGNAL)
+                        .build()
+                })
+                .user_data(user_data(Op::Send.on_side(s.out), idx, s.gen));
                 self.push(&e)?;
                 s.send_armed = true;
             }
@@ -876,13 +822,15 @@ impl Uring {
             }
         }
         if s.want_recv && !s.recv_armed && !s.eof && s.error.is_none() {
-            let e = opcode::Recv::new(
-                types::Fd(s.sock.as_raw_fd()),
-                std::ptr::null_mut(),
-                BUF_SIZE as u32,
-            )
-            .buf_group(BGID)
-            .build()
+            s.recvs = s.recvs.saturating_add(1);
+            if s.recvs == REGISTER_AFTER && s.fixed.is_none() {
+                self.register(s);
+            }
+            let e = on_socket!(self.slot(s), s.sock.as_raw_fd(), |f| {
+                opcode::Recv::new(f, std::ptr::null_mut(), BUF_SIZE as u32)
+                    .buf_group(BGID)
+                    .build()
+            })
             .flags(squeue::Flags::BUFFER_SELECT)
             .user_data(user_data(Op::Recv.on_side(s.out), idx, s.gen));
             self.push(&e)?;
@@ -890,6 +838,42 @@ impl Uring {
             s.want_recv = false;
         }
         Ok(())
+    }
+
+    /// The stream's live slot in the file table, if it has one.
+    fn slot(&self, s: &UringStream) -> Option<u32> {
+        s.fixed.filter(|&slot| self.files.live(slot))
+    }
+
+    /// Gives the stream a slot in the file table, if one is free: the update goes out with the
+    /// turn; the stream names the slot once it completed.
+    fn register(&mut self, s: &mut UringStream) {
+        let Some((slot, e)) = self.files.register(s.sock.as_raw_fd()) else {
+            return;
+        };
+        match self.push(&e.user_data(user_data(Op::FileReg, slot as usize, 0))) {
+            Ok(()) => s.fixed = Some(slot),
+            Err(_) => self.files.unsubmitted(slot),
+        }
+    }
+
+    /// The ring is done with a stream: its slot (which holds the socket open) is cleared, and
+    /// the stream dropped, which closes its descriptor.
+    fn close(&mut self, mut s: UringStream) {
+        if let Some(slot) = s.fixed.take() {
+            let e = self.files.release(slot);
+            if self
+                .push(&e.user_data(user_data(Op::FileClear, slot as usize, 0)))
+                .is_err()
+            {
+                self.files.clear_now(&self.ring.submitter(), slot);
+            }
+        }
+    }
+
+    /// Registered-file slots in use and the table's size (`uring_files.rs`).
+    pub fn fixed_files(&self) -> (usize, usize) {
+        (self.files.in_use(), self.files.capacity())
     }
 
     /// Takes over a closed connection's stream: its receive is cancelled; bytes it accepted
@@ -921,10 +905,10 @@ impl Uring {
             let _ = s.sock.shutdown(Shutdown::Both);
         }
         if !s.send_armed && (full || s.error.is_some() || s.unsent() == 0) {
-            return; // dropped: the socket closes
+            return self.close(s); // the socket closes
         }
         if !s.send_armed && self.arm(idx, &mut s).is_err() {
-            return;
+            return self.close(s);
         }
         let until = Instant::now() + RETIRE_WAIT;
         self.retired.insert(
@@ -960,6 +944,8 @@ impl Uring {
         if r.stream.error.is_none() && r.stream.unsent() > 0 && self.arm(idx, &mut r.stream).is_ok()
         {
             self.retired.insert(key, r);
+        } else {
+            self.close(r.stream);
         }
     }
 
@@ -1006,7 +992,7 @@ impl Drop for Uring {
         if !self.cancel_all() {
             // Operations still reference the pool: leak it rather than let the kernel write
             // into freed memory (this happens only at exit).
-            std::mem::forget(std::mem::take(&mut self.pool));
+            self.bufs.leak();
             std::mem::forget(self.file_op.take());
             for r in std::mem::take(&mut self.retired).into_values() {
                 std::mem::forget(r);

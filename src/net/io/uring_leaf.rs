@@ -109,7 +109,12 @@ impl UringLeaf {
                 }
                 // The own log's commit is back (`sched::commit`).
                 Op::File => out.extend(self.ring.take_file_done().map(Event::FileDone)),
-                Op::Provide | Op::Cancel | Op::FileWrite | Op::FileSync => {}
+                Op::Provide
+                | Op::Cancel
+                | Op::FileWrite
+                | Op::FileSync
+                | Op::FileReg
+                | Op::FileClear => {}
             }
         }
         if self.poll_ready {
@@ -145,6 +150,10 @@ impl UringLeaf {
 
     pub(super) fn closing_sends(&self) -> usize {
         self.ring.retired()
+    }
+
+    pub(super) fn registered_files(&self) -> usize {
+        self.ring.fixed_files().0
     }
 }
 

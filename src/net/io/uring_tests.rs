@@ -74,6 +74,79 @@ fn bytes_go_both_ways_and_reads_say_would_block_until_they_arrive() {
 }
 
 #[test]
+fn receives_keep_coming_after_every_buffer_went_round_the_pool_three_times() {
+    if !have_uring() {
+        return;
+    }
+    let poll = ::mio::Poll::new().unwrap();
+    let mut u = Uring::new(poll.as_raw_fd()).unwrap();
+    let (mut s, mut peer) = pair(&mut u);
+    let mut buf = [0u8; 64];
+    // Each message is one receive (the peer waits for its echo before the next), so each takes
+    // a buffer from the kernel and gives it back: 3 × BUFFERS receives go round the buffer
+    // ring (or the provided buffers) three times.
+    for i in 0..3 * usize::from(BUFFERS) {
+        let msg = format!("m{i:05}");
+        peer.write_all(msg.as_bytes()).unwrap();
+        let _ = s.read(&mut buf);
+        turn_until(&mut u, &mut s, |s| s.inbox.len() - s.inbox_pos >= msg.len());
+        let n = s.read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], msg.as_bytes(), "receive {i}");
+        assert_eq!(s.write(&buf[..n]).unwrap(), n);
+        turn_until(&mut u, &mut s, |s| s.unsent() == 0 && !s.send_armed);
+        let mut echo = vec![0u8; n];
+        peer.read_exact(&mut echo).unwrap();
+    }
+    eprintln!("buffer ring: {}", u.buffer_ring());
+}
+
+#[test]
+fn a_kept_stream_moves_to_a_registered_slot_and_its_close_frees_the_slot_and_closes_the_socket() {
+    if !have_uring() {
+        return;
+    }
+    let poll = ::mio::Poll::new().unwrap();
+    let mut u = Uring::new(poll.as_raw_fd()).unwrap();
+    if u.fixed_files().1 == 0 {
+        eprintln!("no registered file table here; streams use their descriptors");
+        return;
+    }
+    let (mut s, mut peer) = pair(&mut u);
+    let mut buf = [0u8; 64];
+    for i in 0..4 {
+        peer.write_all(b"ping").unwrap();
+        let _ = s.read(&mut buf);
+        turn_until(&mut u, &mut s, |s| s.inbox.len() - s.inbox_pos >= 4);
+        assert_eq!(s.read(&mut buf).unwrap(), 4);
+        assert_eq!(s.write(b"pong").unwrap(), 4);
+        turn_until(&mut u, &mut s, |s| s.unsent() == 0 && !s.send_armed);
+        let mut got = [0u8; 4];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"pong", "exchange {i}");
+    }
+    assert_eq!(u.fixed_files().0, 1, "registered from its second receive");
+    assert!(u.slot(&s).is_some(), "its operations name the slot");
+    // Closed: the slot (which holds the socket open) is cleared, so the peer sees the close.
+    let _ = s.read(&mut buf);
+    u.arm(0, &mut s).unwrap();
+    u.retire(0, s);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut cs = Vec::new();
+    while u.fixed_files().0 > 0 {
+        assert!(Instant::now() < deadline, "the slot was not freed");
+        u.wait(Duration::from_millis(20)).unwrap();
+        u.completions(&mut cs);
+        for c in &cs {
+            if matches!(c.op, Op::Recv | Op::Send) {
+                u.on_orphan(c);
+            }
+        }
+    }
+    peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(peer.read(&mut buf).unwrap(), 0, "the socket closed");
+}
+
+#[test]
 fn a_full_outbox_blocks_until_the_peer_reads() {
     if !have_uring() {
         return;

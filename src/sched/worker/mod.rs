@@ -175,6 +175,8 @@ impl Worker {
             }
             let closing = self.reactor.closing_sends() as u64;
             self.metrics.set_io_retired(closing);
+            self.metrics
+                .set_io_fixed_files(self.reactor.registered_files() as u64);
             if self.end_turn(&mut last_sweep) {
                 break;
             }
