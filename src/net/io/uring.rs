@@ -473,8 +473,9 @@ impl Uring {
             // stream's `sending` buffer (not touched while its send is armed; a closed
             // stream's is kept in `retired` until the completion; a stream dropped with its
             // send armed leaks it, `UringStream`'s `Drop`), a file write's buffer (owned by
-            // `file_op` until both its completions are back), or nothing (a connect's watch,
-            // a cancel).
+            // `file_op` until both its completions are back), a registered-file update's
+            // descriptor (the file table's boxed slice, which lives as long as the ring, or a
+            // static), or nothing (a connect's watch, a cancel).
             // SAFETY: the entry's buffers outlive the operation (above).
             let pushed = unsafe { self.ring.submission().push(entry) };
             if pushed.is_ok() {

@@ -32,6 +32,22 @@ fn turn_until(u: &mut Uring, s: &mut UringStream, mut done: impl FnMut(&mut Urin
     }
 }
 
+/// One exchange over `s`: the peer sends `msg` (one receive, as the peer waits for the answer),
+/// the stream reads it and writes `reply`, the peer reads that.
+fn exchange(u: &mut Uring, s: &mut UringStream, peer: &mut TcpStream, msg: &[u8], reply: &[u8]) {
+    let mut buf = [0u8; 64];
+    peer.write_all(msg).unwrap();
+    let _ = s.read(&mut buf);
+    turn_until(u, s, |s| s.inbox.len() - s.inbox_pos >= msg.len());
+    let n = s.read(&mut buf).unwrap();
+    assert_eq!(&buf[..n], msg);
+    assert_eq!(s.write(reply).unwrap(), reply.len());
+    turn_until(u, s, |s| s.unsent() == 0 && !s.send_armed);
+    let mut got = vec![0u8; reply.len()];
+    peer.read_exact(&mut got).unwrap();
+    assert_eq!(got, reply);
+}
+
 fn have_uring() -> bool {
     match probe() {
         Ok(()) => true,
@@ -81,21 +97,12 @@ fn receives_keep_coming_after_every_buffer_went_round_the_pool_three_times() {
     let poll = ::mio::Poll::new().unwrap();
     let mut u = Uring::new(poll.as_raw_fd()).unwrap();
     let (mut s, mut peer) = pair(&mut u);
-    let mut buf = [0u8; 64];
     // Each message is one receive (the peer waits for its echo before the next), so each takes
     // a buffer from the kernel and gives it back: 3 × BUFFERS receives go round the buffer
     // ring (or the provided buffers) three times.
     for i in 0..3 * usize::from(BUFFERS) {
         let msg = format!("m{i:05}");
-        peer.write_all(msg.as_bytes()).unwrap();
-        let _ = s.read(&mut buf);
-        turn_until(&mut u, &mut s, |s| s.inbox.len() - s.inbox_pos >= msg.len());
-        let n = s.read(&mut buf).unwrap();
-        assert_eq!(&buf[..n], msg.as_bytes(), "receive {i}");
-        assert_eq!(s.write(&buf[..n]).unwrap(), n);
-        turn_until(&mut u, &mut s, |s| s.unsent() == 0 && !s.send_armed);
-        let mut echo = vec![0u8; n];
-        peer.read_exact(&mut echo).unwrap();
+        exchange(&mut u, &mut s, &mut peer, msg.as_bytes(), msg.as_bytes());
     }
     eprintln!("buffer ring: {}", u.buffer_ring());
 }
@@ -112,21 +119,13 @@ fn a_kept_stream_moves_to_a_registered_slot_and_its_close_frees_the_slot_and_clo
         return;
     }
     let (mut s, mut peer) = pair(&mut u);
-    let mut buf = [0u8; 64];
-    for i in 0..4 {
-        peer.write_all(b"ping").unwrap();
-        let _ = s.read(&mut buf);
-        turn_until(&mut u, &mut s, |s| s.inbox.len() - s.inbox_pos >= 4);
-        assert_eq!(s.read(&mut buf).unwrap(), 4);
-        assert_eq!(s.write(b"pong").unwrap(), 4);
-        turn_until(&mut u, &mut s, |s| s.unsent() == 0 && !s.send_armed);
-        let mut got = [0u8; 4];
-        peer.read_exact(&mut got).unwrap();
-        assert_eq!(&got, b"pong", "exchange {i}");
+    for _ in 0..4 {
+        exchange(&mut u, &mut s, &mut peer, b"ping", b"pong");
     }
     assert_eq!(u.fixed_files().0, 1, "registered from its second receive");
     assert!(u.slot(&s).is_some(), "its operations name the slot");
     // Closed: the slot (which holds the socket open) is cleared, so the peer sees the close.
+    let mut buf = [0u8; 64];
     let _ = s.read(&mut buf);
     u.arm(0, &mut s).unwrap();
     u.retire(0, s);
