@@ -789,10 +789,10 @@ impl Wal {
         } else if retire > first_live && now_ns.saturating_sub(self.retire_at_ns) >= second {
             self.retire_at_ns = now_ns;
             // Begun, and its first slice read: a small retirement is done in one turn.
-            Some(self.retire_start(retire).and_then(|done| match done {
-                Some(deleted) => Ok(Some(deleted)),
-                None => self.retire_step(self.retire_slice),
-            }))
+            Some(match self.retire_start(retire) {
+                Ok(None) => self.retire_step(self.retire_slice),
+                done => done,
+            })
         } else {
             None
         };
