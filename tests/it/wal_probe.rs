@@ -17,6 +17,16 @@ fn readyz_recovers_from_wal_unavailable_without_any_post() {
     let mut server = Server::start_in(root, opts).unwrap_or_else(|f| panic!("{}", f.stderr));
     let mut acked = vec![server.ingest("/webhooks/probe", b"before")];
     for mode in ["eio-sync", "enospc", "eio-write"] {
+        // The last event's `Done` record durable first: a record of the pump still to commit
+        // when the fault starts is retried each loop turn, and its first success after the
+        // fault would restore health before the probe is due (this test is about the probe).
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                let (_, s) = scrape(&server);
+                sample_value(&s, "sluice_wal_pending_events", &[]) == 0.0
+            }),
+            "{mode}: the acknowledged events stay pending"
+        );
         fs::write(&control, mode).unwrap();
         let r = server.post("/webhooks/probe", format!("refused-{mode}").as_bytes());
         assert_eq!(r.status, 503, "{mode}: {}", r.text());
