@@ -3,7 +3,7 @@
 
 What it reads. DESIGN.md's section whose heading contains "An accepted event's way": the first
 Markdown table after that heading, one row per function the event passes through, in order. The
-first cell of a row that holds a backticked `path::function` (`src/wal/writer.rs::commit_batch`)
+first cell of a row that holds a backticked `path::function` (`src/wal/append/writer.rs::commit_batch`)
 names the step; rows without one (a header, a separator) are skipped. Other cells are prose.
 
 What it checks. Every named file exists and defines `fn function` (comments and strings are

@@ -40,9 +40,9 @@ TABLE = """\
 | # | function | what |
 |---|---|---|
 | 1 | `src/net/conn.rs::read_into` | bytes in |
-| 2 | `src/ingest/pipeline.rs::ingest` | admitted |
-| 3 | `src/ingest/pipeline.rs::complete` | 202 |
-| 4 | `src/wal/writer.rs::commit_batch` | durable |
+| 2 | `src/ingest/pipeline/mod.rs::ingest` | admitted |
+| 3 | `src/ingest/pipeline/mod.rs::complete` | 202 |
+| 4 | `src/wal/append/writer.rs::commit_batch` | durable |
 | 5 | `src/sign.rs::sign` | a leaf file is its own folder |
 
 ## Next section
@@ -51,8 +51,8 @@ TABLE = """\
 """
 FILES = {
     "src/net/conn.rs": "pub fn read_into() {}\n",
-    "src/ingest/pipeline.rs": "pub fn ingest() {}\nfn complete() {}\n",
-    "src/wal/writer.rs": "pub fn commit_batch<'a>(x: &'a u8) {}\n",
+    "src/ingest/pipeline/mod.rs": "pub fn ingest() {}\nfn complete() {}\n",
+    "src/wal/append/writer.rs": "pub fn commit_batch<'a>(x: &'a u8) {}\n",
     "src/sign.rs": "pub mod standard_webhooks {\n    pub fn sign() {}\n}\n",
 }
 
@@ -60,7 +60,7 @@ ok = all([
     check("every step found; folder changes counted", TABLE, FILES, 5, 3, 0),
     check("a function named only in a comment or string is missing", TABLE, {
         **FILES,
-        "src/wal/writer.rs": "// fn commit_batch\nconst S: &str = \"fn commit_batch\";\n",
+        "src/wal/append/writer.rs": "// fn commit_batch\nconst S: &str = \"fn commit_batch\";\n",
     }, 5, 3, 1),
     check("a file that does not exist is missing", TABLE, {
         k: v for k, v in FILES.items() if k != "src/sign.rs"

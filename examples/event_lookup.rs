@@ -146,7 +146,7 @@ fn look_up(dir: &std::path::Path, ids: &[String], lookups: u64) {
     for k in 0..lookups {
         let i = (k * 7919 * 104_729) % events;
         let t = Instant::now();
-        let r = sluice::wal::events::show(dir, &ids[i as usize]).expect("found");
+        let r = sluice::wal::read::events::show(dir, &ids[i as usize]).expect("found");
         times.push(t.elapsed());
         *states.entry(r.fate.as_str()).or_default() += 1;
     }

@@ -350,7 +350,7 @@ fn inspect(data_dir: &std::path::Path) -> Outcome {
     let mut out = std::io::BufWriter::new(stdout.lock());
     // Dead letters' reasons from the DLQ (empty when it cannot be read: the outcome is still
     // shown).
-    let reasons = sluice::dispatch::dlq_tools::reasons(data_dir);
+    let reasons = sluice::dispatch::dlq::tools::reasons(data_dir);
     let reason = |id: &str| reasons.get(id).copied();
     let mut progress = sluice::tools::progress::on_stderr("events");
     let inspect = sluice::wal::tools::inspect_json_with;
@@ -401,7 +401,7 @@ fn verify_logs(data_dir: &std::path::Path) -> Outcome {
 }
 
 fn dlq(command: DlqCommand) -> Outcome {
-    use sluice::dispatch::dlq_tools;
+    use sluice::dispatch::dlq::tools as dlq_tools;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let result = match command {
@@ -484,7 +484,7 @@ fn replay_all(
     since: Option<String>,
     limit: Option<usize>,
 ) -> Outcome {
-    use sluice::dispatch::{bulk_replay, dlq_tools};
+    use sluice::dispatch::dlq::{bulk as bulk_replay, tools as dlq_tools};
     let filter = (|| {
         Ok::<_, String>(bulk_replay::ReplayFilter {
             reason: reason

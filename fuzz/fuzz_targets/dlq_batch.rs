@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use sluice::dispatch::dlq::{check_record, decode_entry, valid_id};
-use sluice::dispatch::dlq_batch::{scan, HEADER_BYTES};
+use sluice::dispatch::dlq::batch::{scan, HEADER_BYTES};
 
 fuzz_target!(|data: &[u8]| {
     let s = scan(data, check_record);

@@ -1,4 +1,4 @@
-//! Loom model of `sluice::dispatch::replay_claims::ReplayClaims`, the set of dead letters on
+//! Loom model of `sluice::dispatch::dlq::claims::ReplayClaims`, the set of dead letters on
 //! their way back to the WAL, shared by every core: two replays of one entry, on two cores, hand
 //! it to the WAL exactly once, whatever the interleaving of their claim, read, removal and release.
 //!
@@ -15,7 +15,7 @@ use common::explore;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use sluice::dispatch::replay_claims::ReplayClaims;
+use sluice::dispatch::dlq::claims::ReplayClaims;
 
 /// One replay attempt of entry "A" (module docs); true if it handed the entry to the WAL.
 fn replay(claims: &ReplayClaims, present: &AtomicBool, handed: &AtomicUsize) -> bool {

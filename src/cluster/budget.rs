@@ -283,7 +283,7 @@ impl SharedBudget {
 mod tests {
     use super::*;
     use crate::cluster::slot::Grant;
-    use crate::dispatch::permits::Permits;
+    use crate::dispatch::deliver::permits::Permits;
 
     const MS: u64 = 1_000_000;
 

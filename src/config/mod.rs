@@ -604,7 +604,6 @@ impl Config {
 }
 
 #[cfg(test)]
-#[path = "limits_tests.rs"]
 mod limits_tests;
 
 #[cfg(test)]

@@ -7,8 +7,8 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::dispatch::bulk_replay::parse_since;
-use crate::wal::events::{self, EventReport, Fate, ListFilter, ShowError};
+use crate::dispatch::dlq::bulk::parse_since;
+use crate::wal::read::events::{self, EventReport, Fate, ListFilter, ShowError};
 
 /// Why a command failed, with its exit code.
 #[derive(Debug, PartialEq, Eq)]
@@ -138,7 +138,7 @@ pub fn parse_list_query(query: &str) -> Result<ListFilter, ToolError> {
                 format!("unknown parameter {k:?}: use {}", KEYS.join(", ")),
             ));
         };
-        let v = crate::dispatch::bulk_replay::percent_decode(v)
+        let v = crate::dispatch::dlq::bulk::percent_decode(v)
             .ok_or_else(|| err(2, format!("{k}: bad %-escape or not UTF-8")))?;
         if values[i].replace(v).is_some() {
             return Err(err(2, format!("{k}: given twice")));

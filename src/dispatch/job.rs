@@ -29,7 +29,7 @@ pub struct Job {
     pub lsn: Lsn,
     pub event: EventRecord,
     /// Destination id: its index in every generation's `Config::destinations`
-    /// (`ops::reload_ids`).
+    /// (`ops::reload::ids`).
     pub dest: usize,
     /// The attempt about to be made (1 = first).
     pub attempt: u32,

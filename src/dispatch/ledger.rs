@@ -92,7 +92,7 @@ impl Row {
         self.accepted.saturating_sub(self.done.iter().sum())
     }
 
-    /// The ledger's JSON row (DIRECTION.md "Formats to keep stable").
+    /// The ledger's JSON row (a stable format: README, "HTTP interface").
     pub fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "accepted": self.accepted,

@@ -1,6 +1,6 @@
 //! Dispatch metrics: per-destination gauges and counters, delivery latency, the pump's live
 //! gauges, and the accepted-to-DLQ histogram. Destination cells are indexed by destination id
-//! (`ops::reload_ids`): the start-up destinations', plus
+//! (`ops::reload::ids`): the start-up destinations', plus
 //! [`RELOAD_DESTINATIONS`](crate::dispatch::spec::RELOAD_DESTINATIONS) spare cells that a
 //! reload names ([`DispatchMetrics::claim_destinations`], before it publishes) for the
 //! destinations it adds, so every label set here has a bound known at start-up. A destination
@@ -14,8 +14,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::dispatch::circuit::CircuitState;
-use crate::dispatch::classify::Class;
+use crate::dispatch::deliver::circuit::CircuitState;
+use crate::dispatch::deliver::classify::Class;
 use crate::dispatch::dlq::DlqReason;
 use crate::dispatch::flow::metrics::FlowMetrics;
 use crate::dispatch::ledger::LedgerBoard;
@@ -149,7 +149,7 @@ pub struct DispatchMetrics {
     /// The DLQ store's gauges (`sluice_dlq_*`; none unless [`DispatchMetrics::with_dlq`]).
     dlq_store: Option<std::sync::Arc<crate::dispatch::dlq::DlqGauges>>,
     /// `sluice_dispatch_batch_*` (cells by destination id, as `dests`).
-    pub batch: crate::dispatch::batch_metrics::BatchMetrics,
+    pub batch: crate::dispatch::deliver::batch::metrics::BatchMetrics,
 }
 
 fn reason_index(r: DlqReason) -> usize {
@@ -180,7 +180,7 @@ impl DispatchMetrics {
             c.exported.store(true, Ordering::Relaxed);
         }
         DispatchMetrics {
-            batch: crate::dispatch::batch_metrics::BatchMetrics::new(dests.len()),
+            batch: crate::dispatch::deliver::batch::metrics::BatchMetrics::new(dests.len()),
             dests,
             duration: Histogram::new(DURATION_BOUNDS_NANOS),
             dlq: std::array::from_fn(|_| Histogram::new(TRIGGER_LATENCY_BOUNDS_NANOS)),
@@ -246,7 +246,7 @@ impl DispatchMetrics {
 
     /// Names the cells of a reload's `destinations` (laid out by id) that have none. Called before the generation is published (reloads are serialized), so a core
     /// counting for a new destination finds its cell. `Err` when an id has no cell (the bound
-    /// of `ops::reload_ids` prevents it).
+    /// of `ops::reload::ids` prevents it).
     pub fn claim_destinations(
         &self,
         destinations: &[crate::dispatch::spec::DestinationSpec],
@@ -285,7 +285,7 @@ impl DispatchMetrics {
     }
 
     /// `sluice_destinations{state}`: destination ids in use and removed (not rendered, kept
-    /// for the run; `ops::reload_ids`).
+    /// for the run; `ops::reload::ids`).
     fn render_ids(&self, w: &mut PromWriter) {
         let named = self.dests.iter().filter(|d| d.uri.get().is_some());
         let (mut active, mut removed) = (0u64, 0u64);

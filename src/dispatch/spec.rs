@@ -13,8 +13,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::dispatch::deliver::rate::RateSpec;
 use crate::dispatch::flow::spec::{FlowBounds, FlowSpec};
-use crate::dispatch::rate::RateSpec;
 
 /// Destination ids a run's reloads may add beyond the start-up destinations: the bound of every
 /// per-destination table (each core's states, the metric cells), removed destinations included.
@@ -107,7 +107,7 @@ impl PartialEq for TlsSpec {
 impl Eq for TlsSpec {}
 
 /// `batch = { max_events, max_bytes, linger }`: the destination takes its events in batched
-/// calls ([`crate::dispatch::batch`]). `config` validated the ranges
+/// calls ([`crate::dispatch::deliver::batch`]). `config` validated the ranges
 /// ([`BatchSpec::MAX_EVENTS`], [`BatchSpec::MIN_BYTES`]..=[`BatchSpec::MAX_BYTES`],
 /// linger ≤ [`BatchSpec::MAX_LINGER`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,7 +169,7 @@ impl DestinationSpec {
     /// The permits at start: `max_in_flight`, or the adaptive limit's starting value.
     pub fn initial_permits(&self) -> usize {
         match self.adaptive {
-            Some(a) => crate::dispatch::adaptive::INITIAL.clamp(a.min, a.cap),
+            Some(a) => crate::dispatch::deliver::adaptive::INITIAL.clamp(a.min, a.cap),
             None => self.max_in_flight,
         }
     }
@@ -186,7 +186,7 @@ pub struct TriggerRoute {
 }
 
 /// Everything one core's dispatcher reads, built by `config` (`Config::dispatch_spec`) at start
-/// and at each reload. Destinations are laid out by their stable id (`ops::reload_ids`).
+/// and at each reload. Destinations are laid out by their stable id (`ops::reload::ids`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DispatchSpec {
     /// One per destination id (at most the start-up ones plus [`RELOAD_DESTINATIONS`]).

@@ -6,7 +6,7 @@
 //!
 //! [`Stage`] is the front's view of that pair, so the tests can fake the batch.
 
-use crate::wal::{self, group::Staging};
+use crate::wal::{self, append::group::Staging};
 
 /// The log an ingest record is appended to: the core's own (slot 0 of its commit batch).
 const OWN_LOG: usize = 0;

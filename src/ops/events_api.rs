@@ -33,7 +33,7 @@ use crate::dispatch::event_tools::parse_list_query;
 use crate::dispatch::ledger::LiveState;
 use crate::ops::dashboard::Answer;
 use crate::ops::view::OpsView;
-use crate::wal::events::{list, report_json, show_bounded, EventReport, Fate, ShowError};
+use crate::wal::read::events::{list, report_json, show_bounded, EventReport, Fate, ShowError};
 
 /// Records read past the event in search of its outcome, at most.
 pub const MAX_RECORDS_AFTER: u64 = 20_000;

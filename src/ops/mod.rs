@@ -13,10 +13,7 @@
 //!   shared state, read here.
 
 pub mod dashboard;
-mod dashboard_backlog;
 pub mod events_api;
 pub mod lifecycle;
 pub mod reload;
-mod reload_diff;
-pub mod reload_ids;
 pub mod view;

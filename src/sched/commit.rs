@@ -1,5 +1,5 @@
 //! A core's commit: the helper thread that does the core's blocking file I/O, one batch per
-//! wake-up (DIRECTION.md, "What an fdatasync costs here": the switches are per batch), or, with
+//! wake-up (BENCHMARKS.md: an fdatasync's cost and its context switches are per batch), or, with
 //! `wal.commit = "ring"` on io_uring, the core's own ring for its own log.
 //!
 //! Between batches (and at least every 100 ms) the helper also ticks each log (`Wal::tick`):
@@ -57,7 +57,7 @@ use crossbeam_utils::sync::{Parker, Unparker};
 use mio::Waker;
 
 use crate::dispatch::dlq::DlqStore;
-pub use crate::dispatch::pump_shell::{Batch, Item, Outcome, Staging};
+pub use crate::dispatch::pump::shell::{Batch, Item, Outcome, Staging};
 use crate::net::io::uring::{FileDone, Uring};
 use crate::ring;
 use crate::sync::handback::Handback;
@@ -422,7 +422,7 @@ impl Helper {
 mod tests {
     use super::*;
     use crate::wal::format::tests::sample_event;
-    use crate::wal::recovery::tests::{read_events, test_cfg};
+    use crate::wal::recover::tests::{read_events, test_cfg};
     use crate::wal::{Record, WalShared, WritePath};
     use mio::{Events, Poll, Token};
 

@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 pub use crate::dispatch::outstanding::Outstanding;
+pub use crate::dispatch::pump::shell::CorePump;
+use crate::dispatch::pump::shell::{DurableQueue, PumpParts};
 use crate::dispatch::pump::Routes;
 pub use crate::dispatch::pump::{PumpLog, PUMP_TICKET};
-pub use crate::dispatch::pump_shell::CorePump;
-use crate::dispatch::pump_shell::{DurableQueue, PumpParts};
 use crate::ingest::backlog::Backlog;
 use crate::sched::state::Shared;
 use crate::wal::WalError;

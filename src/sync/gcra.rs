@@ -1,6 +1,6 @@
 //! GCRA (the Generic Cell Rate Algorithm) in one atomic word: the rate-limit primitive shared
 //! by ingest admission ([`crate::ingest::bucket`]) and a destination's outbound rate budget
-//! ([`crate::dispatch::rate`]).
+//! ([`crate::dispatch::deliver::rate`]).
 //!
 //! GCRA (ATM Forum TM 4.0; the same scheme as governor's `gcra.rs`) is a token bucket with
 //! continuous refill expressed as a single timestamp: the *theoretical arrival time* (TAT). With

@@ -4,11 +4,11 @@
 use super::checkpoint::{self, Checkpoint, CHECKPOINT_FILE};
 use super::format::tests::sample_event;
 use super::manifest;
-use super::recovery::tests::test_cfg;
 use super::segment::{list_segments, segment_path, SegmentFile};
 use super::tools::verify_log;
 use super::{open, Lsn, WalConfig, WalError, WalShared, WritePath, MAX_BODY_BYTES};
 use crate::sync::clock::ManualClock;
+use crate::wal::recover::tests::test_cfg;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

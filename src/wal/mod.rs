@@ -33,7 +33,7 @@
 //! pub fn encode_event(&EventRecord) -> Result<Vec<u8>, EncodeError>;   // kind 1, or 5 with replay_of
 //! pub fn decode_event(&[u8]) -> Result<EventRecord, DecodeError>;      // kind 1
 //! pub fn encode_payload_into(&Record, &mut Vec<u8>) -> Result<(), EncodeError>;
-//! pub fn decode_payload(RecordKind, &[u8]) -> Result<Record, DecodeError>;   // format.rs, format/decode.rs
+//! pub fn decode_payload(RecordKind, &[u8]) -> Result<Record, DecodeError>;   // format/mod.rs, format/decode.rs
 //!
 //! pub enum Durability { Fsync /* default */, Os }        // serde and FromStr: "fsync" | "os"
 //! pub enum WritePath { Pwrite /* default */, Mmap }      // serde and FromStr: "pwrite" | "mmap" (storage)
@@ -123,7 +123,7 @@
 //! `CHECKPOINT`, what must exist (first live LSN, highest synced LSN), spelled out byte by byte
 //! in [`checkpoint`], and, once retention deleted segments, `RETIRED`: per trigger, the events
 //! it deleted and their outcomes, and the LSN below which every event is counted there (written
-//! before each deletion; versioned, CRC'd, spelled out byte by byte in [`retired`]). Other files are ignored. `DATA_DIR/wal/MANIFEST` lists the data dir's logs,
+//! before each deletion; versioned, CRC'd, spelled out byte by byte in [`retire::retired`]). Other files are ignored. `DATA_DIR/wal/MANIFEST` lists the data dir's logs,
 //! so a deleted log or checkpoint refuses the start instead of coming back empty ([`manifest`]).
 //!
 //! # Record format (all integers little-endian)
@@ -309,41 +309,35 @@
 // The WAL has no `unsafe`: maps, `fallocate` and `flock` are storage's (`storage/sys.rs`).
 #![forbid(unsafe_code)]
 
-mod appender;
+pub(crate) mod append;
 pub mod checkpoint;
 mod config;
-pub(crate) mod damage;
 mod error;
 pub mod event_id;
-pub mod events;
-mod events_seek;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
-mod failure_log;
 pub mod format;
-pub mod group;
 pub mod key;
 pub mod layout;
 #[cfg(test)]
 mod loss_tests;
 pub mod manifest;
-mod reader;
-pub(crate) mod recovery;
-pub mod retention;
-pub mod retired;
-mod retired_count;
-mod scanner;
+pub mod read;
+pub(crate) mod recover;
+pub mod retire;
 pub mod segment;
-mod shared;
-pub mod state;
-pub mod tail;
 pub mod tools;
-mod writer;
 
 // This file only declares and re-exports: the files above import one another directly (or
 // through these re-exports) and never a definition of this file, so no import runs back here.
 
-pub use appender::{FileWrapper, Submission, Wal, CHECKPOINT_EVERY, PROBE_EVERY};
+/// The group commit as data (a log's batch, its bound, its per-log commit): [`append::group`].
+pub use append::group;
+pub use append::shared::{
+    AppendOutcome, AppendRequest, RetiredCounts, RetiredList, WalShared, SYNC_BOUNDS_NANOS,
+};
+pub use append::writer::{commit_batch, finish_batch, start_batch, PendingChunk};
+pub use append::{FileWrapper, Submission, Wal, CHECKPOINT_EVERY, PROBE_EVERY};
 pub use checkpoint::Checkpoint;
 pub use config::{
     min_segment_bytes_for, CommitPath, Durability, UnknownVariant, WalConfig, DEFAULT_MAX_BATCH,
@@ -360,17 +354,15 @@ pub use format::{
     AttemptEntry, AttemptOutcome, AttemptsRecord, MAX_ATTEMPT_ENTRIES, MAX_RESPONSE_PREFIX_BYTES,
 };
 pub use layout::{core_log_dir, log_dirs, LogDir};
-pub use reader::{RawRecord, WalReader};
-pub use recovery::LOCK_FILE;
-pub use recovery::{open, open_in, RecoveryReport};
-pub use retired::TriggerTally;
+pub use read::reader::{RawRecord, WalReader};
+pub use read::tail::WalTail;
+/// Dispatch state after a restart: [`recover::state`].
+pub use recover::state;
+pub use recover::state::{recover_dispatch, recover_dispatch_in, DispatchRecovery, PendingMeta};
+pub use recover::LOCK_FILE;
+pub use recover::{open, open_in, RecoveryReport};
+pub use retire::retired::TriggerTally;
 pub use segment::WritePath;
-pub use shared::{
-    AppendOutcome, AppendRequest, RetiredCounts, RetiredList, WalShared, SYNC_BOUNDS_NANOS,
-};
-pub use state::{recover_dispatch, recover_dispatch_in, DispatchRecovery, PendingMeta};
-pub use tail::WalTail;
-pub use writer::{commit_batch, finish_batch, start_batch, PendingChunk};
 
 #[cfg(test)]
 mod tests {

@@ -6,11 +6,11 @@
 
 use super::checkpoint::{self, Checkpoint, Extent, LostRange};
 use super::format::{decode_payload, RecordRef};
-pub use super::recovery::Finding;
-use super::recovery::{scan_dir, ScanOpts};
 use super::{DoneStatus, Lsn, Record, WalError, WalReader};
 use crate::storage::{StdFs, Storage};
 use crate::tools::progress::{Progress, Silent};
+pub use crate::wal::recover::Finding;
+use crate::wal::recover::{scan_dir, ScanOpts};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::Write;
@@ -360,7 +360,7 @@ mod tests {
     use super::*;
     use crate::wal::format::tests::sample_event;
     use crate::wal::format::tests::sample_records;
-    use crate::wal::recovery::tests::test_cfg;
+    use crate::wal::recover::tests::test_cfg;
     use crate::wal::{open, Record, RecordKind, WritePath};
     use std::os::unix::fs::FileExt;
 

@@ -16,7 +16,7 @@ use crate::downstream::{Behavior, Downstream};
 use crate::reload::{admin_reload, manifest_path, TOKEN};
 use crate::support::*;
 
-/// `--bad` in `src/ops/ui.html`, as `getComputedStyle` reports it.
+/// `--bad` in `src/ops/dashboard/ui.html`, as `getComputedStyle` reports it.
 const RED: &str = "rgb(197, 48, 48)";
 
 /// Everything the assertions read from the rendered DOM (texts, states, computed colours, layout).

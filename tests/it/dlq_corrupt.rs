@@ -35,7 +35,7 @@ pub(crate) fn find_record(dlq: &std::path::Path, id: &str) -> (std::path::PathBu
         }
         let bytes = std::fs::read(&path).unwrap();
         let scanned =
-            sluice::dispatch::dlq_batch::scan(&bytes, sluice::dispatch::dlq::check_record);
+            sluice::dispatch::dlq::batch::scan(&bytes, sluice::dispatch::dlq::check_record);
         if let Some(f) = scanned.records.iter().find(|f| f.id == id) {
             return (path, f.offset as usize, f.len as usize);
         }

@@ -96,7 +96,7 @@ pub fn read_back(dir: &Path, lsn: Lsn, id: &str) -> Result<EventRecord, WalError
 mod tests {
     use super::*;
     use crate::wal::format::tests::sample_event;
-    use crate::wal::recovery::tests::test_cfg;
+    use crate::wal::recover::tests::test_cfg;
     use crate::wal::{open, WritePath};
 
     #[test]

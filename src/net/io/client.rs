@@ -16,7 +16,7 @@
 //!
 //! Bounds: the touched list holds each open stream at most once (its `queued` flag); the
 //! released list holds the streams closed since the last submit (at most the open streams),
-//! handed to the ring's retire list (bounded there, `uring.rs`) at the submit.
+//! handed to the ring's retire list (bounded there, `uring/mod.rs`) at the submit.
 
 use std::io;
 use std::net::SocketAddr;
@@ -103,7 +103,7 @@ impl Clients {
     }
 
     /// Stream `id` is closed: deregistered (mio), or retired on the ring at the next submit
-    /// (io_uring: its operations are cancelled, bytes it accepted still leave, `uring.rs`).
+    /// (io_uring: its operations are cancelled, bytes it accepted still leave, `uring/mod.rs`).
     pub fn release(&mut self, id: usize, stream: Stream, registry: &Registry) {
         match stream {
             Stream::Mio(mut s) => {
@@ -163,7 +163,7 @@ impl Reactor {
             ring.on_orphan(&c);
             return None;
         };
-        let ready = super::uring_leaf::settle_stream(ring, &c, s);
+        let ready = crate::net::io::uring::leaf::settle_stream(ring, &c, s);
         if !s.queued {
             s.queued = true;
             clients.touched.push(c.idx);

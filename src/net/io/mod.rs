@@ -1,5 +1,5 @@
 //! A core's I/O: one reactor API ([`reactor`]) with a leaf per backend — readiness on mio
-//! (epoll, [`mio`]) or completions on io_uring ([`uring_leaf`] over the ring driver [`uring`]).
+//! (epoll, [`mio`]) or completions on io_uring ([`uring::leaf`] over the ring driver [`uring`]).
 //! The core's loop is written once against [`Reactor`]; the connection layer (`net::conn`)
 //! reads and writes a [`Stream`] as a readiness socket on both. Which backend runs is chosen
 //! once at start-up ([`IoMode`], [`select`]).
@@ -19,10 +19,6 @@ pub mod reactor;
 mod sock;
 pub mod stream;
 pub mod uring;
-mod uring_bufs;
-mod uring_files;
-pub mod uring_leaf;
-mod uring_op;
 
 pub use client::Clients;
 pub use event::{ConnEvent, Event, Ready, Streams, SOURCE_TOKEN_BASE};

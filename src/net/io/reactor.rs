@@ -1,4 +1,4 @@
-//! The reactor: one portable API over a core's I/O, with one leaf per backend (mio's `src/sys/`
+//! The reactor: one portable API over a core's I/O, with one leaf per backend (mio's `sys/` folder
 //! is the model: a small API on top, the OS mechanisms below it). The core's loop is written
 //! once against it:
 //!
@@ -32,7 +32,7 @@
 //!   ([`Reactor::file_ring`], `sched::commit`); its end is one [`Event::FileDone`].
 //!
 //! The leaves: [`super::mio::MioLeaf`] (readiness: the event is the edge) and
-//! [`super::uring_leaf::UringLeaf`] (completions: [`Reactor::settle`] moves a completion's bytes
+//! [`crate::net::io::uring::leaf::UringLeaf`] (completions: [`Reactor::settle`] moves a completion's bytes
 //! into the stream first). Which leaf runs is chosen once at start-up ([`super::select`]).
 //!
 //! Bounds: the events of one wait are at most [`super::mio::EVENTS`] readiness events plus the
@@ -49,7 +49,7 @@ use super::event::{ConnEvent, ConnKind, Event, Ready, Streams, SOURCE_TOKEN_BASE
 use super::mio::MioLeaf;
 use super::stream::Stream;
 use super::uring::Uring;
-use super::uring_leaf::UringLeaf;
+use crate::net::io::uring::leaf::UringLeaf;
 
 /// The backend the cores run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::dispatch::replay_claims::ReplayClaim;
+use crate::dispatch::dlq::claims::ReplayClaim;
 
 /// A worker's deferred `/metrics` scrapes.
 #[derive(Debug, Default)]

@@ -18,7 +18,7 @@
 //! rings and wakers themselves are `wiring.rs`'s.
 
 use super::Worker;
-use crate::dispatch::pump_shell::Batch;
+use crate::dispatch::pump::shell::Batch;
 use crate::sched::logs::split_key;
 use crate::sched::pump::PUMP_TICKET;
 

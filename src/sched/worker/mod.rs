@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::dispatch::dispatcher::{Dispatcher, CLIENT_TOKEN_BASE};
+use crate::dispatch::deliver::dispatcher::{Dispatcher, CLIENT_TOKEN_BASE};
 use crate::dispatch::metrics::CoreDispatchMetrics;
 use mio::{Poll, Token};
 

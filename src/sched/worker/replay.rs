@@ -2,14 +2,14 @@
 //! /admin/dlq/{id}/replay`, at the end of this file) or in bulk, below.
 //!
 //! `POST /admin/dlq/replay?reason=R&trigger=ID&since=T`: bulk replay, paced by the backlog bound
-//! (filters: [`crate::dispatch::bulk_replay`]).
+//! (filters: [`crate::dispatch::dlq::bulk`]).
 //!
 //! One call does a bounded amount of work on the core's loop and answers at once:
 //!
 //! 1. list the DLQ (one read of every entry: the cost grows with the DLQ, which
 //!    `max_dlq_entries` bounds) and select the matching entries, oldest first, skipping those
 //!    a previous call — on any core — already handed to the WAL and whose append has not
-//!    completed (the store's [`ReplayClaims`](crate::dispatch::replay_claims), shared by every
+//!    completed (the store's [`ReplayClaims`](crate::dispatch::dlq::claims), shared by every
 //!    core: an entry is claimed before it is read and released only after it left the DLQ or
 //!    its append failed, so no entry reaches the WAL twice);
 //! 2. for at most [`ONLINE_CHUNK`] of them, while the backlog bound (`max_pending_events`/
@@ -29,10 +29,10 @@
 
 use super::serve::Core;
 use super::Worker;
-use crate::dispatch::bulk_replay::{ReplayFilter, ONLINE_CHUNK};
+use crate::dispatch::dlq::bulk::{ReplayFilter, ONLINE_CHUNK};
+use crate::dispatch::dlq::claims::ClaimRefused;
+use crate::dispatch::dlq::store::DlqStore;
 use crate::dispatch::dlq::DlqError;
-use crate::dispatch::dlq_store::DlqStore;
-use crate::dispatch::replay_claims::ClaimRefused;
 use crate::ingest::pending::PendingIngest;
 use crate::ingest::pipeline::Now;
 use crate::ingest::respond::json_str;

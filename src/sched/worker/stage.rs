@@ -8,8 +8,8 @@
 
 use super::serve::Core;
 use super::*;
-use crate::dispatch::dlq_store::DlqStore;
-use crate::dispatch::replay_claims::ReplayClaim;
+use crate::dispatch::dlq::claims::ReplayClaim;
+use crate::dispatch::dlq::store::DlqStore;
 use crate::ingest::pipeline;
 use crate::ingest::stage::{CommitStage, Holds};
 use crate::net::server::Ctx;
@@ -18,8 +18,8 @@ use crate::sched::commit::Committer;
 /// The core's commit batch as its front stages into it, with the single replays' claims.
 pub(super) type CoreStage<'a> = CommitStage<
     'a,
-    crate::dispatch::dlq_entry::DlqEntry,
-    crate::dispatch::dlq_entry::DlqError,
+    crate::dispatch::dlq::entry::DlqEntry,
+    crate::dispatch::dlq::entry::DlqError,
     ReplayHolds<'a>,
 >;
 

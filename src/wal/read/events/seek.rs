@@ -1,0 +1,251 @@
+//! Where in a segment a lookup's forward scan starts: a bisection over the segment's bytes on
+//! event ids, so that finding one event in a 64 MiB segment reads a few KiB per probe instead of
+//! every record up to the event (`events::show`).
+//!
+//! It rests on the order `events::show` already relies on: the event ids of one log increase
+//! with its LSNs (one generator per worker). A probe at byte `mid` resyncs on the first batch
+//! boundary after it (the end of a CRC-valid commit marker with a plausible LSN: a fixed length
+//! and kind rule out nearly every offset before a CRC is computed), then reads records from
+//! there to the first event and compares its id. A boundary found this way is one a forward
+//! scan from the segment's start also reaches: the marker and every record after it are
+//! CRC-checked and their LSNs must continue, so a false boundary would have to forge both.
+//!
+//! Cost: about `log2(segment bytes / WINDOW)` probes, each a resync (the bytes up to the next
+//! batch boundary, header checks only) plus the records up to the next event, then a forward
+//! scan from the last boundary at or before the event: at most `WINDOW` bytes plus one batch.
+//! Memory: none beyond the segment's read-only map.
+#![forbid(unsafe_code)]
+
+use std::path::Path;
+
+use crate::storage::{StdFs, Storage};
+use crate::wal::format::marker::{parse_marker, MARKER_RECORD_BYTES};
+use crate::wal::format::{parse_event, parse_record, Parsed, RecordKind, RECORD_HEADER_BYTES};
+use crate::wal::recover::damage::last_non_zero;
+use crate::wal::recover::scanner::{Scanner, Step};
+use crate::wal::{Lsn, WalError};
+
+/// The bisection stops when the range left is at most this many bytes, and the caller's
+/// forward scan takes over from its start.
+pub(crate) const WINDOW: usize = 64 * 1024;
+
+/// A record boundary of the segment at `path` (first LSN `first`): `(byte offset, its LSN)`,
+/// such that the event `id`, if the segment holds it, lies at or after it and at most about
+/// [`WINDOW`] bytes later. `(0, first)` when nothing better is known.
+pub(crate) fn seek(path: &Path, first: Lsn, id: &str) -> Result<(usize, Lsn), WalError> {
+    let map = StdFs.map(path).map_err(|e| WalError::io(path, e))?;
+    Ok(seek_in(&map, first, id))
+}
+
+/// [`seek`] over a segment's bytes.
+pub(crate) fn seek_in(bytes: &[u8], first: Lsn, id: &str) -> (usize, Lsn) {
+    // The preallocated zero tail cut off once (each probe would otherwise look for its start).
+    let bytes = &bytes[..last_non_zero(bytes).map_or(0, |last| last + 1)];
+    // No more records than could fit: the LSNs a marker of this segment can carry.
+    let max_lsn = first.saturating_add((bytes.len() / RECORD_HEADER_BYTES) as u64);
+    // Invariant: the event lies at or after the record at `lo` (LSN `lo_lsn`), and if it is in
+    // this segment it most likely starts before `hi` (a probe that finds no batch boundary
+    // between `mid` and `hi` lowers `hi` anyway: only `lo` must hold, for correctness).
+    let (mut lo, mut lo_lsn, mut hi) = (0usize, first, bytes.len());
+    while hi - lo > WINDOW {
+        let mid = lo + (hi - lo) / 2;
+        let Some((p, lsn)) = batch_after(&bytes[..hi], mid, lo_lsn, max_lsn) else {
+            hi = mid;
+            continue;
+        };
+        match first_event_id(bytes, p, lsn) {
+            // The event is not before this one (ids increase with LSNs).
+            Some(next) if next.as_str() <= id => (lo, lo_lsn) = (p, lsn),
+            // Past it, or no event from here to the end: it starts before the batch at `p`,
+            // which is the first to start after `mid`.
+            _ => hi = mid,
+        }
+    }
+    (lo, lo_lsn)
+}
+
+/// The first batch boundary after `from`: the end of the first CRC-valid commit marker at an
+/// offset `>= from` with an LSN in `min_lsn..=max_lsn`, and the LSN of the record after it (a
+/// marker carries the LSN after its batch). Markers have one length and one kind byte, so nearly
+/// every offset is ruled out by its header before any CRC is computed (a resync on any kind of
+/// record would CRC whatever length a payload's bytes happen to claim).
+fn batch_after(bytes: &[u8], from: usize, min_lsn: Lsn, max_lsn: Lsn) -> Option<(usize, Lsn)> {
+    let last = bytes.len().checked_sub(MARKER_RECORD_BYTES)?;
+    (from..=last).find_map(|p| {
+        let h = &bytes[p..p + MARKER_RECORD_BYTES];
+        let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+        if len != MARKER_RECORD_BYTES || h[16] != RecordKind::Marker as u8 {
+            return None;
+        }
+        let lsn = u64::from_le_bytes(h[8..16].try_into().ok()?);
+        if !(min_lsn..=max_lsn).contains(&lsn) {
+            return None;
+        }
+        match parse_record(h) {
+            Parsed::Record(r) => parse_marker(r.lsn, r.payload).map(|_| (p + len, lsn)),
+            _ => None,
+        }
+    })
+}
+
+/// The id of the first event record at or after the record at `pos` (LSN `lsn`), if one follows
+/// before the end of the segment's valid records.
+fn first_event_id(bytes: &[u8], pos: usize, lsn: Lsn) -> Option<String> {
+    let mut scanner = Scanner::resume_at(pos, lsn, Some(pos));
+    loop {
+        match scanner.step(bytes) {
+            Step::Record(_, r) if matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent) => {
+                return parse_event(r.kind, r.payload)
+                    .ok()
+                    .map(|ev| ev.event_id.to_owned());
+            }
+            Step::Record(..) | Step::Gap { .. } => {}
+            Step::End | Step::Bad { .. } => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wal::event_id::EventIdGen;
+    use crate::wal::recover::damage::next_valid;
+    use crate::wal::segment::list_segments;
+    use crate::wal::{
+        open, DoneEntry, DoneRecord, DoneStatus, Durability, EventRecord, Record, WalConfig,
+    };
+
+    /// Bytes of one of [`log`]'s batches, at most.
+    const BATCH: usize = 11 * 1024;
+
+    /// A log of `n` events with `body`-byte bodies in batches of 10, a `Done` record after each
+    /// batch; returns the dir and the ids in order.
+    fn log(n: u64, body: usize) -> (tempfile::TempDir, std::path::PathBuf, Vec<String>) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("core-0");
+        let cfg = WalConfig {
+            durability: Durability::Os,
+            ..WalConfig::new(dir.clone())
+        };
+        let (mut wal, _) = open(&cfg).unwrap();
+        let mut gen = EventIdGen::new(0);
+        let (mut ids, mut lsn) = (Vec::new(), 1u64);
+        for b in 0..n / 10 {
+            let mut batch = Vec::new();
+            for i in 0..10 {
+                let id = gen.next(1_800_000_000_000 + b * 10 + i);
+                ids.push(id.clone());
+                batch.push(Record::Event(EventRecord {
+                    event_id: id,
+                    trigger_id: "t".into(),
+                    source: "s".into(),
+                    received_at_ms: 1_800_000_000_000,
+                    headers: Vec::new(),
+                    body: vec![b'x'; body],
+                    replay_of: None,
+                }));
+            }
+            let entries = (lsn..lsn + 10).map(|l| DoneEntry {
+                event_lsn: l,
+                status: DoneStatus::Delivered,
+                attempts: 1,
+            });
+            batch.push(Record::Done(DoneRecord {
+                entries: entries.collect(),
+            }));
+            lsn += 11;
+            wal.append(&batch).unwrap();
+        }
+        wal.sync().unwrap();
+        (tmp, dir, ids)
+    }
+
+    /// For every probed id: the seek lands at or before the event, within the window, on a
+    /// boundary a forward scan from there reads without a gap.
+    #[test]
+    fn the_seek_lands_on_a_record_at_or_before_the_event_within_the_window() {
+        let (_tmp, dir, ids) = log(3_000, 900);
+        let segs = list_segments(&dir).unwrap();
+        assert!(!segs.is_empty());
+        let map = StdFs.map(&segs[0].1).unwrap();
+        // Where each event of the first segment is, by a full forward scan.
+        let mut at = std::collections::HashMap::new();
+        let mut scanner = Scanner::new(segs[0].0);
+        while let Step::Record(off, r) = scanner.step(&map) {
+            if r.kind == RecordKind::Event {
+                let ev = parse_event(r.kind, r.payload).unwrap();
+                at.insert(ev.event_id.to_owned(), (off as usize, r.lsn));
+            }
+        }
+        assert!(at.len() > 1_000, "a segment of many windows: {}", at.len());
+        let mut moved = 0;
+        for id in ids.iter().filter(|id| at.contains_key(*id)).step_by(37) {
+            let (pos, lsn) = seek_in(&map, segs[0].0, id);
+            let (event_at, event_lsn) = at[id];
+            assert!(
+                pos <= event_at && lsn <= event_lsn,
+                "{id}: {pos} > {event_at}"
+            );
+            assert!(event_at - pos <= WINDOW + BATCH, "{id}: {pos}..{event_at}");
+            // The boundary is real: a scanner resumed there reaches the event.
+            let mut s = Scanner::resume_at(pos, lsn, None);
+            let found = std::iter::from_fn(|| match s.step(&map) {
+                Step::Record(off, _) => Some(off as usize),
+                _ => None,
+            })
+            .any(|off| off == event_at);
+            assert!(found, "{id}");
+            moved += usize::from(pos > 0);
+        }
+        assert!(moved > 10, "the bisection moved past the start: {moved}");
+    }
+
+    /// An id below the segment's first event seeks to the start; one above its last, near the end.
+    #[test]
+    fn ids_outside_the_segment_seek_to_its_ends() {
+        let (_tmp, dir, _ids) = log(1_000, 900);
+        let segs = list_segments(&dir).unwrap();
+        let map = StdFs.map(&segs[0].1).unwrap();
+        assert_eq!(seek_in(&map, segs[0].0, "0"), (0, segs[0].0));
+        let (pos, _) = seek_in(&map, segs[0].0, "~");
+        let used = map.iter().rposition(|&b| b != 0).unwrap();
+        assert!(pos + WINDOW + BATCH >= used, "{pos} vs {used}");
+    }
+
+    /// Garbage between records (damage) only costs the probe: the seek still lands before the
+    /// event.
+    #[test]
+    fn a_damaged_stretch_does_not_mislead_the_seek() {
+        let (_tmp, dir, ids) = log(3_000, 900);
+        let segs = list_segments(&dir).unwrap();
+        let mut bytes = StdFs.map(&segs[0].1).unwrap().to_vec();
+        let used = last_non_zero(&bytes).unwrap();
+        let mid = used / 3;
+        bytes[mid..mid + 8 * 1024].fill(0xA5);
+        let target = &ids[ids.len() / 2];
+        let mut scanner = Scanner::resume_at(0, segs[0].0, None);
+        let mut event_at = None;
+        loop {
+            match scanner.step(&bytes) {
+                Step::Record(off, r) if r.kind == RecordKind::Event => {
+                    if parse_event(r.kind, r.payload).unwrap().event_id == target.as_str() {
+                        event_at = Some(off as usize);
+                        break;
+                    }
+                }
+                Step::Record(..) | Step::Gap { .. } => {}
+                Step::Bad { offset, .. } => {
+                    let (p, r) = next_valid(&bytes, offset as usize + 1, 0).unwrap();
+                    scanner = Scanner::resume_at(p, r.lsn, None);
+                }
+                Step::End => break,
+            }
+        }
+        let event_at = event_at.expect("the event after the damage is readable");
+        let (pos, _) = seek_in(&bytes, segs[0].0, target);
+        assert!(pos <= event_at && event_at - pos <= WINDOW + BATCH);
+        // And an id before the damage still seeks at or before its event.
+        let (pos, _) = seek_in(&bytes, segs[0].0, &ids[ids.len() / 10]);
+        assert!(pos < mid);
+    }
+}
