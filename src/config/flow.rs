@@ -44,6 +44,8 @@ pub const DEFAULT_MAX_GATE_KEYS: usize = 100_000;
 pub const DEFAULT_MAX_HELD: usize = 10_000;
 /// Largest `[flow] max_held`.
 pub const MAX_MAX_HELD: usize = 1_000_000;
+/// Default of `[flow] max_held_per_key` (or `max_held` when that is smaller).
+pub const DEFAULT_MAX_HELD_PER_KEY: usize = 100;
 /// Default of `[flow] max_held_bytes` (64 MiB).
 pub const DEFAULT_MAX_HELD_BYTES: u64 = 64 << 20;
 
@@ -128,6 +130,12 @@ pub struct RawFlowSection {
     /// are admitted in order as the gate releases some. Must be at least every `batch.size`.
     /// Default: 10_000. Range: 1..=1_000_000.
     pub max_held: Option<usize>,
+    /// Most waiters one key of a `throttle` or `concurrency` gate holds in full; its later
+    /// waiters are held by reference (their records left in the log, read back in order when
+    /// the key has room), and so are a gate's past `max_held`, so one stalled key neither
+    /// fills the gate nor holds back the trigger's other keys. Default: 100, or `max_held`
+    /// when smaller. Range: 1..=`max_held`.
+    pub max_held_per_key: Option<usize>,
     /// Per core: most bytes of held events' bodies kept in memory. Past it, a newly held
     /// event's body is dropped and read back from its log when the gate releases it (0: every
     /// held event by reference). Default: 67_108_864 (64 MiB). Range: 0..=1_099_511_627_776.
@@ -156,7 +164,25 @@ pub use crate::dispatch::flow::spec::{
 };
 
 pub(super) fn build_flow_settings(r: RawFlowSection) -> Result<FlowBounds, ConfigError> {
+    let max_held = super::ranged(
+        "flow.max_held",
+        r.max_held,
+        DEFAULT_MAX_HELD,
+        1,
+        MAX_MAX_HELD,
+    )?;
+    let max_held_per_key = match r.max_held_per_key {
+        None => DEFAULT_MAX_HELD_PER_KEY.min(max_held),
+        Some(n) if (1..=max_held).contains(&n) => n,
+        Some(n) => {
+            return err(format!(
+                "flow.max_held_per_key = {n} is out of range (1..={max_held}): a key holds at \
+                 most flow.max_held = {max_held} in full"
+            ))
+        }
+    };
     Ok(FlowBounds {
+        max_held_per_key,
         max_gate_keys: super::ranged(
             "flow.max_gate_keys",
             r.max_gate_keys,
@@ -164,13 +190,7 @@ pub(super) fn build_flow_settings(r: RawFlowSection) -> Result<FlowBounds, Confi
             1,
             10_000_000,
         )?,
-        max_held: super::ranged(
-            "flow.max_held",
-            r.max_held,
-            DEFAULT_MAX_HELD,
-            1,
-            MAX_MAX_HELD,
-        )?,
+        max_held,
         max_held_bytes: super::ranged(
             "flow.max_held_bytes",
             r.max_held_bytes,
@@ -517,6 +537,25 @@ mod tests {
         assert_eq!(c.flow.max_gate_keys, DEFAULT_MAX_GATE_KEYS);
         let e = build("[flow]\nmax_gate_keys = 0").unwrap_err();
         assert!(e.0.contains("flow.max_gate_keys"), "{e}");
+    }
+
+    #[test]
+    fn max_held_per_key_defaults_below_max_held_and_never_above() {
+        let per_key = |text: &str| build(text).map(|c| c.flow.max_held_per_key);
+        assert_eq!(per_key("").unwrap(), DEFAULT_MAX_HELD_PER_KEY);
+        assert_eq!(
+            per_key("[flow]\nmax_held = 20").unwrap(),
+            20,
+            "default: at most max_held"
+        );
+        assert_eq!(per_key("[flow]\nmax_held_per_key = 7").unwrap(), 7);
+        let e = per_key("[flow]\nmax_held = 20\nmax_held_per_key = 21").unwrap_err();
+        assert!(
+            e.0.contains("flow.max_held_per_key = 21 is out of range (1..=20)"),
+            "{e}"
+        );
+        let e = per_key("[flow]\nmax_held_per_key = 0").unwrap_err();
+        assert!(e.0.contains("flow.max_held_per_key = 0"), "{e}");
     }
 
     #[test]

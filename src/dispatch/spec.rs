@@ -286,6 +286,7 @@ mod tests {
             flow: FlowBounds {
                 max_gate_keys: 10,
                 max_held: 10,
+                max_held_per_key: 10,
                 max_held_bytes: 0,
             },
             workers: 1,

@@ -366,10 +366,11 @@ fn held_bodies_are_read_back_from_the_log() {
     }
 }
 
-/// `[flow] max_held` bounds a gate: past it the trigger's events stay in the log (parked,
-/// still pending and in the backlog), the gate holds no more, and other triggers flow.
+/// A gate at `[flow] max_held` holds the rest of its waiters by reference (issue 38): their
+/// records stay in the log (pending, in the backlog bound), the pump parks none of them and
+/// goes on reading the log, so another trigger is not held back.
 #[test]
-fn a_gate_at_max_held_leaves_its_trigger_events_in_the_log() {
+fn a_gate_at_max_held_holds_the_rest_by_reference_in_the_log() {
     let ds = Downstream::start(Behavior::default());
     let m = format!(
         "{}[flow]\nmax_held = 3\n",
@@ -388,26 +389,40 @@ fn a_gate_at_max_held_leaves_its_trigger_events_in_the_log() {
         accepted(&c.post("/hooks/slow", format!("{i}").as_bytes(), &[]));
     }
     assert!(ds.wait(Duration::from_secs(10), |s| s.len() == 1));
-    let parked = || {
+    let sample = |name: &str, labels: &[(&str, &str)]| {
         let (_, samples) = scrape(&server);
-        sample_value(&samples, "sluice_pump_parked_events", &[])
+        sample_value(&samples, name, labels)
+    };
+    let in_log = || {
+        sample(
+            "sluice_flow_held_in_log",
+            &[("trigger", "slow"), ("gate", "throttle")],
+        )
     };
     assert!(
-        wait_until(Duration::from_secs(10), || parked() == 6.0),
-        "6 events should wait in the log: parked {}, held {}",
-        parked(),
+        wait_until(Duration::from_secs(10), || in_log() == 6.0),
+        "6 events should wait by reference: in the log {}, held {}",
+        in_log(),
         held(&server, "slow", "throttle")
     );
     assert_eq!(
         held(&server, "slow", "throttle"),
-        3.0,
-        "the gate holds max_held"
+        9.0,
+        "3 in full, 6 by reference"
     );
+    assert_eq!(
+        sample("sluice_pump_parked_events", &[]),
+        0.0,
+        "the pump parks none"
+    );
+    // One key (no `key`): its bound, `max_held_per_key` (by default `max_held` when smaller).
+    let left = &[("trigger", "slow"), ("gate", "throttle"), ("bound", "key")];
+    assert_eq!(sample("sluice_flow_left_in_log_total", left), 6.0);
     // The delivered event leaves `pending` when its `Done` record commits, which may be after
     // the downstream saw the call: wait for it rather than read once.
     assert!(
         wait_until(Duration::from_secs(10), || pending(&server) == 9.0),
-        "held and parked events are all pending: pending {}",
+        "held events are all pending: pending {}",
         pending(&server)
     );
     let free = accepted(&c.post("/hooks/free", b"free", &[])).0;

@@ -30,6 +30,7 @@ pub fn render(cfg: &Config) -> String {
     o.section("flow");
     o.kv("max_gate_keys", cfg.flow.max_gate_keys);
     o.kv("max_held", cfg.flow.max_held);
+    o.kv("max_held_per_key", cfg.flow.max_held_per_key);
     o.kv("max_held_bytes", cfg.flow.max_held_bytes);
     for t in &cfg.triggers {
         trigger(&mut o, cfg, t);

@@ -17,11 +17,18 @@
 //!
 //! `sluice_flow_held{trigger,gate}` (gauge): events a gate holds now (throttle queue, debounce
 //! window, batch being filled, concurrency waiters), plus `gate="dispatch"`: events a gate
-//! released that wait for a `max_outstanding` slot. Each is bounded by `[flow] max_held`:
-//! while any of a trigger's counts is at the bound its pumps admit none of its events (they
-//! stay in the log, covered by the backlog bound, and are admitted in order once the gate
-//! releases some), see [`FlowMetrics::full`] — except `batch` and `debounce`, which keep the
-//! bound themselves (`dispatch::flow::collect`).
+//! released that wait for a `max_outstanding` slot. `gate="dispatch"` is bounded by `[flow]
+//! max_held`: while it is at the bound the trigger's pumps admit none of its events (they stay
+//! in the log, covered by the backlog bound, and are admitted in order once slots come back),
+//! see [`FlowMetrics::full`]. The gates keep their bounds themselves: `batch` and `debounce`
+//! (`dispatch::flow::collect`), `throttle` and `concurrency` by holding their waiters past it
+//! by reference (`dispatch::flow::waiters`), so the pumps never stop at a gate's bound.
+//!
+//! `sluice_flow_held_in_log{trigger,gate}` (gauge, `throttle` and `concurrency`): the held
+//! events among `sluice_flow_held` kept by reference only, their records left in the log.
+//! `sluice_flow_left_in_log_total{trigger,gate,bound}`: events held that way because their key
+//! held `[flow] max_held_per_key` in full (`bound="key"`) or the gate `max_held`
+//! (`bound="gate"`).
 //!
 //! `sluice_flow_key_overflow_total{trigger,gate}`: `rate_limit`/`throttle` events that found
 //! the per-core key table full (`[flow] max_gate_keys`) and used the gate's shared overflow key;
@@ -70,7 +77,7 @@ pub const DECISIONS: [&str; 3] = ["pass", "wait", "skip"];
 /// Index of the `gate="dispatch"` held count (released, waiting for a dispatch slot).
 pub const DISPATCH: usize = GATES.len();
 /// Gates (`batch`, `debounce`) that keep `[flow] max_held` themselves ([`FlowMetrics::full`]).
-const SELF_BOUNDED: [usize; 2] = [0, 1];
+const SELF_BOUNDED: [usize; 4] = [0, 1, 3, 5];
 
 /// Spare trigger cells a run's reloads may claim for triggers with gates (the bound on the
 /// series reloads add: this many triggers, each with the start-up triggers' families).
@@ -79,6 +86,12 @@ pub const RELOAD_CELLS: usize = 64;
 const NAME: &str = "sluice_flow_control_total";
 const HELD: &str = "sluice_flow_held";
 const OVERFLOW: &str = "sluice_flow_key_overflow_total";
+const IN_LOG: &str = "sluice_flow_held_in_log";
+const LEFT: &str = "sluice_flow_left_in_log_total";
+/// `bound` label values of [`LEFT`] (index = `dispatch::flow::waiters::Bound as usize`).
+pub const BOUNDS: [&str; 2] = ["key", "gate"];
+/// Gates whose waiters may be held by reference (`throttle`, `concurrency`).
+const BY_REFERENCE: [usize; 2] = [3, 5];
 
 #[derive(Debug)]
 struct TriggerCells {
@@ -91,6 +104,10 @@ struct TriggerCells {
     /// Indexed like [`GATES`], then [`DISPATCH`].
     held: [AtomicU64; GATES.len() + 1],
     overflow: [Counter; GATES.len()],
+    /// Of `held`, the events kept by reference, indexed like [`GATES`].
+    in_log: [AtomicU64; GATES.len()],
+    /// Events held by reference, by gate and [`BOUNDS`].
+    left: [[Counter; BOUNDS.len()]; GATES.len()],
 }
 
 /// The family for a fixed set of triggers.
@@ -133,6 +150,8 @@ impl FlowMetrics {
                     counts: Default::default(),
                     held: Default::default(),
                     overflow: Default::default(),
+                    in_log: Default::default(),
+                    left: Default::default(),
                 })
                 .chain((0..RELOAD_CELLS).map(|_| TriggerCells {
                     name: OnceLock::new(),
@@ -140,6 +159,8 @@ impl FlowMetrics {
                     counts: Default::default(),
                     held: Default::default(),
                     overflow: Default::default(),
+                    in_log: Default::default(),
+                    left: Default::default(),
                 }))
                 .collect(),
         }
@@ -233,10 +254,46 @@ impl FlowMetrics {
             .map_or(0, |c| c.load(Relaxed))
     }
 
-    /// True while one of trigger `t`'s held counts is at `[flow] max_held`: its pumps admit
-    /// none of its events until the gate releases some. `batch` and `debounce` are not looked
-    /// at: they keep their own bound, and must take an event that joins or supersedes one they
-    /// hold (`dispatch::flow::collect`), which the pump cannot tell from a new key.
+    /// Moves the count of (`t`, `gate`)'s held events kept by reference by `delta`.
+    #[inline]
+    pub fn in_log_add(&self, t: usize, gate: usize, delta: i64) {
+        if let Some(c) = self.triggers.get(t).and_then(|c| c.in_log.get(gate)) {
+            match delta >= 0 {
+                true => c.fetch_add(delta as u64, Relaxed),
+                false => c.fetch_sub(delta.unsigned_abs(), Relaxed),
+            };
+        }
+    }
+
+    /// Events (`t`, `gate`) holds by reference.
+    pub fn in_log(&self, t: usize, gate: usize) -> u64 {
+        self.triggers
+            .get(t)
+            .and_then(|c| c.in_log.get(gate))
+            .map_or(0, |c| c.load(Relaxed))
+    }
+
+    /// Counts one event (`t`, `gate`) held by reference at `bound` (index in [`BOUNDS`]).
+    pub fn left_in_log(&self, t: usize, gate: usize, bound: usize) {
+        if let Some(c) = (self.triggers.get(t))
+            .and_then(|c| c.left.get(gate))
+            .and_then(|g| g.get(bound))
+        {
+            c.incr();
+        }
+    }
+
+    /// Events (`t`, `gate`) held by reference at `bound` so far.
+    pub fn left(&self, t: usize, gate: usize, bound: usize) -> u64 {
+        self.triggers[t].left[gate][bound].get()
+    }
+
+    /// True while trigger `t`'s events released by its gates wait for `max_outstanding` slots
+    /// at `[flow] max_held` (`gate="dispatch"`): its pumps admit none of its events until slots
+    /// come back. The gates themselves are not looked at: each keeps its own bound (`batch` and
+    /// `debounce` must take an event that joins or supersedes one they hold, which the pump
+    /// cannot tell from a new key, `dispatch::flow::collect`; `throttle` and `concurrency` hold
+    /// their waiters past it by reference, `dispatch::flow::waiters`).
     pub fn full(&self, t: usize) -> bool {
         self.triggers.get(t).is_some_and(|c| {
             c.held
@@ -335,6 +392,7 @@ impl FlowMetrics {
                 w.sample_u64(HELD, &[("trigger", t.name()), ("gate", gate)], n);
             }
         }
+        self.render_in_log(w);
         w.header(
             "sluice_flow_read_back_failures_total",
             "Held events whose body could not be read back from their log (left pending).",
@@ -354,6 +412,34 @@ impl FlowMetrics {
             if g <= 3 {
                 let n = t.overflow[g].get();
                 w.sample_u64(OVERFLOW, &[("trigger", t.name()), ("gate", gate)], n);
+            }
+        });
+    }
+
+    /// [`IN_LOG`] and [`LEFT`], for the configured gates that hold waiters by reference.
+    fn render_in_log(&self, w: &mut PromWriter) {
+        w.header(
+            IN_LOG,
+            "Held events (throttle, concurrency) kept by reference only, their records left in the log.",
+            MetricType::Gauge,
+        );
+        self.each_gate(|t, g, gate| {
+            if BY_REFERENCE.contains(&g) {
+                let n = t.in_log[g].load(Relaxed);
+                w.sample_u64(IN_LOG, &[("trigger", t.name()), ("gate", gate)], n);
+            }
+        });
+        w.header(
+            LEFT,
+            "Events held by reference because their key (bound=key: max_held_per_key) or the gate (bound=gate: max_held) held its bound in full.",
+            MetricType::Counter,
+        );
+        self.each_gate(|t, g, gate| {
+            if BY_REFERENCE.contains(&g) {
+                for (b, bound) in BOUNDS.iter().enumerate() {
+                    let labels = [("trigger", t.name()), ("gate", gate), ("bound", *bound)];
+                    w.sample_u64(LEFT, &labels, t.left[g][b].get());
+                }
             }
         });
     }
@@ -440,8 +526,16 @@ mod tests {
         let m = FlowMetrics::new(&c.triggers, 2);
         m.held_add(0, 3, 1);
         assert!(!m.full(0));
+        // The throttle past max_held holds the rest by reference: the trigger is never full
+        // for it (issue 38: a gate at its bound does not stop the pumps).
+        m.held_add(0, 3, 4);
+        m.in_log_add(0, 3, 3);
+        m.left_in_log(0, 3, 1);
+        assert!(!m.full(0), "a gate keeps its own bound");
+        m.held_add(0, 3, -4);
+        m.in_log_add(0, 3, -2);
         m.held_add(0, DISPATCH, 2);
-        assert!(m.full(0), "any of the trigger's counts at max_held");
+        assert!(m.full(0), "released events waiting for a slot at max_held");
         m.held_add(0, DISPATCH, -1);
         assert!(!m.full(0) && !m.full(5), "unknown slots are never full");
         m.overflowed(0, 3);
@@ -453,6 +547,9 @@ mod tests {
             "sluice_flow_held{gate=\"dispatch\",trigger=\"a\"} 1\n",
             "sluice_flow_key_overflow_total{gate=\"throttle\",trigger=\"a\"} 1\n",
             "sluice_flow_read_back_failures_total 0\n",
+            "sluice_flow_held_in_log{gate=\"throttle\",trigger=\"a\"} 1\n",
+            "sluice_flow_left_in_log_total{bound=\"gate\",gate=\"throttle\",trigger=\"a\"} 1\n",
+            "sluice_flow_left_in_log_total{bound=\"key\",gate=\"throttle\",trigger=\"a\"} 0\n",
         ] {
             assert!(text.contains(line), "{line} not in {text}");
         }

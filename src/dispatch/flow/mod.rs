@@ -94,11 +94,12 @@ pub mod persist;
 mod rekey;
 mod restore;
 pub mod spec;
+mod waiters;
 pub mod window;
 mod windows;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::dispatch::job::{Job, SkipReason};
@@ -107,6 +108,7 @@ use crate::dispatch::spec::DispatchSpec;
 use crate::wal::{EventRecord, Lsn};
 use key::Resolver;
 use spec::{ConcurrencyGate, FlowSpec, KeySelector};
+pub use waiters::THIN_BYTES;
 use window::Window;
 
 /// Shortest interval between two sweeps for idle window keys when the key table is full.
@@ -229,11 +231,26 @@ struct Keys {
     rank: usize,
 }
 
+/// A throttle waiter's place: acceptance order (`Pending::order`).
+type ThrottlePlace = (String, Lsn);
+/// A `throttle` or `concurrency` waiter, in full or by reference (tagged with
+/// [`Pending::retaken`]; [`waiters`]).
+type Waiter = waiters::Waiter<Pending, Option<Stage>>;
+/// One key's waiters in line ([`waiters`]).
+type Waiters<K> = waiters::Waiters<K, Pending, Option<Stage>>;
+
+impl waiters::Held for Pending {
+    fn job(&self) -> &Job {
+        &self.job
+    }
+}
+
 #[derive(Debug, Default)]
 struct WindowKey {
     window: Window,
-    /// `throttle` only: events waiting for room, in acceptance order (`Pending::order`).
-    waiters: VecDeque<Pending>,
+    /// `throttle` only: events waiting for room, in acceptance order, in full or by reference
+    /// ([`waiters`]).
+    waiters: Waiters<ThrottlePlace>,
     /// A timer is set for this key.
     armed: bool,
 }
@@ -258,7 +275,8 @@ type WaiterPlace = (usize, String, Lsn);
 #[derive(Debug, Default)]
 struct ConcurrencyKey {
     active: usize,
-    waiters: BTreeMap<WaiterPlace, Pending>,
+    /// In full or by reference ([`waiters`]).
+    waiters: Waiters<WaiterPlace>,
 }
 
 /// One trigger's gate state.
@@ -427,31 +445,72 @@ impl FlowEngine {
     }
 
     /// Admits concurrency waiters of trigger `t`'s key `k` while it has room, in place order
-    /// (rank, then acceptance order); forgets the key when idle.
+    /// (rank, then acceptance order), each read back first if it was held by reference (one
+    /// that cannot be is `lost`, pending); forgets the key when idle.
     fn admit_waiters(&mut self, t: usize, k: &str, out: &mut FlowOut) {
         let cfg = Arc::clone(&self.config);
         let Some(g) = &cfg.triggers[t].flow.concurrency else {
             return;
         };
-        let Some(ck) = self.gates[t].concurrency.get_mut(k) else {
-            return;
-        };
-        let mut admitted = Vec::new();
-        while ck.active < g.max {
-            let Some((_, p)) = ck.waiters.pop_first() else {
-                break;
+        loop {
+            let Some(ck) = self.gates[t].concurrency.get_mut(k) else {
+                return;
             };
-            ck.active += 1;
-            admitted.push(p);
-        }
-        if ck.active == 0 && ck.waiters.is_empty() {
-            self.gates[t].concurrency.remove(k);
-        }
-        for p in admitted {
-            self.unheld(t, Stage::Concurrency, 1);
+            let next = match ck.active < g.max {
+                true => ck.waiters.pop_first(),
+                false => None,
+            };
+            let Some(w) = next else {
+                if ck.active == 0 && ck.waiters.is_empty() {
+                    self.gates[t].concurrency.remove(k);
+                }
+                return;
+            };
+            let Some(p) = self.unwait(t, Stage::Concurrency, w, out) else {
+                continue;
+            };
+            if let Some(ck) = self.gates[t].concurrency.get_mut(k) {
+                ck.active += 1;
+            }
             self.count(t, Stage::Concurrency, Decision::Wait);
             self.hold(p.job.lsn, t).concurrency = Some(k.to_string());
             self.leave(p, out);
+        }
+    }
+
+    /// `p`, just held by `stage` of trigger `t` whose key holds `key_full` waiters in full, as
+    /// a waiter: by reference past `[flow] max_held_per_key` or `max_held` ([`waiters`]).
+    fn waiter(&mut self, t: usize, stage: Stage, p: Pending, key_full: usize) -> Waiter {
+        let (m, g) = (self.cell(t), stage as usize);
+        let flow = &self.metrics.flow;
+        // Held in full in the gate, `p` aside (it is counted held already).
+        let gate_full = (flow.held(m, g).saturating_sub(flow.in_log(m, g) + 1)) as usize;
+        let b = &self.config.flow;
+        let why = waiters::bound(key_full, gate_full, b.max_held_per_key, b.max_held);
+        let dir = p.job.log_dir.clone().filter(|_| p.job.batch.is_empty());
+        let (Some(why), Some(dir)) = (why, dir) else {
+            return Waiter::Full(Box::new(p));
+        };
+        self.payloads.forget(&p.job, p.dropped);
+        flow.in_log_add(m, g, 1);
+        flow.left_in_log(m, g, why as usize);
+        Waiter::Ref(waiters::Thin::of(p.job, dir, p.retaken))
+    }
+
+    /// Waiter `w` leaves `stage` of trigger `t`: no longer held there, in full again (read back
+    /// if it was held by reference). `None` when it cannot be read back: reported `lost`.
+    fn unwait(&mut self, t: usize, stage: Stage, w: Waiter, out: &mut FlowOut) -> Option<Pending> {
+        self.unheld(t, stage, 1);
+        if !w.is_full() {
+            (self.metrics.flow).in_log_add(self.cell(t), stage as usize, -1);
+        }
+        let cfg = Arc::clone(&self.config);
+        match in_full(w, stage, &cfg.triggers[t].flow, &mut self.payloads) {
+            Ok(p) => Some(p),
+            Err((lsn, e)) => {
+                self.lost(lsn, &e, out);
+                None
+            }
         }
     }
 
@@ -463,6 +522,7 @@ impl FlowEngine {
             self.save(clock, true);
             return;
         }
+        self.payloads.tick(clock);
         let now = self.restore_once(now);
         self.settle_turn(now, out);
         while self
@@ -647,10 +707,35 @@ impl FlowEngine {
         }
         self.held(t, Stage::Concurrency, &mut p, out);
         let place = (p.keys.rank, p.job.event.event_id.clone(), p.job.lsn);
+        let full = self.gates[t]
+            .concurrency
+            .get(&key)
+            .map_or(0, |c| c.waiters.full());
+        let w = self.waiter(t, Stage::Concurrency, p, full);
         let c = self.gates[t].concurrency.entry(key).or_default();
-        c.waiters.insert(place, p);
+        c.waiters.insert(place, w);
         None
     }
+}
+
+/// `w` in full: a reference is read back from its log (`payloads`), its keys resolved for `f`
+/// and marked held at `stage` ([`waiters`]). Its key and the error when it cannot be read.
+fn in_full(
+    w: Waiter,
+    stage: Stage,
+    f: &FlowSpec,
+    payloads: &mut payload::Payloads,
+) -> Result<Pending, (Lsn, crate::wal::WalError)> {
+    let thin = match w {
+        Waiter::Full(p) => return Ok(*p),
+        Waiter::Ref(thin) => thin,
+    };
+    let (job, retaken) = thin.read(payloads)?;
+    let keys = Box::new(resolve(f, &job.event));
+    let mut p = Pending::new(job, keys, true, false);
+    p.held_at = Some(stage);
+    p.retaken = retaken;
+    Ok(p)
 }
 
 /// Resolves every key the trigger's gates use (the body is parsed at most once).

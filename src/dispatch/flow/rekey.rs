@@ -81,7 +81,7 @@ impl FlowEngine {
         next.restored_until = self.restored_until;
         // Still waiting for the start-up hand-over: so are the new gates.
         next.settle = self.settle.take();
-        let mut taken: Vec<Pending> = Vec::new();
+        let mut taken: Vec<Waiter> = Vec::new();
         let old_gates = std::mem::take(&mut self.gates);
         let mut carried = Vec::with_capacity(old_gates.len());
         for (o, g) in old_gates.into_iter().enumerate() {
@@ -100,8 +100,8 @@ impl FlowEngine {
         next.waiting = self.waiting;
         *self = next;
         taken.sort_by(|a, b| a.order().cmp(&b.order()));
-        for p in taken {
-            self.reoffer(p, now, out);
+        for w in taken {
+            self.reoffer(w, now, out);
         }
         // Re-offered concurrency waiters queued by place: admit them by place now (or at the
         // start-up hand-over).
@@ -126,7 +126,7 @@ impl FlowEngine {
         mut g: TriggerGates,
         next: &mut FlowEngine,
         now: u64,
-        taken: &mut Vec<Pending>,
+        taken: &mut Vec<Waiter>,
     ) -> Carried {
         let old_cfg = Arc::clone(&self.config);
         let new_cfg = Arc::clone(&next.config);
@@ -184,11 +184,11 @@ impl FlowEngine {
         g: &mut TriggerGates,
         new: &FlowSpec,
         kept: &[bool; 6],
-        taken: &mut Vec<Pending>,
+        taken: &mut Vec<Waiter>,
     ) {
         let old_cfg = Arc::clone(&self.config);
         let old = &old_cfg.triggers[o].flow;
-        let mut got: Vec<(Stage, Pending)> = Vec::new();
+        let mut got: Vec<(Stage, Waiter)> = Vec::new();
         let kept = |s: Stage| kept[s as usize];
         if !kept(Stage::Batch) {
             let timeout = old.batch.as_ref().map_or(0, |b| nanos(b.timeout));
@@ -196,7 +196,7 @@ impl FlowEngine {
                 for (job, dropped) in b.members {
                     let mut p = Pending::new(job, Box::default(), true, dropped);
                     p.hint = Some((Stage::Batch, b.deadline, timeout));
-                    got.push((Stage::Batch, p));
+                    got.push((Stage::Batch, Waiter::Full(Box::new(p))));
                 }
             }
         }
@@ -205,18 +205,17 @@ impl FlowEngine {
             for (_, d) in g.debounce.drain() {
                 let mut p = d.latest;
                 p.hint = Some((Stage::Debounce, d.deadline, period));
-                got.push((Stage::Debounce, p));
+                got.push((Stage::Debounce, Waiter::Full(Box::new(p))));
             }
         }
         if !kept(Stage::Throttle) {
             for w in g.throttle.values_mut() {
-                got.extend(w.waiters.drain(..).map(|p| (Stage::Throttle, p)));
+                got.extend(w.waiters.take_all().map(|w| (Stage::Throttle, w)));
             }
         }
         if !kept(Stage::Concurrency) {
             for c in g.concurrency.values_mut() {
-                let waiters = std::mem::take(&mut c.waiters).into_values();
-                got.extend(waiters.map(|p| (Stage::Concurrency, p)));
+                got.extend(c.waiters.take_all().map(|w| (Stage::Concurrency, w)));
             }
         }
         for stage in STAGES {
@@ -225,6 +224,11 @@ impl FlowEngine {
                 continue;
             }
             self.unheld(o, stage, n);
+            let refs = got.iter().filter(|(s, w)| *s == stage && !w.is_full());
+            let refs = refs.count() as i64;
+            self.metrics
+                .flow
+                .in_log_add(self.cell(o), stage as usize, -refs);
             if !has(new, stage) {
                 // The gate is gone: they leave it having waited (once each).
                 let m = self.cell(o);
@@ -232,9 +236,12 @@ impl FlowEngine {
                 self.metrics.flow.incr_n(m, stage as usize, d, n);
             }
         }
-        taken.extend(got.into_iter().map(|(stage, mut p)| {
-            p.retaken = Some(stage);
-            p
+        taken.extend(got.into_iter().map(|(stage, mut w)| {
+            match &mut w {
+                Waiter::Full(p) => p.retaken = Some(stage),
+                Waiter::Ref(thin) => thin.set_tag(Some(stage)),
+            }
+            w
         }));
     }
 
@@ -274,8 +281,14 @@ impl FlowEngine {
 
     /// Offers a taken event to the new gates from the stage it was held in (the next one when
     /// that gate is gone): its keys resolved again (its body read back first if it was
-    /// dropped), its body held under the budget again.
-    fn reoffer(&mut self, mut p: Pending, now: u64, out: &mut FlowOut) {
+    /// dropped, the whole event if it was held by reference), its body held under the budget
+    /// again.
+    fn reoffer(&mut self, w: Waiter, now: u64, out: &mut FlowOut) {
+        let empty = FlowSpec::default();
+        let mut p = match in_full(w, Stage::Batch, &empty, &mut self.payloads) {
+            Ok(p) => p,
+            Err((lsn, e)) => return self.lost(lsn, &e, out),
+        };
         let Some(&t) = self.by_id.get(p.job.event.trigger_id.as_str()) else {
             // No gates any more: it goes on (its body read back if it was dropped).
             self.leave(p, out);
@@ -389,7 +402,7 @@ mod tests {
             }
             WindowKey {
                 window,
-                waiters: VecDeque::new(),
+                waiters: Waiters::default(),
                 armed: self.armed,
             }
         }

@@ -174,5 +174,7 @@ impl FlowSpec {
 pub struct FlowBounds {
     pub max_gate_keys: usize,
     pub max_held: usize,
+    /// Waiters of one `throttle`/`concurrency` key held in full (≤ `max_held`).
+    pub max_held_per_key: usize,
     pub max_held_bytes: u64,
 }

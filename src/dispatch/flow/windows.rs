@@ -4,7 +4,7 @@
 //!
 //! Throttle waiters are kept in acceptance order (event id, a ULID: time-ordered across
 //! cores), whatever order they arrived in (a reload's re-offer, the logs read back after a
-//! restart), and leave in that order. An event that already holds a hit of the window (saved
+//! restart), and leave in that order, in full or by reference ([`super::waiters`]). An event that already holds a hit of the window (saved
 //! before a restart: its call was in flight when the process died) passes without taking
 //! another one ([`super::window::Window::holds`]).
 #![forbid(unsafe_code)]
@@ -138,10 +138,15 @@ impl FlowEngine {
             return Some(p);
         }
         self.held(t, Stage::Throttle, &mut p, out);
-        let w = self.gates[t].throttle.entry(key.clone()).or_default();
         // Acceptance order, not arrival order (module docs).
-        let at = w.waiters.partition_point(|q| q.order() <= p.order());
-        w.waiters.insert(at, p);
+        let place = (p.job.event.event_id.clone(), p.job.lsn);
+        let full = self.gates[t]
+            .throttle
+            .get(&key)
+            .map_or(0, |w| w.waiters.full());
+        let waiter = self.waiter(t, Stage::Throttle, p, full);
+        let w = self.gates[t].throttle.entry(key.clone()).or_default();
+        w.waiters.insert(place, waiter);
         let arm = (!w.armed).then(|| w.window.room_at(period).max(now));
         w.armed = true;
         if let Some(at) = arm {
@@ -165,11 +170,11 @@ impl FlowEngine {
         };
         w.armed = false;
         let mut go = Vec::new();
-        while let Some(id) = w.waiters.front().map(|p| tag(&p.job.event.event_id)) {
+        while let Some(id) = w.waiters.first().map(|p| tag(p.id())) {
             if !w.window.try_hit(now, period, g.max, id) {
                 break;
             }
-            go.extend(w.waiters.pop_front());
+            go.extend(w.waiters.pop_first());
         }
         if !w.waiters.is_empty() {
             w.armed = true;
@@ -179,8 +184,11 @@ impl FlowEngine {
         if !go.is_empty() {
             self.mark_dirty();
         }
-        self.unheld(t, Stage::Throttle, go.len());
-        for p in go {
+        for w in go {
+            // Read back first if held by reference (`super::waiters`); `lost` if it cannot be.
+            let Some(p) = self.unwait(t, Stage::Throttle, w, out) else {
+                continue;
+            };
             self.count(t, Stage::Throttle, Decision::Wait);
             self.run(t, p, Stage::Singleton, now, out);
         }

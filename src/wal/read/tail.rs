@@ -96,6 +96,13 @@ impl WalTail {
         self.next_lsn
     }
 
+    /// Skips forward: the records below `lsn` are passed over by their headers, as those below
+    /// the LSN [`WalTail::open`] was given (never backwards: a tail past `lsn` stays where it
+    /// is, and the caller opens a new one).
+    pub fn skip_to(&mut self, lsn: Lsn) {
+        self.from_lsn = self.from_lsn.max(lsn);
+    }
+
     /// The next record if its LSN is `<= durable_lsn`; `Ok(None)` when caught up (call again
     /// once the durable LSN moved). `Err(Corrupt)` on damage below the durable LSN.
     pub fn next(&mut self, durable_lsn: Lsn) -> Result<Option<(Lsn, Record)>, WalError> {

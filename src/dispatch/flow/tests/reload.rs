@@ -4,6 +4,7 @@
 //! supersedes or joins one it holds, and a window records the event, not the call.
 
 use super::*;
+use std::collections::VecDeque;
 
 const SEC: Duration = Duration::from_secs(1);
 

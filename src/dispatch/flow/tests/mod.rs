@@ -719,5 +719,6 @@ fn rekey_gives_a_concurrency_waiter_its_own_singleton_back() {
     assert_eq!(skipped(&out), vec![(c, SkipReason::SingletonActive)]);
 }
 
-#[path = "tests_reload.rs"]
 mod reload;
+
+mod refs;
