@@ -59,6 +59,34 @@ ok = all([
         "tested.rs": "// line\n" * 301 + "#[cfg(test)]\n#[path = \"tested_tests.rs\"]\nmod tests;\n",
         "tested_tests.rs": "// line\n" * 400,
     }, ["untested: src/big.rs"], ["untested: src/tested.rs", "untested: src/tested_tests.rs"]),
+    check("a non-test #[path] child is reported, and its lines count toward its parent", {
+        "lib.rs": "pub mod p;\n",
+        "p.rs": "pub struct P;\n" + "const _A: u8 = 0;\n" * 500 + "#[path = \"p_child.rs\"]\nmod child;\n"
+                "#[cfg(test)]\n#[path = \"p_tests.rs\"]\nmod tests;\n",
+        "p_child.rs": "const _B: u8 = 0;\n" * 400,
+        "p_tests.rs": "// tests\n",
+    }, ["path-attr: src/p.rs -> src/p_child.rs", "long-file: src/p.rs"],
+        ["path-attr: src/p.rs -> src/p_tests.rs"]),
+    check("a folder with more than 15 files is wide", {
+        "lib.rs": "pub mod w;\npub mod n;\n",
+        "w/mod.rs": "".join(f"pub mod f{i};\n" for i in range(15)),
+        **{f"w/f{i}.rs": "pub struct S;\n" for i in range(15)},
+        "n/mod.rs": "".join(f"pub mod f{i};\n" for i in range(14)),
+        **{f"n/f{i}.rs": "pub struct S;\n" for i in range(14)},
+    }, ["wide-folder: src/w"], ["wide-folder: src/n"]),
+    check("inherent impls of one type add up across files; trait impls do not count", {
+        "lib.rs": "pub mod t;\n",
+        "t/mod.rs": "mod a;\nmod b;\npub struct T;\nimpl T {\n" + "    fn f() {}\n" * 450 + "}\n"
+                    "impl Clone for T {\n" + "    // x\n    fn g() {}\n" * 450 + "}\n",
+        "t/a.rs": "impl super::T {\n" + "    fn h() {}\n" * 400 + "}\n",
+        "t/b.rs": "pub struct U;\nimpl<X> Default for U where X: Copy {\n" + "    fn k() {}\n" * 900 + "}\n",
+    }, ["long-impl: t::T"], ["long-impl: t::U", "long-impl: t::Clone"]),
+    check("a visibility restriction is not an edge", {
+        "lib.rs": "pub mod a;\n",
+        "a/mod.rs": "pub mod b;\npub struct S(b::B);\n",
+        "a/b/mod.rs": "pub(in crate::a) mod c;\npub struct B;\n",
+        "a/b/c.rs": "pub(in crate::a) fn f() {}\n",
+    }, [], ["file-cycle: src/a/mod.rs src/a/b/mod.rs"]),
 ])
 print("structure self-test:", "passed" if ok else "FAILED")
 sys.exit(0 if ok else 1)

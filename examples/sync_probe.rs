@@ -3,7 +3,7 @@
 //! the process too: a workqueue's cache flush, interrupts; noise from other processes on that
 //! core too) and the process's context switches, per 32 KiB group commit written over
 //! already-written blocks (as the WAL's `pwrite` path writes, zeros ahead). The numbers behind
-//! BENCHMARKS.md "The cost of a durable write on this disk" and the choice of commit path.
+//! BENCHMARKS.md row C1 (the earlier runs: benches/LOG.md) and the choice of commit path.
 //!
 //! ```text
 //! cargo run --release --example sync_probe -- [DIR] [COMMITS]     # default: /tmp, 3000

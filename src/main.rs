@@ -3,7 +3,8 @@
 //! Exit codes: 0 success; 1 runtime failure (WAL, I/O, a thread died); 2 invalid configuration
 //! or usage; 3 `wal verify` found corruption or lost records, `dlq list` found unreadable entries
 //! (the readable ones are still listed), `dlq show` found the entry damaged; 4 `dlq` entry not
-//! found. `events`: 2 for a malformed id or filter, 1 for an event not found (the message says
+//! found. `wal`, `dlq` and `events` exit 2 when `--data-dir` does not exist or holds neither
+//! `wal/` nor `dlq/`. `events`: 2 for a malformed id or filter, 1 for an event not found (the message says
 //! whether retention may have retired it) or a failed read.
 
 use std::io::Write;
@@ -328,8 +329,35 @@ fn mock_downstream(args: &sluice::tools::mock_downstream::MockArgs) -> Outcome {
     }
 }
 
+/// An offline tool's `--data-dir` must exist and hold sluice data (a `wal` or `dlq` directory):
+/// a mistyped path exits 2 naming it instead of reading as an empty, healthy data dir.
+fn data_dir_check(data_dir: &std::path::Path) -> Outcome {
+    if !data_dir.is_dir() {
+        return fail(
+            2,
+            format!(
+                "data dir {} does not exist or is not a directory",
+                data_dir.display()
+            ),
+        );
+    }
+    if !data_dir.join("wal").is_dir() && !data_dir.join("dlq").is_dir() {
+        return fail(
+            2,
+            format!(
+                "data dir {} holds no sluice data (no wal/ or dlq/ directory)",
+                data_dir.display()
+            ),
+        );
+    }
+    Ok(())
+}
+
 /// `sluice wal verify|inspect`.
 fn wal(command: WalCommand) -> Outcome {
+    data_dir_check(match &command {
+        WalCommand::Verify { data_dir } | WalCommand::Inspect { data_dir, .. } => data_dir,
+    })?;
     match command {
         WalCommand::Verify { data_dir } => {
             match sluice::wal::manifest::check(&data_dir.join("wal")) {
@@ -402,6 +430,12 @@ fn verify_logs(data_dir: &std::path::Path) -> Outcome {
 
 fn dlq(command: DlqCommand) -> Outcome {
     use sluice::dispatch::dlq::tools as dlq_tools;
+    data_dir_check(match &command {
+        DlqCommand::List { data_dir, .. }
+        | DlqCommand::Show { data_dir, .. }
+        | DlqCommand::Discard { data_dir, .. }
+        | DlqCommand::Replay { data_dir, .. } => data_dir,
+    })?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let result = match command {
@@ -445,6 +479,11 @@ fn dlq(command: DlqCommand) -> Outcome {
 /// `sluice events show|list|ledger`.
 fn events(command: EventsCommand) -> Outcome {
     use sluice::dispatch::event_tools;
+    data_dir_check(match &command {
+        EventsCommand::Show { data_dir, .. }
+        | EventsCommand::List { data_dir, .. }
+        | EventsCommand::Ledger { data_dir, .. } => data_dir,
+    })?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let result = match command {
@@ -636,5 +675,42 @@ mod tests {
         assert_eq!(code(bad_reason), 2);
         let bad_since = replay_all(&data_dir, None, None, Some("yesterday".into()), None);
         assert_eq!(code(bad_since), 2);
+    }
+
+    #[test]
+    fn offline_tools_refuse_a_missing_or_foreign_data_dir_with_2_naming_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("no-such-dir");
+        let empty = tmp.path().join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        let id = "01ARZ3NDEKTSV4RRFFQ69G5FAV";
+        let commands: [&[&str]; 10] = [
+            &["events", "ledger"],
+            &["events", "list"],
+            &["events", "show", id],
+            &["dlq", "list"],
+            &["dlq", "show", id],
+            &["dlq", "discard", id],
+            &["dlq", "replay", id],
+            &["dlq", "replay", "--all"],
+            &["wal", "verify"],
+            &["wal", "inspect"],
+        ];
+        for dir in [&missing, &empty] {
+            let d = dir.to_str().unwrap();
+            for args in commands {
+                let mut argv = args.to_vec();
+                argv.extend(["--data-dir", d]);
+                let outcome = match parse(&argv).unwrap().command {
+                    Command::Events { command } => events(command),
+                    Command::Dlq { command } => dlq(command),
+                    Command::Wal { command } => wal(command),
+                    _ => panic!("{argv:?} is not an offline tool"),
+                };
+                let f = outcome.unwrap_err();
+                assert_eq!(f.code, 2, "{argv:?}: {}", f.msg);
+                assert!(f.msg.contains(d), "{argv:?}: {}", f.msg);
+            }
+        }
     }
 }

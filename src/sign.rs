@@ -1,10 +1,10 @@
 //! HMAC signing primitives and the Standard Webhooks scheme, in one leaf module.
 //!
 //! Both directions use this module and nothing else for their cryptography: inbound
-//! verification (`ingest::verify`) and outbound signing of deliveries (`dispatch::request`), so
-//! the two cannot drift apart (a signature sluice sends verifies with sluice's own verifier, and
-//! both match the official `standardwebhooks` and `svix` libraries). It depends on no other
-//! module of the crate.
+//! verification (`ingest::verify`) and outbound signing of deliveries
+//! (`dispatch::deliver::request`), so the two cannot drift apart (a signature sluice sends
+//! verifies with sluice's own verifier, and both match the official `standardwebhooks` and `svix`
+//! libraries). It depends on no other module of the crate.
 //!
 //! [Standard Webhooks](https://www.standardwebhooks.com/) (`standard_webhooks`): the secret is
 //! `whsec_<base64>`; the MAC key is the decoded base64 (a value without the prefix is not

@@ -25,21 +25,12 @@ if [ -z "${BIN:-}" ]; then
   BIN="$ROOT/target/release/sluice"
 fi
 export BIN
+source "$ROOT/benches/e2e/lib.sh"
 
-# Waits (at most 30 s) until no server of a previous run listens on the scripts' ports: a
-# stopped sluice drains before it closes its listener.
-ports_free() {
-  for _ in $(seq 300); do
-    ss -Hltn '( sport >= :18080 and sport <= :18093 ) or ( sport >= :18180 and sport <= :18182 )' | grep -q . || return 0
-    sleep 0.1
-  done
-  echo "floor.sh: the benchmark ports are still in use after 30 s" >&2
-  exit 1
-}
 step() { # OUTPUT-NAME ENV... -- SCRIPT ARGS...: one run, its output kept; a failure names it
   local name=$1
   shift
-  ports_free
+  e2e_ports_free
   if ! env "$@" >"$OUT/$name.txt" 2>&1; then
     echo "floor.sh: the $name run failed; its output: $OUT/$name.txt" >&2
     tail -n 5 "$OUT/$name.txt" >&2
@@ -54,24 +45,8 @@ for io in uring mio; do
   step "delivered-$io-batch" SLUICE_IO=$io BATCH="$BATCH_N" "$E2E/delivered_vs_nginx.sh" "$DUR"
 done
 
-# ingest FILE NAME-PATTERN: "total user kernel" µs per request of the wrk run whose heading matches.
-ingest() {
-  awk -v pat="$2" '
-    /^== / { on = index($0, pat) > 0 }
-    on && /cpu_us_per_request=/ {
-      match($0, /cpu_us_per_request=[0-9.]+/); t = substr($0, RSTART + 19, RLENGTH - 19)
-      match($0, /user_us=[0-9.]+/); u = substr($0, RSTART + 8, RLENGTH - 8)
-      match($0, /kernel_us=[0-9.]+/); k = substr($0, RSTART + 10, RLENGTH - 10)
-      print t, u, k; exit }' "$1"
-}
-# delivered FILE: "total user kernel" µs per delivered event, and the run's delivery line.
-delivered() {
-  awk '/cpu_us_per_delivered_event=/ {
-      match($0, /cpu_us_per_delivered_event=[0-9.]+/); t = substr($0, RSTART + 27, RLENGTH - 27)
-      match($0, /user_us=[0-9.]+/); u = substr($0, RSTART + 8, RLENGTH - 8)
-      match($0, /kernel_us=[0-9.]+/); k = substr($0, RSTART + 10, RLENGTH - 10)
-      print t, u, k; exit }' "$1"
-}
+ingest() { e2e_ingest_cpu "$@"; }
+delivered() { e2e_delivered_cpu "$@"; }
 row() { # label backend conc "total user kernel" refusal-total
   read -r t u k <<<"$4"
   awk -v l="$1" -v b="$2" -v c="$3" -v t="$t" -v u="$u" -v k="$k" -v r="$5" \

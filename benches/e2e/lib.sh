@@ -60,3 +60,38 @@ nginx_conf() { # servers... ("PORT STATUS BODY" each): writes $WORK/nginx/nginx.
     echo "}"
   } >"$WORK/nginx/nginx.conf"
 }
+
+e2e_ports_free() { # waits (at most 30 s) until no server of a previous run listens on the e2e
+  # scripts' ports (ingest 18080-18093, delivered 18180-18182, ab_switches 18190): a stopped
+  # sluice drains before it closes its listener. Fails if they are still taken.
+  for _ in $(seq 300); do
+    ss -Hltn '( sport >= :18080 and sport <= :18093 ) or ( sport >= :18180 and sport <= :18190 )' | grep -q . || return 0
+    sleep 0.1
+  done
+  echo "$(basename "$0"): the benchmark ports are still in use after 30 s" >&2
+  exit 1
+}
+
+e2e_ingest_cpu() { # FILE NAME-PATTERN: "total user kernel" CPU µs per request of the
+  # ingest_vs_nginx.sh run (in FILE, its output) whose heading contains NAME-PATTERN.
+  awk -v pat="$2" '
+    /^== / { on = index($0, pat) > 0 }
+    on && /cpu_us_per_request=/ {
+      match($0, /cpu_us_per_request=[0-9.]+/); t = substr($0, RSTART + 19, RLENGTH - 19)
+      match($0, /user_us=[0-9.]+/); u = substr($0, RSTART + 8, RLENGTH - 8)
+      match($0, /kernel_us=[0-9.]+/); k = substr($0, RSTART + 10, RLENGTH - 10)
+      print t, u, k; exit }' "$1"
+}
+
+e2e_delivered_cpu() { # FILE: "total user kernel" CPU µs per delivered event of a
+  # delivered_vs_nginx.sh run (FILE, its output).
+  awk '/cpu_us_per_delivered_event=/ {
+      match($0, /cpu_us_per_delivered_event=[0-9.]+/); t = substr($0, RSTART + 27, RLENGTH - 27)
+      match($0, /user_us=[0-9.]+/); u = substr($0, RSTART + 8, RLENGTH - 8)
+      match($0, /kernel_us=[0-9.]+/); k = substr($0, RSTART + 10, RLENGTH - 10)
+      print t, u, k; exit }' "$1"
+}
+
+e2e_median() { # the median of the numbers on stdin, one a line ("" if none)
+  sort -g | awk '{v[NR] = $1} END {if (NR) printf "%.4f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}

@@ -2,7 +2,7 @@
 //! through Redis (`[[destinations]] shared = { … }`, README "Several nodes").
 //!
 //! ```text
-//!  owner core (mio loop)                      client thread (one per node)           Redis
+//!  owner core (its loop)                      client thread (one per node)           Redis
 //!  gate: circuit, pause,                      per turn: the due syncs and rate       LEASE script:
 //!   shared lease valid? ── local cache ──┐     calls of every shared destination      held/want/expiry
 //!   rate token? permit? ─┘               │     as one pipeline per Redis ───────────► RATE script:

@@ -17,8 +17,10 @@
 //! - [`respond`]: the 202/503 bodies; `event_id` (from `wal`): ULID-shaped event ids.
 //! - [`schedule`]: the return schedule: `Retry-After` of `queue_full` and `ingest_saturated`
 //!   refusals from a ring of the coming seconds, so refused senders return spread out.
-//! - [`verify`]: per-trigger signature schemes (`401`), outbound Standard Webhooks signing;
-//!   [`secrets`]: where signing secrets come from; [`dedupe`]: the sharded dedupe index.
+//! - [`verify`]: per-trigger signature verification (`401`); the HMAC primitives are the leaf
+//!   `src/sign.rs`'s, which also signs outbound deliveries (called from dispatch's request,
+//!   `dispatch::deliver::request`); [`secrets`]: where signing secrets come from; [`dedupe`]:
+//!   the sharded dedupe index.
 //! - [`Guards`]: the per-trigger checks above, assembled from the trigger specs for the workers.
 //! - [`spec`]: what ingest needs of the configuration ([`spec::IngestSpec`],
 //!   [`spec::TriggerSpec`], …); `config` builds these, ingest imports nothing of it.

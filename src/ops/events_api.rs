@@ -134,8 +134,12 @@ pub fn answer(
     if with_body && !admin {
         return refused(403, "body_needs_admin_token");
     }
-    let id = path.strip_prefix("/api/v1/events/").unwrap_or_default();
-    match show_bounded(&config.server.data_dir, id, MAX_RECORDS_AFTER) {
+    // Event ids are ULIDs, case-insensitive: the logs hold them upper-case.
+    let id = path
+        .strip_prefix("/api/v1/events/")
+        .unwrap_or_default()
+        .to_ascii_uppercase();
+    match show_bounded(&config.server.data_dir, &id, MAX_RECORDS_AFTER) {
         Ok(report) => {
             let v = live_json(node, &report, with_body);
             Answer::json(200, v.to_string().into_bytes())

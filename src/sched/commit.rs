@@ -1,6 +1,6 @@
 //! A core's commit: the helper thread that does the core's blocking file I/O, one batch per
-//! wake-up (BENCHMARKS.md: an fdatasync's cost and its context switches are per batch), or, with
-//! `wal.commit = "ring"` on io_uring, the core's own ring for its own log.
+//! wake-up (BENCHMARKS.md row C1: an fdatasync's cost and its context switches are per batch),
+//! or, with `wal.commit = "ring"` on io_uring, the core's own ring for its own log.
 //!
 //! Between batches (and at least every 100 ms) the helper also ticks each log (`Wal::tick`):
 //! the checkpoint of what must exist, retention the pump asked for, and while a log is unhealthy
@@ -23,13 +23,13 @@
 //! So a request crosses no thread: it is parsed, admitted, staged and answered on its core; the
 //! helper only sees whole batches. While a batch is with the helper the next one fills, which is
 //! what makes the group commit grow with the load. How the loop waits meanwhile depends on the
-//! backend (measured side by side: BENCHMARKS.md, "Overlapping the commit"):
+//! backend (measured side by side: benches/LOG.md, "Overlapping the commit"):
 //! - **io_uring**: it goes on reading, parsing and admitting, so disk and CPU overlap (parking
-//!   held the batch at 20 requests with 64 connections; reading on, 31);
+//!   held the batch smaller);
 //! - **mio**: while a batch carrying ingest records is with the helper, it parks on the helper
 //!   rather than on the network ([`Committer::wait_done`], at most [`COMMIT_WAIT`];
 //!   `sync::handback` says why and how the helper then unparks it instead of waking the poll):
-//!   the same throughput as reading on, with a third of the switches beyond four per commit.
+//!   the same throughput as reading on, with fewer switches beyond four per commit.
 //!
 //! **On the ring** (`wal.commit = "ring"`, io_uring, `fsync`, `pwrite`): the core's own log
 //! (slot 0, which takes every ingest record) stays with the loop. [`Committer::kick`] stages its
@@ -38,7 +38,7 @@
 //! the turn's sends; the completion ([`Committer::on_ring_done`], `wal::finish_batch`) settles
 //! the batch, and its 202s go out at the end of that turn. The helper keeps the adopted logs and
 //! the dead letters. Not the default: measured here, the io-wq worker that runs the sync costs
-//! more switches and more latency than the helper (BENCHMARKS.md).
+//! more switches and more latency than the helper (BENCHMARKS.md row E9).
 //!
 //! Bounds: at most one batch with the helper, one on the ring and one filling. The filling
 //! batch holds at most `max_batch` ingest records or [`wal::MAX_BATCH_BYTES`] of them

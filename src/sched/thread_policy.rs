@@ -4,8 +4,8 @@
 //! any normal thread, but its wake-ups do not preempt the thread that is running. Its wake-ups
 //! are the loop's hand-over of a batch and the disk's completion of a write; with the default
 //! policy, on a core shared with its loop (one pinned CPU, or a busy machine), each preempted the
-//! loop in the middle of its turn — 2.2 involuntary switches of the loop per group commit under
-//! `wrk -c64` (BENCHMARKS.md), although the loop waits (on io_uring) or parks on the helper
+//! loop in the middle of its turn (measured under `wrk -c64`: benches/LOG.md, "Zeros ahead, the
+//! loop parked on its commit"), although the loop waits (on io_uring) or parks on the helper
 //! (on mio, `sync::handback`) a moment later. As `SCHED_BATCH` the helper runs when the loop
 //! waits, or on another CPU.
 #![allow(unsafe_code)]

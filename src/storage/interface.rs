@@ -1,5 +1,5 @@
 //! The storage interface itself: [`Storage`] (the file operations on a data directory), the
-//! files it opens ([`StorageFile`], and [`SegmentFile`], the seam a WAL writer writes a segment
+//! files it opens ([`StorageFile`], and [`SegmentFile`], the seam the WAL writes a segment
 //! through, so tests and the storage-fault suite can wrap a real file and inject `ENOSPC`, `EIO`
 //! or short writes), and the durable helpers built on it. The contract is the `storage` module
 //! header's. A leaf: the implementations (`stdfs`, `sim`, `segment`) import it, never the

@@ -5,10 +5,10 @@
 //! But while a group commit is with the commit helper (`sched::commit`) and requests wait for its
 //! 202s, the next thing the loop can usefully do is take the batch back: requests arriving
 //! meanwhile can only join the *next* batch, which cannot be handed over before this one
-//! returns. Woken by each of them it would switch in and out several times per commit (measured:
-//! 3.1 switches of the core per commit under `wrk -c64`, BENCHMARKS.md). So then it parks on the
-//! helper instead, for a bounded time (`sched::commit::COMMIT_WAIT`), and reads the network when
-//! the batch is back: one switch per commit.
+//! returns. Woken by each of them it would switch in and out several times per commit (measured
+//! under `wrk -c64`: benches/LOG.md, "Figures that left DESIGN.md and the module docs"). So
+//! then it parks on the helper instead, for a bounded time (`sched::commit::COMMIT_WAIT`), and
+//! reads the network when the batch is back: one switch per commit.
 //!
 //! The protocol (a store-buffering pair, hence `SeqCst` on both sides):
 //! - loop: [`Handback::begin_wait`], then look for the batch; park only if it is not there;

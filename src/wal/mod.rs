@@ -263,27 +263,12 @@
 //! `MADV_RANDOM` because without it `msync` write-back of a 1 KiB record was measured at
 //! 17–978 KiB (read-around / fault-around dirtying neighbouring pages; DESIGN.md "Storage").
 //!
-//! Measured with `benches/wal_append.rs` (criterion `iter_custom`, 10 samples × 3 s per
-//! configuration; 1 KiB records, header included; `Durability::Fsync`, one sync per batch;
-//! 64 MiB fallocate'd segments in `target/tmp` on ext4 over a virtio disk, /dev/vda; 2 vCPUs
-//! shared with other builds), 2026-11-30. The disk is shared and its flush latency swings, so
-//! the two paths were run *interleaved*: 4 rounds, each running every configuration once
-//! (`cargo bench --bench wal_append -- '/Pwrite/16$'` etc.), alternating which path goes first;
-//! the table gives the median over rounds of criterion's median, records/s:
-//!
-//! ```text
-//! batch     Pwrite       Mmap     Pwrite ahead in
-//!     1     16 400     13 900     4 of 4 rounds
-//!    16    170 800    140 000     4 of 4 rounds
-//!   128    319 500    291 300     3 of 4 rounds
-//! ```
-//!
-//! While other engineers' builds were writing heavily (load ~6), each flush took ~3.3 ms for
-//! both paths (a bare `pwrite`+`fdatasync` loop measured the same on fallocate'd, zero-written
-//! and sparse files) and throughput collapsed to batch size / 3.3 ms: 300 / 4 800 / 34 600
-//! (Pwrite) vs 330 / 4 600 / 32 100 (Mmap) records/s for batches of 1 / 16 / 128. Group commit
-//! is what scales; the path is secondary. **`Pwrite` is the default**: faster in 11 of 12
-//! interleaved pairs (the mmap path pays a page fault per first-touched page and `msync`'s page
+//! Measured with `benches/wal_append.rs` (`cargo bench --bench wal_append`), the two paths run
+//! interleaved because the disk's flush latency swings: BENCHMARKS.md row M5 (the runs and the
+//! loaded-disk figures: benches/LOG.md, "WAL append"). Under a loaded disk each flush costs the
+//! same on both paths and throughput falls to batch size ÷ flush time: group commit is what
+//! scales; the path is secondary. **`Pwrite` is the default**: faster in nearly every
+//! interleaved pair (the mmap path pays a page fault per first-touched page and `msync`'s page
 //! walk), I/O errors surface as `write`/`fdatasync` errors rather than `SIGBUS`, and it needs no
 //! map of the active segment.
 //!

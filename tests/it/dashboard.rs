@@ -297,3 +297,21 @@ fn assert_refusing_truth(v: &Value, stalled_uri: &str, old_uri: &str) {
         "{v}"
     );
 }
+
+/// The server printable-escapes a response prefix (`\` as `\\`, other bytes as `\xNN`); the
+/// page shows it as given, quoted, not escaped a second time.
+#[test]
+fn dashboard_in_chromium_shows_a_response_prefix_escaped_once() {
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    let ds = Downstream::start(Behavior::default());
+    let (ua, ub, uc) = (ds.uri("/a"), ds.uri("/b"), ds.uri("/c"));
+    let server = crate::reload::start(&manifest(&ua, &ub, &uc, true));
+    browser.viewport(1280, 900);
+    browser.goto(&format!("http://{}/ui", server.addr()));
+    let shown = browser.eval(
+        r#"return attemptText({status: 502, latency_ms: 7, response_prefix: "a\\\\b\\x00\"c"});"#,
+    );
+    assert_eq!(shown, r#"502 (7 ms) "a\\b\x00"c""#, "{shown}");
+}

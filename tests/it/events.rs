@@ -81,6 +81,15 @@ fn events_show_gives_each_attempt_and_the_outcome_while_running_and_after_a_stop
         server.get(&format!("/api/v1/events/{id}?body=1")).status,
         403
     );
+    // ULIDs are case-insensitive: the lower-case id names the same event.
+    let lower = server.get(&format!("/api/v1/events/{}", id.to_ascii_lowercase()));
+    assert_eq!(
+        lower.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&lower.body)
+    );
+    assert_eq!(lower.json()["id"], id.as_str());
     let unknown = server.get("/api/v1/events/01HZX3K9V7Q2W8E5R4T6Y1V0AB");
     assert_eq!(unknown.status, 404);
     assert_eq!(unknown.json()["status"], "not_found");

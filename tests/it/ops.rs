@@ -567,3 +567,37 @@ fn readme_documents_every_state_field() {
         "README's /api/v1/state table lacks {missing:?}"
     );
 }
+
+/// A mistyped `--data-dir` is refused (exit 2, the message names it) by every offline tool,
+/// instead of reading as an empty, healthy data dir.
+#[test]
+fn offline_tools_refuse_a_data_dir_that_is_missing_or_holds_no_sluice_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let missing = tmp.path().join("missing");
+    let id = "01ARZ3NDEKTSV4RRFFQ69G5FAV";
+    let commands: [&[&str]; 10] = [
+        &["events", "ledger"],
+        &["events", "list"],
+        &["events", "show", id],
+        &["dlq", "list"],
+        &["dlq", "show", id],
+        &["dlq", "discard", id],
+        &["dlq", "replay", id],
+        &["dlq", "replay", "--all"],
+        &["wal", "verify"],
+        &["wal", "inspect"],
+    ];
+    for dir in [&missing, &empty] {
+        let d = path_str(dir);
+        for args in commands {
+            let mut argv = args.to_vec();
+            argv.extend(["--data-dir", d]);
+            let out = run_cli(&argv);
+            assert_eq!(out.status.code(), Some(2), "{argv:?}: {}", out.all());
+            assert!(out.stderr.contains(d), "{argv:?}: {}", out.all());
+        }
+    }
+    assert!(!missing.exists(), "a refused tool must not create the dir");
+}

@@ -1,10 +1,10 @@
 //! Sans-IO HTTP/1.1 client codec for outbound deliveries: requests out, responses in.
 //!
-//! The dispatch connection (on the core's mio loop) owns a socket, an output `Vec<u8>` and a read
-//! buffer. To deliver an event it calls [`write_request`] (which validates everything before it
-//! writes a byte) and flushes the output; then it appends whatever the socket produced to the
-//! read buffer and calls [`ResponseReader::poll`] until it returns something other than
-//! [`ResponseEvent::Incomplete`]. When the socket reports EOF it calls
+//! The dispatch connection (on the core's loop over `net::io`) owns a socket, an output
+//! `Vec<u8>` and a read buffer. To deliver an event it calls [`write_request`] (which validates
+//! everything before it writes a byte) and flushes the output; then it appends whatever the
+//! socket produced to the read buffer and calls [`ResponseReader::poll`] until it returns
+//! something other than [`ResponseEvent::Incomplete`]. When the socket reports EOF it calls
 //! [`ResponseReader::on_eof`], which completes a close-delimited body or reports
 //! [`ClientError::Truncated`]. Nothing here touches a socket, a clock or a thread: the clock is
 //! passed to [`RetryAfter::delay_from`].

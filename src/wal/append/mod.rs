@@ -55,10 +55,9 @@ static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 /// `Pwrite` path: before a batch is written past [`Active::zeroed_end`], this many bytes of
 /// zeros are written after it, so the next batches *overwrite* written blocks. A segment is
 /// `fallocate`d, and a write into its unwritten extents makes the next `fdatasync` convert them
-/// and write the inode's metadata too: measured on this machine's ext4 (/dev/vda), 32 KiB
-/// `pwrite` + `fdatasync` in a loop, `fallocate`d file 3.0 voluntary context switches and 60 µs
-/// of system CPU per sync; with zeros written 1 MiB ahead 2.06 and 44 µs (a Python loop of
-/// `os.pwrite` + `os.fdatasync`, 3,000 syncs each; DESIGN.md "Storage"). The zeros ride the batch's own `fdatasync`, once per MiB.
+/// and write the inode's metadata too: each sync then waits once more and costs more system CPU
+/// (measured on ext4: benches/LOG.md, "Zeros ahead, the loop parked on its commit"; DESIGN.md
+/// "Storage"). The zeros ride the batch's own `fdatasync`, once per MiB.
 /// Recovery reads them as what they are: the zero tail after the last record.
 pub(crate) const ZERO_AHEAD: u64 = 1024 * 1024;
 

@@ -11,7 +11,7 @@
 //! "write the live entries to a new file, delete the old one", with no log head to move and no
 //! tombstone ordering to keep (a tombstone removes every version of its id). It costs a second
 //! sync per commit against an append log's one; a commit carries a whole batch, so that is two
-//! syncs per batch, not per entry (BENCHMARKS.md, "DLQ write rate").
+//! syncs per batch, not per entry (BENCHMARKS.md rows D1 and D2).
 //!
 //! # Durability
 //!

@@ -644,6 +644,7 @@ pub fn printable(bytes: &[u8]) -> String {
     out
 }
 
+pub mod index;
 pub(in crate::wal) mod seek;
 #[cfg(test)]
 mod tests;

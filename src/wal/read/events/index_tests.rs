@@ -1,0 +1,215 @@
+//! The outcome index fed record by record: late outcomes, retries, attempts' range, a lost
+//! range, retirement, and the errors that leave it unchanged.
+
+use super::*;
+use crate::wal::format::{AttemptEntry, AttemptOutcome, DoneEntry, DoneRecord, EventRecord};
+use crate::wal::format::{AttemptsRecord, RetryRecord};
+
+fn event() -> Record {
+    Record::Event(EventRecord {
+        event_id: "01J00000000000000000000000".into(),
+        trigger_id: "t".into(),
+        source: "s".into(),
+        received_at_ms: 1,
+        headers: Vec::new(),
+        body: Vec::new(),
+        replay_of: None,
+    })
+}
+
+fn calls(lsns: &[Lsn], outcome: AttemptOutcome) -> Record {
+    let entry = |&event_lsn: &Lsn| AttemptEntry {
+        event_lsn,
+        attempt: 1,
+        at_ms: 2,
+        destination: 0,
+        outcome,
+        latency_us: 1,
+        retry_after_ms: None,
+        response_prefix: Vec::new(),
+    };
+    Record::Attempts(AttemptsRecord {
+        entries: lsns.iter().map(entry).collect(),
+    })
+}
+
+fn done(lsns: &[Lsn], status: DoneStatus) -> Record {
+    let entry = |&event_lsn: &Lsn| DoneEntry {
+        event_lsn,
+        status,
+        attempts: 1,
+    };
+    Record::Done(DoneRecord {
+        entries: lsns.iter().map(entry).collect(),
+    })
+}
+
+fn retry(event_lsn: Lsn) -> Record {
+    Record::Retry(RetryRecord {
+        event_lsn,
+        next_attempt: 2,
+        due_at_ms: 9,
+        last_error: String::new(),
+    })
+}
+
+/// Feeds `recs` from the index's next LSN on.
+fn feed(ix: &mut OutcomeIndex, recs: impl IntoIterator<Item = Record>) {
+    for r in recs {
+        ix.observe(ix.next_lsn(), &r).unwrap();
+    }
+}
+
+#[test]
+fn slot_is_its_documented_size() {
+    assert_eq!(std::mem::size_of::<Slot>(), SLOT_BYTES);
+}
+
+#[test]
+fn an_outcome_100k_records_later_is_exact() {
+    let mut ix = OutcomeIndex::new(1);
+    feed(&mut ix, [event()]);
+    feed(
+        &mut ix,
+        [calls(&[1], AttemptOutcome::Status(500)), retry(1)],
+    );
+    assert_eq!(
+        ix.get(1).unwrap().outcome,
+        Outcome::Retrying { retry_lsn: 3 }
+    );
+    feed(&mut ix, (0..100_000).map(|_| event()));
+    feed(&mut ix, [calls(&[1], AttemptOutcome::Status(200))]);
+    feed(&mut ix, [done(&[1], DoneStatus::Delivered)]);
+    let f = ix.get(1).unwrap();
+    assert_eq!(f.outcome, Outcome::Done(DoneStatus::Delivered));
+    assert_eq!(f.calls, 2);
+    assert_eq!(f.attempts, Some((2, 100_004)));
+    assert_eq!(ix.get(4).unwrap().outcome, Outcome::Pending);
+    assert_eq!(ix.get(2), None, "an attempts record is not an event");
+    assert_eq!(ix.get(0), None);
+    assert_eq!(ix.get(ix.next_lsn()), None);
+}
+
+#[test]
+fn skips_and_dead_letters_keep_their_status_and_count_no_call() {
+    let mut ix = OutcomeIndex::new(10);
+    feed(&mut ix, [event(), event()]);
+    let skip = AttemptOutcome::Skipped(DoneStatus::SkippedDebounced);
+    feed(
+        &mut ix,
+        [calls(&[10], skip), calls(&[11, 11], AttemptOutcome::Io)],
+    );
+    feed(&mut ix, [done(&[10], DoneStatus::SkippedDebounced)]);
+    feed(&mut ix, [done(&[11], DoneStatus::DeadLettered)]);
+    let (a, b) = (ix.get(10).unwrap(), ix.get(11).unwrap());
+    assert_eq!(a.outcome, Outcome::Done(DoneStatus::SkippedDebounced));
+    assert_eq!(a.calls, 0);
+    assert_eq!(b.outcome, Outcome::Done(DoneStatus::DeadLettered));
+    assert_eq!((b.calls, b.attempts), (2, Some((13, 13))));
+}
+
+#[test]
+fn a_lost_range_marks_the_unfinished_until_an_outcome_lands() {
+    let mut ix = OutcomeIndex::new(1);
+    feed(
+        &mut ix,
+        [event(), event(), event(), done(&[1], DoneStatus::Delivered)],
+    );
+    assert_eq!(ix.accept_loss(5, 50), Ok(2));
+    assert_eq!(ix.next_lsn(), 50);
+    assert_eq!(
+        ix.get(1).unwrap().outcome,
+        Outcome::Done(DoneStatus::Delivered)
+    );
+    assert_eq!(ix.get(2).unwrap().outcome, Outcome::Lost);
+    feed(&mut ix, [done(&[3], DoneStatus::Delivered)]);
+    assert_eq!(
+        ix.get(3).unwrap().outcome,
+        Outcome::Done(DoneStatus::Delivered)
+    );
+    assert_eq!(ix.get(2).unwrap().outcome, Outcome::Lost);
+    let wrong = ix.accept_loss(7, 9);
+    assert_eq!(
+        wrong,
+        Err(IndexError::OutOfOrder {
+            expected: 51,
+            got: 7
+        })
+    );
+}
+
+#[test]
+fn bad_records_are_refused_and_change_nothing() {
+    let mut ix = OutcomeIndex::new(1);
+    feed(&mut ix, [event(), event()]);
+    let gap = ix.observe(5, &event());
+    assert_eq!(
+        gap,
+        Err(IndexError::OutOfOrder {
+            expected: 3,
+            got: 5
+        })
+    );
+    // One good entry and one naming a record that is no event: neither applied.
+    let bad = ix.observe(3, &done(&[1, 3], DoneStatus::Delivered));
+    assert_eq!(
+        bad,
+        Err(IndexError::NotAnEvent {
+            record: 3,
+            event: 3
+        })
+    );
+    let ahead = ix.observe(3, &calls(&[2, 9], AttemptOutcome::Status(200)));
+    assert_eq!(
+        ahead,
+        Err(IndexError::NotAnEvent {
+            record: 3,
+            event: 9
+        })
+    );
+    assert_eq!(
+        ix.observe(3, &retry(0)),
+        Err(IndexError::NotAnEvent {
+            record: 3,
+            event: 0
+        })
+    );
+    assert_eq!(ix.next_lsn(), 3);
+    assert_eq!(ix.get(1).unwrap().outcome, Outcome::Pending);
+    let two = ix.get(2).unwrap();
+    assert_eq!(
+        (two.outcome, two.calls, two.attempts),
+        (Outcome::Pending, 0, None)
+    );
+}
+
+#[test]
+fn retirement_drops_the_head_and_outcomes_for_retired_events_are_refused() {
+    let mut ix = OutcomeIndex::new(1);
+    feed(&mut ix, (0..10).map(|_| event()));
+    ix.retire_below(6);
+    assert_eq!(ix.len(), 5);
+    assert_eq!(ix.get(5), None);
+    assert_eq!(ix.get(6).unwrap().outcome, Outcome::Pending);
+    let late = ix.observe(11, &done(&[3], DoneStatus::Delivered));
+    assert_eq!(
+        late,
+        Err(IndexError::NotAnEvent {
+            record: 11,
+            event: 3
+        })
+    );
+    ix.retire_below(100);
+    assert!(ix.is_empty());
+    assert_eq!(ix.next_lsn(), 100);
+}
+
+#[test]
+fn memory_is_slot_bytes_per_record_plus_slack() {
+    let mut ix = OutcomeIndex::new(1);
+    let n = 100_000;
+    feed(&mut ix, (0..n).map(|_| event()));
+    let per = ix.bytes() as f64 / n as f64;
+    assert!(per >= SLOT_BYTES as f64, "{per}");
+    assert!(per <= 2.0 * SLOT_BYTES as f64, "{per}");
+}
