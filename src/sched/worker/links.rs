@@ -60,14 +60,13 @@ impl Worker {
         let now_ms = crate::sync::clock::unix_millis();
         // Past `drain_grace` (not at the signal): the drain proper holds new work back.
         let draining = self.shared.accepting_stopped(now);
-        let registry = self.reactor.registry();
         while let Some(job) = self.links.jobs_in.try_pop() {
-            self.dispatcher.accept(job, now, registry, draining);
+            self.dispatcher.accept(job, now, draining);
         }
         while let Some(o) = self.links.outcomes_in.try_pop() {
             self.pump.on_outcome(o, now_ms, self.committer.staging());
         }
-        self.dispatcher.on_tick(now, registry, draining);
+        self.dispatcher.on_tick(now, draining);
         for o in self.dispatcher.take_outcomes() {
             let owner = self.links.log_owner[split_key(o.lsn()).0];
             if owner == self.links.core {
@@ -81,8 +80,7 @@ impl Worker {
             .turn(now, draining, self.committer.staging(), &mut admitted);
         for (owner, job) in admitted.drain(..) {
             if owner == self.links.core {
-                self.dispatcher
-                    .accept(job, now, self.reactor.registry(), draining);
+                self.dispatcher.accept(job, now, draining);
             } else {
                 self.links.job_overflow.push_back((owner, job));
             }

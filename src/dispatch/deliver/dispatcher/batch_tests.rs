@@ -76,7 +76,7 @@ fn a_retryable_failure_retries_the_same_batch() {
         }
     )));
     // Due (the backoff is at most 1 s): back in the queue as the same call, not re-batched.
-    r.d.on_tick(2 * SECOND, r.poll.registry(), true);
+    r.d.on_tick(2 * SECOND, true);
     assert_eq!(r.d.dest(0).batcher.as_ref().unwrap().held(), 0);
     let again = r.take(2 * SECOND);
     assert_eq!(again.job.event.event_id, id, "same batch id");
@@ -154,7 +154,7 @@ fn a_reload_that_drops_batching_sends_the_batch_being_filled() {
     assert!(r.d.dest(0).queue.is_empty());
     let mut next = (*r.d.config).clone();
     next.destinations[0].batch = None;
-    r.d.reconfigure(Arc::new(next), 0, r.poll.registry(), true);
+    r.d.reconfigure(Arc::new(next), 0, true);
     assert!(r.d.dest(0).batcher.is_none());
     // The reload pumps the destination: what was filling went out as one last call.
     assert_eq!((r.d.in_flight(), r.in_flight()), (1, 1));
@@ -214,7 +214,7 @@ fn a_reload_that_adds_batching_batches_the_next_events() {
         max_bytes: 1 << 20,
         linger: Duration::from_millis(5),
     });
-    r.d.reconfigure(Arc::new(next), 0, r.poll.registry(), true);
+    r.d.reconfigure(Arc::new(next), 0, true);
     // The job queued before stays one call (the reload pumped it out).
     assert_eq!(r.d.in_flight(), 1);
     r.hold(job(2), 0);

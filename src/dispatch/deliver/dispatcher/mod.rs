@@ -1,7 +1,7 @@
 //! The dispatcher of a destination's owner core: the decisions of delivery. Per-destination
 //! queues, flow-control gates, permits, circuits, rate budgets, pauses, retry timers and
 //! outcome reporting. Everything here is single-threaded (one [`Dispatcher`] per worker, driven
-//! from that worker's mio loop), so the permit set, circuit, rate budget and pause of a
+//! from that worker's loop), so the permit set, circuit, rate budget and pause of a
 //! destination need no atomics and no locks. The I/O (connections, keep-alive reuse, writing
 //! the request, reading the response) is the [`OutboundPool`]'s
 //! ([`crate::net::outbound`]); this file tells it what to send and settles what it reports.
@@ -52,8 +52,6 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use mio::{Registry, Token};
-
 use crate::dispatch::deliver::adaptive::Sample;
 use crate::dispatch::deliver::batch::{batch_id, Batcher};
 use crate::dispatch::deliver::circuit::Transition;
@@ -70,14 +68,14 @@ use crate::dispatch::metrics::CoreDispatchMetrics;
 use crate::dispatch::spec::{DestinationSpec, DispatchSpec};
 use crate::net::http::client::{RequestError, RequestTemplate};
 use crate::net::io::event::ConnEvent;
-use crate::net::io::{Backend, Reactor};
+use crate::net::io::{Clients, Reactor};
 pub use crate::net::outbound::CLIENT_TOKEN_BASE;
 use crate::net::outbound::{Finished, OutboundPool, Started, Target};
 
 // The dispatch window a dispatcher takes slots from for gate-released jobs.
 use crate::dispatch::trigger_caps::Short;
 pub use crate::dispatch::trigger_caps::Slots;
-use crate::sync::clock::unix_millis;
+use crate::sync::clock::Clock;
 
 /// What an attempt carries through the outbound pool.
 #[derive(Debug)]
@@ -164,15 +162,19 @@ pub struct Dispatcher {
     /// generation up ([`Dispatcher::reconfigure`], at the top of its next turn: the publication
     /// happened before the pump's push). Bounded by the jobs out (`max_outstanding`).
     early: Vec<Job>,
+    /// The core's clock; only its wall time is read here (the loop passes `now`).
+    clock: Arc<dyn Clock>,
 }
 
 impl Dispatcher {
-    /// `slots`: the pumps' `max_outstanding` window.
+    /// `slots`: the pumps' `max_outstanding` window; `clock`: the core's (the wall time of
+    /// retry schedules and attempt stamps comes from it too, [`Clock::unix_millis`]).
     pub fn new(
         core: usize,
         config: Arc<DispatchSpec>,
         metrics: CoreDispatchMetrics,
         slots: Slots,
+        clock: Arc<dyn Clock>,
     ) -> Dispatcher {
         let store = crate::dispatch::flow::persist::Store::open(&config.flow_dir, core, &config);
         Dispatcher {
@@ -191,8 +193,9 @@ impl Dispatcher {
             seq: 0,
             outbox: VecDeque::new(),
             rng: SmallRng::seed_from_u64(
-                0x5eed ^ (core as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ unix_millis(),
+                0x5eed ^ (core as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ clock.unix_millis(),
             ),
+            clock,
             metrics,
             held: 0,
             budgets: HashMap::new(),
@@ -257,13 +260,7 @@ impl Dispatcher {
     /// gets its state at its first job; a removed one keeps its state and its settings and
     /// finishes its jobs. Attempts in flight keep running under the settings they started with;
     /// the next attempts use the new ones.
-    pub fn reconfigure(
-        &mut self,
-        config: Arc<DispatchSpec>,
-        now: u64,
-        registry: &Registry,
-        draining: bool,
-    ) {
+    pub fn reconfigure(&mut self, config: Arc<DispatchSpec>, now: u64, draining: bool) {
         let old = std::mem::replace(&mut self.config, config);
         let mut touched = Vec::new();
         if old.gated() != self.config.gated() {
@@ -306,17 +303,17 @@ impl Dispatcher {
         touched.sort_unstable();
         touched.dedup();
         for d in touched {
-            self.pump_dest(d, now, registry);
+            self.pump_dest(d, now);
         }
         for job in std::mem::take(&mut self.early) {
             self.held -= 1;
-            self.accept(job, now, registry, draining);
+            self.accept(job, now, draining);
         }
     }
 
     /// Takes a job from the pump. While draining, jobs are only held (they stay pending in the
     /// WAL and are evaluated by the gates and delivered after the restart).
-    pub fn accept(&mut self, job: Job, now: u64, registry: &Registry, draining: bool) {
+    pub fn accept(&mut self, job: Job, now: u64, draining: bool) {
         self.held += 1;
         if job.dest >= self.config.destinations.len() {
             self.early.push(job);
@@ -325,7 +322,7 @@ impl Dispatcher {
         if draining || !self.flow.gates(&job.event.trigger_id) {
             if let Some(d) = self.enqueue(job, now) {
                 if !draining {
-                    self.pump_dest(d, now, registry);
+                    self.pump_dest(d, now);
                 }
             }
             return;
@@ -333,14 +330,14 @@ impl Dispatcher {
         let mut out = FlowOut::default();
         self.flow.offer(job, now, &mut out);
         for d in self.apply_flow(out, now) {
-            self.pump_dest(d, now, registry);
+            self.pump_dest(d, now);
         }
     }
 
     /// Queues a job that passed the gates, or parks it until its recovered retry time. Returns
     /// its destination when it was queued.
     fn enqueue(&mut self, job: Job, now: u64) -> Option<usize> {
-        let wait_ms = job.due_at_ms.saturating_sub(unix_millis());
+        let wait_ms = job.due_at_ms.saturating_sub(self.clock.unix_millis());
         if wait_ms > 0 {
             let due = now + wait_ms * 1_000_000;
             self.delay(job, due, false);
@@ -364,7 +361,7 @@ impl Dispatcher {
             return;
         };
         let (core, rng) = (self.core, &mut self.rng);
-        let mut new_id = || batch_id(unix_millis(), core, rng.next_u64());
+        let mut new_id = || batch_id(self.clock.unix_millis(), core, rng.next_u64());
         let mut closed = Vec::new();
         batcher.push(job, now, &mut new_id, &mut closed);
         self.metrics.shared.batch.set_open(d, batcher.held());
@@ -529,7 +526,7 @@ impl Dispatcher {
 
     /// Timers: due retries, destination wake-ups, attempt timeouts, idle connections; grants
     /// of shared budgets stored since the last turn.
-    pub fn on_tick(&mut self, now: u64, registry: &Registry, draining: bool) {
+    pub fn on_tick(&mut self, now: u64, draining: bool) {
         let mut touched: Vec<usize> = Vec::new();
         for &d in &self.shared_dests {
             if let Some(dest) = self.dests.get_mut(&d) {
@@ -564,10 +561,10 @@ impl Dispatcher {
             touched.push(dest);
         }
         let mut finished = std::mem::take(&mut self.finished);
-        self.pool.on_tick(now, registry, &mut finished);
+        self.pool.on_tick(now, &mut finished);
         for f in finished.drain(..) {
             touched.push(f.dest());
-            self.finish(f, now, registry);
+            self.finish(f, now);
         }
         self.finished = finished;
         let mut out = FlowOut::default();
@@ -578,16 +575,16 @@ impl Dispatcher {
             touched.sort_unstable();
             touched.dedup();
             for d in touched {
-                self.pump_dest(d, now, registry);
+                self.pump_dest(d, now);
             }
         }
     }
 
     /// Starts as many queued jobs of destination `d` as its gate allows, then tells a shared
     /// budget what the destination wants and publishes its state for `/api/v1/state`.
-    fn pump_dest(&mut self, d: usize, now: u64, registry: &Registry) {
+    fn pump_dest(&mut self, d: usize, now: u64) {
         self.close_lingered(d, now);
-        self.start_queued(d, now, registry);
+        self.start_queued(d, now);
         let dest = self.dest(d);
         let queued = dest.queue.len();
         dest.state.publish_shared(queued);
@@ -596,7 +593,7 @@ impl Dispatcher {
             .set_dest_state(d, circuit, paused, queued as u64);
     }
 
-    fn start_queued(&mut self, d: usize, now: u64, registry: &Registry) {
+    fn start_queued(&mut self, d: usize, now: u64) {
         loop {
             let dest = self.dest(d);
             if dest.queue.is_empty() {
@@ -630,13 +627,13 @@ impl Dispatcher {
                     if probe {
                         self.metrics.circuit_half_open_probe();
                     }
-                    self.start(d, job, permit, now, registry);
+                    self.start(d, job, permit, now);
                 }
             }
         }
     }
 
-    fn start(&mut self, d: usize, job: Job, permit: Permit, now: u64, registry: &Registry) {
+    fn start(&mut self, d: usize, job: Job, permit: Permit, now: u64) {
         let cfg = &self.config.destinations[d];
         let deadline = now + cfg.timeout.as_nanos() as u64;
         // A buffer the pool recycles: no allocation per request once the pool is warm.
@@ -644,10 +641,10 @@ impl Dispatcher {
         // The send time, not the receipt time: receivers check it against a window (Standard
         // Webhooks: 5 minutes), which a retried or replayed event would otherwise fail.
         let encoded = match self.dests.get(&d).map(|x| &x.template) {
-            Some(Ok(t)) => encode(cfg, t, &job, unix_millis() / 1000, &mut request),
+            Some(Ok(t)) => encode(cfg, t, &job, self.clock.unix_millis() / 1000, &mut request),
             Some(Err(e)) => Err(*e),
             None => template(cfg)
-                .and_then(|t| encode(cfg, &t, &job, unix_millis() / 1000, &mut request)),
+                .and_then(|t| encode(cfg, &t, &job, self.clock.unix_millis() / 1000, &mut request)),
         };
         if let Err(e) = encoded {
             // Validated config and stored headers cannot produce this; fail the event
@@ -677,19 +674,17 @@ impl Dispatcher {
             permit,
             started: now,
         };
-        match self
-            .pool
-            .start(target, attempt, request, deadline, registry)
-        {
+        match self.pool.start(target, attempt, request, deadline) {
             Ok(Started::Opened) => self.metrics.connection_opened(d),
             Ok(Started::Reused) => {}
-            Err(f) => self.finish(f, now, registry),
+            Err(f) => self.finish(f, now),
         }
     }
 
-    /// Opens outbound connections on the core's backend (once its loop set it up).
-    pub fn set_backend(&mut self, backend: Backend) {
-        self.pool.set_backend(backend);
+    /// Opens outbound connections on `clients`: the core's reactor's outbound side
+    /// ([`Reactor::clients`]), at construction and again once its loop set up its backend.
+    pub fn attach(&mut self, clients: Clients) {
+        self.pool.attach(clients);
     }
 
     /// Submits the outbound connections' ring operations of the turn (io_uring; before the
@@ -699,56 +694,42 @@ impl Dispatcher {
     }
 
     /// A completion of an outbound connection (io_uring).
-    pub fn on_completion(
-        &mut self,
-        ev: ConnEvent,
-        reactor: &mut Reactor,
-        now: u64,
-        registry: &Registry,
-    ) {
+    pub fn on_completion(&mut self, ev: ConnEvent, reactor: &mut Reactor, now: u64) {
         let mut finished = std::mem::take(&mut self.finished);
-        self.pool
-            .on_completion(ev, reactor, now, registry, &mut finished);
+        self.pool.on_completion(ev, reactor, now, &mut finished);
         for f in finished.drain(..) {
-            self.finish(f, now, registry);
+            self.finish(f, now);
         }
         self.finished = finished;
     }
 
-    /// Readiness of an outbound connection (mio).
-    pub fn on_ready(
-        &mut self,
-        token: Token,
-        readable: bool,
-        writable: bool,
-        now: u64,
-        registry: &Registry,
-    ) {
+    /// Readiness of an outbound connection (mio): `token` is its event's source token.
+    pub fn on_ready(&mut self, token: usize, readable: bool, writable: bool, now: u64) {
         let mut finished = std::mem::take(&mut self.finished);
         self.pool
-            .on_ready(token, readable, writable, now, registry, &mut finished);
+            .on_ready(token, readable, writable, now, &mut finished);
         for f in finished.drain(..) {
-            self.finish(f, now, registry);
+            self.finish(f, now);
         }
         self.finished = finished;
     }
 
     /// An attempt the pool carried ended.
-    fn finish(&mut self, f: Finished<Attempt>, now: u64, registry: &Registry) {
+    fn finish(&mut self, f: Finished<Attempt>, now: u64) {
         match f {
             Finished::Done {
                 dest,
                 payload,
                 result,
                 body_prefix,
-            } => self.settle(dest, payload, (result.into(), body_prefix), now, registry),
+            } => self.settle(dest, payload, (result.into(), body_prefix), now),
             Finished::Stale { dest, payload } => {
                 // A kept-alive connection the server had closed: resend on a fresh connection,
                 // once, without counting an attempt or feeding the circuit.
                 let Attempt { job, permit, .. } = payload;
                 self.dest(dest).state.release(permit);
                 self.dest(dest).queue.push_front(job);
-                self.pump_dest(dest, now, registry);
+                self.pump_dest(dest, now);
             }
         }
     }
@@ -760,7 +741,6 @@ impl Dispatcher {
         attempt: Attempt,
         (result, response_prefix): (AttemptResult, Vec<u8>),
         now: u64,
-        registry: &Registry,
     ) {
         let Attempt {
             job,
@@ -774,7 +754,7 @@ impl Dispatcher {
         let uri = config.destinations[d].handler.uri.as_str();
         let (outcome, retry_after_ms) = recorded(&result);
         let facts = AttemptFacts {
-            at_ms: unix_millis(),
+            at_ms: self.clock.unix_millis(),
             destination: d as u32,
             outcome,
             latency_us: (now.saturating_sub(started) / 1000).min(u64::from(u32::MAX)) as u32,
@@ -817,7 +797,7 @@ impl Dispatcher {
             }
             Class::Retryable { .. } => self.retry(d, job, describe(&result, uri), facts, now),
         }
-        self.pump_dest(d, now, registry);
+        self.pump_dest(d, now);
     }
 
     /// Gives the attempt's permit back and tells the destination's state (circuit, pause,
@@ -874,7 +854,7 @@ impl Dispatcher {
             return;
         };
         let due = now + delay.as_nanos() as u64;
-        let due_at_ms = unix_millis() + delay.as_millis() as u64;
+        let due_at_ms = self.clock.unix_millis() + delay.as_millis() as u64;
         job.attempt = next;
         for lsn in job.lsns() {
             self.send(JobOutcome::RetryScheduled {

@@ -33,6 +33,7 @@ use crate::dispatch::outstanding::Outstanding;
 use crate::dispatch::pump::{PumpCore, PumpEnv, PumpLog, Routes, Write, PUMP_TICKET};
 use crate::dispatch::spec::DispatchSpec;
 use crate::dispatch::trigger_caps::{Slots, TriggerCaps};
+use crate::net::io::Waker;
 use crate::sync::clock::Clock;
 use crate::wal::group::DeadLetters;
 use crate::wal::{AppendOutcome, Lsn, Record, WalError, WalShared, WalTail};
@@ -159,7 +160,7 @@ pub struct CorePump {
     /// The default route's trigger id, for the routes of a reload's spec.
     default_trigger: &'static str,
     /// Every core's waker, by core (cores waiting for a dispatch slot are woken).
-    wakers: Vec<Arc<mio::Waker>>,
+    wakers: Vec<Arc<Waker>>,
     /// Bytes of each log's segments on disk at the last measurement, by position.
     disk_bytes: Vec<u64>,
     /// The generation of each log's retired counts last folded into the ledger, by position.
@@ -175,7 +176,7 @@ impl CorePump {
         parts: PumpParts,
         logs: Vec<PumpLog>,
         outstanding: Arc<Outstanding>,
-        wakers: Vec<Arc<mio::Waker>>,
+        wakers: Vec<Arc<Waker>>,
         now: u64,
     ) -> Result<CorePump, WalError> {
         let PumpParts {
