@@ -27,7 +27,8 @@
 //! of its queue (`queue_job`); a closed batch is queued as one call (a carrier job), so the
 //! gate sees calls: one permit, one rate token, one circuit result per call. The `rate` budget
 //! of a batching destination therefore counts calls, not events. A batch closes at
-//! `max_events`, at `max_bytes`, or at its linger deadline: a timer here (`lingers`, at most one
+//! `max_events`, at `max_bytes`, or at its linger deadline once its call could start (nothing
+//! queued ahead, a permit free, no pause: `close_lingered`): a timer here (`lingers`, at most one
 //! entry per batching destination plus one per reload that shortened its linger), never a
 //! poll. A retried batch is the same carrier (same id, body and members): it waits in `delayed`
 //! as a call and skips the batcher when due.
@@ -369,7 +370,15 @@ impl Dispatcher {
         self.arm_linger(d);
     }
 
-    /// Closes `d`'s batch if its linger is over, and sets the timer for the one left filling.
+    /// Closes `d`'s batch if its linger is over and the call could start now, and sets the
+    /// timer for the one left filling.
+    ///
+    /// Linger bounds how long a batch waits for events that have not arrived: it does not cut
+    /// short a batch that could not leave anyway. While the destination cannot start the call
+    /// (calls queued ahead of it, every permit taken, a `Retry-After` pause) the batch goes on
+    /// filling up to `max_events`/`max_bytes`, and closes when the destination has room again
+    /// (a completion or the pause's end calls [`Dispatcher::pump_dest`]; a pause with nothing
+    /// queued arms its wake-up here). The rate budget and the circuit are left to the gate.
     fn close_lingered(&mut self, d: usize, now: u64) {
         let Some(dest) = self.dests.get_mut(&d) else {
             return;
@@ -377,11 +386,23 @@ impl Dispatcher {
         let Some(batcher) = dest.batcher.as_mut() else {
             return;
         };
-        let mut closed = Vec::new();
-        batcher.poll(now, &mut closed);
-        dest.queue.extend(closed);
-        self.metrics.shared.batch.set_open(d, batcher.held());
-        self.arm_linger(d);
+        if !batcher.deadline().is_some_and(|t| t <= now) {
+            return self.arm_linger(d);
+        }
+        let st = &dest.state;
+        let paused = st.paused_until() > now;
+        if dest.queue.is_empty() && !paused && st.in_flight() < st.max_in_flight() {
+            let mut closed = Vec::new();
+            batcher.poll(now, &mut closed);
+            dest.queue.extend(closed);
+            self.metrics.shared.batch.set_open(d, batcher.held());
+            return self.arm_linger(d);
+        }
+        let until = st.paused_until();
+        if paused && dest.queue.is_empty() && (dest.wake_at == 0 || until < dest.wake_at) {
+            dest.wake_at = until;
+            self.wakes.push(Reverse((until, d)));
+        }
     }
 
     /// A timer at the linger deadline of `d`'s batch being filled, unless one as early is set.
