@@ -181,6 +181,34 @@ fn recovery_line(log: &OpenLog) -> String {
     )
 }
 
+/// The dead letters whose replays are pending in a recovered log and still in the DLQ leave it
+/// now, before anything is served: a crash came between a replay's commit and its entry's
+/// removal (the next commit, `wal::group::Item::Release`). One group removal; a failure is
+/// logged (such an entry may be replayed again: at least once).
+fn release_replayed(dlq: &crate::dispatch::dlq::DlqStore, run_logs: &RunLogs) {
+    let ids: Vec<((), &str)> = (run_logs.logs.iter())
+        .flat_map(|l| l.recovered.pending.values())
+        .filter_map(|m| Some(((), m.replay_of.as_deref()?)))
+        .collect();
+    if ids.is_empty() {
+        return;
+    }
+    let out = dlq.remove_batch(ids);
+    let removed = out.iter().filter(|(_, r)| r.is_ok()).count();
+    if removed > 0 {
+        eprintln!(
+            "sluice: {removed} replayed dead letters left the DLQ at start (their replays are in \
+             the WAL; the crash came before their removal)"
+        );
+    }
+    for (_, r) in out {
+        match r {
+            Ok(()) | Err(crate::dispatch::dlq::DlqError::NotFound { .. }) => {}
+            Err(e) => eprintln!("sluice: a replayed dead letter stays in the DLQ: {e}"),
+        }
+    }
+}
+
 /// Events and bytes committed but not done over every recovered log.
 fn pending(run_logs: &RunLogs) -> Pending {
     let mut p = Pending::default();
@@ -203,6 +231,7 @@ fn shared_state(
     let pending = pending(run_logs);
     let ingest = IngestContext::build(&config, clock.now_nanos(), pending, &dirs, now_secs)?;
     let dispatch = DispatchContext::build(&config, Arc::clone(&ingest.backlog))?;
+    release_replayed(&dispatch.dlq, run_logs);
     let router = Router::new(&config.ingest_triggers(), config.ingest.default_route)
         .with_admin(config.admin_token.is_some());
     for line in crate::config::render::routes_summary(&config) {

@@ -93,7 +93,7 @@
 //!                              pub ledger: BTreeMap<String, TriggerTally> }   // over the log's life, RETIRED included:
 //!                                                    // TriggerTally { accepted, done: [u64; 8], retired }
 //! pub struct PendingMeta { pub bytes: u64, pub received_at_ms: u64, pub trigger_id: String,
-//!                          pub next_attempt: u32, pub due_at_ms: u64 }
+//!                          pub next_attempt: u32, pub due_at_ms: u64, pub replay_of: Option<String> }
 //! pub fn core_log_dir(wal_dir: &Path, core: usize) -> PathBuf;   // layout.rs: DATA_DIR/wal/core-K
 //! pub fn log_dirs(wal_dir: &Path) -> Result<Vec<LogDir>, WalError>;
 //! pub mod manifest { pub fn check(wal_dir: &Path) -> Result<CheckReport, ManifestError>; .. }

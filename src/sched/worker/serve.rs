@@ -115,12 +115,7 @@ impl Rest for Core<'_> {
     }
 
     fn parts(&mut self) -> (&mut Front, Node<'_>, stage::CoreStage<'_>) {
-        let stage = stage::core_stage(
-            &mut *self.committer,
-            &mut self.replays.single,
-            None,
-            &self.shared.dispatch().dlq,
-        );
+        let stage = stage::core_stage(&mut *self.committer, &mut *self.replays, None);
         (&mut *self.front, stage::node(self.shared, self.view), stage)
     }
 

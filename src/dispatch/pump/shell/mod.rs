@@ -57,6 +57,10 @@ impl DeadLetters for DlqStore {
     ) -> Vec<(usize, Result<(), DlqError>)> {
         self.put_batch(entries)
     }
+    /// The batch's replayed dead letters, removed as one group (`dispatch::dlq::store`).
+    fn release(&self, ids: Vec<(usize, &str)>) -> Vec<(usize, Result<(), DlqError>)> {
+        self.remove_batch(ids)
+    }
 }
 
 /// How often retention and the disk measurement run (clock nanos).
@@ -243,6 +247,8 @@ impl CorePump {
                     self.pump.on_dead_letter_done(ticket, entry, r, now_ms, now);
                     self.wake();
                 }
+                // A replay's dead letter leaving the DLQ: the loop settled it before this.
+                (Item::Release { .. }, Outcome::Released(_)) => {}
                 (item, outcome) => {
                     eprintln!("sluice: commit helper answered {item:?} with {outcome:?}")
                 }
