@@ -421,6 +421,12 @@ impl<E: PumpEnv> PumpCore<E> {
             ledger,
         };
         pump.learn_routes(routes);
+        // What recovery counted is published now, before the node is ready (the runtime builds
+        // the pumps first): a scrape or a ledger read never sees this core's logs missing,
+        // which would read as a counter reset.
+        let board = &pump.metrics.ledger;
+        pump.ledger.publish_if_due(board, core, 0);
+        board.publish_live(core, pump.live_snapshot());
         Ok(pump)
     }
 
