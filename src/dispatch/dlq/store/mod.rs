@@ -575,7 +575,7 @@ impl DlqStore {
 struct Vanished;
 
 mod read;
-mod remove;
+pub mod remove;
 mod scan;
 use scan::{exists, read_legacy, read_names, scan_dir, scan_listed};
 

@@ -92,6 +92,8 @@ pub trait DurableQueue: std::fmt::Debug + Send + Sync {
 pub struct LogsEnv {
     queue: Arc<dyn DurableQueue>,
     metrics: Arc<DispatchMetrics>,
+    /// Every log's published state, by its index in the run.
+    wal: Vec<Arc<WalShared>>,
 }
 
 impl PumpEnv for LogsEnv {
@@ -131,6 +133,9 @@ impl PumpEnv for LogsEnv {
     }
     fn release_done(&self, slot: usize, events: u64, bytes: u64) {
         self.queue.release_done(slot, events, bytes)
+    }
+    fn writable(&self, index: usize) -> bool {
+        self.wal.get(index).map_or(true, |w| w.is_healthy())
     }
 }
 
@@ -195,6 +200,7 @@ impl CorePump {
         let env = LogsEnv {
             queue: queue.clone(),
             metrics: metrics.clone(),
+            wal: wal.clone(),
         };
         let n = logs.len();
         let default_trigger = routes.default_trigger;
