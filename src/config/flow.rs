@@ -17,9 +17,12 @@
 //! Key selectors ([`KeySelector`]): `event.source`, `event.trigger`, `event.headers.<name>`
 //! (case-insensitive) and `event.body.<dotted.json.path>`. Only headers stored with the event
 //! are visible to a selector, so a header a selector names is **added to
-//! `[ingest] stored_headers`** at startup (see [`super::Config::build`]); past the 32-header
-//! bound that is a startup error naming the trigger and the header. Durations: a positive
-//! integer with `ms`, `s`, `m`, `h`, `d` or `w`.
+//! `[ingest] stored_headers`** at startup (see [`super::Config::build`]); past the bound (32
+//! stored per event, `content-type` included) that is a startup error naming the trigger and
+//! the header, and a reload that would need a header the running server does not store is
+//! refused naming both (`ops::reload::diff`). Gates on a trigger without a handler are a
+//! warning ([`super::Config::warnings`]). Durations: a positive integer with `ms`, `s`, `m`,
+//! `h`, `d` or `w`.
 
 use std::time::Duration;
 

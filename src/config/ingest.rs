@@ -44,8 +44,10 @@ pub struct RawIngest {
     /// the common pool only, and does not count for `/readyz`). Only with the route on.
     pub default_route_max_pending: Option<super::shares::RawMaxPending>,
     /// Request headers stored with each event (case-insensitive names), besides
-    /// `content-type`, which is always kept. At most 32 (31 when a trigger has `dedupe`, whose
-    /// key is stored as one more). Default: a list of common provider delivery and signature headers.
+    /// `content-type`, which is always kept: at most 31 names (32 headers per event with
+    /// `content-type`; 30 when a trigger has `dedupe`, whose key is stored as one more; the
+    /// headers flow-control keys read count too). Default: a list of common provider delivery
+    /// and signature headers.
     pub stored_headers: Option<Vec<String>>,
     /// Most dedupe keys held across triggers; past it the oldest are evicted (README
     /// "Signatures and dedupe"). Default: 1_000_000. Range: 1..=100_000_000.
@@ -67,7 +69,8 @@ pub const DEFAULT_STORED_HEADERS: &[&str] = &[
     "webhook-signature",
 ];
 
-/// Most stored headers per event (bounds the per-event header block in the WAL).
+/// Most stored headers per event, `content-type` included (bounds the per-event header block
+/// in the WAL): 31 names besides it.
 pub const MAX_STORED_HEADERS: usize = 32;
 
 /// Reads a positive integer from the environment; a set but invalid value is an error.
@@ -166,10 +169,13 @@ fn stored_headers(names: Option<Vec<String>>) -> Result<Vec<String>, ConfigError
         }
     }
     if stored.len() > MAX_STORED_HEADERS {
+        // `content-type` is always stored: it is not one of the names the operator gave.
         return err(format!(
-            "ingest.stored_headers lists {} headers; at most {} are kept per event",
-            stored.len(),
-            MAX_STORED_HEADERS
+            "ingest.stored_headers lists {} headers besides content-type (always stored); at \
+             most {} are kept per event, content-type included: list at most {}",
+            stored.len() - 1,
+            MAX_STORED_HEADERS,
+            MAX_STORED_HEADERS - 1
         ));
     }
     Ok(stored)

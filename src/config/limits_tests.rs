@@ -85,3 +85,45 @@ fn unreachable_permits_are_a_warning_naming_both_keys() {
     );
     assert!(build("", &no_env).unwrap().warnings().is_empty());
 }
+
+/// Issue 38 item 5: the stored-headers bound counts what the operator listed (`content-type`
+/// is always stored besides), and says how many may be listed.
+#[test]
+fn stored_headers_past_the_bound_count_the_names_listed() {
+    let names = |n: usize| {
+        let list: Vec<String> = (0..n).map(|i| format!("\"x-h{i}\"")).collect();
+        format!("[ingest]\nstored_headers = [{}]\n", list.join(", "))
+    };
+    let c = build(&names(31), &no_env).unwrap();
+    assert_eq!(
+        c.ingest.stored_headers.len(),
+        32,
+        "31 listed + content-type"
+    );
+    let e = build(&names(32), &no_env).unwrap_err().0;
+    assert!(e.contains("lists 32 headers besides content-type"), "{e}");
+    assert!(e.contains("list at most 31"), "{e}");
+    // Listing content-type itself does not count it twice.
+    let with_ct = names(31).replace("[\"x-h0\"", "[\"Content-Type\", \"x-h0\"");
+    assert!(build(&with_ct, &no_env).is_ok());
+}
+
+/// Issue 38 item 5: gates on a trigger without a handler never see an event: a warning names
+/// the trigger and the gates (`serve` and `sluice check` print it).
+#[test]
+fn gates_on_a_trigger_without_a_handler_are_a_warning() {
+    let text = "[[triggers]]\nid = \"nohandler\"\nprovider = \"x\"\npath = \"/x\"\n\
+                concurrency = { key = \"event.source\", max = 1 }\n\
+                throttle = { period = \"1s\", max = 1 }\n";
+    let w = build(text, &no_env).unwrap().warnings();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with("trigger \"nohandler\": throttle, concurrency have no effect"),
+        "{w:?}"
+    );
+    let handled = text.replace(
+        "path = \"/x\"\n",
+        "path = \"/x\"\nhandler = \"http://127.0.0.1:9/x\"\n",
+    );
+    assert!(build(&handled, &no_env).unwrap().warnings().is_empty());
+}

@@ -350,7 +350,8 @@ impl Config {
     /// Start-up warnings: settings that are valid but cannot work as written (printed by
     /// `serve` on stderr). Today: a destination whose `max_in_flight` exceeds the pump's
     /// `max_outstanding`, i.e. permits it can never reach (the pump has at most
-    /// `max_outstanding` jobs out in all); `wal.ring_capacity`, which no longer sizes anything.
+    /// `max_outstanding` jobs out in all); `wal.ring_capacity`, which no longer sizes anything;
+    /// flow-control gates on a trigger without a handler (they never see an event).
     pub fn warnings(&self) -> Vec<String> {
         let cap = self.pump.max_outstanding;
         let mut warnings: Vec<String> = self
@@ -369,6 +370,19 @@ impl Config {
                 )
             })
             .collect();
+        for t in self.triggers.iter().filter(|t| t.handler.is_none()) {
+            let gates = t.flow.names();
+            if !gates.is_empty() {
+                warnings.push(format!(
+                    "trigger {:?}: {} {} no effect: the trigger has no handler, so its events \
+                     are stored and marked done without a call (give it a handler, or remove \
+                     the gates)",
+                    t.id,
+                    gates.join(", "),
+                    if gates.len() == 1 { "has" } else { "have" }
+                ));
+            }
+        }
         if let Some(n) = self.wal.ring_capacity {
             warnings.push(format!(
                 "wal.ring_capacity = {n} has no effect: each core commits its own log; the group \
@@ -425,9 +439,12 @@ fn store_gate_headers(
                 if stored.len() >= MAX_STORED_HEADERS {
                     return err(format!(
                         "trigger {:?}: a flow-control key reads header {h:?}, which would be \
-                         stored header number {} (stored: at most {MAX_STORED_HEADERS})",
+                         stored header number {} besides content-type (at most {}: \
+                         ingest.stored_headers and the headers gate keys read share the \
+                         {MAX_STORED_HEADERS} stored per event, content-type included)",
                         t.id,
-                        stored.len() + 1
+                        stored.len(),
+                        MAX_STORED_HEADERS - 1
                     ));
                 }
                 stored.push(h.to_string());
@@ -436,9 +453,10 @@ fn store_gate_headers(
     }
     if triggers.iter().any(|t| t.auth.dedupe.is_some()) && stored.len() >= MAX_STORED_HEADERS {
         return err(format!(
-            "stored lists {} headers; with dedupe at most {} (the key is stored too)",
-            stored.len(),
-            MAX_STORED_HEADERS - 1
+            "ingest.stored_headers and the headers flow-control keys read come to {} headers \
+             besides content-type; with dedupe at most {} (the dedupe key is stored too)",
+            stored.len() - 1,
+            MAX_STORED_HEADERS - 2
         ));
     }
     Ok(())

@@ -276,3 +276,28 @@ fn check_errors_start_with_the_prefixes_readme_names() {
         );
     }
 }
+
+/// Issue 38 item 5: gates on a trigger without a handler never see an event; `sluice check`
+/// says so on stderr, naming the trigger and the gates, and still prints the manifest.
+#[test]
+fn check_warns_about_gates_on_a_trigger_without_a_handler() {
+    let root = temp_root();
+    let path = root.path().join("m.toml");
+    std::fs::write(
+        &path,
+        "[[triggers]]\nid = \"stored\"\nprovider = \"p\"\npath = \"/hooks/stored\"\n\
+         concurrency = { key = \"event.source\", max = 1 }\n",
+    )
+    .unwrap();
+    let out = check_file(&path, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.all());
+    assert!(
+        out.stderr.contains(
+            "sluice: warning: trigger \"stored\": concurrency has no effect: the trigger has \
+             no handler"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stdout.contains("id = \"stored\""), "{}", out.stdout);
+}

@@ -130,6 +130,29 @@ impl FlowSpec {
         self == &FlowSpec::default()
     }
 
+    /// The manifest keys of the gates configured, in evaluation order (`priority` with
+    /// `concurrency`).
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        let mut on = |set: bool, name: &'static str| {
+            if set {
+                names.push(name);
+            }
+        };
+        on(self.batch.is_some(), "batch");
+        on(self.debounce.is_some(), "debounce");
+        on(self.rate_limit.is_some(), "rate_limit");
+        on(self.throttle.is_some(), "throttle");
+        on(self.singleton.is_some(), "singleton");
+        on(self.concurrency.is_some(), "concurrency");
+        let priority = self
+            .concurrency
+            .as_ref()
+            .is_some_and(|c| c.priority.is_some());
+        on(priority, "priority");
+        names
+    }
+
     /// Every header a selector of this trigger reads.
     pub fn headers(&self) -> Vec<&str> {
         let mut keys: Vec<&KeySelector> = Vec::new();

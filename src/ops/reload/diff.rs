@@ -100,8 +100,10 @@ fn sections(old: &Config, new: &Config) -> Result<(), String> {
     // `default_route` applies live (the router is rebuilt; the route takes no share of its own
     // unless `default_route_max_pending`, which does need a restart, gives it one): a reload
     // that adds the first trigger turns a defaulted route off.
+    stored_headers(old, new)?;
     let live = |i: &crate::ingest::spec::IngestSpec| crate::ingest::spec::IngestSpec {
         default_route: false,
+        stored_headers: Vec::new(),
         ..i.clone()
     };
     same_dbg("[ingest]", &live(&old.ingest), &live(&new.ingest))?;
@@ -112,6 +114,38 @@ fn sections(old: &Config, new: &Config) -> Result<(), String> {
         return Err("SLUICE_ADMIN_TOKEN cannot change without a restart".into());
     }
     Ok(())
+}
+
+/// The headers stored with each event are fixed for a run (`ingest.stored_headers` plus every
+/// header a flow-control key reads). A new gate keyed on a header the running server does not
+/// store is refused naming the trigger and the header; any other change names what it adds
+/// and removes.
+fn stored_headers(old: &Config, new: &Config) -> Result<(), String> {
+    let (o, n) = (&old.ingest.stored_headers, &new.ingest.stored_headers);
+    if o == n {
+        return Ok(());
+    }
+    for t in &new.triggers {
+        if let Some(h) = t
+            .flow
+            .headers()
+            .into_iter()
+            .find(|h| !o.iter().any(|s| s == h))
+        {
+            return Err(format!(
+                "trigger {:?}: a flow-control key reads header {h:?}, which the running server \
+                 does not store with its events (the stored headers are fixed until a restart); \
+                 restart to key a gate on it",
+                t.id
+            ));
+        }
+    }
+    let added: Vec<&String> = n.iter().filter(|h| !o.contains(h)).collect();
+    let removed: Vec<&String> = o.iter().filter(|h| !n.contains(h)).collect();
+    Err(format!(
+        "ingest.stored_headers cannot change without a restart (the new manifest adds \
+         {added:?} and removes {removed:?}; the headers flow-control keys read are stored too)"
+    ))
 }
 
 /// `new` is laid out by destination id (`ids::assign`): an id both have is the same URI.
@@ -360,6 +394,38 @@ pub(super) mod tests {
         let slower = base.replace("max_in_flight = 5", "max_in_flight = 5\ntimeout = \"9s\"");
         assert_eq!(diff(&old, &cfg(&slower)), Ok(()));
     }
+    /// Issue 38 item 5: a gate a reload keys on a header the running server does not store is
+    /// refused naming the trigger and the header, in one short line (not two `Debug` dumps).
+    #[test]
+    fn a_gate_keyed_on_an_unstored_header_names_the_trigger_and_the_header() {
+        let old = cfg(BASE);
+        let keyed = BASE.replace(
+            "path = \"/t\"",
+            "path = \"/t\"\nconcurrency = { key = \"event.headers.x-key\", max = 1 }",
+        );
+        let e = diff(&old, &cfg(&keyed)).unwrap_err();
+        assert!(
+            e.starts_with("trigger \"t\": a flow-control key reads header \"x-key\""),
+            "{e}"
+        );
+        assert!(
+            !e.contains("IngestSpec") && e.len() < 300,
+            "{} bytes: {e}",
+            e.len()
+        );
+        // A gate on a header already stored applies live.
+        let stored = BASE.replace(
+            "path = \"/t\"",
+            "path = \"/t\"\nconcurrency = { key = \"event.headers.user-agent\", max = 1 }",
+        );
+        assert_eq!(diff(&old, &cfg(&stored)), Ok(()));
+        // The stored list itself changed: what it adds and removes, briefly.
+        let listed = format!("[ingest]\nstored_headers = [\"x-a\"]\n{BASE}");
+        let e = diff(&old, &cfg(&listed)).unwrap_err();
+        assert!(e.starts_with("ingest.stored_headers cannot change"), "{e}");
+        assert!(e.contains("[\"x-a\"]") && !e.contains("IngestSpec"), "{e}");
+    }
+
     /// A gated trigger may change its handler live only to a destination of the same owner
     /// core (its gates' state lives there); an ungated one anywhere.
     #[test]

@@ -291,6 +291,14 @@ impl Published {
         if let Some(m) = &self.flow_cells {
             m.export_destinations(&spec.in_use());
         }
+        let warned = current.value.config.warnings();
+        for w in config
+            .warnings()
+            .into_iter()
+            .filter(|w| !warned.contains(w))
+        {
+            eprintln!("sluice: reload: warning: {w}");
+        }
         for id in crate::ops::reload::diff::handlers_dropped(&current.value.config, &config) {
             eprintln!(
                 "sluice: reload: trigger {id:?} has no handler from generation {n} on: its \
