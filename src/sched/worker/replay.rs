@@ -228,7 +228,7 @@ impl Core<'_> {
     /// `POST /admin/dlq/{id}/replay`: a new event (new id, `replay_of = id`) with the
     /// dead-lettered event's trigger, source, headers and body goes through the normal durable
     /// path; once it is durable the DLQ entry is removed and the answer is `202`. The entry is
-    /// claimed first in the store's set shared by every core (`dispatch::replay_claims`): while
+    /// claimed first in the store's set shared by every core (`dispatch::dlq::claims`): while
     /// a replay (bulk or single, any core) has it on its way, another is `409 in_progress`.
     pub(super) fn replay_dead_letter(
         &mut self,

@@ -1,4 +1,4 @@
-//! Tests of `dispatch::dispatcher` (kept apart: the module itself is long): its decisions
+//! Tests of `dispatch::deliver::dispatcher` (kept apart: the module itself is long): its decisions
 //! without sockets. Jobs are held (`draining`), attempts taken through the destination's gate
 //! as `pump_dest` would, and the pool's reports fed to `finish` as the pool would hand them
 //! over.

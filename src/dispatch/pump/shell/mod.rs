@@ -50,7 +50,7 @@ pub type Staging = crate::wal::group::Staging<DlqEntry, DlqError>;
 impl DeadLetters for DlqStore {
     type Entry = DlqEntry;
     type Error = DlqError;
-    /// The batch's dead letters as one DLQ commit (`dispatch::dlq_store`).
+    /// The batch's dead letters as one DLQ commit (`dispatch::dlq::store`).
     fn put_dead_letters(
         &self,
         entries: Vec<(usize, &DlqEntry)>,
