@@ -770,7 +770,19 @@ impl Dispatcher {
             ..
         } = attempt;
         let class = classify(&result);
-        let opened = self.feed_gate(d, permit, &class, &result, started, now);
+        // A keyed trigger's failures count once per key towards the circuit (looked up only
+        // for a failure: nothing on the delivered path).
+        let key = match class {
+            Class::Retryable { pause: None } if job.batch.is_empty() => {
+                self.flow.concurrency_key(job.lsn).map(|(t, k)| {
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    std::hash::Hash::hash(&(t, k), &mut h);
+                    std::hash::Hasher::finish(&h)
+                })
+            }
+            _ => None,
+        };
+        let opened = self.feed_gate(d, permit, (&class, key), &result, started, now);
         let config = Arc::clone(&self.config);
         let uri = config.destinations[d].handler.uri.as_str();
         let (outcome, retry_after_ms) = recorded(&result);
@@ -827,13 +839,13 @@ impl Dispatcher {
         &mut self,
         d: usize,
         permit: Permit,
-        class: &Class,
+        (class, key): (&Class, Option<u64>),
         result: &AttemptResult,
         started: u64,
         now: u64,
     ) -> bool {
         let in_flight_at_end = self.dest(d).state.in_flight();
-        let events = self.dest(d).state.complete(permit, now, class);
+        let events = self.dest(d).state.complete_for(permit, now, class, key);
         if let Some(sample) = adaptive_sample(result, now.saturating_sub(started)) {
             if let Some(limit) = self.dest(d).state.observe(now, in_flight_at_end, sample) {
                 self.metrics.set_permits(d, limit as u64);
