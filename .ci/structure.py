@@ -31,7 +31,9 @@ The rules (each is a class of violation, reported with a stable key):
                   of files with a common prefix is a folder);
 - `long-impl`:    a type whose inherent `impl` blocks (trait impls left out) hold more than
                   `MAX_IMPL_CODE` lines of code across all its files: a type is split by
-                  responsibility, not by moving `impl` blocks into other files.
+                  responsibility, not by moving `impl` blocks into other files;
+- `names`:        non-test code of a module that names what `FORBIDDEN_NAMES` keeps out of it
+                  (e.g. the I/O backend or a clock read in dispatch).
 
 The ratchet. `.ci/structure-baseline.txt` lists the violations the tree had when these rules were
 set; they are being removed one room at a time. The check fails on any violation that is not in
@@ -104,6 +106,14 @@ FORBIDDEN_MODULES = [
     ("wal::read", "wal::append"),
     # io_uring is one backend leaf: the portable layer above it never names its parts.
     ("net::io::mio", "net::io::uring"),
+]
+# Names a room's non-test code never uses (comments and strings left out): (module prefix, regex,
+# why).
+FORBIDDEN_NAMES = [
+    # Delivery decides; the backend (`net::io`) does the I/O: no dispatch type or signature names
+    # mio, and every time dispatch reads comes from the injected clock (`sync::clock`).
+    ("dispatch", r"\bmio\b", "the I/O backend stays in net::io"),
+    ("dispatch", r"\b(?:Instant|SystemTime)\s*::\s*now\b", "time comes from the injected clock"),
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -551,6 +561,11 @@ def violations(src: Path):
             out[f"path-attr: {rel[m]} -> {rel[c]}"] = [f"{rel[c]} is loaded with #[path] as {c}"]
         for name, first, n in inherent_impls(f):
             impls[(top(m), name)].append((rel[m], first, n))
+        for prefix, pattern, why in FORBIDDEN_NAMES:
+            if within(m, prefix):
+                for hit in re.finditer(pattern, f.code):
+                    line = f.code.count("\n", 0, hit.start()) + 1
+                    out.setdefault(f"names: {rel[m]}", []).append(f"{rel[m]}:{line}: {hit.group(0)} ({why})")
         for name, first, length in functions(f):
             if length > MAX_FN_LINES:
                 out[f"long-fn: {rel[m]}::{name}"] = [f"{rel[m]}:{first}: {length} lines"]
@@ -590,7 +605,7 @@ def main() -> int:
         kinds[k.split(":")[0]] += 1
     summary = ", ".join(f"{kinds[k]} {k}" for k in
                         ("file-cycle", "folder-cycle", "forbidden", "long-fn", "long-file", "untested",
-                         "path-attr", "wide-folder", "long-impl"))
+                         "path-attr", "wide-folder", "long-impl", "names"))
     if args.report:
         for k in sorted(found):
             print(k)

@@ -87,6 +87,14 @@ ok = all([
         "a/b/mod.rs": "pub(in crate::a) mod c;\npub struct B;\n",
         "a/b/c.rs": "pub(in crate::a) fn f() {}\n",
     }, [], ["file-cycle: src/a/mod.rs src/a/b/mod.rs"]),
+    check("dispatch names neither mio nor a clock read outside tests, comments and strings", {
+        "lib.rs": "pub mod dispatch;\npub mod net;\n",
+        "dispatch/mod.rs": "pub mod a;\npub mod b;\n",
+        "dispatch/a.rs": "fn f(_: &mio::Registry) {}\n",
+        "dispatch/b.rs": "// mio::Token and Instant::now() in a comment\nconst S: &str = \"mio\";\n"
+                         "fn g() -> u64 { 0 }\n#[cfg(test)]\nmod tests { use mio::Poll; fn t() { std::time::Instant::now(); } }\n",
+        "net.rs": "fn h() { let _ = std::time::Instant::now(); }\n",
+    }, ["names: src/dispatch/a.rs"], ["names: src/dispatch/b.rs", "names: src/net.rs"]),
 ])
 print("structure self-test:", "passed" if ok else "FAILED")
 sys.exit(0 if ok else 1)

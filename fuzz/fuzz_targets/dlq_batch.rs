@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice::dispatch::dlq::{check_record, decode_entry, valid_id};
 use sluice::dispatch::dlq::batch::{scan, HEADER_BYTES};
+use sluice::dispatch::dlq::{check_record, decode_entry, valid_id};
 
 fuzz_target!(|data: &[u8]| {
     let s = scan(data, check_record);

@@ -35,6 +35,10 @@ impl DeadLetters for NoDeadLetters {
         assert!(entries.is_empty(), "no dead letters in these models");
         Vec::new()
     }
+    fn release(&self, ids: Vec<(usize, &str)>) -> Vec<(usize, Result<(), ()>)> {
+        assert!(ids.is_empty(), "no replays in these models");
+        Vec::new()
+    }
 }
 use std::path::Path;
 

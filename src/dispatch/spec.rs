@@ -20,33 +20,7 @@ use crate::dispatch::flow::spec::{FlowBounds, FlowSpec};
 /// per-destination table (each core's states, the metric cells), removed destinations included.
 pub const RELOAD_DESTINATIONS: usize = 64;
 
-/// A parsed, normalized handler URI.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HandlerUri {
-    /// Handler kind; `"http"` is the only one so far (`https` is kind `http` over TLS).
-    pub kind: &'static str,
-    /// `https://`: the connection speaks TLS.
-    pub tls: bool,
-    /// Lower-cased host to connect to: a DNS name, an IPv4 address, or an IPv6 address without
-    /// its brackets.
-    pub host: String,
-    /// TCP port (80, or 443 for `https`, when not written).
-    pub port: u16,
-    /// `host[:port]` exactly as written in the manifest (the `Host` header value).
-    pub authority: String,
-    /// Request target: path (default `/`) and query, as written.
-    pub path_and_query: String,
-    /// Normalized URI, the destination key: `http://` (or `https://`) + host (IPv6 in
-    /// brackets) + `:port` unless the scheme's default + path_and_query.
-    pub uri: String,
-}
-
-impl HandlerUri {
-    /// The circuit key, handler kind + target URI (Harn reference §7): `"http:" + uri`.
-    pub fn circuit_key(&self) -> String {
-        format!("{}:{}", self.kind, self.uri)
-    }
-}
+pub use crate::net::http::client::uri::HandlerUri;
 
 /// Circuit breaker settings of one destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

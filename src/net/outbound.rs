@@ -46,11 +46,11 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use mio::{Registry, Token};
+use mio::Token;
 
 use crate::net::http::client::{ClientLimits, ResponseEvent, ResponseReader};
 use crate::net::io::event::ConnEvent;
-use crate::net::io::{Backend, Clients, Reactor, Stream, Streams};
+use crate::net::io::{Clients, Reactor, Stream, Streams};
 use crate::net::tls::{tls_fault, TlsClient, TlsFault, Wire};
 use crate::sync::clock::unix_millis;
 
@@ -232,17 +232,18 @@ impl<T> OutboundPool<T> {
             scratch: vec![0u8; READ_CHUNK].into_boxed_slice(),
             spare: Vec::new(),
             idle_timeout: idle_timeout_nanos,
-            clients: Clients::new(Backend::Mio),
+            clients: Clients::default(),
             unsubmitted: Vec::new(),
         }
     }
 
-    /// Opens new connections on `backend` (the core's reactor's, once its loop started; mio
-    /// until then). A connection already open stays on its backend until it closes (release
-    /// and touch go by the stream's own kind).
-    pub fn set_backend(&mut self, backend: Backend) {
-        if self.clients.backend() != backend {
-            self.clients = Clients::new(backend);
+    /// Opens new connections on `clients` (the core's reactor's outbound side,
+    /// [`crate::net::io::Reactor::clients`]: mio until its loop set up the ring, then the
+    /// loop's backend). A connection already open stays on its backend until it closes
+    /// (release and touch go by the stream's own kind; both handles are of the same poll).
+    pub fn attach(&mut self, clients: Clients) {
+        if !self.clients.attached() || self.clients.backend() != clients.backend() {
+            self.clients = clients;
         }
     }
 
@@ -260,7 +261,6 @@ impl<T> OutboundPool<T> {
         ev: ConnEvent,
         reactor: &mut Reactor,
         now: u64,
-        registry: &Registry,
         out: &mut Vec<Finished<T>>,
     ) {
         let id = ev.idx();
@@ -273,7 +273,7 @@ impl<T> OutboundPool<T> {
             return;
         };
         if ready.drive {
-            self.drive(id, ready.input, true, now, registry, out);
+            self.drive(id, ready.input, true, now, out);
         }
     }
 
@@ -331,7 +331,6 @@ impl<T> OutboundPool<T> {
         payload: T,
         request: Vec<u8>,
         deadline: u64,
-        registry: &Registry,
     ) -> Result<Started, Finished<T>> {
         let d = target.dest;
         self.dests.entry(d).or_default().idle_cap = target.idle_cap;
@@ -350,14 +349,14 @@ impl<T> OutboundPool<T> {
             attempt.reused = c.served > 0;
             c.state = ConnState::Busy(attempt);
             recycle(&mut self.spare, old);
-            let written = self.write(id, registry);
+            let written = self.write(id);
             self.touch(id);
             return match written {
                 Some(f) => Err(f),
                 None => Ok(Started::Reused),
             };
         }
-        self.connect(target, attempt, request, registry)
+        self.connect(target, attempt, request)
     }
 
     fn connect(
@@ -365,7 +364,6 @@ impl<T> OutboundPool<T> {
         target: Target<'_>,
         attempt: InFlight<T>,
         wbuf: Vec<u8>,
-        registry: &Registry,
     ) -> Result<Started, Finished<T>> {
         let d = target.dest;
         let connect_error = |attempt: InFlight<T>| Finished::Done {
@@ -384,7 +382,7 @@ impl<T> OutboundPool<T> {
         let token = Token(CLIENT_TOKEN_BASE + id);
         let opened = self
             .resolve(target)
-            .and_then(|addr| self.clients.connect(addr, registry, token));
+            .and_then(|addr| self.clients.connect(addr, token));
         let stream = match opened {
             Ok(s) => s,
             Err(_) => {
@@ -395,7 +393,7 @@ impl<T> OutboundPool<T> {
         let wire = match Wire::new(stream, target.tls) {
             Ok(w) => w,
             Err((e, stream)) => {
-                self.clients.release(id, stream, registry);
+                self.clients.release(id, stream);
                 self.free.push(id);
                 return Err(Finished::Done {
                     dest: d,
@@ -449,17 +447,16 @@ impl<T> OutboundPool<T> {
     /// an answered keep-alive connection is idle (reusable) before that happens.
     pub fn on_ready(
         &mut self,
-        token: Token,
+        token: usize,
         readable: bool,
         writable: bool,
         now: u64,
-        registry: &Registry,
         out: &mut Vec<Finished<T>>,
     ) {
-        let Some(id) = token.0.checked_sub(CLIENT_TOKEN_BASE) else {
+        let Some(id) = token.checked_sub(CLIENT_TOKEN_BASE) else {
             return;
         };
-        self.drive(id, readable, writable, now, registry, out);
+        self.drive(id, readable, writable, now, out);
     }
 
     /// Connection `id` may make progress (a readiness event or a completion): writes and
@@ -470,10 +467,9 @@ impl<T> OutboundPool<T> {
         readable: bool,
         writable: bool,
         now: u64,
-        registry: &Registry,
         out: &mut Vec<Finished<T>>,
     ) {
-        self.exchange(id, readable, writable, now, registry, out);
+        self.exchange(id, readable, writable, now, out);
         self.touch(id);
     }
 
@@ -483,7 +479,6 @@ impl<T> OutboundPool<T> {
         readable: bool,
         writable: bool,
         now: u64,
-        registry: &Registry,
         out: &mut Vec<Finished<T>>,
     ) {
         let Some(c) = self.conns.get_mut(id).and_then(Option::as_mut) else {
@@ -503,32 +498,32 @@ impl<T> OutboundPool<T> {
             } else {
                 Failure::Broken
             };
-            out.extend(self.fail_conn(id, r, registry));
+            out.extend(self.fail_conn(id, r));
             return;
         }
         // TLS couples the directions (a handshake read lets the request go out): drive both.
         let tls = c.wire.is_tls();
         if writable || tls {
-            if let Some(f) = self.write(id, registry) {
+            if let Some(f) = self.write(id) {
                 // The connection is gone; nothing left to read.
                 out.push(f);
                 return;
             }
         }
         if readable || tls {
-            if let Some(f) = self.read(id, now, registry) {
+            if let Some(f) = self.read(id, now) {
                 out.push(f);
                 return;
             }
         }
         if tls {
-            out.extend(self.write(id, registry));
+            out.extend(self.write(id));
         }
     }
 
     /// Timers: attempts past their deadline end with `Timeout`; idle connections older than
     /// `idle_timeout` are closed.
-    pub fn on_tick(&mut self, now: u64, registry: &Registry, out: &mut Vec<Finished<T>>) {
+    pub fn on_tick(&mut self, now: u64, out: &mut Vec<Finished<T>>) {
         while let Some((id, gen)) = self.unsubmitted.pop() {
             // The id may have been closed and given to a new connection since: only the stream
             // whose submit failed is failed.
@@ -538,7 +533,7 @@ impl<T> OutboundPool<T> {
                 .and_then(Option::as_mut)
                 .is_some_and(|c| matches!(c.wire.stream(), Stream::Uring(s) if s.gen() == gen));
             if same {
-                out.extend(self.fail_conn(id, Failure::Broken, registry));
+                out.extend(self.fail_conn(id, Failure::Broken));
             }
         }
         for id in 0..self.conns.len() {
@@ -548,14 +543,14 @@ impl<T> OutboundPool<T> {
                 _ => false,
             };
             if expired {
-                out.extend(self.fail_conn(id, Failure::Timeout, registry));
+                out.extend(self.fail_conn(id, Failure::Timeout));
             }
         }
     }
 
     /// Writes what is left of the request. A broken connection is torn down and its attempt's
     /// end returned.
-    fn write(&mut self, id: usize, registry: &Registry) -> Option<Finished<T>> {
+    fn write(&mut self, id: usize) -> Option<Finished<T>> {
         let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
         loop {
             // A TLS connection may hold records after the last plaintext byte went in.
@@ -565,7 +560,7 @@ impl<T> OutboundPool<T> {
             }
             match c.wire.write(rest) {
                 Ok(0) if rest.is_empty() => break,
-                Ok(0) => return self.fail_conn(id, Failure::Broken, registry),
+                Ok(0) => return self.fail_conn(id, Failure::Broken),
                 Ok(n) => c.wpos += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -577,14 +572,14 @@ impl<T> OutboundPool<T> {
                     } else {
                         Failure::Broken
                     };
-                    return self.fail_conn(id, failure(&e, r), registry);
+                    return self.fail_conn(id, failure(&e, r));
                 }
             }
         }
         None
     }
 
-    fn read(&mut self, id: usize, now: u64, registry: &Registry) -> Option<Finished<T>> {
+    fn read(&mut self, id: usize, now: u64) -> Option<Finished<T>> {
         loop {
             let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
             let n = match c.wire.read(&mut self.scratch) {
@@ -597,11 +592,11 @@ impl<T> OutboundPool<T> {
                                 status: r.status,
                                 retry_after: None,
                             };
-                            self.complete(id, (result, r.body_prefix), false, now, registry)
+                            self.complete(id, (result, r.body_prefix), false, now)
                         }
-                        (_, ConnState::Busy(_)) => self.fail_conn(id, Failure::Broken, registry),
+                        (_, ConnState::Busy(_)) => self.fail_conn(id, Failure::Broken),
                         _ => {
-                            self.close(id, registry);
+                            self.close(id);
                             None
                         }
                     };
@@ -615,14 +610,14 @@ impl<T> OutboundPool<T> {
                     } else {
                         Failure::Broken
                     };
-                    return self.fail_conn(id, failure(&e, r), registry);
+                    return self.fail_conn(id, failure(&e, r));
                 }
             };
             if let ConnState::Busy(a) = &mut c.state {
                 a.got_bytes = true;
             } else {
                 // Bytes on an idle connection: the server is confused; drop the connection.
-                self.close(id, registry);
+                self.close(id);
                 return None;
             }
             // Usually nothing is buffered and the whole response came in this read: it is
@@ -644,9 +639,9 @@ impl<T> OutboundPool<T> {
                         retry_after: pause,
                     };
                     let prefix = r.body_prefix;
-                    return self.complete(id, (result, prefix), r.keep_alive, now, registry);
+                    return self.complete(id, (result, prefix), r.keep_alive, now);
                 }
-                ResponseEvent::Error(_) => return self.fail_conn(id, Failure::Broken, registry),
+                ResponseEvent::Error(_) => return self.fail_conn(id, Failure::Broken),
             }
         }
     }
@@ -659,7 +654,6 @@ impl<T> OutboundPool<T> {
         (result, body_prefix): (Exchange, Vec<u8>),
         keep_alive: bool,
         now: u64,
-        registry: &Registry,
     ) -> Option<Finished<T>> {
         let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
         let d = c.dest;
@@ -678,7 +672,7 @@ impl<T> OutboundPool<T> {
         if keep && dest.idle.len() < dest.idle_cap {
             dest.idle.push(id);
         } else {
-            self.close(id, registry);
+            self.close(id);
         }
         Some(Finished::Done {
             dest: d,
@@ -690,16 +684,11 @@ impl<T> OutboundPool<T> {
 
     /// The connection broke (or timed out) during an attempt, or while idle: close it and
     /// report the attempt's end, if one was on it.
-    fn fail_conn(
-        &mut self,
-        id: usize,
-        failure: Failure,
-        registry: &Registry,
-    ) -> Option<Finished<T>> {
+    fn fail_conn(&mut self, id: usize, failure: Failure) -> Option<Finished<T>> {
         let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
         let dest = c.dest;
         let state = std::mem::replace(&mut c.state, ConnState::Broken);
-        self.close(id, registry);
+        self.close(id);
         let ConnState::Busy(attempt) = state else {
             return None;
         };
@@ -717,11 +706,11 @@ impl<T> OutboundPool<T> {
         })
     }
 
-    fn close(&mut self, id: usize, registry: &Registry) {
+    fn close(&mut self, id: usize) {
         if let Some(mut c) = self.conns.get_mut(id).and_then(Option::take) {
             self.free.push(id);
             recycle(&mut self.spare, std::mem::take(&mut c.wbuf));
-            self.clients.release(id, c.wire.into_stream(), registry);
+            self.clients.release(id, c.wire.into_stream());
             if let Some(dest) = self.dests.get_mut(&c.dest) {
                 dest.open -= 1;
                 dest.idle.retain(|&x| x != id);

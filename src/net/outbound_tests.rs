@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use mio::Poll;
 
-use crate::net::io::Event;
+use crate::net::io::{Backend, Event};
 
 const REQUEST: &[u8] = b"POST /h HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\nhi";
 const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
@@ -76,17 +76,15 @@ fn server(conns: usize, answers: Vec<&'static [u8]>) -> (u16, JoinHandle<usize>)
     (port, h)
 }
 
-/// A core's I/O for the pool: a reactor on one backend, and its registry.
+/// A core's I/O for the pool: a reactor on one backend.
 struct Rig {
     reactor: Reactor,
-    registry: Registry,
 }
 
 impl Rig {
     /// A reactor on `backend`; `None` (after saying so) when io_uring is unavailable here.
     fn new(backend: Backend) -> Option<Rig> {
         let poll = Poll::new().unwrap();
-        let registry = poll.registry().try_clone().unwrap();
         let mut reactor = Reactor::new(poll);
         if backend == Backend::Uring {
             if let Err(why) = crate::net::io::uring::probe() {
@@ -95,17 +93,13 @@ impl Rig {
             }
             reactor.start_uring().unwrap();
         }
-        Some(Rig { reactor, registry })
-    }
-
-    fn registry(&self) -> &Registry {
-        &self.registry
+        Some(Rig { reactor })
     }
 
     /// A pool on this rig's backend.
     fn pool(&self, idle_timeout: u64) -> OutboundPool<u32> {
         let mut pool = OutboundPool::new(idle_timeout);
-        pool.set_backend(self.reactor.backend());
+        pool.attach(self.reactor.clients().unwrap());
         pool
     }
 
@@ -123,10 +117,8 @@ impl Rig {
                     token,
                     readable,
                     writable,
-                } => pool.on_ready(token, readable, writable, now, &self.registry, out),
-                Event::Out(ev) => {
-                    pool.on_completion(ev, &mut self.reactor, now, &self.registry, out)
-                }
+                } => pool.on_ready(token.0, readable, writable, now, out),
+                Event::Out(ev) => pool.on_completion(ev, &mut self.reactor, now, out),
                 other => panic!("not the pool's: {other:?}"),
             }
         }
@@ -192,13 +184,7 @@ fn an_answered_keep_alive_connection_carries_the_next_attempt(b: Backend) {
         return;
     };
     let mut pool = poll.pool(60 * SECOND);
-    let r = pool.start(
-        target(port, 4),
-        1,
-        REQUEST.to_vec(),
-        10 * SECOND,
-        poll.registry(),
-    );
+    let r = pool.start(target(port, 4), 1, REQUEST.to_vec(), 10 * SECOND);
     assert_eq!(r.unwrap(), Started::Opened);
     assert_eq!(pool.in_flight(), 1);
     assert_eq!(pool.next_deadline(), Some(10 * SECOND));
@@ -211,13 +197,7 @@ fn an_answered_keep_alive_connection_carries_the_next_attempt(b: Backend) {
     );
     assert_eq!(pool.next_deadline(), None);
 
-    let r = pool.start(
-        target(port, 4),
-        2,
-        REQUEST.to_vec(),
-        10 * SECOND,
-        poll.registry(),
-    );
+    let r = pool.start(target(port, 4), 2, REQUEST.to_vec(), 10 * SECOND);
     assert_eq!(r.unwrap(), Started::Reused);
     let out = drive(&mut pool, &mut poll, 2, 1);
     assert_eq!(done(&out[0]), (2, STATUS_200));
@@ -232,25 +212,13 @@ fn a_kept_alive_connection_the_server_closed_is_stale_not_an_attempt(b: Backend)
         return;
     };
     let mut pool = poll.pool(60 * SECOND);
-    pool.start(
-        target(port, 4),
-        1,
-        REQUEST.to_vec(),
-        10 * SECOND,
-        poll.registry(),
-    )
-    .unwrap();
+    pool.start(target(port, 4), 1, REQUEST.to_vec(), 10 * SECOND)
+        .unwrap();
     assert_eq!(done(&drive(&mut pool, &mut poll, 1, 1)[0]), (1, STATUS_200));
     assert_eq!(server.join().unwrap(), 1);
     // The server's close is not seen yet (no poll in between): the idle connection is
     // reused, and breaks before any byte of a response.
-    let r = pool.start(
-        target(port, 4),
-        2,
-        REQUEST.to_vec(),
-        10 * SECOND,
-        poll.registry(),
-    );
+    let r = pool.start(target(port, 4), 2, REQUEST.to_vec(), 10 * SECOND);
     let f = match r {
         Ok(Started::Reused) => drive(&mut pool, &mut poll, 2, 1).pop().unwrap(),
         Ok(Started::Opened) => panic!("the idle connection was not reused"),
@@ -278,13 +246,7 @@ fn a_refused_connect_is_a_connect_error(b: Backend) {
         return;
     };
     let mut pool = poll.pool(60 * SECOND);
-    let f = match pool.start(
-        target(port, 4),
-        7,
-        REQUEST.to_vec(),
-        SECOND,
-        poll.registry(),
-    ) {
+    let f = match pool.start(target(port, 4), 7, REQUEST.to_vec(), SECOND) {
         Ok(Started::Opened) => drive(&mut pool, &mut poll, 1, 1).pop().unwrap(),
         Ok(Started::Reused) => panic!("nothing to reuse"),
         Err(f) => f,
@@ -300,14 +262,8 @@ fn a_silent_server_times_the_attempt_out_at_its_deadline(b: Backend) {
         return;
     };
     let mut pool = poll.pool(60 * SECOND);
-    pool.start(
-        target(port, 4),
-        3,
-        REQUEST.to_vec(),
-        2 * SECOND,
-        poll.registry(),
-    )
-    .unwrap();
+    pool.start(target(port, 4), 3, REQUEST.to_vec(), 2 * SECOND)
+        .unwrap();
     // Let the connection establish and the request go out; nothing comes back.
     let mut out = Vec::new();
     for _ in 0..10 {
@@ -315,9 +271,9 @@ fn a_silent_server_times_the_attempt_out_at_its_deadline(b: Backend) {
     }
     assert!(out.is_empty(), "{out:?}");
     assert_eq!(pool.in_flight(), 1);
-    pool.on_tick(2 * SECOND - 1, poll.registry(), &mut out);
+    pool.on_tick(2 * SECOND - 1, &mut out);
     assert!(out.is_empty(), "not before the deadline");
-    pool.on_tick(2 * SECOND, poll.registry(), &mut out);
+    pool.on_tick(2 * SECOND, &mut out);
     assert_eq!(out.len(), 1);
     assert_eq!(done(&out[0]), (3, Exchange::Failed(Failure::Timeout)));
     assert_eq!(pool.connections(0), 0);
@@ -331,37 +287,25 @@ fn idle_connections_close_after_idle_timeout_and_past_the_idle_cap(b: Backend) {
     };
     let mut pool = poll.pool(5 * SECOND);
     // idle_cap 0: the answered connection is closed at once.
-    pool.start(
-        target(port, 0),
-        1,
-        REQUEST.to_vec(),
-        10 * SECOND,
-        poll.registry(),
-    )
-    .unwrap();
+    pool.start(target(port, 0), 1, REQUEST.to_vec(), 10 * SECOND)
+        .unwrap();
     assert_eq!(
         done(&drive(&mut pool, &mut poll, SECOND, 1)[0]),
         (1, STATUS_200)
     );
     assert_eq!(pool.connections(0), 0);
     // idle_cap 1: kept, then closed once idle for longer than the idle timeout.
-    pool.start(
-        target(port, 1),
-        2,
-        REQUEST.to_vec(),
-        10 * SECOND,
-        poll.registry(),
-    )
-    .unwrap();
+    pool.start(target(port, 1), 2, REQUEST.to_vec(), 10 * SECOND)
+        .unwrap();
     assert_eq!(
         done(&drive(&mut pool, &mut poll, SECOND, 1)[0]),
         (2, STATUS_200)
     );
     assert_eq!(pool.idle(0), 1);
     let mut out = Vec::new();
-    pool.on_tick(6 * SECOND, poll.registry(), &mut out);
+    pool.on_tick(6 * SECOND, &mut out);
     assert_eq!(pool.idle(0), 1, "idle for exactly the timeout: kept");
-    pool.on_tick(6 * SECOND + 1, poll.registry(), &mut out);
+    pool.on_tick(6 * SECOND + 1, &mut out);
     assert!(out.is_empty(), "closing an idle connection ends no attempt");
     assert_eq!((pool.idle(0), pool.connections(0)), (0, 0));
     assert_eq!(server.join().unwrap(), 2);
@@ -379,14 +323,8 @@ fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure(b: Backend) {
         return;
     };
     let mut pool = poll.pool(60 * SECOND);
-    pool.start(
-        target(port, 0),
-        1,
-        REQUEST.to_vec(),
-        10 * SECOND,
-        poll.registry(),
-    )
-    .unwrap();
+    pool.start(target(port, 0), 1, REQUEST.to_vec(), 10 * SECOND)
+        .unwrap();
     let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
     let want = Exchange::Response {
         status: 429,
@@ -400,14 +338,8 @@ fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure(b: Backend) {
         body_prefix, b"slow down",
         "the body's first bytes are carried"
     );
-    pool.start(
-        target(port, 0),
-        2,
-        REQUEST.to_vec(),
-        10 * SECOND,
-        poll.registry(),
-    )
-    .unwrap();
+    pool.start(target(port, 0), 2, REQUEST.to_vec(), 10 * SECOND)
+        .unwrap();
     let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
     assert_eq!(done(&f), (2, Exchange::Failed(Failure::Broken)));
     assert_eq!(pool.connections(0), 0);
@@ -421,14 +353,8 @@ fn a_server_closing_mid_response_breaks_the_exchange(b: Backend) {
         return;
     };
     let mut pool = poll.pool(60 * SECOND);
-    pool.start(
-        target(port, 4),
-        5,
-        REQUEST.to_vec(),
-        10 * SECOND,
-        poll.registry(),
-    )
-    .unwrap();
+    pool.start(target(port, 4), 5, REQUEST.to_vec(), 10 * SECOND)
+        .unwrap();
     let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
     assert_eq!(done(&f), (5, Exchange::Failed(Failure::Broken)));
     assert_eq!(pool.connections(0), 0);
@@ -480,8 +406,7 @@ fn an_https_destination_is_answered_over_tls(b: Backend) {
     };
     let mut pool = poll.pool(60 * SECOND);
     let t = https_target(port, &tls);
-    pool.start(t, 8, REQUEST.to_vec(), 10 * SECOND, poll.registry())
-        .unwrap();
+    pool.start(t, 8, REQUEST.to_vec(), 10 * SECOND).unwrap();
     let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
     assert_eq!(done(&f), (8, STATUS_200));
     assert!(server.join().unwrap());
@@ -498,8 +423,7 @@ fn an_untrusted_https_destination_is_a_tls_failure(b: Backend) {
     };
     let mut pool = poll.pool(60 * SECOND);
     let t = https_target(port, &tls);
-    pool.start(t, 9, REQUEST.to_vec(), 10 * SECOND, poll.registry())
-        .unwrap();
+    pool.start(t, 9, REQUEST.to_vec(), 10 * SECOND).unwrap();
     let f = drive(&mut pool, &mut poll, 1, 1).pop().unwrap();
     let unknown = Failure::Tls(TlsFault::UnknownIssuer);
     assert_eq!(done(&f), (9, Exchange::Failed(unknown)));
@@ -533,13 +457,7 @@ fn a_failed_submit_fails_only_the_stream_it_was_for() {
         return;
     };
     let mut pool = rig.pool(60 * SECOND);
-    let r = pool.start(
-        target(port, 4),
-        7,
-        REQUEST.to_vec(),
-        10 * SECOND,
-        rig.registry(),
-    );
+    let r = pool.start(target(port, 4), 7, REQUEST.to_vec(), 10 * SECOND);
     assert_eq!(r.unwrap(), Started::Opened);
     let gen = match pool.conns[0].as_mut().unwrap().wire.stream() {
         Stream::Uring(s) => s.gen(),
@@ -548,12 +466,12 @@ fn a_failed_submit_fails_only_the_stream_it_was_for() {
     let mut out = Vec::new();
     // A failure reported for an earlier stream of id 0: nothing happens to this one.
     pool.unsubmitted.push((0, gen.wrapping_sub(1)));
-    pool.on_tick(1, rig.registry(), &mut out);
+    pool.on_tick(1, &mut out);
     assert!(out.is_empty(), "{out:?}");
     assert_eq!(pool.in_flight(), 1);
     // Its own: the attempt ends as a broken connection.
     pool.unsubmitted.push((0, gen));
-    pool.on_tick(1, rig.registry(), &mut out);
+    pool.on_tick(1, &mut out);
     assert_eq!(done(&out[0]), (7, Exchange::Failed(Failure::Broken)));
     assert_eq!(pool.in_flight(), 0);
 }

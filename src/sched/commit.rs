@@ -753,8 +753,11 @@ mod tests {
             assert!(!shared.is_healthy());
             assert_eq!(shared.durable_lsn(), 2);
             flag.store(false, Relaxed);
+            // Unhealthy: nothing is written until the probe (the next kick's tick, at most
+            // every PROBE_EVERY) heals the log.
+            std::thread::sleep(crate::wal::PROBE_EVERY);
         }
-        // The fault cleared: the failed bytes are scrubbed, LSN 3 is reused, health returns.
+        // The fault cleared: the failed bytes are scrubbed, LSN 3 is reused.
         assert_eq!(commit(&mut c, &mut ring, 1), [Some(3)]);
         assert!(shared.is_healthy());
         c.close();

@@ -81,6 +81,23 @@ fn render_wal_health(node: &OpsView<'_>, w: &mut PromWriter) {
         "1 when every log accepts writes, 0 after a write or sync error.",
         if node.wal_healthy() { 1.0 } else { 0.0 },
     );
+    w.header(
+        "sluice_wal_commit_failures_total",
+        "Failed WAL commits, segment rolls and probe writes by reason (enospc, eio, other), per \
+         log (core: the log's index; core K's own log is K). While a log is unhealthy only its \
+         probe writes, at most once a second.",
+        crate::metrics::MetricType::Counter,
+    );
+    for (i, l) in node.wal.iter().enumerate() {
+        let core = i.to_string();
+        for (reason, n) in crate::wal::COMMIT_FAILURE_REASONS
+            .iter()
+            .zip(&l.commit_failures)
+        {
+            let labels = [("core", core.as_str()), ("reason", *reason)];
+            w.sample_u64("sluice_wal_commit_failures_total", &labels, n.load(Relaxed));
+        }
+    }
     w.counter(
         "sluice_wal_checkpoint_failures_total",
         "Checkpoint writes that failed, over all logs (each is retried a second later).",

@@ -12,7 +12,7 @@
 //!   to `ops` (`ops::view::OpsView`), and the node-wide parts (config, clock, logs' published
 //!   state, metric shards, lifecycle).
 //! - [`commit`] is a core's commit helper thread and rings (the batch is `wal::group`'s);
-//!   [`pump`] assembles a core's pump shell (`dispatch::pump_shell`) from the shared state;
+//!   [`pump`] assembles a core's pump shell (`dispatch::pump::shell`) from the shared state;
 //!   [`logs`] the logs a run opens and which core owns each.
 //! - [`alloc`] sets the allocator up so that large request bodies are returned when freed.
 //! - [`exposition`] renders `/metrics` from that state (below both the runtime and the worker).

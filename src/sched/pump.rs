@@ -1,4 +1,4 @@
-//! Where the pump's shell (`dispatch::pump_shell`, which the core's loop drives) meets the
+//! Where the pump's shell (`dispatch::pump::shell`, which the core's loop drives) meets the
 //! run's shared state: its parts assembled from [`Shared`] at start-up ([`build`]), and ingest's
 //! backlog as the durable queue the pump gives room back to ([`DurableQueue`] for [`Backlog`]).
 //! Nothing here handles an event.

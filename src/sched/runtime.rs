@@ -27,13 +27,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use mio::{Poll, Waker};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::Config;
 use crate::ingest::router::Router;
 use crate::metrics::Metrics;
-use crate::net::io::Backend;
+use crate::net::io::{Backend, Reactor, Waker};
 use crate::sched::commit::{Committer, HelperLog};
 use crate::sched::context::{DispatchContext, IngestContext, Pending};
 use crate::sched::error::io_err;
@@ -182,6 +181,34 @@ fn recovery_line(log: &OpenLog) -> String {
     )
 }
 
+/// The dead letters whose replays are pending in a recovered log and still in the DLQ leave it
+/// now, before anything is served: a crash came between a replay's commit and its entry's
+/// removal (the next commit, `wal::group::Item::Release`). One group removal; a failure is
+/// logged (such an entry may be replayed again: at least once).
+fn release_replayed(dlq: &crate::dispatch::dlq::DlqStore, run_logs: &RunLogs) {
+    let ids: Vec<((), &str)> = (run_logs.logs.iter())
+        .flat_map(|l| l.recovered.pending.values())
+        .filter_map(|m| Some(((), m.replay_of.as_deref()?)))
+        .collect();
+    if ids.is_empty() {
+        return;
+    }
+    let out = dlq.remove_batch(ids);
+    let removed = out.iter().filter(|(_, r)| r.is_ok()).count();
+    if removed > 0 {
+        eprintln!(
+            "sluice: {removed} replayed dead letters left the DLQ at start (their replays are in \
+             the WAL; the crash came before their removal)"
+        );
+    }
+    for (_, r) in out {
+        match r {
+            Ok(()) | Err(crate::dispatch::dlq::DlqError::NotFound { .. }) => {}
+            Err(e) => eprintln!("sluice: a replayed dead letter stays in the DLQ: {e}"),
+        }
+    }
+}
+
 /// Events and bytes committed but not done over every recovered log.
 fn pending(run_logs: &RunLogs) -> Pending {
     let mut p = Pending::default();
@@ -204,6 +231,7 @@ fn shared_state(
     let pending = pending(run_logs);
     let ingest = IngestContext::build(&config, clock.now_nanos(), pending, &dirs, now_secs)?;
     let dispatch = DispatchContext::build(&config, Arc::clone(&ingest.backlog))?;
+    release_replayed(&dispatch.dlq, run_logs);
     let router = Router::new(&config.ingest_triggers(), config.ingest.default_route)
         .with_admin(config.admin_token.is_some());
     for line in crate::config::render::routes_summary(&config) {
@@ -268,18 +296,17 @@ fn commit_on_ring(config: &Config, backend: Backend) -> bool {
     config.wal.commit == wal::CommitPath::Ring && backend == Backend::Uring
 }
 
-/// Each core's poll and the waker of its loop.
-fn polls(workers: usize) -> Result<(Vec<Poll>, Vec<Arc<Waker>>), RuntimeError> {
-    let mut polls = Vec::new();
+/// Each core's reactor and the waker of its loop.
+fn reactors(workers: usize) -> Result<(Vec<Reactor>, Vec<Arc<Waker>>), RuntimeError> {
+    let mut reactors = Vec::new();
     let mut wakers = Vec::new();
     for _ in 0..workers {
-        let poll = Poll::new().map_err(io_err("creating a poll"))?;
-        let waker =
-            Waker::new(poll.registry(), worker::WAKER_TOKEN).map_err(io_err("creating a waker"))?;
-        polls.push(poll);
+        let reactor = Reactor::open().map_err(io_err("creating a poll"))?;
+        let waker = (reactor.waker(worker::WAKER_TOKEN)).map_err(io_err("creating a waker"))?;
+        reactors.push(reactor);
         wakers.push(Arc::new(waker));
     }
-    Ok((polls, wakers))
+    Ok((reactors, wakers))
 }
 
 /// The logs by owner core: what its commit helper writes and what its pump reads.
@@ -313,12 +340,12 @@ fn logs_per_core(
     per_core
 }
 
-/// Gives each core its poll, its commit helper over the logs it owns, its pump and its links.
+/// Gives each core its reactor, its commit helper over the logs it owns, its pump and its links.
 fn wire_cores(shared: &Arc<Shared>, run_logs: RunLogs) -> Result<Vec<CoreParts>, RuntimeError> {
     let config = &shared.config;
     let workers = config.server.workers;
     let owners: Arc<[usize]> = run_logs.owners().into();
-    let (polls, wakers) = polls(workers)?;
+    let (reactors, wakers) = reactors(workers)?;
     let max_outstanding = config.pump.max_outstanding;
     let outstanding = Arc::new(Outstanding::new(max_outstanding));
     let mut links = CoreLinks::wire(workers, max_outstanding, wakers.clone(), owners);
@@ -326,7 +353,9 @@ fn wire_cores(shared: &Arc<Shared>, run_logs: RunLogs) -> Result<Vec<CoreParts>,
     let on_ring = commit_on_ring(config, shared.io_backend());
     let now = shared.clock.now_nanos();
     let mut cores = Vec::new();
-    for (core, ((helper_logs, pump_logs), poll)) in per_core.into_iter().zip(polls).enumerate() {
+    for (core, ((helper_logs, pump_logs), reactor)) in
+        per_core.into_iter().zip(reactors).enumerate()
+    {
         let committer = Committer::start(
             core,
             helper_logs,
@@ -346,7 +375,7 @@ fn wire_cores(shared: &Arc<Shared>, run_logs: RunLogs) -> Result<Vec<CoreParts>,
         )
         .map_err(RuntimeError::Wal)?;
         cores.push(CoreParts {
-            poll,
+            reactor,
             committer,
             pump,
             links: links.remove(0),

@@ -1,5 +1,5 @@
 //! The storage interface: every file operation of the WAL and of the DLQ's batch store
-//! (`dispatch::dlq_store`) goes through [`Storage`], so durability can be tested against a
+//! (`dispatch::dlq::store`) goes through [`Storage`], so durability can be tested against a
 //! simulated power loss, not only against a process crash.
 //!
 //! Two implementations:

@@ -11,6 +11,13 @@ use std::time::Instant;
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Nanoseconds since this clock's origin. Never decreases.
     fn now_nanos(&self) -> u64;
+
+    /// Wall-clock milliseconds since the Unix epoch, for what is stamped or persisted across a
+    /// restart (retry due times, attempt times, signature timestamps), never for intervals.
+    /// The real clocks read the system's ([`unix_millis`]).
+    fn unix_millis(&self) -> u64 {
+        unix_millis()
+    }
 }
 
 /// The real clock: `Instant` elapsed since construction.
@@ -64,9 +71,17 @@ impl ManualClock {
     }
 }
 
+/// The wall time of a [`ManualClock`] at its origin (2025-12-01T00:00:00Z, Unix ms).
+pub const MANUAL_EPOCH_MS: u64 = 1_764_547_200_000;
+
 impl Clock for ManualClock {
     fn now_nanos(&self) -> u64 {
         self.nanos.load(Ordering::Relaxed)
+    }
+
+    /// [`MANUAL_EPOCH_MS`] plus the clock's reading: wall time moves only when told, too.
+    fn unix_millis(&self) -> u64 {
+        MANUAL_EPOCH_MS + self.now_nanos() / 1_000_000
     }
 }
 
@@ -95,6 +110,14 @@ mod tests {
         assert_eq!(c.now_nanos(), 5);
         c.advance(Duration::from_micros(2));
         assert_eq!(c.now_nanos(), 2_005);
+    }
+
+    #[test]
+    fn manual_wall_time_moves_with_the_clock() {
+        let c = ManualClock::new(0);
+        assert_eq!(c.unix_millis(), MANUAL_EPOCH_MS);
+        c.advance(Duration::from_millis(1_500));
+        assert_eq!(c.unix_millis(), MANUAL_EPOCH_MS + 1_500);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! finishes once, and a reader learns when all have — with everything each did before its
 //! finish visible.
 //!
-//! Used for the start-up hand-over of recovered events (`dispatch::pump_shell` finishes when a core's
+//! Used for the start-up hand-over of recovered events (`dispatch::pump::shell` finishes when a core's
 //! pump has handed every event recovered from its logs to the cores that gate them; the
 //! flow gates hold their waiters until then, `dispatch::flow` "Restarts").
 //!

@@ -93,7 +93,7 @@
 //!                              pub ledger: BTreeMap<String, TriggerTally> }   // over the log's life, RETIRED included:
 //!                                                    // TriggerTally { accepted, done: [u64; 8], retired }
 //! pub struct PendingMeta { pub bytes: u64, pub received_at_ms: u64, pub trigger_id: String,
-//!                          pub next_attempt: u32, pub due_at_ms: u64 }
+//!                          pub next_attempt: u32, pub due_at_ms: u64, pub replay_of: Option<String> }
 //! pub fn core_log_dir(wal_dir: &Path, core: usize) -> PathBuf;   // layout.rs: DATA_DIR/wal/core-K
 //! pub fn log_dirs(wal_dir: &Path) -> Result<Vec<LogDir>, WalError>;
 //! pub mod manifest { pub fn check(wal_dir: &Path) -> Result<CheckReport, ManifestError>; .. }
@@ -287,10 +287,12 @@
 //! `Unavailable`, nothing in it is reported durable, [`WalShared::healthy`] turns false, and the
 //! LSNs are reused by the next batch. Bytes the failed write may have left past the last good
 //! offset are zeroed (and synced) before the next write, so recovery can never find a stale,
-//! CRC-valid record from a failed batch. The next successful batch turns `healthy` back on, and
-//! so does a successful probe ([`Wal::probe`], at most every [`PROBE_EVERY`] from [`Wal::tick`]
-//! while unhealthy: the failed roll retried, or the dirty bytes zeroed, or 4 KiB of zeros written
-//! at the log end, then synced — no record committed), so health returns without a request.
+//! CRC-valid record from a failed batch. While `healthy` is false no batch is written (each
+//! record of one completes `Unavailable` at once): the only retry is the probe ([`Wal::probe`],
+//! at most every [`PROBE_EVERY`] from [`Wal::tick`]: the failed roll retried, or the dirty bytes
+//! zeroed, or 4 KiB of zeros written at the log end, then synced — no record committed), whose
+//! success turns `healthy` back on. So a full or failing disk costs one probe a second, not a
+//! roll or a commit per batch (`sluice_wal_commit_failures_total{core,reason}` counts them).
 // The WAL has no `unsafe`: maps, `fallocate` and `flock` are storage's (`storage/sys.rs`).
 #![forbid(unsafe_code)]
 
@@ -319,7 +321,8 @@ pub mod tools;
 /// The group commit as data (a log's batch, its bound, its per-log commit): [`append::group`].
 pub use append::group;
 pub use append::shared::{
-    AppendOutcome, AppendRequest, RetiredCounts, RetiredList, WalShared, SYNC_BOUNDS_NANOS,
+    AppendOutcome, AppendRequest, RetiredCounts, RetiredList, WalShared, COMMIT_FAILURE_REASONS,
+    SYNC_BOUNDS_NANOS,
 };
 pub use append::writer::{commit_batch, finish_batch, start_batch, PendingChunk};
 pub use append::{FileWrapper, Submission, Wal, CHECKPOINT_EVERY, PROBE_EVERY};

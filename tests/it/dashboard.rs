@@ -30,6 +30,7 @@ for (const tr of document.querySelectorAll('tr[data-testid="trigger"]')) {
   triggers[tr.dataset.id] = { state: tr.dataset.state, removed: tr.dataset.removed,
     pending: c("trigger-pending"), share: c("trigger-share"), borrowed: c("trigger-borrowed"),
     dispatching: c("trigger-dispatching"), refused: c("trigger-refused"),
+    share_colour: bg((q(tr, "trigger-share").querySelector(".bar") || {}).firstElementChild),
     state_colour: bg(q(tr, "trigger-state").querySelector(".tag")) };
 }
 const dests = {};
@@ -41,6 +42,9 @@ return { backlog: t("backlog"), bound: t("backlog-bound"), pool: t("backlog-pool
          pool_bound: t("backlog-pool-bound"), refusing: t("refusing-triggers"), pump_cap: t("pump-cap"),
          backlog_bar_colour: bg(q(document, "backlog-bar").firstElementChild),
          backlog_hop_colour: getComputedStyle(q(document, "hop-backlog")).borderTopColor,
+         dests_hop_colour: getComputedStyle(q(document, "hop-destinations")).borderTopColor,
+         dests_worst: t("dests-worst"),
+         pump_hop_colour: getComputedStyle(q(document, "hop-pump")).borderTopColor,
          triggers, dests, status: t("status") };
 "#;
 
@@ -231,6 +235,10 @@ fn assert_refusing_truth(v: &Value, stalled_uri: &str, old_uri: &str) {
     );
     assert_eq!(s["state"], "refusing", "{v}");
     assert_eq!(s["state_colour"], RED, "{v}");
+    assert_eq!(
+        s["share_colour"], RED,
+        "a refusing trigger's full share is red: {v}"
+    );
     assert_eq!(v["backlog_bar_colour"], RED, "{v}");
     assert_eq!(v["backlog_hop_colour"], RED, "{v}");
     assert!(v["refusing"].as_str().unwrap().contains("stalled"), "{v}");
@@ -296,6 +304,64 @@ fn assert_refusing_truth(v: &Value, stalled_uri: &str, old_uri: &str) {
         (&"6 / 6".into(), &"42".into()),
         "{v}"
     );
+    // Two destinations stuck at their permits beside an idle one: the DESTINATIONS hop is red
+    // and names them, though the permits summed over all are 12 of 16.
+    assert_eq!(v["dests_hop_colour"], RED, "{v}");
+    let worst = v["dests_worst"].as_str().unwrap();
+    assert!(
+        worst.contains(&format!(
+            "{stalled_uri} — stalled: 6 / 6 in flight, 42 queued"
+        )),
+        "{worst}"
+    );
+    assert!(worst.contains(old_uri), "{worst}");
+}
+
+/// `--ok` and `--warn` in `src/ops/dashboard/ui.html`, as `getComputedStyle` reports them.
+const GREEN: &str = "rgb(47, 133, 90)";
+const AMBER: &str = "rgb(183, 121, 31)";
+
+/// A trigger at the pump's per-trigger cap with the backlog nearly empty: the cap is the PUMP
+/// hop's matter (amber), and the BACKLOG hop stays green.
+#[test]
+fn dashboard_in_chromium_puts_a_capped_trigger_on_the_pump_not_the_backlog() {
+    let Some(browser) = Browser::start() else {
+        return;
+    };
+    let (a, b) = (
+        Downstream::start(Behavior::default()),
+        Downstream::start(Behavior::default()),
+    );
+    a.hold(true);
+    let (ua, ub) = (a.uri("/held"), b.uri("/ok"));
+    let trigger = |id: &str, handler: &str| {
+        format!(
+            "[[triggers]]\nid = \"{id}\"\nprovider = \"{id}\"\npath = \"/hooks/{id}\"\n\
+             handler = \"{handler}\"\nmax_pending = {{ events = 1000 }}\n\n"
+        )
+    };
+    let m = format!(
+        "[ingest]\ndefault_route = false\n\n[dispatch]\nmax_pending_events = 4000\n\n{}{}\
+         [[destinations]]\nuri = \"{ua}\"\nmax_in_flight = 6\ntimeout = \"60s\"\n\n",
+        trigger("stalled", &ua),
+        trigger("ok", &ub)
+    );
+    let server = crate::reload::start(&m);
+    browser.viewport(1280, 900);
+    browser.goto(&format!("http://{}/ui", server.addr()));
+    let mut client = server.client();
+    for n in 0..60 {
+        accepted(&client.post("/hooks/stalled", format!("{{\"n\":{n}}}").as_bytes(), &[]));
+    }
+    let v = wait_truth(&browser, "stalled at its cap", |v| {
+        v["triggers"]["stalled"]["state"] == "capped" && v["backlog"] == "60"
+    });
+    assert_eq!(
+        v["backlog_hop_colour"], GREEN,
+        "60 of 4000, nobody borrowing: {v}"
+    );
+    assert_eq!(v["pump_hop_colour"], AMBER, "a trigger at its cap: {v}");
+    a.hold(false);
 }
 
 /// The server printable-escapes a response prefix (`\` as `\\`, other bytes as `\xNN`); the

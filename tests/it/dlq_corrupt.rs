@@ -201,8 +201,8 @@ fn a_dlq_in_the_one_file_per_entry_layout_works_after_the_upgrade() {
         .post(&format!("/admin/dlq/{}/replay", ids[0]), b"", &auth);
     assert_eq!(r.status, 202, "{}", r.text());
     assert!(
-        !dlq.join(&ids[0]).exists(),
-        "the legacy file is removed once the replay is durable"
+        wait_until(Duration::from_secs(5), || !dlq.join(&ids[0]).exists()),
+        "the legacy file is removed with the commit after the replay's"
     );
     // Discarded offline while the server runs.
     let out = run_cli(&["dlq", "discard", &ids[1], "--data-dir", path_str(&dir)]);

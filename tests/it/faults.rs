@@ -3,8 +3,8 @@
 //!
 //! For each fault (`ENOSPC` on write, `ENOSPC` on segment allocation, `EIO` on write, `EIO` on
 //! sync, short write): every POST is refused `503 wal_unavailable` with `Retry-After`, `/readyz`
-//! is `503 wal_unavailable`; once the fault clears the same process accepts again (202) and is
-//! ready. Afterwards the WAL holds exactly the acknowledged events (no refused one, no stale
+//! is `503 wal_unavailable`; once the fault clears the log's probe makes the same process ready
+//! and it accepts again (202). Afterwards the WAL holds exactly the acknowledged events (no refused one, no stale
 //! bytes of a failed write) and `sluice wal verify` is clean.
 
 use std::collections::HashSet;
@@ -105,14 +105,15 @@ fn storage_faults_refuse_then_recover_without_restart() {
             "{mode}: readyz {}",
             ready.text()
         );
-        // The fault clears: the same process accepts again and becomes ready.
+        // The fault clears: the log's probe (at most a second later, the only retry while the
+        // log is unhealthy) makes the same process ready, and it accepts again.
         fs::write(&control, "off").unwrap();
-        accept(&server, &mut acked, &mut n);
         assert!(
             wait_until(Duration::from_secs(5), || readyz(&server).status == 200),
             "{mode}: not ready after the fault cleared: {}",
             readyz(&server).text()
         );
+        accept(&server, &mut acked, &mut n);
         for _ in 0..3 {
             accept(&server, &mut acked, &mut n);
         }
@@ -157,9 +158,12 @@ fn storage_faults_refuse_then_recover_without_restart() {
         refused.len(),
         acked.len()
     );
+    // Each mode's first refused request meets its fault; the others are refused without a
+    // write (an unhealthy log is retried by its probe only, once a second).
+    assert!(injected >= 5, "only {injected} faults injected");
     assert!(
-        injected >= 5 * REFUSED_PER_FAULT,
-        "only {injected} faults injected"
+        injected < 5 * REFUSED_PER_FAULT,
+        "{injected} faults injected: the refused requests still wrote"
     );
 }
 

@@ -478,3 +478,77 @@ fn released_events_keep_their_triggers_window_cap() {
         slow.peak_concurrency()
     );
 }
+
+/// Issue 38 item 4: one key's failures do not dead-letter another key's events without a call.
+/// `concurrency = { key = event.body.k, max = 1 }`, a circuit opening at 3 consecutive
+/// failures: key A's event fails every attempt (5 of them, one at a time); while it retries,
+/// 3 events of key B are delivered, none dead-lettered `circuit_open`. The circuit counts one
+/// key's failures once per streak.
+#[test]
+fn one_keys_failures_do_not_open_the_circuit_on_the_other_keys() {
+    let ds = Downstream::start(Behavior::default());
+    ds.rule(|body, _| {
+        let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+        (v["k"] == "a").then(|| Behavior {
+            status: 500,
+            ..Behavior::default()
+        })
+    });
+    let uri = ds.uri("/h");
+    let m = format!(
+        "{}[[destinations]]\nuri = \"{uri}\"\n\
+         retry = {{ max_attempts = 5, base = \"100ms\", cap = \"200ms\" }}\n\
+         circuit = {{ failures = 3, open_for = \"30s\" }}\n",
+        manifest(
+            &uri,
+            64,
+            &[("t", "concurrency = { key = \"event.body.k\", max = 1 }")]
+        )
+    );
+    let server = Server::start(Opts::config(&m));
+    let mut c = server.client();
+    accepted(&c.post("/hooks/t", br#"{"k":"a","n":0}"#, &[]));
+    // A fails at least 3 times in a row: enough to open a circuit that counts every failure.
+    assert!(ds.wait(Duration::from_secs(10), |s| s
+        .iter()
+        .filter(|x| x.status == 500)
+        .count()
+        >= 3));
+    let b: Vec<String> = (1..=3)
+        .map(|n| {
+            accepted(&c.post(
+                "/hooks/t",
+                format!("{{\"k\":\"b\",\"n\":{n}}}").as_bytes(),
+                &[],
+            ))
+            .0
+        })
+        .collect();
+    assert!(
+        ds.wait(Duration::from_secs(10), |s| b.iter().all(|id| s
+            .iter()
+            .any(|x| x.status == 200 && &x.webhook_id == id))),
+        "key b's events not all delivered: {:?}",
+        ds.seen()
+            .iter()
+            .map(|x| (x.status, x.webhook_id.clone()))
+            .collect::<Vec<_>>()
+    );
+    // A's event is dead-lettered for its own retries, not the circuit.
+    assert!(wait_until(Duration::from_secs(15), || {
+        let (_, s) = scrape(&server);
+        sample_value(&s, "sluice_dlq_entries", &[]) == 1.0
+    }));
+    let entries = crate::dispatch::dlq_list(&server.data_dir());
+    let reasons: Vec<&str> = entries
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons,
+        ["retry_exhausted"],
+        "only key a's event, for its own retries"
+    );
+    let a500 = ds.seen().iter().filter(|x| x.status == 500).count();
+    assert_eq!(a500, 5, "key a tried 5 times");
+}

@@ -14,6 +14,7 @@
 
 use std::collections::HashSet;
 use std::fs;
+use std::time::Duration;
 
 use crate::support::*;
 
@@ -97,6 +98,11 @@ fn fsync_mode_a_failed_fdatasync_is_503_and_the_next_batch_rewrites_the_range() 
     fs::write(&control, "eio-sync-once").unwrap();
     // Every batch syncs in this mode: the very next one fails.
     refused.insert(post_until_refused(&server, "failed", 3000, 1, &mut acked));
+    // The log's probe (the only retry while it is unhealthy, at most a second later) heals it.
+    assert!(wait_until(Duration::from_secs(5), || server
+        .get("/readyz")
+        .status
+        == 200));
     for i in 0..5 {
         let b = body("after", i, 100);
         let (id, _) = accepted(&server.post("/webhooks/fsync", b.as_bytes()));
@@ -129,6 +135,11 @@ fn os_mode_a_failed_fdatasync_at_rollover_rewrites_the_acknowledged_bytes_from_m
     // rollover's sync fails and drops them from the page cache.
     fs::write(&control, "eio-sync-once").unwrap();
     refused.insert(post_until_refused(&server, "roll", BIG, 200, &mut acked));
+    // The log's probe (the only retry while it is unhealthy, at most a second later) heals it.
+    assert!(wait_until(Duration::from_secs(5), || server
+        .get("/readyz")
+        .status
+        == 200));
     for i in 0..10 {
         let b = body("after", i, BIG);
         let (id, _) = accepted(&server.post("/webhooks/fsync", b.as_bytes()));

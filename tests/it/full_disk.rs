@@ -125,3 +125,128 @@ fn a_node_whose_disk_is_full_restarts_and_drains() {
     );
     server.stop();
 }
+
+/// CPU seconds (user + system) process `pid` used so far, from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: i32) -> f64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf reads a constant of the system; no memory is shared.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks as f64 / hz
+}
+
+/// Issue 40 item 1: a full disk does not spin a core. 32 MiB tmpfs, 2 MiB segments, a trigger
+/// with a handler whose calls are held: events are posted until the logs refuse `503
+/// wal_unavailable` (large ones, then small ones into the last bytes), then the handler
+/// answers, so the deliveries' `Done` records find no room, and nothing else comes for 10 s:
+/// the process uses under 5% of a core (only the logs' probes write, once a second). Then space
+/// is freed: every acknowledged event is delivered once.
+#[test]
+fn a_full_disk_does_not_spin_and_loses_nothing_when_space_returns() {
+    let Some(()) = require_root("it mounts a 32 MiB tmpfs") else {
+        return;
+    };
+    let root = temp_root();
+    let data = root.path().join("data");
+    let _mount = Tmpfs::mount(&data, "32m");
+    // Ballast, freed at the end to give the logs room again.
+    fs::write(data.join("ballast"), vec![0x5Au8; 6 << 20]).unwrap();
+    let ds = Downstream::start(Behavior::default());
+    ds.hold(true);
+    let uri = ds.uri("/sink");
+    let config = format!(
+        "[server]\nmax_body_bytes = 65536\n[wal]\nsegment_bytes = 2097152\n\n\
+         [[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\nhandler = \"{uri}\"\n\n\
+         [[destinations]]\nuri = \"{uri}\"\n\
+         retry = {{ max_attempts = 100, base = \"200ms\", cap = \"1s\" }}\n"
+    );
+    let opts = Opts::config(&config).workers(2);
+    let mut server =
+        Server::start_in(root.clone(), opts).unwrap_or_else(|f| panic!("{}", f.stderr));
+    let mut ids = HashSet::new();
+    // Four connections, so both cores' logs fill: 16-KiB events until 40 refusals in a row,
+    // then small ones for the last bytes, until 40 refusals in a row again (at most 4,000
+    // posts each).
+    let mut clients: Vec<Client> = (0..4)
+        .map(|_| Client::connect(server.addr()).expect("connect"))
+        .collect();
+    for size in [16 << 10, 0] {
+        let body = "x".repeat(size);
+        let mut refused = 0;
+        for i in 0..4_000 {
+            let r = clients[i % 4].post("/hooks/t", format!("{i}{body}").as_bytes(), &[]);
+            match r.status {
+                202 => {
+                    ids.insert(accepted(&r).0);
+                    refused = 0;
+                }
+                503 => {
+                    assert_eq!(r.json()["reason"], "wal_unavailable", "{}", r.text());
+                    refused += 1;
+                    if refused == 40 {
+                        break;
+                    }
+                }
+                s => panic!("unexpected {s}: {}", r.text()),
+            }
+        }
+        assert_eq!(refused, 40, "the disk never filled: {} accepted", ids.len());
+    }
+    drop(clients);
+    // The held calls are answered: their `Done` records find the logs full.
+    ds.hold(false);
+    let pid = server.pid().expect("running");
+    let before = cpu_seconds(pid);
+    std::thread::sleep(Duration::from_secs(10));
+    let used = cpu_seconds(pid) - before;
+    let (_, samples) = scrape(&server);
+    let failures: f64 = ["enospc", "eio", "other"]
+        .iter()
+        .map(|r| {
+            samples
+                .iter()
+                .filter(|s| {
+                    s.name == "sluice_wal_commit_failures_total" && s.label("reason") == Some(*r)
+                })
+                .map(|s| s.value)
+                .sum::<f64>()
+        })
+        .sum();
+    eprintln!(
+        "{} accepted; idle on the full disk for 10 s: {used:.2} CPU s ({:.1}% of a core), \
+         {failures} commit failures counted",
+        ids.len(),
+        used * 10.0
+    );
+    assert!(used < 0.5, "{used:.2} CPU s in 10 s on a full disk");
+    assert!(failures > 0.0, "the failures are counted");
+    fs::remove_file(data.join("ballast")).unwrap();
+    let delivered = |seen: &[crate::downstream::Seen]| {
+        seen.iter()
+            .filter(|s| s.status == 200)
+            .map(|s| s.webhook_id.clone())
+            .collect::<Vec<_>>()
+    };
+    let all = ds.wait(Duration::from_secs(60), |seen| {
+        let d = delivered(seen);
+        ids.iter().all(|id| d.contains(id))
+    });
+    let d = delivered(&ds.seen());
+    assert!(
+        all,
+        "{} of {} delivered after space returned; stderr:\n{}",
+        ids.iter().filter(|id| d.contains(id)).count(),
+        ids.len(),
+        server.stderr()
+    );
+    let unique: HashSet<&String> = d.iter().collect();
+    assert_eq!(unique.len(), d.len(), "an event delivered twice");
+    assert!(wait_until(Duration::from_secs(10), || server
+        .get("/readyz")
+        .status
+        == 200));
+    server.stop();
+}

@@ -80,6 +80,7 @@ mod powerloss;
 mod props;
 mod reload;
 mod reload_dests;
+mod replay_bulk;
 mod replay_once;
 mod returns;
 mod shared;

@@ -12,26 +12,18 @@
 //! manifest; a `[[destinations]]` entry only overrides that destination's defaults, and one that
 //! no trigger uses is an error (a typo must not silently leave the real destination on defaults).
 //!
-//! Handler URIs (kind `http`, plain or over TLS):
-//!
-//! ```text
-//! http://host[:port][/path][?query]      host = IPv4, [IPv6] or a DNS name; port default 80
-//! https://host[:port][/path][?query]     the same over TLS (rustls); port default 443
-//! ```
-//!
-//! No userinfo (`user@`), no fragment (`#…`). Normalization lower-cases the scheme and host, drops
-//! the scheme's default port and supplies the `/` path: `HTTP://Example.com:80` and
-//! `http://example.com/` are the same destination. An `https` destination may carry
+//! Handler URIs (kind `http`, plain or over TLS) are parsed and normalized by their grammar beside
+//! the outbound client ([`crate::net::http::client::uri`]); an `https` destination may carry
 //! `tls = { … }` ([`crate::config::tls`]).
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::config::error::{duration_or, err, ranged, ConfigError};
 use crate::config::overrides::Overrides;
+use crate::net::http::client::is_token;
 
 /// Environment variable for the pump bound (Harn orchestrator contract).
 pub const ENV_PUMP_MAX_OUTSTANDING: &str = "HARN_ORCHESTRATOR_PUMP_MAX_OUTSTANDING";
@@ -40,8 +32,7 @@ pub const ENV_PUMP_MAX_OUTSTANDING: &str = "HARN_ORCHESTRATOR_PUMP_MAX_OUTSTANDI
 pub const MAX_DESTINATION_HEADERS: usize = 64;
 /// Longest custom header value, in bytes.
 pub const MAX_HEADER_VALUE_BYTES: usize = 8 * 1024;
-/// Longest handler URI, in bytes.
-pub const MAX_HANDLER_URI_BYTES: usize = 2048;
+pub use crate::net::http::client::uri::MAX_HANDLER_URI_BYTES;
 
 /// Headers sluice writes itself on every outbound request (framing, routing, connection
 /// management); a destination may not set them.
@@ -267,139 +258,10 @@ pub struct DispatchConfig {
     pub reserved_fraction: f64,
 }
 
-// ---------------------------------------------------------------------------------------------
-// Handler URIs.
-// ---------------------------------------------------------------------------------------------
-
-/// Parses and normalizes a handler URI. The error text names what is wrong, not the key; the
-/// caller prefixes the key.
+/// Parses and normalizes a handler URI ([`HandlerUri::parse`], beside the outbound client). The
+/// error text names what is wrong, not the key; the caller prefixes the key.
 pub fn parse_handler(text: &str) -> Result<HandlerUri, String> {
-    if text.len() > MAX_HANDLER_URI_BYTES {
-        return Err(format!(
-            "handler URI is longer than {MAX_HANDLER_URI_BYTES} bytes"
-        ));
-    }
-    let Some((scheme, rest)) = text.split_once("://") else {
-        return Err(format!("{text:?} is not a URI like http://host:port/path"));
-    };
-    let (tls, default_port) = match scheme.to_ascii_lowercase().as_str() {
-        "http" => (false, 80),
-        "https" => (true, 443),
-        _ => {
-            return Err(format!(
-                "{text:?}: unsupported handler scheme {scheme:?} (only http:// and https:// are supported)"
-            ))
-        }
-    };
-    if let Some(b) = rest.bytes().find(|b| !(0x21..=0x7e).contains(b)) {
-        return Err(format!(
-            "{text:?} contains byte 0x{b:02x} (spaces and control characters must be percent-encoded)"
-        ));
-    }
-    if rest.contains('#') {
-        return Err(format!("{text:?}: a handler URI may not have a fragment"));
-    }
-    let split = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, target) = rest.split_at(split);
-    if authority.contains('@') {
-        return Err(format!(
-            "{text:?}: a handler URI may not have userinfo (put credentials in headers)"
-        ));
-    }
-    let (host, port) =
-        parse_authority(authority, default_port).map_err(|e| format!("{text:?}: {e}"))?;
-    let path_and_query = match target.as_bytes().first() {
-        None => "/".to_string(),
-        Some(b'?') => format!("/{target}"),
-        Some(_) => target.to_string(),
-    };
-    let host_in_uri = if host.contains(':') {
-        format!("[{host}]")
-    } else {
-        host.clone()
-    };
-    let scheme = if tls { "https" } else { "http" };
-    let uri = if port == default_port {
-        format!("{scheme}://{host_in_uri}{path_and_query}")
-    } else {
-        format!("{scheme}://{host_in_uri}:{port}{path_and_query}")
-    };
-    Ok(HandlerUri {
-        kind: "http",
-        tls,
-        host,
-        port,
-        authority: authority.to_string(),
-        path_and_query,
-        uri,
-    })
-}
-
-/// `host[:port]` → (lower-cased host without brackets, port).
-fn parse_authority(authority: &str, default_port: u16) -> Result<(String, u16), String> {
-    let (host, port_text) = if let Some(inner) = authority.strip_prefix('[') {
-        let Some((v6, after)) = inner.split_once(']') else {
-            return Err("unterminated [IPv6] host".into());
-        };
-        if v6.parse::<Ipv6Addr>().is_err() {
-            return Err(format!("{v6:?} is not an IPv6 address"));
-        }
-        let port = match after {
-            "" => None,
-            p => Some(
-                p.strip_prefix(':')
-                    .ok_or_else(|| format!("unexpected {p:?} after the IPv6 host"))?,
-            ),
-        };
-        (v6.to_ascii_lowercase(), port)
-    } else {
-        let (h, p) = match authority.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (authority, None),
-        };
-        let h = h.to_ascii_lowercase();
-        if h.is_empty() {
-            return Err("the host is empty".into());
-        }
-        let looks_numeric = h.bytes().all(|b| b.is_ascii_digit() || b == b'.');
-        if looks_numeric {
-            if h.parse::<Ipv4Addr>().is_err() {
-                return Err(format!("{h:?} is not an IPv4 address"));
-            }
-        } else if !is_dns_name(&h) {
-            return Err(format!("{h:?} is not a host name"));
-        }
-        (h, p)
-    };
-    let port = match port_text {
-        None => default_port,
-        Some(p) => match p.parse::<u16>() {
-            Ok(n) if n >= 1 && p.bytes().all(|b| b.is_ascii_digit()) => n,
-            _ => return Err(format!("port {p:?} is not in 1..=65535")),
-        },
-    };
-    Ok((host, port))
-}
-
-/// Letters, digits and `-` in dot-separated labels of 1..=63 bytes, ≤ 253 bytes in all; no label
-/// starts or ends with `-`. Underscores are allowed too (common in internal service names).
-fn is_dns_name(h: &str) -> bool {
-    h.len() <= 253
-        && h.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-                && l.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
-}
-
-/// RFC 9110 `tchar`.
-fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    HandlerUri::parse(text)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -704,7 +566,7 @@ fn build_headers(
     }
     let mut out: Vec<(String, String)> = Vec::with_capacity(raw.len());
     for (name, value) in raw {
-        if !is_token(&name) || name.len() > 256 {
+        if !is_token(name.as_bytes()) || name.len() > 256 {
             return err(format!(
                 "{key}: headers: {name:?} is not a header name (token characters, ≤ 256 bytes)"
             ));

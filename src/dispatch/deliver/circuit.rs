@@ -82,6 +82,9 @@ pub struct Circuit {
     state: State,
     threshold: u32,
     open_for: u64,
+    /// The keys whose failures the current closed streak counted
+    /// ([`Circuit::on_keyed_failure`]); at most `threshold` (the circuit opens at that count).
+    streak_keys: Vec<u64>,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -96,6 +99,7 @@ impl Circuit {
             state: State::Closed { failures: 0 },
             threshold: failures.max(1),
             open_for: nanos(open_for).max(1),
+            streak_keys: Vec::new(),
         }
     }
 
@@ -129,6 +133,7 @@ impl Circuit {
     /// A call succeeded. Closes a half-open circuit (`Some(Closed)`); resets the failure count
     /// of a closed one; ignored while open.
     pub fn on_success(&mut self, _now: u64) -> Option<Transition> {
+        self.streak_keys.clear();
         match self.state {
             State::Closed { .. } => {
                 self.state = State::Closed { failures: 0 };
@@ -144,6 +149,21 @@ impl Circuit {
 
     /// A call failed with a retryable error. Opens the circuit at the threshold, or reopens a
     /// half-open one for a new window from `now` (`Some(Opened)`); ignored while open.
+    /// A retryable failure of a call for `key` (a keyed trigger's concurrency key, hashed;
+    /// `None`: an unkeyed call, counted as [`Circuit::on_failure`]). While closed, one key's
+    /// failures count once per streak: a key whose handler keeps failing holds only itself
+    /// (its retries and its later events wait behind it) and never opens the circuit on the
+    /// other keys; failures of `threshold` distinct keys (or unkeyed calls) in a row do.
+    pub fn on_keyed_failure(&mut self, now: u64, key: Option<u64>) -> Option<Transition> {
+        if let (State::Closed { .. }, Some(k)) = (self.state, key) {
+            if self.streak_keys.contains(&k) {
+                return None;
+            }
+            self.streak_keys.push(k);
+        }
+        self.on_failure(now)
+    }
+
     pub fn on_failure(&mut self, now: u64) -> Option<Transition> {
         match self.state {
             State::Closed { failures } => {
@@ -161,6 +181,7 @@ impl Circuit {
     }
 
     fn open(&mut self, now: u64) -> Option<Transition> {
+        self.streak_keys.clear();
         self.state = State::Open {
             until: now.saturating_add(self.open_for),
         };
@@ -197,6 +218,30 @@ mod tests {
     use super::*;
 
     const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn one_keys_failures_count_once_distinct_keys_open_it() {
+        let mut c = Circuit::new(3, Duration::from_secs(1));
+        for _ in 0..10 {
+            assert_eq!(c.on_keyed_failure(0, Some(7)), None);
+        }
+        assert_eq!(c.consecutive_failures(), 1, "key 7 counted once");
+        assert_eq!(c.on_keyed_failure(0, Some(8)), None);
+        assert_eq!(c.on_keyed_failure(0, Some(8)), None);
+        assert_eq!(c.consecutive_failures(), 2);
+        assert_eq!(
+            c.on_keyed_failure(0, None),
+            Some(Transition::Opened),
+            "an unkeyed call counts"
+        );
+        // A success ends the streak: the same key counts again afterwards.
+        let mut c = Circuit::new(2, Duration::from_secs(1));
+        assert_eq!(c.on_keyed_failure(0, Some(1)), None);
+        c.on_success(0);
+        assert_eq!(c.on_keyed_failure(0, Some(1)), None);
+        assert_eq!(c.on_keyed_failure(0, Some(2)), Some(Transition::Opened));
+        assert!(c.streak_keys.is_empty(), "cleared when it opens");
+    }
 
     fn opened(n: u32, at: u64) -> Circuit {
         let mut c = Circuit::new(n, Duration::from_secs(60));

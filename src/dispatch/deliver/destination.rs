@@ -272,6 +272,19 @@ impl DestinationState {
     /// the circuit, applies a pause; returns what changed (usually nothing: an empty `Vec`
     /// does not allocate).
     pub fn complete(&mut self, permit: Permit, now: u64, class: &Class) -> Vec<DestinationEvent> {
+        self.complete_for(permit, now, class, None)
+    }
+
+    /// [`DestinationState::complete`] of a call for `key` (a keyed trigger's concurrency key,
+    /// hashed): one key's failures count once towards the circuit
+    /// ([`Circuit::on_keyed_failure`]).
+    pub fn complete_for(
+        &mut self,
+        permit: Permit,
+        now: u64,
+        class: &Class,
+        key: Option<u64>,
+    ) -> Vec<DestinationEvent> {
         self.permits.release(permit);
         let mut events = Vec::new();
         let transition = match class {
@@ -286,7 +299,7 @@ impl DestinationState {
             {
                 None
             }
-            Class::Retryable { .. } => self.circuit.on_failure(now),
+            Class::Retryable { .. } => self.circuit.on_keyed_failure(now, key),
             Class::Permanent if self.circuit.state() == CircuitState::HalfOpen => {
                 self.circuit.on_success(now)
             }

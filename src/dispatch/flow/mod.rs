@@ -620,6 +620,13 @@ impl FlowEngine {
             .held_add(self.cell(t), stage as usize, -(n as i64));
     }
 
+    /// The concurrency key event `lsn` holds, with its trigger's index, while the gate holds
+    /// its slot (from admission to its terminal outcome, retries included).
+    pub fn concurrency_key(&self, lsn: Lsn) -> Option<(usize, &str)> {
+        let h = self.holds.get(&lsn)?;
+        Some((h.trigger, h.concurrency.as_deref()?))
+    }
+
     fn hold(&mut self, lsn: Lsn, t: usize) -> &mut Hold {
         self.holds.entry(lsn).or_insert(Hold {
             trigger: t,

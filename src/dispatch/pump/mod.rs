@@ -130,6 +130,12 @@ pub trait PumpEnv {
     }
     /// `events` events of slot `slot` totalling `bytes` are done: their backlog room goes back.
     fn release_done(&self, slot: usize, events: u64, bytes: u64);
+    /// Whether log `index` (its index in the run) accepts writes now: while it does not, the
+    /// pump stages no record for it (the log's probe is its only retry, `wal::Wal::tick`), and
+    /// its records wait in their queues.
+    fn writable(&self, _index: usize) -> bool {
+        true
+    }
 }
 
 /// Where a trigger's events go: each trigger's destination id, each destination's owner core.
@@ -421,6 +427,12 @@ impl<E: PumpEnv> PumpCore<E> {
             ledger,
         };
         pump.learn_routes(routes);
+        // What recovery counted is published now, before the node is ready (the runtime builds
+        // the pumps first): a scrape or a ledger read never sees this core's logs missing,
+        // which would read as a counter reset.
+        let board = &pump.metrics.ledger;
+        pump.ledger.publish_if_due(board, core, 0);
+        board.publish_live(core, pump.live_snapshot());
         Ok(pump)
     }
 

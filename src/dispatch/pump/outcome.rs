@@ -153,6 +153,9 @@ impl<E: PumpEnv> PumpCore<E> {
     /// Queues the `Attempts`, `Done` and `Retry` records for the commit helper (as [`Write`]s).
     pub(super) fn flush_records(&mut self) {
         for slot in 0..self.logs.len() {
+            if !self.env.writable(self.logs[slot].index) {
+                continue; // a failed disk: written again once its probe succeeds
+            }
             while self.logs[slot].records_in_flight < MAX_RECORDS_IN_FLIGHT {
                 // Attempts first: a `Done` record is never durable before the attempts that
                 // led to it (the same batch, or an earlier one).

@@ -598,6 +598,7 @@ fn recovered_events_resume_their_retry_schedule_and_skip_the_done_ones() {
         trigger_id: "a".into(),
         next_attempt: attempt,
         due_at_ms: due,
+        replay_of: None,
     };
     let mut pending = BTreeMap::new();
     pending.insert(2, meta(3, 9_000));

@@ -68,7 +68,8 @@ const MAX_CHUNK_LINE_BYTES: usize = 4 * 1024;
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
 
 mod request;
-pub use request::{write_request, OutboundRequest, RequestError, RequestTemplate};
+pub mod uri;
+pub use request::{is_token, write_request, OutboundRequest, RequestError, RequestTemplate};
 
 // ---------------------------------------------------------------------------------------------
 // Responses

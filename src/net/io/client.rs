@@ -42,22 +42,29 @@ pub struct Clients {
     touched: Vec<usize>,
     /// Streams closed since the last submit, to be retired on the ring (io_uring).
     released: Vec<(usize, UringStream)>,
+    /// The core's poll, where mio streams are registered (a handle of the reactor's own,
+    /// [`Reactor::clients`]); `None` until the owner is attached to a reactor.
+    registry: Option<Registry>,
 }
 
 impl Default for Clients {
+    /// Not attached to a reactor: a connect fails until the owner gets the reactor's
+    /// ([`Reactor::clients`]).
     fn default() -> Self {
-        Clients::new(Backend::Mio)
+        Clients::new(Backend::Mio, None)
     }
 }
 
 impl Clients {
-    /// Outbound streams on `backend` (the core's reactor's: [`Reactor::backend`]).
-    pub fn new(backend: Backend) -> Clients {
+    /// Outbound streams on `backend`, mio streams registered with `registry` (the core's
+    /// reactor's: [`Reactor::clients`]).
+    pub fn new(backend: Backend, registry: Option<Registry>) -> Clients {
         Clients {
             backend,
             next_gen: 0,
             touched: Vec::new(),
             released: Vec::new(),
+            registry,
         }
     }
 
@@ -66,16 +73,22 @@ impl Clients {
         self.backend
     }
 
+    /// Attached to a reactor (its registry is known).
+    pub fn attached(&self) -> bool {
+        self.registry.is_some()
+    }
+
     /// Opens a non-blocking connection to `addr`; on mio it is registered under `token`. The connect finishes later: its failure shows as
     /// [`Stream::take_error`] (or a read/write error); `write` says `WouldBlock` until then.
     /// On io_uring the connect's watch goes out once the owner has stored the stream and
     /// [`Clients::touch`]ed it.
-    pub fn connect(
-        &mut self,
-        addr: SocketAddr,
-        registry: &Registry,
-        token: Token,
-    ) -> io::Result<Stream> {
+    pub fn connect(&mut self, addr: SocketAddr, token: Token) -> io::Result<Stream> {
+        let Some(registry) = &self.registry else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the outbound streams are not attached to the core's reactor",
+            ));
+        };
         let mut sock = mio::net::TcpStream::connect(addr)?;
         match self.backend {
             Backend::Mio => {
@@ -104,10 +117,12 @@ impl Clients {
 
     /// Stream `id` is closed: deregistered (mio), or retired on the ring at the next submit
     /// (io_uring: its operations are cancelled, bytes it accepted still leave, `uring/mod.rs`).
-    pub fn release(&mut self, id: usize, stream: Stream, registry: &Registry) {
+    pub fn release(&mut self, id: usize, stream: Stream) {
         match stream {
             Stream::Mio(mut s) => {
-                let _ = registry.deregister(&mut s);
+                if let Some(registry) = &self.registry {
+                    let _ = registry.deregister(&mut s);
+                }
             }
             Stream::Uring(s) => self.released.push((id, s)),
         }
@@ -115,6 +130,15 @@ impl Clients {
 }
 
 impl Reactor {
+    /// The outbound side of this reactor, for an owner of client connections: its backend,
+    /// and a handle of its poll's registry (mio streams register there).
+    pub fn clients(&self) -> io::Result<Clients> {
+        Ok(Clients::new(
+            self.backend(),
+            Some(self.registry().try_clone()?),
+        ))
+    }
+
     /// Submits what the outbound streams touched since the last call need, and retires the
     /// ones released. Streams whose operations could not be submitted are added to `failed`,
     /// as their id and generation (the owner closes them if the id still holds that stream).

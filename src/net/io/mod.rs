@@ -20,6 +20,8 @@ mod sock;
 pub mod stream;
 pub mod uring;
 
+/// What another thread holds to end a core's wait ([`Reactor::waker`]).
+pub use ::mio::Waker;
 pub use client::Clients;
 pub use event::{ConnEvent, Event, Ready, Streams, SOURCE_TOKEN_BASE};
 pub use reactor::{Backend, Reactor};

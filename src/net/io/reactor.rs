@@ -43,7 +43,7 @@ use std::io;
 use std::time::Duration;
 
 use mio::net::TcpStream;
-use mio::{Poll, Registry};
+use mio::{Poll, Registry, Token, Waker};
 
 use super::event::{ConnEvent, ConnKind, Event, Ready, Streams, SOURCE_TOKEN_BASE};
 use super::mio::MioLeaf;
@@ -83,11 +83,21 @@ enum Leaf {
 }
 
 impl Reactor {
-    /// A reactor on the mio leaf over `poll` (the core's poll, whose waker the other threads
-    /// hold).
+    /// A reactor on the mio leaf over a poll of its own (a core's; the other threads wake it
+    /// through [`Reactor::waker`]).
+    pub fn open() -> io::Result<Reactor> {
+        Ok(Reactor::new(Poll::new()?))
+    }
+
+    /// A reactor on the mio leaf over `poll`.
     pub fn new(poll: Poll) -> Reactor {
         let leaf = Leaf::Mio(MioLeaf::new());
         Reactor { poll, leaf }
+    }
+
+    /// A waker of this reactor's wait: its event is an [`Event::Source`] under `token`.
+    pub fn waker(&self, token: Token) -> io::Result<Waker> {
+        Waker::new(self.poll.registry(), token)
     }
 
     /// Moves to the io_uring leaf. Call on the core's own thread (the ring is single-issuer)

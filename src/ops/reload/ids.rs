@@ -3,7 +3,7 @@
 //! A destination's **id** is its index in a generation's [`Config::destinations`], and it is the
 //! same in every generation of the run: per-destination state is keyed by it everywhere (the
 //! owner core's permits, circuit, adaptive limit, rate budget, pause, queue and outbound
-//! connections in `dispatch::dispatcher`; the metric cells in `dispatch::metrics`; the jobs the
+//! connections in `dispatch::deliver::dispatcher`; the metric cells in `dispatch::metrics`; the jobs the
 //! pumps send, `Job::dest`). At start the ids are the start-up configuration's order (first use
 //! by the triggers). A reload lays the new configuration out by id ([`assign`]):
 //! - a handler URI the running generation knows keeps its id (and so its state: calls in

@@ -1,6 +1,7 @@
 //! What a worker keeps track of between loop turns, kept apart from the methods that use it (so
 //! that the loop's own file names no file that adds methods to the worker): deferred scrapes
-//! (`budgets.rs`), and the replays whose append has not completed (`replay.rs`, `stage.rs`).
+//! (`budgets.rs`), and the replays whose append or whose entry's removal has not completed
+//! (`replay.rs`, `stage.rs`).
 
 use std::collections::HashMap;
 
@@ -24,4 +25,10 @@ pub(super) struct Replays {
     pub(super) by_ticket: HashMap<u64, (ReplayClaim, String, u64)>,
     /// ingest ticket → claim of a single replay.
     pub(super) single: HashMap<u64, ReplayClaim>,
+    /// Replays made durable in the batch being settled, whose entries leave the DLQ next
+    /// (`Worker::release_replayed`).
+    pub(super) durable: Vec<ReplayClaim>,
+    /// Release ticket → claim of a replay whose entry's removal is with the commit (`Item::Release`):
+    /// the claim drops when the removal is back. Bound: the claims (`dispatch::dlq::claims`).
+    pub(super) releasing: HashMap<u64, ReplayClaim>,
 }

@@ -31,17 +31,22 @@ impl Worker {
         parts: CoreParts,
     ) -> std::io::Result<Worker> {
         let CoreParts {
-            poll,
+            reactor,
             committer,
             pump,
             links,
         } = parts;
-        let registry = poll.registry().try_clone()?;
         let budget = shared.ingest().body_budget.clone();
-        let server = Server::new(id, listener, &registry, server_spec(&shared.config), budget)?;
+        let server = Server::new(
+            id,
+            listener,
+            reactor.registry(),
+            server_spec(&shared.config),
+            budget,
+        )?;
         // Staged (one batch filling) plus with the helper (one batch).
         let max_outstanding = 2 * shared.config.wal.max_batch;
-        let dispatcher = Dispatcher::new(
+        let mut dispatcher = Dispatcher::new(
             id,
             Arc::new(shared.config.dispatch_spec()),
             CoreDispatchMetrics {
@@ -49,12 +54,14 @@ impl Worker {
                 shared: shared.dispatch().metrics.clone(),
             },
             pump.slots(),
+            Arc::clone(&shared.clock),
         )
         .with_budgets(|d| shared.dispatch().cluster.budget_for(d));
+        // Mio until the loop sets up its backend (`Worker::run` attaches again).
+        dispatcher.attach(reactor.clients()?);
         Ok(Worker {
             id,
-            reactor: Reactor::new(poll),
-            registry,
+            reactor,
             server,
             metrics: shared.metrics().core(id),
             front: Front::new(

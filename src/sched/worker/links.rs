@@ -2,9 +2,10 @@
 //!
 //! - [`Worker::take_commits`]: each batch back from its commit goes to the domains — ingest
 //!   settles its appends (`202`s, or `503 wal_unavailable`), the server writes the connections
-//!   they answered, then the pump
-//!   (`dispatch::pump_shell`) settles its records and dead letters and takes each durable event
-//!   from memory. A loop step: it handles no event itself.
+//!   they answered, then the pump (`dispatch::pump::shell`) settles its records and dead
+//!   letters and takes each durable event from memory. Replays made durable have their DLQ
+//!   entries' removal staged for the next commit (`Item::Release`), and each replay's claim
+//!   drops when its removal is back. A loop step: it handles no event itself.
 //! - [`Worker::exchange`]: jobs and outcomes between the pump and the dispatchers. A job for a
 //!   destination this core owns, or an outcome for an event in a log this core owns, is handed
 //!   over directly; the others go through the destination core's inbound rings (one job ring
@@ -43,6 +44,10 @@ impl Worker {
             let (front, conns, mut stage, env) = self.ingest_parts(None);
             front.ingest_done(conns, ticket, o, &mut stage, &env);
         }
+        for (ticket, r) in batch.released() {
+            self.released(ticket, r);
+        }
+        self.release_replayed();
         // Its answers written; a connection that stopped reading at its pipeline depth may
         // read again now.
         let (server, mut net, mut core) = self.split();
@@ -50,6 +55,41 @@ impl Worker {
         // Then the pump (nothing of it waits for the answers, nor they for it).
         self.pump
             .on_commit(batch, crate::sync::clock::unix_millis());
+    }
+
+    /// The replays made durable by the batch just settled (bulk and single): their entries
+    /// leave the DLQ with the next commit, one group removal (`Item::Release`, before that
+    /// commit's appends); each claim is held until its removal is back
+    /// ([`Worker::released`]).
+    pub(super) fn release_replayed(&mut self) {
+        for claim in std::mem::take(&mut self.replays.durable) {
+            let ticket = super::replay::REPLAY_TICKET | self.front.next_seq();
+            let id = claim.id().to_owned();
+            self.committer
+                .staging()
+                .push(crate::sched::commit::Item::Release { ticket, id });
+            self.replays.releasing.insert(ticket, claim);
+        }
+    }
+
+    /// A replayed entry's removal is back: its claim drops (after the removal, module docs). A
+    /// failed removal leaves the entry in the DLQ: a later replay delivers it again.
+    pub(super) fn released(
+        &mut self,
+        ticket: u64,
+        result: &Result<(), crate::dispatch::dlq::DlqError>,
+    ) {
+        let Some(claim) = self.replays.releasing.remove(&ticket) else {
+            return;
+        };
+        match result {
+            Ok(()) | Err(crate::dispatch::dlq::DlqError::NotFound { .. }) => {}
+            Err(e) => eprintln!(
+                "sluice: replayed {} but could not remove its DLQ entry ({e}); a later replay \
+                 delivers it again",
+                claim.id()
+            ),
+        }
     }
 
     /// Moves jobs and outcomes: inbound rings, the dispatcher's outcomes, the pump's admissions.
@@ -60,14 +100,13 @@ impl Worker {
         let now_ms = crate::sync::clock::unix_millis();
         // Past `drain_grace` (not at the signal): the drain proper holds new work back.
         let draining = self.shared.accepting_stopped(now);
-        let registry = self.reactor.registry();
         while let Some(job) = self.links.jobs_in.try_pop() {
-            self.dispatcher.accept(job, now, registry, draining);
+            self.dispatcher.accept(job, now, draining);
         }
         while let Some(o) = self.links.outcomes_in.try_pop() {
             self.pump.on_outcome(o, now_ms, self.committer.staging());
         }
-        self.dispatcher.on_tick(now, registry, draining);
+        self.dispatcher.on_tick(now, draining);
         for o in self.dispatcher.take_outcomes() {
             let owner = self.links.log_owner[split_key(o.lsn()).0];
             if owner == self.links.core {
@@ -81,8 +120,7 @@ impl Worker {
             .turn(now, draining, self.committer.staging(), &mut admitted);
         for (owner, job) in admitted.drain(..) {
             if owner == self.links.core {
-                self.dispatcher
-                    .accept(job, now, self.reactor.registry(), draining);
+                self.dispatcher.accept(job, now, draining);
             } else {
                 self.links.job_overflow.push_back((owner, job));
             }

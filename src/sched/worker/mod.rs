@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use crate::dispatch::deliver::dispatcher::{Dispatcher, CLIENT_TOKEN_BASE};
 use crate::dispatch::metrics::CoreDispatchMetrics;
-use mio::{Poll, Token};
+use mio::Token;
 
 use crate::ingest::front::{Env, Front};
 use crate::ingest::pending::PendingIngest;
@@ -82,11 +82,11 @@ const SWEEP_EVERY: Duration = Duration::from_millis(100);
 /// Poll timeout while requests wait for room in the core's next batch.
 const OFFER_RETRY: Duration = Duration::from_millis(1);
 
-/// What a worker's core owns besides its connections: its poll (with the waker its commit
-/// helper and the other cores use), its commit helper, its pump and its links to other cores.
+/// What a worker's core owns besides its connections: its reactor (whose waker its commit
+/// helper and the other cores hold), its commit helper, its pump and its links to other cores.
 #[derive(Debug)]
 pub struct CoreParts {
-    pub poll: Poll,
+    pub reactor: Reactor,
     pub committer: Committer,
     pub pump: CorePump,
     pub links: CoreLinks,
@@ -98,8 +98,6 @@ pub struct Worker {
     id: usize,
     /// The core's I/O: connections, sources (listener, waker, outbound sockets), the ring.
     reactor: Reactor,
-    /// The reactor's registry, cloned: borrowed beside the reactor during a server call.
-    registry: mio::Registry,
     /// The core's listener and connections.
     server: Server<PendingIngest>,
     shared: Arc<Shared>,
@@ -148,7 +146,14 @@ impl Worker {
                 );
             }
         }
-        self.dispatcher.set_backend(self.reactor.backend());
+        match self.reactor.clients() {
+            Ok(clients) => self.dispatcher.attach(clients),
+            // Outbound connections stay on the poll (mio) the dispatcher was built with.
+            Err(e) => eprintln!(
+                "sluice: worker {}: the outbound streams stay on mio ({e})",
+                self.id
+            ),
+        }
         let mut events = Vec::new();
         let mut last_sweep = self.now();
         loop {
@@ -222,9 +227,8 @@ impl Worker {
                 readable,
                 writable,
             } if token.0 >= CLIENT_TOKEN_BASE => {
-                let (now, registry) = (self.now(), self.reactor.registry());
-                self.dispatcher
-                    .on_ready(token, readable, writable, now, registry);
+                let now = self.now();
+                self.dispatcher.on_ready(token.0, readable, writable, now);
             }
             // The waker: the turn's work looks at what woke it.
             Event::Source { .. } => {}
@@ -232,8 +236,7 @@ impl Worker {
             Event::Out(ev) => {
                 let now = self.now();
                 let reactor = &mut self.reactor;
-                self.dispatcher
-                    .on_completion(ev, reactor, now, &self.registry);
+                self.dispatcher.on_completion(ev, reactor, now);
             }
             // The own log's commit is back (`sched::commit`): answered at turn end.
             Event::FileDone(done) => self.committer.on_ring_done(done),

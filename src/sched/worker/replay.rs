@@ -21,11 +21,17 @@
 //!    Matching entries but no room for any: `503 queue_full` with `Retry-After` and
 //!    `"remaining":M`.
 //!
-//! Each entry leaves the DLQ when its event is durable (the completion of its append, tracked
-//! here by ticket); an append that fails leaves the entry in the DLQ for a later call and
+//! Each entry leaves the DLQ once its event is durable (the completion of its append, tracked
+//! here by ticket): the removal goes with the core's next commit, as one group per commit
+//! (`wal::group::Item::Release`: tombstones and one directory `fsync` on the commit helper,
+//! before that commit's appends, so the replayed event's `Done` is never durable before its
+//! entry's removal — except on the own log's ring, `wal.commit = "ring"`, which commits apart
+//! from the helper). An append that fails leaves the entry in the DLQ for a later call and
 //! gives its backlog share back. Bound: tracked replays ≤ this core's appends in flight
-//! (`max_outstanding`); a crash between durability and removal leaves an entry that a later
-//! replay delivers again (at least once, as everywhere).
+//! (`max_outstanding`). A crash between a replay's commit and its removal's (one commit of the
+//! helper's) leaves entries whose replays are pending in the log: the next start removes them
+//! before serving (`sched::runtime::release_replayed`), so none is replayed twice; on the ring
+//! path up to one commit batch's (≤ `wal.max_batch`) may be.
 
 use super::serve::Core;
 use super::Worker;
@@ -197,8 +203,9 @@ impl Core<'_> {
 }
 
 impl Worker {
-    /// The append of a bulk replay completed: durable → the entry leaves the DLQ; failed → the
-    /// backlog share goes back and the entry stays. Either way the claim drops last.
+    /// The append of a bulk replay completed: durable → the entry leaves the DLQ with the next
+    /// commit (`links.rs`), its claim held until then; failed → the backlog share goes back,
+    /// the entry stays and the claim drops.
     pub(super) fn replay_done(&mut self, ticket: u64, outcome: AppendOutcome) {
         self.front.direct_done();
         let Some((claim, trigger, cost)) = self.replays.by_ticket.remove(&ticket) else {
@@ -212,10 +219,7 @@ impl Worker {
             );
             return;
         }
-        if let Err(e) = self.shared.dispatch().dlq.remove(id) {
-            eprintln!("sluice: replayed {id} but could not remove its DLQ entry: {e}");
-        }
-        drop(claim); // after the removal (module docs)
+        self.replays.durable.push(claim);
     }
 }
 
@@ -224,7 +228,7 @@ impl Core<'_> {
     /// `POST /admin/dlq/{id}/replay`: a new event (new id, `replay_of = id`) with the
     /// dead-lettered event's trigger, source, headers and body goes through the normal durable
     /// path; once it is durable the DLQ entry is removed and the answer is `202`. The entry is
-    /// claimed first in the store's set shared by every core (`dispatch::replay_claims`): while
+    /// claimed first in the store's set shared by every core (`dispatch::dlq::claims`): while
     /// a replay (bulk or single, any core) has it on its way, another is `409 in_progress`.
     pub(super) fn replay_dead_letter(
         &mut self,
@@ -234,6 +238,16 @@ impl Core<'_> {
     ) {
         let claim = match self.shared.dispatch().dlq.replays().claim(id) {
             Ok(c) => c,
+            // Its removal may be durable already and the claim not yet dropped (it drops when
+            // the removal's commit is back on this loop): an entry gone is `404`.
+            Err(ClaimRefused::InFlight)
+                if matches!(
+                    self.shared.dispatch().dlq.get(id),
+                    Err(DlqError::NotFound { .. })
+                ) =>
+            {
+                return self.replay_refused(cx, 404, "not_found", keep_alive)
+            }
             Err(ClaimRefused::InFlight) => {
                 return self.replay_refused(cx, 409, "in_progress", keep_alive)
             }

@@ -10,7 +10,6 @@ use crate::ingest::pipeline::Node;
 use crate::ingest::router::Router;
 use crate::ingest::serve::{Rest, Serve};
 use crate::net::server::{Ctx, Net, Server};
-use mio::Registry;
 
 /// What a request may touch of the core, borrowed beside its server (module docs).
 pub(super) struct Core<'a> {
@@ -22,8 +21,6 @@ pub(super) struct Core<'a> {
     pub(super) edge: &'a mut books::Edge,
     pub(super) pump: &'a mut CorePump,
     pub(super) dispatcher: &'a mut Dispatcher,
-    /// The core's poll registry (a clone: the reactor is borrowed by the server call).
-    pub(super) registry: &'a Registry,
     /// The injected clock read once per loop turn (nanos): token-bucket decisions use it.
     pub(super) turn_now: u64,
 }
@@ -37,7 +34,6 @@ pub(super) fn follow_reload(
     shared: &Shared,
     pump: &mut CorePump,
     dispatcher: &mut Dispatcher,
-    registry: &Registry,
     now: u64,
 ) {
     if let Some(next) = view.pick_up(shared.reload()) {
@@ -45,7 +41,7 @@ pub(super) fn follow_reload(
         let config = &next.value.config;
         let spec = Arc::new(config.dispatch_spec());
         pump.learn_routes(&spec);
-        dispatcher.reconfigure(spec, now, registry, draining);
+        dispatcher.reconfigure(spec, now, draining);
     }
 }
 
@@ -58,14 +54,7 @@ impl Worker {
     pub(super) fn follow_reload(&mut self) {
         let (view, shared) = (&mut self.view, &self.shared);
         let (pump, dispatcher) = (&mut self.pump, &mut self.dispatcher);
-        follow_reload(
-            view,
-            shared,
-            pump,
-            dispatcher,
-            &self.registry,
-            self.turn_now,
-        );
+        follow_reload(view, shared, pump, dispatcher, self.turn_now);
     }
 
     /// The server, what its calls use of the core, and the handler, borrowed side by side.
@@ -82,7 +71,6 @@ impl Worker {
             replays,
             edge,
             view,
-            registry,
             turn_now,
             ..
         } = self;
@@ -100,7 +88,6 @@ impl Worker {
             edge,
             pump,
             dispatcher,
-            registry,
             turn_now: *turn_now,
         };
         (server, net, Serve(core))
@@ -119,7 +106,6 @@ impl Rest for Core<'_> {
             self.shared,
             self.pump,
             self.dispatcher,
-            self.registry,
             self.turn_now,
         );
     }
@@ -129,12 +115,7 @@ impl Rest for Core<'_> {
     }
 
     fn parts(&mut self) -> (&mut Front, Node<'_>, stage::CoreStage<'_>) {
-        let stage = stage::core_stage(
-            &mut *self.committer,
-            &mut self.replays.single,
-            None,
-            &self.shared.dispatch().dlq,
-        );
+        let stage = stage::core_stage(&mut *self.committer, &mut *self.replays, None);
         (&mut *self.front, stage::node(self.shared, self.view), stage)
     }
 

@@ -9,7 +9,6 @@
 use super::serve::Core;
 use super::*;
 use crate::dispatch::dlq::claims::ReplayClaim;
-use crate::dispatch::dlq::store::DlqStore;
 use crate::ingest::pipeline;
 use crate::ingest::stage::{CommitStage, Holds};
 use crate::net::server::Ctx;
@@ -29,20 +28,28 @@ pub(super) struct ReplayHolds<'a> {
     pub(super) single: &'a mut std::collections::HashMap<u64, ReplayClaim>,
     /// A single replay's claim, held by the ticket its append gets ([`Holds::admitted`]).
     pub(super) claim: Option<ReplayClaim>,
-    pub(super) dlq: &'a DlqStore,
+    /// Single replays made durable: their entries leave the DLQ with the next commit
+    /// (`books::Replays::durable`).
+    pub(super) durable: &'a mut Vec<ReplayClaim>,
 }
 
 /// The core's stage for one call: its commit batch and its replays' claims (`claim`: a single
 /// replay's, for the next append).
 pub(super) fn core_stage<'a>(
     committer: &'a mut Committer,
-    single: &'a mut std::collections::HashMap<u64, ReplayClaim>,
+    replays: &'a mut super::books::Replays,
     claim: Option<ReplayClaim>,
-    dlq: &'a DlqStore,
 ) -> CoreStage<'a> {
+    let super::books::Replays {
+        single, durable, ..
+    } = replays;
     CommitStage {
         batch: committer.staging(),
-        holds: ReplayHolds { single, claim, dlq },
+        holds: ReplayHolds {
+            single,
+            claim,
+            durable,
+        },
     }
 }
 
@@ -57,8 +64,8 @@ impl Holds for ReplayHolds<'_> {
         }
     }
 
-    /// A single replay: durable → its entry leaves the DLQ first (a failure to remove it only
-    /// means a later replay delivers again: at least once), then its claim drops.
+    /// A single replay: durable → its entry leaves the DLQ with the next commit, and its claim
+    /// drops once that removal is back (`Worker::release_replayed`); failed → the claim drops.
     fn settled(&mut self, ticket: u64, durable: bool) {
         if self.single.is_empty() {
             return; // no replay waiting: no hash per answer
@@ -67,10 +74,7 @@ impl Holds for ReplayHolds<'_> {
             return;
         };
         if durable {
-            if let Err(e) = self.dlq.remove(claim.id()) {
-                let id = claim.id();
-                eprintln!("sluice: replayed {id} but could not remove its DLQ entry: {e}");
-            }
+            self.durable.push(claim);
         }
     }
 }
@@ -114,12 +118,7 @@ impl Worker {
             ..
         } = self;
         let (conns, date) = server.parts();
-        let stage = core_stage(
-            committer,
-            &mut replays.single,
-            claim,
-            &shared.dispatch().dlq,
-        );
+        let stage = core_stage(committer, replays, claim);
         let env = Env {
             node: node(shared, view),
             metrics,
@@ -156,12 +155,7 @@ impl Core<'_> {
         CoreStage<'c>,
         Env<'c>,
     ) {
-        let stage = core_stage(
-            &mut *self.committer,
-            &mut self.replays.single,
-            claim,
-            &self.shared.dispatch().dlq,
-        );
+        let stage = core_stage(&mut *self.committer, self.replays, claim);
         let env = Env {
             node: stage::node(self.shared, self.view),
             metrics: cx.metrics,
@@ -175,12 +169,7 @@ impl Core<'_> {
         &mut self,
         claim: Option<ReplayClaim>,
     ) -> (&mut Front, CoreStage<'_>) {
-        let stage = core_stage(
-            &mut *self.committer,
-            &mut self.replays.single,
-            claim,
-            &self.shared.dispatch().dlq,
-        );
+        let stage = core_stage(&mut *self.committer, self.replays, claim);
         (&mut *self.front, stage)
     }
 }

@@ -41,6 +41,10 @@ pub enum Item<D> {
     },
     /// Store a dead letter durably (the [`DeadLetters`] store).
     DeadLetter { ticket: u64, entry: D },
+    /// A dead letter whose replay is durable leaves the store ([`DeadLetters::release`]). Staged
+    /// once the replay's append is back durable, so it is committed in a later batch, before that
+    /// batch's appends: the replayed event's `Done` is never durable before the removal.
+    Release { ticket: u64, id: String },
 }
 
 impl<D> Item<D> {
@@ -55,6 +59,7 @@ impl<D> Item<D> {
 pub enum Outcome<E> {
     Appended(AppendOutcome),
     DeadLettered(Result<(), E>),
+    Released(Result<(), E>),
 }
 
 /// A batch: the items, and (once committed) one outcome per item, in order.
@@ -99,7 +104,7 @@ impl<D, E> Batch<D, E> {
     pub fn records(&self) -> impl Iterator<Item = &Record> {
         self.items.iter().filter_map(|item| match item {
             Item::Append { record, .. } => Some(record),
-            Item::DeadLetter { .. } => None,
+            Item::DeadLetter { .. } | Item::Release { .. } => None,
         })
     }
 
@@ -116,6 +121,17 @@ impl<D, E> Batch<D, E> {
             .zip(&self.outcomes)
             .filter_map(|(item, outcome)| match (item, outcome) {
                 (Item::Append { ticket, .. }, Outcome::Appended(o)) => Some((*ticket, *o)),
+                _ => None,
+            })
+    }
+
+    /// Each release's ticket with its result, in order (the batch back from its commit).
+    pub fn released(&self) -> impl Iterator<Item = (u64, &Result<(), E>)> + '_ {
+        self.items
+            .iter()
+            .zip(&self.outcomes)
+            .filter_map(|(item, outcome)| match (item, outcome) {
+                (Item::Release { ticket, .. }, Outcome::Released(r)) => Some((*ticket, r)),
                 _ => None,
             })
     }
@@ -232,10 +248,14 @@ pub trait DeadLetters {
         &self,
         entries: Vec<(usize, &Self::Entry)>,
     ) -> Vec<(usize, Result<(), Self::Error>)>;
+    /// Removes the dead letters `ids` (each with its position in the batch) durably, as one
+    /// commit (their replays are durable); returns each position with its result.
+    fn release(&self, ids: Vec<(usize, &str)>) -> Vec<(usize, Result<(), Self::Error>)>;
 }
 
-/// One batch's commit: one group commit ([`commit_batch`]) per log of `logs` the batch touches
-/// (`logs[i]` is slot `first_slot + i`), then its dead letters as one commit of `dead`. Fills
+/// One batch's commit: its releases as one removal from `dead` first, then one group commit
+/// ([`commit_batch`]) per log of `logs` the batch touches (`logs[i]` is slot
+/// `first_slot + i`), then its dead letters as one commit of `dead`. Fills
 /// `batch.outcomes`, one per item in order; an append for a slot not in `logs` is
 /// `Unavailable`. `scratch` is a reused buffer.
 pub fn process<S: DeadLetters>(
@@ -254,6 +274,17 @@ pub fn process<S: DeadLetters>(
             .iter()
             .map(|_| Outcome::Appended(AppendOutcome::Unavailable)),
     );
+    let releases: Vec<_> = (items.iter().enumerate())
+        .filter_map(|(pos, item)| match item {
+            Item::Release { id, .. } => Some((pos, id.as_str())),
+            _ => None,
+        })
+        .collect();
+    if !releases.is_empty() {
+        for (pos, r) in dead.release(releases) {
+            outcomes[pos] = Outcome::Released(r);
+        }
+    }
     for (i, log) in logs.iter_mut().enumerate() {
         let slot = first_slot + i;
         let mine = |item: &Item<S::Entry>| matches!(item, Item::Append { log, .. } if *log == slot);
@@ -275,7 +306,7 @@ pub fn process<S: DeadLetters>(
         .enumerate()
         .filter_map(|(pos, item)| match item {
             Item::DeadLetter { entry, .. } => Some((pos, entry)),
-            Item::Append { .. } => None,
+            Item::Append { .. } | Item::Release { .. } => None,
         });
     let dead_letters: Vec<_> = dead_letters.collect();
     if dead_letters.is_empty() {
@@ -314,6 +345,16 @@ mod tests {
                     kept.push(e.clone());
                     out.push((pos, Ok(())));
                 }
+            }
+            out
+        }
+        /// Keeps `-id` for each release; refuses "gone".
+        fn release(&self, ids: Vec<(usize, &str)>) -> Vec<(usize, Result<(), &'static str>)> {
+            let mut kept = self.0.borrow_mut();
+            let mut out = Vec::new();
+            for (pos, id) in ids {
+                kept.push(format!("-{id}"));
+                out.push((pos, if id == "gone" { Err("gone") } else { Ok(()) }));
             }
             out
         }
@@ -372,7 +413,9 @@ mod tests {
             b.items
                 .iter()
                 .map(|i| match i {
-                    Item::Append { ticket, .. } | Item::DeadLetter { ticket, .. } => *ticket,
+                    Item::Append { ticket, .. }
+                    | Item::DeadLetter { ticket, .. }
+                    | Item::Release { ticket, .. } => *ticket,
                 })
                 .collect()
         };
@@ -417,6 +460,12 @@ mod tests {
                 entry: entry.into(),
             });
         }
+        for id in ["r1", "gone"] {
+            s.push(Item::Release {
+                ticket: 8,
+                id: id.into(),
+            });
+        }
         let mut batch = s.take_batch(false).unwrap();
         let kept = Kept::default();
         let mut scratch = Vec::new();
@@ -431,9 +480,22 @@ mod tests {
                 "Appended(Unavailable)",
                 "DeadLettered(Ok(()))",
                 "DeadLettered(Err(\"full\"))",
+                "Released(Ok(()))",
+                "Released(Err(\"gone\"))",
             ]
         );
-        assert_eq!(*kept.0.borrow(), ["dl"]);
+        assert_eq!(
+            *kept.0.borrow(),
+            ["-r1", "-gone", "dl"],
+            "the releases first, in one call; the dead letters after the appends"
+        );
+        assert_eq!(
+            batch
+                .released()
+                .map(|(t, r)| (t, r.is_ok()))
+                .collect::<Vec<_>>(),
+            [(8, true), (8, false)]
+        );
         assert_eq!(
             batch.appended().map(|(t, _)| t).collect::<Vec<_>>(),
             [1, 2, 3, 4]

@@ -801,11 +801,18 @@ impl Wal {
         }
         if !healthy && now_ns.saturating_sub(self.probe_at_ns) >= PROBE_EVERY.as_nanos() as u64 {
             self.probe_at_ns = now_ns;
-            if self.probe().is_ok() {
-                if let Some(s) = &self.shared {
-                    s.healthy.store(true, Ordering::Relaxed);
+            match self.probe() {
+                Ok(()) => {
+                    if let Some(s) = &self.shared {
+                        s.healthy.store(true, Ordering::Relaxed);
+                    }
+                    eprintln!("sluice: wal: probe write succeeded; accepting writes again");
                 }
-                eprintln!("sluice: wal: probe write succeeded; accepting writes again");
+                Err(e) => {
+                    if let Some(s) = &self.shared {
+                        s.count_commit_failure(&e);
+                    }
+                }
             }
         }
         // A failure is logged by `write_checkpoint` and retried a second later.

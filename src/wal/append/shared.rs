@@ -27,6 +27,11 @@ pub enum AppendOutcome {
     Unavailable,
 }
 
+/// The `reason` label of `sluice_wal_commit_failures_total`, by index of
+/// [`WalShared::commit_failures`]: no space (`ENOSPC`, `EDQUOT`), an I/O error (`EIO`), any
+/// other error.
+pub const COMMIT_FAILURE_REASONS: [&str; 3] = ["enospc", "eio", "other"];
+
 /// State the writer publishes to every other thread.
 ///
 /// All fields are written by the log's one owner only: its core's commit helper, or the core's
@@ -46,6 +51,11 @@ pub struct WalShared {
     pub healthy: AtomicBool,
     /// Records appended successfully (`Relaxed`: a counter).
     pub appends_total: std::sync::atomic::AtomicU64,
+    /// Failed commits and segment rolls by reason ([`COMMIT_FAILURE_REASONS`]:
+    /// `sluice_wal_commit_failures_total{core,reason}`). While the log is unhealthy nothing but
+    /// the probe writes (at most every `PROBE_EVERY`), so these count attempts, not requests.
+    /// `Relaxed`: counters.
+    pub commit_failures: [AtomicU64; 3],
     /// Latency of each `fdatasync` / `msync`: `sluice_wal_sync_seconds` (one histogram shared
     /// by all the logs of a process: [`WalShared::sharing`]).
     pub sync_seconds: std::sync::Arc<Histogram>,
@@ -158,6 +168,7 @@ impl WalShared {
             durable_lsn: crate::sync::atomic::AtomicU64::new(0),
             healthy: AtomicBool::new(true),
             appends_total: std::sync::atomic::AtomicU64::new(0),
+            commit_failures: Default::default(),
             sync_seconds: std::sync::Arc::new(Histogram::new(SYNC_BOUNDS_NANOS)),
             retire_request: AtomicU64::new(0),
             loss_accepted_total: AtomicU64::new(0),
@@ -190,6 +201,16 @@ impl WalShared {
 
     pub fn is_healthy(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Counts a failed commit, roll or probe by its reason.
+    pub fn count_commit_failure(&self, e: &std::io::Error) {
+        let i = match e.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => 0,
+            Some(libc::EIO) => 1,
+            _ => 2,
+        };
+        self.commit_failures[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Appends the Prometheus text of the WAL metrics (`sluice_wal_sync_seconds`).

@@ -97,8 +97,10 @@ fn stage_batch<'a>(
     outcomes: &mut Vec<AppendOutcome>,
 ) -> Option<usize> {
     outcomes.clear();
+    // An unhealthy log is not written: the probe (`Wal::tick`, at most every `PROBE_EVERY`)
+    // is its only retry, so a full or failing disk costs no work per batch.
+    let mut failed = !shared.is_healthy();
     let mut chunk_start = 0;
-    let mut failed = false;
     for record in records {
         loop {
             if failed {
@@ -150,6 +152,7 @@ fn settle_chunk(
             true
         }
         Err(e) => {
+            shared.count_commit_failure(&e);
             log_failure(wal, |wal| {
                 let segment = wal.active_segment().display();
                 let errno = e.raw_os_error().unwrap_or(0);
@@ -173,6 +176,7 @@ fn roll(wal: &mut Wal, shared: &WalShared) -> bool {
     match wal.roll() {
         Ok(()) => true,
         Err(e) => {
+            shared.count_commit_failure(&e);
             log_failure(wal, |wal| {
                 let dir = wal.dir().display();
                 let errno = e.raw_os_error().unwrap_or(0);
@@ -259,6 +263,14 @@ pub(crate) mod tests {
             self.flush();
             assert_eq!(self.done.len(), n, "outcomes");
             std::mem::take(&mut self.done)
+        }
+
+        /// The log's probe, as its owner's tick runs it while the log is unhealthy (the only
+        /// retry then: a batch on an unhealthy log is refused unwritten).
+        pub(crate) fn probe(&mut self) {
+            if self.wal.probe().is_ok() {
+                self.shared.healthy.store(true, Ordering::Relaxed);
+            }
         }
 
         pub(crate) fn finish(mut self) -> Arc<WalShared> {
@@ -401,6 +413,11 @@ pub(crate) mod tests {
         assert_eq!(h.wait_for(1), [(0, 10, AppendOutcome::Unavailable)]);
         assert!(!h.shared.is_healthy());
         fail_allocate.store(false, Ordering::Relaxed);
+        // Unhealthy: refused unwritten, however often asked, until the probe succeeds.
+        h.push(0, 11, MAX_BODY_BYTES / 4);
+        assert_eq!(h.wait_for(1), [(0, 11, AppendOutcome::Unavailable)]);
+        h.probe();
+        assert!(h.shared.is_healthy());
         h.push(0, 11, MAX_BODY_BYTES / 4);
         assert_eq!(h.wait_for(1), [(0, 11, AppendOutcome::Durable { lsn: 5 })]);
         assert!(h.shared.is_healthy());
@@ -441,8 +458,10 @@ pub(crate) mod tests {
                 assert!(!h.shared.is_healthy());
                 assert_eq!(h.shared.durable_lsn(), 5);
                 flag.store(false, Ordering::Relaxed);
+                h.probe();
             }
-            // The fault cleared: the next (shorter) batch reuses LSN 6 and health returns.
+            // The fault cleared and the probe healed the log: the next (shorter) batch reuses
+            // LSN 6.
             h.push(0, 300, 10);
             assert_eq!(h.wait_for(1), [(0, 300, AppendOutcome::Durable { lsn: 6 })]);
             assert!(h.shared.is_healthy());

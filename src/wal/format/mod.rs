@@ -180,6 +180,10 @@ pub struct RecordRef<'a> {
     pub len: usize,
 }
 
+/// [`Parsed::Bad`]'s reason for a record whose length runs past the end of the bytes: a file
+/// cut short inside it (recovery says so, naming the byte it ends at).
+pub const EXTENDS_PAST_END: &str = "record extends past the end of the segment";
+
 /// What lies at an offset of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Parsed<'a> {
@@ -215,7 +219,7 @@ pub fn parse_record_max(bytes: &[u8], max_len: usize) -> Parsed<'_> {
         return Parsed::Bad("record length above the maximum record size");
     }
     let Some(rec) = bytes.get(..len) else {
-        return Parsed::Bad("record extends past the end of the segment");
+        return Parsed::Bad(EXTENDS_PAST_END);
     };
     let crc = u32::from_le_bytes([rec[4], rec[5], rec[6], rec[7]]);
     if record_crc(len_field, &rec[8..]) != crc {

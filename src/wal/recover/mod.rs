@@ -58,6 +58,9 @@ pub(crate) struct DirScan {
     pub(crate) next_lsn: Lsn,
     /// End of the last valid record in the last segment.
     pub(crate) last_end: u64,
+    /// Length of the last segment scanned (a segment file is preallocated whole: one whose
+    /// file ends where its records do was cut short).
+    pub(crate) last_len: u64,
     /// In the last segment: end of its last non-zero byte (what a torn tail scrub must zero).
     pub(crate) last_dirty_end: u64,
     /// The first finding: a torn tail (the scan ended there), or corruption (the scan ended
@@ -107,6 +110,7 @@ pub(crate) fn scan_dir(
         segments: Vec::new(),
         records: 0,
         last_end: 0,
+        last_len: 0,
         last_dirty_end: 0,
         finding: None,
         losses: Vec::new(),
@@ -129,6 +133,7 @@ pub(crate) fn scan_dir(
             next_first: segments.get(i + 1).map(|s| s.0),
         };
         let stop = seg.run(&mut scan, opts, &mut ordered, visit);
+        scan.last_len = map.len() as u64;
         scan.segments.push((*first, path.clone()));
         if seg.last {
             scan.last_dirty_end = last_non_zero(seg.bytes).map_or(0, |p| p as u64 + 1);
@@ -160,6 +165,19 @@ fn segment_gap(scan: &mut DirScan, path: &Path, first: Lsn) -> bool {
                 "no segment holds them ({} ends before LSN {expected}; the next segment starts \
                  at LSN {first})",
                 prev_path.display()
+            ),
+            prev_path.clone(),
+            scan.last_end,
+        ),
+        // The previous segment's file ends where its records do: it was cut short (a segment
+        // is preallocated whole), no file is missing.
+        Some((_, prev_path)) if scan.last_len == scan.last_end => (
+            format!(
+                "no segment holds them ({} was truncated: its file ends at byte {} after LSN \
+                 {}; the next segment starts at LSN {first})",
+                prev_path.display(),
+                scan.last_end,
+                expected - 1
             ),
             prev_path.clone(),
             scan.last_end,

@@ -5,7 +5,7 @@
 #![forbid(unsafe_code)]
 
 use crate::wal::format::marker::{parse_lost, parse_marker, Marker};
-use crate::wal::format::{parse_record, Parsed, RecordKind, RecordRef};
+use crate::wal::format::{parse_record, Parsed, RecordKind, RecordRef, EXTENDS_PAST_END};
 use crate::wal::recover::damage::all_zero;
 use crate::wal::Lsn;
 
@@ -77,7 +77,20 @@ impl Scanner {
                     return Step::Bad { offset, reason };
                 }
                 Parsed::End if all_zero(rest) => return Step::End,
+                // Fewer than 4 bytes left, not all zero: the file ends inside a length field.
+                Parsed::End if rest.len() < 4 => {
+                    let at = bytes.len();
+                    return bad(&format!(
+                        "the file ends inside a record's length field: truncated at byte {at}"
+                    ));
+                }
                 Parsed::End => return bad("non-zero bytes after the end-of-data marker"),
+                Parsed::Bad(EXTENDS_PAST_END) => {
+                    let at = bytes.len();
+                    return bad(&format!(
+                        "the file ends inside this record: truncated at byte {at}"
+                    ));
+                }
                 Parsed::Bad(reason) => return bad(reason),
             };
             match r.kind {

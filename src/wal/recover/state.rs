@@ -49,6 +49,9 @@ pub struct PendingMeta {
     pub next_attempt: u32,
     /// Unix milliseconds when that attempt is due; 0 if due now.
     pub due_at_ms: u64,
+    /// A replay's: the dead letter it replays (the DLQ entry that must be gone: start-up
+    /// removes it if a crash came between the replay's commit and the entry's removal).
+    pub replay_of: Option<String>,
 }
 
 /// The dispatch state recovered from the log.
@@ -115,6 +118,7 @@ impl DispatchScan {
                 trigger_id: ev.trigger_id.to_owned(),
                 next_attempt: 1,
                 due_at_ms: 0,
+                replay_of: ev.replay_of.map(str::to_owned),
             };
             self.pending.insert(r.lsn, meta);
             return Ok(());

@@ -313,3 +313,58 @@ fn scanning_mutated_segments_never_panics() {
         }
     }
 }
+
+/// Issue 40 item 5: a middle segment cut short reads as truncation naming the real file (not a
+/// deleted file that never existed), at a record boundary and inside a record.
+#[test]
+fn a_truncated_middle_segment_is_named_as_truncated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = test_cfg(tmp.path(), WritePath::Mmap);
+    let big: Vec<_> = (0..10)
+        .map(|i| sample_event(i, MAX_BODY_BYTES / 4))
+        .collect();
+    open(&cfg).unwrap().0.append_events(&big).unwrap();
+    let seg5 = segment_path(&cfg.dir, 5);
+    let at7 = WalReader::open_from(&cfg.dir, 7)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .offset;
+    // At a record boundary: LSNs 7..=8 are lost, and the message names segment 5.
+    let f = std::fs::OpenOptions::new().write(true).open(&seg5).unwrap();
+    f.set_len(at7).unwrap();
+    drop(f);
+    match open(&cfg) {
+        Err(WalError::Lost { ranges, .. }) => {
+            assert_eq!((ranges.len(), ranges[0].first, ranges[0].last), (1, 7, 8));
+            let why = &ranges[0].why;
+            assert!(
+                why.contains(&format!("{} was truncated", seg5.display())),
+                "{why}"
+            );
+            assert!(
+                why.contains(&format!("ends at byte {at7} after LSN 6")),
+                "{why}"
+            );
+            assert!(!why.contains("deleted"), "{why}");
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    // Inside a record: the damage says where the file ends.
+    let f = std::fs::OpenOptions::new().write(true).open(&seg5).unwrap();
+    f.set_len(at7 - 100).unwrap();
+    drop(f);
+    let text = match open(&cfg) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a truncated middle segment opened"),
+    };
+    assert!(
+        text.contains(&format!(
+            "the file ends inside this record: truncated at byte {}",
+            at7 - 100
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("end-of-data marker"), "{text}");
+}

@@ -4,7 +4,7 @@
 //! has a durable outcome or is a record of the pump's own) and its last write is older than
 //! `dispatch.retention`; never the active (last) segment, and only a prefix of the log (a
 //! segment that must stay keeps every later one). The core's pump asks for it every few seconds
-//! (`dispatch::pump_shell`) with the cursor the pump core reports; the log's commit helper deletes
+//! (`dispatch::pump::shell`) with the cursor the pump core reports; the log's commit helper deletes
 //! (`WalShared::request_retire`: it checkpoints the new first live LSN first). The decision is
 //! [`decide`], a function of the segments' first LSNs, sizes and ages; [`plan`] reads those
 //! through the storage interface.

@@ -29,10 +29,54 @@ fn held_events_become_calls_of_max_events_and_linger_closes_the_rest() {
     r.d.close_lingered(0, 6 * MS - 1);
     assert_eq!(r.d.dest(0).queue.len(), 1, "not before the linger");
     r.d.close_lingered(0, 6 * MS);
-    assert_eq!(r.d.dest(0).queue.len(), 2, "the partial batch closed");
-    let _ = r.take(MS);
-    let last = r.take(MS);
-    assert_eq!(member_lsns(&last), [7]);
+    assert_eq!(
+        r.d.dest(0).queue.len(),
+        1,
+        "a call queued ahead: the batch could not leave, so it goes on filling"
+    );
+    r.hold(job(8), 7 * MS);
+    assert_eq!(r.d.dest(0).batcher.as_ref().unwrap().held(), 2);
+    let _ = r.take(7 * MS);
+    r.d.close_lingered(0, 7 * MS);
+    assert_eq!(
+        r.d.dest(0).queue.len(),
+        1,
+        "nothing ahead, a permit free: closed"
+    );
+    let last = r.take(7 * MS);
+    assert_eq!(member_lsns(&last), [7, 8]);
+}
+
+#[test]
+fn a_paused_destination_fills_its_batch_past_the_linger_and_wakes_at_the_pause_end() {
+    let mut r = rig("max_in_flight = 4\nbatch = { max_events = 50, linger = \"5ms\" }");
+    // A call answered with `Retry-After: 1`: the destination pauses until 1 s.
+    let state = &mut r.d.dest(0).state;
+    let Gate::Go { permit, .. } = state.gate(0) else {
+        panic!("gate closed");
+    };
+    let pause = Some(std::time::Duration::from_secs(1));
+    state.complete(permit, 0, &Class::Retryable { pause });
+    for lsn in 1..=20 {
+        r.hold(job(lsn), MS);
+    }
+    r.d.close_lingered(0, 10 * MS);
+    assert!(
+        r.d.dest(0).queue.is_empty(),
+        "paused: nothing closes at the linger"
+    );
+    assert_eq!(r.d.dest(0).batcher.as_ref().unwrap().held(), 20);
+    assert_eq!(r.d.dest(0).wake_at, SECOND, "woken when the pause ends");
+    for lsn in 21..=30 {
+        r.hold(job(lsn), 500 * MS);
+    }
+    r.d.close_lingered(0, SECOND);
+    let a = r.take(SECOND);
+    assert_eq!(
+        member_lsns(&a),
+        (1..=30).collect::<Vec<_>>(),
+        "one call of all 30"
+    );
 }
 
 #[test]
@@ -76,7 +120,7 @@ fn a_retryable_failure_retries_the_same_batch() {
         }
     )));
     // Due (the backoff is at most 1 s): back in the queue as the same call, not re-batched.
-    r.d.on_tick(2 * SECOND, r.poll.registry(), true);
+    r.d.on_tick(2 * SECOND, true);
     assert_eq!(r.d.dest(0).batcher.as_ref().unwrap().held(), 0);
     let again = r.take(2 * SECOND);
     assert_eq!(again.job.event.event_id, id, "same batch id");
@@ -154,7 +198,7 @@ fn a_reload_that_drops_batching_sends_the_batch_being_filled() {
     assert!(r.d.dest(0).queue.is_empty());
     let mut next = (*r.d.config).clone();
     next.destinations[0].batch = None;
-    r.d.reconfigure(Arc::new(next), 0, r.poll.registry(), true);
+    r.d.reconfigure(Arc::new(next), 0, true);
     assert!(r.d.dest(0).batcher.is_none());
     // The reload pumps the destination: what was filling went out as one last call.
     assert_eq!((r.d.in_flight(), r.in_flight()), (1, 1));
@@ -214,7 +258,7 @@ fn a_reload_that_adds_batching_batches_the_next_events() {
         max_bytes: 1 << 20,
         linger: Duration::from_millis(5),
     });
-    r.d.reconfigure(Arc::new(next), 0, r.poll.registry(), true);
+    r.d.reconfigure(Arc::new(next), 0, true);
     // The job queued before stays one call (the reload pumped it out).
     assert_eq!(r.d.in_flight(), 1);
     r.hold(job(2), 0);

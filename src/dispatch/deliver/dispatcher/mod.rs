@@ -1,7 +1,7 @@
 //! The dispatcher of a destination's owner core: the decisions of delivery. Per-destination
 //! queues, flow-control gates, permits, circuits, rate budgets, pauses, retry timers and
 //! outcome reporting. Everything here is single-threaded (one [`Dispatcher`] per worker, driven
-//! from that worker's mio loop), so the permit set, circuit, rate budget and pause of a
+//! from that worker's loop), so the permit set, circuit, rate budget and pause of a
 //! destination need no atomics and no locks. The I/O (connections, keep-alive reuse, writing
 //! the request, reading the response) is the [`OutboundPool`]'s
 //! ([`crate::net::outbound`]); this file tells it what to send and settles what it reports.
@@ -27,7 +27,8 @@
 //! of its queue (`queue_job`); a closed batch is queued as one call (a carrier job), so the
 //! gate sees calls: one permit, one rate token, one circuit result per call. The `rate` budget
 //! of a batching destination therefore counts calls, not events. A batch closes at
-//! `max_events`, at `max_bytes`, or at its linger deadline: a timer here (`lingers`, at most one
+//! `max_events`, at `max_bytes`, or at its linger deadline once its call could start (nothing
+//! queued ahead, a permit free, no pause: `close_lingered`): a timer here (`lingers`, at most one
 //! entry per batching destination plus one per reload that shortened its linger), never a
 //! poll. A retried batch is the same carrier (same id, body and members): it waits in `delayed`
 //! as a call and skips the batcher when due.
@@ -52,8 +53,6 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use mio::{Registry, Token};
-
 use crate::dispatch::deliver::adaptive::Sample;
 use crate::dispatch::deliver::batch::{batch_id, Batcher};
 use crate::dispatch::deliver::circuit::Transition;
@@ -70,14 +69,14 @@ use crate::dispatch::metrics::CoreDispatchMetrics;
 use crate::dispatch::spec::{DestinationSpec, DispatchSpec};
 use crate::net::http::client::{RequestError, RequestTemplate};
 use crate::net::io::event::ConnEvent;
-use crate::net::io::{Backend, Reactor};
+use crate::net::io::{Clients, Reactor};
 pub use crate::net::outbound::CLIENT_TOKEN_BASE;
 use crate::net::outbound::{Finished, OutboundPool, Started, Target};
 
 // The dispatch window a dispatcher takes slots from for gate-released jobs.
 use crate::dispatch::trigger_caps::Short;
 pub use crate::dispatch::trigger_caps::Slots;
-use crate::sync::clock::unix_millis;
+use crate::sync::clock::Clock;
 
 /// What an attempt carries through the outbound pool.
 #[derive(Debug)]
@@ -164,15 +163,19 @@ pub struct Dispatcher {
     /// generation up ([`Dispatcher::reconfigure`], at the top of its next turn: the publication
     /// happened before the pump's push). Bounded by the jobs out (`max_outstanding`).
     early: Vec<Job>,
+    /// The core's clock; only its wall time is read here (the loop passes `now`).
+    clock: Arc<dyn Clock>,
 }
 
 impl Dispatcher {
-    /// `slots`: the pumps' `max_outstanding` window.
+    /// `slots`: the pumps' `max_outstanding` window; `clock`: the core's (the wall time of
+    /// retry schedules and attempt stamps comes from it too, [`Clock::unix_millis`]).
     pub fn new(
         core: usize,
         config: Arc<DispatchSpec>,
         metrics: CoreDispatchMetrics,
         slots: Slots,
+        clock: Arc<dyn Clock>,
     ) -> Dispatcher {
         let store = crate::dispatch::flow::persist::Store::open(&config.flow_dir, core, &config);
         Dispatcher {
@@ -191,8 +194,9 @@ impl Dispatcher {
             seq: 0,
             outbox: VecDeque::new(),
             rng: SmallRng::seed_from_u64(
-                0x5eed ^ (core as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ unix_millis(),
+                0x5eed ^ (core as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ clock.unix_millis(),
             ),
+            clock,
             metrics,
             held: 0,
             budgets: HashMap::new(),
@@ -257,13 +261,7 @@ impl Dispatcher {
     /// gets its state at its first job; a removed one keeps its state and its settings and
     /// finishes its jobs. Attempts in flight keep running under the settings they started with;
     /// the next attempts use the new ones.
-    pub fn reconfigure(
-        &mut self,
-        config: Arc<DispatchSpec>,
-        now: u64,
-        registry: &Registry,
-        draining: bool,
-    ) {
+    pub fn reconfigure(&mut self, config: Arc<DispatchSpec>, now: u64, draining: bool) {
         let old = std::mem::replace(&mut self.config, config);
         let mut touched = Vec::new();
         if old.gated() != self.config.gated() {
@@ -306,17 +304,17 @@ impl Dispatcher {
         touched.sort_unstable();
         touched.dedup();
         for d in touched {
-            self.pump_dest(d, now, registry);
+            self.pump_dest(d, now);
         }
         for job in std::mem::take(&mut self.early) {
             self.held -= 1;
-            self.accept(job, now, registry, draining);
+            self.accept(job, now, draining);
         }
     }
 
     /// Takes a job from the pump. While draining, jobs are only held (they stay pending in the
     /// WAL and are evaluated by the gates and delivered after the restart).
-    pub fn accept(&mut self, job: Job, now: u64, registry: &Registry, draining: bool) {
+    pub fn accept(&mut self, job: Job, now: u64, draining: bool) {
         self.held += 1;
         if job.dest >= self.config.destinations.len() {
             self.early.push(job);
@@ -325,7 +323,7 @@ impl Dispatcher {
         if draining || !self.flow.gates(&job.event.trigger_id) {
             if let Some(d) = self.enqueue(job, now) {
                 if !draining {
-                    self.pump_dest(d, now, registry);
+                    self.pump_dest(d, now);
                 }
             }
             return;
@@ -333,14 +331,14 @@ impl Dispatcher {
         let mut out = FlowOut::default();
         self.flow.offer(job, now, &mut out);
         for d in self.apply_flow(out, now) {
-            self.pump_dest(d, now, registry);
+            self.pump_dest(d, now);
         }
     }
 
     /// Queues a job that passed the gates, or parks it until its recovered retry time. Returns
     /// its destination when it was queued.
     fn enqueue(&mut self, job: Job, now: u64) -> Option<usize> {
-        let wait_ms = job.due_at_ms.saturating_sub(unix_millis());
+        let wait_ms = job.due_at_ms.saturating_sub(self.clock.unix_millis());
         if wait_ms > 0 {
             let due = now + wait_ms * 1_000_000;
             self.delay(job, due, false);
@@ -364,7 +362,7 @@ impl Dispatcher {
             return;
         };
         let (core, rng) = (self.core, &mut self.rng);
-        let mut new_id = || batch_id(unix_millis(), core, rng.next_u64());
+        let mut new_id = || batch_id(self.clock.unix_millis(), core, rng.next_u64());
         let mut closed = Vec::new();
         batcher.push(job, now, &mut new_id, &mut closed);
         self.metrics.shared.batch.set_open(d, batcher.held());
@@ -372,7 +370,15 @@ impl Dispatcher {
         self.arm_linger(d);
     }
 
-    /// Closes `d`'s batch if its linger is over, and sets the timer for the one left filling.
+    /// Closes `d`'s batch if its linger is over and the call could start now, and sets the
+    /// timer for the one left filling.
+    ///
+    /// Linger bounds how long a batch waits for events that have not arrived: it does not cut
+    /// short a batch that could not leave anyway. While the destination cannot start the call
+    /// (calls queued ahead of it, every permit taken, a `Retry-After` pause) the batch goes on
+    /// filling up to `max_events`/`max_bytes`, and closes when the destination has room again
+    /// (a completion or the pause's end calls [`Dispatcher::pump_dest`]; a pause with nothing
+    /// queued arms its wake-up here). The rate budget and the circuit are left to the gate.
     fn close_lingered(&mut self, d: usize, now: u64) {
         let Some(dest) = self.dests.get_mut(&d) else {
             return;
@@ -380,11 +386,23 @@ impl Dispatcher {
         let Some(batcher) = dest.batcher.as_mut() else {
             return;
         };
-        let mut closed = Vec::new();
-        batcher.poll(now, &mut closed);
-        dest.queue.extend(closed);
-        self.metrics.shared.batch.set_open(d, batcher.held());
-        self.arm_linger(d);
+        if !batcher.deadline().is_some_and(|t| t <= now) {
+            return self.arm_linger(d);
+        }
+        let st = &dest.state;
+        let paused = st.paused_until() > now;
+        if dest.queue.is_empty() && !paused && st.in_flight() < st.max_in_flight() {
+            let mut closed = Vec::new();
+            batcher.poll(now, &mut closed);
+            dest.queue.extend(closed);
+            self.metrics.shared.batch.set_open(d, batcher.held());
+            return self.arm_linger(d);
+        }
+        let until = st.paused_until();
+        if paused && dest.queue.is_empty() && (dest.wake_at == 0 || until < dest.wake_at) {
+            dest.wake_at = until;
+            self.wakes.push(Reverse((until, d)));
+        }
     }
 
     /// A timer at the linger deadline of `d`'s batch being filled, unless one as early is set.
@@ -529,7 +547,7 @@ impl Dispatcher {
 
     /// Timers: due retries, destination wake-ups, attempt timeouts, idle connections; grants
     /// of shared budgets stored since the last turn.
-    pub fn on_tick(&mut self, now: u64, registry: &Registry, draining: bool) {
+    pub fn on_tick(&mut self, now: u64, draining: bool) {
         let mut touched: Vec<usize> = Vec::new();
         for &d in &self.shared_dests {
             if let Some(dest) = self.dests.get_mut(&d) {
@@ -564,10 +582,10 @@ impl Dispatcher {
             touched.push(dest);
         }
         let mut finished = std::mem::take(&mut self.finished);
-        self.pool.on_tick(now, registry, &mut finished);
+        self.pool.on_tick(now, &mut finished);
         for f in finished.drain(..) {
             touched.push(f.dest());
-            self.finish(f, now, registry);
+            self.finish(f, now);
         }
         self.finished = finished;
         let mut out = FlowOut::default();
@@ -578,16 +596,16 @@ impl Dispatcher {
             touched.sort_unstable();
             touched.dedup();
             for d in touched {
-                self.pump_dest(d, now, registry);
+                self.pump_dest(d, now);
             }
         }
     }
 
     /// Starts as many queued jobs of destination `d` as its gate allows, then tells a shared
     /// budget what the destination wants and publishes its state for `/api/v1/state`.
-    fn pump_dest(&mut self, d: usize, now: u64, registry: &Registry) {
+    fn pump_dest(&mut self, d: usize, now: u64) {
         self.close_lingered(d, now);
-        self.start_queued(d, now, registry);
+        self.start_queued(d, now);
         let dest = self.dest(d);
         let queued = dest.queue.len();
         dest.state.publish_shared(queued);
@@ -596,7 +614,7 @@ impl Dispatcher {
             .set_dest_state(d, circuit, paused, queued as u64);
     }
 
-    fn start_queued(&mut self, d: usize, now: u64, registry: &Registry) {
+    fn start_queued(&mut self, d: usize, now: u64) {
         loop {
             let dest = self.dest(d);
             if dest.queue.is_empty() {
@@ -630,13 +648,13 @@ impl Dispatcher {
                     if probe {
                         self.metrics.circuit_half_open_probe();
                     }
-                    self.start(d, job, permit, now, registry);
+                    self.start(d, job, permit, now);
                 }
             }
         }
     }
 
-    fn start(&mut self, d: usize, job: Job, permit: Permit, now: u64, registry: &Registry) {
+    fn start(&mut self, d: usize, job: Job, permit: Permit, now: u64) {
         let cfg = &self.config.destinations[d];
         let deadline = now + cfg.timeout.as_nanos() as u64;
         // A buffer the pool recycles: no allocation per request once the pool is warm.
@@ -644,10 +662,10 @@ impl Dispatcher {
         // The send time, not the receipt time: receivers check it against a window (Standard
         // Webhooks: 5 minutes), which a retried or replayed event would otherwise fail.
         let encoded = match self.dests.get(&d).map(|x| &x.template) {
-            Some(Ok(t)) => encode(cfg, t, &job, unix_millis() / 1000, &mut request),
+            Some(Ok(t)) => encode(cfg, t, &job, self.clock.unix_millis() / 1000, &mut request),
             Some(Err(e)) => Err(*e),
             None => template(cfg)
-                .and_then(|t| encode(cfg, &t, &job, unix_millis() / 1000, &mut request)),
+                .and_then(|t| encode(cfg, &t, &job, self.clock.unix_millis() / 1000, &mut request)),
         };
         if let Err(e) = encoded {
             // Validated config and stored headers cannot produce this; fail the event
@@ -677,19 +695,17 @@ impl Dispatcher {
             permit,
             started: now,
         };
-        match self
-            .pool
-            .start(target, attempt, request, deadline, registry)
-        {
+        match self.pool.start(target, attempt, request, deadline) {
             Ok(Started::Opened) => self.metrics.connection_opened(d),
             Ok(Started::Reused) => {}
-            Err(f) => self.finish(f, now, registry),
+            Err(f) => self.finish(f, now),
         }
     }
 
-    /// Opens outbound connections on the core's backend (once its loop set it up).
-    pub fn set_backend(&mut self, backend: Backend) {
-        self.pool.set_backend(backend);
+    /// Opens outbound connections on `clients`: the core's reactor's outbound side
+    /// ([`Reactor::clients`]), at construction and again once its loop set up its backend.
+    pub fn attach(&mut self, clients: Clients) {
+        self.pool.attach(clients);
     }
 
     /// Submits the outbound connections' ring operations of the turn (io_uring; before the
@@ -699,56 +715,42 @@ impl Dispatcher {
     }
 
     /// A completion of an outbound connection (io_uring).
-    pub fn on_completion(
-        &mut self,
-        ev: ConnEvent,
-        reactor: &mut Reactor,
-        now: u64,
-        registry: &Registry,
-    ) {
+    pub fn on_completion(&mut self, ev: ConnEvent, reactor: &mut Reactor, now: u64) {
         let mut finished = std::mem::take(&mut self.finished);
-        self.pool
-            .on_completion(ev, reactor, now, registry, &mut finished);
+        self.pool.on_completion(ev, reactor, now, &mut finished);
         for f in finished.drain(..) {
-            self.finish(f, now, registry);
+            self.finish(f, now);
         }
         self.finished = finished;
     }
 
-    /// Readiness of an outbound connection (mio).
-    pub fn on_ready(
-        &mut self,
-        token: Token,
-        readable: bool,
-        writable: bool,
-        now: u64,
-        registry: &Registry,
-    ) {
+    /// Readiness of an outbound connection (mio): `token` is its event's source token.
+    pub fn on_ready(&mut self, token: usize, readable: bool, writable: bool, now: u64) {
         let mut finished = std::mem::take(&mut self.finished);
         self.pool
-            .on_ready(token, readable, writable, now, registry, &mut finished);
+            .on_ready(token, readable, writable, now, &mut finished);
         for f in finished.drain(..) {
-            self.finish(f, now, registry);
+            self.finish(f, now);
         }
         self.finished = finished;
     }
 
     /// An attempt the pool carried ended.
-    fn finish(&mut self, f: Finished<Attempt>, now: u64, registry: &Registry) {
+    fn finish(&mut self, f: Finished<Attempt>, now: u64) {
         match f {
             Finished::Done {
                 dest,
                 payload,
                 result,
                 body_prefix,
-            } => self.settle(dest, payload, (result.into(), body_prefix), now, registry),
+            } => self.settle(dest, payload, (result.into(), body_prefix), now),
             Finished::Stale { dest, payload } => {
                 // A kept-alive connection the server had closed: resend on a fresh connection,
                 // once, without counting an attempt or feeding the circuit.
                 let Attempt { job, permit, .. } = payload;
                 self.dest(dest).state.release(permit);
                 self.dest(dest).queue.push_front(job);
-                self.pump_dest(dest, now, registry);
+                self.pump_dest(dest, now);
             }
         }
     }
@@ -760,7 +762,6 @@ impl Dispatcher {
         attempt: Attempt,
         (result, response_prefix): (AttemptResult, Vec<u8>),
         now: u64,
-        registry: &Registry,
     ) {
         let Attempt {
             job,
@@ -769,12 +770,24 @@ impl Dispatcher {
             ..
         } = attempt;
         let class = classify(&result);
-        let opened = self.feed_gate(d, permit, &class, &result, started, now);
+        // A keyed trigger's failures count once per key towards the circuit (looked up only
+        // for a failure: nothing on the delivered path).
+        let key = match class {
+            Class::Retryable { pause: None } if job.batch.is_empty() => {
+                self.flow.concurrency_key(job.lsn).map(|(t, k)| {
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    std::hash::Hash::hash(&(t, k), &mut h);
+                    std::hash::Hasher::finish(&h)
+                })
+            }
+            _ => None,
+        };
+        let opened = self.feed_gate(d, permit, (&class, key), &result, started, now);
         let config = Arc::clone(&self.config);
         let uri = config.destinations[d].handler.uri.as_str();
         let (outcome, retry_after_ms) = recorded(&result);
         let facts = AttemptFacts {
-            at_ms: unix_millis(),
+            at_ms: self.clock.unix_millis(),
             destination: d as u32,
             outcome,
             latency_us: (now.saturating_sub(started) / 1000).min(u64::from(u32::MAX)) as u32,
@@ -817,7 +830,7 @@ impl Dispatcher {
             }
             Class::Retryable { .. } => self.retry(d, job, describe(&result, uri), facts, now),
         }
-        self.pump_dest(d, now, registry);
+        self.pump_dest(d, now);
     }
 
     /// Gives the attempt's permit back and tells the destination's state (circuit, pause,
@@ -826,13 +839,13 @@ impl Dispatcher {
         &mut self,
         d: usize,
         permit: Permit,
-        class: &Class,
+        (class, key): (&Class, Option<u64>),
         result: &AttemptResult,
         started: u64,
         now: u64,
     ) -> bool {
         let in_flight_at_end = self.dest(d).state.in_flight();
-        let events = self.dest(d).state.complete(permit, now, class);
+        let events = self.dest(d).state.complete_for(permit, now, class, key);
         if let Some(sample) = adaptive_sample(result, now.saturating_sub(started)) {
             if let Some(limit) = self.dest(d).state.observe(now, in_flight_at_end, sample) {
                 self.metrics.set_permits(d, limit as u64);
@@ -874,7 +887,7 @@ impl Dispatcher {
             return;
         };
         let due = now + delay.as_nanos() as u64;
-        let due_at_ms = unix_millis() + delay.as_millis() as u64;
+        let due_at_ms = self.clock.unix_millis() + delay.as_millis() as u64;
         job.attempt = next;
         for lsn in job.lsns() {
             self.send(JobOutcome::RetryScheduled {

@@ -1,4 +1,4 @@
-//! Tests of `dispatch::dispatcher` (kept apart: the module itself is long): its decisions
+//! Tests of `dispatch::deliver::dispatcher` (kept apart: the module itself is long): its decisions
 //! without sockets. Jobs are held (`draining`), attempts taken through the destination's gate
 //! as `pump_dest` would, and the pool's reports fed to `finish` as the pool would hand them
 //! over.
@@ -11,11 +11,17 @@ use std::time::Duration;
 
 use mio::Poll;
 
+use crate::net::io::Backend;
+use crate::sync::clock::{ManualClock, MANUAL_EPOCH_MS};
+
 const SECOND: u64 = 1_000_000_000;
 
 struct Rig {
     d: Dispatcher,
-    poll: Poll,
+    /// The dispatcher's outbound streams register here.
+    _poll: Poll,
+    /// The dispatcher's clock (wall time of retry schedules and stamps).
+    clock: Arc<ManualClock>,
     /// What the dispatcher's spec was built from (a reload is laid out against it).
     config: Config,
 }
@@ -37,22 +43,31 @@ fn rig(dest: &str) -> Rig {
         core: Metrics::new(1).core(0),
         shared: Arc::new(DispatchMetrics::new(&[("http://127.0.0.1:9/h".into(), 4)])),
     };
+    let poll = Poll::new().unwrap();
+    let clock = Arc::new(ManualClock::new(0));
+    let mut d = Dispatcher::new(
+        0,
+        Arc::new(config.dispatch_spec()),
+        metrics,
+        super::Slots {
+            window: Arc::new(crate::dispatch::outstanding::Outstanding::new(64)),
+            caps: Arc::new(crate::dispatch::trigger_caps::TriggerCaps::new(
+                &[],
+                "default",
+                64,
+                0,
+            )),
+        },
+        clock.clone(),
+    );
+    d.attach(Clients::new(
+        Backend::Mio,
+        Some(poll.registry().try_clone().unwrap()),
+    ));
     Rig {
-        d: Dispatcher::new(
-            0,
-            Arc::new(config.dispatch_spec()),
-            metrics,
-            super::Slots {
-                window: Arc::new(crate::dispatch::outstanding::Outstanding::new(64)),
-                caps: Arc::new(crate::dispatch::trigger_caps::TriggerCaps::new(
-                    &[],
-                    "default",
-                    64,
-                    0,
-                )),
-            },
-        ),
-        poll: Poll::new().unwrap(),
+        d,
+        _poll: poll,
+        clock,
         config,
     }
 }
@@ -73,7 +88,7 @@ fn job(lsn: u64) -> Job {
 impl Rig {
     /// Holds `job` (draining: queued, not started).
     fn hold(&mut self, job: Job, now: u64) {
-        self.d.accept(job, now, self.poll.registry(), true);
+        self.d.accept(job, now, true);
     }
 
     /// Takes the next queued job through the gate, as `pump_dest` does before `start`.
@@ -98,9 +113,7 @@ impl Rig {
 
     /// [`report`](Self::report) of a response whose body began with `prefix`.
     fn report_body(&mut self, attempt: Attempt, result: AttemptResult, prefix: &[u8], now: u64) {
-        let reg = self.poll.registry();
-        self.d
-            .settle(0, attempt, (result, prefix.to_vec()), now, reg);
+        self.d.settle(0, attempt, (result, prefix.to_vec()), now);
     }
 
     fn outcomes(&mut self) -> Vec<JobOutcome> {
@@ -156,6 +169,8 @@ fn each_attempt_carries_its_facts_in_its_outcome() {
     let mut r = rig("retry = { max_attempts = 2, base = \"1s\", cap = \"1s\" }");
     r.hold(job(7), 0);
     let a = r.take(0);
+    // The injected clock gives the wall time of the stamp and of the retry schedule.
+    r.clock.set(SECOND / 2);
     r.report_body(
         a,
         AttemptResult::Status {
@@ -166,7 +181,10 @@ fn each_attempt_carries_its_facts_in_its_outcome() {
         SECOND / 2,
     );
     let out = r.outcomes();
-    let [JobOutcome::RetryScheduled { attempt, .. }] = &out[..] else {
+    let [JobOutcome::RetryScheduled {
+        attempt, due_at_ms, ..
+    }] = &out[..]
+    else {
         panic!("{out:?}");
     };
     assert_eq!(
@@ -177,9 +195,18 @@ fn each_attempt_carries_its_facts_in_its_outcome() {
         attempt.response_prefix, b"busy",
         "the body prefix is carried"
     );
-    assert!(attempt.at_ms > 1_600_000_000_000, "wall-clock time");
+    assert_eq!(
+        attempt.at_ms,
+        MANUAL_EPOCH_MS + 500,
+        "the clock's wall time"
+    );
     let now = r.d.next_deadline().expect("a retry timer");
-    r.d.on_tick(now, r.poll.registry(), true);
+    assert_eq!(
+        *due_at_ms - attempt.at_ms,
+        (now - SECOND / 2) / 1_000_000,
+        "the recorded due time is the timer's, on the clock's wall time"
+    );
+    r.d.on_tick(now, true);
     let a = r.take(now);
     r.report(a, AttemptResult::Timeout, now + 2 * SECOND);
     let out = r.outcomes();
@@ -217,14 +244,14 @@ fn a_5xx_schedules_a_retry_that_the_tick_queues_again() {
     assert_eq!(r.d.held(), 1, "a retry is not terminal");
     let due = r.d.next_deadline().expect("a retry timer");
     assert!((10 * SECOND..=11 * SECOND).contains(&due), "{due}");
-    r.d.on_tick(due, r.poll.registry(), true);
+    r.d.on_tick(due, true);
     let a = r.take(due);
     assert_eq!((a.job.lsn, a.job.attempt), (7, 2));
     // The last allowed attempt fails too: dead-lettered, retries exhausted.
     r.report(a, AttemptResult::Timeout, due);
     let a = {
         let due = r.d.next_deadline().unwrap();
-        r.d.on_tick(due, r.poll.registry(), true);
+        r.d.on_tick(due, true);
         r.take(due)
     };
     r.report(a, AttemptResult::Io, 20 * SECOND);
@@ -299,7 +326,7 @@ fn the_failure_that_opens_the_circuit_dead_letters_and_new_jobs_fail_fast() {
         "{last_error}"
     );
     // A new job while the circuit is open fails fast, without an attempt.
-    r.d.accept(job(3), 2 * SECOND, r.poll.registry(), false);
+    r.d.accept(job(3), 2 * SECOND, false);
     let out = r.outcomes();
     assert!(
         matches!(
@@ -332,7 +359,7 @@ fn a_stale_connection_sends_the_job_again_without_counting_an_attempt() {
         dest: 0,
         payload: b,
     };
-    r.d.finish(f, SECOND, r.poll.registry());
+    r.d.finish(f, SECOND);
     let out = r.outcomes();
     assert!(
         matches!(out[..], [JobOutcome::RetryScheduled { lsn: 1, .. }]),
@@ -406,7 +433,7 @@ fn a_job_for_a_destination_not_known_yet_waits_for_the_reload() {
     let mut r = rig("");
     let mut early = job(7);
     early.dest = 1;
-    r.d.accept(early, 0, r.poll.registry(), false);
+    r.d.accept(early, 0, false);
     assert_eq!((r.d.held(), r.d.early.len()), (1, 1));
     assert!(
         !r.d.dests.contains_key(&1),
@@ -422,12 +449,7 @@ fn a_job_for_a_destination_not_known_yet_waits_for_the_reload() {
     .unwrap();
     let next = crate::ops::reload::ids::assign(&r.config, next, 1).unwrap();
     assert_eq!(next.destinations[1].handler.uri, "http://127.0.0.1:9/new");
-    r.d.reconfigure(
-        Arc::new(next.dispatch_spec()),
-        SECOND,
-        r.poll.registry(),
-        false,
-    );
+    r.d.reconfigure(Arc::new(next.dispatch_spec()), SECOND, false);
     assert!(r.d.early.is_empty());
     assert_eq!(r.d.held(), 1, "counted once");
     assert!(

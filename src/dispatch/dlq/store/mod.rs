@@ -500,51 +500,8 @@ impl DlqStore {
         }
     }
 
-    /// Deletes the entry `id` durably (every version); [`DlqError::NotFound`] if absent. The
-    /// server's store then deletes or compacts the batch file that held it if it is now empty
-    /// or less than half live.
-    pub fn remove(&self, id: &str) -> Result<(), DlqError> {
-        if !valid_id(id) {
-            return Err(DlqError::InvalidId { id: id.to_owned() });
-        }
-        let mut ix = self.index.lock();
-        let Some(r) = ix.remove(id) else {
-            return Err(DlqError::NotFound { id: id.to_owned() });
-        };
-        let done = (|| {
-            if r.tombstone {
-                let path = self.dir.join(batch::gone_name(id));
-                self.storage
-                    .open(&path, OpenMode::REPLACE)
-                    .map_err(io_err(&path))?;
-            }
-            if r.legacy.is_some() {
-                let path = self.dir.join(id);
-                match self.storage.remove(&path) {
-                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_err(&path)(e)),
-                    _ => {}
-                }
-            }
-            self.storage.sync_dir(&self.dir).map_err(io_err(&self.dir))
-        })();
-        if let Err(e) = done {
-            ix.undo_remove(id, r);
-            return Err(e);
-        }
-        if self.owner && r.loc.seq != 0 {
-            if let Err(e) = self.collect(&mut ix, r.loc.seq) {
-                eprintln!(
-                    "sluice: DLQ: reclaiming batch {}: {e}",
-                    batch::batch_name(r.loc.seq)
-                );
-            }
-        }
-        self.publish(&ix);
-        Ok(())
-    }
-
     /// Deletes batch `seq` if no entry in it is live, or rewrites it if less than half is.
-    fn collect(&self, ix: &mut MutexGuard<'_, Index>, seq: u64) -> Result<(), DlqError> {
+    pub(super) fn collect(&self, ix: &mut MutexGuard<'_, Index>, seq: u64) -> Result<(), DlqError> {
         if ix.empty_batches().contains(&seq) {
             return self.delete_batches(ix, &[seq]);
         }
@@ -618,6 +575,7 @@ impl DlqStore {
 struct Vanished;
 
 mod read;
+pub mod remove;
 mod scan;
 use scan::{exists, read_legacy, read_names, scan_dir, scan_listed};
 

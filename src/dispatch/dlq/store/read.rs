@@ -3,10 +3,10 @@
 //! builds the index is `scan.rs`).
 #![forbid(unsafe_code)]
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::scan::{exists, read_names, scan_listed};
-use super::{DlqListing, DlqStore, Unreadable, Vanished};
+use super::{DlqListing, DlqStore, Unreadable};
 use crate::dispatch::dlq::batch::{self as batch, Name};
 use crate::dispatch::dlq::entry::{parse_entry, summary_of, DlqError, DlqSummary};
 use crate::dispatch::dlq::index::{Index, Loc};
@@ -65,21 +65,32 @@ impl DlqStore {
             }
             (ix.snapshot(), ix.tails())
         };
+        // Where the entries are now: a snapshot taken again only when a file was compacted
+        // since the last one (not per entry: a removal running beside this list holds the lock
+        // for a while).
+        let mut fresh: Option<HashMap<String, Loc>> = None;
         for (id, mut loc) in snapshot {
-            let bytes = match self.read(&id, &loc) {
-                Ok(b) => b,
-                // Compacted meanwhile: read where it is now (or skip it if removed).
-                Err(Vanished) => {
-                    self.reload();
-                    let Some(now) = self.index.lock().get(&id).cloned() else {
-                        continue;
-                    };
-                    loc = now;
-                    match self.read(&id, &loc) {
-                        Ok(b) => b,
-                        Err(Vanished) => continue,
-                    }
+            let mut bytes = self.read(&id, &loc);
+            // Compacted meanwhile: read where it is now (or skip it if removed), at most twice.
+            for _ in 0..2 {
+                if bytes.is_ok() {
+                    break;
                 }
+                let now = match &fresh {
+                    Some(f) if f.get(&id) != Some(&loc) => f,
+                    _ => fresh.insert({
+                        self.reload();
+                        self.index.lock().snapshot().into_iter().collect()
+                    }),
+                };
+                let Some(now) = now.get(&id).cloned() else {
+                    break;
+                };
+                loc = now;
+                bytes = self.read(&id, &loc);
+            }
+            let Ok(bytes) = bytes else {
+                continue; // removed while listing
             };
             match bytes.and_then(|b| self.summary(&id, &loc, &b)) {
                 Ok(s) => listing.entries.push(s),

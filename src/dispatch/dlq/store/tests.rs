@@ -436,3 +436,89 @@ fn an_offline_discard_is_seen_by_the_server_store() {
     assert_eq!(server.list().unwrap().entries.len(), 1);
     assert_eq!(server.len(), 1);
 }
+
+/// The real file system, counting directory syncs.
+#[derive(Debug, Default)]
+struct CountingFs(std::sync::atomic::AtomicU64);
+
+impl Storage for CountingFs {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn storage::StorageFile>> {
+        storage::StdFs.open(path, mode)
+    }
+    fn open_segment(
+        &self,
+        path: &Path,
+        kind: crate::wal::WritePath,
+    ) -> io::Result<Box<dyn storage::SegmentFile>> {
+        storage::StdFs.open_segment(path, kind)
+    }
+    fn map(&self, path: &Path) -> io::Result<storage::Contents> {
+        storage::StdFs.map(path)
+    }
+    fn len(&self, path: &Path) -> io::Result<u64> {
+        storage::StdFs.len(path)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        storage::StdFs.list(dir)
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        storage::StdFs.is_dir(path)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        storage::StdFs.create_dir_all(dir)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        storage::StdFs.rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        storage::StdFs.remove(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        storage::StdFs.sync_dir(dir)
+    }
+    fn try_lock(&self, path: &Path) -> io::Result<Option<Box<dyn storage::LockGuard>>> {
+        storage::StdFs.try_lock(path)
+    }
+}
+
+#[test]
+fn a_group_removal_syncs_the_directory_once_and_reports_each_id() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = Arc::new(CountingFs::default());
+    let store = DlqStore::open_in(fs.clone(), tmp.path(), 1000).unwrap();
+    let entries: Vec<_> = (0..200).map(sample_entry).collect();
+    // Two batch files: the group below empties the first (deleted) and leaves the second
+    // more than half live.
+    store.put_batch(entries[..100].iter().map(|e| ((), e)).collect());
+    store.put_batch(entries[100..].iter().map(|e| ((), e)).collect());
+    let before = fs.0.load(Ordering::Relaxed);
+    let mut ids: Vec<(usize, &str)> = entries[..120]
+        .iter()
+        .map(|e| e.id.as_str())
+        .enumerate()
+        .collect();
+    ids.push((120, entries[0].id.as_str())); // twice in one group: gone by then
+    ids.push((121, "not-an-id"));
+    let out = store.remove_batch(ids);
+    let syncs = fs.0.load(Ordering::Relaxed) - before;
+    let groups = 120usize.div_ceil(super::remove::REMOVE_GROUP) as u64;
+    assert_eq!(
+        syncs,
+        groups + 2,
+        "one per group of tombstones, then the emptied batch file's deletion and its \
+         tombstones' (module docs): per group, not per entry"
+    );
+    assert!(out[..120].iter().all(|(_, r)| r.is_ok()), "{out:?}");
+    assert!(matches!(out[120], (120, Err(DlqError::NotFound { .. }))));
+    assert!(matches!(out[121], (121, Err(DlqError::InvalidId { .. }))));
+    assert_eq!(store.len(), 80);
+    assert!(matches!(
+        store.get(&entries[5].id),
+        Err(DlqError::NotFound { .. })
+    ));
+    assert!(store.get(&entries[150].id).is_ok());
+    drop(store);
+    let store = DlqStore::open(tmp.path(), 1000).unwrap();
+    assert_eq!(store.len(), 80, "the group removal is durable");
+}

@@ -33,6 +33,7 @@ use crate::dispatch::outstanding::Outstanding;
 use crate::dispatch::pump::{PumpCore, PumpEnv, PumpLog, Routes, Write, PUMP_TICKET};
 use crate::dispatch::spec::DispatchSpec;
 use crate::dispatch::trigger_caps::{Slots, TriggerCaps};
+use crate::net::io::Waker;
 use crate::sync::clock::Clock;
 use crate::wal::group::DeadLetters;
 use crate::wal::{AppendOutcome, Lsn, Record, WalError, WalShared, WalTail};
@@ -49,12 +50,16 @@ pub type Staging = crate::wal::group::Staging<DlqEntry, DlqError>;
 impl DeadLetters for DlqStore {
     type Entry = DlqEntry;
     type Error = DlqError;
-    /// The batch's dead letters as one DLQ commit (`dispatch::dlq_store`).
+    /// The batch's dead letters as one DLQ commit (`dispatch::dlq::store`).
     fn put_dead_letters(
         &self,
         entries: Vec<(usize, &DlqEntry)>,
     ) -> Vec<(usize, Result<(), DlqError>)> {
         self.put_batch(entries)
+    }
+    /// The batch's replayed dead letters, removed as one group (`dispatch::dlq::store`).
+    fn release(&self, ids: Vec<(usize, &str)>) -> Vec<(usize, Result<(), DlqError>)> {
+        self.remove_batch(ids)
     }
 }
 
@@ -87,6 +92,8 @@ pub trait DurableQueue: std::fmt::Debug + Send + Sync {
 pub struct LogsEnv {
     queue: Arc<dyn DurableQueue>,
     metrics: Arc<DispatchMetrics>,
+    /// Every log's published state, by its index in the run.
+    wal: Vec<Arc<WalShared>>,
 }
 
 impl PumpEnv for LogsEnv {
@@ -127,6 +134,9 @@ impl PumpEnv for LogsEnv {
     fn release_done(&self, slot: usize, events: u64, bytes: u64) {
         self.queue.release_done(slot, events, bytes)
     }
+    fn writable(&self, index: usize) -> bool {
+        self.wal.get(index).map_or(true, |w| w.is_healthy())
+    }
 }
 
 /// What a core's pump is built from (the runtime assembles it: `sched::pump::build`).
@@ -159,7 +169,7 @@ pub struct CorePump {
     /// The default route's trigger id, for the routes of a reload's spec.
     default_trigger: &'static str,
     /// Every core's waker, by core (cores waiting for a dispatch slot are woken).
-    wakers: Vec<Arc<mio::Waker>>,
+    wakers: Vec<Arc<Waker>>,
     /// Bytes of each log's segments on disk at the last measurement, by position.
     disk_bytes: Vec<u64>,
     /// The generation of each log's retired counts last folded into the ledger, by position.
@@ -175,7 +185,7 @@ impl CorePump {
         parts: PumpParts,
         logs: Vec<PumpLog>,
         outstanding: Arc<Outstanding>,
-        wakers: Vec<Arc<mio::Waker>>,
+        wakers: Vec<Arc<Waker>>,
         now: u64,
     ) -> Result<CorePump, WalError> {
         let PumpParts {
@@ -190,6 +200,7 @@ impl CorePump {
         let env = LogsEnv {
             queue: queue.clone(),
             metrics: metrics.clone(),
+            wal: wal.clone(),
         };
         let n = logs.len();
         let default_trigger = routes.default_trigger;
@@ -242,6 +253,8 @@ impl CorePump {
                     self.pump.on_dead_letter_done(ticket, entry, r, now_ms, now);
                     self.wake();
                 }
+                // A replay's dead letter leaving the DLQ: the loop settled it before this.
+                (Item::Release { .. }, Outcome::Released(_)) => {}
                 (item, outcome) => {
                     eprintln!("sluice: commit helper answered {item:?} with {outcome:?}")
                 }

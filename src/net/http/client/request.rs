@@ -195,7 +195,7 @@ fn all_visible(s: &[u8]) -> bool {
 }
 
 /// `token` of RFC 9110 §5.6.2: one or more `tchar`.
-fn is_token(s: &[u8]) -> bool {
+pub fn is_token(s: &[u8]) -> bool {
     !s.is_empty() && s.iter().all(|&b| TCHAR[usize::from(b)])
 }
 

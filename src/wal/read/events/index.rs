@@ -3,7 +3,7 @@
 //!
 //! # Shape and bound
 //!
-//! LSNs of one log are dense (one per record), so the index is a ring of [`Slot`]s, one per
+//! LSNs of one log are dense (one per record), so the index is a ring of `Slot`s, one per
 //! retained record (`VecDeque`, slot `lsn - base`): a lookup is one subtraction and one index,
 //! `O(1)` in the log's size. A slot is [`SLOT_BYTES`] (20) bytes; a record that is not an event
 //! keeps an empty slot, so the memory is `SLOT_BYTES × retained records`, that is `SLOT_BYTES ×
@@ -28,7 +28,7 @@ use std::collections::VecDeque;
 
 use crate::wal::format::{AttemptsRecord, DoneStatus, Lsn, Record, MAX_ATTEMPT_ENTRIES};
 
-/// Bytes of one [`Slot`] (checked by a test).
+/// Bytes of one `Slot` (checked by a test).
 pub const SLOT_BYTES: usize = 20;
 
 /// What the log says of the event at an LSN so far.
