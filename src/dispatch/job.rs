@@ -40,6 +40,10 @@ pub struct Job {
     /// The directory of the log holding the event, so that a gate holding it may drop its body
     /// and read it back ([`crate::dispatch::flow::payload`]); `None`: the body is always kept.
     pub log_dir: Option<Arc<Path>>,
+    /// Admitted without its trigger's cap of the dispatch window (the trigger has gates and was
+    /// at its cap: `dispatch::pump` never parks such a trigger there). Once through its gates it
+    /// takes the cap with a dispatch slot, in the dispatcher's slot wait, before it is sent.
+    pub capless: bool,
 }
 
 impl Job {
@@ -53,6 +57,7 @@ impl Job {
             due_at_ms,
             batch: Vec::new(),
             log_dir: None,
+            capless: false,
         }
     }
 
@@ -78,6 +83,7 @@ impl Job {
             attempt: members.iter().map(|m| m.attempt).max().unwrap_or(1),
             due_at_ms,
             log_dir: None,
+            capless: false,
             batch: members,
         }
     }

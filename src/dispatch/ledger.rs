@@ -167,6 +167,11 @@ impl PumpLedger {
         i
     }
 
+    /// The trigger id of row `slot` (`""` for a row never given).
+    pub fn name(&self, slot: usize) -> &str {
+        self.names.get(slot).map_or("", String::as_str)
+    }
+
     /// An event of row `slot` was made durable.
     pub fn accepted(&mut self, slot: usize) {
         self.rows[slot].accepted += 1;

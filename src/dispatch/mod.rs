@@ -25,6 +25,7 @@ pub mod deliver;
 pub mod dlq;
 pub mod event_tools;
 pub mod flow;
+pub mod horizon;
 pub mod job;
 pub mod ledger;
 pub mod metrics;

@@ -36,6 +36,8 @@ pub struct Outstanding {
     /// Pumps that have not yet handed over every event recovered from their logs (each
     /// registers at creation, before the cores' threads start).
     pub handover: crate::sync::countdown::Countdown,
+    /// Every core's order horizon (`dispatch::horizon`); none with [`Outstanding::new`].
+    pub order: crate::dispatch::horizon::Horizon,
 }
 
 impl Outstanding {
@@ -45,6 +47,15 @@ impl Outstanding {
             max: max as u64,
             waiters: CachePadded::new(AtomicU64::new(0)),
             handover: crate::sync::countdown::Countdown::new(),
+            order: crate::dispatch::horizon::Horizon::new(0),
+        }
+    }
+
+    /// The window of a run of `cores` cores, with their order horizon.
+    pub fn with_cores(max: usize, cores: usize) -> Outstanding {
+        Outstanding {
+            order: crate::dispatch::horizon::Horizon::new(cores),
+            ..Outstanding::new(max)
         }
     }
 

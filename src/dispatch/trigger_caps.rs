@@ -2,7 +2,8 @@
 //! with a handler, one trigger may hold at most `max_outstanding − max_outstanding / 4` (at
 //! least 1) of the `max_outstanding` dispatch slots, so a quarter of the window is always left
 //! to the others (DESIGN.md "Backlog shares"); with fewer, no cap. An event whose trigger is at
-//! its cap is parked by its log's pump (`dispatch::pump`) and the pump reads on.
+//! its cap is parked by its log's pump (`dispatch::pump`) and the pump reads on; a trigger with
+//! flow gates is not parked at its cap but takes it once through its gates (`Job::capless`).
 //!
 //! [`Slots`] is how a dispatch slot is taken, for the pumps and for a dispatcher's
 //! gate-released jobs alike: the trigger's cap, then one of the shared `max_outstanding`
@@ -16,8 +17,9 @@
 //! the CAS on it, never past the cap) and publishes no other memory — the job itself travels
 //! through a ring whose orderings publish it. Modelled with loom (`loom-tests/tests/caps.rs`).
 //!
-//! Bounds: each counter ≤ the cap; the parked gauge counts events the pumps hold aside, each
-//! pump ≤ 4096 per log (`dispatch::pump`).
+//! Bounds: each counter ≤ the cap; the parked gauges count events the pumps hold aside (in
+//! memory ≤ 4096 per log, by reference past it: `dispatch::pump` "parked"), in all and by
+//! trigger.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64 as StdAtomicU64;
@@ -42,6 +44,12 @@ pub struct TriggerCaps {
     /// Durable events the pumps set aside at a cap or at full flow gates (a gauge: `std`
     /// atomic, bypassing the loom shim as `crate::metrics` does; `Relaxed`).
     parked: CachePadded<StdAtomicU64>,
+    /// The same, by slot (`sluice_pump_parked_by_trigger`).
+    parked_by: Box<[StdAtomicU64]>,
+    /// Of the parked events, those kept by reference only, and the bytes of those in memory
+    /// (`dispatch::pump` "parked").
+    parked_refs: StdAtomicU64,
+    parked_bytes: StdAtomicU64,
 }
 
 impl TriggerCaps {
@@ -68,8 +76,11 @@ impl TriggerCaps {
                 .iter()
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
+            parked_by: names.iter().map(|_| StdAtomicU64::new(0)).collect(),
             names,
             parked: CachePadded::default(),
+            parked_refs: StdAtomicU64::new(0),
+            parked_bytes: StdAtomicU64::new(0),
         }
     }
 
@@ -117,13 +128,27 @@ impl TriggerCaps {
         (self.cap != u64::MAX).then_some(self.cap)
     }
 
-    /// The pumps set `delta` more events aside (negative: took them back).
-    pub fn note_parked(&self, delta: i64) {
-        use std::sync::atomic::Ordering::Relaxed;
-        match delta >= 0 {
-            true => self.parked.fetch_add(delta as u64, Relaxed),
-            false => self.parked.fetch_sub(delta.unsigned_abs(), Relaxed),
-        };
+    /// The pumps set `delta` more events of slot `w` aside (negative: took them back).
+    pub fn note_parked(&self, w: usize, delta: i64) {
+        add(&self.parked, delta);
+        if let Some(c) = self.parked_by.get(w) {
+            add(c, delta);
+        }
+    }
+
+    /// A pump's parked events kept by reference moved by `refs`, the bytes of those in memory
+    /// by `bytes`.
+    pub fn note_parked_memory(&self, refs: i64, bytes: i64) {
+        add(&self.parked_refs, refs);
+        add(&self.parked_bytes, bytes);
+    }
+
+    /// Parked events of the slot labelled `name` (0 for a name without a slot).
+    pub fn parked_by(&self, name: &str) -> u64 {
+        let slot = self.names.iter().position(|n| n == name);
+        slot.map_or(0, |s| {
+            self.parked_by[s].load(std::sync::atomic::Ordering::Relaxed)
+        })
     }
 
     /// Durable events the pumps hold aside until their trigger has room.
@@ -137,10 +162,37 @@ impl TriggerCaps {
         w.header(
             PARKED,
             "Durable events set aside by the pumps because their trigger holds its cap of the \
-             dispatch window (max_outstanding); at most 4096 per log.",
+             dispatch window (max_outstanding) or their released events wait for slots; in \
+             memory up to 4096 per log, by reference past it.",
             MetricType::Gauge,
         );
         w.sample_u64(PARKED, &[], self.parked());
+        const BY: &str = "sluice_pump_parked_by_trigger";
+        w.header(
+            BY,
+            "Durable events set aside by the pumps, by trigger (a trigger at its cap of the \
+             dispatch window, or with released events waiting for slots at [flow] max_held).",
+            MetricType::Gauge,
+        );
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        for (s, id) in self.names.iter().enumerate() {
+            w.sample_u64(BY, &[("trigger", id)], self.parked_by[s].load(relaxed));
+        }
+        const REFS: &str = "sluice_pump_parked_by_reference";
+        w.header(
+            REFS,
+            "Parked events kept by reference only (their LSN; the record is read back from the \
+             log), past 4096 events or 64 MiB parked in memory per log.",
+            MetricType::Gauge,
+        );
+        w.sample_u64(REFS, &[], self.parked_refs.load(relaxed));
+        const BYTES: &str = "sluice_pump_parked_bytes";
+        w.header(
+            BYTES,
+            "Bytes (record cost) of the parked events kept in memory; at most 64 MiB per log.",
+            MetricType::Gauge,
+        );
+        w.sample_u64(BYTES, &[], self.parked_bytes.load(relaxed));
         const WINDOW: &str = "sluice_pump_window_jobs";
         w.header(
             WINDOW,
@@ -152,6 +204,16 @@ impl TriggerCaps {
             w.sample_u64(WINDOW, &[("trigger", id)], n);
         }
     }
+}
+
+/// Moves gauge `c` by `delta` (`Relaxed`, never below zero in use: every decrement follows
+/// its increment on the same pump).
+fn add(c: &StdAtomicU64, delta: i64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    match delta >= 0 {
+        true => c.fetch_add(delta as u64, Relaxed),
+        false => c.fetch_sub(delta.unsigned_abs(), Relaxed),
+    };
 }
 
 /// The dispatch window a job's slot is taken from: the shared `max_outstanding` counter and
@@ -212,13 +274,21 @@ mod tests {
     fn one_trigger_has_no_cap_and_the_parked_gauge_moves_both_ways() {
         let c = TriggerCaps::new(&["a"], "default", 1, 1);
         assert_eq!(c.cap(), None);
-        c.note_parked(3);
-        c.note_parked(-1);
-        assert_eq!(c.parked(), 2);
+        c.note_parked(0, 3);
+        c.note_parked(1, -1);
+        c.note_parked(1, 2);
+        c.note_parked_memory(2, 100);
+        assert_eq!(
+            (c.parked(), c.parked_by("a"), c.parked_by("default")),
+            (4, 3, 1)
+        );
         let mut w = PromWriter::new();
         c.render_prometheus(&mut w);
         let text = w.finish();
-        assert!(text.contains("sluice_pump_parked_events 2"), "{text}");
+        assert!(text.contains("sluice_pump_parked_events 4"), "{text}");
+        assert!(text.contains("sluice_pump_parked_by_trigger{trigger=\"a\"} 3"));
+        assert!(text.contains("sluice_pump_parked_by_reference 2"));
+        assert!(text.contains("sluice_pump_parked_bytes 100"));
         assert!(text.contains("sluice_pump_window_jobs{trigger=\"default\"} 0"));
     }
 

@@ -347,7 +347,7 @@ fn wire_cores(shared: &Arc<Shared>, run_logs: RunLogs) -> Result<Vec<CoreParts>,
     let owners: Arc<[usize]> = run_logs.owners().into();
     let (reactors, wakers) = reactors(workers)?;
     let max_outstanding = config.pump.max_outstanding;
-    let outstanding = Arc::new(Outstanding::new(max_outstanding));
+    let outstanding = Arc::new(Outstanding::with_cores(max_outstanding, workers));
     let mut links = CoreLinks::wire(workers, max_outstanding, wakers.clone(), owners);
     let per_core = logs_per_core(run_logs, shared.wal(), workers);
     let on_ring = commit_on_ring(config, shared.io_backend());

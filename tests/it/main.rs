@@ -74,6 +74,7 @@ mod https;
 mod ingest;
 mod io_backend;
 pub(crate) mod isolation;
+mod keys;
 mod ops;
 mod percore;
 mod powerloss;

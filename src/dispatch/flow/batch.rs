@@ -87,6 +87,7 @@ mod tests {
             due_at_ms: lsn,
             batch: Vec::new(),
             log_dir: None,
+            capless: false,
         }
     }
 

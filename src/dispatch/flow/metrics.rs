@@ -315,6 +315,13 @@ impl FlowMetrics {
             .find(|&i| self.triggers[i].name.get().is_some_and(|n| &**n == id))
     }
 
+    /// Whether trigger `t` has a flow gate now (any configured, `mark_configured` on reloads).
+    pub fn has_gates(&self, t: usize) -> bool {
+        self.triggers
+            .get(t)
+            .is_some_and(|c| c.configured.iter().any(|g| g.load(Relaxed)))
+    }
+
     /// True while trigger `id`'s cells are at `[flow] max_held` ([`FlowMetrics::full`]).
     pub fn full_id(&self, id: &str) -> bool {
         self.index_of(id).is_some_and(|t| self.full(t))

@@ -115,6 +115,8 @@ use window::Window;
 pub const SWEEP_EVERY: u64 = 100_000_000;
 /// Idle window keys are also swept this often, to give memory back.
 const IDLE_SWEEP_EVERY: u64 = 10_000_000_000;
+/// How often the gates look at the order horizon again while an event waits for it (1 ms).
+pub const HORIZON_POLL: u64 = 1_000_000;
 /// Added to the clock's nanoseconds inside the engine (longer than any period, 365 days).
 pub const SHIFT: u64 = 366 * 86_400 * 1_000_000_000;
 
@@ -172,6 +174,25 @@ pub struct FlowOut {
     pub lost: Vec<Lsn>,
 }
 
+impl FlowOut {
+    /// The jobs through the gates, released (`resumed`: true) and passed (`ready`) in one
+    /// acceptance order: a key's events may leave its line both ways in one call (`horizon`),
+    /// and a released one queues for a slot while a passed one may go at once. Leaves both
+    /// lists empty.
+    pub fn leaving(&mut self) -> Vec<(Job, bool)> {
+        let both = !self.resumed.is_empty() && !self.ready.is_empty();
+        let mut gone = Vec::with_capacity(self.resumed.len() + self.ready.len());
+        gone.extend(self.resumed.drain(..).map(|j| (j, true)));
+        gone.extend(self.ready.drain(..).map(|j| (j, false)));
+        if both {
+            gone.sort_by(|(a, _), (b, _)| {
+                (a.event.event_id.as_str(), a.lsn).cmp(&(b.event.event_id.as_str(), b.lsn))
+            });
+        }
+        gone
+    }
+}
+
 /// A held event's deadline in the gate a reload took it from: `(stage, deadline, period)`.
 type Hint = (Stage, u64, u64);
 
@@ -202,6 +223,11 @@ struct Pending {
     retaken: Option<Stage>,
     /// Its deadline in the gate a reload took it from ([`Hint`], `collect`).
     hint: Option<Hint>,
+    /// It waits in a `throttle`/`concurrency` line only for the order horizon
+    /// (`dispatch::horizon`): its gate had room for it. Held like any waiter (its dispatch slot
+    /// goes back: a slot held while waiting for the horizon could keep the other cores' pumps
+    /// from admitting the very events the horizon waits for), it leaves as `pass`.
+    ordered_wait: bool,
 }
 
 impl Pending {
@@ -214,6 +240,7 @@ impl Pending {
             dropped,
             retaken: None,
             hint: None,
+            ordered_wait: false,
         }
     }
 
@@ -242,6 +269,9 @@ type Waiters<K> = waiters::Waiters<K, Pending, Option<Stage>>;
 impl waiters::Held for Pending {
     fn job(&self) -> &Job {
         &self.job
+    }
+    fn horizon_only(&self) -> bool {
+        self.ordered_wait
     }
 }
 
@@ -322,6 +352,14 @@ pub struct FlowEngine {
     restored_until: u64,
     /// Waiting for the start-up hand-over of recovered events ([`handover`]).
     settle: Option<Settle>,
+    /// The order horizon (`dispatch::horizon`): `throttle` and `concurrency` pass an event at
+    /// once only below it. `u64::MAX` (the default): no horizon, every event may pass.
+    horizon: u64,
+    /// Keys whose first waiter waits for the horizon: (its order time, trigger, stage, key).
+    /// At most one entry per event held (each is added when an event is held for it).
+    horizon_wait: std::collections::BTreeSet<(u64, usize, Stage, String)>,
+    /// The clock (nanos, unshifted) at the last tick.
+    last_tick: u64,
     waiting: usize,
     /// Window state saved across restarts (`None`: not persisted, unit tests).
     store: Option<persist::Store>,
@@ -373,6 +411,9 @@ impl FlowEngine {
             idle_sweep_at: 0,
             restored_until: 0,
             settle: None,
+            horizon: u64::MAX,
+            horizon_wait: std::collections::BTreeSet::new(),
+            last_tick: 0,
             waiting: 0,
             store,
             payloads: payload::Payloads::new(config_max_held_bytes),
@@ -398,6 +439,14 @@ impl FlowEngine {
         let t = match self.settle_due() {
             Some(s) => Some(t.map_or(s, |t| t.min(s))),
             None => t,
+        };
+        // An event waits for the order horizon: look again in a millisecond.
+        let t = match self.horizon_wait.is_empty() {
+            false => {
+                let h = self.last_tick.saturating_add(HORIZON_POLL);
+                Some(t.map_or(h, |t| t.min(h)))
+            }
+            true => t,
         };
         match self.store.as_ref().and_then(|s| s.due()) {
             Some(s) => Some(t.map_or(s, |t| t.min(s))),
@@ -456,13 +505,23 @@ impl FlowEngine {
             let Some(ck) = self.gates[t].concurrency.get_mut(k) else {
                 return;
             };
-            let next = match ck.active < g.max {
+            let first = ck.waiters.first().map(|w| w.id().to_owned());
+            let room = ck.active < g.max;
+            // The first in line goes once the order horizon has passed it (`horizon`).
+            let go = room && first.is_some_and(|id| self.ordered(t, Stage::Concurrency, k, &id));
+            let Some(ck) = self.gates[t].concurrency.get_mut(k) else {
+                return;
+            };
+            let next = match go {
                 true => ck.waiters.pop_first(),
                 false => None,
             };
             let Some(w) = next else {
                 if ck.active == 0 && ck.waiters.is_empty() {
                     self.gates[t].concurrency.remove(k);
+                } else if !room {
+                    // A waiter that waited only for the horizon now waits for room: held.
+                    self.demote(t, Stage::Concurrency, k);
                 }
                 return;
             };
@@ -472,7 +531,12 @@ impl FlowEngine {
             if let Some(ck) = self.gates[t].concurrency.get_mut(k) {
                 ck.active += 1;
             }
-            self.count(t, Stage::Concurrency, Decision::Wait);
+            let mut p = p;
+            let d = match std::mem::take(&mut p.ordered_wait) {
+                true => Decision::Pass,
+                false => Decision::Wait,
+            };
+            self.count(t, Stage::Concurrency, d);
             self.hold(p.job.lsn, t).concurrency = Some(k.to_string());
             self.leave(p, out);
         }
@@ -523,8 +587,10 @@ impl FlowEngine {
             return;
         }
         self.payloads.tick(clock);
+        self.last_tick = clock;
         let now = self.restore_once(now);
         self.settle_turn(now, out);
+        self.horizon_turn(now, out);
         while self
             .timers
             .peek()
@@ -545,6 +611,84 @@ impl FlowEngine {
             self.sweep(now);
         }
         self.save(clock, draining);
+    }
+
+    /// The order horizon as of this turn (`dispatch::horizon`): what the gates release below;
+    /// run [`FlowEngine::on_tick`] after it to release the waiters it passed.
+    pub fn note_horizon(&mut self, horizon: u64) {
+        self.horizon = horizon;
+    }
+
+    /// Whether the event `id` held at `stage` of trigger `t`'s key `key` is below the order
+    /// horizon; if not, the key is looked at again once the horizon passes it.
+    fn ordered(&mut self, t: usize, stage: Stage, key: &str, id: &str) -> bool {
+        let at = crate::dispatch::horizon::order_time(id).unwrap_or(0);
+        if at < self.horizon {
+            return true;
+        }
+        self.horizon_wait.insert((at, t, stage, key.to_owned()));
+        false
+    }
+
+    /// The waiters of trigger `t`'s key `key` at `stage` that waited only for the order
+    /// horizon (`Pending::ordered_wait`) wait for room from now on (they leave as `wait`).
+    fn demote(&mut self, t: usize, stage: Stage, key: &str) {
+        let hold = |p: &mut Pending| p.ordered_wait = false;
+        let g = &mut self.gates[t];
+        match stage {
+            Stage::Concurrency => {
+                if let Some(c) = g.concurrency.get_mut(key) {
+                    c.waiters.hold_free(hold);
+                }
+            }
+            Stage::Throttle => {
+                if let Some(w) = g.throttle.get_mut(key) {
+                    w.waiters.hold_free(hold);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Trigger `t`'s `key` at `stage` is looked at again once the horizon passes `p`.
+    fn wait_for_horizon(&mut self, t: usize, stage: Stage, key: &str, p: &Pending) {
+        let at = crate::dispatch::horizon::order_time(&p.job.event.event_id).unwrap_or(0);
+        self.horizon_wait.insert((at, t, stage, key.to_owned()));
+    }
+
+    /// Releases the waiters of the keys the order horizon has passed (engine time `now`).
+    fn horizon_turn(&mut self, now: u64, out: &mut FlowOut) {
+        if self.settle.is_some() {
+            return;
+        }
+        while let Some(first) = self.horizon_wait.first() {
+            if first.0 >= self.horizon {
+                break;
+            }
+            let Some((_, t, stage, key)) = self.horizon_wait.pop_first() else {
+                break;
+            };
+            match stage {
+                Stage::Concurrency => self.admit_waiters(t, &key, out),
+                Stage::Throttle => self.fire_throttle(t, key, now, out),
+                _ => {}
+            }
+        }
+    }
+
+    /// Releases the waiters the order horizon noted last has passed ([`FlowEngine::note_horizon`]),
+    /// between ticks (clock nanos `now`).
+    pub fn release_ordered(&mut self, now: u64, out: &mut FlowOut) {
+        if self.horizon_wait.is_empty() {
+            return;
+        }
+        let now = self.restore_once(now);
+        self.horizon_turn(now, out);
+    }
+
+    /// Events waiting for the order horizon (keys to look at again).
+    pub fn horizon_waiting(&self) -> usize {
+        self.horizon_wait.len()
     }
 
     /// Trigger `t`'s cells in `metrics.flow` (see [`FlowEngine::cells`]).
@@ -706,11 +850,25 @@ impl FlowEngine {
         // all events until the start-up hand-over (`handover`).
         let requeued = p.retaken == Some(Stage::Concurrency) || self.settle.is_some();
         let c = self.gates[t].concurrency.entry(key.clone()).or_default();
-        if !requeued && c.waiters.is_empty() && c.active < g.max {
+        // Room for it behind the waiters, all of which wait only for the order horizon.
+        let room = !requeued && c.waiters.all_free() && c.active + c.waiters.len() < g.max;
+        let first = c.waiters.is_empty();
+        if room && first && self.ordered(t, Stage::Concurrency, &key, &p.job.event.event_id) {
+            let c = self.gates[t].concurrency.entry(key.clone()).or_default();
             c.active += 1;
             self.hold(p.job.lsn, t).concurrency = Some(key);
             self.passed(t, Stage::Concurrency, &p);
             return Some(p);
+        }
+        if room {
+            // Only the order horizon keeps it: held in line, counted `pass` when it leaves.
+            self.wait_for_horizon(t, Stage::Concurrency, &key, &p);
+            self.held(t, Stage::Concurrency, &mut p, out);
+            p.ordered_wait = true;
+            let place = (p.keys.rank, p.job.event.event_id.clone(), p.job.lsn);
+            let c = self.gates[t].concurrency.entry(key).or_default();
+            c.waiters.insert(place, Waiter::Full(Box::new(p)));
+            return None;
         }
         self.held(t, Stage::Concurrency, &mut p, out);
         let place = (p.keys.rank, p.job.event.event_id.clone(), p.job.lsn);

@@ -36,6 +36,25 @@ pub const THIN_BYTES: usize = std::mem::size_of::<Thin<Option<u8>>>();
 /// What a gate holds in full: the event's job, with what the gate knows about it.
 pub(super) trait Held {
     fn job(&self) -> &Job;
+    /// It waits only for the order horizon (its gate had room for it).
+    fn horizon_only(&self) -> bool {
+        false
+    }
+}
+
+impl<P: Held, S> Held for Waiter<P, S> {
+    fn job(&self) -> &Job {
+        match self {
+            Waiter::Full(p) => p.job(),
+            Waiter::Ref(_) => unreachable!("a reference has no job; ask `lsn`/`id`"),
+        }
+    }
+    fn horizon_only(&self) -> bool {
+        match self {
+            Waiter::Full(p) => p.horizon_only(),
+            Waiter::Ref(_) => false,
+        }
+    }
 }
 
 /// A waiter held by reference only: what it takes to read it back and deliver it, and the
@@ -148,6 +167,8 @@ impl<P: Held, S> Waiter<P, S> {
 pub(super) struct Waiters<K, P, S> {
     line: BTreeMap<K, Waiter<P, S>>,
     full: usize,
+    /// Of them, those that wait only for the order horizon ([`Held::horizon_only`]).
+    free: usize,
 }
 
 impl<K: Ord, P: Held, S> Default for Waiters<K, P, S> {
@@ -155,6 +176,7 @@ impl<K: Ord, P: Held, S> Default for Waiters<K, P, S> {
         Waiters {
             line: BTreeMap::new(),
             full: 0,
+            free: 0,
         }
     }
 }
@@ -169,6 +191,15 @@ impl<K: Ord, P: Held, S> Waiters<K, P, S> {
         self.full
     }
 
+    pub(super) fn len(&self) -> usize {
+        self.line.len()
+    }
+
+    /// Whether every waiter waits only for the order horizon (true when there is none).
+    pub(super) fn all_free(&self) -> bool {
+        self.free == self.line.len()
+    }
+
     /// The first in line.
     pub(super) fn first(&self) -> Option<&Waiter<P, S>> {
         self.line.first_key_value().map(|(_, w)| w)
@@ -176,21 +207,42 @@ impl<K: Ord, P: Held, S> Waiters<K, P, S> {
 
     pub(super) fn insert(&mut self, place: K, w: Waiter<P, S>) {
         self.full += usize::from(w.is_full());
+        self.free += usize::from(w.horizon_only());
         if let Some(old) = self.line.insert(place, w) {
             // One event has one place: never reached (an event is offered once at a time).
             self.full -= usize::from(old.is_full());
+            self.free -= usize::from(old.horizon_only());
         }
     }
 
     pub(super) fn pop_first(&mut self) -> Option<Waiter<P, S>> {
         let (_, w) = self.line.pop_first()?;
         self.full -= usize::from(w.is_full());
+        self.free -= usize::from(w.horizon_only());
         Some(w)
+    }
+
+    /// Applies `hold` to every waiter that waits only for the order horizon, after which it
+    /// waits for room too (`hold` must clear [`Held::horizon_only`]).
+    pub(super) fn hold_free(&mut self, mut hold: impl FnMut(&mut P)) {
+        if self.free == 0 {
+            return;
+        }
+        for w in self.line.values_mut() {
+            if let Waiter::Full(p) = w {
+                if p.horizon_only() {
+                    hold(p);
+                    debug_assert!(!p.horizon_only());
+                }
+            }
+        }
+        self.free = 0;
     }
 
     /// Every waiter, in line; leaves none.
     pub(super) fn take_all(&mut self) -> impl Iterator<Item = Waiter<P, S>> {
         self.full = 0;
+        self.free = 0;
         std::mem::take(&mut self.line).into_values()
     }
 }

@@ -57,6 +57,12 @@ impl Window {
         true
     }
 
+    /// Whether `n` more hits fit in the window at `now` (none is recorded).
+    pub fn room_for(&mut self, now: u64, period: u64, max: usize, n: usize) -> bool {
+        self.trim(now, period);
+        self.hits.len() + n <= max
+    }
+
     /// Does event `tag` hold a hit among those at or before `until` (the restored ones)? Scans
     /// at most those hits (≤ `max`), oldest first.
     pub fn holds(&self, tag: u128, until: u64) -> bool {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use super::key::OVERFLOW_KEY;
 use super::spec::WindowGate;
 use super::window::tag;
-use super::{nanos, Decision, FlowEngine, FlowOut, Pending, Stage, WindowKey, SWEEP_EVERY};
+use super::{nanos, Decision, FlowEngine, FlowOut, Pending, Stage, Waiter, WindowKey, SWEEP_EVERY};
 use crate::dispatch::job::SkipReason;
 
 impl FlowEngine {
@@ -132,10 +132,30 @@ impl FlowEngine {
         // Until the start-up hand-over, every event waits (`super::handover`).
         let settling = self.settle.is_some();
         let w = self.gates[t].throttle.entry(key.clone()).or_default();
-        if !settling && w.waiters.is_empty() && w.window.try_hit(now, period, g.max, id) {
+        // Room for it behind the waiters, all of which wait only for the order horizon.
+        let line = w.waiters.len();
+        let room =
+            !settling && w.waiters.all_free() && w.window.room_for(now, period, g.max, line + 1);
+        let first = line == 0;
+        // Below the order horizon only (`dispatch::horizon`); a unit is taken only then.
+        let ordered =
+            room && first && self.ordered(t, Stage::Throttle, &key, &p.job.event.event_id);
+        let w = self.gates[t].throttle.entry(key.clone()).or_default();
+        if ordered && w.window.try_hit(now, period, g.max, id) {
             self.mark_dirty();
             self.passed(t, Stage::Throttle, &p);
             return Some(p);
+        }
+        if room {
+            // Only the order horizon keeps it: held in line, counted `pass` when it leaves;
+            // fired when the horizon passes it (`super::horizon_turn`), not by a timer.
+            self.wait_for_horizon(t, Stage::Throttle, &key, &p);
+            self.held(t, Stage::Throttle, &mut p, out);
+            p.ordered_wait = true;
+            let place = (p.job.event.event_id.clone(), p.job.lsn);
+            let w = self.gates[t].throttle.entry(key).or_default();
+            w.waiters.insert(place, Waiter::Full(Box::new(p)));
+            return None;
         }
         self.held(t, Stage::Throttle, &mut p, out);
         // Acceptance order, not arrival order (module docs).
@@ -148,8 +168,8 @@ impl FlowEngine {
         let w = self.gates[t].throttle.entry(key.clone()).or_default();
         w.waiters.insert(place, waiter);
         let arm = (!w.armed).then(|| w.window.room_at(period).max(now));
-        w.armed = true;
         if let Some(at) = arm {
+            w.armed = true;
             self.timers.push(Reverse((at, t, Stage::Throttle, key)));
         }
         None
@@ -170,13 +190,34 @@ impl FlowEngine {
         };
         w.armed = false;
         let mut go = Vec::new();
-        while let Some(id) = w.waiters.first().map(|p| tag(p.id())) {
-            if !w.window.try_hit(now, period, g.max, id) {
+        let mut unordered = false;
+        loop {
+            let Some(w) = self.gates[t].throttle.get_mut(&key) else {
+                return;
+            };
+            let Some(first) = w.waiters.first().map(|p| p.id().to_owned()) else {
+                break;
+            };
+            // The first in line goes once the order horizon has passed it (`horizon`).
+            if !self.ordered(t, Stage::Throttle, &key, &first) {
+                // Fired again when the horizon passes it, not by a timer.
+                unordered = true;
+                break;
+            }
+            let Some(w) = self.gates[t].throttle.get_mut(&key) else {
+                return;
+            };
+            if !w.window.try_hit(now, period, g.max, tag(&first)) {
+                // No room: a waiter that waited only for the horizon is held now.
+                self.demote(t, Stage::Throttle, &key);
                 break;
             }
             go.extend(w.waiters.pop_first());
         }
-        if !w.waiters.is_empty() {
+        let Some(w) = self.gates[t].throttle.get_mut(&key) else {
+            return;
+        };
+        if !w.waiters.is_empty() && !unordered {
             w.armed = true;
             let at = w.window.room_at(period).max(now + 1);
             self.timers.push(Reverse((at, t, Stage::Throttle, key)));
@@ -186,10 +227,14 @@ impl FlowEngine {
         }
         for w in go {
             // Read back first if held by reference (`super::waiters`); `lost` if it cannot be.
-            let Some(p) = self.unwait(t, Stage::Throttle, w, out) else {
+            let Some(mut p) = self.unwait(t, Stage::Throttle, w, out) else {
                 continue;
             };
-            self.count(t, Stage::Throttle, Decision::Wait);
+            let d = match std::mem::take(&mut p.ordered_wait) {
+                true => Decision::Pass,
+                false => Decision::Wait,
+            };
+            self.count(t, Stage::Throttle, d);
             self.run(t, p, Stage::Singleton, now, out);
         }
     }

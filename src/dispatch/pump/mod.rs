@@ -30,12 +30,22 @@
 //! At most `max_outstanding` jobs are out across all cores (one shared counter, [`Outstanding`];
 //! a job's *dispatch slot*); an event a flow-control gate holds gives its slot back
 //! (`JobOutcome::Held`) and holds one again once released (`Resumed`, the slot taken by the
-//! dispatcher), and a trigger whose gates hold `[flow] max_held` events is parked like one at its
-//! window cap (`dispatch::flow`). When it is reached no log is read: committed events wait in the
-//! window or the log, the durable backlog fills, and ingest refuses with `queue_full`.
+//! dispatcher), and a trigger whose released events wait for slots at `[flow] max_held`
+//! (`gate="dispatch"`) is parked like one at its window cap (`dispatch::flow`); a trigger with
+//! gates is not parked at its cap but admitted without it (`Job::capless`: it takes the cap once
+//! through its gates, so its keys keep their order). When `max_outstanding` is reached no log is
+//! read: committed events wait in the window or the log, the durable backlog fills, and ingest
+//! refuses with `queue_full`. Parking never stops a log (`pump_parked`): past the in-memory
+//! bound an event is parked by reference and read back when its trigger has room, and a turn
+//! parks at most [`PARK_PER_TURN`] events per log ([`PumpCore::more_to_read`] asks for the next
+//! turn at once).
+//!
+//! Each turn the pump also reports what it has not yet handed to the gates for the core's order
+//! horizon ([`PumpCore::publish_horizon`], `dispatch::horizon`).
 //!
 //! Bounds: jobs out ≤ `max_outstanding`; the window ≤ [`WINDOW_EVENTS`] / [`WINDOW_BYTES`];
-//! parked events ≤ [`WINDOW_EVENTS`] / [`WINDOW_BYTES`] per log; records with the commit helper
+//! parked events in memory ≤ [`WINDOW_EVENTS`] / [`WINDOW_BYTES`] per log, by reference past it
+//! ([`REF_BYTES`] each, ≤ the log's pending events); records with the commit helper
 //! ≤ [`MAX_RECORDS_IN_FLIGHT`] per log, of which at most one `Done` record (the outcomes that
 //! arrive while it is being made durable are queued and go out together in the next one: a
 //! `Done` record per commit, not per loop turn); `Done` entries queued ≤ [`MAX_DONE_ENTRIES`] per
@@ -83,6 +93,7 @@ use source::{Opened, Source};
 
 mod parked;
 use parked::Parked;
+pub use parked::REF_BYTES;
 
 /// Most entries in one `Done` record.
 pub const MAX_DONE_ENTRIES: usize = crate::wal::MAX_DONE_ENTRIES;
@@ -95,6 +106,9 @@ pub const MAX_ATTEMPTS_QUEUED: usize = 4 * crate::wal::MAX_ATTEMPT_ENTRIES;
 pub const DLQ_RETRY_EVERY: u64 = 1_000_000_000;
 /// The least bound on a pump's outcomes awaiting their commit (module docs, "Redeliveries").
 pub const MIN_AWAITING: usize = 64;
+/// Most events one turn parks per log (`pump_parked`: parking never stops a log, so this keeps
+/// a turn short; the pump asks for another turn at once, [`PumpCore::more_to_read`]).
+pub const PARK_PER_TURN: usize = 1024;
 /// Tickets of the pump's own items carry this bit (ingest tickets never do).
 pub const PUMP_TICKET: u64 = 1 << 63;
 
@@ -122,6 +136,12 @@ pub trait PumpEnv {
     /// [`PumpEnv::gates_full`] by name.
     fn gate_cells(&self, _trigger: &str) -> Option<usize> {
         None
+    }
+    /// Whether the trigger of cells `t` ([`PumpEnv::gate_cells`]) has flow gates: then it is
+    /// not parked at its dispatch cap (`Job::capless`) and its parked events hold the order
+    /// horizon back.
+    fn gated(&self, _t: usize) -> bool {
+        false
     }
     /// True while the trigger of cells `t` ([`PumpEnv::gate_cells`]) holds `[flow] max_held`
     /// events.
@@ -237,6 +257,13 @@ struct LogState<T> {
     live: BTreeMap<Lsn, Live>,
     /// Events set aside because their trigger is at its cap (module `pump_parked`).
     parked: Parked,
+    /// Where the last read-back of an event parked by reference stopped (`pump_parked`).
+    parked_reader: Option<T>,
+    /// Clock nanos before which no parked event of this log is admitted (a read-back failed).
+    parked_retry_at: u64,
+    /// The order time of the last event read back from the log (`dispatch::horizon`): those
+    /// not yet read are no older.
+    last_read: u64,
     done_queue: Vec<DoneEntry>,
     retry_queue: VecDeque<RetryRecord>,
     /// Attempt entries for the next `Attempts` record (≤ [`MAX_ATTEMPTS_QUEUED`]).
@@ -259,7 +286,11 @@ impl<T: LogTail> LogState<T> {
             })),
             Source::Log(tail) => loop {
                 match tail.next(self.durable)? {
-                    Some((lsn, Record::Event(ev))) => return Ok(Some((lsn, ev, None))),
+                    Some((lsn, Record::Event(ev))) => {
+                        let at = crate::dispatch::horizon::order_time(&ev.event_id);
+                        self.last_read = at.unwrap_or(self.last_read);
+                        return Ok(Some((lsn, ev, None)));
+                    }
                     Some(_) => continue,
                     None => {
                         if self.own && tail.next_lsn() > self.durable {
@@ -290,6 +321,23 @@ impl<T: LogTail> LogState<T> {
             .next()
             .copied()
             .map_or(parked, |l| l.min(parked))
+    }
+
+    /// The least order time of the events of this log not yet handed over (`dispatch::horizon`):
+    /// in the window, not yet read back, or parked for a gated trigger.
+    fn unhanded(&self) -> Option<u64> {
+        let source = match &self.source {
+            Source::Memory { events, .. } => events
+                .front()
+                .map(|e| crate::dispatch::horizon::order_time(&e.1.event_id).unwrap_or(0)),
+            // Caught up: nothing left to read until the durable LSN moves.
+            Source::Log(tail) if tail.next_lsn() > self.durable => None,
+            Source::Log(_) | Source::Reopen(_) => Some(self.last_read),
+        };
+        match (source, self.parked.first_ordered()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Every event recovered at start-up has been read (admitted, done or parked).
@@ -323,9 +371,8 @@ enum Admit {
     Job((usize, Job)),
     /// Nothing to dispatch (no handler, or done before a restart).
     Done,
-    /// Its trigger is at its cap: set aside, with its trigger slot.
-    /// Parked, with its trigger's row.
-    Park(Lsn, EventRecord, usize),
+    /// Its trigger is at its cap: set aside, with its trigger's row and cap slot.
+    Park(Lsn, EventRecord, usize, usize),
 }
 
 /// The pump of one core (module docs).
@@ -358,6 +405,16 @@ pub struct PumpCore<E: PumpEnv> {
     drained: u64,
     /// This pump finished its part of `outstanding.handover`.
     handed_over: bool,
+    /// The order time of the newest ingest event made durable in the own log.
+    last_durable_at: u64,
+    /// The horizon this core last published, while it works (`None`: idle, `dispatch::horizon`).
+    horizon_floor: Option<u64>,
+    /// Parked events by reference and bytes in memory, over this pump's logs, as last added
+    /// to the shared gauges (`TriggerCaps::note_parked_memory`).
+    parked_published: (usize, u64),
+    /// The last turn stopped reading a log at [`PARK_PER_TURN`]: the next turn should come at
+    /// once.
+    more_to_read: bool,
     /// Writes for the shell to hand to the commit helper ([`PumpCore::take_writes`]).
     writes: Vec<Write>,
     /// Cores to wake (bit `k` = core `k`): they wait for a dispatch slot.
@@ -392,6 +449,9 @@ impl<E: PumpEnv> PumpCore<E> {
                 recovered: l.recovered,
                 live: BTreeMap::new(),
                 parked: Parked::default(),
+                parked_reader: None,
+                parked_retry_at: 0,
+                last_read: 0,
                 done_queue: Vec::new(),
                 retry_queue: VecDeque::new(),
                 attempt_queue: Vec::new(),
@@ -422,6 +482,10 @@ impl<E: PumpEnv> PumpCore<E> {
             awaiting: 0,
             drained: 0,
             handed_over: nothing_pending,
+            more_to_read: false,
+            parked_published: (0, 0),
+            last_durable_at: 0,
+            horizon_floor: None,
             writes: Vec::new(),
             wake: 0,
             ledger,
@@ -503,6 +567,9 @@ impl<E: PumpEnv> PumpCore<E> {
     /// An ingest event of the core's own log (position 0) is durable at `lsn`; the loop hands
     /// over the event it wrote. `now`: clock nanos.
     pub fn on_durable(&mut self, lsn: Lsn, event: EventRecord, now: u64) {
+        if let Some(at) = crate::dispatch::horizon::order_time(&event.event_id) {
+            self.last_durable_at = self.last_durable_at.max(at);
+        }
         let trigger = self.ledger.slot(&event.trigger_id);
         self.ledger.accepted(trigger);
         let log = &mut self.logs[0];
@@ -563,7 +630,8 @@ impl<E: PumpEnv> PumpCore<E> {
         self.retry_dead_letters(now);
         self.reopen(now);
         if !draining {
-            self.admit(jobs);
+            self.admit(jobs, now);
+            self.publish_parked();
         }
         self.flush_records();
         let board = &self.metrics.ledger;
@@ -589,6 +657,76 @@ impl<E: PumpEnv> PumpCore<E> {
             (log.name.clone(), lsns.collect())
         };
         self.logs.iter().map(per_log).collect()
+    }
+
+    /// This core's order horizon (`dispatch::horizon`) at the end of a turn, published for
+    /// every core's gates. `ingest`: what ingest holds — `None` when nothing is staged, in
+    /// flight or waiting for room; `Some(0)` while a connection waits for room (the horizon
+    /// stays); else the newest durable event's order time, below which none of its events in
+    /// flight can be. `links`: the least order time of the jobs still waiting for room in a
+    /// ring. Holding nothing, the core publishes `IDLE`.
+    pub fn publish_horizon(&mut self, ingest: Option<u64>, links: Option<u64>) {
+        let order = &self.slots.window.order;
+        let mut least = ingest;
+        for l in &self.logs {
+            least = match (least, l.unhanded()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        least = match (least, links) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match least {
+            None => {
+                self.horizon_floor = None;
+                order.publish(self.core, crate::dispatch::horizon::IDLE);
+            }
+            Some(h) => {
+                let h = self.horizon_floor.map_or(h, |f| f.max(h));
+                self.horizon_floor = Some(h);
+                order.publish(self.core, h);
+            }
+        }
+    }
+
+    /// The loop woke: if this core was idle it publishes 0, then reads the clock (`unix_us`,
+    /// read by the caller after this returns true) as its new floor ([`PumpCore::set_floor`]).
+    pub fn wake_horizon(&mut self) -> bool {
+        if self.horizon_floor.is_some() {
+            return false;
+        }
+        self.slots.window.order.publish(self.core, 0);
+        true
+    }
+
+    /// Every id this core mints from now on is no older than `at` (order time).
+    pub fn set_floor(&mut self, at: u64) {
+        self.horizon_floor = Some(at);
+    }
+
+    /// The order time of the newest ingest event made durable in the core's own log.
+    pub fn last_durable_at(&self) -> u64 {
+        self.last_durable_at
+    }
+
+    /// Moves the shared parked gauges by what this pump's logs changed since the last turn.
+    fn publish_parked(&mut self) {
+        let refs = self.logs.iter().map(|l| l.parked.refs()).sum::<usize>();
+        let bytes = self.logs.iter().map(|l| l.parked.bytes()).sum::<u64>();
+        let (r0, b0) = self.parked_published;
+        if (refs, bytes) != (r0, b0) {
+            let caps = &self.slots.caps;
+            caps.note_parked_memory(refs as i64 - r0 as i64, bytes as i64 - b0 as i64);
+            self.parked_published = (refs, bytes);
+        }
+    }
+
+    /// The last turn left events to read that it could have admitted or parked: the loop
+    /// should turn again without sleeping.
+    pub fn more_to_read(&self) -> bool {
+        self.more_to_read
     }
 
     /// Called once the jobs this pump admitted are in the other cores' rings: when every event

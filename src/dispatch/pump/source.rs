@@ -27,6 +27,9 @@ pub trait LogTail {
     fn next(&mut self, durable: Lsn) -> Result<Option<(Lsn, Record)>, WalError>;
     /// The LSN the next call reads.
     fn next_lsn(&self) -> Lsn;
+    /// Passes over the records below `lsn` without decoding them, where the tail can (never
+    /// backwards; the default decodes them, and the caller skips them).
+    fn skip_to(&mut self, _lsn: Lsn) {}
 }
 
 impl LogTail for WalTail {
@@ -35,6 +38,9 @@ impl LogTail for WalTail {
     }
     fn next_lsn(&self) -> Lsn {
         WalTail::next_lsn(self)
+    }
+    fn skip_to(&mut self, lsn: Lsn) {
+        WalTail::skip_to(self, lsn)
     }
 }
 

@@ -106,6 +106,10 @@ impl PumpEnv for Rc<Fake> {
         assert_eq!(t, 0, "only \"a\" has cells");
         self.full.borrow().contains("a")
     }
+    /// "a" has gates.
+    fn gated(&self, t: usize) -> bool {
+        t == 0
+    }
     fn release_done(&self, slot: usize, events: u64, bytes: u64) {
         self.released.borrow_mut().push((slot, events, bytes));
     }
@@ -465,22 +469,85 @@ fn a_read_back_that_cannot_open_keeps_the_events_pending_and_retries() {
 
 #[test]
 fn a_trigger_at_its_window_cap_is_parked_and_admitted_in_order_when_room_comes_back() {
-    // 8 slots, two triggers with a handler: each may hold 6.
+    // 8 slots, two triggers with a handler: each may hold 6. "b" has no gates.
     let mut r = Rig::capped(8);
-    r.durable(&["a"; 8]);
-    r.durable(&["b"]);
+    r.durable(&["b"; 8]);
+    r.durable(&["a"]);
     let jobs: Vec<Lsn> = r.turn().into_iter().map(|j| j.1).collect();
-    assert_eq!(jobs, [1, 2, 3, 4, 5, 6, 9], "b passes a's parked events");
+    assert_eq!(jobs, [1, 2, 3, 4, 5, 6, 9], "a passes b's parked events");
     assert_eq!(r.caps.parked(), 2);
+    assert_eq!(r.caps.parked_by("b"), 2);
     assert_eq!(r.slots.get(), 7, "parked events hold no slot");
     assert_eq!(r.cursor(), 1);
     assert!(r.turn().is_empty());
     r.delivered(1);
-    assert_eq!(r.caps.held_by("a"), 5, "its cap given back");
+    assert_eq!(r.caps.held_by("b"), 5, "its cap given back");
     assert_eq!(r.turn(), [(1, 7)], "the first parked first");
     assert_eq!(r.caps.parked(), 1);
     r.delivered(2);
     assert_eq!(r.turn(), [(1, 8)]);
+    assert_eq!(r.caps.parked(), 0);
+}
+
+/// A trigger with flow gates is never parked at its cap (issue 38): its events reach the
+/// gates in order, the ones past the cap without it (`Job::capless`, taken at the dispatcher).
+#[test]
+fn a_trigger_with_gates_at_its_cap_is_admitted_without_it() {
+    let mut r = Rig::capped(8);
+    r.durable(&["a"; 7]);
+    let mut jobs = Vec::new();
+    r.pump.turn(r.clock.now_nanos(), false, &mut jobs);
+    let capless: Vec<bool> = jobs.iter().map(|(_, j)| j.capless).collect();
+    assert_eq!(capless, [false, false, false, false, false, false, true]);
+    assert_eq!((r.caps.parked(), r.caps.held_by("a")), (0, 6));
+    assert_eq!(r.slots.get(), 7, "each holds a dispatch slot");
+}
+
+/// Past the in-memory bound, a trigger at its cap is parked by reference and the log is read
+/// on for the others, a bounded number per turn; once it has room, the events by reference
+/// are read back from the log, in order.
+#[test]
+fn parking_never_stops_the_log_and_events_parked_by_reference_are_read_back_in_order() {
+    let mut r = Rig::capped(8);
+    let n = WINDOW_EVENTS + 2 * PARK_PER_TURN + 6;
+    let names: Vec<&str> = (0..n).map(|_| "b").collect();
+    r.durable(&names);
+    r.durable(&["a"]);
+    let mut got: Vec<Lsn> = Vec::new();
+    let mut turns = 0;
+    loop {
+        got.extend(r.turn().into_iter().map(|j| j.1));
+        turns += 1;
+        if !r.pump.more_to_read() {
+            break;
+        }
+    }
+    assert_eq!(got, [1, 2, 3, 4, 5, 6, n as Lsn + 1], "a is not held back");
+    assert!(
+        turns > (n - 6) / PARK_PER_TURN,
+        "at most {PARK_PER_TURN} parked a turn"
+    );
+    assert_eq!(r.caps.parked_by("b"), (n - 6) as u64);
+    let metrics = r.caps.clone();
+    let mut w = crate::metrics::prom::PromWriter::new();
+    metrics.render_prometheus(&mut w);
+    let refs = n - 6 - WINDOW_EVENTS;
+    let line = format!("sluice_pump_parked_by_reference {refs}\n");
+    assert!(w.finish().contains(&line), "{line}");
+    // b's events go one by one as its calls finish: in LSN order, the last ones read back.
+    let mut next = 7;
+    for done in 1..=(n as Lsn - 6) {
+        r.delivered(done);
+        r.commit();
+        for (_, lsn) in r.turn() {
+            assert_eq!(lsn, next, "in order");
+            next += 1;
+        }
+    }
+    for done in (n as Lsn - 5)..=(n as Lsn) {
+        r.delivered(done);
+    }
+    assert_eq!(next, n as Lsn + 1, "every event of b admitted once");
     assert_eq!(r.caps.parked(), 0);
 }
 

@@ -42,6 +42,8 @@ pub(super) struct Slots {
     pub(super) backlog: usize,
     /// Its flow-gate cells, if it had some when resolved (`PumpEnv::gate_cells`).
     pub(super) cells: Option<usize>,
+    /// It had flow gates when resolved (`PumpEnv::gated`).
+    pub(super) gated: bool,
 }
 
 impl Resolved {
@@ -52,6 +54,7 @@ impl Resolved {
             caps: 0,
             backlog: 0,
             cells: None,
+            gated: false,
         },
     };
 }
@@ -118,6 +121,12 @@ impl Triggers {
         }
         self.rows[row] = r;
         r
+    }
+
+    /// Whether row `row`'s trigger had flow-gate cells when last resolved (its parked events
+    /// hold the order horizon back, `dispatch::horizon`).
+    pub(super) fn has_gates(&self, row: usize) -> bool {
+        self.rows.get(row).is_some_and(|r| r.at.gated)
     }
 
     /// The destination of trigger `id`. A trigger this run's configurations never named: the

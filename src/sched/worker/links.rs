@@ -100,6 +100,8 @@ impl Worker {
         let now_ms = crate::sync::clock::unix_millis();
         // Past `drain_grace` (not at the signal): the drain proper holds new work back.
         let draining = self.shared.accepting_stopped(now);
+        // The order horizon first: every job it covers is in the ring drained next.
+        self.dispatcher.note_horizon();
         while let Some(job) = self.links.jobs_in.try_pop() {
             self.dispatcher.accept(job, now, draining);
         }
@@ -137,6 +139,22 @@ impl Worker {
             .set_commit_queued(self.committer.queued() as u64);
         let waiting = self.links.job_overflow.len() + self.links.outcome_overflow.len();
         self.metrics.set_link_waiting(waiting as u64);
+    }
+
+    /// The end of a turn: this core's order horizon published (`dispatch::horizon`), then the
+    /// gates' waiters every core's horizon has passed released.
+    pub(super) fn publish_horizon(&mut self, now: u64) {
+        let ingest = match (self.front.in_flight(), self.front.offers_waiting()) {
+            (_, true) => Some(0),
+            (0, false) => None,
+            (_, false) => Some(self.pump.last_durable_at()),
+        };
+        let links = (self.links.job_overflow.iter())
+            .filter_map(|(_, j)| crate::dispatch::horizon::order_time(&j.event.event_id))
+            .min();
+        self.pump.publish_horizon(ingest, links);
+        let draining = self.shared.accepting_stopped(now);
+        self.dispatcher.on_horizon(now, draining);
     }
 
     /// Offers the queued cross-core items to their rings, in order per kind.

@@ -197,6 +197,10 @@ impl Worker {
         } else {
             SWEEP_EVERY
         };
+        if self.pump.more_to_read() {
+            // It stopped reading a log at its per-turn bound (`dispatch::pump`).
+            return Duration::ZERO;
+        }
         if let Some(at) = self.dispatcher.next_deadline() {
             let wait = Duration::from_nanos(at.saturating_sub(self.now()));
             timeout = timeout.min(wait.max(Duration::from_millis(1)));
@@ -205,6 +209,8 @@ impl Worker {
     }
 
     fn begin_turn(&mut self) {
+        // Before any id is minted this turn (`dispatch::horizon`, "Idle cores").
+        self.pump.wake_horizon();
         self.server.refresh_date();
         // One clock read per loop turn for admission decisions (token buckets): a turn is
         // short (bounded work per event), and `Instant::now()` was most of a bucket
@@ -278,6 +284,7 @@ impl Worker {
             *last_sweep = now;
             self.sweep(now);
         }
+        self.publish_horizon(now);
         if self.hard_stop.load(Ordering::Relaxed) {
             return true;
         }

@@ -74,7 +74,6 @@ pub use crate::net::outbound::CLIENT_TOKEN_BASE;
 use crate::net::outbound::{Finished, OutboundPool, Started, Target};
 
 // The dispatch window a dispatcher takes slots from for gate-released jobs.
-use crate::dispatch::trigger_caps::Short;
 pub use crate::dispatch::trigger_caps::Slots;
 use crate::sync::clock::Clock;
 
@@ -152,8 +151,10 @@ pub struct Dispatcher {
     core: usize,
     /// The pumps' shared `max_outstanding` window (gate-released jobs take their slot here).
     slots: Slots,
-    /// Jobs the gates released, waiting for a slot, FIFO (module docs).
-    slot_wait: VecDeque<Job>,
+    /// Jobs the gates let go, waiting for a slot, FIFO per trigger (module docs).
+    slot_wait: SlotWait,
+    /// This turn's reading of the order horizon ([`Dispatcher::note_horizon`]).
+    horizon: crate::dispatch::horizon::Reading,
     /// Shared budgets (`crate::cluster`) not yet attached to their destination's state.
     budgets: HashMap<usize, crate::cluster::budget::SharedBudget>,
     /// Destinations of this core with a shared budget (checked for new grants every turn).
@@ -183,7 +184,8 @@ impl Dispatcher {
                 .hold_for_handover(!slots.window.handover.done()),
             core,
             slots,
-            slot_wait: VecDeque::new(),
+            slot_wait: SlotWait::default(),
+            horizon: Default::default(),
             pool: OutboundPool::new(config.idle_timeout.as_nanos() as u64),
             config,
             dests: HashMap::new(),
@@ -320,7 +322,8 @@ impl Dispatcher {
             self.early.push(job);
             return;
         }
-        if draining || !self.flow.gates(&job.event.trigger_id) {
+        let gated = self.flow.gates(&job.event.trigger_id);
+        if draining || !gated && !job.capless {
             if let Some(d) = self.enqueue(job, now) {
                 if !draining {
                     self.pump_dest(d, now);
@@ -329,7 +332,11 @@ impl Dispatcher {
             return;
         }
         let mut out = FlowOut::default();
-        self.flow.offer(job, now, &mut out);
+        match gated {
+            true => self.flow.offer(job, now, &mut out),
+            // A reload removed the gates it was admitted for: it still takes its cap.
+            false => out.ready.push(job),
+        }
         for d in self.apply_flow(out, now) {
             self.pump_dest(d, now);
         }
@@ -422,17 +429,14 @@ impl Dispatcher {
     /// Carries out the gates' decisions: held events give their slot back, skipped events
     /// get their (terminal) outcome, ready jobs are queued, released jobs wait for a slot.
     /// Returns the destinations to pump (deduplicated).
-    fn apply_flow(&mut self, out: FlowOut, now: u64) -> Vec<usize> {
-        for (lsn, stage) in out.held {
+    fn apply_flow(&mut self, mut out: FlowOut, now: u64) -> Vec<usize> {
+        for (lsn, stage) in std::mem::take(&mut out.held) {
             let gate = stage.name();
             self.send(JobOutcome::Held { lsn, gate });
         }
         // Unreadable bodies: no outcome, the events stay pending (`flow::payload`).
         self.held -= out.lost.len();
-        for job in out.resumed {
-            self.held_dispatch(&job, 1);
-            self.slot_wait.push_back(job);
-        }
+        let gone = out.leaving();
         for (job, reason) in out.skipped {
             self.held -= 1;
             self.send(JobOutcome::Skipped {
@@ -441,44 +445,63 @@ impl Dispatcher {
                 attempts: job.attempt.saturating_sub(1),
             });
         }
-        let mut touched: Vec<usize> = out
-            .ready
-            .into_iter()
-            .filter_map(|job| self.enqueue(job, now))
-            .collect();
+        let mut touched = Vec::new();
+        for (job, resumed) in gone {
+            if resumed {
+                self.held_dispatch(&job, 1);
+                self.slot_wait.push(job);
+                continue;
+            }
+            // Behind its trigger's released jobs waiting for a slot, or without its cap: it
+            // waits for a slot with the cap, in order (`wait_for_cap`).
+            match job.capless || self.slot_wait.has(&job.event.trigger_id) {
+                true => self.wait_for_cap(job),
+                false => touched.extend(self.enqueue(job, now)),
+            }
+        }
         touched.extend(self.take_slots(now));
         touched.sort_unstable();
         touched.dedup();
         touched
     }
 
+    /// Reads every core's order horizon for the gates (`dispatch::horizon::Reading`), *before*
+    /// the loop takes the jobs from its rings.
+    pub fn note_horizon(&mut self) {
+        let wall = self.clock.unix_millis();
+        let h = (self.horizon).before_drain(&self.slots.window.order, self.core, wall);
+        self.flow.note_horizon(h);
+    }
+
+    /// The end of a turn, after this core published its own horizon: the gates' waiters that
+    /// horizon and the other cores' (as read before the rings were drained) have passed are
+    /// released.
+    pub fn on_horizon(&mut self, now: u64, draining: bool) {
+        if draining || self.flow.horizon_waiting() == 0 {
+            return;
+        }
+        let wall = self.clock.unix_millis();
+        let h = (self.horizon).after_turn(&self.slots.window.order, self.core, wall);
+        self.flow.note_horizon(h);
+        let mut out = FlowOut::default();
+        self.flow.release_ordered(now, &mut out);
+        for d in self.apply_flow(out, now) {
+            self.pump_dest(d, now);
+        }
+    }
+
     /// Gives the released jobs a `max_outstanding` slot each (within their trigger's cap), in
-    /// order per trigger, while there are free ones; marks this core for a wake-up at the next
-    /// release when one is left waiting. Returns the destinations queued.
+    /// order per trigger, while there are free ones ([`SlotWait::take`]); marks this core for a
+    /// wake-up at the next release when one is left at a cap. Returns the destinations queued.
     fn take_slots(&mut self, now: u64) -> Vec<usize> {
+        let (slots, core) = (&self.slots, self.core);
+        let (taken, capped) = self
+            .slot_wait
+            .take(|t| slots.caps.slot(t), |w| slots.take(core, w));
         let mut touched = Vec::new();
-        let mut i = 0;
-        let mut capped: Vec<usize> = Vec::new();
-        while i < self.slot_wait.len() {
-            let w = self.slots.caps.slot(&self.slot_wait[i].event.trigger_id);
-            let took = match capped.contains(&w) {
-                true => Err(Short::Capped),
-                false => self.slots.take(self.core, w),
-            };
-            match took {
-                Ok(()) => {}
-                Err(Short::Capped) => {
-                    // At its trigger's cap: its later jobs wait too (order per trigger).
-                    capped.push(w);
-                    i += 1;
-                    continue;
-                }
-                Err(Short::Exhausted) => return touched,
-            }
-            let Some(job) = self.slot_wait.remove(i) else {
-                break;
-            };
+        for (mut job, w) in taken {
             self.held_dispatch(&job, -1);
+            job.capless = false;
             // The pump gives this slot (and the cap) back at the terminal outcome of `job.lsn`
             // (a carrier's first member): same outcome ring, so this arrives first.
             self.send(JobOutcome::Resumed {
@@ -487,11 +510,24 @@ impl Dispatcher {
             });
             touched.extend(self.enqueue(job, now));
         }
-        if i > 0 {
+        if capped {
             // Jobs left at their cap: woken by the release that frees it.
             let _ = self.slots.window.wait(self.core);
         }
         touched
+    }
+
+    /// A job through its gates that was admitted without its trigger's cap (`Job::capless`),
+    /// or whose trigger has released jobs waiting for a slot: it gives what it holds back
+    /// (`Held` at `dispatch`: the pump frees its slot and cap) and waits for a slot with the
+    /// cap behind the trigger's other waiting jobs, as a released one does.
+    fn wait_for_cap(&mut self, job: Job) {
+        self.send(JobOutcome::Held {
+            lsn: job.lsn,
+            gate: "dispatch",
+        });
+        self.held_dispatch(&job, 1);
+        self.slot_wait.push(job);
     }
 
     /// Moves `sluice_flow_held{gate="dispatch"}` of `job`'s trigger by `delta` events.
@@ -983,3 +1019,6 @@ fn describe(result: &AttemptResult, uri: &str) -> String {
 
 #[cfg(test)]
 mod tests;
+
+mod slot_wait;
+use slot_wait::SlotWait;

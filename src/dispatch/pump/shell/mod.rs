@@ -131,6 +131,9 @@ impl PumpEnv for LogsEnv {
     fn cells_full(&self, t: usize) -> bool {
         self.metrics.flow.full(t)
     }
+    fn gated(&self, t: usize) -> bool {
+        self.metrics.flow.has_gates(t)
+    }
     fn release_done(&self, slot: usize, events: u64, bytes: u64) {
         self.queue.release_done(slot, events, bytes)
     }
@@ -224,6 +227,32 @@ impl CorePump {
             tick_at: now,
             retain_at: 0,
         })
+    }
+
+    /// The last turn stopped reading a log at its per-turn bound: turn again without sleeping
+    /// (`PumpCore::more_to_read`).
+    pub fn more_to_read(&self) -> bool {
+        self.pump.more_to_read()
+    }
+
+    /// The core's order horizon at the end of a turn (`PumpCore::publish_horizon`).
+    pub fn publish_horizon(&mut self, ingest: Option<u64>, links: Option<u64>) {
+        self.pump.publish_horizon(ingest, links)
+    }
+
+    /// The order time of the newest ingest event made durable in the own log.
+    pub fn last_durable_at(&self) -> u64 {
+        self.pump.last_durable_at()
+    }
+
+    /// The loop woke (`PumpCore::wake_horizon`): from idle, publishes 0, then takes the wall
+    /// clock as the floor of its horizon.
+    pub fn wake_horizon(&mut self) {
+        if self.pump.wake_horizon() {
+            let now = crate::sync::clock::unix_micros();
+            self.pump
+                .set_floor(crate::dispatch::horizon::order_time_of_us(now));
+        }
     }
 
     /// The shared dispatch window (the dispatcher takes slots for gate-released jobs).
