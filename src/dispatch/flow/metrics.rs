@@ -88,7 +88,7 @@ const HELD: &str = "sluice_flow_held";
 const OVERFLOW: &str = "sluice_flow_key_overflow_total";
 const IN_LOG: &str = "sluice_flow_held_in_log";
 const LEFT: &str = "sluice_flow_left_in_log_total";
-/// `bound` label values of [`LEFT`] (index = `dispatch::flow::waiters::Bound as usize`).
+/// `bound` label values of `sluice_flow_left_in_log_total` (index = `dispatch::flow::waiters::Bound as usize`).
 pub const BOUNDS: [&str; 2] = ["key", "gate"];
 /// Gates whose waiters may be held by reference (`throttle`, `concurrency`).
 const BY_REFERENCE: [usize; 2] = [3, 5];

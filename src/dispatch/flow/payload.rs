@@ -3,7 +3,7 @@
 //! keeps its key, flow keys and metadata) and read back from the log that holds it when the gate
 //! releases it ([`Payloads::restore`]). Superseded or skipped events are never read back. The
 //! waiters `throttle` and `concurrency` keep past their bounds are not even kept in part: only a
-//! reference ([`super::waiters`]), and the whole record is read back ([`Payloads::read`]).
+//! reference (`dispatch::flow::waiters`), and the whole record is read back ([`Payloads::read`]).
 //!
 //! The log's segments stay on disk while the event is held: it is pending (its `Live` entry
 //! keeps the log's done cursor at or below it, so retention keeps its segment).

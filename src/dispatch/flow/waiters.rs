@@ -29,7 +29,7 @@ use super::payload::Payloads;
 use crate::dispatch::job::Job;
 use crate::wal::{Lsn, WalError};
 
-/// The inline size of a [`Thin`] as the gates keep it (its id's bytes are on the heap
+/// The inline size of a `Thin` (a waiter by reference) as the gates keep it (its id's bytes are on the heap
 /// besides).
 pub const THIN_BYTES: usize = std::mem::size_of::<Thin<Option<u8>>>();
 
