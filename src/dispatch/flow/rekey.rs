@@ -95,6 +95,16 @@ impl FlowEngine {
                 }
             }
         }
+        // Keys of kept gates waiting for the order horizon (`horizon`) stay looked at.
+        for (at, o, stage, key) in std::mem::take(&mut self.horizon_wait) {
+            if let Some(c) = carried.get(o).filter(|c| c.kept[stage as usize]) {
+                if let Some(t) = c.to {
+                    next.horizon_wait.insert((at, t, stage, key));
+                }
+            }
+        }
+        next.horizon = self.horizon;
+        next.last_tick = self.last_tick;
         self.carry_holds(&carried, &mut next);
         // The events still held are those of the kept gates.
         next.waiting = self.waiting;

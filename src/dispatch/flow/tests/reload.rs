@@ -454,3 +454,23 @@ fn a_reload_during_the_handover_strands_no_waiter() {
     order.extend(r.until_released(10 * MS, 2 * SEC).1);
     assert_eq!(order, ["F1", "F2"]);
 }
+
+/// A key waiting for the order horizon in a gate a reload keeps is still released when the
+/// horizon passes it (the reload carries the keys to look at again).
+#[test]
+fn a_reload_keeps_the_keys_waiting_for_the_order_horizon() {
+    let gate = "throttle = { period = \"1s\", max = 2 }";
+    let mut r = Rig::new(gate, "");
+    r.engine.note_horizon(0);
+    let out = r.offer_job(job("01", key(0, 1), "{}"));
+    assert!(out.ready.is_empty(), "held for the horizon");
+    // Another trigger's gates change; "t"'s are kept.
+    r.rekey_to(config(gate, "concurrency = { max = 1 }", ""));
+    assert_eq!(r.engine.horizon_waiting(), 1, "still looked at");
+    r.engine.note_horizon(1);
+    let mut out = FlowOut::default();
+    let now = r.now();
+    r.engine.release_ordered(now, &mut out);
+    let resumed: Vec<u64> = out.resumed.iter().map(|j| j.lsn).collect();
+    assert_eq!(resumed, [key(0, 1)], "released once the horizon passed it");
+}
