@@ -532,7 +532,10 @@ impl FlowEngine {
                 ck.active += 1;
             }
             let mut p = p;
-            let d = match std::mem::take(&mut p.ordered_wait) {
+            // Held only for the horizon: `pass`, unless a reload took it from this gate (it
+            // was held here: `wait`, counted once).
+            let retaken = p.retaken == Some(Stage::Concurrency);
+            let d = match std::mem::take(&mut p.ordered_wait) && !retaken {
                 true => Decision::Pass,
                 false => Decision::Wait,
             };

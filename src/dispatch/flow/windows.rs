@@ -230,7 +230,10 @@ impl FlowEngine {
             let Some(mut p) = self.unwait(t, Stage::Throttle, w, out) else {
                 continue;
             };
-            let d = match std::mem::take(&mut p.ordered_wait) {
+            // Held only for the horizon: `pass`, unless a reload took it from this gate (it
+            // was held here: `wait`, counted once).
+            let retaken = p.retaken == Some(Stage::Throttle);
+            let d = match std::mem::take(&mut p.ordered_wait) && !retaken {
                 true => Decision::Pass,
                 false => Decision::Wait,
             };
