@@ -36,7 +36,7 @@ git diff --quiet HEAD -- fuzz_targets Cargo.toml Cargo.lock ../src ../Cargo.toml
 mkdir -p target
 for target in "${targets[@]}"; do
     nice -n "$NICE" cargo +nightly fuzz build "${build[@]}" "$target"
-    mkdir -p "corpus/$target"
+    mkdir -p "corpus/$target" "artifacts/$target"
     log="target/campaign-$target.log"
     start=$SECONDS
     echo "campaign $target: started $(date -u +%FT%TZ) on $commit"
