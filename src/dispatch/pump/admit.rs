@@ -46,7 +46,7 @@ impl<E: PumpEnv> PumpCore<E> {
                 };
                 // Read back: its trigger's row is found here, once (from memory it has one).
                 let row = row.unwrap_or_else(|| self.ledger.slot(&event.trigger_id));
-                if !self.place(slot, lsn, event, row, jobs) {
+                if !self.place(slot, lsn, event, row, jobs, false) {
                     parked += 1;
                 }
             }
@@ -104,7 +104,7 @@ impl<E: PumpEnv> PumpCore<E> {
                         },
                     };
                     // Parked again (lost the room to another core): back in its place.
-                    if !self.place_back(slot, lsn, event, row, jobs) {
+                    if !self.place(slot, lsn, event, row, jobs, true) {
                         break;
                     }
                 }
@@ -140,33 +140,10 @@ impl<E: PumpEnv> PumpCore<E> {
     }
 
     /// Admits one event (of the trigger at ledger row `row`) that holds a dispatch slot: a job
-    /// keeps it; otherwise it goes back, and an event whose trigger is at its cap is parked
-    /// after the others of its trigger. False when parked.
+    /// keeps it; otherwise it goes back, and an event whose trigger is at its cap is parked:
+    /// after the others of its trigger, or, `front` (just taken from the front of its parked
+    /// line), back there. False when parked.
     fn place(
-        &mut self,
-        slot: usize,
-        lsn: Lsn,
-        event: EventRecord,
-        row: usize,
-        jobs: &mut Vec<(usize, Job)>,
-    ) -> bool {
-        self.place_as(slot, lsn, event, row, jobs, false)
-    }
-
-    /// [`PumpCore::place`] for an event just taken from the front of its parked line: parked
-    /// again, it goes back there.
-    fn place_back(
-        &mut self,
-        slot: usize,
-        lsn: Lsn,
-        event: EventRecord,
-        row: usize,
-        jobs: &mut Vec<(usize, Job)>,
-    ) -> bool {
-        self.place_as(slot, lsn, event, row, jobs, true)
-    }
-
-    fn place_as(
         &mut self,
         slot: usize,
         lsn: Lsn,
