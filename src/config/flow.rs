@@ -1,4 +1,4 @@
-//! Per-trigger flow-control gates (`[[triggers]]` keys `concurrency`, `priority`, `throttle`,
+//! Per-trigger flow-control gates (`[[triggers]]` keys `concurrency`, `ordering`, `priority`, `throttle`,
 //! `rate_limit`, `debounce`, `singleton`, `batch`) and the `[flow]` table.
 //!
 //! Same two stages as the rest of [`super`]: the `Raw*` serde images, every field documented,
@@ -6,6 +6,7 @@
 //!
 //! ```toml
 //! concurrency = { key = "event.headers.x-tenant", max = 10 }
+//! ordering    = { key = "event.headers.x-customer", on_exhausted = "hold" }  # not with concurrency
 //! priority    = { key = "event.headers.x-tier", order = ["gold", "silver", "bronze"] }
 //! throttle    = { key = "event.body.user.id", period = "1m", max = 30 }
 //! rate_limit  = { period = "1h", max = 1000 }
@@ -61,6 +62,19 @@ pub struct RawConcurrency {
     pub key: Option<String>,
     /// Deliveries in progress at once per key. Required. Range: 1..=100_000.
     pub max: Option<u64>,
+}
+
+/// `ordering = { key?, on_exhausted? }`: FIFO per key (one call in flight per key, in
+/// acceptance order; a failing event holds only its key).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOrdering {
+    /// Key selector. Default: one order for the whole trigger.
+    pub key: Option<String>,
+    /// `"dlq"` (default): an event that goes to the DLQ (retries exhausted, a permanent answer,
+    /// an open circuit) lets its key move on; `"hold"`: its key stays stopped while the dead
+    /// letter is in the DLQ (a replay goes first; a discard lets the key move on).
+    pub on_exhausted: Option<String>,
 }
 
 /// `priority = { key, order }` (requires `concurrency`)
@@ -146,6 +160,7 @@ pub struct RawFlowSection {
 #[derive(Debug, Default)]
 pub struct RawFlow {
     pub concurrency: Option<RawConcurrency>,
+    pub ordering: Option<RawOrdering>,
     pub priority: Option<RawPriority>,
     pub throttle: Option<RawWindow>,
     pub rate_limit: Option<RawWindow>,
@@ -159,8 +174,8 @@ pub struct RawFlow {
 // ---------------------------------------------------------------------------------------------
 
 pub use crate::dispatch::flow::spec::{
-    BatchGate, ConcurrencyGate, DebounceGate, FlowBounds, FlowSpec, KeySelector, PriorityOrder,
-    SingletonGate, WindowGate,
+    BatchGate, ConcurrencyGate, DebounceGate, FlowBounds, FlowSpec, KeySelector, OnExhausted,
+    PriorityOrder, SingletonGate, WindowGate,
 };
 
 pub(super) fn build_flow_settings(r: RawFlowSection) -> Result<FlowBounds, ConfigError> {
@@ -248,6 +263,16 @@ pub fn build_flow(id: &str, r: RawFlow) -> Result<FlowSpec, ConfigError> {
             key: v.selector("concurrency", c.key)?,
             max: v.number("concurrency", "max", c.max, MAX_CONCURRENCY)?,
             priority,
+            ordering: None,
+        }),
+    };
+    let concurrency = match r.ordering {
+        None => concurrency,
+        Some(o) => Some(ConcurrencyGate {
+            key: v.selector("ordering", o.key)?,
+            max: 1,
+            priority: None,
+            ordering: Some(v.on_exhausted(o.on_exhausted)?),
         }),
     };
     Ok(FlowSpec {
@@ -330,9 +355,35 @@ impl Validator<'_> {
         }
     }
 
-    /// `batch` stands alone; `priority` orders `concurrency` waiters, so it needs one.
+    /// `ordering.on_exhausted`: `"dlq"` (the default) or `"hold"`.
+    fn on_exhausted(&self, v: Option<String>) -> Result<OnExhausted, ConfigError> {
+        match v.as_deref() {
+            None | Some("dlq") => Ok(OnExhausted::Dlq),
+            Some("hold") => Ok(OnExhausted::Hold),
+            Some(other) => Err(self.at(
+                "ordering.on_exhausted",
+                format!("{other:?} is not \"dlq\" or \"hold\""),
+            )),
+        }
+    }
+
+    /// `batch` stands alone; `priority` orders `concurrency` waiters, so it needs one;
+    /// `ordering` is a concurrency gate of its own (one call per key, acceptance order).
     fn combinations(&self, r: &RawFlow) -> Result<(), ConfigError> {
         let id = self.id;
+        if r.ordering.is_some() {
+            let others = [
+                ("concurrency", r.concurrency.is_some()),
+                ("priority", r.priority.is_some()),
+                ("batch", r.batch.is_some()),
+            ];
+            if let Some((other, _)) = others.iter().find(|(_, set)| *set) {
+                return err(format!(
+                    "trigger {id:?}: ordering cannot be combined with {other} (ordering is one \
+                     call at a time per key, in acceptance order: remove one of the two keys)"
+                ));
+            }
+        }
         if r.batch.is_some() {
             let others = [
                 ("debounce", r.debounce.is_some()),
@@ -465,6 +516,25 @@ mod tests {
     }
 
     #[test]
+    fn ordering_is_one_call_per_key_in_acceptance_order() {
+        let f = flow("ordering = { key = \"event.headers.X-Customer\", on_exhausted = \"hold\" }");
+        let c = f.concurrency.clone().unwrap();
+        assert_eq!(c.key, KeySelector::Header("x-customer".into()));
+        assert_eq!(
+            (c.max, c.priority, c.ordering),
+            (1, None, Some(OnExhausted::Hold))
+        );
+        assert_eq!(f.names(), ["ordering"]);
+        let d = flow("ordering = {}").concurrency.unwrap();
+        assert_eq!(
+            (d.key, d.ordering),
+            (KeySelector::Global, Some(OnExhausted::Dlq))
+        );
+        let c = build("ordering = { key = \"event.headers.X-Customer\" }").unwrap();
+        assert!(c.ingest.stored_headers.iter().any(|h| h == "x-customer"));
+    }
+
+    #[test]
     fn selector_headers_are_added_to_the_stored_set() {
         let c = build("concurrency = { key = \"event.headers.X-Tenant\", max = 1 }").unwrap();
         assert!(c.ingest.stored_headers.iter().any(|h| h == "x-tenant"));
@@ -501,6 +571,13 @@ mod tests {
                 "priority: key is required",
             ),
             ("singleton = { kee = \"event.source\" }", "kee"),
+            ("ordering = { on_exhausted = \"retry\" }", "ordering.on_exhausted"),
+            ("ordering = { key = \"event.id\" }", "ordering.key"),
+            ("ordering = {}\nconcurrency = { max = 2 }", "ordering cannot be combined with concurrency"),
+            (
+                "ordering = {}\nbatch = { size = 2, timeout = \"1s\" }",
+                "cannot be combined with batch",
+            ),
         ];
         for (gates, needle) in cases {
             let e = build(gates).unwrap_err();

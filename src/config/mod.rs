@@ -168,8 +168,9 @@ pub struct RawTrigger {
     pub tolerance: Option<String>,
     pub hmac: Option<auth::RawHmac>,
     pub dedupe: Option<auth::RawDedupe>,
-    /// Flow-control gates; see [`flow`] for these seven keys.
+    /// Flow-control gates; see [`flow`] for these eight keys.
     pub concurrency: Option<flow::RawConcurrency>,
+    pub ordering: Option<flow::RawOrdering>,
     pub priority: Option<flow::RawPriority>,
     pub throttle: Option<flow::RawWindow>,
     pub rate_limit: Option<flow::RawWindow>,
@@ -573,6 +574,7 @@ fn build_triggers(
             &t.id,
             flow::RawFlow {
                 concurrency: t.concurrency,
+                ordering: t.ordering,
                 priority: t.priority,
                 throttle: t.throttle,
                 rate_limit: t.rate_limit,

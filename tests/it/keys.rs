@@ -13,7 +13,7 @@ use crate::support::*;
 
 /// `pumps.max_outstanding`, `[flow]` and `[dispatch]` settings, then triggers `(id, handler
 /// path, gates)` at `/hooks/{id}`.
-fn manifest(ds: &Downstream, head: &str, triggers: &[(&str, &str)]) -> String {
+pub(crate) fn manifest(ds: &Downstream, head: &str, triggers: &[(&str, &str)]) -> String {
     // Ingest buckets wide enough for the bursts below (the tests are about dispatch).
     let mut m = format!(
         "{head}\n[ingest]\nglobal_capacity = 1000000\nper_source_capacity = 1000000\n\
@@ -32,7 +32,7 @@ fn manifest(ds: &Downstream, head: &str, triggers: &[(&str, &str)]) -> String {
 /// Posts `bodies` to `path` over `conns` connections (so over both cores), pipelined 64 at a
 /// time, each with its `x-key` header; every one must be accepted. Returns the event ids in
 /// posting order per connection, interleaved.
-fn post_all(server: &Server, path: &str, bodies: Vec<(String, Vec<u8>)>, conns: usize) {
+pub(crate) fn post_all(server: &Server, path: &str, bodies: Vec<(String, Vec<u8>)>, conns: usize) {
     let mut parts: Vec<Vec<(String, Vec<u8>)>> = vec![Vec::new(); conns];
     for (i, b) in bodies.into_iter().enumerate() {
         parts[i % conns].push(b);

@@ -76,6 +76,7 @@ mod io_backend;
 pub(crate) mod isolation;
 mod keys;
 mod ops;
+mod ordering;
 mod percore;
 mod powerloss;
 mod props;

@@ -20,6 +20,7 @@
 
 use std::time::Duration;
 
+use crate::dispatch::deliver::adaptive::Sample;
 use crate::net::outbound::{Exchange, Failure};
 
 /// What happened to one attempt, as the outbound client reports it.
@@ -119,6 +120,32 @@ pub fn classify(result: &AttemptResult) -> Class {
         | AttemptResult::Timeout
         | AttemptResult::Io
         | AttemptResult::TlsError(_) => Class::Retryable { pause: None },
+    }
+}
+
+/// What an attempt tells the adaptive limit: an answer's latency, an overload (timeout,
+/// connect error, 429, 503), or nothing (a 5xx other than 503, a broken connection: failures
+/// of the downstream the circuit handles, not signs of its capacity).
+pub fn adaptive_sample(result: &AttemptResult, rtt: u64) -> Option<Sample> {
+    match result {
+        AttemptResult::Timeout | AttemptResult::ConnectError => Some(Sample::Overload),
+        AttemptResult::Status {
+            code: 429 | 503, ..
+        } => Some(Sample::Overload),
+        AttemptResult::Status { code, .. } if *code < 500 => Some(Sample::Answered { rtt }),
+        // A handshake or certificate failure says nothing about the downstream's capacity.
+        AttemptResult::Status { .. } | AttemptResult::Io | AttemptResult::TlsError(_) => None,
+    }
+}
+
+/// `last_error` text for an attempt.
+pub fn describe(result: &AttemptResult, uri: &str) -> String {
+    match result {
+        AttemptResult::Status { code, .. } => format!("{uri} answered {code}"),
+        AttemptResult::ConnectError => format!("cannot connect to {uri}"),
+        AttemptResult::Timeout => format!("{uri} did not answer within the timeout"),
+        AttemptResult::Io => format!("connection to {uri} broke before a complete response"),
+        AttemptResult::TlsError(f) => format!("TLS handshake with {uri} failed: {f}"),
     }
 }
 

@@ -108,6 +108,27 @@ struct TriggerCells {
     in_log: [AtomicU64; GATES.len()],
     /// Events held by reference, by gate and [`BOUNDS`].
     left: [[Counter; BOUNDS.len()]; GATES.len()],
+    /// An `ordering` gate's keys, as its owner core last gathered them (once a second).
+    ordering: Mutex<Option<OrderingView>>,
+}
+
+/// An `ordering` gate's keys (`dispatch::flow::ordering`): gathered once a second by the
+/// trigger's owner core, rendered by `/metrics` and the dashboard.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OrderingView {
+    /// `on_exhausted = "hold"`.
+    pub hold: bool,
+    /// Keys with at least one event waiting.
+    pub keys_waiting: u64,
+    /// Keys stopped by a dead letter (`hold`).
+    pub keys_stopped: u64,
+    /// Age of the oldest waiting event (since its acceptance), ms; 0 when none waits.
+    pub oldest_wait_ms: u64,
+    /// The key of that event.
+    pub oldest_key: Option<String>,
+    /// The first stopped keys, sorted, with the DLQ entry each waits for (at most
+    /// `ordering::NAMES_SHOWN`).
+    pub stopped: Vec<(String, String)>,
 }
 
 /// The family for a fixed set of triggers.
@@ -152,6 +173,7 @@ impl FlowMetrics {
                     overflow: Default::default(),
                     in_log: Default::default(),
                     left: Default::default(),
+                    ordering: Mutex::default(),
                 })
                 .chain((0..RELOAD_CELLS).map(|_| TriggerCells {
                     name: OnceLock::new(),
@@ -161,6 +183,7 @@ impl FlowMetrics {
                     overflow: Default::default(),
                     in_log: Default::default(),
                     left: Default::default(),
+                    ordering: Mutex::default(),
                 }))
                 .collect(),
         }
@@ -362,11 +385,66 @@ impl FlowMetrics {
         self.triggers[t].overflow[gate].get()
     }
 
+    /// Publishes trigger `t`'s `ordering` keys (its owner core, once a second).
+    pub fn set_ordering(&self, t: usize, v: OrderingView) {
+        if let Some(c) = self.triggers.get(t) {
+            *c.ordering.lock().unwrap_or_else(|p| p.into_inner()) = Some(v);
+        }
+    }
+
+    /// Trigger `id`'s `ordering` keys as last published.
+    pub fn ordering(&self, id: &str) -> Option<OrderingView> {
+        let c = self.triggers.get(self.index_of(id)?)?;
+        c.ordering.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// `sluice_ordering_*`, for the triggers with an `ordering` gate.
+    fn render_ordering(&self, w: &mut PromWriter) {
+        let views: Vec<(&str, OrderingView)> = (self.triggers.iter())
+            .filter_map(|t| {
+                let v = t
+                    .ordering
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone()?;
+                Some((t.name(), v))
+            })
+            .collect();
+        if views.is_empty() {
+            return;
+        }
+        type Family = (&'static str, &'static str, fn(&OrderingView) -> f64);
+        let families: [Family; 3] = [
+            (
+                "sluice_ordering_keys_waiting",
+                "Keys of an ordering gate with at least one event waiting.",
+                |v| v.keys_waiting as f64,
+            ),
+            (
+                "sluice_ordering_keys_stopped",
+                "Keys of an ordering gate stopped by a dead letter (on_exhausted = \"hold\").",
+                |v| v.keys_stopped as f64,
+            ),
+            (
+                "sluice_ordering_oldest_wait_seconds",
+                "Age of the oldest event waiting in an ordering gate's keys (0: none waits).",
+                |v| v.oldest_wait_ms as f64 / 1000.0,
+            ),
+        ];
+        for (name, help, value) in families {
+            w.header(name, help, MetricType::Gauge);
+            for (trigger, v) in &views {
+                w.sample(name, &[("trigger", trigger)], value(v));
+            }
+        }
+    }
+
     /// Renders the families; nothing at all when no trigger has a gate.
     pub fn render_prometheus(&self, w: &mut PromWriter) {
         if !self.triggers.iter().any(TriggerCells::any_gate) {
             return;
         }
+        self.render_ordering(w);
         w.header(
             NAME,
             "Flow-control gate decisions, one per event per gate, by trigger, gate and decision.",

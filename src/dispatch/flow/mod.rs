@@ -24,6 +24,9 @@
 //! - `concurrency`: at most `max` in progress per key (same span); waiters leave in order of
 //!   (`priority` rank, acceptance order), rank = position of the priority key's value in
 //!   `order`, unlisted values last.
+//! - `ordering`: `concurrency` with `max` 1 and no priority, where a replay waits at its
+//!   original's place and, with `on_exhausted = "hold"`, a dead letter stops its key until it
+//!   leaves the DLQ ([`ordering`]).
 //!
 //! **One order for waiters: acceptance order**, the event id (a ULID: time-ordered across
 //! cores), then the event key (`Pending::order`) — not the event key alone, which groups by
@@ -89,6 +92,7 @@ mod collect;
 pub mod handover;
 pub mod key;
 pub mod metrics;
+pub mod ordering;
 pub mod payload;
 pub mod persist;
 mod rekey;
@@ -307,6 +311,8 @@ struct ConcurrencyKey {
     active: usize,
     /// In full or by reference ([`waiters`]).
     waiters: Waiters<WaiterPlace>,
+    /// `ordering` with `on_exhausted = "hold"`: the dead letter the key waits for ([`ordering`]).
+    stop: Option<ordering::stop::Stop>,
 }
 
 /// One trigger's gate state.
@@ -364,6 +370,17 @@ pub struct FlowEngine {
     /// Window state saved across restarts (`None`: not persisted, unit tests).
     store: Option<persist::Store>,
     payloads: payload::Payloads,
+    /// The DLQ, watched for the entries stopped keys wait for ([`ordering`]; `None`: unit
+    /// tests without one).
+    dlq: Option<ordering::stop::DlqWatch>,
+    /// Stopped keys ([`ordering`]): DLQ entry id → (trigger, key).
+    stops: HashMap<String, (usize, String)>,
+    /// Some trigger has an `ordering` gate (its metrics are gathered).
+    has_ordering: bool,
+    /// The core this engine runs on (`None`: every trigger is its own; unit tests).
+    core: Option<usize>,
+    /// When the ordering metrics are gathered next (clock nanos).
+    ordering_at: u64,
 }
 
 impl FlowEngine {
@@ -386,6 +403,12 @@ impl FlowEngine {
             .map(|_| TriggerGates::default())
             .collect();
         let config_max_held_bytes = config.flow.max_held_bytes;
+        let has_ordering = (config.triggers.iter()).any(|t| {
+            t.flow
+                .concurrency
+                .as_ref()
+                .is_some_and(|c| c.ordering.is_some())
+        });
         let cells = config
             .triggers
             .iter()
@@ -417,6 +440,11 @@ impl FlowEngine {
             waiting: 0,
             store,
             payloads: payload::Payloads::new(config_max_held_bytes),
+            dlq: None,
+            stops: HashMap::new(),
+            has_ordering,
+            ordering_at: 0,
+            core: None,
         }
     }
 
@@ -447,6 +475,10 @@ impl FlowEngine {
                 Some(t.map_or(h, |t| t.min(h)))
             }
             true => t,
+        };
+        let t = match self.ordering_due() {
+            Some(s) => Some(t.map_or(s, |t| t.min(s))),
+            None => t,
         };
         match self.store.as_ref().and_then(|s| s.due()) {
             Some(s) => Some(t.map_or(s, |t| t.min(s))),
@@ -506,7 +538,10 @@ impl FlowEngine {
                 return;
             };
             let first = ck.waiters.first().map(|w| w.id().to_owned());
+            let place = ck.waiters.first_place().map(|(_, id, _)| id.clone());
             let room = ck.active < g.max;
+            // A stopped key (`ordering`) lets only a replay of its dead letter go.
+            let room = room && self.unstopped(t, k, place.as_deref());
             // The first in line goes once the order horizon has passed it (`horizon`).
             let go = room && first.is_some_and(|id| self.ordered(t, Stage::Concurrency, k, &id));
             let Some(ck) = self.gates[t].concurrency.get_mut(k) else {
@@ -517,7 +552,7 @@ impl FlowEngine {
                 false => None,
             };
             let Some(w) = next else {
-                if ck.active == 0 && ck.waiters.is_empty() {
+                if ck.active == 0 && ck.waiters.is_empty() && ck.stop.is_none() {
                     self.gates[t].concurrency.remove(k);
                 } else if !room {
                     // A waiter that waited only for the horizon now waits for room: held.
@@ -594,6 +629,10 @@ impl FlowEngine {
         let now = self.restore_once(now);
         self.settle_turn(now, out);
         self.horizon_turn(now, out);
+        if self.settle.is_none() {
+            self.watch_stops(clock, out);
+        }
+        self.publish_ordering(clock);
         while self
             .timers
             .peek()
@@ -852,10 +891,14 @@ impl FlowEngine {
         // A reload's re-offered waiters all queue first, then leave by place (`rekey`); so do
         // all events until the start-up hand-over (`handover`).
         let requeued = p.retaken == Some(Stage::Concurrency) || self.settle.is_some();
+        let place_id = ordering::stop::place_id(g, &p.job);
         let c = self.gates[t].concurrency.entry(key.clone()).or_default();
         // Room for it behind the waiters, all of which wait only for the order horizon.
         let room = !requeued && c.waiters.all_free() && c.active + c.waiters.len() < g.max;
         let first = c.waiters.is_empty();
+        // A stopped key (`ordering`) has room only for a replay of its dead letter.
+        let room =
+            room && (c.stop.is_none() || (first && self.unstopped(t, &key, Some(&place_id))));
         if room && first && self.ordered(t, Stage::Concurrency, &key, &p.job.event.event_id) {
             let c = self.gates[t].concurrency.entry(key.clone()).or_default();
             c.active += 1;
@@ -868,20 +911,24 @@ impl FlowEngine {
             self.wait_for_horizon(t, Stage::Concurrency, &key, &p);
             self.held(t, Stage::Concurrency, &mut p, out);
             p.ordered_wait = true;
-            let place = (p.keys.rank, p.job.event.event_id.clone(), p.job.lsn);
+            let place = (p.keys.rank, place_id, p.job.lsn);
             let c = self.gates[t].concurrency.entry(key).or_default();
             c.waiters.insert(place, Waiter::Full(Box::new(p)));
             return None;
         }
         self.held(t, Stage::Concurrency, &mut p, out);
-        let place = (p.keys.rank, p.job.event.event_id.clone(), p.job.lsn);
+        let place = (p.keys.rank, place_id, p.job.lsn);
         let full = self.gates[t]
             .concurrency
             .get(&key)
             .map_or(0, |c| c.waiters.full());
         let w = self.waiter(t, Stage::Concurrency, p, full);
-        let c = self.gates[t].concurrency.entry(key).or_default();
+        let c = self.gates[t].concurrency.entry(key.clone()).or_default();
         c.waiters.insert(place, w);
+        // A stopped key with room (`ordering`): a replay of its dead letter goes now.
+        if c.stop.is_some() && c.active < g.max && !requeued {
+            self.admit_waiters(t, &key, out);
+        }
         None
     }
 }

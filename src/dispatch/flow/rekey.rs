@@ -79,6 +79,9 @@ impl FlowEngine {
         next.sweep_at = self.sweep_at;
         next.idle_sweep_at = self.idle_sweep_at;
         next.restored_until = self.restored_until;
+        next.dlq = self.dlq.take();
+        next.core = self.core;
+        next.ordering_at = self.ordering_at;
         // Still waiting for the start-up hand-over: so are the new gates.
         next.settle = self.settle.take();
         let mut taken: Vec<Waiter> = Vec::new();
@@ -106,9 +109,20 @@ impl FlowEngine {
         next.horizon = self.horizon;
         next.last_tick = self.last_tick;
         self.carry_holds(&carried, &mut next);
+        next.index_stops();
+        // Triggers whose `ordering` holds from now on: their keys with dead letters stop.
+        let newly: Vec<usize> = (0..next.config.triggers.len())
+            .filter(|&t| next.holding(t).is_some())
+            .filter(|&t| {
+                let id = &next.config.triggers[t].id;
+                let was = self.by_id.get(id).and_then(|&o| self.holding(o));
+                was.is_none()
+            })
+            .collect();
         // The events still held are those of the kept gates.
         next.waiting = self.waiting;
         *self = next;
+        self.rebuild_stops(&newly);
         taken.sort_by(|a, b| a.order().cmp(&b.order()));
         for w in taken {
             self.reoffer(w, now, out);

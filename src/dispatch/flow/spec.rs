@@ -64,12 +64,32 @@ impl KeySelector {
     }
 }
 
-/// `concurrency` (with its optional `priority`).
+/// `concurrency` (with its optional `priority`), or `ordering` (FIFO per key: `max` 1, no
+/// priority, and `ordering` set).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConcurrencyGate {
     pub key: KeySelector,
     pub max: usize,
     pub priority: Option<PriorityOrder>,
+    /// `Some` for an `ordering` gate: what a dead letter does to its key (`on_exhausted`).
+    pub ordering: Option<OnExhausted>,
+}
+
+impl ConcurrencyGate {
+    /// An `ordering` gate whose key stops at a dead letter (`on_exhausted = "hold"`).
+    pub fn holds(&self) -> bool {
+        self.ordering == Some(OnExhausted::Hold)
+    }
+}
+
+/// `ordering.on_exhausted`: what an event of an ordered key that goes to the DLQ does to its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnExhausted {
+    /// `"dlq"` (the default): the key moves on to its next event.
+    Dlq,
+    /// `"hold"`: the key stays stopped while the dead letter is in the DLQ; a replay of it goes
+    /// first, a discard lets the key move on.
+    Hold,
 }
 
 /// `priority`: rank = position of the key's value in `order`; unlisted values rank `order.len()`.
@@ -144,7 +164,12 @@ impl FlowSpec {
         on(self.rate_limit.is_some(), "rate_limit");
         on(self.throttle.is_some(), "throttle");
         on(self.singleton.is_some(), "singleton");
-        on(self.concurrency.is_some(), "concurrency");
+        let ordering = self
+            .concurrency
+            .as_ref()
+            .is_some_and(|c| c.ordering.is_some());
+        on(self.concurrency.is_some() && !ordering, "concurrency");
+        on(ordering, "ordering");
         let priority = self
             .concurrency
             .as_ref()

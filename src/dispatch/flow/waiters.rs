@@ -200,6 +200,11 @@ impl<K: Ord, P: Held, S> Waiters<K, P, S> {
         self.free == self.line.len()
     }
 
+    /// The first in line's place.
+    pub(super) fn first_place(&self) -> Option<&K> {
+        self.line.first_key_value().map(|(k, _)| k)
+    }
+
     /// The first in line.
     pub(super) fn first(&self) -> Option<&Waiter<P, S>> {
         self.line.first_key_value().map(|(_, w)| w)

@@ -76,9 +76,27 @@ fn trigger_row(
         // The sum of its `sluice_flow_held{gate}` over the six gates.
         ("gate_waiting", json!(d.flow.held_in_gates(cells))),
         ("gates", Value::Object(gates)),
+        ("ordering", ordering_json(d.flow.ordering(id))),
     ];
     row.extend(fields.map(|(k, v)| (k.to_string(), v)));
     Value::Object(row)
+}
+
+/// An `ordering` gate's keys (`null` without one): waiting, stopped (the first by name, each
+/// with the DLQ entry it waits for), and the oldest wait with its key.
+fn ordering_json(v: Option<crate::dispatch::flow::metrics::OrderingView>) -> Value {
+    let Some(v) = v else { return Value::Null };
+    let stopped: Vec<Value> = (v.stopped.iter())
+        .map(|(key, entry)| json!({"key": key, "dlq_entry": entry}))
+        .collect();
+    json!({
+        "on_exhausted": if v.hold { "hold" } else { "dlq" },
+        "keys_waiting": v.keys_waiting,
+        "keys_stopped": v.keys_stopped,
+        "oldest_wait_seconds": v.oldest_wait_ms as f64 / 1000.0,
+        "oldest_key": v.oldest_key,
+        "stopped": stopped,
+    })
 }
 
 /// What a slot holds, of its share and of the pool, its limit and its refusals; `dispatching`:

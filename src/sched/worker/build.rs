@@ -56,7 +56,8 @@ impl Worker {
             pump.slots(),
             Arc::clone(&shared.clock),
         )
-        .with_budgets(|d| shared.dispatch().cluster.budget_for(d));
+        .with_budgets(|d| shared.dispatch().cluster.budget_for(d))
+        .with_dlq(Arc::clone(&shared.dispatch().dlq));
         // Mio until the loop sets up its backend (`Worker::run` attaches again).
         dispatcher.attach(reactor.clients()?);
         Ok(Worker {

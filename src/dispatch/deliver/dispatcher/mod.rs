@@ -20,7 +20,8 @@
 //! (DLQ). A stale keep-alive connection is not an attempt: the job is sent again at no cost.
 //!
 //! A terminal outcome (delivered, dead-lettered) releases the event's singleton/concurrency
-//! holds; a batch carrier reports its outcome once per member.
+//! holds (a dead letter may stop an `ordering` key: `FlowEngine::dead_lettered`); a batch
+//! carrier reports its outcome once per member.
 //!
 //! Batched deliveries (`batch = { … }` on the destination, [`crate::dispatch::deliver::batch`]): a job
 //! that passed its gates and holds its slot joins the destination's batch being filled instead
@@ -53,10 +54,11 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::dispatch::deliver::adaptive::Sample;
 use crate::dispatch::deliver::batch::{batch_id, Batcher};
 use crate::dispatch::deliver::circuit::Transition;
-use crate::dispatch::deliver::classify::{classify, recorded, AttemptResult, Class};
+use crate::dispatch::deliver::classify::{
+    adaptive_sample, classify, describe, recorded, AttemptResult, Class,
+};
 use crate::dispatch::deliver::destination::{DestinationEvent, DestinationState, Gate};
 use crate::dispatch::deliver::permits::Permit;
 use crate::dispatch::deliver::request::{encode, template};
@@ -171,6 +173,12 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// `slots`: the pumps' `max_outstanding` window; `clock`: the core's (the wall time of
     /// retry schedules and attempt stamps comes from it too, [`Clock::unix_millis`]).
+    /// Watches the DLQ for the keys `ordering` gates stop ([`FlowEngine::with_dlq`]).
+    pub fn with_dlq(mut self, dlq: Arc<crate::dispatch::dlq::DlqStore>) -> Dispatcher {
+        self.flow = self.flow.with_dlq(dlq);
+        self
+    }
+
     pub fn new(
         core: usize,
         config: Arc<DispatchSpec>,
@@ -181,7 +189,8 @@ impl Dispatcher {
         let store = crate::dispatch::flow::persist::Store::open(&config.flow_dir, core, &config);
         Dispatcher {
             flow: FlowEngine::new(config.clone(), metrics.shared.clone(), Some(store))
-                .hold_for_handover(!slots.window.handover.done()),
+                .hold_for_handover(!slots.window.handover.done())
+                .on_core(core),
             core,
             slots,
             slot_wait: SlotWait::default(),
@@ -968,7 +977,7 @@ impl Dispatcher {
     ) {
         self.held -= job.events();
         for m in job.into_members() {
-            let lsn = m.lsn;
+            let (lsn, entry) = (m.lsn, m.event.event_id.clone());
             self.send(JobOutcome::DeadLetter {
                 job: Box::new(m),
                 reason,
@@ -976,7 +985,10 @@ impl Dispatcher {
                 last_error: last_error.clone(),
                 attempt: attempt.clone(),
             });
-            self.release_flow(lsn, now);
+            // Its DLQ entry's id is its event id (an `ordering` key may stop on it).
+            let mut out = FlowOut::default();
+            self.flow.dead_lettered(lsn, &entry, &mut out);
+            self.apply_flow(out, now);
         }
     }
 
@@ -988,32 +1000,6 @@ impl Dispatcher {
     /// (drained in place: the outbox keeps its capacity from turn to turn).
     pub fn take_outcomes(&mut self) -> std::collections::vec_deque::Drain<'_, JobOutcome> {
         self.outbox.drain(..)
-    }
-}
-
-/// What an attempt tells the adaptive limit: an answer's latency, an overload (timeout,
-/// connect error, 429, 503), or nothing (a 5xx other than 503, a broken connection: failures
-/// of the downstream the circuit handles, not signs of its capacity).
-fn adaptive_sample(result: &AttemptResult, rtt: u64) -> Option<Sample> {
-    match result {
-        AttemptResult::Timeout | AttemptResult::ConnectError => Some(Sample::Overload),
-        AttemptResult::Status {
-            code: 429 | 503, ..
-        } => Some(Sample::Overload),
-        AttemptResult::Status { code, .. } if *code < 500 => Some(Sample::Answered { rtt }),
-        // A handshake or certificate failure says nothing about the downstream's capacity.
-        AttemptResult::Status { .. } | AttemptResult::Io | AttemptResult::TlsError(_) => None,
-    }
-}
-
-/// `last_error` text for an attempt.
-fn describe(result: &AttemptResult, uri: &str) -> String {
-    match result {
-        AttemptResult::Status { code, .. } => format!("{uri} answered {code}"),
-        AttemptResult::ConnectError => format!("cannot connect to {uri}"),
-        AttemptResult::Timeout => format!("{uri} did not answer within the timeout"),
-        AttemptResult::Io => format!("connection to {uri} broke before a complete response"),
-        AttemptResult::TlsError(f) => format!("TLS handshake with {uri} failed: {f}"),
     }
 }
 

@@ -100,6 +100,8 @@ pub struct DlqStore {
     gauges: Arc<DlqGauges>,
     /// The entries on their way back to the WAL, shared by every core's replays.
     replays: ReplayClaims,
+    /// The ids that left, for the keys waiting for one to leave ([`removals`]).
+    removals: Mutex<removals::Removals>,
 }
 
 /// What [`DlqStore::list`] found.
@@ -214,6 +216,7 @@ impl DlqStore {
             next_seq: AtomicU64::new(ix.max_seq() + 1),
             index: Mutex::new(ix),
             replays: ReplayClaims::new(max, gauges.replays_in_flight.clone()),
+            removals: Mutex::default(),
             gauges,
         };
         store.publish(&store.index.lock());
@@ -575,6 +578,7 @@ impl DlqStore {
 struct Vanished;
 
 mod read;
+pub mod removals;
 pub mod remove;
 mod scan;
 use scan::{exists, read_legacy, read_names, scan_dir, scan_listed};

@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::removals::Removed;
 use super::scan::{exists, read_names, scan_listed};
 use super::{DlqListing, DlqStore, Unreadable};
 use crate::dispatch::dlq::batch::{self as batch, Name};
@@ -12,6 +13,34 @@ use crate::dispatch::dlq::entry::{parse_entry, summary_of, DlqError, DlqSummary}
 use crate::dispatch::dlq::index::{Index, Loc};
 
 impl DlqStore {
+    /// Records that the entries `ids` left the DLQ ([`super::removals`]).
+    pub(super) fn note_removed<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
+        let mut r = self.removals.lock();
+        for id in ids {
+            r.push(id);
+        }
+    }
+
+    /// The ids removed since removal number `from` (0: since the store opened; pass
+    /// [`Removed::next`] again). Takes a short lock of its own, never the index's.
+    pub fn removed_since(&self, from: u64) -> Removed {
+        self.removals.lock().since(from)
+    }
+
+    /// Is `id` a live entry (as far as this store knows)? `None` when the index is busy.
+    pub fn contains(&self, id: &str) -> Option<bool> {
+        Some(self.index.try_lock()?.contains(id))
+    }
+
+    /// Picks up removals made beside this server (`sluice dlq discard`), without waiting: false
+    /// when the index is busy or the directory cannot be read (try again later).
+    pub fn refresh_removals(&self) -> bool {
+        let Some(mut ix) = self.index.try_lock() else {
+            return false;
+        };
+        self.refresh(&mut ix).is_ok()
+    }
+
     /// After a batch file vanished under a reader: the server's index already knows where its
     /// entries went (it moved them); an offline tool's index is rebuilt from the directory
     /// (the server compacted or deleted the file meanwhile).
@@ -31,7 +60,13 @@ impl DlqStore {
         let mut legacy = HashSet::new();
         for name in names {
             match batch::classify(&name) {
-                Name::Gone(id) if !ix.has_tombstone(&id) => ix.add_gone(id),
+                Name::Gone(id) if !ix.has_tombstone(&id) => {
+                    // A discard beside this server: the entry left.
+                    if ix.contains(&id) {
+                        self.note_removed([id.as_str()]);
+                    }
+                    ix.add_gone(id)
+                }
                 Name::Legacy(id) => {
                     legacy.insert(id);
                 }
@@ -40,6 +75,9 @@ impl DlqStore {
         }
         for id in ix.legacy_ids() {
             if !legacy.contains(&id) {
+                if ix.get(&id) == Some(&Loc::LEGACY) {
+                    self.note_removed([id.as_str()]);
+                }
                 ix.legacy_vanished(&id);
             }
         }

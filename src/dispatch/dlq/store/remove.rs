@@ -40,6 +40,7 @@ impl DlqStore {
         }
         self.reclaim_files(&mut ix, &[r.loc.seq]);
         self.publish(&ix);
+        self.note_removed([id]);
         Ok(())
     }
 
@@ -106,6 +107,7 @@ impl DlqStore {
         let seqs: Vec<u64> = taken.iter().map(|(_, _, r)| r.loc.seq).collect();
         self.reclaim_files(&mut ix, &seqs);
         self.publish(&ix);
+        self.note_removed(taken.iter().map(|(_, id, _)| id.as_str()));
         out
     }
 

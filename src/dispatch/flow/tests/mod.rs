@@ -10,16 +10,16 @@ use crate::sync::clock::{Clock, ManualClock};
 
 const MS: Duration = Duration::from_millis(1);
 
-struct Rig {
-    engine: FlowEngine,
-    metrics: Arc<DispatchMetrics>,
-    clock: ManualClock,
-    lsn: u64,
+pub(in crate::dispatch::flow) struct Rig {
+    pub(in crate::dispatch::flow) engine: FlowEngine,
+    pub(in crate::dispatch::flow) metrics: Arc<DispatchMetrics>,
+    pub(in crate::dispatch::flow) clock: ManualClock,
+    pub(in crate::dispatch::flow) lsn: u64,
 }
 
 impl Rig {
     /// One trigger `t` with `gates`, plus `[flow]` text.
-    fn new(gates: &str, flow: &str) -> Rig {
+    pub(in crate::dispatch::flow) fn new(gates: &str, flow: &str) -> Rig {
         let text = format!(
             "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\nhandler = \"http://h/\"\n{gates}\n\
              [[triggers]]\nid = \"plain\"\nprovider = \"p\"\npath = \"/plain\"\nhandler = \"http://h/\"\n\
@@ -44,11 +44,11 @@ impl Rig {
         }
     }
 
-    fn now(&self) -> u64 {
+    pub(in crate::dispatch::flow) fn now(&self) -> u64 {
         self.clock.now_nanos()
     }
 
-    fn advance(&mut self, d: Duration) -> FlowOut {
+    pub(in crate::dispatch::flow) fn advance(&mut self, d: Duration) -> FlowOut {
         self.clock.advance(d);
         let mut out = FlowOut::default();
         let now = self.now();
@@ -57,7 +57,7 @@ impl Rig {
     }
 
     /// Offers an event of trigger `t` with `body` and headers; returns (lsn, out).
-    fn offer_with(
+    pub(in crate::dispatch::flow) fn offer_with(
         &mut self,
         trigger: &str,
         body: &str,
@@ -87,7 +87,7 @@ impl Rig {
         self.offer_with("t", body, &[])
     }
 
-    fn release(&mut self, lsn: u64) -> FlowOut {
+    pub(in crate::dispatch::flow) fn release(&mut self, lsn: u64) -> FlowOut {
         let mut out = FlowOut::default();
         self.engine.release(lsn, &mut out);
         merged(out)
@@ -101,12 +101,12 @@ impl Rig {
 }
 
 /// Jobs through the gates, held first or not (the slot accounting aside), in `ready`.
-fn merged(mut out: FlowOut) -> FlowOut {
+pub(in crate::dispatch::flow) fn merged(mut out: FlowOut) -> FlowOut {
     out.ready.append(&mut out.resumed);
     out
 }
 
-fn ready(out: &FlowOut) -> Vec<u64> {
+pub(in crate::dispatch::flow) fn ready(out: &FlowOut) -> Vec<u64> {
     out.ready.iter().map(|j| j.lsn).collect()
 }
 
@@ -589,7 +589,7 @@ fn r_job(lsn: u64) -> Job {
 }
 
 /// The manifest `Rig::new` builds, as a config (for a reload's new gates).
-fn rig_config(gates: &str) -> Arc<DispatchSpec> {
+pub(in crate::dispatch::flow) fn rig_config(gates: &str) -> Arc<DispatchSpec> {
     let text = format!(
         "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\nhandler = \"http://h/\"\n{gates}\n\
          [[triggers]]\nid = \"plain\"\nprovider = \"p\"\npath = \"/plain\"\nhandler = \"http://h/\"\n"
@@ -603,7 +603,7 @@ fn rig_config(gates: &str) -> Arc<DispatchSpec> {
 }
 
 impl Rig {
-    fn rekey(&mut self, gates: &str) -> FlowOut {
+    pub(in crate::dispatch::flow) fn rekey(&mut self, gates: &str) -> FlowOut {
         let mut out = FlowOut::default();
         let now = self.now();
         self.engine.rekey(rig_config(gates), now, &mut out);
