@@ -196,6 +196,20 @@ fn on_exhausted_hold_stops_only_the_failing_key_until_its_dead_letter_is_replaye
         .as_str()
         .unwrap()
         .to_owned();
+    // And the page, in a real Chromium (where the test command installed one).
+    if let Some(browser) = crate::browser::Browser::start() {
+        browser.goto(&format!("http://{}/ui", server.addr()));
+        let want = format!("stopped: a (DLQ {entry})");
+        let read = "const e = document.querySelector('[data-testid=\"trigger-ordering\"]'); \
+                    return e ? e.textContent : null;";
+        let mut line = serde_json::Value::Null;
+        let shown = wait_until(Duration::from_secs(20), || {
+            line = browser.eval(read);
+            line.as_str().is_some_and(|l| l.contains(&want))
+        });
+        assert!(shown, "the dashboard's ordering line: {line}");
+        eprintln!("dashboard: {line}");
+    }
 
     // Release: replay the dead letter; it goes first, then the rest of key a in order.
     *FAIL_A3.lock().unwrap() = false;
