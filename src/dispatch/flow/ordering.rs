@@ -14,7 +14,7 @@
 //!   event's id), not at the back: it goes before the key's events accepted after the
 //!   original.
 //! - **`on_exhausted = "hold"`.** An event of the key that goes to the DLQ (retries exhausted,
-//!   a permanent answer, an open circuit) stops its key ([`Stop`]): the key's later events wait
+//!   a permanent answer, an open circuit) stops its key (`Stop`): the key's later events wait
 //!   (the other keys go on) while the dead letter is in the DLQ. A replay of it (`POST
 //!   /admin/dlq/{id}/replay`, or `sluice dlq replay` with the server stopped) goes first, and
 //!   the key moves on behind it (a replay that is dead-lettered again stops the key again, on
@@ -28,7 +28,7 @@
 //!   name of that key and of the first stopped keys.
 //!
 //! **Bounds.** Stopped keys ≤ the DLQ's entries (`max_dlq_entries`); each is one
-//! [`ConcurrencyKey`] plus one entry of `FlowEngine::stops` (the entry id and the key). The
+//! `ConcurrencyKey` plus one entry of `FlowEngine::stops` (the entry id and the key). The
 //! DLQ's removal log is read at most every [`STOP_POLL`] while a key is stopped, and the DLQ
 //! directory (for discards made beside the server) at most every [`REFRESH_EVERY`]; neither
 //! waits for the DLQ's lock (`try_lock`: a busy DLQ is looked at again at the next poll).
