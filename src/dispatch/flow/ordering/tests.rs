@@ -46,6 +46,16 @@ impl Rig {
     }
 }
 
+/// A rig whose trigger `t` has `HOLD`, its engine watching a DLQ in a temporary directory.
+fn hold_rig() -> (tempfile::TempDir, Arc<DlqStore>, Rig) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(DlqStore::open(dir.path(), 100).unwrap());
+    let mut r = Rig::new(HOLD, "");
+    let unwatched = FlowEngine::new(rig_config(""), r.metrics.clone(), None);
+    r.engine = std::mem::replace(&mut r.engine, unwatched).with_dlq(Arc::clone(&store));
+    (dir, store, r)
+}
+
 fn entry(id: &str, key: &str) -> DlqEntry {
     DlqEntry {
         id: id.into(),
@@ -93,14 +103,7 @@ fn one_call_per_key_in_order_and_a_replay_goes_before_the_keys_later_events() {
 
 #[test]
 fn a_dead_letter_stops_only_its_key_until_a_replay_goes_first_or_a_discard_lets_it_go_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(DlqStore::open(dir.path(), 100).unwrap());
-    let mut r = Rig::new(HOLD, "");
-    r.engine = std::mem::replace(
-        &mut r.engine,
-        FlowEngine::new(rig_config(""), r.metrics.clone(), None),
-    )
-    .with_dlq(Arc::clone(&store));
+    let (_dir, store, mut r) = hold_rig();
     let (a1, _) = r.keyed("A");
     let (a2, _) = r.keyed("A");
     let (a3, _) = r.keyed("A");
@@ -165,14 +168,7 @@ fn a_dead_letter_stops_only_its_key_until_a_replay_goes_first_or_a_discard_lets_
 
 #[test]
 fn a_reload_that_keeps_holding_on_the_same_key_keeps_the_stopped_keys() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(DlqStore::open(dir.path(), 100).unwrap());
-    let mut r = Rig::new(HOLD, "");
-    r.engine = std::mem::replace(
-        &mut r.engine,
-        FlowEngine::new(rig_config(""), r.metrics.clone(), None),
-    )
-    .with_dlq(Arc::clone(&store));
+    let (_dir, store, mut r) = hold_rig();
     let (a1, _) = r.keyed("A");
     let (a2, _) = r.keyed("A");
     store.put(&entry(X, "A")).unwrap();
@@ -201,14 +197,7 @@ fn a_reload_that_keeps_holding_on_the_same_key_keeps_the_stopped_keys() {
 
 #[test]
 fn the_ordering_metrics_name_the_oldest_waiting_and_the_stopped_keys() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(DlqStore::open(dir.path(), 100).unwrap());
-    let mut r = Rig::new(HOLD, "");
-    r.engine = std::mem::replace(
-        &mut r.engine,
-        FlowEngine::new(rig_config(""), r.metrics.clone(), None),
-    )
-    .with_dlq(Arc::clone(&store));
+    let (_dir, store, mut r) = hold_rig();
     let (a1, _) = r.keyed("A");
     r.keyed("A");
     r.keyed("B");
