@@ -6,7 +6,7 @@
 //! environment and flags) validates and prints the same text. Secrets are never printed: a secret
 //! shows as its reference (`{ env = "NAME" }`, `{ file = "/path" }`, with `encoding` when it was
 //! given). Trigger verification and flow gates are the manifest's own keys (`verify`, `secrets`,
-//! `tolerance`, `hmac`, `dedupe`, `concurrency`, `priority`, `throttle`, `rate_limit`,
+//! `tolerance`, `hmac`, `dedupe`, `concurrency`, `ordering`, `priority`, `throttle`, `rate_limit`,
 //! `debounce`, `singleton`, `batch`). Durations are printed in the largest unit that divides
 //! them (`"1m"`, `"1500ms"`); strings through the `toml` crate's own quoting.
 
@@ -282,9 +282,22 @@ fn trigger_auth(o: &mut Out, a: &crate::config::TriggerAuth) {
     }
 }
 
-/// The seven gate keys, in the manifest's forms.
+/// The eight gate keys, in the manifest's forms.
 fn trigger_flow(o: &mut Out, f: &crate::config::flow::FlowSpec) {
-    if let Some(c) = &f.concurrency {
+    use crate::config::flow::OnExhausted;
+    if let Some(on) = f
+        .concurrency
+        .as_ref()
+        .and_then(|c| c.ordering.map(|o| (c, o)))
+    {
+        let (c, on) = on;
+        let on = match on {
+            OnExhausted::Dlq => "dlq",
+            OnExhausted::Hold => "hold",
+        };
+        let g = keyed(&c.key, vec![("on_exhausted", quote(on))]);
+        o.line(&format!("ordering = {g}"));
+    } else if let Some(c) = &f.concurrency {
         let g = keyed(&c.key, vec![("max", c.max.to_string())]);
         o.line(&format!("concurrency = {g}"));
         if let Some(p) = &c.priority {

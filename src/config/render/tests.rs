@@ -66,6 +66,7 @@ secrets = [{ env = "SW" }, { env = "SW_RAW", encoding = "raw" }]
 tolerance = "2m"
 debounce = { key = "event.source", period = "30s" }
 singleton = {}
+ordering = { key = "event.headers.x-customer", on_exhausted = "hold" }
 
 [[triggers]]
 id = "hm"
@@ -128,6 +129,7 @@ fn triggers_with_auth_gates_and_destinations_round_trip_as_tables() {
         "secrets = [{ env = \"SW\" }, { env = \"SW_RAW\", encoding = \"raw\" }]",
         "tolerance = \"2m\"",
         "singleton = {}",
+        "ordering = { key = \"event.headers.x-customer\", on_exhausted = \"hold\" }",
         "hmac = { header = \"x-sig\", prefix = \"sha1=\", algorithm = \"sha1\", encoding = \"base64\" }",
         "batch = { key = \"event.trigger\", size = 5, timeout = \"2s\" }",
         "signing_secret = { env = \"SIGN\" }",
