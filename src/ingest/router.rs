@@ -75,6 +75,9 @@ pub enum AdminRoute {
     DlqReplay,
     /// `POST /admin/dlq/replay?reason=&trigger=&since=`: replay every matching dead letter.
     DlqBulkReplay,
+    /// `POST /admin/dlq/{id}/discard`: remove a dead letter undelivered (id via
+    /// [`dlq_discard_id`]); the `skip` of an `ordering` key stopped on it.
+    DlqDiscard,
     /// `POST /admin/reload`: re-read and apply the configuration (`ops::reload`).
     Reload,
     /// A known admin path with the wrong method; the value is the `Allow` header.
@@ -85,7 +88,16 @@ pub enum AdminRoute {
 
 /// The `{id}` of `/admin/dlq/{id}/replay` (a path without its query), if it is that route.
 pub fn dlq_replay_id(path: &str) -> Option<&str> {
-    let id = path.strip_prefix("/admin/dlq/")?.strip_suffix("/replay")?;
+    dlq_entry_id(path, "/replay")
+}
+
+/// The `{id}` of `/admin/dlq/{id}/discard`, if it is that route.
+pub fn dlq_discard_id(path: &str) -> Option<&str> {
+    dlq_entry_id(path, "/discard")
+}
+
+fn dlq_entry_id<'a>(path: &'a str, verb: &str) -> Option<&'a str> {
+    let id = path.strip_prefix("/admin/dlq/")?.strip_suffix(verb)?;
     (!id.is_empty() && !id.contains('/')).then_some(id)
 }
 
@@ -253,6 +265,8 @@ impl Router {
                     "dlq/replay" => AdminRoute::MethodNotAllowed(ALLOW_POST),
                     _ if dlq_replay_id(path).is_some() && is_post => AdminRoute::DlqReplay,
                     _ if dlq_replay_id(path).is_some() => AdminRoute::MethodNotAllowed(ALLOW_POST),
+                    _ if dlq_discard_id(path).is_some() && is_post => AdminRoute::DlqDiscard,
+                    _ if dlq_discard_id(path).is_some() => AdminRoute::MethodNotAllowed(ALLOW_POST),
                     _ => AdminRoute::NotFound,
                 });
             }
@@ -468,5 +482,8 @@ mod tests {
         assert_eq!(dlq_replay_id("/admin/dlq//replay"), None);
         assert_eq!(dlq_replay_id("/admin/dlq/a/b/replay"), None);
         assert_eq!(dlq_replay_id("/admin/dlq/a"), None);
+        assert_eq!(dlq_discard_id("/admin/dlq/01ABC/discard"), Some("01ABC"));
+        assert_eq!(dlq_discard_id("/admin/dlq/01ABC/replay"), None);
+        assert_eq!(dlq_discard_id("/admin/dlq//discard"), None);
     }
 }

@@ -146,7 +146,8 @@ static FAIL_A3: Mutex<bool> = Mutex::new(true);
 fn on_exhausted_hold_stops_only_the_failing_key_until_its_dead_letter_is_replayed_or_discarded() {
     let ds = Downstream::start(Behavior::default());
     ds.rule(|body, _| {
-        let fail = (body == b"a 3" && *FAIL_A3.lock().unwrap()) || body == b"a 12";
+        let fail =
+            (body == b"a 3" && *FAIL_A3.lock().unwrap()) || body == b"a 12" || body == b"a 17";
         fail.then(|| Behavior {
             status: 400,
             ..Behavior::default()
@@ -270,4 +271,43 @@ fn on_exhausted_hold_stops_only_the_failing_key_until_its_dead_letter_is_replaye
     let expect: Vec<usize> = (0..16).filter(|i| *i != 12).collect();
     assert_eq!(got("a"), expect, "a 12 skipped, the rest in order");
     assert!(wait_until(Duration::from_secs(5), || stopped(&server) == 0.0));
+
+    // Skip over HTTP: a 17 fails, a 18 and a 19 wait; `POST /admin/dlq/{id}/discard`.
+    post(&server, "a", 16..20);
+    assert!(wait_until(Duration::from_secs(10), || got("a").len() == 16));
+    assert!(wait_until(Duration::from_secs(5), || stopped(&server) == 1.0));
+    let ids: Vec<String> = (crate::dispatch::dlq_list(&server.data_dir()).iter())
+        .filter_map(|e| e["id"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(ids.len(), 1, "a 17's entry: {ids:?}");
+    let path = format!("/admin/dlq/{}/discard", ids[0]);
+    let auth = format!("Bearer {TOKEN}");
+    let r = server.client().post(&path, b"", &[]);
+    assert_eq!(r.status, 401, "no token: {}", r.text());
+    let r = server
+        .client()
+        .post(&path, b"", &[("Authorization", &auth)]);
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert!(
+        ds.wait(Duration::from_secs(20), |s| delivered(s, "a").len() == 18),
+        "{:?}",
+        got("a")
+    );
+    let expect: Vec<usize> = (0..20).filter(|i| *i != 12 && *i != 17).collect();
+    assert_eq!(
+        got("a"),
+        expect,
+        "a 17 skipped over HTTP, the rest in order"
+    );
+    assert!(wait_until(Duration::from_secs(5), || {
+        crate::dispatch::dlq_list(&server.data_dir()).is_empty()
+    }));
+    let r = server
+        .client()
+        .post(&path, b"", &[("Authorization", &auth)]);
+    assert_eq!(r.status, 404, "gone: {}", r.text());
+    let r = server
+        .client()
+        .post("/admin/dlq/nope/discard", b"", &[("Authorization", &auth)]);
+    assert_eq!(r.status, 400, "{}", r.text());
 }

@@ -18,7 +18,8 @@
 //!   (the other keys go on) while the dead letter is in the DLQ. A replay of it (`POST
 //!   /admin/dlq/{id}/replay`, or `sluice dlq replay` with the server stopped) goes first, and
 //!   the key moves on behind it (a replay that is dead-lettered again stops the key again, on
-//!   its own id). A discard (`sluice dlq discard ID`, beside the running server) lets the key
+//!   its own id). A discard (`POST /admin/dlq/{id}/discard`, or `sluice dlq discard ID` beside
+//!   the running server) lets the key
 //!   move on: once the DLQ shows the entry gone, the key waits for the order horizon to pass
 //!   that moment (so a replay appended before the removal is in line first, in its place),
 //!   then goes on with its next event. At start-up the stopped keys are rebuilt from the DLQ:

@@ -27,6 +27,11 @@ impl DlqStore {
         self.removals.lock().since(from)
     }
 
+    /// Is `id` a live entry (as far as this store knows)? An index lookup, no file read.
+    pub fn is_live(&self, id: &str) -> bool {
+        self.index.lock().contains(id)
+    }
+
     /// Is `id` a live entry (as far as this store knows)? `None` when the index is busy.
     pub fn contains(&self, id: &str) -> Option<bool> {
         Some(self.index.try_lock()?.contains(id))
