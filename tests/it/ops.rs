@@ -539,10 +539,24 @@ fn readme_documents_every_state_field() {
     let server = Server::start(Opts::config(
         "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\n\
          handler = \"http://127.0.0.1:9/x\"\nconcurrency = { max = 2 }\n\
+         [[triggers]]\nid = \"o\"\nprovider = \"p\"\npath = \"/hooks/o\"\n\
+         handler = \"http://127.0.0.1:9/x\"\nordering = { on_exhausted = \"hold\" }\n\
          [[destinations]]\nuri = \"http://127.0.0.1:9/x\"\nrate = { per_sec = 5 }\n",
     ));
     server.ingest("/hooks/t", b"{}");
-    let state = server.get("/api/v1/state").json();
+    // Two events of the ordered trigger: one in flight, one waiting (its key named), once the
+    // owner core has gathered them (once a second).
+    server.ingest("/hooks/o", b"{}");
+    server.ingest("/hooks/o", b"{}");
+    let mut state = serde_json::Value::Null;
+    let named = wait_until(std::time::Duration::from_secs(10), || {
+        state = server.get("/api/v1/state").json();
+        state["triggers"].as_array().is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t["id"] == "o" && t["ordering"]["oldest_key"].is_string())
+        })
+    });
+    assert!(named, "the ordered trigger's waiting key: {state}");
     let mut keys = Vec::new();
     fn walk(v: &serde_json::Value, keys: &mut Vec<String>) {
         match v {
