@@ -385,10 +385,11 @@ impl FlowMetrics {
         self.triggers[t].overflow[gate].get()
     }
 
-    /// Publishes trigger `t`'s `ordering` keys (its owner core, once a second).
-    pub fn set_ordering(&self, t: usize, v: OrderingView) {
+    /// Publishes trigger `t`'s `ordering` keys (its owner core, once a second); `None` when a
+    /// reload removed the gate.
+    pub fn set_ordering(&self, t: usize, v: Option<OrderingView>) {
         if let Some(c) = self.triggers.get(t) {
-            *c.ordering.lock().unwrap_or_else(|p| p.into_inner()) = Some(v);
+            *c.ordering.lock().unwrap_or_else(|p| p.into_inner()) = v;
         }
     }
 

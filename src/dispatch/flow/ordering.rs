@@ -304,7 +304,7 @@ impl FlowEngine {
                 v.oldest_key = Some(k.to_owned());
             }
             v.stopped.sort();
-            self.metrics.flow.set_ordering(self.cell(t), v);
+            self.metrics.flow.set_ordering(self.cell(t), Some(v));
         }
     }
 }

@@ -121,6 +121,16 @@ impl FlowEngine {
             .collect();
         // The events still held are those of the kept gates.
         next.waiting = self.waiting;
+        // A trigger whose `ordering` gate is gone publishes no ordering figures any more.
+        for (o, t) in self.config.triggers.iter().enumerate() {
+            let ordered =
+                |f: &FlowSpec| f.concurrency.as_ref().is_some_and(|c| c.ordering.is_some());
+            let still =
+                (next.by_id.get(&t.id)).is_some_and(|&n| ordered(&next.config.triggers[n].flow));
+            if ordered(&t.flow) && !still {
+                self.metrics.flow.set_ordering(self.cell(o), None);
+            }
+        }
         *self = next;
         self.rebuild_stops(&newly);
         taken.sort_by(|a, b| a.order().cmp(&b.order()));

@@ -171,14 +171,14 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// `slots`: the pumps' `max_outstanding` window; `clock`: the core's (the wall time of
-    /// retry schedules and attempt stamps comes from it too, [`Clock::unix_millis`]).
     /// Watches the DLQ for the keys `ordering` gates stop ([`FlowEngine::with_dlq`]).
     pub fn with_dlq(mut self, dlq: Arc<crate::dispatch::dlq::DlqStore>) -> Dispatcher {
         self.flow = self.flow.with_dlq(dlq);
         self
     }
 
+    /// `slots`: the pumps' `max_outstanding` window; `clock`: the core's (the wall time of
+    /// retry schedules and attempt stamps comes from it too, [`Clock::unix_millis`]).
     pub fn new(
         core: usize,
         config: Arc<DispatchSpec>,

@@ -221,4 +221,7 @@ fn the_ordering_metrics_name_the_oldest_waiting_and_the_stopped_keys() {
         text.contains("sluice_ordering_keys_waiting{trigger=\"t\"} 2"),
         "{text}"
     );
+    // A reload that removes the gate removes its figures.
+    r.rekey("concurrency = { key = \"event.headers.x-key\", max = 1 }");
+    assert_eq!(r.metrics.flow.ordering("t"), None);
 }
