@@ -538,10 +538,12 @@ impl FlowEngine {
                 return;
             };
             let first = ck.waiters.first().map(|w| w.id().to_owned());
-            let place = ck.waiters.first_place().map(|(_, id, _)| id.clone());
-            let room = ck.active < g.max;
             // A stopped key (`ordering`) lets only a replay of its dead letter go.
-            let room = room && self.unstopped(t, k, place.as_deref());
+            let stopped = ck.stop.is_some();
+            let place = (ck.waiters.first_place())
+                .filter(|_| stopped)
+                .map(|(_, id, _)| id.clone());
+            let room = ck.active < g.max && (!stopped || self.unstopped(t, k, place.as_deref()));
             // The first in line goes once the order horizon has passed it (`horizon`).
             let go = room && first.is_some_and(|id| self.ordered(t, Stage::Concurrency, k, &id));
             let Some(ck) = self.gates[t].concurrency.get_mut(k) else {
@@ -891,14 +893,13 @@ impl FlowEngine {
         // A reload's re-offered waiters all queue first, then leave by place (`rekey`); so do
         // all events until the start-up hand-over (`handover`).
         let requeued = p.retaken == Some(Stage::Concurrency) || self.settle.is_some();
-        let place_id = ordering::stop::place_id(g, &p.job);
         let c = self.gates[t].concurrency.entry(key.clone()).or_default();
         // Room for it behind the waiters, all of which wait only for the order horizon.
         let room = !requeued && c.waiters.all_free() && c.active + c.waiters.len() < g.max;
         let first = c.waiters.is_empty();
         // A stopped key (`ordering`) has room only for a replay of its dead letter.
         let room =
-            room && (c.stop.is_none() || (first && self.unstopped(t, &key, Some(&place_id))));
+            room && (c.stop.is_none() || (first && self.unstopped(t, &key, Some(place_id(g, &p)))));
         if room && first && self.ordered(t, Stage::Concurrency, &key, &p.job.event.event_id) {
             let c = self.gates[t].concurrency.entry(key.clone()).or_default();
             c.active += 1;
@@ -911,13 +912,13 @@ impl FlowEngine {
             self.wait_for_horizon(t, Stage::Concurrency, &key, &p);
             self.held(t, Stage::Concurrency, &mut p, out);
             p.ordered_wait = true;
-            let place = (p.keys.rank, place_id, p.job.lsn);
+            let place = (p.keys.rank, place_id(g, &p).to_owned(), p.job.lsn);
             let c = self.gates[t].concurrency.entry(key).or_default();
             c.waiters.insert(place, Waiter::Full(Box::new(p)));
             return None;
         }
         self.held(t, Stage::Concurrency, &mut p, out);
-        let place = (p.keys.rank, place_id, p.job.lsn);
+        let place = (p.keys.rank, place_id(g, &p).to_owned(), p.job.lsn);
         let full = self.gates[t]
             .concurrency
             .get(&key)
@@ -931,6 +932,11 @@ impl FlowEngine {
         }
         None
     }
+}
+
+/// `p`'s place id in gate `g`'s line ([`ordering::stop::place_id`]).
+fn place_id<'a>(g: &ConcurrencyGate, p: &'a Pending) -> &'a str {
+    ordering::stop::place_id(g, &p.job)
 }
 
 /// `w` in full: a reference is read back from its log (`payloads`), its keys resolved for `f`

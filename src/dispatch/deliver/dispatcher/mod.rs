@@ -977,7 +977,9 @@ impl Dispatcher {
     ) {
         self.held -= job.events();
         for m in job.into_members() {
-            let (lsn, entry) = (m.lsn, m.event.event_id.clone());
+            // Its DLQ entry's id is its event id (an `ordering` key may stop on it).
+            let mut out = FlowOut::default();
+            self.flow.dead_lettered(m.lsn, &m.event.event_id, &mut out);
             self.send(JobOutcome::DeadLetter {
                 job: Box::new(m),
                 reason,
@@ -985,9 +987,6 @@ impl Dispatcher {
                 last_error: last_error.clone(),
                 attempt: attempt.clone(),
             });
-            // Its DLQ entry's id is its event id (an `ordering` key may stop on it).
-            let mut out = FlowOut::default();
-            self.flow.dead_lettered(lsn, &entry, &mut out);
             self.apply_flow(out, now);
         }
     }

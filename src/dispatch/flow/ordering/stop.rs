@@ -38,9 +38,9 @@ pub struct DlqWatch {
 }
 
 /// `g`'s place id for `p`: its own event id, or for an `ordering` gate the replayed event's.
-pub fn place_id(g: &ConcurrencyGate, job: &Job) -> String {
+pub fn place_id<'a>(g: &ConcurrencyGate, job: &'a Job) -> &'a str {
     match (&g.ordering, &job.event.replay_of) {
-        (Some(_), Some(original)) => original.clone(),
-        _ => job.event.event_id.clone(),
+        (Some(_), Some(original)) => original,
+        _ => &job.event.event_id,
     }
 }
