@@ -25,8 +25,8 @@ cd "$(dirname "$0")/.."
 # tool | Debian package | tests that need it
 TOOLS=(
     "redis-server|redis-server|shared::* (destination budgets shared through Redis)"
-    "chromium|chromium|ops::, dashboard::dashboard_in_chromium_* (the dashboard in a real browser)"
-    "chromedriver|chromium-driver|ops::, dashboard::dashboard_in_chromium_*"
+    "chromium|chromium|ops::, dashboard::dashboard_in_chromium_*, ordering::on_exhausted_* (the dashboard in a real browser)"
+    "chromedriver|chromium-driver|ops::, dashboard::dashboard_in_chromium_*, ordering::on_exhausted_*"
     "systemd-analyze|systemd|ops::systemd_unit_verifies_cleanly"
     "nginx|nginx|drain_nginx::* (a rolling restart behind nginx upstream keep-alive)"
     "python3|python3|edge::every_metrics_family_* (/metrics through prometheus_client)"

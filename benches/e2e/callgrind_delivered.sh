@@ -31,21 +31,7 @@ metric_sum() { curl -s "http://127.0.0.1:18180/metrics" | awk -v m="$1" -v l="$2
 nginx_conf '18181 200 ok'
 taskset -c "$CLIENT_CPU" nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
 pids+=($!)
-cat >"$WORK/sluice.toml" <<TOML
-[[triggers]]
-id = "bench"
-provider = "bench"
-path = "/webhooks/bench"
-handler = "http://127.0.0.1:18181/events"
-
-[[destinations]]
-uri = "http://127.0.0.1:18181/events"
-max_in_flight = 64
-
-[dispatch]
-max_pending_events = 10000000
-max_pending_bytes = 68719476736
-TOML
+deliver_toml
 COUNT=${COUNT:-instructions}
 wrap=(valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.%p")
 [ "$COUNT" = syscalls ] && wrap=()

@@ -33,24 +33,8 @@ nginx_conf '18181 200 ok' '18182 202 {"status":"accepted"}'
 taskset -c "$CLIENT_CPU" nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
 pids+=($!)
 NGINX_MASTER=$!
-cat >"$WORK/sluice.toml" <<TOML
-[[triggers]]
-id = "bench"
-provider = "bench"
-path = "/webhooks/bench"
-handler = "http://127.0.0.1:18181/events"
-
-[[destinations]]
-uri = "http://127.0.0.1:18181/events"
-max_in_flight = 64
-$([ -n "${BATCH:-}" ] && echo "batch = { max_events = $BATCH, linger = \"5ms\" }")
-
-$([ -n "${BATCH:-}" ] && printf '[orchestrator]\npumps = { max_outstanding = %d }\n' $((16 * BATCH)))
-
-[dispatch]
-max_pending_events = 10000000
-max_pending_bytes = 68719476736
-TOML
+deliver_toml "$([ -n "${BATCH:-}" ] && echo "batch = { max_events = $BATCH, linger = \"5ms\" }")" \
+  "$([ -n "${BATCH:-}" ] && printf '[orchestrator]\npumps = { max_outstanding = %d }\n' $((16 * BATCH)))"
 env HARN_ORCHESTRATOR_INGEST_GLOBAL_CAPACITY=100000000 HARN_ORCHESTRATOR_INGEST_PER_SOURCE_CAPACITY=100000000 \
   HARN_ORCHESTRATOR_INGEST_REFILL_PER_SEC=100000000 \
   taskset -c "$SERVER_CPU" "$BIN" serve --config "$WORK/sluice.toml" \

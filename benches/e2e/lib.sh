@@ -95,3 +95,26 @@ e2e_delivered_cpu() { # FILE: "total user kernel" CPU µs per delivered event of
 e2e_median() { # the median of the numbers on stdin, one a line ("" if none)
   sort -g | awk '{v[NR] = $1} END {if (NR) printf "%.4f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
+
+deliver_toml() { # [DESTINATION_EXTRA] [TOP_EXTRA]: $WORK/sluice.toml, one trigger `bench` whose
+  # handler is nginx on 18181 (`max_in_flight = 64`, the extra destination keys), an unbounded
+  # backlog, and TOP_EXTRA (tables) at the end
+  cat >"$WORK/sluice.toml" <<TOML
+[[triggers]]
+id = "bench"
+provider = "bench"
+path = "/webhooks/bench"
+handler = "http://127.0.0.1:18181/events"
+
+[[destinations]]
+uri = "http://127.0.0.1:18181/events"
+max_in_flight = 64
+${1:-}
+
+${2:-}
+
+[dispatch]
+max_pending_events = 10000000
+max_pending_bytes = 68719476736
+TOML
+}
