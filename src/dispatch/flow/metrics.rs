@@ -146,6 +146,9 @@ pub struct FlowMetrics {
     claiming: Mutex<()>,
     /// `sluice_flow_read_back_failures_total` (`dispatch::flow::payload`).
     read_back_failures: Counter,
+    /// `sluice_ordering_removal_log_overruns_total`: polls of stopped keys that found the DLQ's
+    /// removal log past what it keeps (`dlq::store::removals`), and looked entries up instead.
+    removal_log_overruns: Counter,
     /// `[flow] max_held`.
     max_held: u64,
 }
@@ -154,6 +157,7 @@ impl FlowMetrics {
     pub fn new(triggers: &[TriggerRoute], max_held: usize) -> FlowMetrics {
         FlowMetrics {
             read_back_failures: Counter::new(),
+            removal_log_overruns: Counter::new(),
             max_held: max_held as u64,
             index: triggers
                 .iter()
@@ -399,6 +403,11 @@ impl FlowMetrics {
         c.ordering.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// A poll of stopped keys fell behind the DLQ's removal log (`ordering::watch_stops`).
+    pub fn removal_log_overrun(&self) {
+        self.removal_log_overruns.incr();
+    }
+
     /// `sluice_ordering_*`, for the triggers with an `ordering` gate.
     fn render_ordering(&self, w: &mut PromWriter) {
         let views: Vec<(&str, OrderingView)> = (self.triggers.iter())
@@ -438,6 +447,13 @@ impl FlowMetrics {
                 w.sample(name, &[("trigger", trigger)], value(v));
             }
         }
+        let name = "sluice_ordering_removal_log_overruns_total";
+        w.header(
+            name,
+            "Polls of keys stopped by a dead letter that fell behind the DLQ's removal log (entries looked up instead).",
+            MetricType::Counter,
+        );
+        w.sample_u64(name, &[], self.removal_log_overruns.get());
     }
 
     /// Renders the families; nothing at all when no trigger has a gate.

@@ -238,6 +238,7 @@ impl FlowEngine {
             .collect();
         if !complete {
             // Fell behind the kept removals: look each stopped entry up.
+            self.metrics.flow.removal_log_overrun();
             let absent = (self.stops.keys()).filter(|e| store.contains(e) == Some(false));
             gone.extend(absent.cloned());
         }

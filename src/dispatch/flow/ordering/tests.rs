@@ -48,8 +48,13 @@ impl Rig {
 
 /// A rig whose trigger `t` has `HOLD`, its engine watching a DLQ in a temporary directory.
 fn hold_rig() -> (tempfile::TempDir, Arc<DlqStore>, Rig) {
+    hold_rig_with(100)
+}
+
+/// [`hold_rig`] with a DLQ of `max` entries.
+fn hold_rig_with(max: usize) -> (tempfile::TempDir, Arc<DlqStore>, Rig) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(DlqStore::open(dir.path(), 100).unwrap());
+    let store = Arc::new(DlqStore::open(dir.path(), max).unwrap());
     let mut r = Rig::new(HOLD, "");
     let unwatched = FlowEngine::new(rig_config(""), r.metrics.clone(), None);
     r.engine = std::mem::replace(&mut r.engine, unwatched).with_dlq(Arc::clone(&store));
@@ -224,4 +229,36 @@ fn the_ordering_metrics_name_the_oldest_waiting_and_the_stopped_keys() {
     // A reload that removes the gate removes its figures.
     r.rekey("concurrency = { key = \"event.headers.x-key\", max = 1 }");
     assert_eq!(r.metrics.flow.ordering("t"), None);
+}
+
+/// A poll that fell behind the DLQ's removal log (more than `REMOVALS_KEPT` removals since the
+/// last one) looks the stopped entry up instead, and counts it.
+#[test]
+fn a_poll_behind_the_removal_log_looks_the_entry_up() {
+    use crate::dispatch::dlq::store::removals::REMOVALS_KEPT;
+    let n = REMOVALS_KEPT + 4;
+    let (_dir, store, mut r) = hold_rig_with(n + 1);
+    let (a1, _) = r.keyed("A");
+    let (a2, _) = r.keyed("A");
+    store.put(&entry(X, "A")).unwrap();
+    assert!(r.dead_lettered(a1, X).ready.is_empty());
+    r.advance(Duration::from_millis(200)); // the watch reads the log up to here
+                                           // X leaves first, then more removals than the log keeps.
+    let others: Vec<DlqEntry> = (0..n)
+        .map(|i| entry(&format!("01JB{i:022}"), "Z"))
+        .collect();
+    let put = store.put_batch(others.iter().map(|e| ((), e)).collect());
+    assert!(put.iter().all(|(_, r)| r.is_ok()));
+    store.remove(X).unwrap();
+    let removed = store.remove_batch(others.iter().map(|e| ((), e.id.as_str())).collect());
+    assert!(removed.iter().all(|(_, r)| r.is_ok()));
+    let out = r.advance(Duration::from_millis(200));
+    assert_eq!(ready(&out), vec![a2], "found gone by lookup");
+    let mut text = crate::metrics::prom::PromWriter::new();
+    r.metrics.flow.render_prometheus(&mut text);
+    let text = text.finish();
+    assert!(
+        text.contains("sluice_ordering_removal_log_overruns_total 1"),
+        "{text}"
+    );
 }
