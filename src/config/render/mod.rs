@@ -284,16 +284,10 @@ fn trigger_auth(o: &mut Out, a: &crate::config::TriggerAuth) {
 
 /// The eight gate keys, in the manifest's forms.
 fn trigger_flow(o: &mut Out, f: &crate::config::flow::FlowSpec) {
-    use crate::config::flow::OnExhausted;
-    if let Some(on) = f
-        .concurrency
-        .as_ref()
-        .and_then(|c| c.ordering.map(|o| (c, o)))
-    {
-        let (c, on) = on;
-        let on = match on {
-            OnExhausted::Dlq => "dlq",
-            OnExhausted::Hold => "hold",
+    if let Some(c) = f.ordering() {
+        let on = match c.holds() {
+            false => "dlq",
+            true => "hold",
         };
         let g = keyed(&c.key, vec![("on_exhausted", quote(on))]);
         o.line(&format!("ordering = {g}"));

@@ -403,12 +403,7 @@ impl FlowEngine {
             .map(|_| TriggerGates::default())
             .collect();
         let config_max_held_bytes = config.flow.max_held_bytes;
-        let has_ordering = (config.triggers.iter()).any(|t| {
-            t.flow
-                .concurrency
-                .as_ref()
-                .is_some_and(|c| c.ordering.is_some())
-        });
+        let has_ordering = (config.triggers.iter()).any(|t| t.flow.ordering().is_some());
         let cells = config
             .triggers
             .iter()

@@ -268,12 +268,7 @@ impl FlowEngine {
         let now_order =
             crate::dispatch::horizon::order_time_of_us(crate::sync::clock::unix_micros());
         for (t, trigger) in self.config.triggers.iter().enumerate() {
-            let Some(g) = trigger
-                .flow
-                .concurrency
-                .as_ref()
-                .filter(|g| g.ordering.is_some())
-            else {
+            let Some(g) = trigger.flow.ordering() else {
                 continue;
             };
             if !self.owns(t) {

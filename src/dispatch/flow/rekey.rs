@@ -123,11 +123,9 @@ impl FlowEngine {
         next.waiting = self.waiting;
         // A trigger whose `ordering` gate is gone publishes no ordering figures any more.
         for (o, t) in self.config.triggers.iter().enumerate() {
-            let ordered =
-                |f: &FlowSpec| f.concurrency.as_ref().is_some_and(|c| c.ordering.is_some());
-            let still =
-                (next.by_id.get(&t.id)).is_some_and(|&n| ordered(&next.config.triggers[n].flow));
-            if ordered(&t.flow) && !still {
+            let still = (next.by_id.get(&t.id))
+                .is_some_and(|&n| next.config.triggers[n].flow.ordering().is_some());
+            if t.flow.ordering().is_some() && !still {
                 self.metrics.flow.set_ordering(self.cell(o), None);
             }
         }

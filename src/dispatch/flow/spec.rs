@@ -150,6 +150,11 @@ impl FlowSpec {
         self == &FlowSpec::default()
     }
 
+    /// The trigger's `ordering` gate (a concurrency gate with `ordering` set), if it has one.
+    pub fn ordering(&self) -> Option<&ConcurrencyGate> {
+        self.concurrency.as_ref().filter(|c| c.ordering.is_some())
+    }
+
     /// The manifest keys of the gates configured, in evaluation order (`priority` with
     /// `concurrency`).
     pub fn names(&self) -> Vec<&'static str> {
@@ -164,10 +169,7 @@ impl FlowSpec {
         on(self.rate_limit.is_some(), "rate_limit");
         on(self.throttle.is_some(), "throttle");
         on(self.singleton.is_some(), "singleton");
-        let ordering = self
-            .concurrency
-            .as_ref()
-            .is_some_and(|c| c.ordering.is_some());
+        let ordering = self.ordering().is_some();
         on(self.concurrency.is_some() && !ordering, "concurrency");
         on(ordering, "ordering");
         let priority = self
