@@ -34,7 +34,8 @@
 //!
 //! **Bound.** A core that stops turning (a long stall) must not stop every ordered gate: an
 //! event waits for the horizon at most [`ORDER_WAIT_MAX`] past its own time, then goes on
-//! (best effort, counted in `sluice_flow_order_waits_total{outcome="timed_out"}`).
+//! (best effort: the turns in which events waited and the horizon was raised to that floor are
+//! counted in `sluice_flow_order_horizon_floored_total`).
 //!
 //! Layout and orderings: one cache-padded word per core, written by that core only
 //! ([`Horizon::publish`], after the jobs it covers are in their rings) and read by every owner
@@ -117,11 +118,16 @@ impl Horizon {
 pub struct Reading {
     /// The least horizon of the other cores as read before the drain.
     others: u64,
+    /// The last reading was raised to its floor ([`ORDER_WAIT_MAX`] behind the wall clock).
+    floored: bool,
 }
 
 impl Default for Reading {
     fn default() -> Self {
-        Reading { others: u64::MAX }
+        Reading {
+            others: u64::MAX,
+            floored: false,
+        }
     }
 }
 
@@ -129,12 +135,24 @@ impl Reading {
     /// Before the rings are drained: the horizon to judge this turn's jobs by.
     pub fn before_drain(&mut self, order: &Horizon, core: usize, wall_ms: u64) -> u64 {
         self.others = order.least_except(core);
-        bounded(self.others.min(order.of_or_max(core)), wall_ms)
+        self.bounded(self.others.min(order.of_or_max(core)), wall_ms)
     }
 
     /// At the end of the turn, after this core published its own horizon.
-    pub fn after_turn(&self, order: &Horizon, core: usize, wall_ms: u64) -> u64 {
-        bounded(self.others.min(order.of_or_max(core)), wall_ms)
+    pub fn after_turn(&mut self, order: &Horizon, core: usize, wall_ms: u64) -> u64 {
+        self.bounded(self.others.min(order.of_or_max(core)), wall_ms)
+    }
+
+    /// Was the last reading raised to the floor (some core more than [`ORDER_WAIT_MAX`] behind
+    /// the wall clock)?
+    pub fn floored(&self) -> bool {
+        self.floored
+    }
+
+    fn bounded(&mut self, least: u64, wall_ms: u64) -> u64 {
+        let h = bounded(least, wall_ms);
+        self.floored = h != least;
+        h
     }
 }
 
@@ -248,11 +266,13 @@ mod tests {
         let floor = wall_ms * 1024 - ORDER_WAIT_MAX.min(wall_ms * 1024);
         assert_eq!(r.before_drain(&h, 0, wall_ms), 7_000.max(floor));
         let late = 10_000;
+        assert!(!r.floored());
         assert_eq!(
             r.before_drain(&h, 0, late),
             late * 1024 - ORDER_WAIT_MAX,
             "never more than ORDER_WAIT_MAX behind"
         );
+        assert!(r.floored(), "the floor is reported");
         assert_eq!(
             Reading::default().before_drain(&Horizon::new(0), 0, late),
             u64::MAX

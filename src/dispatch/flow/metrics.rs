@@ -149,6 +149,8 @@ pub struct FlowMetrics {
     /// `sluice_ordering_removal_log_overruns_total`: polls of stopped keys that found the DLQ's
     /// removal log past what it keeps (`dlq::store::removals`), and looked entries up instead.
     removal_log_overruns: Counter,
+    /// `sluice_flow_order_horizon_floored_total` (`dispatch::horizon`, "Bound").
+    horizon_floored: Counter,
     /// `[flow] max_held`.
     max_held: u64,
 }
@@ -158,6 +160,7 @@ impl FlowMetrics {
         FlowMetrics {
             read_back_failures: Counter::new(),
             removal_log_overruns: Counter::new(),
+            horizon_floored: Counter::new(),
             max_held: max_held as u64,
             index: triggers
                 .iter()
@@ -403,6 +406,16 @@ impl FlowMetrics {
         c.ordering.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// A turn in which events waited for the order horizon and it was raised to its floor.
+    pub fn horizon_floored(&self) {
+        self.horizon_floored.incr();
+    }
+
+    /// Turns counted by [`FlowMetrics::horizon_floored`].
+    pub fn horizon_floors(&self) -> u64 {
+        self.horizon_floored.get()
+    }
+
     /// A poll of stopped keys fell behind the DLQ's removal log (`ordering::watch_stops`).
     pub fn removal_log_overrun(&self) {
         self.removal_log_overruns.incr();
@@ -505,6 +518,13 @@ impl FlowMetrics {
             &[],
             self.read_back_failures.get(),
         );
+        let name = "sluice_flow_order_horizon_floored_total";
+        w.header(
+            name,
+            "Turns in which events waited for the order horizon and a core more than 1 s behind made it go to its floor (ordered gates went on, best effort).",
+            MetricType::Counter,
+        );
+        w.sample_u64(name, &[], self.horizon_floored.get());
         w.header(
             OVERFLOW,
             "Window-gate events that used the shared overflow key (key table full); debounce keys and batches released early for a new key (gate at max_held).",

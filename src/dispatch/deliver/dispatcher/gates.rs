@@ -64,6 +64,10 @@ impl Dispatcher {
         }
         let wall = self.clock.unix_millis();
         let h = (self.horizon).after_turn(&self.slots.window.order, self.core, wall);
+        if self.horizon.floored() {
+            // Events wait and a core is more than 1 s behind: they go on best effort.
+            self.metrics.shared.flow.horizon_floored();
+        }
         self.flow.note_horizon(h);
         let mut out = FlowOut::default();
         self.flow.release_ordered(now, &mut out);
