@@ -86,13 +86,15 @@ pub enum Slot<P> {
         body: Arc<[u8]>,
         close: bool,
     },
-    /// A response the worker fills in later in this loop turn (a `/metrics` scrape, rendered
-    /// once for every scrape read in the turn). `charge` is its expected size, counted against
-    /// the queued-bytes bound until it is filled.
+    /// A response the worker fills in later: a `/metrics` scrape (`ticket` 0), rendered once
+    /// for every scrape read in the turn, or an operator read (`ticket` ≠ 0, the owner's
+    /// number for it) answered by a reader thread. `charge` is its expected size, counted
+    /// against the queued-bytes bound until it is filled.
     Deferred {
         keep_alive: bool,
         head_only: bool,
         charge: usize,
+        ticket: u64,
     },
     /// A response that waits for something outside the connection (for ingest: the event
     /// becoming durable). `P` is the owner's record of what it waits for; the connection only
@@ -589,6 +591,7 @@ mod tests {
             keep_alive: true,
             head_only: false,
             charge: 100,
+            ticket: 0,
         });
         assert_eq!(c.queued_bytes(), 103);
         c.fill_slot(
@@ -617,6 +620,7 @@ mod tests {
             keep_alive: true,
             head_only: false,
             charge: 7,
+            ticket: 0,
         });
         c.push(Slot::Ready {
             bytes: b"tail".to_vec(),

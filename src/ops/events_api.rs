@@ -1,14 +1,14 @@
 //! `GET /api/v1/events/{id}[?body=1]`: one event's status and attempts, online; and
 //! `GET /api/v1/events?…`: recent events, a page at a time ([`answer_list`]).
 //!
-//! **From the files, on the serving core, bounded.** The lookup is `wal::events::show_bounded`
-//! over the node's data dir — read-only maps, no lock the writer takes — done on the core that
-//! serves the request: a binary search over each log's segments on their first event ids
+//! **From the files, on a reader thread, bounded.** The lookup is `wal::events::show_bounded`
+//! over the node's data dir — read-only maps, no lock the writer takes — done on the node's
+//! reader thread (`sched::readers`), never on a core's loop: a binary search over each log's segments on their first event ids
 //! (`O(log segments)` maps and one record each), a scan of one segment up to the event, then at
 //! most [`MAX_RECORDS_AFTER`] records past it in search of its outcome; a `Done` entry further
 //! than that answers with what was read and `"outcome_search": "bounded"` (the offline
-//! `sluice events show` has no bound). So a lookup costs the serving core a few milliseconds at
-//! most (the bound's records decoded), and only for callers allowed to see `/api/v1/state`.
+//! `sluice events show` has no bound). So a lookup costs the reader a few milliseconds at most
+//! (the bound's records decoded), and only for callers allowed to see `/api/v1/state`.
 //!
 //! **Status** is the log's: `pending`, `retrying` (with `next_attempt_at`), `delivered`,
 //! `dead_lettered` and `skipped` (with `reason`), `no_handler`; an event the log says is

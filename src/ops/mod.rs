@@ -4,7 +4,8 @@
 //!
 //! The dashboard and reload read or publish process-wide state only through shared atomics and
 //! one published `Arc<Config>` (see [`reload`]); neither blocks a core's loop. An event lookup
-//! reads the log's files on the serving core, within a bound ([`events_api`]).
+//! or list reads the log's files within a bound ([`events_api`]); the runtime runs it, with the
+//! ledger and the state, on its reader thread (`sched::readers`), never on a core's loop.
 //!
 //! - [`view`]: [`view::OpsView`], the narrow borrowed view of a running node that the runtime
 //!   builds and hands to the dashboard, the event API, `/readyz` and `/metrics`; `ops` never

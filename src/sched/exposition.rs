@@ -33,6 +33,7 @@ pub fn render_metrics(shared: &Shared) -> String {
         node.sources.render_prometheus(w);
         node.body_budget.render_prometheus(w);
         shared.scrapes().render_prometheus(w);
+        shared.reads().render_prometheus(w);
         ingest.returns.render_prometheus(w, node.clock.now_nanos());
         node.dispatch
             .render(w, unix_millis(), node.backlog.pending_events());

@@ -15,6 +15,8 @@
 //!   [`pump`] assembles a core's pump shell (`dispatch::pump::shell`) from the shared state;
 //!   [`logs`] the logs a run opens and which core owns each.
 //! - [`alloc`] sets the allocator up so that large request bodies are returned when freed.
+//! - [`readers`] are the threads that answer operator reads (event lookups and lists, the
+//!   ledger, the dashboard's state) off the core loops.
 //! - [`exposition`] renders `/metrics` from that state (below both the runtime and the worker).
 //!
 //! Dependencies go one way: `runtime` → `worker` → (`commit`, `pump`, `exposition`, `state`) →
@@ -28,6 +30,7 @@ pub mod error;
 pub mod exposition;
 pub mod logs;
 pub mod pump;
+pub mod readers;
 pub mod runtime;
 pub mod state;
 pub mod thread_policy;

@@ -39,6 +39,7 @@ use crate::sched::error::io_err;
 pub use crate::sched::error::RuntimeError;
 use crate::sched::logs::{self, OpenLog, RunLogs};
 use crate::sched::pump::{Outstanding, PumpLog};
+use crate::sched::readers::Readers;
 use crate::sched::state::{NodeParts, Phase, Shared};
 use crate::sched::worker::{self, CoreLinks, CoreParts, Worker};
 use crate::sync::clock::{unix_millis, Clock, MonotonicClock};
@@ -103,6 +104,8 @@ pub fn serve_reloadable(
         &handles.wakers,
         &handles.hard_stop,
     );
+    // The cores have exited: nothing sends to the readers any more.
+    handles.readers.stop();
     eprintln!("sluice: stopped");
     match died {
         Some(name) => Err(RuntimeError::ThreadDied(name.into())),
@@ -389,6 +392,7 @@ struct Handles {
     threads: Vec<JoinHandle<()>>,
     wakers: Vec<Arc<Waker>>,
     hard_stop: Arc<AtomicBool>,
+    readers: Readers,
 }
 
 /// Starts one worker thread per core.
@@ -405,9 +409,14 @@ fn start(run: Run) -> Result<(Handles, SocketAddr), RuntimeError> {
         .cluster
         .start(run.shared.clock.clone(), wakers.clone())
         .map_err(io_err("starting the Redis client thread"))?;
+    // Operator reads (event lookups and lists, ledger, dashboard state) off the core loops.
+    let (readers, read_links) = Readers::start(run.shared.clone(), wakers.clone())
+        .map_err(io_err("starting the reader threads"))?;
     let mut threads = Vec::new();
-    for (id, (listener, parts)) in run.listeners.into_iter().zip(run.cores).enumerate() {
-        let w = Worker::new(id, listener, run.shared.clone(), hard_stop.clone(), parts)
+    let cores = run.listeners.into_iter().zip(run.cores).zip(read_links);
+    for (id, ((listener, parts), reads)) in cores.enumerate() {
+        let shared = run.shared.clone();
+        let w = Worker::new(id, listener, shared, hard_stop.clone(), parts, reads)
             .map_err(io_err("creating a worker"))?;
         let h = std::thread::Builder::new()
             .name(format!("sluice-core-{id}"))
@@ -420,6 +429,7 @@ fn start(run: Run) -> Result<(Handles, SocketAddr), RuntimeError> {
             threads,
             wakers,
             hard_stop,
+            readers,
         },
         run.addr,
     ))

@@ -51,6 +51,8 @@ pub struct Shared {
     metrics: Arc<Metrics>,
     /// The `/metrics` rendering shared by concurrent scrapes (`metrics::shared`).
     scrapes: SharedRendering,
+    /// The operator reads' slots and counters (`sched::readers`).
+    reads: crate::sched::readers::ReadBoard,
     /// The configuration generation cores pick up at the top of a turn (`ops::reload`).
     reload: Published,
     io_backend: crate::net::io::Backend,
@@ -77,6 +79,7 @@ impl Shared {
             wal: node.wal,
             metrics: node.metrics,
             scrapes: SharedRendering::default(),
+            reads: Default::default(),
             reload,
             io_backend: node.io_backend,
             lifecycle: Lifecycle::new(),
@@ -110,6 +113,11 @@ impl Shared {
             wal: &self.wal,
             cluster: &self.dispatch.cluster,
         }
+    }
+
+    /// The operator reads' slots and counters (`sched::readers`).
+    pub fn reads(&self) -> &crate::sched::readers::ReadBoard {
+        &self.reads
     }
 
     /// The published state of every log, by log index (own logs first).

@@ -8,6 +8,9 @@
 //! loop parked on its commit"), although the loop waits (on io_uring) or parks on the helper
 //! (on mio, `sync::handback`) a moment later. As `SCHED_BATCH` the helper runs when the loop
 //! waits, or on another CPU.
+//!
+//! The operator readers (`sched::readers`) run at nice 10: a tenth of a core loop's weight when
+//! both want the CPU.
 #![allow(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -24,6 +27,34 @@ pub fn set_current_batch() -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets the calling thread's nice value to `nice` (Linux: `setpriority(PRIO_PROCESS, 0, …)`
+/// applies to the calling thread only). Errors are returned, not fatal.
+pub fn set_current_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: `setpriority` takes plain integers; it changes only the calling thread's nice
+    // value.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The calling thread's nice value.
+pub fn current_nice() -> io::Result<i32> {
+    // SAFETY: `getpriority` takes plain integers. -1 is also a valid nice value, so errno tells
+    // an error apart: cleared before, read after.
+    unsafe { *libc::__errno_location() = 0 };
+    // SAFETY: as above.
+    let n = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    let err = io::Error::last_os_error();
+    if n == -1 && err.raw_os_error() != Some(0) {
+        Err(err)
+    } else {
+        Ok(n)
     }
 }
 

@@ -29,6 +29,7 @@ pub mod countdown;
 pub mod gcra;
 pub mod handback;
 pub mod publish;
+pub mod slots;
 
 pub use crossbeam_utils::CachePadded;
 

@@ -80,6 +80,7 @@ mod ordering;
 mod percore;
 mod powerloss;
 mod props;
+mod reads;
 mod reload;
 mod reload_dests;
 mod replay_bulk;

@@ -26,6 +26,7 @@ impl Core<'_> {
             keep_alive,
             head_only,
             charge,
+            ticket: 0,
         });
         if !keep_alive {
             conn.closing = true;
@@ -69,6 +70,7 @@ impl Worker {
                 let Slot::Deferred {
                     keep_alive,
                     head_only,
+                    ticket: 0,
                     ..
                 } = conn.slots[pos]
                 else {

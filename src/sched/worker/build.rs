@@ -29,6 +29,7 @@ impl Worker {
         shared: Arc<Shared>,
         hard_stop: Arc<AtomicBool>,
         parts: CoreParts,
+        reads: crate::sched::readers::ReadLink,
     ) -> std::io::Result<Worker> {
         let CoreParts {
             reactor,
@@ -83,6 +84,7 @@ impl Worker {
             turn_now: 0,
             replays: books::Replays::default(),
             edge: books::Edge::default(),
+            reads,
             trimmer: Default::default(),
         })
     }

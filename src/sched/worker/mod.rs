@@ -59,6 +59,7 @@ mod build;
 mod drain;
 mod links;
 mod ops;
+mod reads;
 mod replay;
 mod serve;
 mod stage;
@@ -122,6 +123,8 @@ pub struct Worker {
     replays: books::Replays,
     /// Deferred scrapes (`budgets.rs`).
     edge: books::Edge,
+    /// This core's end of the operator readers (`reads.rs`, `sched::readers`).
+    reads: crate::sched::readers::ReadLink,
     /// Gives freed memory back after a wave of connections or bodies (`sched::alloc`).
     trimmer: crate::sched::alloc::Trimmer,
     /// The configuration generation this core runs (`ops::reload`): its router for routing.
@@ -275,6 +278,7 @@ impl Worker {
     /// the sweep, shutdown. Returns true when the loop must stop.
     fn end_turn(&mut self, last_sweep: &mut u64) -> bool {
         self.take_commits();
+        self.take_reads();
         self.retry_offers();
         let now = self.now();
         let (server, mut net, mut core) = self.split();

@@ -37,7 +37,7 @@ impl Core<'_> {
             },
             // Rendered once for every scrape of this loop turn (`budgets.rs`).
             OpsEndpoint::Metrics => self.defer_scrape(cx, keep_alive, head_only),
-            // Answered in `handle` (they need the request's headers).
+            // Answered in `serve.rs` (the page) and by the readers (`reads.rs`).
             OpsEndpoint::Ui
             | OpsEndpoint::State
             | OpsEndpoint::Ledger

@@ -21,6 +21,7 @@ pub(super) struct Core<'a> {
     pub(super) edge: &'a mut books::Edge,
     pub(super) pump: &'a mut CorePump,
     pub(super) dispatcher: &'a mut Dispatcher,
+    pub(super) reads: &'a mut crate::sched::readers::ReadLink,
     /// The injected clock read once per loop turn (nanos): token-bucket decisions use it.
     pub(super) turn_now: u64,
 }
@@ -72,6 +73,7 @@ impl Worker {
             edge,
             view,
             turn_now,
+            reads,
             ..
         } = self;
         let net = Net {
@@ -88,6 +90,7 @@ impl Worker {
             edge,
             pump,
             dispatcher,
+            reads,
             turn_now: *turn_now,
         };
         (server, net, Serve(core))
@@ -130,23 +133,14 @@ impl Rest for Core<'_> {
         let head_only = head.method.as_str() == "HEAD";
         let text = http::TEXT_PLAIN;
         match route {
-            RouteMatch::Ops(ep @ (OpsEndpoint::Ui | OpsEndpoint::State | OpsEndpoint::Ledger)) => {
-                let auth = head.header("authorization");
-                let a = crate::ops::dashboard::answer(&self.shared.ops_view(), ep, auth);
-                let h = a.headers();
-                cx.respond(Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
+            // Log scans and state renderings run on the readers (`reads.rs`).
+            RouteMatch::Ops(ep) if crate::sched::readers::is_read(ep) => {
+                self.defer_read(cx, ep, head, keep_alive, head_only)
             }
-            RouteMatch::Ops(OpsEndpoint::Event) => {
+            RouteMatch::Ops(OpsEndpoint::Ui) => {
                 let auth = head.header("authorization");
                 let view = self.shared.ops_view();
-                let a = crate::ops::events_api::answer(&view, head.path(), head.query(), auth);
-                let h = a.headers();
-                cx.respond(Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
-            }
-            RouteMatch::Ops(OpsEndpoint::Events) => {
-                let auth = head.header("authorization");
-                let view = self.shared.ops_view();
-                let a = crate::ops::events_api::answer_list(&view, head.query(), auth);
+                let a = crate::ops::dashboard::answer(&view, OpsEndpoint::Ui, auth);
                 let h = a.headers();
                 cx.respond(Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
             }

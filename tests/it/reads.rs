@@ -1,0 +1,165 @@
+//! Operator reads off the core loops (issue 39, item 1; `sched::readers`): event lists that scan
+//! the whole log run on the reader thread, so `/healthz` on every core answers meanwhile, and
+//! past `MAX_READS` outstanding reads the route answers `503 readers_busy` at once.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// Reads outstanding at once, node-wide (`sched::readers::MAX_READS`).
+const MAX_READS: usize = 32;
+
+/// A node holding one event of trigger `rare`, then `n` 1-KiB events of trigger `t` (posted on
+/// four connections; buckets wide open, `durability = "os"` to fill the log fast):
+/// `?trigger=rare` lists scan the whole log.
+fn node_with_a_long_log(n: usize) -> Server {
+    let config = "[ingest]\nglobal_capacity = 1000000\nper_source_capacity = 1000000\n\
+                  refill_per_sec = 1000000\n[wal]\ndurability = \"os\"\n\n\
+                  [[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\n\n\
+                  [[triggers]]\nid = \"rare\"\nprovider = \"p\"\npath = \"/hooks/rare\"\n";
+    let server = Server::start(Opts::config(config).workers(2));
+    server.ingest("/hooks/rare", b"{\"first\":true}");
+    let body = format!("{{\"pad\":\"{}\"}}", "x".repeat(1000));
+    let posters: Vec<_> = (0..4)
+        .map(|k| {
+            let (addr, body) = (server.addr(), body.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr).expect("connect");
+                for _ in (k..n).step_by(4) {
+                    let r = c.post("/hooks/t", body.as_bytes(), &[]);
+                    assert_eq!(r.status, 202, "{}", r.text());
+                }
+            })
+        })
+        .collect();
+    posters.into_iter().for_each(|p| p.join().unwrap());
+    server
+}
+
+const RARE: &str = "/api/v1/events?trigger=rare&limit=5";
+
+#[test]
+fn lists_that_scan_the_whole_log_leave_healthz_on_every_core_fast() {
+    let server = node_with_a_long_log(30_000);
+    // What one list costs the reader, alone.
+    let mut c = server.client();
+    let t = Instant::now();
+    let r = c.get(RARE);
+    let alone = t.elapsed();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["events"].as_array().map(Vec::len), Some(1));
+    // Three list loops and four `/healthz` probes (SO_REUSEPORT spreads the connections over
+    // both cores), for 3 s.
+    let stop = Arc::new(AtomicBool::new(false));
+    let lists: Vec<_> = (0..3)
+        .map(|_| {
+            let (stop, addr) = (stop.clone(), server.addr());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr).expect("connect");
+                c.set_read_timeout(Duration::from_secs(30));
+                let (mut done, mut slowest) = (0, Duration::ZERO);
+                while !stop.load(Ordering::Relaxed) && done < 1_000 {
+                    let t = Instant::now();
+                    let r = c.get(RARE);
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    slowest = slowest.max(t.elapsed());
+                    done += 1;
+                }
+                (done, slowest)
+            })
+        })
+        .collect();
+    let worst = Arc::new(Mutex::new(Duration::ZERO));
+    let probes: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, worst, addr) = (stop.clone(), worst.clone(), server.addr());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr).expect("connect");
+                c.set_read_timeout(Duration::from_secs(10));
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) && n < 20_000 {
+                    let t = Instant::now();
+                    assert_eq!(c.get("/healthz").status, 200);
+                    let took = t.elapsed();
+                    let mut w = worst.lock().unwrap();
+                    *w = (*w).max(took);
+                    drop(w);
+                    n += 1;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                n
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    let (listed, slowest_list) = lists
+        .into_iter()
+        .map(|l| l.join().unwrap())
+        .fold((0, Duration::ZERO), |(n, s), (d, w)| (n + d, s.max(w)));
+    let probed: usize = probes.into_iter().map(|p| p.join().unwrap()).sum();
+    let worst = *worst.lock().unwrap();
+    eprintln!(
+        "one list alone {alone:?}; {listed} lists (slowest {slowest_list:?}); \
+         {probed} probes, the slowest {worst:?}"
+    );
+    // The test means something only if a list takes longer than a probe may.
+    assert!(
+        alone >= Duration::from_millis(50),
+        "a list over the whole log took only {alone:?}: the log is too short to tell"
+    );
+    // On the loop, every probe on the listing core waited for the list in progress.
+    assert!(
+        worst < Duration::from_millis(50),
+        "a probe took {worst:?} while lists took up to {slowest_list:?}"
+    );
+    let (_, s) = scrape(&server);
+    let served = sample_value(&s, "sluice_ops_reads_total", &[("result", "served")]);
+    assert!(
+        served >= listed as f64 + 1.0,
+        "{served} served, {listed} listed"
+    );
+    assert_eq!(
+        sample_value(&s, "sluice_ops_reads_max", &[]),
+        MAX_READS as f64
+    );
+}
+
+#[test]
+fn past_the_bound_a_read_is_refused_at_once_and_counted() {
+    let server = node_with_a_long_log(20_000);
+    // 48 lists sent at once on their own connections: one reader answers them one by one
+    // (each scans the whole log), so past MAX_READS outstanding the route refuses.
+    let mut clients: Vec<Client> = (0..MAX_READS + 16)
+        .map(|_| Client::connect(server.addr()).expect("connect"))
+        .collect();
+    let request = encode_request("GET", RARE, &[], b"");
+    for c in clients.iter_mut() {
+        c.send(&request).expect("send");
+    }
+    let (mut ok, mut busy) = (0, 0);
+    for c in clients.iter_mut() {
+        c.set_read_timeout(Duration::from_secs(120));
+        let r = c.read_response().expect("an answer");
+        match r.status {
+            200 => ok += 1,
+            503 => {
+                assert_eq!(r.json()["reason"], "readers_busy", "{}", r.text());
+                assert_eq!(r.header("retry-after"), Some("1"));
+                busy += 1;
+            }
+            s => panic!("unexpected {s}: {}", r.text()),
+        }
+    }
+    eprintln!("{ok} answered, {busy} refused readers_busy");
+    assert!(busy >= 1, "48 lists at once: none refused");
+    assert!(ok >= MAX_READS - 2, "only {ok} answered");
+    let (_, s) = scrape(&server);
+    let refused = sample_value(&s, "sluice_ops_reads_total", &[("result", "refused")]);
+    assert_eq!(refused, busy as f64);
+    // Every slot came back: a read now is answered.
+    assert_eq!(sample_value(&s, "sluice_ops_reads_outstanding", &[]), 0.0);
+    assert_eq!(server.client().get(RARE).status, 200);
+}
