@@ -20,7 +20,10 @@ fn slots_two_takers_never_pass_the_bound() {
         let t = thread::spawn(move || s2.try_take());
         let mine = s.try_take();
         let theirs = t.join().unwrap();
-        assert!(mine ^ theirs, "exactly one of two takers gets the only slot");
+        assert!(
+            mine ^ theirs,
+            "exactly one of two takers gets the only slot"
+        );
         assert_eq!(s.taken(), 1);
     });
 }

@@ -1,14 +1,17 @@
 //! `GET /api/v1/events/{id}[?body=1]`: one event's status and attempts, online; and
 //! `GET /api/v1/events?…`: recent events, a page at a time ([`answer_list`]).
 //!
-//! **From the files, on a reader thread, bounded.** The lookup is `wal::events::show_bounded`
+//! **From the files, on a reader thread, bounded.** The lookup is `wal::events::show_indexed`
 //! over the node's data dir — read-only maps, no lock the writer takes — done on the node's
-//! reader thread (`sched::readers`), never on a core's loop: a binary search over each log's segments on their first event ids
-//! (`O(log segments)` maps and one record each), a scan of one segment up to the event, then at
-//! most [`MAX_RECORDS_AFTER`] records past it in search of its outcome; a `Done` entry further
-//! than that answers with what was read and `"outcome_search": "bounded"` (the offline
-//! `sluice events show` has no bound). So a lookup costs the reader a few milliseconds at most
-//! (the bound's records decoded), and only for callers allowed to see `/api/v1/state`.
+//! reader thread (`sched::readers`), never on a core's loop: a binary search over each log's
+//! segments on their first event ids (`O(log segments)` maps and one record each) and a
+//! bisection inside one segment find the event; its status comes from the log's outcome index
+//! (`wal::outcomes`, fed by the log's writer as outcomes commit: exact however late the outcome
+//! landed), its attempts from the records the index names, at most [`MAX_RECORDS_AFTER`] of
+//! them (past that the first ones and the last, with `"attempts_search": "bounded"`). A log
+//! without a running index is read as the offline `sluice events show` reads it, the forward
+//! scan bounded by [`MAX_RECORDS_AFTER`] (`"outcome_search": "bounded"`). Only for callers
+//! allowed to see `/api/v1/state`.
 //!
 //! **Status** is the log's: `pending`, `retrying` (with `next_attempt_at`), `delivered`,
 //! `dead_lettered` and `skipped` (with `reason`), `no_handler`; an event the log says is
@@ -17,12 +20,11 @@
 //! name of the flow gate holding it (`batch`, `debounce`, `rate_limit`, `throttle`,
 //! `singleton`, `concurrency`: the dispatcher reports each gate that holds it to the pump).
 //!
-//! **The list** is `wal::events::list`, the code of the offline `sluice events list`: per log,
-//! segments from the newest back, those wholly after the upper bound (`until`, the cursor —
-//! the last id of the page before; ids start with their millisecond) read for outcomes only,
-//! stopping at the segment that fills `limit` (≤ 1,000) or starts before `since`. So its cost
-//! is bounded by the page and the log from the page's oldest event to the end (outcomes are
-//! written after their events), events decoded only within `since..=until`.
+//! **The list** is `wal::events::list_indexed`, the code of the offline `sluice events list`
+//! with the outcome index: per log, segments from the newest back, those wholly after the upper
+//! bound (`until`, the cursor — the last id of the page before; ids start with their
+//! millisecond) not read at all, stopping at the segment that fills `limit` (≤ 1,000) or starts
+//! before `since`. So its cost is the segments holding the page's events.
 //!
 //! **Access**: as `/api/v1/state` (`server.ui`); the body (`?body=1`) only with
 //! `Authorization: Bearer <SLUICE_ADMIN_TOKEN>`, whatever `server.ui` says (`403` otherwise).
@@ -33,7 +35,10 @@ use crate::dispatch::event_tools::parse_list_query;
 use crate::dispatch::ledger::LiveState;
 use crate::ops::dashboard::Answer;
 use crate::ops::view::OpsView;
-use crate::wal::read::events::{list, report_json, show_bounded, EventReport, Fate, ShowError};
+use crate::wal::layout::LogDir;
+use crate::wal::outcomes::SharedIndex;
+use crate::wal::read::events::{list_indexed, report_json, show_indexed};
+use crate::wal::read::events::{EventReport, Fate, ShowError};
 
 /// Records read past the event in search of its outcome, at most.
 pub const MAX_RECORDS_AFTER: u64 = 20_000;
@@ -41,6 +46,13 @@ pub const MAX_RECORDS_AFTER: u64 = 20_000;
 fn refused(status: u16, reason: &str) -> Answer {
     let body = serde_json::json!({ "status": "refused", "reason": reason });
     Answer::json(status, body.to_string().into_bytes())
+}
+
+/// The running outcome index of the log `log` (by its name), if this run writes it.
+fn index_of<'a>(node: &OpsView<'a>, log: &LogDir) -> Option<&'a SharedIndex> {
+    let wal: &'a [std::sync::Arc<crate::wal::WalShared>] = node.wal;
+    let w = wal.iter().find(|w| w.name == log.name)?;
+    Some(&w.outcomes)
 }
 
 /// Whether `query` asks for the body (`body=1`).
@@ -100,7 +112,8 @@ pub fn answer_list(
             return Answer::json(400, body.to_string().into_bytes());
         }
     };
-    match list(&node.config.server.data_dir, &filter) {
+    let index_of = |log: &LogDir| index_of(node, log);
+    match list_indexed(&node.config.server.data_dir, &filter, &index_of) {
         Ok(found) => {
             let full = found.len() == filter.limit;
             let next = found
@@ -139,7 +152,8 @@ pub fn answer(
         .strip_prefix("/api/v1/events/")
         .unwrap_or_default()
         .to_ascii_uppercase();
-    match show_bounded(&config.server.data_dir, &id, MAX_RECORDS_AFTER) {
+    let index_of = |log: &LogDir| index_of(node, log);
+    match show_indexed(&config.server.data_dir, &id, MAX_RECORDS_AFTER, &index_of) {
         Ok(report) => {
             let v = live_json(node, &report, with_body);
             Answer::json(200, v.to_string().into_bytes())

@@ -73,6 +73,23 @@ fn render_wal_progress(node: &OpsView<'_>, w: &mut PromWriter) {
         let bytes = l.os_unsynced_bytes.load(Relaxed);
         w.sample_u64("sluice_wal_os_unsynced_bytes", &[("log", &log)], bytes);
     }
+    w.header(
+        "sluice_wal_outcome_index_bytes",
+        "Memory of the log's outcome index (an event's status and attempts by LSN, for \
+         lookups): 20 bytes per retained record plus growth slack, per log; absent when the \
+         index stopped (lookups then read the log).",
+        crate::metrics::MetricType::Gauge,
+    );
+    for (i, l) in node.wal.iter().enumerate() {
+        if let Some((_, bytes)) = l.outcomes.size() {
+            let log = i.to_string();
+            w.sample_u64(
+                "sluice_wal_outcome_index_bytes",
+                &[("log", &log)],
+                bytes as u64,
+            );
+        }
+    }
 }
 
 /// The logs' health: writable, checkpoints, sync latency, losses accepted at start-up.

@@ -137,8 +137,8 @@ fn wal_config(config: &Config, dir: std::path::PathBuf) -> WalConfig {
 /// Recovers every log, builds the shared state, binds the listeners and wires the cores.
 fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
-    let run_logs = recover_logs(&config)?;
-    let shared = Arc::new(shared_state(config.clone(), clock, &run_logs)?);
+    let mut run_logs = recover_logs(&config)?;
+    let shared = Arc::new(shared_state(config.clone(), clock, &mut run_logs)?);
     if config.wal.commit == wal::CommitPath::Ring {
         match commit_on_ring(&config, shared.io_backend()) {
             true => eprintln!("sluice: wal commit: on each core's io_uring ring"),
@@ -227,7 +227,7 @@ fn pending(run_logs: &RunLogs) -> Pending {
 fn shared_state(
     config: Arc<Config>,
     clock: Arc<dyn Clock>,
-    run_logs: &RunLogs,
+    run_logs: &mut RunLogs,
 ) -> Result<Shared, RuntimeError> {
     let dirs: Vec<PathBuf> = run_logs.logs.iter().map(|l| l.dir.clone()).collect();
     let now_secs = unix_millis() / 1000;
@@ -255,19 +255,21 @@ fn shared_state(
     Ok(Shared::new(config, clock, ingest, dispatch, node))
 }
 
-/// Each log's published state, starting at its recovered durable LSN; one sync-latency
-/// histogram for all.
-fn wal_states(run_logs: &RunLogs) -> Vec<Arc<WalShared>> {
+/// Each log's published state, starting at its recovered durable LSN and outcome index (moved
+/// out of the recovery); one sync-latency histogram for all.
+fn wal_states(run_logs: &mut RunLogs) -> Vec<Arc<WalShared>> {
     let histogram = Arc::new(crate::metrics::histogram::Histogram::new(
         wal::SYNC_BOUNDS_NANOS,
     ));
-    let state = |l: &OpenLog| {
-        let s = WalShared::sharing(histogram.clone());
+    let state = |l: &mut OpenLog| {
+        let mut s = WalShared::sharing(histogram.clone());
+        s.name = l.name.clone();
         s.durable_lsn
             .store(l.report.last_lsn, std::sync::atomic::Ordering::Release);
+        s.outcomes.seed(std::mem::take(&mut l.recovered.outcomes));
         Arc::new(s)
     };
-    run_logs.logs.iter().map(state).collect()
+    run_logs.logs.iter_mut().map(state).collect()
 }
 
 /// One listener per core on `listen`: the first resolves the port (it may be 0), the others
@@ -569,12 +571,12 @@ mod tests {
     fn the_contexts_are_built_from_a_config_in_a_temp_dir() {
         let dir = tempfile::tempdir().unwrap();
         let config = Arc::new(cfg(TWO_CORES, dir.path(), Overrides::default()));
-        let run_logs = recover_logs(&config).unwrap();
+        let mut run_logs = recover_logs(&config).unwrap();
         assert_eq!(run_logs.logs.len(), 2, "one own log per core");
         assert_eq!(pending(&run_logs), Pending::default());
         assert!(recovery_line(&run_logs.logs[0]).starts_with("wal core-0 recovered: "));
         let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
-        let shared = shared_state(config.clone(), clock, &run_logs).unwrap();
+        let shared = shared_state(config.clone(), clock, &mut run_logs).unwrap();
         // One durable-queue bound for both roles.
         assert!(Arc::ptr_eq(
             &shared.ingest().backlog,
@@ -606,9 +608,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("dlq"), b"not a directory").unwrap();
         let config = Arc::new(cfg(TWO_CORES, dir.path(), Overrides::default()));
-        let run_logs = recover_logs(&config).unwrap();
+        let mut run_logs = recover_logs(&config).unwrap();
         let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
-        match shared_state(config, clock, &run_logs) {
+        match shared_state(config, clock, &mut run_logs) {
             Err(RuntimeError::Config(msg)) => {
                 assert!(msg.starts_with("dead-letter queue: "), "{msg}")
             }

@@ -351,3 +351,57 @@ fn a_gap_after_a_segment_holding_no_lsn_is_accepted_past_its_records() {
     assert!(again.lost.is_empty());
     assert_eq!(again.records, 10 - (next - 1));
 }
+
+/// The outcome index across an accepted loss: recovery marks the events that were still
+/// without an outcome `Lost` (the range given up may have held it), the range itself holds no
+/// event, and an outcome committed afterwards through the writer replaces the mark.
+#[test]
+fn an_accepted_loss_marks_the_unfinished_events_in_the_outcome_index_until_they_finish() {
+    use crate::wal::format::{DoneEntry, DoneRecord, DoneStatus, Record};
+    use crate::wal::outcomes::Outcome;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = three_segments(tmp.path(), WritePath::Pwrite);
+    // The middle segment (LSNs 5..=8) gone, accepted.
+    std::fs::remove_file(segment_path(&cfg.dir, 5)).unwrap();
+    let (mut wal, report) = open(&accepting(&cfg)).unwrap();
+    assert_eq!(
+        report
+            .lost
+            .iter()
+            .map(|r| (r.first, r.last))
+            .collect::<Vec<_>>(),
+        [(5, 8)]
+    );
+    let mut recovered = crate::wal::recover_dispatch(&cfg.dir).unwrap();
+    let index = std::mem::take(&mut recovered.outcomes);
+    assert_eq!(index.next_lsn(), recovered.next_lsn);
+    assert_eq!(index.get(1).unwrap().outcome, Outcome::Lost);
+    assert_eq!(index.get(4).unwrap().outcome, Outcome::Lost);
+    assert_eq!(index.get(5), None, "given up: no event");
+    assert_eq!(
+        index.get(9).unwrap().outcome,
+        Outcome::Pending,
+        "after the range"
+    );
+    let shared = Arc::new(WalShared::new());
+    shared.outcomes.seed(index);
+    wal.attach_shared(shared.clone());
+    let done = Record::Done(DoneRecord {
+        entries: vec![DoneEntry {
+            event_lsn: 1,
+            status: DoneStatus::Delivered,
+            attempts: 1,
+        }],
+    });
+    wal.append(&[done, Record::Event(sample_event(50, 10))])
+        .unwrap();
+    let delivered = Outcome::Done(DoneStatus::Delivered);
+    assert_eq!(shared.outcomes.get(1).unwrap().outcome, delivered);
+    assert_eq!(shared.outcomes.get(2).unwrap().outcome, Outcome::Lost);
+    let new = recovered.next_lsn + 1;
+    assert_eq!(shared.outcomes.get(new).unwrap().outcome, Outcome::Pending);
+    // Retention's deletion drops the slots below what it keeps.
+    shared.outcomes.retire_below(3);
+    assert_eq!(shared.outcomes.get(2), None);
+    assert_eq!(shared.outcomes.get(3).unwrap().outcome, Outcome::Lost);
+}

@@ -309,6 +309,7 @@ pub mod layout;
 #[cfg(test)]
 mod loss_tests;
 pub mod manifest;
+pub mod outcomes;
 pub mod read;
 pub(crate) mod recover;
 pub mod retire;

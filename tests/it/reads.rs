@@ -163,3 +163,109 @@ fn past_the_bound_a_read_is_refused_at_once_and_counted() {
     assert_eq!(sample_value(&s, "sluice_ops_reads_outstanding", &[]), 0.0);
     assert_eq!(server.client().get(RARE).status, 200);
 }
+
+/// Issue 39 item 2: an event retried while 25,000 records land after it reads `delivered` the
+/// moment its outcome is durable — online (the outcome index, fed as outcomes commit), offline
+/// (`sluice events show`, an unbounded scan) and online after a restart (the index rebuilt by
+/// recovery). Before the index, the online lookup stopped 20,000 records past the event and
+/// read `retrying` for good.
+#[test]
+fn an_outcome_far_behind_its_event_reads_exactly_online_offline_and_after_a_restart() {
+    use crate::downstream::{Behavior, Downstream};
+    let failing = Behavior {
+        status: 503,
+        ..Behavior::default()
+    };
+    let ds = Downstream::start(failing);
+    let uri = ds.uri("/sink");
+    let config = format!(
+        "[ingest]\nglobal_capacity = 1000000\nper_source_capacity = 1000000\n\
+         refill_per_sec = 1000000\n[wal]\ndurability = \"os\"\n\n\
+         [[triggers]]\nid = \"slow\"\nprovider = \"p\"\npath = \"/hooks/slow\"\nhandler = \"{uri}\"\n\n\
+         [[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\n\n\
+         [[destinations]]\nuri = \"{uri}\"\n\
+         retry = {{ max_attempts = 100, base = \"100ms\", cap = \"300ms\" }}\n\
+         circuit = {{ failures = 1000, open_for = \"1s\", on_open = \"hold\" }}\n"
+    );
+    // One core: one log holds the event, the 25,000 after it and the outcome.
+    let mut server = Server::start(Opts::config(&config).workers(1));
+    let id = server.ingest("/hooks/slow", b"{\"slow\":true}");
+    assert!(ds.wait(Duration::from_secs(10), |s| !s.is_empty()));
+    let posters: Vec<_> = (0..4)
+        .map(|k| {
+            let addr = server.addr();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr).expect("connect");
+                for i in (k..25_000).step_by(4) {
+                    let r = c.post("/hooks/t", format!("{{\"i\":{i}}}").as_bytes(), &[]);
+                    assert_eq!(r.status, 202, "{}", r.text());
+                }
+            })
+        })
+        .collect();
+    posters.into_iter().for_each(|p| p.join().unwrap());
+    let lookup = |s: &Server| s.get(&format!("/api/v1/events/{id}")).json();
+    let before = lookup(&server);
+    assert_eq!(before["status"], "retrying", "{before}");
+    ds.set(Behavior::default());
+    let delivered = |v: &serde_json::Value| v["status"] == "delivered";
+    let mut online = serde_json::Value::Null;
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            online = lookup(&server);
+            delivered(&online)
+        }),
+        "online: {online}"
+    );
+    let lsn = online["lsn"].as_u64().unwrap();
+    let attempts = online["attempts"].as_array().unwrap().clone();
+    assert!(attempts.len() >= 2, "{online}");
+    assert_eq!(attempts.last().unwrap()["status"], 200, "{online}");
+    assert!(online.get("outcome_search").is_none(), "{online}");
+    // Its attempt records span the 25,000 records: the lookup reads the first 20,000 records of
+    // that span and the last attempt record, and says so.
+    let partial = online.get("attempts_search").is_some();
+    // The outcome is far behind: the ledger of the log says how far.
+    let (_, s) = scrape(&server);
+    let appended = sample_value(&s, "sluice_wal_appends_total", &[]);
+    assert!(
+        appended > lsn as f64 + 25_000.0,
+        "{appended} records, event at {lsn}"
+    );
+    // Offline, the same.
+    let out = run_cli(&[
+        "events",
+        "show",
+        &id,
+        "--data-dir",
+        path_str(&server.data_dir()),
+        "--json",
+    ]);
+    let offline: serde_json::Value = serde_json::from_str(&out.stdout).expect(&out.stderr);
+    assert_eq!(offline["status"], "delivered", "{offline}");
+    let all = offline["attempts"].as_array().unwrap();
+    assert!(
+        attempts.iter().all(|a| all.contains(a)),
+        "{online} vs {offline}"
+    );
+    assert_eq!(
+        all.len() == attempts.len(),
+        !partial,
+        "{online} vs {offline}"
+    );
+    // After a restart: recovery rebuilds the index.
+    server.stop();
+    server.restart();
+    let again = lookup(&server);
+    assert_eq!(again["status"], "delivered", "{again}");
+    assert_eq!(again["attempts"], online["attempts"], "{again}");
+    // And a list of the trigger finds it the same way.
+    let listed = server.get("/api/v1/events?trigger=slow&limit=5").json();
+    let first = &listed["events"][0];
+    assert_eq!(
+        (&first["id"], &first["status"]),
+        (&online["id"], &online["status"])
+    );
+    let in_list = first["attempts"].as_array().unwrap();
+    assert!(attempts.iter().all(|a| in_list.contains(a)), "{listed}");
+}

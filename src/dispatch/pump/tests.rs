@@ -147,6 +147,7 @@ fn fresh_log() -> PumpLog {
             done_cursor: 1,
             next_lsn: 1,
             ledger: BTreeMap::new(),
+            outcomes: Default::default(),
         },
     }
 }
@@ -679,6 +680,7 @@ fn recovered_events_resume_their_retry_schedule_and_skip_the_done_ones() {
             done_cursor: 1,
             next_lsn: 4,
             ledger: BTreeMap::new(),
+            outcomes: Default::default(),
         },
         ..fresh_log()
     };

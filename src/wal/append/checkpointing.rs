@@ -180,6 +180,9 @@ impl Wal {
             self.storage.remove(path)?;
             eprintln!("sluice: retention: deleted {}", path.display());
         }
+        if let Some(shared) = &self.shared {
+            shared.outcomes.retire_below(keep);
+        }
         Ok(gone.len())
     }
 }

@@ -478,6 +478,9 @@ impl Wal {
         let len = self.buf.len() as u64;
         match res {
             Ok(()) => {
+                if let Some(shared) = &self.shared {
+                    shared.outcomes.observe_batch(self.next_lsn, &self.buf);
+                }
                 self.active.end += len;
                 self.next_lsn += self.staged;
                 self.batch_seq += 1;

@@ -86,6 +86,11 @@ pub struct WalShared {
     /// counts): published by the writer at attach and after each retirement, read by the pump
     /// owning the log for its ledger's `retired`.
     pub retired: RetiredCounts,
+    /// The log's outcome index (`wal::outcomes`): seeded by recovery, fed each committed batch
+    /// by the writer, trimmed by retention; lookups read it (`wal::read::events`).
+    pub outcomes: crate::wal::outcomes::SharedIndex,
+    /// The log's name (`core-K`, `legacy`; empty outside a run): readers find its index by it.
+    pub name: String,
 }
 
 /// A log's retired counts, per trigger, as its writer last published them. Bound: one entry
@@ -177,6 +182,8 @@ impl WalShared {
             checkpoint_failures_total: AtomicU64::new(0),
             checkpoint_stale: AtomicBool::new(false),
             retired: RetiredCounts::default(),
+            outcomes: Default::default(),
+            name: String::new(),
         }
     }
 

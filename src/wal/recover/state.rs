@@ -31,6 +31,7 @@
 
 use crate::storage::{StdFs, Storage};
 use crate::wal::format::{decode_payload, parse_event, Record, RecordKind, RecordRef};
+use crate::wal::outcomes::OutcomeIndex;
 use crate::wal::recover::{scan_dir, Finding, ScanOpts};
 use crate::wal::retire::retired::{Retired, TriggerTally};
 use crate::wal::{Lsn, WalError};
@@ -67,6 +68,9 @@ pub struct DispatchRecovery {
     /// retained ones above what it covers), how many are done by status, how many retired:
     /// what the event ledger starts from (`dispatch::ledger`).
     pub ledger: BTreeMap<String, TriggerTally>,
+    /// Every retained record's outcome slot, continuing at `next_lsn` (`wal::outcomes`): the
+    /// runtime hands it to the log's writer, which feeds it each commit.
+    pub outcomes: OutcomeIndex,
 }
 
 /// Folds records, in LSN order, into a [`DispatchRecovery`].
@@ -78,6 +82,9 @@ pub(crate) struct DispatchScan {
     /// counted there and passed over here; its owed events get their status from the `Done`
     /// entries found here.
     retired: Retired,
+    /// The outcome index, from the first record read (a gap in the LSNs read is a range
+    /// accepted as lost).
+    outcomes: Option<OutcomeIndex>,
 }
 
 impl DispatchScan {
@@ -100,7 +107,14 @@ impl DispatchScan {
                 r.lsn
             )
         };
+        let ix = self
+            .outcomes
+            .get_or_insert_with(|| OutcomeIndex::new(r.lsn));
+        if r.lsn > ix.next_lsn() {
+            let _ = ix.accept_loss(ix.next_lsn(), r.lsn);
+        }
         if matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent) {
+            let _ = ix.observe_ref(r);
             let ev = parse_event(r.kind, r.payload).map_err(|e| format!("event payload: {e}"))?;
             match self.ledger.get_mut(ev.trigger_id) {
                 Some(t) => t.accepted += 1,
@@ -123,7 +137,10 @@ impl DispatchScan {
             self.pending.insert(r.lsn, meta);
             return Ok(());
         }
-        match decode_payload(r.kind, r.payload).map_err(|e| format!("{:?} payload: {e}", r.kind))? {
+        let rec =
+            decode_payload(r.kind, r.payload).map_err(|e| format!("{:?} payload: {e}", r.kind))?;
+        let _ = ix.observe(r.lsn, &rec);
+        match rec {
             Record::Done(done) => {
                 for e in &done.entries {
                     if e.event_lsn >= r.lsn {
@@ -161,6 +178,14 @@ impl DispatchScan {
 
     pub(crate) fn finish(mut self, next_lsn: Lsn) -> DispatchRecovery {
         let done_cursor = self.pending.keys().next().copied().unwrap_or(next_lsn);
+        let mut outcomes = self
+            .outcomes
+            .take()
+            .unwrap_or_else(|| OutcomeIndex::new(next_lsn));
+        if outcomes.next_lsn() < next_lsn {
+            // A range accepted as lost at the end of the log.
+            let _ = outcomes.accept_loss(outcomes.next_lsn(), next_lsn);
+        }
         for (trigger, r) in &self.retired.tallies {
             let t = self.ledger.entry(trigger.clone()).or_default();
             t.accepted += r.accepted;
@@ -174,6 +199,7 @@ impl DispatchScan {
             done_cursor,
             next_lsn,
             ledger: self.ledger,
+            outcomes,
         }
     }
 }

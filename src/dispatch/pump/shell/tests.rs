@@ -89,6 +89,7 @@ impl Rig {
                 done_cursor: 1,
                 next_lsn: 1,
                 ledger: Default::default(),
+                outcomes: Default::default(),
             },
         };
         let outstanding = Arc::new(Outstanding::new(8));

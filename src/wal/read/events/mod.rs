@@ -19,6 +19,9 @@
 //!   upper bound (`until`, the page cursor; a binary search on first event ids as for
 //!   [`show`]) are read for their outcomes only, no event decoded. Memory: the outcomes of the
 //!   scanned segments' events, and at most the events of the segments read in full.
+//! - With a running outcome index (`wal::outcomes`; [`show_indexed`], [`list_indexed`], the
+//!   online routes): the event is found as above, its status read from the index, and only its
+//!   attempt records read (`indexed`); a list reads no segment above its page.
 //! - [`ledger`]: one forward scan of every retained record (what recovery reads at start-up)
 //!   plus each log's `RETIRED` file (what retention deleted, per trigger, with the outcomes:
 //!   `crate::wal::retire::retired`), so its counts are over the log's life and `retired` is what retention
@@ -35,6 +38,7 @@ use crate::wal::format::{
     RecordKind,
 };
 use crate::wal::layout::{log_dirs, LogDir};
+use crate::wal::outcomes::SharedIndex;
 use crate::wal::read::reader::{RawRecord, WalReader};
 use crate::wal::retire::retired::{self, Retired};
 use crate::wal::segment::list_segments;
@@ -60,10 +64,15 @@ pub enum Fate {
         reason: Option<&'static str>,
     },
     NoHandler,
+    /// Without an outcome after a range accepted as lost (`--accept-wal-loss`) that may have
+    /// held it; it is delivered again (recovery counts it pending) and reads its new outcome
+    /// once that lands. Only a lookup through the outcome index knows it.
+    OutcomeLost,
 }
 
 impl Fate {
-    /// `pending`, `retrying`, `delivered`, `dead_lettered`, `skipped` or `no_handler`.
+    /// `pending`, `retrying`, `delivered`, `dead_lettered`, `skipped`, `no_handler` or
+    /// `outcome_lost`.
     pub fn as_str(self) -> &'static str {
         match self {
             Fate::Pending => "pending",
@@ -72,6 +81,7 @@ impl Fate {
             Fate::DeadLettered { .. } => "dead_lettered",
             Fate::Skipped { .. } => "skipped",
             Fate::NoHandler => "no_handler",
+            Fate::OutcomeLost => "outcome_lost",
         }
     }
 }
@@ -90,6 +100,10 @@ pub struct EventReport {
     /// The search for its outcome stopped at its bound ([`show_bounded`]) before finding a
     /// `Done` entry: the fate is what the records read so far say.
     pub bounded: bool,
+    /// Its attempt records span more than the read's bound (a lookup through the outcome
+    /// index): `attempts` holds the first ones read and those of its last attempt record; the
+    /// status is exact all the same.
+    pub attempts_bounded: bool,
 }
 
 /// Outcomes seen for one event so far in a scan.
@@ -226,8 +240,14 @@ fn candidate_segment(dir: &Path, id: &str) -> Result<Option<(Lsn, PathBuf)>, Wal
 }
 
 /// The event `id` in the log `log`, with its fate, if the log holds it; at most `after`
-/// records are read past the event.
-fn show_in(log: &LogDir, id: &str, after: u64) -> Result<Option<EventReport>, WalError> {
+/// records are read past the event (through `index`, when it holds the event: its attempt
+/// records only).
+fn show_in(
+    log: &LogDir,
+    id: &str,
+    after: u64,
+    index: Option<&SharedIndex>,
+) -> Result<Option<EventReport>, WalError> {
     let Some((first, segment)) = candidate_segment(&log.dir, id)? else {
         return Ok(None);
     };
@@ -244,6 +264,11 @@ fn show_in(log: &LogDir, id: &str, after: u64) -> Result<Option<EventReport>, Wa
             None if is_event => {
                 let ev = parse_event(r.kind, &r.payload).map_err(|e| corrupt(&log.dir, &r, e))?;
                 if ev.event_id == id {
+                    if let Some(f) = index.and_then(|ix| ix.get(r.lsn)) {
+                        let event = (r.lsn, ev.to_record());
+                        let seen = Seen::default();
+                        return indexed::report(log, event, f, seen, r.lsn + 1, after).map(Some);
+                    }
                     found = Some((r.lsn, ev.to_record()));
                 } else if ev.event_id > id {
                     return Ok(None);
@@ -277,6 +302,7 @@ fn show_in(log: &LogDir, id: &str, after: u64) -> Result<Option<EventReport>, Wa
             fate: s.fate(),
             attempts: s.attempts,
             bounded,
+            attempts_bounded: false,
         }
     }))
 }
@@ -289,6 +315,17 @@ pub fn show(data_dir: &Path, id: &str) -> Result<EventReport, ShowError> {
 /// [`show`], reading at most `after` records past the event in search of its outcome (the
 /// online route's bound: a pending event would otherwise be searched to the end of its log).
 pub fn show_bounded(data_dir: &Path, id: &str, after: u64) -> Result<EventReport, ShowError> {
+    show_indexed(data_dir, id, after, &|_| None)
+}
+
+/// [`show_bounded`] through each log's outcome index where `index_of` gives one: the status is
+/// the index's (exact, O(1)), and only the event's attempt records are read (at most `after`).
+pub fn show_indexed(
+    data_dir: &Path,
+    id: &str,
+    after: u64,
+    index_of: IndexOf<'_>,
+) -> Result<EventReport, ShowError> {
     let Some((_, worker)) = event_id::parse(id) else {
         return Err(ShowError::BadId(id.to_owned()));
     };
@@ -297,7 +334,7 @@ pub fn show_bounded(data_dir: &Path, id: &str, after: u64) -> Result<EventReport
     logs.sort_by_key(|l| l.core != Some(usize::from(worker)));
     let mut maybe_retired = false;
     for log in &logs {
-        if let Some(report) = show_in(log, id, after)? {
+        if let Some(report) = show_in(log, id, after, index_of(log))? {
             return Ok(report);
         }
         let segs = list_segments(&log.dir)?;
@@ -356,12 +393,17 @@ impl ListFilter {
 /// outcomes of the newer segments in `seen` (which it extends). Also returns whether the
 /// segment starts before `filter.since_ms`. With `events` false only its outcomes are read
 /// (a segment newer than the filter's upper bound: no event payload is decoded).
+///
+/// With `index` (the log's running outcome index and the LSN after the newest record the list
+/// has read), an event the index holds gets its status from it and its attempts beyond what was
+/// read from their records (`indexed::report`).
 fn list_segment(
     log: &LogDir,
     (first, end): (Lsn, Lsn),
     filter: &ListFilter,
     seen: &mut HashMap<Lsn, Seen>,
     events: bool,
+    index: Option<(&SharedIndex, Lsn)>,
 ) -> Result<(Vec<EventReport>, bool), WalError> {
     let mut found = Vec::new();
     for r in raw_from(&log.dir, first)? {
@@ -389,13 +431,20 @@ fn list_segment(
     let mut out = Vec::new();
     for (lsn, event) in found.into_iter().rev() {
         let s = seen.remove(&lsn).unwrap_or_default();
-        let report = EventReport {
-            event,
-            log: log.name.clone(),
-            lsn,
-            fate: s.fate(),
-            attempts: s.attempts,
-            bounded: false,
+        let indexed = index.and_then(|(ix, read_end)| Some((ix.get(lsn)?, read_end)));
+        let report = match indexed {
+            Some((f, read_end)) => {
+                indexed::report(log, (lsn, event), f, s, read_end, LIST_ATTEMPTS_READ)?
+            }
+            None => EventReport {
+                event,
+                log: log.name.clone(),
+                lsn,
+                fate: s.fate(),
+                attempts: s.attempts,
+                bounded: false,
+                attempts_bounded: false,
+            },
         };
         if filter.admits(&report) {
             out.push(report);
@@ -413,6 +462,21 @@ fn list_segment(
 /// after it, so the outcomes of every newer segment are read: the cost is the log from the
 /// page's oldest event to the end, events decoded only within the filter's time range.
 pub fn list(data_dir: &Path, filter: &ListFilter) -> Result<Vec<EventReport>, WalError> {
+    list_indexed(data_dir, filter, &|_| None)
+}
+
+/// Records read past what a list has read, at most, for one listed event's attempts.
+const LIST_ATTEMPTS_READ: u64 = 20_000;
+
+/// [`list`] through each log's outcome index where `index_of` gives one: the segments above
+/// the page are not read at all (statuses come from the index; an event's attempts beyond the
+/// segments read are read from the records the index names), so a page costs the segments
+/// holding its events, not the log from them to the end.
+pub fn list_indexed(
+    data_dir: &Path,
+    filter: &ListFilter,
+    index_of: IndexOf<'_>,
+) -> Result<Vec<EventReport>, WalError> {
     let below = filter.below();
     let mut all = Vec::new();
     for log in log_dirs(&data_dir.join(WAL_SUBDIR))? {
@@ -425,12 +489,20 @@ pub fn list(data_dir: &Path, filter: &ListFilter) -> Result<Vec<EventReport>, Wa
         let Some(top) = top else {
             continue;
         };
+        let index = index_of(&log).filter(|ix| ix.size().is_some());
         let mut seen = HashMap::new();
         let mut found = 0;
+        // The LSN after the newest record read (the end of the first segment read).
+        let mut read_end = None;
         for i in (0..segs.len()).rev() {
             let end = segs.get(i + 1).map_or(Lsn::MAX, |s| s.0);
             let events = segs[i].0 <= top;
-            let (got, older) = list_segment(&log, (segs[i].0, end), filter, &mut seen, events)?;
+            if !events && index.is_some() {
+                continue;
+            }
+            let read_end = *read_end.get_or_insert(end);
+            let ix = index.map(|ix| (ix, read_end));
+            let (got, older) = list_segment(&log, (segs[i].0, end), filter, &mut seen, events, ix)?;
             found += got.len();
             all.extend(got);
             if found >= filter.limit || older {
@@ -566,7 +638,9 @@ fn log_ledger(dir: &Path, mut retired: Retired) -> Result<Ledger, WalError> {
 /// `report` as the event API's JSON (a stable format: README, "HTTP interface"): `id`, `trigger`,
 /// `source`, `received_at`, `bytes`, `status`, `attempts` (`at`, `status`, `latency_ms`,
 /// `error`, `retry_after`, `response_prefix`), `next_attempt_at`, and `reason`, `log`, `lsn`,
-/// `outcome_search: "bounded"` when [`show_bounded`] stopped before an outcome;
+/// `outcome_search: "bounded"` when [`show_bounded`] stopped before an outcome,
+/// `attempts_search: "bounded"` when an indexed lookup read only the first and the last of the
+/// event's attempt records (they span more than its bound);
 /// `body` (UTF-8; else `body_hex`) only when `with_body`.
 pub fn report_json(report: &EventReport, with_body: bool) -> serde_json::Value {
     use serde_json::json;
@@ -592,6 +666,9 @@ pub fn report_json(report: &EventReport, with_body: bool) -> serde_json::Value {
     }
     if report.bounded {
         v["outcome_search"] = "bounded".into();
+    }
+    if report.attempts_bounded {
+        v["attempts_search"] = "bounded".into();
     }
     if with_body {
         match std::str::from_utf8(&ev.body) {
@@ -644,7 +721,8 @@ pub fn printable(bytes: &[u8]) -> String {
     out
 }
 
-pub mod index;
+pub mod indexed;
+pub use indexed::IndexOf;
 pub(in crate::wal) mod seek;
 #[cfg(test)]
 mod tests;

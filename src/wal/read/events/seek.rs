@@ -64,6 +64,30 @@ pub(crate) fn seek_in(bytes: &[u8], first: Lsn, id: &str) -> (usize, Lsn) {
     (lo, lo_lsn)
 }
 
+/// A record boundary of the segment at `path` (first LSN `first`): `(byte offset, its LSN)`,
+/// at or before the record at LSN `lsn` and most likely within about [`WINDOW`] bytes of it
+/// (the same bisection as [`seek`], on the LSNs the commit markers carry).
+pub(crate) fn seek_lsn(path: &Path, first: Lsn, lsn: Lsn) -> Result<(usize, Lsn), WalError> {
+    let map = StdFs.map(path).map_err(|e| WalError::io(path, e))?;
+    Ok(seek_lsn_in(&map, first, lsn))
+}
+
+/// [`seek_lsn`] over a segment's bytes.
+pub(crate) fn seek_lsn_in(bytes: &[u8], first: Lsn, lsn: Lsn) -> (usize, Lsn) {
+    let bytes = &bytes[..last_non_zero(bytes).map_or(0, |last| last + 1)];
+    let max_lsn = first.saturating_add((bytes.len() / RECORD_HEADER_BYTES) as u64);
+    // Invariant: the record at `lo` (LSN `lo_lsn`) is at or before the one sought.
+    let (mut lo, mut lo_lsn, mut hi) = (0usize, first, bytes.len());
+    while hi - lo > WINDOW {
+        let mid = lo + (hi - lo) / 2;
+        match batch_after(&bytes[..hi], mid, lo_lsn, max_lsn) {
+            Some((p, at)) if at <= lsn => (lo, lo_lsn) = (p, at),
+            _ => hi = mid,
+        }
+    }
+    (lo, lo_lsn)
+}
+
 /// The first batch boundary after `from`: the end of the first CRC-valid commit marker at an
 /// offset `>= from` with an LSN in `min_lsn..=max_lsn`, and the LSN of the record after it (a
 /// marker carries the LSN after its batch). Markers have one length and one kind byte, so nearly
@@ -195,6 +219,36 @@ mod tests {
             })
             .any(|off| off == event_at);
             assert!(found, "{id}");
+            moved += usize::from(pos > 0);
+        }
+        assert!(moved > 10, "the bisection moved past the start: {moved}");
+    }
+
+    /// For every probed LSN: the seek by LSN lands at or before the record, within the window,
+    /// on a boundary a forward scan from there reads.
+    #[test]
+    fn the_seek_by_lsn_lands_at_or_before_the_record_within_the_window() {
+        let (_tmp, dir, _ids) = log(3_000, 900);
+        let segs = list_segments(&dir).unwrap();
+        let map = StdFs.map(&segs[0].1).unwrap();
+        let mut at = Vec::new();
+        let mut scanner = Scanner::new(segs[0].0);
+        while let Step::Record(off, r) = scanner.step(&map) {
+            at.push((r.lsn, off as usize));
+        }
+        assert!(at.len() > 1_000, "a segment of many windows: {}", at.len());
+        let mut moved = 0;
+        for &(lsn, off) in at.iter().step_by(41) {
+            let (pos, from) = seek_lsn_in(&map, segs[0].0, lsn);
+            assert!(pos <= off && from <= lsn, "{lsn}: {pos} > {off}");
+            assert!(off - pos <= WINDOW + BATCH, "{lsn}: {pos}..{off}");
+            let mut s = Scanner::resume_at(pos, from, None);
+            let found = std::iter::from_fn(|| match s.step(&map) {
+                Step::Record(_, r) => Some(r.lsn),
+                _ => None,
+            })
+            .any(|l| l == lsn);
+            assert!(found, "{lsn}");
             moved += usize::from(pos > 0);
         }
         assert!(moved > 10, "the bisection moved past the start: {moved}");

@@ -1,5 +1,5 @@
 //! The outcome index fed record by record: late outcomes, retries, attempts' range, a lost
-//! range, retirement, and the errors that leave it unchanged.
+//! range, retirement, a committed batch read from its bytes, and entries passed over.
 
 use super::*;
 use crate::wal::format::{AttemptEntry, AttemptOutcome, DoneEntry, DoneRecord, EventRecord};
@@ -139,7 +139,7 @@ fn a_lost_range_marks_the_unfinished_until_an_outcome_lands() {
 }
 
 #[test]
-fn bad_records_are_refused_and_change_nothing() {
+fn records_out_of_order_are_refused_and_entries_naming_no_event_are_passed_over() {
     let mut ix = OutcomeIndex::new(1);
     feed(&mut ix, [event(), event()]);
     let gap = ix.observe(5, &event());
@@ -150,58 +150,86 @@ fn bad_records_are_refused_and_change_nothing() {
             got: 5
         })
     );
-    // One good entry and one naming a record that is no event: neither applied.
-    let bad = ix.observe(3, &done(&[1, 3], DoneStatus::Delivered));
-    assert_eq!(
-        bad,
-        Err(IndexError::NotAnEvent {
-            record: 3,
-            event: 3
-        })
-    );
-    let ahead = ix.observe(3, &calls(&[2, 9], AttemptOutcome::Status(200)));
-    assert_eq!(
-        ahead,
-        Err(IndexError::NotAnEvent {
-            record: 3,
-            event: 9
-        })
-    );
-    assert_eq!(
-        ix.observe(3, &retry(0)),
-        Err(IndexError::NotAnEvent {
-            record: 3,
-            event: 0
-        })
-    );
     assert_eq!(ix.next_lsn(), 3);
-    assert_eq!(ix.get(1).unwrap().outcome, Outcome::Pending);
+    // One good entry and one naming its own record (no event): the good one applies.
+    assert_eq!(ix.observe(3, &done(&[1, 3], DoneStatus::Delivered)), Ok(1));
+    assert_eq!(
+        ix.get(1).unwrap().outcome,
+        Outcome::Done(DoneStatus::Delivered)
+    );
+    assert_eq!(ix.get(3), None, "an outcome record is no event");
+    // An entry ahead of its record, one naming LSN 0 (below the index), one naming an
+    // outcome record: passed over, the rest applied.
+    let ahead = ix.observe(4, &calls(&[2, 9, 3], AttemptOutcome::Status(200)));
+    assert_eq!(ahead, Ok(2));
+    assert_eq!(ix.observe(5, &retry(0)), Ok(1));
+    assert_eq!(ix.next_lsn(), 6);
     let two = ix.get(2).unwrap();
     assert_eq!(
         (two.outcome, two.calls, two.attempts),
-        (Outcome::Pending, 0, None)
+        (Outcome::Pending, 1, Some((4, 4)))
     );
 }
 
 #[test]
-fn retirement_drops_the_head_and_outcomes_for_retired_events_are_refused() {
+fn retirement_drops_the_head_and_outcomes_for_retired_events_are_passed_over() {
     let mut ix = OutcomeIndex::new(1);
     feed(&mut ix, (0..10).map(|_| event()));
     ix.retire_below(6);
     assert_eq!(ix.len(), 5);
     assert_eq!(ix.get(5), None);
     assert_eq!(ix.get(6).unwrap().outcome, Outcome::Pending);
-    let late = ix.observe(11, &done(&[3], DoneStatus::Delivered));
+    let late = ix.observe(11, &done(&[3, 7], DoneStatus::Delivered));
+    assert_eq!(late, Ok(1));
     assert_eq!(
-        late,
-        Err(IndexError::NotAnEvent {
-            record: 11,
-            event: 3
-        })
+        ix.get(7).unwrap().outcome,
+        Outcome::Done(DoneStatus::Delivered)
     );
     ix.retire_below(100);
     assert!(ix.is_empty());
     assert_eq!(ix.next_lsn(), 100);
+}
+
+/// A batch as the log writes it (records, their commit marker) is folded in as a scan reads
+/// it, lost ranges included.
+#[test]
+fn a_committed_batch_is_folded_in_from_its_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("core-0");
+    let cfg = crate::wal::WalConfig {
+        durability: crate::wal::Durability::Os,
+        ..crate::wal::WalConfig::new(dir.clone())
+    };
+    let (mut wal, _) = crate::wal::open(&cfg).unwrap();
+    wal.append(&[event(), event(), event()]).unwrap();
+    wal.append(&[
+        calls(&[1, 2], AttemptOutcome::Status(200)),
+        done(&[1, 2], DoneStatus::Delivered),
+        retry(3),
+    ])
+    .unwrap();
+    wal.sync().unwrap();
+    let segs = crate::wal::segment::list_segments(&dir).unwrap();
+    let bytes = std::fs::read(&segs[0].1).unwrap();
+    let mut ix = OutcomeIndex::new(1);
+    assert_eq!(ix.observe_batch(1, &bytes), Ok(0));
+    assert_eq!(ix.next_lsn(), 7);
+    let one = ix.get(1).unwrap();
+    assert_eq!(
+        (one.outcome, one.calls, one.attempts),
+        (Outcome::Done(DoneStatus::Delivered), 1, Some((4, 4)))
+    );
+    assert_eq!(
+        ix.get(3).unwrap().outcome,
+        Outcome::Retrying { retry_lsn: 6 }
+    );
+    assert_eq!(
+        ix.observe_batch(3, &bytes),
+        Err(IndexError::OutOfOrder {
+            expected: 7,
+            got: 3
+        })
+    );
 }
 
 #[test]
