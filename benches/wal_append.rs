@@ -4,10 +4,20 @@
 //! Run: `cargo bench --bench wal_append`. Segments (64 MiB, fallocate'd) live in a tempdir under
 //! `target/tmp` (`CARGO_TARGET_TMPDIR`), so the filesystem is the one holding `target/`; note it
 //! with the results (`df -T target`). Throughput is reported in records/s (elements).
+//!
+//! `outcome_index_fold`: what the writer adds per commit since the outcome index
+//! (`wal::outcomes`): folding a batch of 64 1 KiB events, then the batch of their outcomes (one
+//! kind-8 record of 64 calls, one `Done` record of 64 entries), from the bytes as written;
+//! throughput in events/s.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use sluice::sync::clock::{Clock, MonotonicClock};
-use sluice::wal::format::{event_payload_len, RECORD_HEADER_BYTES};
+use sluice::wal::format::marker::append_marker;
+use sluice::wal::format::{
+    append_record, encode_payload_into, event_payload_len, AttemptEntry, AttemptOutcome,
+    AttemptsRecord, DoneEntry, DoneRecord, DoneStatus, RECORD_HEADER_BYTES,
+};
+use sluice::wal::outcomes::OutcomeIndex;
 use sluice::wal::{open, Durability, EventRecord, Record, WalConfig, WritePath};
 use std::time::Duration;
 
@@ -64,5 +74,59 @@ fn append(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, append);
+/// The bytes of a committed batch of `records` from LSN `first`, with its marker.
+fn batch_bytes(first: u64, records: &[Record]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        let lsn = first + i as u64;
+        append_record(&mut out, lsn, r.kind(), |o| encode_payload_into(r, o)).expect("encode");
+    }
+    append_marker(&mut out, 0, 1, first, first + records.len() as u64, true);
+    out
+}
+
+fn outcome_index_fold(c: &mut Criterion) {
+    const N: u64 = 64;
+    let events = vec![Record::Event(one_kib_event()); N as usize];
+    let call = |event_lsn| AttemptEntry {
+        event_lsn,
+        attempt: 1,
+        at_ms: 1_700_000_000_000,
+        destination: 0,
+        outcome: AttemptOutcome::Status(200),
+        latency_us: 900,
+        retry_after_ms: None,
+        response_prefix: b"{\"ok\":true}".to_vec(),
+    };
+    let done = |event_lsn| DoneEntry {
+        event_lsn,
+        status: DoneStatus::Delivered,
+        attempts: 1,
+    };
+    let outcomes = [
+        Record::Attempts(AttemptsRecord {
+            entries: (1..=N).map(call).collect(),
+        }),
+        Record::Done(DoneRecord {
+            entries: (1..=N).map(done).collect(),
+        }),
+    ];
+    let (events, outcomes) = (batch_bytes(1, &events), batch_bytes(N + 1, &outcomes));
+    let mut g = c.benchmark_group("outcome_index_fold");
+    g.throughput(Throughput::Elements(N));
+    g.bench_function("64_events_then_their_outcomes", |b| {
+        b.iter_batched(
+            || OutcomeIndex::new(1),
+            |mut ix| {
+                ix.observe_batch(1, &events).expect("in order");
+                ix.observe_batch(N + 1, &outcomes).expect("in order");
+                ix
+            },
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, append, outcome_index_fold);
 criterion_main!(benches);

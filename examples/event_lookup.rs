@@ -4,7 +4,10 @@
 //! `BODY` bytes, each made done by a `Done` entry written 1,000 events later (so an outcome
 //! lies in a later record, sometimes a later segment, as on a live node), with an `Attempts`
 //! record before each `Done` record; then looks up `LOOKUPS` ids spread over the log and prints
-//! the p50, p99 and max of the lookups' wall time.
+//! the p50, p99 and max of the lookups' wall time: offline (`show`, a forward scan to the
+//! outcome), then as a running node answers them (`show_indexed`, through the outcome index that
+//! recovery builds: its build time and bytes per event are printed), and the same for lists of
+//! the newest 5 and 100 events (`list`, `list_indexed`) and a page 1,000 events back.
 //!
 //! Run: `cargo run --release --example event_lookup -- DIR [EVENTS] [BODY] [LOOKUPS]`
 //! (DIR is left behind for `sluice events` to be tried on). If DIR already holds a log this
@@ -35,6 +38,84 @@ fn main() {
         write_log(&dir, events, body)
     };
     look_up(&dir, &ids, lookups);
+    indexed(&dir, &ids, lookups);
+}
+
+/// p50, p99 and max of `times`.
+fn report(what: &str, mut times: Vec<std::time::Duration>) {
+    times.sort();
+    let pct = |p: f64| times[((times.len() - 1) as f64 * p) as usize];
+    println!(
+        "{what} ({}): p50 {:?} p99 {:?} max {:?}",
+        times.len(),
+        pct(0.5),
+        pct(0.99),
+        times.last().unwrap()
+    );
+}
+
+/// The online paths: the outcome index built by recovery, then lookups and lists through it,
+/// beside the offline lists.
+fn indexed(dir: &std::path::Path, ids: &[String], lookups: u64) {
+    use sluice::wal::read::events::{list, list_indexed, show_indexed, ListFilter};
+    let log = dir.join("wal").join("core-0");
+    let t0 = Instant::now();
+    let recovered = sluice::wal::recover_dispatch(&log).expect("recover");
+    let built = t0.elapsed();
+    let index = sluice::wal::outcomes::SharedIndex::default();
+    index.seed(recovered.outcomes);
+    let (records, bytes) = index.size().expect("seeded");
+    println!(
+        "outcome index: {records} records, {bytes} bytes ({:.1} per event), built by recovery \
+         in {built:?} (the whole recovery pass)",
+        bytes as f64 / ids.len() as f64
+    );
+    let index_of = |_: &sluice::wal::layout::LogDir| Some(&index);
+    let events = ids.len() as u64;
+    let times = (0..lookups).map(|k| {
+        let id = &ids[((k * 7919 * 104_729) % events) as usize];
+        let t = Instant::now();
+        let r = show_indexed(dir, id, 20_000, &index_of).expect("found");
+        let took = t.elapsed();
+        // The same answer as the offline scan (the last 1,000 events are still pending).
+        let offline = sluice::wal::read::events::show(dir, id).expect("found");
+        assert_eq!(
+            (r.fate, &r.attempts),
+            (offline.fate, &offline.attempts),
+            "{id}"
+        );
+        took
+    });
+    report("indexed lookups", times.collect());
+    let runs = lookups.clamp(5, 50);
+    for (what, limit, back) in [
+        ("newest 5", 5, 0),
+        ("newest 100", 100, 0),
+        ("5, 1,000 back", 5, 1_000),
+    ] {
+        let filter = ListFilter {
+            limit,
+            before: (back > 0).then(|| ids[ids.len().saturating_sub(back)].clone()),
+            ..ListFilter::default()
+        };
+        let time = |indexed: bool| {
+            let t = Instant::now();
+            let got = match indexed {
+                true => list_indexed(dir, &filter, &index_of),
+                false => list(dir, &filter),
+            };
+            assert_eq!(got.expect("list").len(), limit);
+            t.elapsed()
+        };
+        report(
+            &format!("indexed list {what}"),
+            (0..runs).map(|_| time(true)).collect(),
+        );
+        report(
+            &format!("offline list {what}"),
+            (0..runs.min(5)).map(|_| time(false)).collect(),
+        );
+    }
 }
 
 /// The ids of the events in `dir`'s log, in log order: from `DIR/ids` (one per line) if an

@@ -109,6 +109,33 @@ pub fn decode(payload: &[u8]) -> Result<AttemptsRecord, DecodeError> {
     Ok(AttemptsRecord { entries })
 }
 
+/// Each entry's event LSN and whether it was a call, in order, without decoding the rest (no
+/// allocation: the outcome index's fold, `wal::outcomes`). `None` when the payload does not
+/// decode (as [`decode`] would refuse it, up to the outcome's class, which is not checked).
+pub fn entry_lsns(payload: &[u8], mut f: impl FnMut(u64, bool)) -> Option<()> {
+    let mut rest = payload;
+    let n = u16::from_le_bytes(array(&mut rest, "attempt entries").ok()?) as usize;
+    if n > MAX_ATTEMPT_ENTRIES {
+        return None;
+    }
+    for _ in 0..n {
+        let event_lsn = u64::from_le_bytes(array(&mut rest, "").ok()?);
+        // attempt (4), at (8), destination (4), then the class byte.
+        take(&mut rest, 16, "").ok()?;
+        let [class] = array(&mut rest, "").ok()?;
+        // code (2), latency (4), retry_after (4), prefix length (2) and the prefix.
+        take(&mut rest, 10, "").ok()?;
+        let m = u16::from_le_bytes(array(&mut rest, "").ok()?) as usize;
+        if m > MAX_RESPONSE_PREFIX_BYTES {
+            return None;
+        }
+        take(&mut rest, m, "").ok()?;
+        // Classes 6 (skipped) and 7 (dead-lettered) are decisions, not calls.
+        f(event_lsn, !matches!(class, 6 | 7));
+    }
+    rest.is_empty().then_some(())
+}
+
 fn decode_entry(rest: &mut &[u8]) -> Result<AttemptEntry, DecodeError> {
     let event_lsn = u64::from_le_bytes(array(rest, "attempt event_lsn")?);
     let attempt = u32::from_le_bytes(array(rest, "attempt number")?);
@@ -146,6 +173,39 @@ fn decode_entry(rest: &mut &[u8]) -> Result<AttemptEntry, DecodeError> {
 mod tests {
     use super::*;
     use crate::wal::format::record::DoneStatus;
+
+    /// The light walk gives what a full decode gives, and refuses what it refuses.
+    #[test]
+    fn entry_lsns_walks_what_decode_reads() {
+        let outcomes = [
+            AttemptOutcome::Status(503),
+            AttemptOutcome::Timeout,
+            AttemptOutcome::Skipped(DoneStatus::SkippedDebounced),
+            AttemptOutcome::DeadLettered(2),
+            AttemptOutcome::Status(200),
+        ];
+        let rec = AttemptsRecord {
+            entries: (0..5)
+                .map(|i| entry(i, outcomes[i as usize], &b"ok\x00"[..(i as usize % 4)]))
+                .collect(),
+        };
+        let mut payload = Vec::new();
+        encode_into(&rec, &mut payload);
+        let mut seen = Vec::new();
+        assert_eq!(
+            entry_lsns(&payload, |l, call| seen.push((l, call))),
+            Some(())
+        );
+        let want: Vec<_> = (rec.entries.iter())
+            .map(|e| (e.event_lsn, e.outcome.is_call()))
+            .collect();
+        assert_eq!(seen, want);
+        for cut in 0..payload.len() {
+            assert_eq!(entry_lsns(&payload[..cut], |_, _| ()), None, "cut at {cut}");
+        }
+        payload.push(0);
+        assert_eq!(entry_lsns(&payload, |_, _| ()), None, "trailing byte");
+    }
 
     fn entry(i: u64, outcome: AttemptOutcome, prefix: &[u8]) -> AttemptEntry {
         AttemptEntry {

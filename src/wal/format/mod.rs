@@ -137,6 +137,7 @@ pub fn encode_payload_into(rec: &Record, out: &mut Vec<u8>) -> Result<(), Encode
 
 mod decode;
 pub mod marker;
+pub use attempt::entry_lsns;
 pub use decode::{decode_event, decode_payload, parse_event, EventView};
 
 /// CRC32C of a record: its `len` field followed by everything after the `crc` field.

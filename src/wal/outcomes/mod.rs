@@ -36,9 +36,11 @@ use std::collections::VecDeque;
 
 use crate::sync::{Mutex, MutexGuard};
 
+use crate::wal::format::entry_lsns;
 use crate::wal::format::marker::parse_lost;
 use crate::wal::format::{
-    decode_payload, DoneStatus, Lsn, Record, RecordKind, RecordRef, RECORD_HEADER_BYTES,
+    decode_payload, parse_event, DoneStatus, Lsn, Record, RecordKind, RecordRef,
+    RECORD_HEADER_BYTES,
 };
 
 /// Bytes of one `Slot` (checked by a test).
@@ -76,7 +78,19 @@ struct Slot {
     calls: u32,
     /// 0: not an event; 1: pending; 2: retrying; 3: lost; 16 + status: done.
     tag: u8,
+    /// An event's trigger: its number in the index's names + 1; [`OTHER_TRIGGER`] past
+    /// [`MAX_TRIGGER_NAMES`] names (or an event payload that did not parse): a list must read
+    /// the event to know.
+    trigger: u16,
 }
+
+/// Trigger names an index numbers; events of any further trigger are [`OTHER_TRIGGER`].
+pub const MAX_TRIGGER_NAMES: usize = u16::MAX as usize - 1;
+const OTHER_TRIGGER: u16 = u16::MAX;
+
+/// Slots a list's walk looks at per hold of a [`SharedIndex`]'s lock (~100 µs), so a walk over
+/// a rare trigger's events never holds the writer's fold for long.
+pub const WALK_PER_LOCK: usize = 65_536;
 
 const NOT_EVENT: u8 = 0;
 const PENDING: u8 = 1;
@@ -97,6 +111,9 @@ pub struct OutcomeIndex {
     /// LSN of `slots[0]`.
     base: Lsn,
     slots: VecDeque<Slot>,
+    /// Trigger names by number - 1, and their numbers (at most [`MAX_TRIGGER_NAMES`]).
+    names: Vec<String>,
+    numbers: std::collections::HashMap<String, u16>,
 }
 
 impl OutcomeIndex {
@@ -105,6 +122,7 @@ impl OutcomeIndex {
         OutcomeIndex {
             base: first,
             slots: VecDeque::new(),
+            ..OutcomeIndex::default()
         }
     }
 
@@ -122,9 +140,10 @@ impl OutcomeIndex {
         self.slots.is_empty()
     }
 
-    /// Bytes the slots take, growth slack included.
+    /// Bytes the slots take, growth slack included, and the trigger names.
     pub fn bytes(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<Slot>()
+        let names: usize = self.names.iter().map(|n| 2 * n.len() + 64).sum();
+        self.slots.capacity() * std::mem::size_of::<Slot>() + names
     }
 
     /// Folds the record at `lsn` in; returns how many of its entries were passed over: those
@@ -137,8 +156,8 @@ impl OutcomeIndex {
         }
         let mut passed = 0;
         match rec {
-            Record::Event(_) => {
-                self.push(PENDING);
+            Record::Event(ev) => {
+                self.push_event(Some(&ev.trigger_id));
                 return Ok(0);
             }
             Record::Done(d) => {
@@ -161,16 +180,7 @@ impl OutcomeIndex {
             },
             Record::Attempts(a) => {
                 for e in &a.entries {
-                    let Some(far) = self.distance(lsn, e.event_lsn) else {
-                        passed += 1;
-                        continue;
-                    };
-                    let s = self.slot_mut(e.event_lsn);
-                    s.calls = s.calls.saturating_add(u32::from(e.outcome.is_call()));
-                    if s.first_attempts == 0 {
-                        s.first_attempts = far;
-                    }
-                    s.last_attempts = far;
+                    passed += usize::from(!self.attempt(lsn, e.event_lsn, e.outcome.is_call()));
                 }
             }
         }
@@ -178,19 +188,49 @@ impl OutcomeIndex {
         Ok(passed)
     }
 
-    /// Folds in one record as read from a log (payload not decoded for events). A record that
-    /// does not decode keeps an empty slot.
+    /// Folds in the kind-8 record at `lsn` (the next) from its payload, walked without
+    /// decoding (`attempt::entry_lsns`); returns the entries passed over.
+    fn attempts(&mut self, lsn: Lsn, payload: &[u8]) -> usize {
+        let mut passed = 0;
+        let _ = entry_lsns(payload, |event, call| {
+            passed += usize::from(!self.attempt(lsn, event, call));
+        });
+        self.push(NOT_EVENT);
+        passed
+    }
+
+    /// One attempt entry of the record at `lsn` for `event`; false when passed over.
+    fn attempt(&mut self, lsn: Lsn, event: Lsn, call: bool) -> bool {
+        let Some(far) = self.distance(lsn, event) else {
+            return false;
+        };
+        let s = self.slot_mut(event);
+        s.calls = s.calls.saturating_add(u32::from(call));
+        if s.first_attempts == 0 {
+            s.first_attempts = far;
+        }
+        s.last_attempts = far;
+        true
+    }
+
+    /// Folds in one record as read from a log (payload not decoded for events, walked without
+    /// allocating for attempts). A record that does not decode keeps an empty slot.
     pub fn observe_ref(&mut self, r: &RecordRef<'_>) -> Result<usize, IndexError> {
-        if matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent) {
-            let expected = self.next_lsn();
-            if r.lsn != expected {
-                return Err(IndexError::OutOfOrder {
-                    expected,
-                    got: r.lsn,
-                });
+        let expected = self.next_lsn();
+        if r.lsn != expected {
+            return Err(IndexError::OutOfOrder {
+                expected,
+                got: r.lsn,
+            });
+        }
+        match r.kind {
+            RecordKind::Event | RecordKind::ReplayEvent => {
+                let ev = parse_event(r.kind, r.payload).ok();
+                self.push_event(ev.as_ref().map(|e| e.trigger_id));
+                return Ok(0);
             }
-            self.push(PENDING);
-            return Ok(0);
+            RecordKind::Attempts => return Ok(self.attempts(r.lsn, r.payload)),
+            _ => {}
         }
         match decode_payload(r.kind, r.payload) {
             Ok(rec) => self.observe(r.lsn, &rec),
@@ -330,6 +370,75 @@ impl OutcomeIndex {
             ..Slot::default()
         });
     }
+
+    /// An event of `trigger` (`None`: its payload did not parse).
+    fn push_event(&mut self, trigger: Option<&str>) {
+        let trigger = match trigger {
+            Some(t) => self.number(t),
+            None => OTHER_TRIGGER,
+        };
+        self.slots.push_back(Slot {
+            tag: PENDING,
+            trigger,
+            ..Slot::default()
+        });
+    }
+
+    /// The number of trigger `name`, given one if it has none and there is room.
+    fn number(&mut self, name: &str) -> u16 {
+        if let Some(&n) = self.numbers.get(name) {
+            return n;
+        }
+        if self.names.len() >= MAX_TRIGGER_NAMES {
+            return OTHER_TRIGGER;
+        }
+        self.names.push(name.to_owned());
+        let n = self.names.len() as u16;
+        self.numbers.insert(name.to_owned(), n);
+        n
+    }
+
+    /// Walks the events below `below` newest first, at most `max_slots` slots: each event
+    /// whose trigger may be `trigger` (`None`: any) goes to `visit` with its entry, until
+    /// `visit` says stop (false). Returns where to go on from (the lowest LSN looked at), or
+    /// `None` when the walk reached the index's first record or `visit` stopped.
+    pub fn newest_events(
+        &self,
+        below: Lsn,
+        trigger: Option<&str>,
+        max_slots: usize,
+        mut visit: impl FnMut(Lsn, Found) -> bool,
+    ) -> Option<Lsn> {
+        let wanted = match trigger {
+            None => None,
+            Some(t) => match self.numbers.get(t) {
+                Some(&n) => Some(n),
+                // Not numbered: only events whose trigger the index does not know may be it.
+                None => Some(OTHER_TRIGGER),
+            },
+        };
+        let mut lsn = below.min(self.next_lsn());
+        for _ in 0..max_slots {
+            if lsn <= self.base {
+                return None;
+            }
+            lsn -= 1;
+            let s = self.slots[(lsn - self.base) as usize];
+            if s.tag == NOT_EVENT {
+                continue;
+            }
+            if wanted.is_some_and(|w| s.trigger != w && s.trigger != OTHER_TRIGGER) {
+                continue;
+            }
+            let Some(found) = self.get(lsn) else {
+                continue;
+            };
+            if !visit(lsn, found) {
+                return None;
+            }
+        }
+        (lsn > self.base).then_some(lsn)
+    }
 }
 
 /// A log's index as its writer feeds it and readers look into it: behind a `Mutex` (the shim's,
@@ -370,6 +479,32 @@ impl SharedIndex {
     /// The event at `lsn`, when the index holds it.
     pub fn get(&self, lsn: Lsn) -> Option<Found> {
         self.lock().as_ref()?.get(lsn)
+    }
+
+    /// [`OutcomeIndex::newest_events`] for at most [`WALK_PER_LOCK`] slots per hold of the
+    /// lock, collecting up to `want` events: `(events, where to go on from)`; `None` as the
+    /// second when the walk is over (or there is no index).
+    pub fn newest_events(
+        &self,
+        below: Lsn,
+        trigger: Option<&str>,
+        want: usize,
+    ) -> (Vec<(Lsn, Found)>, Option<Lsn>) {
+        let mut out = Vec::new();
+        let inner = self.lock();
+        let Some(ix) = inner.as_ref() else {
+            return (out, None);
+        };
+        let next = ix.newest_events(below, trigger, WALK_PER_LOCK, |lsn, found| {
+            out.push((lsn, found));
+            out.len() < want
+        });
+        // Stopped by `want`: go on below the last one taken.
+        let next = match (next, out.last()) {
+            (None, Some(&(lsn, _))) if out.len() >= want => Some(lsn),
+            (n, _) => n,
+        };
+        (out, next)
     }
 
     /// `(records, bytes)` the index holds, when it runs.

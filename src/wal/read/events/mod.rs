@@ -393,17 +393,12 @@ impl ListFilter {
 /// outcomes of the newer segments in `seen` (which it extends). Also returns whether the
 /// segment starts before `filter.since_ms`. With `events` false only its outcomes are read
 /// (a segment newer than the filter's upper bound: no event payload is decoded).
-///
-/// With `index` (the log's running outcome index and the LSN after the newest record the list
-/// has read), an event the index holds gets its status from it and its attempts beyond what was
-/// read from their records (`indexed::report`).
 fn list_segment(
     log: &LogDir,
     (first, end): (Lsn, Lsn),
     filter: &ListFilter,
     seen: &mut HashMap<Lsn, Seen>,
     events: bool,
-    index: Option<(&SharedIndex, Lsn)>,
 ) -> Result<(Vec<EventReport>, bool), WalError> {
     let mut found = Vec::new();
     for r in raw_from(&log.dir, first)? {
@@ -431,20 +426,14 @@ fn list_segment(
     let mut out = Vec::new();
     for (lsn, event) in found.into_iter().rev() {
         let s = seen.remove(&lsn).unwrap_or_default();
-        let indexed = index.and_then(|(ix, read_end)| Some((ix.get(lsn)?, read_end)));
-        let report = match indexed {
-            Some((f, read_end)) => {
-                indexed::report(log, (lsn, event), f, s, read_end, LIST_ATTEMPTS_READ)?
-            }
-            None => EventReport {
-                event,
-                log: log.name.clone(),
-                lsn,
-                fate: s.fate(),
-                attempts: s.attempts,
-                bounded: false,
-                attempts_bounded: false,
-            },
+        let report = EventReport {
+            event,
+            log: log.name.clone(),
+            lsn,
+            fate: s.fate(),
+            attempts: s.attempts,
+            bounded: false,
+            attempts_bounded: false,
         };
         if filter.admits(&report) {
             out.push(report);
@@ -465,13 +454,11 @@ pub fn list(data_dir: &Path, filter: &ListFilter) -> Result<Vec<EventReport>, Wa
     list_indexed(data_dir, filter, &|_| None)
 }
 
-/// Records read past what a list has read, at most, for one listed event's attempts.
-const LIST_ATTEMPTS_READ: u64 = 20_000;
-
-/// [`list`] through each log's outcome index where `index_of` gives one: the segments above
-/// the page are not read at all (statuses come from the index; an event's attempts beyond the
-/// segments read are read from the records the index names), so a page costs the segments
-/// holding its events, not the log from them to the end.
+/// [`list`] through each log's outcome index where `index_of` gives one
+/// (`indexed::list_log`): the index is walked newest first over the events whose trigger and
+/// status may match, and only those events and their attempt records are read, so a page
+/// costs its own events (plus, for a rare trigger, a walk over the index's 20-byte slots), not
+/// the log from them to the end.
 pub fn list_indexed(
     data_dir: &Path,
     filter: &ListFilter,
@@ -480,6 +467,10 @@ pub fn list_indexed(
     let below = filter.below();
     let mut all = Vec::new();
     for log in log_dirs(&data_dir.join(WAL_SUBDIR))? {
+        if let Some(ix) = index_of(&log).filter(|ix| ix.size().is_some()) {
+            all.extend(indexed::list_log(&log, filter, below.as_deref(), ix)?);
+            continue;
+        }
         let segs = list_segments(&log.dir)?;
         // Segments after `top` start above the bound: no event of theirs is admitted.
         let top = match &below {
@@ -489,20 +480,12 @@ pub fn list_indexed(
         let Some(top) = top else {
             continue;
         };
-        let index = index_of(&log).filter(|ix| ix.size().is_some());
         let mut seen = HashMap::new();
         let mut found = 0;
-        // The LSN after the newest record read (the end of the first segment read).
-        let mut read_end = None;
         for i in (0..segs.len()).rev() {
             let end = segs.get(i + 1).map_or(Lsn::MAX, |s| s.0);
             let events = segs[i].0 <= top;
-            if !events && index.is_some() {
-                continue;
-            }
-            let read_end = *read_end.get_or_insert(end);
-            let ix = index.map(|ix| (ix, read_end));
-            let (got, older) = list_segment(&log, (segs[i].0, end), filter, &mut seen, events, ix)?;
+            let (got, older) = list_segment(&log, (segs[i].0, end), filter, &mut seen, events)?;
             found += got.len();
             all.extend(got);
             if found >= filter.limit || older {

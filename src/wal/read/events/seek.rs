@@ -21,7 +21,6 @@ use std::path::Path;
 use crate::storage::{StdFs, Storage};
 use crate::wal::format::marker::{parse_marker, MARKER_RECORD_BYTES};
 use crate::wal::format::{parse_event, parse_record, Parsed, RecordKind, RECORD_HEADER_BYTES};
-use crate::wal::recover::damage::last_non_zero;
 use crate::wal::recover::scanner::{Scanner, Step};
 use crate::wal::{Lsn, WalError};
 
@@ -40,7 +39,7 @@ pub(crate) fn seek(path: &Path, first: Lsn, id: &str) -> Result<(usize, Lsn), Wa
 /// [`seek`] over a segment's bytes.
 pub(crate) fn seek_in(bytes: &[u8], first: Lsn, id: &str) -> (usize, Lsn) {
     // The preallocated zero tail cut off once (each probe would otherwise look for its start).
-    let bytes = &bytes[..last_non_zero(bytes).map_or(0, |last| last + 1)];
+    let bytes = &bytes[..data_end(bytes)];
     // No more records than could fit: the LSNs a marker of this segment can carry.
     let max_lsn = first.saturating_add((bytes.len() / RECORD_HEADER_BYTES) as u64);
     // Invariant: the event lies at or after the record at `lo` (LSN `lo_lsn`), and if it is in
@@ -74,7 +73,7 @@ pub(crate) fn seek_lsn(path: &Path, first: Lsn, lsn: Lsn) -> Result<(usize, Lsn)
 
 /// [`seek_lsn`] over a segment's bytes.
 pub(crate) fn seek_lsn_in(bytes: &[u8], first: Lsn, lsn: Lsn) -> (usize, Lsn) {
-    let bytes = &bytes[..last_non_zero(bytes).map_or(0, |last| last + 1)];
+    let bytes = &bytes[..data_end(bytes)];
     let max_lsn = first.saturating_add((bytes.len() / RECORD_HEADER_BYTES) as u64);
     // Invariant: the record at `lo` (LSN `lo_lsn`) is at or before the one sought.
     let (mut lo, mut lo_lsn, mut hi) = (0usize, first, bytes.len());
@@ -86,6 +85,36 @@ pub(crate) fn seek_lsn_in(bytes: &[u8], first: Lsn, lsn: Lsn) -> (usize, Lsn) {
         }
     }
     (lo, lo_lsn)
+}
+
+/// Where a segment's records most likely end: past the last non-zero byte of the last 64 KiB
+/// block that is not all zeros, found by a binary search over blocks that takes the
+/// preallocated zero tail as one run (`O(log blocks)` blocks read, where `last_non_zero` reads
+/// the whole tail: ~54 MiB on a fresh 64 MiB segment, ~10 ms per lookup). A run of zero blocks
+/// inside the records (a body of zeros) may make it stop early: the bisections only use it as
+/// their upper bound, so they then start their forward scan further back, never past a record.
+fn data_end(bytes: &[u8]) -> usize {
+    const BLOCK: usize = 64 * 1024;
+    let blocks = bytes.len().div_ceil(BLOCK);
+    let zero = |b: usize| {
+        let block = &bytes[b * BLOCK..((b + 1) * BLOCK).min(bytes.len())];
+        block.iter().all(|&x| x == 0)
+    };
+    // Invariant: blocks before `lo` are taken as data; from `hi` on, as the zero tail.
+    let (mut lo, mut hi) = (0usize, blocks);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if zero(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    let Some(last) = lo.checked_sub(1) else {
+        return 0;
+    };
+    let block = &bytes[last * BLOCK..((last + 1) * BLOCK).min(bytes.len())];
+    last * BLOCK + block.iter().rposition(|&x| x != 0).map_or(0, |p| p + 1)
 }
 
 /// The first batch boundary after `from`: the end of the first CRC-valid commit marker at an
@@ -133,7 +162,7 @@ fn first_event_id(bytes: &[u8], pos: usize, lsn: Lsn) -> Option<String> {
 mod tests {
     use super::*;
     use crate::wal::event_id::EventIdGen;
-    use crate::wal::recover::damage::next_valid;
+    use crate::wal::recover::damage::{last_non_zero, next_valid};
     use crate::wal::segment::list_segments;
     use crate::wal::{
         open, DoneEntry, DoneRecord, DoneStatus, Durability, EventRecord, Record, WalConfig,
@@ -252,6 +281,25 @@ mod tests {
             moved += usize::from(pos > 0);
         }
         assert!(moved > 10, "the bisection moved past the start: {moved}");
+    }
+
+    /// The end of the data is found without reading the zero tail, and a run of zeros inside
+    /// the data only makes it stop early.
+    #[test]
+    fn data_end_finds_the_last_non_zero_byte_before_the_zero_tail() {
+        let mut bytes = vec![0u8; 10 * 64 * 1024 + 100];
+        assert_eq!(data_end(&bytes), 0);
+        bytes[..300_000].fill(7);
+        assert_eq!(data_end(&bytes), 300_000);
+        bytes[0] = 1;
+        bytes[1..300_000].fill(0);
+        bytes[299_999] = 9;
+        let end = data_end(&bytes);
+        assert!(end == 1 || end == 300_000, "{end}");
+        let mut last = vec![5u8; 64 * 1024 + 3];
+        assert_eq!(data_end(&last), last.len());
+        last[64 * 1024..].fill(0);
+        assert_eq!(data_end(&last), 64 * 1024);
     }
 
     /// An id below the segment's first event seeks to the start; one above its last, near the end.
