@@ -6,8 +6,9 @@
 //! record before each `Done` record; then looks up `LOOKUPS` ids spread over the log and prints
 //! the p50, p99 and max of the lookups' wall time: offline (`show`, a forward scan to the
 //! outcome), then as a running node answers them (`show_indexed`, through the outcome index that
-//! recovery builds: its build time and bytes per event are printed), and the same for lists of
-//! the newest 5 and 100 events (`list`, `list_indexed`) and a page 1,000 events back.
+//! recovery builds: its build time and bytes per event are printed; segment maps kept for reuse
+//! as on the node's reader thread), and the same for lists of the newest 5 and 100 events
+//! (`list`, `list_indexed`) and a page 1,000 events back.
 //!
 //! Run: `cargo run --release --example event_lookup -- DIR [EVENTS] [BODY] [LOOKUPS]`
 //! (DIR is left behind for `sluice events` to be tried on). If DIR already holds a log this
@@ -58,6 +59,8 @@ fn report(what: &str, mut times: Vec<std::time::Duration>) {
 /// beside the offline lists.
 fn indexed(dir: &std::path::Path, ids: &[String], lookups: u64) {
     use sluice::wal::read::events::{list, list_indexed, show_indexed, ListFilter};
+    // As the node's reader thread does (`sched::readers`): segment maps kept for reuse.
+    sluice::storage::map_cache::keep_maps_on_this_thread();
     let log = dir.join("wal").join("core-0");
     let t0 = Instant::now();
     let recovered = sluice::wal::recover_dispatch(&log).expect("recover");

@@ -22,12 +22,13 @@
 //!   {"status":"refused","reason":"readers_busy"}` with `Retry-After: 1`, counted in
 //!   `sluice_ops_reads_total{result="refused"}`. So the job queue and each core's reply ring
 //!   (capacity [`MAX_READS`]) never fill.
-//! - **Readers: [`READERS`] threads**, `sluice-reader-K`, each at nice [`READER_NICE`]: a read
-//!   competes for CPU with the cores at a tenth of their weight, so a burst of reads slows
-//!   itself, not the ingest (a read still gets its share on a saturated machine: it is not
-//!   `SCHED_IDLE`).
+//! - **Readers: [`READERS`] threads**, `sluice-reader-K`, each at nice [`READER_NICE`] (19): a
+//!   read competes for CPU with the cores at 15/1024 of their weight, so a loop of reads slows
+//!   itself, not the ingest (`benches/scenarios/reads.sh` measures it); a read still gets its
+//!   share on a saturated machine: it is not `SCHED_IDLE`.
 //! - A read's own cost is the routes' (`ops::events_api`: a list is bounded by its `limit`, a
-//!   lookup by `MAX_RECORDS_AFTER`).
+//!   lookup by `MAX_RECORDS_AFTER`). A reader keeps up to `storage::map_cache::CAPACITY` segment
+//!   maps for reuse (a deleted segment's map is dropped within a second).
 //!
 //! # Stopping
 //!
@@ -56,7 +57,7 @@ pub const MAX_READS: usize = 32;
 /// Reader threads.
 pub const READERS: usize = 1;
 /// The readers' nice value (Linux: per thread).
-pub const READER_NICE: i32 = 10;
+pub const READER_NICE: i32 = 19;
 /// How long [`Readers::stop`] waits for a read in progress.
 pub const STOP_WAIT: Duration = Duration::from_secs(2);
 
@@ -269,6 +270,8 @@ impl Reader {
         if let Err(e) = crate::sched::thread_policy::set_current_nice(READER_NICE) {
             eprintln!("sluice: a reader thread keeps the default priority ({e})");
         }
+        // A lookup maps the same segments again and again: keep the maps (bounded).
+        crate::storage::map_cache::keep_maps_on_this_thread();
         loop {
             // Held only while waiting for the next job: one reader waits, the others queue on
             // the lock (none is busy then).

@@ -9,7 +9,7 @@
 //! (on mio, `sync::handback`) a moment later. As `SCHED_BATCH` the helper runs when the loop
 //! waits, or on another CPU.
 //!
-//! The operator readers (`sched::readers`) run at nice 10: a tenth of a core loop's weight when
+//! The operator readers (`sched::readers`) run at nice 19: 15/1024 of a core loop's weight when
 //! both want the CPU.
 #![allow(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -125,6 +125,8 @@ impl OpenMode {
 pub enum Contents {
     Empty,
     Map(memmap2::Mmap),
+    /// A map kept for reuse by the reading thread (`storage::map_cache`).
+    KeptMap(Arc<memmap2::Mmap>),
     Shared(Arc<Vec<u8>>),
 }
 
@@ -134,6 +136,7 @@ impl Deref for Contents {
         match self {
             Contents::Empty => &[],
             Contents::Map(m) => m,
+            Contents::KeptMap(m) => m,
             Contents::Shared(v) => v,
         }
     }

@@ -36,6 +36,7 @@
 #![deny(unsafe_code)]
 
 mod interface;
+pub mod map_cache;
 pub mod segment;
 pub mod sim;
 mod stdfs;

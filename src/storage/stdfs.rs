@@ -83,6 +83,12 @@ impl Storage for StdFs {
 
     fn map(&self, path: &Path) -> io::Result<Contents> {
         let file = File::open(path)?;
+        if let Some(kept) = super::map_cache::map_cached(path, &file, sys::map_read) {
+            return Ok(match kept? {
+                Some(map) => Contents::KeptMap(map),
+                None => Contents::Empty,
+            });
+        }
         Ok(match sys::map_read(&file)? {
             Some(map) => Contents::Map(map),
             None => Contents::Empty,

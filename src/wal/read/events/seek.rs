@@ -124,21 +124,29 @@ fn data_end(bytes: &[u8]) -> usize {
 /// record would CRC whatever length a payload's bytes happen to claim).
 fn batch_after(bytes: &[u8], from: usize, min_lsn: Lsn, max_lsn: Lsn) -> Option<(usize, Lsn)> {
     let last = bytes.len().checked_sub(MARKER_RECORD_BYTES)?;
-    (from..=last).find_map(|p| {
-        let h = &bytes[p..p + MARKER_RECORD_BYTES];
-        let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
-        if len != MARKER_RECORD_BYTES || h[16] != RecordKind::Marker as u8 {
-            return None;
+    // A marker starts with its length field: found with a vectorised search (`memmem`), then
+    // each hit checked as before.
+    let needle = (MARKER_RECORD_BYTES as u32).to_le_bytes();
+    let finder = memchr::memmem::Finder::new(&needle);
+    let mut p = from;
+    while p <= last {
+        let q = p + finder.find(&bytes[p..last + needle.len()])?;
+        p = q + 1;
+        let h = &bytes[q..q + MARKER_RECORD_BYTES];
+        if h[16] != RecordKind::Marker as u8 {
+            continue;
         }
         let lsn = u64::from_le_bytes(h[8..16].try_into().ok()?);
         if !(min_lsn..=max_lsn).contains(&lsn) {
-            return None;
+            continue;
         }
-        match parse_record(h) {
-            Parsed::Record(r) => parse_marker(r.lsn, r.payload).map(|_| (p + len, lsn)),
-            _ => None,
+        if let Parsed::Record(r) = parse_record(h) {
+            if parse_marker(r.lsn, r.payload).is_some() {
+                return Some((q + MARKER_RECORD_BYTES, lsn));
+            }
         }
-    })
+    }
+    None
 }
 
 /// The id of the first event record at or after the record at `pos` (LSN `lsn`), if one follows
