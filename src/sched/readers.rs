@@ -94,6 +94,8 @@ pub struct ReadBoard {
     refused: AtomicU64,
     /// Nanoseconds readers spent answering.
     busy_nanos: AtomicU64,
+    /// Segment maps the readers keep for reuse (`storage::map_cache`), after their last read.
+    kept_maps: AtomicU64,
 }
 
 impl Default for ReadBoard {
@@ -103,6 +105,7 @@ impl Default for ReadBoard {
             served: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             busy_nanos: AtomicU64::new(0),
+            kept_maps: AtomicU64::new(0),
         }
     }
 }
@@ -141,6 +144,12 @@ impl ReadBoard {
         );
         let busy = self.busy_nanos.load(Ordering::Relaxed) as f64 / 1e9;
         w.sample("sluice_ops_read_seconds_total", &[], busy);
+        w.gauge(
+            "sluice_ops_reader_maps",
+            "Segment maps the reader keeps for reuse (at most 16; a deleted segment's is dropped \
+             within a second).",
+            self.kept_maps.load(Ordering::Relaxed) as f64,
+        );
     }
 }
 
@@ -298,6 +307,8 @@ impl Reader {
             let spent = started.elapsed().as_nanos() as u64;
             board.busy_nanos.fetch_add(spent, Ordering::Relaxed);
             board.served.fetch_add(1, Ordering::Relaxed);
+            let kept = crate::storage::map_cache::kept() as u64;
+            board.kept_maps.store(kept, Ordering::Relaxed);
             let reply = ReadReply {
                 conn: job.conn,
                 ticket: job.ticket,
