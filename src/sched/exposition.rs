@@ -150,4 +150,22 @@ fn render_wal_health(node: &OpsView<'_>, w: &mut PromWriter) {
             .map(|l| l.lost_lsns_accepted.load(Relaxed))
             .sum::<u64>() as f64,
     );
+    w.counter(
+        "sluice_wal_torn_tail_truncations_total",
+        "Torn final batches recovery truncated, over the logs' lives (each named at error level, \
+         its bytes kept in the log's quarantine/, recorded in quarantine/TORN).",
+        node.wal
+            .iter()
+            .map(|l| l.torn_tails_total.load(Relaxed))
+            .sum(),
+    );
+    w.counter(
+        "sluice_wal_torn_tail_lsns_total",
+        "LSNs those truncations dropped (at least: a range without its marker ends at the last \
+         LSN a readable record names).",
+        node.wal
+            .iter()
+            .map(|l| l.torn_tail_lsns_total.load(Relaxed))
+            .sum(),
+    );
 }

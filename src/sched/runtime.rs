@@ -170,9 +170,10 @@ fn recover_logs(config: &Config) -> Result<RunLogs, RuntimeError> {
 /// What the recovery of `log` found.
 fn recovery_line(log: &OpenLog) -> String {
     let r = &log.report;
-    let torn = match &r.truncated_tail {
-        Some((seg, off)) => format!(", torn tail truncated at {}:{}", seg.display(), off),
-        None => String::new(),
+    let torn = match (&r.torn, &r.truncated_tail) {
+        (Some(t), _) => format!(", {t}"),
+        (None, Some((seg, off))) => format!(", torn tail truncated at {}:{}", seg.display(), off),
+        (None, None) => String::new(),
     };
     format!(
         "wal {} recovered: {} segments, {} records, last lsn {}, {} pending{torn}",

@@ -348,6 +348,7 @@ pub use read::tail::WalTail;
 /// Dispatch state after a restart: [`recover::state`].
 pub use recover::state;
 pub use recover::state::{recover_dispatch, recover_dispatch_in, DispatchRecovery, PendingMeta};
+pub use recover::torn::TornTail;
 pub use recover::LOCK_FILE;
 pub use recover::{open, open_in, RecoveryReport};
 pub use retire::retired::TriggerTally;

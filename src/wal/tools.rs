@@ -46,6 +46,8 @@ pub struct VerifyReport {
     pub lost: Vec<LostRange>,
     /// Ranges given up at an earlier start (`--accept-wal-loss`), recorded in the log.
     pub accepted: Vec<(Lsn, Lsn)>,
+    /// Torn tails an earlier recovery truncated (`quarantine/TORN`), counted and kept.
+    pub torn: Vec<crate::wal::recover::torn::TornTail>,
 }
 
 impl VerifyReport {
@@ -99,6 +101,9 @@ impl std::fmt::Display for VerifyReport {
         }
         if let Some(why) = &self.checkpoint_damaged {
             write!(f, "; CHECKPOINT DAMAGED: {why}")?;
+        }
+        for t in &self.torn {
+            write!(f, "; earlier: {t}")?;
         }
         Ok(())
     }
@@ -191,6 +196,7 @@ pub fn verify_log_in(
         lost.extend(checkpoint::missing(c, &extent));
     }
     let accepted = scan.accepted.clone();
+    let torn = crate::wal::recover::torn::load(storage, &dir).map_err(|e| WalError::io(&dir, e))?;
     Ok(VerifyReport {
         dir,
         segments: scan.segments.len(),
@@ -202,6 +208,7 @@ pub fn verify_log_in(
         checkpoint_damaged,
         lost,
         accepted,
+        torn,
     })
 }
 

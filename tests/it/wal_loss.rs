@@ -435,3 +435,82 @@ fn a_data_dir_from_before_checkpoints_starts_and_gets_one() {
     assert_wal_clean(&server.data_dir());
     find_event(&wal_inspect(&server.data_dir()), &id);
 }
+
+/// Issue 40 item 2: a zeroed 512-byte sector inside the final, acknowledged batch reads as a
+/// power cut's tear, so recovery truncates it without `--accept-wal-loss` — but it names the
+/// LSNs dropped at error level, keeps the bytes in the log's `quarantine/`, counts them in
+/// `sluice_wal_torn_tail_*`, and `wal verify` reports it afterwards (exit 0: accounted for).
+#[test]
+fn a_zeroed_sector_in_the_final_batch_is_named_counted_kept_and_verified() {
+    // The checkpoint (written at most once a second) must not cover the final batch, or the
+    // same damage is corruption: a SIGKILL right after the last 202 leaves it uncovered but
+    // for a rare tick in between, which a retry steps past.
+    // A handler that never answers: no outcome record is written after the events, so the
+    // last event's batch is the log's final write.
+    let ds = Downstream::start(Behavior::default());
+    ds.hold(true);
+    let uri = ds.uri("/sink");
+    let config = format!(
+        "[[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\nhandler = \"{uri}\"\n"
+    );
+    for _ in 0..5 {
+        let mut server = Server::start(big_buckets(Opts::config(&config).workers(1)));
+        let mut c = server.client();
+        for i in 0..20 {
+            accepted(&c.post("/hooks/t", format!("{i}").as_bytes(), &[]));
+        }
+        let last = format!("last-{}", "x".repeat(3000));
+        accepted(&c.post("/hooks/t", last.as_bytes(), &[]));
+        server.sigkill();
+        let seg = segments(&server.wal_dir()).pop().expect("a segment");
+        let bytes = fs::read(&seg).unwrap();
+        let end = bytes.iter().rposition(|&b| b != 0).unwrap() + 1;
+        // Inside the last record's 3,000-byte body (its marker is the last ~45 bytes).
+        let sector = (end - 1600) / 512 * 512;
+        let f = fs::OpenOptions::new().write(true).open(&seg).unwrap();
+        f.write_all_at(&[0u8; 512], sector as u64).unwrap();
+        f.sync_all().unwrap();
+        if let Err(fail) = server.try_restart() {
+            assert!(fail.stderr.contains("corruption"), "{}", fail.stderr);
+            continue;
+        }
+        let stderr = server.stderr();
+        assert!(stderr.contains("ERROR: torn tail truncated"), "{stderr}");
+        assert!(stderr.contains("dropped from"), "{stderr}");
+        let (_, s) = scrape(&server);
+        assert_eq!(
+            sample_value(&s, "sluice_wal_torn_tail_truncations_total", &[]),
+            1.0
+        );
+        assert!(sample_value(&s, "sluice_wal_torn_tail_lsns_total", &[]) >= 1.0);
+        let quarantine = server.wal_dir().join("quarantine");
+        let kept: Vec<_> = fs::read_dir(&quarantine)
+            .unwrap()
+            .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+            .filter(|n| n.ends_with(".torn"))
+            .collect();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        let held = fs::read(quarantine.join(&kept[0])).unwrap();
+        assert!(
+            held.windows(512).any(|w| w.iter().all(|&b| b == 0)),
+            "the zeroed sector"
+        );
+        server.stop();
+        let v = wal_verify(&server.data_dir());
+        assert_eq!(v.status.code(), Some(0), "{}", v.all());
+        assert!(
+            v.all().contains("earlier: torn tail truncated"),
+            "{}",
+            v.all()
+        );
+        // The count survives restarts.
+        server.restart();
+        let (_, s) = scrape(&server);
+        assert_eq!(
+            sample_value(&s, "sluice_wal_torn_tail_truncations_total", &[]),
+            1.0
+        );
+        return;
+    }
+    panic!("the checkpoint covered the final batch in 5 tries");
+}

@@ -155,6 +155,9 @@ pub struct Wal {
     pub(crate) failure_log: crate::wal::append::failure_log::FailureLog,
     /// Missing ranges accepted at open (`--accept-wal-loss`), published when a writer attaches.
     pub(crate) lost_accepted: Vec<LostRange>,
+    /// Every torn tail recovery truncated in this log's life (`recover::torn`, its `TORN`
+    /// record), loaded at open.
+    pub(crate) torn: Vec<crate::wal::recover::torn::TornTail>,
     /// `Os` durability only: the committed bytes `[os_synced_end, active.end)` of the active
     /// segment not yet synced (bounded: [`OS_SYNC_EVERY_BYTES`] plus one batch).
     os_unsynced: Vec<u8>,
@@ -240,6 +243,7 @@ impl Wal {
             roll_failed: false,
             failure_log: Default::default(),
             lost_accepted: Vec::new(),
+            torn: Vec::new(),
             os_unsynced: Vec::new(),
             os_synced_end: end,
             os_rewrite: false,
@@ -255,6 +259,11 @@ impl Wal {
             .loss_accepted_total
             .store(self.lost_accepted.len() as u64, Ordering::Relaxed);
         shared.lost_lsns_accepted.store(lsns, Ordering::Relaxed);
+        let (tails, torn_lsns) = crate::wal::recover::torn::totals(&self.torn);
+        shared.torn_tails_total.store(tails, Ordering::Relaxed);
+        shared
+            .torn_tail_lsns_total
+            .store(torn_lsns, Ordering::Relaxed);
         shared.retired.publish(self.retired.counts());
         self.shared = Some(shared);
         self.publish_os_unsynced();

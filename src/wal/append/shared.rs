@@ -69,6 +69,11 @@ pub struct WalShared {
     /// writer attaches; `Relaxed`: counters.
     pub loss_accepted_total: AtomicU64,
     pub lost_lsns_accepted: AtomicU64,
+    /// Torn tails recovery truncated over the log's life, and the LSNs they held
+    /// (`sluice_wal_torn_tail_truncations_total`, `sluice_wal_torn_tail_lsns_total`; from the
+    /// log's `quarantine/TORN` record, `recover::torn`). Set once when the writer attaches.
+    pub torn_tails_total: AtomicU64,
+    pub torn_tail_lsns_total: AtomicU64,
     /// `os` durability: committed bytes of the active segment not yet synced, which the log
     /// keeps a copy of in memory to rewrite after a failed sync ([`Wal::os_unsynced_bytes`](crate::wal::Wal::os_unsynced_bytes);
     /// bounded by `OS_SYNC_EVERY_BYTES`, 4 MiB, plus one batch; always 0 in `fsync` mode).
@@ -178,6 +183,8 @@ impl WalShared {
             retire_request: AtomicU64::new(0),
             loss_accepted_total: AtomicU64::new(0),
             lost_lsns_accepted: AtomicU64::new(0),
+            torn_tails_total: AtomicU64::new(0),
+            torn_tail_lsns_total: AtomicU64::new(0),
             os_unsynced_bytes: AtomicU64::new(0),
             checkpoint_failures_total: AtomicU64::new(0),
             checkpoint_stale: AtomicBool::new(false),

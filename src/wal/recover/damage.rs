@@ -33,7 +33,9 @@
 //! Limits, stated: a final batch that legitimately holds 512 aligned zero bytes inside the
 //! damaged span is taken for torn (rule 5); a synced final batch that loses a whole sector
 //! after its sync (a lost write the disk acknowledged) looks exactly like a power cut during
-//! that sync and is truncated as torn (reported in `truncated_tail`, counted); and damage that
+//! that sync and is truncated as torn (named at error level, its bytes kept in the log's
+//! quarantine, recorded in `quarantine/TORN` for `wal verify` and counted in
+//! `sluice_wal_torn_tail_*`: `recover::torn`); and damage that
 //! also destroys every marker after it falls to rule 5.
 #![forbid(unsafe_code)]
 

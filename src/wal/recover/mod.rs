@@ -384,6 +384,8 @@ pub struct RecoveryReport {
     pub last_lsn: Lsn,
     /// The torn final batch zeroed: segment and offset it was truncated at.
     pub truncated_tail: Option<(PathBuf, u64)>,
+    /// What that truncation dropped, counted and kept (`torn`).
+    pub torn: Option<torn::TornTail>,
     /// LSN ranges given up at this start because [`WalConfig::accept_loss`] was set: damaged
     /// records, missing segment files, ranges the checkpoint promised (empty otherwise: each
     /// of those fails the open).
@@ -448,8 +450,13 @@ pub fn open_in(
         (true, Some(c)) => scan.next_lsn.max(c.durable_lsn + 1).max(c.first_live_lsn),
         _ => scan.next_lsn,
     };
+    let torn = match &truncated_tail {
+        Some((segment, offset)) => Some(keep_torn(fs, dir, &scan, segment, *offset)?),
+        None => None,
+    };
     let mut wal = attach(storage.clone(), cfg, &scan, next_lsn)?;
     wal.lock = Some(lock);
+    wal.torn = torn::load(fs, dir).map_err(|e| WalError::io(dir, e))?;
     wal.lost_accepted = lost.clone();
     wal.retired = retired;
     let report = RecoveryReport {
@@ -457,9 +464,37 @@ pub fn open_in(
         records: scan.records,
         last_lsn: next_lsn - 1,
         truncated_tail,
+        torn,
         lost,
     };
     Ok((wal, report))
+}
+
+/// Copies the torn tail of `segment` (from `offset` to its last non-zero byte) to the log's
+/// quarantine and records it, before `attach` zeroes it (`torn`); logs it at error level.
+fn keep_torn(
+    fs: &dyn Storage,
+    dir: &Path,
+    scan: &DirScan,
+    segment: &Path,
+    offset: u64,
+) -> Result<torn::TornTail, WalError> {
+    let io_err = |e| WalError::io(segment, e);
+    let bytes = fs.map(segment).map_err(io_err)?;
+    let from = (offset as usize).min(bytes.len());
+    let end = (scan.last_dirty_end as usize).clamp(from, bytes.len());
+    let t = torn::quarantine(
+        fs,
+        dir,
+        segment,
+        offset,
+        &bytes[from..end],
+        scan.next_lsn,
+        unix_millis(),
+    )
+    .map_err(|e| WalError::io(&dir.join(torn::QUARANTINE_DIR), e))?;
+    eprintln!("sluice: wal {}: ERROR: {t}", dir.display());
+    Ok(t)
 }
 
 /// Creates `dir` and missing parents, each one's entry synced before the log promises anything
@@ -680,3 +715,4 @@ pub(super) mod scanner;
 pub mod state;
 #[cfg(test)]
 pub(crate) mod tests;
+pub mod torn;

@@ -368,3 +368,63 @@ fn a_truncated_middle_segment_is_named_as_truncated() {
     );
     assert!(!text.contains("end-of-data marker"), "{text}");
 }
+
+/// Issue 40 item 2: a zeroed sector inside the final, synced batch reads as a power cut's tear
+/// and is truncated — but what it dropped is named (exact, from the surviving marker), kept in
+/// the quarantine before the zeroing, recorded for `wal verify`, and counted.
+#[test]
+fn a_torn_final_batch_is_named_kept_recorded_and_counted() {
+    use crate::wal::recover::torn::{self, QUARANTINE_DIR};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = test_cfg(tmp.path(), WritePath::Pwrite);
+    cfg.durability = Durability::Fsync;
+    let (mut wal, _) = open(&cfg).unwrap();
+    wal.append_events(&events(0..4)).unwrap();
+    // The final batch: LSNs 5..=7, one write with its marker.
+    wal.append_events(&events(4..7)).unwrap();
+    drop(wal);
+    let seg = segment_path(&cfg.dir, 1);
+    let offs = offsets(&cfg.dir);
+    let pristine = std::fs::read(&seg).unwrap();
+    let end = pristine.iter().rposition(|&b| b != 0).unwrap() + 1;
+    // One aligned 512-byte sector inside LSN 6's record, zeroed.
+    let sector = (offs[5] as usize).div_ceil(512) * 512;
+    assert!(sector + 512 < end, "the sector lies inside the batch");
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    f.write_all_at(&[0u8; 512], sector as u64).unwrap();
+    let damaged = std::fs::read(&seg).unwrap();
+    let (wal, report) = open(&cfg).unwrap();
+    // Truncated at the damaged record: LSN 5, before it, is whole and kept.
+    assert_eq!(report.truncated_tail, Some((seg.clone(), offs[5])));
+    assert_eq!(report.last_lsn, 5);
+    let t = report.torn.clone().expect("counted");
+    assert_eq!((t.first_lsn, t.last_lsn, t.exact), (6, 7, true), "{t}");
+    assert_eq!(t.offset, offs[5]);
+    // The zeroed sector spans LSN 6's end and LSN 7's start: neither is readable.
+    assert!(t.records <= 1 && t.events <= t.records, "{t}");
+    // The dropped bytes are in the quarantine as they were on disk, zeroed in the segment.
+    let kept = std::fs::read(cfg.dir.join(QUARANTINE_DIR).join(&t.kept)).unwrap();
+    assert_eq!(kept, damaged[offs[5] as usize..end]);
+    let now = std::fs::read(&seg).unwrap();
+    assert_eq!(now[..offs[5] as usize], pristine[..offs[5] as usize]);
+    // Counted from the record when the writer attaches.
+    let shared = Arc::new(crate::wal::WalShared::new());
+    let mut wal = wal;
+    wal.attach_shared(shared.clone());
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(shared.torn_tails_total.load(Relaxed), 1);
+    assert_eq!(shared.torn_tail_lsns_total.load(Relaxed), 2);
+    drop(wal);
+    // `wal verify` afterwards: clean segments, the earlier truncation named.
+    let v = crate::wal::tools::verify_log(&cfg.dir).unwrap();
+    assert!(v.is_clean(), "{v}");
+    assert!(
+        v.to_string().contains("earlier: torn tail truncated"),
+        "{v}"
+    );
+    assert!(v.to_string().contains("LSNs 6..=7"), "{v}");
+    // A later start has nothing to truncate and keeps the count.
+    let (_, report) = open(&cfg).unwrap();
+    assert_eq!((report.truncated_tail, report.torn), (None, None));
+    assert_eq!(torn::load(&StdFs, &cfg.dir).unwrap().len(), 1);
+}
