@@ -16,7 +16,7 @@
 //!   [`logs`] the logs a run opens and which core owns each.
 //! - [`alloc`] sets the allocator up so that large request bodies are returned when freed.
 //! - [`readers`] are the threads that answer operator reads (event lookups and lists, the
-//!   ledger, the dashboard's state) off the core loops.
+//!   ledger, the dashboard's state) off the core loops; [`read_board`] their bound and counters.
 //! - [`exposition`] renders `/metrics` from that state (below both the runtime and the worker).
 //!
 //! Dependencies go one way: `runtime` → `worker` → (`commit`, `pump`, `exposition`, `state`) →
@@ -30,6 +30,7 @@ pub mod error;
 pub mod exposition;
 pub mod logs;
 pub mod pump;
+pub mod read_board;
 pub mod readers;
 pub mod runtime;
 pub mod state;

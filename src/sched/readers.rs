@@ -37,23 +37,20 @@
 //! in progress (then the thread is left to finish it alone: the process is exiting).
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::ingest::router::OpsEndpoint;
-use crate::metrics::PromWriter;
 use crate::net::io::Waker;
 use crate::ops::dashboard::Answer;
 use crate::ops::view::OpsView;
 use crate::ring;
+pub use crate::sched::read_board::{ReadBoard, MAX_READS};
 use crate::sched::state::Shared;
-use crate::sync::slots::Slots;
 
-/// Reads outstanding at once, node-wide (module docs, "Bounds").
-pub const MAX_READS: usize = 32;
 /// Reader threads.
 pub const READERS: usize = 1;
 /// The readers' nice value (Linux: per thread).
@@ -86,73 +83,6 @@ struct Job {
     req: ReadRequest,
 }
 
-/// The node's read counters and slots (in `Shared`: `/metrics` renders them).
-#[derive(Debug)]
-pub struct ReadBoard {
-    slots: Slots,
-    served: AtomicU64,
-    refused: AtomicU64,
-    /// Nanoseconds readers spent answering.
-    busy_nanos: AtomicU64,
-    /// Segment maps the readers keep for reuse (`storage::map_cache`), after their last read.
-    kept_maps: AtomicU64,
-}
-
-impl Default for ReadBoard {
-    fn default() -> ReadBoard {
-        ReadBoard {
-            slots: Slots::new(MAX_READS as u64),
-            served: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-            busy_nanos: AtomicU64::new(0),
-            kept_maps: AtomicU64::new(0),
-        }
-    }
-}
-
-impl ReadBoard {
-    /// Reads outstanding now.
-    pub fn outstanding(&self) -> u64 {
-        self.slots.taken()
-    }
-
-    pub fn render_prometheus(&self, w: &mut PromWriter) {
-        w.gauge(
-            "sluice_ops_reads_outstanding",
-            "Operator reads (event lookups and lists, ledger, dashboard state) queued, being \
-             read or answered and not yet taken by their core; at most sluice_ops_reads_max.",
-            self.outstanding() as f64,
-        );
-        w.gauge(
-            "sluice_ops_reads_max",
-            "The bound on outstanding operator reads (past it: 503 readers_busy).",
-            MAX_READS as f64,
-        );
-        w.header(
-            "sluice_ops_reads_total",
-            "Operator reads by result: served by a reader thread, or refused (503 readers_busy).",
-            crate::metrics::MetricType::Counter,
-        );
-        let served = self.served.load(Ordering::Relaxed);
-        let refused = self.refused.load(Ordering::Relaxed);
-        w.sample_u64("sluice_ops_reads_total", &[("result", "served")], served);
-        w.sample_u64("sluice_ops_reads_total", &[("result", "refused")], refused);
-        w.header(
-            "sluice_ops_read_seconds_total",
-            "Time reader threads spent answering operator reads.",
-            crate::metrics::MetricType::Counter,
-        );
-        let busy = self.busy_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        w.sample("sluice_ops_read_seconds_total", &[], busy);
-        w.gauge(
-            "sluice_ops_reader_maps",
-            "Segment maps the reader keeps for reuse (at most 16; a deleted segment's is dropped \
-             within a second).",
-            self.kept_maps.load(Ordering::Relaxed) as f64,
-        );
-    }
-}
-
 /// A core's end of the readers: its sender into the queue and its reply ring.
 #[derive(Debug)]
 pub struct ReadLink {
@@ -167,8 +97,7 @@ impl ReadLink {
     /// deferred slot, or `None` when [`MAX_READS`] reads are outstanding (counted; the caller
     /// answers `503 readers_busy`).
     pub fn submit(&mut self, board: &ReadBoard, conn: usize, req: ReadRequest) -> Option<u64> {
-        if !board.slots.try_take() {
-            board.refused.fetch_add(1, Ordering::Relaxed);
+        if !board.try_take() {
             return None;
         }
         self.next_ticket += 1;
@@ -182,8 +111,8 @@ impl ReadLink {
         // The slot taken bounds the queue to MAX_READS: `Full` cannot happen; `Disconnected`
         // only once the readers are gone (stopping).
         if self.jobs.try_send(job).is_err() {
-            board.slots.give_back();
-            board.refused.fetch_add(1, Ordering::Relaxed);
+            board.give_back();
+            board.refuse();
             return None;
         }
         Some(ticket)
@@ -192,7 +121,7 @@ impl ReadLink {
     /// The next answer for this core, giving its read slot back.
     pub fn take(&mut self, board: &ReadBoard) -> Option<ReadReply> {
         let reply = self.replies.try_pop()?;
-        board.slots.give_back();
+        board.give_back();
         Some(reply)
     }
 }
@@ -305,10 +234,7 @@ impl Reader {
             let started = Instant::now();
             let answer = answer(&self.shared.ops_view(), &job.req);
             let spent = started.elapsed().as_nanos() as u64;
-            board.busy_nanos.fetch_add(spent, Ordering::Relaxed);
-            board.served.fetch_add(1, Ordering::Relaxed);
-            let kept = crate::storage::map_cache::kept() as u64;
-            board.kept_maps.store(kept, Ordering::Relaxed);
+            board.served(spent, crate::storage::map_cache::kept() as u64);
             let reply = ReadReply {
                 conn: job.conn,
                 ticket: job.ticket,
@@ -317,7 +243,7 @@ impl Reader {
             // The ring holds MAX_READS and at most MAX_READS replies are outstanding, so the
             // push fails only when the core has exited (ring closed): give the slot back.
             if self.replies[job.core].try_push(reply).is_err() {
-                board.slots.give_back();
+                board.give_back();
                 continue;
             }
             let _ = self.wakers[job.core].wake();
@@ -370,7 +296,7 @@ mod tests {
         }
         assert_eq!(board.outstanding(), MAX_READS as u64);
         assert_eq!(links[0].submit(&board, 7, request()), None);
-        assert_eq!(board.refused.load(Ordering::Relaxed), 1);
+        assert_eq!(board.refused(), 1);
         // Each core numbers its own reads, in order.
         assert_eq!(&tickets[..4], &[1, 1, 2, 2]);
         // A reader takes a job and answers core 1: the slot stays taken until core 1 takes it.

@@ -52,7 +52,7 @@ pub struct Shared {
     /// The `/metrics` rendering shared by concurrent scrapes (`metrics::shared`).
     scrapes: SharedRendering,
     /// The operator reads' slots and counters (`sched::readers`).
-    reads: crate::sched::readers::ReadBoard,
+    reads: crate::sched::read_board::ReadBoard,
     /// The configuration generation cores pick up at the top of a turn (`ops::reload`).
     reload: Published,
     io_backend: crate::net::io::Backend,
@@ -116,7 +116,7 @@ impl Shared {
     }
 
     /// The operator reads' slots and counters (`sched::readers`).
-    pub fn reads(&self) -> &crate::sched::readers::ReadBoard {
+    pub fn reads(&self) -> &crate::sched::read_board::ReadBoard {
         &self.reads
     }
 

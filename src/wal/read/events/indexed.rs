@@ -7,8 +7,8 @@
 
 use std::collections::HashMap;
 
+use super::model::{candidate_segment, corrupt, EventReport, Fate, ListFilter, Seen};
 use super::seek;
-use super::{candidate_segment, corrupt, EventReport, Fate, ListFilter, Seen};
 use crate::wal::format::{
     decode_payload, parse_event, DoneStatus, EventRecord, Record, RecordKind,
 };
