@@ -5,7 +5,7 @@
 //! rare trigger does not read the log to find its events.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
@@ -81,36 +81,14 @@ fn the_heaviest_lists_leave_healthz_on_every_core_fast() {
             })
         })
         .collect();
-    let worst = Arc::new(Mutex::new(Duration::ZERO));
-    let probes: Vec<_> = (0..4)
-        .map(|_| {
-            let (stop, worst, addr) = (stop.clone(), worst.clone(), server.addr());
-            std::thread::spawn(move || {
-                let mut c = Client::connect(addr).expect("connect");
-                c.set_read_timeout(Duration::from_secs(10));
-                let mut n = 0;
-                while !stop.load(Ordering::Relaxed) && n < 20_000 {
-                    let t = Instant::now();
-                    assert_eq!(c.get("/healthz").status, 200);
-                    let took = t.elapsed();
-                    let mut w = worst.lock().unwrap();
-                    *w = (*w).max(took);
-                    drop(w);
-                    n += 1;
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                n
-            })
-        })
-        .collect();
+    let probes = HealthProbes::start(server.addr(), 4, Duration::from_millis(2));
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, Ordering::Relaxed);
     let (listed, slowest_list) = lists
         .into_iter()
         .map(|l| l.join().unwrap())
         .fold((0, Duration::ZERO), |(n, s), (d, w)| (n + d, s.max(w)));
-    let probed: usize = probes.into_iter().map(|p| p.join().unwrap()).sum();
-    let worst = *worst.lock().unwrap();
+    let (probed, worst) = probes.stop();
     eprintln!(
         "a page of 1,000 alone {alone:?}, the rare trigger's list {rare_took:?}; {listed} \
          pages (slowest {slowest_list:?}); {probed} probes, the slowest {worst:?}"

@@ -11,8 +11,6 @@
 //!   round of six).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::dispatch::{big_buckets, dlq_list, server_counts_dlq};
@@ -104,29 +102,7 @@ fn a_bulk_replay_of_2500_entries_keeps_probes_under_200ms_and_delivers_each_once
     const N: usize = 2_500;
     let (server, ds) = dead_lettered(N, "");
     // Probes on 4 connections (SO_REUSEPORT spreads them over both cores), every 5 ms each.
-    let stop = Arc::new(AtomicBool::new(false));
-    let worst = Arc::new(Mutex::new(Duration::ZERO));
-    let probes: Vec<_> = (0..4)
-        .map(|_| {
-            let (stop, worst, addr) = (stop.clone(), worst.clone(), server.addr());
-            std::thread::spawn(move || {
-                let mut c = Client::connect(addr).expect("connect");
-                c.set_read_timeout(Duration::from_secs(10));
-                let mut n = 0;
-                while !stop.load(Ordering::Relaxed) && n < 20_000 {
-                    let t = Instant::now();
-                    assert_eq!(c.get("/healthz").status, 200);
-                    let took = t.elapsed();
-                    let mut w = worst.lock().unwrap();
-                    *w = (*w).max(took);
-                    drop(w);
-                    n += 1;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                n
-            })
-        })
-        .collect();
+    let probes = HealthProbes::start(server.addr(), 4, Duration::from_millis(5));
     std::thread::sleep(Duration::from_millis(100));
     let (replayed, slowest_call) = replay_all(&server);
     assert!(
@@ -135,9 +111,7 @@ fn a_bulk_replay_of_2500_entries_keeps_probes_under_200ms_and_delivers_each_once
         "{} of {N} entries delivered",
         deliveries_by_entry(&ds).len()
     );
-    stop.store(true, Ordering::Relaxed);
-    let probed: usize = probes.into_iter().map(|p| p.join().unwrap()).sum();
-    let worst = *worst.lock().unwrap();
+    let (probed, worst) = probes.stop();
     eprintln!("{replayed} replayed; {probed} probes, the slowest {worst:?}");
     assert_eq!(replayed, N as u64);
     // Alone, the slowest probe took 98–136 ms (under the 200 ms); what a probe on the

@@ -784,3 +784,52 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `/healthz` probed on `connections` connections (SO_REUSEPORT spreads them over the cores),
+/// each every `every`, until [`HealthProbes::stop`] (at most 20,000 probes a connection).
+pub struct HealthProbes {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    worst: Arc<std::sync::Mutex<Duration>>,
+    threads: Vec<std::thread::JoinHandle<usize>>,
+}
+
+impl HealthProbes {
+    pub fn start(addr: SocketAddr, connections: usize, every: Duration) -> HealthProbes {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let worst = Arc::new(std::sync::Mutex::new(Duration::ZERO));
+        let threads = (0..connections)
+            .map(|_| {
+                let (stop, worst) = (stop.clone(), worst.clone());
+                std::thread::spawn(move || {
+                    let mut c = Client::connect(addr).expect("connect");
+                    c.set_read_timeout(Duration::from_secs(10));
+                    let mut n = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 20_000 {
+                        let t = Instant::now();
+                        assert_eq!(c.get("/healthz").status, 200);
+                        let took = t.elapsed();
+                        let mut w = worst.lock().unwrap();
+                        *w = (*w).max(took);
+                        drop(w);
+                        n += 1;
+                        std::thread::sleep(every);
+                    }
+                    n
+                })
+            })
+            .collect();
+        HealthProbes {
+            stop,
+            worst,
+            threads,
+        }
+    }
+
+    /// Stops the probes: `(probes made, the slowest)`.
+    pub fn stop(self) -> (usize, Duration) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let n = self.threads.into_iter().map(|t| t.join().unwrap()).sum();
+        let worst = *self.worst.lock().unwrap();
+        (n, worst)
+    }
+}
