@@ -36,6 +36,15 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Token buckets out of the way: the fills post ~2,000 requests as fast as the server answers,
+/// past the default buckets (1,024 plus 1,024/s) on a fast run, and a refusal must then be the
+/// disk's (`wal_unavailable`), not `ingest_saturated`.
+fn wide_buckets(o: Opts) -> Opts {
+    o.env(ENV_GLOBAL_CAPACITY, "1000000")
+        .env(ENV_PER_SOURCE_CAPACITY, "1000000")
+        .env(ENV_REFILL_PER_SEC, "1000000")
+}
+
 /// Fills the file system holding `dir` to the last byte; returns the bytes written.
 fn fill(dir: &Path) -> u64 {
     let mut f = fs::File::create(dir.join("filler")).unwrap();
@@ -77,7 +86,7 @@ fn a_node_whose_disk_is_full_restarts_and_drains() {
          retry = {{ max_attempts = 100, base = \"200ms\", cap = \"1s\" }}\n\
          circuit = {{ failures = 3, open_for = \"1s\", on_open = \"hold\" }}\n"
     );
-    let opts = Opts::config(&config).workers(2);
+    let opts = wide_buckets(Opts::config(&config).workers(2));
     let mut server =
         Server::start_in(root.clone(), opts).unwrap_or_else(|f| panic!("{}", f.stderr));
     let mut ids = HashSet::new();
@@ -163,7 +172,7 @@ fn a_full_disk_does_not_spin_and_loses_nothing_when_space_returns() {
          [[destinations]]\nuri = \"{uri}\"\n\
          retry = {{ max_attempts = 100, base = \"200ms\", cap = \"1s\" }}\n"
     );
-    let opts = Opts::config(&config).workers(2);
+    let opts = wide_buckets(Opts::config(&config).workers(2));
     let mut server =
         Server::start_in(root.clone(), opts).unwrap_or_else(|f| panic!("{}", f.stderr));
     let mut ids = HashSet::new();

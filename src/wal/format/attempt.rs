@@ -111,7 +111,7 @@ pub fn decode(payload: &[u8]) -> Result<AttemptsRecord, DecodeError> {
 
 /// Each entry's event LSN and whether it was a call, in order, without decoding the rest (no
 /// allocation: the outcome index's fold, `wal::outcomes`). `None` when the payload does not
-/// decode (as [`decode`] would refuse it, up to the outcome's class, which is not checked).
+/// decode (as `decode` would refuse it, up to the outcome's class, which is not checked).
 pub fn entry_lsns(payload: &[u8], mut f: impl FnMut(u64, bool)) -> Option<()> {
     let mut rest = payload;
     let n = u16::from_le_bytes(array(&mut rest, "attempt entries").ok()?) as usize;

@@ -84,7 +84,7 @@ struct Slot {
     trigger: u16,
 }
 
-/// Trigger names an index numbers; events of any further trigger are [`OTHER_TRIGGER`].
+/// Trigger names an index numbers; events of any further trigger are `OTHER_TRIGGER`.
 pub const MAX_TRIGGER_NAMES: usize = u16::MAX as usize - 1;
 const OTHER_TRIGGER: u16 = u16::MAX;
 

@@ -58,7 +58,7 @@ pub struct TornTail {
     pub bytes: u64,
     pub kept: String,
     pub kept_bytes: u64,
-    /// Truncations folded into this line (the oldest, past [`KEEP_LINES`]); 0 for one.
+    /// Truncations folded into this line (the oldest, past `KEEP_LINES`); 0 for one.
     #[serde(default)]
     pub folded: u64,
 }

@@ -67,7 +67,7 @@ pub struct EventReport {
     /// Its calls in order (kind-8 entries that are calls; skips and dead-letterings are the
     /// fate's reason).
     pub attempts: Vec<AttemptEntry>,
-    /// The search for its outcome stopped at its bound ([`show_bounded`]) before finding a
+    /// The search for its outcome stopped at its bound (`show_bounded`) before finding a
     /// `Done` entry: the fate is what the records read so far say.
     pub bounded: bool,
     /// Its attempt records span more than the read's bound (a lookup through the outcome
@@ -185,7 +185,7 @@ pub(super) fn candidate_segment(dir: &Path, id: &str) -> Result<Option<(Lsn, Pat
     Ok(lo.checked_sub(1).map(|i| segs[i].clone()))
 }
 
-/// Which events [`list`] returns.
+/// Which events `list` returns.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
     pub trigger: Option<String>,
