@@ -267,7 +267,11 @@ fn wal_states(run_logs: &mut RunLogs) -> Vec<Arc<WalShared>> {
         s.name = l.name.clone();
         s.durable_lsn
             .store(l.report.last_lsn, std::sync::atomic::Ordering::Release);
-        s.outcomes.seed(std::mem::take(&mut l.recovered.outcomes));
+        let mut index = std::mem::take(&mut l.recovered.outcomes);
+        // Where the writer appends next (after a log lost whole and accepted, past the
+        // checkpoint's promise: the LSNs between are given up).
+        index.continue_at(l.report.last_lsn + 1);
+        s.outcomes.seed(index);
         Arc::new(s)
     };
     run_logs.logs.iter_mut().map(state).collect()

@@ -343,6 +343,25 @@ impl OutcomeIndex {
         Ok(marked)
     }
 
+    /// Makes the index continue at `next`, the LSN its log appends next: the LSNs between are
+    /// a range given up (a log whose every segment was lost and accepted continues after what
+    /// its checkpoint promised), so the events still without an outcome read lost. An empty
+    /// index, or one ahead of its log (which recovery never builds), starts afresh at `next`
+    /// (its trigger numbers kept).
+    pub fn continue_at(&mut self, next: Lsn) {
+        let from = self.next_lsn();
+        if self.is_empty() || next < from {
+            // Nothing to mark (and no empty slots kept for a range of nothing).
+            *self = OutcomeIndex {
+                base: next,
+                ..std::mem::take(self)
+            };
+            self.slots.clear();
+        } else if next > from {
+            let _ = self.accept_loss(from, next);
+        }
+    }
+
     /// Drops the slots below `lsn` (segments retention deleted).
     pub fn retire_below(&mut self, lsn: Lsn) {
         while self.base < lsn && self.slots.pop_front().is_some() {

@@ -241,3 +241,24 @@ fn memory_is_slot_bytes_per_record_plus_slack() {
     assert!(per >= SLOT_BYTES as f64, "{per}");
     assert!(per <= 2.0 * SLOT_BYTES as f64, "{per}");
 }
+
+/// An index recovery built short of its log's next LSN continues there, the gap given up; one
+/// ahead of it starts afresh.
+#[test]
+fn continue_at_gives_up_the_gap_or_starts_afresh() {
+    let mut ix = OutcomeIndex::new(1);
+    feed(&mut ix, [event(), event()]);
+    ix.continue_at(10);
+    assert_eq!(ix.next_lsn(), 10);
+    assert_eq!(ix.get(1).unwrap().outcome, Outcome::Lost);
+    assert_eq!(ix.get(5), None);
+    ix.continue_at(10);
+    assert_eq!((ix.next_lsn(), ix.len()), (10, 9), "unchanged when aligned");
+    ix.continue_at(4);
+    assert_eq!((ix.next_lsn(), ix.len()), (4, 0));
+    assert!(ix.observe(4, &event()).is_ok());
+    // An empty index keeps no slots for the gap: a log lost whole, continuing far on.
+    let mut empty = OutcomeIndex::new(1);
+    empty.continue_at(5_000_001);
+    assert_eq!((empty.next_lsn(), empty.len()), (5_000_001, 0));
+}
