@@ -29,6 +29,7 @@ TOOLS=(
     "chromedriver|chromium-driver|ops::, dashboard::dashboard_in_chromium_*, ordering::on_exhausted_*"
     "systemd-analyze|systemd|ops::systemd_unit_verifies_cleanly"
     "nginx|nginx|drain_nginx::* (a rolling restart behind nginx upstream keep-alive)"
+    "mount|mount|full_disk::* (a tmpfs filled to the last byte; also needs root)"
     "python3|python3|edge::every_metrics_family_* (/metrics through prometheus_client)"
     "prometheus_client|python3-prometheus-client|edge::every_metrics_family_* (or pip, by the test)"
     "standardwebhooks|python3-pip|batch::five_hundred_*, batch::a_batch_answered_500_* (batches verified by the official Standard Webhooks library: pip, by this script or the test)"

@@ -14,25 +14,34 @@ use std::time::Duration;
 use crate::downstream::{Behavior, Downstream};
 use crate::support::*;
 
-/// A tmpfs of `size` mounted at `dir` until dropped.
-struct Tmpfs(PathBuf);
+/// A tmpfs of `size` mounted at `dir` until dropped, with the `mount` found on `PATH` (and the
+/// `umount` beside it).
+struct Tmpfs {
+    dir: PathBuf,
+    umount: PathBuf,
+}
 
 impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Tmpfs {
+    /// `None` (a named skip; a failure under `--require-all`) without `mount`.
+    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        let mount = require_tool("mount", "mount")?;
         fs::create_dir_all(dir).unwrap();
-        let st = Command::new("mount")
+        let st = Command::new(&mount)
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir)
             .status()
             .expect("mount");
         assert!(st.success(), "mount -t tmpfs failed: {st:?}");
-        Tmpfs(dir.to_owned())
+        Some(Tmpfs {
+            dir: dir.to_owned(),
+            umount: mount.with_file_name("umount"),
+        })
     }
 }
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = Command::new(&self.umount).arg("-l").arg(&self.dir).status();
     }
 }
 
@@ -73,7 +82,9 @@ fn a_node_whose_disk_is_full_restarts_and_drains() {
     };
     let root = temp_root();
     let data = root.path().join("data");
-    let _mount = Tmpfs::mount(&data, "16m");
+    let Some(_mount) = Tmpfs::mount(&data, "16m") else {
+        return;
+    };
     let ds = Downstream::start(Behavior {
         status: 503,
         ..Behavior::default()
@@ -160,7 +171,9 @@ fn a_full_disk_does_not_spin_and_loses_nothing_when_space_returns() {
     };
     let root = temp_root();
     let data = root.path().join("data");
-    let _mount = Tmpfs::mount(&data, "32m");
+    let Some(_mount) = Tmpfs::mount(&data, "32m") else {
+        return;
+    };
     // Ballast, freed at the end to give the logs room again.
     fs::write(data.join("ballast"), vec![0x5Au8; 6 << 20]).unwrap();
     let ds = Downstream::start(Behavior::default());
