@@ -8,7 +8,7 @@ use super::segment::{list_segments, segment_path, SegmentFile};
 use super::tools::verify_log;
 use super::{open, Lsn, WalConfig, WalError, WalShared, WritePath, MAX_BODY_BYTES};
 use crate::sync::clock::ManualClock;
-use crate::wal::recover::tests::test_cfg;
+use crate::wal::recover::tests::{spans, test_cfg};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,7 +45,7 @@ fn firsts(dir: &Path) -> Vec<Lsn> {
 
 fn lost_of(cfg: &WalConfig) -> Vec<(Lsn, Lsn)> {
     match open(cfg) {
-        Err(WalError::Lost { ranges, .. }) => ranges.iter().map(|r| (r.first, r.last)).collect(),
+        Err(WalError::Lost { ranges, .. }) => spans(&ranges),
         other => panic!("expected Lost, got {other:?}"),
     }
 }
@@ -75,14 +75,7 @@ fn truncated_newest_segment_is_a_lost_range_until_accepted() {
         assert_eq!(lost_of(&cfg), [(9, 10)], "{path:?}");
         let report = verify_log(&cfg.dir).unwrap();
         assert!(!report.is_clean());
-        assert_eq!(
-            report
-                .lost
-                .iter()
-                .map(|r| (r.first, r.last))
-                .collect::<Vec<_>>(),
-            [(9, 10)]
-        );
+        assert_eq!(spans(&report.lost), [(9, 10)]);
         assert!(
             report.to_string().contains("LSNs 9..=10 missing"),
             "{report}"
@@ -337,7 +330,7 @@ fn a_gap_after_a_segment_holding_no_lsn_is_accepted_past_its_records() {
     std::fs::write(&seg, &bytes).unwrap();
     assert_eq!(lost_of(&cfg), [(1, next - 1)]);
     let (_, report) = open(&accepting(&cfg)).unwrap();
-    let lost: Vec<_> = report.lost.iter().map(|r| (r.first, r.last)).collect();
+    let lost = spans(&report.lost);
     assert_eq!(lost, [(1, next - 1)]);
     assert_eq!(report.last_lsn, 10);
     let kept = std::fs::read(&seg).unwrap();
@@ -364,14 +357,7 @@ fn an_accepted_loss_marks_the_unfinished_events_in_the_outcome_index_until_they_
     // The middle segment (LSNs 5..=8) gone, accepted.
     std::fs::remove_file(segment_path(&cfg.dir, 5)).unwrap();
     let (mut wal, report) = open(&accepting(&cfg)).unwrap();
-    assert_eq!(
-        report
-            .lost
-            .iter()
-            .map(|r| (r.first, r.last))
-            .collect::<Vec<_>>(),
-        [(5, 8)]
-    );
+    assert_eq!(spans(&report.lost), [(5, 8)]);
     let mut recovered = crate::wal::recover_dispatch(&cfg.dir).unwrap();
     let index = std::mem::take(&mut recovered.outcomes);
     assert_eq!(index.next_lsn(), recovered.next_lsn);

@@ -19,6 +19,11 @@ pub(crate) fn test_cfg(dir: &Path, write_path: WritePath) -> WalConfig {
     }
 }
 
+/// The `(first, last)` of each range, for comparing lost ranges in tests.
+pub(crate) fn spans(ranges: &[LostRange]) -> Vec<(Lsn, Lsn)> {
+    ranges.iter().map(|r| (r.first, r.last)).collect()
+}
+
 pub(crate) fn read_events(dir: &Path) -> Vec<(Lsn, EventRecord)> {
     WalReader::open(dir)
         .unwrap()
@@ -146,14 +151,7 @@ fn torn_tail_garbage_or_bad_crc_after_last_record() {
     };
     let (mut wal, report) = open(&accept).unwrap();
     assert_eq!(report.truncated_tail, None);
-    assert_eq!(
-        report
-            .lost
-            .iter()
-            .map(|r| (r.first, r.last))
-            .collect::<Vec<_>>(),
-        [(3, 3)]
-    );
+    assert_eq!(spans(&report.lost), [(3, 3)]);
     assert_eq!(
         read_events(&cfg.dir),
         (1..).zip(events(0..2)).collect::<Vec<_>>()
