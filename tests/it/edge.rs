@@ -524,11 +524,9 @@ fn hostile_configs_exit_2_naming_the_key() {
     );
     // A FIFO nobody writes to: refused at once, not a hang.
     let fifo = dir.join("fifo-secret");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    let path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `mkfifo` reads the NUL-terminated path, a valid local, during the call.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
     assert_config_error(
         &trigger_with("gh", "/hooks/gh", &secret_file(&fifo)),
         dir,
