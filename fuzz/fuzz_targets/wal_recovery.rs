@@ -10,7 +10,9 @@
 //! commit markers (batch boundaries, `fsync`-ordered or not) and zeroes whole sectors (a lost
 //! write), so the recovery decision (`wal::damage`: torn final batch vs damage to acknowledged
 //! data) sees the shapes it decides between. When `open` refuses damage (`Corrupt`, `Lost`),
-//! `--accept-wal-loss` must get past it, and the next plain `open` must not refuse again. Control bit 7 also cuts the power
+//! `--accept-wal-loss` must get past it, continue above the log's high-water reservation
+//! (`wal/legacy.hw`: no LSN handed out twice), and the next plain `open` must not refuse again.
+//! Control bit 7 also cuts the power
 //! during that first `open` (after a number of storage operations taken from the input), reboots
 //! the simulated disk and opens again: recovery interrupted by a power loss must recover too.
 //!
@@ -218,8 +220,20 @@ fn check(ctl: u8, segments: &[(u64, &[u8])], ckpt: Option<Checkpoint>) {
                 accept_loss: true,
                 ..cfg.clone()
             };
+            // The highest LSN the log may have handed out: an accepted loss continues above it.
+            let reserved = wal::high_water::path_of(&wal_dir)
+                .and_then(|p| wal::high_water::read_in(&fs, &p).ok().flatten())
+                .and_then(Result::ok)
+                .map_or(0, |hw| hw.reserved);
             match wal::open_in(storage.clone(), &accept) {
-                Ok((log, _)) => drop(log),
+                Ok((log, report)) => {
+                    assert!(
+                        report.last_lsn >= reserved,
+                        "an accepted loss continued at {} below the reservation {reserved}",
+                        report.last_lsn + 1
+                    );
+                    drop(log)
+                }
                 Err(wal::WalError::Io { .. }) => return,
                 // Segments whose names overlap (never written so; which copy of an LSN is
                 // right cannot be told): refused even when accepting loss, by design.

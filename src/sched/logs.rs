@@ -74,9 +74,31 @@ pub fn open_logs(base: &WalConfig, workers: usize) -> Result<RunLogs, WalError> 
         let dir = layout::core_log_dir(&wal_dir, core);
         logs.push(open_one(base, layout::core_log_name(core), dir, core)?);
     }
-    for found in others(&wal_dir, workers, &reconciled.listed)? {
+    // A gone log that had a high-water record is opened again (empty, recreated): recovery
+    // names and counts what it lost from the record, and it continues above its LSNs.
+    let mut listed = reconciled.listed.clone();
+    for m in &reconciled.accepted_now {
+        let dir = manifest::log_dir(&wal_dir, &m.log);
+        let recorded = wal::high_water::path_of(&dir).is_some_and(|p| p.exists());
+        if recorded && !listed.contains(&m.log) {
+            listed.push(m.log.clone());
+        }
+    }
+    for found in others(&wal_dir, workers, &listed)? {
         let owner = found.core.map_or(0, |k| k % workers);
         logs.push(open_one(base, found.name, found.dir, owner)?);
+    }
+    // A listed log or checkpoint accepted as gone is ranged by recovery from the log's
+    // high-water record; one from before the records were kept is counted all the same.
+    for missing in &reconciled.accepted_now {
+        let log = logs.iter_mut().find(|l| l.name == missing.log);
+        if let Some(l) = log.filter(|l| l.report.lost.is_empty() && l.report.skipped.is_none()) {
+            eprintln!(
+                "sluice: wal {}: no high-water record: the LSNs lost with it cannot be named",
+                l.dir.display()
+            );
+            l.wal.count_unranged_loss();
+        }
     }
     let names = logs.iter().map(|l| l.name.clone()).collect();
     manifest::finish_in(&fs, &wal_dir, reconciled, names).map_err(WalError::Manifest)?;
@@ -204,6 +226,51 @@ mod tests {
         assert_eq!(run.logs.len(), 2);
         let m = manifest::read_in(&StdFs, &wal_dir).unwrap().unwrap();
         assert_eq!(m.accepted.len(), 1, "{m:?}");
+    }
+
+    /// Issue 40 item 3: a gone log is ranged and counted from its high-water record (an
+    /// adopted one is opened again for it), or counted without a range when it has none.
+    #[test]
+    fn an_accepted_lost_log_is_ranged_from_its_high_water_record_or_counted_without() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let tmp = tempfile::tempdir().unwrap();
+        let wal_dir = tmp.path().join("wal");
+        drop(open_logs(&small(&wal_dir), 3).unwrap());
+        let (mut w, _) = wal::open(&small(&own_log_dir(&wal_dir, 2))).unwrap();
+        w.append_events(&[sample_event(1, 10), sample_event(2, 10)])
+            .unwrap();
+        w.sync().unwrap();
+        drop(w);
+        let accept = WalConfig {
+            accept_loss: true,
+            ..small(&wal_dir)
+        };
+        // Adopted (2 workers now) and gone: opened again, the two LSNs named and counted.
+        std::fs::remove_dir_all(wal_dir.join("core-2")).unwrap();
+        let mut run = open_logs(&accept, 2).unwrap();
+        let names: Vec<_> = run.logs.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["core-0", "core-1", "core-2"]);
+        let lost = &run.logs[2].report.lost;
+        assert_eq!(
+            (lost.len(), lost[0].first, lost[0].last),
+            (1, 1, 2),
+            "{lost:?}"
+        );
+        assert!(run.logs[2].report.skipped.is_some());
+        let shared = std::sync::Arc::new(wal::WalShared::new());
+        run.logs[2].wal.attach_shared(shared.clone());
+        assert_eq!(shared.loss_accepted_total.load(Relaxed), 1);
+        assert_eq!(shared.lost_lsns_accepted.load(Relaxed), 2);
+        drop(run);
+        // Gone with its high-water record: nothing to range it by, counted all the same.
+        std::fs::remove_dir_all(wal_dir.join("core-1")).unwrap();
+        std::fs::remove_file(wal_dir.join("core-1.hw")).unwrap();
+        let mut run = open_logs(&accept, 2).unwrap();
+        assert!(run.logs[1].report.lost.is_empty());
+        let shared = std::sync::Arc::new(wal::WalShared::new());
+        run.logs[1].wal.attach_shared(shared.clone());
+        assert_eq!(shared.loss_accepted_total.load(Relaxed), 1);
+        assert_eq!(shared.lost_lsns_accepted.load(Relaxed), 0);
     }
 
     #[test]

@@ -38,6 +38,10 @@
 //!          52  4044  zero
 //! ```
 //!
+//! A log's high-water record (`super::high_water`) is a file of the same two-slot shape, magic
+//! `SLUICEHW`, with one more field before its CRC (`SlotFile` writes both kinds). Every
+//! checkpoint write is followed by a copy of it there, outside the log's directory.
+//!
 //! The file is created whole (both slots written, zeros included, so both have real blocks
 //! and no later update needs free space) as `CHECKPOINT.tmp`, synced,
 //! renamed into place, and the directory synced; so a `CHECKPOINT` file always has a valid
@@ -55,11 +59,9 @@ use std::path::{Path, PathBuf};
 
 /// Name of the checkpoint file in a log directory.
 pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
-/// Size of the checkpoint file: two 4 KiB slots.
+/// Size of the checkpoint file (and of a high-water file): two 4 KiB slots.
 pub const FILE_BYTES: u64 = 2 * SLOT_STRIDE;
 const SLOT_STRIDE: u64 = 4096;
-const SLOT_BYTES: usize = 52;
-const MAGIC: &[u8; 8] = b"SLUICECK";
 const VERSION: u32 = 1;
 
 /// What a log directory must hold.
@@ -76,16 +78,59 @@ pub fn path(dir: &Path) -> PathBuf {
     dir.join(CHECKPOINT_FILE)
 }
 
-fn encode_slot(seq: u64, c: &Checkpoint, now_ms: u64) -> [u8; SLOT_BYTES] {
-    let mut b = [0u8; SLOT_BYTES];
-    b[0..8].copy_from_slice(MAGIC);
+/// Which record a two-slot file holds: a log's `CHECKPOINT`, or its high-water record
+/// (`wal::high_water`), the same slot with the reserved LSN after `written_at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotKind {
+    Checkpoint,
+    HighWater,
+}
+
+impl SlotKind {
+    fn magic(self) -> &'static [u8; 8] {
+        match self {
+            SlotKind::Checkpoint => b"SLUICECK",
+            SlotKind::HighWater => b"SLUICEHW",
+        }
+    }
+
+    /// Offset of the slot's CRC (it covers every byte before it).
+    fn crc_at(self) -> usize {
+        match self {
+            SlotKind::Checkpoint => 48,
+            SlotKind::HighWater => 56,
+        }
+    }
+
+    fn slot_bytes(self) -> usize {
+        self.crc_at() + 4
+    }
+}
+
+/// One slot's contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub(crate) checkpoint: Checkpoint,
+    /// High-water records only (0 in a checkpoint): the highest LSN the log may hand out.
+    pub(crate) reserved: Lsn,
+    /// Unix milliseconds of the update.
+    pub(crate) written_at_ms: u64,
+}
+
+fn encode_slot(kind: SlotKind, seq: u64, s: &Slot) -> Vec<u8> {
+    let mut b = vec![0u8; kind.slot_bytes()];
+    b[0..8].copy_from_slice(kind.magic());
     b[8..12].copy_from_slice(&VERSION.to_le_bytes());
     b[16..24].copy_from_slice(&seq.to_le_bytes());
-    b[24..32].copy_from_slice(&c.first_live_lsn.to_le_bytes());
-    b[32..40].copy_from_slice(&c.durable_lsn.to_le_bytes());
-    b[40..48].copy_from_slice(&now_ms.to_le_bytes());
-    let crc = crc32c::crc32c(&b[..48]);
-    b[48..52].copy_from_slice(&crc.to_le_bytes());
+    b[24..32].copy_from_slice(&s.checkpoint.first_live_lsn.to_le_bytes());
+    b[32..40].copy_from_slice(&s.checkpoint.durable_lsn.to_le_bytes());
+    b[40..48].copy_from_slice(&s.written_at_ms.to_le_bytes());
+    if kind == SlotKind::HighWater {
+        b[48..56].copy_from_slice(&s.reserved.to_le_bytes());
+    }
+    let at = kind.crc_at();
+    let crc = crc32c::crc32c(&b[..at]);
+    b[at..at + 4].copy_from_slice(&crc.to_le_bytes());
     b
 }
 
@@ -95,27 +140,36 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(x)
 }
 
-/// The slot's `(seq, checkpoint)` if it is valid.
-fn decode_slot(b: &[u8]) -> Option<(u64, Checkpoint)> {
-    let b = b.get(..SLOT_BYTES)?;
-    let crc = u32::from_le_bytes([b[48], b[49], b[50], b[51]]);
+/// The slot's `(seq, contents)` if it is valid.
+fn decode_slot(kind: SlotKind, b: &[u8]) -> Option<(u64, Slot)> {
+    let b = b.get(..kind.slot_bytes())?;
+    let at = kind.crc_at();
+    let crc = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     let version = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
-    if &b[0..8] != MAGIC || version != VERSION || crc32c::crc32c(&b[..48]) != crc {
+    if &b[0..8] != kind.magic() || version != VERSION || crc32c::crc32c(&b[..at]) != crc {
         return None;
     }
-    let c = Checkpoint {
-        first_live_lsn: u64_at(b, 24),
-        durable_lsn: u64_at(b, 32),
+    let slot = Slot {
+        checkpoint: Checkpoint {
+            first_live_lsn: u64_at(b, 24),
+            durable_lsn: u64_at(b, 32),
+        },
+        reserved: if kind == SlotKind::HighWater {
+            u64_at(b, 48)
+        } else {
+            0
+        },
+        written_at_ms: u64_at(b, 40),
     };
-    Some((u64_at(b, 16), c))
+    Some((u64_at(b, 16), slot))
 }
 
-/// The current `(seq, checkpoint)` of file bytes `bytes`, or why there is none.
-fn decode_file(bytes: &[u8]) -> Result<(u64, Checkpoint), String> {
+/// The current `(seq, contents)` of file bytes `bytes`, or why there is none.
+fn decode_file(kind: SlotKind, bytes: &[u8]) -> Result<(u64, Slot), String> {
     let slot = |i: u64| {
         bytes
             .get((i * SLOT_STRIDE) as usize..)
-            .and_then(decode_slot)
+            .and_then(|b| decode_slot(kind, b))
     };
     match (slot(0), slot(1)) {
         (Some(a), Some(b)) => Ok(if a.0 >= b.0 { a } else { b }),
@@ -125,6 +179,26 @@ fn decode_file(bytes: &[u8]) -> Result<(u64, Checkpoint), String> {
             bytes.len()
         )),
     }
+}
+
+/// Reads the two-slot file `p` of `kind`: `Ok(None)` when it does not exist, `Ok(Err(_))`
+/// when no slot is valid.
+pub(crate) fn read_slots(
+    storage: &dyn Storage,
+    kind: SlotKind,
+    p: &Path,
+) -> Result<Option<Result<Slot, Damaged>>, WalError> {
+    let bytes = match storage.read(p) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(WalError::io(p, e)),
+    };
+    Ok(Some(decode_file(kind, &bytes).map(|(_, s)| s).map_err(
+        |reason| Damaged {
+            path: p.to_owned(),
+            reason,
+        },
+    )))
 }
 
 /// Reads the checkpoint of log directory `dir` without modifying anything: `Ok(None)` when
@@ -139,18 +213,8 @@ pub fn read_in(
     storage: &dyn Storage,
     dir: &Path,
 ) -> Result<Option<Result<Checkpoint, Damaged>>, WalError> {
-    let p = path(dir);
-    let bytes = match storage.read(&p) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(WalError::io(&p, e)),
-    };
-    Ok(Some(decode_file(&bytes).map(|(_, c)| c).map_err(
-        |reason| Damaged {
-            path: p.clone(),
-            reason,
-        },
-    )))
+    let read = read_slots(storage, SlotKind::Checkpoint, &path(dir))?;
+    Ok(read.map(|r| r.map(|s| s.checkpoint)))
 }
 
 /// What the segments of a log directory hold, for [`missing`].
@@ -277,14 +341,114 @@ impl FailureStreak {
     }
 }
 
-/// The checkpoint file of one log directory, open for updates. Owned by the log's `Wal`.
+/// A two-slot file open for updates (module docs): a log's checkpoint, or its high-water
+/// record. Updates alternate slots, one `pwrite` and one `fdatasync` each.
 #[derive(Debug)]
-pub struct CheckpointFile {
+pub(crate) struct SlotFile {
+    kind: SlotKind,
     path: PathBuf,
     file: Box<dyn StorageFile>,
     /// Update number of the current slot.
     seq: u64,
-    current: Checkpoint,
+    current: Slot,
+}
+
+impl SlotFile {
+    /// Opens the file `p` of `kind` and writes `slot` to it; creates it (atomically: see the
+    /// module docs) if it does not exist or has no valid slot.
+    pub(crate) fn open_or_create(
+        storage: &dyn Storage,
+        kind: SlotKind,
+        p: &Path,
+        slot: Slot,
+    ) -> Result<Self, WalError> {
+        let io_err = |e| WalError::io(p, e);
+        let existing = match storage.read(p) {
+            Ok(bytes) => decode_file(kind, &bytes).ok(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_err(e)),
+        };
+        let Some((seq, current)) = existing else {
+            return Self::create(storage, kind, p, slot);
+        };
+        let file = storage.open(p, OpenMode::EXISTING).map_err(io_err)?;
+        let mut f = SlotFile {
+            kind,
+            path: p.to_owned(),
+            file,
+            seq,
+            current,
+        };
+        f.write(slot).map_err(io_err)?;
+        Ok(f)
+    }
+
+    fn create(
+        storage: &dyn Storage,
+        kind: SlotKind,
+        p: &Path,
+        slot: Slot,
+    ) -> Result<Self, WalError> {
+        let dir = p.parent().unwrap_or(Path::new("."));
+        let mut tmp_name = p.file_name().unwrap_or_default().to_owned();
+        tmp_name.push(".tmp");
+        let tmp = dir.join(tmp_name);
+        let tmp_err = |e| WalError::io(&tmp, e);
+        let mut file = storage.open(&tmp, OpenMode::REPLACE).map_err(tmp_err)?;
+        // Both slots written whole, zeros included, so both have real blocks: a later update
+        // overwrites allocated space and needs none (a sparse slot's first write would fail on
+        // a full disk, and with it a restart). Update 1 goes to slot 1 (`seq % 2`); slot 0
+        // stays zeros (invalid) until update 2.
+        let mut whole = vec![0u8; FILE_BYTES as usize];
+        let at = SLOT_STRIDE as usize;
+        let bytes = encode_slot(kind, 1, &slot);
+        whole[at..at + bytes.len()].copy_from_slice(&bytes);
+        file.write_at(0, &whole).map_err(tmp_err)?;
+        file.sync_data().map_err(tmp_err)?;
+        storage.rename(&tmp, p).map_err(|e| WalError::io(p, e))?;
+        storage.sync_dir(dir).map_err(|e| WalError::io(dir, e))?;
+        Ok(SlotFile {
+            kind,
+            path: p.to_owned(),
+            file,
+            seq: 1,
+            current: slot,
+        })
+    }
+
+    /// The last contents written.
+    pub(crate) fn current(&self) -> Slot {
+        self.current
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `slot` as the next update (the other slot) and `fdatasync`s it. On error the
+    /// current contents are unchanged as far as a reader is concerned (the older slot stays
+    /// valid).
+    pub(crate) fn write(&mut self, slot: Slot) -> io::Result<()> {
+        let seq = self.seq + 1;
+        let bytes = encode_slot(self.kind, seq, &slot);
+        self.file.write_at((seq % 2) * SLOT_STRIDE, &bytes)?;
+        self.file.sync_data()?;
+        self.seq = seq;
+        self.current = slot;
+        Ok(())
+    }
+}
+
+/// The checkpoint file of one log directory, open for updates. Owned by the log's `Wal`.
+#[derive(Debug)]
+pub struct CheckpointFile(SlotFile);
+
+fn checkpoint_slot(c: Checkpoint, now_ms: u64) -> Slot {
+    Slot {
+        checkpoint: c,
+        reserved: 0,
+        written_at_ms: now_ms,
+    }
 }
 
 impl CheckpointFile {
@@ -296,54 +460,8 @@ impl CheckpointFile {
         c: Checkpoint,
         now_ms: u64,
     ) -> Result<Self, WalError> {
-        let p = path(dir);
-        let io_err = |e| WalError::io(&p, e);
-        let existing = match storage.read(&p) {
-            Ok(bytes) => decode_file(&bytes).ok(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_err(e)),
-        };
-        let Some((seq, current)) = existing else {
-            return Self::create(storage, dir, c, now_ms);
-        };
-        let file = storage.open(&p, OpenMode::EXISTING).map_err(io_err)?;
-        let mut f = CheckpointFile {
-            path: p.clone(),
-            file,
-            seq,
-            current,
-        };
-        f.write(c, now_ms).map_err(io_err)?;
-        Ok(f)
-    }
-
-    fn create(
-        storage: &dyn Storage,
-        dir: &Path,
-        c: Checkpoint,
-        now_ms: u64,
-    ) -> Result<Self, WalError> {
-        let p = path(dir);
-        let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
-        let tmp_err = |e| WalError::io(&tmp, e);
-        let mut file = storage.open(&tmp, OpenMode::REPLACE).map_err(tmp_err)?;
-        // Both slots written whole, zeros included, so both have real blocks: a later update
-        // overwrites allocated space and needs none (a sparse slot's first write would fail on
-        // a full disk, and with it a restart). Update 1 goes to slot 1 (`seq % 2`); slot 0
-        // stays zeros (invalid) until update 2.
-        let mut whole = vec![0u8; FILE_BYTES as usize];
-        let slot = SLOT_STRIDE as usize;
-        whole[slot..slot + SLOT_BYTES].copy_from_slice(&encode_slot(1, &c, now_ms));
-        file.write_at(0, &whole).map_err(tmp_err)?;
-        file.sync_data().map_err(tmp_err)?;
-        storage.rename(&tmp, &p).map_err(|e| WalError::io(&p, e))?;
-        storage.sync_dir(dir).map_err(|e| WalError::io(dir, e))?;
-        Ok(CheckpointFile {
-            path: p,
-            file,
-            seq: 1,
-            current: c,
-        })
+        let slot = checkpoint_slot(c, now_ms);
+        SlotFile::open_or_create(storage, SlotKind::Checkpoint, &path(dir), slot).map(Self)
     }
 
     /// Replaces the open file with `wrap(file)` (tests inject write failures through it).
@@ -352,29 +470,23 @@ impl CheckpointFile {
         &mut self,
         wrap: impl FnOnce(Box<dyn StorageFile>) -> Box<dyn StorageFile>,
     ) {
-        let file = std::mem::replace(&mut self.file, Box::new(NoFile));
-        self.file = wrap(file);
+        let file = std::mem::replace(&mut self.0.file, Box::new(NoFile));
+        self.0.file = wrap(file);
     }
 
     /// The last checkpoint written.
     pub fn current(&self) -> Checkpoint {
-        self.current
+        self.0.current.checkpoint
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.0.path()
     }
 
     /// Writes `c` as the next update (the other slot) and `fdatasync`s it. On error the current
     /// checkpoint is unchanged as far as a reader is concerned (the older slot stays valid).
     pub fn write(&mut self, c: Checkpoint, now_ms: u64) -> io::Result<()> {
-        let seq = self.seq + 1;
-        let slot = encode_slot(seq, &c, now_ms);
-        self.file.write_at((seq % 2) * SLOT_STRIDE, &slot)?;
-        self.file.sync_data()?;
-        self.seq = seq;
-        self.current = c;
-        Ok(())
+        self.0.write(checkpoint_slot(c, now_ms))
     }
 }
 
@@ -493,14 +605,25 @@ mod tests {
 
     #[test]
     fn every_slot_byte_is_covered_by_the_crc() {
-        let c = ck(17, 1234);
-        let good = encode_slot(9, &c, 42);
-        assert_eq!(decode_slot(&good), Some((9, c)));
-        for i in 0..SLOT_BYTES {
-            let mut bad = good;
-            bad[i] ^= 0x01;
-            assert_eq!(decode_slot(&bad), None, "byte {i}");
+        for (kind, reserved) in [(SlotKind::Checkpoint, 0), (SlotKind::HighWater, 99)] {
+            let s = Slot {
+                checkpoint: ck(17, 1234),
+                reserved,
+                written_at_ms: 42,
+            };
+            let good = encode_slot(kind, 9, &s);
+            assert_eq!(good.len(), kind.slot_bytes());
+            assert_eq!(decode_slot(kind, &good), Some((9, s)));
+            for i in 0..good.len() {
+                let mut bad = good.clone();
+                bad[i] ^= 0x01;
+                assert_eq!(decode_slot(kind, &bad), None, "{kind:?} byte {i}");
+            }
         }
+        // One kind's slot is never read as the other's.
+        let s = checkpoint_slot(ck(1, 2), 3);
+        let bytes = encode_slot(SlotKind::Checkpoint, 1, &s);
+        assert_eq!(decode_slot(SlotKind::HighWater, &bytes), None);
     }
 
     fn extent(first: Option<Lsn>, next: Lsn) -> Extent {

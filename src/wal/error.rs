@@ -39,6 +39,17 @@ pub enum WalError {
     Manifest(ManifestError),
     /// A log's `RETIRED` file (what retention deleted, per trigger) is damaged.
     Retired { path: PathBuf, reason: String },
+    /// A log's high-water record (`wal::high_water`) exists but no slot of it is valid.
+    HighWaterDamaged(Damaged),
+    /// A log's `CHECKPOINT` is gone (or damaged) although its high-water record shows it had
+    /// one: what it promised is checked against the record's copy only with
+    /// `--accept-wal-loss`.
+    CheckpointLost {
+        checkpoint: PathBuf,
+        high_water: PathBuf,
+        /// Unix milliseconds of the copy's last update.
+        copied_at_ms: u64,
+    },
 }
 
 impl WalError {
@@ -94,6 +105,26 @@ impl fmt::Display for WalError {
                 "{} is damaged ({reason}): the ledger's retired counts cannot be read; start with \
                  --accept-wal-loss to start from empty ones",
                 path.display()
+            ),
+            WalError::HighWaterDamaged(d) => write!(
+                f,
+                "high-water record {} is damaged: {}: the highest LSN the log handed out is \
+                 unknown; start with --accept-wal-loss to rebuild it from the log (LSNs handed \
+                 out before may then be handed out again)",
+                d.path.display(),
+                d.reason
+            ),
+            WalError::CheckpointLost {
+                checkpoint,
+                high_water,
+                copied_at_ms,
+            } => write!(
+                f,
+                "checkpoint {} is lost (its log's high-water record {} shows it existed): what the \
+                 log must hold cannot be checked; start with --accept-wal-loss to check it against \
+                 the record's copy (written at unix ms {copied_at_ms}) and give up what is missing",
+                checkpoint.display(),
+                high_water.display()
             ),
         }
     }
@@ -222,10 +253,11 @@ impl fmt::Display for Missing {
             ),
             MissingKind::Checkpoint => write!(
                 f,
-                "log {} has lost its checkpoint: {} does not exist (what the log must hold \
-                 cannot be checked)",
+                "log {} has lost its checkpoint: {} does not exist (what the log must hold is \
+                 checked against the copy in its high-water record, {}.hw, if it has one)",
                 self.log,
-                self.path.display()
+                self.path.display(),
+                self.log
             ),
         }
     }

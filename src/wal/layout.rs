@@ -22,6 +22,9 @@ pub fn core_log_dir(wal_dir: &Path, core: usize) -> PathBuf {
     wal_dir.join(core_log_name(core))
 }
 
+/// Name of the WAL directory under the data directory.
+pub const WAL_SUBDIR: &str = "wal";
+
 /// Name used for the legacy log (segments directly in `DATA_DIR/wal/`).
 pub const LEGACY_LOG_NAME: &str = "legacy";
 

@@ -3,6 +3,7 @@
 
 use super::checkpoint::{self, Checkpoint, CHECKPOINT_FILE};
 use super::format::tests::sample_event;
+use super::high_water::STEP;
 use super::manifest;
 use super::segment::{list_segments, segment_path, SegmentFile};
 use super::tools::verify_log;
@@ -83,21 +84,28 @@ fn truncated_newest_segment_is_a_lost_range_until_accepted() {
         // The refused open changed nothing: still lost.
         assert_eq!(lost_of(&cfg), [(9, 10)]);
         let (mut wal, report) = open(&accepting(&cfg)).unwrap();
-        assert_eq!(
-            (report.last_lsn, report.lost.len(), report.lost[0].len()),
-            (8, 1, 2)
-        );
+        assert_eq!((report.lost.len(), report.lost[0].len()), (1, 2));
+        // The sync above moved the high-water reservation to STEP past LSN 10: the LSNs above
+        // the lost range up to it are skipped, and appends continue above them.
+        let reserved = 10 + STEP;
+        let skipped = report.skipped.as_ref().map(|r| (r.first, r.last));
+        assert_eq!(skipped, Some((11, reserved)));
+        assert_eq!(report.last_lsn, reserved);
         assert_eq!(wal.lost_accepted().len(), 1);
         let shared = Arc::new(WalShared::new());
         wal.attach_shared(shared.clone());
+        // One loss accepted, its LSNs counted; the skipped ones are not (never handed out,
+        // perhaps).
         assert_eq!(shared.loss_accepted_total.load(Ordering::Relaxed), 1);
         assert_eq!(shared.lost_lsns_accepted.load(Ordering::Relaxed), 2);
         // (`sched::exposition::render_metrics` sums these over the logs.)
-        // Appends continue after what exists; the checkpoint now matches the log.
-        assert_eq!(wal.append_events(&[sample_event(99, 10)]).unwrap(), 9);
+        assert_eq!(
+            wal.append_events(&[sample_event(99, 10)]).unwrap(),
+            reserved + 1
+        );
         drop(wal);
         let (_, report) = open(&cfg).unwrap();
-        assert!(report.lost.is_empty());
+        assert!(report.lost.is_empty() && report.skipped.is_none());
         assert!(verify_log(&cfg.dir).unwrap().is_clean());
     }
 }
@@ -123,8 +131,12 @@ fn deleted_oldest_or_every_segment_is_a_lost_range() {
     assert_eq!(lost_of(&cfg), [(1, 10)]);
     let (mut wal, report) = open(&accepting(&cfg)).unwrap();
     assert_eq!(report.lost[0].len(), 10);
-    assert_eq!(wal.next_lsn(), 11);
-    assert_eq!(wal.append_events(&[sample_event(1, 10)]).unwrap(), 11);
+    // Continued above the reservation: a new segment named after the promise holds the skip.
+    assert_eq!(wal.next_lsn(), 11 + STEP);
+    assert_eq!(
+        wal.append_events(&[sample_event(1, 10)]).unwrap(),
+        11 + STEP
+    );
     drop(wal);
     assert_eq!(firsts(&cfg.dir), [11]);
     assert!(open(&cfg).is_ok());
@@ -150,26 +162,48 @@ fn a_listed_log_without_its_checkpoint_is_refused_an_unlisted_one_gets_one() {
     };
     assert_eq!(missing[0].kind, manifest::MissingKind::Checkpoint);
     assert_eq!(missing[0].path, ckpt);
-    // A log never listed (a data dir from before the manifest, and before checkpoints): nothing
-    // to compare with, it opens as found and gets a checkpoint.
+    // Unlisted too (the manifest deleted), the log's high-water record shows it had a
+    // checkpoint: refused, naming both files, until the loss is accepted.
     std::fs::remove_file(manifest::path(&cfg.dir)).unwrap();
+    let hw = crate::wal::high_water::path_of(&cfg.dir).unwrap();
+    let e = open(&cfg).unwrap_err();
+    assert!(matches!(e, WalError::CheckpointLost { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains(&ckpt.display().to_string()), "{msg}");
+    assert!(msg.contains(&hw.display().to_string()), "{msg}");
+    // The segments are checked against the record's copy of the checkpoint: the truncated
+    // segment's LSNs are named and counted, and the log continues above the reservation.
+    let (wal, report) = open(&accepting(&cfg)).unwrap();
+    assert_eq!(spans(&report.lost), [(9, 10)]);
+    assert_eq!(report.skipped.as_ref().map(|r| r.first), Some(11));
+    assert_eq!(report.last_lsn, 10 + STEP);
+    drop(wal);
+    assert!(open(&cfg).is_ok(), "the next start does not ask again");
+    // A log never listed and without a high-water record (a data dir from before both, and
+    // before checkpoints): nothing to compare with, it opens as found and gets a checkpoint.
+    std::fs::remove_file(&ckpt).unwrap();
+    std::fs::remove_file(&hw).unwrap();
     let (wal, report) = open(&cfg).unwrap();
-    assert!(report.lost.is_empty());
-    assert_eq!(report.last_lsn, 8);
+    assert!(report.lost.is_empty() && report.skipped.is_none());
+    assert_eq!(report.last_lsn, 10 + STEP);
     drop(wal);
     assert_eq!(
         checkpoint::read(&cfg.dir).unwrap(),
         Some(Ok(Checkpoint {
             first_live_lsn: 1,
-            durable_lsn: 8
+            durable_lsn: 10 + STEP
         }))
     );
     // A checkpoint with no valid slot is damage, reported, never guessed around.
     std::fs::write(&ckpt, [0xAB; 8192]).unwrap();
     assert!(matches!(open(&cfg), Err(WalError::CheckpointDamaged(_))));
     assert!(verify_log(&cfg.dir).unwrap().checkpoint_damaged.is_some());
+    // Accepted: checked against the high-water record's copy (nothing missing), and a loss
+    // accepted all the same: the log continues above the reservation.
     let (_, report) = open(&accepting(&cfg)).unwrap();
-    assert_eq!(report.last_lsn, 8);
+    assert!(report.lost.is_empty());
+    assert_eq!(report.skipped.as_ref().map(|r| r.first), Some(11 + STEP));
+    assert_eq!(report.last_lsn, 10 + 2 * STEP);
     assert!(open(&cfg).is_ok(), "rebuilt from the segments");
 }
 
@@ -332,7 +366,11 @@ fn a_gap_after_a_segment_holding_no_lsn_is_accepted_past_its_records() {
     let (_, report) = open(&accepting(&cfg)).unwrap();
     let lost = spans(&report.lost);
     assert_eq!(lost, [(1, next - 1)]);
-    assert_eq!(report.last_lsn, 10);
+    assert_eq!(
+        report.last_lsn,
+        10 + STEP,
+        "continued above the reservation"
+    );
     let kept = std::fs::read(&seg).unwrap();
     assert_eq!(
         kept[..50],
@@ -343,6 +381,7 @@ fn a_gap_after_a_segment_holding_no_lsn_is_accepted_past_its_records() {
     let (_, again) = open(&cfg).unwrap();
     assert!(again.lost.is_empty());
     assert_eq!(again.records, 10 - (next - 1));
+    assert_eq!(again.last_lsn, 10 + STEP);
 }
 
 /// The outcome index across an accepted loss: recovery marks the events that were still
@@ -364,11 +403,9 @@ fn an_accepted_loss_marks_the_unfinished_events_in_the_outcome_index_until_they_
     assert_eq!(index.get(1).unwrap().outcome, Outcome::Lost);
     assert_eq!(index.get(4).unwrap().outcome, Outcome::Lost);
     assert_eq!(index.get(5), None, "given up: no event");
-    assert_eq!(
-        index.get(9).unwrap().outcome,
-        Outcome::Pending,
-        "after the range"
-    );
+    // After the range too: the LSNs skipped above the log's end (up to its high-water
+    // reservation) may have held their outcomes.
+    assert_eq!(index.get(9).unwrap().outcome, Outcome::Lost);
     let shared = Arc::new(WalShared::new());
     shared.outcomes.seed(index);
     wal.attach_shared(shared.clone());

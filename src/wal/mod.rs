@@ -46,7 +46,8 @@
 //! pub fn open(cfg: &WalConfig) -> Result<(Wal, RecoveryReport), WalError>;   // recovery.rs;
 //!                                                        // open_in(storage, cfg) on any storage
 //! pub struct RecoveryReport { pub segments: usize, pub records: u64, pub last_lsn: Lsn,
-//!                             pub truncated_tail: Option<(PathBuf, u64)>, pub lost: Vec<LostRange> }
+//!                             pub truncated_tail: Option<(PathBuf, u64)>, pub lost: Vec<LostRange>,
+//!                             pub skipped: Option<LostRange> /* above the high-water reservation */ }
 //! impl Wal {                                             // appender.rs, appender_checkpoint.rs
 //!     fn attach_shared(&mut self, Arc<WalShared>); fn set_file_wrapper(&mut self, FileWrapper);
 //!     fn next_lsn(&self) -> Lsn; fn last_lsn(&self) -> Lsn; fn os_unsynced_bytes(&self) -> usize;
@@ -80,7 +81,10 @@
 //! pub enum WalError { Io { path, source }, Corrupt { segment, offset, reason }, InvalidConfig { reason },
 //!                     Locked { path }, Encode(EncodeError), Lost { dir, ranges: Vec<LostRange> },
 //!                     CheckpointDamaged(checkpoint::Damaged), Manifest(manifest::ManifestError),
-//!                     Retired { path, reason } }  // error.rs
+//!                     Retired { path, reason }, HighWaterDamaged(checkpoint::Damaged),
+//!                     CheckpointLost { checkpoint, high_water, copied_at_ms } }  // error.rs
+//! pub mod high_water { pub const STEP: Lsn = 65_536; pub fn path_of(dir) -> Option<PathBuf>;
+//!                      pub fn read_in(fs, path) -> Result<Option<Result<HighWater, Damaged>>, WalError> }
 //! pub mod retired { pub struct Retired { pub covered: Lsn, pub tallies, pub owed };   // the RETIRED file
 //!                   pub fn load(fs, dir) -> Result<Retired, WalError>; .. }
 //!
@@ -125,6 +129,10 @@
 //! it deleted and their outcomes, and the LSN below which every event is counted there (written
 //! before each deletion; versioned, CRC'd, spelled out byte by byte in [`retire::retired`]). Other files are ignored. `DATA_DIR/wal/MANIFEST` lists the data dir's logs,
 //! so a deleted log or checkpoint refuses the start instead of coming back empty ([`manifest`]).
+//! Outside each log's directory, its high-water record (`wal/core-K.hw`, [`high_water`]): the
+//! highest LSN it may hand out, reserved before any record above it is written, and a copy of
+//! its checkpoint, so a lost checkpoint or log is checked against the copy and a log that gave
+//! anything up continues above every LSN it may have handed out.
 //!
 //! # Record format (all integers little-endian)
 //!
@@ -253,7 +261,8 @@
 //! records) are closed with one before anything is written after them. After recovery the
 //! active segment and the directory are synced (what the scan read may have been in the page
 //! cache only) and the checkpoint is written with what exists; a log without a checkpoint
-//! (older versions) gets one then.
+//! (older versions) gets one then. After an accepted loss the log then skips to above its
+//! high-water reservation with one more lost-range record ([`high_water`]).
 //!
 //! # Write paths and the measured choice
 //!
@@ -304,6 +313,7 @@ pub mod event_id;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
 pub mod format;
+pub mod high_water;
 pub mod key;
 pub mod layout;
 #[cfg(test)]

@@ -16,8 +16,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Name of the WAL directory under the data directory.
-pub const WAL_SUBDIR: &str = "wal";
+pub use super::layout::WAL_SUBDIR;
 
 /// What [`verify`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,11 +47,26 @@ pub struct VerifyReport {
     pub accepted: Vec<(Lsn, Lsn)>,
     /// Torn tails an earlier recovery truncated (`quarantine/TORN`), counted and kept.
     pub torn: Vec<crate::wal::recover::torn::TornTail>,
+    /// The log's high-water record (`wal::high_water`; `None`: a bare log, one from before
+    /// the records, or a damaged record).
+    pub high_water: Option<crate::wal::high_water::HighWater>,
+    /// The high-water record exists but is damaged: why.
+    pub high_water_damaged: Option<String>,
 }
 
 impl VerifyReport {
     pub fn is_clean(&self) -> bool {
-        self.finding.is_none() && self.lost.is_empty() && self.checkpoint_damaged.is_none()
+        self.finding.is_none()
+            && self.lost.is_empty()
+            && self.checkpoint_damaged.is_none()
+            && self.high_water_damaged.is_none()
+            && !self.checkpoint_lost()
+    }
+
+    /// The checkpoint is gone (or damaged) while the high-water record shows the log had one:
+    /// the segments were checked against the record's copy.
+    pub fn checkpoint_lost(&self) -> bool {
+        self.checkpoint.is_none() && self.high_water.is_some()
     }
 }
 
@@ -101,6 +115,17 @@ impl std::fmt::Display for VerifyReport {
         }
         if let Some(why) = &self.checkpoint_damaged {
             write!(f, "; CHECKPOINT DAMAGED: {why}")?;
+        }
+        match (&self.high_water, &self.high_water_damaged) {
+            (Some(hw), _) if self.checkpoint_lost() => write!(
+                f,
+                "; CHECKPOINT LOST: checked against the copy in the high-water record (written \
+                 at unix ms {}); LSNs up to {} reserved",
+                hw.written_at_ms, hw.reserved
+            )?,
+            (Some(hw), _) => write!(f, "; high-water: LSNs up to {} reserved", hw.reserved)?,
+            (None, Some(why)) => write!(f, "; HIGH-WATER RECORD DAMAGED: {why}")?,
+            (None, None) => {}
         }
         for t in &self.torn {
             write!(f, "; earlier: {t}")?;
@@ -167,10 +192,21 @@ pub fn verify_log_in(
         Some(Ok(c)) => (Some(c), None),
         Some(Err(d)) => (None, Some(d.to_string())),
     };
+    let hw_file = crate::wal::high_water::path_of(&dir);
+    let (high_water, high_water_damaged) = match hw_file {
+        Some(p) => match crate::wal::high_water::read_in(storage, &p)? {
+            None => (None, None),
+            Some(Ok(hw)) => (Some(hw), None),
+            Some(Err(d)) => (None, Some(WalError::HighWaterDamaged(d).to_string())),
+        },
+        None => (None, None),
+    };
+    // A lost checkpoint: its copy in the high-water record is what recovery would check.
+    let promise = checkpoint.or(high_water.map(|hw| hw.checkpoint));
     // The same decision as recovery (`wal::damage`), going on past damage to acknowledged
     // data and past missing segment files, so every range that cannot be read is named.
     let opts = ScanOpts {
-        promised: checkpoint.map(|c| c.durable_lsn),
+        promised: promise.map(|c| c.durable_lsn),
         skip_damage: true,
     };
     let scan = scan_dir(storage, &dir, opts, &mut check)?;
@@ -183,7 +219,7 @@ pub fn verify_log_in(
     let mut lost: Vec<LostRange> = scan.losses.iter().map(|l| l.range.clone()).collect();
     // A scan stopped early (an undecodable payload) names its damage by the finding; what it
     // did not read is not missing.
-    if let Some(c) = checkpoint.as_ref().filter(|_| !scan.stopped) {
+    if let Some(c) = promise.as_ref().filter(|_| !scan.stopped) {
         let torn = match &finding {
             Some(Finding::TornTail { segment, offset }) => Some((segment.clone(), *offset)),
             _ => None,
@@ -209,6 +245,8 @@ pub fn verify_log_in(
         lost,
         accepted,
         torn,
+        high_water,
+        high_water_damaged,
     })
 }
 

@@ -428,6 +428,8 @@ fn a_data_dir_from_before_checkpoints_starts_and_gets_one() {
     fs::remove_file(&ckpt).unwrap();
     // Older than the manifest too (`wal/MANIFEST`): with it, a missing checkpoint is refused.
     fs::remove_file(server.data_dir().join("wal/MANIFEST")).unwrap();
+    // And than the log's high-water record (`wal/core-0.hw`), which shows it had a checkpoint.
+    fs::remove_file(server.data_dir().join("wal/core-0.hw")).unwrap();
     assert_wal_clean(&server.data_dir());
     server.restart();
     assert!(ckpt.exists(), "created at start-up");

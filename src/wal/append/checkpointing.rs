@@ -31,7 +31,13 @@ impl Wal {
         };
         let now = self.clock.now_nanos();
         self.checkpoint_at_ns = now;
-        let res = file.write(c, unix_millis());
+        let mut res = file.write(c, unix_millis());
+        if res.is_ok() {
+            res = self.mirror_checkpoint(c);
+        }
+        let Some(file) = self.checkpoint.as_ref() else {
+            return res;
+        };
         let change = self.checkpoint_streak.record(res.is_ok(), now);
         match (&res, change) {
             (Err(e), StreakChange::Started) => eprintln!(

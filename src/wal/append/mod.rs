@@ -141,6 +141,9 @@ pub struct Wal {
     pub(crate) storage: Arc<dyn Storage>,
     /// The directory's checkpoint; `None` only inside [`crate::wal::open`], before it is written.
     pub(crate) checkpoint: Option<CheckpointFile>,
+    /// The log's high-water record (`wal::high_water`); `None` for a bare log, and inside
+    /// [`crate::wal::open`] until recovery has written it.
+    pub(crate) high_water: Option<crate::wal::high_water::HighWaterFile>,
     /// Highest LSN synced to disk (what the checkpoint may promise).
     pub(crate) synced_lsn: Lsn,
     /// Clock reading of the last checkpoint write attempt, retention and probe.
@@ -155,6 +158,13 @@ pub struct Wal {
     pub(crate) failure_log: crate::wal::append::failure_log::FailureLog,
     /// Missing ranges accepted at open (`--accept-wal-loss`), published when a writer attaches.
     pub(crate) lost_accepted: Vec<LostRange>,
+    /// With a loss accepted at open: the LSNs above the recovered end up to the reservation,
+    /// skipped (`wal::high_water`); its LSNs are not counted (they may never have been handed
+    /// out), and it counts as an accepted loss only when it is the only range.
+    pub(crate) lost_beyond: Option<LostRange>,
+    /// Losses accepted at open that no range could be given for (a listed log or checkpoint
+    /// gone from a data dir without a high-water record: `sched::logs`).
+    pub(crate) unranged_losses: u64,
     /// Every torn tail recovery truncated in this log's life (`recover::torn`, its `TORN`
     /// record), loaded at open.
     pub(crate) torn: Vec<crate::wal::recover::torn::TornTail>,
@@ -231,6 +241,7 @@ impl Wal {
             lock: None,
             storage,
             checkpoint: None,
+            high_water: None,
             synced_lsn: next_lsn - 1,
             checkpoint_at_ns: 0,
             retire_at_ns: 0,
@@ -243,6 +254,8 @@ impl Wal {
             roll_failed: false,
             failure_log: Default::default(),
             lost_accepted: Vec::new(),
+            lost_beyond: None,
+            unranged_losses: 0,
             torn: Vec::new(),
             os_unsynced: Vec::new(),
             os_synced_end: end,
@@ -255,9 +268,12 @@ impl Wal {
     /// `shared` from now on.
     pub fn attach_shared(&mut self, shared: Arc<WalShared>) {
         let lsns = self.lost_accepted.iter().map(LostRange::len).sum();
+        // A loss whose only range is the skip above the log's end counts once too.
+        let beyond_only = self.lost_accepted.is_empty() && self.lost_beyond.is_some();
+        let losses = self.lost_accepted.len() + usize::from(beyond_only);
         shared
             .loss_accepted_total
-            .store(self.lost_accepted.len() as u64, Ordering::Relaxed);
+            .store(losses as u64 + self.unranged_losses, Ordering::Relaxed);
         shared.lost_lsns_accepted.store(lsns, Ordering::Relaxed);
         let (tails, torn_lsns) = crate::wal::recover::torn::totals(&self.torn);
         shared.torn_tails_total.store(tails, Ordering::Relaxed);
@@ -272,6 +288,12 @@ impl Wal {
     /// Missing ranges accepted at open (`WalConfig::accept_loss`); empty normally.
     pub fn lost_accepted(&self) -> &[LostRange] {
         &self.lost_accepted
+    }
+
+    /// Counts a loss accepted at open for which recovery could name no range (published with
+    /// the others when a writer attaches).
+    pub fn count_unranged_loss(&mut self) {
+        self.unranged_losses += 1;
     }
 
     /// A reading of this log's clock (the one [`Wal::tick`] expects).
@@ -526,8 +548,8 @@ impl Wal {
         };
         self.seal();
         let end = self.active.end;
-        let mut res = Ok(());
-        if self.active.dirty_end > end {
+        let mut res = self.reserve_through(self.next_lsn + self.staged - 1);
+        if res.is_ok() && self.active.dirty_end > end {
             res = self.scrub();
         }
         if res.is_ok() {
@@ -591,6 +613,7 @@ impl Wal {
 
     fn write_staged(&mut self) -> io::Result<()> {
         self.seal();
+        self.reserve_through(self.next_lsn + self.staged - 1)?;
         if self.active.dirty_end > self.active.end {
             self.scrub()?;
         }
@@ -848,6 +871,7 @@ impl Wal {
 }
 
 mod checkpointing;
+mod high_water;
 
 pub(super) mod failure_log;
 pub mod group;

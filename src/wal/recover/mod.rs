@@ -390,6 +390,10 @@ pub struct RecoveryReport {
     /// records, missing segment files, ranges the checkpoint promised (empty otherwise: each
     /// of those fails the open).
     pub lost: Vec<LostRange>,
+    /// With a loss accepted: the LSNs above the recovered end (and above [`Self::lost`]) up to
+    /// the high-water reservation, skipped so that none that may have been handed out is
+    /// handed out again (`wal::high_water`). They may never have been.
+    pub skipped: Option<LostRange>,
 }
 
 /// Name of the lock file in the WAL directory; held (`flock`) by the process that has the log
@@ -418,7 +422,9 @@ pub fn open_in(
     else {
         return Err(WalError::Locked { path: lock_path });
     };
-    let promised = promised(fs, dir, cfg.accept_loss)?;
+    let found = high_water::read(fs, dir, cfg.accept_loss)?;
+    let checkpoint = promised(fs, dir, cfg.accept_loss)?;
+    let (promised, from_copy) = high_water::promise(dir, checkpoint, &found, cfg.accept_loss)?;
     let retired = crate::wal::retire::retired::load_at_open(fs, dir, cfg.accept_loss)?;
     let (scan, mut lost) = scan_accepting(fs, dir, promised, cfg.accept_loss)?;
     let truncated_tail = match &scan.finding {
@@ -456,16 +462,23 @@ pub fn open_in(
     };
     let mut wal = attach(storage.clone(), cfg, &scan, next_lsn)?;
     wal.lock = Some(lock);
+    // A loss accepted: the log continues above every LSN it may have handed out. (A torn
+    // final batch is a power cut's: never acknowledged, its LSNs continue; `damage`.)
+    let accepted = !lost.is_empty() || from_copy || found.damaged_given_up;
+    let skipped = high_water::continue_above(fs, &mut wal, &found, accepted, &lost)?;
     wal.torn = torn::load(fs, dir).map_err(|e| WalError::io(dir, e))?;
     wal.lost_accepted = lost.clone();
+    wal.lost_beyond = skipped.clone();
+    wal.unranged_losses = u64::from(found.damaged_given_up);
     wal.retired = retired;
     let report = RecoveryReport {
         segments: scan.segments.len(),
         records: scan.records,
-        last_lsn: next_lsn - 1,
+        last_lsn: wal.last_lsn(),
         truncated_tail,
         torn,
         lost,
+        skipped,
     };
     Ok((wal, report))
 }
@@ -711,6 +724,7 @@ fn check_promise(
 }
 
 pub(crate) mod damage;
+mod high_water;
 pub(super) mod scanner;
 pub mod state;
 #[cfg(test)]
