@@ -1,6 +1,8 @@
-//! Operator reads off the core loops (issue 39, item 1): event lookups and lists
+//! Operator reads off the core loops (issue 39, items 1 and 3): event lookups and lists
 //! (`/api/v1/events…`), the ledger (`/api/v1/ledger`) and the dashboard's data
-//! (`/api/v1/state`) are answered by reader threads, never on an ingest core's loop. A list
+//! (`/api/v1/state`) are answered by reader threads, never on an ingest core's loop; so are an
+//! online bulk DLQ replay's listing and entry reads ([`ReadWork::Replay`]: the core only
+//! appends what the reader picked). A list
 //! scans log segments for tens or hundreds of milliseconds; on the loop that held every
 //! connection of the core, `/healthz` included, for as long.
 //!
@@ -27,7 +29,9 @@
 //!   itself, not the ingest (`benches/scenarios/reads.sh` measures it); a read still gets its
 //!   share on a saturated machine: it is not `SCHED_IDLE`.
 //! - A read's own cost is the routes' (`ops::events_api`: a list is bounded by its `limit`, a
-//!   lookup by `MAX_RECORDS_AFTER`). A reader keeps up to `storage::map_cache::CAPACITY` segment
+//!   lookup by `MAX_RECORDS_AFTER`; an online bulk DLQ replay's listing and reads by
+//!   `max_dlq_entries`, its pick by `dispatch::dlq::bulk::ONLINE_CHUNK` entries and
+//!   `ONLINE_PICK_BYTES`). A reader keeps up to `storage::map_cache::CAPACITY` segment
 //!   maps for reuse (a deleted segment's map is dropped within a second).
 //!
 //! # Stopping
@@ -43,6 +47,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::dispatch::dlq::bulk::{pick, Pick, ReplayFilter};
 use crate::ingest::router::OpsEndpoint;
 use crate::net::io::Waker;
 use crate::ops::dashboard::Answer;
@@ -67,12 +72,36 @@ pub struct ReadRequest {
     pub authorization: Option<Vec<u8>>,
 }
 
+/// What a reader does for a core.
+#[derive(Debug)]
+pub enum ReadWork {
+    /// An operator read, answered whole.
+    Ops(ReadRequest),
+    /// An online bulk DLQ replay's listing and reads (`dispatch::dlq::bulk::pick`); the core
+    /// appends what was picked and answers (`sched::worker::replay`).
+    Replay(ReplayFilter),
+}
+
+impl From<ReadRequest> for ReadWork {
+    fn from(req: ReadRequest) -> Self {
+        ReadWork::Ops(req)
+    }
+}
+
+/// What a reader sends back.
+#[derive(Debug)]
+pub enum ReadOutput {
+    Answer(Answer),
+    /// The entries a bulk replay picked, or why the DLQ could not be listed.
+    Replay(Result<Pick, String>),
+}
+
 /// A reader's answer, for the connection `conn` of the asking core, slot `ticket`.
 #[derive(Debug)]
 pub struct ReadReply {
     pub conn: usize,
     pub ticket: u64,
-    pub answer: Answer,
+    pub output: ReadOutput,
 }
 
 #[derive(Debug)]
@@ -80,7 +109,7 @@ struct Job {
     core: usize,
     conn: usize,
     ticket: u64,
-    req: ReadRequest,
+    work: ReadWork,
 }
 
 /// A core's end of the readers: its sender into the queue and its reply ring.
@@ -96,7 +125,12 @@ impl ReadLink {
     /// Sends `req` for connection `conn` to the readers: `Some(ticket)` for the connection's
     /// deferred slot, or `None` when [`MAX_READS`] reads are outstanding (counted; the caller
     /// answers `503 readers_busy`).
-    pub fn submit(&mut self, board: &ReadBoard, conn: usize, req: ReadRequest) -> Option<u64> {
+    pub fn submit(
+        &mut self,
+        board: &ReadBoard,
+        conn: usize,
+        work: impl Into<ReadWork>,
+    ) -> Option<u64> {
         if !board.try_take() {
             return None;
         }
@@ -106,7 +140,7 @@ impl ReadLink {
             core: self.core,
             conn,
             ticket,
-            req,
+            work: work.into(),
         };
         // The slot taken bounds the queue to MAX_READS: `Full` cannot happen; `Disconnected`
         // only once the readers are gone (stopping).
@@ -232,13 +266,19 @@ impl Reader {
             }
             let board = self.shared.reads();
             let started = Instant::now();
-            let answer = answer(&self.shared.ops_view(), &job.req);
+            let output = match &job.work {
+                ReadWork::Ops(req) => ReadOutput::Answer(answer(&self.shared.ops_view(), req)),
+                ReadWork::Replay(filter) => {
+                    let store = &self.shared.dispatch().dlq;
+                    ReadOutput::Replay(pick(store, filter).map_err(|e| e.to_string()))
+                }
+            };
             let spent = started.elapsed().as_nanos() as u64;
             board.served(spent, crate::storage::map_cache::kept() as u64);
             let reply = ReadReply {
                 conn: job.conn,
                 ticket: job.ticket,
-                answer,
+                output,
             };
             // The ring holds MAX_READS and at most MAX_READS replies are outstanding, so the
             // push fails only when the core has exited (ring closed): give the slot back.
@@ -306,13 +346,16 @@ mod tests {
         let reply = ReadReply {
             conn: job.conn,
             ticket: job.ticket,
-            answer,
+            output: ReadOutput::Answer(answer),
         };
         replies[0].try_push(reply).unwrap();
         assert_eq!(links[0].submit(&board, 7, request()), None, "still taken");
         assert!(links[1].take(&board).is_none(), "not core 1's");
         let got = links[0].take(&board).expect("core 0's answer");
-        assert_eq!((got.conn, got.ticket, got.answer.status), (7, 1, 200));
+        let ReadOutput::Answer(a) = &got.output else {
+            panic!("{got:?}")
+        };
+        assert_eq!((got.conn, got.ticket, a.status), (7, 1, 200));
         assert_eq!(board.outstanding(), MAX_READS as u64 - 1);
         assert!(
             links[1].submit(&board, 3, request()).is_some(),

@@ -12,10 +12,79 @@
 //! `+`; a literal `+` in a query is a space, so a `+01:00` offset must be written `%2B01:00`).
 #![forbid(unsafe_code)]
 
-use crate::dispatch::dlq::{DlqReason, DlqSummary};
+use crate::dispatch::dlq::claims::{ClaimRefused, ReplayClaim};
+use crate::dispatch::dlq::entry::DlqEntry;
+use crate::dispatch::dlq::store::DlqStore;
+use crate::dispatch::dlq::{DlqError, DlqReason, DlqSummary};
 
 /// Entries the online route replays per call at most (its answer says how many remain).
 pub const ONLINE_CHUNK: usize = 1024;
+/// Body bytes the online route picks per call at most (what one [`Pick`] holds in memory
+/// between the reader that reads the entries and the core that appends them): 64 MiB. An
+/// entry is always picked when it is the first, whatever its size.
+pub const ONLINE_PICK_BYTES: usize = 64 << 20;
+
+/// What one online bulk replay picked, off the core loops (`sched::readers`): the matching
+/// entries claimed and read, oldest first, for the core to hand to the WAL.
+#[derive(Debug, Default)]
+pub struct Pick {
+    /// Claimed (in the store's set shared by every core) and read.
+    pub entries: Vec<(ReplayClaim, DlqEntry)>,
+    /// Matching entries not on their way from another call, when the DLQ was listed.
+    pub matching: usize,
+    /// Of those, passed over: claimed by another call meanwhile, removed, or unreadable.
+    pub skipped: usize,
+    /// The claim set was full: nothing more could be claimed (no room).
+    pub claims_full: bool,
+}
+
+/// Lists the DLQ and claims and reads, oldest first, up to [`ONLINE_CHUNK`] entries matching
+/// `filter` (at most [`ONLINE_PICK_BYTES`] of bodies). `Err` when the DLQ cannot be listed.
+pub fn pick(store: &DlqStore, filter: &ReplayFilter) -> Result<Pick, DlqError> {
+    let listing = store.list()?;
+    let claims = store.replays();
+    let selected: Vec<String> = listing
+        .entries
+        .into_iter()
+        .filter(|s| filter.matches(s) && !claims.is_claimed(&s.id))
+        .map(|s| s.id)
+        .collect();
+    let mut pick = Pick {
+        matching: selected.len(),
+        ..Pick::default()
+    };
+    let mut bytes = 0usize;
+    for id in &selected {
+        if pick.entries.len() == ONLINE_CHUNK || bytes >= ONLINE_PICK_BYTES {
+            break;
+        }
+        // Claimed before it is read: a replay elsewhere either holds it (skip) or released it
+        // after removing the entry (the read finds it gone).
+        let claim = match claims.claim(id) {
+            Ok(c) => c,
+            Err(ClaimRefused::InFlight) => {
+                pick.skipped += 1;
+                continue;
+            }
+            Err(ClaimRefused::Full) => {
+                pick.claims_full = true;
+                break;
+            }
+        };
+        match store.get(id) {
+            Ok(entry) => {
+                bytes += entry.event.body.len();
+                pick.entries.push((claim, entry));
+            }
+            Err(DlqError::NotFound { .. }) => pick.skipped += 1, // removed meanwhile
+            Err(e) => {
+                eprintln!("sluice: bulk replay skips DLQ entry {id}: {e}");
+                pick.skipped += 1;
+            }
+        }
+    }
+    Ok(pick)
+}
 
 /// Which DLQ entries to replay.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -209,6 +278,75 @@ pub(crate) fn percent_decode(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn dead(id: &str, trigger: &str, at: u64, body: usize) -> DlqEntry {
+        DlqEntry {
+            id: id.into(),
+            event: crate::wal::EventRecord {
+                event_id: id.into(),
+                trigger_id: trigger.into(),
+                source: "p".into(),
+                received_at_ms: 1,
+                headers: Vec::new(),
+                body: vec![b'x'; body],
+                replay_of: None,
+            },
+            event_lsn: 1,
+            destination: "http:http://h/".into(),
+            reason: DlqReason::RetryExhausted,
+            attempts: 5,
+            last_error: "answered 500".into(),
+            dead_lettered_at_ms: at,
+        }
+    }
+
+    /// The reader's half of an online bulk replay: matching entries, oldest first, claimed and
+    /// read; those claimed elsewhere passed over and counted; the claims held until dropped.
+    #[test]
+    fn a_pick_claims_and_reads_the_matching_entries_oldest_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = DlqStore::open(tmp.path(), 100).unwrap();
+        let ids = [
+            "01HZX3K9V7Q2W8E5R4T6Y1U0A1",
+            "01HZX3K9V7Q2W8E5R4T6Y1U0A2",
+            "01HZX3K9V7Q2W8E5R4T6Y1U0A3",
+            "01HZX3K9V7Q2W8E5R4T6Y1U0A4",
+        ];
+        for (i, id) in ids.iter().enumerate() {
+            let trigger = if i == 2 { "other" } else { "t" };
+            store.put(&dead(id, trigger, 10 + i as u64, 3)).unwrap();
+        }
+        let held = store.replays().claim(ids[1]).unwrap();
+        let filter = ReplayFilter {
+            trigger: Some("t".into()),
+            ..ReplayFilter::default()
+        };
+        let pick = pick(&store, &filter).unwrap();
+        let got: Vec<&str> = pick.entries.iter().map(|(_, e)| e.id.as_str()).collect();
+        assert_eq!(got, [ids[0], ids[3]], "trigger t, not the one on its way");
+        assert_eq!(
+            (pick.matching, pick.skipped, pick.claims_full),
+            (2, 0, false)
+        );
+        assert!(store.replays().is_claimed(ids[0]) && store.replays().is_claimed(ids[3]));
+        drop(pick);
+        assert!(
+            !store.replays().is_claimed(ids[0]),
+            "a dropped pick gives its claims back"
+        );
+        drop(held);
+        // A full claim set: nothing picked, said so.
+        let small = tempfile::tempdir().unwrap();
+        let store = DlqStore::open(small.path(), 1).unwrap();
+        store.put(&dead(ids[0], "t", 1, 3)).unwrap();
+        let _held = store.replays().claim("01HZX3K9V7Q2W8E5R4T6Y1U0ZZ");
+        let pick = pick_all(&store);
+        assert!(pick.entries.is_empty() && pick.claims_full, "{pick:?}");
+    }
+
+    fn pick_all(store: &DlqStore) -> Pick {
+        pick(store, &ReplayFilter::default()).unwrap()
+    }
 
     fn summary(reason: DlqReason, trigger: &str, at: u64) -> DlqSummary {
         DlqSummary {

@@ -6,7 +6,7 @@ use super::serve::Core;
 use super::*;
 use crate::net::conn::Slot;
 use crate::net::server::Ctx;
-use crate::sched::readers::ReadRequest;
+use crate::sched::readers::{ReadOutput, ReadRequest, ReadWork};
 
 /// The refusal when every read slot is taken (`sched::readers::MAX_READS`).
 const BUSY: &[u8] = br#"{"status":"refused","reason":"readers_busy","retry_after":1}"#;
@@ -22,22 +22,35 @@ impl Core<'_> {
         keep_alive: bool,
         head_only: bool,
     ) {
-        if cx.conn().is_none() {
-            return;
-        }
         let req = ReadRequest {
             ep,
             path: head.path().to_owned(),
             query: head.query().map(str::to_owned),
             authorization: head.header("authorization").map(<[u8]>::to_vec),
         };
-        let Some(ticket) = self.reads.submit(self.shared.reads(), cx.idx, req) else {
+        self.defer(cx, ReadWork::Ops(req), Route::Ui, keep_alive, head_only);
+    }
+
+    /// Sends `work` to the readers with a deferred slot on the connection (`route`: the
+    /// refusal's, counted when `MAX_READS` are outstanding).
+    pub(super) fn defer(
+        &mut self,
+        cx: &mut Ctx<'_, PendingIngest>,
+        work: ReadWork,
+        route: Route,
+        keep_alive: bool,
+        head_only: bool,
+    ) {
+        if cx.conn().is_none() {
+            return;
+        }
+        let Some(ticket) = self.reads.submit(self.shared.reads(), cx.idx, work) else {
             let headers = [
                 ("Content-Type", "application/json"),
                 ("Cache-Control", "no-store"),
                 ("Retry-After", "1"),
             ];
-            cx.respond(Route::Ui, 503, &headers, BUSY, keep_alive, head_only);
+            cx.respond(route, 503, &headers, BUSY, keep_alive, head_only);
             return;
         };
         let Some(conn) = cx.conn() else {
@@ -55,12 +68,37 @@ impl Core<'_> {
     }
 }
 
+/// A deferred slot's response, before framing.
+pub(super) struct Reply {
+    pub(super) route: Route,
+    pub(super) status: u16,
+    pub(super) headers: Vec<(&'static str, String)>,
+    pub(super) body: Vec<u8>,
+}
+
 impl Worker {
     /// Fills the slots of the reads answered since the last turn, then writes those
-    /// connections. An answer whose connection closed meanwhile is dropped (its slot is gone).
+    /// connections. An answer whose connection closed meanwhile is dropped (its slot is gone);
+    /// a bulk replay's pick is appended all the same.
     pub(super) fn take_reads(&mut self) {
         let mut touched = Vec::new();
         while let Some(reply) = self.reads.take(self.shared.reads()) {
+            let r = match reply.output {
+                ReadOutput::Answer(a) => Reply {
+                    route: Route::Ui,
+                    status: a.status,
+                    headers: a
+                        .headers()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.into()))
+                        .collect(),
+                    body: a.body,
+                },
+                ReadOutput::Replay(pick) => {
+                    let (_, _, crate::ingest::serve::Serve(mut core)) = self.split();
+                    core.stage_pick(pick)
+                }
+            };
             let (conns, date) = self.server.parts();
             let Some(conn) = conns.get_mut(reply.conn) else {
                 continue;
@@ -79,12 +117,11 @@ impl Worker {
             else {
                 continue;
             };
-            let a = reply.answer;
-            let h = a.headers();
-            let bytes = conn.response_bytes(date, a.status, &h, &a.body, keep_alive, head_only);
+            let h: Vec<(&str, &str)> = r.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let bytes = conn.response_bytes(date, r.status, &h, &r.body, keep_alive, head_only);
             let close = !keep_alive;
             conn.fill_slot(pos, Slot::Ready { bytes, close });
-            self.metrics.incr_http(Route::Ui, a.status);
+            self.metrics.incr_http(r.route, r.status);
             if touched.last() != Some(&reply.conn) {
                 touched.push(reply.conn);
             }

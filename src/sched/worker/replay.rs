@@ -4,18 +4,21 @@
 //! `POST /admin/dlq/replay?reason=R&trigger=ID&since=T`: bulk replay, paced by the backlog bound
 //! (filters: [`crate::dispatch::dlq::bulk`]).
 //!
-//! One call does a bounded amount of work on the core's loop and answers at once:
+//! One call lists and reads on a reader thread and appends on the core's loop:
 //!
-//! 1. list the DLQ (one read of every entry: the cost grows with the DLQ, which
-//!    `max_dlq_entries` bounds) and select the matching entries, oldest first, skipping those
-//!    a previous call — on any core — already handed to the WAL and whose append has not
-//!    completed (the store's [`ReplayClaims`](crate::dispatch::dlq::claims), shared by every
-//!    core: an entry is claimed before it is read and released only after it left the DLQ or
-//!    its append failed, so no entry reaches the WAL twice);
-//! 2. for at most [`ONLINE_CHUNK`] of them, while the backlog bound (`max_pending_events`/
-//!    `bytes`, never the absorb budget), this core's appends in flight and its commit helper's
-//!    room allow: a new event (new id, `replay_of` = the entry id) goes to the commit helper, as
-//!    an ingested event would;
+//! 1. on a reader (`sched::readers`, [`ReadWork::Replay`]; `503 readers_busy` when its
+//!    `MAX_READS` are taken): list the DLQ (one read of every entry: the cost grows with the
+//!    DLQ, which `max_dlq_entries` bounds) and select the matching entries, oldest first,
+//!    skipping those a previous call — on any core — already handed to the WAL and whose
+//!    append has not completed (the store's [`ReplayClaims`](crate::dispatch::dlq::claims),
+//!    shared by every core: an entry is claimed before it is read and released only after it
+//!    left the DLQ or its append failed, so no entry reaches the WAL twice); claim and read at
+//!    most `ONLINE_CHUNK` of them (`ONLINE_PICK_BYTES` of bodies): `dispatch::dlq::bulk::pick`;
+//! 2. back on the core's loop ([`Core::stage_pick`], when the core takes its read replies), while
+//!    the backlog bound (`max_pending_events`/`bytes`, never the absorb budget), this core's
+//!    appends in flight and its commit helper's room allow: a new event (new id, `replay_of` =
+//!    the entry id) goes to the commit helper, as an ingested event would; the entries left
+//!    over give their claims back;
 //! 3. answer `202 {"status":"accepted","replayed":N,"remaining":M}`: `N` handed to the WAL,
 //!    `M` matching entries left for a later call. Nothing matching: `200` with `N = M = 0`.
 //!    Matching entries but no room for any: `503 queue_full` with `Retry-After` and
@@ -33,11 +36,12 @@
 //! before serving (`sched::runtime::release_replayed`), so none is replayed twice; on the ring
 //! path up to one commit batch's (≤ `wal.max_batch`) may be.
 
+use super::reads::Reply;
 use super::serve::Core;
 use super::Worker;
-use crate::dispatch::dlq::bulk::{ReplayFilter, ONLINE_CHUNK};
-use crate::dispatch::dlq::claims::ClaimRefused;
-use crate::dispatch::dlq::store::DlqStore;
+use crate::dispatch::dlq::bulk::{Pick, ReplayFilter};
+use crate::dispatch::dlq::claims::{ClaimRefused, ReplayClaim};
+use crate::dispatch::dlq::entry::DlqEntry;
 use crate::dispatch::dlq::DlqError;
 use crate::ingest::pending::PendingIngest;
 use crate::ingest::pipeline::Now;
@@ -45,6 +49,7 @@ use crate::ingest::respond::json_str;
 use crate::metrics::Route;
 use crate::net::http;
 use crate::net::server::Ctx;
+use crate::sched::readers::ReadWork;
 use crate::sync::clock::unix_micros;
 use crate::wal::{self, AppendOutcome, EventRecord};
 
@@ -52,17 +57,10 @@ use crate::wal::{self, AppendOutcome, EventRecord};
 /// [`crate::ingest::front::TICKET_SEQ_BITS`]; the pump's carry bit 63).
 pub(super) const REPLAY_TICKET: u64 = 1 << 62;
 
-/// What [`Worker::replay_one`] did with one entry.
-enum Step {
-    Handed,
-    /// On its way from another call, gone, or unreadable.
-    Skipped,
-    /// No room (backlog, appends in flight, commit batch, or the claim set's bound): stop.
-    NoRoom,
-}
-
 impl Core<'_> {
-    /// The route (after the admin token).
+    /// The route (after the admin token): the filter checked here, the DLQ listed and the
+    /// entries read on a reader (`sched::readers`), the pick appended when it is back
+    /// ([`Core::stage_pick`]).
     pub(super) fn bulk_replay(
         &mut self,
         cx: &mut Ctx<'_, PendingIngest>,
@@ -78,73 +76,65 @@ impl Core<'_> {
                 return self.answer_replay(cx, 400, None, &body, keep_alive);
             }
         };
-        let store = self.shared.dispatch().dlq.clone();
-        let listing = match store.list() {
-            Ok(x) => x,
-            Err(e) => {
-                eprintln!("sluice: bulk replay cannot list the DLQ: {e}");
-                let body = r#"{"status":"error","reason":"dlq_unreadable"}"#;
-                return self.answer_replay(cx, 500, None, body, keep_alive);
+        self.defer(
+            cx,
+            ReadWork::Replay(filter),
+            Route::Admin,
+            keep_alive,
+            false,
+        );
+    }
+
+    /// Hands what a reader picked to the WAL, oldest first, while there is room; the entries
+    /// left over give their claims back. Returns the answer (module docs, step 3).
+    pub(super) fn stage_pick(&mut self, pick: Result<Pick, String>) -> Reply {
+        let json = |status, retry_after: Option<String>, body: String| {
+            let mut headers = vec![("Content-Type", "application/json".to_owned())];
+            headers.extend(retry_after.map(|ra| ("Retry-After", ra)));
+            Reply {
+                route: Route::Admin,
+                status,
+                headers,
+                body: body.into_bytes(),
             }
         };
-        let claims = store.replays();
-        let selected: Vec<String> = listing
-            .entries
-            .into_iter()
-            .filter(|s| filter.matches(s) && !claims.is_claimed(&s.id))
-            .map(|s| s.id)
-            .collect();
-        let (mut replayed, mut skipped) = (0usize, 0usize);
-        let mut room = true;
-        for id in selected.iter().take(ONLINE_CHUNK) {
-            match self.replay_one(&store, id) {
-                Step::Handed => replayed += 1,
-                Step::Skipped => skipped += 1,
-                Step::NoRoom => {
-                    room = false;
-                    break;
-                }
+        let pick = match pick {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("sluice: bulk replay cannot list the DLQ: {e}");
+                let body = r#"{"status":"error","reason":"dlq_unreadable"}"#.to_owned();
+                return json(500, None, body);
             }
+        };
+        let mut room = !pick.claims_full;
+        let (mut replayed, skipped) = (0usize, pick.skipped);
+        for (claim, entry) in pick.entries {
+            if !self.replay_one(claim, entry) {
+                room = false;
+                break; // the rest of the pick drops its claims
+            }
+            replayed += 1;
         }
-        let remaining = selected.len() - replayed - skipped;
+        let remaining = pick.matching - replayed - skipped;
         let body =
             format!(r#"{{"status":"accepted","replayed":{replayed},"remaining":{remaining}}}"#);
         if replayed > 0 {
-            self.answer_replay(cx, 202, None, &body, keep_alive);
+            json(202, None, body)
         } else if room {
-            self.answer_replay(cx, 200, None, &body, keep_alive);
+            json(200, None, body)
         } else {
-            let ra = self
-                .shared
-                .ingest()
-                .backlog
-                .retry_after_secs()
-                .clamp(1, 60)
-                .to_string();
+            let backlog = &self.shared.ingest().backlog;
+            let ra = backlog.retry_after_secs().clamp(1, 60).to_string();
             let body = format!(
                 r#"{{"status":"refused","reason":"queue_full","replayed":0,"remaining":{remaining}}}"#
             );
-            self.answer_replay(cx, 503, Some(&ra), &body, keep_alive);
+            json(503, Some(ra), body)
         }
     }
 
-    /// Hands entry `id` to the WAL if it is not on its way already and there is room.
-    fn replay_one(&mut self, store: &DlqStore, id: &str) -> Step {
-        // Claimed before it is read: a replay elsewhere either holds it (skip) or released it
-        // after removing the entry (the read finds it gone).
-        let claim = match store.replays().claim(id) {
-            Ok(c) => c,
-            Err(ClaimRefused::InFlight) => return Step::Skipped, // on its way, from another call
-            Err(ClaimRefused::Full) => return Step::NoRoom,
-        };
-        let entry = match store.get(id) {
-            Ok(e) => e,
-            Err(DlqError::NotFound { .. }) => return Step::Skipped, // removed meanwhile
-            Err(e) => {
-                eprintln!("sluice: bulk replay skips DLQ entry {id}: {e}");
-                return Step::Skipped;
-            }
-        };
+    /// Hands the claimed `entry` to the WAL as a new event if there is room (`false`: none;
+    /// the claim drops).
+    fn replay_one(&mut self, claim: ReplayClaim, entry: DlqEntry) -> bool {
         let received_at_us = unix_micros();
         let received_at_ms = received_at_us / 1000;
         let event = EventRecord {
@@ -166,7 +156,7 @@ impl Core<'_> {
                 .reserve_for(&trigger, cost)
                 .is_err()
         {
-            return Step::NoRoom;
+            return false;
         }
         let ticket = REPLAY_TICKET | self.front.next_seq();
         let (front, mut stage) = self.stage_parts(None);
@@ -176,7 +166,7 @@ impl Core<'_> {
         self.replays
             .by_ticket
             .insert(ticket, (claim, trigger, cost));
-        Step::Handed
+        true
     }
 
     fn answer_replay(
