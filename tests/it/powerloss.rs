@@ -281,7 +281,9 @@ fn recover_and_check(
     let told = Reported {
         damage,
         ranges,
-        torn_from: report.truncated_tail.as_ref().map(|_| report.last_lsn + 1),
+        // Where the truncation began (not `last_lsn + 1`: a loss accepted in the same open
+        // moves the log above its high-water reservation, `wal::high_water`).
+        torn_from: report.torn.as_ref().map(|t| t.first_lsn),
     };
     totals.recovered_torn_tails += u64::from(report.truncated_tail.is_some());
     let recovered = wal::recover_dispatch_in(&*storage, &cfg.dir)

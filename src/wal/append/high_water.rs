@@ -50,8 +50,11 @@ impl Wal {
 
     /// Recovery: continues the log at `next` (above its reservation after a loss) by committing
     /// one lost-range record for `next_lsn..next` — in the active segment, or a new one named
-    /// by the first skipped LSN when it is full — and syncing it with the checkpoint. Later
-    /// scans read the gap as given up.
+    /// by the first skipped LSN when it is full — then starting a new segment named `next`,
+    /// synced with the checkpoint. Later scans read the gap as given up. The records after the
+    /// skip never share its segment: were the lost-range record damaged, a scan could not find
+    /// them past it (a record's LSN is only searched for within what the segment's bytes can
+    /// hold, `recover::damage`), while the next segment's name still says where they start.
     pub(crate) fn skip_to(&mut self, next: Lsn) -> Result<(), WalError> {
         if next <= self.next_lsn {
             return Ok(());
@@ -65,6 +68,7 @@ impl Wal {
         self.staged = next - self.next_lsn;
         self.commit()
             .map_err(|e| WalError::io(&self.active.path, e))?;
+        self.roll().map_err(|e| WalError::io(&self.dir, e))?;
         self.sync()
     }
 }

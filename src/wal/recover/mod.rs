@@ -351,7 +351,9 @@ impl SegmentScan<'_> {
             Some((p, r)) => (Some((p, r.lsn)), r.lsn - 1),
             None => {
                 let last = match self.next_first {
-                    Some(f) => f.saturating_sub(1).max(lsn),
+                    // Up to the next segment's first LSN; nothing when it is `lsn` itself (the
+                    // damage is in framing only, say a rolled segment's last commit marker).
+                    Some(f) => f.saturating_sub(1).max(lsn - 1),
                     None => promised.unwrap_or(0).max(lsn),
                 };
                 (None, last)

@@ -168,6 +168,9 @@ fn torn_tail_garbage_or_bad_crc_after_last_record() {
     drop(wal);
     let offs = offsets(&cfg.dir);
     assert_eq!(offs.len(), 4, "LSNs 1, 2 and the two after the skip");
+    // Those two start a segment of their own, named by the first.
+    let seg = segment_path(&cfg.dir, reserved + 1);
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
     f.write_all_at(&[0xFF], offs[3] + 20).unwrap();
     let (_, report) = open(&cfg).unwrap();
     assert_eq!(report.truncated_tail, Some((seg, offs[3])));
