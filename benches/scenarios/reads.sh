@@ -12,10 +12,14 @@
 # Bounded: the log write (~20 s per 3M events), 2 × REPS × LOAD_S of load, ~10 s of set-up.
 #
 # The phases alternate REPS times (ingest alone, then with reads), so each pair is side by side;
-# every row is reported (nothing pooled).
+# every row is reported (nothing pooled). DASH=1 adds a third phase to each rep: the real
+# dashboard (`/ui`) open in headless Chromium for the phase, polling as an operator's browser
+# does, and `/healthz` probed (no other reads); its row also gives the reads the readers served.
 #
-# Usage: [EVENTS=300000] [RATE=5000] [LOAD_S=20] [REPS=2] [OUT_DIR=DIR] benches/scenarios/reads.sh
-# Needs: cargo build --release --examples; python3. Output: OUT_DIR (default docs/scenarios/reads/)
+# Usage: [EVENTS=300000] [RATE=5000] [LOAD_S=20] [REPS=2] [DASH=0|1] [OUT_DIR=DIR]
+#        benches/scenarios/reads.sh
+# Needs: cargo build --release --examples; python3; with DASH=1 chromium (Debian `chromium`).
+# Output: OUT_DIR (default docs/scenarios/reads/)
 source "$(dirname "$0")/lib.sh"
 EVENTS=${EVENTS:-300000}
 RATE=${RATE:-5000}
@@ -27,6 +31,10 @@ LOOKUP=$ROOT/target/release/examples/event_lookup
 [ -x "$LOOKUP" ] || { echo "no $LOOKUP: run cargo build --release --examples" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "needs python3" >&2; exit 2; }
 PROBE=$(dirname "$0")/reads_probe.py
+DASH=${DASH:-0}
+if [ "$DASH" = 1 ]; then
+  command -v chromium >/dev/null || { echo "DASH=1 needs chromium (apt-get install chromium)" >&2; exit 2; }
+fi
 
 "$LOOKUP" "$WORK/data" "$EVENTS" 1024 1 >"$WORK/lookup.out" 2>&1
 # The log's dirty pages written back now, not under the measured commits' fdatasyncs.
@@ -61,8 +69,23 @@ thread_ticks() {
   echo "$sum"
 }
 
+# reads_served: the operator reads the readers have answered so far (`/metrics`).
+reads_served() {
+  curl -s "http://$SLUICE_ADDR/metrics" |
+    awk '/^sluice_ops_reads_total\{result="served"/ {n += $2} END {print n + 0}'
+}
+
 phase() {
   local name=$1; shift
+  local chrome="" served0
+  served0=$(reads_served)
+  if [ "${1:-}" = --dash ]; then
+    shift
+    # The dashboard as a browser shows it: the page's own script polls the state and lists.
+    chromium --headless=new --no-sandbox --disable-gpu --user-data-dir="$WORK/chrome-$name" \
+      "http://$SLUICE_ADDR/ui" >"$WORK/chrome-$name.log" 2>&1 &
+    chrome=$!; PIDS+=("$chrome")
+  fi
   "$BIN" loadgen --url "http://$SLUICE_ADDR" --rate "$RATE" --duration "${LOAD_S}s" \
     --target /hooks/t --body-size 1024 --connections 64 >"$WORK/lg-$name.json" &
   local lg=$!; PIDS+=("$lg")
@@ -76,7 +99,9 @@ phase() {
   # CPU of the phase, in percent of one core: sluice, its reader thread, the probe's python.
   echo "$name: sluice $(( ($(cpu_ticks "$SLUICE_PID") - ticks0) * 100 / HZ / LOAD_S ))%," \
     "reader $(( ($(thread_ticks "$SLUICE_PID" sluice-reader) - reader0) * 100 / HZ / LOAD_S ))%," \
-    "python $(( $(cpu_ticks "$py") * 100 / HZ / LOAD_S ))%" | tee -a "$OUT/cpu.txt"
+    "python $(( $(cpu_ticks "$py") * 100 / HZ / LOAD_S ))%," \
+    "reads served $(( $(reads_served) - served0 ))" | tee -a "$OUT/cpu.txt"
+  [ -n "$chrome" ] && stop "$chrome"
   wait "$py"
   wait "$lg"
   cp "$WORK/lg-$name.json" "$WORK/probe-$name.json" "$OUT/"
@@ -85,6 +110,7 @@ REPS=${REPS:-2}
 for rep in $(seq "$REPS"); do
   phase "ingest$rep"
   phase "reads$rep" --reads
+  [ "$DASH" = 1 ] && phase "dash$rep" --dash
 done
 
 row() {
@@ -98,5 +124,6 @@ row() {
   for rep in $(seq "$REPS"); do
     row "ingest$rep"
     row "reads$rep"
+    [ "$DASH" = 1 ] && row "dash$rep"
   done
 } | tee "$OUT/table.csv"
