@@ -90,6 +90,11 @@ fn accept_then_start_plain(server: &mut Server, opts: Opts, log: &str, dropped: 
     let (_, samples) = scrape(&accepting);
     let losses = sample_value(&samples, "sluice_wal_loss_accepted_total", &[]);
     let lsns = sample_value(&samples, "sluice_wal_lost_lsns_accepted", &[]);
+    println!(
+        "{log}: {} acknowledged events dropped; named LSNs {first}..={last}; \
+         sluice_wal_loss_accepted_total {losses}, sluice_wal_lost_lsns_accepted {lsns}",
+        dropped.len()
+    );
     assert!(losses >= 1.0, "{losses}");
     assert!(
         lsns >= (last - first + 1) as f64,
@@ -120,6 +125,25 @@ fn accept_then_start_plain(server: &mut Server, opts: Opts, log: &str, dropped: 
             new.log
         );
     }
+    let top_before = before
+        .iter()
+        .chain(dropped)
+        .filter(|e| e.log == log)
+        .map(|e| e.lsn)
+        .max()
+        .unwrap_or(0);
+    let new_in_log: Vec<u64> = after
+        .iter()
+        .filter(|e| e.log == log && fresh.contains(&e.event_id))
+        .map(|e| e.lsn)
+        .collect();
+    println!(
+        "{} new events, ids all new; {} of them in {log}, the lowest at LSN {:?}, the highest \
+         earlier there {top_before}",
+        fresh.len(),
+        new_in_log.len(),
+        new_in_log.iter().min()
+    );
     assert_wal_clean(&server.data_dir());
     let manifest = fs::read_to_string(server.data_dir().join("wal/MANIFEST")).unwrap();
     assert!(manifest.contains("\nlost "), "{manifest}");
