@@ -279,25 +279,12 @@ pub(crate) fn percent_decode(s: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn dead(id: &str, trigger: &str, at: u64, body: usize) -> DlqEntry {
-        DlqEntry {
-            id: id.into(),
-            event: crate::wal::EventRecord {
-                event_id: id.into(),
-                trigger_id: trigger.into(),
-                source: "p".into(),
-                received_at_ms: 1,
-                headers: Vec::new(),
-                body: vec![b'x'; body],
-                replay_of: None,
-            },
-            event_lsn: 1,
-            destination: "http:http://h/".into(),
-            reason: DlqReason::RetryExhausted,
-            attempts: 5,
-            last_error: "answered 500".into(),
-            dead_lettered_at_ms: at,
-        }
+    /// Entry `n` of trigger `trigger`, dead-lettered at `n` ms (so in the order of `n`).
+    fn dead(n: u64, trigger: &str) -> DlqEntry {
+        let mut e = crate::dispatch::dlq::entry::tests::sample_entry(n);
+        e.event.trigger_id = trigger.into();
+        e.dead_lettered_at_ms = n;
+        e
     }
 
     /// The reader's half of an online bulk replay: matching entries, oldest first, claimed and
@@ -306,16 +293,13 @@ mod tests {
     fn a_pick_claims_and_reads_the_matching_entries_oldest_first() {
         let tmp = tempfile::tempdir().unwrap();
         let store = DlqStore::open(tmp.path(), 100).unwrap();
-        let ids = [
-            "01HZX3K9V7Q2W8E5R4T6Y1U0A1",
-            "01HZX3K9V7Q2W8E5R4T6Y1U0A2",
-            "01HZX3K9V7Q2W8E5R4T6Y1U0A3",
-            "01HZX3K9V7Q2W8E5R4T6Y1U0A4",
-        ];
-        for (i, id) in ids.iter().enumerate() {
-            let trigger = if i == 2 { "other" } else { "t" };
-            store.put(&dead(id, trigger, 10 + i as u64, 3)).unwrap();
+        let entries: Vec<DlqEntry> = (1..=4)
+            .map(|n| dead(n, if n == 3 { "other" } else { "t" }))
+            .collect();
+        for e in &entries {
+            store.put(e).unwrap();
         }
+        let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
         let held = store.replays().claim(ids[1]).unwrap();
         let filter = ReplayFilter {
             trigger: Some("t".into()),
@@ -338,8 +322,8 @@ mod tests {
         // A full claim set: nothing picked, said so.
         let small = tempfile::tempdir().unwrap();
         let store = DlqStore::open(small.path(), 1).unwrap();
-        store.put(&dead(ids[0], "t", 1, 3)).unwrap();
-        let _held = store.replays().claim("01HZX3K9V7Q2W8E5R4T6Y1U0ZZ");
+        store.put(&entries[0]).unwrap();
+        let _held = store.replays().claim(ids[3]);
         let pick = pick_all(&store);
         assert!(pick.entries.is_empty() && pick.claims_full, "{pick:?}");
     }
