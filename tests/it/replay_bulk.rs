@@ -114,13 +114,13 @@ fn a_bulk_replay_of_2500_entries_keeps_probes_under_200ms_and_delivers_each_once
     let (probed, worst) = probes.stop();
     eprintln!("{replayed} replayed; {probed} probes, the slowest {worst:?}");
     assert_eq!(replayed, N as u64);
-    // Alone, the slowest probe took 98–136 ms (under the 200 ms); what a probe on the
-    // serving core waits for is the bulk call's own listing and reads (debug build), which
-    // still run on the loop, and beside the rest of the suite that call takes up to ~220 ms.
-    // With the removals on the loop, or one group of 1,024 holding the DLQ index lock across
-    // its tombstones, probes took 1.1–2.3 s: the bound tells those apart under load.
+    // The bound. The bulk call's listing and reads run on a reader thread and only
+    // the appends on the core's loop: the slowest probe took 17 ms (io_uring) and 26 ms (mio)
+    // with a fuzz campaign and a release build beside the test. With the listing on the loop
+    // (debug build) it took 98–136 ms alone and up to ~220 ms beside the suite; with the
+    // removals on the loop 1.1–2.3 s.
     assert!(
-        worst < Duration::from_millis(500),
+        worst < Duration::from_millis(200),
         "a probe took {worst:?}; the slowest replay call {slowest_call:?}"
     );
     let by_entry = deliveries_by_entry(&ds);
