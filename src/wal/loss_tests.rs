@@ -172,6 +172,11 @@ fn a_listed_log_without_its_checkpoint_is_refused_an_unlisted_one_gets_one() {
     let msg = e.to_string();
     assert!(msg.contains(&ckpt.display().to_string()), "{msg}");
     assert!(msg.contains(&hw.display().to_string()), "{msg}");
+    // `wal verify` checks against the copy too, and says the checkpoint is lost.
+    let v = verify_log(&cfg.dir).unwrap();
+    assert!(!v.is_clean() && v.checkpoint_lost(), "{v}");
+    assert_eq!(spans(&v.lost), [(9, 10)]);
+    assert!(v.to_string().contains("CHECKPOINT LOST"), "{v}");
     // The segments are checked against the record's copy of the checkpoint: the truncated
     // segment's LSNs are named and counted, and the log continues above the reservation.
     let (wal, report) = open(&accepting(&cfg)).unwrap();
