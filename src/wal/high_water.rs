@@ -116,13 +116,12 @@ impl HighWaterFile {
         self.0.current().into()
     }
 
-    pub(crate) fn path(&self) -> &Path {
-        self.0.path()
-    }
-
-    /// Writes `hw` and `fdatasync`s it (see `SlotFile::write`).
+    /// Writes `hw` and `fdatasync`s it (see `SlotFile::write`); an error names the file.
     pub(crate) fn write(&mut self, hw: HighWater) -> std::io::Result<()> {
-        self.0.write(slot(hw))
+        self.0.write(slot(hw)).map_err(|e| {
+            let path = self.0.path().display();
+            std::io::Error::new(e.kind(), format!("{path}: {e}"))
+        })
     }
 }
 

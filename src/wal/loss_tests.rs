@@ -460,3 +460,29 @@ fn a_damaged_marker_ending_a_rolled_segment_gives_up_no_lsn() {
     assert!(again.lost.is_empty());
     assert_eq!(again.records, 10, "every record kept");
 }
+
+/// A damaged high-water record refuses the start naming it; accepted, it is rebuilt, the loss
+/// counted (its reservation is unknown), and the next start is plain.
+#[test]
+fn a_damaged_high_water_record_is_refused_then_rebuilt_and_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = three_segments(tmp.path(), WritePath::Pwrite);
+    let hw = super::high_water::path_of(&cfg.dir).unwrap();
+    std::fs::write(&hw, [0xAB; 8192]).unwrap();
+    let e = open(&cfg).unwrap_err();
+    assert!(matches!(e, WalError::HighWaterDamaged(_)), "{e}");
+    assert!(e.to_string().contains(&hw.display().to_string()), "{e}");
+    assert!(e.to_string().contains("--accept-wal-loss"), "{e}");
+    assert!(!verify_log(&cfg.dir).unwrap().is_clean());
+    let (mut wal, report) = open(&accepting(&cfg)).unwrap();
+    assert!(report.lost.is_empty() && report.skipped.is_none());
+    assert_eq!(report.last_lsn, 10, "nothing to continue above");
+    let shared = Arc::new(WalShared::new());
+    wal.attach_shared(shared.clone());
+    assert_eq!(shared.loss_accepted_total.load(Ordering::Relaxed), 1);
+    assert_eq!(shared.lost_lsns_accepted.load(Ordering::Relaxed), 0);
+    drop(wal);
+    let (_, again) = open(&cfg).unwrap();
+    assert_eq!(again.last_lsn, 10);
+    assert!(verify_log(&cfg.dir).unwrap().is_clean());
+}

@@ -19,9 +19,9 @@ use crate::dispatch::dlq::{DlqError, DlqReason, DlqSummary};
 
 /// Entries the online route replays per call at most (its answer says how many remain).
 pub const ONLINE_CHUNK: usize = 1024;
-/// Body bytes the online route picks per call at most (what one [`Pick`] holds in memory
-/// between the reader that reads the entries and the core that appends them): 64 MiB. An
-/// entry is always picked when it is the first, whatever its size.
+/// Body bytes after which the online route stops picking (what one [`Pick`] holds in memory
+/// between the reader that reads the entries and the core that appends them): 64 MiB, so a
+/// pick holds at most that plus one entry's body (≤ `max_body_bytes`).
 pub const ONLINE_PICK_BYTES: usize = 64 << 20;
 
 /// What one online bulk replay picked, off the core loops (`sched::readers`): the matching
@@ -39,8 +39,14 @@ pub struct Pick {
 }
 
 /// Lists the DLQ and claims and reads, oldest first, up to [`ONLINE_CHUNK`] entries matching
-/// `filter` (at most [`ONLINE_PICK_BYTES`] of bodies). `Err` when the DLQ cannot be listed.
+/// `filter`, stopping once [`ONLINE_PICK_BYTES`] of bodies are picked. `Err` when the DLQ
+/// cannot be listed.
 pub fn pick(store: &DlqStore, filter: &ReplayFilter) -> Result<Pick, DlqError> {
+    pick_upto(store, filter, ONLINE_PICK_BYTES)
+}
+
+/// [`pick`], stopping once `max_bytes` of bodies are picked.
+fn pick_upto(store: &DlqStore, filter: &ReplayFilter, max_bytes: usize) -> Result<Pick, DlqError> {
     let listing = store.list()?;
     let claims = store.replays();
     let selected: Vec<String> = listing
@@ -55,7 +61,7 @@ pub fn pick(store: &DlqStore, filter: &ReplayFilter) -> Result<Pick, DlqError> {
     };
     let mut bytes = 0usize;
     for id in &selected {
-        if pick.entries.len() == ONLINE_CHUNK || bytes >= ONLINE_PICK_BYTES {
+        if pick.entries.len() == ONLINE_CHUNK || bytes >= max_bytes {
             break;
         }
         // Claimed before it is read: a replay elsewhere either holds it (skip) or released it
@@ -326,6 +332,32 @@ mod tests {
         let _held = store.replays().claim(ids[3]);
         let pick = pick_all(&store);
         assert!(pick.entries.is_empty() && pick.claims_full, "{pick:?}");
+    }
+
+    /// The byte bound: picking stops once it is reached (the entry that reaches it is kept);
+    /// the rest stay unclaimed and count as remaining.
+    #[test]
+    fn a_pick_stops_at_its_byte_bound() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = DlqStore::open(tmp.path(), 100).unwrap();
+        let entries: Vec<DlqEntry> = (1..=5).map(|n| dead(n, "t")).collect();
+        for e in &entries {
+            store.put(e).unwrap();
+        }
+        let body = entries[0].event.body.len();
+        let pick = pick_upto(&store, &ReplayFilter::default(), 2 * body).unwrap();
+        assert_eq!((pick.entries.len(), pick.matching), (2, 5));
+        assert!(
+            !store.replays().is_claimed(&entries[2].id),
+            "not picked, not claimed"
+        );
+        // The first entry is picked whatever its size.
+        let pick2 = pick_upto(&store, &ReplayFilter::default(), 1).unwrap();
+        assert_eq!(pick2.entries.len(), 1);
+        assert_eq!(
+            pick2.matching, 3,
+            "the two held by the first pick are passed over"
+        );
     }
 
     fn pick_all(store: &DlqStore) -> Pick {

@@ -72,7 +72,8 @@ impl Core<'_> {
 pub(super) struct Reply {
     pub(super) route: Route,
     pub(super) status: u16,
-    pub(super) headers: Vec<(&'static str, String)>,
+    /// Static values but a bulk replay's `Retry-After`: no allocation per answer.
+    pub(super) headers: Vec<(&'static str, std::borrow::Cow<'static, str>)>,
     pub(super) body: Vec<u8>,
 }
 
@@ -117,7 +118,7 @@ impl Worker {
             else {
                 continue;
             };
-            let h: Vec<(&str, &str)> = r.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let h: Vec<(&str, &str)> = r.headers.iter().map(|(k, v)| (*k, v.as_ref())).collect();
             let bytes = conn.response_bytes(date, r.status, &h, &r.body, keep_alive, head_only);
             let close = !keep_alive;
             conn.fill_slot(pos, Slot::Ready { bytes, close });

@@ -89,8 +89,8 @@ impl Core<'_> {
     /// left over give their claims back. Returns the answer (module docs, step 3).
     pub(super) fn stage_pick(&mut self, pick: Result<Pick, String>) -> Reply {
         let json = |status, retry_after: Option<String>, body: String| {
-            let mut headers = vec![("Content-Type", "application/json".to_owned())];
-            headers.extend(retry_after.map(|ra| ("Retry-After", ra)));
+            let mut headers = vec![("Content-Type", "application/json".into())];
+            headers.extend(retry_after.map(|ra| ("Retry-After", ra.into())));
             Reply {
                 route: Route::Admin,
                 status,

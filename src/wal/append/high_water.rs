@@ -29,7 +29,6 @@ impl Wal {
             ..cur
         };
         hw.write(next)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", hw.path().display())))
     }
 
     /// Copies the checkpoint `c` just written to the high-water record, moving the
@@ -45,7 +44,6 @@ impl Wal {
             written_at_ms: unix_millis(),
         };
         hw.write(next)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", hw.path().display())))
     }
 
     /// Recovery: continues the log at `next` (above its reservation after a loss) by committing
