@@ -16,7 +16,16 @@
 # dashboard (`/ui`) open in headless Chromium for the phase, polling as an operator's browser
 # does, and `/healthz` probed (no other reads); its row also gives the reads the readers served.
 #
-# Usage: [EVENTS=300000] [RATE=5000] [LOAD_S=20] [REPS=2] [DASH=0|1] [OUT_DIR=DIR]
+# The dashboard phase opens Chromium DASH_SETTLE s (default 10) before the load starts: the
+# phase measures the page open and polling, not the browser's start-up (a few seconds of both
+# cores here); the browser's CPU over the phase is in cpu.txt.
+#
+# CONTROL=1 adds a control phase to each rep: no reads, but a process that has nothing to do
+# with sluice burning BURN_PCT % (default 80: the reads phase's reader + python, measured) of
+# one core at normal priority, in 10 ms periods. It tells the reads' own cost to sluice apart
+# from what any neighbour of that size costs ingest on this machine.
+#
+# Usage: [EVENTS=300000] [RATE=5000] [LOAD_S=20] [REPS=2] [DASH=0|1] [CONTROL=0|1] [OUT_DIR=DIR]
 #        benches/scenarios/reads.sh
 # Needs: cargo build --release --examples; python3; with DASH=1 chromium (Debian `chromium`).
 # Output: OUT_DIR (default docs/scenarios/reads/)
@@ -75,17 +84,42 @@ reads_served() {
     awk '/^sluice_ops_reads_total\{result="served"/ {n += $2} END {print n + 0}'
 }
 
+# marked_ticks MARK: utime+stime ticks of every process whose command line contains MARK.
+marked_ticks() {
+  local p sum=0
+  for p in /proc/[0-9]*; do
+    if grep -qF -- "$1" "$p/cmdline" 2>/dev/null; then
+      sum=$((sum + $(awk '{print $14 + $15}' "$p/stat" 2>/dev/null || echo 0)))
+    fi
+  done
+  echo "$sum"
+}
+
 phase() {
   local name=$1; shift
-  local chrome="" served0
-  served0=$(reads_served)
+  local chrome="" burn="" served0 chrome0=0
   if [ "${1:-}" = --dash ]; then
     shift
     # The dashboard as a browser shows it: the page's own script polls the state and lists.
     chromium --headless=new --no-sandbox --disable-gpu --user-data-dir="$WORK/chrome-$name" \
       "http://$SLUICE_ADDR/ui" >"$WORK/chrome-$name.log" 2>&1 &
     chrome=$!; PIDS+=("$chrome")
+    sleep "${DASH_SETTLE:-10}"
+    chrome0=$(marked_ticks "chrome-$name")
   fi
+  if [ "${1:-}" = --burn ]; then
+    shift
+    python3 -c '
+import sys, time
+end, duty = time.monotonic() + float(sys.argv[1]), float(sys.argv[2]) / 100
+while time.monotonic() < end:
+    t = time.monotonic()
+    while time.monotonic() - t < 0.01 * duty:
+        pass
+    time.sleep(0.01 * (1 - duty))' "$((LOAD_S + 1))" "${BURN_PCT:-80}" &
+    burn=$!; PIDS+=("$burn")
+  fi
+  served0=$(reads_served)
   "$BIN" loadgen --url "http://$SLUICE_ADDR" --rate "$RATE" --duration "${LOAD_S}s" \
     --target /hooks/t --body-size 1024 --connections 64 >"$WORK/lg-$name.json" &
   local lg=$!; PIDS+=("$lg")
@@ -100,8 +134,11 @@ phase() {
   echo "$name: sluice $(( ($(cpu_ticks "$SLUICE_PID") - ticks0) * 100 / HZ / LOAD_S ))%," \
     "reader $(( ($(thread_ticks "$SLUICE_PID" sluice-reader) - reader0) * 100 / HZ / LOAD_S ))%," \
     "python $(( $(cpu_ticks "$py") * 100 / HZ / LOAD_S ))%," \
-    "reads served $(( $(reads_served) - served0 ))" | tee -a "$OUT/cpu.txt"
+    "reads served $(( $(reads_served) - served0 ))" \
+    ${chrome:+", chromium $(( ($(marked_ticks "chrome-$name") - chrome0) * 100 / HZ / LOAD_S ))%"} \
+    ${burn:+", burner $(( $(cpu_ticks "$burn") * 100 / HZ / LOAD_S ))%"} | tee -a "$OUT/cpu.txt"
   [ -n "$chrome" ] && stop "$chrome"
+  [ -n "$burn" ] && wait "$burn"
   wait "$py"
   wait "$lg"
   cp "$WORK/lg-$name.json" "$WORK/probe-$name.json" "$OUT/"
@@ -111,6 +148,7 @@ for rep in $(seq "$REPS"); do
   phase "ingest$rep"
   phase "reads$rep" --reads
   [ "$DASH" = 1 ] && phase "dash$rep" --dash
+  [ "${CONTROL:-0}" = 1 ] && phase "burn$rep" --burn
 done
 
 row() {
@@ -125,5 +163,6 @@ row() {
     row "ingest$rep"
     row "reads$rep"
     [ "$DASH" = 1 ] && row "dash$rep"
+    [ "${CONTROL:-0}" = 1 ] && row "burn$rep"
   done
 } | tee "$OUT/table.csv"
