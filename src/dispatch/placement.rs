@@ -1,6 +1,32 @@
-//! Which core owns a destination: a stable hash of `kind:uri` modulo the worker count, so a
-//! destination's permits, circuit, rate budget and retry timers live on exactly one core and
-//! need no synchronisation.
+//! Which core owns what dispatch keeps per core, so that it needs no synchronisation:
+//!
+//! - a destination ([`owner_core`]): a stable hash of `kind:uri` modulo the worker count, so a
+//!   destination's permits, circuit, rate budget and retry timers live on exactly one core; the
+//!   pump sends each job to its destination's core;
+//! - a log ([`LogOwners`]): the core whose pump reads it, to which every outcome of an event in
+//!   it goes back (the log is the top bits of the event's key).
+
+use std::sync::Arc;
+
+use crate::dispatch::job::JobOutcome;
+use crate::wal::key::split_key;
+
+/// The core that owns each log, by log index (fixed at start-up: a core's own log, then the
+/// logs it adopted).
+#[derive(Clone, Debug)]
+pub struct LogOwners(Arc<[usize]>);
+
+impl LogOwners {
+    /// `owners[log]`: the core whose pump reads log `log`.
+    pub fn new(owners: Arc<[usize]>) -> Self {
+        LogOwners(owners)
+    }
+
+    /// The core whose pump settles `outcome`: the owner of its event's log.
+    pub fn of_outcome(&self, outcome: &JobOutcome) -> usize {
+        self.0[split_key(outcome.lsn()).0]
+    }
+}
 
 /// FNV-1a over `http:` + `uri`, modulo `cores` (≥ 1).
 pub fn owner_core(uri: &str, cores: usize) -> usize {

@@ -1,12 +1,16 @@
 //! Where an admitted event's record goes: the core's next group commit. Ingest stages into the
 //! core's filling batch (`wal::group::Staging`) itself, through [`CommitStage`], so an append
-//! goes from the front straight to `wal` ([`Stage::stage`] → `Staging::push_ingest`); the core
+//! goes from the front straight to `wal` ([`Stage::stage`] → the batch's ingest port,
+//! `Staging::port(Owner::Ingest)`, as the pump and the DLQ replays stage through theirs); the core
 //! around the front lends the batch for one call and adds only what it keeps of its own per
 //! ticket ([`Holds`]: a DLQ replay's claim), which the front asks about once per append.
 //!
 //! [`Stage`] is the front's view of that pair, so the tests can fake the batch.
 
-use crate::wal::{self, append::group::Staging};
+use crate::wal::{
+    self,
+    append::group::{Owner, Staging},
+};
 
 /// The log an ingest record is appended to: the core's own (slot 0 of its commit batch).
 const OWN_LOG: usize = 0;
@@ -35,10 +39,13 @@ pub trait Holds {
     fn settled(&mut self, ticket: u64, durable: bool);
 }
 
-/// The core's commit batch, lent for one call, with the core's [`Holds`].
+/// The core's commit batch, lent for one call, with the core's [`Holds`]; `owner`: whose
+/// appends these are (`Owner::Ingest`; a bulk DLQ replay's, staged through the front for its
+/// in-flight bound, `Owner::Replay`).
 #[derive(Debug)]
 pub struct CommitStage<'a, D, E, H> {
     pub batch: &'a mut Staging<D, E>,
+    pub owner: Owner,
     pub holds: H,
 }
 
@@ -48,7 +55,7 @@ impl<D, E, H: Holds> Stage for CommitStage<'_, D, E, H> {
     }
 
     fn stage(&mut self, ticket: u64, record: wal::Record) {
-        self.batch.push_ingest(OWN_LOG, ticket, record);
+        self.batch.port(self.owner).event(OWN_LOG, ticket, record);
     }
 
     fn admitted(&mut self, ticket: u64) -> bool {

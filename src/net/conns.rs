@@ -14,7 +14,7 @@
 //! - **Answers.** A response filled in later ([`Conns::answer`]: a `Slot::Pending` becoming its
 //!   bytes) puts its connection on the table's answered list, once until it is taken
 //!   ([`Conns::take_answered`]): the server writes those at the end of the turn
-//!   (`net::server::Server::flush_answered`). Bound: one entry per open connection (plus
+//!   (`net::server::Server::answer`). Bound: one entry per open connection (plus
 //!   connections closed since, whose slot the server skips or drives harmlessly).
 
 use std::time::Duration;

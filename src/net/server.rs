@@ -89,6 +89,16 @@ pub struct Ctx<'a, P> {
     pub metrics: &'a CoreMetrics,
 }
 
+/// What a handler answers with outside a request's own call (the 202s of a commit back):
+/// every connection, the turn's `Date` value and the metrics ([`Server::answer`]).
+#[derive(Debug)]
+pub struct Answers<'a, P> {
+    pub conns: &'a mut Conns<P>,
+    /// The turn's `Date` header value.
+    pub date: &'a str,
+    pub metrics: &'a CoreMetrics,
+}
+
 impl<P> Ctx<'_, P> {
     /// The connection (`None` only if the handler closed it).
     pub fn conn(&mut self) -> Option<&mut Conn<P>> {
@@ -157,7 +167,7 @@ pub struct Server<P> {
     accept_retry_at: Option<u64>,
     /// The fd limit was logged; reset once an accept retry no longer fails.
     fd_limit_logged: bool,
-    /// The connections [`Server::flush_answered`] drives (a buffer, reused turn to turn).
+    /// The connections [`Server::answer`] drives (a buffer, reused turn to turn).
     answered: Vec<usize>,
 }
 
@@ -392,10 +402,28 @@ impl<P> Server<P> {
         }
     }
 
+    /// Lets the handler answer what it owes outside a request's call (`f`: the answers of a
+    /// commit back), then writes the connections it answered: the server flushes what it
+    /// answered itself, once each, and a connection that stopped reading at its pipeline depth
+    /// reads again.
+    pub fn answer<H: Handler<P>>(
+        &mut self,
+        net: &mut Net<'_>,
+        h: &mut H,
+        f: impl FnOnce(&mut H, Answers<'_, P>),
+    ) {
+        let answers = Answers {
+            conns: &mut self.conns,
+            date: &self.date,
+            metrics: net.metrics,
+        };
+        f(h, answers);
+        self.flush_answered(net, h);
+    }
+
     /// Drives every connection answered since the last call (`Conns::answer`: the handler filled
-    /// a response it owed), once each: its answers are written, and a connection that stopped
-    /// reading at its pipeline depth reads again.
-    pub fn flush_answered(&mut self, net: &mut Net<'_>, h: &mut impl Handler<P>) {
+    /// a response it owed), once each.
+    fn flush_answered(&mut self, net: &mut Net<'_>, h: &mut impl Handler<P>) {
         let mut answered = std::mem::take(&mut self.answered);
         self.conns.take_answered(&mut answered);
         for &idx in &answered {

@@ -57,7 +57,7 @@ use crossbeam_utils::sync::{Parker, Unparker};
 use mio::Waker;
 
 use crate::dispatch::dlq::DlqStore;
-pub use crate::dispatch::pump::shell::{Batch, Item, Outcome, Staging};
+pub use crate::dispatch::pump::shell::{Batch, Item, Outcome, Owner, Port, Staging};
 use crate::net::io::uring::{FileDone, Uring};
 use crate::ring;
 use crate::sync::handback::Handback;
@@ -165,8 +165,9 @@ impl Committer {
         })
     }
 
-    /// The batch filling during this turn: ingest stages its appends here
-    /// ([`Staging::has_room`], [`Staging::push_ingest`]), the pump its records and dead letters.
+    /// The batch filling during this turn: each owner stages through its own port
+    /// ([`Staging::port`]): ingest its events, the pump its records and dead letters, the DLQ
+    /// replays their events and removals.
     pub fn staging(&mut self) -> &mut Staging {
         &mut self.next
     }
@@ -448,7 +449,8 @@ mod tests {
             "nothing out: the poll waits as asked"
         );
         c.staging()
-            .push_ingest(0, 100, Record::Event(sample_event(100, 100)));
+            .port(Owner::Ingest)
+            .event(0, 100, Record::Event(sample_event(100, 100)));
         c.kick(None);
         let t0 = std::time::Instant::now();
         let waited = c.wait_for_commit(long);
@@ -466,8 +468,11 @@ mod tests {
             c.wait_done(long);
         }
         for round in 0..20u64 {
-            c.staging()
-                .push_ingest(0, round, Record::Event(sample_event(round, 100)));
+            c.staging().port(Owner::Ingest).event(
+                0,
+                round,
+                Record::Event(sample_event(round, 100)),
+            );
             c.kick(None);
             let t0 = std::time::Instant::now();
             while c.awaits_commit() {
@@ -506,14 +511,18 @@ mod tests {
         let mut c = Committer::start(0, logs, dlq, waker, 4, false).unwrap();
         for t in 0..4u64 {
             assert!(c.staging().has_room(1000));
-            c.staging()
-                .push_ingest((t % 2) as usize, t, Record::Event(sample_event(t, 100)));
+            c.staging().port(Owner::Ingest).event(
+                (t % 2) as usize,
+                t,
+                Record::Event(sample_event(t, 100)),
+            );
         }
         assert!(!c.staging().has_room(10), "max_batch ingest records");
         c.kick(None);
         assert!(!c.is_idle());
         c.staging()
-            .push_ingest(0, 9, Record::Event(sample_event(9, 100)));
+            .port(Owner::Ingest)
+            .event(0, 9, Record::Event(sample_event(9, 100)));
         c.kick(None); // one batch at a time: stays filling
         let mut events = Events::with_capacity(4);
         let mut done = None;
@@ -655,18 +664,18 @@ mod tests {
         let mut c = Committer::start(0, vec![own, adopted], dlq, waker, 8, true).unwrap();
         for t in 0..3u64 {
             c.staging()
-                .push_ingest(0, t, Record::Event(sample_event(t, 100)));
+                .port(Owner::Ingest)
+                .event(0, t, Record::Event(sample_event(t, 100)));
         }
-        c.staging().push(Item::Append {
-            log: 1,
-            ticket: 50,
-            record: Record::Event(sample_event(50, 10)),
-        });
+        c.staging()
+            .port(Owner::Pump)
+            .record(1, 50, Record::Event(sample_event(50, 10)));
         c.kick(Some(&mut ring));
         assert!(ring.file_busy(), "the own log's write is on the ring");
         assert_eq!(c.queued(), 4);
         c.staging()
-            .push_ingest(0, 9, Record::Event(sample_event(9, 100)));
+            .port(Owner::Ingest)
+            .event(0, 9, Record::Event(sample_event(9, 100)));
         c.kick(Some(&mut ring)); // one commit on the ring at a time: stays filling
         let mut back = [ring_done(&mut c, &mut ring), ring_done(&mut c, &mut ring)];
         back.sort_by_key(|b| b.items.len());
@@ -701,7 +710,8 @@ mod tests {
         let body = crate::wal::MAX_BODY_BYTES / 4;
         for t in 0..6u64 {
             c.staging()
-                .push_ingest(0, t, Record::Event(sample_event(t, body)));
+                .port(Owner::Ingest)
+                .event(0, t, Record::Event(sample_event(t, body)));
         }
         c.kick(Some(&mut ring));
         assert!(ring.file_busy(), "the chunk after the roll is on the ring");
@@ -739,8 +749,11 @@ mod tests {
         let mut commit = |c: &mut Committer, ring: &mut Uring, n: usize| {
             for _ in 0..n {
                 ticket += 1;
-                c.staging()
-                    .push_ingest(0, ticket, Record::Event(sample_event(ticket, 3000)));
+                c.staging().port(Owner::Ingest).event(
+                    0,
+                    ticket,
+                    Record::Event(sample_event(ticket, 3000)),
+                );
             }
             c.kick(Some(ring));
             lsns(&ring_done(c, ring))

@@ -57,11 +57,14 @@
 //!     fn append(&mut self, &[Record]) -> Result<Lsn, WalError>;   // offline / tests, as
 //!     fn append_events(&mut self, &[EventRecord]) -> Result<Lsn, WalError>; fn sync(&mut self) }
 //!
-//! pub mod group { pub enum Item<D> { Append { log, ticket, record }, DeadLetter { ticket, entry: D } }
-//!     pub enum Outcome<E> { Appended(AppendOutcome), DeadLettered(Result<(), E>) }
+//! pub mod group { pub enum Owner { Ingest, Pump, Replay }   // who staged an item, who settles it
+//!     pub enum Item<D> { Append { owner, log, ticket, record }, DeadLetter { owner, ticket, entry: D },
+//!                        Release { owner, ticket, id } }
+//!     pub enum Outcome<E> { Appended(AppendOutcome), DeadLettered(Result<(), E>), Released(..) }
 //!     pub struct Batch<D, E> { pub items, pub outcomes, .. }   // a loop turn's writes, in order
-//!     pub struct Staging<D, E>;  // the filling batch: new(max_batch), has_room, push_ingest, push,
+//!     pub struct Staging<D, E>;  // the filling batch: new(max_batch), has_room, port(owner),
 //!                                // take_batch(keep_own), take_own, put_back
+//!     pub struct Port<'a, D, E>; // one owner's way in: event, record, dead_letter, release
 //!     pub struct Log { pub wal: Wal, pub shared: Arc<WalShared> }
 //!     pub trait DeadLetters { fn put_dead_letters(..) }   // dispatch's DLQ implements it
 //!     pub fn process(logs: &mut [Log], first_slot, &mut Batch, &impl DeadLetters, scratch) }

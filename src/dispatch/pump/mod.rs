@@ -109,8 +109,6 @@ pub const MIN_AWAITING: usize = 64;
 /// Most events one turn parks per log (`pump_parked`: parking never stops a log, so this keeps
 /// a turn short; the pump asks for another turn at once, [`PumpCore::more_to_read`]).
 pub const PARK_PER_TURN: usize = 1024;
-/// Tickets of the pump's own items carry this bit (ingest tickets never do).
-pub const PUMP_TICKET: u64 = 1 << 63;
 
 /// What the pump reads and moves outside itself, supplied by the shell: the logs (read-back),
 /// the durable-queue bound it gives room back to, and whether a trigger's flow-control gates
@@ -758,7 +756,9 @@ impl<E: PumpEnv> PumpCore<E> {
 
     fn ticket(&mut self, t: Ticket) -> u64 {
         self.seq += 1;
-        let ticket = PUMP_TICKET | self.seq;
+        // The pump's own numbering: its items are told apart by their owner
+        // (`wal::group::Owner::Pump`), not by the ticket.
+        let ticket = self.seq;
         self.tickets.insert(ticket, t);
         ticket
     }

@@ -349,7 +349,7 @@ impl Front {
             bytes,
             close: !keep_alive,
         };
-        // The server writes it at the end of the turn (`Server::flush_answered`).
+        // The server writes it at the end of the turn (`Server::answer`, which the core settles a commit in).
         conns.answer(idx, pos, answer);
         env.metrics.incr_http(Route::Webhook, status);
     }

@@ -16,11 +16,14 @@ pub(super) struct Edge {
     pub(super) scrapes_read_at: u64,
 }
 
-/// This core's replays whose append has not completed, by commit ticket: bulk ones (ticket with
-/// `REPLAY_TICKET`) with their trigger id and backlog cost, and single ones
-/// (`POST /admin/dlq/{id}/replay`, an ingest ticket) holding their claim only.
+/// This core's replays whose append has not completed, by commit ticket: bulk ones (staged as
+/// `Owner::Replay`, numbered by [`Replays::next_ticket`]) with their trigger id and backlog
+/// cost, and single ones (`POST /admin/dlq/{id}/replay`, an ingest ticket) holding their claim
+/// only.
 #[derive(Debug, Default)]
 pub(super) struct Replays {
+    /// The last ticket of this core's `Owner::Replay` items (appends and removals).
+    seq: u64,
     /// ticket → (claim, trigger id, backlog cost).
     pub(super) by_ticket: HashMap<u64, (ReplayClaim, String, u64)>,
     /// ingest ticket → claim of a single replay.
@@ -31,4 +34,12 @@ pub(super) struct Replays {
     /// Release ticket → claim of a replay whose entry's removal is with the commit (`Item::Release`):
     /// the claim drops when the removal is back. Bound: the claims (`dispatch::dlq::claims`).
     pub(super) releasing: HashMap<u64, ReplayClaim>,
+}
+
+impl Replays {
+    /// The ticket of this core's next `Owner::Replay` item.
+    pub(super) fn next_ticket(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
 }

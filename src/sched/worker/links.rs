@@ -1,8 +1,9 @@
 //! A core's traffic with its commit helper and with the other cores, once per loop turn.
 //!
 //! - [`Worker::take_commits`]: each batch back from its commit goes to the domains — ingest
-//!   settles its appends (`202`s, or `503 wal_unavailable`), the server writes the connections
-//!   they answered, then the pump (`dispatch::pump::shell`) settles its records and dead
+//!   settles its appends (`202`s, or `503 wal_unavailable`) and the replays theirs, each item by
+//!   its owner (`wal::group::Owner`), within `Server::answer`, which writes the connections they
+//!   answered; then the pump (`dispatch::pump::shell`) settles its records and dead
 //!   letters and takes each durable event from memory. Replays made durable have their DLQ
 //!   entries' removal staged for the next commit (`Item::Release`), and each replay's claim
 //!   drops when its removal is back. A loop step: it handles no event itself.
@@ -18,10 +19,12 @@
 //! bounded by the outcomes of the jobs this core holds, and is offered again next turn. The
 //! rings and wakers themselves are `wiring.rs`'s.
 
-use super::Worker;
-use crate::dispatch::pump::shell::Batch;
-use crate::sched::logs::split_key;
-use crate::sched::pump::PUMP_TICKET;
+use super::serve::Core;
+use super::{stage, Worker};
+use crate::dispatch::pump::shell::{Batch, Owner};
+use crate::ingest::front::Env;
+use crate::ingest::pending::PendingIngest;
+use crate::net::server::Answers;
 
 impl Worker {
     /// Handles the batches that came back (from the ring, from the commit helper), if any.
@@ -32,53 +35,68 @@ impl Worker {
     }
 
     /// The loop's step for one batch back from its commit: to ingest, which settles its
-    /// appends (claims, the 202s or `503`s queued, bulk replays), then to the server, which
-    /// writes the answered connections (`Server::flush_answered`), then to the pump
-    /// (`CorePump::on_commit`: its records and dead letters, the durable events from memory).
+    /// appends (claims, the 202s or `503`s queued, bulk replays), inside the server's
+    /// [`Server::answer`](crate::net::server::Server::answer), which then writes the answered
+    /// connections; then to the pump (`CorePump::on_commit`: its records and dead letters, the
+    /// durable events from memory).
     fn take_commit(&mut self, batch: Batch) {
-        for (ticket, o) in batch.appended().filter(|(t, _)| t & PUMP_TICKET == 0) {
-            if ticket & super::replay::REPLAY_TICKET != 0 {
-                self.replay_done(ticket, o);
-                continue;
-            }
-            let (front, conns, mut stage, env) = self.ingest_parts(None);
-            front.ingest_done(conns, ticket, o, &mut stage, &env);
-        }
-        for (ticket, r) in batch.released() {
-            self.released(ticket, r);
-        }
-        self.release_replayed();
-        // Its answers written; a connection that stopped reading at its pipeline depth may
-        // read again now.
-        let (server, mut net, mut core) = self.split();
-        server.flush_answered(&mut net, &mut core);
+        let (server, mut net, mut serve) = self.split();
+        server.answer(&mut net, &mut serve, |serve, answers| {
+            serve.0.settle_commit(&batch, answers)
+        });
         // Then the pump (nothing of it waits for the answers, nor they for it).
         self.pump
             .on_commit(batch, crate::sync::clock::unix_millis());
+    }
+}
+
+impl Core<'_> {
+    /// Settles the appends and removals of ingest and the replays in `batch`, each by its
+    /// owner (the pump's are the pump's: [`Worker::take_commit`]).
+    fn settle_commit(&mut self, batch: &Batch, answers: Answers<'_, PendingIngest>) {
+        let Answers {
+            conns,
+            date,
+            metrics,
+        } = answers;
+        for (owner, ticket, o) in batch.appended() {
+            match owner {
+                Owner::Ingest => {
+                    let mut stage = stage::core_stage(&mut *self.committer, self.replays, None);
+                    let env = Env {
+                        node: stage::node(self.shared, self.view),
+                        metrics,
+                        date,
+                    };
+                    self.front.ingest_done(conns, ticket, o, &mut stage, &env);
+                }
+                Owner::Replay => self.replay_done(ticket, o),
+                // Settled by the pump (`CorePump::on_commit`).
+                Owner::Pump => {}
+            }
+        }
+        for (ticket, r) in batch.released_by(Owner::Replay) {
+            self.released(ticket, r);
+        }
+        self.release_replayed();
     }
 
     /// The replays made durable by the batch just settled (bulk and single): their entries
     /// leave the DLQ with the next commit, one group removal (`Item::Release`, before that
     /// commit's appends); each claim is held until its removal is back
-    /// ([`Worker::released`]).
-    pub(super) fn release_replayed(&mut self) {
+    /// ([`Core::released`]).
+    fn release_replayed(&mut self) {
+        let mut port = self.committer.staging().port(Owner::Replay);
         for claim in std::mem::take(&mut self.replays.durable) {
-            let ticket = super::replay::REPLAY_TICKET | self.front.next_seq();
-            let id = claim.id().to_owned();
-            self.committer
-                .staging()
-                .push(crate::sched::commit::Item::Release { ticket, id });
+            let ticket = self.replays.next_ticket();
+            port.release(ticket, claim.id().to_owned());
             self.replays.releasing.insert(ticket, claim);
         }
     }
 
     /// A replayed entry's removal is back: its claim drops (after the removal, module docs). A
     /// failed removal leaves the entry in the DLQ: a later replay delivers it again.
-    pub(super) fn released(
-        &mut self,
-        ticket: u64,
-        result: &Result<(), crate::dispatch::dlq::DlqError>,
-    ) {
+    fn released(&mut self, ticket: u64, result: &Result<(), crate::dispatch::dlq::DlqError>) {
         let Some(claim) = self.replays.releasing.remove(&ticket) else {
             return;
         };
@@ -91,7 +109,9 @@ impl Worker {
             ),
         }
     }
+}
 
+impl Worker {
     /// Moves jobs and outcomes: inbound rings, the dispatcher's outcomes, the pump's admissions.
     pub(super) fn exchange(&mut self, now: u64) {
         // Jobs from other cores may come from a newer generation (a new trigger's gates): this
@@ -110,7 +130,7 @@ impl Worker {
         }
         self.dispatcher.on_tick(now, draining);
         for o in self.dispatcher.take_outcomes() {
-            let owner = self.links.log_owner[split_key(o.lsn()).0];
+            let owner = self.links.log_owners.of_outcome(&o);
             if owner == self.links.core {
                 self.pump.on_outcome(o, now_ms, self.committer.staging());
             } else {

@@ -8,8 +8,8 @@
 //!   `ingest::front::Front` (admission to the 202: pipeline, dedupe claims, staging into the
 //!   core's group commit itself — `ingest::stage`, the batch lent by `stage.rs` — settling on the
 //!   commit's answer), every other route to the core (`serve.rs`: ops and admin endpoints,
-//!   `ops.rs` and `replay.rs`). The answered connections are written by the server
-//!   (`Server::flush_answered`, called from `links.rs` after a batch's answers).
+//!   `ops.rs` and `replay.rs`). A batch back from its commit is settled inside `Server::answer`,
+//!   which then writes the connections it answered (`links.rs`).
 //! - the core's commit helper (`sched::commit`), its pump and its dispatcher, and the rings to
 //!   the other cores (`links.rs`, `wiring.rs`).
 //!

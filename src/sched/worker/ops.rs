@@ -2,7 +2,6 @@
 //! (rendered once per loop turn for all scrapes, `budgets.rs`) and `/admin/…` behind the bearer
 //! token; `POST /admin/dlq/{id}/discard` is here, the replays are `replay.rs`.
 
-use super::replay::REPLAY_TICKET;
 use super::serve::Core;
 use super::*;
 use crate::dispatch::dlq::claims::ClaimRefused;
@@ -128,12 +127,12 @@ impl Core<'_> {
         if !dlq.is_live(id) {
             return refused(404, "not_found");
         }
-        let ticket = REPLAY_TICKET | self.front.next_seq();
-        let item = crate::sched::commit::Item::Release {
-            ticket,
-            id: id.to_owned(),
-        };
-        self.committer.staging().push(item);
+        let ticket = self.replays.next_ticket();
+        let mut port = self
+            .committer
+            .staging()
+            .port(crate::sched::commit::Owner::Replay);
+        port.release(ticket, id.to_owned());
         self.replays.releasing.insert(ticket, claim);
         // A valid id is 26 characters [0-9A-Z]: nothing to escape.
         (

@@ -38,7 +38,6 @@
 
 use super::reads::Reply;
 use super::serve::Core;
-use super::Worker;
 use crate::dispatch::dlq::bulk::{Pick, ReplayFilter};
 use crate::dispatch::dlq::claims::{ClaimRefused, ReplayClaim};
 use crate::dispatch::dlq::entry::DlqEntry;
@@ -52,10 +51,6 @@ use crate::net::server::Ctx;
 use crate::sched::readers::ReadWork;
 use crate::sync::clock::unix_micros;
 use crate::wal::{self, AppendOutcome, EventRecord};
-
-/// Marks the commit tickets of bulk replays (ingest tickets hold a connection slot < 2^22 above
-/// [`crate::ingest::front::TICKET_SEQ_BITS`]; the pump's carry bit 63).
-pub(super) const REPLAY_TICKET: u64 = 1 << 62;
 
 impl Core<'_> {
     /// The route (after the admin token): the filter checked here, the DLQ listed and the
@@ -158,8 +153,8 @@ impl Core<'_> {
         {
             return false;
         }
-        let ticket = REPLAY_TICKET | self.front.next_seq();
-        let (front, mut stage) = self.stage_parts(None);
+        let ticket = self.replays.next_ticket();
+        let (front, mut stage) = self.replay_parts();
         // Room was checked above, before the reservation.
         let staged = front.stage_direct(&mut stage, ticket, record);
         debug_assert!(staged);
@@ -192,7 +187,7 @@ impl Core<'_> {
     }
 }
 
-impl Worker {
+impl Core<'_> {
     /// The append of a bulk replay completed: durable → the entry leaves the DLQ with the next
     /// commit (`links.rs`), its claim held until then; failed → the backlog share goes back,
     /// the entry stays and the claim drops.

@@ -12,7 +12,7 @@ use crate::dispatch::dlq::claims::ReplayClaim;
 use crate::ingest::pipeline;
 use crate::ingest::stage::{CommitStage, Holds};
 use crate::net::server::Ctx;
-use crate::sched::commit::Committer;
+use crate::sched::commit::{Committer, Owner};
 
 /// The core's commit batch as its front stages into it, with the single replays' claims.
 pub(super) type CoreStage<'a> = CommitStage<
@@ -34,17 +34,28 @@ pub(super) struct ReplayHolds<'a> {
 }
 
 /// The core's stage for one call: its commit batch and its replays' claims (`claim`: a single
-/// replay's, for the next append).
+/// replay's, for the next append), for ingest's appends.
 pub(super) fn core_stage<'a>(
     committer: &'a mut Committer,
     replays: &'a mut super::books::Replays,
     claim: Option<ReplayClaim>,
+) -> CoreStage<'a> {
+    owned_stage(committer, replays, claim, Owner::Ingest)
+}
+
+/// [`core_stage`] for `owner`'s appends.
+fn owned_stage<'a>(
+    committer: &'a mut Committer,
+    replays: &'a mut super::books::Replays,
+    claim: Option<ReplayClaim>,
+    owner: Owner,
 ) -> CoreStage<'a> {
     let super::books::Replays {
         single, durable, ..
     } = replays;
     CommitStage {
         batch: committer.staging(),
+        owner,
         holds: ReplayHolds {
             single,
             claim,
@@ -164,12 +175,10 @@ impl Core<'_> {
         (&mut *self.front, &mut *cx.conns, stage, env)
     }
 
-    /// The core's ingest front and its stage, for an append no connection waits for.
-    pub(super) fn stage_parts(
-        &mut self,
-        claim: Option<ReplayClaim>,
-    ) -> (&mut Front, CoreStage<'_>) {
-        let stage = core_stage(&mut *self.committer, self.replays, claim);
+    /// The core's ingest front and a stage for a bulk replay's appends (`Owner::Replay`: no
+    /// connection waits for them; the front counts them in its in-flight bound).
+    pub(super) fn replay_parts(&mut self) -> (&mut Front, CoreStage<'_>) {
+        let stage = owned_stage(&mut *self.committer, self.replays, None, Owner::Replay);
         (&mut *self.front, stage)
     }
 }

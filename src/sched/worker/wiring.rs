@@ -8,6 +8,7 @@ use std::sync::Arc;
 use mio::{Token, Waker};
 
 use crate::dispatch::job::{Job, JobOutcome};
+use crate::dispatch::placement::LogOwners;
 use crate::ring;
 
 /// The poll token of the core's waker (commit helper, other cores, shutdown).
@@ -25,8 +26,8 @@ pub struct CoreLinks {
     pub jobs_out: Vec<ring::Sender<Job>>,
     pub outcomes_out: Vec<ring::Sender<JobOutcome>>,
     pub wakers: Vec<Arc<Waker>>,
-    /// Owner core of each log, by log index (the top bits of an event key).
-    pub log_owner: Arc<[usize]>,
+    /// Owner core of each log (dispatch's placement rule for outcomes).
+    pub log_owners: LogOwners,
     /// Cores that reported themselves quiet during the drain.
     pub quiet: Arc<AtomicUsize>,
     /// Items that found a ring full, for the next turn.
@@ -68,7 +69,7 @@ impl CoreLinks {
                 jobs_out: job_txs.clone(),
                 outcomes_out: out_txs.clone(),
                 wakers: wakers.clone(),
-                log_owner: log_owner.clone(),
+                log_owners: LogOwners::new(log_owner.clone()),
                 quiet: quiet.clone(),
                 job_overflow: VecDeque::new(),
                 outcome_overflow: VecDeque::new(),

@@ -30,21 +30,39 @@ use crate::wal::config::MAX_BATCH_BYTES;
 use crate::wal::format::Record;
 use crate::wal::{AppendOutcome, WalShared};
 
-/// One thing for the disk.
+/// Who staged an item, and so who settles its outcome when the batch is back: each owner
+/// stages through its own [`Port`] and numbers its items itself (`ticket`), so tickets of
+/// different owners never need telling apart by their bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// A client's event, or a single DLQ replay through the ingest path (`ingest::front`).
+    Ingest,
+    /// The pump's `Done`/`Retry`/attempt records and dead letters (`dispatch::pump`).
+    Pump,
+    /// A bulk DLQ replay's events and every replay's or discard's removal (`dispatch::dlq`).
+    Replay,
+}
+
+/// One thing for the disk, with its [`Owner`] and the owner's `ticket` for it.
 #[derive(Debug)]
 pub enum Item<D> {
     /// Append `record` to the core's log slot `log` (0 = its own log).
     Append {
+        owner: Owner,
         log: usize,
         ticket: u64,
         record: Record,
     },
     /// Store a dead letter durably (the [`DeadLetters`] store).
-    DeadLetter { ticket: u64, entry: D },
+    DeadLetter { owner: Owner, ticket: u64, entry: D },
     /// A dead letter whose replay is durable leaves the store ([`DeadLetters::release`]). Staged
     /// once the replay's append is back durable, so it is committed in a later batch, before that
     /// batch's appends: the replayed event's `Done` is never durable before the removal.
-    Release { ticket: u64, id: String },
+    Release {
+        owner: Owner,
+        ticket: u64,
+        id: String,
+    },
 }
 
 impl<D> Item<D> {
@@ -114,24 +132,33 @@ impl<D, E> Batch<D, E> {
         self.outcomes.extend(from.drain(..).map(Outcome::Appended));
     }
 
-    /// Each append's ticket with its outcome, in order (the batch back from its commit).
-    pub fn appended(&self) -> impl Iterator<Item = (u64, AppendOutcome)> + '_ {
+    /// Each append's owner and ticket with its outcome, in order (the batch back from its
+    /// commit).
+    pub fn appended(&self) -> impl Iterator<Item = (Owner, u64, AppendOutcome)> + '_ {
         self.items
             .iter()
             .zip(&self.outcomes)
             .filter_map(|(item, outcome)| match (item, outcome) {
-                (Item::Append { ticket, .. }, Outcome::Appended(o)) => Some((*ticket, *o)),
+                (Item::Append { owner, ticket, .. }, Outcome::Appended(o)) => {
+                    Some((*owner, *ticket, *o))
+                }
                 _ => None,
             })
     }
 
-    /// Each release's ticket with its result, in order (the batch back from its commit).
-    pub fn released(&self) -> impl Iterator<Item = (u64, &Result<(), E>)> + '_ {
+    /// Each release of `owner`'s, its ticket with its result, in order (the batch back from its
+    /// commit).
+    pub fn released_by(&self, owner: Owner) -> impl Iterator<Item = (u64, &Result<(), E>)> + '_ {
         self.items
             .iter()
             .zip(&self.outcomes)
-            .filter_map(|(item, outcome)| match (item, outcome) {
-                (Item::Release { ticket, .. }, Outcome::Released(r)) => Some((*ticket, r)),
+            .filter_map(move |(item, outcome)| match (item, outcome) {
+                (
+                    Item::Release {
+                        owner: o, ticket, ..
+                    },
+                    Outcome::Released(r),
+                ) if *o == owner => Some((*ticket, r)),
                 _ => None,
             })
     }
@@ -170,20 +197,12 @@ impl<D, E> Staging<D, E> {
                 && self.next.ingest_bytes + weight <= MAX_BATCH_BYTES)
     }
 
-    /// Adds an ingest record (the caller checked [`Staging::has_room`]).
-    pub fn push_ingest(&mut self, log: usize, ticket: u64, record: Record) {
-        self.next.ingest_bytes += record.batch_weight();
-        self.next.ingest_records += 1;
-        self.next.items.push(Item::Append {
-            log,
-            ticket,
-            record,
-        });
-    }
-
-    /// Adds a record or dead letter of the pump's (bounded by the pump).
-    pub fn push(&mut self, item: Item<D>) {
-        self.next.items.push(item);
+    /// `owner`'s way into the filling batch: everything staged through it carries `owner`.
+    pub fn port(&mut self, owner: Owner) -> Port<'_, D, E> {
+        Port {
+            staging: self,
+            owner,
+        }
     }
 
     /// Items filling.
@@ -227,6 +246,68 @@ impl<D, E> Staging<D, E> {
         batch.ingest_records += self.next.ingest_records;
         batch.ingest_bytes += self.next.ingest_bytes;
         self.next = batch;
+    }
+}
+
+/// One owner's way into the filling batch ([`Staging::port`]), lent for one call: the only way
+/// anything is staged, so every item carries the [`Owner`] that settles it.
+#[derive(Debug)]
+pub struct Port<'a, D, E> {
+    staging: &'a mut Staging<D, E>,
+    owner: Owner,
+}
+
+impl<D, E> Port<'_, D, E> {
+    /// The owner whose items this port stages.
+    pub fn owner(&self) -> Owner {
+        self.owner
+    }
+
+    /// True if an event of `weight` bytes fits the filling batch ([`Staging::has_room`]).
+    pub fn has_room(&self, weight: usize) -> bool {
+        self.staging.has_room(weight)
+    }
+
+    /// Adds an event record for log slot `log` (ingest: the core's own, 0), counted against
+    /// the batch's bound (the caller checked [`Port::has_room`]).
+    pub fn event(&mut self, log: usize, ticket: u64, record: Record) {
+        let next = &mut self.staging.next;
+        next.ingest_bytes += record.batch_weight();
+        next.ingest_records += 1;
+        next.items.push(Item::Append {
+            owner: self.owner,
+            log,
+            ticket,
+            record,
+        });
+    }
+
+    /// Adds a record for log slot `log` that its producer bounds (the pump's `Done`/`Retry`/
+    /// attempt records: `MAX_RECORDS_IN_FLIGHT` per log), outside the batch's ingest bound.
+    pub fn record(&mut self, log: usize, ticket: u64, record: Record) {
+        let owner = self.owner;
+        (self.staging.next.items).push(Item::Append {
+            owner,
+            log,
+            ticket,
+            record,
+        });
+    }
+
+    /// Adds a dead letter (bounded by its producer: `max_outstanding`).
+    pub fn dead_letter(&mut self, ticket: u64, entry: D) {
+        let owner = self.owner;
+        (self.staging.next.items).push(Item::DeadLetter {
+            owner,
+            ticket,
+            entry,
+        });
+    }
+
+    /// Adds the removal of dead letter `id` (bounded by the DLQ's claims).
+    pub fn release(&mut self, ticket: u64, id: String) {
+        let owner = self.owner;
+        (self.staging.next.items).push(Item::Release { owner, ticket, id });
     }
 }
 
@@ -369,16 +450,13 @@ mod tests {
         let mut s: Staging<String, ()> = Staging::new(3);
         let big = MAX_BATCH_BYTES + 1;
         assert!(s.has_room(big), "the first record always fits");
-        s.push_ingest(0, 1, event(1, 10));
+        s.port(Owner::Ingest).event(0, 1, event(1, 10));
         assert!(!s.has_room(big), "past MAX_BATCH_BYTES");
         assert!(s.has_room(100));
-        s.push_ingest(0, 2, event(2, 10));
-        s.push_ingest(0, 3, event(3, 10));
+        s.port(Owner::Ingest).event(0, 2, event(2, 10));
+        s.port(Owner::Ingest).event(0, 3, event(3, 10));
         assert!(!s.has_room(1), "max_batch ingest records");
-        s.push(Item::DeadLetter {
-            ticket: 9,
-            entry: "x".into(),
-        });
+        s.port(Owner::Pump).dead_letter(9, "x".into());
         assert_eq!(
             s.len(),
             4,
@@ -393,21 +471,14 @@ mod tests {
     #[test]
     fn with_the_own_log_on_the_ring_the_helper_gets_the_rest_and_the_ring_the_own_records() {
         let mut s: Staging<String, ()> = Staging::new(8);
-        s.push_ingest(0, 1, event(1, 10));
+        s.port(Owner::Ingest).event(0, 1, event(1, 10));
         assert!(
             s.take_batch(true).is_none(),
             "only own records: nothing for the helper"
         );
-        s.push(Item::Append {
-            log: 1,
-            ticket: 50,
-            record: event(50, 10),
-        });
-        s.push(Item::DeadLetter {
-            ticket: 51,
-            entry: "d".into(),
-        });
-        s.push_ingest(0, 2, event(2, 10));
+        s.port(Owner::Pump).record(1, 50, event(50, 10));
+        s.port(Owner::Pump).dead_letter(51, "d".into());
+        s.port(Owner::Ingest).event(0, 2, event(2, 10));
         let helper = s.take_batch(true).unwrap();
         let tickets = |b: &Batch<String, ()>| -> Vec<u64> {
             b.items
@@ -426,7 +497,7 @@ mod tests {
         assert_eq!(tickets(&own), [1, 2]);
         assert_eq!(own.ingest_records(), 2);
         assert!(s.is_empty() && s.take_own().is_none());
-        s.push_ingest(0, 3, event(3, 10));
+        s.port(Owner::Ingest).event(0, 3, event(3, 10));
         s.put_back(own);
         let again = s.take_batch(false).unwrap();
         assert_eq!(tickets(&again), [1, 2, 3], "put back in front, in order");
@@ -448,23 +519,13 @@ mod tests {
         let mut s: Staging<String, &'static str> = Staging::new(8);
         // Slots 1 and 2 (slot 0 is on the loop's ring); slot 3 is nobody's.
         for (t, log) in [(1, 1), (2, 2), (3, 1), (4, 3)] {
-            s.push(Item::Append {
-                log,
-                ticket: t,
-                record: event(t, 20),
-            });
+            s.port(Owner::Pump).record(log, t, event(t, 20));
         }
         for entry in ["dl", "full"] {
-            s.push(Item::DeadLetter {
-                ticket: 7,
-                entry: entry.into(),
-            });
+            s.port(Owner::Pump).dead_letter(7, entry.into());
         }
         for id in ["r1", "gone"] {
-            s.push(Item::Release {
-                ticket: 8,
-                id: id.into(),
-            });
+            s.port(Owner::Replay).release(8, id.into());
         }
         let mut batch = s.take_batch(false).unwrap();
         let kept = Kept::default();
@@ -491,14 +552,15 @@ mod tests {
         );
         assert_eq!(
             batch
-                .released()
+                .released_by(Owner::Replay)
                 .map(|(t, r)| (t, r.is_ok()))
                 .collect::<Vec<_>>(),
             [(8, true), (8, false)]
         );
+        assert_eq!(batch.released_by(Owner::Ingest).count(), 0, "by owner");
         assert_eq!(
-            batch.appended().map(|(t, _)| t).collect::<Vec<_>>(),
-            [1, 2, 3, 4]
+            batch.appended().map(|(o, t, _)| (o, t)).collect::<Vec<_>>(),
+            [1, 2, 3, 4].map(|t| (Owner::Pump, t))
         );
         assert_eq!(logs[0].shared.durable_lsn(), 2);
         assert_eq!(logs[0].shared.sync_seconds.count(), 1, "one sync per log");

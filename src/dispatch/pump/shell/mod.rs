@@ -30,7 +30,7 @@ use crate::dispatch::dlq::{DlqEntry, DlqError, DlqStore};
 use crate::dispatch::job::{Job, JobOutcome};
 use crate::dispatch::metrics::{DispatchMetrics, PumpSample};
 use crate::dispatch::outstanding::Outstanding;
-use crate::dispatch::pump::{PumpCore, PumpEnv, PumpLog, Routes, Write, PUMP_TICKET};
+use crate::dispatch::pump::{PumpCore, PumpEnv, PumpLog, Routes, Write};
 use crate::dispatch::spec::DispatchSpec;
 use crate::dispatch::trigger_caps::{Slots, TriggerCaps};
 use crate::net::io::Waker;
@@ -46,6 +46,9 @@ pub type Outcome = crate::wal::group::Outcome<DlqError>;
 pub type Batch = crate::wal::group::Batch<DlqEntry, DlqError>;
 /// A core's filling batch.
 pub type Staging = crate::wal::group::Staging<DlqEntry, DlqError>;
+/// One owner's way into a core's filling batch.
+pub type Port<'a> = crate::wal::group::Port<'a, DlqEntry, DlqError>;
+pub use crate::wal::group::Owner;
 
 impl DeadLetters for DlqStore {
     type Entry = DlqEntry;
@@ -268,17 +271,20 @@ impl CorePump {
         let now = self.clock.now_nanos();
         for (item, outcome) in batch.items.into_iter().zip(batch.outcomes) {
             match (item, outcome) {
-                (Item::Append { ticket, .. }, Outcome::Appended(o))
-                    if ticket & PUMP_TICKET != 0 =>
-                {
-                    self.pump.on_record_done(ticket, o)
-                }
+                (
+                    Item::Append {
+                        owner: Owner::Pump,
+                        ticket,
+                        ..
+                    },
+                    Outcome::Appended(o),
+                ) => self.pump.on_record_done(ticket, o),
                 (Item::Append { record, .. }, Outcome::Appended(o)) => {
                     if let (AppendOutcome::Durable { lsn }, Record::Event(event)) = (o, record) {
                         self.pump.on_durable(lsn, event, now);
                     }
                 }
-                (Item::DeadLetter { ticket, entry }, Outcome::DeadLettered(r)) => {
+                (Item::DeadLetter { ticket, entry, .. }, Outcome::DeadLettered(r)) => {
                     self.pump.on_dead_letter_done(ticket, entry, r, now_ms, now);
                     self.wake();
                 }
@@ -334,19 +340,16 @@ impl CorePump {
 
     /// Puts the core's writes in the filling batch and wakes the cores it released slots to.
     fn settle(&mut self, staging: &mut Staging) {
+        let mut port = staging.port(Owner::Pump);
         for w in self.pump.take_writes() {
-            staging.push(match w {
+            match w {
                 Write::Record {
                     log,
                     ticket,
                     record,
-                } => Item::Append {
-                    log,
-                    ticket,
-                    record,
-                },
-                Write::DeadLetter { ticket, entry } => Item::DeadLetter { ticket, entry },
-            });
+                } => port.record(log, ticket, record),
+                Write::DeadLetter { ticket, entry } => port.dead_letter(ticket, entry),
+            }
         }
         self.wake();
     }

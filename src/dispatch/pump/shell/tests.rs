@@ -106,7 +106,7 @@ impl Rig {
     }
 
     /// The filling batch committed as the helper would, and back on the core.
-    fn commit(&mut self) -> Vec<(u64, AppendOutcome)> {
+    fn commit(&mut self) -> Vec<(Owner, u64, AppendOutcome)> {
         let mut batch = self.staging.take_batch(false).expect("something to commit");
         let logs = std::slice::from_mut(&mut self.log);
         process(logs, 0, &mut batch, &self.dlq, &mut Vec::new());
@@ -135,9 +135,14 @@ fn a_durable_event_reaches_the_pump_from_memory_and_its_done_record_moves_the_cu
     let mut event = sample_event(1, 64);
     event.trigger_id = "a".into();
     let cost = crate::wal::event_cost(&event);
-    r.staging.push_ingest(0, 77, Record::Event(event));
+    r.staging
+        .port(Owner::Ingest)
+        .event(0, 77, Record::Event(event));
     let appended = r.commit();
-    assert_eq!(appended, [(77, AppendOutcome::Durable { lsn: 1 })]);
+    assert_eq!(
+        appended,
+        [(Owner::Ingest, 77, AppendOutcome::Durable { lsn: 1 })]
+    );
     assert_eq!(r.turn(), [(0, event_key(0, 1))], "a job for the owner core");
     assert!(r.staging.is_empty(), "nothing to write yet");
     let delivered = JobOutcome::Delivered {
@@ -162,7 +167,7 @@ fn a_durable_event_reaches_the_pump_from_memory_and_its_done_record_moves_the_cu
     );
     assert_eq!(r.cursor(), 1, "not done before its record is durable");
     let appended = r.commit();
-    let durable: Vec<_> = appended.iter().map(|(_, o)| *o).collect();
+    let durable: Vec<_> = appended.iter().map(|(_, _, o)| *o).collect();
     assert_eq!(
         durable,
         [
@@ -171,8 +176,8 @@ fn a_durable_event_reaches_the_pump_from_memory_and_its_done_record_moves_the_cu
         ]
     );
     assert!(
-        appended.iter().all(|(t, _)| t & PUMP_TICKET != 0),
-        "the pump's own tickets"
+        appended.iter().all(|(owner, _, _)| *owner == Owner::Pump),
+        "the pump's own items"
     );
     assert_eq!(
         r.cursor(),
@@ -192,7 +197,8 @@ fn retention_measures_the_logs_on_disk_for_the_bound_on_the_shells_clock() {
     let first = *r.queue.wal_bytes.lock().unwrap();
     assert!(first > 0, "the segment's size on disk is counted");
     r.staging
-        .push_ingest(0, 1, Record::Event(sample_event(1, 64)));
+        .port(Owner::Ingest)
+        .event(0, 1, Record::Event(sample_event(1, 64)));
     r.commit();
     r.turn();
     assert_eq!(
