@@ -30,6 +30,7 @@ pub mod bulk;
 pub mod claims;
 pub mod entry;
 pub mod index;
+pub mod online;
 pub mod store;
 pub mod tools;
 pub use crate::dispatch::dlq::entry::{

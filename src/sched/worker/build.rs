@@ -82,7 +82,7 @@ impl Worker {
             dispatcher,
             reported_quiet: false,
             turn_now: 0,
-            replays: books::Replays::default(),
+            replays: crate::dispatch::dlq::online::OnlineReplays::default(),
             edge: books::Edge::default(),
             reads,
             trimmer: Default::default(),

@@ -52,7 +52,8 @@ impl Worker {
 
 impl Core<'_> {
     /// Settles the appends and removals of ingest and the replays in `batch`, each by its
-    /// owner (the pump's are the pump's: [`Worker::take_commit`]).
+    /// owner (the pump's are the pump's: [`Worker::take_commit`]; the replays' are
+    /// `dispatch::dlq::online`'s).
     fn settle_commit(&mut self, batch: &Batch, answers: Answers<'_, PendingIngest>) {
         let Answers {
             conns,
@@ -60,54 +61,20 @@ impl Core<'_> {
             metrics,
         } = answers;
         for (owner, ticket, o) in batch.appended() {
-            match owner {
-                Owner::Ingest => {
-                    let mut stage = stage::core_stage(&mut *self.committer, self.replays, None);
-                    let env = Env {
-                        node: stage::node(self.shared, self.view),
-                        metrics,
-                        date,
-                    };
-                    self.front.ingest_done(conns, ticket, o, &mut stage, &env);
-                }
-                Owner::Replay => self.replay_done(ticket, o),
-                // Settled by the pump (`CorePump::on_commit`).
-                Owner::Pump => {}
+            if owner == Owner::Ingest {
+                let mut stage = stage::core_stage(&mut *self.committer, self.replays, None);
+                let env = Env {
+                    node: stage::node(self.shared, self.view),
+                    metrics,
+                    date,
+                };
+                self.front.ingest_done(conns, ticket, o, &mut stage, &env);
             }
         }
-        for (ticket, r) in batch.released_by(Owner::Replay) {
-            self.released(ticket, r);
-        }
-        self.release_replayed();
-    }
-
-    /// The replays made durable by the batch just settled (bulk and single): their entries
-    /// leave the DLQ with the next commit, one group removal (`Item::Release`, before that
-    /// commit's appends); each claim is held until its removal is back
-    /// ([`Core::released`]).
-    fn release_replayed(&mut self) {
-        let mut port = self.committer.staging().port(Owner::Replay);
-        for claim in std::mem::take(&mut self.replays.durable) {
-            let ticket = self.replays.next_ticket();
-            port.release(ticket, claim.id().to_owned());
-            self.replays.releasing.insert(ticket, claim);
-        }
-    }
-
-    /// A replayed entry's removal is back: its claim drops (after the removal, module docs). A
-    /// failed removal leaves the entry in the DLQ: a later replay delivers it again.
-    fn released(&mut self, ticket: u64, result: &Result<(), crate::dispatch::dlq::DlqError>) {
-        let Some(claim) = self.replays.releasing.remove(&ticket) else {
-            return;
-        };
-        match result {
-            Ok(()) | Err(crate::dispatch::dlq::DlqError::NotFound { .. }) => {}
-            Err(e) => eprintln!(
-                "sluice: replayed {} but could not remove its DLQ entry ({e}); a later replay \
-                 delivers it again",
-                claim.id()
-            ),
-        }
+        // Then the replays' (after ingest: a single replay made durable is among those whose
+        // removal is staged now).
+        let (replays, mut port) = self.replays();
+        replays.settle(batch, &mut port);
     }
 }
 

@@ -120,7 +120,7 @@ pub struct Worker {
     /// The injected clock read once per loop turn (nanos): token-bucket decisions use it.
     turn_now: u64,
     /// Bulk and single DLQ replays whose append has not completed (`replay.rs`).
-    replays: books::Replays,
+    replays: crate::dispatch::dlq::online::OnlineReplays,
     /// Deferred scrapes (`budgets.rs`).
     edge: books::Edge,
     /// This core's end of the operator readers (`reads.rs`, `sched::readers`).

@@ -1,10 +1,9 @@
 //! The operational and admin endpoints a core answers itself: `/healthz`, `/readyz`, `/metrics`
 //! (rendered once per loop turn for all scrapes, `budgets.rs`) and `/admin/…` behind the bearer
-//! token; `POST /admin/dlq/{id}/discard` is here, the replays are `replay.rs`.
+//! token; the DLQ's replay and discard routes are `replay.rs`'s (`dispatch::dlq::online`).
 
 use super::serve::Core;
 use super::*;
-use crate::dispatch::dlq::claims::ClaimRefused;
 use crate::net::server::Ctx;
 
 impl Core<'_> {
@@ -77,15 +76,10 @@ impl Core<'_> {
             AdminRoute::DlqBulkReplay => return self.bulk_replay(cx, head, keep_alive),
             AdminRoute::DlqDiscard => {
                 let id = crate::ingest::router::dlq_discard_id(head.path()).unwrap_or("");
-                let (status, body) = self.discard_dead_letter(id);
-                return cx.respond(
-                    Route::Admin,
-                    status,
-                    &[json],
-                    body.as_bytes(),
-                    keep_alive,
-                    false,
-                );
+                let shared = self.shared;
+                let (replays, mut port) = self.replays();
+                let reply = replays.discard(&shared.dispatch().dlq, id, &mut port);
+                return self.answer_admin(cx, reply, keep_alive);
             }
             AdminRoute::Reload => {
                 let (status, body) = crate::ops::reload::admin_answer(self.shared.reload());
@@ -98,46 +92,5 @@ impl Core<'_> {
         let mut headers = vec![json];
         headers.extend(extra);
         cx.respond(Route::Admin, status, &headers, body, keep_alive, head_only);
-    }
-
-    /// `POST /admin/dlq/{id}/discard`: the entry leaves the DLQ undelivered (an operator's
-    /// skip; an `ordering` key stopped on it moves on, `dispatch::flow::ordering`). Claimed
-    /// like a replay (a replay or discard of it on its way is `409 in_progress`), its removal
-    /// goes with the core's next commit (`Item::Release`, on the commit helper, never on this
-    /// loop) and the answer is `202` at once: a crash before that commit leaves the entry in
-    /// the DLQ. `404` absent, `400` a malformed id, `503` when the claim set is full.
-    pub(super) fn discard_dead_letter(&mut self, id: &str) -> (u16, String) {
-        let refused = |status: u16, reason: &str| {
-            (
-                status,
-                format!("{{\"status\":\"error\",\"reason\":\"{reason}\"}}"),
-            )
-        };
-        let dlq = &self.shared.dispatch().dlq;
-        if !crate::dispatch::dlq::valid_id(id) {
-            return refused(400, "invalid_id");
-        }
-        let claim = match dlq.replays().claim(id) {
-            Ok(c) => c,
-            Err(ClaimRefused::InFlight) => return refused(409, "in_progress"),
-            Err(ClaimRefused::Full) => return refused(503, "queue_full"),
-        };
-        // Claimed first, then looked up in the index (no file read): present and claimed, it
-        // stays until its removal.
-        if !dlq.is_live(id) {
-            return refused(404, "not_found");
-        }
-        let ticket = self.replays.next_ticket();
-        let mut port = self
-            .committer
-            .staging()
-            .port(crate::sched::commit::Owner::Replay);
-        port.release(ticket, id.to_owned());
-        self.replays.releasing.insert(ticket, claim);
-        // A valid id is 26 characters [0-9A-Z]: nothing to escape.
-        (
-            202,
-            format!("{{\"status\":\"accepted\",\"discarding\":\"{id}\"}}"),
-        )
     }
 }

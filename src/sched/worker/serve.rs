@@ -17,7 +17,7 @@ pub(super) struct Core<'a> {
     pub(super) view: &'a mut crate::ops::reload::CoreView,
     pub(super) front: &'a mut Front,
     pub(super) committer: &'a mut Committer,
-    pub(super) replays: &'a mut books::Replays,
+    pub(super) replays: &'a mut crate::dispatch::dlq::online::OnlineReplays,
     pub(super) edge: &'a mut books::Edge,
     pub(super) pump: &'a mut CorePump,
     pub(super) dispatcher: &'a mut Dispatcher,

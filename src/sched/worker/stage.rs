@@ -9,6 +9,7 @@
 use super::serve::Core;
 use super::*;
 use crate::dispatch::dlq::claims::ReplayClaim;
+use crate::dispatch::dlq::online::OnlineReplays;
 use crate::ingest::pipeline;
 use crate::ingest::stage::{CommitStage, Holds};
 use crate::net::server::Ctx;
@@ -24,43 +25,22 @@ pub(super) type CoreStage<'a> = CommitStage<
 
 /// The single DLQ replays' claims, by ingest ticket (the front's [`Holds`]).
 pub(super) struct ReplayHolds<'a> {
-    /// ingest ticket → claim of a single replay (`books::Replays::single`).
-    pub(super) single: &'a mut std::collections::HashMap<u64, ReplayClaim>,
+    replays: &'a mut OnlineReplays,
     /// A single replay's claim, held by the ticket its append gets ([`Holds::admitted`]).
-    pub(super) claim: Option<ReplayClaim>,
-    /// Single replays made durable: their entries leave the DLQ with the next commit
-    /// (`books::Replays::durable`).
-    pub(super) durable: &'a mut Vec<ReplayClaim>,
+    claim: Option<ReplayClaim>,
 }
 
 /// The core's stage for one call: its commit batch and its replays' claims (`claim`: a single
-/// replay's, for the next append), for ingest's appends.
+/// replay's, for the next append).
 pub(super) fn core_stage<'a>(
     committer: &'a mut Committer,
-    replays: &'a mut super::books::Replays,
+    replays: &'a mut OnlineReplays,
     claim: Option<ReplayClaim>,
 ) -> CoreStage<'a> {
-    owned_stage(committer, replays, claim, Owner::Ingest)
-}
-
-/// [`core_stage`] for `owner`'s appends.
-fn owned_stage<'a>(
-    committer: &'a mut Committer,
-    replays: &'a mut super::books::Replays,
-    claim: Option<ReplayClaim>,
-    owner: Owner,
-) -> CoreStage<'a> {
-    let super::books::Replays {
-        single, durable, ..
-    } = replays;
     CommitStage {
         batch: committer.staging(),
-        owner,
-        holds: ReplayHolds {
-            single,
-            claim,
-            durable,
-        },
+        owner: Owner::Ingest,
+        holds: ReplayHolds { replays, claim },
     }
 }
 
@@ -68,7 +48,7 @@ impl Holds for ReplayHolds<'_> {
     fn admitted(&mut self, ticket: u64) -> bool {
         match self.claim.take() {
             Some(claim) => {
-                self.single.insert(ticket, claim);
+                self.replays.hold(ticket, claim);
                 true
             }
             None => false,
@@ -76,17 +56,9 @@ impl Holds for ReplayHolds<'_> {
     }
 
     /// A single replay: durable → its entry leaves the DLQ with the next commit, and its claim
-    /// drops once that removal is back (`Worker::release_replayed`); failed → the claim drops.
+    /// drops once that removal is back; failed → the claim drops (`dispatch::dlq::online`).
     fn settled(&mut self, ticket: u64, durable: bool) {
-        if self.single.is_empty() {
-            return; // no replay waiting: no hash per answer
-        }
-        let Some(claim) = self.single.remove(&ticket) else {
-            return;
-        };
-        if durable {
-            self.durable.push(claim);
-        }
+        self.replays.settled_single(ticket, durable);
     }
 }
 
@@ -173,12 +145,5 @@ impl Core<'_> {
             date: cx.date,
         };
         (&mut *self.front, &mut *cx.conns, stage, env)
-    }
-
-    /// The core's ingest front and a stage for a bulk replay's appends (`Owner::Replay`: no
-    /// connection waits for them; the front counts them in its in-flight bound).
-    pub(super) fn replay_parts(&mut self) -> (&mut Front, CoreStage<'_>) {
-        let stage = owned_stage(&mut *self.committer, self.replays, None, Owner::Replay);
-        (&mut *self.front, stage)
     }
 }
