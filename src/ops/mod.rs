@@ -10,6 +10,8 @@
 //! - [`view`]: [`view::OpsView`], the narrow borrowed view of a running node that the runtime
 //!   builds and hands to the dashboard, the event API, `/readyz` and `/metrics`; `ops` never
 //!   names the runtime's types (`sched` → `ops`, one way).
+//! - [`routes`]: what a core does with a request that is not an ingest — the probes, the admin
+//!   gate and the router's refusals answered at once, the rest handed on.
 //! - [`lifecycle`]: the phase (`/readyz`) and the drain's cells, owned by the runtime's
 //!   shared state, read here.
 
@@ -17,4 +19,5 @@ pub mod dashboard;
 pub mod events_api;
 pub mod lifecycle;
 pub mod reload;
+pub mod routes;
 pub mod view;

@@ -40,9 +40,8 @@ use mio::Token;
 
 use crate::ingest::front::{Env, Front};
 use crate::ingest::pending::PendingIngest;
-use crate::ingest::router::{AdminRoute, OpsEndpoint, RouteMatch};
+use crate::ingest::router::{OpsEndpoint, RouteMatch};
 use crate::ingest::sources::SourceCache;
-use crate::ingest::verify;
 use crate::metrics::{CoreMetrics, Route};
 use crate::net::conns::{Conns, Timeouts};
 use crate::net::http;
@@ -58,7 +57,6 @@ mod budgets;
 mod build;
 mod drain;
 mod links;
-mod ops;
 mod reads;
 mod replay;
 mod serve;

@@ -1,8 +1,8 @@
 //! The core around its ingest handler: the server's handler is `ingest::serve::Serve` (routing,
 //! ingest through the core's front, the body gate); [`Core`] is what it asks the core for
 //! (`ingest::serve::Rest`) — the reload to follow before routing, the node and the stage, the
-//! drain — and answers every route but ingest (ops and admin endpoints, `ops.rs` and
-//! `replay.rs`). [`Core`] borrows the worker's parts a request may touch, for one call of the
+//! drain — and answers every route but ingest as `ops::routes` plans it (the DLQ's admin routes
+//! through `replay.rs`, reads through `reads.rs`, scrapes through `budgets.rs`). [`Core`] borrows the worker's parts a request may touch, for one call of the
 //! server ([`Worker::split`]).
 
 use super::*;
@@ -10,6 +10,7 @@ use crate::ingest::pipeline::Node;
 use crate::ingest::router::Router;
 use crate::ingest::serve::{Rest, Serve};
 use crate::net::server::{Ctx, Net, Server};
+use crate::ops::routes::{self, Plan};
 
 /// What a request may touch of the core, borrowed beside its server (module docs).
 pub(super) struct Core<'a> {
@@ -122,7 +123,7 @@ impl Rest for Core<'_> {
         (&mut *self.front, stage::node(self.shared, self.view), stage)
     }
 
-    /// Ops, admin and the answers of the router itself (`405`, `400`, `404`).
+    /// Ops, admin and the answers of the router itself, as `ops::routes` plans them.
     fn other(
         &mut self,
         cx: &mut Ctx<'_, PendingIngest>,
@@ -131,47 +132,47 @@ impl Rest for Core<'_> {
         keep_alive: bool,
     ) {
         let head_only = head.method.as_str() == "HEAD";
-        let text = http::TEXT_PLAIN;
-        match route {
-            // Log scans and state renderings run on the readers (`reads.rs`).
-            RouteMatch::Ops(ep) if crate::sched::readers::is_read(ep) => {
-                self.defer_read(cx, ep, head, keep_alive, head_only)
+        let auth = head.header("authorization");
+        let token = self.shared.config.admin_token.as_ref();
+        let shared = self.shared;
+        match routes::plan(route, head.path(), auth, token, || {
+            shared.not_ready_reason()
+        }) {
+            Plan::Answer(a) => {
+                let body = &a.body[..];
+                cx.respond(a.route, a.status, &a.headers, body, keep_alive, head_only)
             }
-            RouteMatch::Ops(OpsEndpoint::Ui) => {
-                let auth = head.header("authorization");
+            // Log scans and state renderings run on the readers (`reads.rs`).
+            Plan::Read(ep) => self.defer_read(cx, ep, head, keep_alive, head_only),
+            Plan::Page => {
                 let view = self.shared.ops_view();
                 let a = crate::ops::dashboard::answer(&view, OpsEndpoint::Ui, auth);
                 let h = a.headers();
                 cx.respond(Route::Ui, a.status, &h, &a.body, keep_alive, head_only)
             }
-            RouteMatch::Ops(ep) => self.handle_ops(cx, ep, keep_alive, head_only),
-            RouteMatch::Admin(route) => self.handle_admin(cx, route, head, keep_alive, head_only),
-            RouteMatch::MethodNotAllowed(allow) => cx.respond(
-                Route::Unmatched,
-                405,
-                &[("Allow", allow), ("Content-Type", text)],
-                b"method not allowed\n",
-                keep_alive,
-                head_only,
-            ),
-            RouteMatch::BadSource => cx.respond(
-                Route::Webhook,
-                400,
-                &[("Content-Type", text)],
-                b"invalid source: must match [A-Za-z0-9._-]{1,64}\n",
-                keep_alive,
-                head_only,
-            ),
-            RouteMatch::NotFound => cx.respond(
-                Route::Unmatched,
-                404,
-                &[("Content-Type", text)],
-                b"not found\n",
-                keep_alive,
-                head_only,
-            ),
+            // Rendered once for every scrape of this loop turn (`budgets.rs`).
+            Plan::Scrape => self.defer_scrape(cx, keep_alive, head_only),
+            Plan::ReplayOne(id) => self.replay_dead_letter(cx, id, keep_alive),
+            Plan::BulkReplay => self.bulk_replay(cx, head, keep_alive),
+            Plan::Discard(id) => {
+                let (replays, mut port) = self.replays();
+                let reply = replays.discard(&shared.dispatch().dlq, id, &mut port);
+                self.answer_admin(cx, reply, keep_alive)
+            }
+            Plan::Reload => {
+                let (status, body) = crate::ops::reload::admin_answer(self.shared.reload());
+                let json = [("Content-Type", "application/json")];
+                cx.respond(
+                    Route::Admin,
+                    status,
+                    &json,
+                    body.as_bytes(),
+                    keep_alive,
+                    false,
+                )
+            }
             // Handled by `ingest::serve::Serve` before it asks the core.
-            RouteMatch::Ingest { .. } => {}
+            Plan::Ingest => {}
         }
     }
 
