@@ -99,6 +99,90 @@ pub struct Answers<'a, P> {
     pub metrics: &'a CoreMetrics,
 }
 
+impl<P> Answers<'_, P> {
+    /// Fills connection `idx`'s deferred answer `ticket` (`Slot::Deferred`, queued in request
+    /// order when the request was read) with a complete response, counted under `route`; the
+    /// server writes it when the handler is done ([`Server::answer`]). False when the
+    /// connection or the slot is gone (closed meanwhile: the answer is dropped).
+    pub fn fill(
+        &mut self,
+        idx: usize,
+        ticket: u64,
+        route: Route,
+        status: u16,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> bool {
+        let Some(conn) = self.conns.get_mut(idx) else {
+            return false;
+        };
+        let found = conn
+            .slots
+            .iter()
+            .position(|s| matches!(s, Slot::Deferred { ticket: t, .. } if *t == ticket));
+        let Some(pos) = found else {
+            return false;
+        };
+        let Slot::Deferred {
+            keep_alive,
+            head_only,
+            ..
+        } = conn.slots[pos]
+        else {
+            return false;
+        };
+        let bytes = conn.response_bytes(self.date, status, headers, body, keep_alive, head_only);
+        let close = !keep_alive;
+        self.metrics.incr_http(route, status);
+        self.conns.answer(idx, pos, Slot::Ready { bytes, close })
+    }
+
+    /// Fills every deferred answer `ticket` of connection `idx` with a `200` whose body is
+    /// shared (`body`: one rendering for many answers, written by reference), counted under
+    /// `route`; the server writes them when the handler is done. Returns how many.
+    pub fn fill_shared(
+        &mut self,
+        idx: usize,
+        ticket: u64,
+        route: Route,
+        content_type: &str,
+        body: &std::sync::Arc<[u8]>,
+    ) -> usize {
+        let headers = [("Date", self.date), ("Content-Type", content_type)];
+        let Some(conn) = self.conns.get_mut(idx) else {
+            return 0;
+        };
+        let mut filled = Vec::new();
+        for (pos, slot) in conn.slots.iter().enumerate() {
+            if let Slot::Deferred {
+                keep_alive,
+                head_only,
+                ticket: t,
+                ..
+            } = *slot
+            {
+                if t == ticket {
+                    filled.push((pos, keep_alive, head_only));
+                }
+            }
+        }
+        for &(pos, keep_alive, head_only) in &filled {
+            let mut head = Vec::with_capacity(160);
+            http::write_response(&mut head, 200, &headers, body, keep_alive, true);
+            let close = !keep_alive;
+            let slot = if head_only {
+                Slot::Ready { bytes: head, close }
+            } else {
+                let body = std::sync::Arc::clone(body);
+                Slot::Shared { head, body, close }
+            };
+            self.conns.answer(idx, pos, slot);
+            self.metrics.incr_http(route, 200);
+        }
+        filled.len()
+    }
+}
+
 impl<P> Ctx<'_, P> {
     /// The connection (`None` only if the handler closed it).
     pub fn conn(&mut self) -> Option<&mut Conn<P>> {

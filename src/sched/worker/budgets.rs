@@ -57,41 +57,13 @@ impl Worker {
         let body = shared.scrapes().get(not_before, now, || {
             crate::sched::exposition::render_metrics(&shared)
         });
-        let (conns, date) = self.server.parts();
-        let headers = [
-            ("Date", date),
-            ("Content-Type", "text/plain; version=0.0.4"),
-        ];
-        for &idx in &waiting {
-            let Some(conn) = conns.get_mut(idx) else {
-                continue;
-            };
-            for pos in 0..conn.slots.len() {
-                let Slot::Deferred {
-                    keep_alive,
-                    head_only,
-                    ticket: 0,
-                    ..
-                } = conn.slots[pos]
-                else {
-                    continue;
-                };
-                let mut head = Vec::with_capacity(160);
-                http::write_response(&mut head, 200, &headers, &body, keep_alive, true);
-                let close = !keep_alive;
-                let slot = if head_only {
-                    Slot::Ready { bytes: head, close }
-                } else {
-                    let body = Arc::clone(&body);
-                    Slot::Shared { head, body, close }
-                };
-                conn.fill_slot(pos, slot);
-                self.metrics.incr_http(Route::Metrics, 200);
+        let (server, mut net, mut serve) = self.split();
+        server.answer(&mut net, &mut serve, |_, mut answers| {
+            let text = "text/plain; version=0.0.4";
+            for &idx in &waiting {
+                answers.fill_shared(idx, 0, Route::Metrics, text, &body);
             }
-        }
-        for idx in waiting {
-            self.drive(idx);
-        }
+        });
     }
 
     /// The poll timeout, shortened for a pending accept retry or deferred scrapes.

@@ -78,57 +78,29 @@ pub(super) struct Reply {
 }
 
 impl Worker {
-    /// Fills the slots of the reads answered since the last turn, then writes those
-    /// connections. An answer whose connection closed meanwhile is dropped (its slot is gone);
-    /// a bulk replay's pick is appended all the same.
+    /// Fills the deferred answers of the reads answered since the last turn; the server writes
+    /// those connections after (`Server::answer`). An answer whose connection closed meanwhile
+    /// is dropped (its slot is gone); a bulk replay's pick is appended all the same.
     pub(super) fn take_reads(&mut self) {
-        let mut touched = Vec::new();
-        while let Some(reply) = self.reads.take(self.shared.reads()) {
-            let r = match reply.output {
-                ReadOutput::Answer(a) => Reply {
-                    route: Route::Ui,
-                    status: a.status,
-                    headers: a
-                        .headers()
-                        .into_iter()
-                        .map(|(k, v)| (k, v.into()))
-                        .collect(),
-                    body: a.body,
-                },
-                ReadOutput::Replay(pick) => {
-                    let (_, _, crate::ingest::serve::Serve(mut core)) = self.split();
-                    core.stage_pick(pick)
-                }
-            };
-            let (conns, date) = self.server.parts();
-            let Some(conn) = conns.get_mut(reply.conn) else {
-                continue;
-            };
-            let found = conn.slots.iter().position(
-                |s| matches!(s, Slot::Deferred { ticket, .. } if *ticket == reply.ticket),
-            );
-            let Some(pos) = found else {
-                continue;
-            };
-            let Slot::Deferred {
-                keep_alive,
-                head_only,
-                ..
-            } = conn.slots[pos]
-            else {
-                continue;
-            };
-            let h: Vec<(&str, &str)> = r.headers.iter().map(|(k, v)| (*k, v.as_ref())).collect();
-            let bytes = conn.response_bytes(date, r.status, &h, &r.body, keep_alive, head_only);
-            let close = !keep_alive;
-            conn.fill_slot(pos, Slot::Ready { bytes, close });
-            self.metrics.incr_http(r.route, r.status);
-            if touched.last() != Some(&reply.conn) {
-                touched.push(reply.conn);
+        let (server, mut net, mut serve) = self.split();
+        server.answer(&mut net, &mut serve, |serve, mut answers| {
+            let core = &mut serve.0;
+            while let Some(reply) = core.reads.take(core.shared.reads()) {
+                let r = match reply.output {
+                    ReadOutput::Answer(a) => Reply {
+                        route: Route::Ui,
+                        status: a.status,
+                        headers: (a.headers().into_iter())
+                            .map(|(k, v)| (k, v.into()))
+                            .collect(),
+                        body: a.body,
+                    },
+                    ReadOutput::Replay(pick) => core.stage_pick(pick),
+                };
+                let h: Vec<(&str, &str)> =
+                    r.headers.iter().map(|(k, v)| (*k, v.as_ref())).collect();
+                answers.fill(reply.conn, reply.ticket, r.route, r.status, &h, &r.body);
             }
-        }
-        for idx in touched {
-            self.drive(idx);
-        }
+        });
     }
 }
