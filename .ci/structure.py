@@ -77,6 +77,10 @@ FORBIDDEN = {
 FORBIDDEN_MODULES = [
     # The runtime starts the workers; a worker never reaches back into it.
     ("sched::worker", "sched::runtime"),
+    # The handler side is lent by the loop for one server call; it never reaches into the loop
+    # or the runtime.
+    ("sched::handler", "sched::worker"),
+    ("sched::handler", "sched::runtime"),
     # The pump hands events to dispatch through links, never through the worker's types.
     ("sched::pump", "sched::worker"),
     # The exposition is below both the runtime and the worker's scrape path.

@@ -601,6 +601,27 @@ fn build_triggers(
 }
 
 impl Config {
+    /// A core's server bounds from `[server]` (`net::server::ServerSpec`).
+    pub fn server_spec(&self) -> crate::net::server::ServerSpec {
+        let s = &self.server;
+        crate::net::server::ServerSpec {
+            limits: crate::net::http::Limits {
+                max_head_bytes: s.max_head_bytes,
+                max_uri_bytes: s.max_uri_bytes,
+                max_body_bytes: s.max_body_bytes,
+                ..crate::net::http::Limits::default()
+            },
+            max_connections: s.max_connections_per_core,
+            max_pipeline_depth: s.max_pipeline_depth,
+            max_queued_response_bytes: s.max_queued_response_bytes,
+            timeouts: crate::net::conns::Timeouts::new(
+                s.header_timeout,
+                s.body_timeout,
+                s.idle_timeout,
+            ),
+        }
+    }
+
     /// What dispatch needs of this configuration, as dispatch defines it: the destinations
     /// (by id), each trigger's route and gates, the `[flow]` bounds and the few server settings
     /// the dispatcher reads. Built for each core at start and at each reload.

@@ -6,7 +6,9 @@
 //!   it could not.
 //! - [`worker`] is one core's event loop over the `net::io` reactor (mio or io_uring): its own
 //!   `SO_REUSEPORT` listener, its own bounded connection table, per-core metrics and
-//!   source-bucket cache.
+//!   source-bucket cache; [`handler`] is what a request may touch of its core, lent by the loop
+//!   for each call of its server (the routes that are not ingest, the staging of the front and
+//!   the replays, the answers that come later).
 //! - [`state`] is what the cores share, grouped by role: the ingest and dispatch contexts
 //!   ([`context`], each built by a small constructor from the config), the ops view it lends
 //!   to `ops` (`ops::view::OpsView`), and the node-wide parts (config, clock, logs' published
@@ -17,6 +19,7 @@
 //! - [`alloc`] sets the allocator up so that large request bodies are returned when freed.
 //! - [`readers`] are the threads that answer operator reads (event lookups and lists, the
 //!   ledger, the dashboard's state) off the core loops; [`read_board`] their bound and counters.
+//! - [`wiring`] is the rings and wakers between the cores, wired once at start-up.
 //! - [`exposition`] renders `/metrics` from that state (below both the runtime and the worker).
 //!
 //! Dependencies go one way: `runtime` → `worker` → (`commit`, `pump`, `exposition`, `state`) →
@@ -28,6 +31,7 @@ pub mod commit;
 pub mod context;
 pub mod error;
 pub mod exposition;
+pub mod handler;
 pub mod logs;
 pub mod pump;
 pub mod read_board;
@@ -35,4 +39,5 @@ pub mod readers;
 pub mod runtime;
 pub mod state;
 pub mod thread_policy;
+pub mod wiring;
 pub mod worker;

@@ -490,6 +490,25 @@ fn drain(
     }
 }
 
+/// Core 0 of a one-core node built from `config`, its worker not running, with the address it
+/// listens on and the readers it talks to (stop them after): for the worker's turn test, which
+/// hands each turn its events itself.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn test_worker(config: Config) -> (Worker, SocketAddr, Readers) {
+    let run = build(Arc::new(config)).expect("the node builds");
+    let wakers = (run.cores.iter())
+        .map(|c| c.links.wakers[c.links.core].clone())
+        .collect();
+    let (readers, mut read_links) = Readers::start(run.shared.clone(), wakers).expect("readers");
+    let listener = run.listeners.into_iter().next().expect("a listener");
+    let parts = run.cores.into_iter().next().expect("a core");
+    let stop = Arc::new(AtomicBool::new(false));
+    let shared = run.shared.clone();
+    let w = Worker::new(0, listener, shared, stop, parts, read_links.remove(0)).expect("worker");
+    run.shared.set_phase(Phase::Ready);
+    (w, run.addr, readers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,24 +2,17 @@
 //! startup): its server over its listener (`net::server`, bounds from `[server]`), its ingest
 //! front, its dispatcher, and the parts of its core (`CoreParts`).
 
-use super::*;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
-/// The server side's bounds from the configuration.
-fn server_spec(cfg: &crate::config::Config) -> ServerSpec {
-    let s = &cfg.server;
-    ServerSpec {
-        limits: http::Limits {
-            max_head_bytes: s.max_head_bytes,
-            max_uri_bytes: s.max_uri_bytes,
-            max_body_bytes: s.max_body_bytes,
-            ..http::Limits::default()
-        },
-        max_connections: s.max_connections_per_core,
-        max_pipeline_depth: s.max_pipeline_depth,
-        max_queued_response_bytes: s.max_queued_response_bytes,
-        timeouts: Timeouts::new(s.header_timeout, s.body_timeout, s.idle_timeout),
-    }
-}
+use super::{CoreParts, Worker};
+use crate::dispatch::deliver::dispatcher::Dispatcher;
+use crate::dispatch::metrics::CoreDispatchMetrics;
+use crate::ingest::front::Front;
+use crate::ingest::sources::SourceCache;
+use crate::net::server::Server;
+use crate::sched::readers::ReadLink;
+use crate::sched::state::Shared;
 
 impl Worker {
     /// Builds worker `id` with its listener and the parts of its core.
@@ -29,7 +22,7 @@ impl Worker {
         shared: Arc<Shared>,
         hard_stop: Arc<AtomicBool>,
         parts: CoreParts,
-        reads: crate::sched::readers::ReadLink,
+        reads: ReadLink,
     ) -> std::io::Result<Worker> {
         let CoreParts {
             reactor,
@@ -42,7 +35,7 @@ impl Worker {
             id,
             listener,
             reactor.registry(),
-            server_spec(&shared.config),
+            shared.config.server_spec(),
             budget,
         )?;
         // Staged (one batch filling) plus with the helper (one batch).
@@ -82,8 +75,8 @@ impl Worker {
             dispatcher,
             reported_quiet: false,
             turn_now: 0,
-            replays: crate::dispatch::dlq::online::OnlineReplays::default(),
-            edge: books::Edge::default(),
+            replays: Default::default(),
+            scrapes: Default::default(),
             reads,
             trimmer: Default::default(),
         })

@@ -1,4 +1,5 @@
-//! The drain of a core's connections, and how a connection ends without a reset.
+//! The sweep of a core's connections ([`Worker::sweep`]), the drain of them, and how a
+//! connection ends without a reset.
 //!
 //! Once accepting stops (SIGTERM/SIGINT plus `drain_grace`) the core stops its listener from
 //! taking new handshakes (`net::listen::stop_admitting`: new SYNs are dropped) and keeps
@@ -28,8 +29,11 @@
 //! right after connecting). The worker exits when no connection is left (or at
 //! `shutdown_timeout`).
 
-use super::*;
+use std::time::Duration;
+
+use super::Worker;
 use crate::net::server::DRAIN_IDLE;
+use crate::sched::state::Shared;
 
 /// How long a listener that stopped admitting keeps accepting before it closes: time for the
 /// handshakes under way when it stopped to finish (a round trip; a proxy is near its upstream).
@@ -45,6 +49,19 @@ pub(super) fn node_quiet(shared: &Shared, now: u64, since: u64) -> bool {
 }
 
 impl Worker {
+    /// The sweep (every `SWEEP_EVERY`): the reactor's own housekeeping, the allocator trim, and
+    /// the connection deadlines, which are `net::server::Server::sweep`'s; the worker only says
+    /// whether the drain may end silent connections yet (`drain::node_quiet`).
+    pub(super) fn sweep(&mut self, now: u64) {
+        self.reactor.sweep();
+        let body = self.shared.ingest().body_budget.in_use();
+        self.trimmer.sweep(self.server.conns().open(), body, now);
+        let drain_quiet =
+            (self.draining_since).is_some_and(|since| node_quiet(&self.shared, now, since));
+        let (server, mut net, mut core) = self.split();
+        server.sweep(&mut net, &mut core, now, drain_quiet);
+    }
+
     /// One step of the drain. Returns true when the worker may exit.
     pub(super) fn drain_step(&mut self, now: u64) -> bool {
         if self.draining_since.is_none() {

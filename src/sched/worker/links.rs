@@ -17,14 +17,10 @@
 //! whole process, so it is never full); its outcome ring `2 × max_outstanding + 64`. An item
 //! that finds a ring full (outcomes: a burst of retries) waits in this core's `overflow` queue,
 //! bounded by the outcomes of the jobs this core holds, and is offered again next turn. The
-//! rings and wakers themselves are `wiring.rs`'s.
+//! rings and wakers themselves are `sched::wiring`'s.
 
-use super::serve::Core;
-use super::{stage, Worker};
-use crate::dispatch::pump::shell::{Batch, Owner};
-use crate::ingest::front::Env;
-use crate::ingest::pending::PendingIngest;
-use crate::net::server::Answers;
+use super::Worker;
+use crate::dispatch::pump::shell::Batch;
 
 impl Worker {
     /// Handles the batches that came back (from the ring, from the commit helper), if any.
@@ -34,11 +30,10 @@ impl Worker {
         }
     }
 
-    /// The loop's step for one batch back from its commit: to ingest, which settles its
-    /// appends (claims, the 202s or `503`s queued, bulk replays), inside the server's
-    /// [`Server::answer`](crate::net::server::Server::answer), which then writes the answered
-    /// connections; then to the pump (`CorePump::on_commit`: its records and dead letters, the
-    /// durable events from memory).
+    /// The loop's step for one batch back from its commit: to ingest and the replays, which
+    /// settle their appends (claims, the 202s or `503`s queued, removals staged) inside the
+    /// server's `Server::answer`, which then writes the answered connections; then to the pump
+    /// (`CorePump::on_commit`: its records and dead letters, the durable events from memory).
     fn take_commit(&mut self, batch: Batch) {
         let (server, mut net, mut serve) = self.split();
         server.answer(&mut net, &mut serve, |serve, answers| {
@@ -48,33 +43,42 @@ impl Worker {
         self.pump
             .on_commit(batch, crate::sync::clock::unix_millis());
     }
-}
 
-impl Core<'_> {
-    /// Settles the appends and removals of ingest and the replays in `batch`, each by its
-    /// owner (the pump's are the pump's: [`Worker::take_commit`]; the replays' are
-    /// `dispatch::dlq::online`'s).
-    fn settle_commit(&mut self, batch: &Batch, answers: Answers<'_, PendingIngest>) {
-        let Answers {
-            conns,
-            date,
-            metrics,
-        } = answers;
-        for (owner, ticket, o) in batch.appended() {
-            if owner == Owner::Ingest {
-                let mut stage = stage::core_stage(&mut *self.committer, self.replays, None);
-                let env = Env {
-                    node: stage::node(self.shared, self.view),
-                    metrics,
-                    date,
-                };
-                self.front.ingest_done(conns, ticket, o, &mut stage, &env);
-            }
+    /// The reads the readers answered since the last turn, filled and written
+    /// (`sched::handler::Core::answer_reads`).
+    pub(super) fn take_reads(&mut self) {
+        let (server, mut net, mut serve) = self.split();
+        server.answer(&mut net, &mut serve, |serve, mut answers| {
+            serve.0.answer_reads(&mut answers)
+        });
+    }
+
+    /// Before the loop sleeps: every scrape of the turn answered with one rendering.
+    pub(super) fn finish_scrapes(&mut self) {
+        if !self.scrapes.pending() {
+            return;
         }
-        // Then the replays' (after ingest: a single replay made durable is among those whose
-        // removal is staged now).
-        let (replays, mut port) = self.replays();
-        replays.settle(batch, &mut port);
+        let now = self.now();
+        let (server, mut net, mut serve) = self.split();
+        server.answer(&mut net, &mut serve, |serve, mut answers| {
+            serve.0.answer_scrapes(&mut answers, now)
+        });
+    }
+
+    /// Offers the waiting connections' events again (`Front::retry_offers`), then drives each.
+    pub(super) fn retry_offers(&mut self) {
+        if !self.front.offers_waiting() {
+            return;
+        }
+        let now = self.now();
+        let (server, mut net, mut serve) = self.split();
+        let mut touched = Vec::new();
+        server.answer(&mut net, &mut serve, |serve, answers| {
+            touched = serve.0.retry_offers(answers, now)
+        });
+        for idx in touched {
+            self.drive(idx);
+        }
     }
 }
 

@@ -6,12 +6,12 @@
 //!   body gate, pipelining bounds, deadlines, writes. It yields complete requests to its
 //!   handler, `ingest::serve::Serve`, which routes them: ingest to the core's
 //!   `ingest::front::Front` (admission to the 202: pipeline, dedupe claims, staging into the
-//!   core's group commit itself — `ingest::stage`, the batch lent by `stage.rs` — settling on the
-//!   commit's answer), every other route to the core (`serve.rs`: ops and admin endpoints,
-//!   `ops.rs` and `replay.rs`). A batch back from its commit is settled inside `Server::answer`,
-//!   which then writes the connections it answered (`links.rs`).
+//!   core's group commit itself, settling on the commit's answer), every other route to the
+//!   core's handler side (`sched::handler::Core`, lent for each server call by `lend.rs`). A
+//!   batch back from its commit is settled inside `Server::answer`, which then writes the
+//!   connections it answered (`links.rs`).
 //! - the core's commit helper (`sched::commit`), its pump and its dispatcher, and the rings to
-//!   the other cores (`links.rs`, `wiring.rs`).
+//!   the other cores (`links.rs`; the rings are `sched::wiring`'s).
 //!
 //! Each worker owns: its reactor, its own `SO_REUSEPORT` listener (the kernel spreads new
 //! connections across workers), its server, its ingest front, a shard of the metrics, its
@@ -34,45 +34,37 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::dispatch::deliver::dispatcher::{Dispatcher, CLIENT_TOKEN_BASE};
-use crate::dispatch::metrics::CoreDispatchMetrics;
 use mio::Token;
 
-use crate::ingest::front::{Env, Front};
+use crate::dispatch::deliver::dispatcher::{Dispatcher, CLIENT_TOKEN_BASE};
+use crate::dispatch::dlq::online::OnlineReplays;
+use crate::ingest::front::Front;
 use crate::ingest::pending::PendingIngest;
-use crate::ingest::router::{OpsEndpoint, RouteMatch};
-use crate::ingest::sources::SourceCache;
-use crate::metrics::{CoreMetrics, Route};
-use crate::net::conns::{Conns, Timeouts};
-use crate::net::http;
+use crate::metrics::CoreMetrics;
 use crate::net::io::event::ConnEvent;
 use crate::net::io::{Backend, Event, Reactor, SOURCE_TOKEN_BASE};
-use crate::net::server::{Server, ServerSpec, LISTENER};
+use crate::net::server::{Server, LISTENER};
+use crate::ops::reload::CoreView;
 use crate::sched::commit::Committer;
+use crate::sched::handler::Scrapes;
 use crate::sched::pump::CorePump;
-use crate::sched::state::{Phase as Lifecycle, Shared};
+use crate::sched::readers::ReadLink;
+use crate::sched::state::Shared;
 
-mod books;
-mod budgets;
 mod build;
 mod drain;
+mod lend;
 mod links;
-mod reads;
-mod replay;
-mod serve;
-mod stage;
-mod timeouts;
-mod wiring;
 
-pub use wiring::CoreLinks;
+pub use crate::sched::wiring::CoreLinks;
 /// The poll token of a core's waker.
-pub const WAKER_TOKEN: Token = wiring::WAKER;
+pub const WAKER_TOKEN: Token = crate::sched::wiring::WAKER;
 
 // The core's own sources and the dispatcher's outbound sockets (on mio) are sources of the
 // reactor, not connections.
 const _: () = assert!(
     CLIENT_TOKEN_BASE >= SOURCE_TOKEN_BASE
-        && wiring::WAKER.0 >= SOURCE_TOKEN_BASE
+        && WAKER_TOKEN.0 >= SOURCE_TOKEN_BASE
         && LISTENER.0 >= SOURCE_TOKEN_BASE
 );
 
@@ -117,16 +109,16 @@ pub struct Worker {
     reported_quiet: bool,
     /// The injected clock read once per loop turn (nanos): token-bucket decisions use it.
     turn_now: u64,
-    /// Bulk and single DLQ replays whose append has not completed (`replay.rs`).
-    replays: crate::dispatch::dlq::online::OnlineReplays,
-    /// Deferred scrapes (`budgets.rs`).
-    edge: books::Edge,
-    /// This core's end of the operator readers (`reads.rs`, `sched::readers`).
-    reads: crate::sched::readers::ReadLink,
+    /// Bulk and single DLQ replays and discards on their way (`dispatch::dlq::online`).
+    replays: OnlineReplays,
+    /// Deferred scrapes (`sched::handler`).
+    scrapes: Scrapes,
+    /// This core's end of the operator readers (`sched::readers`).
+    reads: ReadLink,
     /// Gives freed memory back after a wave of connections or bodies (`sched::alloc`).
     trimmer: crate::sched::alloc::Trimmer,
     /// The configuration generation this core runs (`ops::reload`): its router for routing.
-    view: crate::ops::reload::CoreView,
+    view: CoreView,
     /// The backend asked for; `uring` is set up on the core's own thread when the loop starts.
     backend: Backend,
 }
@@ -175,19 +167,25 @@ impl Worker {
                 eprintln!("sluice: worker {}: waiting for I/O failed: {e}", self.id);
                 return;
             }
-            self.begin_turn();
-            for ev in events.drain(..) {
-                self.on_event(ev);
-            }
-            let closing = self.reactor.closing_sends() as u64;
-            self.metrics.set_io_retired(closing);
-            self.metrics
-                .set_io_fixed_files(self.reactor.registered_files() as u64);
-            if self.end_turn(&mut last_sweep) {
+            if self.turn(&mut events, &mut last_sweep) {
                 break;
             }
         }
         self.server.shutdown(&mut self.reactor);
+    }
+
+    /// One turn on the events the reactor's wait gave: each to its owner, then the turn's work.
+    /// Returns true when the loop must stop.
+    fn turn(&mut self, events: &mut Vec<Event>, last_sweep: &mut u64) -> bool {
+        self.begin_turn();
+        for ev in events.drain(..) {
+            self.on_event(ev);
+        }
+        let closing = self.reactor.closing_sends() as u64;
+        self.metrics.set_io_retired(closing);
+        self.metrics
+            .set_io_fixed_files(self.reactor.registered_files() as u64);
+        self.end_turn(last_sweep)
     }
 
     /// How long the loop may sleep: until the next sweep, offer retry, dispatch deadline or
@@ -206,7 +204,10 @@ impl Worker {
             let wait = Duration::from_nanos(at.saturating_sub(self.now()));
             timeout = timeout.min(wait.max(Duration::from_millis(1)));
         }
-        self.edge_timeout(timeout, self.now())
+        if self.scrapes.pending() {
+            return Duration::ZERO;
+        }
+        self.server.accept_timeout(timeout, self.now())
     }
 
     fn begin_turn(&mut self) {
@@ -291,5 +292,69 @@ impl Worker {
             return true;
         }
         self.shared.accepting_stopped(now) && self.drain_step(now)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::config::{Config, Overrides};
+
+    /// The loop's turn driven by hand: the test stands in for the reactor's wait and hands each
+    /// turn the events the wait would have given — the listener's readiness, then the wake of
+    /// the commit helper — over a real one-core node (sockets, log, helper thread).
+    #[test]
+    fn one_turn_admits_and_stages_a_request_and_a_later_turn_answers_it_once_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "[server]\nworkers = 1\nio = \"mio\"\nlisten = \"127.0.0.1:0\"\n\
+                    [[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/t\"\n";
+        let overrides = Overrides {
+            data_dir: Some(dir.path().to_path_buf()),
+            ..Overrides::default()
+        };
+        let raw = Config::parse_manifest(text).unwrap();
+        let config = Config::build(raw, &|_| None, &overrides).unwrap();
+        let (mut w, addr, readers) = crate::sched::runtime::test_worker(config);
+        let mut client = TcpStream::connect(addr).unwrap();
+        let request = b"POST /t HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                        Content-Length: 2\r\n\r\n{}";
+        client.write_all(request).unwrap();
+        let mut last_sweep = w.now();
+        let source = |token| Event::Source {
+            token,
+            readable: true,
+            writable: false,
+        };
+        assert!(!w.turn(&mut vec![source(LISTENER)], &mut last_sweep));
+        assert_eq!(
+            w.front.in_flight(),
+            1,
+            "accepted, read, admitted and staged"
+        );
+        assert!(
+            !w.committer.is_idle(),
+            "with the helper from the turn's end"
+        );
+        client
+            .set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut got = Vec::new();
+        while !got.windows(4).any(|b| b == b"\r\n\r\n") {
+            assert!(Instant::now() < deadline, "answered within 10 s");
+            assert!(!w.turn(&mut vec![source(WAKER_TOKEN)], &mut last_sweep));
+            let mut buf = [0u8; 512];
+            if let Ok(n) = client.read(&mut buf) {
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+        let answer = String::from_utf8_lossy(&got);
+        assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
+        assert_eq!(w.front.in_flight(), 0, "settled by the commit's turn");
+        readers.stop();
     }
 }

@@ -1,5 +1,6 @@
-//! The rings and wakers between cores, as one core holds them ([`CoreLinks`]); what a core
-//! does with them each turn is `links.rs`'s.
+//! The rings and wakers between cores, as one core holds them ([`CoreLinks`]), wired once at
+//! start-up by the runtime ([`CoreLinks::wire`]); what a core's loop does with them each turn
+//! is `sched::worker`'s (`links.rs`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,7 +13,7 @@ use crate::dispatch::placement::LogOwners;
 use crate::ring;
 
 /// The poll token of the core's waker (commit helper, other cores, shutdown).
-pub(super) const WAKER: Token = Token(usize::MAX - 2);
+pub(crate) const WAKER: Token = Token(usize::MAX - 2);
 
 /// A core's ends of the rings between cores.
 #[derive(Debug)]
@@ -31,12 +32,12 @@ pub struct CoreLinks {
     /// Cores that reported themselves quiet during the drain.
     pub quiet: Arc<AtomicUsize>,
     /// Items that found a ring full, for the next turn.
-    pub(super) job_overflow: VecDeque<(usize, Job)>,
-    pub(super) outcome_overflow: VecDeque<(usize, JobOutcome)>,
+    pub(crate) job_overflow: VecDeque<(usize, Job)>,
+    pub(crate) outcome_overflow: VecDeque<(usize, JobOutcome)>,
     /// Jobs the pump admitted this turn (reused buffer).
-    pub(super) admitted: Vec<(usize, Job)>,
+    pub(crate) admitted: Vec<(usize, Job)>,
     /// Cores written to this turn.
-    pub(super) touched: Vec<bool>,
+    pub(crate) touched: Vec<bool>,
 }
 
 impl CoreLinks {
@@ -90,7 +91,7 @@ impl CoreLinks {
     }
 
     /// Wakes each core written to this turn, once.
-    pub(super) fn wake_touched(&mut self) {
+    pub(crate) fn wake_touched(&mut self) {
         for (core, t) in self.touched.iter_mut().enumerate() {
             if std::mem::take(t) {
                 let _ = self.wakers[core].wake();

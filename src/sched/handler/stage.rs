@@ -1,22 +1,28 @@
 //! What the core lends its ingest front (`ingest::front::Front`) per call: its commit batch
 //! (`Committer::staging`), into which the front stages its appends itself
-//! (`ingest::stage::CommitStage`), and the single DLQ replays' claims ([`ReplayHolds`], the
-//! front's `Holds`: a claim is held by the ticket its append gets until the append is settled,
-//! `replay.rs`). Only an append that came with a claim is held, so a client's event never
-//! calls in here. The borrow splits are here too ([`Worker::ingest_parts`],
-//! [`Core::ingest_parts`]) and the turn's offer retries.
+//! (`ingest::stage::CommitStage`, as `Owner::Ingest`), and the single DLQ replays' claims
+//! ([`ReplayHolds`], the front's `Holds`: a claim is held by the ticket its append gets until
+//! the append is settled, `dispatch::dlq::online`). Only an append that came with a claim is
+//! held, so a client's event never calls in here. And the front's two calls that no request
+//! makes: the offers retried each turn ([`Core::retry_offers`]) and a commit's answers
+//! ([`Core::settle_commit`]).
 
-use super::serve::Core;
-use super::*;
+use super::lent::Core;
 use crate::dispatch::dlq::claims::ReplayClaim;
 use crate::dispatch::dlq::online::OnlineReplays;
+use crate::dispatch::pump::shell::Batch;
+use crate::ingest::front::{Env, Front};
+use crate::ingest::pending::PendingIngest;
 use crate::ingest::pipeline;
 use crate::ingest::stage::{CommitStage, Holds};
-use crate::net::server::Ctx;
+use crate::net::conns::Conns;
+use crate::net::server::{Answers, Ctx};
+use crate::ops::reload::CoreView;
 use crate::sched::commit::{Committer, Owner};
+use crate::sched::state::Shared;
 
 /// The core's commit batch as its front stages into it, with the single replays' claims.
-pub(super) type CoreStage<'a> = CommitStage<
+pub type CoreStage<'a> = CommitStage<
     'a,
     crate::dispatch::dlq::entry::DlqEntry,
     crate::dispatch::dlq::entry::DlqError,
@@ -24,7 +30,8 @@ pub(super) type CoreStage<'a> = CommitStage<
 >;
 
 /// The single DLQ replays' claims, by ingest ticket (the front's [`Holds`]).
-pub(super) struct ReplayHolds<'a> {
+#[derive(Debug)]
+pub struct ReplayHolds<'a> {
     replays: &'a mut OnlineReplays,
     /// A single replay's claim, held by the ticket its append gets ([`Holds::admitted`]).
     claim: Option<ReplayClaim>,
@@ -63,10 +70,7 @@ impl Holds for ReplayHolds<'_> {
 }
 
 /// The node's shared state the pipeline reads, with the checks of the generation `view` runs.
-pub(super) fn node<'a>(
-    shared: &'a Shared,
-    view: &'a crate::ops::reload::CoreView,
-) -> pipeline::Node<'a> {
+pub(super) fn node<'a>(shared: &'a Shared, view: &'a CoreView) -> pipeline::Node<'a> {
     pipeline::Node {
         ingest: &shared.config.ingest,
         segment_bytes: shared.config.wal.segment_bytes,
@@ -75,53 +79,6 @@ pub(super) fn node<'a>(
         admission: &shared.ingest().admission,
         returns: &shared.ingest().returns,
         backlog: &shared.ingest().backlog,
-    }
-}
-
-impl Worker {
-    /// The front, the connections, the stage and the front's view of the node, borrowed
-    /// side by side; `claim`: a single replay's, for the next append.
-    pub(super) fn ingest_parts(
-        &mut self,
-        claim: Option<ReplayClaim>,
-    ) -> (
-        &mut Front,
-        &mut Conns<PendingIngest>,
-        CoreStage<'_>,
-        Env<'_>,
-    ) {
-        let Worker {
-            front,
-            server,
-            committer,
-            replays,
-            shared,
-            view,
-            metrics,
-            ..
-        } = self;
-        let (conns, date) = server.parts();
-        let stage = core_stage(committer, replays, claim);
-        let env = Env {
-            node: node(shared, view),
-            metrics,
-            date,
-        };
-        (front, conns, stage, env)
-    }
-
-    /// Offers the waiting connections' events again (`Front::retry_offers`), then drives each.
-    pub(super) fn retry_offers(&mut self) {
-        if !self.front.offers_waiting() {
-            return;
-        }
-        let now = self.now();
-        let mut touched = Vec::new();
-        let (front, conns, mut stage, env) = self.ingest_parts(None);
-        front.retry_offers(conns, now, &mut stage, &env, &mut touched);
-        for idx in touched {
-            self.drive(idx);
-        }
     }
 }
 
@@ -140,10 +97,50 @@ impl Core<'_> {
     ) {
         let stage = core_stage(&mut *self.committer, self.replays, claim);
         let env = Env {
-            node: stage::node(self.shared, self.view),
+            node: node(self.shared, self.view),
             metrics: cx.metrics,
             date: cx.date,
         };
         (&mut *self.front, &mut *cx.conns, stage, env)
+    }
+
+    /// Offers the waiting connections' events again (`Front::retry_offers`); returns the
+    /// connections to drive.
+    pub fn retry_offers(&mut self, answers: Answers<'_, PendingIngest>, now: u64) -> Vec<usize> {
+        let mut touched = Vec::new();
+        let mut stage = core_stage(&mut *self.committer, self.replays, None);
+        let env = Env {
+            node: node(self.shared, self.view),
+            metrics: answers.metrics,
+            date: answers.date,
+        };
+        (self.front).retry_offers(answers.conns, now, &mut stage, &env, &mut touched);
+        touched
+    }
+
+    /// Settles the appends and removals of ingest and the replays in `batch`, each by its
+    /// owner (the pump's are the pump's: `CorePump::on_commit`; the replays' are
+    /// `dispatch::dlq::online`'s), within `Server::answer`, which writes what was answered.
+    pub fn settle_commit(&mut self, batch: &Batch, answers: Answers<'_, PendingIngest>) {
+        let Answers {
+            conns,
+            date,
+            metrics,
+        } = answers;
+        for (owner, ticket, o) in batch.appended() {
+            if owner == Owner::Ingest {
+                let mut stage = core_stage(&mut *self.committer, self.replays, None);
+                let env = Env {
+                    node: node(self.shared, self.view),
+                    metrics,
+                    date,
+                };
+                self.front.ingest_done(conns, ticket, o, &mut stage, &env);
+            }
+        }
+        // Then the replays' (after ingest: a single replay made durable is among those whose
+        // removal is staged now).
+        let (replays, mut port) = self.replays();
+        replays.settle(batch, &mut port);
     }
 }

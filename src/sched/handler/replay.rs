@@ -8,8 +8,8 @@
 //! /admin/dlq/{id}/replay`) claims and reads its entry here and goes through the front as an
 //! ingest request, its claim held by its ticket (`stage.rs`, `ReplayHolds`).
 
+use super::lent::Core;
 use super::reads::Reply;
-use super::serve::Core;
 use crate::dispatch::dlq::bulk::{Pick, ReplayFilter};
 use crate::dispatch::dlq::online::{self, OnlineReplays, ReplayPort};
 use crate::ingest::backlog::Backlog;
@@ -27,10 +27,11 @@ use crate::sync::clock::unix_micros;
 use crate::wal::Record;
 
 /// What the core lends the online replays for one call (`dispatch::dlq::online::ReplayPort`).
-pub(super) struct CoreReplayPort<'a> {
-    pub(super) front: &'a mut Front,
-    pub(super) committer: &'a mut Committer,
-    pub(super) backlog: &'a Backlog,
+#[derive(Debug)]
+pub struct CoreReplayPort<'a> {
+    front: &'a mut Front,
+    committer: &'a mut Committer,
+    backlog: &'a Backlog,
 }
 
 /// A bulk replay's appends hold nothing of the core's (their books are the replays').
@@ -81,7 +82,7 @@ impl ReplayPort for CoreReplayPort<'_> {
 
 impl Core<'_> {
     /// The online replays with what the core lends them, side by side.
-    pub(super) fn replays(&mut self) -> (&mut OnlineReplays, CoreReplayPort<'_>) {
+    pub fn replays(&mut self) -> (&mut OnlineReplays, CoreReplayPort<'_>) {
         let port = CoreReplayPort {
             front: &mut *self.front,
             committer: &mut *self.committer,
