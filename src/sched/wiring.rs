@@ -1,47 +1,33 @@
-//! The rings and wakers between cores, as one core holds them ([`CoreLinks`]), wired once at
-//! start-up by the runtime ([`CoreLinks::wire`]); what a core's loop does with them each turn
-//! is `sched::worker`'s (`links.rs`).
+//! The links between cores, as one core holds them ([`CoreLinks`]), wired once at start-up by
+//! the runtime ([`CoreLinks::wire`]): dispatch's rings (what goes over them, each turn, is
+//! `dispatch::exchange`'s), every core's waker, and the drain's count of quiet cores.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use mio::{Token, Waker};
 
-use crate::dispatch::job::{Job, JobOutcome};
-use crate::dispatch::placement::LogOwners;
-use crate::ring;
+use crate::dispatch::exchange::Exchange;
 
 /// The poll token of the core's waker (commit helper, other cores, shutdown).
 pub(crate) const WAKER: Token = Token(usize::MAX - 2);
 
-/// A core's ends of the rings between cores.
+/// A core's links to the other cores: dispatch's rings (`dispatch::exchange`), every core's
+/// waker, and the drain's count of quiet cores.
 #[derive(Debug)]
 pub struct CoreLinks {
     pub core: usize,
-    /// Jobs for destinations this core owns, from every core.
-    pub jobs_in: ring::Receiver<Job>,
-    /// Outcomes for events in logs this core owns, from every core.
-    pub outcomes_in: ring::Receiver<JobOutcome>,
-    /// Every core's inbound rings and waker, by core.
-    pub jobs_out: Vec<ring::Sender<Job>>,
-    pub outcomes_out: Vec<ring::Sender<JobOutcome>>,
+    /// Jobs and outcomes to and from the other cores.
+    pub exchange: Exchange,
+    /// Every core's waker, by core.
     pub wakers: Vec<Arc<Waker>>,
-    /// Owner core of each log (dispatch's placement rule for outcomes).
-    pub log_owners: LogOwners,
     /// Cores that reported themselves quiet during the drain.
     pub quiet: Arc<AtomicUsize>,
-    /// Items that found a ring full, for the next turn.
-    pub(crate) job_overflow: VecDeque<(usize, Job)>,
-    pub(crate) outcome_overflow: VecDeque<(usize, JobOutcome)>,
-    /// Jobs the pump admitted this turn (reused buffer).
-    pub(crate) admitted: Vec<(usize, Job)>,
-    /// Cores written to this turn.
-    pub(crate) touched: Vec<bool>,
 }
 
 impl CoreLinks {
-    /// Wires `cores` cores: returns each core's links. `wakers[k]` wakes core `k`'s poll.
+    /// Wires `cores` cores: returns each core's links. `wakers[k]` wakes core `k`'s poll;
+    /// `log_owner[log]` is the core whose pump reads log `log`.
     pub fn wire(
         cores: usize,
         max_outstanding: usize,
@@ -49,33 +35,13 @@ impl CoreLinks {
         log_owner: Arc<[usize]>,
     ) -> Vec<CoreLinks> {
         let quiet = Arc::new(AtomicUsize::new(0));
-        let (mut job_txs, mut job_rxs) = (Vec::new(), Vec::new());
-        let (mut out_txs, mut out_rxs) = (Vec::new(), Vec::new());
-        for _ in 0..cores {
-            let (tx, rx) = ring::channel(max_outstanding);
-            job_txs.push(tx);
-            job_rxs.push(rx);
-            let (tx, rx) = ring::channel(2 * max_outstanding + 64);
-            out_txs.push(tx);
-            out_rxs.push(rx);
-        }
-        job_rxs
-            .into_iter()
-            .zip(out_rxs)
-            .enumerate()
-            .map(|(core, (jobs_in, outcomes_in))| CoreLinks {
+        let exchanges = Exchange::wire(cores, max_outstanding, &wakers, log_owner);
+        (exchanges.into_iter().enumerate())
+            .map(|(core, exchange)| CoreLinks {
                 core,
-                jobs_in,
-                outcomes_in,
-                jobs_out: job_txs.clone(),
-                outcomes_out: out_txs.clone(),
+                exchange,
                 wakers: wakers.clone(),
-                log_owners: LogOwners::new(log_owner.clone()),
                 quiet: quiet.clone(),
-                job_overflow: VecDeque::new(),
-                outcome_overflow: VecDeque::new(),
-                admitted: Vec::new(),
-                touched: vec![false; cores],
             })
             .collect()
     }
@@ -88,14 +54,5 @@ impl CoreLinks {
     /// Every core reported itself quiet: no outcome can arrive any more.
     pub fn all_quiet(&self) -> bool {
         self.quiet.load(Ordering::Acquire) >= self.wakers.len()
-    }
-
-    /// Wakes each core written to this turn, once.
-    pub(crate) fn wake_touched(&mut self) {
-        for (core, t) in self.touched.iter_mut().enumerate() {
-            if std::mem::take(t) {
-                let _ = self.wakers[core].wake();
-            }
-        }
     }
 }

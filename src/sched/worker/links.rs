@@ -20,6 +20,7 @@
 //! rings and wakers themselves are `sched::wiring`'s.
 
 use super::Worker;
+use crate::dispatch::exchange::Turn;
 use crate::dispatch::pump::shell::Batch;
 
 impl Worker {
@@ -83,53 +84,24 @@ impl Worker {
 }
 
 impl Worker {
-    /// Moves jobs and outcomes: inbound rings, the dispatcher's outcomes, the pump's admissions.
+    /// Dispatch's turn (`dispatch::exchange`: jobs and outcomes between the pump, the
+    /// dispatcher and the other cores), after following any new configuration (jobs from other
+    /// cores may come from a newer generation: a new trigger's gates); then the turn's batch to
+    /// the commit helper.
     pub(super) fn exchange(&mut self, now: u64) {
-        // Jobs from other cores may come from a newer generation (a new trigger's gates): this
-        // core follows it before it judges them, as it does before routing a request.
         self.follow_reload();
-        let now_ms = crate::sync::clock::unix_millis();
-        // Past `drain_grace` (not at the signal): the drain proper holds new work back.
-        let draining = self.shared.accepting_stopped(now);
-        // The order horizon first: every job it covers is in the ring drained next.
-        self.dispatcher.note_horizon();
-        while let Some(job) = self.links.jobs_in.try_pop() {
-            self.dispatcher.accept(job, now, draining);
-        }
-        while let Some(o) = self.links.outcomes_in.try_pop() {
-            self.pump.on_outcome(o, now_ms, self.committer.staging());
-        }
-        self.dispatcher.on_tick(now, draining);
-        for o in self.dispatcher.take_outcomes() {
-            let owner = self.links.log_owners.of_outcome(&o);
-            if owner == self.links.core {
-                self.pump.on_outcome(o, now_ms, self.committer.staging());
-            } else {
-                self.links.outcome_overflow.push_back((owner, o));
-            }
-        }
-        let mut admitted = std::mem::take(&mut self.links.admitted);
-        self.pump
-            .turn(now, draining, self.committer.staging(), &mut admitted);
-        for (owner, job) in admitted.drain(..) {
-            if owner == self.links.core {
-                self.dispatcher.accept(job, now, draining);
-            } else {
-                self.links.job_overflow.push_back((owner, job));
-            }
-        }
-        self.links.admitted = admitted;
-        self.send_out();
-        if self.links.job_overflow.is_empty() {
-            // The recovered events this pump admitted are all in their owners' rings.
-            self.pump.handed_over();
-        }
-        self.links.wake_touched();
+        let t = Turn {
+            now,
+            now_ms: crate::sync::clock::unix_millis(),
+            // Past `drain_grace` (not at the signal): the drain proper holds new work back.
+            draining: self.shared.accepting_stopped(now),
+        };
+        let (pump, dispatcher) = (&mut self.pump, &mut self.dispatcher);
+        (self.links.exchange).turn(pump, dispatcher, self.committer.staging(), t);
         self.committer.kick(self.reactor.file_ring());
         self.metrics
             .set_commit_queued(self.committer.queued() as u64);
-        let waiting = self.links.job_overflow.len() + self.links.outcome_overflow.len();
-        self.metrics.set_link_waiting(waiting as u64);
+        (self.metrics).set_link_waiting(self.links.exchange.waiting() as u64);
     }
 
     /// The end of a turn: this core's order horizon published (`dispatch::horizon`), then the
@@ -140,43 +112,14 @@ impl Worker {
             (0, false) => None,
             (_, false) => Some(self.pump.last_durable_at()),
         };
-        let links = (self.links.job_overflow.iter())
-            .filter_map(|(_, j)| crate::dispatch::horizon::order_time(&j.event.event_id))
-            .min();
+        let links = self.links.exchange.oldest_waiting();
         self.pump.publish_horizon(ingest, links);
         let draining = self.shared.accepting_stopped(now);
         self.dispatcher.on_horizon(now, draining);
     }
 
-    /// Offers the queued cross-core items to their rings, in order per kind.
-    fn send_out(&mut self) {
-        let l = &mut self.links;
-        while let Some((core, job)) = l.job_overflow.pop_front() {
-            match l.jobs_out[core].try_push(job) {
-                Ok(()) => l.touched[core] = true,
-                Err(e) => {
-                    l.job_overflow.push_front((core, e.into_inner()));
-                    break;
-                }
-            }
-        }
-        while let Some((core, o)) = l.outcome_overflow.pop_front() {
-            match l.outcomes_out[core].try_push(o) {
-                Ok(()) => l.touched[core] = true,
-                Err(e) => {
-                    l.outcome_overflow.push_front((core, e.into_inner()));
-                    break;
-                }
-            }
-        }
-    }
-
     /// Nothing left to hand to another core or to make durable (end of the drain).
     pub(super) fn settled(&self) -> bool {
-        self.links.job_overflow.is_empty()
-            && self.links.outcome_overflow.is_empty()
-            && self.links.outcomes_in.is_empty()
-            && self.pump.is_flushed()
-            && self.committer.is_idle()
+        self.links.exchange.is_settled() && self.pump.is_flushed() && self.committer.is_idle()
     }
 }
