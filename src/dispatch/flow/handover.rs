@@ -16,38 +16,53 @@
 //! release/acquire) have been taken from it first. Bound: the gates hold at most
 //! [`SETTLE_MAX`] for it (a pump can be slow to finish when `max_outstanding` is taken by
 //! calls in flight); `debounce`, `batch`, `rate_limit` and `singleton` are not held back.
+//!
+//! [`Handover`] is that wait as one engine sees it; the engine releases the held waiters when
+//! [`Handover::turn`] says the wait is over (`FlowEngine::hold_for_handover`, `on_tick`).
 #![forbid(unsafe_code)]
 
-use super::{FlowEngine, FlowOut, Settle, SHIFT};
+use super::agenda::SHIFT;
 
 /// Longest time the gates wait for the hand-over after their first turn.
 pub const SETTLE_MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(2);
 /// [`SETTLE_MAX_DURATION`] in clock nanos.
 pub const SETTLE_MAX: u64 = SETTLE_MAX_DURATION.as_nanos() as u64;
 
-impl FlowEngine {
-    /// The gates hold throttle and concurrency events until the pumps' hand-over is done
-    /// (module docs). `waiting`: false when there is nothing to wait for (no pump registered).
-    pub fn hold_for_handover(mut self, waiting: bool) -> FlowEngine {
-        self.settle = waiting.then(Settle::default);
-        self
+/// The start-up hand-over as one engine sees it (`None` inside: not waiting, or over).
+#[derive(Debug, Default)]
+pub struct Handover(Option<Settle>);
+
+#[derive(Debug, Default)]
+struct Settle {
+    /// Engine time at which the gates stop waiting (set at the first turn; 0: not yet).
+    until: u64,
+    /// Every pump finished (seen in an earlier turn: act in this one).
+    seen: bool,
+    /// The loop's latest reading of the countdown.
+    done: bool,
+}
+
+impl Handover {
+    /// Waiting for the hand-over when `waiting` (false: no pump registered, nothing to wait for).
+    pub fn new(waiting: bool) -> Handover {
+        Handover(waiting.then(Settle::default))
     }
 
-    /// The loop's reading of the hand-over countdown, before [`FlowEngine::on_tick`].
-    pub fn note_handover(&mut self, done: bool) {
-        if let Some(s) = &mut self.settle {
+    /// The loop's reading of the hand-over countdown.
+    pub fn note(&mut self, done: bool) {
+        if let Some(s) = &mut self.0 {
             s.done = done;
         }
     }
 
-    /// While waiting for the hand-over: throttle and concurrency hold every event.
-    pub(super) fn settling(&self) -> bool {
-        self.settle.is_some()
+    /// Still waiting: throttle and concurrency hold every event.
+    pub fn settling(&self) -> bool {
+        self.0.is_some()
     }
 
     /// When the hand-over needs the next turn (clock nanos; 0: at once).
-    pub(super) fn settle_due(&self) -> Option<u64> {
-        let s = self.settle.as_ref()?;
+    pub fn due(&self) -> Option<u64> {
+        let s = self.0.as_ref()?;
         Some(match s.seen {
             true => 0,
             false if s.until > 0 => s.until.saturating_sub(SHIFT),
@@ -55,35 +70,55 @@ impl FlowEngine {
         })
     }
 
-    /// One turn of the hand-over (engine time `now`): releases the held waiters once the
-    /// hand-over was seen a turn ago, or at [`SETTLE_MAX`].
-    pub(super) fn settle_turn(&mut self, now: u64, out: &mut FlowOut) {
-        let Some(s) = &mut self.settle else {
-            return;
+    /// One turn (engine time `now`): true when the wait ends now, the hand-over having been seen
+    /// a turn ago or [`SETTLE_MAX`] after the first turn (the held waiters are released then).
+    pub fn turn(&mut self, now: u64) -> bool {
+        let Some(s) = &mut self.0 else {
+            return false;
         };
         if s.until == 0 {
             s.until = now.saturating_add(SETTLE_MAX);
         }
         if !s.seen && s.done && now < s.until {
             s.seen = true;
-            return;
+            return false;
         }
         if !s.seen && now < s.until {
-            return;
+            return false;
         }
-        self.settle = None;
-        let mut throttled = Vec::new();
-        let mut concurrent = Vec::new();
-        for (t, g) in self.gates.iter().enumerate() {
-            let busy = g.throttle.iter().filter(|(_, w)| !w.waiters.is_empty());
-            throttled.extend(busy.map(|(k, _)| (t, k.clone())));
-            concurrent.extend(g.concurrency.keys().map(|k| (t, k.clone())));
-        }
-        for (t, k) in throttled {
-            self.fire_throttle(t, k, now, out);
-        }
-        for (t, k) in concurrent {
-            self.admit_waiters(t, &k, out);
-        }
+        self.0 = None;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_handover_is_seen_in_one_turn_and_acted_on_in_the_next() {
+        let mut h = Handover::new(true);
+        assert!(h.settling());
+        assert_eq!(h.due(), Some(0), "the first turn at once");
+        assert!(!h.turn(SHIFT + 10));
+        assert_eq!(h.due(), Some(10 + SETTLE_MAX));
+        h.note(true);
+        assert!(!h.turn(SHIFT + 20), "seen");
+        assert_eq!(h.due(), Some(0));
+        assert!(h.turn(SHIFT + 30), "acted on");
+        assert!(!h.settling() && h.due().is_none());
+        assert!(!h.turn(SHIFT + 40), "once");
+    }
+
+    #[test]
+    fn the_gates_wait_at_most_settle_max() {
+        let mut h = Handover::new(true);
+        assert!(!h.turn(SHIFT));
+        assert!(!h.turn(SHIFT + SETTLE_MAX - 1));
+        assert!(
+            h.turn(SHIFT + SETTLE_MAX),
+            "no hand-over seen: released anyway"
+        );
+        assert!(!Handover::new(false).settling());
     }
 }

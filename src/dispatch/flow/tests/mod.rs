@@ -6,7 +6,9 @@ use std::time::Duration;
 use super::*;
 use crate::config::{Config, Overrides};
 use crate::dispatch::flow::metrics::{DECISIONS, GATES};
+use crate::dispatch::job::SkipReason;
 use crate::sync::clock::{Clock, ManualClock};
+use crate::wal::EventRecord;
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -425,10 +427,7 @@ fn concurrency_max_per_key() {
     assert_eq!(ready(&r.release(a)), vec![c]);
     assert!(r.release(b).ready.is_empty());
     assert!(r.release(c).ready.is_empty());
-    assert!(
-        !r.engine.gates[0].concurrency.contains_key("x"),
-        "idle key removed"
-    );
+    assert!(r.engine.progress.line(0, "x").is_none(), "idle key removed");
 }
 
 #[test]
@@ -520,7 +519,7 @@ fn window_keys_are_bounded_idle_ones_evicted_then_overflow_shared() {
     assert_eq!(r.offer("{\"k\":6}").1.ready.len(), 1);
     assert_eq!(r.engine.window_keys(), 2);
     assert_eq!(r.metrics.flow.overflows(0, 2), 2);
-    assert!(r.engine.gates[0].rate_limit.contains_key("5"));
+    assert!(r.engine.windows.has(0, Stage::RateLimit, "5"));
 }
 
 #[test]
@@ -532,7 +531,7 @@ fn throttle_keys_with_waiters_are_not_evicted() {
     r.offer("{\"k\":1}");
     let (b, _) = r.offer("{\"k\":1}");
     r.advance(Duration::from_millis(999));
-    r.engine.sweep(r.now());
+    r.engine.windows.sweep(r.now());
     assert_eq!(r.engine.window_keys(), 1);
     assert_eq!(ready(&r.advance(MS)), vec![b]);
 }

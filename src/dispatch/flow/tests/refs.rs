@@ -117,7 +117,7 @@ fn a_stalled_key_holds_its_bound_in_full_and_the_rest_by_reference() {
     assert_eq!((m.flow.held(0, CONC), m.flow.in_log(0, CONC)), (0, 0));
     assert_eq!(e.waiting(), 0);
     assert_eq!(
-        e.payloads.bytes(),
+        e.books.payloads.bytes(),
         0,
         "no body held: s20 and a00 are in progress"
     );

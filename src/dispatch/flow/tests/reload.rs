@@ -278,7 +278,7 @@ fn a_full_debounce_takes_the_superseding_event_in_place() {
     for k in 0..50 {
         r.offer(&format!("{{\"k\":{k}}}"));
     }
-    let cell = r.engine.cell(0);
+    let cell = r.engine.books.cell(0);
     assert!(
         !r.metrics.flow.full(cell),
         "the pumps do not park for this gate"

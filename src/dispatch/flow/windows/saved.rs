@@ -1,28 +1,44 @@
-//! The engine's side of the saved window state ([`super::persist`] is the file): restoring the
-//! `rate_limit` / `throttle` hits read at start-up into the gates' windows, on the engine's first
+//! The windows' saved state ([`crate::dispatch::flow::persist`] is the file): restoring the
+//! `rate_limit` / `throttle` hits read at start-up into the windows, on the engine's first
 //! turn, and turning the windows into [`SavedWindow`]s when a save is due. The rules (ages
 //! rounded towards "more recent", only hits inside their period written) are `persist`'s.
 #![forbid(unsafe_code)]
 
-use super::persist::SavedWindow;
-use super::{nanos, FlowEngine, Stage, SHIFT};
+use std::collections::HashMap;
 
-impl FlowEngine {
+use super::Windows;
+use crate::dispatch::flow::agenda::SHIFT;
+use crate::dispatch::flow::books::Books;
+use crate::dispatch::flow::pending::{nanos, Stage};
+use crate::dispatch::flow::persist::SavedWindow;
+
+impl Windows {
     pub(super) fn mark_dirty(&mut self) {
         if let Some(s) = &mut self.store {
             s.mark_dirty();
         }
     }
 
-    /// The engine's time for clock time `now`; restores the saved windows on the first call.
-    pub(super) fn restore_once(&mut self, now: u64) -> u64 {
+    /// When a save is due (clock nanos).
+    pub(in crate::dispatch::flow) fn save_due(&self) -> Option<u64> {
+        self.store.as_ref().and_then(|s| s.due())
+    }
+
+    /// The engine's time for clock time `now`; restores the saved windows on the first call
+    /// (`by_id`: trigger id → index; a key refused by the table is counted in `books`).
+    pub(in crate::dispatch::flow) fn restore_once(
+        &mut self,
+        now: u64,
+        by_id: &HashMap<String, usize>,
+        books: &Books,
+    ) -> u64 {
         let shifted = now.saturating_add(SHIFT);
         let Some(saved) = self.store.as_mut().and_then(|s| s.take_restored()) else {
             return shifted;
         };
         let unix_ms = crate::sync::clock::unix_millis();
         for w in saved {
-            let Some(&t) = self.by_id.get(&w.trigger) else {
+            let Some(&t) = by_id.get(&w.trigger) else {
                 continue;
             };
             let stage = match w.gate.as_str() {
@@ -38,8 +54,8 @@ impl FlowEngine {
                 continue;
             };
             let (period, max) = (nanos(g.period), g.max);
-            let key = self.window_key(t, stage, &w.key, shifted);
-            let win = &mut self.window_map(t, stage).entry(key).or_default().window;
+            let key = self.key(t, stage, &w.key, shifted, books);
+            let win = &mut self.map(t, stage).entry(key).or_default().window;
             for (i, hit_ms) in w.hits_unix_ms.into_iter().enumerate() {
                 // Ages are rounded down: a restored hit is never older than it was.
                 let age = unix_ms.saturating_sub(hit_ms).saturating_mul(1_000_000);
@@ -55,9 +71,9 @@ impl FlowEngine {
         shifted
     }
 
-    /// Writes the window state when it changed (at most every [`SAVE_EVERY`](super::persist::SAVE_EVERY), or at
-    /// once while `draining`).
-    pub(super) fn save(&mut self, clock: u64, draining: bool) {
+    /// Writes the window state when it changed (at most every
+    /// [`SAVE_EVERY`](crate::dispatch::flow::persist::SAVE_EVERY), or at once while `draining`).
+    pub(in crate::dispatch::flow) fn save(&mut self, clock: u64, draining: bool) {
         let Some(store) = self.store.as_mut() else {
             return;
         };
