@@ -1,23 +1,17 @@
-//! A core's traffic with its commit helper and with the other cores, once per loop turn.
+//! What the loop moves each turn, between the core's parts and the other cores. A loop step
+//! hands things on; it decides nothing about them.
 //!
-//! - [`Worker::take_commits`]: each batch back from its commit goes to the domains — ingest
-//!   settles its appends (`202`s, or `503 wal_unavailable`) and the replays theirs, each item by
-//!   its owner (`wal::group::Owner`), within `Server::answer`, which writes the connections they
-//!   answered; then the pump (`dispatch::pump::shell`) settles its records and dead
-//!   letters and takes each durable event from memory. Replays made durable have their DLQ
-//!   entries' removal staged for the next commit (`Item::Release`), and each replay's claim
-//!   drops when its removal is back. A loop step: it handles no event itself.
-//! - [`Worker::exchange`]: jobs and outcomes between the pump and the dispatchers. A job for a
-//!   destination this core owns, or an outcome for an event in a log this core owns, is handed
-//!   over directly; the others go through the destination core's inbound rings (one job ring
-//!   and one outcome ring per core, written by every core), and each core written to is woken
-//!   once per turn, however many items it got.
-//!
-//! Bounds: a core's inbound job ring holds `max_outstanding` jobs (never more are out in the
-//! whole process, so it is never full); its outcome ring `2 × max_outstanding + 64`. An item
-//! that finds a ring full (outcomes: a burst of retries) waits in this core's `overflow` queue,
-//! bounded by the outcomes of the jobs this core holds, and is offered again next turn. The
-//! rings and wakers themselves are `sched::wiring`'s.
+//! - [`Worker::take_commits`]: each batch back from its commit goes to its owners — ingest's
+//!   appends and the replays' settled by the handler side (`sched::handler`, each item by its
+//!   `wal::group::Owner`) within `Server::answer`, which writes the connections they answered;
+//!   then the pump (`dispatch::pump::shell`) settles its records and dead letters and takes each
+//!   durable event from memory.
+//! - [`Worker::take_reads`], [`Worker::finish_scrapes`], [`Worker::retry_offers`]: the answers
+//!   that came later (reads, the turn's scrapes) and the offers waiting for room, the same way.
+//! - [`Worker::exchange`]: dispatch's turn (`dispatch::exchange`: jobs and outcomes between the
+//!   pump, the dispatcher and the other cores' rings, with its bounds), then the turn's batch to
+//!   the commit helper.
+//! - [`Worker::publish_horizon`]: the core's order horizon, at the end of the turn.
 
 use super::Worker;
 use crate::dispatch::exchange::Turn;

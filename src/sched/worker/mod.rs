@@ -10,8 +10,9 @@
 //!   core's handler side (`sched::handler::Core`, lent for each server call by `lend.rs`). A
 //!   batch back from its commit is settled inside `Server::answer`, which then writes the
 //!   connections it answered (`links.rs`).
-//! - the core's commit helper (`sched::commit`), its pump and its dispatcher, and the rings to
-//!   the other cores (`links.rs`; the rings are `sched::wiring`'s).
+//! - the core's commit helper (`sched::commit`), its pump and its dispatcher, and its links to
+//!   the other cores (`sched::wiring`; what goes over them each turn is `dispatch::exchange`'s,
+//!   called from `links.rs`).
 //!
 //! Each worker owns: its reactor, its own `SO_REUSEPORT` listener (the kernel spreads new
 //! connections across workers), its server, its ingest front, a shard of the metrics, its
