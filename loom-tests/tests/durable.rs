@@ -20,7 +20,7 @@ use loom::sync::Arc;
 use loom::thread;
 use sluice::ring;
 use sluice::storage::sim::SimFs;
-use sluice::wal::group::{self, DeadLetters, Item, Outcome};
+use sluice::wal::group::{self, DeadLetters, Item, Outcome, Owner};
 use sluice::wal::{self, AppendOutcome, EventRecord, Record, WalConfig, WalShared};
 
 /// The models carry no dead letters (the DLQ is dispatch's; its writes are not modelled here).
@@ -101,6 +101,7 @@ fn durable_lsn_is_published_before_the_batch_comes_back() {
             let mut batch = Batch::default();
             for t in 0..2 {
                 batch.items.push(Item::Append {
+                    owner: Owner::Ingest,
                     log: 0,
                     ticket: t,
                     record: event(t),
@@ -144,6 +145,7 @@ fn durable_lsn_a_reader_never_sees_it_go_back_or_past_the_commits() {
                 for t in 0..2 {
                     let mut batch = Batch::default();
                     batch.items.push(Item::Append {
+                        owner: Owner::Ingest,
                         log: 0,
                         ticket: t,
                         record: event(t),

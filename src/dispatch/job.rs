@@ -247,3 +247,19 @@ impl JobOutcome {
         }
     }
 }
+
+/// A job for `lsn` carrying a minimal event `id` of trigger `t` (source `p`, body `{}`): the
+/// tests' fixture.
+#[cfg(test)]
+pub(crate) fn test_job(id: &str, lsn: Lsn) -> Job {
+    let event = EventRecord {
+        event_id: id.into(),
+        trigger_id: "t".into(),
+        source: "p".into(),
+        received_at_ms: 0,
+        headers: vec![],
+        body: b"{}".to_vec(),
+        replay_of: None,
+    };
+    Job::new(lsn, event, 0, 1, 0)
+}

@@ -268,8 +268,6 @@ impl Books {
 mod tests {
     use super::*;
     use crate::dispatch::flow::tests::rig_config;
-    use crate::dispatch::job::Job;
-    use crate::wal::EventRecord;
 
     fn books(gates: &str) -> (Books, Arc<DispatchMetrics>) {
         let cfg = rig_config(gates);
@@ -279,17 +277,9 @@ mod tests {
     }
 
     fn pending(lsn: u64) -> Pending {
-        let event = EventRecord {
-            event_id: format!("e{lsn}"),
-            trigger_id: "t".into(),
-            source: "p".into(),
-            received_at_ms: 0,
-            headers: vec![],
-            body: b"{}".to_vec(),
-            replay_of: None,
-        };
-        let keys = Box::new(resolve(&FlowSpec::default(), &event));
-        Pending::new(Job::new(lsn, event, 0, 1, 0), keys, false, false)
+        let job = crate::dispatch::job::test_job(&format!("e{lsn}"), lsn);
+        let keys = Box::new(resolve(&FlowSpec::default(), &job.event));
+        Pending::new(job, keys, false, false)
     }
 
     /// An event held by two gates in turn is counted by each and reported by each once; the

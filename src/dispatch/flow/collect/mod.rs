@@ -244,19 +244,9 @@ impl Collect {
 mod tests {
     use super::*;
     use crate::dispatch::flow::pending::resolve;
-    use crate::wal::EventRecord;
 
     fn job(id: &str, lsn: u64) -> Job {
-        let event = EventRecord {
-            event_id: id.into(),
-            trigger_id: "t".into(),
-            source: "p".into(),
-            received_at_ms: 0,
-            headers: vec![],
-            body: b"{}".to_vec(),
-            replay_of: None,
-        };
-        Job::new(lsn, event, 0, 1, 0)
+        crate::dispatch::job::test_job(id, lsn)
     }
 
     fn pending(id: &str, lsn: u64) -> Pending {

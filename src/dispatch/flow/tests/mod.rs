@@ -264,18 +264,7 @@ fn held_events_are_reported_and_come_back_as_resumed() {
     let mut r = Rig::new("throttle = { period = \"1s\", max = 1 }", "");
     let mut out = FlowOut::default();
     let now = r.now();
-    let job = |lsn: u64| {
-        let ev = EventRecord {
-            event_id: format!("e{lsn}"),
-            trigger_id: "t".into(),
-            source: "p".into(),
-            received_at_ms: 0,
-            headers: vec![],
-            body: b"{}".to_vec(),
-            replay_of: None,
-        };
-        Job::new(lsn, ev, 0, 1, 0)
-    };
+    let job = r_job;
     r.engine.offer(job(1), now, &mut out);
     r.engine.offer(job(2), now, &mut out);
     r.engine.offer(job(3), now, &mut out);
@@ -575,16 +564,7 @@ fn throttle_window_survives_a_restart_through_the_state_file() {
 }
 
 fn r_job(lsn: u64) -> Job {
-    let ev = EventRecord {
-        event_id: format!("e{lsn}"),
-        trigger_id: "t".into(),
-        source: "p".into(),
-        received_at_ms: 0,
-        headers: vec![],
-        body: b"{}".to_vec(),
-        replay_of: None,
-    };
-    Job::new(lsn, ev, 0, 1, 0)
+    crate::dispatch::job::test_job(&format!("e{lsn}"), lsn)
 }
 
 /// The manifest `Rig::new` builds, as a config (for a reload's new gates).
