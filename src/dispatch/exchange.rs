@@ -140,24 +140,12 @@ impl Exchange {
 
     /// Offers the queued cross-core items to their rings, in order per kind.
     fn send_out(&mut self) {
-        while let Some((core, job)) = self.job_overflow.pop_front() {
-            match self.jobs_out[core].try_push(job) {
-                Ok(()) => self.touched[core] = true,
-                Err(e) => {
-                    self.job_overflow.push_front((core, e.into_inner()));
-                    break;
-                }
-            }
-        }
-        while let Some((core, o)) = self.outcome_overflow.pop_front() {
-            match self.outcomes_out[core].try_push(o) {
-                Ok(()) => self.touched[core] = true,
-                Err(e) => {
-                    self.outcome_overflow.push_front((core, e.into_inner()));
-                    break;
-                }
-            }
-        }
+        offer(&mut self.job_overflow, &self.jobs_out, &mut self.touched);
+        offer(
+            &mut self.outcome_overflow,
+            &self.outcomes_out,
+            &mut self.touched,
+        );
     }
 
     /// Wakes each core written to this turn, once.
@@ -187,6 +175,24 @@ impl Exchange {
         self.job_overflow.is_empty()
             && self.outcome_overflow.is_empty()
             && self.outcomes_in.is_empty()
+    }
+}
+
+/// Offers `queue`'s items, in order, to the rings of their cores (`rings[core]`), marking each
+/// core written to; stops at the first full ring (the rest wait for the next turn, in order).
+fn offer<T: Send>(
+    queue: &mut VecDeque<(usize, T)>,
+    rings: &[ring::Sender<T>],
+    touched: &mut [bool],
+) {
+    while let Some((core, item)) = queue.pop_front() {
+        match rings[core].try_push(item) {
+            Ok(()) => touched[core] = true,
+            Err(e) => {
+                queue.push_front((core, e.into_inner()));
+                break;
+            }
+        }
     }
 }
 

@@ -153,6 +153,11 @@ impl ReadLink {
     }
 
     /// The next answer for this core, giving its read slot back.
+    /// True when no answer waits to be taken (the loop then skips [`ReadLink::take`]'s call).
+    pub fn nothing_back(&self) -> bool {
+        self.replies.is_empty()
+    }
+
     pub fn take(&mut self, board: &ReadBoard) -> Option<ReadReply> {
         let reply = self.replies.try_pop()?;
         board.give_back();

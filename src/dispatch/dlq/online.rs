@@ -263,6 +263,11 @@ impl OnlineReplays {
     /// dropped, then every replay made durable has its removal staged (one group in the next
     /// commit).
     pub fn settle(&mut self, batch: &Batch<DlqEntry, DlqError>, port: &mut impl ReplayPort) {
+        // Nothing on its way: the batch holds no item of `Owner::Replay` (each is booked from
+        // its staging to its settling), so a commit without replays costs no scan here.
+        if self.is_idle() {
+            return;
+        }
         for (owner, ticket, outcome) in batch.appended() {
             if owner == Owner::Replay {
                 self.bulk_done(ticket, outcome, port);

@@ -127,17 +127,18 @@ impl Core<'_> {
             date,
             metrics,
         } = answers;
+        let mut stage = core_stage(&mut *self.committer, self.replays, None);
+        let env = Env {
+            node: node(self.shared, self.view),
+            metrics,
+            date,
+        };
         for (owner, ticket, o) in batch.appended() {
             if owner == Owner::Ingest {
-                let mut stage = core_stage(&mut *self.committer, self.replays, None);
-                let env = Env {
-                    node: node(self.shared, self.view),
-                    metrics,
-                    date,
-                };
                 self.front.ingest_done(conns, ticket, o, &mut stage, &env);
             }
         }
+        drop(stage);
         // Then the replays' (after ingest: a single replay made durable is among those whose
         // removal is staged now).
         let (replays, mut port) = self.replays();

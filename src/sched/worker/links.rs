@@ -42,6 +42,10 @@ impl Worker {
     /// The reads the readers answered since the last turn, filled and written
     /// (`sched::handler::Core::answer_reads`).
     pub(super) fn take_reads(&mut self) {
+        // Most turns: nothing back, and no lending, no flush.
+        if self.reads.nothing_back() {
+            return;
+        }
         let (server, mut net, mut serve) = self.split();
         server.answer(&mut net, &mut serve, |serve, mut answers| {
             serve.0.answer_reads(&mut answers)
