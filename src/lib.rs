@@ -17,6 +17,7 @@ pub mod ingest;
 pub mod metrics;
 pub mod net;
 pub mod ops;
+pub mod replication;
 pub mod ring;
 pub mod sched;
 pub mod sign;

@@ -402,6 +402,9 @@ fn check(args: CheckArgs) -> Outcome {
             for line in sluice::config::render::routes_summary(&cfg) {
                 eprintln!("sluice: {line}");
             }
+            if let Some(line) = sluice::config::render::replication_summary(&cfg) {
+                eprintln!("sluice: {line}");
+            }
             print_line(sluice::config::render::render(&cfg).trim_end());
             Ok(())
         }

@@ -22,7 +22,8 @@
 //! Sections: `[server]` in `server.rs`, `[ingest]` (and its environment variables) in
 //! `ingest.rs`, both re-exported here. Destinations, the pump and the backlog bounds are in [`dispatch`]. Per-trigger signature
 //! verification and dedupe keys (`verify`, `secrets`, `tolerance`, `hmac`, `dedupe`) are
-//! validated in [`auth`].
+//! validated in [`auth`]. `[replication]` (off when absent) is validated in `replication.rs`
+//! into replication's own `ReplicationSpec` ([`Config::replication`]).
 //!
 //! Layering inside `config`: this file assembles the sections; the sections import only each
 //! other and the leaves (`error.rs`: [`ConfigError`] and the range/duration validators;
@@ -39,6 +40,7 @@ pub mod flow;
 mod ingest;
 mod overrides;
 pub mod render;
+mod replication;
 mod server;
 pub mod shared;
 pub mod shares;
@@ -67,6 +69,8 @@ pub use ingest::{
     ENV_REFILL_PER_SEC, MAX_STORED_HEADERS,
 };
 pub use overrides::Overrides;
+use replication::build_replication;
+pub use replication::{host_name, node_from_host, RawReplication};
 use server::build_server;
 pub use server::{RawServer, ServerConfig, ENV_IO};
 
@@ -90,6 +94,22 @@ fn check_commit_path(wal: &WalSettings, io: crate::net::io::IoMode) -> Result<()
     if io == crate::net::io::IoMode::Mio {
         return err(
             "wal.commit = \"ring\" needs the io_uring backend, but server.io is \"mio\""
+                .to_string(),
+        );
+    }
+    Ok(())
+}
+
+/// Replication is built on the commit helper's path: with `[replication]`, `wal.commit =
+/// "ring"` (from the manifest or `SLUICE_WAL_COMMIT`) is a start-up error.
+fn check_replication_commit(
+    replication: Option<&crate::replication::ReplicationSpec>,
+    wal: &WalSettings,
+) -> Result<(), ConfigError> {
+    if replication.is_some() && wal.commit == crate::wal::CommitPath::Ring {
+        return err(
+            "replication needs wal.commit = \"helper\" ([replication] is set, and wal.commit is \
+             \"ring\", from the manifest or SLUICE_WAL_COMMIT)"
                 .to_string(),
         );
     }
@@ -121,6 +141,9 @@ pub struct RawManifest {
     pub dispatch: dispatch::RawDispatch,
     #[serde(default)]
     pub flow: flow::RawFlowSection,
+    /// `[replication]`: absent, replication is off (see [`RawReplication`]).
+    #[serde(default)]
+    pub replication: Option<RawReplication>,
 }
 
 /// `[wal]`
@@ -252,6 +275,8 @@ pub struct Config {
     pub flow: FlowBounds,
     /// `SLUICE_ADMIN_TOKEN`; `None`: the `/admin/` routes are off (404).
     pub admin_token: Option<crate::ingest::secrets::Secret>,
+    /// `[replication]`: the JetStream mirror of each core's log; `None` (the default): off.
+    pub replication: Option<crate::replication::ReplicationSpec>,
 }
 
 impl Config {
@@ -290,6 +315,8 @@ impl Config {
                 .map_err(|e| ConfigError(format!("environment variable {ENV_WAL_COMMIT}: {e}")))?;
         }
         check_commit_path(&wal, server.io)?;
+        let replication = build_replication(raw.replication, &host_name)?;
+        check_replication_commit(replication.as_ref(), &wal)?;
         let handlers: Vec<(String, Option<String>)> = raw
             .triggers
             .iter()
@@ -324,6 +351,7 @@ impl Config {
             dispatch,
             flow,
             admin_token,
+            replication,
         })
     }
 

@@ -148,10 +148,20 @@ uri = "http://127.0.0.1:9/orders"
 max_in_flight = 4
 shared = { redis = "redis://127.0.0.1:6390/2", lease = "5s", on_unavailable = "local" }
 "#;
+    let replicated = r#"
+[replication]
+nats = ["nats://10.0.0.5", "nats://10.0.0.6:4223", "tls://[::1]:4222"]
+stream = "hooks"
+node = "node-a"
+ack_timeout = "500ms"
+lease = "30s"
+max_inflight = 16
+"#;
     vec![
         ("empty", String::new()),
         ("gated", gated),
         ("shared", shared.to_string()),
+        ("replicated", replicated.to_string()),
     ]
 }
 
@@ -300,4 +310,80 @@ fn check_warns_about_gates_on_a_trigger_without_a_handler() {
         out.stderr
     );
     assert!(out.stdout.contains("id = \"stored\""), "{}", out.stdout);
+}
+
+/// Issue 41: `sluice check` validates `[replication]`, says what it will run on stderr, and
+/// refuses a bad URL or an unknown key by name, with exit 2 and nothing on stdout.
+#[test]
+fn check_validates_the_replication_section() {
+    let root = temp_root();
+    let good = root.path().join("good.toml");
+    std::fs::write(
+        &good,
+        "[replication]\nnats = [\"nats://10.0.0.5\"]\nnode = \"node-a\"\n",
+    )
+    .unwrap();
+    let out = check_file(&good, &["--workers", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.all());
+    assert!(
+        out.stderr.contains(
+            "sluice: replication: servers nats://10.0.0.5:4222; stream \"sluice\", replicas 3; \
+             node \"node-a\" (subjects \"sluice.node-a.core-0\"..\"sluice.node-a.core-1\""
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stdout
+            .contains("[replication]\nnats = [\"nats://10.0.0.5:4222\"]"),
+        "{}",
+        out.stdout
+    );
+    let bad_url = root.path().join("bad-url.toml");
+    std::fs::write(
+        &bad_url,
+        "[replication]\nnats = [\"http://10.0.0.5:4222\"]\nnode = \"node-a\"\n",
+    )
+    .unwrap();
+    let unknown = root.path().join("unknown.toml");
+    std::fs::write(
+        &unknown,
+        "[replication]\nnats = [\"nats://10.0.0.5\"]\nreplica = 3\n",
+    )
+    .unwrap();
+    let ring = root.path().join("ring.toml");
+    std::fs::write(
+        &ring,
+        "[wal]\ncommit = \"ring\"\n[replication]\nnats = [\"nats://a\"]\nnode = \"n\"\n",
+    )
+    .unwrap();
+    for (path, prefix, names) in [
+        (
+            &bad_url,
+            "sluice: invalid configuration: replication.nats[0] = \"http://10.0.0.5:4222\": ",
+            "must start with nats:// or tls://",
+        ),
+        (
+            &unknown,
+            &*format!(
+                "sluice: config {}: TOML parse error at line 3",
+                unknown.display()
+            ),
+            "unknown field `replica`",
+        ),
+        (
+            &ring,
+            "sluice: invalid configuration: replication needs wal.commit = \"helper\"",
+            "",
+        ),
+    ] {
+        let out = check_file(path, &[]);
+        assert_eq!(out.status.code(), Some(2), "{}", out.all());
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+        assert!(
+            out.stderr.starts_with(prefix) && out.stderr.contains(names),
+            "want {prefix:?} … {names:?}, got:\n{}",
+            out.stderr
+        );
+    }
 }

@@ -32,6 +32,9 @@ pub fn render(cfg: &Config) -> String {
     o.kv("max_held", cfg.flow.max_held);
     o.kv("max_held_per_key", cfg.flow.max_held_per_key);
     o.kv("max_held_bytes", cfg.flow.max_held_bytes);
+    if let Some(r) = &cfg.replication {
+        replication(&mut o, r);
+    }
     for t in &cfg.triggers {
         trigger(&mut o, cfg, t);
     }
@@ -213,6 +216,40 @@ fn wal(o: &mut Out, cfg: &Config) {
             crate::wal::CommitPath::Ring => "ring",
         },
     );
+}
+
+/// `[replication]` with every default filled in (`node` as resolved, the host name's by default).
+fn replication(o: &mut Out, r: &crate::replication::ReplicationSpec) {
+    o.section("replication");
+    let servers: Vec<String> = r.servers.iter().map(|s| quote(s)).collect();
+    o.line(&format!("nats = [{}]", servers.join(", ")));
+    o.s("stream", &r.stream);
+    o.kv("replicas", r.replicas);
+    o.s("node", &r.node);
+    o.dur("ack_timeout", r.ack_timeout);
+    o.dur("lease", r.lease);
+    o.kv("max_inflight", r.max_inflight);
+}
+
+/// What `sluice check` prints about `[replication]` (to stderr, prefixed `replication:`); `None`
+/// when the section is absent.
+pub fn replication_summary(config: &Config) -> Option<String> {
+    let r = config.replication.as_ref()?;
+    let last = config.server.workers.saturating_sub(1);
+    Some(format!(
+        "replication: servers {}; stream {:?}, replicas {}; node {:?} (subjects {:?}..{:?}, \
+         lease bucket {:?}); ack_timeout {}, lease {}, max_inflight {} batches per log",
+        r.servers.join(", "),
+        r.stream,
+        r.replicas,
+        r.node,
+        r.subject(0),
+        r.subject(last),
+        r.lease_bucket(),
+        duration_text(r.ack_timeout),
+        duration_text(r.lease),
+        r.max_inflight,
+    ))
 }
 
 fn dispatch(o: &mut Out, cfg: &Config) {

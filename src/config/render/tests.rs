@@ -220,3 +220,48 @@ fn the_default_route_takes_a_share_only_when_given_one() {
     );
     assert!(s[0].contains("share 40 events, 524288 bytes"), "{s:?}");
 }
+
+#[test]
+fn replication_round_trips_with_its_defaults_filled_in() {
+    let given = "[replication]\nnats = [\"nats://10.0.0.5\", \"tls://[::1]:4333\"]\n\
+                 node = \"node-a\"\nack_timeout = \"1500ms\"\n";
+    let text = round_trip(given, &Overrides::default());
+    let want = "[replication]\nnats = [\"nats://10.0.0.5:4222\", \"tls://[::1]:4333\"]\n\
+                stream = \"sluice\"\nreplicas = 3\nnode = \"node-a\"\nack_timeout = \"1500ms\"\n\
+                lease = \"10s\"\nmax_inflight = 8\n";
+    assert!(text.contains(want), "{text}");
+    // With gates, triggers and destinations, the section still comes before the arrays.
+    let text = round_trip(&format!("{given}{GATES_AND_AUTH}"), &Overrides::default());
+    assert!(
+        text.find("[replication]") < text.find("[[triggers]]"),
+        "{text}"
+    );
+    // The default node is the host name's, written out: the output checks the same elsewhere.
+    let text = round_trip(
+        "[replication]\nnats = [\"nats://a\"]\n",
+        &Overrides::default(),
+    );
+    let node = crate::config::node_from_host(&crate::config::host_name().unwrap()).unwrap();
+    assert!(text.contains(&format!("node = \"{node}\"")), "{text}");
+    assert!(!round_trip("", &Overrides::default()).contains("replication"));
+}
+
+#[test]
+fn check_summarises_replication_when_it_is_on() {
+    let o = Overrides {
+        workers: Some(4),
+        ..Overrides::default()
+    };
+    assert_eq!(replication_summary(&build("", &o)), None);
+    let cfg = build(
+        "[replication]\nnats = [\"nats://a\", \"tls://b:4000\"]\nnode = \"node-a\"\n\
+         stream = \"hooks\"\nreplicas = 1\nlease = \"1m\"\nmax_inflight = 2\n",
+        &o,
+    );
+    assert_eq!(
+        replication_summary(&cfg).unwrap(),
+        "replication: servers nats://a:4222, tls://b:4000; stream \"hooks\", replicas 1; \
+         node \"node-a\" (subjects \"hooks.node-a.core-0\"..\"hooks.node-a.core-3\", lease bucket \
+         \"hooks_nodes\"); ack_timeout 2s, lease 1m, max_inflight 2 batches per log"
+    );
+}

@@ -110,6 +110,8 @@ fn sections(old: &Config, new: &Config) -> Result<(), String> {
     same_dbg("orchestrator.pumps", &old.pump, &new.pump)?;
     same_dbg("[dispatch]", &old.dispatch, &new.dispatch)?;
     same_dbg("[flow]", &old.flow, &new.flow)?;
+    // Restart-only: a running log keeps its subjects, its stream and its lease.
+    same("[replication]", &old.replication, &new.replication)?;
     if old.admin_token != new.admin_token {
         return Err("SLUICE_ADMIN_TOKEN cannot change without a restart".into());
     }
@@ -298,6 +300,10 @@ pub(super) mod tests {
             ("[server]\nio = \"mio\"\n", "server.io"),
             ("[wal]\nwrite_path = \"mmap\"\n", "wal.write_path"),
             ("[wal]\nsegment_bytes = 33554432\n", "wal.segment_bytes"),
+            (
+                "[replication]\nnats = [\"nats://127.0.0.1:4222\"]\nnode = \"a\"\n",
+                "[replication]",
+            ),
         ] {
             let e = diff(&old, &cfg(&format!("{BASE}{extra}"))).unwrap_err();
             assert!(e.starts_with(key), "{key}: {e}");

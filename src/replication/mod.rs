@@ -1,0 +1,9 @@
+//! The JetStream mirror of each core's log (issue 41): each group commit is published as one
+//! message on `<stream>.<node>.core-<K>`, a 202 waits for both the local fdatasync and the
+//! JetStream ack, and a lost node's logs are adopted through a lease in the `<stream>_nodes`
+//! key-value bucket. [`ReplicationSpec`] is what this room is configured with (`[replication]`,
+//! validated by `config`; this room never reads the configuration itself).
+
+pub mod spec;
+
+pub use spec::ReplicationSpec;
