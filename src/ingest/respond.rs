@@ -30,11 +30,17 @@ pub enum Refusal {
     /// The process-wide in-flight body budget (`max_inflight_body_bytes`) could not cover the
     /// declared body: refused before it was read.
     BodyBudget,
+    /// `[replication]`: JetStream does not acknowledge this node's commits (no quorum,
+    /// unreachable, or not within `ack_timeout`).
+    ReplicationUnavailable,
+    /// `[replication]`: another node adopted this node's logs; it accepts nothing until
+    /// restarted.
+    ReplicationFenced,
 }
 
 impl Refusal {
     /// Every reason, in rendering order (`ALL[r as usize] == r`).
-    pub const ALL: [Refusal; 7] = [
+    pub const ALL: [Refusal; 9] = [
         Refusal::IngestSaturated,
         Refusal::WalBusy,
         Refusal::WalUnavailable,
@@ -42,6 +48,8 @@ impl Refusal {
         Refusal::Draining,
         Refusal::WalFull,
         Refusal::BodyBudget,
+        Refusal::ReplicationUnavailable,
+        Refusal::ReplicationFenced,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -54,6 +62,8 @@ impl Refusal {
             Refusal::Draining => "draining",
             Refusal::WalFull => "wal_full",
             Refusal::BodyBudget => "body_budget",
+            Refusal::ReplicationUnavailable => "replication_unavailable",
+            Refusal::ReplicationFenced => "replication_fenced",
         }
     }
 }

@@ -13,6 +13,8 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use crate::replication::state::{Refuse, ReplicationState};
+
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::dispatch::metrics::DispatchMetrics;
@@ -48,6 +50,8 @@ pub struct OpsView<'a> {
     /// The published state of every log of this run, by log index (own logs first).
     pub wal: &'a [Arc<WalShared>],
     pub cluster: &'a Cluster,
+    /// `[replication]`'s state, when replication is on.
+    pub replication: Option<&'a ReplicationState>,
 }
 
 impl std::fmt::Debug for OpsView<'_> {
@@ -78,12 +82,20 @@ impl OpsView<'_> {
         self.wal.iter().map(|l| l.appends_total.load(Relaxed)).sum()
     }
 
+    /// Why replication refuses new events now, if it is on and does.
+    pub fn replication_refusal(&self) -> Option<Refuse> {
+        self.replication.and_then(ReplicationState::refusal)
+    }
+
     /// `/readyz`: `None` when ready, else the reason for 503.
     pub fn not_ready_reason(&self) -> Option<&'static str> {
         match self.lifecycle.phase() {
             Phase::Starting => Some("starting"),
             Phase::Draining => Some("draining"),
             Phase::Ready if !self.wal_healthy() => Some("wal_unavailable"),
+            Phase::Ready if self.replication_refusal().is_some() => {
+                self.replication_refusal().map(|r| r.as_str())
+            }
             Phase::Ready if self.wal_checkpoint_stale_logs() > 0 => Some("wal_checkpoint_failing"),
             Phase::Ready if self.backlog.is_saturated() => Some("saturated"),
             Phase::Ready => self.cluster.not_ready_reason(),
@@ -156,6 +168,7 @@ mod tests {
                 body_budget: &self.body_budget,
                 wal: &self.wal,
                 cluster: &self.cluster,
+                replication: None,
             }
         }
     }

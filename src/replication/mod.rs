@@ -4,6 +4,9 @@
 //! key-value bucket. [`ReplicationSpec`] is what this room is configured with (`[replication]`,
 //! validated by `config`; this room never reads the configuration itself).
 
+pub mod message;
+pub mod mirror;
 pub mod spec;
+pub mod state;
 
 pub use spec::ReplicationSpec;

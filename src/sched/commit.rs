@@ -59,7 +59,11 @@ use mio::Waker;
 use crate::dispatch::dlq::DlqStore;
 pub use crate::dispatch::pump::shell::{Batch, Item, Outcome, Owner, Port, Staging};
 use crate::net::io::uring::{FileDone, Uring};
+use crate::replication::message::FrameBuf;
+use crate::replication::mirror::MirrorLink;
+use crate::replication::state::Refuse;
 use crate::ring;
+use crate::sched::replicated::{frame_of, Awaiting, Replicate};
 use crate::sync::handback::Handback;
 use crate::wal::{self, AppendOutcome, PendingChunk};
 
@@ -95,6 +99,9 @@ pub struct Committer {
     handback: Arc<Handback>,
     /// On io_uring: the core's own log, committed by the loop on its ring (module docs).
     local: Option<LocalLog>,
+    /// With `[replication]`: the batches back from the helper waiting for JetStream
+    /// (`sched::replicated`).
+    awaiting: Option<Awaiting>,
 }
 
 /// The core's own log (slot 0) when the loop commits it on its io_uring ring.
@@ -121,7 +128,21 @@ impl Committer {
         waker: Arc<Waker>,
         max_batch: usize,
         on_ring: bool,
+        replicate: Option<Replicate>,
     ) -> io::Result<Committer> {
+        // The replicated commit frames every batch on the helper (`sched::replicated`).
+        let on_ring = on_ring && replicate.is_none();
+        let (mirror, awaiting) = match replicate {
+            Some(r) => {
+                let wake = waker.clone();
+                r.link.set_wake(Box::new(move || {
+                    let _ = wake.wake();
+                }));
+                let awaiting = r.awaiting();
+                (Some((r.link, r.logs, FrameBuf::default())), Some(awaiting))
+            }
+            None => (None, None),
+        };
         let local =
             (on_ring && logs.first().is_some_and(|l| l.wal.ring_committable())).then(|| LocalLog {
                 log: logs.remove(0),
@@ -146,6 +167,7 @@ impl Committer {
             loop_unparker: loop_parker.unparker().clone(),
             handback: handback.clone(),
             outcomes: Vec::new(),
+            mirror,
         };
         let thread = std::thread::Builder::new()
             .name(format!("sluice-sync-{core}"))
@@ -162,6 +184,7 @@ impl Committer {
             parker: loop_parker,
             handback,
             local,
+            awaiting,
         })
     }
 
@@ -184,7 +207,7 @@ impl Committer {
         if self.local.is_some() {
             self.kick_local(ring);
         }
-        if self.in_flight {
+        if self.in_flight || self.awaiting.as_ref().is_some_and(Awaiting::is_full) {
             return;
         }
         // Ingest records are all the own log's: on the ring path they stay for it, counted.
@@ -266,11 +289,34 @@ impl Committer {
         if let Some(done) = self.local.as_mut().and_then(|l| l.done.take()) {
             return Some(done);
         }
+        if let Some(awaiting) = self.awaiting.as_mut() {
+            if let Some(done) = self.from_helper.try_pop() {
+                self.in_flight = false;
+                self.in_flight_items = 0;
+                self.in_flight_ingest = 0;
+                awaiting.push(done, std::time::Instant::now());
+            }
+            return awaiting.pop_replicated();
+        }
         let done = self.from_helper.try_pop()?;
         self.in_flight = false;
         self.in_flight_items = 0;
         self.in_flight_ingest = 0;
         Some(done)
+    }
+
+    /// With `[replication]`: the ingest tickets to answer `503` now, and why (their batches
+    /// wait for JetStream past `ack_timeout`, or the node is fenced; `sched::replicated`).
+    pub fn take_overdue(&mut self, now: std::time::Instant) -> Option<(Vec<u64>, Refuse)> {
+        self.awaiting.as_mut()?.overdue(now)
+    }
+
+    /// `timeout`, shortened to the moment a waiting batch's requests become overdue.
+    pub fn poll_timeout(&self, timeout: Duration, now: std::time::Instant) -> Duration {
+        match self.awaiting.as_ref().and_then(Awaiting::next_deadline) {
+            Some(at) => timeout.min(at.saturating_duration_since(now)),
+            None => timeout,
+        }
     }
 
     /// True while a batch with requests waiting for it is with the helper and not back yet:
@@ -312,7 +358,8 @@ impl Committer {
             let batch = l.on_ring.as_ref().map(|(b, _)| b).or(l.done.as_ref());
             batch.map_or(0, |b| b.items.len())
         });
-        self.next.len() + self.in_flight_items + on_ring
+        let awaiting = self.awaiting.as_ref().map_or(0, Awaiting::items);
+        self.next.len() + self.in_flight_items + on_ring + awaiting
     }
 
     /// Nothing filling, nothing with the helper or on the ring.
@@ -321,7 +368,8 @@ impl Committer {
             .local
             .as_ref()
             .map_or(true, |l| l.on_ring.is_none() && l.done.is_none());
-        !self.in_flight && self.next.is_empty() && local_idle
+        let replicated = self.awaiting.as_ref().map_or(true, Awaiting::is_empty);
+        !self.in_flight && self.next.is_empty() && local_idle && replicated
     }
 
     /// Stops the helper after the batch it has (a final sync of every log), and joins it.
@@ -367,6 +415,9 @@ struct Helper {
     loop_unparker: Unparker,
     handback: Arc<Handback>,
     outcomes: Vec<AppendOutcome>,
+    /// With `[replication]`: the way to the mirror thread and the frame being built.
+    /// and the index of each log by slot.
+    mirror: Option<(MirrorLink, Vec<u16>, FrameBuf)>,
 }
 
 impl Helper {
@@ -408,6 +459,20 @@ impl Helper {
     fn serve(&mut self, mut batch: Batch) {
         let (logs, first) = (&mut self.logs[..], self.first_slot);
         wal::group::process(logs, first, &mut batch, &*self.dlq, &mut self.outcomes);
+        if let Some((link, indexes, frame)) = self.mirror.as_mut() {
+            let mut full = Vec::new();
+            frame_of(&batch, indexes, frame, link.frame_limit(), &mut full);
+            if !frame.is_empty() || !full.is_empty() {
+                for f in full {
+                    link.submit(f);
+                }
+                for (log, &index) in self.logs.iter().zip(indexes.iter()) {
+                    frame.through(index, log.shared.durable_lsn());
+                }
+                // The batch settles once its last frame is acknowledged (in order: all are).
+                batch.hold = link.submit(frame.finish());
+            }
+        }
         if self.tx.try_push(batch).is_err() {
             eprintln!("sluice: commit helper: the loop's ring is closed; batch dropped");
         }
@@ -439,7 +504,7 @@ mod tests {
         let dlq = Arc::new(DlqStore::open(&tmp.path().join("dlq"), 10).unwrap());
         let poll = Poll::new().unwrap();
         let waker = Arc::new(Waker::new(poll.registry(), Token(7)).unwrap());
-        let mut c = Committer::start(0, logs, dlq, waker, 4, false).unwrap();
+        let mut c = Committer::start(0, logs, dlq, waker, 4, false, None).unwrap();
         assert!(!c.awaits_commit(), "nothing with the helper");
         c.wait_done(Duration::from_secs(60)); // returns at once: nothing to wait for
         let long = Duration::from_secs(60);
@@ -508,7 +573,7 @@ mod tests {
         let dlq = Arc::new(DlqStore::open(&tmp.path().join("dlq"), 10).unwrap());
         let mut poll = Poll::new().unwrap();
         let waker = Arc::new(Waker::new(poll.registry(), Token(7)).unwrap());
-        let mut c = Committer::start(0, logs, dlq, waker, 4, false).unwrap();
+        let mut c = Committer::start(0, logs, dlq, waker, 4, false, None).unwrap();
         for t in 0..4u64 {
             assert!(c.staging().has_room(1000));
             c.staging().port(Owner::Ingest).event(
@@ -661,7 +726,7 @@ mod tests {
         let (adopted, adopted_cfg) = ring_log(&tmp.path().join("adopted"));
         let (own_shared, adopted_shared) = (own.shared.clone(), adopted.shared.clone());
         let (_poll, mut ring, dlq, waker) = ring_parts(tmp.path());
-        let mut c = Committer::start(0, vec![own, adopted], dlq, waker, 8, true).unwrap();
+        let mut c = Committer::start(0, vec![own, adopted], dlq, waker, 8, true, None).unwrap();
         for t in 0..3u64 {
             c.staging()
                 .port(Owner::Ingest)
@@ -705,7 +770,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let (own, cfg) = ring_log(tmp.path());
         let (_poll, mut ring, dlq, waker) = ring_parts(tmp.path());
-        let mut c = Committer::start(0, vec![own], dlq, waker, 8, true).unwrap();
+        let mut c = Committer::start(0, vec![own], dlq, waker, 8, true, None).unwrap();
         // Four quarter-max events fill the smallest segment: the fifth starts a new one.
         let body = crate::wal::MAX_BODY_BYTES / 4;
         for t in 0..6u64 {
@@ -744,7 +809,7 @@ mod tests {
         }));
         let shared = own.shared.clone();
         let (_poll, mut ring, dlq, waker) = ring_parts(tmp.path());
-        let mut c = Committer::start(0, vec![own], dlq, waker, 8, true).unwrap();
+        let mut c = Committer::start(0, vec![own], dlq, waker, 8, true, None).unwrap();
         let mut ticket = 0;
         let mut commit = |c: &mut Committer, ring: &mut Uring, n: usize| {
             for _ in 0..n {

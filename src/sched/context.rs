@@ -121,6 +121,8 @@ impl IngestContext {
             admission: &self.admission,
             returns: &self.returns,
             backlog: &self.backlog,
+            // Read-side and start-up uses: replication's gate is the cores' (`sched::handler`).
+            replication: None,
         }
     }
 }

@@ -20,6 +20,8 @@ pub enum RuntimeError {
     Config(String),
     /// A core's thread or its commit helper died.
     ThreadDied(String),
+    /// `[replication]`: JetStream unreachable at start-up, or its stream unusable.
+    Replication(crate::replication::mirror::StartError),
 }
 
 impl std::fmt::Display for RuntimeError {
@@ -29,6 +31,7 @@ impl std::fmt::Display for RuntimeError {
             RuntimeError::Io { what, source } => write!(f, "{what}: {source}"),
             RuntimeError::Config(msg) => f.write_str(msg),
             RuntimeError::ThreadDied(name) => write!(f, "thread {name} died"),
+            RuntimeError::Replication(e) => write!(f, "{e}"),
         }
     }
 }

@@ -42,6 +42,9 @@ pub fn render_metrics(shared: &Shared) -> String {
         node.caps.render_prometheus(w);
         node.cluster.render_prometheus(w);
         node.reload.render_prometheus(w);
+        if let Some(r) = node.replication {
+            r.render_prometheus(w);
+        }
     })
 }
 

@@ -36,6 +36,7 @@ pub mod logs;
 pub mod pump;
 pub mod read_board;
 pub mod readers;
+pub mod replicated;
 pub mod runtime;
 pub mod state;
 pub mod thread_policy;

@@ -247,11 +247,23 @@ fn shared_state(
             source: std::io::Error::from(std::io::ErrorKind::Unsupported),
         })?;
     eprintln!("sluice: io backend: {why}");
+    let mirror = match &config.replication {
+        Some(spec) => Some(
+            crate::replication::mirror::Mirror::start(
+                spec,
+                config.server.workers,
+                wal::max_record_bytes_for(config.server.max_body_bytes as usize),
+            )
+            .map_err(RuntimeError::Replication)?,
+        ),
+        None => None,
+    };
     let node = NodeParts {
         router,
         wal: wal_states(run_logs),
         metrics: Arc::new(Metrics::new(config.server.workers)),
         io_backend,
+        mirror,
     };
     Ok(Shared::new(config, clock, ingest, dispatch, node))
 }
@@ -350,6 +362,25 @@ fn logs_per_core(
     per_core
 }
 
+/// The index of each log (`wal/core-<index>`) a core commits, by slot, for its replication
+/// frames. The legacy log (segments directly in `wal/`) has no index: replication refuses it.
+fn replicated_logs(logs: &[HelperLog]) -> Result<Vec<u16>, RuntimeError> {
+    let index = |log: &HelperLog| {
+        let name = log.wal.dir().file_name()?.to_str()?;
+        name.strip_prefix("core-")?.parse::<u16>().ok()
+    };
+    let legacy = |log: &HelperLog| {
+        RuntimeError::Config(format!(
+            "replication mirrors core-K logs only; {} is a legacy log: drain it with replication \
+             off first",
+            log.wal.dir().display()
+        ))
+    };
+    logs.iter()
+        .map(|l| index(l).ok_or_else(|| legacy(l)))
+        .collect()
+}
+
 /// Gives each core its reactor, its commit helper over the logs it owns, its pump and its links.
 fn wire_cores(shared: &Arc<Shared>, run_logs: RunLogs) -> Result<Vec<CoreParts>, RuntimeError> {
     let config = &shared.config;
@@ -366,6 +397,7 @@ fn wire_cores(shared: &Arc<Shared>, run_logs: RunLogs) -> Result<Vec<CoreParts>,
     for (core, ((helper_logs, pump_logs), reactor)) in
         per_core.into_iter().zip(reactors).enumerate()
     {
+        let replicate = shared.replicate(core, replicated_logs(&helper_logs)?);
         let committer = Committer::start(
             core,
             helper_logs,
@@ -373,6 +405,7 @@ fn wire_cores(shared: &Arc<Shared>, run_logs: RunLogs) -> Result<Vec<CoreParts>,
             wakers[core].clone(),
             config.wal.max_batch,
             on_ring,
+            replicate,
         )
         .map_err(io_err("starting a commit helper"))?;
         let pump = crate::sched::pump::build(

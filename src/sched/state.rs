@@ -22,7 +22,10 @@ use crate::ops::lifecycle::Lifecycle;
 pub use crate::ops::lifecycle::Phase;
 use crate::ops::reload::Published;
 use crate::ops::view::OpsView;
+use crate::replication::mirror::Mirror;
+use crate::replication::state::ReplicationState;
 use crate::sched::context::{DispatchContext, IngestContext};
+use crate::sched::replicated::Replicate;
 use crate::sync::clock::Clock;
 use crate::wal::WalShared;
 
@@ -36,6 +39,8 @@ pub struct NodeParts {
     pub metrics: Arc<Metrics>,
     /// The cores' I/O backend, resolved at start-up from `server.io` (`net::io::select`).
     pub io_backend: crate::net::io::Backend,
+    /// `[replication]`'s mirror thread, when replication is on.
+    pub mirror: Option<Mirror>,
 }
 
 /// Everything the cores share (module docs).
@@ -57,6 +62,7 @@ pub struct Shared {
     reload: Published,
     io_backend: crate::net::io::Backend,
     lifecycle: Lifecycle,
+    mirror: Option<Mirror>,
 }
 
 impl Shared {
@@ -83,6 +89,7 @@ impl Shared {
             reload,
             io_backend: node.io_backend,
             lifecycle: Lifecycle::new(),
+            mirror: node.mirror,
         }
     }
 
@@ -112,7 +119,27 @@ impl Shared {
             body_budget: &self.ingest.body_budget,
             wal: &self.wal,
             cluster: &self.dispatch.cluster,
+            replication: self.replication().map(|r| &**r),
         }
+    }
+
+    /// The node's replication state, when `[replication]` is on.
+    pub fn replication(&self) -> Option<&Arc<ReplicationState>> {
+        self.mirror.as_ref().map(Mirror::state)
+    }
+
+    /// What core `core`'s committer needs to replicate its batches, when replication is on;
+    /// `logs`: the index of each log it commits, by slot.
+    pub fn replicate(&self, core: usize, logs: Vec<u16>) -> Option<Replicate> {
+        let spec = self.config.replication.as_ref()?;
+        let mirror = self.mirror.as_ref()?;
+        Some(Replicate {
+            logs,
+            link: mirror.link(core)?,
+            node: mirror.state().clone(),
+            max_inflight: spec.max_inflight,
+            ack_timeout: spec.ack_timeout,
+        })
     }
 
     /// The operator reads' slots and counters (`sched::readers`).

@@ -400,6 +400,55 @@ impl Front {
         Some(idx)
     }
 
+    /// The commit holds ingest ticket `ticket` past its bound (replication has not
+    /// acknowledged its batch within `ack_timeout`, or the node is fenced): its request is
+    /// answered `503 reason` now, and the ticket is settled when the commit's answer comes, as
+    /// for a closed connection (`orphans`: claim, backlog, a replay's entry), since its event
+    /// is in the log and is delivered once replicated. Returns the connection answered.
+    pub fn answer_held(
+        &mut self,
+        conns: &mut Conns<PendingIngest>,
+        ticket: u64,
+        reason: Refusal,
+        env: &Env<'_>,
+    ) -> Option<usize> {
+        let idx = (ticket >> TICKET_SEQ_BITS) as usize;
+        let conn = conns.get_mut(idx)?;
+        let pos = (conn.slots.iter())
+            .position(|s| matches!(s, Slot::Pending(p) if p.ticket == ticket))?;
+        let Some(Slot::Pending(p)) = conn.slots.get(pos) else {
+            return None;
+        };
+        let orphan = Orphan {
+            slot: env.node.backlog.slot(&p.reply.trigger_id),
+            cost: p.reply.cost,
+            held: p.held,
+        };
+        self.orphans.insert(ticket, orphan);
+        let keep_alive = p.keep_alive;
+        let body = &mut self.reply_body;
+        let head = env.node.refused_held(p.reply.as_ref(), reason, body);
+        let headers = [
+            ("Content-Type", "application/json"),
+            ("Retry-After", head.retry_after.unwrap_or_default()),
+        ];
+        let bytes = conn.response_bytes(
+            env.date,
+            head.status,
+            &headers,
+            body.as_bytes(),
+            keep_alive,
+            false,
+        );
+        let answer = Slot::Ready {
+            bytes,
+            close: !keep_alive,
+        };
+        conns.answer(idx, pos, answer);
+        env.metrics.incr_http(Route::Webhook, head.status);
+        Some(idx)
+    }
+
     /// A connection closed with `pending` still queued: an event never staged is settled now
     /// (claim released, reservation given back); a staged one is settled when its answer comes
     /// (module docs).

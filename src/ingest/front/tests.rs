@@ -152,6 +152,7 @@ impl Fx {
                 admission: &self.admission,
                 returns: &self.returns,
                 backlog: &self.backlog,
+                replication: None,
             },
             metrics: &self.metrics,
             date: "Thu, 01 Jan 2026 00:00:00 GMT",
@@ -178,6 +179,7 @@ impl Fx {
                 admission: &self.admission,
                 returns: &self.returns,
                 backlog: &self.backlog,
+                replication: None,
             },
             metrics: &self.metrics,
             date: "Thu, 01 Jan 2026 00:00:00 GMT",
@@ -513,6 +515,7 @@ impl Rest for FakeRest<'_> {
             admission: &fx.admission,
             returns: &fx.returns,
             backlog: &fx.backlog,
+            replication: None,
         };
         (&mut fx.front, node, &mut fx.stage)
     }

@@ -43,6 +43,7 @@ use crate::ingest::{verify, GuardTable, Guards, TriggerGuard};
 use crate::metrics::CoreMetrics;
 use crate::net::budget::{Reservation, BODY_BUDGET_RETRY_AFTER_SECS};
 use crate::net::http::{self, RequestHead};
+use crate::replication::state::{Refuse, ReplicationState};
 use crate::wal::{self, EventRecord};
 
 const JSON: &str = "application/json";
@@ -83,6 +84,8 @@ pub struct Node<'a> {
     pub admission: &'a Admission,
     pub returns: &'a ReturnSchedule,
     pub backlog: &'a Backlog,
+    /// `[replication]`'s state when it is on: new events are refused while it refuses.
+    pub replication: Option<&'a ReplicationState>,
 }
 
 /// One core's pipeline: the node's shared state plus the core's own source cache, event-id
@@ -286,6 +289,19 @@ impl Pipeline<'_> {
     }
 }
 
+/// `Retry-After` of a refusal while replication is unavailable or fenced: about one
+/// `ack_timeout`'s retry (a fenced node stays fenced; the balancer's readiness check moves
+/// senders away from it).
+pub const REPLICATION_RETRY_AFTER_SECS: u64 = 2;
+
+/// The ingest refusal for replication's reason.
+pub fn replication_refusal(r: Refuse) -> Refusal {
+    match r {
+        Refuse::Unavailable => Refusal::ReplicationUnavailable,
+        Refuse::Fenced => Refusal::ReplicationFenced,
+    }
+}
+
 impl Node<'_> {
     /// Step 5: the disk bound and the backlog reservation (released by the pump once the
     /// event is done, or by [`Node::complete`] if the append fails).
@@ -299,7 +315,9 @@ impl Node<'_> {
     ) -> Output {
         let cost = wal::event_cost(&event);
         let backlog = self.backlog;
-        let refusal = if backlog.wal_full(self.segment_bytes) {
+        let refusal = if let Some(r) = self.replication.and_then(ReplicationState::refusal) {
+            Some((replication_refusal(r), REPLICATION_RETRY_AFTER_SECS))
+        } else if backlog.wal_full(self.segment_bytes) {
             Some((Refusal::WalFull, backlog.retry_after_secs()))
         } else {
             // Past the trigger's share with the pool in use: `Retry-After` from the return
@@ -362,15 +380,35 @@ impl Node<'_> {
                 }
             }
             Err(reason) => {
-                reply.source.count_refusal(reason);
-                self.backlog.count_refusal(reply.trigger_id, reason);
                 self.backlog.release_for(reply.trigger_id, reply.cost);
-                push_refused_body(body, reason, 1);
-                ReplyHead {
-                    status: 503,
-                    retry_after: Some("1"),
-                }
+                self.refused_held(reply, reason, body)
             }
+        }
+    }
+
+    /// The `503` for a request whose event stays in the log although it is refused now: its
+    /// batch waits for replication past `ack_timeout` (`reason`: `replication_unavailable` or
+    /// `replication_fenced`). The refusal is counted; the backlog reservation stays, since the
+    /// event is delivered once its batch is replicated (README "Several nodes").
+    pub fn refused_held(
+        &self,
+        reply: ReplyRef<'_>,
+        reason: Refusal,
+        body: &mut String,
+    ) -> ReplyHead {
+        body.clear();
+        reply.source.count_refusal(reason);
+        self.backlog.count_refusal(reply.trigger_id, reason);
+        let (secs, header) = match reason {
+            Refusal::ReplicationUnavailable | Refusal::ReplicationFenced => {
+                (REPLICATION_RETRY_AFTER_SECS, "2")
+            }
+            _ => (1, "1"),
+        };
+        push_refused_body(body, reason, secs);
+        ReplyHead {
+            status: 503,
+            retry_after: Some(header),
         }
     }
 }

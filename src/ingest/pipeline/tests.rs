@@ -96,6 +96,7 @@ impl Fx {
                 admission: &self.admission,
                 returns: &self.returns,
                 backlog: &self.backlog,
+                replication: None,
             },
             sources: &mut self.sources,
             ids: &mut self.ids,

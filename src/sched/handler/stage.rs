@@ -13,11 +13,12 @@ use crate::dispatch::dlq::online::OnlineReplays;
 use crate::dispatch::pump::shell::Batch;
 use crate::ingest::front::{Env, Front};
 use crate::ingest::pending::PendingIngest;
-use crate::ingest::pipeline;
+use crate::ingest::pipeline::{self, replication_refusal};
 use crate::ingest::stage::{CommitStage, Holds};
 use crate::net::conns::Conns;
 use crate::net::server::{Answers, Ctx};
 use crate::ops::reload::CoreView;
+use crate::replication::state::Refuse;
 use crate::sched::commit::{Committer, Owner};
 use crate::sched::state::Shared;
 
@@ -79,6 +80,7 @@ pub(super) fn node<'a>(shared: &'a Shared, view: &'a CoreView) -> pipeline::Node
         admission: &shared.ingest().admission,
         returns: &shared.ingest().returns,
         backlog: &shared.ingest().backlog,
+        replication: shared.replication().map(|r| &**r),
     }
 }
 
@@ -116,6 +118,25 @@ impl Core<'_> {
         };
         (self.front).retry_offers(answers.conns, now, &mut stage, &env, &mut touched);
         touched
+    }
+
+    /// Answers ingest tickets `tickets` `503` for replication's `reason` now; they settle when
+    /// their batch does (`Front::answer_held`, `sched::replicated`).
+    pub fn answer_held(
+        &mut self,
+        tickets: &[u64],
+        reason: Refuse,
+        answers: Answers<'_, PendingIngest>,
+    ) {
+        let env = Env {
+            node: node(self.shared, self.view),
+            metrics: answers.metrics,
+            date: answers.date,
+        };
+        let reason = replication_refusal(reason);
+        for &ticket in tickets {
+            self.front.answer_held(answers.conns, ticket, reason, &env);
+        }
     }
 
     /// Settles the appends and removals of ingest and the replays in `batch`, each by its

@@ -39,6 +39,19 @@ impl Worker {
             .on_commit(batch, crate::sync::clock::unix_millis());
     }
 
+    /// With `[replication]`: the requests whose batch waits for JetStream past `ack_timeout`
+    /// (or whose node is fenced) answered `503` now (`sched::replicated`); their events settle
+    /// with their batch.
+    pub(super) fn answer_unreplicated(&mut self) {
+        let Some((tickets, reason)) = self.committer.take_overdue(std::time::Instant::now()) else {
+            return;
+        };
+        let (server, mut net, mut serve) = self.split();
+        server.answer(&mut net, &mut serve, |serve, answers| {
+            serve.0.answer_held(&tickets, reason, answers)
+        });
+    }
+
     /// The reads the readers answered since the last turn, filled and written
     /// (`sched::handler::Core::answer_reads`).
     pub(super) fn take_reads(&mut self) {

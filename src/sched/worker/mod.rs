@@ -208,6 +208,8 @@ impl Worker {
         if self.scrapes.pending() {
             return Duration::ZERO;
         }
+        // Requests whose batch waits for replication are answered at their `ack_timeout`.
+        let timeout = (self.committer).poll_timeout(timeout, std::time::Instant::now());
         self.server.accept_timeout(timeout, self.now())
     }
 
@@ -278,6 +280,7 @@ impl Worker {
     /// the sweep, shutdown. Returns true when the loop must stop.
     fn end_turn(&mut self, last_sweep: &mut u64) -> bool {
         self.take_commits();
+        self.answer_unreplicated();
         self.take_reads();
         self.retry_offers();
         let now = self.now();

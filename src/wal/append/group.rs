@@ -89,6 +89,10 @@ pub struct Batch<D, E> {
     ingest_bytes: usize,
     /// Ingest records (requests waiting for this batch).
     ingest_records: usize,
+    /// Set by the shell that carries the batch, for itself (`sched::commit`: the number of the
+    /// batch's replication frame, which JetStream must acknowledge before the batch settles);
+    /// 0 = nothing. The WAL neither reads nor writes it.
+    pub hold: u64,
 }
 
 impl<D, E> Default for Batch<D, E> {
@@ -98,6 +102,7 @@ impl<D, E> Default for Batch<D, E> {
             outcomes: Vec::new(),
             ingest_bytes: 0,
             ingest_records: 0,
+            hold: 0,
         }
     }
 }

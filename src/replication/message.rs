@@ -1,0 +1,371 @@
+//! The bytes of one replication message: what a core's group commits wrote, as JetStream
+//! carries them (README "Several nodes": subjects and messages, kept stable).
+//!
+//! A core's commit helper encodes each locally committed batch as one **frame** ([`FrameBuf`]):
+//! for every log the batch appended to, the records exactly as the log wrote them (the WAL's
+//! record framing, each with its LSN, kind and CRC32C: `wal::format::append_record`), then the
+//! batch's dead letters (dispatch's entry encoding, carried as opaque bytes) and the ids of the
+//! dead letters it released, and last the durable LSN of every log the core commits after the
+//! batch (`through`: so the last message of a subject tells how far each of its logs is
+//! replicated, whichever logs that batch touched). The mirror thread then packs the frames waiting for one subject
+//! into one **message** ([`pack`]), under the server's `max_payload`.
+//!
+//! ```text
+//! message := "SLRM" version:u8 (=1) core:u16 frames:u32 frame* crc32c:u32   (crc over all before it)
+//! frame   := parts:u16 part* dead:u32 (len:u32 bytes)* released:u32 (len:u16 id)*
+//!            through:u16 (log:u16 lsn:u64)*
+//! part    := log:u16 len:u32 <len bytes of WAL records, on-disk framing>
+//! ```
+//! All integers little-endian. `log` is the log's directory index (`wal/core-<log>`), which is
+//! not always the publishing core: a core also commits the logs it adopted when the core count
+//! shrank. [`decode`] checks every length before it slices, the CRC and each record's own CRC
+//! (`wal::format::parse_record`); malformed input is a typed error, never a panic.
+#![forbid(unsafe_code)]
+
+use crate::wal::format::{append_record, parse_record, Parsed, RecordRef};
+use crate::wal::{self, Lsn, Record};
+
+/// The first bytes of every message.
+pub const MAGIC: &[u8; 4] = b"SLRM";
+/// The message format's version (a new field is a new version; older ones stay readable).
+pub const VERSION: u8 = 1;
+/// Bytes of a message around its frames: magic, version, core, frame count, CRC.
+pub const MESSAGE_OVERHEAD: usize = 4 + 1 + 2 + 4 + 4;
+
+/// One batch's frame being built by the commit helper (module docs).
+#[derive(Debug, Default)]
+pub struct FrameBuf {
+    parts: Vec<(u16, Vec<u8>)>,
+    dead: Vec<Vec<u8>>,
+    released: Vec<String>,
+    through: Vec<(u16, Lsn)>,
+}
+
+impl FrameBuf {
+    /// Adds `record`, written to log `log` at `lsn`, in the log's own framing.
+    pub fn record(&mut self, log: u16, lsn: Lsn, record: &Record) -> Result<(), wal::EncodeError> {
+        let part = match self.parts.iter_mut().find(|(l, _)| *l == log) {
+            Some((_, bytes)) => bytes,
+            None => {
+                self.parts.push((log, Vec::new()));
+                &mut self.parts.last_mut().expect("just pushed").1
+            }
+        };
+        append_record(part, lsn, record.kind(), |out| {
+            wal::encode_payload_into(record, out)
+        })?;
+        Ok(())
+    }
+
+    /// Adds a dead letter stored by the batch, in its store's encoding.
+    pub fn dead_letter(&mut self, entry: Vec<u8>) {
+        self.dead.push(entry);
+    }
+
+    /// Adds the id of a dead letter the batch removed.
+    pub fn released(&mut self, id: &str) {
+        self.released.push(id.to_owned());
+    }
+
+    /// Records that log `log` is durable through `lsn` after the batch.
+    pub fn through(&mut self, log: u16, lsn: Lsn) {
+        self.through.push((log, lsn));
+    }
+
+    /// True if the batch made nothing durable (nothing to replicate).
+    pub fn is_empty(&self) -> bool {
+        self.parts.is_empty() && self.dead.is_empty() && self.released.is_empty()
+    }
+
+    /// The size of the frame [`FrameBuf::finish`] would give now.
+    pub fn len(&self) -> usize {
+        let mut n = 2 + 4 + 4;
+        n += self.parts.iter().map(|(_, b)| 6 + b.len()).sum::<usize>();
+        n += self.dead.iter().map(|d| 4 + d.len()).sum::<usize>();
+        n += self.released.iter().map(|r| 2 + r.len()).sum::<usize>();
+        n + 2 + 10 * self.through.len()
+    }
+
+    /// The frame's bytes; the builder is left empty for the next batch.
+    pub fn finish(&mut self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len());
+        out.extend_from_slice(&(self.parts.len() as u16).to_le_bytes());
+        for (log, bytes) in self.parts.drain(..) {
+            out.extend_from_slice(&log.to_le_bytes());
+            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(&bytes);
+        }
+        out.extend_from_slice(&(self.dead.len() as u32).to_le_bytes());
+        for d in self.dead.drain(..) {
+            out.extend_from_slice(&(d.len() as u32).to_le_bytes());
+            out.extend_from_slice(&d);
+        }
+        out.extend_from_slice(&(self.released.len() as u32).to_le_bytes());
+        for r in self.released.drain(..) {
+            // Dead-letter ids are event ids (26 bytes); the cap keeps the cast honest.
+            let r = &r.as_bytes()[..r.len().min(u16::MAX as usize)];
+            out.extend_from_slice(&(r.len() as u16).to_le_bytes());
+            out.extend_from_slice(r);
+        }
+        out.extend_from_slice(&(self.through.len() as u16).to_le_bytes());
+        for (log, lsn) in self.through.drain(..) {
+            out.extend_from_slice(&log.to_le_bytes());
+            out.extend_from_slice(&lsn.to_le_bytes());
+        }
+        out
+    }
+}
+
+/// One message of `core` holding `frames`, in order.
+pub fn pack<'a>(core: usize, frames: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(MAGIC);
+    out.push(VERSION);
+    out.extend_from_slice(&u16::try_from(core).unwrap_or(u16::MAX).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    let mut n = 0u32;
+    for f in frames {
+        out.extend_from_slice(f);
+        n += 1;
+    }
+    out[7..11].copy_from_slice(&n.to_le_bytes());
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// A decoded message, borrowing its bytes.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Decoded<'a> {
+    pub core: u16,
+    pub frames: Vec<Frame<'a>>,
+}
+
+/// One batch of a decoded message.
+#[derive(Debug, PartialEq, Eq, Default)]
+pub struct Frame<'a> {
+    /// Per log: its index and its records, in LSN order, CRC-checked.
+    pub parts: Vec<(u16, Vec<RecordRef<'a>>)>,
+    /// Dead letters stored, in the DLQ's encoding.
+    pub dead: Vec<&'a [u8]>,
+    /// Ids of dead letters removed.
+    pub released: Vec<&'a str>,
+    /// Each log the core commits, with its durable LSN after the batch.
+    pub through: Vec<(u16, Lsn)>,
+}
+
+/// Why a message did not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Not a sluice replication message, or a version this build does not read.
+    Foreign(String),
+    /// The CRC over the message does not match.
+    Crc { stored: u32, computed: u32 },
+    /// A length runs past the end, or a record inside is invalid.
+    Malformed(String),
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::Foreign(why) => write!(f, "not a sluice replication message: {why}"),
+            DecodeError::Crc { stored, computed } => write!(
+                f,
+                "message CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
+            ),
+            DecodeError::Malformed(why) => write!(f, "malformed message: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// A bounds-checked reader over a message's bytes.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], DecodeError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let Some(end) = end else {
+            let msg = format!("{what} at byte {} runs past the end ({n} bytes)", self.at);
+            return Err(DecodeError::Malformed(msg));
+        };
+        let s = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u16(&mut self, what: &str) -> Result<u16, DecodeError> {
+        let b = self.take(2, what)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self, what: &str) -> Result<u32, DecodeError> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64, DecodeError> {
+        let b = self.take(8, what)?;
+        Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+}
+
+/// Decodes a message (module docs): CRC, every length, every record's CRC and kind.
+pub fn decode(bytes: &[u8]) -> Result<Decoded<'_>, DecodeError> {
+    if bytes.len() < MESSAGE_OVERHEAD || &bytes[..4] != MAGIC {
+        return Err(DecodeError::Foreign("no SLRM header".into()));
+    }
+    if bytes[4] != VERSION {
+        return Err(DecodeError::Foreign(format!("version {}", bytes[4])));
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+    let computed = crc32c::crc32c(body);
+    if stored != computed {
+        return Err(DecodeError::Crc { stored, computed });
+    }
+    let mut c = Cursor { bytes: body, at: 5 };
+    let core = c.u16("core")?;
+    let n = c.u32("frame count")?;
+    let mut frames = Vec::new();
+    for _ in 0..n {
+        frames.push(frame(&mut c)?);
+    }
+    if c.at != body.len() {
+        let extra = body.len() - c.at;
+        return Err(DecodeError::Malformed(format!(
+            "{extra} bytes after the last frame"
+        )));
+    }
+    Ok(Decoded { core, frames })
+}
+
+fn frame<'a>(c: &mut Cursor<'a>) -> Result<Frame<'a>, DecodeError> {
+    let mut f = Frame::default();
+    for _ in 0..c.u16("part count")? {
+        let log = c.u16("log")?;
+        let len = c.u32("part length")? as usize;
+        let mut bytes = c.take(len, "part")?;
+        let mut records = Vec::new();
+        while !bytes.is_empty() {
+            match parse_record(bytes) {
+                Parsed::Record(r) => {
+                    bytes = &bytes[r.len..];
+                    records.push(r);
+                }
+                Parsed::End => return Err(malformed("an empty record in a part")),
+                Parsed::Bad(why) => return Err(malformed(why)),
+            }
+        }
+        f.parts.push((log, records));
+    }
+    for _ in 0..c.u32("dead-letter count")? {
+        let len = c.u32("dead-letter length")? as usize;
+        f.dead.push(c.take(len, "dead letter")?);
+    }
+    for _ in 0..c.u32("release count")? {
+        let len = c.u16("release length")? as usize;
+        let id = c.take(len, "released id")?;
+        let id = std::str::from_utf8(id).map_err(|_| malformed("a released id is not UTF-8"))?;
+        f.released.push(id);
+    }
+    for _ in 0..c.u16("through count")? {
+        let log = c.u16("through log")?;
+        f.through.push((log, c.u64("through lsn")?));
+    }
+    Ok(f)
+}
+
+fn malformed(why: &str) -> DecodeError {
+    DecodeError::Malformed(why.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wal::format::tests::sample_event;
+    use crate::wal::{decode_payload, DoneEntry, DoneRecord, DoneStatus};
+
+    fn frame_of(log: u16, lsns: std::ops::Range<u64>) -> Vec<u8> {
+        let mut f = FrameBuf::default();
+        let last = lsns.end - 1;
+        for lsn in lsns {
+            f.record(log, lsn, &Record::Event(sample_event(lsn, 40)))
+                .unwrap();
+        }
+        f.through(log, last);
+        f.finish()
+    }
+
+    #[test]
+    fn a_message_of_frames_decodes_to_the_same_records_dead_letters_and_releases() {
+        let mut f = FrameBuf::default();
+        f.record(0, 7, &Record::Event(sample_event(7, 100)))
+            .unwrap();
+        let done = DoneRecord {
+            entries: vec![DoneEntry {
+                event_lsn: 3,
+                status: DoneStatus::Delivered,
+                attempts: 1,
+            }],
+        };
+        f.record(2, 41, &Record::Done(done.clone())).unwrap();
+        f.record(0, 8, &Record::Event(sample_event(8, 0))).unwrap();
+        f.dead_letter(b"entry-bytes".to_vec());
+        f.released("01JABCDEFGHJKMNPQRSTVWXYZ0");
+        f.through(0, 8);
+        f.through(2, 41);
+        assert!(!f.is_empty());
+        let one = f.finish();
+        assert!(f.is_empty(), "finish leaves the builder empty");
+        let two = frame_of(0, 9..11);
+        let msg = pack(3, [one.as_slice(), two.as_slice()]);
+        let d = decode(&msg).unwrap();
+        assert_eq!(d.core, 3);
+        assert_eq!(d.frames.len(), 2);
+        let first = &d.frames[0];
+        let lsns: Vec<(u16, Vec<u64>)> = (first.parts.iter())
+            .map(|(l, rs)| (*l, rs.iter().map(|r| r.lsn).collect()))
+            .collect();
+        assert_eq!(
+            lsns,
+            [(0, vec![7, 8]), (2, vec![41])],
+            "grouped by log, in order"
+        );
+        let ev = decode_payload(first.parts[0].1[0].kind, first.parts[0].1[0].payload).unwrap();
+        assert_eq!(ev, Record::Event(sample_event(7, 100)));
+        let d2 = decode_payload(first.parts[1].1[0].kind, first.parts[1].1[0].payload).unwrap();
+        assert_eq!(d2, Record::Done(done));
+        assert_eq!(first.dead, [b"entry-bytes".as_slice()]);
+        assert_eq!(first.released, ["01JABCDEFGHJKMNPQRSTVWXYZ0"]);
+        assert_eq!(first.through, [(0, 8), (2, 41)]);
+        let second: Vec<u64> = d.frames[1].parts[0].1.iter().map(|r| r.lsn).collect();
+        assert_eq!(second, [9, 10]);
+    }
+
+    #[test]
+    fn every_truncation_and_every_flipped_byte_is_an_error_never_a_panic() {
+        let one = frame_of(1, 1..4);
+        let msg = pack(0, [one.as_slice()]);
+        assert!(decode(&msg).is_ok());
+        for cut in 0..msg.len() {
+            assert!(decode(&msg[..cut]).is_err(), "cut at {cut}");
+        }
+        for i in 0..msg.len() {
+            let mut bad = msg.clone();
+            bad[i] ^= 0x40;
+            assert!(decode(&bad).is_err(), "flipped byte {i}");
+        }
+        // A valid CRC over nonsense inside still fails on the inner checks.
+        let mut inner = msg[..msg.len() - 4].to_vec();
+        let at = inner.len() - 20;
+        inner[at] ^= 1;
+        let crc = crc32c::crc32c(&inner);
+        inner.extend_from_slice(&crc.to_le_bytes());
+        assert!(matches!(decode(&inner), Err(DecodeError::Malformed(_))));
+        let mut v2 = msg.clone();
+        v2[4] = 2;
+        assert!(matches!(decode(&v2), Err(DecodeError::Foreign(_))));
+    }
+}

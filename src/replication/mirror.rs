@@ -1,0 +1,531 @@
+//! The mirror thread: each core's locally committed batches published to JetStream, in log
+//! order, with the official `async-nats` client on a current-thread tokio runtime of its own.
+//! No core loop ever waits on it: a core's commit helper hands a frame over ([`MirrorLink::
+//! submit`], a channel send) and the core's loop learns of the acknowledgement through
+//! [`CoreState::acked`] and one wake.
+//!
+//! **One publish in flight per subject, each carrying every frame committed meanwhile.** The
+//! fence is `Nats-Expected-Last-Subject-Sequence`: every publish names the stream sequence of
+//! the previous message on the subject, which is known only once that message is acknowledged.
+//! So a core's subject has one message on its way at a time, and the frames that commit while
+//! it is (up to `max_inflight` batches per core, bounded by the core's committer) go together
+//! in the next message, split only at the server's `max_payload`. The group commit grows with
+//! the round trip as it grows with the `fdatasync`. Acknowledgements therefore come in log
+//! order. Different cores publish concurrently (one task each).
+//!
+//! **Idempotent retries.** A message that is not acknowledged within `ack_timeout` (or whose
+//! publish fails) is sent again, the same bytes with the same `Nats-Msg-Id`
+//! (`<subject>@<expected sequence>`, unique per message of a subject), until it is
+//! acknowledged: a copy that did land is answered from JetStream's duplicate window, not
+//! stored twice. Meanwhile the core is marked down ([`ReplicationState::refusal`]:
+//! `replication_unavailable`), and the retries back off from 50 ms to 1 s.
+//!
+//! **Fenced.** A publish refused for a wrong last subject sequence means another node wrote
+//! this node's subject (it adopted the node's logs). The node is fenced: a log line names the
+//! subject and both sequences, the task stops publishing (the log never forks), and the node
+//! refuses new events (`replication_fenced`) until it is restarted.
+//!
+//! Bounds: frames per core ≤ `max_inflight` (the committer does not hand over more); one
+//! message per core in flight, at most the server's `max_payload`; the stream-size poll every
+//! [`STREAM_POLL`].
+#![forbid(unsafe_code)]
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, context::PublishErrorKind, stream};
+use bytes::Bytes;
+use tokio::sync::{mpsc, watch};
+
+use crate::replication::message::{pack, MESSAGE_OVERHEAD};
+use crate::replication::spec::ReplicationSpec;
+use crate::replication::state::{CoreState, ReplicationState};
+
+/// Room left in a message for its headers (subject, `Nats-Msg-Id`, the expectation).
+const HEADER_ROOM: usize = 512;
+/// How often the stream's size is read for `sluice_replication_stream_bytes`.
+const STREAM_POLL: Duration = Duration::from_secs(5);
+/// Retry back-off of an unacknowledged message: from the first to the last.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
+
+/// What wakes a core's loop when its frames are acknowledged (or the node is fenced).
+pub type Wake = Box<dyn Fn() + Send + Sync>;
+
+/// Why the mirror did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// No JetStream server answered within the start-up wait.
+    Unreachable { servers: Vec<String>, error: String },
+    /// The stream exists with fewer replicas than `replication.replicas`.
+    Replicas {
+        stream: String,
+        have: usize,
+        want: usize,
+    },
+    /// The stream could not be created or read.
+    Stream { stream: String, error: String },
+    /// The server's `max_payload` is below the largest record this node may write.
+    MaxPayload { max_payload: usize, largest: usize },
+    /// The mirror thread could not be started.
+    Thread(std::io::Error),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartError::Unreachable { servers, error } => write!(
+                f,
+                "replication: no JetStream server answered ({}): {error}",
+                servers.join(", ")
+            ),
+            StartError::Replicas { stream, have, want } => write!(
+                f,
+                "replication: stream {stream:?} has {have} replicas, replication.replicas = \
+                 {want}: raise the stream's replicas (nats stream edit) or lower the setting"
+            ),
+            StartError::Stream { stream, error } => {
+                write!(f, "replication: stream {stream:?}: {error}")
+            }
+            StartError::MaxPayload {
+                max_payload,
+                largest,
+            } => write!(
+                f,
+                "replication: the NATS servers' max_payload ({max_payload} bytes) is below the \
+                 largest record this node may write ({largest} bytes with its headers, from \
+                 server.max_body_bytes): raise max_payload in the nats-server configuration \
+                 (up to 8MB) or lower server.max_body_bytes"
+            ),
+            StartError::Thread(e) => write!(f, "replication: mirror thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// One core's way to the mirror, owned by its commit helper.
+#[derive(Clone)]
+pub struct MirrorLink {
+    state: Arc<CoreState>,
+    /// The largest frame a message can carry (the server's `max_payload` less the overhead).
+    frame_limit: usize,
+    tx: mpsc::UnboundedSender<(u64, Vec<u8>)>,
+    wake: Arc<OnceLock<Wake>>,
+}
+
+impl fmt::Debug for MirrorLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MirrorLink")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MirrorLink {
+    /// Hands a committed batch's frame over; returns its number (the core's
+    /// [`CoreState::acked`] reaches it once JetStream has it). The channel is unbounded here
+    /// because its producer bounds it: the committer holds at most `max_inflight` batches
+    /// unacknowledged.
+    pub fn submit(&self, frame: Vec<u8>) -> u64 {
+        let n = self.state.next_frame();
+        // A closed channel is a stopping node: the frame stays unacknowledged, so its batch is
+        // never settled as replicated.
+        let _ = self.tx.send((n, frame));
+        n
+    }
+
+    /// The largest frame a message can carry: a commit helper cuts a batch's frame there.
+    pub fn frame_limit(&self) -> usize {
+        self.frame_limit
+    }
+
+    /// The core's mirror state (the committer reads `acked`).
+    pub fn state(&self) -> &Arc<CoreState> {
+        &self.state
+    }
+
+    /// Sets how the core's loop is woken on an acknowledgement (once, at the core's start).
+    pub fn set_wake(&self, wake: Wake) {
+        let _ = self.wake.set(wake);
+    }
+}
+
+/// The mirror thread, its links and the node's replication state.
+#[derive(Debug)]
+pub struct Mirror {
+    links: Vec<MirrorLink>,
+    state: Arc<ReplicationState>,
+    stop: watch::Sender<bool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Mirror {
+    /// Connects to `spec.servers` (waiting at most `spec.lease` for an answer), creates the
+    /// stream if missing (`spec.replicas`, file storage, subjects `<stream>.>`) or checks its
+    /// replicas, reads the last sequence of each core's subject, and starts the thread.
+    /// `largest_record`: the largest WAL record this node may write (a message must carry one).
+    pub fn start(
+        spec: &ReplicationSpec,
+        cores: usize,
+        largest_record: usize,
+    ) -> Result<Mirror, StartError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(StartError::Thread)?;
+        let (js, max_payload, last) = rt.block_on(connect(spec, cores))?;
+        let largest = largest_record + MESSAGE_OVERHEAD + HEADER_ROOM + 64;
+        if largest > max_payload {
+            return Err(StartError::MaxPayload {
+                max_payload,
+                largest,
+            });
+        }
+        let state = Arc::new(ReplicationState::new(cores));
+        let (stop, stopped) = watch::channel(false);
+        let mut links = Vec::new();
+        let mut tasks = Vec::new();
+        for (core, expected) in last.into_iter().enumerate() {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let link = MirrorLink {
+                state: state.cores()[core].clone(),
+                frame_limit: max_payload.saturating_sub(MESSAGE_OVERHEAD + HEADER_ROOM),
+                tx,
+                wake: Arc::new(OnceLock::new()),
+            };
+            tasks.push(CoreTask {
+                js: js.clone(),
+                subject: spec.subject(core),
+                core,
+                link: link.clone(),
+                node: state.clone(),
+                rx,
+                max_payload,
+                ack_timeout: spec.ack_timeout,
+                expected,
+            });
+            links.push(link);
+        }
+        state.refresh();
+        let poll = (js, spec.stream.clone(), state.clone());
+        let thread = std::thread::Builder::new()
+            .name("sluice-mirror".into())
+            .spawn(move || rt.block_on(run(tasks, poll, stopped)))
+            .map_err(StartError::Thread)?;
+        Ok(Mirror {
+            links,
+            state,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Core `core`'s link, for its commit helper.
+    pub fn link(&self, core: usize) -> Option<MirrorLink> {
+        self.links.get(core).cloned()
+    }
+
+    /// The node's replication state.
+    pub fn state(&self) -> &Arc<ReplicationState> {
+        &self.state
+    }
+
+    /// Stops the thread (frames not yet acknowledged stay so) and joins it.
+    pub fn close(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                eprintln!("sluice: the replication mirror thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Mirror {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Connects, ensures the stream, and reads each core's subject's last sequence.
+async fn connect(
+    spec: &ReplicationSpec,
+    cores: usize,
+) -> Result<(jetstream::Context, usize, Vec<u64>), StartError> {
+    let unreachable = |error: String| StartError::Unreachable {
+        servers: spec.servers.clone(),
+        error,
+    };
+    let mut addrs = Vec::new();
+    for s in &spec.servers {
+        addrs.push(
+            s.parse::<async_nats::ServerAddr>()
+                .map_err(|e| unreachable(e.to_string()))?,
+        );
+    }
+    let options = async_nats::ConnectOptions::new()
+        .name(format!("sluice {}", spec.node))
+        .connection_timeout(spec.ack_timeout)
+        .request_timeout(Some(spec.ack_timeout))
+        .retry_on_initial_connect();
+    let client = tokio::time::timeout(spec.lease, options.connect(addrs))
+        .await
+        .map_err(|_| unreachable(format!("no connection within {:?}", spec.lease)))?
+        .map_err(|e| unreachable(e.to_string()))?;
+    let max_payload = client.server_info().max_payload;
+    let js = jetstream::new(client);
+    let stream_err = |error: String| StartError::Stream {
+        stream: spec.stream.clone(),
+        error,
+    };
+    let deadline = Instant::now() + spec.lease;
+    let stream = loop {
+        let config = stream::Config {
+            name: spec.stream.clone(),
+            subjects: vec![format!("{}.>", spec.stream)],
+            num_replicas: spec.replicas,
+            storage: stream::StorageType::File,
+            duplicate_window: Duration::from_secs(120),
+            allow_direct: true,
+            ..Default::default()
+        };
+        match js.get_or_create_stream(config).await {
+            Ok(s) => break s,
+            // No quorum yet (a cluster still electing): wait, within the start-up bound.
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(stream_err(e.to_string())),
+        }
+    };
+    let have = stream.cached_info().config.num_replicas;
+    if have < spec.replicas {
+        return Err(StartError::Replicas {
+            stream: spec.stream.clone(),
+            have,
+            want: spec.replicas,
+        });
+    }
+    let mut last = Vec::with_capacity(cores);
+    for core in 0..cores {
+        last.push(
+            last_sequence(&stream, &spec.subject(core))
+                .await
+                .map_err(stream_err)?,
+        );
+    }
+    Ok((js, max_payload, last))
+}
+
+/// The stream sequence of the last message on `subject`, 0 if it has none.
+pub async fn last_sequence<I>(stream: &stream::Stream<I>, subject: &str) -> Result<u64, String> {
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(m) => Ok(m.sequence),
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
+        Err(e) => Err(format!("last message of {subject}: {e}")),
+    }
+}
+
+/// The thread's body: every core's task, the stream-size poll, until stopped.
+async fn run(
+    tasks: Vec<CoreTask>,
+    (js, name, state): (jetstream::Context, String, Arc<ReplicationState>),
+    mut stopped: watch::Receiver<bool>,
+) {
+    let set = tokio::task::LocalSet::new();
+    for t in tasks {
+        set.spawn_local(t.run());
+    }
+    set.spawn_local(async move {
+        loop {
+            if let Ok(mut s) = js.get_stream(&name).await {
+                if let Ok(info) = s.info().await {
+                    let bytes = info.state.bytes;
+                    state
+                        .stream_bytes
+                        .store(bytes, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            tokio::time::sleep(STREAM_POLL).await;
+        }
+    });
+    set.run_until(async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    })
+    .await;
+}
+
+/// One core's publisher (module docs).
+struct CoreTask {
+    js: jetstream::Context,
+    subject: String,
+    core: usize,
+    link: MirrorLink,
+    node: Arc<ReplicationState>,
+    rx: mpsc::UnboundedReceiver<(u64, Vec<u8>)>,
+    max_payload: usize,
+    ack_timeout: Duration,
+    /// The stream sequence of the last message on the subject (0: none).
+    expected: u64,
+}
+
+/// How one publish ended.
+enum Sent {
+    Acked(u64),
+    Fenced,
+    Failed(String),
+}
+
+impl CoreTask {
+    async fn run(mut self) {
+        let mut pending: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
+        loop {
+            if pending.is_empty() {
+                match self.rx.recv().await {
+                    Some(f) => pending.push_back(f),
+                    None => return,
+                }
+            }
+            while let Ok(f) = self.rx.try_recv() {
+                pending.push_back(f);
+            }
+            let n = frames_that_fit(&pending, self.max_payload);
+            let last_frame = pending[n - 1].0;
+            let message = pack(self.core, pending.iter().take(n).map(|f| &f.1[..]));
+            if !self.publish(Bytes::from(message)).await {
+                return;
+            }
+            pending.drain(..n);
+            self.link.state.set_acked(last_frame);
+            self.wake();
+        }
+    }
+
+    /// Publishes `message` until acknowledged (true) or fenced (false).
+    async fn publish(&mut self, message: Bytes) -> bool {
+        let id = format!("{}@{}", self.subject, self.expected);
+        let mut backoff = BACKOFF.0;
+        let mut failing = false;
+        loop {
+            let t0 = Instant::now();
+            match self.send(&id, message.clone()).await {
+                Sent::Acked(seq) => {
+                    (self.node.ack_seconds).observe_nanos(t0.elapsed().as_nanos() as u64);
+                    self.expected = seq;
+                    if failing {
+                        eprintln!("sluice: replication: {} acknowledged again", self.subject);
+                    }
+                    self.link.state.set_down(false);
+                    self.node.refresh();
+                    return true;
+                }
+                Sent::Fenced => {
+                    let actual = match self.js.get_stream_no_info(stream_of(&self.subject)).await {
+                        Ok(s) => last_sequence(&s, &self.subject).await.unwrap_or_default(),
+                        Err(_) => 0,
+                    };
+                    eprintln!(
+                        "sluice: replication: FENCED: another node wrote {} (this node expected \
+                         its last sequence {}, the stream has {actual}); this node stops \
+                         accepting until restarted, and never writes the subject again",
+                        self.subject, self.expected
+                    );
+                    self.node.fence();
+                    self.wake();
+                    return false;
+                }
+                Sent::Failed(why) => {
+                    if !failing {
+                        eprintln!(
+                            "sluice: replication: {} not acknowledged ({why}); retrying the same \
+                             message, refusing new events meanwhile",
+                            self.subject
+                        );
+                    }
+                    failing = true;
+                    self.link.state.set_down(true);
+                    self.node.refresh();
+                    self.wake();
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF.1);
+                }
+            }
+        }
+    }
+
+    /// One publish with its fence and id, bounded by `ack_timeout`.
+    async fn send(&self, id: &str, message: Bytes) -> Sent {
+        let publish = async_nats::jetstream::message::PublishMessage::build()
+            .payload(message)
+            .message_id(id)
+            .expected_last_subject_sequence(self.expected);
+        let subject = self.subject.clone();
+        let attempt = async {
+            let ack = self.js.send_publish(subject, publish).await?;
+            ack.await
+        };
+        match tokio::time::timeout(self.ack_timeout, attempt).await {
+            Ok(Ok(ack)) => Sent::Acked(ack.sequence),
+            Ok(Err(e)) if e.kind() == PublishErrorKind::WrongLastSequence => Sent::Fenced,
+            Ok(Err(e)) => Sent::Failed(e.to_string()),
+            Err(_) => Sent::Failed(format!("no acknowledgement within {:?}", self.ack_timeout)),
+        }
+    }
+
+    fn wake(&self) {
+        if let Some(w) = self.link.wake.get() {
+            w();
+        }
+    }
+}
+
+/// How many frames from the front of `pending` go in the next message under `max_payload`
+/// (at least one: a commit's frame is bounded by `MAX_BATCH_BYTES` plus the pump's records; a
+/// larger one than the server takes is refused and retried, visibly, and README says to raise
+/// the server's `max_payload` to 8 MiB).
+fn frames_that_fit(pending: &VecDeque<(u64, Vec<u8>)>, max_payload: usize) -> usize {
+    let room = max_payload.saturating_sub(MESSAGE_OVERHEAD + HEADER_ROOM);
+    let mut size = 0;
+    let mut n = 0;
+    for (_, f) in pending {
+        if n > 0 && size + f.len() > room {
+            break;
+        }
+        size += f.len();
+        n += 1;
+    }
+    n
+}
+
+/// The stream name of a subject `<stream>.<node>.core-K`.
+fn stream_of(subject: &str) -> &str {
+    subject.split('.').next().unwrap_or(subject)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_takes_the_frames_that_fit_under_max_payload_and_always_one() {
+        let overhead = MESSAGE_OVERHEAD + HEADER_ROOM;
+        let frames: VecDeque<(u64, Vec<u8>)> = (1..=4).map(|n| (n, vec![0; 100])).collect();
+        assert_eq!(frames_that_fit(&frames, overhead + 400), 4);
+        assert_eq!(frames_that_fit(&frames, overhead + 399), 3);
+        assert_eq!(frames_that_fit(&frames, overhead + 100), 1);
+        assert_eq!(
+            frames_that_fit(&frames, 10),
+            1,
+            "one frame goes whatever its size"
+        );
+    }
+
+    #[test]
+    fn the_stream_of_a_subject_is_its_first_token() {
+        assert_eq!(stream_of("sluice.node-a.core-3"), "sluice");
+    }
+}

@@ -1,0 +1,243 @@
+//! What the mirror thread publishes for the rest of the node: whether replication is up or
+//! fenced (ingest refuses, `/readyz` says so), each core's acknowledged frames (its commit
+//! settles batches up to them), and the metrics.
+//!
+//! Every field is an atomic or a `Histogram` (itself atomics): the mirror thread writes, the
+//! cores and the scrape read, nobody waits. Bounds: one entry per core, fixed at start.
+#![forbid(unsafe_code)]
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
+use std::sync::Arc;
+
+use crate::metrics::histogram::Histogram;
+use crate::metrics::{MetricType, PromWriter};
+
+/// Bucket bounds of `sluice_replication_ack_seconds`: 250 µs … 10 s.
+const ACK_BOUNDS_NANOS: &[u64] = &[
+    250_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    10_000_000_000,
+];
+
+/// Why replication refuses new events, if it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refuse {
+    /// JetStream did not acknowledge within `ack_timeout`, or is unreachable: `503
+    /// replication_unavailable` with `Retry-After`.
+    Unavailable,
+    /// Someone else wrote this node's subject: `503 replication_fenced`, until restart.
+    Fenced,
+}
+
+impl Refuse {
+    /// The `reason` of the 503 and of `/readyz`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Refuse::Unavailable => "replication_unavailable",
+            Refuse::Fenced => "replication_fenced",
+        }
+    }
+}
+
+const UP: u8 = 0;
+const DOWN: u8 = 1;
+const FENCED: u8 = 2;
+
+/// One core's mirror state.
+#[derive(Debug, Default)]
+pub struct CoreState {
+    /// Frames the core's commit helper handed over (numbered from 1).
+    submitted: AtomicU64,
+    /// Highest frame number JetStream acknowledged (every lower one is acknowledged too).
+    acked: AtomicU64,
+    /// The last publish of this core failed or timed out, and none succeeded since.
+    down: AtomicBool,
+}
+
+impl CoreState {
+    /// Numbers the next frame (the commit helper, one thread per core).
+    pub fn next_frame(&self) -> u64 {
+        self.submitted.fetch_add(1, Relaxed) + 1
+    }
+
+    /// Highest frame number acknowledged; frames up to it are replicated.
+    pub fn acked(&self) -> u64 {
+        self.acked.load(Acquire)
+    }
+
+    /// Frames handed over and not yet acknowledged.
+    pub fn in_flight(&self) -> u64 {
+        self.submitted.load(Relaxed).saturating_sub(self.acked())
+    }
+
+    pub(crate) fn set_acked(&self, frame: u64) {
+        self.acked.fetch_max(frame, Release);
+    }
+
+    pub(crate) fn set_down(&self, down: bool) {
+        self.down.store(down, Relaxed);
+    }
+
+    pub(crate) fn is_down(&self) -> bool {
+        self.down.load(Relaxed)
+    }
+}
+
+/// The node's replication state (module docs).
+#[derive(Debug)]
+pub struct ReplicationState {
+    state: AtomicU8,
+    cores: Vec<Arc<CoreState>>,
+    pub ack_seconds: Histogram,
+    pub fenced_total: AtomicU64,
+    /// Bytes the stream holds (all nodes), polled from JetStream.
+    pub stream_bytes: AtomicU64,
+    /// Logs of other nodes this node adopted.
+    pub adopted_logs: AtomicUsize,
+}
+
+impl ReplicationState {
+    /// State for `cores` cores; down until the mirror's first connection.
+    pub fn new(cores: usize) -> ReplicationState {
+        ReplicationState {
+            state: AtomicU8::new(DOWN),
+            cores: (0..cores).map(|_| Arc::default()).collect(),
+            ack_seconds: Histogram::new(ACK_BOUNDS_NANOS),
+            fenced_total: AtomicU64::new(0),
+            stream_bytes: AtomicU64::new(0),
+            adopted_logs: AtomicUsize::new(0),
+        }
+    }
+
+    /// Core `core`'s state (shared with its commit helper and committer).
+    pub fn core(&self, core: usize) -> Option<&Arc<CoreState>> {
+        self.cores.get(core)
+    }
+
+    /// Cores.
+    pub fn cores(&self) -> &[Arc<CoreState>] {
+        &self.cores
+    }
+
+    /// Why new events are refused now, if they are.
+    pub fn refusal(&self) -> Option<Refuse> {
+        match self.state.load(Relaxed) {
+            UP => None,
+            FENCED => Some(Refuse::Fenced),
+            _ => Some(Refuse::Unavailable),
+        }
+    }
+
+    /// Marks replication up or down (never un-fences).
+    pub(crate) fn set_up(&self, up: bool) {
+        let to = if up { UP } else { DOWN };
+        let _ = (self.state).fetch_update(Relaxed, Relaxed, |s| (s != FENCED).then_some(to));
+    }
+
+    /// Re-derives up/down from the cores (up when none is down).
+    pub(crate) fn refresh(&self) {
+        self.set_up(!self.cores.iter().any(|c| c.is_down()));
+    }
+
+    /// Fences the node: it stops accepting until restarted.
+    pub(crate) fn fence(&self) {
+        self.state.store(FENCED, Relaxed);
+        self.fenced_total.fetch_add(1, Relaxed);
+    }
+
+    /// The `sluice_replication_*` families.
+    pub fn render_prometheus(&self, w: &mut PromWriter) {
+        w.gauge(
+            "sluice_replication_up",
+            "1 while JetStream acknowledges this node's commits; 0 while unavailable or fenced.",
+            if self.refusal().is_none() { 1.0 } else { 0.0 },
+        );
+        w.header(
+            "sluice_replication_ack_seconds",
+            "Time from a replication message's publish to its JetStream acknowledgement.",
+            MetricType::Histogram,
+        );
+        (self.ack_seconds).render(w, "sluice_replication_ack_seconds", &[]);
+        w.header(
+            "sluice_replication_inflight_batches",
+            "Batches committed locally and not yet acknowledged by JetStream, per core \
+             (at most replication.max_inflight).",
+            MetricType::Gauge,
+        );
+        for (i, c) in self.cores.iter().enumerate() {
+            let core = i.to_string();
+            let n = c.in_flight();
+            w.sample_u64("sluice_replication_inflight_batches", &[("core", &core)], n);
+        }
+        w.gauge(
+            "sluice_replication_adopted_logs",
+            "Logs of lost nodes this node adopted and delivers.",
+            self.adopted_logs.load(Relaxed) as f64,
+        );
+        w.counter(
+            "sluice_replication_fenced_total",
+            "Publishes refused because another node wrote this node's subject (the node then \
+             stops accepting).",
+            self.fenced_total.load(Relaxed),
+        );
+        w.gauge(
+            "sluice_replication_stream_bytes",
+            "Bytes the JetStream stream holds (every node's logs), as JetStream last reported.",
+            self.stream_bytes.load(Relaxed) as f64,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn down_until_up_and_fenced_for_good() {
+        let s = ReplicationState::new(2);
+        assert_eq!(
+            s.refusal(),
+            Some(Refuse::Unavailable),
+            "down until connected"
+        );
+        s.refresh();
+        assert_eq!(s.refusal(), None);
+        s.core(1).unwrap().set_down(true);
+        s.refresh();
+        assert_eq!(s.refusal(), Some(Refuse::Unavailable));
+        s.core(1).unwrap().set_down(false);
+        s.refresh();
+        assert_eq!(s.refusal(), None);
+        s.fence();
+        s.refresh();
+        s.set_up(true);
+        assert_eq!(
+            s.refusal(),
+            Some(Refuse::Fenced),
+            "a fence holds until restart"
+        );
+        assert_eq!(s.fenced_total.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn frames_are_numbered_from_one_and_acked_in_order() {
+        let c = CoreState::default();
+        assert_eq!((c.next_frame(), c.next_frame(), c.next_frame()), (1, 2, 3));
+        assert_eq!(c.in_flight(), 3);
+        c.set_acked(2);
+        c.set_acked(1);
+        assert_eq!((c.acked(), c.in_flight()), (2, 1), "acks never go back");
+    }
+}
