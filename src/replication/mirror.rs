@@ -266,15 +266,22 @@ async fn connect(
                 .map_err(|e| unreachable(e.to_string()))?,
         );
     }
-    let options = async_nats::ConnectOptions::new()
-        .name(format!("sluice {}", spec.node))
-        .connection_timeout(spec.ack_timeout)
-        .request_timeout(Some(spec.ack_timeout))
-        .retry_on_initial_connect();
-    let client = tokio::time::timeout(spec.lease, options.connect(addrs))
-        .await
-        .map_err(|_| unreachable(format!("no connection within {:?}", spec.lease)))?
-        .map_err(|e| unreachable(e.to_string()))?;
+    // Retried here rather than by the client (`retry_on_initial_connect` would return before
+    // the server's INFO, so without its `max_payload`), within the start-up bound.
+    let deadline = Instant::now() + spec.lease;
+    let client = loop {
+        let options = async_nats::ConnectOptions::new()
+            .name(format!("sluice {}", spec.node))
+            .connection_timeout(spec.ack_timeout)
+            .request_timeout(Some(spec.ack_timeout));
+        match options.connect(addrs.clone()).await {
+            Ok(c) => break c,
+            Err(e) if Instant::now() >= deadline => {
+                return Err(unreachable(format!("{e} (for {:?})", spec.lease)));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
     let max_payload = client.server_info().max_payload;
     let js = jetstream::new(client);
     let stream_err = |error: String| StartError::Stream {

@@ -1,0 +1,388 @@
+//! Replicated commit (issue 41, README "Several nodes"): a real sluice node with `[replication]`
+//! against a real 3-node JetStream cluster on loopback (`support::NatsCluster`).
+//!
+//! - a 202 comes only once JetStream holds the batch: every accepted event is in the stream
+//!   (decoded with the node's own message format) and delivered;
+//! - with one nats-server lost, ingest goes on; with two (no quorum), no 202 at all, `503
+//!   replication_unavailable` and `/readyz` says so; with one back, ingest recovers by itself;
+//!   nothing acknowledged is lost and every accepted event is delivered;
+//! - a node whose subject another wrote is fenced: `503 replication_fenced`, a log line naming
+//!   the subject and both sequences, and it never writes the subject again;
+//! - start-up refuses a stream with fewer replicas, and a `max_payload` below the largest record.
+//!
+//! Without a nats-server >= 2.10 each test is skipped by name (a failure under
+//! `SLUICE_REQUIRE_TOOLS=1`); `scripts/test.sh` provisions it. Every wait is bounded.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use sluice::replication::message::decode;
+use sluice::wal::{decode_payload, Record};
+
+use crate::downstream::{Behavior, Downstream};
+use crate::support::*;
+
+const STREAM: &str = "sluice";
+/// Elections after a lost nats-server take a few seconds; ingest must be back well within.
+const RECOVERS_WITHIN: Duration = Duration::from_secs(30);
+
+/// A manifest for node `node` on `cluster`, one trigger `t` delivering to `sink`.
+fn manifest(cluster: &NatsCluster, node: &str, replicas: usize, sink: &str) -> String {
+    let urls: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    format!(
+        "[server]\nmax_body_bytes = 65536\n\n\
+         [[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\nhandler = \"{sink}\"\n\n\
+         [[destinations]]\nuri = \"{sink}\"\nmax_in_flight = 8\n\n\
+         [replication]\nnats = [{}]\nstream = \"{STREAM}\"\nreplicas = {replicas}\n\
+         node = \"{node}\"\nack_timeout = \"1s\"\nlease = \"6s\"\n",
+        urls.join(", ")
+    )
+}
+
+/// Open buckets: the tests measure replication, not admission.
+fn opts(manifest: &str) -> Opts {
+    let big = "1000000000";
+    Opts::config(manifest)
+        .env(ENV_GLOBAL_CAPACITY, big)
+        .env(ENV_PER_SOURCE_CAPACITY, big)
+        .env(ENV_REFILL_PER_SEC, big)
+}
+
+fn ready_cluster(n: usize) -> Option<NatsCluster> {
+    let cluster = NatsCluster::start(n)?;
+    assert!(
+        cluster.wait_ready(NATS_READY_TIMEOUT),
+        "the JetStream cluster was not ready; logs:\n{}",
+        cluster.log_tails()
+    );
+    Some(cluster)
+}
+
+/// Every event id in the stream's messages of `node`, read back through the node's own
+/// message format.
+fn ids_in_stream(cluster: &NatsCluster, node: &str) -> HashSet<String> {
+    let urls = cluster.urls();
+    block_on(async move {
+        let client = async_nats::connect(urls).await.expect("connect");
+        let js = jetstream::new(client);
+        let deadline = Instant::now() + RECOVERS_WITHIN;
+        let stream = loop {
+            match js.get_stream(STREAM).await {
+                Ok(s) => break s,
+                Err(e) => assert!(Instant::now() < deadline, "stream {STREAM}: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let mut ids = HashSet::new();
+        let last = stream.cached_info().state.last_sequence;
+        for seq in 1..=last {
+            let Ok(m) = stream.get_raw_message(seq).await else {
+                continue;
+            };
+            if !m.subject.starts_with(&format!("{STREAM}.{node}.")) {
+                continue;
+            }
+            let d = decode(&m.payload).unwrap_or_else(|e| panic!("sequence {seq}: {e}"));
+            for f in &d.frames {
+                for (_, records) in &f.parts {
+                    for r in records {
+                        if let Ok(Record::Event(ev)) = decode_payload(r.kind, r.payload) {
+                            ids.insert(ev.event_id);
+                        }
+                    }
+                }
+            }
+        }
+        ids
+    })
+}
+
+/// The event ids a downstream received.
+fn delivered(sink: &Downstream) -> HashSet<String> {
+    sink.seen().into_iter().map(|s| s.webhook_id).collect()
+}
+
+/// Waits until `sink` has every id of `want`, at most `within`.
+fn await_delivered(sink: &Downstream, want: &HashSet<String>, within: Duration) {
+    let t = Instant::now();
+    loop {
+        let got = delivered(sink);
+        let missing: Vec<_> = want.difference(&got).collect();
+        if missing.is_empty() {
+            return;
+        }
+        assert!(
+            t.elapsed() < within,
+            "{} accepted events not delivered within {within:?}, e.g. {:?}",
+            missing.len(),
+            &missing[..missing.len().min(3)]
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What a load thread saw: each answer's reason, and the ids of the 202s.
+#[derive(Default)]
+struct Seen {
+    accepted: Vec<(Instant, String)>,
+    refused: Vec<(Instant, String)>,
+}
+
+/// Posts events one after another on one connection until `stop`, recording each answer.
+fn load(
+    server: &Server,
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Seen>>,
+) -> std::thread::JoinHandle<()> {
+    let addr = server.addr();
+    std::thread::spawn(move || {
+        let mut i = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let Ok(mut c) = Client::connect(addr) else {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            c.set_read_timeout(Duration::from_secs(10));
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let body = format!("{{\"n\":{i}}}");
+                let Ok(r) = c.try_post("/hooks/t", body.as_bytes(), &[]) else {
+                    break;
+                };
+                let now = Instant::now();
+                let mut s = seen.lock().unwrap();
+                match r.status {
+                    202 => s.accepted.push((now, accepted(&r).0)),
+                    503 => s
+                        .refused
+                        .push((now, r.json()["reason"].as_str().unwrap_or("").into())),
+                    other => panic!("unexpected {other}: {}", r.text()),
+                }
+                drop(s);
+                if r.status == 503 {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+    })
+}
+
+fn metric(server: &Server, name: &str) -> f64 {
+    let (_, samples) = scrape(server);
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .map(|s| s.value)
+        .sum()
+}
+
+#[test]
+fn every_202_is_in_the_stream_and_delivered_and_the_node_reports_replication_up() {
+    let Some(cluster) = ready_cluster(3) else {
+        return;
+    };
+    let sink = Downstream::start(Behavior::default());
+    let server = Server::start(opts(&manifest(&cluster, "node-a", 3, &sink.uri("/sink"))));
+    let mut ids = HashSet::new();
+    for i in 0..200 {
+        let r = server.post("/hooks/t", format!("{{\"i\":{i}}}").as_bytes());
+        assert_eq!(r.status, 202, "{}", r.text());
+        ids.insert(accepted(&r).0);
+    }
+    await_delivered(&sink, &ids, RECOVERS_WITHIN);
+    let in_stream = ids_in_stream(&cluster, "node-a");
+    let missing: Vec<_> = ids.difference(&in_stream).collect();
+    assert!(missing.is_empty(), "202s not in the stream: {missing:?}");
+    assert_eq!(metric(&server, "sluice_replication_up"), 1.0);
+    assert!(metric(&server, "sluice_replication_ack_seconds_count") >= 1.0);
+    assert_eq!(server.get("/readyz").status, 200);
+}
+
+#[test]
+fn one_nats_server_lost_ingest_goes_on_two_lost_no_202_and_it_recovers_by_itself() {
+    let Some(mut cluster) = ready_cluster(3) else {
+        return;
+    };
+    let sink = Downstream::start(Behavior::default());
+    let server = Server::start(opts(&manifest(&cluster, "node-a", 3, &sink.uri("/sink"))));
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let loaders: Vec<_> = (0..4)
+        .map(|_| load(&server, stop.clone(), seen.clone()))
+        .collect();
+    let accepted_since = |t: Instant| {
+        let s = seen.lock().unwrap();
+        s.accepted.iter().filter(|(at, _)| *at > t).count()
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        accepted_since(Instant::now() - Duration::from_secs(1)) > 0,
+        "no load"
+    );
+
+    // One of three lost: a quorum remains; after any election, 202s go on.
+    cluster.kill(0);
+    let one_lost = Instant::now();
+    let t = Instant::now();
+    while accepted_since(one_lost + Duration::from_millis(10)) < 50 {
+        assert!(
+            t.elapsed() < RECOVERS_WITHIN,
+            "ingest stopped with one nats-server lost"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "one nats-server lost: 50 more 202s within {:?}",
+        t.elapsed()
+    );
+
+    // Two lost: no quorum. After one ack_timeout (1 s) for what was on its way, no 202 at all.
+    cluster.kill(1);
+    let two_lost = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    let quiet_from = two_lost + Duration::from_millis(1500);
+    let window_end = Instant::now();
+    {
+        let s = seen.lock().unwrap();
+        let late: Vec<_> = (s.accepted.iter())
+            .filter(|(at, _)| *at > quiet_from && *at < window_end)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "202s without a JetStream quorum: {}",
+            late.len()
+        );
+        let reasons: HashSet<&str> = (s.refused.iter())
+            .filter(|(at, _)| *at > quiet_from)
+            .map(|(_, r)| r.as_str())
+            .collect();
+        assert_eq!(
+            reasons,
+            HashSet::from(["replication_unavailable"]),
+            "503 reasons"
+        );
+    }
+    let ready = server.get("/readyz");
+    assert_eq!(ready.status, 503);
+    assert!(
+        ready.text().contains("replication_unavailable"),
+        "{}",
+        ready.text()
+    );
+    assert_eq!(metric(&server, "sluice_replication_up"), 0.0);
+
+    // One back: a quorum again; ingest recovers by itself.
+    cluster.restart(1);
+    let back = Instant::now();
+    while accepted_since(back) < 20 {
+        assert!(
+            back.elapsed() < RECOVERS_WITHIN,
+            "ingest did not recover within {RECOVERS_WITHIN:?} of a quorum; logs:\n{}",
+            cluster.log_tails()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("quorum back: 202s again after {:?}", back.elapsed());
+    stop.store(true, Ordering::Relaxed);
+    for l in loaders {
+        l.join().unwrap();
+    }
+
+    // Nothing acknowledged was lost: every 202 is in the stream and delivered.
+    let ids: HashSet<String> = seen
+        .lock()
+        .unwrap()
+        .accepted
+        .iter()
+        .map(|(_, id)| id.clone())
+        .collect();
+    await_delivered(&sink, &ids, RECOVERS_WITHIN);
+    let in_stream = ids_in_stream(&cluster, "node-a");
+    let missing: Vec<_> = ids.difference(&in_stream).collect();
+    assert!(
+        missing.is_empty(),
+        "{} 202s not in the stream",
+        missing.len()
+    );
+    eprintln!("{} accepted, all in the stream and delivered", ids.len());
+}
+
+#[test]
+fn a_node_whose_subject_another_wrote_is_fenced_and_accepts_nothing_more() {
+    let Some(cluster) = ready_cluster(1) else {
+        return;
+    };
+    let sink = Downstream::start(Behavior::default());
+    let server =
+        Server::start(opts(&manifest(&cluster, "node-f", 1, &sink.uri("/sink"))).workers(1));
+    let r = server.post("/hooks/t", b"{}");
+    assert_eq!(r.status, 202, "{}", r.text());
+    // Another node writes this node's subject (as an adopter would).
+    let subject = format!("{STREAM}.node-f.core-0");
+    let urls = cluster.urls();
+    let s2 = subject.clone();
+    block_on(async move {
+        let js = jetstream::new(async_nats::connect(urls).await.unwrap());
+        js.publish(s2, "adopted".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    });
+    let r = server.post("/hooks/t", b"{}");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["reason"], "replication_fenced", "{}", r.text());
+    let r = server.post("/hooks/t", b"{}");
+    assert_eq!(
+        r.json()["reason"],
+        "replication_fenced",
+        "refused at admission now"
+    );
+    assert!(server.get("/readyz").text().contains("replication_fenced"));
+    assert_eq!(metric(&server, "sluice_replication_fenced_total"), 1.0);
+    let err = server.stderr();
+    let line = err
+        .lines()
+        .find(|l| l.contains("FENCED"))
+        .expect("a FENCED log line");
+    assert!(line.contains(&subject), "{line}");
+    assert!(
+        line.contains("expected its last sequence") && line.contains("the stream has"),
+        "{line}"
+    );
+}
+
+#[test]
+fn start_up_refuses_a_stream_with_fewer_replicas_and_a_max_payload_below_a_record() {
+    let Some(cluster) = ready_cluster(1) else {
+        return;
+    };
+    let urls = cluster.urls();
+    block_on(async move {
+        let js = jetstream::new(async_nats::connect(urls).await.unwrap());
+        js.create_stream(jetstream::stream::Config {
+            name: STREAM.into(),
+            subjects: vec![format!("{STREAM}.>")],
+            num_replicas: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    });
+    let sink = "http://127.0.0.1:9/sink";
+    let m = manifest(&cluster, "node-r", 3, sink);
+    let f = Server::start_in(temp_root(), opts(&m)).expect_err("started with an R1 stream");
+    assert!(
+        f.stderr.contains("has 1 replicas") && f.stderr.contains("replicas = 3"),
+        "{}",
+        f.stderr
+    );
+    let m = manifest(&cluster, "node-r", 1, sink)
+        .replace("max_body_bytes = 65536", "max_body_bytes = 4194304");
+    let f = Server::start_in(temp_root(), opts(&m))
+        .expect_err("started with records above max_payload");
+    assert!(f.stderr.contains("max_payload"), "{}", f.stderr);
+}
