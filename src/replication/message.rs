@@ -22,7 +22,7 @@
 //! (`wal::format::parse_record`); malformed input is a typed error, never a panic.
 #![forbid(unsafe_code)]
 
-use crate::wal::format::{append_record, parse_record, Parsed, RecordRef};
+use crate::wal::format::{append_record, parse_record, Parsed, RecordKind, RecordRef};
 use crate::wal::{self, Lsn, Record};
 
 /// The first bytes of every message.
@@ -44,17 +44,32 @@ pub struct FrameBuf {
 impl FrameBuf {
     /// Adds `record`, written to log `log` at `lsn`, in the log's own framing.
     pub fn record(&mut self, log: u16, lsn: Lsn, record: &Record) -> Result<(), wal::EncodeError> {
-        let part = match self.parts.iter_mut().find(|(l, _)| *l == log) {
-            Some((_, bytes)) => bytes,
-            None => {
-                self.parts.push((log, Vec::new()));
-                &mut self.parts.last_mut().expect("just pushed").1
-            }
-        };
+        let part = self.part(log);
         append_record(part, lsn, record.kind(), |out| {
             wal::encode_payload_into(record, out)
         })?;
         Ok(())
+    }
+
+    /// Adds a record read back from log `log` (its kind and payload as stored).
+    pub fn raw_record(&mut self, log: u16, lsn: Lsn, kind: RecordKind, payload: &[u8]) {
+        let part = self.part(log);
+        let copied: Result<usize, std::convert::Infallible> =
+            append_record(part, lsn, kind, |out| {
+                out.extend_from_slice(payload);
+                Ok(())
+            });
+        let Ok(_) = copied;
+    }
+
+    fn part(&mut self, log: u16) -> &mut Vec<u8> {
+        match self.parts.iter().position(|(l, _)| *l == log) {
+            Some(i) => &mut self.parts[i].1,
+            None => {
+                self.parts.push((log, Vec::new()));
+                &mut self.parts.last_mut().expect("just pushed").1
+            }
+        }
     }
 
     /// Adds a dead letter stored by the batch, in its store's encoding.

@@ -40,9 +40,13 @@ use async_nats::jetstream::{self, context::PublishErrorKind, stream};
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 
+use std::collections::HashMap;
+
+use crate::replication::catch_up::{self, Behind, LocalLog};
 use crate::replication::message::{pack, MESSAGE_OVERHEAD};
 use crate::replication::spec::ReplicationSpec;
 use crate::replication::state::{CoreState, ReplicationState};
+use crate::wal::Lsn;
 
 /// Room left in a message for its headers (subject, `Nats-Msg-Id`, the expectation).
 const HEADER_ROOM: usize = 512;
@@ -69,6 +73,10 @@ pub enum StartError {
     Stream { stream: String, error: String },
     /// The server's `max_payload` is below the largest record this node may write.
     MaxPayload { max_payload: usize, largest: usize },
+    /// The stream holds more of a log than the local disk (it lost acknowledged records).
+    Behind(Vec<Behind>),
+    /// The records the local logs hold beyond the stream could not be published.
+    CatchUp(String),
     /// The mirror thread could not be started.
     Thread(std::io::Error),
 }
@@ -98,6 +106,25 @@ impl fmt::Display for StartError {
                  largest record this node may write ({largest} bytes with its headers, from \
                  server.max_body_bytes): raise max_payload in the nats-server configuration \
                  (up to 8MB) or lower server.max_body_bytes"
+            ),
+            StartError::Behind(logs) => {
+                write!(f, "replication: the stream holds more than this disk:")?;
+                for b in logs {
+                    write!(
+                        f,
+                        " log core-{} ends at LSN {} here, the stream has it through {};",
+                        b.log, b.local, b.stream
+                    )?;
+                }
+                write!(
+                    f,
+                    " the disk lost acknowledged events (or another node wrote these logs): \
+                     restore them (`sluice replication restore` into an empty data dir)"
+                )
+            }
+            StartError::CatchUp(e) => write!(
+                f,
+                "replication: publishing the records this disk holds beyond the stream: {e}"
             ),
             StartError::Thread(e) => write!(f, "replication: mirror thread: {e}"),
         }
@@ -167,16 +194,23 @@ impl Mirror {
     /// stream if missing (`spec.replicas`, file storage, subjects `<stream>.>`) or checks its
     /// replicas, reads the last sequence of each core's subject, and starts the thread.
     /// `largest_record`: the largest WAL record this node may write (a message must carry one).
+    /// Before it returns, the records `logs` hold beyond the stream are published
+    /// (`replication::catch_up`), so the cores start with every local record replicated.
     pub fn start(
         spec: &ReplicationSpec,
         cores: usize,
         largest_record: usize,
+        logs: &[LocalLog],
     ) -> Result<Mirror, StartError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(StartError::Thread)?;
-        let (js, max_payload, last) = rt.block_on(connect(spec, cores))?;
+        let (js, max_payload, last, through) = rt.block_on(connect(spec, cores, logs))?;
+        let behind = catch_up::behind(logs, &through);
+        if !behind.is_empty() {
+            return Err(StartError::Behind(behind));
+        }
         let largest = largest_record + MESSAGE_OVERHEAD + HEADER_ROOM + 64;
         if largest > max_payload {
             return Err(StartError::MaxPayload {
@@ -208,6 +242,32 @@ impl Mirror {
                 expected,
             });
             links.push(link);
+        }
+        let limit = max_payload.saturating_sub(MESSAGE_OVERHEAD + HEADER_ROOM);
+        for log in logs {
+            let from = through.get(&log.index).copied().unwrap_or(0);
+            let frames = catch_up::missing_frames(log, from, limit).map_err(StartError::CatchUp)?;
+            let Some(task) = tasks.get_mut(log.core).filter(|_| !frames.is_empty()) else {
+                continue;
+            };
+            eprintln!(
+                "sluice: replication: publishing LSNs {}..={} of log core-{} (durable here, not \
+                 yet in the stream) before the cores start",
+                from + 1,
+                log.last_lsn,
+                log.index
+            );
+            let within = spec.lease;
+            let published =
+                rt.block_on(async { tokio::time::timeout(within, task.publish_all(frames)).await });
+            match published {
+                Ok(true) => {}
+                Ok(false) => return Err(StartError::CatchUp("this node is fenced".into())),
+                Err(_) => {
+                    let why = format!("not acknowledged within {within:?}");
+                    return Err(StartError::CatchUp(why));
+                }
+            }
         }
         state.refresh();
         let poll = (js, spec.stream.clone(), state.clone());
@@ -254,7 +314,8 @@ impl Drop for Mirror {
 async fn connect(
     spec: &ReplicationSpec,
     cores: usize,
-) -> Result<(jetstream::Context, usize, Vec<u64>), StartError> {
+    logs: &[LocalLog],
+) -> Result<(jetstream::Context, usize, Vec<u64>, HashMap<u16, Lsn>), StartError> {
     let unreachable = |error: String| StartError::Unreachable {
         servers: spec.servers.clone(),
         error,
@@ -325,7 +386,22 @@ async fn connect(
                 .map_err(stream_err)?,
         );
     }
-    Ok((js, max_payload, last))
+    let through = catch_up::replicated_through(&stream, spec, logs)
+        .await
+        .map_err(stream_err)?;
+    Ok((js, max_payload, last, through))
+}
+
+/// The payload of the last message on `subject`, if it has one.
+pub async fn last_message<I>(
+    stream: &stream::Stream<I>,
+    subject: &str,
+) -> Result<Option<Bytes>, String> {
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(m) => Ok(Some(m.payload)),
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(e) => Err(format!("last message of {subject}: {e}")),
+    }
 }
 
 /// The stream sequence of the last message on `subject`, 0 if it has none.
@@ -410,6 +486,21 @@ impl CoreTask {
             self.link.state.set_acked(last_frame);
             self.wake();
         }
+    }
+
+    /// Publishes `frames` (the start-up catch-up) as messages under `max_payload`, each until
+    /// acknowledged; false if fenced.
+    async fn publish_all(&mut self, frames: Vec<Vec<u8>>) -> bool {
+        let mut pending: VecDeque<(u64, Vec<u8>)> = frames.into_iter().map(|f| (0, f)).collect();
+        while !pending.is_empty() {
+            let n = frames_that_fit(&pending, self.max_payload);
+            let message = pack(self.core, pending.iter().take(n).map(|f| &f.1[..]));
+            if !self.publish(Bytes::from(message)).await {
+                return false;
+            }
+            pending.drain(..n);
+        }
+        true
     }
 
     /// Publishes `message` until acknowledged (true) or fenced (false).

@@ -4,6 +4,7 @@
 //! key-value bucket. [`ReplicationSpec`] is what this room is configured with (`[replication]`,
 //! validated by `config`; this room never reads the configuration itself).
 
+pub mod catch_up;
 pub mod message;
 pub mod mirror;
 pub mod spec;

@@ -253,6 +253,7 @@ fn shared_state(
                 spec,
                 config.server.workers,
                 wal::max_record_bytes_for(config.server.max_body_bytes as usize),
+                &local_logs(run_logs)?,
             )
             .map_err(RuntimeError::Replication)?,
         ),
@@ -362,6 +363,35 @@ fn logs_per_core(
     per_core
 }
 
+/// The logs of this run as replication's start-up sees them (`replication::catch_up`).
+fn local_logs(
+    run_logs: &RunLogs,
+) -> Result<Vec<crate::replication::catch_up::LocalLog>, RuntimeError> {
+    let one = |l: &OpenLog| {
+        let index = l
+            .name
+            .strip_prefix("core-")
+            .and_then(|k| k.parse::<u16>().ok());
+        let index = index.ok_or_else(|| legacy_log(&l.dir))?;
+        Ok(crate::replication::catch_up::LocalLog {
+            core: l.owner,
+            index,
+            dir: l.dir.clone(),
+            last_lsn: l.report.last_lsn,
+        })
+    };
+    run_logs.logs.iter().map(one).collect()
+}
+
+/// Replication refuses the legacy log (segments directly in `wal/`): it has no index.
+fn legacy_log(dir: &std::path::Path) -> RuntimeError {
+    RuntimeError::Config(format!(
+        "replication mirrors core-K logs only; {} is a legacy log: drain it with replication \
+         off first",
+        dir.display()
+    ))
+}
+
 /// The index of each log (`wal/core-<index>`) a core commits, by slot, for its replication
 /// frames. The legacy log (segments directly in `wal/`) has no index: replication refuses it.
 fn replicated_logs(logs: &[HelperLog]) -> Result<Vec<u16>, RuntimeError> {
@@ -369,15 +399,8 @@ fn replicated_logs(logs: &[HelperLog]) -> Result<Vec<u16>, RuntimeError> {
         let name = log.wal.dir().file_name()?.to_str()?;
         name.strip_prefix("core-")?.parse::<u16>().ok()
     };
-    let legacy = |log: &HelperLog| {
-        RuntimeError::Config(format!(
-            "replication mirrors core-K logs only; {} is a legacy log: drain it with replication \
-             off first",
-            log.wal.dir().display()
-        ))
-    };
-    logs.iter()
-        .map(|l| index(l).ok_or_else(|| legacy(l)))
+    (logs.iter())
+        .map(|l| index(l).ok_or_else(|| legacy_log(l.wal.dir())))
         .collect()
 }
 

@@ -386,3 +386,73 @@ fn start_up_refuses_a_stream_with_fewer_replicas_and_a_max_payload_below_a_recor
         .expect_err("started with records above max_payload");
     assert!(f.stderr.contains("max_payload"), "{}", f.stderr);
 }
+
+#[test]
+fn records_durable_here_but_not_in_the_stream_are_published_before_the_cores_start() {
+    let Some(mut cluster) = ready_cluster(3) else {
+        return;
+    };
+    let sink = Downstream::start(Behavior::default());
+    let mut server = Server::start(opts(&manifest(&cluster, "node-c", 3, &sink.uri("/sink"))));
+    for i in 0..5 {
+        assert_eq!(
+            server
+                .post("/hooks/t", format!("{{\"i\":{i}}}").as_bytes())
+                .status,
+            202
+        );
+    }
+    // No quorum: the next events are written here, answered 503 at ack_timeout, and never
+    // reach the stream before the node is killed.
+    cluster.kill(0);
+    cluster.kill(1);
+    let mut held = 0;
+    let t = Instant::now();
+    while held < 3 {
+        assert!(t.elapsed() < RECOVERS_WITHIN, "no held event");
+        let r = server.post("/hooks/t", b"{\"held\":true}");
+        assert_eq!(r.status, 503, "{}", r.text());
+        // The first of an outage waits its ack_timeout; the rest are refused at admission.
+        if r.json()["reason"] == "replication_unavailable" {
+            held += 1;
+        }
+    }
+    server.sigkill();
+    let local: HashSet<String> = wal_inspect(&server.data_dir())
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect();
+    assert!(
+        local.len() > 5,
+        "the held events are in the local log: {}",
+        local.len()
+    );
+    let before = ids_in_stream_when_ready(&mut cluster, "node-c");
+    assert!(
+        local.difference(&before).count() > 0,
+        "some local events are not in the stream"
+    );
+
+    server.restart();
+    let err = server.stderr();
+    assert!(err.contains("before the cores start"), "{err}");
+    let after = ids_in_stream(&cluster, "node-c");
+    let missing: Vec<_> = local.difference(&after).collect();
+    assert!(
+        missing.is_empty(),
+        "local events not published at start-up: {missing:?}"
+    );
+    await_delivered(&sink, &local, RECOVERS_WITHIN);
+}
+
+/// [`ids_in_stream`] once nodes 0 and 1 are back and JetStream answers.
+fn ids_in_stream_when_ready(cluster: &mut NatsCluster, node: &str) -> HashSet<String> {
+    cluster.restart(0);
+    cluster.restart(1);
+    assert!(
+        cluster.wait_ready(RECOVERS_WITHIN),
+        "{}",
+        cluster.log_tails()
+    );
+    ids_in_stream(cluster, node)
+}
