@@ -23,9 +23,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use async_nats::jetstream::stream;
+use bytes::Bytes;
 
 use crate::replication::message::{decode, FrameBuf};
-use crate::replication::mirror::last_message;
 use crate::replication::spec::ReplicationSpec;
 use crate::wal::{Lsn, WalReader};
 
@@ -47,6 +47,27 @@ pub struct Behind {
     pub log: u16,
     pub local: Lsn,
     pub stream: Lsn,
+}
+
+/// The stream sequence of the last message on `subject`, 0 if it has none.
+pub async fn last_sequence<I>(stream: &stream::Stream<I>, subject: &str) -> Result<u64, String> {
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(m) => Ok(m.sequence),
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
+        Err(e) => Err(format!("last message of {subject}: {e}")),
+    }
+}
+
+/// The payload of the last message on `subject`, if it has one.
+pub async fn last_message<I>(
+    stream: &stream::Stream<I>,
+    subject: &str,
+) -> Result<Option<Bytes>, String> {
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(m) => Ok(Some(m.payload)),
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(e) => Err(format!("last message of {subject}: {e}")),
+    }
 }
 
 /// Each log's highest replicated LSN, from the last frame of every subject of `logs`' indexes.
@@ -91,9 +112,9 @@ pub fn missing_frames(log: &LocalLog, from: Lsn, limit: usize) -> Result<Vec<Vec
         return Ok(frames);
     }
     let what = |e: &dyn std::fmt::Display| format!("reading {}: {e}", log.dir.display());
-    let mut reader = WalReader::open_from(&log.dir, from + 1).map_err(|e| what(&e))?;
+    let reader = WalReader::open_from(&log.dir, from + 1).map_err(|e| what(&e))?;
     let mut frame = FrameBuf::default();
-    while let Some(rec) = reader.next() {
+    for rec in reader {
         let rec = rec.map_err(|e| what(&e))?;
         if rec.lsn > log.last_lsn {
             break;
@@ -155,7 +176,7 @@ mod tests {
         assert_eq!(d.frames.last().unwrap().through, [(3, 5)]);
         let through = HashMap::from([(3, 7)]);
         assert_eq!(
-            behind(&[log.clone()], &through),
+            behind(std::slice::from_ref(&log), &through),
             [Behind {
                 log: 3,
                 local: 5,

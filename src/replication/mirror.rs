@@ -42,7 +42,7 @@ use tokio::sync::{mpsc, watch};
 
 use std::collections::HashMap;
 
-use crate::replication::catch_up::{self, Behind, LocalLog};
+use crate::replication::catch_up::{self, last_sequence, Behind, LocalLog};
 use crate::replication::message::{pack, MESSAGE_OVERHEAD};
 use crate::replication::spec::ReplicationSpec;
 use crate::replication::state::{CoreState, ReplicationState};
@@ -243,32 +243,7 @@ impl Mirror {
             });
             links.push(link);
         }
-        let limit = max_payload.saturating_sub(MESSAGE_OVERHEAD + HEADER_ROOM);
-        for log in logs {
-            let from = through.get(&log.index).copied().unwrap_or(0);
-            let frames = catch_up::missing_frames(log, from, limit).map_err(StartError::CatchUp)?;
-            let Some(task) = tasks.get_mut(log.core).filter(|_| !frames.is_empty()) else {
-                continue;
-            };
-            eprintln!(
-                "sluice: replication: publishing LSNs {}..={} of log core-{} (durable here, not \
-                 yet in the stream) before the cores start",
-                from + 1,
-                log.last_lsn,
-                log.index
-            );
-            let within = spec.lease;
-            let published =
-                rt.block_on(async { tokio::time::timeout(within, task.publish_all(frames)).await });
-            match published {
-                Ok(true) => {}
-                Ok(false) => return Err(StartError::CatchUp("this node is fenced".into())),
-                Err(_) => {
-                    let why = format!("not acknowledged within {within:?}");
-                    return Err(StartError::CatchUp(why));
-                }
-            }
-        }
+        publish_missing(&rt, &mut tasks, logs, &through, spec)?;
         state.refresh();
         let poll = (js, spec.stream.clone(), state.clone());
         let thread = std::thread::Builder::new()
@@ -308,6 +283,49 @@ impl Drop for Mirror {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// The start-up catch-up (`replication::catch_up`): each log's records above its replicated
+/// LSN published by its core's task, each message acknowledged within `spec.lease`.
+fn publish_missing(
+    rt: &tokio::runtime::Runtime,
+    tasks: &mut [CoreTask],
+    logs: &[LocalLog],
+    through: &HashMap<u16, Lsn>,
+    spec: &ReplicationSpec,
+) -> Result<(), StartError> {
+    for log in logs {
+        let Some(task) = tasks.get_mut(log.core) else {
+            continue;
+        };
+        let limit = task
+            .max_payload
+            .saturating_sub(MESSAGE_OVERHEAD + HEADER_ROOM);
+        let from = through.get(&log.index).copied().unwrap_or(0);
+        let frames = catch_up::missing_frames(log, from, limit).map_err(StartError::CatchUp)?;
+        if frames.is_empty() {
+            continue;
+        }
+        eprintln!(
+            "sluice: replication: publishing LSNs {}..={} of log core-{} (durable here, not \
+             yet in the stream) before the cores start",
+            from + 1,
+            log.last_lsn,
+            log.index
+        );
+        let within = spec.lease;
+        let published =
+            rt.block_on(async { tokio::time::timeout(within, task.publish_all(frames)).await });
+        match published {
+            Ok(true) => {}
+            Ok(false) => return Err(StartError::CatchUp("this node is fenced".into())),
+            Err(_) => {
+                let why = format!("not acknowledged within {within:?}");
+                return Err(StartError::CatchUp(why));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Connects, ensures the stream, and reads each core's subject's last sequence.
@@ -390,27 +408,6 @@ async fn connect(
         .await
         .map_err(stream_err)?;
     Ok((js, max_payload, last, through))
-}
-
-/// The payload of the last message on `subject`, if it has one.
-pub async fn last_message<I>(
-    stream: &stream::Stream<I>,
-    subject: &str,
-) -> Result<Option<Bytes>, String> {
-    match stream.get_last_raw_message_by_subject(subject).await {
-        Ok(m) => Ok(Some(m.payload)),
-        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
-        Err(e) => Err(format!("last message of {subject}: {e}")),
-    }
-}
-
-/// The stream sequence of the last message on `subject`, 0 if it has none.
-pub async fn last_sequence<I>(stream: &stream::Stream<I>, subject: &str) -> Result<u64, String> {
-    match stream.get_last_raw_message_by_subject(subject).await {
-        Ok(m) => Ok(m.sequence),
-        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
-        Err(e) => Err(format!("last message of {subject}: {e}")),
-    }
 }
 
 /// The thread's body: every core's task, the stream-size poll, until stopped.
