@@ -199,6 +199,11 @@ fn every_202_is_in_the_stream_and_delivered_and_the_node_reports_replication_up(
     assert_eq!(metric(&server, "sluice_replication_up"), 1.0);
     assert!(metric(&server, "sluice_replication_ack_seconds_count") >= 1.0);
     assert_eq!(server.get("/readyz").status, 200);
+    let state = server.get("/api/v1/state").json();
+    let rep = &state["replication"];
+    assert_eq!(rep["state"], "up", "{rep}");
+    assert!(rep["acks"].as_u64().unwrap() >= 1, "{rep}");
+    assert_eq!(rep["adopted_logs"], 0, "{rep}");
 }
 
 #[test]

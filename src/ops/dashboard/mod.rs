@@ -150,6 +150,7 @@ pub fn state(node: &OpsView<'_>) -> Value {
             "bytes": node.backlog.wal_bytes(),
             "max_bytes": config.dispatch.max_wal_bytes,
         },
+        "replication": node.replication.map(replication),
         "backlog": backlog::backlog(node, config, oldest_age_s),
         "pump": backlog::pump(node, config),
         "destinations": destinations(node, config),
@@ -159,6 +160,27 @@ pub fn state(node: &OpsView<'_>) -> Value {
             "permanent_failure": d.dead_lettered(DlqReason::PermanentFailure),
         },
         "triggers": backlog::triggers(node, config),
+    })
+}
+
+/// `replication` (`null` without `[replication]`): its state, the batches waiting for
+/// JetStream, acknowledgements and their mean time, fences, the stream's size, adopted logs.
+fn replication(r: &crate::replication::state::ReplicationState) -> Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    let acks = r.ack_seconds.count();
+    let mean_ms = if acks == 0 {
+        0.0
+    } else {
+        r.ack_seconds.sum_nanos() as f64 / acks as f64 / 1e6
+    };
+    json!({
+        "state": r.refusal().map_or("up", |why| why.as_str()),
+        "inflight_batches": r.cores().iter().map(|c| c.in_flight()).sum::<u64>(),
+        "acks": acks,
+        "ack_mean_ms": mean_ms,
+        "fenced_total": r.fenced_total.load(Relaxed),
+        "stream_bytes": r.stream_bytes.load(Relaxed),
+        "adopted_logs": r.adopted_logs.load(Relaxed),
     })
 }
 
