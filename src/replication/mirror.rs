@@ -25,6 +25,10 @@
 //! subject and both sequences, the task stops publishing (the log never forks), and the node
 //! refuses new events (`replication_fenced`) until it is restarted.
 //!
+//! **The lease.** At start the node takes its entry in `<stream>_nodes` (refusing to start if
+//! another node adopted its logs) and renews it every `lease / 3`; a renewal that finds the
+//! entry adopted fences the node too (`replication::lease`).
+//!
 //! Bounds: frames per core ≤ `max_inflight` (the committer does not hand over more); one
 //! message per core in flight, at most the server's `max_payload`; the stream-size poll every
 //! [`STREAM_POLL`].
@@ -43,6 +47,7 @@ use tokio::sync::{mpsc, watch};
 use std::collections::HashMap;
 
 use crate::replication::catch_up::{self, last_sequence, Behind, LocalLog};
+use crate::replication::lease::{Adopted, Lease, Renewal};
 use crate::replication::message::{pack, MESSAGE_OVERHEAD};
 use crate::replication::spec::ReplicationSpec;
 use crate::replication::state::{CoreState, ReplicationState};
@@ -77,6 +82,8 @@ pub enum StartError {
     Behind(Vec<Behind>),
     /// The records the local logs hold beyond the stream could not be published.
     CatchUp(String),
+    /// Another node adopted this node's logs (`replication::lease`).
+    Adopted(Adopted),
     /// The mirror thread could not be started.
     Thread(std::io::Error),
 }
@@ -126,6 +133,7 @@ impl fmt::Display for StartError {
                 f,
                 "replication: publishing the records this disk holds beyond the stream: {e}"
             ),
+            StartError::Adopted(a) => write!(f, "replication: {a}"),
             StartError::Thread(e) => write!(f, "replication: mirror thread: {e}"),
         }
     }
@@ -207,6 +215,16 @@ impl Mirror {
             .build()
             .map_err(StartError::Thread)?;
         let (js, max_payload, last, through) = rt.block_on(connect(spec, cores, logs))?;
+        let lease = match rt.block_on(Lease::acquire(&js, spec)) {
+            Ok(Ok(lease)) => lease,
+            Ok(Err(adopted)) => return Err(StartError::Adopted(adopted)),
+            Err(e) => {
+                return Err(StartError::Stream {
+                    stream: spec.stream.clone(),
+                    error: e,
+                })
+            }
+        };
         let behind = catch_up::behind(logs, &through);
         if !behind.is_empty() {
             return Err(StartError::Behind(behind));
@@ -246,9 +264,15 @@ impl Mirror {
         publish_missing(&rt, &mut tasks, logs, &through, spec)?;
         state.refresh();
         let poll = (js, spec.stream.clone(), state.clone());
+        let renew = Renew {
+            lease,
+            every: spec.lease / 3,
+            node: state.clone(),
+            links: links.clone(),
+        };
         let thread = std::thread::Builder::new()
             .name("sluice-mirror".into())
-            .spawn(move || rt.block_on(run(tasks, poll, stopped)))
+            .spawn(move || rt.block_on(run(tasks, poll, renew, stopped)))
             .map_err(StartError::Thread)?;
         Ok(Mirror {
             links,
@@ -414,12 +438,14 @@ async fn connect(
 async fn run(
     tasks: Vec<CoreTask>,
     (js, name, state): (jetstream::Context, String, Arc<ReplicationState>),
+    renew: Renew,
     mut stopped: watch::Receiver<bool>,
 ) {
     let set = tokio::task::LocalSet::new();
     for t in tasks {
         set.spawn_local(t.run());
     }
+    set.spawn_local(renew.run());
     set.spawn_local(async move {
         loop {
             if let Ok(mut s) = js.get_stream(&name).await {
@@ -437,6 +463,42 @@ async fn run(
         let _ = stopped.wait_for(|s| *s).await;
     })
     .await;
+}
+
+/// The lease's renewal every `lease / 3` (`replication::lease`).
+struct Renew {
+    lease: Lease,
+    every: Duration,
+    node: Arc<ReplicationState>,
+    links: Vec<MirrorLink>,
+}
+
+impl Renew {
+    async fn run(mut self) {
+        let mut failing = false;
+        loop {
+            tokio::time::sleep(self.every).await;
+            match self.lease.renew().await {
+                Ok(()) => failing = false,
+                Err(Renewal::Adopted(a)) => {
+                    eprintln!("sluice: replication: FENCED: {a}; this node stops accepting");
+                    self.node.fence();
+                    for l in &self.links {
+                        if let Some(w) = l.wake.get() {
+                            w();
+                        }
+                    }
+                    return;
+                }
+                Err(Renewal::Failed(why)) => {
+                    if !failing {
+                        eprintln!("sluice: replication: lease not renewed ({why}); retrying");
+                    }
+                    failing = true;
+                }
+            }
+        }
+    }
 }
 
 /// One core's publisher (module docs).

@@ -5,6 +5,7 @@
 //! validated by `config`; this room never reads the configuration itself).
 
 pub mod catch_up;
+pub mod lease;
 pub mod message;
 pub mod mirror;
 pub mod spec;

@@ -465,3 +465,58 @@ fn ids_in_stream_when_ready(cluster: &mut NatsCluster, node: &str) -> HashSet<St
     );
     ids_in_stream(cluster, node)
 }
+
+#[test]
+fn a_node_whose_logs_were_adopted_fences_itself_and_refuses_to_start_naming_the_adopter() {
+    let Some(cluster) = ready_cluster(1) else {
+        return;
+    };
+    let sink = Downstream::start(Behavior::default());
+    let mut server = Server::start(opts(&manifest(&cluster, "node-l", 1, &sink.uri("/sink"))));
+    assert_eq!(server.post("/hooks/t", b"{}").status, 202);
+    // Another node adopts node-l's logs: a compare-and-set on node-l's lease entry.
+    let urls = cluster.urls();
+    block_on(async move {
+        let js = jetstream::new(async_nats::connect(urls).await.unwrap());
+        let kv = js
+            .get_key_value(format!("{STREAM}_nodes"))
+            .await
+            .expect("the lease bucket");
+        let e = kv
+            .entry("node-l")
+            .await
+            .unwrap()
+            .expect("node-l holds a lease");
+        let mut v: serde_json::Value = serde_json::from_slice(&e.value).unwrap();
+        assert_eq!(v["node"], "node-l");
+        v["adopted_by"] = "node-z".into();
+        v["adopted_at_ms"] = 1.into();
+        kv.update("node-l", serde_json::to_vec(&v).unwrap().into(), e.revision)
+            .await
+            .expect("the adopter's compare-and-set");
+    });
+    // Its next renewal (every lease / 3 = 2 s) finds it: fenced, refusing.
+    let t = Instant::now();
+    while !server.get("/readyz").text().contains("replication_fenced") {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "not fenced after adoption"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = server.post("/hooks/t", b"{}");
+    assert_eq!(r.json()["reason"], "replication_fenced", "{}", r.text());
+    assert!(
+        server.stderr().contains("adopted by node \"node-z\""),
+        "{}",
+        server.stderr()
+    );
+    server.stop();
+    let f = server.try_restart().expect_err("an adopted node started");
+    assert!(
+        f.stderr.contains("adopted by node \"node-z\""),
+        "{}",
+        f.stderr
+    );
+    assert!(f.stderr.contains("new replication.node"), "{}", f.stderr);
+}
