@@ -420,7 +420,11 @@ fn wire_cores(shared: &Arc<Shared>, run_logs: RunLogs) -> Result<Vec<CoreParts>,
     for (core, ((helper_logs, pump_logs), reactor)) in
         per_core.into_iter().zip(reactors).enumerate()
     {
-        let replicate = shared.replicate(core, replicated_logs(&helper_logs)?);
+        // Only with `[replication]`: a node without it may still run a legacy log.
+        let replicate = match shared.replication() {
+            Some(_) => shared.replicate(core, replicated_logs(&helper_logs)?),
+            None => None,
+        };
         let committer = Committer::start(
             core,
             helper_logs,
