@@ -8,6 +8,7 @@ pub mod catch_up;
 pub mod lease;
 pub mod message;
 pub mod mirror;
+pub mod restore;
 pub mod spec;
 pub mod state;
 
