@@ -33,6 +33,7 @@ use crate::config::Config;
 use crate::ingest::router::Router;
 use crate::metrics::Metrics;
 use crate::net::io::{Backend, Reactor, Waker};
+use crate::replication::restore::RestoreError;
 use crate::sched::commit::{Committer, HelperLog};
 use crate::sched::context::{DispatchContext, IngestContext, Pending};
 use crate::sched::error::io_err;
@@ -160,7 +161,9 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
 
 /// With `[replication]` and a data dir whose `wal/` holds nothing (a replaced disk): this node's
 /// logs are restored from the stream first (`ops::restore`), one line per log on stderr; a
-/// stream with no message of the node leaves the data dir empty (a new node). Before the logs
+/// stream with no message of the node, or no stream yet, leaves the data dir empty (a new
+/// node). Any other failure (JetStream unreachable, a gap) fails the start: a node must not
+/// come up empty under a name whose acknowledged events the stream holds. Before the logs
 /// are opened, so before the mirror starts and long before anything listens.
 fn restore_empty_data_dir(config: &Config) -> Result<(), RuntimeError> {
     let Some(spec) = &config.replication else {
@@ -173,18 +176,18 @@ fn restore_empty_data_dir(config: &Config) -> Result<(), RuntimeError> {
     }
     let wal = wal_config(config, config.wal_dir());
     let max_dlq = config.dispatch.max_dlq_entries as usize;
-    let restored = crate::ops::restore::restore(spec, &spec.node, data_dir, &wal, max_dlq)
-        .map_err(RuntimeError::Restore)?;
-    match restored {
-        Some(r) => {
+    match crate::ops::restore::restore(spec, &spec.node, data_dir, &wal, max_dlq) {
+        Ok(Some(r)) => {
             for line in crate::ops::restore::report(&spec.node, &r) {
                 eprintln!("sluice: {line}");
             }
         }
-        None => eprintln!(
+        // No stream yet (the mirror creates it), or none of this node's messages in it.
+        Ok(None) | Err(RestoreError::NoStream { .. }) => eprintln!(
             "sluice: replication: the stream {} holds no log of node {}: starting with empty logs",
             spec.stream, spec.node
         ),
+        Err(e) => return Err(RuntimeError::Restore(e)),
     }
     Ok(())
 }

@@ -18,7 +18,7 @@ use async_nats::jetstream::{self, consumer, stream};
 use futures_util::StreamExt;
 
 use super::{At, RestoreError};
-use crate::replication::mirror::last_sequence;
+use crate::replication::catch_up::last_sequence;
 use crate::replication::spec::ReplicationSpec;
 
 /// How many `ack_timeout`s a read waits for its next message before it calls the read stalled.
@@ -191,15 +191,22 @@ async fn open(spec: &ReplicationSpec) -> Result<stream::Stream, RestoreError> {
                 .map_err(|e| unreachable(e.to_string()))?,
         );
     }
-    let options = async_nats::ConnectOptions::new()
-        .name(format!("sluice restore {}", spec.node))
-        .connection_timeout(spec.ack_timeout)
-        .request_timeout(Some(spec.ack_timeout))
-        .retry_on_initial_connect();
-    let client = tokio::time::timeout(spec.lease, options.connect(addrs))
-        .await
-        .map_err(|_| unreachable(format!("no connection within {:?}", spec.lease)))?
-        .map_err(|e| unreachable(e.to_string()))?;
+    // Retried here, not by the client (`retry_on_initial_connect` returns before any server
+    // answered, so an unreachable cluster would read as a stream that does not answer).
+    let deadline = Instant::now() + spec.lease;
+    let client = loop {
+        let options = async_nats::ConnectOptions::new()
+            .name(format!("sluice restore {}", spec.node))
+            .connection_timeout(spec.ack_timeout)
+            .request_timeout(Some(spec.ack_timeout));
+        match options.connect(addrs.clone()).await {
+            Ok(c) => break c,
+            Err(e) if Instant::now() >= deadline => {
+                return Err(unreachable(format!("{e} (for {:?})", spec.lease)));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
     let js = jetstream::new(client);
     let deadline = Instant::now() + spec.lease;
     loop {
