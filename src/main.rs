@@ -5,7 +5,12 @@
 //! (the readable ones are still listed), `dlq show` found the entry damaged; 4 `dlq` entry not
 //! found. `wal`, `dlq` and `events` exit 2 when `--data-dir` does not exist or holds neither
 //! `wal/` nor `dlq/`. `events`: 2 for a malformed id or filter, 1 for an event not found (the message says
-//! whether retention may have retired it) or a failed read.
+//! whether retention may have retired it) or a failed read. `replication restore`: 2 a bad
+//! manifest, no `[replication]` section or a bad `--node`; 3 the stream's records are not
+//! continuous (a gap, a conflicting repeat, a message that does not decode, a log short of its
+//! durable LSN, a restored log that does not verify); 4 the stream holds no message of the node;
+//! 5 no NATS server answered; 6 the stream does not exist; 7 the data dir already holds logs
+//! (or dead letters); 1 any other failure (a stalled read, a write).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -65,6 +70,28 @@ enum Command {
     Events {
         #[command(subcommand)]
         command: EventsCommand,
+    },
+    /// The JetStream mirror of the logs (`[replication]`).
+    Replication {
+        #[command(subcommand)]
+        command: ReplicationCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ReplicationCommand {
+    /// Restore a node's logs and dead letters from the stream into an empty data dir (exit 0;
+    /// 3 not continuous, 4 nothing of the node, 5 unreachable, 6 no stream, 7 not empty).
+    Restore {
+        /// TOML manifest with a [replication] section (its WAL settings are used too).
+        #[arg(long)]
+        config: PathBuf,
+        /// The node whose logs to restore (replaces replication.node).
+        #[arg(long)]
+        node: String,
+        /// The data dir to restore into: absent, or without logs and dead letters.
+        #[arg(long)]
+        data_dir: PathBuf,
     },
 }
 
@@ -244,6 +271,7 @@ fn main() -> ExitCode {
         Command::Dlq { command } => dlq(command),
         Command::Events { command } => events(command),
         Command::Check(args) => check(args),
+        Command::Replication { command } => replication(command),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -517,6 +545,56 @@ fn events(command: EventsCommand) -> Outcome {
     result.or_else(|e| fail(e.code, e.msg))
 }
 
+/// `sluice replication restore` (exit codes: module header).
+fn replication(command: ReplicationCommand) -> Outcome {
+    let ReplicationCommand::Restore {
+        config,
+        node,
+        data_dir,
+    } = command;
+    let overrides = Overrides {
+        data_dir: Some(data_dir.clone()),
+        ..Overrides::default()
+    };
+    let cfg = match Config::load(Some(&config), &overrides) {
+        Ok(c) => c,
+        Err(e) => return fail(2, e.to_string()),
+    };
+    let Some(spec) = cfg.replication.clone() else {
+        return fail(
+            2,
+            format!("{} has no [replication] section", config.display()),
+        );
+    };
+    if !sluice::replication::restore::valid_node(&node) {
+        return fail(
+            2,
+            sluice::replication::restore::RestoreError::BadNode(node).to_string(),
+        );
+    }
+    let spec = sluice::replication::ReplicationSpec { node, ..spec };
+    let wal = sluice::sched::runtime::wal_config(&cfg, data_dir.join("wal"));
+    let max_dlq = cfg.dispatch.max_dlq_entries as usize;
+    match sluice::ops::restore::restore(&spec, &spec.node, &data_dir, &wal, max_dlq) {
+        Ok(Some(r)) => {
+            for line in sluice::ops::restore::report(&spec.node, &r) {
+                print_line(&line);
+            }
+            Ok(())
+        }
+        Ok(None) => fail(
+            4,
+            format!(
+                "the stream {} holds no message of node {} ({}): nothing restored",
+                spec.stream,
+                spec.node,
+                spec.node_filter(&spec.node)
+            ),
+        ),
+        Err(e) => fail(e.exit_code(), e.to_string()),
+    }
+}
+
 /// `sluice dlq replay --all`: exit 0, 2 for a bad filter, 3 when some entry was unreadable
 /// (the readable ones are replayed), 1 for a WAL or DLQ failure.
 fn replay_all(
@@ -678,6 +756,44 @@ mod tests {
         assert_eq!(code(bad_reason), 2);
         let bad_since = replay_all(&data_dir, None, None, Some("yesterday".into()), None);
         assert_eq!(code(bad_since), 2);
+    }
+
+    #[test]
+    fn replication_restore_needs_a_replication_section_and_a_node_name_with_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain.toml");
+        std::fs::write(&plain, "").unwrap();
+        let with = dir.path().join("with.toml");
+        std::fs::write(
+            &with,
+            "[replication]\nnats = [\"nats://127.0.0.1:1\"]\nnode = \"a\"\n",
+        )
+        .unwrap();
+        let data = dir.path().join("data");
+        let run = |config: &std::path::Path, node: &str| {
+            let argv = [
+                "replication",
+                "restore",
+                "--config",
+                config.to_str().unwrap(),
+                "--node",
+                node,
+                "--data-dir",
+                data.to_str().unwrap(),
+            ];
+            match parse(&argv).unwrap().command {
+                Command::Replication { command } => replication(command),
+                _ => panic!("not replication"),
+            }
+        };
+        let f = run(&plain, "a").unwrap_err();
+        assert_eq!(f.code, 2);
+        assert!(f.msg.contains("no [replication] section"), "{}", f.msg);
+        let f = run(&with, "a.b").unwrap_err();
+        assert_eq!(f.code, 2);
+        assert!(f.msg.contains("\"a.b\" is not a node name"), "{}", f.msg);
+        assert!(parse(&["replication", "restore", "--config", "c"]).is_err());
+        assert!(!data.exists(), "nothing created");
     }
 
     #[test]

@@ -14,10 +14,14 @@
 //!   gate and the router's refusals answered at once, the rest handed on.
 //! - [`lifecycle`]: the phase (`/readyz`) and the drain's cells, owned by the runtime's
 //!   shared state, read here.
+//! - [`restore`]: a node's data dir restored from the JetStream stream (`sluice replication
+//!   restore`, and the start of a node with an empty data dir): the dead-letter side of
+//!   `replication::restore`.
 
 pub mod dashboard;
 pub mod events_api;
 pub mod lifecycle;
 pub mod reload;
+pub mod restore;
 pub mod routes;
 pub mod view;

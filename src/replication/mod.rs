@@ -3,11 +3,16 @@
 //! JetStream ack, and a lost node's logs are adopted through a lease in the `<stream>_nodes`
 //! key-value bucket. [`ReplicationSpec`] is what this room is configured with (`[replication]`,
 //! validated by `config`; this room never reads the configuration itself).
+//!
+//! [`restore`] rebuilds a node's logs from its messages (`sluice replication restore`, and a
+//! node started with an empty data dir); the dead letters it carries are written by the caller's
+//! store (`ops::restore`), as this room never names dispatch.
 
 pub mod catch_up;
 pub mod lease;
 pub mod message;
 pub mod mirror;
+pub mod restore;
 pub mod spec;
 pub mod state;
 

@@ -22,6 +22,8 @@ pub enum RuntimeError {
     ThreadDied(String),
     /// `[replication]`: JetStream unreachable at start-up, or its stream unusable.
     Replication(crate::replication::mirror::StartError),
+    /// `[replication]` with an empty data dir: restoring the node's logs from the stream failed.
+    Restore(crate::replication::restore::RestoreError),
 }
 
 impl std::fmt::Display for RuntimeError {
@@ -32,6 +34,7 @@ impl std::fmt::Display for RuntimeError {
             RuntimeError::Config(msg) => f.write_str(msg),
             RuntimeError::ThreadDied(name) => write!(f, "thread {name} died"),
             RuntimeError::Replication(e) => write!(f, "{e}"),
+            RuntimeError::Restore(e) => write!(f, "{e}"),
         }
     }
 }

@@ -33,6 +33,7 @@ use crate::config::Config;
 use crate::ingest::router::Router;
 use crate::metrics::Metrics;
 use crate::net::io::{Backend, Reactor, Waker};
+use crate::replication::restore::RestoreError;
 use crate::sched::commit::{Committer, HelperLog};
 use crate::sched::context::{DispatchContext, IngestContext, Pending};
 use crate::sched::error::io_err;
@@ -122,7 +123,7 @@ struct Run {
 }
 
 /// The WAL settings of `config`, for the log directory `dir`.
-fn wal_config(config: &Config, dir: std::path::PathBuf) -> WalConfig {
+pub fn wal_config(config: &Config, dir: std::path::PathBuf) -> WalConfig {
     WalConfig {
         dir,
         segment_bytes: config.wal.segment_bytes,
@@ -137,6 +138,7 @@ fn wal_config(config: &Config, dir: std::path::PathBuf) -> WalConfig {
 /// Recovers every log, builds the shared state, binds the listeners and wires the cores.
 fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+    restore_empty_data_dir(&config)?;
     let mut run_logs = recover_logs(&config)?;
     let shared = Arc::new(shared_state(config.clone(), clock, &mut run_logs)?);
     if config.wal.commit == wal::CommitPath::Ring {
@@ -155,6 +157,39 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         addr,
         cores,
     })
+}
+
+/// With `[replication]` and a data dir whose `wal/` holds nothing (a replaced disk): this node's
+/// logs are restored from the stream first (`ops::restore`), one line per log on stderr; a
+/// stream with no message of the node, or no stream yet, leaves the data dir empty (a new
+/// node). Any other failure (JetStream unreachable, a gap) fails the start: a node must not
+/// come up empty under a name whose acknowledged events the stream holds. Before the logs
+/// are opened, so before the mirror starts and long before anything listens.
+fn restore_empty_data_dir(config: &Config) -> Result<(), RuntimeError> {
+    let Some(spec) = &config.replication else {
+        return Ok(());
+    };
+    let data_dir = &config.server.data_dir;
+    let used = crate::replication::restore::write::holds(&config.wal_dir());
+    if !matches!(used, Ok(None)) {
+        return Ok(());
+    }
+    let wal = wal_config(config, config.wal_dir());
+    let max_dlq = config.dispatch.max_dlq_entries as usize;
+    match crate::ops::restore::restore(spec, &spec.node, data_dir, &wal, max_dlq) {
+        Ok(Some(r)) => {
+            for line in crate::ops::restore::report(&spec.node, &r) {
+                eprintln!("sluice: {line}");
+            }
+        }
+        // No stream yet (the mirror creates it), or none of this node's messages in it.
+        Ok(None) | Err(RestoreError::NoStream { .. }) => eprintln!(
+            "sluice: replication: the stream {} holds no log of node {}: starting with empty logs",
+            spec.stream, spec.node
+        ),
+        Err(e) => return Err(RuntimeError::Restore(e)),
+    }
+    Ok(())
 }
 
 /// Opens and recovers every log of `config`'s data dir, one line per log on stderr.

@@ -191,3 +191,213 @@ async fn stream_leader(js: &jetstream::Context) -> String {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Restore (issue 41 item 3): a node's logs rebuilt from the stream, by hand and at start-up.
+// ---------------------------------------------------------------------------------------------
+
+/// The stream the sluice nodes below replicate to.
+const SLUICE_STREAM: &str = "sluice";
+
+/// A manifest for one sluice node replicating to `cluster` as `node`: one trigger without a
+/// destination (its events are done `no_handler` at once, so the logs hold done records too),
+/// bodies bounded below NATS's default 1 MiB `max_payload`.
+fn replicating_manifest(cluster: &NatsCluster, node: &str) -> String {
+    let urls: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    format!(
+        "[server]\nmax_body_bytes = 262144\n\n\
+         [replication]\nnats = [{}]\nstream = \"{SLUICE_STREAM}\"\nreplicas = 3\nnode = \"{node}\"\n\n\
+         [[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\n",
+        urls.join(", ")
+    )
+}
+
+/// A 3-node cluster, ready; `None` (skipped, by name) without a nats-server.
+fn ready_cluster() -> Option<NatsCluster> {
+    let cluster = NatsCluster::start(3)?;
+    assert!(
+        cluster.wait_ready(NATS_READY_TIMEOUT),
+        "the 3-node cluster was not ready within {NATS_READY_TIMEOUT:?}; logs:\n{}",
+        cluster.log_tails()
+    );
+    Some(cluster)
+}
+
+/// Posts `n` events to `server`'s trigger; every one must be a 202. Returns their ids.
+fn post_events(server: &Server, n: usize) -> Vec<String> {
+    // Several connections: the kernel spreads them over the cores' listeners, so more than one
+    // log is written.
+    let mut clients: Vec<_> = (0..4).map(|_| server.client()).collect();
+    (0..n)
+        .map(|i| {
+            let client = &mut clients[i % 4];
+            let body = format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(i % 300));
+            let r = client.post("/hooks/t", body.as_bytes(), &[]);
+            assert_eq!(r.status, 202, "event {i}: {} {}", r.status, r.text());
+            accepted(&r).0
+        })
+        .collect()
+}
+
+/// Waits until `server`'s ledger has every event done (the done records are written).
+fn settled(server: &Server, accepted: u64) {
+    let done = || {
+        let v = server.get("/api/v1/ledger").json();
+        let t = &v["triggers"]["t"];
+        t["accepted"] == accepted && t["pending"] == 0
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), done),
+        "events still pending; ledger: {}",
+        server.get("/api/v1/ledger").text()
+    );
+}
+
+/// (log, lsn, id, outcome) of every event of a data dir, by log and LSN.
+fn events_of(data_dir: &std::path::Path) -> Vec<(String, u64, String, String)> {
+    let mut v: Vec<_> = wal_inspect(data_dir)
+        .into_iter()
+        .map(|e| (e.log, e.lsn, e.event_id, e.outcome))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn replication_restore_rebuilds_a_stopped_nodes_logs_from_the_stream() {
+    let t0 = Instant::now();
+    let Some(cluster) = ready_cluster() else {
+        return;
+    };
+    let manifest = replicating_manifest(&cluster, "node-r");
+    let opts = crate::dispatch::big_buckets(Opts::config(&manifest)).workers(2);
+    let mut server = Server::start(opts);
+    let ids = post_events(&server, 200);
+    settled(&server, 200);
+    // The done records' batches are acknowledged within milliseconds of their commit.
+    std::thread::sleep(Duration::from_millis(500));
+    server.stop();
+    let original = events_of(&server.data_dir());
+    assert_eq!(original.len(), 200);
+
+    let root = server.root();
+    let config = root.path().join("restore.toml");
+    std::fs::write(&config, &manifest).unwrap();
+    let target = root.path().join("restored");
+    let t = Instant::now();
+    let out = run_cli(&[
+        "replication",
+        "restore",
+        "--config",
+        path_str(&config),
+        "--node",
+        "node-r",
+        "--data-dir",
+        path_str(&target),
+    ]);
+    eprintln!("restore took {:?}:\n{}", t.elapsed(), out.all());
+    assert!(out.status.success(), "restore failed:\n{}", out.all());
+    let mut logs: Vec<&str> = original.iter().map(|e| e.0.as_str()).collect();
+    logs.dedup();
+    for log in logs {
+        let line = format!("restored log {log} of node node-r: ");
+        assert!(out.stdout.contains(&line), "{line:?}:\n{}", out.stdout);
+    }
+    assert!(out.stdout.contains(", LSN 1..="), "{}", out.stdout);
+    assert_wal_clean(&target);
+    let restored = events_of(&target);
+    assert_eq!(restored, original, "same events, logs, LSNs and outcomes");
+    let mut restored_ids: Vec<&String> = restored.iter().map(|e| &e.2).collect();
+    let mut posted: Vec<&String> = ids.iter().collect();
+    restored_ids.sort();
+    posted.sort();
+    assert_eq!(restored_ids, posted);
+
+    // Again into the restored dir: refused, nothing overwritten (exit 7).
+    let again = run_cli(&[
+        "replication",
+        "restore",
+        "--config",
+        path_str(&config),
+        "--node",
+        "node-r",
+        "--data-dir",
+        path_str(&target),
+    ]);
+    assert_eq!(again.status.code(), Some(7), "{}", again.all());
+    assert!(again.stderr.contains("already holds"), "{}", again.stderr);
+    // A node the stream has never seen: exit 4, nothing created.
+    let none = root.path().join("none");
+    let unknown = run_cli(&[
+        "replication",
+        "restore",
+        "--config",
+        path_str(&config),
+        "--node",
+        "node-zz",
+        "--data-dir",
+        path_str(&none),
+    ]);
+    assert_eq!(unknown.status.code(), Some(4), "{}", unknown.all());
+    assert!(!none.join("wal").exists());
+    eprintln!("restore test done in {:?}", t0.elapsed());
+}
+
+#[test]
+fn a_node_started_with_an_empty_data_dir_restores_its_logs_before_it_listens() {
+    let t0 = Instant::now();
+    let Some(cluster) = ready_cluster() else {
+        return;
+    };
+    let manifest = replicating_manifest(&cluster, "node-s");
+    let opts = crate::dispatch::big_buckets(Opts::config(&manifest)).workers(2);
+    let mut first = Server::start(opts.clone());
+    // A new node: the stream holds nothing of it, it starts empty and says so.
+    assert!(
+        first.stderr().contains("holds no log of node node-s"),
+        "{}",
+        first.stderr()
+    );
+    let ids = post_events(&first, 40);
+    settled(&first, 40);
+    std::thread::sleep(Duration::from_millis(500));
+    first.stop();
+
+    // The disk is replaced: the same node name, an empty data dir.
+    let mut second = Server::start(opts);
+    let stderr = second.stderr();
+    let restored = stderr
+        .lines()
+        .filter(|l| l.contains("restored log core-") && l.contains("of node node-s"))
+        .count();
+    assert!(restored >= 1, "no restore line:\n{stderr}");
+    let at = |needle: &str| {
+        stderr
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle:?}:\n{stderr}"))
+    };
+    assert!(
+        at("restored log core-") < at("wal core-0 recovered"),
+        "restored before the logs were opened:\n{stderr}"
+    );
+    for id in [&ids[0], &ids[39]] {
+        let shown = run_cli(&[
+            "events",
+            "show",
+            id,
+            "--data-dir",
+            path_str(&second.data_dir()),
+        ]);
+        assert!(shown.status.success(), "{id}: {}", shown.all());
+        assert!(shown.stdout.contains(id.as_str()), "{}", shown.stdout);
+        let api = second.get(&format!("/api/v1/events/{id}"));
+        assert_eq!(api.status, 200, "{}", api.text());
+    }
+    // It goes on where the first left off: its next events are replicated (202) on the same
+    // subjects, the fence agreeing with the stream.
+    post_events(&second, 5);
+    settled(&second, 45);
+    second.stop();
+    assert_wal_clean(&second.data_dir());
+    eprintln!("start-up restore test done in {:?}", t0.elapsed());
+}
