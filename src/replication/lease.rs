@@ -94,6 +94,37 @@ pub fn check(entry: Option<&NodeEntry>) -> Result<(), Adopted> {
     }
 }
 
+/// Whether node `spec.node`'s logs were adopted, read from its entry (a new connection,
+/// waiting at most `spec.lease`): for a start with an empty data dir, which must not restore
+/// logs another node adopted. No bucket or no entry: not adopted.
+pub fn adopted_blocking(spec: &ReplicationSpec) -> Result<Option<Adopted>, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let read = async {
+            let client = async_nats::ConnectOptions::new()
+                .connection_timeout(spec.ack_timeout)
+                .connect(spec.servers.as_slice())
+                .await
+                .map_err(|e| e.to_string())?;
+            let js = jetstream::new(client);
+            let Ok(store) = js.get_key_value(spec.lease_bucket()).await else {
+                return Ok(None);
+            };
+            let entry = store.entry(&spec.node).await.map_err(|e| e.to_string())?;
+            let found: Option<NodeEntry> =
+                entry.and_then(|e| serde_json::from_slice(&e.value).ok());
+            Ok(check(found.as_ref()).err())
+        };
+        match tokio::time::timeout(spec.lease, read).await {
+            Ok(r) => r,
+            Err(_) => Err(format!("no answer within {:?}", spec.lease)),
+        }
+    })
+}
+
 /// The node's hold on its entry.
 #[derive(Debug)]
 pub struct Lease {

@@ -174,6 +174,19 @@ fn restore_empty_data_dir(config: &Config) -> Result<(), RuntimeError> {
     if !matches!(used, Ok(None)) {
         return Ok(());
     }
+    // Logs another node adopted are never served here again, nor restored (README).
+    match crate::replication::lease::adopted_blocking(spec) {
+        Ok(None) => {}
+        Ok(Some(adopted)) => {
+            let e = crate::replication::mirror::StartError::Adopted(adopted);
+            return Err(RuntimeError::Replication(e));
+        }
+        Err(error) => {
+            let servers = spec.servers.clone();
+            let e = crate::replication::mirror::StartError::Unreachable { servers, error };
+            return Err(RuntimeError::Replication(e));
+        }
+    }
     let wal = wal_config(config, config.wal_dir());
     let max_dlq = config.dispatch.max_dlq_entries as usize;
     match crate::ops::restore::restore(spec, &spec.node, data_dir, &wal, max_dlq) {

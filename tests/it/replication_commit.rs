@@ -519,4 +519,17 @@ fn a_node_whose_logs_were_adopted_fences_itself_and_refuses_to_start_naming_the_
         f.stderr
     );
     assert!(f.stderr.contains("new replication.node"), "{}", f.stderr);
+    // Nor with a new, empty disk: its logs are not restored for it.
+    let root = temp_root();
+    let m = manifest(&cluster, "node-l", 1, &sink.uri("/sink"));
+    let f = Server::start_in(root.clone(), opts(&m)).expect_err("an adopted node started empty");
+    assert!(
+        f.stderr.contains("adopted by node \"node-z\""),
+        "{}",
+        f.stderr
+    );
+    assert!(
+        !root.path().join("data").join("wal").join("core-0").exists(),
+        "restored anyway"
+    );
 }
