@@ -205,7 +205,7 @@ def match_brace(code: str, open_at: int) -> int:
 # ---------------------------------------------------------------------------------------------
 # The module tree.
 
-# `#[cfg(test)]`, `#[cfg(all(test, not(loom)))]`: any cfg that requires `test` (not `not(test)`).
+# `#[cfg(test)]`, `#[cfg(all(test, not(sluice_loom)))]`: any cfg that requires `test` (not `not(test)`).
 TEST_CFG = re.compile(r"#\[cfg\((?:test|all\((?:[^()]|\([^()]*\))*?(?<!not\()\btest\b(?:[^()]|\([^()]*\))*\))\)\]")
 MOD = re.compile(r"((?:#\[[^\]]*\]\s*)*)(?:pub(?:\([^)]*\))?\s+)?mod\s+([A-Za-z_][A-Za-z0-9_]*)\s*([;{])")
 

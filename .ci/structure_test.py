@@ -40,7 +40,7 @@ ok = all([
     }, ["file-cycle: src/a/mod.rs src/a/b.rs"]),
     check("test modules and strings never count", {
         "lib.rs": "pub mod wal;\npub mod net;\n",
-        "wal.rs": "pub struct W;\n#[cfg(all(test, not(loom)))]\nmod tests { use crate::net::N; }\n"
+        "wal.rs": "pub struct W;\n#[cfg(all(test, not(sluice_loom)))]\nmod tests { use crate::net::N; }\n"
                   "const S: &str = \"crate::net::N\";\n// crate::net::N\n",
         "net.rs": "pub struct N;\n",
     }, [], ["forbidden: wal -> net"]),

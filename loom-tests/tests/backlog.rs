@@ -4,7 +4,7 @@
 //!
 //! Every model runs its contenders on spawned threads, joins them from the model body, and
 //! asserts that more than one interleaving was explored.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

@@ -1,10 +1,10 @@
 //! Loom models of the admission token buckets: the GCRA word's CAS loop (`sluice::sync::gcra`)
 //! and the all-or-nothing refund (`sluice::ingest::bucket`), on the real code compiled with
-//! `--cfg loom`.
+//! `--cfg sluice_loom`.
 //!
 //! Every model runs its contenders on spawned threads, joins them from the model body, and
 //! asserts that more than one interleaving was explored.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

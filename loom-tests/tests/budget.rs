@@ -1,10 +1,10 @@
 //! Loom model of the in-flight body budget (`sluice::net::budget`): the reserve CAS loop and
-//! the release `fetch_sub`, on the real code compiled with `--cfg loom`.
+//! the release `fetch_sub`, on the real code compiled with `--cfg sluice_loom`.
 //!
 //! Two threads reserve and release against one small budget; whatever the interleaving the
 //! reserved total never exceeds the limit, and every byte comes back. Both contenders run on
 //! spawned threads; the model asserts that more than one interleaving was explored.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

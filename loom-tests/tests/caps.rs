@@ -3,7 +3,7 @@
 //! give racing a take never loses or duplicates a job.
 //!
 //! Run: `loom-tests/run.sh --test caps`.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

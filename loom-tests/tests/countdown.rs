@@ -2,7 +2,7 @@
 //! events: a reader that sees every party finished sees what each did before its finish.
 //!
 //! Run: `loom-tests/run.sh --test countdown`.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

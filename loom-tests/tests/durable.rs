@@ -11,7 +11,7 @@
 //! parked, or it wakes the loop's poll.
 //!
 //! Run: `loom-tests/run.sh --test durable`.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::{explore, explore_with_stack};

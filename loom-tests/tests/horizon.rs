@@ -4,7 +4,7 @@
 //! (publishing 0) is seen before anything it hands over next.
 //!
 //! Run: `loom-tests/run.sh --test horizon`.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

@@ -5,7 +5,7 @@
 //! one published.
 //!
 //! Run: `loom-tests/run.sh --test ledger`.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

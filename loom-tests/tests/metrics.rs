@@ -3,7 +3,7 @@
 //! added, and after the cores stop it sees the exact total.
 //!
 //! Run: `loom-tests/run.sh --test metrics`.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

@@ -4,7 +4,7 @@
 //! a retirement racing both leaves a consistent index.
 //!
 //! Run: `loom-tests/run.sh --test outcomes`.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

@@ -3,7 +3,7 @@
 //! out of slots and a core that releases one.
 //!
 //! Run: `loom-tests/run.sh --test outstanding`.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

@@ -4,7 +4,7 @@
 //! publisher is done.
 //!
 //! Run: `loom-tests/run.sh --test publish`.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

@@ -7,7 +7,7 @@
 //! the claim taken after the read, or dropped before the removal, both could hand it over.
 //!
 //! Run: `loom-tests/run.sh --test replay_claims`.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

@@ -4,7 +4,7 @@
 //! after a newer, and after the helper is done it sees the last one exactly once.
 //!
 //! Run: `loom-tests/run.sh --test retired`.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

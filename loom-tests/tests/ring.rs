@@ -1,7 +1,7 @@
-//! Loom models of `sluice::ring` (the real code, compiled with `--cfg loom` so its atomics and
+//! Loom models of `sluice::ring` (the real code, compiled with `--cfg sluice_loom` so its atomics and
 //! `UnsafeCell` come from loom through `sluice::sync`).
 //!
-//! Run: `loom-tests/run.sh` (= `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release`).
+//! Run: `loom-tests/run.sh` (= `RUSTFLAGS="--cfg sluice_loom" LOOM_MAX_PREEMPTIONS=3 cargo test --release`).
 //! Each model runs its producers and its consumer on spawned threads, joins them from the model
 //! body, and counts its iterations so that a model that explores nothing fails.
 //!
@@ -11,7 +11,7 @@
 //! matters (a push refused as `Full`, a push that finds room, a wrap-around), the model counts the
 //! iterations that reached it and asserts the count is non-zero, and state that only serves as
 //! set-up (a full ring) is built in the model body before the threads start.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

@@ -1,10 +1,10 @@
 //! Loom models of the return schedule (`sluice::ingest::schedule`): concurrent refusals taking
 //! one-second slots by CAS on the packed `second | count` words, on the real code compiled with
-//! `--cfg loom`.
+//! `--cfg sluice_loom`.
 //!
 //! Every model runs its contenders on spawned threads, joins them from the model body, and
 //! asserts that more than one interleaving was explored.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore_with_stack;

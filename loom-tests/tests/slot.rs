@@ -3,7 +3,7 @@
 //! one a `fresh` mark announced, and a mark is never lost (it is seen exactly once).
 //!
 //! Run: `loom-tests/run.sh --test slot`.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

@@ -3,7 +3,7 @@
 //! is taken again.
 //!
 //! Run: `loom-tests/run.sh --test slots`.
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 mod common;
 use common::explore;

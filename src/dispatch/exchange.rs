@@ -196,7 +196,7 @@ fn offer<T: Send>(
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests {
     use super::*;
 

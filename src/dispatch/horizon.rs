@@ -199,7 +199,7 @@ fn digit(c: u8) -> Option<u8> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests {
     use super::*;
     use crate::wal::event_id::EventIdGen;

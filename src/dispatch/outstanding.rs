@@ -110,7 +110,7 @@ impl Outstanding {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests {
     use super::*;
 

@@ -158,7 +158,7 @@ impl Drop for Reservation {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests {
     use super::*;
 

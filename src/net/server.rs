@@ -845,6 +845,6 @@ impl<P> Server<P> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 #[path = "server_tests.rs"]
 mod tests;

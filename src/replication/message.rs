@@ -360,6 +360,16 @@ mod tests {
     }
 
     #[test]
+    fn the_fuzz_seed_is_a_valid_message_written_by_hand() {
+        let seed = include_bytes!("../../fuzz/seeds/replication_message/one_frame");
+        let d = decode(seed).expect("the seed decodes");
+        assert_eq!(d.frames.len(), 1);
+        assert_eq!(d.frames[0].dead, [b"abc".as_slice()]);
+        assert_eq!(d.frames[0].released, ["01JABCDEFGHJKMNPQRSTVWXYZ0"]);
+        assert_eq!(d.frames[0].through, [(0, 5)]);
+    }
+
+    #[test]
     fn every_truncation_and_every_flipped_byte_is_an_error_never_a_panic() {
         let one = frame_of(1, 1..4);
         let msg = pack(0, [one.as_slice()]);

@@ -3,11 +3,14 @@
 //! settles batches up to them), and the metrics.
 //!
 //! Every field is an atomic or a `Histogram` (itself atomics): the mirror thread writes, the
-//! cores and the scrape read, nobody waits. Bounds: one entry per core, fixed at start.
+//! cores and the scrape read, nobody waits. Bounds: one entry per core, fixed at start. The
+//! atomics come through `crate::sync`, so the loom model (`loom-tests/tests/replication.rs`)
+//! explores the real code: a fence is never undone by a concurrent "up", and a core never sees
+//! its acknowledged frame go back.
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
+use crate::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 use std::sync::Arc;
 
 use crate::metrics::histogram::Histogram;
@@ -82,7 +85,8 @@ impl CoreState {
         self.submitted.load(Relaxed).saturating_sub(self.acked())
     }
 
-    pub(crate) fn set_acked(&self, frame: u64) {
+    /// The mirror thread: frames up to `frame` are acknowledged (never moves back).
+    pub fn set_acked(&self, frame: u64) {
         self.acked.fetch_max(frame, Release);
     }
 
@@ -147,13 +151,16 @@ impl ReplicationState {
     }
 
     /// Re-derives up/down from the cores (up when none is down).
-    pub(crate) fn refresh(&self) {
+    pub fn refresh(&self) {
         self.set_up(!self.cores.iter().any(|c| c.is_down()));
     }
 
     /// Fences the node: it stops accepting until restarted.
-    pub(crate) fn fence(&self) {
-        self.state.store(FENCED, Relaxed);
+    pub fn fence(&self) {
+        // A read-modify-write, like `set_up`'s: the two are then ordered on `state` in the loom
+        // model too (loom does not order a plain store against another thread's RMW; measured:
+        // the model with `store` finds an "up" after the fence).
+        self.state.swap(FENCED, Relaxed);
         self.fenced_total.fetch_add(1, Relaxed);
     }
 

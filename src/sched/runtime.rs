@@ -601,7 +601,7 @@ fn drain(
 /// Core 0 of a one-core node built from `config`, its worker not running, with the address it
 /// listens on and the readers it talks to (stop them after): for the worker's turn test, which
 /// hands each turn its events itself.
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 pub(crate) fn test_worker(config: Config) -> (Worker, SocketAddr, Readers) {
     let run = build(Arc::new(config)).expect("the node builds");
     let wakers = (run.cores.iter())

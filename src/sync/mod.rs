@@ -1,27 +1,27 @@
 //! The one primitives shim every concurrent module imports through.
 //!
-//! Under `--cfg loom` the atomics, `Arc` and thread primitives come from `loom`, so the models in
+//! Under `--cfg sluice_loom` the atomics, `Arc` and thread primitives come from `loom`, so the models in
 //! `loom-tests/` explore every interleaving of the real code; otherwise they are `std`'s. Code in
 //! `src/ring`, `src/ingest` and [`gcra`] must import atomics from here, never from `std` directly.
 //! Metrics counters bypass the shim on purpose (`crate::metrics` uses `std` atomics with
 //! `Relaxed` ordering): they carry no synchronisation and would only blow up loom's state space.
 
-#[cfg(loom)]
+#[cfg(sluice_loom)]
 pub use loom::sync::atomic;
-#[cfg(loom)]
+#[cfg(sluice_loom)]
 pub use loom::sync::Arc;
-#[cfg(loom)]
+#[cfg(sluice_loom)]
 pub use loom::sync::{Mutex, MutexGuard};
-#[cfg(loom)]
+#[cfg(sluice_loom)]
 pub use loom::thread;
 
-#[cfg(not(loom))]
+#[cfg(not(sluice_loom))]
 pub use std::sync::atomic;
-#[cfg(not(loom))]
+#[cfg(not(sluice_loom))]
 pub use std::sync::Arc;
-#[cfg(not(loom))]
+#[cfg(not(sluice_loom))]
 pub use std::sync::{Mutex, MutexGuard};
-#[cfg(not(loom))]
+#[cfg(not(sluice_loom))]
 pub use std::thread;
 
 pub mod clock;
@@ -39,26 +39,26 @@ pub use crossbeam_utils::CachePadded;
 /// (a busy loop would otherwise never terminate in the model).
 #[inline]
 pub fn spin_hint() {
-    #[cfg(loom)]
+    #[cfg(sluice_loom)]
     loom::thread::yield_now();
-    #[cfg(not(loom))]
+    #[cfg(not(sluice_loom))]
     std::hint::spin_loop();
 }
 
 /// `UnsafeCell` with loom's closure-based API, so loom can check every access for races.
 ///
-/// Under `--cfg loom` this is `loom::cell::UnsafeCell`; otherwise a zero-cost wrapper around
+/// Under `--cfg sluice_loom` this is `loom::cell::UnsafeCell`; otherwise a zero-cost wrapper around
 /// `std::cell::UnsafeCell` exposing the same `with` / `with_mut` methods.
 pub mod cell {
-    #[cfg(loom)]
+    #[cfg(sluice_loom)]
     pub use loom::cell::UnsafeCell;
 
     /// `std::cell::UnsafeCell` with loom's API (`with`, `with_mut`); see the module docs.
-    #[cfg(not(loom))]
+    #[cfg(not(sluice_loom))]
     #[repr(transparent)]
     pub struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
-    #[cfg(not(loom))]
+    #[cfg(not(sluice_loom))]
     impl<T> UnsafeCell<T> {
         #[inline]
         pub const fn new(value: T) -> Self {
@@ -78,7 +78,7 @@ pub mod cell {
         }
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(sluice_loom))]
     impl<T> std::fmt::Debug for UnsafeCell<T> {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("UnsafeCell { .. }")

@@ -17,9 +17,9 @@
 
 use super::atomic::{AtomicU64, Ordering};
 use super::Arc;
-#[cfg(loom)]
+#[cfg(sluice_loom)]
 use loom::sync::Mutex;
-#[cfg(not(loom))]
+#[cfg(not(sluice_loom))]
 use std::sync::Mutex;
 
 /// A published value and its generation number (1 for the first).

@@ -56,7 +56,7 @@ impl Slots {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests {
     use super::*;
 

@@ -1,5 +1,5 @@
 //! Shared by every model file: [`explore`].
-#![cfg(loom)]
+#![cfg(sluice_loom)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -128,7 +128,7 @@ impl Drop for ReplayClaim {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests {
     use super::*;
 

@@ -317,5 +317,5 @@ impl OnlineReplays {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests;

@@ -311,7 +311,7 @@ fn read_at<T: LogTail>(
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests {
     use super::*;
     use crate::wal::format::tests::sample_event;

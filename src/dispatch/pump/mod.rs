@@ -771,5 +771,5 @@ mod triggers;
 use triggers::Triggers;
 
 pub mod shell;
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests;

@@ -155,7 +155,7 @@ impl Parked {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests {
     use super::*;
     use crate::wal::format::tests::sample_event;

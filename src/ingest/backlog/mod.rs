@@ -692,5 +692,5 @@ mod render;
 /// The dashboard's read-only view of each slot ([`view::SlotView`]).
 pub mod view;
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests;

@@ -81,7 +81,7 @@ impl Backlog {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests {
     use super::*;
     use crate::ingest::backlog::TriggerShare;

@@ -501,5 +501,5 @@ pub fn respond(
     conn.respond(env.date, r.status, headers, &r.body, keep_alive, false);
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests;

@@ -522,5 +522,5 @@ fn claim_dedupe(
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests;

@@ -299,7 +299,7 @@ impl Worker {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests {
     use std::io::{Read, Write};
     use std::net::TcpStream;

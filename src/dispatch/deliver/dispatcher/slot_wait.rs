@@ -84,7 +84,7 @@ impl SlotWait {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(sluice_loom)))]
 mod tests {
     use super::*;
     use crate::wal::format::tests::sample_event;
