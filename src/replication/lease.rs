@@ -104,11 +104,7 @@ pub fn adopted_blocking(spec: &ReplicationSpec) -> Result<Option<Adopted>, Strin
         .map_err(|e| e.to_string())?;
     rt.block_on(async {
         let read = async {
-            let client = async_nats::ConnectOptions::new()
-                .connection_timeout(spec.ack_timeout)
-                .connect(spec.servers.as_slice())
-                .await
-                .map_err(|e| e.to_string())?;
+            let client = crate::replication::client::connect(spec, "lease").await?;
             let js = jetstream::new(client);
             let Ok(store) = js.get_key_value(spec.lease_bucket()).await else {
                 return Ok(None);

@@ -47,6 +47,7 @@ use tokio::sync::{mpsc, watch};
 use std::collections::HashMap;
 
 use crate::replication::catch_up::{self, last_sequence, Behind, LocalLog};
+use crate::replication::client;
 use crate::replication::lease::{Adopted, Lease, Renewal};
 use crate::replication::message::{pack, MESSAGE_OVERHEAD};
 use crate::replication::spec::ReplicationSpec;
@@ -362,29 +363,7 @@ async fn connect(
         servers: spec.servers.clone(),
         error,
     };
-    let mut addrs = Vec::new();
-    for s in &spec.servers {
-        addrs.push(
-            s.parse::<async_nats::ServerAddr>()
-                .map_err(|e| unreachable(e.to_string()))?,
-        );
-    }
-    // Retried here rather than by the client (`retry_on_initial_connect` would return before
-    // the server's INFO, so without its `max_payload`), within the start-up bound.
-    let deadline = Instant::now() + spec.lease;
-    let client = loop {
-        let options = async_nats::ConnectOptions::new()
-            .name(format!("sluice {}", spec.node))
-            .connection_timeout(spec.ack_timeout)
-            .request_timeout(Some(spec.ack_timeout));
-        match options.connect(addrs.clone()).await {
-            Ok(c) => break c,
-            Err(e) if Instant::now() >= deadline => {
-                return Err(unreachable(format!("{e} (for {:?})", spec.lease)));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    };
+    let client = client::connect(spec, "mirror").await.map_err(unreachable)?;
     let max_payload = client.server_info().max_payload;
     let js = jetstream::new(client);
     let stream_err = |error: String| StartError::Stream {

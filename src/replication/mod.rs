@@ -9,6 +9,7 @@
 //! store (`ops::restore`), as this room never names dispatch.
 
 pub mod catch_up;
+pub mod client;
 pub mod lease;
 pub mod message;
 pub mod mirror;

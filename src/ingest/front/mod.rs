@@ -328,30 +328,8 @@ impl Front {
             stage.settled(ticket, result.is_ok());
         }
         let body = &mut self.reply_body;
-        let ReplyHead {
-            status,
-            retry_after,
-        } = env.node.complete(p.reply.as_ref(), result, body);
-        let headers = [
-            ("Content-Type", "application/json"),
-            ("Retry-After", retry_after.unwrap_or_default()),
-        ];
-        let n = if retry_after.is_some() { 2 } else { 1 };
-        let bytes = conn.response_bytes(
-            env.date,
-            status,
-            &headers[..n],
-            body.as_bytes(),
-            keep_alive,
-            false,
-        );
-        let answer = Slot::Ready {
-            bytes,
-            close: !keep_alive,
-        };
-        // The server writes it at the end of the turn (`Server::answer`, which the core settles a commit in).
-        conns.answer(idx, pos, answer);
-        env.metrics.incr_http(Route::Webhook, status);
+        let head = env.node.complete(p.reply.as_ref(), result, body);
+        queue_reply(conns, (idx, pos), head, body, keep_alive, env);
     }
 
     /// The commit's answer for ingest ticket `ticket`: settles its claim and answers its
@@ -428,24 +406,7 @@ impl Front {
         let keep_alive = p.keep_alive;
         let body = &mut self.reply_body;
         let head = env.node.refused_held(p.reply.as_ref(), reason, body);
-        let headers = [
-            ("Content-Type", "application/json"),
-            ("Retry-After", head.retry_after.unwrap_or_default()),
-        ];
-        let bytes = conn.response_bytes(
-            env.date,
-            head.status,
-            &headers,
-            body.as_bytes(),
-            keep_alive,
-            false,
-        );
-        let answer = Slot::Ready {
-            bytes,
-            close: !keep_alive,
-        };
-        conns.answer(idx, pos, answer);
-        env.metrics.incr_http(Route::Webhook, head.status);
+        queue_reply(conns, (idx, pos), head, body, keep_alive, env);
         Some(idx)
     }
 
@@ -472,6 +433,41 @@ impl Front {
             self.orphans.insert(pending.ticket, orphan);
         }
     }
+}
+
+/// Puts the answer `head` + `body` in slot `pos` of connection `idx` (`Retry-After`, when set,
+/// after `Content-Type`), counted under the webhook route. The server writes it at the end of
+/// the turn (`Server::answer`, within which the core settles a commit).
+fn queue_reply(
+    conns: &mut Conns<PendingIngest>,
+    (idx, pos): (usize, usize),
+    head: ReplyHead,
+    body: &str,
+    keep_alive: bool,
+    env: &Env<'_>,
+) {
+    let Some(conn) = conns.get_mut(idx) else {
+        return;
+    };
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("Retry-After", head.retry_after.unwrap_or_default()),
+    ];
+    let n = if head.retry_after.is_some() { 2 } else { 1 };
+    let bytes = conn.response_bytes(
+        env.date,
+        head.status,
+        &headers[..n],
+        body.as_bytes(),
+        keep_alive,
+        false,
+    );
+    let answer = Slot::Ready {
+        bytes,
+        close: !keep_alive,
+    };
+    conns.answer(idx, pos, answer);
+    env.metrics.incr_http(Route::Webhook, head.status);
 }
 
 /// Queues the pipeline's immediate answer `r` on connection `idx` (`Retry-After`, when set,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use hmac::{Hmac, Mac};
 
 use super::*;
+use crate::ingest::respond::Refusal;
 use crate::config::{Config, Overrides};
 use crate::ingest::backlog::{trigger_shares, Backlog};
 use crate::ingest::bucket::Admission;
@@ -383,6 +384,31 @@ fn a_failed_append_answers_503_wal_unavailable_and_releases_claim_and_reservatio
     assert_eq!(fx.stage.settled, vec![(t, false)]);
     // The claim was released: the same delivery is admitted again.
     assert!(fx.ingest(idx, "gh", &refs(&h)).is_some());
+}
+
+#[test]
+fn a_request_held_past_replication_is_answered_503_now_and_its_event_settles_with_its_batch() {
+    let mut fx = Fx::new(4);
+    let idx = fx.connect();
+    let h = gh_headers("d-9");
+    let t = fx.ingest(idx, "gh", &refs(&h)).unwrap();
+    let answered = fx.with(|front, conns, _, env| {
+        front.answer_held(conns, t, Refusal::ReplicationUnavailable, env)
+    });
+    assert_eq!(answered, Some(idx));
+    let text = fx.answers(idx)[0].clone().unwrap();
+    assert!(
+        text.starts_with("HTTP/1.1 503") && text.contains("replication_unavailable"),
+        "{text}"
+    );
+    assert!(text.contains("Retry-After: 2"), "{text}");
+    assert_eq!(fx.backlog.pending_events(), 1, "the event stays reserved: it is in the log");
+    // The same delivery is not admitted twice meanwhile: its claim waits for the batch.
+    assert!(fx.ingest(idx, "gh", &refs(&h)).is_none());
+    // Its batch is replicated later: settled (claim confirmed), not answered again.
+    assert_eq!(fx.done(t, DURABLE), None, "no connection answered twice");
+    assert_eq!(fx.answers(idx).len(), 2, "the 503, then the duplicate's answer");
+    assert_eq!(fx.backlog.pending_events(), 1, "the event is pending until delivered");
 }
 
 #[test]

@@ -19,6 +19,7 @@ use futures_util::StreamExt;
 
 use super::{At, RestoreError};
 use crate::replication::catch_up::last_sequence;
+use crate::replication::client;
 use crate::replication::spec::ReplicationSpec;
 
 /// How many `ack_timeout`s a read waits for its next message before it calls the read stalled.
@@ -184,29 +185,9 @@ async fn open(spec: &ReplicationSpec) -> Result<stream::Stream, RestoreError> {
         servers: spec.servers.clone(),
         error,
     };
-    let mut addrs = Vec::new();
-    for s in &spec.servers {
-        addrs.push(
-            s.parse::<async_nats::ServerAddr>()
-                .map_err(|e| unreachable(e.to_string()))?,
-        );
-    }
-    // Retried here, not by the client (`retry_on_initial_connect` returns before any server
-    // answered, so an unreachable cluster would read as a stream that does not answer).
-    let deadline = Instant::now() + spec.lease;
-    let client = loop {
-        let options = async_nats::ConnectOptions::new()
-            .name(format!("sluice restore {}", spec.node))
-            .connection_timeout(spec.ack_timeout)
-            .request_timeout(Some(spec.ack_timeout));
-        match options.connect(addrs.clone()).await {
-            Ok(c) => break c,
-            Err(e) if Instant::now() >= deadline => {
-                return Err(unreachable(format!("{e} (for {:?})", spec.lease)));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    };
+    let client = client::connect(spec, "restore")
+        .await
+        .map_err(unreachable)?;
     let js = jetstream::new(client);
     let deadline = Instant::now() + spec.lease;
     loop {
