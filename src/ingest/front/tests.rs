@@ -9,10 +9,10 @@ use std::sync::Arc;
 use hmac::{Hmac, Mac};
 
 use super::*;
-use crate::ingest::respond::Refusal;
 use crate::config::{Config, Overrides};
 use crate::ingest::backlog::{trigger_shares, Backlog};
 use crate::ingest::bucket::Admission;
+use crate::ingest::respond::Refusal;
 use crate::ingest::schedule::ReturnSchedule;
 use crate::ingest::sources::SourceTable;
 use crate::ingest::Guards;
@@ -402,13 +402,25 @@ fn a_request_held_past_replication_is_answered_503_now_and_its_event_settles_wit
         "{text}"
     );
     assert!(text.contains("Retry-After: 2"), "{text}");
-    assert_eq!(fx.backlog.pending_events(), 1, "the event stays reserved: it is in the log");
+    assert_eq!(
+        fx.backlog.pending_events(),
+        1,
+        "the event stays reserved: it is in the log"
+    );
     // The same delivery is not admitted twice meanwhile: its claim waits for the batch.
     assert!(fx.ingest(idx, "gh", &refs(&h)).is_none());
     // Its batch is replicated later: settled (claim confirmed), not answered again.
     assert_eq!(fx.done(t, DURABLE), None, "no connection answered twice");
-    assert_eq!(fx.answers(idx).len(), 2, "the 503, then the duplicate's answer");
-    assert_eq!(fx.backlog.pending_events(), 1, "the event is pending until delivered");
+    assert_eq!(
+        fx.answers(idx).len(),
+        2,
+        "the 503, then the duplicate's answer"
+    );
+    assert_eq!(
+        fx.backlog.pending_events(),
+        1,
+        "the event is pending until delivered"
+    );
 }
 
 #[test]
