@@ -31,7 +31,7 @@
 //!
 //! Bounds: frames per core ≤ `max_inflight` (the committer does not hand over more); one
 //! message per core in flight, at most the server's `max_payload`; the stream-size poll every
-//! [`STREAM_POLL`].
+//! `STREAM_POLL` (5 s).
 #![forbid(unsafe_code)]
 
 use std::collections::VecDeque;

@@ -17,7 +17,7 @@
 //! - [`fetch`] reads the messages (`fetch.rs`): the official client on a current-thread runtime,
 //!   an ordered pull consumer over `<stream>.<node>.>`, until the last sequence of each of the
 //!   node's subjects, every wait bounded.
-//! - [`write`] puts the logs on disk through the WAL's own append path, beside a staging
+//! - [`mod@write`] puts the logs on disk through the WAL's own append path, beside a staging
 //!   directory that replaces nothing, verifies them as recovery does, and only then moves them
 //!   into the data dir ([`write::restore_data_dir`]). The dead letters go to a
 //!   [`write::DeadLetters`] that the caller supplies: this room never names the dead-letter
