@@ -20,6 +20,10 @@
 //! (`mio::Waker`). The loop takes it back ([`Committer::take_done`]) and gives it to ingest
 //! (the 202s) and the pump.
 //!
+//! With `[replication]` the helper also frames each committed batch for the mirror thread, and
+//! the loop holds a batch back from the helper until JetStream acknowledges it before
+//! [`Committer::take_done`] gives it out (`sched::replicated`: the bound, the early `503`s).
+//!
 //! So a request crosses no thread: it is parsed, admitted, staged and answered on its core; the
 //! helper only sees whole batches. While a batch is with the helper the next one fills, which is
 //! what makes the group commit grow with the load. How the loop waits meanwhile depends on the
