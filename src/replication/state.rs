@@ -67,6 +67,9 @@ pub struct CoreState {
     acked: AtomicU64,
     /// The last publish of this core failed or timed out, and none succeeded since.
     down: AtomicBool,
+    /// Batches committed locally and waiting for their acknowledgement (the core's loop
+    /// publishes it: `sched::replicated::Awaiting`).
+    waiting: AtomicU64,
 }
 
 impl CoreState {
@@ -80,9 +83,20 @@ impl CoreState {
         self.acked.load(Acquire)
     }
 
-    /// Frames handed over and not yet acknowledged.
+    /// Frames handed over and not yet acknowledged (a batch larger than a message has
+    /// several).
     pub fn in_flight(&self) -> u64 {
         self.submitted.load(Relaxed).saturating_sub(self.acked())
+    }
+
+    /// Batches waiting for their acknowledgement, as the core's loop last published it.
+    pub fn waiting_batches(&self) -> u64 {
+        self.waiting.load(Relaxed)
+    }
+
+    /// The core's loop: `n` batches wait for their acknowledgement.
+    pub fn set_waiting_batches(&self, n: u64) {
+        self.waiting.store(n, Relaxed);
     }
 
     /// The mirror thread: frames up to `frame` are acknowledged (never moves back).
@@ -185,7 +199,7 @@ impl ReplicationState {
         );
         for (i, c) in self.cores.iter().enumerate() {
             let core = i.to_string();
-            let n = c.in_flight();
+            let n = c.waiting_batches();
             w.sample_u64("sluice_replication_inflight_batches", &[("core", &core)], n);
         }
         w.gauge(

@@ -145,6 +145,7 @@ impl Awaiting {
             since: now,
             answered: false,
         });
+        self.core.set_waiting_batches(self.queue.len() as u64);
     }
 
     /// No more batches may go to the helper until one settles.
@@ -169,7 +170,9 @@ impl Awaiting {
         if front.batch.hold > self.core.acked() {
             return None;
         }
-        self.queue.pop_front().map(|w| w.batch)
+        let batch = self.queue.pop_front().map(|w| w.batch);
+        self.core.set_waiting_batches(self.queue.len() as u64);
+        batch
     }
 
     /// The ingest tickets to answer now, with the reason: those of batches waiting past
@@ -244,6 +247,7 @@ mod tests {
         assert!(!a.is_full());
         a.push(batch(f2, &[2]), t0);
         assert!(a.is_full(), "max_inflight batches wait");
+        assert_eq!(core.waiting_batches(), 2, "published for the gauge");
         assert!(a.pop_replicated().is_none(), "nothing acknowledged yet");
         core.set_acked(f1);
         let b = a.pop_replicated().unwrap();
@@ -255,6 +259,7 @@ mod tests {
         core.set_acked(f2);
         assert_eq!(a.pop_replicated().unwrap().hold, f2);
         assert!(a.is_empty() && a.pop_replicated().is_none());
+        assert_eq!(core.waiting_batches(), 0);
     }
 
     #[test]

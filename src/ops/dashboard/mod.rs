@@ -175,7 +175,7 @@ fn replication(r: &crate::replication::state::ReplicationState) -> Value {
     };
     json!({
         "state": r.refusal().map_or("up", |why| why.as_str()),
-        "inflight_batches": r.cores().iter().map(|c| c.in_flight()).sum::<u64>(),
+        "inflight_batches": r.cores().iter().map(|c| c.waiting_batches()).sum::<u64>(),
         "acks": acks,
         "ack_mean_ms": mean_ms,
         "fenced_total": r.fenced_total.load(Relaxed),
