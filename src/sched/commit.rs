@@ -311,14 +311,17 @@ impl Committer {
 
     /// With `[replication]`: the ingest tickets to answer `503` now, and why (their batches
     /// wait for JetStream past `ack_timeout`, or the node is fenced; `sched::replicated`).
-    pub fn take_overdue(&mut self, now: std::time::Instant) -> Option<(Vec<u64>, Refuse)> {
-        self.awaiting.as_mut()?.overdue(now)
+    /// The clock is read only while batches wait (never without replication).
+    pub fn take_overdue(&mut self) -> Option<(Vec<u64>, Refuse)> {
+        let awaiting = self.awaiting.as_mut().filter(|a| !a.is_empty())?;
+        awaiting.overdue(std::time::Instant::now())
     }
 
-    /// `timeout`, shortened to the moment a waiting batch's requests become overdue.
-    pub fn poll_timeout(&self, timeout: Duration, now: std::time::Instant) -> Duration {
+    /// `timeout`, shortened to the moment a waiting batch's requests become overdue (the clock
+    /// read only then).
+    pub fn poll_timeout(&self, timeout: Duration) -> Duration {
         match self.awaiting.as_ref().and_then(Awaiting::next_deadline) {
-            Some(at) => timeout.min(at.saturating_duration_since(now)),
+            Some(at) => timeout.min(at.saturating_duration_since(std::time::Instant::now())),
             None => timeout,
         }
     }

@@ -113,9 +113,7 @@ fn others(wal_dir: &Path, workers: usize, listed: &[String]) -> Result<Vec<LogDi
         if found.iter().any(|f| &f.name == name) {
             continue;
         }
-        let core = name
-            .strip_prefix("core-")
-            .and_then(|k| k.parse::<usize>().ok());
+        let core = layout::core_of(name);
         found.push(LogDir {
             name: name.clone(),
             dir: manifest::log_dir(wal_dir, name),

@@ -289,6 +289,27 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_larger_than_the_limit_is_cut_into_frames_in_order() {
+        let b = batch(0, &[1, 2, 3, 4]);
+        let mut f = FrameBuf::default();
+        let mut full = Vec::new();
+        // Each record is ~100 bytes framed: two fit under 300, not three.
+        frame_of(&b, &[0], &mut f, 300, &mut full);
+        full.push(f.finish());
+        assert!(full.len() >= 2, "cut: {} frames", full.len());
+        assert!(
+            full.iter().all(|fr| fr.len() <= 300),
+            "each frame under the limit"
+        );
+        let msg = pack(0, full.iter().map(|fr| &fr[..]));
+        let d = decode(&msg).unwrap();
+        let lsns: Vec<u64> = (d.frames.iter())
+            .flat_map(|fr| fr.parts.iter().flat_map(|(_, rs)| rs.iter().map(|r| r.lsn)))
+            .collect();
+        assert_eq!(lsns, [1, 2, 3, 4, 5], "every record once, in order");
+    }
+
+    #[test]
     fn a_frame_holds_what_the_batch_made_durable_and_nothing_it_did_not() {
         let mut b = batch(0, &[1, 2]);
         b.outcomes[1] = Outcome::Appended(AppendOutcome::Unavailable);

@@ -416,11 +416,7 @@ fn local_logs(
     run_logs: &RunLogs,
 ) -> Result<Vec<crate::replication::catch_up::LocalLog>, RuntimeError> {
     let one = |l: &OpenLog| {
-        let index = l
-            .name
-            .strip_prefix("core-")
-            .and_then(|k| k.parse::<u16>().ok());
-        let index = index.ok_or_else(|| legacy_log(&l.dir))?;
+        let index = replication_index(&l.name).ok_or_else(|| legacy_log(&l.dir))?;
         Ok(crate::replication::catch_up::LocalLog {
             core: l.owner,
             index,
@@ -429,6 +425,11 @@ fn local_logs(
         })
     };
     run_logs.logs.iter().map(one).collect()
+}
+
+/// The index a log named `name` has in replication frames: its `K` (`wal::layout::core_of`).
+fn replication_index(name: &str) -> Option<u16> {
+    wal::layout::core_of(name).and_then(|k| u16::try_from(k).ok())
 }
 
 /// Replication refuses the legacy log (segments directly in `wal/`): it has no index.
@@ -443,10 +444,7 @@ fn legacy_log(dir: &std::path::Path) -> RuntimeError {
 /// The index of each log (`wal/core-<index>`) a core commits, by slot, for its replication
 /// frames. The legacy log (segments directly in `wal/`) has no index: replication refuses it.
 fn replicated_logs(logs: &[HelperLog]) -> Result<Vec<u16>, RuntimeError> {
-    let index = |log: &HelperLog| {
-        let name = log.wal.dir().file_name()?.to_str()?;
-        name.strip_prefix("core-")?.parse::<u16>().ok()
-    };
+    let index = |log: &HelperLog| replication_index(log.wal.dir().file_name()?.to_str()?);
     (logs.iter())
         .map(|l| index(l).ok_or_else(|| legacy_log(l.wal.dir())))
         .collect()

@@ -75,11 +75,7 @@ impl From<Slot> for HighWater {
 /// for a legacy log (`dir` named `wal`); `None` for a log in any other directory.
 pub fn path_of(dir: &Path) -> Option<PathBuf> {
     let name = dir.file_name()?.to_str()?;
-    let is_core = name
-        .strip_prefix("core-")
-        .and_then(|k| k.parse::<usize>().ok())
-        .is_some_and(|k| super::layout::core_log_name(k) == name);
-    if is_core {
+    if super::layout::core_of(name).is_some() {
         Some(dir.with_file_name(format!("{name}{SUFFIX}")))
     } else if name == super::layout::WAL_SUBDIR {
         Some(dir.join(format!("{}{SUFFIX}", super::layout::LEGACY_LOG_NAME)))

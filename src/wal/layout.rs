@@ -22,6 +22,13 @@ pub fn core_log_dir(wal_dir: &Path, core: usize) -> PathBuf {
     wal_dir.join(core_log_name(core))
 }
 
+/// `K` of a log named `core-K` ([`core_log_name`]'s inverse: `core-07` is not a core log);
+/// `None` for any other name (the legacy log).
+pub fn core_of(name: &str) -> Option<usize> {
+    let k = name.strip_prefix("core-")?.parse::<usize>().ok()?;
+    (core_log_name(k) == name).then_some(k)
+}
+
 /// Name of the WAL directory under the data directory.
 pub const WAL_SUBDIR: &str = "wal";
 
@@ -50,12 +57,7 @@ pub fn log_dirs(wal_dir: &Path) -> Result<Vec<LogDir>, WalError> {
     for entry in entries {
         let entry = entry.map_err(|e| WalError::io(wal_dir, e))?;
         let name = entry.file_name();
-        let Some(k) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("core-"))
-            .and_then(|k| k.parse::<usize>().ok())
-            .filter(|k| core_log_name(*k) == name.to_string_lossy())
-        else {
+        let Some(k) = name.to_str().and_then(core_of) else {
             continue;
         };
         if entry.path().is_dir() {

@@ -84,11 +84,7 @@ pub fn log_dir(wal_dir: &Path, name: &str) -> PathBuf {
 }
 
 fn valid_log_name(name: &str) -> bool {
-    name == super::layout::LEGACY_LOG_NAME
-        || name
-            .strip_prefix("core-")
-            .and_then(|k| k.parse::<usize>().ok())
-            .is_some_and(|k| super::layout::core_log_name(k) == name)
+    name == super::layout::LEGACY_LOG_NAME || super::layout::core_of(name).is_some()
 }
 
 /// The manifest's bytes.

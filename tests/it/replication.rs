@@ -291,16 +291,7 @@ fn replication_restore_rebuilds_a_stopped_nodes_logs_from_the_stream() {
     std::fs::write(&config, &manifest).unwrap();
     let target = root.path().join("restored");
     let t = Instant::now();
-    let out = run_cli(&[
-        "replication",
-        "restore",
-        "--config",
-        path_str(&config),
-        "--node",
-        "node-r",
-        "--data-dir",
-        path_str(&target),
-    ]);
+    let out = restore_cli(&config, "node-r", &target);
     eprintln!("restore took {:?}:\n{}", t.elapsed(), out.all());
     assert!(out.status.success(), "restore failed:\n{}", out.all());
     let mut logs: Vec<&str> = original.iter().map(|e| e.0.as_str()).collect();
@@ -320,30 +311,12 @@ fn replication_restore_rebuilds_a_stopped_nodes_logs_from_the_stream() {
     assert_eq!(restored_ids, posted);
 
     // Again into the restored dir: refused, nothing overwritten (exit 7).
-    let again = run_cli(&[
-        "replication",
-        "restore",
-        "--config",
-        path_str(&config),
-        "--node",
-        "node-r",
-        "--data-dir",
-        path_str(&target),
-    ]);
+    let again = restore_cli(&config, "node-r", &target);
     assert_eq!(again.status.code(), Some(7), "{}", again.all());
     assert!(again.stderr.contains("already holds"), "{}", again.stderr);
     // A node the stream has never seen: exit 4, nothing created.
     let none = root.path().join("none");
-    let unknown = run_cli(&[
-        "replication",
-        "restore",
-        "--config",
-        path_str(&config),
-        "--node",
-        "node-zz",
-        "--data-dir",
-        path_str(&none),
-    ]);
+    let unknown = restore_cli(&config, "node-zz", &none);
     assert_eq!(unknown.status.code(), Some(4), "{}", unknown.all());
     assert!(!none.join("wal").exists());
     eprintln!("restore test done in {:?}", t0.elapsed());
@@ -531,16 +504,7 @@ fn a_restore_brings_back_the_dead_letters_and_not_the_released_ones() {
     std::fs::write(&config, &manifest).unwrap();
     let target = root.path().join("restored");
     let t = Instant::now();
-    let out = run_cli(&[
-        "replication",
-        "restore",
-        "--config",
-        path_str(&config),
-        "--node",
-        "node-d",
-        "--data-dir",
-        path_str(&target),
-    ]);
+    let out = restore_cli(&config, "node-d", &target);
     eprintln!("restore took {:?}:\n{}", t.elapsed(), out.all());
     assert!(out.status.success(), "restore failed:\n{}", out.all());
     // 23 stored (20, then the 3 replays'), 6 released, each release of one the stream stored.
@@ -578,4 +542,18 @@ fn a_restore_brings_back_the_dead_letters_and_not_the_released_ones() {
     }
     assert_wal_clean(&target);
     eprintln!("DLQ restore test done in {:?}", t0.elapsed());
+}
+
+/// `sluice replication restore --config <config> --node <node> --data-dir <dir>`.
+fn restore_cli(config: &std::path::Path, node: &str, dir: &std::path::Path) -> CliOutput {
+    run_cli(&[
+        "replication",
+        "restore",
+        "--config",
+        path_str(config),
+        "--node",
+        node,
+        "--data-dir",
+        path_str(dir),
+    ])
 }

@@ -587,3 +587,30 @@ fn a_node_restored_from_the_stream_delivers_the_events_its_lost_disk_had_pending
         ids.len()
     );
 }
+
+#[test]
+fn a_node_whose_jetstream_does_not_answer_within_its_lease_refuses_to_start() {
+    // No nats-server needed: nothing listens on the port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let m = format!(
+        "[server]\nmax_body_bytes = 65536\n\n\
+         [replication]\nnats = [\"nats://127.0.0.1:{port}\"]\nnode = \"node-u\"\n\
+         ack_timeout = \"500ms\"\nlease = \"3s\"\n"
+    );
+    let f = Server::start_in(temp_root(), opts(&m)).expect_err("started without JetStream");
+    assert!(
+        f.stderr.contains("no JetStream server answered"),
+        "{}",
+        f.stderr
+    );
+    assert!(f.elapsed < Duration::from_secs(15), "took {:?}", f.elapsed);
+    assert!(
+        f.elapsed >= Duration::from_secs(3),
+        "gave up before its lease: {:?}",
+        f.elapsed
+    );
+}

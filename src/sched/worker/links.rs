@@ -43,7 +43,7 @@ impl Worker {
     /// (or whose node is fenced) answered `503` now (`sched::replicated`); their events settle
     /// with their batch.
     pub(super) fn answer_unreplicated(&mut self) {
-        let Some((tickets, reason)) = self.committer.take_overdue(std::time::Instant::now()) else {
+        let Some((tickets, reason)) = self.committer.take_overdue() else {
             return;
         };
         let (server, mut net, mut serve) = self.split();

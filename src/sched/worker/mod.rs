@@ -209,7 +209,7 @@ impl Worker {
             return Duration::ZERO;
         }
         // Requests whose batch waits for replication are answered at their `ack_timeout`.
-        let timeout = (self.committer).poll_timeout(timeout, std::time::Instant::now());
+        let timeout = self.committer.poll_timeout(timeout);
         self.server.accept_timeout(timeout, self.now())
     }
 
