@@ -59,12 +59,12 @@ pub struct Turn {
 
 impl Exchange {
     /// Wires `cores` cores: each core's exchange. `wakers[k]` wakes core `k`'s loop;
-    /// `log_owner[log]` is the core whose pump reads log `log`.
+    /// `owners` names the core whose pump reads each log.
     pub fn wire(
         cores: usize,
         max_outstanding: usize,
         wakers: &[Arc<Waker>],
-        log_owner: Arc<[usize]>,
+        owners: LogOwners,
     ) -> Vec<Exchange> {
         let (mut job_txs, mut job_rxs) = (Vec::new(), Vec::new());
         let (mut out_txs, mut out_rxs) = (Vec::new(), Vec::new());
@@ -76,7 +76,6 @@ impl Exchange {
             out_txs.push(tx);
             out_rxs.push(rx);
         }
-        let owners = LogOwners::new(log_owner);
         (job_rxs.into_iter().zip(out_rxs).enumerate())
             .map(|(core, (jobs_in, outcomes_in))| Exchange {
                 core,
@@ -207,7 +206,7 @@ mod tests {
         let wakers: Vec<_> = (polls.iter().enumerate())
             .map(|(k, p)| Arc::new(Waker::new(p.registry(), mio::Token(k)).unwrap()))
             .collect();
-        let ex = Exchange::wire(3, 8, &wakers, vec![0, 1, 2].into());
+        let ex = Exchange::wire(3, 8, &wakers, LogOwners::new(&[0, 1, 2]));
         assert_eq!(ex.len(), 3);
         for (k, e) in ex.iter().enumerate() {
             assert_eq!(e.core, k);

@@ -125,18 +125,24 @@ impl PumpLedger {
     ) -> Self {
         let mut l = PumpLedger::default();
         for (log, tallies) in logs {
-            for (trigger, t) in tallies {
-                let i = l.slot(trigger);
-                l.rows[i].add(&Row {
-                    accepted: t.accepted,
-                    done: t.done,
-                    retired: t.retired,
-                });
-                *l.retired_seen.entry((log, i)).or_default() += t.retired;
-            }
+            l.add_log(log, tallies);
         }
         l.changed = true;
         l
+    }
+
+    /// Adds the tallies recovered from log `log` (a log adopted at start-up or later).
+    pub fn add_log(&mut self, log: usize, tallies: &BTreeMap<String, TriggerTally>) {
+        for (trigger, t) in tallies {
+            let i = self.slot(trigger);
+            self.rows[i].add(&Row {
+                accepted: t.accepted,
+                done: t.done,
+                retired: t.retired,
+            });
+            *self.retired_seen.entry((log, i)).or_default() += t.retired;
+        }
+        self.changed = true;
     }
 
     /// Log `log`'s retired counts as its commit helper published them (cumulative per

@@ -6,25 +6,53 @@
 //! - a log ([`LogOwners`]): the core whose pump reads it, to which every outcome of an event in
 //!   it goes back (the log is the top bits of the event's key).
 
+use crate::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::dispatch::job::JobOutcome;
 use crate::wal::key::split_key;
 
-/// The core that owns each log, by log index (fixed at start-up: a core's own log, then the
-/// logs it adopted).
+/// The core that owns each log, by log index: a core's own log and the logs it adopted at
+/// start-up, then room for [`ADOPTED_LOGS_MAX`] logs adopted while the node runs
+/// (`replication`: another node's logs, rebuilt from the stream), each set once before any
+/// event of it is admitted.
 #[derive(Clone, Debug)]
-pub struct LogOwners(Arc<[usize]>);
+pub struct LogOwners(Arc<[AtomicUsize]>);
+
+/// The most logs a node adopts while it runs (a bound on the owners' table; a further log is
+/// refused with a log line and stays in the stream for a restart or another node).
+pub const ADOPTED_LOGS_MAX: usize = 256;
 
 impl LogOwners {
-    /// `owners[log]`: the core whose pump reads log `log`.
-    pub fn new(owners: Arc<[usize]>) -> Self {
-        LogOwners(owners)
+    /// `owners[log]`: the core whose pump reads log `log`, with room for [`ADOPTED_LOGS_MAX`]
+    /// more.
+    pub fn new(owners: &[usize]) -> Self {
+        let table = (owners.iter().copied())
+            .chain(std::iter::repeat(0).take(ADOPTED_LOGS_MAX))
+            .map(AtomicUsize::new)
+            .collect();
+        LogOwners(table)
+    }
+
+    /// How many logs the table has room for.
+    pub fn capacity(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Log `log` (adopted while the node runs) is core `core`'s. Release: it is set before the
+    /// log is handed to its core, so before any job of it exists (the rings order the rest).
+    pub fn set(&self, log: usize, core: usize) {
+        self.0[log].store(core, Ordering::Release);
     }
 
     /// The core whose pump settles `outcome`: the owner of its event's log.
     pub fn of_outcome(&self, outcome: &JobOutcome) -> usize {
-        self.0[split_key(outcome.lsn()).0]
+        self.of_log(split_key(outcome.lsn()).0)
+    }
+
+    /// The core whose pump reads log `log`.
+    pub fn of_log(&self, log: usize) -> usize {
+        self.0[log].load(Ordering::Acquire)
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! The key is the node's name; the value a [`NodeEntry`] (JSON). A node creates or takes its
 //! entry at start-up and renews it every `lease / 3` with a compare-and-set on the entry's
-//! revision. The lease runs out `lease` after the entry's last write, by the JetStream server's
-//! clock (the entry's `created` time), so no two nodes' clocks are compared.
+//! revision. The lease runs out when the entry's revision has not changed for `lease`, as each
+//! watching node measures it on its own monotonic clock (`replication::adopt`), so no two nodes'
+//! clocks are compared.
 //!
 //! An entry with `adopted_by` set means another node adopted this node's logs. Then:
 //! - a node starting under that name refuses to start and names the adopter ([`Adopted`]): it
@@ -11,8 +12,8 @@
 //! - a running node whose renewal finds it so fences itself at once (it would be fenced at its
 //!   next publish anyway: the adopter writes its subjects).
 //!
-//! Adopting a lost node's logs (the compare-and-set that sets `adopted_by`, the rebuild and the
-//! delivery) is not built yet; [`NodeEntry::expired`] is the rule it will use.
+//! Adopting a lost node's logs (the compare-and-set that sets `adopted_by`, the fence, the
+//! rebuild and the delivery) is `replication::adopt`'s.
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
@@ -45,12 +46,6 @@ impl NodeEntry {
             adopted_by: None,
             adopted_at_ms: None,
         }
-    }
-
-    /// True if the lease ran out: the entry was last written (`written_ms`, the server's clock)
-    /// more than `lease_ms` before `now_ms` (the same clock).
-    pub fn expired(&self, written_ms: u64, now_ms: u64) -> bool {
-        now_ms.saturating_sub(written_ms) > self.lease_ms
     }
 }
 
@@ -232,16 +227,5 @@ mod tests {
         assert_eq!(serde_json::from_str::<NodeEntry>(&json).unwrap(), live);
         let old: NodeEntry = serde_json::from_str(r#"{"node":"a","lease_ms":10}"#).unwrap();
         assert_eq!(old.adopted_by, None, "fields added later default");
-    }
-
-    #[test]
-    fn a_lease_expires_lease_ms_after_its_last_write() {
-        let e = NodeEntry::live("a", Duration::from_secs(10));
-        assert!(!e.expired(1_000, 11_000));
-        assert!(e.expired(1_000, 11_001));
-        assert!(
-            !e.expired(5_000, 1_000),
-            "a clock behind the write is not expired"
-        );
     }
 }

@@ -216,16 +216,7 @@ impl Mirror {
             .build()
             .map_err(StartError::Thread)?;
         let (js, max_payload, last, through) = rt.block_on(connect(spec, cores, logs))?;
-        let lease = match rt.block_on(Lease::acquire(&js, spec)) {
-            Ok(Ok(lease)) => lease,
-            Ok(Err(adopted)) => return Err(StartError::Adopted(adopted)),
-            Err(e) => {
-                return Err(StartError::Stream {
-                    stream: spec.stream.clone(),
-                    error: e,
-                })
-            }
-        };
+        let lease = acquire_lease(&rt, &js, spec)?;
         let behind = catch_up::behind(logs, &through);
         if !behind.is_empty() {
             return Err(StartError::Behind(behind));
@@ -307,6 +298,31 @@ impl Mirror {
 impl Drop for Mirror {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// This node's lease (`replication::lease`), retried until `spec.lease` has passed: after a
+/// JetStream restart the bucket's stream may still be electing its leader ("no responders").
+fn acquire_lease(
+    rt: &tokio::runtime::Runtime,
+    js: &jetstream::Context,
+    spec: &ReplicationSpec,
+) -> Result<Lease, StartError> {
+    let deadline = std::time::Instant::now() + spec.lease;
+    loop {
+        match rt.block_on(Lease::acquire(js, spec)) {
+            Ok(Ok(lease)) => return Ok(lease),
+            Ok(Err(adopted)) => return Err(StartError::Adopted(adopted)),
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => {
+                return Err(StartError::Stream {
+                    stream: spec.stream.clone(),
+                    error: e,
+                })
+            }
+        }
     }
 }
 

@@ -124,6 +124,9 @@ pub struct ReplicationState {
     pub stream_bytes: AtomicU64,
     /// Logs of other nodes this node adopted.
     pub adopted_logs: AtomicUsize,
+    /// The nodes adopted, for the dashboard: (node, logs, Unix ms), at most one per node of
+    /// the lease bucket.
+    adopted: parking_lot::Mutex<Vec<(String, usize, u64)>>,
 }
 
 impl ReplicationState {
@@ -136,7 +139,20 @@ impl ReplicationState {
             fenced_total: AtomicU64::new(0),
             stream_bytes: AtomicU64::new(0),
             adopted_logs: AtomicUsize::new(0),
+            adopted: Default::default(),
         }
+    }
+
+    /// Node `node`'s `logs` logs run here since `at_ms` (Unix ms).
+    pub fn note_adopted(&self, node: &str, logs: usize, at_ms: u64) {
+        let mut a = self.adopted.lock();
+        a.retain(|(n, _, _)| n != node);
+        a.push((node.to_owned(), logs, at_ms));
+    }
+
+    /// The nodes whose logs run here: (node, logs, since Unix ms).
+    pub fn adopted(&self) -> Vec<(String, usize, u64)> {
+        self.adopted.lock().clone()
     }
 
     /// Core `core`'s state (shared with its commit helper and committer).

@@ -106,6 +106,8 @@ pub struct Committer {
     /// With `[replication]`: the batches back from the helper waiting for JetStream
     /// (`sched::replicated`).
     awaiting: Option<Awaiting>,
+    /// Logs adopted while the node runs, to the helper ([`Committer::adopt`]).
+    adopt: std::sync::mpsc::Sender<HelperLog>,
 }
 
 /// The core's own log (slot 0) when the loop commits it on its io_uring ring.
@@ -156,6 +158,7 @@ impl Committer {
             });
         let (to_helper, rx) = ring::channel(2);
         let (tx, from_helper) = ring::channel(2);
+        let (adopt, adopted) = std::sync::mpsc::channel();
         let parker = Parker::new();
         let helper = parker.unparker().clone();
         let loop_parker = Parker::new();
@@ -172,6 +175,7 @@ impl Committer {
             handback: handback.clone(),
             outcomes: Vec::new(),
             mirror,
+            adopted,
         };
         let thread = std::thread::Builder::new()
             .name(format!("sluice-sync-{core}"))
@@ -189,6 +193,7 @@ impl Committer {
             handback,
             local,
             awaiting,
+            adopt,
         })
     }
 
@@ -229,6 +234,18 @@ impl Committer {
             // Cannot happen (one batch at a time, capacity 2); keep the batch if it does.
             Err(e) => self.next.put_back(e.into_inner()),
         }
+    }
+
+    /// Log `log`, adopted while the node runs, takes the helper's next slot: the same position
+    /// the core's pump gives it (`CorePump::adopt`, in the same turn). It is sent before any
+    /// batch that could carry one of its records, and the helper takes what was sent before each
+    /// batch it commits, so a record never reaches the helper before its log. Its records are not
+    /// framed for replication (`sched::replicated::frame_of`: past the replicated slots).
+    pub fn adopt(&mut self, log: HelperLog) {
+        if self.adopt.send(log).is_err() {
+            eprintln!("sluice: commit helper: gone; an adopted log is not committed");
+        }
+        self.helper.unpark();
     }
 
     /// Commits the own log's records of the filling batch: staged on the loop and submitted
@@ -425,15 +442,26 @@ struct Helper {
     /// With `[replication]`: the way to the mirror thread and the frame being built.
     /// and the index of each log by slot.
     mirror: Option<(MirrorLink, Vec<u16>, FrameBuf)>,
+    /// Logs adopted while the node runs ([`Committer::adopt`]): at most `ADOPTED_LOGS_MAX`
+    /// (`dispatch::placement`) over the run.
+    adopted: std::sync::mpsc::Receiver<HelperLog>,
 }
 
 impl Helper {
+    /// The logs the loop adopted, each at the next slot ([`Committer::adopt`]).
+    fn take_adopted(&mut self) {
+        while let Ok(log) = self.adopted.try_recv() {
+            self.logs.push(log);
+        }
+    }
+
     fn run(mut self) {
         // Its wake-ups must not preempt the loop mid-turn (`sched::thread_policy`).
         if let Err(e) = super::thread_policy::set_current_batch() {
             eprintln!("sluice: commit helper: SCHED_BATCH not set ({e}); default policy kept");
         }
         loop {
+            self.take_adopted();
             for log in &mut self.logs {
                 // Checkpoint (at least once a second while written), retention requests, and a
                 // probe of a failed disk so health returns without a request (`Wal::tick`).
@@ -464,6 +492,7 @@ impl Helper {
     /// One batch: its commit (`wal::group::process`: one group commit per log it touches, then
     /// its dead letters), then back to the loop with one wake (or one unpark of a parked loop).
     fn serve(&mut self, mut batch: Batch) {
+        self.take_adopted();
         let (logs, first) = (&mut self.logs[..], self.first_slot);
         wal::group::process(logs, first, &mut batch, &*self.dlq, &mut self.outcomes);
         if let Some((link, indexes, frame)) = self.mirror.as_mut() {

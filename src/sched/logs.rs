@@ -12,6 +12,16 @@
 //! Own logs are opened first, core 0's first of all: its `LOCK` is taken before anything else,
 //! so a second server on the same data dir fails at once, whatever its worker count.
 //!
+//! # Logs adopted from another node
+//!
+//! With `[replication]`, a node also runs the logs of a lost node it adopted
+//! (`replication::adopt`): each rebuilt from the stream into `adopted/<node>/wal/core-K/` under
+//! the data dir, opened and recovered as any log, and given to core `index % workers`. While the
+//! node runs, [`TakeOver`] does that and hands each log to its core through the [`AdoptInbox`]
+//! (the core's loop gives it to its pump and its commit helper at the top of a turn); at a
+//! restart [`open_adopted`] opens them again after the node's own logs. Nothing is ingested
+//! into them; their records are not replicated (README "Several nodes").
+//!
 //! # Event keys
 //!
 //! Jobs and outcomes between cores name an event by one `u64` key: the log's index (in
@@ -19,10 +29,17 @@
 //! `wal::key`).
 #![forbid(unsafe_code)]
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
+use crate::dispatch::placement::LogOwners;
+use crate::dispatch::pump::PumpLog;
+use crate::metrics::histogram::Histogram;
 use crate::storage::{self, StdFs};
 use crate::sync::clock::unix_millis;
+use crate::wal::WalShared;
 use crate::wal::{
     self, layout, manifest, DispatchRecovery, LogDir, RecoveryReport, Wal, WalConfig, WalError,
 };
@@ -41,6 +58,8 @@ pub struct OpenLog {
     pub wal: Wal,
     pub report: RecoveryReport,
     pub recovered: DispatchRecovery,
+    /// The node whose log this was, for a log adopted from another node (not replicated).
+    pub adopted_from: Option<String>,
 }
 
 /// Every log of this run, in key order: own logs first (index = core), then adopted ones.
@@ -145,7 +164,202 @@ fn open_one(
         wal,
         report,
         recovered,
+        adopted_from: None,
     })
+}
+
+/// Where the logs adopted from other nodes live: `adopted/` under the data dir.
+pub fn adopted_root(data_dir: &Path) -> PathBuf {
+    data_dir.join("adopted")
+}
+
+/// The logs adopted from node `node` (rebuilt into `root/<node>/wal/core-K/`), opened and
+/// recovered, in order of `K`; the first gets log index `first`, each owned by core
+/// `index % workers`.
+fn open_node(
+    base: &WalConfig,
+    root: &Path,
+    node: &str,
+    first: usize,
+    workers: usize,
+) -> Result<Vec<OpenLog>, WalError> {
+    let wal_dir = root.join(node).join("wal");
+    let mut logs = Vec::new();
+    for (i, found) in layout::log_dirs(&wal_dir)?.into_iter().enumerate() {
+        let index = first + i;
+        let name = format!("adopted/{node}/{}", found.name);
+        let mut log = open_one(base, name, found.dir, index % workers.max(1))?;
+        log.adopted_from = Some(node.to_owned());
+        logs.push(log);
+    }
+    Ok(logs)
+}
+
+/// The nodes whose logs are under `root` (`adopted/<node>/wal/`), sorted.
+pub fn adopted_nodes(root: &Path) -> Result<Vec<String>, WalError> {
+    let entries = match std::fs::read_dir(root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(WalError::io(root, e)),
+    };
+    let mut nodes = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| WalError::io(root, e))?;
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if entry.path().join("wal").is_dir() && !name.starts_with('.') {
+            nodes.push(name);
+        }
+    }
+    nodes.sort();
+    Ok(nodes)
+}
+
+/// At start-up, after the node's own logs: the logs it adopted from other nodes in an earlier
+/// run (module docs), appended to `run`.
+pub fn open_adopted(
+    base: &WalConfig,
+    root: &Path,
+    workers: usize,
+    run: &mut RunLogs,
+) -> Result<(), WalError> {
+    for node in adopted_nodes(root)? {
+        let first = run.logs.len();
+        run.logs
+            .extend(open_node(base, root, &node, first, workers)?);
+    }
+    Ok(())
+}
+
+/// A log's published state, starting at its recovered durable LSN and outcome index (moved
+/// out of the recovery); its sync latencies go to `histogram`, shared by every log.
+pub fn published_state(l: &mut OpenLog, histogram: &Arc<Histogram>) -> Arc<WalShared> {
+    let mut s = WalShared::sharing(histogram.clone());
+    s.name = l.name.clone();
+    s.durable_lsn.store(l.report.last_lsn, Ordering::Release);
+    let mut index = std::mem::take(&mut l.recovered.outcomes);
+    // Where the writer appends next (after a log lost whole and accepted, past the
+    // checkpoint's promise: the LSNs between are given up).
+    index.continue_at(l.report.last_lsn + 1);
+    s.outcomes.seed(index);
+    Arc::new(s)
+}
+
+/// A log adopted while the node runs, on its way to its core: what its pump reads and what its
+/// commit helper writes (the same slot in both).
+#[derive(Debug)]
+pub struct AdoptedLog {
+    pub pump: PumpLog,
+    pub helper: crate::wal::group::Log,
+}
+
+/// The logs adopted while the node runs, waiting for their cores' loops; each loop takes its
+/// own at the top of a turn (`sync::inbox`: one flag load when there are none). Bound: at most
+/// `ADOPTED_LOGS_MAX` logs in all (`dispatch::placement`).
+pub type AdoptInbox = crate::sync::inbox::Inbox<AdoptedLog>;
+
+/// What a taking-over needs from the running node: where the logs go, who owns what, and the
+/// published state and backlog they join.
+#[derive(Debug)]
+pub struct TakeOverParts {
+    /// The node's WAL settings (`dir` is replaced per log).
+    pub base: WalConfig,
+    /// `adopted/` under the data dir.
+    pub root: PathBuf,
+    pub workers: usize,
+    pub owners: LogOwners,
+    /// The first log index free for an adopted log (the run's logs at start-up).
+    pub next_index: usize,
+    pub histogram: Arc<Histogram>,
+    /// The nodes whose logs this run already runs (opened at start-up).
+    pub running: HashSet<String>,
+}
+
+/// Takes over another node's logs while this node runs (module docs).
+#[derive(Debug)]
+pub struct TakeOver {
+    parts: TakeOverParts,
+}
+
+/// What one taking-over gave each core: the logs, with their pending events and bytes.
+#[derive(Debug, Default)]
+pub struct TakenOver {
+    pub logs: Vec<(String, usize)>,
+    pub events: u64,
+    pub bytes: u64,
+}
+
+impl TakeOver {
+    pub fn new(parts: TakeOverParts) -> TakeOver {
+        TakeOver { parts }
+    }
+
+    /// Whether node `node`'s logs already run here.
+    pub fn runs(&self, node: &str) -> bool {
+        self.parts.running.contains(node)
+    }
+
+    /// Opens the logs rebuilt into `adopted/<node>/wal/` and hands each to its core
+    /// (`inbox.put`, then `wake(core)`), its owner set first; their pending events are added to
+    /// the backlog by `preload`. Refused past `ADOPTED_LOGS_MAX` adopted logs.
+    pub fn open_and_hand(
+        &mut self,
+        node: &str,
+        inbox: &AdoptInbox,
+        preload: &dyn Fn(u64, u64),
+        wake: &dyn Fn(usize),
+    ) -> Result<TakenOver, String> {
+        let p = &mut self.parts;
+        let wal_dir = p.root.join(node).join("wal");
+        let count = layout::log_dirs(&wal_dir).map_err(|e| e.to_string())?.len();
+        if p.next_index + count > p.owners.capacity() {
+            return Err(format!(
+                "adopting node {node}'s {count} logs would pass the {} logs a node runs",
+                p.owners.capacity()
+            ));
+        }
+        let first = p.next_index;
+        let logs =
+            open_node(&p.base, &p.root, node, first, p.workers).map_err(|e| e.to_string())?;
+        p.next_index += logs.len();
+        p.running.insert(node.to_owned());
+        let mut taken = TakenOver::default();
+        let mut handed = Vec::new();
+        for (i, mut log) in logs.into_iter().enumerate() {
+            let index = first + i;
+            let shared = published_state(&mut log, &p.histogram);
+            let mut wal = log.wal;
+            wal.attach_shared(shared.clone());
+            let pending = &log.recovered.pending;
+            taken.events += pending.len() as u64;
+            taken.bytes += pending.values().map(|m| m.bytes).sum::<u64>();
+            taken.logs.push((log.name.clone(), log.owner));
+            p.owners.set(index, log.owner);
+            let adopted = AdoptedLog {
+                pump: PumpLog {
+                    index,
+                    name: log.name,
+                    dir: log.dir,
+                    own: false,
+                    durable: log.report.last_lsn,
+                    recovered: log.recovered,
+                },
+                helper: crate::wal::group::Log { wal, shared },
+            };
+            handed.push((log.owner, adopted));
+        }
+        // Counted before any core can make one of them done and give its room back.
+        preload(taken.events, taken.bytes);
+        for (core, adopted) in handed {
+            // `core < workers`: every log's owner is `index % workers`.
+            if let Err(log) = inbox.put(core, adopted) {
+                return Err(format!("{}: no core {core} to run it", log.pump.name));
+            }
+            wake(core);
+        }
+        Ok(taken)
+    }
 }
 
 /// The directory of core `core`'s own log under the data dir's `wal/`.
@@ -293,6 +507,92 @@ mod tests {
         assert!(manifest::check(&wal_dir).is_err());
     }
 
+    /// A lost node's log as a restore leaves it: `adopted/<node>/wal/core-K/`, 2 events pending.
+    fn rebuilt(data: &Path, node: &str, k: usize) {
+        let dir = adopted_root(data).join(node).join("wal");
+        let (mut w, _) = wal::open(&small(&own_log_dir(&dir, k))).unwrap();
+        w.append_events(&[sample_event(1, 10), sample_event(2, 10)])
+            .unwrap();
+        w.sync().unwrap();
+    }
+
+    #[test]
+    fn a_lost_nodes_rebuilt_logs_are_handed_to_their_cores_counted_and_owned() {
+        use std::cell::{Cell, RefCell};
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path();
+        rebuilt(data, "node-a", 0);
+        rebuilt(data, "node-a", 1);
+        let owners = LogOwners::new(&[0, 1]);
+        let mut take = TakeOver::new(TakeOverParts {
+            base: small(&data.join("wal")),
+            root: adopted_root(data),
+            workers: 2,
+            owners: owners.clone(),
+            next_index: 2,
+            histogram: Arc::new(Histogram::new(wal::SYNC_BOUNDS_NANOS)),
+            running: HashSet::new(),
+        });
+        let inbox = AdoptInbox::new(2);
+        assert!(inbox.take(0).is_none(), "nothing handed yet");
+        let preloaded = Cell::new((0, 0));
+        let woken = RefCell::new(Vec::new());
+        let taken = take
+            .open_and_hand("node-a", &inbox, &|e, b| preloaded.set((e, b)), &|c| {
+                woken.borrow_mut().push(c)
+            })
+            .unwrap();
+        assert!(take.runs("node-a"));
+        assert_eq!(taken.events, 4);
+        assert_eq!(preloaded.get(), (taken.events, taken.bytes));
+        let names: Vec<_> = taken.logs.iter().map(|(n, c)| (n.as_str(), *c)).collect();
+        assert_eq!(
+            names,
+            [("adopted/node-a/core-0", 0), ("adopted/node-a/core-1", 1)]
+        );
+        assert_eq!(*woken.borrow(), [0, 1]);
+        // Indexes 2 and 3, each owned by index % workers, in each core's inbox once.
+        let got = inbox.take(1).unwrap();
+        assert_eq!(
+            (got.len(), got[0].pump.index, got[0].pump.own),
+            (1, 3, false)
+        );
+        assert_eq!(got[0].pump.recovered.pending.len(), 2);
+        assert_eq!(got[0].helper.shared.durable_lsn(), 2);
+        assert!(inbox.take(1).is_none(), "taken once");
+        assert_eq!(inbox.take(0).unwrap()[0].pump.index, 2);
+        assert_eq!(
+            owners.capacity(),
+            2 + crate::dispatch::placement::ADOPTED_LOGS_MAX
+        );
+    }
+
+    #[test]
+    fn logs_adopted_in_an_earlier_run_open_after_the_own_logs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path();
+        rebuilt(data, "node-b", 0);
+        rebuilt(data, "node-a", 0);
+        std::fs::create_dir_all(adopted_root(data).join(".restoring").join("wal")).unwrap();
+        let base = small(&data.join("wal"));
+        let mut run = open_logs(&base, 2).unwrap();
+        open_adopted(&base, &adopted_root(data), 2, &mut run).unwrap();
+        let names: Vec<_> = run.logs.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "core-0",
+                "core-1",
+                "adopted/node-a/core-0",
+                "adopted/node-b/core-0"
+            ]
+        );
+        assert_eq!(run.owners(), [0, 1, 0, 1]);
+        assert_eq!(run.logs[3].adopted_from.as_deref(), Some("node-b"));
+        assert_eq!(run.logs[2].recovered.pending.len(), 2);
+        assert!(run.logs[0].adopted_from.is_none());
+    }
+
     #[test]
     fn an_unlisted_adopted_log_is_listed_and_a_listed_one_without_segments_is_opened() {
         let tmp = tempfile::tempdir().unwrap();
@@ -305,5 +605,87 @@ mod tests {
         let run = open_logs(&small(&wal_dir), 2).unwrap();
         let names: Vec<_> = run.logs.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["core-0", "core-1", "core-2"]);
+    }
+}
+
+/// The runtime's side of an adoption (`replication::adopt::TakeOverNode`): the lost node's
+/// logs rebuilt from the stream into `adopted/<node>/` (`ops::restore`, skipped when a
+/// previous run rebuilt them already), then opened and handed to the cores ([`TakeOver`]).
+#[derive(Debug)]
+pub struct NodeTakeOver {
+    config: Arc<crate::config::Config>,
+    backlog: Arc<crate::ingest::backlog::Backlog>,
+    inbox: Arc<AdoptInbox>,
+    take: TakeOver,
+    wakers: Vec<Arc<mio::Waker>>,
+}
+
+impl NodeTakeOver {
+    /// Over the node's start-up `config`, ingest's `backlog` (which counts the adopted pending
+    /// events) and the cores' `inbox` and `wakers`.
+    pub fn new(
+        config: Arc<crate::config::Config>,
+        backlog: Arc<crate::ingest::backlog::Backlog>,
+        inbox: Arc<AdoptInbox>,
+        parts: TakeOverParts,
+        wakers: Vec<Arc<mio::Waker>>,
+    ) -> NodeTakeOver {
+        NodeTakeOver {
+            config,
+            backlog,
+            inbox,
+            take: TakeOver::new(parts),
+            wakers,
+        }
+    }
+}
+
+impl crate::replication::adopt::TakeOverNode for NodeTakeOver {
+    fn runs(&self, node: &str) -> bool {
+        self.take.runs(node)
+    }
+
+    fn take_over(&mut self, node: &str) -> Result<usize, String> {
+        use crate::replication::restore::{write, RestoreError};
+        let config = &self.config;
+        let spec = (config.replication.as_ref()).ok_or("replication is off")?;
+        let dir = self.take.parts.root.join(node);
+        let rebuilt = write::holds(&dir.join("wal")).map_err(|e| e.to_string())?;
+        if rebuilt.is_none() {
+            let max_dlq = config.dispatch.max_dlq_entries as usize;
+            let base = &self.take.parts.base;
+            match crate::ops::restore::restore(spec, node, &dir, base, max_dlq) {
+                Ok(Some(r)) => {
+                    for line in crate::ops::restore::report(node, &r) {
+                        eprintln!("sluice: replication: {line}");
+                    }
+                }
+                Ok(None) | Err(RestoreError::NoStream { .. }) => {
+                    eprintln!("sluice: replication: the stream holds no log of node {node}");
+                    self.take.parts.running.insert(node.to_owned());
+                    return Ok(0);
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        let backlog = &self.backlog;
+        let taken = self.take.open_and_hand(
+            node,
+            &self.inbox,
+            &|events, bytes| backlog.preload(events, bytes),
+            &|core| {
+                if let Some(w) = self.wakers.get(core) {
+                    let _ = w.wake();
+                }
+            },
+        )?;
+        for (name, core) in &taken.logs {
+            eprintln!("sluice: replication: {name} runs on core {core}");
+        }
+        eprintln!(
+            "sluice: replication: node {node}: {} events pending ({} bytes) in its logs",
+            taken.events, taken.bytes
+        );
+        Ok(taken.logs.len())
     }
 }

@@ -53,7 +53,8 @@ impl Replicate {
 
 /// Adds what `batch` made durable to `frame`, in batch order: each durable append with its
 /// log and LSN, each stored dead letter in the store's encoding, each released id. `logs` maps
-/// the batch's log slots to the logs' indexes (`wal/core-<index>`). Whenever the frame would
+/// the batch's log slots to the logs' indexes (`wal/core-<index>`); a slot past it (a log
+/// adopted from another node) is not framed. Whenever the frame would
 /// pass `limit` bytes it is finished into `full` and a new one begun (a message holds whole
 /// frames and must fit the server's `max_payload`).
 pub fn frame_of(
@@ -72,8 +73,9 @@ pub fn frame_of(
                 Item::Append { log, record, .. },
                 Outcome::Appended(AppendOutcome::Durable { lsn }),
             ) => {
+                // Past the replicated slots: a log adopted from another node, whose records
+                // this node does not replicate (README "Several nodes").
                 let Some(&index) = logs.get(*log) else {
-                    eprintln!("sluice: replication: record {lsn} of an unknown log slot {log}");
                     continue;
                 };
                 if let Err(e) = frame.record(index, *lsn, record) {

@@ -42,6 +42,7 @@ use crate::sched::logs::{self, OpenLog, RunLogs};
 use crate::sched::pump::{Outstanding, PumpLog};
 use crate::sched::readers::Readers;
 use crate::sched::state::{NodeParts, Phase, Shared};
+use crate::sched::wiring::LogOwners;
 use crate::sched::worker::{self, CoreLinks, CoreParts, Worker};
 use crate::sync::clock::{unix_millis, Clock, MonotonicClock};
 use crate::wal::{self, WalConfig, WalShared};
@@ -96,9 +97,13 @@ pub fn serve_reloadable(
     let (handles, addr) = start(run)?;
     shared.set_phase(Phase::Ready);
     on_ready(addr);
+    let mut handles = handles;
     let died = wait_for_signal(&term, &handles, &mut || {
         crate::ops::reload::on_signal(&hup, shared.reload());
     });
+    if let Some(a) = handles.adopter.as_mut() {
+        a.stop();
+    }
     drain(
         &shared,
         handles.threads,
@@ -120,6 +125,45 @@ struct Run {
     listeners: Vec<std::net::TcpListener>,
     addr: SocketAddr,
     cores: Vec<CoreParts>,
+    /// With `[replication]`: what the adopter needs to take over a lost node's logs.
+    take_over: Option<logs::TakeOverParts>,
+}
+
+/// With `[replication]`: the parts of a taking-over while the node runs (`sched::logs`): the
+/// next log index, the owners' table, the nodes whose logs this run already runs.
+fn take_over_parts(
+    config: &Config,
+    shared: &Shared,
+    run_logs: &RunLogs,
+    owners: &LogOwners,
+) -> Option<logs::TakeOverParts> {
+    config.replication.as_ref()?;
+    let histogram = shared.wal().first()?.sync_seconds.clone();
+    // The logs adopted in an earlier run count as adopted from the start.
+    if let Some(state) = shared.replication() {
+        let mut per_node: std::collections::BTreeMap<&str, usize> = Default::default();
+        for l in &run_logs.logs {
+            if let Some(node) = &l.adopted_from {
+                *per_node.entry(node).or_default() += 1;
+            }
+        }
+        for (node, n) in per_node {
+            let at = std::sync::atomic::Ordering::Relaxed;
+            state.adopted_logs.fetch_add(n, at);
+            state.note_adopted(node, n, unix_millis());
+        }
+    }
+    Some(logs::TakeOverParts {
+        base: wal_config(config, config.wal_dir()),
+        root: logs::adopted_root(&config.server.data_dir),
+        workers: config.server.workers,
+        owners: owners.clone(),
+        next_index: run_logs.logs.len(),
+        histogram,
+        running: (run_logs.logs.iter())
+            .filter_map(|l| l.adopted_from.clone())
+            .collect(),
+    })
 }
 
 /// The WAL settings of `config`, for the log directory `dir`.
@@ -150,12 +194,15 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
         }
     }
     let (listeners, addr) = bind_listeners(config.server.listen, config.server.workers)?;
-    let cores = wire_cores(&shared, run_logs)?;
+    let owners = LogOwners::new(&run_logs.owners());
+    let take_over = take_over_parts(&config, &shared, &run_logs, &owners);
+    let cores = wire_cores(&shared, run_logs, owners)?;
     Ok(Run {
         shared,
         listeners,
         addr,
         cores,
+        take_over,
     })
 }
 
@@ -208,7 +255,13 @@ fn restore_empty_data_dir(config: &Config) -> Result<(), RuntimeError> {
 /// Opens and recovers every log of `config`'s data dir, one line per log on stderr.
 fn recover_logs(config: &Config) -> Result<RunLogs, RuntimeError> {
     let base = wal_config(config, config.wal_dir());
-    let run_logs = logs::open_logs(&base, config.server.workers).map_err(RuntimeError::Wal)?;
+    let workers = config.server.workers;
+    let mut run_logs = logs::open_logs(&base, workers).map_err(RuntimeError::Wal)?;
+    if config.replication.is_some() {
+        // The logs this node adopted from lost nodes in an earlier run (`sched::logs`).
+        let root = logs::adopted_root(&config.server.data_dir);
+        logs::open_adopted(&base, &root, workers, &mut run_logs).map_err(RuntimeError::Wal)?;
+    }
     for log in &run_logs.logs {
         eprintln!("sluice: {}", recovery_line(log));
     }
@@ -323,18 +376,7 @@ fn wal_states(run_logs: &mut RunLogs) -> Vec<Arc<WalShared>> {
     let histogram = Arc::new(crate::metrics::histogram::Histogram::new(
         wal::SYNC_BOUNDS_NANOS,
     ));
-    let state = |l: &mut OpenLog| {
-        let mut s = WalShared::sharing(histogram.clone());
-        s.name = l.name.clone();
-        s.durable_lsn
-            .store(l.report.last_lsn, std::sync::atomic::Ordering::Release);
-        let mut index = std::mem::take(&mut l.recovered.outcomes);
-        // Where the writer appends next (after a log lost whole and accepted, past the
-        // checkpoint's promise: the LSNs between are given up).
-        index.continue_at(l.report.last_lsn + 1);
-        s.outcomes.seed(index);
-        Arc::new(s)
-    };
+    let state = |l: &mut OpenLog| logs::published_state(l, &histogram);
     run_logs.logs.iter_mut().map(state).collect()
 }
 
@@ -424,7 +466,9 @@ fn local_logs(
             last_lsn: l.report.last_lsn,
         })
     };
-    run_logs.logs.iter().map(one).collect()
+    // Logs adopted from another node are not replicated (README "Several nodes").
+    let own = run_logs.logs.iter().filter(|l| l.adopted_from.is_none());
+    own.map(one).collect()
 }
 
 /// The index a log named `name` has in replication frames: its `K` (`wal::layout::core_of`).
@@ -443,18 +487,26 @@ fn legacy_log(dir: &std::path::Path) -> RuntimeError {
 
 /// The index of each log (`wal/core-<index>`) a core commits, by slot, for its replication
 /// frames. The legacy log (segments directly in `wal/`) has no index: replication refuses it.
-fn replicated_logs(logs: &[HelperLog]) -> Result<Vec<u16>, RuntimeError> {
+fn replicated_logs(
+    logs: &[HelperLog],
+    wal_dir: &std::path::Path,
+) -> Result<Vec<u16>, RuntimeError> {
     let index = |log: &HelperLog| replication_index(log.wal.dir().file_name()?.to_str()?);
-    (logs.iter())
-        .map(|l| index(l).ok_or_else(|| legacy_log(l.wal.dir())))
+    // A core's logs adopted from another node come after its own (`sched::logs`): outside
+    // `wal/`, and not replicated.
+    let own = logs.iter().take_while(|l| l.wal.dir().starts_with(wal_dir));
+    own.map(|l| index(l).ok_or_else(|| legacy_log(l.wal.dir())))
         .collect()
 }
 
 /// Gives each core its reactor, its commit helper over the logs it owns, its pump and its links.
-fn wire_cores(shared: &Arc<Shared>, run_logs: RunLogs) -> Result<Vec<CoreParts>, RuntimeError> {
+fn wire_cores(
+    shared: &Arc<Shared>,
+    run_logs: RunLogs,
+    owners: LogOwners,
+) -> Result<Vec<CoreParts>, RuntimeError> {
     let config = &shared.config;
     let workers = config.server.workers;
-    let owners: Arc<[usize]> = run_logs.owners().into();
     let (reactors, wakers) = reactors(workers)?;
     let max_outstanding = config.pump.max_outstanding;
     let outstanding = Arc::new(Outstanding::with_cores(max_outstanding, workers));
@@ -468,7 +520,10 @@ fn wire_cores(shared: &Arc<Shared>, run_logs: RunLogs) -> Result<Vec<CoreParts>,
     {
         // Only with `[replication]`: a node without it may still run a legacy log.
         let replicate = match shared.replication() {
-            Some(_) => shared.replicate(core, replicated_logs(&helper_logs)?),
+            Some(_) => {
+                let indexes = replicated_logs(&helper_logs, &config.wal_dir())?;
+                shared.replicate(core, indexes)
+            }
             None => None,
         };
         let committer = Committer::start(
@@ -506,6 +561,9 @@ struct Handles {
     wakers: Vec<Arc<Waker>>,
     hard_stop: Arc<AtomicBool>,
     readers: Readers,
+    /// With `[replication]`: the adopter thread, stopped first at shutdown (a node that is
+    /// leaving adopts nothing).
+    adopter: Option<crate::replication::adopt::Adopter>,
 }
 
 /// Starts one worker thread per core.
@@ -525,6 +583,25 @@ fn start(run: Run) -> Result<(Handles, SocketAddr), RuntimeError> {
     // Operator reads (event lookups and lists, ledger, dashboard state) off the core loops.
     let (readers, read_links) = Readers::start(run.shared.clone(), wakers.clone())
         .map_err(io_err("starting the reader threads"))?;
+    // With `[replication]`: the watch on the other nodes' leases (`replication::adopt`).
+    let adopter = match (run.take_over, &run.shared.config.replication) {
+        (Some(parts), Some(spec)) => {
+            let state = run.shared.replication().cloned();
+            let shared = &run.shared;
+            let take = logs::NodeTakeOver::new(
+                shared.config.clone(),
+                shared.ingest().backlog.clone(),
+                shared.adoptions().clone(),
+                parts,
+                wakers.clone(),
+            );
+            let state = state.ok_or_else(|| RuntimeError::Config("no mirror".into()))?;
+            let a = crate::replication::adopt::Adopter::start(spec.clone(), state, Box::new(take))
+                .map_err(io_err("starting the adopter thread"))?;
+            Some(a)
+        }
+        _ => None,
+    };
     let mut threads = Vec::new();
     let cores = run.listeners.into_iter().zip(run.cores).zip(read_links);
     for (id, ((listener, parts), reads)) in cores.enumerate() {
@@ -543,6 +620,7 @@ fn start(run: Run) -> Result<(Handles, SocketAddr), RuntimeError> {
             wakers,
             hard_stop,
             readers,
+            adopter,
         },
         run.addr,
     ))
@@ -729,7 +807,8 @@ mod tests {
         assert_eq!(shared.ops_view().backlog.pending_events(), 1);
         shared.begin_drain(shared.clock.now_nanos(), Duration::ZERO);
         assert_eq!(shared.not_ready_reason(), Some("draining"));
-        let cores = wire_cores(&Arc::new(shared), run_logs).unwrap();
+        let owners = LogOwners::new(&run_logs.owners());
+        let cores = wire_cores(&Arc::new(shared), run_logs, owners).unwrap();
         assert_eq!(cores.len(), 2);
     }
 

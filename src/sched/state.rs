@@ -63,6 +63,9 @@ pub struct Shared {
     io_backend: crate::net::io::Backend,
     lifecycle: Lifecycle,
     mirror: Option<Mirror>,
+    /// Logs adopted from other nodes while the node runs, on their way to their cores
+    /// (`sched::logs`).
+    adoptions: Arc<crate::sched::logs::AdoptInbox>,
 }
 
 impl Shared {
@@ -74,6 +77,7 @@ impl Shared {
         dispatch: DispatchContext,
         node: NodeParts,
     ) -> Shared {
+        let adoptions = Arc::new(crate::sched::logs::AdoptInbox::new(config.server.workers));
         let reload = Published::new(config.clone(), node.router, &ingest.guards)
             .with_flow_cells(Arc::clone(&dispatch.metrics))
             .with_backlog(Arc::clone(&ingest.backlog));
@@ -90,6 +94,7 @@ impl Shared {
             io_backend: node.io_backend,
             lifecycle: Lifecycle::new(),
             mirror: node.mirror,
+            adoptions,
         }
     }
 
@@ -140,6 +145,11 @@ impl Shared {
             max_inflight: spec.max_inflight,
             ack_timeout: spec.ack_timeout,
         })
+    }
+
+    /// Logs adopted while the node runs, waiting for their cores (`sched::logs`).
+    pub fn adoptions(&self) -> &Arc<crate::sched::logs::AdoptInbox> {
+        &self.adoptions
     }
 
     /// The operator reads' slots and counters (`sched::readers`).

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use mio::{Token, Waker};
 
 use crate::dispatch::exchange::Exchange;
+pub use crate::dispatch::placement::LogOwners;
 
 /// The poll token of the core's waker (commit helper, other cores, shutdown).
 pub(crate) const WAKER: Token = Token(usize::MAX - 2);
@@ -27,15 +28,15 @@ pub struct CoreLinks {
 
 impl CoreLinks {
     /// Wires `cores` cores: returns each core's links. `wakers[k]` wakes core `k`'s poll;
-    /// `log_owner[log]` is the core whose pump reads log `log`.
+    /// `owners` names the core whose pump reads each log.
     pub fn wire(
         cores: usize,
         max_outstanding: usize,
         wakers: Vec<Arc<Waker>>,
-        log_owner: Arc<[usize]>,
+        owners: LogOwners,
     ) -> Vec<CoreLinks> {
         let quiet = Arc::new(AtomicUsize::new(0));
-        let exchanges = Exchange::wire(cores, max_outstanding, &wakers, log_owner);
+        let exchanges = Exchange::wire(cores, max_outstanding, &wakers, owners);
         (exchanges.into_iter().enumerate())
             .map(|(core, exchange)| CoreLinks {
                 core,

@@ -28,6 +28,7 @@ pub mod clock;
 pub mod countdown;
 pub mod gcra;
 pub mod handback;
+pub mod inbox;
 pub mod publish;
 pub mod slots;
 

@@ -88,6 +88,7 @@ mod reload_dests;
 mod replay_bulk;
 mod replay_once;
 mod replication;
+mod replication_adopt;
 mod replication_commit;
 mod returns;
 mod shared;

@@ -25,12 +25,12 @@ use sluice::wal::{decode_payload, Record};
 use crate::downstream::{Behavior, Downstream};
 use crate::support::*;
 
-const STREAM: &str = "sluice";
+pub(crate) const STREAM: &str = "sluice";
 /// Elections after a lost nats-server take a few seconds; ingest must be back well within.
-const RECOVERS_WITHIN: Duration = Duration::from_secs(30);
+pub(crate) const RECOVERS_WITHIN: Duration = Duration::from_secs(30);
 
 /// A manifest for node `node` on `cluster`, one trigger `t` delivering to `sink`.
-fn manifest(cluster: &NatsCluster, node: &str, replicas: usize, sink: &str) -> String {
+pub(crate) fn manifest(cluster: &NatsCluster, node: &str, replicas: usize, sink: &str) -> String {
     let urls: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
     format!(
         "[server]\nmax_body_bytes = 65536\n\n\
@@ -43,7 +43,7 @@ fn manifest(cluster: &NatsCluster, node: &str, replicas: usize, sink: &str) -> S
 }
 
 /// Open buckets: the tests measure replication, not admission.
-fn opts(manifest: &str) -> Opts {
+pub(crate) fn opts(manifest: &str) -> Opts {
     let big = "1000000000";
     Opts::config(manifest)
         .env(ENV_GLOBAL_CAPACITY, big)
@@ -51,7 +51,7 @@ fn opts(manifest: &str) -> Opts {
         .env(ENV_REFILL_PER_SEC, big)
 }
 
-fn ready_cluster(n: usize) -> Option<NatsCluster> {
+pub(crate) fn ready_cluster(n: usize) -> Option<NatsCluster> {
     let cluster = NatsCluster::start(n)?;
     assert!(
         cluster.wait_ready(NATS_READY_TIMEOUT),
@@ -101,7 +101,7 @@ fn ids_in_stream(cluster: &NatsCluster, node: &str) -> HashSet<String> {
 }
 
 /// The event ids a downstream received.
-fn delivered(sink: &Downstream) -> HashSet<String> {
+pub(crate) fn delivered(sink: &Downstream) -> HashSet<String> {
     sink.seen().into_iter().map(|s| s.webhook_id).collect()
 }
 
@@ -126,13 +126,13 @@ fn await_delivered(sink: &Downstream, want: &HashSet<String>, within: Duration) 
 
 /// What a load thread saw: each answer's reason, and the ids of the 202s.
 #[derive(Default)]
-struct Seen {
-    accepted: Vec<(Instant, String)>,
-    refused: Vec<(Instant, String)>,
+pub(crate) struct Seen {
+    pub(crate) accepted: Vec<(Instant, String)>,
+    pub(crate) refused: Vec<(Instant, String)>,
 }
 
 /// Posts events one after another on one connection until `stop`, recording each answer.
-fn load(
+pub(crate) fn load(
     server: &Server,
     stop: Arc<AtomicBool>,
     seen: Arc<Mutex<Seen>>,
@@ -170,7 +170,7 @@ fn load(
     })
 }
 
-fn metric(server: &Server, name: &str) -> f64 {
+pub(crate) fn metric(server: &Server, name: &str) -> f64 {
     let (_, samples) = scrape(server);
     samples
         .iter()

@@ -272,6 +272,31 @@ struct LogState<T> {
     done_in_flight: bool,
 }
 
+impl<T> LogState<T> {
+    /// A log whose events not yet admitted come from `source`.
+    fn new(l: PumpLog, source: Source<T>) -> LogState<T> {
+        LogState {
+            index: l.index,
+            name: l.name,
+            dir: l.dir.as_path().into(),
+            own: l.own,
+            durable: l.durable,
+            source,
+            recovered: l.recovered,
+            live: BTreeMap::new(),
+            parked: Parked::default(),
+            parked_reader: None,
+            parked_retry_at: 0,
+            last_read: 0,
+            done_queue: Vec::new(),
+            retry_queue: VecDeque::new(),
+            attempt_queue: Vec::new(),
+            records_in_flight: 0,
+            done_in_flight: false,
+        }
+    }
+}
+
 impl<T: LogTail> LogState<T> {
     /// The next event not yet admitted, if one is durable.
     /// The next event not yet admitted, with its trigger's row if it has one already (an event
@@ -437,25 +462,7 @@ impl<E: PumpEnv> PumpCore<E> {
         for (slot, l) in logs.into_iter().enumerate() {
             slot_of.insert(l.index, slot);
             let tail = env.open_at_start(&l.dir, l.recovered.done_cursor)?;
-            states.push(LogState {
-                index: l.index,
-                name: l.name,
-                dir: l.dir.as_path().into(),
-                own: l.own,
-                durable: l.durable,
-                source: Source::Log(tail),
-                recovered: l.recovered,
-                live: BTreeMap::new(),
-                parked: Parked::default(),
-                parked_reader: None,
-                parked_retry_at: 0,
-                last_read: 0,
-                done_queue: Vec::new(),
-                retry_queue: VecDeque::new(),
-                attempt_queue: Vec::new(),
-                records_in_flight: 0,
-                done_in_flight: false,
-            });
+            states.push(LogState::new(l, Source::Log(tail)));
         }
         // A pump whose logs recovered no pending event has nothing to hand over: it does not
         // take part, so a fresh start holds no gate (the flow gates wait only for pumps that
@@ -505,6 +512,34 @@ impl<E: PumpEnv> PumpCore<E> {
         self.triggers
             .learn(&routes.handlers, routes.default_trigger);
         self.routes = routes;
+    }
+
+    /// A log adopted while the node runs (another node's, rebuilt from the replication stream:
+    /// `sched::logs::adopt`): read back from its done cursor like a log adopted at start-up, its
+    /// recovered tallies added to this pump's ledger. It takes the next position, which is also
+    /// its slot with the core's commit helper (`sched::commit::Committer::adopt`). Nothing is
+    /// ingested into it. The start-up hand-over is over by then: its events go through the
+    /// gates as the pump reads them. A read-back that cannot be opened is retried with backoff
+    /// as any (`pump_source`). `now`: clock nanos.
+    pub fn adopt(&mut self, l: PumpLog, now: u64) {
+        let slot = self.logs.len();
+        let from = l.recovered.done_cursor;
+        self.ledger.add_log(l.index, &l.recovered.ledger);
+        self.slot_of.insert(l.index, slot);
+        let empty = Source::Memory {
+            events: VecDeque::new(),
+            bytes: 0,
+        };
+        self.logs.push(LogState::new(l, empty));
+        let log = &mut self.logs[slot];
+        let (env, dir) = (&self.env, &log.dir);
+        let opened = log.source.read_back(|f| env.open(dir, f), from, now);
+        self.note_read_back(slot, opened);
+    }
+
+    /// The environment (the shell's, to follow the logs it adds).
+    pub fn env_mut(&mut self) -> &mut E {
+        &mut self.env
     }
 
     /// The bound on this pump's outcomes awaiting their commit: `max(max_outstanding,`

@@ -181,6 +181,11 @@ fn replication(r: &crate::replication::state::ReplicationState) -> Value {
         "fenced_total": r.fenced_total.load(Relaxed),
         "stream_bytes": r.stream_bytes.load(Relaxed),
         "adopted_logs": r.adopted_logs.load(Relaxed),
+        "adopted": r.adopted().into_iter().map(|(node, logs, at_ms)| json!({
+            "node": node,
+            "logs": logs,
+            "at_ms": at_ms,
+        })).collect::<Vec<_>>(),
     })
 }
 

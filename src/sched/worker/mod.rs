@@ -222,6 +222,19 @@ impl Worker {
         // decision's cost.
         self.turn_now = self.now();
         self.follow_reload();
+        self.take_adopted();
+    }
+
+    /// Logs adopted from another node while the node runs (`sched::logs`): each to the pump and
+    /// the commit helper, at the same slot, in the same turn.
+    fn take_adopted(&mut self) {
+        let Some(logs) = self.shared.adoptions().take(self.id) else {
+            return;
+        };
+        for a in logs {
+            self.pump.adopt(a.pump, a.helper.shared.clone());
+            self.committer.adopt(a.helper);
+        }
     }
 
     /// One event of the core's reactor.

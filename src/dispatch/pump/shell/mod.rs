@@ -95,8 +95,9 @@ pub trait DurableQueue: std::fmt::Debug + Send + Sync {
 pub struct LogsEnv {
     queue: Arc<dyn DurableQueue>,
     metrics: Arc<DispatchMetrics>,
-    /// Every log's published state, by its index in the run.
-    wal: Vec<Arc<WalShared>>,
+    /// Every log's published state, by its index in the run (`None`: a log of another core
+    /// adopted after start-up).
+    wal: Vec<Option<Arc<WalShared>>>,
 }
 
 impl PumpEnv for LogsEnv {
@@ -141,7 +142,10 @@ impl PumpEnv for LogsEnv {
         self.queue.release_done(slot, events, bytes)
     }
     fn writable(&self, index: usize) -> bool {
-        self.wal.get(index).map_or(true, |w| w.is_healthy())
+        self.wal
+            .get(index)
+            .and_then(Option::as_ref)
+            .map_or(true, |w| w.is_healthy())
     }
 }
 
@@ -170,6 +174,7 @@ pub struct CorePump {
     clock: Arc<dyn Clock>,
     queue: Arc<dyn DurableQueue>,
     metrics: Arc<DispatchMetrics>,
+    /// The published state of each of the pump's logs, by position.
     wal: Vec<Arc<WalShared>>,
     retention: Duration,
     /// The default route's trigger id, for the routes of a reload's spec.
@@ -206,8 +211,9 @@ impl CorePump {
         let env = LogsEnv {
             queue: queue.clone(),
             metrics: metrics.clone(),
-            wal: wal.clone(),
+            wal: wal.iter().cloned().map(Some).collect(),
         };
+        let wal = logs.iter().map(|l| wal[l.index].clone()).collect();
         let n = logs.len();
         let default_trigger = routes.default_trigger;
         let slots = Slots {
@@ -236,6 +242,23 @@ impl CorePump {
     /// (`PumpCore::more_to_read`).
     pub fn more_to_read(&self) -> bool {
         self.pump.more_to_read()
+    }
+
+    /// Log `log`, rebuilt from another node's replicated log while this node runs, is this
+    /// pump's from now on (`PumpCore::adopt`); `wal` is its published state. Its commit helper
+    /// slot is given in the same turn (`sched::commit::Committer::adopt`).
+    pub fn adopt(&mut self, log: PumpLog, wal: Arc<WalShared>) {
+        let index = log.index;
+        let now = self.clock.now_nanos();
+        self.pump.adopt(log, now);
+        let env = self.pump.env_mut();
+        if env.wal.len() <= index {
+            env.wal.resize(index + 1, None);
+        }
+        env.wal[index] = Some(wal.clone());
+        self.wal.push(wal);
+        self.disk_bytes.push(0);
+        self.retired_seen.push(0);
     }
 
     /// The core's order horizon at the end of a turn (`PumpCore::publish_horizon`).

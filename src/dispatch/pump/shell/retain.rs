@@ -29,7 +29,7 @@ impl CorePump {
             .map(|(i, d, c)| (i, d.to_owned(), c))
             .collect();
         for (slot, (index, dir, cursor)) in logs.into_iter().enumerate() {
-            if let Some(counts) = self.wal[index].retired.newer(&mut self.retired_seen[slot]) {
+            if let Some(counts) = self.wal[slot].retired.newer(&mut self.retired_seen[slot]) {
                 self.pump.fold_retired(index, &counts);
             }
             let dir = dir.as_path();
@@ -37,7 +37,7 @@ impl CorePump {
             let new = match retention::plan(&StdFs, dir, cursor, keep, wall) {
                 Ok(r) => {
                     if let Some(lsn) = r.retire_below {
-                        self.wal[index].request_retire(lsn);
+                        self.wal[slot].request_retire(lsn);
                     }
                     r.bytes
                 }
