@@ -43,12 +43,13 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, kv};
 use futures_util::StreamExt;
 
-use crate::replication::catch_up::last_sequence;
+use crate::replication::catch_up::{last_message, last_sequence};
 use crate::replication::lease::NodeEntry;
 use crate::replication::message::{pack, FrameBuf};
 use crate::replication::spec::ReplicationSpec;
 use crate::replication::state::ReplicationState;
 use crate::sync::clock::unix_millis;
+use crate::wal::Lsn;
 
 /// What the runtime does to take over a node's logs once this node holds their claim.
 pub trait TakeOverNode: Send {
@@ -139,10 +140,31 @@ impl Watch {
 }
 
 /// The marker an adopter writes on each subject of the node it adopted (module docs, step 2):
-/// a message of one empty frame, which a restore reads as nothing.
-pub fn marker(core: usize) -> Vec<u8> {
-    let frame = FrameBuf::default().finish();
+/// a message of one frame with no record, carrying forward the `through` list of the subject's
+/// last message (so the subject's last frame still says how far each log is replicated). A
+/// restore reads no record from it.
+pub fn marker(core: usize, through: &[(u16, Lsn)]) -> Vec<u8> {
+    let mut frame = FrameBuf::default();
+    for &(log, lsn) in through {
+        frame.through(log, lsn);
+    }
+    let frame = frame.finish();
     pack(core, [&frame[..]])
+}
+
+/// Each log's highest `through` in the message `payload` (none if it does not decode).
+fn through_of(payload: &[u8]) -> Vec<(u16, Lsn)> {
+    let mut through: Vec<(u16, Lsn)> = Vec::new();
+    let Ok(d) = crate::replication::message::decode(payload) else {
+        return through;
+    };
+    for &(log, lsn) in d.frames.iter().flat_map(|f| f.through.iter()) {
+        match through.iter_mut().find(|t| t.0 == log) {
+            Some(t) => t.1 = t.1.max(lsn),
+            None => through.push((log, lsn)),
+        }
+    }
+    through
 }
 
 /// The adopter thread.
@@ -374,8 +396,10 @@ async fn fence(js: &jetstream::Context, spec: &ReplicationSpec, node: &str) -> R
             .unwrap_or(0);
         for attempt in 0.. {
             let last = last_sequence(&stream, &subject).await?;
+            let previous = last_message(&stream, &subject).await?;
+            let through = previous.as_deref().map(through_of).unwrap_or_default();
             let publish = jetstream::message::PublishMessage::build()
-                .payload(marker(core).into())
+                .payload(marker(core, &through).into())
                 .message_id(format!("{subject}@{last}-adopted-by-{}", spec.node))
                 .expected_last_subject_sequence(last);
             let ack = match js.send_publish(subject.clone(), publish).await {
@@ -467,10 +491,15 @@ mod tests {
     }
 
     #[test]
-    fn the_marker_is_one_empty_frame_that_decodes() {
-        let m = marker(3);
+    fn the_marker_holds_no_record_and_carries_the_last_messages_through_forward() {
+        let previous = marker(3, &[(3, 40), (5, 7)]);
+        let through = through_of(&previous);
+        assert_eq!(through, [(3, 40), (5, 7)]);
+        let m = marker(3, &through);
         let d = crate::replication::message::decode(&m).unwrap();
         assert_eq!(d.frames.len(), 1);
-        assert!(d.frames[0].parts.is_empty() && d.frames[0].through.is_empty());
+        assert!(d.frames[0].parts.is_empty() && d.frames[0].dead.is_empty());
+        assert_eq!(d.frames[0].through, [(3, 40), (5, 7)]);
+        assert!(through_of(b"not a message").is_empty());
     }
 }

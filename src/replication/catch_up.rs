@@ -91,6 +91,32 @@ pub async fn replicated_through<I>(
     Ok(through)
 }
 
+/// How far log `index` is replicated by the frames of the subjects under `filter` (another
+/// node's, for a log this node adopted): the highest `through` the last message of each names.
+pub async fn node_through<I>(
+    stream: &stream::Stream<I>,
+    filter: &str,
+    index: u16,
+) -> Result<Lsn, String> {
+    use futures_util::StreamExt;
+    let mut listed = (stream.info_with_subjects(filter).await).map_err(|e| e.to_string())?;
+    let mut subjects = Vec::new();
+    while let Some(s) = listed.next().await {
+        subjects.push(s.map_err(|e| e.to_string())?.0);
+    }
+    let mut through = 0;
+    for subject in subjects {
+        let Some(payload) = last_message(stream, &subject).await? else {
+            continue;
+        };
+        let d = decode(&payload).map_err(|e| format!("the last message of {subject}: {e}"))?;
+        for (_, lsn) in (d.frames.iter().flat_map(|f| f.through.iter())).filter(|t| t.0 == index) {
+            through = through.max(*lsn);
+        }
+    }
+    Ok(through)
+}
+
 /// The logs the stream is ahead of (their disk lost acknowledged records).
 pub fn behind(logs: &[LocalLog], through: &HashMap<u16, Lsn>) -> Vec<Behind> {
     let ahead = |l: &LocalLog| {

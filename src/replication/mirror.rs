@@ -25,6 +25,12 @@
 //! subject and both sequences, the task stops publishing (the log never forks), and the node
 //! refuses new events (`replication_fenced`) until it is restarted.
 //!
+//! **Adopted logs.** A log this node adopted from a lost node (`replication::adopt`) is
+//! published on that node's subject by a task of its own, opened on this thread on request
+//! ([`SubjectOpener::open`]): fenced from the subject's last sequence, after publishing what the
+//! local copy holds beyond the stream. Its frames hold no batch and its failures refuse nothing
+//! (its state is not one of the cores'), but a refused fence fences the node as for its own.
+//!
 //! **The lease.** At start the node takes its entry in `<stream>_nodes` (refusing to start if
 //! another node adopted its logs) and renews it every `lease / 3`; a renewal that finds the
 //! entry adopted fences the node too (`replication::lease`).
@@ -161,6 +167,22 @@ impl fmt::Debug for MirrorLink {
 }
 
 impl MirrorLink {
+    /// A link over `state`, for messages of at most `max_payload` bytes, and the receiving end
+    /// of its frames (its publishing task's).
+    fn new(
+        state: Arc<CoreState>,
+        max_payload: usize,
+    ) -> (MirrorLink, mpsc::UnboundedReceiver<(u64, Vec<u8>)>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let link = MirrorLink {
+            state,
+            frame_limit: max_payload.saturating_sub(MESSAGE_OVERHEAD + HEADER_ROOM),
+            tx,
+            wake: Arc::new(OnceLock::new()),
+        };
+        (link, rx)
+    }
+
     /// Hands a committed batch's frame over; returns its number (the core's
     /// [`CoreState::acked`] reaches it once JetStream has it). The channel is unbounded here
     /// because its producer bounds it: the committer holds at most `max_inflight` batches
@@ -196,6 +218,124 @@ pub struct Mirror {
     state: Arc<ReplicationState>,
     stop: watch::Sender<bool>,
     thread: Option<JoinHandle<()>>,
+    opener: SubjectOpener,
+}
+
+/// The way to publish on another node's subject: the logs this node adopted
+/// ([`SubjectOpener::open`]), their done records written where that node's were.
+#[derive(Clone, Debug)]
+pub struct SubjectOpener {
+    tx: mpsc::UnboundedSender<OpenSubject>,
+    lease: Duration,
+}
+
+/// A request to the mirror thread for an adopted log's link.
+#[derive(Debug)]
+struct OpenSubject {
+    subject: String,
+    /// The subjects of the log's node (`<stream>.<node>.>`), for how far the log is replicated.
+    node_filter: String,
+    /// The log (its `index` is its `core-K`'s `K`, as frames name it).
+    log: LocalLog,
+    /// Publish its records beyond the stream first (a restart: the copy here may be ahead).
+    catch_up: bool,
+    reply: std::sync::mpsc::Sender<Result<MirrorLink, String>>,
+}
+
+impl SubjectOpener {
+    /// A link that publishes the frames of adopted log `log` on `subject`, fenced from the
+    /// subject's last sequence as read now. With `catch_up`, the records `log` holds beyond
+    /// what the frames on `node_filter` say is replicated are published first, in order. The
+    /// link's frames hold no batch: an adopted log takes no ingest, and an outcome not yet
+    /// replicated is at worst delivered again by a later adopter. Waits at most twice `lease`.
+    pub fn open(
+        &self,
+        subject: String,
+        node_filter: String,
+        log: LocalLog,
+        catch_up: bool,
+    ) -> Result<MirrorLink, String> {
+        let (reply, answer) = std::sync::mpsc::channel();
+        let req = OpenSubject {
+            subject,
+            node_filter,
+            log,
+            catch_up,
+            reply,
+        };
+        (self.tx.send(req)).map_err(|_| "the mirror thread has stopped".to_string())?;
+        let within = self.lease * 2;
+        (answer.recv_timeout(within))
+            .map_err(|_| format!("the mirror did not answer within {within:?}"))?
+    }
+}
+
+/// What the mirror thread needs to open an adopted log's subject.
+struct Opener {
+    js: jetstream::Context,
+    stream: String,
+    node: Arc<ReplicationState>,
+    max_payload: usize,
+    ack_timeout: Duration,
+    lease: Duration,
+}
+
+impl Opener {
+    /// Serves [`SubjectOpener::open`]: each request's task runs on the thread from then on.
+    async fn serve(self, mut requests: mpsc::UnboundedReceiver<OpenSubject>) {
+        while let Some(req) = requests.recv().await {
+            let subject = req.subject.clone();
+            let opened = self.open(&req).await;
+            let answer = match opened {
+                Ok(task) => {
+                    let link = task.link.clone();
+                    tokio::task::spawn_local(task.run());
+                    Ok(link)
+                }
+                Err(e) => Err(format!("{subject}: {e}")),
+            };
+            let _ = req.reply.send(answer);
+        }
+    }
+
+    async fn open(&self, req: &OpenSubject) -> Result<CoreTask, String> {
+        let stream = (self.js.get_stream_no_info(&self.stream).await).map_err(|e| e.to_string())?;
+        let expected = last_sequence(&stream, &req.subject).await?;
+        let (link, rx) = MirrorLink::new(Arc::new(CoreState::default()), self.max_payload);
+        let limit = link.frame_limit;
+        let mut task = CoreTask {
+            js: self.js.clone(),
+            subject: req.subject.clone(),
+            core: usize::from(req.log.index),
+            link,
+            node: self.node.clone(),
+            rx,
+            max_payload: self.max_payload,
+            ack_timeout: self.ack_timeout,
+            expected,
+        };
+        if req.catch_up {
+            let through = catch_up::node_through(&stream, &req.node_filter, req.log.index).await?;
+            let frames = catch_up::missing_frames(&req.log, through, limit)?;
+            if !frames.is_empty() {
+                eprintln!(
+                    "sluice: replication: publishing LSNs {}..={} of adopted log core-{} on {} \
+                     (durable here, not yet in the stream)",
+                    through + 1,
+                    req.log.last_lsn,
+                    req.log.index,
+                    req.subject
+                );
+                let published = tokio::time::timeout(self.lease, task.publish_all(frames)).await;
+                match published {
+                    Ok(true) => {}
+                    Ok(false) => return Err("fenced".into()),
+                    Err(_) => return Err(format!("not acknowledged within {:?}", self.lease)),
+                }
+            }
+        }
+        Ok(task)
+    }
 }
 
 impl Mirror {
@@ -230,31 +370,18 @@ impl Mirror {
         }
         let state = Arc::new(ReplicationState::new(cores));
         let (stop, stopped) = watch::channel(false);
-        let mut links = Vec::new();
-        let mut tasks = Vec::new();
-        for (core, expected) in last.into_iter().enumerate() {
-            let (tx, rx) = mpsc::unbounded_channel();
-            let link = MirrorLink {
-                state: state.cores()[core].clone(),
-                frame_limit: max_payload.saturating_sub(MESSAGE_OVERHEAD + HEADER_ROOM),
-                tx,
-                wake: Arc::new(OnceLock::new()),
-            };
-            tasks.push(CoreTask {
-                js: js.clone(),
-                subject: spec.subject(core),
-                core,
-                link: link.clone(),
-                node: state.clone(),
-                rx,
-                max_payload,
-                ack_timeout: spec.ack_timeout,
-                expected,
-            });
-            links.push(link);
-        }
+        let (links, mut tasks) = core_tasks(&js, spec, &state, max_payload, last);
         publish_missing(&rt, &mut tasks, logs, &through, spec)?;
         state.refresh();
+        let (open_tx, open_rx) = mpsc::unbounded_channel();
+        let opener = Opener {
+            js: js.clone(),
+            stream: spec.stream.clone(),
+            node: state.clone(),
+            max_payload,
+            ack_timeout: spec.ack_timeout,
+            lease: spec.lease,
+        };
         let poll = (js, spec.stream.clone(), state.clone());
         let renew = Renew {
             lease,
@@ -264,13 +391,17 @@ impl Mirror {
         };
         let thread = std::thread::Builder::new()
             .name("sluice-mirror".into())
-            .spawn(move || rt.block_on(run(tasks, poll, renew, stopped)))
+            .spawn(move || rt.block_on(run(tasks, poll, renew, (opener, open_rx), stopped)))
             .map_err(StartError::Thread)?;
         Ok(Mirror {
             links,
             state,
             stop,
             thread: Some(thread),
+            opener: SubjectOpener {
+                tx: open_tx,
+                lease: spec.lease,
+            },
         })
     }
 
@@ -282,6 +413,11 @@ impl Mirror {
     /// The node's replication state.
     pub fn state(&self) -> &Arc<ReplicationState> {
         &self.state
+    }
+
+    /// The way to publish an adopted log's frames on its node's subject.
+    pub fn opener(&self) -> &SubjectOpener {
+        &self.opener
     }
 
     /// Stops the thread (frames not yet acknowledged stay so) and joins it.
@@ -299,6 +435,34 @@ impl Drop for Mirror {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// Each core's link and publishing task, `last[core]` being its subject's last sequence.
+fn core_tasks(
+    js: &jetstream::Context,
+    spec: &ReplicationSpec,
+    state: &Arc<ReplicationState>,
+    max_payload: usize,
+    last: Vec<u64>,
+) -> (Vec<MirrorLink>, Vec<CoreTask>) {
+    let mut links = Vec::new();
+    let mut tasks = Vec::new();
+    for (core, expected) in last.into_iter().enumerate() {
+        let (link, rx) = MirrorLink::new(state.cores()[core].clone(), max_payload);
+        tasks.push(CoreTask {
+            js: js.clone(),
+            subject: spec.subject(core),
+            core,
+            link: link.clone(),
+            node: state.clone(),
+            rx,
+            max_payload,
+            ack_timeout: spec.ack_timeout,
+            expected,
+        });
+        links.push(link);
+    }
+    (links, tasks)
 }
 
 /// This node's lease (`replication::lease`), retried until `spec.lease` has passed: after a
@@ -434,6 +598,7 @@ async fn run(
     tasks: Vec<CoreTask>,
     (js, name, state): (jetstream::Context, String, Arc<ReplicationState>),
     renew: Renew,
+    (opener, requests): (Opener, mpsc::UnboundedReceiver<OpenSubject>),
     mut stopped: watch::Receiver<bool>,
 ) {
     let set = tokio::task::LocalSet::new();
@@ -441,6 +606,7 @@ async fn run(
         set.spawn_local(t.run());
     }
     set.spawn_local(renew.run());
+    set.spawn_local(opener.serve(requests));
     set.spawn_local(async move {
         loop {
             if let Ok(mut s) = js.get_stream(&name).await {

@@ -67,7 +67,7 @@ use crate::replication::message::FrameBuf;
 use crate::replication::mirror::MirrorLink;
 use crate::replication::state::Refuse;
 use crate::ring;
-use crate::sched::replicated::{frame_of, Awaiting, Replicate};
+use crate::sched::replicated::{frame_of, Awaiting, Replicate, Scope};
 use crate::sync::handback::Handback;
 use crate::wal::{self, AppendOutcome, PendingChunk};
 
@@ -106,8 +106,8 @@ pub struct Committer {
     /// With `[replication]`: the batches back from the helper waiting for JetStream
     /// (`sched::replicated`).
     awaiting: Option<Awaiting>,
-    /// Logs adopted while the node runs, to the helper ([`Committer::adopt`]).
-    adopt: std::sync::mpsc::Sender<HelperLog>,
+    /// Logs adopted from another node, to the helper ([`Committer::adopt`]).
+    adopt: std::sync::mpsc::Sender<(HelperLog, Option<AdoptedLink>)>,
 }
 
 /// The core's own log (slot 0) when the loop commits it on its io_uring ring.
@@ -176,6 +176,7 @@ impl Committer {
             outcomes: Vec::new(),
             mirror,
             adopted,
+            adopted_frames: Vec::new(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("sluice-sync-{core}"))
@@ -239,10 +240,11 @@ impl Committer {
     /// Log `log`, adopted while the node runs, takes the helper's next slot: the same position
     /// the core's pump gives it (`CorePump::adopt`, in the same turn). It is sent before any
     /// batch that could carry one of its records, and the helper takes what was sent before each
-    /// batch it commits, so a record never reaches the helper before its log. Its records are not
-    /// framed for replication (`sched::replicated::frame_of`: past the replicated slots).
-    pub fn adopt(&mut self, log: HelperLog) {
-        if self.adopt.send(log).is_err() {
+    /// batch it commits, so a record never reaches the helper before its log. With `link` (with
+    /// `[replication]`), its records go to its own node's subject: each batch's in one more
+    /// frame, which the batch does not wait for (`sched::replicated::Scope::Adopted`).
+    pub fn adopt(&mut self, log: HelperLog, link: Option<AdoptedLink>) {
+        if self.adopt.send((log, link)).is_err() {
             eprintln!("sluice: commit helper: gone; an adopted log is not committed");
         }
         self.helper.unpark();
@@ -442,16 +444,64 @@ struct Helper {
     /// With `[replication]`: the way to the mirror thread and the frame being built.
     /// and the index of each log by slot.
     mirror: Option<(MirrorLink, Vec<u16>, FrameBuf)>,
-    /// Logs adopted while the node runs ([`Committer::adopt`]): at most `ADOPTED_LOGS_MAX`
+    /// Logs adopted from another node ([`Committer::adopt`]): at most `ADOPTED_LOGS_MAX`
     /// (`dispatch::placement`) over the run.
-    adopted: std::sync::mpsc::Receiver<HelperLog>,
+    adopted: std::sync::mpsc::Receiver<(HelperLog, Option<AdoptedLink>)>,
+    /// Their frames, each for its own node's subject.
+    adopted_frames: Vec<AdoptedFrames>,
+}
+
+/// An adopted log's way to its node's subject: its index there (the `K` of its `core-K`) and
+/// the link (`replication::mirror::SubjectOpener`).
+pub type AdoptedLink = (u16, MirrorLink);
+
+/// An adopted log's frames ([`Scope::Adopted`]).
+#[derive(Debug)]
+struct AdoptedFrames {
+    slot: usize,
+    index: u16,
+    link: MirrorLink,
+    frame: FrameBuf,
 }
 
 impl Helper {
     /// The logs the loop adopted, each at the next slot ([`Committer::adopt`]).
     fn take_adopted(&mut self) {
-        while let Ok(log) = self.adopted.try_recv() {
+        while let Ok((log, link)) = self.adopted.try_recv() {
             self.logs.push(log);
+            if let Some((index, link)) = link {
+                self.adopted_frames.push(AdoptedFrames {
+                    slot: self.first_slot + self.logs.len() - 1,
+                    index,
+                    link,
+                    frame: FrameBuf::default(),
+                });
+            }
+        }
+    }
+
+    /// The batch's records of each adopted log, on its own node's subject. They hold nothing:
+    /// the batch settles with its own frame (`Committer::adopt`).
+    fn frame_adopted(&mut self, batch: &Batch) {
+        let first = self.first_slot;
+        for a in &mut self.adopted_frames {
+            let (scope, mut full) = (
+                Scope::Adopted {
+                    slot: a.slot,
+                    index: a.index,
+                },
+                Vec::new(),
+            );
+            frame_of(batch, scope, &mut a.frame, a.link.frame_limit(), &mut full);
+            if a.frame.is_empty() && full.is_empty() {
+                continue;
+            }
+            for f in full {
+                a.link.submit(f);
+            }
+            let durable = self.logs[a.slot - first].shared.durable_lsn();
+            a.frame.through(a.index, durable);
+            a.link.submit(a.frame.finish());
         }
     }
 
@@ -497,7 +547,13 @@ impl Helper {
         wal::group::process(logs, first, &mut batch, &*self.dlq, &mut self.outcomes);
         if let Some((link, indexes, frame)) = self.mirror.as_mut() {
             let mut full = Vec::new();
-            frame_of(&batch, indexes, frame, link.frame_limit(), &mut full);
+            frame_of(
+                &batch,
+                Scope::Own(indexes),
+                frame,
+                link.frame_limit(),
+                &mut full,
+            );
             if !frame.is_empty() || !full.is_empty() {
                 for f in full {
                     link.submit(f);
@@ -509,6 +565,7 @@ impl Helper {
                 batch.hold = link.submit(frame.finish());
             }
         }
+        self.frame_adopted(&batch);
         if self.tx.try_push(batch).is_err() {
             eprintln!("sluice: commit helper: the loop's ring is closed; batch dropped");
         }

@@ -37,6 +37,10 @@ use std::sync::Arc;
 use crate::dispatch::placement::LogOwners;
 use crate::dispatch::pump::PumpLog;
 use crate::metrics::histogram::Histogram;
+use crate::replication::catch_up::LocalLog;
+use crate::replication::mirror::SubjectOpener;
+use crate::replication::ReplicationSpec;
+use crate::sched::commit::AdoptedLink;
 use crate::storage::{self, StdFs};
 use crate::sync::clock::unix_millis;
 use crate::wal::WalShared;
@@ -252,6 +256,40 @@ pub fn published_state(l: &mut OpenLog, histogram: &Arc<Histogram>) -> Arc<WalSh
 pub struct AdoptedLog {
     pub pump: PumpLog,
     pub helper: crate::wal::group::Log,
+    /// With `[replication]`: where its records are published (its node's subject).
+    pub link: Option<AdoptedLink>,
+}
+
+/// The link of the adopted log in `dir` (`adopted/<node>/wal/core-K/`): its records published
+/// on `<stream>.<node>.core-K`, after those it holds beyond the stream (`catch_up`, from the
+/// node's subjects' last frames: nothing for a log just rebuilt from the stream). `core`
+/// commits it; `last_lsn` is its durable LSN.
+pub fn adopted_link(
+    opener: &SubjectOpener,
+    spec: &ReplicationSpec,
+    dir: &Path,
+    core: usize,
+    last_lsn: wal::Lsn,
+) -> Result<AdoptedLink, String> {
+    fn name(p: Option<&Path>) -> Option<&str> {
+        p.and_then(Path::file_name).and_then(|n| n.to_str())
+    }
+    let index = name(Some(dir))
+        .and_then(layout::core_of)
+        .and_then(|k| u16::try_from(k).ok());
+    let node = name(dir.parent().and_then(Path::parent));
+    let (Some(index), Some(node)) = (index, node) else {
+        return Err(format!("{}: not an adopted log's directory", dir.display()));
+    };
+    let log = LocalLog {
+        core,
+        index,
+        dir: dir.to_owned(),
+        last_lsn,
+    };
+    let subject = spec.subject_of(node, usize::from(index));
+    let link = opener.open(subject, spec.node_filter(node), log, true)?;
+    Ok((index, link))
 }
 
 /// The logs adopted while the node runs, waiting for their cores' loops; each loop takes its
@@ -274,6 +312,8 @@ pub struct TakeOverParts {
     pub histogram: Arc<Histogram>,
     /// The nodes whose logs this run already runs (opened at start-up).
     pub running: HashSet<String>,
+    /// With a mirror: where the adopted logs' records are published.
+    pub links: Option<(SubjectOpener, ReplicationSpec)>,
 }
 
 /// Takes over another node's logs while this node runs (module docs).
@@ -335,6 +375,13 @@ impl TakeOver {
             taken.events += pending.len() as u64;
             taken.bytes += pending.values().map(|m| m.bytes).sum::<u64>();
             taken.logs.push((log.name.clone(), log.owner));
+            let link = match &p.links {
+                Some((opener, spec)) => {
+                    let last = log.report.last_lsn;
+                    Some(adopted_link(opener, spec, &log.dir, log.owner, last)?)
+                }
+                None => None,
+            };
             p.owners.set(index, log.owner);
             let adopted = AdoptedLog {
                 pump: PumpLog {
@@ -346,6 +393,7 @@ impl TakeOver {
                     recovered: log.recovered,
                 },
                 helper: crate::wal::group::Log { wal, shared },
+                link,
             };
             handed.push((log.owner, adopted));
         }
@@ -532,6 +580,7 @@ mod tests {
             next_index: 2,
             histogram: Arc::new(Histogram::new(wal::SYNC_BOUNDS_NANOS)),
             running: HashSet::new(),
+            links: None,
         });
         let inbox = AdoptInbox::new(2);
         assert!(inbox.take(0).is_none(), "nothing handed yet");

@@ -53,13 +53,12 @@ impl Replicate {
 
 /// Adds what `batch` made durable to `frame`, in batch order: each durable append with its
 /// log and LSN, each stored dead letter in the store's encoding, each released id. `logs` maps
-/// the batch's log slots to the logs' indexes (`wal/core-<index>`); a slot past it (a log
-/// adopted from another node) is not framed. Whenever the frame would
+/// the batch's log slots to the logs' indexes (`wal/core-<index>`) ([`Scope`]). Whenever the frame would
 /// pass `limit` bytes it is finished into `full` and a new one begun (a message holds whole
 /// frames and must fit the server's `max_payload`).
 pub fn frame_of(
     batch: &Batch,
-    logs: &[u16],
+    scope: Scope<'_>,
     frame: &mut FrameBuf,
     limit: usize,
     full: &mut Vec<Vec<u8>>,
@@ -73,9 +72,7 @@ pub fn frame_of(
                 Item::Append { log, record, .. },
                 Outcome::Appended(AppendOutcome::Durable { lsn }),
             ) => {
-                // Past the replicated slots: a log adopted from another node, whose records
-                // this node does not replicate (README "Several nodes").
-                let Some(&index) = logs.get(*log) else {
+                let Some(index) = scope.index_of(*log) else {
                     continue;
                 };
                 if let Err(e) = frame.record(index, *lsn, record) {
@@ -83,6 +80,7 @@ pub fn frame_of(
                     eprintln!("sluice: replication: record {lsn} of log {log} not framed: {e}");
                 }
             }
+            (Item::DeadLetter { .. } | Item::Release { .. }, _) if !scope.own() => {}
             (Item::DeadLetter { entry, .. }, Outcome::DeadLettered(Ok(()))) => {
                 match encode_entry(entry) {
                     Ok(bytes) => frame.dead_letter(bytes),
@@ -101,6 +99,29 @@ fn item_bytes(item: &Item) -> usize {
         Item::Append { record, .. } => RECORD_HEADER_BYTES + payload_len(record).unwrap_or(0),
         Item::DeadLetter { entry, .. } => 1024 + entry.event.body.len(),
         Item::Release { id, .. } => 2 + id.len(),
+    }
+}
+
+/// What one frame of a batch takes ([`frame_of`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Scope<'a> {
+    /// The node's own subject: the records of the slots in the list (each slot's log index),
+    /// the dead letters and the releases. Slots past it are logs adopted from another node.
+    Own(&'a [u16]),
+    /// An adopted log's subject: the records of slot `slot` only, as log `index`.
+    Adopted { slot: usize, index: u16 },
+}
+
+impl Scope<'_> {
+    fn index_of(self, slot: usize) -> Option<u16> {
+        match self {
+            Scope::Own(logs) => logs.get(slot).copied(),
+            Scope::Adopted { slot: s, index } => (s == slot).then_some(index),
+        }
+    }
+
+    fn own(self) -> bool {
+        matches!(self, Scope::Own(_))
     }
 }
 
@@ -296,7 +317,7 @@ mod tests {
         let mut f = FrameBuf::default();
         let mut full = Vec::new();
         // Each record is ~100 bytes framed: two fit under 300, not three.
-        frame_of(&b, &[0], &mut f, 300, &mut full);
+        frame_of(&b, Scope::Own(&[0]), &mut f, 300, &mut full);
         full.push(f.finish());
         assert!(full.len() >= 2, "cut: {} frames", full.len());
         assert!(
@@ -317,7 +338,7 @@ mod tests {
         b.outcomes[1] = Outcome::Appended(AppendOutcome::Unavailable);
         let mut f = FrameBuf::default();
         let mut full = Vec::new();
-        frame_of(&b, &[7], &mut f, 1 << 20, &mut full);
+        frame_of(&b, Scope::Own(&[7]), &mut f, 1 << 20, &mut full);
         assert!(full.is_empty());
         let bytes = f.finish();
         let msg = pack(0, [bytes.as_slice()]);

@@ -163,7 +163,20 @@ fn take_over_parts(
         running: (run_logs.logs.iter())
             .filter_map(|l| l.adopted_from.clone())
             .collect(),
+        links: shared_links(config, shared),
     })
+}
+
+/// The adopted logs' way to their subjects: the mirror's opener and the spec.
+fn shared_links(
+    config: &Config,
+    shared: &Shared,
+) -> Option<(
+    crate::replication::mirror::SubjectOpener,
+    crate::replication::ReplicationSpec,
+)> {
+    let opener = shared.mirror()?.opener().clone();
+    Some((opener, config.replication.clone()?))
 }
 
 /// The WAL settings of `config`, for the log directory `dir`.
@@ -515,7 +528,7 @@ fn wire_cores(
     let on_ring = commit_on_ring(config, shared.io_backend());
     let now = shared.clock.now_nanos();
     let mut cores = Vec::new();
-    for (core, ((helper_logs, pump_logs), reactor)) in
+    for (core, ((mut helper_logs, pump_logs), reactor)) in
         per_core.into_iter().zip(reactors).enumerate()
     {
         // Only with `[replication]`: a node without it may still run a legacy log.
@@ -526,7 +539,13 @@ fn wire_cores(
             }
             None => None,
         };
-        let committer = Committer::start(
+        // Logs adopted from other nodes in an earlier run come last (`sched::logs`): given
+        // to the helper with their subjects' links, after the catch-up of each.
+        let own = (helper_logs.iter())
+            .position(|l| !l.wal.dir().starts_with(config.wal_dir()))
+            .unwrap_or(helper_logs.len());
+        let adopted = helper_logs.split_off(own);
+        let mut committer = Committer::start(
             core,
             helper_logs,
             shared.dispatch().dlq.clone(),
@@ -536,6 +555,17 @@ fn wire_cores(
             replicate,
         )
         .map_err(io_err("starting a commit helper"))?;
+        for log in adopted {
+            let link = match shared_links(config, shared) {
+                Some((opener, spec)) => {
+                    let last = log.shared.durable_lsn();
+                    let link = logs::adopted_link(&opener, &spec, log.wal.dir(), core, last);
+                    Some(link.map_err(|e| RuntimeError::Config(format!("replication: {e}")))?)
+                }
+                None => None,
+            };
+            committer.adopt(log, link);
+        }
         let pump = crate::sched::pump::build(
             core,
             shared.clone(),

@@ -128,6 +128,11 @@ impl Shared {
         }
     }
 
+    /// The mirror thread, when `[replication]` is on.
+    pub fn mirror(&self) -> Option<&Mirror> {
+        self.mirror.as_ref()
+    }
+
     /// The node's replication state, when `[replication]` is on.
     pub fn replication(&self) -> Option<&Arc<ReplicationState>> {
         self.mirror.as_ref().map(Mirror::state)

@@ -4,8 +4,11 @@
 //! - node A under load is SIGKILLed and its data dir deleted: within `lease` + 5 s node B
 //!   adopts A's logs (rebuilt from the stream) and delivers every event A acknowledged; the
 //!   events delivered twice are counted and stay within A's redelivery bound;
+//! - B's outcomes for A's logs are published on A's subjects: a restore of A from the stream
+//!   finds every event B delivered done;
 //! - A restarted on its old disk after the adoption refuses to start and names B; B's
-//!   `sluice_replication_adopted_logs` and dashboard show the adopted logs.
+//!   `sluice_replication_adopted_logs` and dashboard show the adopted logs; B restarted runs
+//!   them again.
 //!
 //! Without a nats-server >= 2.10 each test is skipped by name (a failure under
 //! `SLUICE_REQUIRE_TOOLS=1`); `scripts/test.sh` provisions it. Every wait is bounded.
@@ -161,6 +164,40 @@ fn a_node_back_on_its_old_disk_after_the_adoption_refuses_to_start_and_names_the
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // B's outcomes went to A's subjects: a restore of A from the stream finds every one of
+    // those events delivered (B's `Done` records follow A's records in A's logs).
+    let root = temp_root();
+    let config = root.path().join("restore.toml");
+    std::fs::write(&config, node(&cluster, "node-b", &uri)).unwrap();
+    let target = root.path().join("a-again");
+    let t = Instant::now();
+    let delivered_in_stream = loop {
+        let _ = std::fs::remove_dir_all(&target);
+        let out = run_cli(&[
+            "replication",
+            "restore",
+            "--config",
+            path_str(&config),
+            "--node",
+            "node-a",
+            "--data-dir",
+            path_str(&target),
+        ]);
+        assert!(out.status.success(), "restore of node-a:\n{}", out.all());
+        let events = wal_inspect(&target);
+        let done = (events.iter())
+            .filter(|e| ids.contains(&e.event_id) && e.outcome == "delivered")
+            .count();
+        if done == ids.len() || t.elapsed() > Duration::from_secs(10) {
+            break done;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        delivered_in_stream,
+        ids.len(),
+        "B's outcomes in A's subjects"
+    );
     // The dashboard names the adopted node.
     let state = b.get("/api/v1/state").json();
     let adopted = &state["replication"]["adopted"];

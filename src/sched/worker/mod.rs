@@ -233,7 +233,7 @@ impl Worker {
         };
         for a in logs {
             self.pump.adopt(a.pump, a.helper.shared.clone());
-            self.committer.adopt(a.helper);
+            self.committer.adopt(a.helper, a.link);
         }
     }
 
