@@ -11,9 +11,9 @@
 //! into one **message** ([`pack`]), under the server's `max_payload`.
 //!
 //! ```text
-//! message := "SLRM" version:u8 (=1) core:u16 frames:u32 frame* crc32c:u32   (crc over all before it)
+//! message := "SLRM" version:u8 (=2) core:u16 frames:u32 frame* crc32c:u32   (crc over all before it)
 //! frame   := parts:u16 part* dead:u32 (len:u32 bytes)* released:u32 (len:u16 id)*
-//!            through:u16 (log:u16 lsn:u64)*
+//!            through:u16 (log:u16 lsn:u64)* first:u16 (log:u16 lsn:u64)*   (first: version 2)
 //! part    := log:u16 len:u32 <len bytes of WAL records, on-disk framing>
 //! ```
 //! All integers little-endian. `log` is the log's directory index (`wal/core-<log>`), which is
@@ -27,8 +27,9 @@ use crate::wal::{self, Lsn, Record};
 
 /// The first bytes of every message.
 pub const MAGIC: &[u8; 4] = b"SLRM";
-/// The message format's version (a new field is a new version; older ones stay readable).
-pub const VERSION: u8 = 1;
+/// The message format's version (a new field is a new version; older ones stay readable):
+/// 2 added each frame's `first` list; version 1 messages decode with it empty.
+pub const VERSION: u8 = 2;
 /// Bytes of a message around its frames: magic, version, core, frame count, CRC.
 pub const MESSAGE_OVERHEAD: usize = 4 + 1 + 2 + 4 + 4;
 
@@ -39,6 +40,7 @@ pub struct FrameBuf {
     dead: Vec<Vec<u8>>,
     released: Vec<String>,
     through: Vec<(u16, Lsn)>,
+    first: Vec<(u16, Lsn)>,
 }
 
 impl FrameBuf {
@@ -87,6 +89,13 @@ impl FrameBuf {
         self.through.push((log, lsn));
     }
 
+    /// Records that log `log` keeps its records from `lsn` on (below it every event is done and
+    /// its segments retired): a restore may begin the log there, and the stream may drop what
+    /// lies below.
+    pub fn first(&mut self, log: u16, lsn: Lsn) {
+        self.first.push((log, lsn));
+    }
+
     /// True if the batch made nothing durable (nothing to replicate).
     pub fn is_empty(&self) -> bool {
         self.parts.is_empty() && self.dead.is_empty() && self.released.is_empty()
@@ -98,7 +107,7 @@ impl FrameBuf {
         n += self.parts.iter().map(|(_, b)| 6 + b.len()).sum::<usize>();
         n += self.dead.iter().map(|d| 4 + d.len()).sum::<usize>();
         n += self.released.iter().map(|r| 2 + r.len()).sum::<usize>();
-        n + 2 + 10 * self.through.len()
+        n + 2 + 10 * self.through.len() + 2 + 10 * self.first.len()
     }
 
     /// The frame's bytes; the builder is left empty for the next batch.
@@ -124,6 +133,11 @@ impl FrameBuf {
         }
         out.extend_from_slice(&(self.through.len() as u16).to_le_bytes());
         for (log, lsn) in self.through.drain(..) {
+            out.extend_from_slice(&log.to_le_bytes());
+            out.extend_from_slice(&lsn.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.first.len() as u16).to_le_bytes());
+        for (log, lsn) in self.first.drain(..) {
             out.extend_from_slice(&log.to_le_bytes());
             out.extend_from_slice(&lsn.to_le_bytes());
         }
@@ -167,6 +181,8 @@ pub struct Frame<'a> {
     pub released: Vec<&'a str>,
     /// Each log the core commits, with its durable LSN after the batch.
     pub through: Vec<(u16, Lsn)>,
+    /// Logs whose records below an LSN are retired, with that LSN (version 2; empty in 1).
+    pub first: Vec<(u16, Lsn)>,
 }
 
 /// Why a message did not decode.
@@ -231,8 +247,9 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded<'_>, DecodeError> {
     if bytes.len() < MESSAGE_OVERHEAD || &bytes[..4] != MAGIC {
         return Err(DecodeError::Foreign("no SLRM header".into()));
     }
-    if bytes[4] != VERSION {
-        return Err(DecodeError::Foreign(format!("version {}", bytes[4])));
+    let version = bytes[4];
+    if !(1..=VERSION).contains(&version) {
+        return Err(DecodeError::Foreign(format!("version {version}")));
     }
     let (body, crc) = bytes.split_at(bytes.len() - 4);
     let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
@@ -245,7 +262,7 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded<'_>, DecodeError> {
     let n = c.u32("frame count")?;
     let mut frames = Vec::new();
     for _ in 0..n {
-        frames.push(frame(&mut c)?);
+        frames.push(frame(&mut c, version)?);
     }
     if c.at != body.len() {
         let extra = body.len() - c.at;
@@ -256,7 +273,7 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded<'_>, DecodeError> {
     Ok(Decoded { core, frames })
 }
 
-fn frame<'a>(c: &mut Cursor<'a>) -> Result<Frame<'a>, DecodeError> {
+fn frame<'a>(c: &mut Cursor<'a>, version: u8) -> Result<Frame<'a>, DecodeError> {
     let mut f = Frame::default();
     for _ in 0..c.u16("part count")? {
         let log = c.u16("log")?;
@@ -288,6 +305,12 @@ fn frame<'a>(c: &mut Cursor<'a>) -> Result<Frame<'a>, DecodeError> {
     for _ in 0..c.u16("through count")? {
         let log = c.u16("through log")?;
         f.through.push((log, c.u64("through lsn")?));
+    }
+    if version >= 2 {
+        for _ in 0..c.u16("first count")? {
+            let log = c.u16("first log")?;
+            f.first.push((log, c.u64("first lsn")?));
+        }
     }
     Ok(f)
 }
@@ -331,6 +354,7 @@ mod tests {
         f.released("01JABCDEFGHJKMNPQRSTVWXYZ0");
         f.through(0, 8);
         f.through(2, 41);
+        f.first(2, 30);
         assert!(!f.is_empty());
         let one = f.finish();
         assert!(f.is_empty(), "finish leaves the builder empty");
@@ -355,11 +379,14 @@ mod tests {
         assert_eq!(first.dead, [b"entry-bytes".as_slice()]);
         assert_eq!(first.released, ["01JABCDEFGHJKMNPQRSTVWXYZ0"]);
         assert_eq!(first.through, [(0, 8), (2, 41)]);
+        assert_eq!(first.first, [(2, 30)]);
+        assert!(d.frames[1].first.is_empty());
         let second: Vec<u64> = d.frames[1].parts[0].1.iter().map(|r| r.lsn).collect();
         assert_eq!(second, [9, 10]);
     }
 
     #[test]
+    /// The seed is a version 1 message (no `first` list): still read, with `first` empty.
     fn the_fuzz_seed_is_a_valid_message_written_by_hand() {
         let seed = include_bytes!("../../fuzz/seeds/replication_message/one_frame");
         let d = decode(seed).expect("the seed decodes");
@@ -367,6 +394,8 @@ mod tests {
         assert_eq!(d.frames[0].dead, [b"abc".as_slice()]);
         assert_eq!(d.frames[0].released, ["01JABCDEFGHJKMNPQRSTVWXYZ0"]);
         assert_eq!(d.frames[0].through, [(0, 5)]);
+        assert!(d.frames[0].first.is_empty());
+        assert_eq!(seed[4], 1, "a version 1 message");
     }
 
     #[test]
@@ -389,8 +418,8 @@ mod tests {
         let crc = crc32c::crc32c(&inner);
         inner.extend_from_slice(&crc.to_le_bytes());
         assert!(matches!(decode(&inner), Err(DecodeError::Malformed(_))));
-        let mut v2 = msg.clone();
-        v2[4] = 2;
-        assert!(matches!(decode(&v2), Err(DecodeError::Foreign(_))));
+        let mut v3 = msg.clone();
+        v3[4] = 3;
+        assert!(matches!(decode(&v3), Err(DecodeError::Foreign(_))));
     }
 }

@@ -23,11 +23,14 @@
 //!   [`write::DeadLetters`] that the caller supplies: this room never names the dead-letter
 //!   store (it is dispatch's; `ops::restore` implements it).
 //!
-//! **Current limit: a restore starts at LSN 1.** The stream is not purged yet (retention comes
-//! later), so it holds every record each log ever wrote and a restore replays them all. The seam
-//! for retention is the start LSN per log ([`Rebuild::start_at`]): records below it are skipped,
-//! and the first one kept must be it. The WAL writer cannot yet begin a log above LSN 1, so a
-//! start above 1 fails at the first append ([`RestoreError::Write`]) until it can.
+//! **Where a log begins.** A node drops from the stream what its logs retired (the mirror's
+//! purge, `replication::mirror`); each frame names, per log, the LSN below which everything is
+//! retired (its `first` list, message version 2). The restore reads those of each subject's
+//! last message first ([`fetch::Source::firsts`]) and begins each log there
+//! ([`Rebuild::start_at`]): records below are skipped (their frames' dead letters and releases
+//! still apply), the first one kept must be it, and the WAL begins the log there
+//! (`wal::begin_at`). A log whose every record is retired is restored empty, beginning at its
+//! start. What the retired records counted (the ledger's `retired` tallies) is not carried.
 //!
 //! Memory: 8 bytes per restored record (the checksum and length kept to recognise a repeat),
 //! plus one message at a time.
@@ -297,7 +300,10 @@ pub struct Rebuild {
 /// What a record's continuity check decided.
 enum Step {
     Write,
+    /// A repeat of a record written already (a re-published frame).
     Skip,
+    /// Below the log's start: retired, not restored.
+    Below,
 }
 
 fn sum(r: &RecordRef<'_>) -> (u32, u32) {
@@ -311,8 +317,9 @@ impl Rebuild {
         Rebuild::default()
     }
 
-    /// Log `log` starts at `lsn` (the stream was purged below it): records below are skipped,
-    /// and the first one kept must be `lsn`. Not used yet: the stream is not purged yet.
+    /// Log `log` starts at `lsn` (its records below are retired, and the stream may have
+    /// dropped them): records below are skipped, and the first one kept must be `lsn`. The
+    /// frames' dead letters and releases are applied all the same.
     pub fn start_at(&mut self, log: u16, lsn: Lsn) {
         self.starts.insert(log, lsn.max(1));
     }
@@ -334,6 +341,7 @@ impl Rebuild {
             for (log, records) in &frame.parts {
                 for r in records {
                     match self.check(at, *log, r)? {
+                        Step::Below => {}
                         Step::Skip => repeated += 1,
                         Step::Write => {
                             let record = wal::decode_payload(r.kind, r.payload).map_err(|e| {
@@ -403,7 +411,7 @@ impl Rebuild {
             return Ok(Step::Write);
         }
         if r.lsn < state.first && start.is_some() {
-            return Ok(Step::Skip);
+            return Ok(Step::Below);
         }
         if r.lsn > expected || r.lsn < state.first {
             return Err(RestoreError::Gap {
@@ -438,12 +446,13 @@ impl Rebuild {
     /// ([`RestoreError::Incomplete`] otherwise); the summary.
     pub fn finish(self) -> Result<Summary, RestoreError> {
         for (&log, &through) in &self.through {
-            let last = self.logs.get(&log).map_or(0, |s| s.next() - 1);
+            let start = self.starts.get(&log).copied().unwrap_or(1);
+            let last = self.logs.get(&log).map_or(start - 1, |s| s.next() - 1);
             if through > last {
                 return Err(RestoreError::Incomplete { log, last, through });
             }
         }
-        let logs = (self.logs.iter())
+        let mut logs: Vec<LogRestored> = (self.logs.iter())
             .filter(|(_, s)| !s.sums.is_empty())
             .map(|(&log, s)| LogRestored {
                 log,
@@ -453,6 +462,19 @@ impl Rebuild {
                 repeats: s.repeats,
             })
             .collect();
+        // A log whose every record is retired: restored empty, beginning at its start.
+        for (&log, &first) in &self.starts {
+            if !logs.iter().any(|l| l.log == log) && first > 1 {
+                logs.push(LogRestored {
+                    log,
+                    first,
+                    last: first - 1,
+                    records: 0,
+                    repeats: 0,
+                });
+            }
+        }
+        logs.sort_by_key(|l| l.log);
         Ok(Summary {
             logs,
             messages: self.messages,

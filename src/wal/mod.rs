@@ -363,7 +363,7 @@ pub use recover::state;
 pub use recover::state::{recover_dispatch, recover_dispatch_in, DispatchRecovery, PendingMeta};
 pub use recover::torn::TornTail;
 pub use recover::LOCK_FILE;
-pub use recover::{open, open_in, RecoveryReport};
+pub use recover::{begin_at, open, open_in, RecoveryReport};
 pub use retire::retired::TriggerTally;
 pub use segment::WritePath;
 

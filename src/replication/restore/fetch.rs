@@ -18,9 +18,13 @@ use async_nats::jetstream::{self, consumer, stream};
 use futures_util::StreamExt;
 
 use super::{At, RestoreError};
-use crate::replication::catch_up::last_sequence;
+use std::collections::BTreeMap;
+
+use crate::replication::catch_up::{last_message, last_sequence};
 use crate::replication::client;
+use crate::replication::message;
 use crate::replication::spec::ReplicationSpec;
+use crate::wal::Lsn;
 
 /// How many `ack_timeout`s a read waits for its next message before it calls the read stalled.
 pub const STALL_ACK_TIMEOUTS: u32 = 5;
@@ -121,6 +125,32 @@ impl Source {
             });
         }
         Ok(out)
+    }
+
+    /// Where each log begins: per log, the highest `first` LSN the frames of the last message
+    /// of each of `subjects` name (a node's frames carry its logs' retired points, and a
+    /// subject's last message is never purged). Empty for a stream that never dropped anything.
+    pub fn firsts(&self, subjects: &[SubjectInfo]) -> Result<BTreeMap<u16, Lsn>, RestoreError> {
+        let mut firsts: BTreeMap<u16, Lsn> = BTreeMap::new();
+        for s in subjects {
+            let last = self.bounded("a subject's last message", async {
+                last_message(&self.stream, &s.subject).await
+            })?;
+            let Some(payload) = last.map_err(|e| self.stream_err(e))? else {
+                continue;
+            };
+            let d = message::decode(&payload).map_err(|e| RestoreError::Decode {
+                subject: s.subject.clone(),
+                sequence: s.last,
+                error: e.to_string(),
+            })?;
+            for &(log, lsn) in d.frames.iter().flat_map(|f| f.first.iter()) {
+                let f = firsts.entry(log).or_default();
+                *f = (*f).max(lsn);
+            }
+        }
+        firsts.retain(|_, lsn| *lsn > 1);
+        Ok(firsts)
     }
 
     /// Reads every message under the node's filter in stream order, up to the highest last

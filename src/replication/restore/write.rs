@@ -52,6 +52,8 @@ pub struct LogWriter {
     wal_dir: PathBuf,
     open: BTreeMap<u16, Wal>,
     pending: BTreeMap<u16, Vec<(Lsn, Record)>>,
+    /// Logs that begin above LSN 1 (`wal::begin_at`).
+    starts: BTreeMap<u16, Lsn>,
 }
 
 impl LogWriter {
@@ -62,7 +64,44 @@ impl LogWriter {
             wal_dir: wal_dir.to_owned(),
             open: BTreeMap::new(),
             pending: BTreeMap::new(),
+            starts: BTreeMap::new(),
         }
+    }
+
+    /// Log `log` begins at `lsn` (its records below are retired).
+    pub fn start_at(&mut self, log: u16, lsn: Lsn) {
+        self.starts.insert(log, lsn);
+    }
+
+    /// Opens log `log` (beginning it at its start, if it has one); it must be empty.
+    fn open_log(&mut self, log: u16) -> Result<(), String> {
+        if self.open.contains_key(&log) {
+            return Ok(());
+        }
+        let cfg = self.config(log);
+        if let Some(&first) = self.starts.get(&log) {
+            wal::begin_at(&cfg.dir, first).map_err(|e| e.to_string())?;
+        }
+        let (w, report) = wal::open(&cfg).map_err(|e| e.to_string())?;
+        let begins = self.starts.get(&log).copied().unwrap_or(1).max(1);
+        if report.last_lsn + 1 != begins {
+            let dir = cfg.dir.display();
+            return Err(format!(
+                "{dir} was not empty (last LSN {})",
+                report.last_lsn
+            ));
+        }
+        self.open.insert(log, w);
+        Ok(())
+    }
+
+    /// Creates the logs that begin above LSN 1 and got no record (every record retired).
+    pub fn open_started(&mut self) -> Result<(), String> {
+        let logs: Vec<u16> = self.starts.keys().copied().collect();
+        for log in logs {
+            self.open_log(log)?;
+        }
+        Ok(())
     }
 
     /// Log `log`'s settings.
@@ -85,23 +124,11 @@ impl LogWriter {
             let (Some(&(first, _)), Some(&(last, _))) = (records.first(), records.last()) else {
                 continue;
             };
-            if !self.open.contains_key(&log) {
-                let cfg = self.config(log);
-                let (w, report) = wal::open(&cfg).map_err(|e| e.to_string())?;
-                if report.last_lsn != 0 {
-                    let dir = cfg.dir.display();
-                    return Err(format!(
-                        "{dir} was not empty (last LSN {})",
-                        report.last_lsn
-                    ));
-                }
-                self.open.insert(log, w);
-            }
+            self.open_log(log)?;
             let w = self.open.get_mut(&log).expect("opened");
             if w.next_lsn() != first {
                 return Err(format!(
-                    "log core-{log}: the WAL's next LSN is {}, the record's {first} (the WAL \
-                     cannot begin a log above LSN 1 yet)",
+                    "log core-{log}: the WAL's next LSN is {}, the record's {first}",
                     w.next_lsn()
                 ));
             }
@@ -243,10 +270,18 @@ pub fn restore_data_dir<D: DeadLetters>(
         released_missing: 0,
     };
     let mut rebuild = Rebuild::new();
+    for (log, first) in source.firsts(&subjects)? {
+        rebuild.start_at(log, first);
+        writer.logs.start_at(log, first);
+    }
     source.read(&subjects, &mut |at, bytes| {
         rebuild.feed_bytes(at, bytes, &mut writer)
     })?;
     let summary = rebuild.finish()?;
+    (writer.logs.open_started()).map_err(|error| RestoreError::Write {
+        what: "a log whose records are all retired".into(),
+        error,
+    })?;
     writer.logs.close();
     let released_missing = writer.released_missing;
     drop(writer);
@@ -288,7 +323,9 @@ fn verify(cfg: &WalConfig, log: u16, last: Lsn) -> Result<(), RestoreError> {
         )));
     }
     let v = wal::tools::verify_log(&cfg.dir).map_err(|e| fail(e.to_string()))?;
-    if !v.is_clean() || v.last_lsn != Some(last) {
+    // A log restored empty (every record retired) holds no record for `verify` to name; its
+    // recovery's last LSN was checked above.
+    if !v.is_clean() || v.last_lsn.unwrap_or(last) != last {
         return Err(fail(format!("{v}")));
     }
     Ok(())
@@ -374,6 +411,56 @@ mod tests {
             .map(|r| r.unwrap().lsn)
             .collect();
         assert_eq!(events, [1, 2, 3]);
+    }
+
+    /// A stream that dropped retired records: log 0 begins at 3 (its records 1 and 2 and their
+    /// frame's release are still read, the release applied); log 1 is wholly retired (begins
+    /// at 5, no record) and is created empty there. Both recover and verify where they begin.
+    #[test]
+    fn logs_begin_where_the_stream_says_their_records_are_retired() {
+        let tmp = tempfile::tempdir().unwrap();
+        let wal_dir = tmp.path().join("wal");
+        let base = WalConfig {
+            segment_bytes: 1 << 20,
+            max_body_bytes: 4096,
+            ..WalConfig::new(&wal_dir)
+        };
+        let mut w = NodeWriter {
+            logs: LogWriter::new(&wal_dir, &base),
+            dead: Letters(vec![b"y".to_vec()]),
+            released_missing: 0,
+        };
+        let mut rb = Rebuild::new();
+        for (log, first) in [(0, 3), (1, 5)] {
+            rb.start_at(log, first);
+            w.logs.start_at(log, first);
+        }
+        let one = message(&[frame(&[(0, &[1, 2])], &["x"], &["y"])]);
+        let two = message(&[frame(&[(0, &[3, 4])], &[], &[])]);
+        rb.feed_bytes(at(1), &one, &mut w).unwrap();
+        rb.feed_bytes(at(2), &two, &mut w).unwrap();
+        let s = rb.finish().unwrap();
+        w.logs.open_started().unwrap();
+        w.logs.close();
+        assert_eq!(w.dead.0, [b"x".to_vec()], "the retired frame's letters still apply");
+        let got: Vec<_> = s.logs.iter().map(|l| (l.log, l.first, l.last)).collect();
+        assert_eq!(got, [(0, 3, 4), (1, 5, 4)]);
+        for l in &s.logs {
+            let cfg = WalConfig {
+                dir: wal::core_log_dir(&wal_dir, l.log as usize),
+                ..base.clone()
+            };
+            verify(&cfg, l.log, l.last).unwrap();
+            let (mut wal, _) = wal::open(&cfg).unwrap();
+            assert_eq!(wal.next_lsn(), l.last + 1, "it continues where it was");
+            wal.append_events(&[crate::wal::format::tests::sample_event(9, 8)])
+                .unwrap();
+        }
+        let lsns: Vec<_> = wal::WalReader::open(&wal::core_log_dir(&wal_dir, 0))
+            .unwrap()
+            .map(|r| r.unwrap().lsn)
+            .collect();
+        assert_eq!(lsns, [3, 4, 5]);
     }
 
     #[test]

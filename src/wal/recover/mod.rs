@@ -512,6 +512,24 @@ fn keep_torn(
     Ok(t)
 }
 
+/// Prepares the empty log directory `dir` (created if missing) to begin at LSN `first`: its
+/// checkpoint promises nothing below it (`first_live_lsn = first`, `durable_lsn = first - 1`),
+/// so [`open`] continues there, as after retention retired every segment below `first`. For a
+/// log rebuilt from a replication stream that dropped its retired records
+/// (`replication::restore`). `first <= 1` only creates the directory.
+pub fn begin_at(dir: &Path, first: Lsn) -> Result<(), WalError> {
+    let fs = StdFs;
+    create_dirs(&fs, dir)?;
+    if first > 1 {
+        let c = Checkpoint {
+            first_live_lsn: first,
+            durable_lsn: first - 1,
+        };
+        drop(CheckpointFile::open_or_create(&fs, dir, c, unix_millis())?);
+    }
+    Ok(())
+}
+
 /// Creates `dir` and missing parents, each one's entry synced before the log promises anything
 /// in it (in either durability mode: `Os` mode promises the records of a rolled segment). An
 /// error names `dir` (the entry that failed may be one of its parents).
