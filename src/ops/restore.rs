@@ -40,6 +40,21 @@ impl DeadLetters for Dlq {
     }
 }
 
+/// The mirror's way to carry live dead letters forward (`replication::retention`): each id still
+/// in `dlq`, in the store's entry encoding, read now (so its newest version).
+pub fn carry(dlq: std::sync::Arc<DlqStore>) -> crate::replication::mirror::Carry {
+    std::sync::Arc::new(move |ids: &[String]| {
+        let read = |id: &String| {
+            let entry = dlq.get(id).ok()?;
+            Some((
+                id.clone(),
+                crate::dispatch::dlq::entry::encode_entry(&entry).ok()?,
+            ))
+        };
+        ids.iter().filter_map(read).collect()
+    })
+}
+
 /// Restores node `node`'s logs and dead letters from `spec`'s stream into `data_dir`, with the
 /// WAL settings of `wal` and a DLQ of at most `max_dlq_entries`; `Ok(None)` when the stream holds
 /// no message of the node (nothing written). See `replication::restore::write::restore_data_dir`.

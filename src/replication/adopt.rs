@@ -45,11 +45,10 @@ use futures_util::StreamExt;
 
 use crate::replication::catch_up::{last_message, last_sequence};
 use crate::replication::lease::NodeEntry;
-use crate::replication::message::{pack, FrameBuf};
+use crate::replication::message::{merge_max, pack, FrameBuf, Lists};
 use crate::replication::spec::ReplicationSpec;
 use crate::replication::state::ReplicationState;
 use crate::sync::clock::unix_millis;
-use crate::wal::Lsn;
 
 /// What the runtime does to take over a node's logs once this node holds their claim.
 pub trait TakeOverNode: Send {
@@ -143,28 +142,30 @@ impl Watch {
 /// a message of one frame with no record, carrying forward the `through` list of the subject's
 /// last message (so the subject's last frame still says how far each log is replicated). A
 /// restore reads no record from it.
-pub fn marker(core: usize, through: &[(u16, Lsn)]) -> Vec<u8> {
+pub fn marker(core: usize, (through, first): &Lists) -> Vec<u8> {
     let mut frame = FrameBuf::default();
     for &(log, lsn) in through {
         frame.through(log, lsn);
+    }
+    for &(log, lsn) in first {
+        frame.first(log, lsn);
     }
     let frame = frame.finish();
     pack(core, [&frame[..]])
 }
 
-/// Each log's highest `through` in the message `payload` (none if it does not decode).
-fn through_of(payload: &[u8]) -> Vec<(u16, Lsn)> {
-    let mut through: Vec<(u16, Lsn)> = Vec::new();
+/// Each log's highest `through` and `first` in the message `payload` (none if it does not
+/// decode).
+fn lists_of(payload: &[u8]) -> Lists {
+    let mut lists = Lists::default();
     let Ok(d) = crate::replication::message::decode(payload) else {
-        return through;
+        return lists;
     };
-    for &(log, lsn) in d.frames.iter().flat_map(|f| f.through.iter()) {
-        match through.iter_mut().find(|t| t.0 == log) {
-            Some(t) => t.1 = t.1.max(lsn),
-            None => through.push((log, lsn)),
-        }
+    for f in &d.frames {
+        merge_max(&mut lists.0, f.through.clone());
+        merge_max(&mut lists.1, f.first.clone());
     }
-    through
+    lists
 }
 
 /// The adopter thread.
@@ -397,9 +398,9 @@ async fn fence(js: &jetstream::Context, spec: &ReplicationSpec, node: &str) -> R
         for attempt in 0.. {
             let last = last_sequence(&stream, &subject).await?;
             let previous = last_message(&stream, &subject).await?;
-            let through = previous.as_deref().map(through_of).unwrap_or_default();
+            let lists = previous.as_deref().map(lists_of).unwrap_or_default();
             let publish = jetstream::message::PublishMessage::build()
-                .payload(marker(core, &through).into())
+                .payload(marker(core, &lists).into())
                 .message_id(format!("{subject}@{last}-adopted-by-{}", spec.node))
                 .expected_last_subject_sequence(last);
             let ack = match js.send_publish(subject.clone(), publish).await {
@@ -492,14 +493,15 @@ mod tests {
 
     #[test]
     fn the_marker_holds_no_record_and_carries_the_last_messages_through_forward() {
-        let previous = marker(3, &[(3, 40), (5, 7)]);
-        let through = through_of(&previous);
-        assert_eq!(through, [(3, 40), (5, 7)]);
-        let m = marker(3, &through);
+        let previous = marker(3, &(vec![(3, 40), (5, 7)], vec![(3, 12)]));
+        let lists = lists_of(&previous);
+        assert_eq!(lists, (vec![(3, 40), (5, 7)], vec![(3, 12)]));
+        let m = marker(3, &lists);
         let d = crate::replication::message::decode(&m).unwrap();
         assert_eq!(d.frames.len(), 1);
         assert!(d.frames[0].parts.is_empty() && d.frames[0].dead.is_empty());
         assert_eq!(d.frames[0].through, [(3, 40), (5, 7)]);
-        assert!(through_of(b"not a message").is_empty());
+        assert_eq!(d.frames[0].first, [(3, 12)]);
+        assert_eq!(lists_of(b"not a message"), Lists::default());
     }
 }

@@ -13,7 +13,8 @@
 //! ```text
 //! message := "SLRM" version:u8 (=2) core:u16 frames:u32 frame* crc32c:u32   (crc over all before it)
 //! frame   := parts:u16 part* dead:u32 (len:u32 bytes)* released:u32 (len:u16 id)*
-//!            through:u16 (log:u16 lsn:u64)* first:u16 (log:u16 lsn:u64)*   (first: version 2)
+//!            through:u16 (log:u16 lsn:u64)*
+//!            first:u16 (log:u16 lsn:u64)* ids:u32 (len:u16 id)*     (version 2: `ids` = dead's ids)
 //! part    := log:u16 len:u32 <len bytes of WAL records, on-disk framing>
 //! ```
 //! All integers little-endian. `log` is the log's directory index (`wal/core-<log>`), which is
@@ -37,7 +38,9 @@ pub const MESSAGE_OVERHEAD: usize = 4 + 1 + 2 + 4 + 4;
 #[derive(Debug, Default)]
 pub struct FrameBuf {
     parts: Vec<(u16, Vec<u8>)>,
-    dead: Vec<Vec<u8>>,
+    /// Per log in `parts`, the highest LSN added.
+    max: Vec<(u16, Lsn)>,
+    dead: Vec<(String, Vec<u8>)>,
     released: Vec<String>,
     through: Vec<(u16, Lsn)>,
     first: Vec<(u16, Lsn)>,
@@ -46,6 +49,7 @@ pub struct FrameBuf {
 impl FrameBuf {
     /// Adds `record`, written to log `log` at `lsn`, in the log's own framing.
     pub fn record(&mut self, log: u16, lsn: Lsn, record: &Record) -> Result<(), wal::EncodeError> {
+        self.note_max(log, lsn);
         let part = self.part(log);
         append_record(part, lsn, record.kind(), |out| {
             wal::encode_payload_into(record, out)
@@ -55,6 +59,7 @@ impl FrameBuf {
 
     /// Adds a record read back from log `log` (its kind and payload as stored).
     pub fn raw_record(&mut self, log: u16, lsn: Lsn, kind: RecordKind, payload: &[u8]) {
+        self.note_max(log, lsn);
         let part = self.part(log);
         let copied: Result<usize, std::convert::Infallible> =
             append_record(part, lsn, kind, |out| {
@@ -62,6 +67,13 @@ impl FrameBuf {
                 Ok(())
             });
         let Ok(_) = copied;
+    }
+
+    fn note_max(&mut self, log: u16, lsn: Lsn) {
+        match self.max.iter_mut().find(|m| m.0 == log) {
+            Some(m) => m.1 = m.1.max(lsn),
+            None => self.max.push((log, lsn)),
+        }
     }
 
     fn part(&mut self, log: u16) -> &mut Vec<u8> {
@@ -74,9 +86,9 @@ impl FrameBuf {
         }
     }
 
-    /// Adds a dead letter stored by the batch, in its store's encoding.
-    pub fn dead_letter(&mut self, entry: Vec<u8>) {
-        self.dead.push(entry);
+    /// Adds dead letter `id` stored by the batch, in its store's encoding.
+    pub fn dead_letter(&mut self, id: &str, entry: Vec<u8>) {
+        self.dead.push((id.to_owned(), entry));
     }
 
     /// Adds the id of a dead letter the batch removed.
@@ -105,9 +117,31 @@ impl FrameBuf {
     pub fn len(&self) -> usize {
         let mut n = 2 + 4 + 4;
         n += self.parts.iter().map(|(_, b)| 6 + b.len()).sum::<usize>();
-        n += self.dead.iter().map(|d| 4 + d.len()).sum::<usize>();
+        n += self
+            .dead
+            .iter()
+            .map(|d| 4 + d.1.len() + 2 + d.0.len())
+            .sum::<usize>();
         n += self.released.iter().map(|r| 2 + r.len()).sum::<usize>();
-        n + 2 + 10 * self.through.len() + 2 + 10 * self.first.len()
+        n + 2 + 10 * self.through.len() + 2 + 10 * self.first.len() + 4
+    }
+
+    /// What the frame [`FrameBuf::finish`] would give now holds, for the stream's retention
+    /// (`replication::retention`).
+    pub fn meta(&self) -> FrameMeta {
+        FrameMeta {
+            max: self.max.clone(),
+            puts: self.dead.iter().map(|d| d.0.clone()).collect(),
+            releases: self.released.clone(),
+            first: self.first.clone(),
+            through: self.through.clone(),
+        }
+    }
+
+    /// The frame's bytes and what it holds ([`FrameBuf::meta`]); the builder is left empty.
+    pub fn take(&mut self) -> (Vec<u8>, FrameMeta) {
+        let meta = self.meta();
+        (self.finish(), meta)
     }
 
     /// The frame's bytes; the builder is left empty for the next batch.
@@ -120,9 +154,9 @@ impl FrameBuf {
             out.extend_from_slice(&bytes);
         }
         out.extend_from_slice(&(self.dead.len() as u32).to_le_bytes());
-        for d in self.dead.drain(..) {
+        for (_, d) in &self.dead {
             out.extend_from_slice(&(d.len() as u32).to_le_bytes());
-            out.extend_from_slice(&d);
+            out.extend_from_slice(d);
         }
         out.extend_from_slice(&(self.released.len() as u32).to_le_bytes());
         for r in self.released.drain(..) {
@@ -141,6 +175,13 @@ impl FrameBuf {
             out.extend_from_slice(&log.to_le_bytes());
             out.extend_from_slice(&lsn.to_le_bytes());
         }
+        out.extend_from_slice(&(self.dead.len() as u32).to_le_bytes());
+        for (id, _) in self.dead.drain(..) {
+            let id = &id.as_bytes()[..id.len().min(u16::MAX as usize)];
+            out.extend_from_slice(&(id.len() as u16).to_le_bytes());
+            out.extend_from_slice(id);
+        }
+        self.max.clear();
         out
     }
 }
@@ -183,6 +224,59 @@ pub struct Frame<'a> {
     pub through: Vec<(u16, Lsn)>,
     /// Logs whose records below an LSN are retired, with that LSN (version 2; empty in 1).
     pub first: Vec<(u16, Lsn)>,
+    /// The ids of `dead`, in order (version 2; empty in 1).
+    pub dead_ids: Vec<&'a str>,
+}
+
+impl Frame<'_> {
+    /// What the frame holds, for the stream's retention (`replication::retention`).
+    pub fn meta(&self) -> FrameMeta {
+        FrameMeta {
+            max: (self.parts.iter())
+                .filter_map(|(log, rs)| Some((*log, rs.last()?.lsn)))
+                .collect(),
+            puts: self.dead_ids.iter().map(|s| s.to_string()).collect(),
+            releases: self.released.iter().map(|s| s.to_string()).collect(),
+            first: self.first.clone(),
+            through: self.through.clone(),
+        }
+    }
+}
+
+/// What a frame holds, as the stream's retention needs it: per log its highest LSN, the ids of
+/// the dead letters it stores and releases, and its logs' retired points.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FrameMeta {
+    pub max: Vec<(u16, Lsn)>,
+    pub puts: Vec<String>,
+    pub releases: Vec<String>,
+    pub first: Vec<(u16, Lsn)>,
+    /// Its `through` list.
+    pub through: Vec<(u16, Lsn)>,
+}
+
+impl FrameMeta {
+    /// Adds `other`'s (a later frame of the same message).
+    pub fn merge(&mut self, other: FrameMeta) {
+        merge_max(&mut self.max, other.max);
+        merge_max(&mut self.first, other.first);
+        merge_max(&mut self.through, other.through);
+        self.puts.extend(other.puts);
+        self.releases.extend(other.releases);
+    }
+}
+
+/// A frame's `through` and `first` lists, per log.
+pub type Lists = (Vec<(u16, Lsn)>, Vec<(u16, Lsn)>);
+
+/// Per log, the higher LSN of `into`'s and `from`'s.
+pub fn merge_max(into: &mut Vec<(u16, Lsn)>, from: Vec<(u16, Lsn)>) {
+    for (log, lsn) in from {
+        match into.iter_mut().find(|m| m.0 == log) {
+            Some(m) => m.1 = m.1.max(lsn),
+            None => into.push((log, lsn)),
+        }
+    }
 }
 
 /// Why a message did not decode.
@@ -311,6 +405,17 @@ fn frame<'a>(c: &mut Cursor<'a>, version: u8) -> Result<Frame<'a>, DecodeError> 
             let log = c.u16("first log")?;
             f.first.push((log, c.u64("first lsn")?));
         }
+        let ids = c.u32("dead-letter id count")? as usize;
+        if ids != f.dead.len() {
+            return Err(malformed("dead-letter ids do not match the dead letters"));
+        }
+        for _ in 0..ids {
+            let len = c.u16("dead-letter id length")? as usize;
+            let id = c.take(len, "dead-letter id")?;
+            let id =
+                std::str::from_utf8(id).map_err(|_| malformed("a dead-letter id is not UTF-8"))?;
+            f.dead_ids.push(id);
+        }
     }
     Ok(f)
 }
@@ -350,7 +455,7 @@ mod tests {
         };
         f.record(2, 41, &Record::Done(done.clone())).unwrap();
         f.record(0, 8, &Record::Event(sample_event(8, 0))).unwrap();
-        f.dead_letter(b"entry-bytes".to_vec());
+        f.dead_letter("d1", b"entry-bytes".to_vec());
         f.released("01JABCDEFGHJKMNPQRSTVWXYZ0");
         f.through(0, 8);
         f.through(2, 41);
@@ -380,6 +485,10 @@ mod tests {
         assert_eq!(first.released, ["01JABCDEFGHJKMNPQRSTVWXYZ0"]);
         assert_eq!(first.through, [(0, 8), (2, 41)]);
         assert_eq!(first.first, [(2, 30)]);
+        assert_eq!(first.dead_ids, ["d1"]);
+        let meta = first.meta();
+        assert_eq!(meta.max, [(0, 8), (2, 41)]);
+        assert_eq!(meta.puts, ["d1"]);
         assert!(d.frames[1].first.is_empty());
         let second: Vec<u64> = d.frames[1].parts[0].1.iter().map(|r| r.lsn).collect();
         assert_eq!(second, [9, 10]);

@@ -55,7 +55,9 @@ use std::collections::HashMap;
 use crate::replication::catch_up::{self, last_sequence, Behind, LocalLog};
 use crate::replication::client;
 use crate::replication::lease::{Adopted, Lease, Renewal};
-use crate::replication::message::{pack, MESSAGE_OVERHEAD};
+use crate::replication::message::{merge_max, pack, FrameBuf, FrameMeta, Lists, MESSAGE_OVERHEAD};
+use crate::replication::purge::Purger;
+use crate::replication::retention::Retention;
 use crate::replication::spec::ReplicationSpec;
 use crate::replication::state::{CoreState, ReplicationState};
 use crate::wal::Lsn;
@@ -66,6 +68,14 @@ const HEADER_ROOM: usize = 512;
 const STREAM_POLL: Duration = Duration::from_secs(5);
 /// Retry back-off of an unacknowledged message: from the first to the last.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
+
+/// A frame on its way: its number (0: one the mirror added, a dead letter carried forward),
+/// its bytes and what it holds.
+type Pending = (u64, Vec<u8>, FrameMeta);
+
+/// Reads the live dead letters of the given ids from the node's DLQ, each in its store's
+/// encoding (`replication::retention`: carried forward); those gone are left out.
+pub type Carry = Arc<dyn Fn(&[String]) -> Vec<(String, Vec<u8>)> + Send + Sync>;
 
 /// What wakes a core's loop when its frames are acknowledged (or the node is fenced).
 pub type Wake = Box<dyn Fn() + Send + Sync>;
@@ -154,7 +164,7 @@ pub struct MirrorLink {
     state: Arc<CoreState>,
     /// The largest frame a message can carry (the server's `max_payload` less the overhead).
     frame_limit: usize,
-    tx: mpsc::UnboundedSender<(u64, Vec<u8>)>,
+    tx: mpsc::UnboundedSender<Pending>,
     wake: Arc<OnceLock<Wake>>,
 }
 
@@ -172,7 +182,7 @@ impl MirrorLink {
     fn new(
         state: Arc<CoreState>,
         max_payload: usize,
-    ) -> (MirrorLink, mpsc::UnboundedReceiver<(u64, Vec<u8>)>) {
+    ) -> (MirrorLink, mpsc::UnboundedReceiver<Pending>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let link = MirrorLink {
             state,
@@ -187,11 +197,11 @@ impl MirrorLink {
     /// [`CoreState::acked`] reaches it once JetStream has it). The channel is unbounded here
     /// because its producer bounds it: the committer holds at most `max_inflight` batches
     /// unacknowledged.
-    pub fn submit(&self, frame: Vec<u8>) -> u64 {
+    pub fn submit(&self, (frame, meta): (Vec<u8>, FrameMeta)) -> u64 {
         let n = self.state.next_frame();
         // A closed channel is a stopping node: the frame stays unacknowledged, so its batch is
         // never settled as replicated.
-        let _ = self.tx.send((n, frame));
+        let _ = self.tx.send((n, frame, meta));
         n
     }
 
@@ -219,6 +229,8 @@ pub struct Mirror {
     stop: watch::Sender<bool>,
     thread: Option<JoinHandle<()>>,
     opener: SubjectOpener,
+    /// Per log, the highest retired point the node's messages announced in earlier runs.
+    retired: Vec<(u16, Lsn)>,
 }
 
 /// The way to publish on another node's subject: the logs this node adopted
@@ -313,6 +325,10 @@ impl Opener {
             max_payload: self.max_payload,
             ack_timeout: self.ack_timeout,
             expected,
+            retention: None,
+            carrying: false,
+            lists: Default::default(),
+            purger: Arc::default(),
         };
         if req.catch_up {
             let through = catch_up::node_through(&stream, &req.node_filter, req.log.index).await?;
@@ -350,6 +366,7 @@ impl Mirror {
         cores: usize,
         largest_record: usize,
         logs: &[LocalLog],
+        carry: Carry,
     ) -> Result<Mirror, StartError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -372,6 +389,7 @@ impl Mirror {
         let (stop, stopped) = watch::channel(false);
         let (links, mut tasks) = core_tasks(&js, spec, &state, max_payload, last);
         publish_missing(&rt, &mut tasks, logs, &through, spec)?;
+        let retired = seed_retention(spec, &mut tasks, &carry);
         state.refresh();
         let (open_tx, open_rx) = mpsc::unbounded_channel();
         let opener = Opener {
@@ -402,6 +420,7 @@ impl Mirror {
                 tx: open_tx,
                 lease: spec.lease,
             },
+            retired,
         })
     }
 
@@ -413,6 +432,13 @@ impl Mirror {
     /// The node's replication state.
     pub fn state(&self) -> &Arc<ReplicationState> {
         &self.state
+    }
+
+    /// Per log (its `core-K`'s `K`), the highest retired point the node's messages in the
+    /// stream announce: the node's own frames must never announce a lower one (the runtime
+    /// gives it to each log's state at start-up, `WalShared::note_done_below`).
+    pub fn retired(&self) -> &[(u16, Lsn)] {
+        &self.retired
     }
 
     /// The way to publish an adopted log's frames on its node's subject.
@@ -437,6 +463,50 @@ impl Drop for Mirror {
     }
 }
 
+/// Each core's task learns what its subject already holds (every message of the node, read
+/// once in stream order with the restore's reader), so that retention drops what earlier runs
+/// wrote too. A failure is logged: retention then starts from this run's messages.
+fn seed_retention(
+    spec: &ReplicationSpec,
+    tasks: &mut [CoreTask],
+    carry: &Carry,
+) -> Vec<(u16, Lsn)> {
+    let mut firsts = Vec::new();
+    for t in tasks.iter_mut() {
+        t.retention = Some((Retention::default(), carry.clone()));
+    }
+    let mut seed = || -> Result<u64, crate::replication::restore::RestoreError> {
+        let source = crate::replication::restore::fetch::Source::connect(spec, &spec.node)?;
+        let subjects = source.subjects()?;
+        source.read(&subjects, &mut |at, bytes| {
+            let Ok(d) = crate::replication::message::decode(bytes) else {
+                return Ok(());
+            };
+            let mut meta = FrameMeta::default();
+            for f in &d.frames {
+                meta.merge(f.meta());
+            }
+            merge_max(&mut firsts, meta.first.clone());
+            let Some(task) = tasks.iter_mut().find(|t| t.subject == at.subject) else {
+                return Ok(());
+            };
+            merge_max(&mut task.lists.0, meta.through.clone());
+            merge_max(&mut task.lists.1, meta.first.clone());
+            if let Some((r, _)) = task.retention.as_mut() {
+                r.acked(at.sequence, meta);
+            }
+            Ok(())
+        })
+    };
+    if let Err(e) = seed() {
+        eprintln!(
+            "sluice: replication: reading the node's messages for retention failed ({e}); \
+             the stream keeps what earlier runs wrote"
+        );
+    }
+    firsts
+}
+
 /// Each core's link and publishing task, `last[core]` being its subject's last sequence.
 fn core_tasks(
     js: &jetstream::Context,
@@ -459,6 +529,10 @@ fn core_tasks(
             max_payload,
             ack_timeout: spec.ack_timeout,
             expected,
+            retention: None,
+            carrying: false,
+            lists: Default::default(),
+            purger: Arc::default(),
         });
         links.push(link);
     }
@@ -669,11 +743,22 @@ struct CoreTask {
     core: usize,
     link: MirrorLink,
     node: Arc<ReplicationState>,
-    rx: mpsc::UnboundedReceiver<(u64, Vec<u8>)>,
+    rx: mpsc::UnboundedReceiver<Pending>,
     max_payload: usize,
     ack_timeout: Duration,
     /// The stream sequence of the last message on the subject (0: none).
     expected: u64,
+    /// The node's own subject: what it may drop (`replication::retention`), and the way to
+    /// its DLQ for the dead letters carried forward.
+    retention: Option<(Retention, Carry)>,
+    /// A frame of dead letters carried forward is on its way.
+    carrying: bool,
+    /// The `through` and `first` lists the subject's acknowledged frames named last, per log:
+    /// a frame the mirror adds carries them, so the subject's last message always says how
+    /// far each log is replicated and where it begins.
+    lists: Lists,
+    /// The subject's purges, off the publishing path.
+    purger: Arc<Purger>,
 }
 
 /// How one publish ended.
@@ -685,7 +770,7 @@ enum Sent {
 
 impl CoreTask {
     async fn run(mut self) {
-        let mut pending: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
+        let mut pending: VecDeque<Pending> = VecDeque::new();
         loop {
             if pending.is_empty() {
                 match self.rx.recv().await {
@@ -697,21 +782,63 @@ impl CoreTask {
                 pending.push_back(f);
             }
             let n = frames_that_fit(&pending, self.max_payload);
-            let last_frame = pending[n - 1].0;
+            let last_frame = pending.iter().take(n).map(|f| f.0).max().unwrap_or(0);
             let message = pack(self.core, pending.iter().take(n).map(|f| &f.1[..]));
             if !self.publish(Bytes::from(message)).await {
                 return;
             }
-            pending.drain(..n);
-            self.link.state.set_acked(last_frame);
-            self.wake();
+            let mut meta = FrameMeta::default();
+            for (number, _, m) in pending.drain(..n) {
+                self.carrying &= number != 0;
+                meta.merge(m);
+            }
+            if last_frame > 0 {
+                self.link.state.set_acked(last_frame);
+                self.wake();
+            }
+            self.retain(meta, &mut pending).await;
+        }
+    }
+
+    /// After message `self.expected` (holding `meta`) was acknowledged: drops what the subject
+    /// no longer needs, or carries forward the dead letters that hold it back
+    /// (`replication::retention`). A failed purge is logged and done by a later one.
+    async fn retain(&mut self, meta: FrameMeta, pending: &mut VecDeque<Pending>) {
+        let Some((retention, carry)) = self.retention.as_mut() else {
+            return;
+        };
+        merge_max(&mut self.lists.0, meta.through.clone());
+        merge_max(&mut self.lists.1, meta.first.clone());
+        retention.acked(self.expected, meta);
+        let step = retention.step();
+        if !step.carry.is_empty() && !self.carrying {
+            let mut frame = FrameBuf::default();
+            for (id, entry) in carry(&step.carry) {
+                frame.dead_letter(&id, entry);
+            }
+            if !frame.is_empty() {
+                for &(log, lsn) in &self.lists.0 {
+                    frame.through(log, lsn);
+                }
+                for &(log, lsn) in &self.lists.1 {
+                    frame.first(log, lsn);
+                }
+                let (bytes, meta) = frame.take();
+                pending.push_back((0, bytes, meta));
+                self.carrying = true;
+            }
+        }
+        if let Some(below) = step.purge_below {
+            self.purger.want(below, &self.js, &self.subject, &self.node);
         }
     }
 
     /// Publishes `frames` (the start-up catch-up) as messages under `max_payload`, each until
     /// acknowledged; false if fenced.
     async fn publish_all(&mut self, frames: Vec<Vec<u8>>) -> bool {
-        let mut pending: VecDeque<(u64, Vec<u8>)> = frames.into_iter().map(|f| (0, f)).collect();
+        let mut pending: VecDeque<Pending> = (frames.into_iter())
+            .map(|f| (0, f, FrameMeta::default()))
+            .collect();
         while !pending.is_empty() {
             let n = frames_that_fit(&pending, self.max_payload);
             let message = pack(self.core, pending.iter().take(n).map(|f| &f.1[..]));
@@ -805,11 +932,11 @@ impl CoreTask {
 /// (at least one: a commit's frame is bounded by `MAX_BATCH_BYTES` plus the pump's records; a
 /// larger one than the server takes is refused and retried, visibly, and README says to raise
 /// the server's `max_payload` to 8 MiB).
-fn frames_that_fit(pending: &VecDeque<(u64, Vec<u8>)>, max_payload: usize) -> usize {
+fn frames_that_fit(pending: &VecDeque<Pending>, max_payload: usize) -> usize {
     let room = max_payload.saturating_sub(MESSAGE_OVERHEAD + HEADER_ROOM);
     let mut size = 0;
     let mut n = 0;
-    for (_, f) in pending {
+    for (_, f, _) in pending {
         if n > 0 && size + f.len() > room {
             break;
         }
@@ -831,7 +958,9 @@ mod tests {
     #[test]
     fn a_message_takes_the_frames_that_fit_under_max_payload_and_always_one() {
         let overhead = MESSAGE_OVERHEAD + HEADER_ROOM;
-        let frames: VecDeque<(u64, Vec<u8>)> = (1..=4).map(|n| (n, vec![0; 100])).collect();
+        let frames: VecDeque<Pending> = (1..=4)
+            .map(|n| (n, vec![0; 100], FrameMeta::default()))
+            .collect();
         assert_eq!(frames_that_fit(&frames, overhead + 400), 4);
         assert_eq!(frames_that_fit(&frames, overhead + 399), 3);
         assert_eq!(frames_that_fit(&frames, overhead + 100), 1);

@@ -14,7 +14,9 @@ pub mod client;
 pub mod lease;
 pub mod message;
 pub mod mirror;
+pub mod purge;
 pub mod restore;
+pub mod retention;
 pub mod spec;
 pub mod state;
 

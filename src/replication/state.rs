@@ -122,6 +122,8 @@ pub struct ReplicationState {
     pub fenced_total: AtomicU64,
     /// Bytes the stream holds (all nodes), polled from JetStream.
     pub stream_bytes: AtomicU64,
+    /// Messages of this node's subjects dropped from the stream (`replication::retention`).
+    pub purged_messages: AtomicU64,
     /// Logs of other nodes this node adopted.
     pub adopted_logs: AtomicUsize,
     /// The nodes adopted, for the dashboard: (node, logs, Unix ms), at most one per node of
@@ -138,6 +140,7 @@ impl ReplicationState {
             ack_seconds: Histogram::new(ACK_BOUNDS_NANOS),
             fenced_total: AtomicU64::new(0),
             stream_bytes: AtomicU64::new(0),
+            purged_messages: AtomicU64::new(0),
             adopted_logs: AtomicUsize::new(0),
             adopted: Default::default(),
         }
@@ -228,6 +231,12 @@ impl ReplicationState {
             "Publishes refused because another node wrote this node's subject (the node then \
              stops accepting).",
             self.fenced_total.load(Relaxed),
+        );
+        w.counter(
+            "sluice_replication_purged_messages_total",
+            "Messages of this node's subjects dropped from the stream: every record in them \
+             retired locally, every dead letter in them released or carried forward.",
+            self.purged_messages.load(Relaxed),
         );
         w.gauge(
             "sluice_replication_stream_bytes",

@@ -177,6 +177,7 @@ impl Committer {
             mirror,
             adopted,
             adopted_frames: Vec::new(),
+            announced: Vec::new(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("sluice-sync-{core}"))
@@ -449,6 +450,34 @@ struct Helper {
     adopted: std::sync::mpsc::Receiver<(HelperLog, Option<AdoptedLink>)>,
     /// Their frames, each for its own node's subject.
     adopted_frames: Vec<AdoptedFrames>,
+    /// With `[replication]`: each replicated log's retired point as the last frame said it.
+    announced: Vec<wal::Lsn>,
+}
+
+/// Log `log`'s retired point for the stream: below it every segment is done (the pump's
+/// retention says so) or deleted (1: nothing yet).
+fn first_live(log: &HelperLog) -> wal::Lsn {
+    let deleted = log.wal.checkpoint().map_or(1, |c| c.first_live_lsn);
+    deleted.max(log.shared.done_below()).max(1)
+}
+
+/// Ends a frame of the own subject: each replicated log's durable LSN (`through`) and, once it
+/// retired segments, its retired point (`first`), which `announced` keeps.
+fn close_frame(
+    frame: &mut FrameBuf,
+    logs: &[HelperLog],
+    indexes: &[u16],
+    announced: &mut Vec<wal::Lsn>,
+) {
+    announced.resize(indexes.len(), 1);
+    for (i, (log, &index)) in logs.iter().zip(indexes.iter()).enumerate() {
+        frame.through(index, log.shared.durable_lsn());
+        let first = first_live(log);
+        if first > 1 {
+            frame.first(index, first);
+        }
+        announced[i] = first;
+    }
 }
 
 /// An adopted log's way to its node's subject: its index there (the `K` of its `core-K`) and
@@ -480,6 +509,21 @@ impl Helper {
         }
     }
 
+    /// With `[replication]`: a log retired segments (`Wal::tick`) since the last frame said so.
+    /// A frame of its own says it (each log's `through` and `first`), so the stream may drop
+    /// what lies below even when no batch follows (`replication::retention`). It holds no batch.
+    fn announce_retired(&mut self) {
+        let Some((link, indexes, frame)) = self.mirror.as_mut() else {
+            return;
+        };
+        let moved = (self.logs.iter().zip(indexes.iter()).enumerate())
+            .any(|(i, (log, _))| self.announced.get(i).copied().unwrap_or(1) != first_live(log));
+        if moved && frame.is_empty() {
+            close_frame(frame, &self.logs, indexes, &mut self.announced);
+            link.submit(frame.take());
+        }
+    }
+
     /// The batch's records of each adopted log, on its own node's subject. They hold nothing:
     /// the batch settles with its own frame (`Committer::adopt`).
     fn frame_adopted(&mut self, batch: &Batch) {
@@ -501,7 +545,7 @@ impl Helper {
             }
             let durable = self.logs[a.slot - first].shared.durable_lsn();
             a.frame.through(a.index, durable);
-            a.link.submit(a.frame.finish());
+            a.link.submit(a.frame.take());
         }
     }
 
@@ -518,6 +562,7 @@ impl Helper {
                 let now = log.wal.now_nanos();
                 log.wal.tick(now);
             }
+            self.announce_retired();
             if let Some(batch) = self.rx.try_pop() {
                 self.serve(batch);
                 continue;
@@ -558,11 +603,9 @@ impl Helper {
                 for f in full {
                     link.submit(f);
                 }
-                for (log, &index) in self.logs.iter().zip(indexes.iter()) {
-                    frame.through(index, log.shared.durable_lsn());
-                }
+                close_frame(frame, &self.logs, indexes, &mut self.announced);
                 // The batch settles once its last frame is acknowledged (in order: all are).
-                batch.hold = link.submit(frame.finish());
+                batch.hold = link.submit(frame.take());
             }
         }
         self.frame_adopted(&batch);

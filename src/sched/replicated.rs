@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::dispatch::dlq::entry::encode_entry;
 use crate::dispatch::pump::shell::{Batch, Item, Outcome, Owner};
-use crate::replication::message::FrameBuf;
+use crate::replication::message::{FrameBuf, FrameMeta};
 use crate::replication::mirror::MirrorLink;
 use crate::replication::state::{CoreState, Refuse, ReplicationState};
 use crate::wal::format::{payload_len, RECORD_HEADER_BYTES};
@@ -61,11 +61,11 @@ pub fn frame_of(
     scope: Scope<'_>,
     frame: &mut FrameBuf,
     limit: usize,
-    full: &mut Vec<Vec<u8>>,
+    full: &mut Vec<(Vec<u8>, FrameMeta)>,
 ) {
     for (item, outcome) in batch.items.iter().zip(&batch.outcomes) {
         if !frame.is_empty() && frame.len() + item_bytes(item) > limit {
-            full.push(frame.finish());
+            full.push(frame.take());
         }
         match (item, outcome) {
             (
@@ -83,7 +83,7 @@ pub fn frame_of(
             (Item::DeadLetter { .. } | Item::Release { .. }, _) if !scope.own() => {}
             (Item::DeadLetter { entry, .. }, Outcome::DeadLettered(Ok(()))) => {
                 match encode_entry(entry) {
-                    Ok(bytes) => frame.dead_letter(bytes),
+                    Ok(bytes) => frame.dead_letter(&entry.id, bytes),
                     Err(e) => eprintln!("sluice: replication: dead letter not framed: {e}"),
                 }
             }
@@ -318,13 +318,15 @@ mod tests {
         let mut full = Vec::new();
         // Each record is ~100 bytes framed: two fit under 300, not three.
         frame_of(&b, Scope::Own(&[0]), &mut f, 300, &mut full);
-        full.push(f.finish());
+        full.push(f.take());
         assert!(full.len() >= 2, "cut: {} frames", full.len());
         assert!(
-            full.iter().all(|fr| fr.len() <= 300),
+            full.iter().all(|fr| fr.0.len() <= 300),
             "each frame under the limit"
         );
-        let msg = pack(0, full.iter().map(|fr| &fr[..]));
+        let maxes: Vec<_> = full.iter().flat_map(|fr| fr.1.max.clone()).collect();
+        assert_eq!(maxes.last(), Some(&(0, 5)), "each frame says what it holds");
+        let msg = pack(0, full.iter().map(|fr| &fr.0[..]));
         let d = decode(&msg).unwrap();
         let lsns: Vec<u64> = (d.frames.iter())
             .flat_map(|fr| fr.parts.iter().flat_map(|(_, rs)| rs.iter().map(|r| r.lsn)))

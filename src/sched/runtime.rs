@@ -206,6 +206,16 @@ fn build(config: Arc<Config>) -> Result<Run, RuntimeError> {
             ),
         }
     }
+    // A log's frames never announce a lower retired point than the stream already holds
+    // (`replication::retention`: a restore begins each log there).
+    if let Some(m) = shared.mirror() {
+        for &(k, lsn) in m.retired() {
+            let name = wal::layout::core_log_name(usize::from(k));
+            for w in shared.wal().iter().filter(|w| w.name == name) {
+                w.note_done_below(lsn);
+            }
+        }
+    }
     let (listeners, addr) = bind_listeners(config.server.listen, config.server.workers)?;
     let owners = LogOwners::new(&run_logs.owners());
     let take_over = take_over_parts(&config, &shared, &run_logs, &owners);
@@ -368,6 +378,7 @@ fn shared_state(
                 config.server.workers,
                 wal::max_record_bytes_for(config.server.max_body_bytes as usize),
                 &local_logs(run_logs)?,
+                crate::ops::restore::carry(dispatch.dlq.clone()),
             )
             .map_err(RuntimeError::Replication)?,
         ),

@@ -90,6 +90,7 @@ mod replay_once;
 mod replication;
 mod replication_adopt;
 mod replication_commit;
+mod replication_retention;
 mod returns;
 mod shared;
 mod shutdown;

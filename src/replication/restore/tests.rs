@@ -52,7 +52,7 @@ pub(super) fn frame(parts: &[(u16, &[u64])], dead: &[&str], released: &[&str]) -
         }
     }
     for d in dead {
-        f.dead_letter(d.as_bytes().to_vec());
+        f.dead_letter(d, d.as_bytes().to_vec());
     }
     for r in released {
         f.released(r);

@@ -442,7 +442,11 @@ mod tests {
         let s = rb.finish().unwrap();
         w.logs.open_started().unwrap();
         w.logs.close();
-        assert_eq!(w.dead.0, [b"x".to_vec()], "the retired frame's letters still apply");
+        assert_eq!(
+            w.dead.0,
+            [b"x".to_vec()],
+            "the retired frame's letters still apply"
+        );
         let got: Vec<_> = s.logs.iter().map(|l| (l.log, l.first, l.last)).collect();
         assert_eq!(got, [(0, 3, 4), (1, 5, 4)]);
         for l in &s.logs {

@@ -64,6 +64,8 @@ pub struct WalShared {
     /// which advances the checkpoint's first live LSN *before* it deletes anything.
     /// `Relaxed`: the value is the whole message (the segments are files, not memory).
     pub retire_request: AtomicU64,
+    /// Every segment below this LSN is done (the pump's retention, `note_done_below`).
+    done_below: AtomicU64,
     /// Missing LSN ranges accepted at start-up with `--accept-wal-loss`, and the LSNs in them
     /// (`sluice_wal_loss_accepted_total`, `sluice_wal_lost_lsns_accepted`). Set once when the
     /// writer attaches; `Relaxed`: counters.
@@ -181,6 +183,7 @@ impl WalShared {
             commit_failures: Default::default(),
             sync_seconds: std::sync::Arc::new(Histogram::new(SYNC_BOUNDS_NANOS)),
             retire_request: AtomicU64::new(0),
+            done_below: AtomicU64::new(0),
             loss_accepted_total: AtomicU64::new(0),
             lost_lsns_accepted: AtomicU64::new(0),
             torn_tails_total: AtomicU64::new(0),
@@ -200,6 +203,17 @@ impl WalShared {
             sync_seconds: histogram,
             ..WalShared::new()
         }
+    }
+
+    /// Every segment below `lsn` is done (the pump's retention found it, whatever the
+    /// segments' age): a copy of the log elsewhere may drop what lies below (`replication`).
+    pub fn note_done_below(&self, lsn: Lsn) {
+        self.done_below.fetch_max(lsn, Ordering::Relaxed);
+    }
+
+    /// The highest LSN below which every segment is done (0: none known).
+    pub fn done_below(&self) -> Lsn {
+        self.done_below.load(Ordering::Relaxed)
     }
 
     /// Asks the writer to delete the segments wholly below `lsn` (a segment's first LSN; never

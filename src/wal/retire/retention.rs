@@ -35,19 +35,26 @@ pub struct Retained {
     pub bytes: u64,
     /// Every segment below this LSN may be deleted (`None`: none may).
     pub retire_below: Option<Lsn>,
+    /// Every segment below this LSN is done, whatever its age (`None`: none is): what a copy of
+    /// the log elsewhere (the replication stream) need not keep.
+    pub done_below: Option<Lsn>,
 }
 
 /// The decision for segments `segments` (in LSN order) of a log whose done cursor is
 /// `cursor` (module docs).
 pub fn decide(segments: &[SegmentAge], cursor: Lsn, retention: Duration) -> Retained {
     let mut out = Retained::default();
-    let mut deleting = true;
+    let (mut deleting, mut done) = (true, true);
     for (i, s) in segments.iter().enumerate() {
         // The last LSN a segment can hold: the next segment's first, less one; the last
         // segment (active) has no bound and is never deleted.
         let last_lsn = segments.get(i + 1).map(|n| n.first.saturating_sub(1));
         let old_enough = s.age.is_some_and(|age| age >= retention);
-        deleting = deleting && last_lsn.is_some_and(|l| l < cursor) && old_enough;
+        done = done && last_lsn.is_some_and(|l| l < cursor);
+        if done {
+            out.done_below = last_lsn.map(|l| l + 1);
+        }
+        deleting = deleting && done && old_enough;
         if deleting {
             out.retire_below = last_lsn.map(|l| l + 1);
             continue;
@@ -114,7 +121,8 @@ mod tests {
             r,
             Retained {
                 bytes: 200,
-                retire_below: Some(20)
+                retire_below: Some(20),
+                done_below: Some(20),
             }
         );
         // Cursor 19: the second segment still holds a pending record.
@@ -132,13 +140,19 @@ mod tests {
             seg(30, None),
         ];
         assert_eq!(decide(&segs, 100, HOUR).retire_below, Some(10));
+        assert_eq!(
+            decide(&segs, 100, HOUR).done_below,
+            Some(30),
+            "done, whatever their age"
+        );
         let unknown = [seg(1, None), seg(10, Some(5)), seg(20, Some(5))];
         let r = decide(&unknown, 100, HOUR);
         assert_eq!(
             r,
             Retained {
                 bytes: 300,
-                retire_below: None
+                retire_below: None,
+                done_below: Some(20),
             }
         );
     }
@@ -157,11 +171,13 @@ mod tests {
             r,
             Retained {
                 bytes: 64,
-                retire_below: Some(10)
+                retire_below: Some(10),
+                done_below: Some(10),
             }
         );
         let now = plan(&fs, tmp.path(), 50, HOUR, SystemTime::now()).unwrap();
         assert_eq!(now.retire_below, None, "too young");
+        assert_eq!(now.done_below, Some(10), "done all the same");
         assert!(plan(&fs, &tmp.path().join("gone"), 1, HOUR, later).is_err());
     }
 }

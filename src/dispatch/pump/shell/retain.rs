@@ -39,6 +39,9 @@ impl CorePump {
                     if let Some(lsn) = r.retire_below {
                         self.wal[slot].request_retire(lsn);
                     }
+                    if let Some(lsn) = r.done_below {
+                        self.wal[slot].note_done_below(lsn);
+                    }
                     r.bytes
                 }
                 Err(e) => {
