@@ -543,8 +543,14 @@ impl Helper {
             for f in full {
                 a.link.submit(f);
             }
-            let durable = self.logs[a.slot - first].shared.durable_lsn();
-            a.frame.through(a.index, durable);
+            let log = &self.logs[a.slot - first];
+            a.frame.through(a.index, log.shared.durable_lsn());
+            // Where the log begins (a log rebuilt from a purged stream begins above 1): the
+            // subject's last message must say it for a later restore (`replication::restore`).
+            let begins = first_live(log);
+            if begins > 1 {
+                a.frame.first(a.index, begins);
+            }
             a.link.submit(a.frame.take());
         }
     }

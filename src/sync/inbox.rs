@@ -9,12 +9,14 @@
 //! `dispatch::placement::ADOPTED_LOGS_MAX`).
 
 use crate::sync::atomic::{AtomicBool, Ordering};
-use crate::sync::Mutex;
+use crate::sync::{CachePadded, Mutex};
 
 /// Items waiting for their consumers (module docs).
 #[derive(Debug)]
 pub struct Inbox<T> {
-    slots: Vec<(AtomicBool, Mutex<Vec<T>>)>,
+    /// Each consumer's flag and items, on a cache line of its own: a consumer reads its flag
+    /// every turn, and no other consumer's reads may move the line.
+    slots: Vec<CachePadded<(AtomicBool, Mutex<Vec<T>>)>>,
 }
 
 impl<T> Inbox<T> {
@@ -22,16 +24,17 @@ impl<T> Inbox<T> {
     pub fn new(consumers: usize) -> Inbox<T> {
         Inbox {
             slots: (0..consumers)
-                .map(|_| (AtomicBool::new(false), Mutex::new(Vec::new())))
+                .map(|_| CachePadded::new((AtomicBool::new(false), Mutex::new(Vec::new()))))
                 .collect(),
         }
     }
 
     /// Gives `item` to consumer `k` (the caller wakes it). Out of range: handed back.
     pub fn put(&self, k: usize, item: T) -> Result<(), T> {
-        let Some((flag, items)) = self.slots.get(k) else {
+        let Some(slot) = self.slots.get(k) else {
             return Err(item);
         };
+        let (flag, items) = &**slot;
         items.lock().unwrap_or_else(|e| e.into_inner()).push(item);
         flag.store(true, Ordering::Release);
         Ok(())
@@ -39,7 +42,11 @@ impl<T> Inbox<T> {
 
     /// What consumer `k` was given since it last took, in order; `None` when nothing.
     pub fn take(&self, k: usize) -> Option<Vec<T>> {
-        let (flag, items) = self.slots.get(k)?;
+        let (flag, items) = &**self.slots.get(k)?;
+        // Nothing given: one load, no write (the common case, every turn).
+        if !flag.load(Ordering::Acquire) {
+            return None;
+        }
         // A compare-and-set rather than `swap(false)`: the same here, and loom 0.7 models this
         // one faithfully (its `swap` of an unchanged `false` was seen to hide a later `true`).
         let cleared = flag.compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire);
