@@ -545,7 +545,11 @@ fn a_restore_brings_back_the_dead_letters_and_not_the_released_ones() {
 }
 
 /// `sluice replication restore --config <config> --node <node> --data-dir <dir>`.
-fn restore_cli(config: &std::path::Path, node: &str, dir: &std::path::Path) -> CliOutput {
+pub(crate) fn restore_cli(
+    config: &std::path::Path,
+    node: &str,
+    dir: &std::path::Path,
+) -> CliOutput {
     run_cli(&[
         "replication",
         "restore",

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::downstream::{Behavior, Downstream};
+use crate::replication::restore_cli;
 use crate::replication_commit::{load, manifest, metric, opts, ready_cluster, Seen};
 use crate::support::*;
 
@@ -173,16 +174,7 @@ fn a_node_back_on_its_old_disk_after_the_adoption_refuses_to_start_and_names_the
     let t = Instant::now();
     let delivered_in_stream = loop {
         let _ = std::fs::remove_dir_all(&target);
-        let out = run_cli(&[
-            "replication",
-            "restore",
-            "--config",
-            path_str(&config),
-            "--node",
-            "node-a",
-            "--data-dir",
-            path_str(&target),
-        ]);
+        let out = restore_cli(&config, "node-a", &target);
         assert!(out.status.success(), "restore of node-a:\n{}", out.all());
         let events = wal_inspect(&target);
         let done = (events.iter())

@@ -19,6 +19,7 @@ use async_nats::jetstream;
 
 use crate::dispatch::dlq_list;
 use crate::downstream::{Behavior, Downstream};
+use crate::replication::restore_cli;
 use crate::replication_commit::{manifest, metric, opts, ready_cluster, STREAM};
 use crate::support::*;
 
@@ -141,16 +142,7 @@ fn after_many_events_the_stream_holds_about_a_segment_per_log_and_restores() {
     let config = root.path().join("restore.toml");
     std::fs::write(&config, &m).unwrap();
     let target = root.path().join("restored");
-    let out = run_cli(&[
-        "replication",
-        "restore",
-        "--config",
-        path_str(&config),
-        "--node",
-        "node-t",
-        "--data-dir",
-        path_str(&target),
-    ]);
+    let out = restore_cli(&config, "node-t", &target);
     assert!(out.status.success(), "restore:\n{}", out.all());
     eprintln!("{}", out.stdout);
     assert!(

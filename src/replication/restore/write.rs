@@ -373,20 +373,26 @@ mod tests {
         }
     }
 
+    /// Small logs under `wal_dir` and a writer over them with `dead` as its dead letters.
+    fn writer(wal_dir: &Path, dead: Letters) -> (WalConfig, NodeWriter<Letters>) {
+        let base = WalConfig {
+            segment_bytes: 1 << 20,
+            max_body_bytes: 4096,
+            ..WalConfig::new(wal_dir)
+        };
+        let w = NodeWriter {
+            logs: LogWriter::new(wal_dir, &base),
+            dead,
+            released_missing: 0,
+        };
+        (base, w)
+    }
+
     #[test]
     fn the_log_writer_appends_through_the_wal_and_the_log_recovers_to_the_same_records() {
         let tmp = tempfile::tempdir().unwrap();
         let wal_dir = tmp.path().join("wal");
-        let base = WalConfig {
-            segment_bytes: 1 << 20,
-            max_body_bytes: 4096,
-            ..WalConfig::new(&wal_dir)
-        };
-        let mut w = NodeWriter {
-            logs: LogWriter::new(&wal_dir, &base),
-            dead: Letters::default(),
-            released_missing: 0,
-        };
+        let (base, mut w) = writer(&wal_dir, Letters::default());
         let mut rb = Rebuild::new();
         let one = message(&[frame(&[(0, &[1, 2]), (1, &[1])], &["x"], &["y"])]);
         let two = message(&[frame(&[(0, &[3])], &[], &["x"])]);
@@ -420,16 +426,7 @@ mod tests {
     fn logs_begin_where_the_stream_says_their_records_are_retired() {
         let tmp = tempfile::tempdir().unwrap();
         let wal_dir = tmp.path().join("wal");
-        let base = WalConfig {
-            segment_bytes: 1 << 20,
-            max_body_bytes: 4096,
-            ..WalConfig::new(&wal_dir)
-        };
-        let mut w = NodeWriter {
-            logs: LogWriter::new(&wal_dir, &base),
-            dead: Letters(vec![b"y".to_vec()]),
-            released_missing: 0,
-        };
+        let (base, mut w) = writer(&wal_dir, Letters(vec![b"y".to_vec()]));
         let mut rb = Rebuild::new();
         for (log, first) in [(0, 3), (1, 5)] {
             rb.start_at(log, first);
