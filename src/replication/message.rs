@@ -495,7 +495,8 @@ mod tests {
     }
 
     #[test]
-    /// The seed is a version 1 message (no `first` list): still read, with `first` empty.
+    /// The first seed is a version 1 message (no `first` list): still read, with `first` empty;
+    /// the second a version 2 one, both written by hand (outside this code).
     fn the_fuzz_seed_is_a_valid_message_written_by_hand() {
         let seed = include_bytes!("../../fuzz/seeds/replication_message/one_frame");
         let d = decode(seed).expect("the seed decodes");
@@ -505,6 +506,11 @@ mod tests {
         assert_eq!(d.frames[0].through, [(0, 5)]);
         assert!(d.frames[0].first.is_empty());
         assert_eq!(seed[4], 1, "a version 1 message");
+        let v2 = include_bytes!("../../fuzz/seeds/replication_message/one_frame_v2");
+        let d = decode(v2).expect("the version 2 seed decodes");
+        assert_eq!(v2[4], 2);
+        assert_eq!(d.frames[0].first, [(0, 3)]);
+        assert_eq!(d.frames[0].dead_ids, ["01JDEADLETTERID00000000000"]);
     }
 
     #[test]
