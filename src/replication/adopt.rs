@@ -43,9 +43,9 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, kv};
 use futures_util::StreamExt;
 
-use crate::replication::catch_up::{last_message, last_sequence};
+use crate::replication::catch_up::{last_message, last_sequence, subjects_of};
 use crate::replication::lease::NodeEntry;
-use crate::replication::message::{merge_max, pack, FrameBuf, Lists};
+use crate::replication::message::{pack, FrameBuf, Lists};
 use crate::replication::spec::ReplicationSpec;
 use crate::replication::state::ReplicationState;
 use crate::sync::clock::unix_millis;
@@ -157,15 +157,7 @@ pub fn marker(core: usize, (through, first): &Lists) -> Vec<u8> {
 /// Each log's highest `through` and `first` in the message `payload` (none if it does not
 /// decode).
 fn lists_of(payload: &[u8]) -> Lists {
-    let mut lists = Lists::default();
-    let Ok(d) = crate::replication::message::decode(payload) else {
-        return lists;
-    };
-    for f in &d.frames {
-        merge_max(&mut lists.0, f.through.clone());
-        merge_max(&mut lists.1, f.first.clone());
-    }
-    lists
+    crate::replication::message::decode(payload).map_or_else(|_| Lists::default(), |d| d.lists())
 }
 
 /// The adopter thread.
@@ -221,10 +213,7 @@ fn run(
     mut take: Box<dyn TakeOverNode>,
     stop: Arc<AtomicBool>,
 ) {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
+    let Ok(rt) = crate::replication::client::runtime() else {
         eprintln!("sluice: replication: the adopter's runtime did not start; no adoption");
         return;
     };
@@ -270,28 +259,37 @@ fn run(
                         Ok(true) => node,
                         Ok(false) => continue,
                         Err(why) => {
+                            state.adoption_failures.fetch_add(1, Ordering::Relaxed);
                             eprintln!("sluice: replication: claiming node {node}: {why}");
                             continue;
                         }
                     }
                 }
             };
-            let t0 = Instant::now();
-            match take.take_over(&node) {
-                Ok(logs) => {
-                    state.adopted_logs.fetch_add(logs, Ordering::Relaxed);
-                    state.note_adopted(&node, logs, unix_millis());
-                    eprintln!(
-                        "sluice: replication: adopted node {node}: {logs} logs rebuilt and \
-                         running here ({:?})",
-                        t0.elapsed()
-                    );
-                }
-                Err(why) => eprintln!(
-                    "sluice: replication: taking over node {node}'s logs failed ({why}); \
-                     retried at the next scan"
-                ),
-            }
+            take_node(&mut *take, &state, &node);
+        }
+    }
+}
+
+/// Step 3 (module docs) for `node`, whose claim this node holds: counted and logged.
+fn take_node(take: &mut dyn TakeOverNode, state: &ReplicationState, node: &str) {
+    let t0 = Instant::now();
+    match take.take_over(node) {
+        Ok(logs) => {
+            state.adopted_logs.fetch_add(logs, Ordering::Relaxed);
+            state.note_adopted(node, logs, unix_millis());
+            eprintln!(
+                "sluice: replication: adopted node {node}: {logs} logs rebuilt and running \
+                 here ({:?})",
+                t0.elapsed()
+            );
+        }
+        Err(why) => {
+            state.adoption_failures.fetch_add(1, Ordering::Relaxed);
+            eprintln!(
+                "sluice: replication: taking over node {node}'s logs failed ({why}); retried \
+                 at the next scan"
+            );
         }
     }
 }
@@ -385,13 +383,7 @@ async fn claim(
 /// message.
 async fn fence(js: &jetstream::Context, spec: &ReplicationSpec, node: &str) -> Result<(), String> {
     let stream = (js.get_stream(&spec.stream).await).map_err(|e| e.to_string())?;
-    let mut listed =
-        (stream.info_with_subjects(spec.node_filter(node)).await).map_err(|e| e.to_string())?;
-    let mut subjects = Vec::new();
-    while let Some(s) = listed.next().await {
-        subjects.push(s.map_err(|e| e.to_string())?.0);
-    }
-    for subject in subjects {
+    for (subject, _) in subjects_of(&stream, &spec.node_filter(node)).await? {
         let core = (subject.rsplit('.').next())
             .and_then(crate::wal::layout::core_of)
             .unwrap_or(0);

@@ -83,12 +83,26 @@ pub async fn replicated_through<I>(
             continue;
         };
         let d = decode(&payload).map_err(|e| format!("the last message of {subject}: {e}"))?;
-        for (log, lsn) in d.frames.iter().flat_map(|f| f.through.iter()) {
-            let t = through.entry(*log).or_default();
-            *t = (*t).max(*lsn);
+        for (log, lsn) in d.lists().0 {
+            let t = through.entry(log).or_default();
+            *t = (*t).max(lsn);
         }
     }
     Ok(through)
+}
+
+/// The subjects under `filter` that hold messages, with how many.
+pub async fn subjects_of<I>(
+    stream: &stream::Stream<I>,
+    filter: &str,
+) -> Result<Vec<(String, usize)>, String> {
+    use futures_util::StreamExt;
+    let mut listed = (stream.info_with_subjects(filter).await).map_err(|e| e.to_string())?;
+    let mut subjects = Vec::new();
+    while let Some(s) = listed.next().await {
+        subjects.push(s.map_err(|e| e.to_string())?);
+    }
+    Ok(subjects)
 }
 
 /// How far log `index` is replicated by the frames of the subjects under `filter` (another
@@ -98,20 +112,14 @@ pub async fn node_through<I>(
     filter: &str,
     index: u16,
 ) -> Result<Lsn, String> {
-    use futures_util::StreamExt;
-    let mut listed = (stream.info_with_subjects(filter).await).map_err(|e| e.to_string())?;
-    let mut subjects = Vec::new();
-    while let Some(s) = listed.next().await {
-        subjects.push(s.map_err(|e| e.to_string())?.0);
-    }
     let mut through = 0;
-    for subject in subjects {
+    for (subject, _) in subjects_of(stream, filter).await? {
         let Some(payload) = last_message(stream, &subject).await? else {
             continue;
         };
         let d = decode(&payload).map_err(|e| format!("the last message of {subject}: {e}"))?;
-        for (_, lsn) in (d.frames.iter().flat_map(|f| f.through.iter())).filter(|t| t.0 == index) {
-            through = through.max(*lsn);
+        for (_, lsn) in d.lists().0.into_iter().filter(|t| t.0 == index) {
+            through = through.max(lsn);
         }
     }
     Ok(through)

@@ -33,3 +33,11 @@ pub async fn connect(spec: &ReplicationSpec, role: &str) -> Result<async_nats::C
         }
     }
 }
+
+/// The current-thread runtime each of this room's threads runs the client on (the mirror, the
+/// adopter, a restore, the start-up lease check): timers and I/O enabled.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}

@@ -93,10 +93,7 @@ pub fn check(entry: Option<&NodeEntry>) -> Result<(), Adopted> {
 /// waiting at most `spec.lease`): for a start with an empty data dir, which must not restore
 /// logs another node adopted. No bucket or no entry: not adopted.
 pub fn adopted_blocking(spec: &ReplicationSpec) -> Result<Option<Adopted>, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = crate::replication::client::runtime().map_err(|e| e.to_string())?;
     rt.block_on(async {
         let read = async {
             let client = crate::replication::client::connect(spec, "lease").await?;

@@ -211,6 +211,18 @@ pub struct Decoded<'a> {
     pub frames: Vec<Frame<'a>>,
 }
 
+impl Decoded<'_> {
+    /// Its frames' `through` and `first` lists, per log the highest of each.
+    pub fn lists(&self) -> Lists {
+        let mut lists = Lists::default();
+        for f in &self.frames {
+            merge_max(&mut lists.0, f.through.clone());
+            merge_max(&mut lists.1, f.first.clone());
+        }
+        lists
+    }
+}
+
 /// One batch of a decoded message.
 #[derive(Debug, PartialEq, Eq, Default)]
 pub struct Frame<'a> {

@@ -368,10 +368,7 @@ impl Mirror {
         logs: &[LocalLog],
         carry: Carry,
     ) -> Result<Mirror, StartError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(StartError::Thread)?;
+        let rt = crate::replication::client::runtime().map_err(StartError::Thread)?;
         let (js, max_payload, last, through) = rt.block_on(connect(spec, cores, logs))?;
         let lease = acquire_lease(&rt, &js, spec)?;
         let behind = catch_up::behind(logs, &through);
@@ -726,6 +723,7 @@ impl Renew {
                     return;
                 }
                 Err(Renewal::Failed(why)) => {
+                    (self.node.renewal_failures).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if !failing {
                         eprintln!("sluice: replication: lease not renewed ({why}); retrying");
                     }

@@ -48,6 +48,7 @@ impl Purger {
                         done = below;
                     }
                     Err(e) => {
+                        node.purge_failures.fetch_add(1, Relaxed);
                         eprintln!("sluice: replication: purging {subject}: {e}");
                         break;
                     }

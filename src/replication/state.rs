@@ -124,6 +124,13 @@ pub struct ReplicationState {
     pub stream_bytes: AtomicU64,
     /// Messages of this node's subjects dropped from the stream (`replication::retention`).
     pub purged_messages: AtomicU64,
+    /// Purges that failed (retried by a later one, `replication::purge`).
+    pub purge_failures: AtomicU64,
+    /// Claims or take-overs of a lost node's logs that failed (retried at the next scan,
+    /// `replication::adopt`).
+    pub adoption_failures: AtomicU64,
+    /// Lease renewals JetStream did not take (retried at the next, `replication::lease`).
+    pub renewal_failures: AtomicU64,
     /// Logs of other nodes this node adopted.
     pub adopted_logs: AtomicUsize,
     /// The nodes adopted, for the dashboard: (node, logs, Unix ms), at most one per node of
@@ -141,6 +148,9 @@ impl ReplicationState {
             fenced_total: AtomicU64::new(0),
             stream_bytes: AtomicU64::new(0),
             purged_messages: AtomicU64::new(0),
+            purge_failures: AtomicU64::new(0),
+            adoption_failures: AtomicU64::new(0),
+            renewal_failures: AtomicU64::new(0),
             adopted_logs: AtomicUsize::new(0),
             adopted: Default::default(),
         }
@@ -238,6 +248,23 @@ impl ReplicationState {
              retired locally, every dead letter in them released or carried forward.",
             self.purged_messages.load(Relaxed),
         );
+        w.counter(
+            "sluice_replication_purge_failures_total",
+            "Purges of this node's subjects that failed or got no answer (a later purge covers \
+             what they would have dropped).",
+            self.purge_failures.load(Relaxed),
+        );
+        w.counter(
+            "sluice_replication_adoption_failures_total",
+            "Claims or take-overs of a lost node's logs that failed (retried at the next scan).",
+            self.adoption_failures.load(Relaxed),
+        );
+        w.counter(
+            "sluice_replication_lease_renewal_failures_total",
+            "Renewals of this node's lease that JetStream did not take (retried every lease / 3; \
+             the lease runs out after lease without one).",
+            self.renewal_failures.load(Relaxed),
+        );
         w.gauge(
             "sluice_replication_stream_bytes",
             "Bytes the JetStream stream holds (every node's logs), as JetStream last reported.",
@@ -275,6 +302,25 @@ mod tests {
             "a fence holds until restart"
         );
         assert_eq!(s.fenced_total.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn every_family_renders_with_its_count() {
+        let s = ReplicationState::new(1);
+        s.purge_failures.fetch_add(2, Relaxed);
+        s.adoption_failures.fetch_add(3, Relaxed);
+        s.renewal_failures.fetch_add(4, Relaxed);
+        let mut w = PromWriter::default();
+        s.render_prometheus(&mut w);
+        let text = w.finish();
+        for (name, n) in [
+            ("sluice_replication_purge_failures_total", 2),
+            ("sluice_replication_adoption_failures_total", 3),
+            ("sluice_replication_lease_renewal_failures_total", 4),
+            ("sluice_replication_purged_messages_total", 0),
+        ] {
+            assert!(text.contains(&format!("{name} {n}")), "{name} in:\n{text}");
+        }
     }
 
     #[test]

@@ -617,6 +617,36 @@ mod tests {
     }
 
     #[test]
+    fn an_adoption_past_the_owners_room_is_refused_and_hands_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path();
+        rebuilt(data, "node-a", 0);
+        rebuilt(data, "node-a", 1);
+        let owners = LogOwners::new(&[0, 1]);
+        // One slot left: node-a's two logs do not fit.
+        let next_index = owners.capacity() - 1;
+        let mut take = TakeOver::new(TakeOverParts {
+            base: small(&data.join("wal")),
+            root: adopted_root(data),
+            workers: 2,
+            owners,
+            next_index,
+            histogram: Arc::new(Histogram::new(wal::SYNC_BOUNDS_NANOS)),
+            running: HashSet::new(),
+            links: None,
+        });
+        let inbox = AdoptInbox::new(2);
+        let e = take
+            .open_and_hand("node-a", &inbox, &|_, _| panic!("counted"), &|_| {
+                panic!("woken")
+            })
+            .unwrap_err();
+        assert!(e.contains("would pass the"), "{e}");
+        assert!(!take.runs("node-a"), "retried at the next scan");
+        assert!(inbox.take(0).is_none() && inbox.take(1).is_none());
+    }
+
+    #[test]
     fn logs_adopted_in_an_earlier_run_open_after_the_own_logs() {
         let tmp = tempfile::tempdir().unwrap();
         let data = tmp.path();

@@ -20,7 +20,7 @@ use futures_util::StreamExt;
 use super::{At, RestoreError};
 use std::collections::BTreeMap;
 
-use crate::replication::catch_up::{last_message, last_sequence};
+use crate::replication::catch_up::{last_message, last_sequence, subjects_of};
 use crate::replication::client;
 use crate::replication::message;
 use crate::replication::spec::ReplicationSpec;
@@ -66,13 +66,10 @@ impl Source {
         if !super::valid_node(node) {
             return Err(RestoreError::BadNode(node.to_owned()));
         }
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| RestoreError::Write {
-                what: "the NATS client's runtime".into(),
-                error: e.to_string(),
-            })?;
+        let rt = crate::replication::client::runtime().map_err(|e| RestoreError::Write {
+            what: "the NATS client's runtime".into(),
+            error: e.to_string(),
+        })?;
         let stream = rt.block_on(open(spec))?;
         Ok(Source {
             rt,
@@ -103,12 +100,7 @@ impl Source {
     /// empty when the stream holds no message of the node.
     pub fn subjects(&self) -> Result<Vec<SubjectInfo>, RestoreError> {
         let listed = self.bounded("the node's subjects", async {
-            let mut info = self.stream.info_with_subjects(&self.filter).await?;
-            let mut out = Vec::new();
-            while let Some(s) = info.next().await {
-                out.push(s?);
-            }
-            Ok::<_, stream::InfoError>(out)
+            subjects_of(&self.stream, &self.filter).await
         })?;
         let mut listed = listed.map_err(|e| self.stream_err(e))?;
         listed.sort();
@@ -144,7 +136,7 @@ impl Source {
                 sequence: s.last,
                 error: e.to_string(),
             })?;
-            for &(log, lsn) in d.frames.iter().flat_map(|f| f.first.iter()) {
+            for (log, lsn) in d.lists().1 {
                 let f = firsts.entry(log).or_default();
                 *f = (*f).max(lsn);
             }
