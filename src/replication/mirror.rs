@@ -327,6 +327,7 @@ impl Opener {
             expected,
             retention: None,
             carrying: false,
+            counted: 0,
             lists: Default::default(),
             purger: Arc::default(),
         };
@@ -495,7 +496,11 @@ fn seed_retention(
             Ok(())
         })
     };
-    if let Err(e) = seed() {
+    let seeded = seed();
+    for t in tasks.iter_mut() {
+        t.count_kept();
+    }
+    if let Err(e) = seeded {
         eprintln!(
             "sluice: replication: reading the node's messages for retention failed ({e}); \
              the stream keeps what earlier runs wrote"
@@ -528,6 +533,7 @@ fn core_tasks(
             expected,
             retention: None,
             carrying: false,
+            counted: 0,
             lists: Default::default(),
             purger: Arc::default(),
         });
@@ -751,6 +757,8 @@ struct CoreTask {
     retention: Option<(Retention, Carry)>,
     /// A frame of dead letters carried forward is on its way.
     carrying: bool,
+    /// The messages its retention remembers, as last added to `retained_messages`.
+    counted: usize,
     /// The `through` and `first` lists the subject's acknowledged frames named last, per log:
     /// a frame the mirror adds carries them, so the subject's last message always says how
     /// far each log is replicated and where it begins.
@@ -798,6 +806,22 @@ impl CoreTask {
         }
     }
 
+    /// Moves `retained_messages` by what its retention remembers since the last count.
+    fn count_kept(&mut self) {
+        let Some((retention, _)) = self.retention.as_ref() else {
+            return;
+        };
+        let (now, was) = (retention.kept(), self.counted);
+        let gauge = &self.node.retained_messages;
+        let at = std::sync::atomic::Ordering::Relaxed;
+        if now >= was {
+            gauge.fetch_add((now - was) as u64, at);
+        } else {
+            gauge.fetch_sub((was - now) as u64, at);
+        }
+        self.counted = now;
+    }
+
     /// After message `self.expected` (holding `meta`) was acknowledged: drops what the subject
     /// no longer needs, or carries forward the dead letters that hold it back
     /// (`replication::retention`). A failed purge is logged and done by a later one.
@@ -826,6 +850,7 @@ impl CoreTask {
                 self.carrying = true;
             }
         }
+        self.count_kept();
         if let Some(below) = step.purge_below {
             self.purger.want(below, &self.js, &self.subject, &self.node);
         }

@@ -19,8 +19,10 @@
 //! it on the same subject), after which the old message no longer holds it.
 //!
 //! Bounds: one entry per acknowledged message not yet dropped (about one segment per log,
-//! plus the events not yet done: the backlog bound) and one per live dead letter
-//! (`dispatch.max_dlq_entries`).
+//! plus the events not yet done; an event stuck at the front of a log holds every later
+//! message, as it holds the local segments, so the WAL's `max_wal_bytes` bounds both) and one
+//! per live dead letter (`dispatch.max_dlq_entries`). Gauge:
+//! `sluice_replication_retained_messages`.
 #![forbid(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};

@@ -124,6 +124,9 @@ pub struct ReplicationState {
     pub stream_bytes: AtomicU64,
     /// Messages of this node's subjects dropped from the stream (`replication::retention`).
     pub purged_messages: AtomicU64,
+    /// Messages of this node's subjects the mirror remembers for retention (each one still in
+    /// the stream; `replication::retention`).
+    pub retained_messages: AtomicU64,
     /// Purges that failed (retried by a later one, `replication::purge`).
     pub purge_failures: AtomicU64,
     /// Claims or take-overs of a lost node's logs that failed (retried at the next scan,
@@ -148,6 +151,7 @@ impl ReplicationState {
             fenced_total: AtomicU64::new(0),
             stream_bytes: AtomicU64::new(0),
             purged_messages: AtomicU64::new(0),
+            retained_messages: AtomicU64::new(0),
             purge_failures: AtomicU64::new(0),
             adoption_failures: AtomicU64::new(0),
             renewal_failures: AtomicU64::new(0),
@@ -248,6 +252,12 @@ impl ReplicationState {
              retired locally, every dead letter in them released or carried forward.",
             self.purged_messages.load(Relaxed),
         );
+        w.gauge(
+            "sluice_replication_retained_messages",
+            "Messages of this node's subjects still in the stream that the mirror remembers for \
+             retention (about one segment per log plus the events not yet done).",
+            self.retained_messages.load(Relaxed) as f64,
+        );
         w.counter(
             "sluice_replication_purge_failures_total",
             "Purges of this node's subjects that failed or got no answer (a later purge covers \
@@ -310,6 +320,7 @@ mod tests {
         s.purge_failures.fetch_add(2, Relaxed);
         s.adoption_failures.fetch_add(3, Relaxed);
         s.renewal_failures.fetch_add(4, Relaxed);
+        s.retained_messages.store(5, Relaxed);
         let mut w = PromWriter::default();
         s.render_prometheus(&mut w);
         let text = w.finish();
@@ -318,6 +329,7 @@ mod tests {
             ("sluice_replication_adoption_failures_total", 3),
             ("sluice_replication_lease_renewal_failures_total", 4),
             ("sluice_replication_purged_messages_total", 0),
+            ("sluice_replication_retained_messages", 5),
         ] {
             assert!(text.contains(&format!("{name} {n}")), "{name} in:\n{text}");
         }

@@ -136,6 +136,11 @@ fn after_many_events_the_stream_holds_about_a_segment_per_log_and_restores() {
         t.elapsed()
     );
     assert!(purged > 0.0);
+    let retained = metric(&server, "sluice_replication_retained_messages");
+    assert!(
+        retained >= 1.0,
+        "the subjects' last messages are remembered: {retained}"
+    );
     // A restore from what is left: each log begins where its records are retired, and every
     // dead letter is there (carried forward).
     let root = temp_root();
