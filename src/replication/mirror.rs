@@ -4,81 +4,67 @@
 //! submit`], a channel send) and the core's loop learns of the acknowledgement through
 //! [`CoreState::acked`] and one wake.
 //!
-//! **One publish in flight per subject, each carrying every frame committed meanwhile.** The
-//! fence is `Nats-Expected-Last-Subject-Sequence`: every publish names the stream sequence of
-//! the previous message on the subject, which is known only once that message is acknowledged.
-//! So a core's subject has one message on its way at a time, and the frames that commit while
-//! it is (up to `max_inflight` batches per core, bounded by the core's committer) go together
-//! in the next message, split only at the server's `max_payload`. The group commit grows with
-//! the round trip as it grows with the `fdatasync`. Acknowledgements therefore come in log
-//! order. Different cores publish concurrently (one task each).
+//! **Pipelined, in log order** (`replication::publish`): each core's subject has a publisher
+//! that keeps up to `max_inflight` messages (at most 16) in flight and takes their
+//! acknowledgements in order. The fence is beside the subject (`replication::fence`: each
+//! message's `Nats-Expected-Last-Subject-Sequence` is checked on one of 16 fence subjects, with
+//! `Nats-Expected-Last-Subject-Sequence-Subject`), because JetStream refuses a second message
+//! with an expectation on a subject that has one in flight. A publish that fails makes the
+//! publisher take its subject again: new fence markers, what landed read back, what landed
+//! behind a gap deleted, the rest published again in order. Meanwhile the core is marked down
+//! ([`ReplicationState::refusal`]: `replication_unavailable`).
 //!
-//! **Idempotent retries.** A message that is not acknowledged within `ack_timeout` (or whose
-//! publish fails) is sent again, the same bytes with the same `Nats-Msg-Id`
-//! (`<subject>@<expected sequence>`, unique per message of a subject), until it is
-//! acknowledged: a copy that did land is answered from JetStream's duplicate window, not
-//! stored twice. Meanwhile the core is marked down ([`ReplicationState::refusal`]:
-//! `replication_unavailable`), and the retries back off from 50 ms to 1 s.
+//! **Idempotent and numbered.** Every message's `Nats-Msg-Id` is `<subject>#<n>.<epoch>`: its
+//! number on the subject and the fence it was published under, so a copy that landed twice is
+//! answered from JetStream's duplicate window, and a reader can tell a gap.
 //!
-//! **Fenced.** A publish refused for a wrong last subject sequence means another node wrote
-//! this node's subject (it adopted the node's logs). The node is fenced: a log line names the
-//! subject and both sequences, the task stops publishing (the log never forks), and the node
-//! refuses new events (`replication_fenced`) until it is restarted.
+//! **Fenced.** A take refused because another node wrote a fence subject means that node took
+//! the subject (it adopted this node's logs): a log line names the fence subject and both
+//! sequences, the publisher stops (the log never forks), and the node refuses new events
+//! (`replication_fenced`) until it is restarted.
 //!
 //! **Adopted logs.** A log this node adopted from a lost node (`replication::adopt`) is
 //! published on that node's subject by a task of its own, opened on this thread on request
-//! ([`SubjectOpener::open`]): fenced from the subject's last sequence, after publishing what the
-//! local copy holds beyond the stream. Its frames hold no batch and its failures refuse nothing
+//! ([`SubjectOpener::open`]): the subject taken as a new writer (`replication::fence`), then what
+//! the local copy holds beyond the stream published. Its frames hold no batch and its failures refuse nothing
 //! (its state is not one of the cores'), but a refused fence fences the node as for its own.
 //!
 //! **The lease.** At start the node takes its entry in `<stream>_nodes` (refusing to start if
 //! another node adopted its logs) and renews it every `lease / 3`; a renewal that finds the
 //! entry adopted fences the node too (`replication::lease`).
 //!
-//! Bounds: frames per core ≤ `max_inflight` (the committer does not hand over more); one
-//! message per core in flight, at most the server's `max_payload`; the stream-size poll every
-//! `STREAM_POLL` (5 s).
+//! **At start** the node takes each of its subjects (`replication::fence`) before it reads how
+//! far its logs are replicated, so what an earlier run left behind a gap is gone first.
+//!
+//! Bounds: frames per core ≤ `max_inflight` (the committer does not hand over more); messages
+//! per subject in flight ≤ min(`max_inflight`, 16), each at most the server's `max_payload`;
+//! the stream-size poll every `STREAM_POLL` (5 s).
 #![forbid(unsafe_code)]
 
-use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, context::PublishErrorKind, stream};
-use bytes::Bytes;
+use async_nats::jetstream::{self, stream};
 use tokio::sync::{mpsc, watch};
 
 use std::collections::HashMap;
 
-use crate::replication::catch_up::{self, last_sequence, Behind, LocalLog};
+use crate::replication::catch_up::{self, Behind, LocalLog};
 use crate::replication::client;
+use crate::replication::fence::{self, Taker};
 use crate::replication::lease::{Adopted, Lease, Renewal};
-use crate::replication::message::{merge_max, pack, FrameBuf, FrameMeta, Lists, MESSAGE_OVERHEAD};
-use crate::replication::purge::Purger;
+use crate::replication::message::{merge_max, FrameMeta, MESSAGE_OVERHEAD};
+pub use crate::replication::publish::{Carry, MirrorLink, Wake};
+use crate::replication::publish::{CoreTask, Parts, HEADER_ROOM};
 use crate::replication::retention::Retention;
 use crate::replication::spec::ReplicationSpec;
 use crate::replication::state::{CoreState, ReplicationState};
 use crate::wal::Lsn;
 
-/// Room left in a message for its headers (subject, `Nats-Msg-Id`, the expectation).
-const HEADER_ROOM: usize = 512;
 /// How often the stream's size is read for `sluice_replication_stream_bytes`.
 const STREAM_POLL: Duration = Duration::from_secs(5);
-/// Retry back-off of an unacknowledged message: from the first to the last.
-const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
-
-/// A frame on its way: its number (0: one the mirror added, a dead letter carried forward),
-/// its bytes and what it holds.
-type Pending = (u64, Vec<u8>, FrameMeta);
-
-/// Reads the live dead letters of the given ids from the node's DLQ, each in its store's
-/// encoding (`replication::retention`: carried forward); those gone are left out.
-pub type Carry = Arc<dyn Fn(&[String]) -> Vec<(String, Vec<u8>)> + Send + Sync>;
-
-/// What wakes a core's loop when its frames are acknowledged (or the node is fenced).
-pub type Wake = Box<dyn Fn() + Send + Sync>;
 
 /// Why the mirror did not start.
 #[derive(Debug)]
@@ -158,69 +144,6 @@ impl fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
-/// One core's way to the mirror, owned by its commit helper.
-#[derive(Clone)]
-pub struct MirrorLink {
-    state: Arc<CoreState>,
-    /// The largest frame a message can carry (the server's `max_payload` less the overhead).
-    frame_limit: usize,
-    tx: mpsc::UnboundedSender<Pending>,
-    wake: Arc<OnceLock<Wake>>,
-}
-
-impl fmt::Debug for MirrorLink {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MirrorLink")
-            .field("state", &self.state)
-            .finish_non_exhaustive()
-    }
-}
-
-impl MirrorLink {
-    /// A link over `state`, for messages of at most `max_payload` bytes, and the receiving end
-    /// of its frames (its publishing task's).
-    fn new(
-        state: Arc<CoreState>,
-        max_payload: usize,
-    ) -> (MirrorLink, mpsc::UnboundedReceiver<Pending>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let link = MirrorLink {
-            state,
-            frame_limit: max_payload.saturating_sub(MESSAGE_OVERHEAD + HEADER_ROOM),
-            tx,
-            wake: Arc::new(OnceLock::new()),
-        };
-        (link, rx)
-    }
-
-    /// Hands a committed batch's frame over; returns its number (the core's
-    /// [`CoreState::acked`] reaches it once JetStream has it). The channel is unbounded here
-    /// because its producer bounds it: the committer holds at most `max_inflight` batches
-    /// unacknowledged.
-    pub fn submit(&self, (frame, meta): (Vec<u8>, FrameMeta)) -> u64 {
-        let n = self.state.next_frame();
-        // A closed channel is a stopping node: the frame stays unacknowledged, so its batch is
-        // never settled as replicated.
-        let _ = self.tx.send((n, frame, meta));
-        n
-    }
-
-    /// The largest frame a message can carry: a commit helper cuts a batch's frame there.
-    pub fn frame_limit(&self) -> usize {
-        self.frame_limit
-    }
-
-    /// The core's mirror state (the committer reads `acked`).
-    pub fn state(&self) -> &Arc<CoreState> {
-        &self.state
-    }
-
-    /// Sets how the core's loop is woken on an acknowledgement (once, at the core's start).
-    pub fn set_wake(&self, wake: Wake) {
-        let _ = self.wake.set(wake);
-    }
-}
-
 /// The mirror thread, its links and the node's replication state.
 #[derive(Debug)]
 pub struct Mirror {
@@ -284,11 +207,7 @@ impl SubjectOpener {
 
 /// What the mirror thread needs to open an adopted log's subject.
 struct Opener {
-    js: jetstream::Context,
-    stream: String,
-    node: Arc<ReplicationState>,
-    max_payload: usize,
-    ack_timeout: Duration,
+    parts: Parts,
     lease: Duration,
 }
 
@@ -310,29 +229,27 @@ impl Opener {
         }
     }
 
+    /// Takes the adopted log's subject (`replication::fence`: this node's markers, the tail
+    /// behind a gap deleted) and publishes what the local copy holds beyond the stream.
     async fn open(&self, req: &OpenSubject) -> Result<CoreTask, String> {
-        let stream = (self.js.get_stream_no_info(&self.stream).await).map_err(|e| e.to_string())?;
-        let expected = last_sequence(&stream, &req.subject).await?;
-        let (link, rx) = MirrorLink::new(Arc::new(CoreState::default()), self.max_payload);
-        let limit = link.frame_limit;
-        let mut task = CoreTask {
-            js: self.js.clone(),
-            subject: req.subject.clone(),
-            core: usize::from(req.log.index),
-            link,
-            node: self.node.clone(),
-            rx,
-            max_payload: self.max_payload,
-            ack_timeout: self.ack_timeout,
-            expected,
-            retention: None,
-            carrying: false,
-            counted: 0,
-            lists: Default::default(),
-            purger: Arc::default(),
-        };
+        let p = &self.parts;
+        let taken = fence::take(
+            &p.js,
+            &p.stream,
+            &req.subject,
+            (Taker::New, &p.who),
+            (0, None),
+            p.ack_timeout,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let (link, rx) = MirrorLink::new(Arc::new(CoreState::default()), p.max_payload);
+        let limit = link.frame_limit();
+        let at = (req.subject.clone(), usize::from(req.log.index));
+        let mut task = CoreTask::new(p, at, (link, rx), &taken);
         if req.catch_up {
-            let through = catch_up::node_through(&stream, &req.node_filter, req.log.index).await?;
+            let through =
+                catch_up::node_through(&p.stream, &req.node_filter, req.log.index).await?;
             let frames = catch_up::missing_frames(&req.log, through, limit)?;
             if !frames.is_empty() {
                 eprintln!(
@@ -370,8 +287,19 @@ impl Mirror {
         carry: Carry,
     ) -> Result<Mirror, StartError> {
         let rt = crate::replication::client::runtime().map_err(StartError::Thread)?;
-        let (js, max_payload, last, through) = rt.block_on(connect(spec, cores, logs))?;
+        let (js, max_payload, stream) = rt.block_on(connect(spec))?;
         let lease = acquire_lease(&rt, &js, spec)?;
+        let state = Arc::new(ReplicationState::new(cores));
+        let parts = Parts {
+            js: js.clone(),
+            stream,
+            node: state.clone(),
+            max_payload,
+            ack_timeout: spec.ack_timeout,
+            window: spec.max_inflight,
+            who: spec.node.clone(),
+        };
+        let (taken, through) = rt.block_on(take_own(&parts, spec, cores, logs))?;
         let behind = catch_up::behind(logs, &through);
         if !behind.is_empty() {
             return Err(StartError::Behind(behind));
@@ -383,19 +311,14 @@ impl Mirror {
                 largest,
             });
         }
-        let state = Arc::new(ReplicationState::new(cores));
         let (stop, stopped) = watch::channel(false);
-        let (links, mut tasks) = core_tasks(&js, spec, &state, max_payload, last);
+        let (links, mut tasks) = core_tasks(&parts, spec, taken);
         publish_missing(&rt, &mut tasks, logs, &through, spec)?;
         let retired = seed_retention(spec, &mut tasks, &carry);
         state.refresh();
         let (open_tx, open_rx) = mpsc::unbounded_channel();
         let opener = Opener {
-            js: js.clone(),
-            stream: spec.stream.clone(),
-            node: state.clone(),
-            max_payload,
-            ack_timeout: spec.ack_timeout,
+            parts,
             lease: spec.lease,
         };
         let poll = (js, spec.stream.clone(), state.clone());
@@ -509,34 +432,24 @@ fn seed_retention(
     firsts
 }
 
-/// Each core's link and publishing task, `last[core]` being its subject's last sequence.
+/// Each core's link and publishing task, over the subjects this node took (`taken`).
 fn core_tasks(
-    js: &jetstream::Context,
+    parts: &Parts,
     spec: &ReplicationSpec,
-    state: &Arc<ReplicationState>,
-    max_payload: usize,
-    last: Vec<u64>,
+    mut taken: HashMap<String, fence::Taken>,
 ) -> (Vec<MirrorLink>, Vec<CoreTask>) {
     let mut links = Vec::new();
     let mut tasks = Vec::new();
-    for (core, expected) in last.into_iter().enumerate() {
-        let (link, rx) = MirrorLink::new(state.cores()[core].clone(), max_payload);
-        tasks.push(CoreTask {
-            js: js.clone(),
-            subject: spec.subject(core),
-            core,
-            link: link.clone(),
-            node: state.clone(),
-            rx,
-            max_payload,
-            ack_timeout: spec.ack_timeout,
-            expected,
-            retention: None,
-            carrying: false,
-            counted: 0,
-            lists: Default::default(),
-            purger: Arc::default(),
-        });
+    for (core, state) in parts.node.cores().iter().enumerate() {
+        let subject = spec.subject(core);
+        let took = taken.remove(&subject).unwrap_or_default();
+        let (link, rx) = MirrorLink::new(state.clone(), parts.max_payload);
+        tasks.push(CoreTask::new(
+            parts,
+            (subject, core),
+            (link.clone(), rx),
+            &took,
+        ));
         links.push(link);
     }
     (links, tasks)
@@ -610,12 +523,10 @@ fn publish_missing(
     Ok(())
 }
 
-/// Connects, ensures the stream, and reads each core's subject's last sequence.
+/// Connects and ensures the stream.
 async fn connect(
     spec: &ReplicationSpec,
-    cores: usize,
-    logs: &[LocalLog],
-) -> Result<(jetstream::Context, usize, Vec<u64>, HashMap<u16, Lsn>), StartError> {
+) -> Result<(jetstream::Context, usize, stream::Stream), StartError> {
     let unreachable = |error: String| StartError::Unreachable {
         servers: spec.servers.clone(),
         error,
@@ -656,18 +567,57 @@ async fn connect(
             want: spec.replicas,
         });
     }
-    let mut last = Vec::with_capacity(cores);
-    for core in 0..cores {
-        last.push(
-            last_sequence(&stream, &spec.subject(core))
-                .await
-                .map_err(stream_err)?,
-        );
+    Ok((js, max_payload, stream))
+}
+
+/// Takes each of the node's subjects (`replication::fence`): its cores' and any other that
+/// holds its messages (an earlier run with more cores); then each log's replicated LSN, read
+/// once the tails behind a gap are gone.
+async fn take_own(
+    parts: &Parts,
+    spec: &ReplicationSpec,
+    cores: usize,
+    logs: &[LocalLog],
+) -> Result<(HashMap<String, fence::Taken>, HashMap<u16, Lsn>), StartError> {
+    let stream_err = |error: String| StartError::Stream {
+        stream: spec.stream.clone(),
+        error,
+    };
+    let held = catch_up::subjects_of(&parts.stream, &spec.node_filter(&spec.node)).await;
+    let mut subjects: Vec<String> = held.map_err(stream_err)?.into_iter().map(|s| s.0).collect();
+    subjects.extend((0..cores).map(|core| spec.subject(core)));
+    subjects.sort();
+    subjects.dedup();
+    let mut taken = HashMap::new();
+    for subject in subjects {
+        let by = (fence::Taker::New, parts.who.as_str());
+        let took = fence::take(
+            &parts.js,
+            &parts.stream,
+            &subject,
+            by,
+            (0, None),
+            parts.ack_timeout,
+        )
+        .await
+        .map_err(|e| stream_err(format!("taking {subject}: {e}")))?;
+        if !took.deleted.is_empty() {
+            eprintln!(
+                "sluice: replication: deleted {} messages of {subject} that an earlier run \
+                 published behind one that never landed (none had a 202)",
+                took.deleted.len()
+            );
+            (parts.node.voided_messages).fetch_add(
+                took.deleted.len() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        taken.insert(subject, took);
     }
-    let through = catch_up::replicated_through(&stream, spec, logs)
+    let through = catch_up::replicated_through(&parts.stream, spec, logs)
         .await
         .map_err(stream_err)?;
-    Ok((js, max_payload, last, through))
+    Ok((taken, through))
 }
 
 /// The thread's body: every core's task, the stream-size poll, until stopped.
@@ -722,9 +672,7 @@ impl Renew {
                     eprintln!("sluice: replication: FENCED: {a}; this node stops accepting");
                     self.node.fence();
                     for l in &self.links {
-                        if let Some(w) = l.wake.get() {
-                            w();
-                        }
+                        l.wake_core();
                     }
                     return;
                 }
@@ -740,262 +688,32 @@ impl Renew {
     }
 }
 
-/// One core's publisher (module docs).
-struct CoreTask {
-    js: jetstream::Context,
-    subject: String,
-    core: usize,
-    link: MirrorLink,
-    node: Arc<ReplicationState>,
-    rx: mpsc::UnboundedReceiver<Pending>,
-    max_payload: usize,
-    ack_timeout: Duration,
-    /// The stream sequence of the last message on the subject (0: none).
-    expected: u64,
-    /// The node's own subject: what it may drop (`replication::retention`), and the way to
-    /// its DLQ for the dead letters carried forward.
-    retention: Option<(Retention, Carry)>,
-    /// A frame of dead letters carried forward is on its way.
-    carrying: bool,
-    /// The messages its retention remembers, as last added to `retained_messages`.
-    counted: usize,
-    /// The `through` and `first` lists the subject's acknowledged frames named last, per log:
-    /// a frame the mirror adds carries them, so the subject's last message always says how
-    /// far each log is replicated and where it begins.
-    lists: Lists,
-    /// The subject's purges, off the publishing path.
-    purger: Arc<Purger>,
-}
-
-/// How one publish ended.
-enum Sent {
-    Acked(u64),
-    Fenced,
-    Failed(String),
-}
-
-impl CoreTask {
-    async fn run(mut self) {
-        let mut pending: VecDeque<Pending> = VecDeque::new();
-        loop {
-            if pending.is_empty() {
-                match self.rx.recv().await {
-                    Some(f) => pending.push_back(f),
-                    None => return,
-                }
-            }
-            while let Ok(f) = self.rx.try_recv() {
-                pending.push_back(f);
-            }
-            let n = frames_that_fit(&pending, self.max_payload);
-            let last_frame = pending.iter().take(n).map(|f| f.0).max().unwrap_or(0);
-            let message = pack(self.core, pending.iter().take(n).map(|f| &f.1[..]));
-            if !self.publish(Bytes::from(message)).await {
-                return;
-            }
-            let mut meta = FrameMeta::default();
-            for (number, _, m) in pending.drain(..n) {
-                self.carrying &= number != 0;
-                meta.merge(m);
-            }
-            if last_frame > 0 {
-                self.link.state.set_acked(last_frame);
-                self.wake();
-            }
-            self.retain(meta, &mut pending).await;
-        }
-    }
-
-    /// Moves `retained_messages` by what its retention remembers since the last count.
-    fn count_kept(&mut self) {
-        let Some((retention, _)) = self.retention.as_ref() else {
-            return;
-        };
-        let (now, was) = (retention.kept(), self.counted);
-        let gauge = &self.node.retained_messages;
-        let at = std::sync::atomic::Ordering::Relaxed;
-        if now >= was {
-            gauge.fetch_add((now - was) as u64, at);
-        } else {
-            gauge.fetch_sub((was - now) as u64, at);
-        }
-        self.counted = now;
-    }
-
-    /// After message `self.expected` (holding `meta`) was acknowledged: drops what the subject
-    /// no longer needs, or carries forward the dead letters that hold it back
-    /// (`replication::retention`). A failed purge is logged and done by a later one.
-    async fn retain(&mut self, meta: FrameMeta, pending: &mut VecDeque<Pending>) {
-        let Some((retention, carry)) = self.retention.as_mut() else {
-            return;
-        };
-        merge_max(&mut self.lists.0, meta.through.clone());
-        merge_max(&mut self.lists.1, meta.first.clone());
-        retention.acked(self.expected, meta);
-        let step = retention.step();
-        if !step.carry.is_empty() && !self.carrying {
-            let mut frame = FrameBuf::default();
-            for (id, entry) in carry(&step.carry) {
-                frame.dead_letter(&id, entry);
-            }
-            if !frame.is_empty() {
-                for &(log, lsn) in &self.lists.0 {
-                    frame.through(log, lsn);
-                }
-                for &(log, lsn) in &self.lists.1 {
-                    frame.first(log, lsn);
-                }
-                let (bytes, meta) = frame.take();
-                pending.push_back((0, bytes, meta));
-                self.carrying = true;
-            }
-        }
-        self.count_kept();
-        if let Some(below) = step.purge_below {
-            self.purger.want(below, &self.js, &self.subject, &self.node);
-        }
-    }
-
-    /// Publishes `frames` (the start-up catch-up) as messages under `max_payload`, each until
-    /// acknowledged; false if fenced.
-    async fn publish_all(&mut self, frames: Vec<Vec<u8>>) -> bool {
-        let mut pending: VecDeque<Pending> = (frames.into_iter())
-            .map(|f| (0, f, FrameMeta::default()))
-            .collect();
-        while !pending.is_empty() {
-            let n = frames_that_fit(&pending, self.max_payload);
-            let message = pack(self.core, pending.iter().take(n).map(|f| &f.1[..]));
-            if !self.publish(Bytes::from(message)).await {
-                return false;
-            }
-            pending.drain(..n);
-        }
-        true
-    }
-
-    /// Publishes `message` until acknowledged (true) or fenced (false).
-    async fn publish(&mut self, message: Bytes) -> bool {
-        let id = format!("{}@{}", self.subject, self.expected);
-        let mut backoff = BACKOFF.0;
-        let mut failing = false;
-        loop {
-            let t0 = Instant::now();
-            match self.send(&id, message.clone()).await {
-                Sent::Acked(seq) => {
-                    (self.node.ack_seconds).observe_nanos(t0.elapsed().as_nanos() as u64);
-                    self.expected = seq;
-                    if failing {
-                        eprintln!("sluice: replication: {} acknowledged again", self.subject);
-                    }
-                    self.link.state.set_down(false);
-                    self.node.refresh();
-                    return true;
-                }
-                Sent::Fenced => {
-                    let actual = match self.js.get_stream_no_info(stream_of(&self.subject)).await {
-                        Ok(s) => last_sequence(&s, &self.subject).await.unwrap_or_default(),
-                        Err(_) => 0,
-                    };
-                    eprintln!(
-                        "sluice: replication: FENCED: another node wrote {} (this node expected \
-                         its last sequence {}, the stream has {actual}); this node stops \
-                         accepting until restarted, and never writes the subject again",
-                        self.subject, self.expected
-                    );
-                    self.node.fence();
-                    self.wake();
-                    return false;
-                }
-                Sent::Failed(why) => {
-                    if !failing {
-                        eprintln!(
-                            "sluice: replication: {} not acknowledged ({why}); retrying the same \
-                             message, refusing new events meanwhile",
-                            self.subject
-                        );
-                    }
-                    failing = true;
-                    self.link.state.set_down(true);
-                    self.node.refresh();
-                    self.wake();
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(BACKOFF.1);
-                }
-            }
-        }
-    }
-
-    /// One publish with its fence and id, bounded by `ack_timeout`.
-    async fn send(&self, id: &str, message: Bytes) -> Sent {
-        let publish = async_nats::jetstream::message::PublishMessage::build()
-            .payload(message)
-            .message_id(id)
-            .expected_last_subject_sequence(self.expected);
-        let subject = self.subject.clone();
-        let attempt = async {
-            let ack = self.js.send_publish(subject, publish).await?;
-            ack.await
-        };
-        match tokio::time::timeout(self.ack_timeout, attempt).await {
-            Ok(Ok(ack)) => Sent::Acked(ack.sequence),
-            Ok(Err(e)) if e.kind() == PublishErrorKind::WrongLastSequence => Sent::Fenced,
-            Ok(Err(e)) => Sent::Failed(e.to_string()),
-            Err(_) => Sent::Failed(format!("no acknowledgement within {:?}", self.ack_timeout)),
-        }
-    }
-
-    fn wake(&self) {
-        if let Some(w) = self.link.wake.get() {
-            w();
-        }
-    }
-}
-
-/// How many frames from the front of `pending` go in the next message under `max_payload`
-/// (at least one: a commit's frame is bounded by `MAX_BATCH_BYTES` plus the pump's records; a
-/// larger one than the server takes is refused and retried, visibly, and README says to raise
-/// the server's `max_payload` to 8 MiB).
-fn frames_that_fit(pending: &VecDeque<Pending>, max_payload: usize) -> usize {
-    let room = max_payload.saturating_sub(MESSAGE_OVERHEAD + HEADER_ROOM);
-    let mut size = 0;
-    let mut n = 0;
-    for (_, f, _) in pending {
-        if n > 0 && size + f.len() > room {
-            break;
-        }
-        size += f.len();
-        n += 1;
-    }
-    n
-}
-
-/// The stream name of a subject `<stream>.<node>.core-K`.
-fn stream_of(subject: &str) -> &str {
-    subject.split('.').next().unwrap_or(subject)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_message_takes_the_frames_that_fit_under_max_payload_and_always_one() {
-        let overhead = MESSAGE_OVERHEAD + HEADER_ROOM;
-        let frames: VecDeque<Pending> = (1..=4)
-            .map(|n| (n, vec![0; 100], FrameMeta::default()))
-            .collect();
-        assert_eq!(frames_that_fit(&frames, overhead + 400), 4);
-        assert_eq!(frames_that_fit(&frames, overhead + 399), 3);
-        assert_eq!(frames_that_fit(&frames, overhead + 100), 1);
-        assert_eq!(
-            frames_that_fit(&frames, 10),
-            1,
-            "one frame goes whatever its size"
-        );
-    }
-
-    #[test]
-    fn the_stream_of_a_subject_is_its_first_token() {
-        assert_eq!(stream_of("sluice.node-a.core-3"), "sluice");
+    fn a_disk_behind_the_stream_is_refused_naming_each_log_and_both_lsns() {
+        let e = StartError::Behind(vec![
+            Behind {
+                log: 0,
+                local: 5,
+                stream: 9,
+            },
+            Behind {
+                log: 3,
+                local: 0,
+                stream: 2,
+            },
+        ]);
+        let text = e.to_string();
+        assert!(text.contains("log core-0 ends at LSN 5 here, the stream has it through 9"));
+        assert!(text.contains("log core-3 ends at LSN 0 here, the stream has it through 2"));
+        assert!(text.contains("sluice replication restore"), "{text}");
+        let e = StartError::MaxPayload {
+            max_payload: 1 << 20,
+            largest: 4 << 20,
+        };
+        assert!(e.to_string().contains("max_payload (1048576 bytes)"), "{e}");
     }
 }

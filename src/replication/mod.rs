@@ -11,9 +11,11 @@
 pub mod adopt;
 pub mod catch_up;
 pub mod client;
+pub mod fence;
 pub mod lease;
 pub mod message;
 pub mod mirror;
+pub mod publish;
 pub mod purge;
 pub mod restore;
 pub mod retention;

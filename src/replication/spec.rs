@@ -9,7 +9,8 @@
 //! | name | form | what |
 //! |---|---|---|
 //! | subject | `<stream>.<node>.core-<K>` | core K's log of that node ([`ReplicationSpec::subject_of`]) |
-//! | node filter | `<stream>.<node>.>` | every log of that node ([`ReplicationSpec::node_filter`]) |
+//! | node filter | `<stream>.<node>.*` | every log of that node, not their fence subjects ([`ReplicationSpec::node_filter`]) |
+//! | fence subjects | `<stream>.<node>.core-<K>.fence.<k>`, `k` < 16 | the fence of that log's subject (`replication::fence`) |
 //! | lease bucket | `<stream>_nodes` | the key-value bucket of the nodes' leases ([`ReplicationSpec::lease_bucket`]) |
 
 #![forbid(unsafe_code)]
@@ -53,9 +54,10 @@ impl ReplicationSpec {
         format!("{}.{node}.core-{core}", self.stream)
     }
 
-    /// The subject filter of every log of node `node`: `<stream>.<node>.>`.
+    /// The subject filter of every log of node `node`: `<stream>.<node>.*` (one token more:
+    /// the fence subjects below each log's, `replication::fence`, are left out).
     pub fn node_filter(&self, node: &str) -> String {
-        format!("{}.{node}.>", self.stream)
+        format!("{}.{node}.*", self.stream)
     }
 
     /// The key-value bucket holding the nodes' leases: `<stream>_nodes`.
@@ -92,10 +94,14 @@ mod tests {
     #[test]
     fn the_node_filter_covers_every_core_of_one_node_only() {
         let s = spec();
-        assert_eq!(s.node_filter("node-b"), "sluice.node-b.>");
+        assert_eq!(s.node_filter("node-b"), "sluice.node-b.*");
         let filter = s.node_filter("node-a");
-        let prefix = filter.trim_end_matches('>');
+        let prefix = filter.trim_end_matches('*');
         assert!(s.subject(7).starts_with(prefix));
+        assert!(
+            !s.subject(7)[prefix.len()..].contains('.'),
+            "one token: the log's"
+        );
         assert!(!s.subject_of("node-ab", 7).starts_with(prefix));
     }
 

@@ -134,6 +134,11 @@ pub struct ReplicationState {
     pub adoption_failures: AtomicU64,
     /// Lease renewals JetStream did not take (retried at the next, `replication::lease`).
     pub renewal_failures: AtomicU64,
+    /// Times a core took its subject again after a publish failed (`replication::fence`).
+    pub retakes: AtomicU64,
+    /// Messages deleted from the stream as a broken pipeline's tail: published behind one
+    /// that never landed, acknowledged to no sender (`replication::fence`).
+    pub voided_messages: AtomicU64,
     /// Logs of other nodes this node adopted.
     pub adopted_logs: AtomicUsize,
     /// The nodes adopted, for the dashboard: (node, logs, Unix ms), at most one per node of
@@ -155,6 +160,8 @@ impl ReplicationState {
             purge_failures: AtomicU64::new(0),
             adoption_failures: AtomicU64::new(0),
             renewal_failures: AtomicU64::new(0),
+            retakes: AtomicU64::new(0),
+            voided_messages: AtomicU64::new(0),
             adopted_logs: AtomicUsize::new(0),
             adopted: Default::default(),
         }
@@ -246,6 +253,16 @@ impl ReplicationState {
              stops accepting).",
             self.fenced_total.load(Relaxed),
         );
+        self.render_stream(w);
+        w.gauge(
+            "sluice_replication_stream_bytes",
+            "Bytes the JetStream stream holds (every node's logs), as JetStream last reported.",
+            self.stream_bytes.load(Relaxed) as f64,
+        );
+    }
+
+    /// The families of what this node's subjects hold and how they are kept.
+    fn render_stream(&self, w: &mut PromWriter) {
         w.counter(
             "sluice_replication_purged_messages_total",
             "Messages of this node's subjects dropped from the stream: every record in them \
@@ -275,10 +292,17 @@ impl ReplicationState {
              the lease runs out after lease without one).",
             self.renewal_failures.load(Relaxed),
         );
-        w.gauge(
-            "sluice_replication_stream_bytes",
-            "Bytes the JetStream stream holds (every node's logs), as JetStream last reported.",
-            self.stream_bytes.load(Relaxed) as f64,
+        w.counter(
+            "sluice_replication_retakes_total",
+            "Times a core took its subject again (new fence markers, the tail read back) after a \
+             publish failed or was not acknowledged within ack_timeout.",
+            self.retakes.load(Relaxed),
+        );
+        w.counter(
+            "sluice_replication_voided_messages_total",
+            "Messages deleted from the stream because they landed behind one that never did \
+             (none of their events had a 202); their records are published again in order.",
+            self.voided_messages.load(Relaxed),
         );
     }
 }

@@ -96,7 +96,10 @@ fn ids_in_stream(cluster: &NatsCluster, node: &str) -> HashSet<String> {
             let Some(m) = m else {
                 continue;
             };
-            if !m.subject.starts_with(&format!("{STREAM}.{node}.")) {
+            // The node's log subjects, not their fence subjects (`replication::fence`).
+            let log_subject = (m.subject.strip_prefix(&format!("{STREAM}.{node}.")))
+                .is_some_and(|rest| !rest.contains('.'));
+            if !log_subject {
                 continue;
             }
             let d = decode(&m.payload).unwrap_or_else(|e| panic!("sequence {seq}: {e}"));
@@ -341,17 +344,21 @@ fn a_node_whose_subject_another_wrote_is_fenced_and_accepts_nothing_more() {
         Server::start(opts(&manifest(&cluster, "node-f", 1, &sink.uri("/sink"))).workers(1));
     let r = server.post("/hooks/t", b"{}");
     assert_eq!(r.status, 202, "{}", r.text());
-    // Another node writes this node's subject (as an adopter would).
+    // Another node takes this node's subject as an adopter does: a marker on each of its
+    // fence subjects (`replication::fence`).
     let subject = format!("{STREAM}.node-f.core-0");
     let urls = cluster.urls();
     let s2 = subject.clone();
     block_on(async move {
         let js = jetstream::new(async_nats::connect(urls).await.unwrap());
-        js.publish(s2, "adopted".into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        for k in 0..sluice::replication::fence::SLOTS {
+            let slot = sluice::replication::fence::slot_subject(&s2, k);
+            js.publish(slot, "adopted".into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
     });
     let r = server.post("/hooks/t", b"{}");
     assert_eq!(r.status, 503, "{}", r.text());
@@ -629,4 +636,74 @@ fn a_node_whose_jetstream_does_not_answer_within_its_lease_refuses_to_start() {
         "gave up before its lease: {:?}",
         f.elapsed
     );
+}
+
+/// A broken pipeline's tail (`replication::fence`): a message whose number does not follow on
+/// from the subject's last (the one before it never landed) is deleted when the node takes its
+/// subject at start-up, counted, and numbering goes on from the last kept message.
+#[test]
+fn a_message_published_behind_one_that_never_landed_is_deleted_at_start_up() {
+    let Some(cluster) = ready_cluster(1) else {
+        return;
+    };
+    let sink = Downstream::start(Behavior::default());
+    let mut server =
+        Server::start(opts(&manifest(&cluster, "node-g", 1, &sink.uri("/sink"))).workers(1));
+    for i in 0..3 {
+        let r = server.post("/hooks/t", format!("{{\"i\":{i}}}").as_bytes());
+        assert_eq!(r.status, 202, "{}", r.text());
+    }
+    server.stop();
+    let subject = format!("{STREAM}.node-g.core-0");
+    let urls = cluster.urls();
+    let s2 = subject.clone();
+    // What a node killed mid-pipeline leaves: number last + 2 landed, last + 1 did not.
+    let (kept, gap) = block_on(async move {
+        let js = jetstream::new(async_nats::connect(urls).await.unwrap());
+        let stream = js.get_stream(STREAM).await.unwrap();
+        let last = stream.get_last_raw_message_by_subject(&s2).await.unwrap();
+        let id = last.headers.get("Nats-Msg-Id").unwrap().as_str().to_owned();
+        let number = sluice::replication::fence::number_of(&id).expect("numbered");
+        let lists = decode(&last.payload).unwrap().lists();
+        let orphan = sluice::replication::adopt::marker(0, &lists);
+        let publish = jetstream::message::PublishMessage::build()
+            .payload(orphan.into())
+            .message_id(sluice::replication::fence::message_id(&s2, number + 2, 0));
+        let ack = js.send_publish(s2, publish).await.unwrap().await.unwrap();
+        (last.sequence, ack.sequence)
+    });
+    server.restart();
+    let err = server.stderr();
+    assert!(
+        err.contains(&format!("deleted 1 messages of {subject}")),
+        "{err}"
+    );
+    assert_eq!(
+        metric(&server, "sluice_replication_voided_messages_total"),
+        1.0
+    );
+    let r = server.post("/hooks/t", b"{\"after\":true}");
+    assert_eq!(r.status, 202, "{}", r.text());
+    let urls = cluster.urls();
+    let s2 = subject.clone();
+    block_on(async move {
+        let js = jetstream::new(async_nats::connect(urls).await.unwrap());
+        let stream = js.get_stream(STREAM).await.unwrap();
+        let gone = stream.get_raw_message(gap).await;
+        assert!(gone.is_err(), "message {gap} is still in the stream");
+        let last = stream.get_last_raw_message_by_subject(&s2).await.unwrap();
+        let id = last.headers.get("Nats-Msg-Id").unwrap().as_str().to_owned();
+        let was = stream.get_raw_message(kept).await.unwrap();
+        let was = was.headers.get("Nats-Msg-Id").unwrap().as_str().to_owned();
+        let (was, now) = (
+            sluice::replication::fence::number_of(&was).unwrap(),
+            sluice::replication::fence::number_of(&id).unwrap(),
+        );
+        assert_eq!(now, was + 1, "the next message follows the last kept one");
+    });
+    let want: HashSet<String> = wal_inspect(&server.data_dir())
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect();
+    await_delivered(&sink, &want, RECOVERS_WITHIN);
 }

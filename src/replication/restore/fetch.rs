@@ -3,12 +3,14 @@
 //! [`Source::connect`] connects with the official client on a current-thread runtime of its own
 //! (as the mirror does), waiting at most `lease` for a server, and gets the stream
 //! ([`RestoreError::NoStream`] when it does not exist). [`Source::subjects`] lists the node's
-//! subjects under `<stream>.<node>.>` with their message counts and last sequences.
+//! subjects under `<stream>.<node>.*` with their message counts and last sequences.
 //! [`Source::read`] then reads every message under the filter with an ordered pull consumer from
 //! the first, in stream order (so a log whose records moved from one core's subject to another's,
 //! when the worker count changed, reads in the order it was written), until the highest of those
-//! last sequences. Every wait is bounded: a read that gets no message for `ack_timeout` × 5
-//! while short of its end fails ([`RestoreError::Stalled`]).
+//! last sequences. A message whose number (`Nats-Msg-Id`) does not follow on from its subject's
+//! previous one, and every later one of that subject, is skipped: it went out behind a message
+//! that never landed (`replication::fence`). Every wait is bounded: a read that gets no message
+//! for `ack_timeout` × 5 while short of its end fails ([`RestoreError::Stalled`]).
 #![forbid(unsafe_code)]
 
 use std::future::Future;
@@ -22,6 +24,7 @@ use std::collections::BTreeMap;
 
 use crate::replication::catch_up::{last_message, last_sequence, subjects_of};
 use crate::replication::client;
+use crate::replication::fence::{number_of, Numbering};
 use crate::replication::message;
 use crate::replication::spec::ReplicationSpec;
 use crate::wal::Lsn;
@@ -164,6 +167,7 @@ impl Source {
         let mut messages: consumer::pull::Ordered =
             messages.map_err(|e: async_nats::Error| self.stream_err(e))?;
         let (mut at, mut read) = (0u64, 0u64);
+        let mut numbering: BTreeMap<String, Numbering> = BTreeMap::new();
         while at < end {
             let stall = self.stall;
             let next = self
@@ -186,6 +190,15 @@ impl Source {
             at = info.stream_sequence;
             if at > end {
                 break;
+            }
+            let number = (m.headers.as_ref())
+                .and_then(|h| h.get("Nats-Msg-Id"))
+                .and_then(|id| number_of(id.as_str()));
+            let count = numbering.entry(m.subject.to_string()).or_default();
+            if !count.keep(number) {
+                // Published behind a message that never landed, and not yet deleted by a
+                // take (`replication::fence`): acknowledged to no sender.
+                continue;
             }
             each(
                 At {
