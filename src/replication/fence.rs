@@ -195,10 +195,17 @@ pub async fn take(
     (from, next): (u64, Option<u64>),
     stall: Duration,
 ) -> Result<Taken, TakeError> {
+    // The 16 markers go out together: each is a subject of its own.
+    let subjects: Vec<String> = (0..SLOTS).map(|k| slot_subject(subject, k)).collect();
+    let markers = (subjects.iter().enumerate())
+        .map(|(k, slot)| fence_slot(js, stream, slot, taker, k, who, stall));
     let mut slots = Slots::default();
-    for k in 0..SLOTS {
-        slots.0[k] =
-            fence_slot(js, stream, &slot_subject(subject, k), taker, k, who, stall).await?;
+    for (k, marked) in futures_util::future::join_all(markers)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        slots.0[k] = marked?;
     }
     let mut numbering = Numbering::expecting(next);
     let (mut kept, mut deleted) = (Vec::new(), Vec::new());

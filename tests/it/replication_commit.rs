@@ -332,6 +332,62 @@ fn one_nats_server_lost_ingest_goes_on_two_lost_no_202_and_it_recovers_by_itself
         server.stderr()
     );
     eprintln!("{} accepted, all in the stream and delivered", ids.len());
+    assert!(
+        metric(&server, "sluice_replication_retakes_total") >= 1.0,
+        "the outage made the node take its subject again"
+    );
+    assert_in_log_order(&cluster, "node-a");
+}
+
+/// Each of `node`'s subjects, read in stream order, is one gap-free sequence: message numbers
+/// follow on by one, and each log's records come in LSN order with no LSN twice or skipped
+/// (what a take after a failed pipelined publish must leave, `replication::fence`).
+fn assert_in_log_order(cluster: &NatsCluster, node: &str) {
+    let urls = cluster.urls();
+    let node = node.to_owned();
+    block_on(async move {
+        let js = jetstream::new(async_nats::connect(urls).await.expect("connect"));
+        let stream = js.get_stream(STREAM).await.expect("stream");
+        let last = stream.cached_info().state.last_sequence;
+        let mut numbers: std::collections::HashMap<String, u64> = Default::default();
+        let mut lsns: std::collections::HashMap<u16, u64> = Default::default();
+        for seq in 1..=last {
+            let Ok(m) = stream.get_raw_message(seq).await else {
+                continue; // purged or deleted
+            };
+            let log_subject = (m.subject.strip_prefix(&format!("{STREAM}.{node}.")))
+                .is_some_and(|rest| !rest.contains('.'));
+            if !log_subject {
+                continue;
+            }
+            let id = m
+                .headers
+                .get("Nats-Msg-Id")
+                .expect("an id")
+                .as_str()
+                .to_owned();
+            let n = sluice::replication::fence::number_of(&id).expect("numbered");
+            if let Some(prev) = numbers.insert(m.subject.to_string(), n) {
+                assert_eq!(
+                    n,
+                    prev + 1,
+                    "{}: message {n} after {prev} (seq {seq})",
+                    m.subject
+                );
+            }
+            let d = decode(&m.payload).unwrap_or_else(|e| panic!("sequence {seq}: {e}"));
+            for f in &d.frames {
+                for (log, records) in &f.parts {
+                    for r in records {
+                        if let Some(prev) = lsns.insert(*log, r.lsn) {
+                            assert_eq!(r.lsn, prev + 1, "log {log}: LSN {} after {prev}", r.lsn);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(!numbers.is_empty(), "no message of {node}");
+    });
 }
 
 #[test]
