@@ -37,12 +37,10 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use crate::replication::fence::{self, Slots, TakeError, Taker};
-use crate::replication::message::MESSAGE_OVERHEAD;
-use crate::replication::message::{merge_max, pack, FrameBuf, FrameMeta, Lists};
+use crate::replication::message::{merge_max, pack, FrameBuf, FrameMeta, Lists, MESSAGE_OVERHEAD};
 use crate::replication::purge::Purger;
 use crate::replication::retention::Retention;
-use crate::replication::state::CoreState;
-use crate::replication::state::ReplicationState;
+use crate::replication::state::{CoreState, ReplicationState};
 
 /// Retry back-off of a take after a failed publish: from the first to the last.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));

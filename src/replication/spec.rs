@@ -38,7 +38,8 @@ pub struct ReplicationSpec {
     /// How long a node's lease in the lease bucket lasts without a renewal; 3s..=10m and more
     /// than twice `ack_timeout`.
     pub lease: Duration,
-    /// Batches in flight (published, ack not yet taken) per log; 1..=64, default 8.
+    /// Batches in flight (published, ack not yet taken) per log; 1..=64, default 2. The
+    /// messages in flight per subject are at most this and 16 (`replication::fence`).
     pub max_inflight: usize,
 }
 

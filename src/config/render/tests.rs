@@ -228,7 +228,7 @@ fn replication_round_trips_with_its_defaults_filled_in() {
     let text = round_trip(given, &Overrides::default());
     let want = "[replication]\nnats = [\"nats://10.0.0.5:4222\", \"tls://[::1]:4333\"]\n\
                 stream = \"sluice\"\nreplicas = 3\nnode = \"node-a\"\nack_timeout = \"1500ms\"\n\
-                lease = \"10s\"\nmax_inflight = 8\n";
+                lease = \"10s\"\nmax_inflight = 2\n";
     assert!(text.contains(want), "{text}");
     // With gates, triggers and destinations, the section still comes before the arrays.
     let text = round_trip(&format!("{given}{GATES_AND_AUTH}"), &Overrides::default());
