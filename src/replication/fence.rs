@@ -46,6 +46,18 @@ pub const SLOTS: usize = 16;
 /// The header naming the subject an expected last sequence is checked on (nats-server ≥ 2.11).
 pub const EXPECTED_SUBJECT_HEADER: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
 
+/// Whether a NATS server of `version` ("2.15.1") knows
+/// `Nats-Expected-Last-Subject-Sequence-Subject` (2.11 and later). An older one would check the
+/// expectation on the log's subject itself and refuse every message but one in flight.
+pub fn server_supports(version: &str) -> bool {
+    let mut parts = version.trim_start_matches('v').split('.');
+    let mut next = || parts.next().and_then(|p| p.parse::<u32>().ok());
+    match (next(), next()) {
+        (Some(major), Some(minor)) => (major, minor) >= (2, 11),
+        _ => false,
+    }
+}
+
 /// Fence subject `k` of `subject`.
 pub fn slot_subject(subject: &str, k: usize) -> String {
     format!("{subject}.fence.{k}")
@@ -402,6 +414,17 @@ mod tests {
         assert_eq!(number_of("sluice.node-a.core-0@17-adopted-by-node-b"), None);
         assert_eq!(number_of("x#12"), None, "no epoch");
         assert_eq!(number_of("x#a.1"), None);
+    }
+
+    #[test]
+    fn the_fence_needs_a_server_of_2_11_or_later() {
+        assert!(server_supports("2.15.1"));
+        assert!(server_supports("2.11.0"));
+        assert!(server_supports("v3.0.0"));
+        assert!(!server_supports("2.10.22"));
+        assert!(!server_supports("2.9"));
+        assert!(!server_supports(""));
+        assert!(!server_supports("x.y"));
     }
 
     #[test]

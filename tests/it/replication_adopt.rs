@@ -10,7 +10,7 @@
 //!   `sluice_replication_adopted_logs` and dashboard show the adopted logs; B restarted runs
 //!   them again.
 //!
-//! Without a nats-server >= 2.10 each test is skipped by name (a failure under
+//! Without a nats-server >= 2.11 each test is skipped by name (a failure under
 //! `SLUICE_REQUIRE_TOOLS=1`); `scripts/test.sh` provisions it. Every wait is bounded.
 
 use std::collections::{HashMap, HashSet};

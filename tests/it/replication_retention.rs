@@ -10,7 +10,7 @@
 //! `SLUICE_IT_RETENTION_EVENTS` sets how many events (default 24,000; the figure is
 //! 100,000: `SLUICE_IT_RETENTION_EVENTS=100000 cargo test --test it replication_retention`).
 //!
-//! Without a nats-server >= 2.10 the test is skipped by name (a failure under
+//! Without a nats-server >= 2.11 the test is skipped by name (a failure under
 //! `SLUICE_REQUIRE_TOOLS=1`); `scripts/test.sh` provisions it. Every wait is bounded.
 
 use std::time::{Duration, Instant};

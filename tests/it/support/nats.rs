@@ -11,7 +11,7 @@
 //! cluster.restart(0);                 // same config, same store dir
 //! ```
 //!
-//! The binary (nats-server >= 2.10: `sync_interval` is needed, Debian's 2.9 lacks it), first
+//! The binary (nats-server >= 2.11: `sync_interval` is needed, Debian's 2.9 lacks it), first
 //! found of:
 //! 1. `$SLUICE_NATS_SERVER` (an absolute path; `scripts/test.sh` exports the one it checked),
 //!    when set: that one or none;
@@ -338,7 +338,7 @@ pub fn block_on<F: Future>(f: F) -> F::Output {
 
 /// The nats-server binary the module header describes, or a skip (a failure in strict mode).
 pub fn nats_server() -> Option<PathBuf> {
-    let what = "nats-server >= 2.10";
+    let what = "nats-server >= 2.11";
     let package = "python3-pip";
     if let Some(set) = std::env::var_os(NATS_SERVER_ENV).filter(|v| !v.is_empty()) {
         let path = PathBuf::from(set);
@@ -375,7 +375,7 @@ pub fn nats_server() -> Option<PathBuf> {
     found().or_else(|| missing(&format!("{what} (pip: {NATS_SERVER_PIP})"), package))
 }
 
-/// Whether `bin` is an executable whose `--version` ("nats-server: v2.15.1") is at least 2.10.
+/// Whether `bin` is an executable whose `--version` ("nats-server: v2.15.1") is at least 2.11.
 fn usable_nats_server(bin: &Path) -> bool {
     let Some(bin) = find_tool(&bin.to_string_lossy()) else {
         return false;
@@ -389,5 +389,5 @@ fn usable_nats_server(bin: &Path) -> bool {
     };
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    (major, minor) >= (2, 10)
+    (major, minor) >= (2, 11)
 }
