@@ -32,7 +32,8 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, context::PublishError, stream};
+use async_nats::jetstream::context::{PublishError, PublishErrorKind::WrongLastSequence};
+use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
@@ -199,7 +200,10 @@ pub(crate) struct Parts {
 enum Step {
     Frame(Option<Pending>),
     Acked(u64),
-    Failed(String),
+    /// Why, and whether JetStream refused it for a wrong last sequence (likely a fence: the
+    /// take decides before the core is marked down, so a fenced node answers
+    /// `replication_fenced`, not `replication_unavailable`).
+    Failed(String, bool),
 }
 
 impl CoreTask {
@@ -257,7 +261,7 @@ impl CoreTask {
                 window.push_back(self.message(pending));
             }
             if let Err(why) = self.send_unsent(&mut window).await {
-                if !self.retake(&mut window, pending, why).await {
+                if !self.retake(&mut window, pending, (why, false)).await {
                     return false;
                 }
                 continue;
@@ -277,8 +281,11 @@ impl CoreTask {
                     let done = window.pop_front().expect("the acknowledged message");
                     self.acked(done, seq, pending).await;
                 }
-                Step::Failed(why) => {
-                    if !self.retake(&mut window, pending, why).await {
+                Step::Failed(why, fence_suspected) => {
+                    if !self
+                        .retake(&mut window, pending, (why, fence_suspected))
+                        .await
+                    {
                         return false;
                     }
                 }
@@ -347,8 +354,8 @@ impl CoreTask {
             let ack = m.ack.as_mut().expect("every message of the window is sent");
             match tokio::time::timeout_at(deadline, ack).await {
                 Ok(Ok(ack)) => Step::Acked(ack.sequence),
-                Ok(Err(e)) => Step::Failed(e.to_string()),
-                Err(_) => Step::Failed(format!("no acknowledgement within {limit:?}")),
+                Ok(Err(e)) => Step::Failed(e.to_string(), e.kind() == WrongLastSequence),
+                Err(_) => Step::Failed(format!("no acknowledgement within {limit:?}"), false),
             }
         };
         let rx = &mut self.rx;
@@ -378,22 +385,24 @@ impl CoreTask {
         self.retain(m.meta, pending).await;
     }
 
-    /// After a failed publish (`why`): takes the subject again (module docs) until it is taken
-    /// (true) or the node is fenced (false).
+    /// After a failed publish (`why`; `fence_suspected`: refused for a wrong last sequence):
+    /// takes the subject again (module docs) until it is taken (true) or the node is fenced
+    /// (false). The core is marked down at once, or, when a fence is suspected, only if the
+    /// take does not decide at its first try.
     async fn retake(
         &mut self,
         window: &mut VecDeque<InFlight>,
         pending: &mut VecDeque<Pending>,
-        why: String,
+        (why, fence_suspected): (String, bool),
     ) -> bool {
         eprintln!(
             "sluice: replication: {} not acknowledged ({why}); taking the subject again and \
              publishing the rest in order, refusing new events meanwhile",
             self.subject
         );
-        self.link.state().set_down(true);
-        self.node.refresh();
-        self.wake();
+        if !fence_suspected {
+            self.mark_down();
+        }
         let mut backoff = BACKOFF.0;
         loop {
             self.node
@@ -421,6 +430,9 @@ impl CoreTask {
                 }
                 Err(TakeError::Failed(e)) => {
                     eprintln!("sluice: replication: taking {} again: {e}", self.subject);
+                    if !self.link.state().is_down() {
+                        self.mark_down();
+                    }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(BACKOFF.1);
                 }
@@ -460,6 +472,13 @@ impl CoreTask {
             m.ack = None;
         }
         true
+    }
+
+    /// Marks the core down: its batches are answered `replication_unavailable`.
+    fn mark_down(&self) {
+        self.link.state().set_down(true);
+        self.node.refresh();
+        self.wake();
     }
 
     fn fenced(&self, slot: &str, expected: u64, actual: u64) {

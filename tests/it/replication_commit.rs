@@ -223,6 +223,55 @@ fn every_202_is_in_the_stream_and_delivered_and_the_node_reports_replication_up(
     assert_eq!(rep["adopted_logs"], 0, "{rep}");
 }
 
+/// The deepest pipeline (16 messages in flight, each fence subject used again right after its
+/// message's ack) under load on an R3 stream: no publish is refused, so no take is needed, and
+/// every subject stays in log order.
+#[test]
+fn sixteen_messages_in_flight_need_no_take_and_keep_log_order() {
+    let Some(cluster) = ready_cluster(3) else {
+        return;
+    };
+    let sink = Downstream::start(Behavior::default());
+    let m = manifest(&cluster, "node-p", 3, &sink.uri("/sink"))
+        .replace("lease = \"6s\"\n", "lease = \"6s\"\nmax_inflight = 16\n");
+    assert!(m.contains("max_inflight = 16"));
+    let server = Server::start(opts(&m));
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let loaders: Vec<_> = (0..16)
+        .map(|_| load(&server, stop.clone(), seen.clone()))
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    for l in loaders {
+        l.join().unwrap();
+    }
+    let s = seen.lock().unwrap();
+    assert!(
+        s.accepted.len() > 100,
+        "too little load: {}",
+        s.accepted.len()
+    );
+    assert!(
+        s.refused.is_empty(),
+        "refused: {:?}",
+        &s.refused[..s.refused.len().min(5)]
+    );
+    let ids: HashSet<String> = s.accepted.iter().map(|(_, id)| id.clone()).collect();
+    drop(s);
+    await_delivered(&sink, &ids, RECOVERS_WITHIN);
+    assert_eq!(
+        metric(&server, "sluice_replication_retakes_total"),
+        0.0,
+        "{}",
+        server.stderr()
+    );
+    let in_stream = ids_in_stream(&cluster, "node-p");
+    assert!(ids.is_subset(&in_stream), "202s not in the stream");
+    assert_in_log_order(&cluster, "node-p");
+    eprintln!("{} accepted with up to 16 messages in flight", ids.len());
+}
+
 #[test]
 fn one_nats_server_lost_ingest_goes_on_two_lost_no_202_and_it_recovers_by_itself() {
     let Some(mut cluster) = ready_cluster(3) else {
@@ -485,6 +534,22 @@ fn records_durable_here_but_not_in_the_stream_are_published_before_the_cores_sta
                 .status,
             202
         );
+    }
+    // Quiet first: the five delivered and their outcomes replicated, so that no publish of
+    // the node is on its way when JetStream goes (one failing would mark the node down, and the
+    // next events would be refused at admission instead of written here).
+    let five: HashSet<String> = wal_inspect(&server.data_dir())
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect();
+    await_delivered(&sink, &five, RECOVERS_WITHIN);
+    let t = Instant::now();
+    let mut quiet = 0;
+    while quiet < 5 {
+        assert!(t.elapsed() < RECOVERS_WITHIN, "the node never went quiet");
+        let busy = metric(&server, "sluice_replication_inflight_batches") > 0.0;
+        quiet = if busy { 0 } else { quiet + 1 };
+        std::thread::sleep(Duration::from_millis(100));
     }
     // No JetStream at all: the next events are written here, answered 503 at ack_timeout,
     // and cannot reach the stream before the node is killed. (With one server left, the
