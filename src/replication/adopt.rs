@@ -256,7 +256,7 @@ fn run(
                     watch.forget(&node);
                     let claimed = rt.block_on(bounded(
                         spec.lease,
-                        claim(js, store, &spec, &node, revision),
+                        claim(js, store, (&spec, &state), &node, revision),
                     ));
                     match claimed {
                         Ok(true) => node,
@@ -345,7 +345,7 @@ async fn read_entries(store: &kv::Store) -> Result<Vec<Seen>, String> {
 async fn claim(
     js: &jetstream::Context,
     store: &kv::Store,
-    spec: &ReplicationSpec,
+    (spec, state): (&ReplicationSpec, &ReplicationState),
     node: &str,
     revision: u64,
 ) -> Result<bool, String> {
@@ -378,7 +378,7 @@ async fn claim(
              this node adopted: this node adopts them"
         ),
     }
-    fence(js, spec, node).await?;
+    fence(js, spec, node, state).await?;
     Ok(true)
 }
 
@@ -386,7 +386,12 @@ async fn claim(
 /// markers on its fence subjects, so none of `node`'s messages can land after them; the tail
 /// published behind a message that never landed deleted), then the marker on the subject,
 /// after its last message.
-async fn fence(js: &jetstream::Context, spec: &ReplicationSpec, node: &str) -> Result<(), String> {
+async fn fence(
+    js: &jetstream::Context,
+    spec: &ReplicationSpec,
+    node: &str,
+    state: &ReplicationState,
+) -> Result<(), String> {
     let stream = (js.get_stream(&spec.stream).await).map_err(|e| e.to_string())?;
     for (subject, _) in subjects_of(&stream, &spec.node_filter(node)).await? {
         let core = (subject.rsplit('.').next())
@@ -396,22 +401,11 @@ async fn fence(js: &jetstream::Context, spec: &ReplicationSpec, node: &str) -> R
         let taken = fence::take(js, &stream, &subject, by, (0, None), spec.lease)
             .await
             .map_err(|e| format!("taking {subject}: {e}"))?;
-        if !taken.deleted.is_empty() {
-            eprintln!(
-                "sluice: replication: deleted {} messages of {subject} that node {node} \
-                 published behind one that never landed (none had a 202)",
-                taken.deleted.len()
-            );
-        }
+        taken.report_deleted(&subject, &format!("node {node}"), state);
         let previous = last_message(&stream, &subject).await?;
         let lists = previous.as_deref().map(lists_of).unwrap_or_default();
-        let (slot, expected) = taken.slots.expectation(&subject, taken.next);
-        let id = fence::message_id(&subject, taken.next, taken.slots.epoch());
-        let publish = jetstream::message::PublishMessage::build()
-            .payload(marker(core, &lists).into())
-            .message_id(id)
-            .expected_last_subject_sequence(expected)
-            .header(fence::EXPECTED_SUBJECT_HEADER, slot.as_str());
+        let payload = marker(core, &lists).into();
+        let publish = taken.slots.message(&subject, taken.next, payload);
         let ack = match js.send_publish(subject.clone(), publish).await {
             Ok(ack) => ack.await,
             Err(e) => return Err(format!("fencing {subject}: {e}")),

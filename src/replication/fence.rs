@@ -29,15 +29,24 @@
 //! them and the next numbered message starts the count.
 //!
 //! Bounds: `SLOTS` markers per take (older markers on each fence subject purged, so each keeps
-//! one); the read of one take is bounded by `stall` per message and reads only messages after
-//! `from`.
+//! one); every JetStream call of a take waits at most `stall` (the publisher's `ack_timeout`, an
+//! adopter's `lease`), and the read reads only messages after `from`; a new taker that loses the
+//! race for a fence subject `TAKE_ATTEMPTS` (10) times in a row fails the take (`Failed`: a
+//! start-up refuses to start, an adoption is retried at the next scan, a publisher retries).
 #![forbid(unsafe_code)]
 
 use std::future::IntoFuture;
 use std::time::Duration;
 
+use std::sync::atomic::Ordering;
+
+use async_nats::header::NATS_MESSAGE_ID;
+use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{self, consumer, context::PublishErrorKind, stream};
+use bytes::Bytes;
 use futures_util::StreamExt;
+
+use crate::replication::state::ReplicationState;
 
 /// Fence subjects per log subject, and so the most messages a subject has in flight
 /// (`replication.max_inflight` is at most this).
@@ -79,6 +88,11 @@ pub fn number_of(id: &str) -> Option<u64> {
     number.parse().ok()
 }
 
+/// The number in the `Nats-Msg-Id` of a message's `headers` ([`number_of`]).
+pub fn number_in(headers: &async_nats::HeaderMap) -> Option<u64> {
+    (headers.get(NATS_MESSAGE_ID)).and_then(|id| number_of(id.as_str()))
+}
+
 /// The fence a writer holds: per fence subject, its last sequence (the writer's own marker).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Slots([u64; SLOTS]);
@@ -93,6 +107,17 @@ impl Slots {
     /// The epoch of the messages published under this fence ([`message_id`]).
     pub fn epoch(&self) -> u64 {
         self.0[0]
+    }
+
+    /// Message `number` of `subject` holding `payload`, as published under this fence: its
+    /// id and its expectation on its fence subject.
+    pub fn message(&self, subject: &str, number: u64, payload: Bytes) -> PublishMessage {
+        let (slot, expected) = self.expectation(subject, number);
+        PublishMessage::build()
+            .payload(payload)
+            .message_id(message_id(subject, number, self.epoch()))
+            .expected_last_subject_sequence(expected)
+            .header(EXPECTED_SUBJECT_HEADER, slot.as_str())
     }
 }
 
@@ -162,6 +187,22 @@ pub struct Taken {
     pub last: u64,
 }
 
+impl Taken {
+    /// Logs and counts (`sluice_replication_voided_messages_total`) the messages the take
+    /// deleted from `subject`, which `whose` published.
+    pub fn report_deleted(&self, subject: &str, whose: &str, state: &ReplicationState) {
+        if self.deleted.is_empty() {
+            return;
+        }
+        eprintln!(
+            "sluice: replication: deleted {} messages of {subject} that {whose} published \
+             behind one that never landed (none had a 202)",
+            self.deleted.len()
+        );
+        (state.voided_messages).fetch_add(self.deleted.len() as u64, Ordering::Relaxed);
+    }
+}
+
 /// Why a take failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TakeError {
@@ -221,9 +262,9 @@ pub async fn take(
     }
     let mut numbering = Numbering::expecting(next);
     let (mut kept, mut deleted) = (Vec::new(), Vec::new());
-    for (seq, id) in read_ids(stream, subject, from, stall).await? {
-        if numbering.keep(id.as_deref().and_then(number_of)) {
-            kept.push((seq, id.as_deref().and_then(number_of)));
+    for (seq, number) in read_ids(stream, subject, from, stall).await? {
+        if numbering.keep(number) {
+            kept.push((seq, number));
         } else {
             deleted.push(seq);
         }
@@ -256,7 +297,7 @@ async fn fence_slot(
             Taker::New => last_of(stream, slot, stall).await?.0,
         };
         let id = format!("{slot}@{expected}!{who}");
-        let marker = jetstream::message::PublishMessage::build()
+        let marker = PublishMessage::build()
             .payload(bytes::Bytes::new())
             .message_id(&id)
             .expected_last_subject_sequence(expected);
@@ -347,7 +388,10 @@ async fn last_of(
     let got = tokio::time::timeout(stall, stream.get_last_raw_message_by_subject(subject)).await;
     match got {
         Ok(Ok(m)) => {
-            let id = m.headers.get("Nats-Msg-Id").map(|v| v.as_str().to_owned());
+            let id = m
+                .headers
+                .get(NATS_MESSAGE_ID)
+                .map(|v| v.as_str().to_owned());
             Ok((m.sequence, id))
         }
         Ok(Err(e)) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok((0, None)),
@@ -358,7 +402,7 @@ async fn last_of(
     }
 }
 
-/// The stream sequence and `Nats-Msg-Id` of every message of `subject` after `from`, in
+/// The stream sequence and number (`Nats-Msg-Id`) of every message of `subject` after `from`, in
 /// order (headers only), as the stream leader has them: the consumer counts what is pending
 /// when it is made, and the read stops when nothing is (a direct read of the last message may
 /// be served by a replica that lags).
@@ -367,7 +411,7 @@ async fn read_ids(
     subject: &str,
     from: u64,
     stall: Duration,
-) -> Result<Vec<(u64, Option<String>)>, TakeError> {
+) -> Result<Vec<(u64, Option<u64>)>, TakeError> {
     let config = consumer::pull::OrderedConfig {
         filter_subject: subject.to_owned(),
         deliver_policy: consumer::DeliverPolicy::ByStartSequence {
@@ -391,10 +435,7 @@ async fn read_ids(
         };
         let info = m.info().map_err(failed)?;
         let (seq, pending) = (info.stream_sequence, info.pending);
-        let id = (m.headers.as_ref())
-            .and_then(|h| h.get("Nats-Msg-Id"))
-            .map(|v| v.as_str().to_owned());
-        out.push((seq, id));
+        out.push((seq, m.headers.as_ref().and_then(number_in)));
         if pending == 0 {
             return Ok(out);
         }

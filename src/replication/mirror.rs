@@ -37,7 +37,8 @@
 //! far its logs are replicated, so what an earlier run left behind a gap is gone first.
 //!
 //! Bounds: frames per core ≤ `max_inflight` (the committer does not hand over more); messages
-//! per subject in flight ≤ min(`max_inflight`, 16), each at most the server's `max_payload`;
+//! per subject in flight ≤ min(`max_inflight`, 16), each at most the server's `max_payload` and
+//! kept until acknowledged (for sending again after a take);
 //! the stream-size poll every `STREAM_POLL` (5 s).
 #![forbid(unsafe_code)]
 
@@ -612,17 +613,7 @@ async fn take_own(
         )
         .await
         .map_err(|e| stream_err(format!("taking {subject}: {e}")))?;
-        if !took.deleted.is_empty() {
-            eprintln!(
-                "sluice: replication: deleted {} messages of {subject} that an earlier run \
-                 published behind one that never landed (none had a 202)",
-                took.deleted.len()
-            );
-            (parts.node.voided_messages).fetch_add(
-                took.deleted.len() as u64,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
+        took.report_deleted(&subject, "an earlier run", &parts.node);
         taken.insert(subject, took);
     }
     let through = catch_up::replicated_through(&parts.stream, spec, logs)

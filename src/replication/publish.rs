@@ -319,16 +319,7 @@ impl CoreTask {
     /// Sends every message of the window not sent yet, in order.
     async fn send_unsent(&self, window: &mut VecDeque<InFlight>) -> Result<(), String> {
         for m in window.iter_mut().filter(|m| m.ack.is_none()) {
-            let (slot, expected) = self.slots.expectation(&self.subject, m.number);
-            let publish = jetstream::message::PublishMessage::build()
-                .payload(m.message.clone())
-                .message_id(fence::message_id(
-                    &self.subject,
-                    m.number,
-                    self.slots.epoch(),
-                ))
-                .expected_last_subject_sequence(expected)
-                .header(fence::EXPECTED_SUBJECT_HEADER, slot.as_str());
+            let publish = (self.slots).message(&self.subject, m.number, m.message.clone());
             let sent = self.js.send_publish(self.subject.clone(), publish);
             match tokio::time::timeout(self.ack_timeout, sent).await {
                 Ok(Ok(ack)) => {
@@ -448,8 +439,7 @@ impl CoreTask {
         pending: &mut VecDeque<Pending>,
         t: fence::Taken,
     ) -> bool {
-        let voided = t.deleted.len() as u64;
-        (self.node.voided_messages).fetch_add(voided, std::sync::atomic::Ordering::Relaxed);
+        t.report_deleted(&self.subject, "this node", &self.node);
         self.slots = t.slots;
         for (seq, number) in t.kept {
             let ours = window.front().is_some_and(|m| Some(m.number) == number);

@@ -14,13 +14,11 @@
 //! `SLUICE_REQUIRE_TOOLS=1`); `scripts/test.sh` provisions it. Every wait is bounded.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::downstream::{Behavior, Downstream};
 use crate::replication::restore_cli;
-use crate::replication_commit::{load, manifest, metric, opts, ready_cluster, Seen};
+use crate::replication_commit::{manifest, metric, opts, ready_cluster, Loaders};
 use crate::support::*;
 
 /// The lease of both nodes (short: the test waits it out).
@@ -60,24 +58,15 @@ fn a_node_killed_with_its_disk_deleted_has_every_acknowledged_event_delivered_by
     let mut a = Server::start(opts(&node(&cluster, "node-a", &uri)));
     let b = Server::start(opts(&node(&cluster, "node-b", &uri)));
     // Load on A; its 202s are the events it acknowledged.
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let loads: Vec<_> = (0..4)
-        .map(|_| load(&a, stop.clone(), seen.clone()))
-        .collect();
+    let loads = Loaders::start(&a, 4);
     std::thread::sleep(Duration::from_millis(1_500));
     // SIGKILL under load, then the disk goes.
     a.sigkill();
     let killed = Instant::now();
     sink.hold(false);
-    stop.store(true, Ordering::Relaxed);
-    for l in loads {
-        l.join().unwrap();
-    }
+    let seen = loads.stop();
     std::fs::remove_dir_all(a.data_dir()).expect("delete A's data dir");
-    let acknowledged: HashSet<String> = (seen.lock().unwrap().accepted.iter())
-        .map(|(_, id)| id.clone())
-        .collect();
+    let acknowledged: HashSet<String> = (seen.accepted.iter()).map(|(_, id)| id.clone()).collect();
     // What reached the destination before the kill: A's calls then in flight.
     let before = deliveries(&sink);
     let pending = (acknowledged.iter())

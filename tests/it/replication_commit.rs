@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use sluice::replication::fence::number_in;
 use sluice::replication::message::decode;
 use sluice::wal::{decode_payload, Record};
 
@@ -61,10 +62,13 @@ pub(crate) fn ready_cluster(n: usize) -> Option<NatsCluster> {
     Some(cluster)
 }
 
-/// Every event id in the stream's messages of `node`, read back through the node's own
-/// message format.
-fn ids_in_stream(cluster: &NatsCluster, node: &str) -> HashSet<String> {
+/// Every message of `node`'s log subjects (not their fence subjects, `replication::fence`)
+/// the stream holds, in stream order. A message it no longer has (purged, deleted) is skipped;
+/// any other error (a leader election after a lost server) is retried within
+/// `RECOVERS_WITHIN`.
+fn node_messages(cluster: &NatsCluster, node: &str) -> Vec<jetstream::message::StreamMessage> {
     let urls = cluster.urls();
+    let prefix = format!("{STREAM}.{node}.");
     block_on(async move {
         let client = async_nats::connect(urls).await.expect("connect");
         let js = jetstream::new(client);
@@ -76,11 +80,9 @@ fn ids_in_stream(cluster: &NatsCluster, node: &str) -> HashSet<String> {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        let mut ids = HashSet::new();
+        let mut out = Vec::new();
         let last = stream.cached_info().state.last_sequence;
         for seq in 1..=last {
-            // A message the stream no longer has (a purge, a deleted one) is skipped; any other
-            // error (a leader election after a lost server) is retried within the deadline.
             let m = loop {
                 match stream.get_raw_message(seq).await {
                     Ok(m) => break Some(m),
@@ -93,28 +95,32 @@ fn ids_in_stream(cluster: &NatsCluster, node: &str) -> HashSet<String> {
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             };
-            let Some(m) = m else {
-                continue;
+            let log_subject = |m: &jetstream::message::StreamMessage| {
+                (m.subject.strip_prefix(&prefix)).is_some_and(|rest| !rest.contains('.'))
             };
-            // The node's log subjects, not their fence subjects (`replication::fence`).
-            let log_subject = (m.subject.strip_prefix(&format!("{STREAM}.{node}.")))
-                .is_some_and(|rest| !rest.contains('.'));
-            if !log_subject {
-                continue;
-            }
-            let d = decode(&m.payload).unwrap_or_else(|e| panic!("sequence {seq}: {e}"));
-            for f in &d.frames {
-                for (_, records) in &f.parts {
-                    for r in records {
-                        if let Ok(Record::Event(ev)) = decode_payload(r.kind, r.payload) {
-                            ids.insert(ev.event_id);
-                        }
+            out.extend(m.filter(log_subject));
+        }
+        out
+    })
+}
+
+/// Every event id in the stream's messages of `node`, read back through the node's own
+/// message format.
+fn ids_in_stream(cluster: &NatsCluster, node: &str) -> HashSet<String> {
+    let mut ids = HashSet::new();
+    for m in node_messages(cluster, node) {
+        let d = decode(&m.payload).unwrap_or_else(|e| panic!("sequence {}: {e}", m.sequence));
+        for f in &d.frames {
+            for (_, records) in &f.parts {
+                for r in records {
+                    if let Ok(Record::Event(ev)) = decode_payload(r.kind, r.payload) {
+                        ids.insert(ev.event_id);
                     }
                 }
             }
         }
-        ids
-    })
+    }
+    ids
 }
 
 /// The event ids a downstream received.
@@ -146,6 +152,37 @@ fn await_delivered(sink: &Downstream, want: &HashSet<String>, within: Duration) 
 pub(crate) struct Seen {
     pub(crate) accepted: Vec<(Instant, String)>,
     pub(crate) refused: Vec<(Instant, String)>,
+}
+
+/// `n` connections posting events ([`load`]) until stopped.
+pub(crate) struct Loaders {
+    stop: Arc<AtomicBool>,
+    pub(crate) seen: Arc<Mutex<Seen>>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Loaders {
+    pub(crate) fn start(server: &Server, n: usize) -> Loaders {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let handles = (0..n)
+            .map(|_| load(server, stop.clone(), seen.clone()))
+            .collect();
+        Loaders {
+            stop,
+            seen,
+            handles,
+        }
+    }
+
+    /// Stops and joins them; what they saw.
+    pub(crate) fn stop(self) -> Seen {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.handles {
+            h.join().unwrap();
+        }
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
 }
 
 /// Posts events one after another on one connection until `stop`, recording each answer.
@@ -236,17 +273,9 @@ fn sixteen_messages_in_flight_need_no_take_and_keep_log_order() {
         .replace("lease = \"6s\"\n", "lease = \"6s\"\nmax_inflight = 16\n");
     assert!(m.contains("max_inflight = 16"));
     let server = Server::start(opts(&m));
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let loaders: Vec<_> = (0..16)
-        .map(|_| load(&server, stop.clone(), seen.clone()))
-        .collect();
+    let loaders = Loaders::start(&server, 16);
     std::thread::sleep(Duration::from_secs(3));
-    stop.store(true, Ordering::Relaxed);
-    for l in loaders {
-        l.join().unwrap();
-    }
-    let s = seen.lock().unwrap();
+    let s = loaders.stop();
     assert!(
         s.accepted.len() > 100,
         "too little load: {}",
@@ -258,7 +287,6 @@ fn sixteen_messages_in_flight_need_no_take_and_keep_log_order() {
         &s.refused[..s.refused.len().min(5)]
     );
     let ids: HashSet<String> = s.accepted.iter().map(|(_, id)| id.clone()).collect();
-    drop(s);
     await_delivered(&sink, &ids, RECOVERS_WITHIN);
     assert_eq!(
         metric(&server, "sluice_replication_retakes_total"),
@@ -279,11 +307,8 @@ fn one_nats_server_lost_ingest_goes_on_two_lost_no_202_and_it_recovers_by_itself
     };
     let sink = Downstream::start(Behavior::default());
     let server = Server::start(opts(&manifest(&cluster, "node-a", 3, &sink.uri("/sink"))));
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let loaders: Vec<_> = (0..4)
-        .map(|_| load(&server, stop.clone(), seen.clone()))
-        .collect();
+    let loaders = Loaders::start(&server, 4);
+    let seen = loaders.seen.clone();
     let accepted_since = |t: Instant| {
         let s = seen.lock().unwrap();
         s.accepted.iter().filter(|(at, _)| *at > t).count()
@@ -357,19 +382,10 @@ fn one_nats_server_lost_ingest_goes_on_two_lost_no_202_and_it_recovers_by_itself
         std::thread::sleep(Duration::from_millis(50));
     }
     eprintln!("quorum back: 202s again after {:?}", back.elapsed());
-    stop.store(true, Ordering::Relaxed);
-    for l in loaders {
-        l.join().unwrap();
-    }
+    let seen = loaders.stop();
 
     // Nothing acknowledged was lost: every 202 is in the stream and delivered.
-    let ids: HashSet<String> = seen
-        .lock()
-        .unwrap()
-        .accepted
-        .iter()
-        .map(|(_, id)| id.clone())
-        .collect();
+    let ids: HashSet<String> = seen.accepted.iter().map(|(_, id)| id.clone()).collect();
     await_delivered(&sink, &ids, RECOVERS_WITHIN);
     let in_stream = ids_in_stream(&cluster, "node-a");
     let missing: Vec<_> = ids.difference(&in_stream).collect();
@@ -392,51 +408,31 @@ fn one_nats_server_lost_ingest_goes_on_two_lost_no_202_and_it_recovers_by_itself
 /// follow on by one, and each log's records come in LSN order with no LSN twice or skipped
 /// (what a take after a failed pipelined publish must leave, `replication::fence`).
 fn assert_in_log_order(cluster: &NatsCluster, node: &str) {
-    let urls = cluster.urls();
-    let node = node.to_owned();
-    block_on(async move {
-        let js = jetstream::new(async_nats::connect(urls).await.expect("connect"));
-        let stream = js.get_stream(STREAM).await.expect("stream");
-        let last = stream.cached_info().state.last_sequence;
-        let mut numbers: std::collections::HashMap<String, u64> = Default::default();
-        let mut lsns: std::collections::HashMap<u16, u64> = Default::default();
-        for seq in 1..=last {
-            let Ok(m) = stream.get_raw_message(seq).await else {
-                continue; // purged or deleted
-            };
-            let log_subject = (m.subject.strip_prefix(&format!("{STREAM}.{node}.")))
-                .is_some_and(|rest| !rest.contains('.'));
-            if !log_subject {
-                continue;
-            }
-            let id = m
-                .headers
-                .get("Nats-Msg-Id")
-                .expect("an id")
-                .as_str()
-                .to_owned();
-            let n = sluice::replication::fence::number_of(&id).expect("numbered");
-            if let Some(prev) = numbers.insert(m.subject.to_string(), n) {
-                assert_eq!(
-                    n,
-                    prev + 1,
-                    "{}: message {n} after {prev} (seq {seq})",
-                    m.subject
-                );
-            }
-            let d = decode(&m.payload).unwrap_or_else(|e| panic!("sequence {seq}: {e}"));
-            for f in &d.frames {
-                for (log, records) in &f.parts {
-                    for r in records {
-                        if let Some(prev) = lsns.insert(*log, r.lsn) {
-                            assert_eq!(r.lsn, prev + 1, "log {log}: LSN {} after {prev}", r.lsn);
-                        }
+    let mut numbers: std::collections::HashMap<String, u64> = Default::default();
+    let mut lsns: std::collections::HashMap<u16, u64> = Default::default();
+    for m in node_messages(cluster, node) {
+        let seq = m.sequence;
+        let n = number_in(&m.headers).expect("numbered");
+        if let Some(prev) = numbers.insert(m.subject.to_string(), n) {
+            assert_eq!(
+                n,
+                prev + 1,
+                "{}: message {n} after {prev} (seq {seq})",
+                m.subject
+            );
+        }
+        let d = decode(&m.payload).unwrap_or_else(|e| panic!("sequence {seq}: {e}"));
+        for f in &d.frames {
+            for (log, records) in &f.parts {
+                for r in records {
+                    if let Some(prev) = lsns.insert(*log, r.lsn) {
+                        assert_eq!(r.lsn, prev + 1, "log {log}: LSN {} after {prev}", r.lsn);
                     }
                 }
             }
         }
-        assert!(!numbers.is_empty(), "no message of {node}");
-    });
+    }
+    assert!(!numbers.is_empty(), "no message of {node}");
 }
 
 #[test]
@@ -783,8 +779,7 @@ fn a_message_published_behind_one_that_never_landed_is_deleted_at_start_up() {
         let js = jetstream::new(async_nats::connect(urls).await.unwrap());
         let stream = js.get_stream(STREAM).await.unwrap();
         let last = stream.get_last_raw_message_by_subject(&s2).await.unwrap();
-        let id = last.headers.get("Nats-Msg-Id").unwrap().as_str().to_owned();
-        let number = sluice::replication::fence::number_of(&id).expect("numbered");
+        let number = number_in(&last.headers).expect("numbered");
         let lists = decode(&last.payload).unwrap().lists();
         let orphan = sluice::replication::adopt::marker(0, &lists);
         let publish = jetstream::message::PublishMessage::build()
@@ -818,12 +813,10 @@ fn a_message_published_behind_one_that_never_landed_is_deleted_at_start_up() {
             .direct_get_next_for_subject(&s2, Some(kept + 1))
             .await)
             .unwrap();
-        let id = next.headers.get("Nats-Msg-Id").unwrap().as_str().to_owned();
         let was = stream.get_raw_message(kept).await.unwrap();
-        let was = was.headers.get("Nats-Msg-Id").unwrap().as_str().to_owned();
         let (was, now) = (
-            sluice::replication::fence::number_of(&was).unwrap(),
-            sluice::replication::fence::number_of(&id).unwrap(),
+            number_in(&was.headers).expect("numbered"),
+            number_in(&next.headers).expect("numbered"),
         );
         assert_eq!(now, was + 1, "the next message follows the last kept one");
     });

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use crate::replication::catch_up::{last_message, last_sequence, subjects_of};
 use crate::replication::client;
-use crate::replication::fence::{number_of, Numbering};
+use crate::replication::fence::{number_in, Numbering};
 use crate::replication::message;
 use crate::replication::spec::ReplicationSpec;
 use crate::wal::Lsn;
@@ -191,9 +191,7 @@ impl Source {
             if at > end {
                 break;
             }
-            let number = (m.headers.as_ref())
-                .and_then(|h| h.get("Nats-Msg-Id"))
-                .and_then(|id| number_of(id.as_str()));
+            let number = m.headers.as_ref().and_then(number_in);
             let count = numbering.entry(m.subject.to_string()).or_default();
             if !count.keep(number) {
                 // Published behind a message that never landed, and not yet deleted by a
