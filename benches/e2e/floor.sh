@@ -3,6 +3,10 @@
 # from a 1-token bucket: the same parse, a same-sized answer) measured in the same run, on the
 # same backend and at the same concurrency. nginx `return 202` stays as a reference row.
 #
+# Then issue 43's three ratios per backend, each with the user µs of both sides: durable 202 ÷
+# refusal at c256 (bound 1.30), delivered batched ÷ durable 202 at c64 (1.10), delivered
+# unbatched ÷ durable 202 at c64 (1.45).
+#
 # Rows: refusal, durable 202 (fsync) at c64 and c256, and the delivered event (its ingest, WAL and
 # outbound call included) unbatched and batched (`BATCH`, default 64), each on io_uring and mio.
 # The delivered runs use 64 connections, so their ratio is to the c64 refusal.
@@ -71,6 +75,27 @@ for io in uring mio; do
   row "durable 202 (fsync)" "$name" 256 "$(ingest "$OUT/ingest-c256.txt" "--io $io --durability fsync (")" "$r256"
   row "delivered event, unbatched" "$name" 64 "$(delivered "$OUT/delivered-$io.txt")" "$r64"
   row "delivered event, batch $BATCH_N" "$name" 64 "$(delivered "$OUT/delivered-$io-batch.txt")" "$r64"
+done
+echo
+# Issue 43's three targets: each against the durable 202 of the same run, backend and
+# concurrency (the refusal at c256 for the 202 itself), total CPU and user CPU side by side.
+ratio() { # label "total user kernel" "total user kernel" target
+  read -r t1 u1 _ <<<"$2"
+  read -r t2 u2 _ <<<"$3"
+  awk -v l="$1" -v t1="$t1" -v u1="$u1" -v t2="$t2" -v u2="$u2" -v g="$4" 'BEGIN {
+    r = (t2 > 0 ? t1 / t2 : 0)
+    printf "| %s | %.2f× | %.2f → %.2f | %s %s |\n", l, r, u2, u1, g, (r <= g + 0 ? "met" : "not met") }'
+}
+echo "| target (issue 43) | CPU ratio | user µs (denominator → row) | bound |"
+echo "|---|---|---|---|"
+for io in uring mio; do
+  name=$([ $io = uring ] && echo io_uring || echo mio)
+  ref256=$(ingest "$OUT/ingest-c256.txt" "--io $io, buckets of 1 token")
+  d64=$(ingest "$OUT/ingest-c64.txt" "--io $io --durability fsync (")
+  d256=$(ingest "$OUT/ingest-c256.txt" "--io $io --durability fsync (")
+  ratio "$name: durable 202 c256 ÷ refusal c256" "$d256" "$ref256" 1.30
+  ratio "$name: delivered, batch $BATCH_N ÷ durable 202 c64" "$(delivered "$OUT/delivered-$io-batch.txt")" "$d64" 1.10
+  ratio "$name: delivered, unbatched ÷ durable 202 c64" "$(delivered "$OUT/delivered-$io.txt")" "$d64" 1.45
 done
 echo
 for f in "$OUT"/delivered-*.txt; do
