@@ -116,6 +116,8 @@ pub struct PumpLedger {
     next_publish: u64,
     /// The retired count last folded in, per (log index, row).
     retired_seen: HashMap<(usize, usize), u64>,
+    /// The row [`slot`](Self::slot) found last: tried before the map.
+    last: usize,
 }
 
 impl PumpLedger {
@@ -163,13 +165,19 @@ impl PumpLedger {
 
     /// The row index of `trigger` (a new row the first time).
     pub fn slot(&mut self, trigger: &str) -> usize {
+        // Runs of one trigger are the common case: the row found last is tried first.
+        if self.names.get(self.last).is_some_and(|n| n == trigger) {
+            return self.last;
+        }
         if let Some(&i) = self.index.get(trigger) {
+            self.last = i as usize;
             return i as usize;
         }
         let i = self.rows.len();
         self.names.push(trigger.to_owned());
         self.index.insert(trigger.to_owned(), i as u32);
         self.rows.push(Row::default());
+        self.last = i;
         i
     }
 
@@ -343,6 +351,18 @@ impl LedgerBoard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trigger_keeps_its_row_whichever_was_asked_for_last() {
+        let mut l = PumpLedger::default();
+        let (a, b) = (l.slot("a"), l.slot("b"));
+        assert_ne!(a, b);
+        for name in ["a", "a", "b", "a", "b", "b", "c", "a"] {
+            let row = l.slot(name);
+            assert_eq!(l.name(row), name);
+        }
+        assert_eq!((l.slot("a"), l.slot("b"), l.slot("c")), (a, b, 2));
+    }
 
     #[test]
     fn a_pump_ledger_balances_from_recovery_on_and_publishes_when_due() {

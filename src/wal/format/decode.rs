@@ -145,6 +145,23 @@ pub fn parse_event(kind: RecordKind, payload: &[u8]) -> Result<EventView<'_>, De
     })
 }
 
+/// The trigger of an event payload of kind `Event` (1) or `ReplayEvent` (5), read without
+/// parsing the rest: for the outcome index on the commit path (`wal::outcomes`), which keeps only
+/// the trigger. The fields before it are bounds-checked and the trigger is checked as UTF-8; what
+/// follows it is not looked at. Never panics.
+pub fn event_trigger(kind: RecordKind, payload: &[u8]) -> Result<&str, DecodeError> {
+    let mut c = Cursor { rest: payload };
+    match kind {
+        RecordKind::Event => {}
+        RecordKind::ReplayEvent => {
+            c.bytes(2, MAX_ID_BYTES, "replay_of")?;
+        }
+        _ => return Err(DecodeError::Invalid { field: "kind" }),
+    }
+    c.bytes(2, MAX_ID_BYTES, "event_id")?;
+    c.str(MAX_ID_BYTES, "trigger_id")
+}
+
 /// Decodes a kind-1 event payload. Never panics; every malformed input is a [`DecodeError`].
 pub fn decode_event(payload: &[u8]) -> Result<EventRecord, DecodeError> {
     parse_event(RecordKind::Event, payload).map(|v| v.to_record())

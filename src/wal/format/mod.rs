@@ -138,7 +138,7 @@ pub fn encode_payload_into(rec: &Record, out: &mut Vec<u8>) -> Result<(), Encode
 mod decode;
 pub mod marker;
 pub use attempt::entry_lsns;
-pub use decode::{decode_event, decode_payload, parse_event, EventView};
+pub use decode::{decode_event, decode_payload, event_trigger, parse_event, EventView};
 
 /// CRC32C of a record: its `len` field followed by everything after the `crc` field.
 pub fn record_crc(len_field: [u8; 4], after_crc: &[u8]) -> u32 {
@@ -259,6 +259,32 @@ pub(crate) mod tests {
             body: (0..body_len).map(|j| (j as u64 ^ i) as u8).collect(),
             replay_of: None,
         }
+    }
+
+    #[test]
+    fn event_trigger_reads_the_trigger_of_both_event_kinds_and_refuses_a_cut_prefix() {
+        let mut ev = sample_event(7, 40);
+        ev.trigger_id = "stripe-charge".to_owned();
+        let plain = encode_event(&ev).unwrap();
+        assert_eq!(
+            event_trigger(RecordKind::Event, &plain),
+            Ok("stripe-charge")
+        );
+        ev.replay_of = Some("evt-original".to_owned());
+        let replay = encode_event(&ev).unwrap();
+        assert_eq!(
+            event_trigger(RecordKind::ReplayEvent, &replay),
+            Ok("stripe-charge")
+        );
+        // Every cut inside the id or the trigger is an error, never a panic or a wrong name.
+        let end = 2 + ev.replay_of.as_ref().unwrap().len() + 2 + ev.event_id.len() + 2 + 13;
+        for cut in 0..end {
+            assert!(
+                event_trigger(RecordKind::ReplayEvent, &replay[..cut]).is_err(),
+                "{cut}"
+            );
+        }
+        assert!(event_trigger(RecordKind::Done, &plain).is_err());
     }
 
     /// xorshift64*: a fixed-seed generator so failures reproduce.

@@ -39,7 +39,7 @@ use crate::sync::{Mutex, MutexGuard};
 use crate::wal::format::entry_lsns;
 use crate::wal::format::marker::parse_lost;
 use crate::wal::format::{
-    decode_payload, parse_event, DoneStatus, Lsn, Record, RecordKind, RecordRef,
+    decode_payload, event_trigger, DoneStatus, Lsn, Record, RecordKind, RecordRef,
     RECORD_HEADER_BYTES,
 };
 
@@ -114,6 +114,8 @@ pub struct OutcomeIndex {
     /// Trigger names by number - 1, and their numbers (at most [`MAX_TRIGGER_NAMES`]).
     names: Vec<String>,
     numbers: std::collections::HashMap<String, u16>,
+    /// The number [`number`](Self::number) gave last (0: none yet): tried before the map.
+    last_number: u16,
 }
 
 impl OutcomeIndex {
@@ -225,8 +227,8 @@ impl OutcomeIndex {
         }
         match r.kind {
             RecordKind::Event | RecordKind::ReplayEvent => {
-                let ev = parse_event(r.kind, r.payload).ok();
-                self.push_event(ev.as_ref().map(|e| e.trigger_id));
+                // Only the trigger is kept: the rest of the payload is not parsed.
+                self.push_event(event_trigger(r.kind, r.payload).ok());
                 return Ok(0);
             }
             RecordKind::Attempts => return Ok(self.attempts(r.lsn, r.payload)),
@@ -405,7 +407,16 @@ impl OutcomeIndex {
 
     /// The number of trigger `name`, given one if it has none and there is room.
     fn number(&mut self, name: &str) -> u16 {
+        // Runs of one trigger are the common case: the last number given is tried first.
+        let last = self.last_number;
+        let named = usize::from(last)
+            .checked_sub(1)
+            .and_then(|i| self.names.get(i));
+        if named.is_some_and(|n| n == name) {
+            return last;
+        }
         if let Some(&n) = self.numbers.get(name) {
+            self.last_number = n;
             return n;
         }
         if self.names.len() >= MAX_TRIGGER_NAMES {
@@ -414,6 +425,7 @@ impl OutcomeIndex {
         self.names.push(name.to_owned());
         let n = self.names.len() as u16;
         self.numbers.insert(name.to_owned(), n);
+        self.last_number = n;
         n
     }
 
