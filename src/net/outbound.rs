@@ -48,6 +48,7 @@ use std::time::Duration;
 
 use mio::Token;
 
+use crate::net::deadlines::Deadlines;
 use crate::net::http::client::{ClientLimits, ResponseEvent, ResponseReader};
 use crate::net::io::event::ConnEvent;
 use crate::net::io::{Clients, Reactor, Stream, Streams};
@@ -151,9 +152,9 @@ pub enum Started {
 enum ConnState<T> {
     /// Placeholder while a broken connection is being torn down.
     Broken,
-    Idle {
-        since: u64,
-    },
+    /// Kept alive for reuse; its expiry is in the pool's idle timers.
+    Idle,
+    /// Its attempt's deadline is in the pool's attempt timers.
     Busy(InFlight<T>),
 }
 
@@ -205,6 +206,12 @@ pub struct OutboundPool<T> {
     spare: Vec<Vec<u8>>,
     /// Idle connections older than this (ns) are closed on a tick.
     idle_timeout: u64,
+    /// The busy connections' attempt deadlines: one live entry per busy connection
+    /// (`net::deadlines`: stale entries at most its live ones + `COMPACT_SLACK`).
+    attempt_timers: Deadlines,
+    /// When each idle connection expires (`since + idle_timeout + 1`): one live entry per
+    /// idle connection, bound as above.
+    idle_timers: Deadlines,
     /// The streams on the core's backend.
     clients: Clients,
     /// Connections whose ring operations could not be submitted, by id and stream generation:
@@ -232,6 +239,8 @@ impl<T> OutboundPool<T> {
             scratch: vec![0u8; READ_CHUNK].into_boxed_slice(),
             spare: Vec::new(),
             idle_timeout: idle_timeout_nanos,
+            attempt_timers: Deadlines::default(),
+            idle_timers: Deadlines::default(),
             clients: Clients::default(),
             unsubmitted: Vec::new(),
         }
@@ -284,13 +293,15 @@ impl<T> OutboundPool<T> {
         }
     }
 
-    /// Attempts on the wire.
+    /// Attempts on the wire (each busy connection has its attempt's deadline armed).
     pub fn in_flight(&self) -> usize {
-        self.conns
-            .iter()
-            .flatten()
-            .filter(|c| matches!(c.state, ConnState::Busy(_)))
-            .count()
+        self.attempt_timers.live()
+    }
+
+    /// Entries in the pool's two timer heaps, live and stale: at most 2 × the open connections
+    /// + 2 × `net::deadlines::COMPACT_SLACK`.
+    pub fn timer_entries(&self) -> usize {
+        self.attempt_timers.entries() + self.idle_timers.entries()
     }
 
     /// Open connections (busy and idle) to `dest`.
@@ -309,16 +320,9 @@ impl<T> OutboundPool<T> {
         self.spare.pop().unwrap_or_default()
     }
 
-    /// The earliest attempt deadline (for the poll timeout).
+    /// The earliest attempt deadline (for the poll timeout; idle expiry waits for a tick).
     pub fn next_deadline(&self) -> Option<u64> {
-        self.conns
-            .iter()
-            .flatten()
-            .filter_map(|c| match &c.state {
-                ConnState::Busy(a) => Some(a.deadline),
-                _ => None,
-            })
-            .min()
+        self.attempt_timers.peek()
     }
 
     /// Sends `request` (an encoded HTTP request) to `target` on an idle connection, or on a new
@@ -348,6 +352,8 @@ impl<T> OutboundPool<T> {
             let mut attempt = attempt;
             attempt.reused = c.served > 0;
             c.state = ConnState::Busy(attempt);
+            self.idle_timers.disarm(id);
+            self.attempt_timers.arm(id, deadline);
             recycle(&mut self.spare, old);
             let written = self.write(id);
             self.touch(id);
@@ -416,6 +422,7 @@ impl<T> OutboundPool<T> {
             served: 0,
         };
         self.dests.entry(d).or_default().open += 1;
+        self.attempt_timers.arm(id, attempt.deadline);
         conn.state = ConnState::Busy(attempt);
         self.conns[id] = Some(conn);
         // The write happens on the first writable event (connection established); on io_uring
@@ -536,15 +543,13 @@ impl<T> OutboundPool<T> {
                 out.extend(self.fail_conn(id, Failure::Broken));
             }
         }
-        for id in 0..self.conns.len() {
-            let expired = match self.conns[id].as_ref().map(|c| &c.state) {
-                Some(ConnState::Busy(a)) => a.deadline <= now,
-                Some(ConnState::Idle { since }) => now.saturating_sub(*since) > self.idle_timeout,
-                _ => false,
-            };
-            if expired {
-                out.extend(self.fail_conn(id, Failure::Timeout));
-            }
+        // Only what is due is looked at (`net::deadlines`); `close` disarms a closed
+        // connection's timers, so an id popped here is open and in the state its timer is for.
+        while let Some(id) = self.attempt_timers.pop_due(now) {
+            out.extend(self.fail_conn(id, Failure::Timeout));
+        }
+        while let Some(id) = self.idle_timers.pop_due(now) {
+            self.fail_conn(id, Failure::Timeout); // an idle connection carries no attempt
         }
     }
 
@@ -657,10 +662,11 @@ impl<T> OutboundPool<T> {
     ) -> Option<Finished<T>> {
         let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
         let d = c.dest;
-        let state = std::mem::replace(&mut c.state, ConnState::Idle { since: now });
+        let state = std::mem::replace(&mut c.state, ConnState::Idle);
         let ConnState::Busy(attempt) = state else {
             return None;
         };
+        self.attempt_timers.disarm(id);
         c.served += 1;
         c.wbuf.clear();
         c.wpos = 0;
@@ -671,6 +677,9 @@ impl<T> OutboundPool<T> {
         let dest = self.dests.entry(d).or_default();
         if keep && dest.idle.len() < dest.idle_cap {
             dest.idle.push(id);
+            // Closed once idle for longer than `idle_timeout` (`on_tick`).
+            let expiry = now.saturating_add(self.idle_timeout).saturating_add(1);
+            self.idle_timers.arm(id, expiry);
         } else {
             self.close(id);
         }
@@ -709,6 +718,8 @@ impl<T> OutboundPool<T> {
     fn close(&mut self, id: usize) {
         if let Some(mut c) = self.conns.get_mut(id).and_then(Option::take) {
             self.free.push(id);
+            self.attempt_timers.disarm(id);
+            self.idle_timers.disarm(id);
             recycle(&mut self.spare, std::mem::take(&mut c.wbuf));
             self.clients.release(id, c.wire.into_stream());
             if let Some(dest) = self.dests.get_mut(&c.dest) {
