@@ -228,8 +228,9 @@ pub struct OutboundPool<T> {
     /// The busy connections' attempt deadlines: one live entry per busy connection
     /// (`net::deadlines`: stale entries at most its live ones + `COMPACT_SLACK`).
     attempt_timers: Deadlines,
-    /// When each idle connection expires (`since + idle_timeout + 1`): one live entry per
-    /// idle connection, bound as above.
+    /// When each idle connection expires (when it went idle + `idle_timeout` + 1 ns: closed
+    /// once idle for longer than the timeout): one live entry per idle connection, bound as
+    /// above.
     idle_timers: Deadlines,
     /// The streams on the core's backend.
     clients: Clients,
