@@ -23,16 +23,31 @@
 //! permit, so ≤ `max_in_flight` per destination); idle connections per destination ≤ the
 //! `idle_cap` the caller passes (the dispatcher passes `max_in_flight`), each closed after
 //! `idle_timeout`; response bytes kept per attempt ≤ `ClientLimits::max_body_keep`; one read
-//! scratch buffer of `READ_CHUNK` bytes per pool; request buffers: one per open connection
-//! plus ≤ `SPARE_BUFFERS` spare ones (each ≤ `SPARE_BUFFER_MAX`) for reuse.
+//! scratch buffer of `READ_CHUNK` bytes per pool (mio and TLS; a plain io_uring stream is parsed
+//! where it received); request buffers: one per open connection plus ≤ `SPARE_BUFFERS` spare
+//! ones (each ≤ `SPARE_BUFFER_MAX`) for reuse (a request handed to an io_uring stream is its
+//! outbox, within the stream's bounds, and the stream's empty buffer takes its place); the
+//! timers: two heaps (`net::deadlines`), attempt deadlines of the busy connections and expiry
+//! of the idle ones, each ≤ 2 × its live entries + `COMPACT_SLACK` ([`OutboundPool::timer_entries`]).
+//!
+//! Timers cost what is due, not what is open: [`OutboundPool::on_tick`] pops the deadlines that
+//! passed (`O(log n)` each) and [`OutboundPool::next_deadline`] (the earliest attempt deadline,
+//! for the poll timeout) is a peek. Starting, answering and closing a connection arm and disarm
+//! its timers.
 //!
 //! Per delivery on a kept-alive connection: one send of the whole request (written from a
 //! recycled buffer), one receive that usually holds the whole response (parsed in place, its
 //! fields not copied out), no `epoll_ctl` (registered once, edge-triggered, for both
 //! directions), no `getsockopt` (asked only while connecting), no allocation by the pool. On
 //! mio the send and the receive are a `sendto` and a `recvfrom`; on io_uring they are ring
-//! operations carried by the `io_uring_enter`s the core makes anyway (the stream's outbox and
-//! inbox add one copy each way, `net::io::uring`).
+//! operations carried by the `io_uring_enter`s the core makes anyway, and the request and the
+//! response are not copied through the pool: the request buffer becomes the stream's outbox
+//! whole ([`Stream::hand_over`]; a request over `net::io::uring::OUT_CAP`, or one behind bytes
+//! still in the outbox, is copied in as before), and the response is parsed in the stream's
+//! inbox ([`Stream::read_with`]). One copy is left on the way in: the receive's completion
+//! copies its bytes out of the ring's pooled buffer into the inbox, so that the buffer goes
+//! back to the kernel at once (`net::io::uring`). Through TLS, rustls copies both ways as it
+//! encrypts and decrypts.
 //!
 //! An `https` destination's connections speak TLS through [`Wire`] (rustls driven over the same
 //! non-blocking stream, on this core's loop, on both backends); the pool sees plaintext either
@@ -48,6 +63,7 @@ use std::time::Duration;
 
 use mio::Token;
 
+use crate::net::deadlines::Deadlines;
 use crate::net::http::client::{ClientLimits, ResponseEvent, ResponseReader};
 use crate::net::io::event::ConnEvent;
 use crate::net::io::{Clients, Reactor, Stream, Streams};
@@ -151,9 +167,9 @@ pub enum Started {
 enum ConnState<T> {
     /// Placeholder while a broken connection is being torn down.
     Broken,
-    Idle {
-        since: u64,
-    },
+    /// Kept alive for reuse; its expiry is in the pool's idle timers.
+    Idle,
+    /// Its attempt's deadline is in the pool's attempt timers.
     Busy(InFlight<T>),
 }
 
@@ -173,8 +189,12 @@ struct ClientConn<T> {
     dest: usize,
     wire: Wire<Stream>,
     state: ConnState<T>,
+    /// The request, `wbuf[wpos..]` not yet taken by the stream (empty once the stream took it
+    /// whole, `Stream::hand_over`).
     wbuf: Vec<u8>,
     wpos: usize,
+    /// The stream took bytes of the current request (so its connect had completed).
+    accepted: bool,
     rbuf: Vec<u8>,
     reader: ResponseReader,
     served: u64,
@@ -205,6 +225,13 @@ pub struct OutboundPool<T> {
     spare: Vec<Vec<u8>>,
     /// Idle connections older than this (ns) are closed on a tick.
     idle_timeout: u64,
+    /// The busy connections' attempt deadlines: one live entry per busy connection
+    /// (`net::deadlines`: stale entries at most its live ones + `COMPACT_SLACK`).
+    attempt_timers: Deadlines,
+    /// When each idle connection expires (when it went idle + `idle_timeout` + 1 ns: closed
+    /// once idle for longer than the timeout): one live entry per idle connection, bound as
+    /// above.
+    idle_timers: Deadlines,
     /// The streams on the core's backend.
     clients: Clients,
     /// Connections whose ring operations could not be submitted, by id and stream generation:
@@ -232,6 +259,8 @@ impl<T> OutboundPool<T> {
             scratch: vec![0u8; READ_CHUNK].into_boxed_slice(),
             spare: Vec::new(),
             idle_timeout: idle_timeout_nanos,
+            attempt_timers: Deadlines::default(),
+            idle_timers: Deadlines::default(),
             clients: Clients::default(),
             unsubmitted: Vec::new(),
         }
@@ -284,13 +313,15 @@ impl<T> OutboundPool<T> {
         }
     }
 
-    /// Attempts on the wire.
+    /// Attempts on the wire (each busy connection has its attempt's deadline armed).
     pub fn in_flight(&self) -> usize {
-        self.conns
-            .iter()
-            .flatten()
-            .filter(|c| matches!(c.state, ConnState::Busy(_)))
-            .count()
+        self.attempt_timers.live()
+    }
+
+    /// Entries in the pool's two timer heaps, live and stale: at most 2 × the open connections
+    /// + 2 × `net::deadlines::COMPACT_SLACK`.
+    pub fn timer_entries(&self) -> usize {
+        self.attempt_timers.entries() + self.idle_timers.entries()
     }
 
     /// Open connections (busy and idle) to `dest`.
@@ -309,16 +340,9 @@ impl<T> OutboundPool<T> {
         self.spare.pop().unwrap_or_default()
     }
 
-    /// The earliest attempt deadline (for the poll timeout).
+    /// The earliest attempt deadline (for the poll timeout; idle expiry waits for a tick).
     pub fn next_deadline(&self) -> Option<u64> {
-        self.conns
-            .iter()
-            .flatten()
-            .filter_map(|c| match &c.state {
-                ConnState::Busy(a) => Some(a.deadline),
-                _ => None,
-            })
-            .min()
+        self.attempt_timers.peek()
     }
 
     /// Sends `request` (an encoded HTTP request) to `target` on an idle connection, or on a new
@@ -345,9 +369,12 @@ impl<T> OutboundPool<T> {
         if let Some((id, c)) = reuse.and_then(|id| Some((id, self.conns[id].as_mut()?))) {
             let old = std::mem::replace(&mut c.wbuf, request);
             c.wpos = 0;
+            c.accepted = false;
             let mut attempt = attempt;
             attempt.reused = c.served > 0;
             c.state = ConnState::Busy(attempt);
+            self.idle_timers.disarm(id);
+            self.attempt_timers.arm(id, deadline);
             recycle(&mut self.spare, old);
             let written = self.write(id);
             self.touch(id);
@@ -409,6 +436,7 @@ impl<T> OutboundPool<T> {
             state: ConnState::Broken,
             wbuf,
             wpos: 0,
+            accepted: false,
             rbuf: Vec::new(),
             reader: ResponseReader::new(ClientLimits::default())
                 .status_only()
@@ -416,6 +444,7 @@ impl<T> OutboundPool<T> {
             served: 0,
         };
         self.dests.entry(d).or_default().open += 1;
+        self.attempt_timers.arm(id, attempt.deadline);
         conn.state = ConnState::Busy(attempt);
         self.conns[id] = Some(conn);
         // The write happens on the first writable event (connection established); on io_uring
@@ -488,7 +517,7 @@ impl<T> OutboundPool<T> {
         // still connecting (or in its TLS handshake) is asked: that costs a `getsockopt` per
         // readiness event, and on an established connection a reset surfaces as the read or
         // write error anyway.
-        let fresh = c.served == 0 && c.wpos == 0;
+        let fresh = c.served == 0 && !c.accepted;
         let connecting = fresh || c.wire.in_handshake();
         if connecting && matches!(c.wire.stream().take_error(), Ok(Some(_)) | Err(_)) {
             let r = if c.wire.in_handshake() {
@@ -536,15 +565,13 @@ impl<T> OutboundPool<T> {
                 out.extend(self.fail_conn(id, Failure::Broken));
             }
         }
-        for id in 0..self.conns.len() {
-            let expired = match self.conns[id].as_ref().map(|c| &c.state) {
-                Some(ConnState::Busy(a)) => a.deadline <= now,
-                Some(ConnState::Idle { since }) => now.saturating_sub(*since) > self.idle_timeout,
-                _ => false,
-            };
-            if expired {
-                out.extend(self.fail_conn(id, Failure::Timeout));
-            }
+        // Only what is due is looked at (`net::deadlines`); `close` disarms a closed
+        // connection's timers, so an id popped here is open and in the state its timer is for.
+        while let Some(id) = self.attempt_timers.pop_due(now) {
+            out.extend(self.fail_conn(id, Failure::Timeout));
+        }
+        while let Some(id) = self.idle_timers.pop_due(now) {
+            self.fail_conn(id, Failure::Timeout); // an idle connection carries no attempt
         }
     }
 
@@ -552,6 +579,14 @@ impl<T> OutboundPool<T> {
     /// end returned.
     fn write(&mut self, id: usize) -> Option<Finished<T>> {
         let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
+        // On io_uring the whole request becomes the stream's outbox, not copied into it; the
+        // stream's empty buffer comes back as `wbuf` (a plain stream only: TLS encrypts).
+        if let Wire::Plain(s) = &mut c.wire {
+            if c.wpos == 0 && s.hand_over(&mut c.wbuf) {
+                c.accepted = true;
+                return None;
+            }
+        }
         loop {
             // A TLS connection may hold records after the last plaintext byte went in.
             let rest = &c.wbuf[c.wpos..];
@@ -561,12 +596,15 @@ impl<T> OutboundPool<T> {
             match c.wire.write(rest) {
                 Ok(0) if rest.is_empty() => break,
                 Ok(0) => return self.fail_conn(id, Failure::Broken),
-                Ok(n) => c.wpos += n,
+                Ok(n) => {
+                    c.wpos += n;
+                    c.accepted = true;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => return None, // connecting
                 Err(e) => {
-                    let connecting = c.served == 0 && c.wpos == 0 && !c.wire.is_tls();
+                    let connecting = c.served == 0 && !c.accepted && !c.wire.is_tls();
                     let r = if connecting {
                         Failure::Connect
                     } else {
@@ -579,29 +617,30 @@ impl<T> OutboundPool<T> {
         None
     }
 
+    /// Reads and parses what came on connection `id`, until `WouldBlock` or the attempt's end.
+    /// On a plain io_uring stream the bytes are parsed where the receive put them (the
+    /// stream's inbox); on mio, and through TLS, they are read into the pool's scratch buffer.
     fn read(&mut self, id: usize, now: u64) -> Option<Finished<T>> {
         loop {
             let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
-            let n = match c.wire.read(&mut self.scratch) {
-                Ok(0) => {
-                    // EOF: a close-delimited body ends, anything else is broken.
-                    let ev = c.reader.on_eof();
-                    return match (ev, &c.state) {
-                        (ResponseEvent::Response(r), ConnState::Busy(_)) => {
-                            let result = Exchange::Response {
-                                status: r.status,
-                                retry_after: None,
-                            };
-                            self.complete(id, (result, r.body_prefix), false, now)
-                        }
-                        (_, ConnState::Busy(_)) => self.fail_conn(id, Failure::Broken),
-                        _ => {
-                            self.close(id);
-                            None
-                        }
-                    };
+            let (state, reader, rbuf) = (&mut c.state, &mut c.reader, &mut c.rbuf);
+            let mut take = |bytes: &[u8]| take_bytes(state, reader, rbuf, bytes);
+            let got = match &mut c.wire {
+                Wire::Plain(s) => s.read_with(&mut self.scratch, take),
+                tls => match tls.read(&mut self.scratch) {
+                    Ok(0) => Ok(None),
+                    Ok(n) => Ok(Some(take(&self.scratch[..n]))),
+                    Err(e) => Err(e),
+                },
+            };
+            let event = match got {
+                Ok(None) => return self.on_eof(id, now),
+                Ok(Some(Some(event))) => event,
+                Ok(Some(None)) => {
+                    // Bytes on an idle connection: the server is confused; drop the connection.
+                    self.close(id);
+                    return None;
                 }
-                Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -612,23 +651,6 @@ impl<T> OutboundPool<T> {
                     };
                     return self.fail_conn(id, failure(&e, r));
                 }
-            };
-            if let ConnState::Busy(a) = &mut c.state {
-                a.got_bytes = true;
-            } else {
-                // Bytes on an idle connection: the server is confused; drop the connection.
-                self.close(id);
-                return None;
-            }
-            // Usually nothing is buffered and the whole response came in this read: it is
-            // parsed where it was read, and only a rest is kept.
-            let event = if c.rbuf.is_empty() {
-                let (event, used) = c.reader.poll_slice(&self.scratch[..n]);
-                c.rbuf.extend_from_slice(&self.scratch[used..n]);
-                event
-            } else {
-                c.rbuf.extend_from_slice(&self.scratch[..n]);
-                c.reader.poll(&mut c.rbuf)
             };
             match event {
                 ResponseEvent::Incomplete => continue,
@@ -646,6 +668,27 @@ impl<T> OutboundPool<T> {
         }
     }
 
+    /// Connection `id` reached its end of stream: a close-delimited body ends, anything else
+    /// during an attempt is broken; an idle connection just closes.
+    fn on_eof(&mut self, id: usize, now: u64) -> Option<Finished<T>> {
+        let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
+        let ev = c.reader.on_eof();
+        match (ev, &c.state) {
+            (ResponseEvent::Response(r), ConnState::Busy(_)) => {
+                let result = Exchange::Response {
+                    status: r.status,
+                    retry_after: None,
+                };
+                self.complete(id, (result, r.body_prefix), false, now)
+            }
+            (_, ConnState::Busy(_)) => self.fail_conn(id, Failure::Broken),
+            _ => {
+                self.close(id);
+                None
+            }
+        }
+    }
+
     /// An attempt on connection `id` got a response: keep the connection idle (keep-alive,
     /// nothing extra buffered, under the destination's idle cap) or close it.
     fn complete(
@@ -657,13 +700,15 @@ impl<T> OutboundPool<T> {
     ) -> Option<Finished<T>> {
         let c = self.conns.get_mut(id).and_then(Option::as_mut)?;
         let d = c.dest;
-        let state = std::mem::replace(&mut c.state, ConnState::Idle { since: now });
+        let state = std::mem::replace(&mut c.state, ConnState::Idle);
         let ConnState::Busy(attempt) = state else {
             return None;
         };
+        self.attempt_timers.disarm(id);
         c.served += 1;
         c.wbuf.clear();
         c.wpos = 0;
+        c.accepted = false;
         c.reader = ResponseReader::new(ClientLimits::default())
             .status_only()
             .keeping_body(RESPONSE_PREFIX_BYTES);
@@ -671,6 +716,9 @@ impl<T> OutboundPool<T> {
         let dest = self.dests.entry(d).or_default();
         if keep && dest.idle.len() < dest.idle_cap {
             dest.idle.push(id);
+            // Closed once idle for longer than `idle_timeout` (`on_tick`).
+            let expiry = now.saturating_add(self.idle_timeout).saturating_add(1);
+            self.idle_timers.arm(id, expiry);
         } else {
             self.close(id);
         }
@@ -709,6 +757,8 @@ impl<T> OutboundPool<T> {
     fn close(&mut self, id: usize) {
         if let Some(mut c) = self.conns.get_mut(id).and_then(Option::take) {
             self.free.push(id);
+            self.attempt_timers.disarm(id);
+            self.idle_timers.disarm(id);
             recycle(&mut self.spare, std::mem::take(&mut c.wbuf));
             self.clients.release(id, c.wire.into_stream());
             if let Some(dest) = self.dests.get_mut(&c.dest) {
@@ -717,6 +767,29 @@ impl<T> OutboundPool<T> {
             }
         }
     }
+}
+
+/// Bytes arrived on a connection: parsed for its attempt, or `None` if it has none (idle).
+fn take_bytes<T>(
+    state: &mut ConnState<T>,
+    reader: &mut ResponseReader,
+    rbuf: &mut Vec<u8>,
+    bytes: &[u8],
+) -> Option<ResponseEvent> {
+    let ConnState::Busy(a) = state else {
+        return None;
+    };
+    a.got_bytes = true;
+    // Usually nothing is buffered and the whole response came in this read: it is parsed
+    // where it was read, and only a rest is kept.
+    Some(if rbuf.is_empty() {
+        let (event, used) = reader.poll_slice(bytes);
+        rbuf.extend_from_slice(&bytes[used..]);
+        event
+    } else {
+        rbuf.extend_from_slice(bytes);
+        reader.poll(rbuf)
+    })
 }
 
 /// Keeps `buf`, emptied, for a next request if there is room and it is not outsized.

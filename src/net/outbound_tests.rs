@@ -162,6 +162,7 @@ both!(
     a_server_closing_mid_response_breaks_the_exchange,
     an_https_destination_is_answered_over_tls,
     an_untrusted_https_destination_is_a_tls_failure,
+    a_reused_connection_loses_its_idle_expiry_and_the_timers_stay_bounded,
 );
 
 fn done(f: &Finished<u32>) -> (u32, Exchange) {
@@ -309,6 +310,62 @@ fn idle_connections_close_after_idle_timeout_and_past_the_idle_cap(b: Backend) {
     assert!(out.is_empty(), "closing an idle connection ends no attempt");
     assert_eq!((pool.idle(0), pool.connections(0)), (0, 0));
     assert_eq!(server.join().unwrap(), 2);
+}
+
+/// Every attempt on one kept-alive connection arms an attempt deadline and, once answered, an
+/// idle expiry: a reuse takes the idle expiry away (it does not close the busy connection), and
+/// the stale entries those re-arms leave stay within the heaps' bound.
+fn a_reused_connection_loses_its_idle_expiry_and_the_timers_stay_bounded(b: Backend) {
+    const ROUNDS: u32 = 200;
+    let (port, server) = server(1, vec![OK; ROUNDS as usize + 1]);
+    let Some(mut poll) = Rig::new(b) else {
+        return;
+    };
+    let mut pool = poll.pool(5 * SECOND);
+    for i in 0..ROUNDS {
+        let now = u64::from(i) * SECOND;
+        let started = pool.start(target(port, 1), i, REQUEST.to_vec(), now + 100 * SECOND);
+        let opened = if i == 0 {
+            Started::Opened
+        } else {
+            Started::Reused
+        };
+        assert_eq!(started.unwrap(), opened);
+        assert_eq!(
+            done(&drive(&mut pool, &mut poll, now, 1)[0]),
+            (i, STATUS_200)
+        );
+        assert_eq!((pool.idle(0), pool.connections(0)), (1, 1));
+        let bound = 2 * pool.connections(0) + 2 * crate::net::deadlines::COMPACT_SLACK;
+        assert!(pool.timer_entries() <= bound, "{}", pool.timer_entries());
+    }
+    // Answered at ROUNDS - 1 s, reused at ROUNDS s: its idle expiry (ROUNDS + 4 s + 1) is gone.
+    let now = u64::from(ROUNDS) * SECOND;
+    pool.start(
+        target(port, 1),
+        ROUNDS,
+        REQUEST.to_vec(),
+        now + 100 * SECOND,
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    pool.on_tick(now + 50 * SECOND, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(
+        (pool.in_flight(), pool.next_deadline()),
+        (1, Some(now + 100 * SECOND))
+    );
+    assert_eq!(
+        done(&drive(&mut pool, &mut poll, now, 1)[0]),
+        (ROUNDS, STATUS_200)
+    );
+    assert_eq!(
+        pool.next_deadline(),
+        None,
+        "idle expiry is not an attempt deadline"
+    );
+    drop(pool);
+    assert_eq!(server.join().unwrap(), ROUNDS as usize + 1);
 }
 
 fn retry_after_is_parsed_and_a_malformed_response_is_an_io_failure(b: Backend) {

@@ -34,6 +34,35 @@ impl Stream {
         }
     }
 
+    /// Reads and gives what came to `f`, which consumes all of it: `Ok(None)` at the end of
+    /// the stream, errors and `WouldBlock` as [`Read::read`]. On io_uring `f` reads the bytes
+    /// in the stream's inbox, not copied ([`uring::UringStream::read_with`]); on mio they are
+    /// read into `scratch` first (at most its length).
+    pub fn read_with<R>(
+        &mut self,
+        scratch: &mut [u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<Option<R>> {
+        match self {
+            Stream::Mio(s) => match s.read(scratch)? {
+                0 => Ok(None),
+                n => Ok(Some(f(&scratch[..n]))),
+            },
+            Stream::Uring(s) => s.read_with(f),
+        }
+    }
+
+    /// Takes `buf` whole as the next bytes to send, without a copy, leaving an empty buffer
+    /// (a reusable allocation) in its place: on io_uring when the stream's outbox is empty and
+    /// `buf` fits in it ([`uring::UringStream::hand_over`]). False, nothing taken, otherwise
+    /// (and always on mio, whose `write` is the `send` itself): `write` it as usual.
+    pub fn hand_over(&mut self, buf: &mut Vec<u8>) -> bool {
+        match self {
+            Stream::Mio(_) => false,
+            Stream::Uring(s) => s.hand_over(buf),
+        }
+    }
+
     /// True if bytes from the client are already here and not yet read (in the socket, or on
     /// io_uring in the stream's inbox): a connection that looks idle but is not. Nothing is
     /// consumed.

@@ -10,10 +10,14 @@
 //!   to the connection's inbox and the buffer is given back at once, so a connection holds at
 //!   most one receive ([`BUF_SIZE`]) that the worker has not read: a connection the worker stops reading
 //!   (pipeline depth, body budget) stops receiving, and TCP backpressure reaches its client as
-//!   with mio;
+//!   with mio. The owner takes the inbox's bytes with `read` (a copy) or lends them in place
+//!   ([`UringStream::read_with`]: the outbound pool parses responses there);
 //! - **send**: `write` copies into the connection's outbox (at most [`OUT_CAP`] bytes, then
-//!   `WouldBlock`); at the end of the loop turn the outbox becomes one `IORING_OP_SEND`. One send
-//!   is in flight per connection; its completion is the "writable" edge;
+//!   `WouldBlock`), or [`UringStream::hand_over`] makes a whole buffer of at most [`OUT_CAP`]
+//!   the outbox when the outbox is empty, without a copy (the outbound pool's requests; the
+//!   outbox's empty buffer goes back to the caller); at the end of the loop turn the outbox
+//!   becomes one `IORING_OP_SEND`. One send is in flight per connection; its completion is the
+//!   "writable" edge;
 //! - **registered files**: a stream that arms its second receive takes a slot in the ring's
 //!   file table (`fixed_files.rs`), and its sends and receives name the slot, so the kernel
 //!   does not look the socket up for each; its close clears the slot;
@@ -234,34 +238,73 @@ impl UringStream {
     }
 }
 
+impl UringStream {
+    /// Reads without copying: `f` is given every byte received and not yet read (at most one
+    /// receive, [`BUF_SIZE`]), in the inbox where the completion put them, and they count as
+    /// read once it returns. `Ok(None)` at the end of the stream; errors and `WouldBlock` as
+    /// [`Read::read`] says them.
+    pub fn read_with<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> io::Result<Option<R>> {
+        if self.inbox_pos < self.inbox.len() {
+            let r = f(&self.inbox[self.inbox_pos..]);
+            self.consumed(self.inbox.len() - self.inbox_pos);
+            return Ok(Some(r));
+        }
+        self.nothing_to_read().map(|()| None)
+    }
+
+    /// Takes `buf` whole as the bytes to send next, without copying them, and gives back the
+    /// outbox's empty buffer in its place (a reusable allocation for the caller): when the
+    /// outbox is empty and `buf` fits in it ([`OUT_CAP`]), on a connected stream with no
+    /// error or shutdown pending. Returns false, taking nothing, otherwise: `write` it.
+    pub fn hand_over(&mut self, buf: &mut Vec<u8>) -> bool {
+        let open = self.error.is_none() && !self.shut_wanted && !self.connecting;
+        if !open || !self.outbox.is_empty() || buf.is_empty() || buf.len() > OUT_CAP {
+            return false;
+        }
+        std::mem::swap(&mut self.outbox, buf);
+        buf.clear();
+        true
+    }
+
+    /// `n` bytes of the inbox were read. Read dry, it keeps a small buffer for the next receive
+    /// (as `Conn::trim` keeps a small read buffer), frees a large one, and asks for more.
+    fn consumed(&mut self, n: usize) {
+        self.inbox_pos += n;
+        if self.inbox_pos == self.inbox.len() {
+            if self.inbox.capacity() > INBOX_KEEP {
+                self.inbox = Vec::new();
+            } else {
+                self.inbox.clear();
+            }
+            self.inbox_pos = 0;
+            self.want_recv = !self.eof && self.error.is_none();
+        }
+    }
+
+    /// A read found the inbox empty: the stream's error, the end of the stream (`Ok`), or
+    /// `WouldBlock` with a receive asked for.
+    fn nothing_to_read(&mut self) -> io::Result<()> {
+        if let Some(errno) = self.error {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        if self.eof {
+            return Ok(());
+        }
+        self.want_recv = true;
+        // (While connecting, the receive waits for the connect: `Uring::arm`.)
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+}
+
 impl Read for UringStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.inbox_pos < self.inbox.len() {
             let n = (self.inbox.len() - self.inbox_pos).min(buf.len());
             buf[..n].copy_from_slice(&self.inbox[self.inbox_pos..self.inbox_pos + n]);
-            self.inbox_pos += n;
-            if self.inbox_pos == self.inbox.len() {
-                // Read dry: keep a small buffer for the next receive (as `Conn::trim` keeps a
-                // small read buffer), free a large one, and ask for more.
-                if self.inbox.capacity() > INBOX_KEEP {
-                    self.inbox = Vec::new();
-                } else {
-                    self.inbox.clear();
-                }
-                self.inbox_pos = 0;
-                self.want_recv = !self.eof && self.error.is_none();
-            }
+            self.consumed(n);
             return Ok(n);
         }
-        if let Some(errno) = self.error {
-            return Err(io::Error::from_raw_os_error(errno));
-        }
-        if self.eof {
-            return Ok(0);
-        }
-        self.want_recv = true;
-        // (While connecting, the receive waits for the connect: `Uring::arm`.)
-        Err(io::ErrorKind::WouldBlock.into())
+        self.nothing_to_read().map(|()| 0)
     }
 }
 

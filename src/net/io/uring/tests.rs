@@ -186,6 +186,69 @@ fn a_full_outbox_blocks_until_the_peer_reads() {
     assert_eq!(reader.join().unwrap(), accepted);
 }
 
+/// A buffer handed over becomes the outbox itself (no copy) and the stream's empty one comes
+/// back; with bytes in the outbox, or a buffer past `OUT_CAP`, nothing is taken.
+#[test]
+fn a_handed_over_buffer_is_sent_without_a_copy_and_an_empty_one_comes_back() {
+    if !have_uring() {
+        return;
+    }
+    let poll = ::mio::Poll::new().unwrap();
+    let mut u = Uring::new(poll.as_raw_fd()).unwrap();
+    let (mut s, mut peer) = pair(&mut u);
+    let mut request = b"the whole request".to_vec();
+    let at = request.as_ptr();
+    s.outbox.reserve(100);
+    let outbox_at = s.outbox.as_ptr();
+    assert!(s.hand_over(&mut request));
+    assert_eq!(s.outbox.as_ptr(), at, "the request's own memory");
+    assert_eq!(
+        (request.len(), request.as_ptr()),
+        (0, outbox_at),
+        "the outbox's buffer back"
+    );
+    // The outbox holds bytes now: a second buffer is refused (it would be written instead).
+    let mut more = b"more".to_vec();
+    assert!(!s.hand_over(&mut more));
+    assert_eq!(more, b"more");
+    turn_until(&mut u, &mut s, |s| s.unsent() == 0 && !s.send_armed);
+    let mut got = vec![0u8; 17];
+    peer.read_exact(&mut got).unwrap();
+    assert_eq!(got, b"the whole request");
+    let mut big = vec![1u8; OUT_CAP + 1];
+    assert!(
+        !s.hand_over(&mut big),
+        "past OUT_CAP: written in pieces instead"
+    );
+    assert!(!s.hand_over(&mut Vec::new()), "nothing to take");
+    s.shutdown(Shutdown::Write).unwrap();
+    assert!(!s.hand_over(&mut b"late".to_vec()), "shut down: refused");
+}
+
+/// `read_with` lends the inbox's unread bytes (after a partial `read`, the rest only), counts
+/// them read, asks for the next receive, and tells the end of the stream as `None`.
+#[test]
+fn read_with_lends_the_unread_inbox_and_tells_the_end() {
+    if !have_uring() {
+        return;
+    }
+    let poll = ::mio::Poll::new().unwrap();
+    let mut u = Uring::new(poll.as_raw_fd()).unwrap();
+    let (mut s, mut peer) = pair(&mut u);
+    let err = s.read_with(|_| panic!("nothing yet")).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+    peer.write_all(b"hello world").unwrap();
+    turn_until(&mut u, &mut s, |s| s.inbox.len() >= 11);
+    assert_eq!(s.read(&mut [0u8; 6]).unwrap(), 6);
+    let inbox_at = s.inbox.as_ptr() as usize;
+    let seen = s.read_with(|b| (b.to_vec(), b.as_ptr() as usize)).unwrap();
+    assert_eq!(seen, Some((b"world".to_vec(), inbox_at + 6)), "in place");
+    assert!(s.want_recv, "read dry: the next receive is asked for");
+    drop(peer);
+    turn_until(&mut u, &mut s, |s| s.eof);
+    assert_eq!(s.read_with(|_| ()).unwrap(), None);
+}
+
 #[test]
 fn a_retired_stream_still_sends_what_it_accepted_then_closes() {
     if !have_uring() {
