@@ -347,9 +347,9 @@ pub use config::{
 };
 pub use error::{LostRange, WalError};
 pub use format::{
-    decode_event, decode_payload, encode_event, encode_payload_into, truncate_utf8, DecodeError,
-    DoneEntry, DoneRecord, DoneStatus, EncodeError, EventRecord, Lsn, Record, RecordKind,
-    RetryRecord, MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_RECORD_BYTES,
+    decode_event, decode_payload, encode_event, encode_payload_into, truncate_utf8, BodyJson,
+    DecodeError, DoneEntry, DoneRecord, DoneStatus, EncodeError, EventRecord, Lsn, Record,
+    RecordKind, RetryRecord, MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_RECORD_BYTES,
 };
 pub use format::{event_cost, max_record_bytes_for, MAX_HEADERS, MAX_HEADER_VALUE_BYTES};
 pub use format::{

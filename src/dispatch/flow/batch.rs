@@ -41,7 +41,8 @@ pub fn body(members: &[Job]) -> Vec<u8> {
         out.extend_from_slice(b",\"source\":");
         push_json_string(&mut out, &e.source);
         out.extend_from_slice(format!(",\"received_at\":{}", e.received_at_ms).as_bytes());
-        if serde_json::from_slice::<serde::de::IgnoredAny>(&e.body).is_ok() {
+        // Decided once at ingest (`wal::BodyJson`); parsed here only when it was not.
+        if e.body_json.is_json(&e.body) {
             out.extend_from_slice(b",\"body\":");
             out.extend_from_slice(&e.body);
         } else {
@@ -81,6 +82,7 @@ mod tests {
                 headers: vec![],
                 body: body.to_vec(),
                 replay_of: None,
+                body_json: Default::default(),
             },
             dest: 3,
             attempt,

@@ -27,6 +27,7 @@ fn job(lsn: u64, body: &[u8]) -> Job {
             headers: vec![("content-type".into(), b"application/json".to_vec())],
             body: body.to_vec(),
             replay_of: None,
+            body_json: Default::default(),
         },
         2,
         1,
