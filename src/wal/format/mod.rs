@@ -248,6 +248,8 @@ pub fn parse_record_max(bytes: &[u8], max_len: usize) -> Parsed<'_> {
 }
 
 #[cfg(test)]
+mod body_json_tests;
+#[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
