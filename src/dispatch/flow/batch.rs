@@ -68,7 +68,7 @@ fn push_json_string(out: &mut Vec<u8>, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wal::EventRecord;
+    use crate::wal::{BodyJson, EventRecord};
     use serde_json::Value;
 
     fn job(lsn: u64, id: &str, body: &[u8], attempt: u32) -> Job {
@@ -113,5 +113,28 @@ mod tests {
         assert_eq!(a[1]["body_base64"], "/wByYXc=");
         assert!(a[1].get("body").is_none());
         assert_eq!(a[2]["body_base64"], "", "an empty body is not JSON");
+    }
+
+    #[test]
+    fn a_stored_json_decision_is_obeyed_without_parsing() {
+        let flagged = |lsn, body: &[u8], body_json| {
+            let mut j = job(lsn, "e", body, 1);
+            j.event.body_json = body_json;
+            j
+        };
+        let members = vec![
+            flagged(1, br#"{"a":1}"#, BodyJson::NotJson),
+            flagged(2, b" [1,  2] ", BodyJson::Json),
+            flagged(3, b"[1,", BodyJson::Json),
+            flagged(4, b"\xff", BodyJson::Undecided),
+        ];
+        let text = String::from_utf8(body(&members)).unwrap();
+        // Not JSON, though the bytes parse: base64 (no second look).
+        assert!(text.contains(r#""body_base64":"eyJhIjoxfQ==""#), "{text}");
+        // JSON: the stored bytes verbatim, even ones that would not parse (trusted, not checked).
+        assert!(text.contains(r#""body": [1,  2] }"#), "{text}");
+        assert!(text.contains(r#""body":[1,}"#), "{text}");
+        // Undecided: parsed, as before the flag.
+        assert!(text.contains(r#""body_base64":"/w==""#), "{text}");
     }
 }
