@@ -250,7 +250,7 @@ impl DoneStatus {
 /// One finished event inside a [`DoneRecord`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DoneEntry {
-    /// LSN of the event record (kind 1 or 5) this outcome finishes.
+    /// LSN of the event record (kind 1, 5, 9 or 10) this outcome finishes.
     pub event_lsn: u64,
     pub status: DoneStatus,
     /// Delivery attempts made (0 if none).
@@ -403,7 +403,7 @@ impl AttemptOutcome {
 /// One attempt of one event (or a skip or dead-lettering of it) inside an [`AttemptsRecord`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptEntry {
-    /// LSN of the event record (kind 1 or 5) in the same log.
+    /// LSN of the event record (kind 1, 5, 9 or 10) in the same log.
     pub event_lsn: Lsn,
     /// The attempt's number (1 = first); for a skip or dead-lettering, the attempts made.
     pub attempt: u32,

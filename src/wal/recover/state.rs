@@ -2,8 +2,8 @@
 //!
 //! One pass over the log ([`recover_dispatch`]), in LSN order:
 //!
-//! * an event record (kind 1 or 5) becomes *pending* with its record length, receive time and
-//!   trigger, due now (`next_attempt = 1`, `due_at_ms = 0`);
+//! * an event record (kind 1, 5, 9 or 10) becomes *pending* with its record length, receive
+//!   time and trigger, due now (`next_attempt = 1`, `due_at_ms = 0`);
 //! * a retry record (kind 3) for a pending event replaces its `next_attempt` / `due_at_ms` (the
 //!   latest one wins);
 //! * a done record (kind 2) removes each listed event from the pending set.
