@@ -397,4 +397,19 @@ pub(crate) mod tests {
             let _ = decode_entry(&b);
         }
     }
+
+    #[test]
+    fn an_entry_keeps_its_event_s_json_decision_and_old_kinds_still_decode() {
+        use crate::wal::BodyJson;
+        for body_json in [BodyJson::Undecided, BodyJson::Json, BodyJson::NotJson] {
+            for replay_of in [None, Some("r".to_owned())] {
+                let mut e = sample_entry(2);
+                e.event.body_json = body_json;
+                e.event.replay_of = replay_of.clone();
+                let back = decode_entry(&encode_entry(&e).unwrap()).unwrap();
+                assert_eq!(back.event, e.event);
+                assert_eq!(back.event.kind(), e.event.kind());
+            }
+        }
+    }
 }
