@@ -269,3 +269,24 @@ fn flagged_events_are_recovered_read_and_inspected_with_their_flag() {
     use serde_json::Value;
     assert_eq!(flags, [Value::Null, Value::Bool(true), Value::Bool(false)]);
 }
+
+#[test]
+fn the_outcome_index_reads_the_trigger_of_flagged_kinds_too() {
+    for replay_of in [None, Some("r".to_owned())] {
+        for state in STATES {
+            let ev = EventRecord {
+                body_json: state,
+                replay_of: replay_of.clone(),
+                ..sample_event(5, 12)
+            };
+            let payload = encode_event(&ev).unwrap();
+            assert_eq!(event_trigger(ev.kind(), &payload), Ok("github-push"));
+            if state != BodyJson::Undecided {
+                let mut bad = payload.clone();
+                bad[0] = 3;
+                assert!(event_trigger(ev.kind(), &bad).is_err(), "flags 3");
+                assert!(event_trigger(ev.kind(), &payload[..1]).is_err());
+            }
+        }
+    }
+}
