@@ -28,6 +28,7 @@ fn entry(n: u128) -> DlqEntry {
             headers: vec![("content-type".to_owned(), b"application/json".to_vec())],
             body: vec![b'x'; 1024],
             replay_of: None,
+            body_json: Default::default(),
         },
         id,
         event_lsn: 1,

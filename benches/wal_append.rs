@@ -33,6 +33,7 @@ fn one_kib_event() -> EventRecord {
         headers: vec![("content-type".to_owned(), b"application/json".to_vec())],
         body: Vec::new(),
         replay_of: None,
+        body_json: Default::default(),
     };
     let overhead = RECORD_HEADER_BYTES + event_payload_len(&ev).expect("within bounds");
     ev.body = vec![b'x'; RECORD_BYTES - overhead];

@@ -168,6 +168,7 @@ fn write_log(dir: &std::path::Path, events: u64, body: usize) -> Vec<String> {
             headers: Vec::new(),
             body: vec![b'x'; body],
             replay_of: None,
+            body_json: Default::default(),
         }));
         open_events.push_back(next);
         next += 1;

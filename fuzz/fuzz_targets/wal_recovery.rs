@@ -108,7 +108,7 @@ fn structured(data: &[u8]) -> Vec<u8> {
     while rest.len() >= 3 {
         // Every kind a record header may carry but the framing ones (6, 7), which the
         // 0xD0.. byte below writes as the writer does.
-        let kind = [1u8, 2, 3, 4, 5, 8][usize::from(rest[0]) % 6];
+        let kind = [1u8, 2, 3, 4, 5, 8, 9, 10][usize::from(rest[0]) % 8];
         let kind = RecordKind::from_u8(kind).unwrap_or(RecordKind::Event);
         let len = usize::from(rest[1]).min(rest.len() - 2);
         let payload = &rest[2..2 + len];

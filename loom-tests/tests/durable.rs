@@ -51,6 +51,7 @@ fn event(i: u64) -> Record {
         headers: Vec::new(),
         body: vec![i as u8; 8],
         replay_of: None,
+        body_json: Default::default(),
     })
 }
 

@@ -246,8 +246,14 @@ pub struct TriggerConfig {
 }
 
 impl TriggerConfig {
-    /// The trigger as ingest sees it: route, edge checks, backlog policy and share.
-    pub fn ingest_spec(&self) -> TriggerSpec {
+    /// The trigger as ingest sees it: route, edge checks, backlog policy and share, and
+    /// whether its events can reach a batch (its `batch` gate, or its handler's, among
+    /// `destinations`).
+    pub fn ingest_spec(&self, destinations: &[DestinationSpec]) -> TriggerSpec {
+        let batching_handler = self
+            .handler
+            .and_then(|d| destinations.get(d))
+            .is_some_and(|d| d.batch.is_some());
         TriggerSpec {
             id: self.id.clone(),
             provider: self.provider.clone(),
@@ -256,6 +262,7 @@ impl TriggerConfig {
             dedupe: self.auth.dedupe,
             when_backlog_full: self.when_backlog_full,
             max_pending: self.max_pending,
+            batched: self.flow.batch.is_some() || batching_handler,
         }
     }
 }
@@ -427,7 +434,7 @@ impl Config {
     pub fn ingest_triggers(&self) -> Vec<TriggerSpec> {
         self.triggers
             .iter()
-            .map(TriggerConfig::ingest_spec)
+            .map(|t| t.ingest_spec(&self.destinations))
             .collect()
     }
 

@@ -75,6 +75,7 @@ impl Job {
             headers: vec![("content-type".into(), b"application/json".to_vec())],
             body,
             replay_of: None,
+            body_json: crate::wal::BodyJson::Undecided,
         };
         Job {
             lsn: first.lsn,
@@ -260,6 +261,7 @@ pub(crate) fn test_job(id: &str, lsn: Lsn) -> Job {
         headers: vec![],
         body: b"{}".to_vec(),
         replay_of: None,
+        body_json: Default::default(),
     };
     Job::new(lsn, event, 0, 1, 0)
 }

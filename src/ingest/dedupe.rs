@@ -582,6 +582,7 @@ mod tests {
                 headers: vec![(DEDUPE_KEY_HEADER.into(), key.as_bytes().to_vec())],
                 body: b"{}".to_vec(),
                 replay_of: None,
+                body_json: Default::default(),
             };
             wal.append_events(&[ev]).unwrap();
             assert_eq!(wal.last_lsn(), i as u64 + 1);

@@ -97,6 +97,9 @@ pub struct GuardTable {
     by_trigger: HashMap<Box<str>, TriggerGuard>,
     /// The triggers with `when_backlog_full = "absorb"` (`Backlog::reserve_as`).
     absorbing: std::collections::HashSet<Box<str>>,
+    /// The triggers whose events can reach a batch ([`TriggerSpec::batched`]): ingest decides
+    /// whether their bodies are JSON (`wal::BodyJson`).
+    batching: std::collections::HashSet<Box<str>>,
 }
 
 impl GuardTable {
@@ -122,9 +125,15 @@ impl GuardTable {
             .into_iter()
             .map(Into::into)
             .collect();
+        let batching = triggers
+            .iter()
+            .filter(|t| t.batched)
+            .map(|t| t.id.as_str().into())
+            .collect();
         Ok(GuardTable {
             by_trigger,
             absorbing,
+            batching,
         })
     }
 
@@ -141,6 +150,13 @@ impl GuardTable {
     #[inline]
     pub fn absorbs(&self, trigger_id: &str) -> bool {
         !self.absorbing.is_empty() && self.absorbing.contains(trigger_id)
+    }
+
+    /// True when `trigger_id`'s events can reach a batch (a `batch` gate, or a handler whose
+    /// destination batches): ingest decides whether their bodies are JSON.
+    #[inline]
+    pub fn batches(&self, trigger_id: &str) -> bool {
+        !self.batching.is_empty() && self.batching.contains(trigger_id)
     }
 }
 

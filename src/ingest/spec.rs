@@ -56,6 +56,9 @@ pub struct TriggerSpec {
     pub dedupe: Option<DedupeRule>,
     pub when_backlog_full: WhenFull,
     pub max_pending: MaxPending,
+    /// Its events can reach a batch: a `batch` flow gate, or a handler whose destination has
+    /// `batch`. Ingest then decides, once, whether each body is JSON (`wal::BodyJson`).
+    pub batched: bool,
 }
 
 impl TriggerSpec {
@@ -69,6 +72,7 @@ impl TriggerSpec {
             dedupe: None,
             when_backlog_full: WhenFull::Refuse,
             max_pending: MaxPending::default(),
+            batched: false,
         }
     }
 

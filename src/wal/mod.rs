@@ -18,7 +18,8 @@
 //! pub type Lsn = u64;                                                    // format/record.rs
 //! pub struct EventRecord { pub event_id: String, pub trigger_id: String, pub source: String,
 //!                          pub received_at_ms: u64, pub headers: Vec<(String, Vec<u8>)>, pub body: Vec<u8>,
-//!                          pub replay_of: Option<String> }
+//!                          pub replay_of: Option<String>, pub body_json: BodyJson }
+//! pub enum BodyJson { Undecided /* default */, Json, NotJson }   // decide(body), is_json(body)
 //! pub enum Record { Event(EventRecord), Done(DoneRecord), Retry(RetryRecord), Attempts(AttemptsRecord) }
 //! pub struct DoneRecord { pub entries: Vec<DoneEntry> }          // <= MAX_DONE_ENTRIES (4096)
 //! pub struct DoneEntry { pub event_lsn: Lsn, pub status: DoneStatus, pub attempts: u32 }
@@ -30,7 +31,7 @@
 //! pub struct AttemptEntry { pub event_lsn: Lsn, pub attempt: u32, pub at_ms: u64, pub destination: u32,
 //!     pub outcome: AttemptOutcome, pub latency_us: u32, pub retry_after_ms: Option<u32>,
 //!     pub response_prefix: Vec<u8> /* <= MAX_RESPONSE_PREFIX_BYTES (512) */ }
-//! pub fn encode_event(&EventRecord) -> Result<Vec<u8>, EncodeError>;   // kind 1, or 5 with replay_of
+//! pub fn encode_event(&EventRecord) -> Result<Vec<u8>, EncodeError>;   // kind 1, 5, 9 or 10
 //! pub fn decode_event(&[u8]) -> Result<EventRecord, DecodeError>;      // kind 1
 //! pub fn encode_payload_into(&Record, &mut Vec<u8>) -> Result<(), EncodeError>;
 //! pub fn decode_payload(RecordKind, &[u8]) -> Result<Record, DecodeError>;   // format/mod.rs, format/decode.rs
@@ -119,9 +120,9 @@
 //! zero-padded to 20 digits so lexical order is numeric order: `00000000000000000001.seg`.
 //! A segment has no header. Each is preallocated to [`WalConfig::segment_bytes`] (default
 //! 64 MiB) with `fallocate` (falling back to `set_len`), so the unused tail reads as zeros.
-//! `segment_bytes` must be at least [`MAX_RECORD_BYTES`] (33 825 959 bytes, the largest record
-//! the field bounds below allow: a replayed event with every field at its bound) plus a commit
-//! marker (42 bytes): 33 826 001 bytes, [`min_segment_bytes_for`], so that every record fits in an
+//! `segment_bytes` must be at least [`MAX_RECORD_BYTES`] (33 825 960 bytes, the largest record
+//! the field bounds below allow: a replayed event with its flags byte and every field at its
+//! bound, kind 10) plus a commit marker (42 bytes): 33 826 002 bytes, [`min_segment_bytes_for`], so that every record fits in an
 //! empty segment with its marker; [`open`] refuses smaller values. A record never spans segments: when it does not fit in the space left, the
 //! writer creates (and, in `Fsync` mode, `fsync`s the directory entry of) the next segment.
 //! LSNs start at 1 and are consecutive across segments.
@@ -148,7 +149,8 @@
 //!      8     8  lsn    u64  log sequence number, consecutive from the segment name's LSN.
 //!     16     1  kind   u8   1 = event, 2 = done, 3 = retry, 5 = replayed event,
 //!                           6 = commit marker, 7 = lost range (framing: below),
-//!                           8 = attempts (issue 27; layout in `format/attempt.rs`).
+//!                           8 = attempts (issue 27; layout in `format/attempt.rs`),
+//!                           9 = event with flags, 10 = replayed event with flags (issue 43).
 //!                           4 = DLQ entry is the framing of `DATA_DIR/dlq/` files only
 //!                           (`dispatch::dlq`): a kind-4 record in the WAL does not decode
 //!                           (`wal verify` reports it as corrupt). Other values are corruption.
@@ -193,12 +195,29 @@
 //! ...              the kind-1 payload above, field for field
 //! ```
 //!
+//! Flagged event payloads (kinds 9 and 10, issue 43): whether the body is one JSON value
+//! ([`BodyJson`]), decided once at ingest so that a batch copies the body without parsing it.
+//! One flags byte, then exactly the kind-1 (for 9) or kind-5 (for 10) payload above:
+//!
+//! ```text
+//! u8               flags       bits 0-1: 0 not decided, 1 one JSON value, 2 not one JSON
+//!                              value; 3, and any of bits 2-7 set, are corruption
+//! ...              the kind-1 payload (kind 9), or the kind-5 payload (kind 10)
+//! ```
+//!
+//! Writers use kinds 9 and 10 only for a decided event; one nobody decided for is kind 1 or 5,
+//! byte for byte as before, so a log written before kinds 9 and 10 existed reads unchanged (its
+//! events are "not decided", and a batch parses their bodies as it always did), and an older
+//! binary refuses kinds 9 and 10 as an unknown kind rather than misread them. A kind-9 or -10
+//! record with flags 0 is well formed and reads as not decided.
+//!
 //! Done payload (kind 2): outcomes of events that are finished and must never be delivered
 //! again (the pump's done cursor is the lowest event LSN without one).
 //!
 //! ```text
 //! u16 n            entry count, n <= 4096 (MAX_DONE_ENTRIES; encoders refuse more); n times:
-//!   u64              event_lsn  LSN of an event record (kind 1 or 5), below this record's LSN
+//!   u64              event_lsn  LSN of an event record (kind 1, 5, 9 or 10), below this
+//!                               record's LSN
 //!   u8               status     1 delivered, 2 dead_lettered, 3 skipped, 4 no_handler;
 //!                               other values are corruption
 //!   u32              attempts   delivery attempts made
@@ -347,9 +366,9 @@ pub use config::{
 };
 pub use error::{LostRange, WalError};
 pub use format::{
-    decode_event, decode_payload, encode_event, encode_payload_into, truncate_utf8, DecodeError,
-    DoneEntry, DoneRecord, DoneStatus, EncodeError, EventRecord, Lsn, Record, RecordKind,
-    RetryRecord, MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_RECORD_BYTES,
+    decode_event, decode_payload, encode_event, encode_payload_into, truncate_utf8, BodyJson,
+    DecodeError, DoneEntry, DoneRecord, DoneStatus, EncodeError, EventRecord, Lsn, Record,
+    RecordKind, RetryRecord, MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_RECORD_BYTES,
 };
 pub use format::{event_cost, max_record_bytes_for, MAX_HEADERS, MAX_HEADER_VALUE_BYTES};
 pub use format::{

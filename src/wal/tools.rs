@@ -6,7 +6,7 @@
 
 use super::checkpoint::{self, Checkpoint, Extent, LostRange};
 use super::format::{decode_payload, RecordRef};
-use super::{DoneStatus, Lsn, Record, WalError, WalReader};
+use super::{BodyJson, DoneStatus, Lsn, Record, WalError, WalReader};
 use crate::storage::{StdFs, Storage};
 use crate::tools::progress::{Progress, Silent};
 pub use crate::wal::recover::Finding;
@@ -263,6 +263,10 @@ struct InspectLine<'a> {
     body_sha256: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     replay_of: Option<&'a str>,
+    /// Whether the body is one JSON value, as decided at ingest (kinds 9 and 10); absent when
+    /// it was not decided (kinds 1 and 5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body_json: Option<bool>,
     /// `delivered`, `skipped`, `dead_lettered`, `no_handler` or `pending` (no `Done` entry).
     outcome: &'static str,
     /// `skipped`: the gate and its reason (absent for a skip written before reasons were
@@ -290,10 +294,11 @@ fn hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// Writes one JSON object per event (kind 1 or 5; done and retry records are not listed) of
-/// every log in `DATA_DIR/wal` (log by log, in LSN order within a log):
+/// Writes one JSON object per event (kind 1, 5, 9 or 10; done and retry records are not
+/// listed) of every log in `DATA_DIR/wal` (log by log, in LSN order within a log):
 /// `{"event_id","log","lsn","trigger_id","source","received_at","body_len","body_sha256",
-/// "outcome"}`, plus `"replay_of"` for a replayed event, `"gate"`/`"reason"` for a skip or a
+/// "outcome"}`, plus `"replay_of"` for a replayed event, `"body_json"` (`true`/`false`) when
+/// ingest decided whether the body is JSON, `"gate"`/`"reason"` for a skip or a
 /// dead letter, `"attempts"` when recorded (see `InspectLine`). Each log is read twice: the
 /// outcomes first (one map entry per `Done` entry / retried event), then the events.
 /// Damaged records and missing segment files are passed over (named on stderr as
@@ -385,6 +390,10 @@ fn inspect_log(
             body_len: ev.body.len(),
             body_sha256: hex(&Sha256::digest(&ev.body)),
             replay_of: ev.replay_of.as_deref(),
+            body_json: match ev.body_json {
+                BodyJson::Undecided => None,
+                decided => Some(decided == BodyJson::Json),
+            },
             outcome,
             gate,
             reason,

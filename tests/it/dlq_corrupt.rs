@@ -136,6 +136,7 @@ fn write_legacy(dlq: &std::path::Path, n: u64, trigger: &str) -> String {
             headers: vec![("content-type".to_owned(), b"application/json".to_vec())],
             body: format!("{{\"legacy\":{n}}}").into_bytes(),
             replay_of: None,
+            body_json: Default::default(),
         },
         event_lsn: 5 + n,
         destination: "http:http://127.0.0.1:9/old".to_owned(),

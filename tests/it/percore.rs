@@ -22,6 +22,7 @@ fn event(i: u64) -> EventRecord {
         headers: vec![("content-type".into(), b"application/json".to_vec())],
         body: format!("{{\"n\":{i}}}").into_bytes(),
         replay_of: None,
+        body_json: Default::default(),
     }
 }
 

@@ -141,6 +141,7 @@ fn event(id: u64, body: usize) -> EventRecord {
         headers: vec![("x-n".to_owned(), id.to_string().into_bytes())],
         body: (0..body).map(|j| (j as u64 ^ id) as u8).collect(),
         replay_of: None,
+        body_json: Default::default(),
     }
 }
 

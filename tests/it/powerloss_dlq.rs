@@ -84,6 +84,7 @@ fn entry(n: u64, version: u32) -> DlqEntry {
             headers: vec![("x-v".to_owned(), version.to_string().into_bytes())],
             body: (0..body_len).map(|j| (j as u64 ^ n ^ h) as u8).collect(),
             replay_of: None,
+            body_json: Default::default(),
         },
         id,
         event_lsn: n + 1,

@@ -46,6 +46,7 @@ fn write_events_offline(server: &mut Server, n: usize) -> Vec<(String, Vec<u8>)>
             headers: Vec::new(),
             body: body.clone(),
             replay_of: None,
+            body_json: Default::default(),
         })
         .collect();
     wal.append_events(&events).expect("append");

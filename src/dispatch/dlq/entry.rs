@@ -296,7 +296,7 @@ pub(in crate::dispatch) fn parse_entry(bytes: &[u8]) -> Result<EntryView<'_>, St
     let last_error = f.str(MAX_ERROR_BYTES, "last_error")?;
     let [kind] = f.int("event kind")?;
     let kind = RecordKind::from_u8(kind)
-        .filter(|k| matches!(k, RecordKind::Event | RecordKind::ReplayEvent))
+        .filter(|k| k.is_event())
         .ok_or_else(|| format!("event kind {kind} is not an event"))?;
     let event = parse_event(kind, f.0).map_err(|e| format!("event: {e}"))?;
     Ok(EntryView {
@@ -366,6 +366,7 @@ pub(crate) mod tests {
                 headers: vec![("content-type".to_owned(), b"application/json".to_vec())],
                 body: format!("{{\"n\":{n}}}").into_bytes(),
                 replay_of: None,
+                body_json: Default::default(),
             },
             id,
             event_lsn: 10 + n,
@@ -394,6 +395,21 @@ pub(crate) mod tests {
                 b[4..8].copy_from_slice(&crc.to_le_bytes());
             }
             let _ = decode_entry(&b);
+        }
+    }
+
+    #[test]
+    fn an_entry_keeps_its_event_s_json_decision_and_old_kinds_still_decode() {
+        use crate::wal::BodyJson;
+        for body_json in [BodyJson::Undecided, BodyJson::Json, BodyJson::NotJson] {
+            for replay_of in [None, Some("r".to_owned())] {
+                let mut e = sample_entry(2);
+                e.event.body_json = body_json;
+                e.event.replay_of = replay_of.clone();
+                let back = decode_entry(&encode_entry(&e).unwrap()).unwrap();
+                assert_eq!(back.event, e.event);
+                assert_eq!(back.event.kind(), e.event.kind());
+            }
         }
     }
 }

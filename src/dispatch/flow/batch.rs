@@ -41,7 +41,8 @@ pub fn body(members: &[Job]) -> Vec<u8> {
         out.extend_from_slice(b",\"source\":");
         push_json_string(&mut out, &e.source);
         out.extend_from_slice(format!(",\"received_at\":{}", e.received_at_ms).as_bytes());
-        if serde_json::from_slice::<serde::de::IgnoredAny>(&e.body).is_ok() {
+        // Decided once at ingest (`wal::BodyJson`); parsed here only when it was not.
+        if e.body_json.is_json(&e.body) {
             out.extend_from_slice(b",\"body\":");
             out.extend_from_slice(&e.body);
         } else {
@@ -67,7 +68,7 @@ fn push_json_string(out: &mut Vec<u8>, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wal::EventRecord;
+    use crate::wal::{BodyJson, EventRecord};
     use serde_json::Value;
 
     fn job(lsn: u64, id: &str, body: &[u8], attempt: u32) -> Job {
@@ -81,6 +82,7 @@ mod tests {
                 headers: vec![],
                 body: body.to_vec(),
                 replay_of: None,
+                body_json: Default::default(),
             },
             dest: 3,
             attempt,
@@ -111,5 +113,28 @@ mod tests {
         assert_eq!(a[1]["body_base64"], "/wByYXc=");
         assert!(a[1].get("body").is_none());
         assert_eq!(a[2]["body_base64"], "", "an empty body is not JSON");
+    }
+
+    #[test]
+    fn a_stored_json_decision_is_obeyed_without_parsing() {
+        let flagged = |lsn, body: &[u8], body_json| {
+            let mut j = job(lsn, "e", body, 1);
+            j.event.body_json = body_json;
+            j
+        };
+        let members = vec![
+            flagged(1, br#"{"a":1}"#, BodyJson::NotJson),
+            flagged(2, b" [1,  2] ", BodyJson::Json),
+            flagged(3, b"[1,", BodyJson::Json),
+            flagged(4, b"\xff", BodyJson::Undecided),
+        ];
+        let text = String::from_utf8(body(&members)).unwrap();
+        // Not JSON, though the bytes parse: base64 (no second look).
+        assert!(text.contains(r#""body_base64":"eyJhIjoxfQ==""#), "{text}");
+        // JSON: the stored bytes verbatim, even ones that would not parse (trusted, not checked).
+        assert!(text.contains(r#""body": [1,  2] }"#), "{text}");
+        assert!(text.contains(r#""body":[1,}"#), "{text}");
+        // Undecided: parsed, as before the flag.
+        assert!(text.contains(r#""body_base64":"/w==""#), "{text}");
     }
 }

@@ -475,6 +475,7 @@ fn at_max_outstanding_nothing_more_is_staged_until_an_answer_comes() {
         headers: vec![],
         body: vec![],
         replay_of: None,
+        body_json: Default::default(),
     });
     let staged = fx.with(|f, _, s, _| f.stage_direct(s, 99, rec));
     assert!(!staged, "a bulk replay respects the bound too");

@@ -241,6 +241,7 @@ impl Pipeline<'_> {
             headers.push((DEDUPE_KEY_HEADER.to_string(), key.into_bytes()));
             token
         });
+        let body_json = node.body_json(trigger_id, &body);
         let event = EventRecord {
             event_id: id.as_str().to_owned(),
             trigger_id: trigger_id.to_owned(),
@@ -249,6 +250,7 @@ impl Pipeline<'_> {
             headers,
             body,
             replay_of: None,
+            body_json,
         };
         node.reserve(id, event, entry, claim, now.mono)
     }
@@ -275,14 +277,20 @@ impl Pipeline<'_> {
     }
 
     /// A DLQ replay: a new event (new id, received now, `replay_of` = the entry) with the
-    /// dead-lettered event's trigger, source, headers and body; the backlog step only.
+    /// dead-lettered event's trigger, source, headers and body (and its JSON decision, decided
+    /// now if it has none and the trigger batches); the backlog step only.
     pub fn replay(&mut self, event: EventRecord, entry_id: String, now: Now) -> Output {
         let source = self.sources.get_for(&event.trigger_id, &event.source);
         let id = self.ids.next_id_us(now.unix_us);
+        let body_json = match event.body_json {
+            wal::BodyJson::Undecided => self.node.body_json(&event.trigger_id, &event.body),
+            decided => decided,
+        };
         let event = EventRecord {
             event_id: id.as_str().to_owned(),
             received_at_ms: now.unix_ms,
             replay_of: Some(entry_id),
+            body_json,
             ..event
         };
         self.node.reserve(id, event, source, None, now.mono)
@@ -303,6 +311,18 @@ pub fn replication_refusal(r: Refuse) -> Refusal {
 }
 
 impl Node<'_> {
+    /// Whether `body` is one JSON value, decided only when `trigger_id`'s events can reach a
+    /// batch in the generation the core runs (`GuardTable::batches`): a parse per batched
+    /// event, none for the others. `Undecided` otherwise; a batch parses such a body itself,
+    /// so a reload that adds batching later needs nothing of the events already logged.
+    fn body_json(&self, trigger_id: &str, body: &[u8]) -> wal::BodyJson {
+        if self.table.batches(trigger_id) {
+            wal::BodyJson::decide(body)
+        } else {
+            wal::BodyJson::Undecided
+        }
+    }
+
     /// Step 5: the disk bound and the backlog reservation (released by the pump once the
     /// event is done, or by [`Node::complete`] if the append fails).
     fn reserve(

@@ -13,6 +13,7 @@ use crate::metrics::Metrics;
 use crate::net::budget::BodyBudget;
 use crate::net::http::{Limits, ReadEvent, Request, RequestReader};
 use crate::sync::gcra::BucketParams;
+use crate::wal::BodyJson;
 
 const SECRET: &str = "a pipeline test secret";
 const T0: u64 = 5_000_000_000;
@@ -59,8 +60,13 @@ struct Fx {
 impl Fx {
     /// A node whose backlog holds `max_events` events and whose disk bound is `max_wal_bytes`.
     fn new(max_events: u64, max_wal_bytes: u64) -> Fx {
+        Fx::with_manifest(MANIFEST, max_events, max_wal_bytes)
+    }
+
+    /// [`Fx::new`] for another manifest.
+    fn with_manifest(manifest: &str, max_events: u64, max_wal_bytes: u64) -> Fx {
         let env = |k: &str| (k == "GH_SECRET").then(|| SECRET.to_string());
-        let raw = Config::parse_manifest(MANIFEST).unwrap();
+        let raw = Config::parse_manifest(manifest).unwrap();
         let config = Config::build(raw, &env, &Overrides::default()).unwrap();
         let ing = &config.ingest;
         let params = |cap| BucketParams::new(cap, ing.refill_per_sec).unwrap();
@@ -427,4 +433,69 @@ fn a_replay_gets_a_new_id_and_names_the_entry_in_its_202() {
         body.ends_with(&format!(",\"replay_of\":\"{}\"}}", original.event_id)),
         "{body}"
     );
+}
+
+/// `gate` batches with a `batch` flow gate, `dest` through its handler's `batch` destination;
+/// `plain` reaches no batch.
+const BATCHING: &str = r#"
+[[triggers]]
+id = "gate"
+provider = "p"
+path = "/gate"
+handler = "http://h/one"
+batch = { size = 2, timeout = "1s" }
+
+[[triggers]]
+id = "dest"
+provider = "p"
+path = "/dest"
+handler = "http://h/batched"
+
+[[triggers]]
+id = "plain"
+provider = "p"
+path = "/plain"
+handler = "http://h/one"
+
+[[destinations]]
+uri = "http://h/batched"
+batch = {}
+"#;
+
+#[test]
+fn ingest_decides_json_for_a_batching_trigger_only() {
+    let mut fx = Fx::with_manifest(BATCHING, 100, u64::MAX);
+    for (trigger, body, want) in [
+        ("gate", "{\"a\":1}", BodyJson::Json),
+        ("gate", "not json", BodyJson::NotJson),
+        ("dest", "[1, 2]", BodyJson::Json),
+        ("dest", "{", BodyJson::NotJson),
+        ("plain", "{\"a\":1}", BodyJson::Undecided),
+        ("plain", "not json", BodyJson::Undecided),
+    ] {
+        let a = append(fx.ingest(trigger, "acme", &[], body));
+        assert_eq!(a.record.body_json, want, "{trigger} {body}");
+        // The backlog reservation is the record as logged, flags byte included.
+        assert_eq!(a.reply.cost, wal::event_cost(&a.record));
+    }
+    // A replay keeps a decision, and decides for a batching trigger when there was none.
+    let mut p = fx.pipeline();
+    let mut undecided = EventRecord {
+        trigger_id: "gate".into(),
+        body: b"{}".to_vec(),
+        ..EventRecord::default()
+    };
+    let a = append(p.replay(undecided.clone(), "e0".into(), NOW));
+    assert_eq!(a.record.body_json, BodyJson::Json);
+    undecided.body_json = BodyJson::NotJson;
+    let a = append(p.replay(undecided.clone(), "e1".into(), NOW));
+    assert_eq!(
+        a.record.body_json,
+        BodyJson::NotJson,
+        "kept, not parsed again"
+    );
+    undecided.trigger_id = "plain".into();
+    undecided.body_json = BodyJson::Undecided;
+    let a = append(p.replay(undecided, "e2".into(), NOW));
+    assert_eq!(a.record.body_json, BodyJson::Undecided);
 }

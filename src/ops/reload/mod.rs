@@ -452,6 +452,28 @@ mod tests {
     }
 
     #[test]
+    fn a_reload_that_adds_batching_makes_ingest_decide_json_for_the_trigger() {
+        let (p, _dir, path) = published(ONE);
+        let mut view = CoreView::new(&p);
+        assert!(!view.guards().batches("a"), "no batch: nothing decided");
+        let gated = ONE.replace("handler", "batch = { size = 2, timeout = \"1s\" }\nhandler");
+        std::fs::write(&path, gated).unwrap();
+        assert_eq!(p.reload(), Ok(2));
+        view.pick_up(&p).expect("generation 2");
+        assert!(view.guards().batches("a"), "a batch gate");
+        let dest =
+            format!("{ONE}\n[[destinations]]\nuri = \"http://127.0.0.1:9/a\"\nbatch = {{}}\n");
+        std::fs::write(&path, dest).unwrap();
+        assert_eq!(p.reload(), Ok(3));
+        view.pick_up(&p).expect("generation 3");
+        assert!(view.guards().batches("a"), "a batching destination");
+        std::fs::write(&path, ONE).unwrap();
+        assert_eq!(p.reload(), Ok(4));
+        view.pick_up(&p).expect("generation 4");
+        assert!(!view.guards().batches("a"), "batching removed");
+    }
+
+    #[test]
     fn without_a_source_a_reload_says_so() {
         let config = Config::load(None, &Overrides::default()).unwrap();
         let guards = Guards::new(&config.ingest_triggers(), config.ingest.dedupe_max_keys);

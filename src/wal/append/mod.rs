@@ -396,7 +396,8 @@ impl Wal {
         }
     }
 
-    /// Encodes `ev` as the next staged record (kind 1, or 5 for a replay).
+    /// Encodes `ev` as the next staged record (kind 1, or 5 for a replay; 9 or 10 when its
+    /// body's JSON is decided).
     pub(crate) fn stage_event(&mut self, ev: &EventRecord) -> Result<Staged, EncodeError> {
         if ev.body.len() > self.max_body_bytes {
             return Err(EncodeError::TooLong {

@@ -6,9 +6,9 @@
 #![forbid(unsafe_code)]
 
 use super::record::{
-    DecodeError, DoneEntry, DoneRecord, DoneStatus, EventRecord, Record, RecordKind, RetryRecord,
-    MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_HEADERS, MAX_HEADER_NAME_BYTES,
-    MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES,
+    BodyJson, DecodeError, DoneEntry, DoneRecord, DoneStatus, EventRecord, Record, RecordKind,
+    RetryRecord, MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_HEADERS,
+    MAX_HEADER_NAME_BYTES, MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES,
 };
 
 /// A bounds-checked little-endian cursor.
@@ -75,6 +75,8 @@ pub struct EventView<'a> {
     pub trigger_id: &'a str,
     pub source: &'a str,
     pub received_at_ms: u64,
+    /// The flags byte's decision (kinds 9 and 10); `Undecided` for kinds 1 and 5.
+    pub body_json: BodyJson,
     header_count: usize,
     /// The encoded headers (already validated).
     headers: &'a [u8],
@@ -101,18 +103,42 @@ impl EventView<'_> {
             headers,
             body: self.body.to_vec(),
             replay_of: self.replay_of.map(str::to_owned),
+            body_json: self.body_json,
         }
     }
 }
 
-/// Parses an event payload of kind `Event` (1) or `ReplayEvent` (5) in place. Never panics.
-pub fn parse_event(kind: RecordKind, payload: &[u8]) -> Result<EventView<'_>, DecodeError> {
-    let mut c = Cursor { rest: payload };
+/// The fields an event payload of `kind` has before the kind-1 payload: the flags byte (kinds 9
+/// and 10) and the `replay_of` prefix (kinds 5 and 10). `Invalid` for a kind that is no event
+/// or an undefined flags value.
+fn event_prefix<'a>(
+    kind: RecordKind,
+    c: &mut Cursor<'a>,
+) -> Result<(BodyJson, Option<&'a str>), DecodeError> {
+    let body_json = match kind {
+        RecordKind::FlaggedEvent | RecordKind::FlaggedReplayEvent => {
+            let [flags] = c.array("event flags")?;
+            BodyJson::from_flags(flags).ok_or(DecodeError::Invalid {
+                field: "event flags",
+            })?
+        }
+        _ => BodyJson::Undecided,
+    };
     let replay_of = match kind {
-        RecordKind::Event => None,
-        RecordKind::ReplayEvent => Some(c.str(MAX_ID_BYTES, "replay_of")?),
+        RecordKind::Event | RecordKind::FlaggedEvent => None,
+        RecordKind::ReplayEvent | RecordKind::FlaggedReplayEvent => {
+            Some(c.str(MAX_ID_BYTES, "replay_of")?)
+        }
         _ => return Err(DecodeError::Invalid { field: "kind" }),
     };
+    Ok((body_json, replay_of))
+}
+
+/// Parses an event payload of kind `Event` (1), `ReplayEvent` (5), `FlaggedEvent` (9) or
+/// `FlaggedReplayEvent` (10) in place. Never panics; an undefined flags value is `Invalid`.
+pub fn parse_event(kind: RecordKind, payload: &[u8]) -> Result<EventView<'_>, DecodeError> {
+    let mut c = Cursor { rest: payload };
+    let (body_json, replay_of) = event_prefix(kind, &mut c)?;
     let event_id = c.str(MAX_ID_BYTES, "event_id")?;
     let trigger_id = c.str(MAX_ID_BYTES, "trigger_id")?;
     let source = c.str(MAX_ID_BYTES, "source")?;
@@ -139,25 +165,20 @@ pub fn parse_event(kind: RecordKind, payload: &[u8]) -> Result<EventView<'_>, De
         trigger_id,
         source,
         received_at_ms,
+        body_json,
         header_count,
         headers,
         body,
     })
 }
 
-/// The trigger of an event payload of kind `Event` (1) or `ReplayEvent` (5), read without
-/// parsing the rest: for the outcome index on the commit path (`wal::outcomes`), which keeps only
-/// the trigger. The fields before it are bounds-checked and the trigger is checked as UTF-8; what
-/// follows it is not looked at. Never panics.
+/// The trigger of an event payload of kind 1, 5, 9 or 10, read without parsing the rest: for
+/// the outcome index on the commit path (`wal::outcomes`), which keeps only the trigger. The
+/// fields before it are bounds-checked (and the flags byte and `replay_of` checked) and the
+/// trigger is checked as UTF-8; what follows it is not looked at. Never panics.
 pub fn event_trigger(kind: RecordKind, payload: &[u8]) -> Result<&str, DecodeError> {
     let mut c = Cursor { rest: payload };
-    match kind {
-        RecordKind::Event => {}
-        RecordKind::ReplayEvent => {
-            c.bytes(2, MAX_ID_BYTES, "replay_of")?;
-        }
-        _ => return Err(DecodeError::Invalid { field: "kind" }),
-    }
+    event_prefix(kind, &mut c)?;
     c.bytes(2, MAX_ID_BYTES, "event_id")?;
     c.str(MAX_ID_BYTES, "trigger_id")
 }
@@ -173,7 +194,10 @@ pub fn decode_event(payload: &[u8]) -> Result<EventRecord, DecodeError> {
 pub fn decode_payload(kind: RecordKind, payload: &[u8]) -> Result<Record, DecodeError> {
     let mut c = Cursor { rest: payload };
     let rec = match kind {
-        RecordKind::Event | RecordKind::ReplayEvent => {
+        RecordKind::Event
+        | RecordKind::ReplayEvent
+        | RecordKind::FlaggedEvent
+        | RecordKind::FlaggedReplayEvent => {
             return parse_event(kind, payload).map(|v| Record::Event(v.to_record()))
         }
         RecordKind::DlqEntry | RecordKind::Marker | RecordKind::Lost => {

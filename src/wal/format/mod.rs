@@ -8,12 +8,12 @@
 mod attempt;
 mod record;
 pub use record::{
-    max_record_bytes_for, truncate_utf8, AttemptEntry, AttemptOutcome, AttemptsRecord, DecodeError,
-    DoneEntry, DoneRecord, DoneStatus, EncodeError, EventRecord, Lsn, Record, RecordKind,
-    RetryRecord, DONE_ENTRY_BYTES, MAX_ATTEMPT_ENTRIES, MAX_BODY_BYTES, MAX_DONE_ENTRIES,
-    MAX_ERROR_BYTES, MAX_EVENT_PAYLOAD_BYTES, MAX_HEADERS, MAX_HEADER_NAME_BYTES,
-    MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES, MAX_RECORD_BYTES, MAX_RESPONSE_PREFIX_BYTES,
-    RECORD_HEADER_BYTES, REPLAY_PREFIX_MAX_BYTES,
+    max_record_bytes_for, truncate_utf8, AttemptEntry, AttemptOutcome, AttemptsRecord, BodyJson,
+    DecodeError, DoneEntry, DoneRecord, DoneStatus, EncodeError, EventRecord, Lsn, Record,
+    RecordKind, RetryRecord, DONE_ENTRY_BYTES, EVENT_FLAGS_BYTES, MAX_ATTEMPT_ENTRIES,
+    MAX_BODY_BYTES, MAX_DONE_ENTRIES, MAX_ERROR_BYTES, MAX_EVENT_PAYLOAD_BYTES, MAX_HEADERS,
+    MAX_HEADER_NAME_BYTES, MAX_HEADER_VALUE_BYTES, MAX_ID_BYTES, MAX_RECORD_BYTES,
+    MAX_RESPONSE_PREFIX_BYTES, RECORD_HEADER_BYTES, REPLAY_PREFIX_MAX_BYTES,
 };
 
 fn check(field: &'static str, len: usize, max: usize) -> Result<(), EncodeError> {
@@ -23,16 +23,20 @@ fn check(field: &'static str, len: usize, max: usize) -> Result<(), EncodeError>
     Ok(())
 }
 
-/// The exact encoded size of `ev`'s payload (for its [`EventRecord::kind`]: with the
-/// `replay_of` prefix when set), after checking every bound.
+/// The exact encoded size of `ev`'s payload (for its [`EventRecord::kind`]: with the flags
+/// byte when `body_json` is decided, the `replay_of` prefix when set), after checking every
+/// bound.
 pub fn event_payload_len(ev: &EventRecord) -> Result<usize, EncodeError> {
-    let prefix = match &ev.replay_of {
+    let mut prefix = match &ev.replay_of {
         Some(id) => {
             check("replay_of", id.len(), MAX_ID_BYTES)?;
             2 + id.len()
         }
         None => 0,
     };
+    if ev.body_json != BodyJson::Undecided {
+        prefix += EVENT_FLAGS_BYTES;
+    }
     check("event_id", ev.event_id.len(), MAX_ID_BYTES)?;
     check("trigger_id", ev.trigger_id.len(), MAX_ID_BYTES)?;
     check("source", ev.source.len(), MAX_ID_BYTES)?;
@@ -54,10 +58,14 @@ fn put_str16(out: &mut Vec<u8>, s: &[u8]) {
 }
 
 /// Appends `ev`'s payload to `out`: kind 1, or kind 5 (the `replay_of` prefix, then the kind-1
-/// payload) when `replay_of` is set; see the module header. On error nothing is appended.
+/// payload) when `replay_of` is set; kinds 9 and 10 (a flags byte, then the kind-1 or kind-5
+/// payload) when `body_json` is decided; see the module header. On error nothing is appended.
 pub fn encode_event_into(ev: &EventRecord, out: &mut Vec<u8>) -> Result<(), EncodeError> {
     let len = event_payload_len(ev)?;
     out.reserve(len);
+    if ev.body_json != BodyJson::Undecided {
+        out.push(ev.body_json.to_flags());
+    }
     // Each length below was bounds-checked by `event_payload_len`, so the casts cannot truncate.
     if let Some(id) = &ev.replay_of {
         put_str16(out, id.as_bytes());
@@ -240,6 +248,8 @@ pub fn parse_record_max(bytes: &[u8], max_len: usize) -> Parsed<'_> {
 }
 
 #[cfg(test)]
+mod body_json_tests;
+#[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
@@ -258,6 +268,7 @@ pub(crate) mod tests {
             ],
             body: (0..body_len).map(|j| (j as u64 ^ i) as u8).collect(),
             replay_of: None,
+            body_json: Default::default(),
         }
     }
 
@@ -343,14 +354,16 @@ pub(crate) mod tests {
             ],
             body: vec![1; MAX_BODY_BYTES],
             replay_of: Some("r".repeat(MAX_ID_BYTES)),
+            body_json: BodyJson::NotJson,
         };
         let mut out = Vec::new();
         let len = append_record(&mut out, 9, ev.kind(), |o| encode_event_into(&ev, o)).unwrap();
         assert_eq!(len, MAX_RECORD_BYTES);
+        assert_eq!(MAX_RECORD_BYTES, 33_825_960);
         let Parsed::Record(r) = parse_record(&out) else {
             panic!("not a record")
         };
-        assert_eq!(r.kind, RecordKind::ReplayEvent);
+        assert_eq!(r.kind, RecordKind::FlaggedReplayEvent);
         assert_eq!(
             decode_payload(r.kind, r.payload).unwrap(),
             Record::Event(ev)

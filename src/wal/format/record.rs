@@ -33,11 +33,14 @@ pub const MAX_EVENT_PAYLOAD_BYTES: usize = 3 * (2 + MAX_ID_BYTES)
 /// Largest `replay_of` prefix of a kind-5 (`ReplayEvent`) payload: `u16` length + an id.
 pub const REPLAY_PREFIX_MAX_BYTES: usize = 2 + MAX_ID_BYTES;
 
-/// Largest possible record (header + largest payload of any kind: a replayed event with every
-/// field at its bound) = 33 825 959 bytes. A segment must be at least this big, so that every
-/// record fits in an empty segment.
+/// The flags byte that opens a kind-9 or kind-10 payload (issue 43: [`BodyJson`]).
+pub const EVENT_FLAGS_BYTES: usize = 1;
+
+/// Largest possible record (header + largest payload of any kind: a replayed event with its
+/// flags byte and every field at its bound, kind 10) = 33 825 960 bytes. A segment must be at
+/// least this big, so that every record fits in an empty segment.
 pub const MAX_RECORD_BYTES: usize =
-    RECORD_HEADER_BYTES + REPLAY_PREFIX_MAX_BYTES + MAX_EVENT_PAYLOAD_BYTES;
+    RECORD_HEADER_BYTES + EVENT_FLAGS_BYTES + REPLAY_PREFIX_MAX_BYTES + MAX_EVENT_PAYLOAD_BYTES;
 
 /// Largest possible record when bodies are at most `max_body` bytes (`<= MAX_BODY_BYTES`).
 pub const fn max_record_bytes_for(max_body: usize) -> usize {
@@ -71,6 +74,11 @@ pub enum RecordKind {
     /// Delivery attempts, skips and dead-letterings of events ([`AttemptsRecord`]). Written
     /// since issue 27; a log without them reads unchanged.
     Attempts = 8,
+    /// An accepted event whose body was checked for JSON at ingest: a flags byte
+    /// ([`BodyJson`]), then the kind-1 payload. Written since issue 43 (only when decided).
+    FlaggedEvent = 9,
+    /// A replayed event whose body was checked for JSON: a flags byte, then the kind-5 payload.
+    FlaggedReplayEvent = 10,
 }
 
 impl RecordKind {
@@ -84,6 +92,75 @@ impl RecordKind {
             6 => RecordKind::Marker,
             7 => RecordKind::Lost,
             8 => RecordKind::Attempts,
+            9 => RecordKind::FlaggedEvent,
+            10 => RecordKind::FlaggedReplayEvent,
+            _ => return None,
+        })
+    }
+
+    /// True for the four kinds that hold an [`EventRecord`] (1, 5, 9, 10).
+    pub fn is_event(self) -> bool {
+        matches!(
+            self,
+            RecordKind::Event
+                | RecordKind::ReplayEvent
+                | RecordKind::FlaggedEvent
+                | RecordKind::FlaggedReplayEvent
+        )
+    }
+}
+
+/// Whether an event's body is one JSON value (issue 43): decided once, at ingest, for events
+/// that can reach a batch, and stored with the record so that a batch copies the body without
+/// parsing it. Bits 0-1 of the flags byte of kinds 9 and 10; kinds 1 and 5 (every record
+/// written before issue 43, and any event nobody decided for) are `Undecided`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BodyJson {
+    /// Not decided: a reader that needs to know parses the body (flags value 0).
+    #[default]
+    Undecided,
+    /// The body is one JSON value (flags value 1).
+    Json,
+    /// The body is not one JSON value (flags value 2).
+    NotJson,
+}
+
+impl BodyJson {
+    /// The decision for `body`: one JSON value (`serde_json`, any value, nothing after it but
+    /// whitespace) or not. The one rule ingest and the batch writers share.
+    pub fn decide(body: &[u8]) -> BodyJson {
+        if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() {
+            BodyJson::Json
+        } else {
+            BodyJson::NotJson
+        }
+    }
+
+    /// Whether `body` (the body this flag was stored with) is one JSON value: the stored
+    /// decision, or [`BodyJson::decide`] when there is none.
+    pub fn is_json(self, body: &[u8]) -> bool {
+        match self {
+            BodyJson::Json => true,
+            BodyJson::NotJson => false,
+            BodyJson::Undecided => BodyJson::decide(body) == BodyJson::Json,
+        }
+    }
+
+    /// The flags byte of a kind-9 or kind-10 payload.
+    pub fn to_flags(self) -> u8 {
+        match self {
+            BodyJson::Undecided => 0,
+            BodyJson::Json => 1,
+            BodyJson::NotJson => 2,
+        }
+    }
+
+    /// The decision a flags byte holds; `None` for an undefined value (3, or any of bits 2-7).
+    pub fn from_flags(flags: u8) -> Option<BodyJson> {
+        Some(match flags {
+            0 => BodyJson::Undecided,
+            1 => BodyJson::Json,
+            2 => BodyJson::NotJson,
             _ => return None,
         })
     }
@@ -101,16 +178,22 @@ pub struct EventRecord {
     pub headers: Vec<(String, Vec<u8>)>,
     pub body: Vec<u8>,
     /// For a replay from the dead-letter queue: the DLQ entry id (the original event id) this
-    /// event re-delivers. Stored as kind 5 when set, kind 1 when not.
+    /// event re-delivers. Stored as kind 5 (or 10) when set, kind 1 (or 9) when not.
     pub replay_of: Option<String>,
+    /// Whether `body` is one JSON value, when ingest decided it. Stored as kind 9 (or 10) when
+    /// decided; an undecided event is stored as kind 1 (or 5), byte for byte as before issue 43.
+    pub body_json: BodyJson,
 }
 
 impl EventRecord {
-    /// `Event`, or `ReplayEvent` when `replay_of` is set.
+    /// `Event`, or `ReplayEvent` when `replay_of` is set; `FlaggedEvent` or
+    /// `FlaggedReplayEvent` instead when `body_json` is decided.
     pub fn kind(&self) -> RecordKind {
-        match self.replay_of {
-            None => RecordKind::Event,
-            Some(_) => RecordKind::ReplayEvent,
+        match (&self.replay_of, self.body_json) {
+            (None, BodyJson::Undecided) => RecordKind::Event,
+            (Some(_), BodyJson::Undecided) => RecordKind::ReplayEvent,
+            (None, _) => RecordKind::FlaggedEvent,
+            (Some(_), _) => RecordKind::FlaggedReplayEvent,
         }
     }
 }
@@ -167,7 +250,7 @@ impl DoneStatus {
 /// One finished event inside a [`DoneRecord`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DoneEntry {
-    /// LSN of the event record (kind 1 or 5) this outcome finishes.
+    /// LSN of the event record (kind 1, 5, 9 or 10) this outcome finishes.
     pub event_lsn: u64,
     pub status: DoneStatus,
     /// Delivery attempts made (0 if none).
@@ -196,7 +279,7 @@ pub struct RetryRecord {
 /// Anything the writer appends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
-    /// Kind 1, or kind 5 when `replay_of` is set.
+    /// Kind 1, 5, 9 or 10 ([`EventRecord::kind`]).
     Event(EventRecord),
     Done(DoneRecord),
     Retry(RetryRecord),
@@ -320,7 +403,7 @@ impl AttemptOutcome {
 /// One attempt of one event (or a skip or dead-lettering of it) inside an [`AttemptsRecord`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptEntry {
-    /// LSN of the event record (kind 1 or 5) in the same log.
+    /// LSN of the event record (kind 1, 5, 9 or 10) in the same log.
     pub event_lsn: Lsn,
     /// The attempt's number (1 = first); for a skip or dead-lettering, the attempts made.
     pub attempt: u32,
@@ -463,6 +546,10 @@ mod tests {
             assert_eq!((o.error(), o.is_call()), (error, call), "{o:?}");
         }
         assert_eq!(RecordKind::from_u8(8), Some(RecordKind::Attempts));
-        assert_eq!(RecordKind::from_u8(9), None);
+        assert_eq!(
+            RecordKind::from_u8(10),
+            Some(RecordKind::FlaggedReplayEvent)
+        );
+        assert_eq!(RecordKind::from_u8(11), None);
     }
 }

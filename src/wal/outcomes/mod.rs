@@ -226,7 +226,7 @@ impl OutcomeIndex {
             });
         }
         match r.kind {
-            RecordKind::Event | RecordKind::ReplayEvent => {
+            k if k.is_event() => {
                 // Only the trigger is kept: the rest of the payload is not parsed.
                 self.push_event(event_trigger(r.kind, r.payload).ok());
                 return Ok(0);

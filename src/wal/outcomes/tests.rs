@@ -14,6 +14,7 @@ fn event() -> Record {
         headers: Vec::new(),
         body: Vec::new(),
         replay_of: None,
+        body_json: Default::default(),
     })
 }
 

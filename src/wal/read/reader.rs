@@ -120,8 +120,8 @@ impl WalReader {
         Ok(r)
     }
 
-    /// The next event record (kind 1 or 5; other kinds are skipped), decoded; an undecodable
-    /// payload is `Err(Corrupt)` at that record.
+    /// The next event record (kind 1, 5, 9 or 10; other kinds are skipped), decoded; an
+    /// undecodable payload is `Err(Corrupt)` at that record.
     pub fn next_event(&mut self) -> Option<Result<(Lsn, EventRecord), WalError>> {
         loop {
             match self.next_record()? {

@@ -2,8 +2,8 @@
 //!
 //! One pass over the log ([`recover_dispatch`]), in LSN order:
 //!
-//! * an event record (kind 1 or 5) becomes *pending* with its record length, receive time and
-//!   trigger, due now (`next_attempt = 1`, `due_at_ms = 0`);
+//! * an event record (kind 1, 5, 9 or 10) becomes *pending* with its record length, receive
+//!   time and trigger, due now (`next_attempt = 1`, `due_at_ms = 0`);
 //! * a retry record (kind 3) for a pending event replaces its `next_attempt` / `due_at_ms` (the
 //!   latest one wins);
 //! * a done record (kind 2) removes each listed event from the pending set.
@@ -30,7 +30,7 @@
 #![forbid(unsafe_code)]
 
 use crate::storage::{StdFs, Storage};
-use crate::wal::format::{decode_payload, parse_event, Record, RecordKind, RecordRef};
+use crate::wal::format::{decode_payload, parse_event, Record, RecordRef};
 use crate::wal::outcomes::OutcomeIndex;
 use crate::wal::recover::{scan_dir, Finding, ScanOpts};
 use crate::wal::retire::retired::{Retired, TriggerTally};
@@ -113,7 +113,7 @@ impl DispatchScan {
         if r.lsn > ix.next_lsn() {
             let _ = ix.accept_loss(ix.next_lsn(), r.lsn);
         }
-        if matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent) {
+        if r.kind.is_event() {
             let _ = ix.observe_ref(r);
             let ev = parse_event(r.kind, r.payload).map_err(|e| format!("event payload: {e}"))?;
             match self.ledger.get_mut(ev.trigger_id) {

@@ -127,10 +127,7 @@ pub(crate) fn census(bytes: &[u8], first_lsn: Lsn) -> (Lsn, bool, u64, u64) {
             }
         } else if r.lsn >= first_lsn && r.lsn < first_lsn.saturating_add(1 << 32) {
             records += 1;
-            events += u64::from(matches!(
-                r.kind,
-                RecordKind::Event | RecordKind::ReplayEvent
-            ));
+            events += u64::from(r.kind.is_event());
             last = last.max(r.lsn);
         }
         pos += r.len;

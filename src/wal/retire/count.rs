@@ -107,7 +107,7 @@ impl Count {
     /// One record: an event of a deleted segment opens its row's count, a `Done` entry closes it.
     fn fold(&mut self, r: &RecordRef<'_>, events: bool) {
         match r.kind {
-            RecordKind::Event | RecordKind::ReplayEvent if events => {
+            k if k.is_event() && events => {
                 let Ok(ev) = parse_event(r.kind, r.payload) else {
                     return;
                 };

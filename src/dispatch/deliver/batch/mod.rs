@@ -190,7 +190,8 @@ fn write_member(out: &mut Vec<u8>, e: &EventRecord) {
     out.extend_from_slice(crate::net::http::decimal(&mut buf, e.received_at_ms).as_bytes());
     out.extend_from_slice(b",\"headers\":");
     write_headers(out, &e.headers);
-    if serde_json::from_slice::<serde::de::IgnoredAny>(&e.body).is_ok() {
+    // Decided once at ingest when the trigger batched then; parsed here only when it was not.
+    if e.body_json.is_json(&e.body) {
         out.extend_from_slice(b",\"body\":");
         out.extend_from_slice(&e.body);
     } else {

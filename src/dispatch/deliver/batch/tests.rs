@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::*;
+use crate::wal::BodyJson;
 
 const MS: u64 = 1_000_000;
 
@@ -27,6 +28,7 @@ fn job(lsn: u64, body: &[u8]) -> Job {
             headers: vec![("content-type".into(), b"application/json".to_vec())],
             body: body.to_vec(),
             replay_of: None,
+            body_json: Default::default(),
         },
         2,
         1,
@@ -223,4 +225,65 @@ fn batch_ids_differ_by_time_core_and_randomness() {
     assert_ne!(a, batch_id(1_700_000_000_000, 1, 1));
     assert_ne!(a, batch_id(1_700_000_000_001, 0, 1));
     assert_ne!(a, batch_id(1_700_000_000_000, 0, 2));
+}
+
+#[test]
+fn a_member_s_stored_json_decision_is_obeyed_without_parsing() {
+    let mut b = Batcher::new(spec(4, 1 << 20, 5));
+    let (mut id, mut out) = (ids(), Vec::new());
+    let flagged = |lsn, body: &[u8], body_json| {
+        let mut j = job(lsn, body);
+        j.event.body_json = body_json;
+        j
+    };
+    b.push(
+        flagged(1, b"{\"a\": 1 }", BodyJson::NotJson),
+        0,
+        &mut id,
+        &mut out,
+    );
+    b.push(
+        flagged(2, b" [1,  2] ", BodyJson::Json),
+        0,
+        &mut id,
+        &mut out,
+    );
+    b.push(
+        flagged(3, b"{\"u\":0}", BodyJson::Undecided),
+        0,
+        &mut id,
+        &mut out,
+    );
+    b.push(
+        flagged(4, b"\xffraw", BodyJson::Undecided),
+        0,
+        &mut id,
+        &mut out,
+    );
+    assert_eq!(out.len(), 1);
+    let v = parse(&out[0]);
+    let e = v["events"].as_array().unwrap();
+    // Flagged not JSON: base64, although the bytes parse (no second look).
+    assert_eq!(e[0]["body_base64"], "eyJhIjogMSB9");
+    assert!(e[0].get("body").is_none());
+    // Flagged JSON: the bytes verbatim.
+    let text = String::from_utf8(out[0].event.body.clone()).unwrap();
+    assert!(text.contains(",\"body\": [1,  2] }"), "{text}");
+    // Undecided (a log from before the flag, a trigger that did not batch then): parsed.
+    assert_eq!(e[2]["body"]["u"], 0);
+    assert_eq!(e[3]["body_base64"], "/3Jhdw==");
+}
+
+#[test]
+fn a_json_flag_is_trusted_so_the_body_is_copied_as_stored() {
+    let mut b = Batcher::new(spec(1, 1 << 20, 5));
+    let (mut id, mut out) = (ids(), Vec::new());
+    let mut j = job(1, b"[1,");
+    j.event.body_json = BodyJson::Json;
+    b.push(j, 0, &mut id, &mut out);
+    let text = String::from_utf8(out[0].event.body.clone()).unwrap();
+    assert!(
+        text.contains(",\"body\":[1,}"),
+        "copied, not parsed: {text}"
+    );
 }

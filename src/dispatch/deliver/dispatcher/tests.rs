@@ -81,6 +81,7 @@ fn job(lsn: u64) -> Job {
         headers: vec![("content-type".into(), b"application/json".to_vec())],
         body: b"{}".to_vec(),
         replay_of: None,
+        body_json: Default::default(),
     };
     Job::new(lsn, event, 0, 1, 0)
 }

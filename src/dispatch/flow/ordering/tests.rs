@@ -31,6 +31,7 @@ impl Rig {
             headers: vec![("x-key".into(), key.as_bytes().to_vec())],
             body: b"{}".to_vec(),
             replay_of: Some(of.into()),
+            body_json: Default::default(),
         };
         let mut out = FlowOut::default();
         let now = self.now();
@@ -72,6 +73,7 @@ fn entry(id: &str, key: &str) -> DlqEntry {
             headers: vec![("x-key".into(), key.as_bytes().to_vec())],
             body: b"{}".to_vec(),
             replay_of: None,
+            body_json: Default::default(),
         },
         event_lsn: 1,
         destination: "http:http://h/".into(),

@@ -77,6 +77,7 @@ impl Rig {
                 .collect(),
             body: body.as_bytes().to_vec(),
             replay_of: None,
+            body_json: Default::default(),
         };
         let mut out = FlowOut::default();
         let now = self.now();

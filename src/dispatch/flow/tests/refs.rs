@@ -40,6 +40,7 @@ impl Log {
             headers: vec![("x-key".into(), key.as_bytes().to_vec())],
             body: id.as_bytes().to_vec(),
             replay_of: None,
+            body_json: Default::default(),
         };
         let lsn = self
             .wal

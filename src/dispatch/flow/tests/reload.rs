@@ -33,6 +33,7 @@ fn job(id: &str, key: u64, body: &str) -> Job {
         headers: vec![],
         body: body.as_bytes().to_vec(),
         replay_of: None,
+        body_json: Default::default(),
     };
     Job::new(key, ev, 0, 1, 0)
 }

@@ -9,9 +9,7 @@ use std::collections::HashMap;
 
 use super::model::{candidate_segment, corrupt, EventReport, Fate, ListFilter, Seen};
 use super::seek;
-use crate::wal::format::{
-    decode_payload, parse_event, DoneStatus, EventRecord, Record, RecordKind,
-};
+use crate::wal::format::{decode_payload, parse_event, DoneStatus, EventRecord, Record};
 use crate::wal::layout::LogDir;
 use crate::wal::outcomes::{Found, Outcome, SharedIndex};
 use crate::wal::read::reader::{RawRecord, WalReader};
@@ -70,7 +68,7 @@ pub(super) fn report(
     let mut map = HashMap::from([(lsn, seen)]);
     let mut bounded = false;
     let mut fold = |r: &RawRecord| -> Result<(), WalError> {
-        if matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent) {
+        if r.kind.is_event() {
             return Ok(());
         }
         let rec = decode_payload(r.kind, &r.payload).map_err(|e| corrupt(&log.dir, r, e))?;
@@ -214,7 +212,7 @@ fn read_clusters(log: &LogDir, events: &[(Lsn, Found)]) -> Result<Clusters, WalE
         let mut read_to = lo;
         read_range(log, lo, hi, hi - lo + 1, &mut |r| {
             read_to = r.lsn + 1;
-            if matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent) {
+            if r.kind.is_event() {
                 if want.contains(&r.lsn) {
                     let ev =
                         parse_event(r.kind, &r.payload).map_err(|e| corrupt(&log.dir, r, e))?;
@@ -262,7 +260,7 @@ fn first_at_or_after(log: &LogDir, id: &str) -> Result<Lsn, WalError> {
     let (pos, from) = seek::seek(&path, first, id)?;
     for r in WalReader::open_at(&log.dir, first, pos, from)?.skipping() {
         let r = r?;
-        if matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent) {
+        if r.kind.is_event() {
             let ev = parse_event(r.kind, &r.payload).map_err(|e| corrupt(&log.dir, &r, e))?;
             if ev.event_id >= id {
                 return Ok(r.lsn);

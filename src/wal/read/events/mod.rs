@@ -35,7 +35,6 @@ use crate::storage::StdFs;
 use crate::wal::event_id;
 use crate::wal::format::{
     decode_payload, parse_event, AttemptEntry, AttemptOutcome, DoneStatus, EventRecord, Record,
-    RecordKind,
 };
 use crate::wal::layout::{log_dirs, LogDir};
 use crate::wal::outcomes::SharedIndex;
@@ -93,7 +92,7 @@ fn show_in(
     let reader = WalReader::open_at(&log.dir, first, pos, from)?.skipping();
     for r in reader {
         let r = r?;
-        let is_event = matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent);
+        let is_event = r.kind.is_event();
         match &found {
             None if is_event => {
                 let ev = parse_event(r.kind, &r.payload).map_err(|e| corrupt(&log.dir, &r, e))?;
@@ -199,7 +198,7 @@ fn list_segment(
             break;
         }
         let bad = |e| corrupt(&log.dir, &r, e);
-        if matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent) {
+        if r.kind.is_event() {
             if events {
                 found.push((
                     r.lsn,

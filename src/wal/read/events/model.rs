@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::wal::event_id;
 use crate::wal::format::{
-    parse_event, AttemptEntry, AttemptOutcome, DoneStatus, EventRecord, Record, RecordKind,
+    parse_event, AttemptEntry, AttemptOutcome, DoneStatus, EventRecord, Record,
 };
 use crate::wal::read::reader::{RawRecord, WalReader};
 use crate::wal::segment::list_segments;
@@ -160,7 +160,7 @@ pub(super) fn first_event_id(dir: &Path, first: Lsn, end: Lsn) -> Result<Option<
         if r.lsn >= end {
             break;
         }
-        if matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent) {
+        if r.kind.is_event() {
             let ev = parse_event(r.kind, &r.payload).map_err(|e| corrupt(dir, &r, e))?;
             return Ok(Some(ev.event_id.to_owned()));
         }

@@ -155,7 +155,7 @@ fn first_event_id(bytes: &[u8], pos: usize, lsn: Lsn) -> Option<String> {
     let mut scanner = Scanner::resume_at(pos, lsn, Some(pos));
     loop {
         match scanner.step(bytes) {
-            Step::Record(_, r) if matches!(r.kind, RecordKind::Event | RecordKind::ReplayEvent) => {
+            Step::Record(_, r) if r.kind.is_event() => {
                 return parse_event(r.kind, r.payload)
                     .ok()
                     .map(|ev| ev.event_id.to_owned());
@@ -204,6 +204,7 @@ mod tests {
                     headers: Vec::new(),
                     body: vec![b'x'; body],
                     replay_of: None,
+                    body_json: Default::default(),
                 }));
             }
             let entries = (lsn..lsn + 10).map(|l| DoneEntry {

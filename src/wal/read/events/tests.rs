@@ -25,6 +25,7 @@ fn event(id: String, trigger: &str, at: u64) -> Record {
         headers: Vec::new(),
         body: vec![b'x'; BODY],
         replay_of: None,
+        body_json: Default::default(),
     })
 }
 
