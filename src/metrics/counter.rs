@@ -198,7 +198,9 @@ pub mod slot {
     pub const IO_POOL_EMPTY: usize = IO_RETIRED + 1;
     /// Gauge: sockets in the core's io_uring file table.
     pub const IO_FIXED_FILES: usize = IO_POOL_EMPTY + 1;
-    pub const COUNT: usize = IO_FIXED_FILES + 1;
+    /// Gauge: finished event records on the core's shelf for ingest to reuse (`wal::shelf`).
+    pub const EVENT_SHELF: usize = IO_FIXED_FILES + 1;
+    pub const COUNT: usize = EVENT_SHELF + 1;
 
     #[inline]
     pub const fn backpressure(d: Dimension, a: Action) -> usize {
@@ -308,6 +310,12 @@ impl CoreMetrics {
         self.shard.cells[slot::LINK_WAITING].store(items, Ordering::Relaxed);
     }
 
+    /// Set this core's `sluice_event_shelf_records` (the owning worker only).
+    #[inline]
+    pub fn set_event_shelf(&self, records: u64) {
+        self.shard.cells[slot::EVENT_SHELF].store(records, Ordering::Relaxed);
+    }
+
     /// Set this core's `sluice_io_retired_connections` (the owning worker only).
     #[inline]
     pub fn set_io_retired(&self, conns: u64) {
@@ -392,6 +400,11 @@ impl Metrics {
     /// Jobs and outcomes core `core` holds for full rings of other cores (a gauge).
     pub fn link_waiting(&self, core: usize) -> u64 {
         self.shards[core].get(slot::LINK_WAITING)
+    }
+
+    /// Finished event records on core `core`'s shelf (a gauge).
+    pub fn event_shelf(&self, core: usize) -> u64 {
+        self.shards[core].get(slot::EVENT_SHELF)
     }
 
     /// Closed connections of core `core` still sending their last bytes (io_uring; a gauge).
@@ -502,6 +515,12 @@ impl Metrics {
             "sluice_link_waiting_items",
             "Jobs and outcomes a core holds because another core's inbound ring is full (bound: the jobs the core holds; offered again every loop turn).",
             Metrics::link_waiting,
+        );
+        self.per_core_gauge(
+            w,
+            "sluice_event_shelf_records",
+            "Finished event records a core keeps for its ingest to build the next ones in, so an accepted event allocates only its body (bound: 256 per core, each at most 3 x 256 bytes of ids and 8 KiB of headers).",
+            Metrics::event_shelf,
         );
         self.per_core_gauge(
             w,

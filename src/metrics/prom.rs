@@ -372,6 +372,10 @@ sluice_commit_queued_records{core=\"1\"} 0
 # TYPE sluice_link_waiting_items gauge
 sluice_link_waiting_items{core=\"0\"} 0
 sluice_link_waiting_items{core=\"1\"} 0
+# HELP sluice_event_shelf_records Finished event records a core keeps for its ingest to build the next ones in, so an accepted event allocates only its body (bound: 256 per core, each at most 3 x 256 bytes of ids and 8 KiB of headers).
+# TYPE sluice_event_shelf_records gauge
+sluice_event_shelf_records{core=\"0\"} 0
+sluice_event_shelf_records{core=\"1\"} 0
 # HELP sluice_io_retired_connections io_uring: closed connections whose last response bytes are still being sent (bound: 4096 per core, 2 s each; 0 on mio).
 # TYPE sluice_io_retired_connections gauge
 sluice_io_retired_connections{core=\"0\"} 0

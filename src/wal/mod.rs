@@ -365,6 +365,8 @@ pub use config::{
     DEFAULT_SEGMENT_BYTES, MAX_BATCH_BYTES, MIN_SEGMENT_BYTES,
 };
 pub use error::{LostRange, WalError};
+/// Finished event records kept per thread for reuse by ingest: [`format::shelf`].
+pub use format::shelf;
 pub use format::{
     decode_event, decode_payload, encode_event, encode_payload_into, truncate_utf8, BodyJson,
     DecodeError, DoneEntry, DoneRecord, DoneStatus, EncodeError, EventRecord, Lsn, Record,

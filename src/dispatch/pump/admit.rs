@@ -177,6 +177,7 @@ impl<E: PumpEnv> PumpCore<E> {
         let log = &self.logs[slot];
         let recovered = lsn < log.recovered.next_lsn;
         if recovered && !log.recovered.pending.contains_key(&lsn) {
+            crate::wal::shelf::give(event);
             return Admit::Done; // done before the restart
         }
         let r = resolve(
@@ -230,12 +231,13 @@ impl<E: PumpEnv> PumpCore<E> {
         };
         log.live.insert(lsn, live);
         let Some(dest) = dest else {
-            // No handler: stored, and done at once.
+            // No handler: stored, and done at once; its record goes back to ingest's shelf.
             log.done_queue.push(DoneEntry {
                 event_lsn: lsn,
                 status: DoneStatus::NoHandler,
                 attempts: 0,
             });
+            crate::wal::shelf::give(event);
             return Admit::Done;
         };
         let owner = self.routes.destinations.get(dest).map_or(0, |r| r.owner);

@@ -236,22 +236,23 @@ impl Pipeline<'_> {
             },
             None => None,
         };
-        let mut headers = stored_headers(node.ingest, head, stored);
+        let body_json = node.body_json(trigger_id, &body);
+        // Built in a finished record's storage when this core has one (`wal::shelf`).
+        let mut event = wal::shelf::build(wal::shelf::Parts {
+            event_id: id.as_str(),
+            trigger_id,
+            source,
+            received_at_ms: now.unix_ms,
+            headers: stored_headers(node.ingest, head, stored),
+            body,
+            body_json,
+        });
         let claim = claim.map(|(token, key)| {
-            headers.push((DEDUPE_KEY_HEADER.to_string(), key.into_bytes()));
+            event
+                .headers
+                .push((DEDUPE_KEY_HEADER.to_string(), key.into_bytes()));
             token
         });
-        let body_json = node.body_json(trigger_id, &body);
-        let event = EventRecord {
-            event_id: id.as_str().to_owned(),
-            trigger_id: trigger_id.to_owned(),
-            source: source.to_owned(),
-            received_at_ms: now.unix_ms,
-            headers,
-            body,
-            replay_of: None,
-            body_json,
-        };
         node.reserve(id, event, entry, claim, now.mono)
     }
 
@@ -466,19 +467,17 @@ fn to_store<'h>(
         .filter(move |(_, (n, _))| *n != DEDUPE_KEY_HEADER && stored.iter().any(|s| s == n))
 }
 
-/// Which of a head's headers are stored ([`stored_headers_fit`]): their count, and their
-/// positions (bit `i` = the head's header `i`) when all are among the first 64, so the copy
-/// ([`stored_headers`]) does not compare names a second time.
+/// Which of a head's headers are stored ([`stored_headers_fit`]): their positions (bit `i` =
+/// the head's header `i`) when all are among the first 64, so the copy ([`stored_headers`])
+/// does not compare names a second time.
 #[derive(Debug, Clone, Copy)]
 struct Stored {
-    /// Fields to store, the dedupe key's included.
-    fields: usize,
     positions: Option<u64>,
 }
 
 /// Step 1: whether the headers to store fit the WAL's bounds (room for one more kept for the dedupe
-/// key when the trigger dedupes), checked before anything is copied: `Some` (the fields to store,
-/// the key's field included), or `None` past the bounds.
+/// key when the trigger dedupes), checked before anything is copied: `Some` (where they are),
+/// or `None` past the bounds.
 fn stored_headers_fit(
     ingest: &IngestSpec,
     head: &RequestHead,
@@ -491,26 +490,23 @@ fn stored_headers_fit(
         too_long |= v.len() > wal::MAX_HEADER_VALUE_BYTES;
         positions = positions.and_then(|p| Some(p | 1u64.checked_shl(i as u32)?));
     }
-    (n <= wal::MAX_HEADERS && !too_long).then_some(Stored {
-        fields: n,
-        positions,
-    })
+    (n <= wal::MAX_HEADERS && !too_long).then_some(Stored { positions })
 }
 
-/// The headers to store (after [`stored_headers_fit`] found them), copied for the event into a
-/// list of exactly that room.
-fn stored_headers(ingest: &IngestSpec, head: &RequestHead, s: Stored) -> Vec<(String, Vec<u8>)> {
-    let copy = |(n, v): (&str, &[u8])| (n.to_owned(), v.to_vec());
-    let mut out = Vec::with_capacity(s.fields);
-    match s.positions {
-        Some(bits) => out.extend(
-            (head.headers().enumerate())
-                .filter(|(i, _)| *i < 64 && bits & (1 << i) != 0)
-                .map(|(_, h)| copy(h)),
-        ),
-        None => out.extend(to_store(ingest, head).map(|(_, h)| copy(h))),
-    }
-    out
+/// The headers to store (after [`stored_headers_fit`] found them), in order: by the positions
+/// it found, or by name when it found none.
+fn stored_headers<'h>(
+    ingest: &'h IngestSpec,
+    head: &'h RequestHead,
+    s: Stored,
+) -> impl Iterator<Item = (&'h str, &'h [u8])> + 'h {
+    let by_position = s.positions.map(|bits| {
+        (head.headers().enumerate())
+            .filter(move |(i, _)| *i < 64 && bits & (1 << i) != 0)
+            .map(|(_, h)| h)
+    });
+    let by_name = (s.positions.is_none()).then(|| to_store(ingest, head).map(|(_, h)| h));
+    (by_position.into_iter().flatten()).chain(by_name.into_iter().flatten())
 }
 
 /// Step 4: `Ok(None)` no dedupe; `Ok(Some((claim, key)))` the key is claimed (stored with the

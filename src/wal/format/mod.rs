@@ -145,6 +145,7 @@ pub fn encode_payload_into(rec: &Record, out: &mut Vec<u8>) -> Result<(), Encode
 
 mod decode;
 pub mod marker;
+pub mod shelf;
 pub use attempt::entry_lsns;
 pub use decode::{decode_event, decode_payload, event_trigger, parse_event, EventView};
 

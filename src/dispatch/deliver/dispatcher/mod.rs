@@ -722,12 +722,15 @@ impl Dispatcher {
             Class::Delivered => {
                 let attempts = job.attempt;
                 self.held -= job.events();
+                // Each delivered record goes back to this core's shelf (`wal::shelf`).
                 if job.batch.is_empty() {
                     self.delivered(job.lsn, attempts, job.event.received_at_ms, facts, now);
+                    crate::wal::shelf::give(job.event);
                 } else {
                     for m in job.batch {
                         let facts = facts.clone();
                         self.delivered(m.lsn, attempts, m.event.received_at_ms, facts, now);
+                        crate::wal::shelf::give(m.event);
                     }
                 }
             }
