@@ -5,8 +5,8 @@
 # `valgrind --tool=callgrind`, a trigger whose handler is nginx `return 200`; a first wrk burst
 # warms the server up and is drained; `callgrind_control -z` zeroes the counts; a second burst
 # of DURATION seconds is posted and drained; `callgrind_control -d` dumps. Instructions of every
-# thread ÷ events delivered between the two dumps (`sluice_dispatch_attempts_total{outcome=
-# "delivered"}`). Kernel work is not counted (callgrind sees user space only), nor is the event
+# thread ÷ events delivered between the two dumps (`sluice_events_delivered_total`: events, not calls,
+# for a batched destination). Kernel work is not counted (callgrind sees user space only), nor is the event
 # rate comparable with a native run (valgrind runs one thread at a time): it is an A/B of the
 # user-space work per delivered event between two binaries. valgrind does not run io_uring:
 # with SLUICE_IO=uring use COUNT=syscalls.
@@ -15,7 +15,7 @@
 # counts its system calls over the second burst and its drain (the kernel side of the same A/B:
 # a count, not a time); ÷ events delivered.
 #
-# Usage: BIN=path/to/sluice [SLUICE_IO=mio|uring] [COUNT=instructions|syscalls]
+# Usage: BIN=path/to/sluice [SLUICE_IO=mio|uring] [COUNT=instructions|syscalls] [BATCH=N] [OUT=dir: keep the dump]
 #        benches/e2e/callgrind_delivered.sh [DURATION_SECONDS]
 # Needs: valgrind (or perf), wrk and nginx; a release build.
 # Bounded: two bursts of DURATION s (wrk), each drain at most 120 s.
@@ -31,7 +31,10 @@ metric_sum() { curl -s "http://127.0.0.1:18180/metrics" | awk -v m="$1" -v l="$2
 nginx_conf '18181 200 ok'
 taskset -c "$CLIENT_CPU" nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
 pids+=($!)
-deliver_toml
+# BATCH=N: the destination takes batched calls, as in delivered_vs_nginx.sh.
+BATCH_N=${BATCH:-}
+deliver_toml "$([ -n "$BATCH_N" ] && echo "batch = { max_events = $BATCH_N, linger = \"5ms\" }")" \
+  "$([ -n "$BATCH_N" ] && printf '[orchestrator]\npumps = { max_outstanding = %d }\n' $((16 * BATCH_N)))"
 COUNT=${COUNT:-instructions}
 wrap=(valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.%p")
 [ "$COUNT" = syscalls ] && wrap=()
@@ -65,12 +68,12 @@ if [ "$COUNT" = syscalls ]; then
   PERF=$!
   sleep 0.5
 else
-  callgrind_control -z "$SLUICE" >/dev/null
+  callgrind_control -z "$SLUICE" >/dev/null 2>&1
 fi
-before=$(metric_sum sluice_dispatch_attempts_total 'outcome="delivered"')
+before=$(metric_sum sluice_events_delivered_total "")
 accepted=$(burst)
 drain
-after=$(metric_sum sluice_dispatch_attempts_total 'outcome="delivered"')
+after=$(metric_sum sluice_events_delivered_total "")
 delivered=$((${after%.*} - ${before%.*}))
 if [ "$COUNT" = syscalls ]; then
   kill -INT "$PERF"
@@ -80,10 +83,11 @@ if [ "$COUNT" = syscalls ]; then
     "syscalls_per_delivered_event=$(awk -v i="$n" -v d="$delivered" 'BEGIN {printf "%.3f", i / d}')"
   exit 0
 fi
-callgrind_control -d "$SLUICE" >/dev/null
+callgrind_control -d "$SLUICE" >/dev/null 2>&1
 sleep 1
 # The dump after the zeroing: the newest file with a part number (`cg.PID.N`).
 dump=$(ls -t "$WORK"/cg."$SLUICE".* 2>/dev/null | head -1)
 ir=$(awk '/^summary:/ {print $2}' "$dump")
+[ -n "${OUT:-}" ] && mkdir -p "$OUT" && cp "$dump" "$OUT/delivered${BATCH_N:+-batch$BATCH_N}.callgrind"
 echo "io=$IO bin=$BIN: $accepted requests in the burst, $delivered delivered; $ir instructions;" \
   "instructions_per_delivered_event=$(awk -v i="$ir" -v d="$delivered" 'BEGIN {printf "%.0f", i / d}')"

@@ -29,6 +29,7 @@ pub mod event_tools;
 pub mod exchange;
 pub mod flow;
 pub mod horizon;
+pub mod id_map;
 pub mod job;
 pub mod ledger;
 pub mod metrics;

@@ -75,12 +75,23 @@ impl Open {
         }
     }
 
-    /// Appends `event`'s JSON object (after a comma unless it is the first).
-    fn write(&mut self, event: &EventRecord) {
+    /// Appends `event`'s JSON object (after a comma unless it is the first); its bytes.
+    fn write(&mut self, event: &EventRecord) -> usize {
+        let start = self.body.len();
         if !self.members.is_empty() {
             self.body.push(b',');
         }
         write_member(&mut self.body, event);
+        self.body.len() - start
+    }
+
+    /// Room for the rest of a batch whose first member took `first` bytes: as many again for
+    /// each member it may still take, within `max_bytes`, so the body grows by one allocation
+    /// instead of doublings that copy it (and can hold twice it while they do).
+    fn reserve_like(&mut self, first: usize, spec: BatchSpec) {
+        let room = spec.max_bytes.saturating_sub(self.body.len()) + CLOSE.len();
+        let rest = (first + 1).saturating_mul(spec.max_events.saturating_sub(1)) + CLOSE.len();
+        self.body.reserve(rest.min(room));
     }
 
     /// The body's length once closed.
@@ -135,15 +146,18 @@ impl Batcher {
             .open
             .get_or_insert_with(|| Open::new(new_id(), deadline));
         let mark = open.body.len();
-        open.write(&member.event);
+        let mut written = open.write(&member.event);
         if !open.members.is_empty() && open.closed_len() > self.spec.max_bytes {
             // Past `max_bytes` with it: the batch goes without it, it starts the next one.
             open.body.truncate(mark);
             out.extend(self.close());
             let open = self.open.insert(Open::new(new_id(), deadline));
-            open.write(&member.event);
+            written = open.write(&member.event);
         }
         let open = self.open.as_mut().expect("opened above");
+        if open.members.is_empty() {
+            open.reserve_like(written, self.spec);
+        }
         open.members.push(member);
         if open.members.len() >= self.spec.max_events || open.closed_len() >= self.spec.max_bytes {
             out.extend(self.close());
@@ -226,6 +240,12 @@ fn write_headers(out: &mut Vec<u8>, headers: &[(String, Vec<u8>)]) {
         first = false;
         push_json_string(out, name);
         out.push(b':');
+        // One field of the name, in UTF-8 (the common case): written as it is, no copy.
+        let repeated = (headers[i + 1..].iter()).any(|(n, _)| n.eq_ignore_ascii_case(name));
+        if let (false, Ok(s)) = (repeated, std::str::from_utf8(&headers[i].1)) {
+            push_json_string(out, s);
+            continue;
+        }
         let mut value = String::new();
         for (_, v) in headers[i..]
             .iter()

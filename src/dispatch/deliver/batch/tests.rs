@@ -287,3 +287,36 @@ fn a_json_flag_is_trusted_so_the_body_is_copied_as_stored() {
         "copied, not parsed: {text}"
     );
 }
+
+#[test]
+fn a_batch_body_is_allocated_once_for_members_like_its_first_and_within_max_bytes() {
+    let mut b = Batcher::new(spec(16, 1 << 20, 5));
+    let (mut id, mut out) = (ids(), Vec::new());
+    b.push(job(1, br#"{"n":1}"#), 0, &mut id, &mut out);
+    let first = b
+        .open
+        .as_ref()
+        .map(|o| (o.body.as_ptr(), o.body.capacity()));
+    for lsn in 2..16 {
+        b.push(job(lsn, br#"{"n":1}"#), 0, &mut id, &mut out);
+        let now = b
+            .open
+            .as_ref()
+            .map(|o| (o.body.as_ptr(), o.body.capacity()));
+        assert_eq!(now, first, "member {lsn} grew the body: it was reserved");
+    }
+    b.push(job(16, br#"{"n":1}"#), 0, &mut id, &mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(lsns(&out[0]).len(), 16);
+    assert!(parse(&out[0])["events"]
+        .as_array()
+        .is_some_and(|e| e.len() == 16));
+    // A small `max_bytes` bounds the room taken, whatever `max_events` says.
+    let mut b = Batcher::new(spec(10_000, 4096, 5));
+    b.push(job(1, &[b'x'; 100]), 0, &mut id, &mut out);
+    let cap = b.open.as_ref().map_or(0, |o| o.body.capacity());
+    assert!(
+        cap <= 4096 + 256,
+        "reserved {cap} bytes for a batch of at most 4096"
+    );
+}

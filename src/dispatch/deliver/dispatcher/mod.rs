@@ -67,6 +67,7 @@ use crate::dispatch::deliver::retry::RetryPolicy;
 use crate::dispatch::deliver::rng::SmallRng;
 use crate::dispatch::dlq::DlqReason;
 use crate::dispatch::flow::{FlowEngine, FlowOut};
+use crate::dispatch::id_map::IdMap;
 use crate::dispatch::job::{AttemptFacts, Job, JobOutcome};
 use crate::dispatch::metrics::CoreDispatchMetrics;
 use crate::dispatch::spec::{DestinationSpec, DispatchSpec};
@@ -134,7 +135,7 @@ impl Ord for Delayed {
 #[derive(Debug)]
 pub struct Dispatcher {
     config: Arc<DispatchSpec>,
-    dests: HashMap<usize, Dest>,
+    dests: IdMap<Dest>,
     pool: OutboundPool<Attempt>,
     /// Attempts the pool finished in one call, settled right after (capacity reused).
     finished: Vec<Finished<Attempt>>,
@@ -198,7 +199,7 @@ impl Dispatcher {
             horizon: Default::default(),
             pool: OutboundPool::new(config.idle_timeout.as_nanos() as u64),
             config,
-            dests: HashMap::new(),
+            dests: IdMap::default(),
             finished: Vec::new(),
             delayed: BinaryHeap::new(),
             wakes: BinaryHeap::new(),
