@@ -236,30 +236,15 @@ fn a_member_s_stored_json_decision_is_obeyed_without_parsing() {
         j.event.body_json = body_json;
         j
     };
-    b.push(
-        flagged(1, b"{\"a\": 1 }", BodyJson::NotJson),
-        0,
-        &mut id,
-        &mut out,
-    );
-    b.push(
-        flagged(2, b" [1,  2] ", BodyJson::Json),
-        0,
-        &mut id,
-        &mut out,
-    );
-    b.push(
-        flagged(3, b"{\"u\":0}", BodyJson::Undecided),
-        0,
-        &mut id,
-        &mut out,
-    );
-    b.push(
-        flagged(4, b"\xffraw", BodyJson::Undecided),
-        0,
-        &mut id,
-        &mut out,
-    );
+    let members: [(&[u8], BodyJson); 4] = [
+        (b"{\"a\": 1 }", BodyJson::NotJson),
+        (b" [1,  2] ", BodyJson::Json),
+        (b"{\"u\":0}", BodyJson::Undecided),
+        (b"\xffraw", BodyJson::Undecided),
+    ];
+    for (lsn, (body, decision)) in (1..).zip(members) {
+        b.push(flagged(lsn, body, decision), 0, &mut id, &mut out);
+    }
     assert_eq!(out.len(), 1);
     let v = parse(&out[0]);
     let e = v["events"].as_array().unwrap();
