@@ -200,7 +200,9 @@ pub mod slot {
     pub const IO_FIXED_FILES: usize = IO_POOL_EMPTY + 1;
     /// Gauge: finished event records on the core's shelf for ingest to reuse (`wal::shelf`).
     pub const EVENT_SHELF: usize = IO_FIXED_FILES + 1;
-    pub const COUNT: usize = EVENT_SHELF + 1;
+    /// Gauge: entries in the core's outbound timer heaps (`net::deadlines`).
+    pub const OUTBOUND_TIMERS: usize = EVENT_SHELF + 1;
+    pub const COUNT: usize = OUTBOUND_TIMERS + 1;
 
     #[inline]
     pub const fn backpressure(d: Dimension, a: Action) -> usize {
@@ -316,6 +318,17 @@ impl CoreMetrics {
         self.shard.cells[slot::EVENT_SHELF].store(records, Ordering::Relaxed);
     }
 
+    /// This core's `sluice_event_shelf_records` as last set.
+    pub fn event_shelf(&self) -> u64 {
+        self.shard.get(slot::EVENT_SHELF)
+    }
+
+    /// Set this core's `sluice_outbound_timer_entries` (the owning worker only).
+    #[inline]
+    pub fn set_outbound_timers(&self, entries: u64) {
+        self.shard.cells[slot::OUTBOUND_TIMERS].store(entries, Ordering::Relaxed);
+    }
+
     /// Set this core's `sluice_io_retired_connections` (the owning worker only).
     #[inline]
     pub fn set_io_retired(&self, conns: u64) {
@@ -405,6 +418,11 @@ impl Metrics {
     /// Finished event records on core `core`'s shelf (a gauge).
     pub fn event_shelf(&self, core: usize) -> u64 {
         self.shards[core].get(slot::EVENT_SHELF)
+    }
+
+    /// Entries in core `core`'s outbound timer heaps (a gauge).
+    pub fn outbound_timers(&self, core: usize) -> u64 {
+        self.shards[core].get(slot::OUTBOUND_TIMERS)
     }
 
     /// Closed connections of core `core` still sending their last bytes (io_uring; a gauge).
@@ -521,6 +539,12 @@ impl Metrics {
             "sluice_event_shelf_records",
             "Finished event records a core keeps for its ingest to build the next ones in, so an accepted event allocates only its body (bound: 256 per core, each at most 3 x 256 bytes of ids and 8 KiB of headers).",
             Metrics::event_shelf,
+        );
+        self.per_core_gauge(
+            w,
+            "sluice_outbound_timer_entries",
+            "Entries in a core's outbound timer heaps (attempt deadlines and idle expiry), live and not yet dropped (bound: 2 x the core's open outbound connections + 128).",
+            Metrics::outbound_timers,
         );
         self.per_core_gauge(
             w,

@@ -376,6 +376,10 @@ sluice_link_waiting_items{core=\"1\"} 0
 # TYPE sluice_event_shelf_records gauge
 sluice_event_shelf_records{core=\"0\"} 0
 sluice_event_shelf_records{core=\"1\"} 0
+# HELP sluice_outbound_timer_entries Entries in a core's outbound timer heaps (attempt deadlines and idle expiry), live and not yet dropped (bound: 2 x the core's open outbound connections + 128).
+# TYPE sluice_outbound_timer_entries gauge
+sluice_outbound_timer_entries{core=\"0\"} 0
+sluice_outbound_timer_entries{core=\"1\"} 0
 # HELP sluice_io_retired_connections io_uring: closed connections whose last response bytes are still being sent (bound: 4096 per core, 2 s each; 0 on mio).
 # TYPE sluice_io_retired_connections gauge
 sluice_io_retired_connections{core=\"0\"} 0

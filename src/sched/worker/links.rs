@@ -114,6 +114,7 @@ impl Worker {
             .set_commit_queued(self.committer.queued() as u64);
         (self.metrics).set_link_waiting(self.links.exchange.waiting() as u64);
         (self.metrics).set_event_shelf(crate::wal::shelf::shelved() as u64);
+        (self.metrics).set_outbound_timers(self.dispatcher.timer_entries() as u64);
     }
 
     /// The end of a turn: this core's order horizon published (`dispatch::horizon`), then the

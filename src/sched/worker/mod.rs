@@ -372,6 +372,13 @@ mod tests {
         let answer = String::from_utf8_lossy(&got);
         assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
         assert_eq!(w.front.in_flight(), 0, "settled by the commit's turn");
+        // No handler: the pump finishes the event at once and its record goes to this core's
+        // shelf for the next request (`wal::shelf`), which the gauge shows.
+        while w.metrics.event_shelf() == 0 {
+            assert!(Instant::now() < deadline, "shelved within 10 s");
+            assert!(!w.turn(&mut vec![source(WAKER_TOKEN)], &mut last_sweep));
+        }
+        assert_eq!(w.metrics.event_shelf(), 1);
         readers.stop();
     }
 }

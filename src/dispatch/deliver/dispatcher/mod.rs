@@ -240,6 +240,12 @@ impl Dispatcher {
         self.pool.in_flight()
     }
 
+    /// Entries in the outbound pool's timer heaps, live and stale (`net::deadlines`: at most
+    /// 2 × the open connections + 128), for the core's gauge.
+    pub fn timer_entries(&self) -> usize {
+        self.pool.timer_entries()
+    }
+
     fn dest(&mut self, d: usize) -> &mut Dest {
         let config = &self.config;
         let budgets = &mut self.budgets;
