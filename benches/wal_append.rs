@@ -9,6 +9,11 @@
 //! (`wal::outcomes`): folding a batch of 64 1 KiB events, then the batch of their outcomes (one
 //! kind-8 record of 64 calls, one `Done` record of 64 entries), from the bytes as written;
 //! throughput in events/s.
+//!
+//! `body_json_decide`: the batch rule for bodies (`wal::format::json`, decided once per event at
+//! ingest) against what it replaced, `serde_json` into `IgnoredAny` (which checked no UTF-8),
+//! on the 1 KiB body of the end-to-end runs (`benches/e2e/post1k.lua`) and a webhook-shaped
+//! one (nested objects, many short strings, numbers); throughput in bytes/s.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use sluice::sync::clock::{Clock, MonotonicClock};
@@ -129,5 +134,39 @@ fn outcome_index_fold(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, append, outcome_index_fold);
+fn body_json_decide(c: &mut Criterion) {
+    let post1k = format!("{{\"pad\":\"{}\"}}    ", "x".repeat(1024 - 14));
+    let item = r#"{"id":1234567,"sha":"6dcb09b5b57875f334f61aebed695e2e4193db5e","message":"Fix \"all\" the things","author":{"name":"Monalisa Octocat","email":"support@github.com","date":"2011-04-14T16:00:49Z"},"added":[],"removed":[],"modified":["README.md","src/main.rs"],"distinct":true,"score":-12.5e-3}"#;
+    let shaped = format!(
+        "{{\"ref\":\"refs/heads/main\",\"commits\":[{}]}}",
+        [item; 4].join(",")
+    );
+    let mut g = c.benchmark_group("body_json_decide");
+    for (name, body) in [
+        ("post1k", post1k.as_bytes()),
+        ("webhook_shaped", shaped.as_bytes()),
+    ] {
+        g.throughput(Throughput::Bytes(body.len() as u64));
+        g.bench_with_input(
+            BenchmarkId::new("wal_format_json", name),
+            body,
+            |b, body| {
+                b.iter(|| sluice::wal::format::json::is_one_json_text(std::hint::black_box(body)))
+            },
+        );
+        g.bench_with_input(
+            BenchmarkId::new("serde_json_ignored_any", name),
+            body,
+            |b, body| {
+                b.iter(|| {
+                    serde_json::from_slice::<serde::de::IgnoredAny>(std::hint::black_box(body))
+                        .is_ok()
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
+criterion_group!(benches, append, outcome_index_fold, body_json_decide);
 criterion_main!(benches);

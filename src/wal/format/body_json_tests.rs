@@ -290,3 +290,78 @@ fn the_outcome_index_reads_the_trigger_of_flagged_kinds_too() {
         }
     }
 }
+
+/// The rule against `serde_json` (the parser a receiver may well use): on random near-JSON
+/// inputs, shallower than `json::MAX_DEPTH`, a body is JSON exactly when `serde_json` parses it
+/// and it is valid UTF-8.
+#[test]
+fn the_decision_agrees_with_serde_json_on_utf8_near_json_inputs() {
+    const TOKENS: &[&[u8]] = &[
+        b"{",
+        b"}",
+        b"[",
+        b"]",
+        b",",
+        b":",
+        b"\"",
+        b"\\",
+        b"\\u",
+        b"\\n",
+        b"0",
+        b"1",
+        b"9",
+        b"e",
+        b"E",
+        b".",
+        b"-",
+        b"+",
+        b"true",
+        b"false",
+        b"null",
+        b"tru",
+        b" ",
+        b"\t",
+        b"\n",
+        b"x",
+        "\u{e9}".as_bytes(),
+        b"\xff",
+        b"\x1f",
+        b"\"k\":",
+        b"\"abcdefghijklmnopqrstuvwxyz0123\"",
+        b"A",
+        b"f",
+    ];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut json, mut total) = (0, 0);
+    for _ in 0..200_000 {
+        let mut body = Vec::new();
+        // Half the inputs are a valid document with one token spliced in somewhere.
+        if rng.next() % 2 == 0 {
+            body.extend_from_slice(
+                b"{\"a\":[1,-2.5e3,\"s\\\"t\\u00e9\"],\"b\":{\"c\":null,\"d\":true}}",
+            );
+            let at = (rng.next() as usize) % (body.len() + 1);
+            let t = TOKENS[(rng.next() as usize) % TOKENS.len()];
+            if rng.next() % 3 == 0 {
+                body.splice(at..(at + 1).min(body.len()), t.iter().copied());
+            } else {
+                body.splice(at..at, t.iter().copied());
+            }
+        } else {
+            for _ in 0..(rng.next() % 24) {
+                body.extend_from_slice(TOKENS[(rng.next() as usize) % TOKENS.len()]);
+            }
+        }
+        let serde = serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok()
+            && std::str::from_utf8(&body).is_ok();
+        let ours = BodyJson::decide(&body) == BodyJson::Json;
+        assert_eq!(ours, serde, "{:?}", String::from_utf8_lossy(&body));
+        json += usize::from(ours);
+        total += 1;
+    }
+    // The inputs exercise both answers, not one.
+    assert!(
+        json > total / 20 && json < total - total / 20,
+        "{json} of {total}"
+    );
+}

@@ -144,6 +144,7 @@ pub fn encode_payload_into(rec: &Record, out: &mut Vec<u8>) -> Result<(), Encode
 }
 
 mod decode;
+pub mod json;
 pub mod marker;
 pub mod shelf;
 pub use attempt::entry_lsns;

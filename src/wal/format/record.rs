@@ -126,10 +126,11 @@ pub enum BodyJson {
 }
 
 impl BodyJson {
-    /// The decision for `body`: one JSON value (`serde_json`, any value, nothing after it but
-    /// whitespace) or not. The one rule ingest and the batch writers share.
+    /// The decision for `body`: one JSON text a batch can carry verbatim (`wal::format::json`:
+    /// RFC 8259's grammar, valid UTF-8, nested at most `json::MAX_DEPTH` deep) or not. The one
+    /// rule ingest and the batch writers share.
     pub fn decide(body: &[u8]) -> BodyJson {
-        if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() {
+        if super::json::is_one_json_text(body) {
             BodyJson::Json
         } else {
             BodyJson::NotJson
