@@ -305,3 +305,33 @@ fn a_batch_body_is_allocated_once_for_members_like_its_first_and_within_max_byte
         "reserved {cap} bytes for a batch of at most 4096"
     );
 }
+
+/// A body that is JSON-shaped but not valid UTF-8, or nested deeper than a strict parser takes
+/// within a batch, travels as `body_base64`: the batch stays valid JSON (`serde_json` parses it
+/// with its default nesting limit) and the bytes come back exactly.
+#[test]
+fn a_member_that_would_make_the_batch_invalid_json_goes_as_base64() {
+    let deep = format!("{}{}", "[".repeat(101), "]".repeat(101));
+    let ok = format!("{}{}", "[".repeat(100), "]".repeat(100));
+    let bodies: [&[u8]; 3] = [b"{\"a\":\"\xff\"}", deep.as_bytes(), ok.as_bytes()];
+    let mut b = Batcher::new(spec(3, 1 << 20, 5));
+    let (mut id, mut out) = (ids(), Vec::new());
+    for (i, body) in bodies.iter().enumerate() {
+        b.push(job(i as u64 + 1, body), 0, &mut id, &mut out);
+    }
+    assert_eq!(out.len(), 1);
+    let batch = parse(&out[0]);
+    let events = batch["events"].as_array().unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    for (e, body) in events.iter().zip(bodies).take(2) {
+        assert!(e.get("body").is_none(), "{e}");
+        assert_eq!(
+            b64.decode(e["body_base64"].as_str().unwrap()).unwrap(),
+            body
+        );
+    }
+    assert_eq!(
+        serde_json::to_vec(&events[2]["body"]).unwrap(),
+        ok.as_bytes()
+    );
+}
