@@ -14,6 +14,7 @@
 use base64::Engine as _;
 
 use crate::dispatch::job::Job;
+use crate::wal::format::json::push_string;
 
 /// Builds the carrier of `members` (at least one).
 pub fn carrier(members: Vec<Job>) -> Job {
@@ -37,10 +38,12 @@ pub fn body(members: &[Job]) -> Vec<u8> {
         }
         let e = &m.event;
         out.extend_from_slice(b"{\"event_id\":");
-        push_json_string(&mut out, &e.event_id);
+        push_string(&mut out, &e.event_id);
         out.extend_from_slice(b",\"source\":");
-        push_json_string(&mut out, &e.source);
-        out.extend_from_slice(format!(",\"received_at\":{}", e.received_at_ms).as_bytes());
+        push_string(&mut out, &e.source);
+        out.extend_from_slice(b",\"received_at\":");
+        let mut digits = [0u8; 20];
+        out.extend_from_slice(crate::net::http::decimal(&mut digits, e.received_at_ms).as_bytes());
         // Decided once at ingest (`wal::BodyJson`); parsed here only when it was not.
         if e.body_json.is_json(&e.body) {
             out.extend_from_slice(b",\"body\":");
@@ -58,11 +61,6 @@ pub fn body(members: &[Job]) -> Vec<u8> {
     }
     out.push(b']');
     out
-}
-
-fn push_json_string(out: &mut Vec<u8>, s: &str) {
-    // Serializing a &str into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 #[cfg(test)]

@@ -279,6 +279,46 @@ fn plain(c: u8) -> bool {
     (0x20..0x80).contains(&c) && c != b'"' && c != b'\\'
 }
 
+/// Appends `s` to `out` as a JSON string: quoted, `"` `\\` and control characters escaped,
+/// everything else (UTF-8 included) as it is. Runs of bytes that need no escape are copied
+/// whole: a batch member's id, trigger, source and header fields are plain ASCII, and this runs
+/// five times and more per member (`serde_json`'s writer went byte by byte, ~12 instructions a
+/// byte).
+pub fn push_string(out: &mut Vec<u8>, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut run = 0;
+    for (i, &c) in bytes.iter().enumerate() {
+        if c >= 0x20 && c != b'"' && c != b'\\' {
+            continue;
+        }
+        out.extend_from_slice(&bytes[run..i]);
+        match c {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            _ => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let escape = [
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[usize::from(c >> 4)],
+                    HEX[usize::from(c & 15)],
+                ];
+                out.extend_from_slice(&escape);
+            }
+        }
+        run = i + 1;
+    }
+    out.extend_from_slice(&bytes[run..]);
+    out.push(b'"');
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::record::BodyJson;
@@ -375,6 +415,34 @@ mod tests {
             }
             assert_eq!(plain_prefix(&vec![b'~'; at]), at);
         }
+    }
+
+    #[test]
+    fn push_string_writes_what_serde_json_reads_back() {
+        let mut all: String = (0u8..0x80).map(char::from).collect();
+        all.push_str("h\u{e9}llo \u{1F600} \"q\" \\ end");
+        for s in [
+            "",
+            "plain-ascii_01",
+            "\"",
+            "\\",
+            "\n\r\t\u{8}\u{c}\u{0}\u{1f}",
+            all.as_str(),
+        ] {
+            let mut out = b"x".to_vec();
+            push_string(&mut out, s);
+            assert_eq!(out[0], b'x');
+            assert!(
+                is_one_json_text(&out[1..]),
+                "{:?}",
+                String::from_utf8_lossy(&out)
+            );
+            let back: String = serde_json::from_slice(&out[1..]).unwrap();
+            assert_eq!(back, s);
+        }
+        let mut out = Vec::new();
+        push_string(&mut out, "evt_01J");
+        assert_eq!(out, b"\"evt_01J\"");
     }
 
     #[test]

@@ -39,6 +39,7 @@ use base64::Engine as _;
 
 use crate::dispatch::job::Job;
 use crate::dispatch::spec::BatchSpec;
+use crate::wal::format::json::push_string;
 use crate::wal::EventRecord;
 
 /// The closing bytes of a body.
@@ -65,7 +66,7 @@ impl Open {
     fn new(id: String, deadline: u64) -> Open {
         let mut body = Vec::with_capacity(256);
         body.extend_from_slice(b"{\"batch_id\":");
-        push_json_string(&mut body, &id);
+        push_string(&mut body, &id);
         body.extend_from_slice(b",\"events\":[");
         Open {
             id,
@@ -194,11 +195,11 @@ pub fn batch_id(unix_ms: u64, core: usize, random: u64) -> String {
 /// One member's JSON object.
 fn write_member(out: &mut Vec<u8>, e: &EventRecord) {
     out.extend_from_slice(b"{\"id\":");
-    push_json_string(out, &e.event_id);
+    push_string(out, &e.event_id);
     out.extend_from_slice(b",\"trigger\":");
-    push_json_string(out, &e.trigger_id);
+    push_string(out, &e.trigger_id);
     out.extend_from_slice(b",\"source\":");
-    push_json_string(out, &e.source);
+    push_string(out, &e.source);
     out.extend_from_slice(b",\"received_at\":");
     let mut buf = [0u8; 20];
     out.extend_from_slice(crate::net::http::decimal(&mut buf, e.received_at_ms).as_bytes());
@@ -238,12 +239,12 @@ fn write_headers(out: &mut Vec<u8>, headers: &[(String, Vec<u8>)]) {
             out.push(b',');
         }
         first = false;
-        push_json_string(out, name);
+        push_string(out, name);
         out.push(b':');
         // One field of the name, in UTF-8 (the common case): written as it is, no copy.
         let repeated = (headers[i + 1..].iter()).any(|(n, _)| n.eq_ignore_ascii_case(name));
         if let (false, Ok(s)) = (repeated, std::str::from_utf8(&headers[i].1)) {
-            push_json_string(out, s);
+            push_string(out, s);
             continue;
         }
         let mut value = String::new();
@@ -259,14 +260,9 @@ fn write_headers(out: &mut Vec<u8>, headers: &[(String, Vec<u8>)]) {
                 Err(_) => value.extend(v.iter().map(|&b| char::from(b))),
             }
         }
-        push_json_string(out, &value);
+        push_string(out, &value);
     }
     out.push(b'}');
-}
-
-fn push_json_string(out: &mut Vec<u8>, s: &str) {
-    // Serializing a &str into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 pub mod metrics;
