@@ -5,6 +5,10 @@
 //! for distinct ids (multiplying by an odd number is a bijection modulo any power of two).
 //! A dispatcher looks its destination up several times per event; SipHash cost ~140
 //! instructions a lookup there (issue 43's callgrind runs, benches/LOG.md).
+//!
+//! [`NumMap`] is the same map for the pump's other internal numbers, looked up once per event:
+//! its tickets (handed out in sequence) and the LSNs of the events in progress. The log and
+//! the pump assign them; nothing outside picks them.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
@@ -13,7 +17,10 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// A map from destination id to `V`.
 pub type IdMap<V> = HashMap<usize, V, BuildHasherDefault<IdHash>>;
 
-/// The hasher of [`IdMap`]: a destination id times 2^64 / φ.
+/// A map keyed by a number sluice assigns itself (a ticket, an LSN): never outside input.
+pub type NumMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHash>>;
+
+/// The hasher of [`IdMap`] and [`NumMap`]: the number times 2^64 / φ.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct IdHash(u64);
 
@@ -25,7 +32,8 @@ impl Hasher for IdHash {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        // Only `usize` keys are hashed (`write_usize`); any other input is still well defined.
+        // Only `usize` and `u64` keys are hashed (`write_usize`, `write_u64`); any other input
+        // is still well defined.
         for &b in bytes {
             self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(SPREAD);
         }
@@ -33,6 +41,10 @@ impl Hasher for IdHash {
 
     fn write_usize(&mut self, n: usize) {
         self.0 = (self.0 ^ n as u64).wrapping_mul(SPREAD);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(SPREAD);
     }
 }
 
@@ -62,5 +74,21 @@ mod tests {
             (m.get(&3), m.get(&0), m.get(&1)),
             (Some(&"c"), Some(&"a"), None)
         );
+    }
+
+    #[test]
+    fn sequential_numbers_keep_distinct_buckets_in_a_num_map() {
+        let b = BuildHasherDefault::<IdHash>::default();
+        let base = 1u64 << 40; // LSNs and tickets far from zero hash as well as small ones
+        let mut low: Vec<u64> = (0..4096u64).map(|n| b.hash_one(base + n) & 4095).collect();
+        low.sort_unstable();
+        low.dedup();
+        assert_eq!(low.len(), 4096);
+        let mut m: NumMap<u64, u32> = NumMap::default();
+        for n in 0..10_000u64 {
+            m.insert(base + n, n as u32);
+        }
+        assert_eq!(m.remove(&(base + 1234)), Some(1234));
+        assert_eq!(m.len(), 9_999);
     }
 }

@@ -77,6 +77,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::dispatch::dlq::DlqEntry;
+use crate::dispatch::id_map::NumMap;
 use crate::dispatch::job::Job;
 use crate::dispatch::ledger::{LiveSnapshot, LiveState, PumpLedger};
 use crate::dispatch::metrics::DispatchMetrics;
@@ -419,7 +420,7 @@ pub struct PumpCore<E: PumpEnv> {
     /// Clock nanos of the next DLQ retry.
     dlq_retry_at: u64,
     /// The pump's items with the commit helper: ticket → what it carries.
-    tickets: HashMap<u64, Ticket>,
+    tickets: NumMap<u64, Ticket>,
     seq: u64,
     /// Terminal outcomes (not `no_handler`) whose `Done` entry is queued or with the commit
     /// helper; admission pauses at [`PumpCore::max_awaiting`] (module docs, "Redeliveries").
@@ -482,7 +483,7 @@ impl<E: PumpEnv> PumpCore<E> {
             routes: Routes::default(),
             dlq_waiting: VecDeque::new(),
             dlq_retry_at: 0,
-            tickets: HashMap::new(),
+            tickets: NumMap::default(),
             seq: 0,
             awaiting: 0,
             drained: 0,

@@ -21,6 +21,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::pending::{Stage, Waiter, WaiterPlace, Waiters};
 use super::rekey::plan::{has, Plan};
+use crate::dispatch::id_map::NumMap;
 use crate::dispatch::spec::DispatchSpec;
 use crate::wal::Lsn;
 
@@ -46,7 +47,7 @@ struct Hold {
 /// The state of the in-progress gates (module docs).
 #[derive(Debug)]
 pub(super) struct InProgress {
-    holds: HashMap<Lsn, Hold>,
+    holds: NumMap<Lsn, Hold>,
     /// Indexed like the triggers: the singleton keys in progress.
     singleton: Vec<HashSet<String>>,
     /// Indexed like the triggers.
@@ -57,7 +58,7 @@ impl InProgress {
     /// No event in progress, for `triggers` triggers.
     pub(super) fn new(triggers: usize) -> InProgress {
         InProgress {
-            holds: HashMap::new(),
+            holds: NumMap::default(),
             singleton: (0..triggers).map(|_| HashSet::new()).collect(),
             concurrency: (0..triggers).map(|_| HashMap::new()).collect(),
         }
