@@ -1,6 +1,6 @@
-//! Whether a body is one JSON text a batch can carry verbatim: the rule behind [`BodyJson`],
-//! decided once per event at ingest (issue 43) and, for an event nobody decided for, when its
-//! batch is built.
+//! Whether a body is one JSON text a batch can carry verbatim: the rule behind
+//! [`BodyJson`](super::BodyJson), decided once per event at ingest (issue 43) and, for an event
+//! nobody decided for, when its batch is built.
 //!
 //! The rule: RFC 8259's grammar (one value, whitespace `[ \t\n\r]` around it, nothing else),
 //! the whole body valid UTF-8, and containers nested at most [`MAX_DEPTH`] deep. The last two
