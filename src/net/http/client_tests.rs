@@ -833,6 +833,22 @@ fn a_template_refuses_what_write_request_refuses() {
     assert_eq!(out, b"before", "nothing written on error");
 }
 
+/// A template's per-request names are the caller's constants, checked in debug builds (where
+/// every test runs): a name that is not a token, or one the writer sets itself, stops the test.
+#[test]
+#[cfg(debug_assertions)]
+fn a_template_write_with_a_bad_constant_name_fails_in_a_debug_build() {
+    let ok: &[(&str, &[u8])] = &[];
+    let t = RequestTemplate::new("POST", "h", "/", ok).unwrap();
+    for bad in [
+        &[("bad name", &b"1"[..])][..],
+        &[("Content-Length", &b"1"[..])][..],
+    ] {
+        let r = std::panic::catch_unwind(|| t.write(&mut Vec::new(), bad, b""));
+        assert!(r.is_err(), "{bad:?} passed");
+    }
+}
+
 #[test]
 fn a_status_only_reader_reads_the_same_status_framing_and_retry_after() {
     let wire: &[u8] = b"HTTP/1.1 503 Busy\r\nServer: x\r\nRetry-After: 7\r\n\
