@@ -24,12 +24,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::dispatch::dlq::entry::encode_entry;
+use crate::dispatch::dlq::{DlqEntry, DlqError};
 use crate::dispatch::pump::shell::{Batch, Item, Outcome, Owner};
 use crate::replication::message::{FrameBuf, FrameMeta};
 use crate::replication::mirror::MirrorLink;
 use crate::replication::state::{CoreState, Refuse, ReplicationState};
+use crate::wal::commit::{Hold, Mirror};
 use crate::wal::format::{payload_len, RECORD_HEADER_BYTES};
-use crate::wal::AppendOutcome;
+use crate::wal::group::Log as HelperLog;
+use crate::wal::{AppendOutcome, Lsn};
 
 /// What a core's committer needs to replicate: its link to the mirror thread, the node's
 /// state, and the section's bound and timeout.
@@ -224,6 +227,169 @@ impl Awaiting {
     pub fn next_deadline(&self) -> Option<Instant> {
         let w = self.queue.iter().find(|w| !w.answered)?;
         Some(w.since + self.ack_timeout)
+    }
+}
+
+impl Hold<DlqEntry, DlqError> for Awaiting {
+    fn push(&mut self, batch: Batch) {
+        Awaiting::push(self, batch, Instant::now());
+    }
+    fn pop(&mut self) -> Option<Batch> {
+        self.pop_replicated()
+    }
+    fn is_full(&self) -> bool {
+        Awaiting::is_full(self)
+    }
+    fn is_empty(&self) -> bool {
+        Awaiting::is_empty(self)
+    }
+    fn items(&self) -> usize {
+        Awaiting::items(self)
+    }
+}
+
+/// An adopted log's way to its node's subject: its index there (the `K` of its `core-K`) and
+/// the link (`replication::mirror::SubjectOpener`).
+pub type AdoptedLink = (u16, MirrorLink);
+
+/// The helper's side of the replicated commit ([`Mirror`], on the commit helper thread): each
+/// committed batch framed for the own subject (numbered in the batch's `hold`) and, for each
+/// adopted log, on that log's node's subject; between batches, a retirement announced.
+#[derive(Debug)]
+pub struct Mirrored {
+    /// With `[replication]`: the way to the mirror thread, the index of each own log by slot,
+    /// and the frame being built.
+    own: Option<(MirrorLink, Vec<u16>, FrameBuf)>,
+    /// The adopted logs' frames, each for its own node's subject.
+    adopted: Vec<AdoptedFrames>,
+    /// Each replicated log's retired point as the last frame said it.
+    announced: Vec<Lsn>,
+}
+
+/// An adopted log's frames ([`Scope::Adopted`]).
+#[derive(Debug)]
+struct AdoptedFrames {
+    slot: usize,
+    index: u16,
+    link: MirrorLink,
+    frame: FrameBuf,
+}
+
+impl Mirrored {
+    /// With `own` (`[replication]`): the link to the mirror thread and the index of each own
+    /// log by slot; without, nothing is framed.
+    pub fn new(own: Option<(MirrorLink, Vec<u16>)>) -> Mirrored {
+        Mirrored {
+            own: own.map(|(link, logs)| (link, logs, FrameBuf::default())),
+            adopted: Vec::new(),
+            announced: Vec::new(),
+        }
+    }
+
+    /// The batch's records of each adopted log, on its own node's subject. They hold nothing:
+    /// the batch settles with its own frame (`Committer::adopt`).
+    fn frame_adopted(&mut self, logs: &[HelperLog], first: usize, batch: &Batch) {
+        for a in &mut self.adopted {
+            let (scope, mut full) = (
+                Scope::Adopted {
+                    slot: a.slot,
+                    index: a.index,
+                },
+                Vec::new(),
+            );
+            frame_of(batch, scope, &mut a.frame, a.link.frame_limit(), &mut full);
+            if a.frame.is_empty() && full.is_empty() {
+                continue;
+            }
+            for f in full {
+                a.link.submit(f);
+            }
+            let log = &logs[a.slot - first];
+            a.frame.through(a.index, log.shared.durable_lsn());
+            // Where the log begins (a log rebuilt from a purged stream begins above 1): the
+            // subject's last message must say it for a later restore (`replication::restore`).
+            let begins = first_live(log);
+            if begins > 1 {
+                a.frame.first(a.index, begins);
+            }
+            a.link.submit(a.frame.take());
+        }
+    }
+}
+
+impl Mirror<DlqEntry, DlqError> for Mirrored {
+    type Adopted = AdoptedLink;
+
+    fn committed(&mut self, logs: &[HelperLog], first: usize, batch: &mut Batch) {
+        if let Some((link, indexes, frame)) = self.own.as_mut() {
+            let mut full = Vec::new();
+            frame_of(
+                batch,
+                Scope::Own(indexes),
+                frame,
+                link.frame_limit(),
+                &mut full,
+            );
+            if !frame.is_empty() || !full.is_empty() {
+                for f in full {
+                    link.submit(f);
+                }
+                close_frame(frame, logs, indexes, &mut self.announced);
+                // The batch settles once its last frame is acknowledged (in order: all are).
+                batch.hold = link.submit(frame.take());
+            }
+        }
+        self.frame_adopted(logs, first, batch);
+    }
+
+    /// A log retired segments (`Wal::tick`) since the last frame said so: a frame of its own
+    /// says it (each log's `through` and `first`), so the stream may drop what lies below even
+    /// when no batch follows (`replication::retention`). It holds no batch.
+    fn between(&mut self, logs: &[HelperLog]) {
+        let Some((link, indexes, frame)) = self.own.as_mut() else {
+            return;
+        };
+        let moved = (logs.iter().zip(indexes.iter()).enumerate())
+            .any(|(i, (log, _))| self.announced.get(i).copied().unwrap_or(1) != first_live(log));
+        if moved && frame.is_empty() {
+            close_frame(frame, logs, indexes, &mut self.announced);
+            link.submit(frame.take());
+        }
+    }
+
+    fn adopt(&mut self, slot: usize, (index, link): AdoptedLink) {
+        self.adopted.push(AdoptedFrames {
+            slot,
+            index,
+            link,
+            frame: FrameBuf::default(),
+        });
+    }
+}
+
+/// Log `log`'s retired point for the stream: below it every segment is done (the pump's
+/// retention says so) or deleted (1: nothing yet).
+fn first_live(log: &HelperLog) -> Lsn {
+    let deleted = log.wal.checkpoint().map_or(1, |c| c.first_live_lsn);
+    deleted.max(log.shared.done_below()).max(1)
+}
+
+/// Ends a frame of the own subject: each replicated log's durable LSN (`through`) and, once it
+/// retired segments, its retired point (`first`), which `announced` keeps.
+fn close_frame(
+    frame: &mut FrameBuf,
+    logs: &[HelperLog],
+    indexes: &[u16],
+    announced: &mut Vec<Lsn>,
+) {
+    announced.resize(indexes.len(), 1);
+    for (i, (log, &index)) in logs.iter().zip(indexes.iter()).enumerate() {
+        frame.through(index, log.shared.durable_lsn());
+        let first = first_live(log);
+        if first > 1 {
+            frame.first(index, first);
+        }
+        announced[i] = first;
     }
 }
 

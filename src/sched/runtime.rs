@@ -18,7 +18,7 @@
 //! `Connection: close`, and half-closes connections silent between requests
 //! (`sched::worker::drain`); workers exit when they have nothing in flight, or after
 //! `shutdown_timeout`. A core that exits closes its commit helper, which finishes the batches it
-//! holds, syncs its logs and exits (`sched::commit::Committer::close`).
+//! holds, syncs its logs and exits (`wal::commit::Committer::close`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -34,7 +34,7 @@ use crate::ingest::router::Router;
 use crate::metrics::Metrics;
 use crate::net::io::{Backend, Reactor, Waker};
 use crate::replication::restore::RestoreError;
-use crate::sched::commit::{Committer, HelperLog};
+use crate::sched::commit::{self, HelperLog};
 use crate::sched::context::{DispatchContext, IngestContext, Pending};
 use crate::sched::error::io_err;
 pub use crate::sched::error::RuntimeError;
@@ -556,7 +556,7 @@ fn wire_cores(
             .position(|l| !l.wal.dir().starts_with(config.wal_dir()))
             .unwrap_or(helper_logs.len());
         let adopted = helper_logs.split_off(own);
-        let mut committer = Committer::start(
+        let mut committer = commit::start(
             core,
             helper_logs,
             shared.dispatch().dlq.clone(),

@@ -1,6 +1,6 @@
 //! Scheduling policy of the core's helper threads.
 //!
-//! The commit helper (`sched::commit`) runs as `SCHED_BATCH`: the same fair share of the CPU as
+//! The commit helper (`wal::commit`) runs as `SCHED_BATCH`: the same fair share of the CPU as
 //! any normal thread, but its wake-ups do not preempt the thread that is running. Its wake-ups
 //! are the loop's hand-over of a batch and the disk's completion of a write; with the default
 //! policy, on a core shared with its loop (one pinned CPU, or a busy machine), each preempted the

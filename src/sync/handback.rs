@@ -2,12 +2,12 @@
 //! poll (a `mio::Waker`, an `eventfd` write) or the loop's parker (a futex).
 //!
 //! A core's loop waits on its event poll (epoll or io_uring): connections, accepts, other cores.
-//! But while a group commit is with the commit helper (`sched::commit`) and requests wait for its
+//! But while a group commit is with the commit helper (`wal::commit`) and requests wait for its
 //! 202s, the next thing the loop can usefully do is take the batch back: requests arriving
 //! meanwhile can only join the *next* batch, which cannot be handed over before this one
 //! returns. Woken by each of them it would switch in and out several times per commit (measured
 //! under `wrk -c64`: benches/LOG.md, "Figures that left DESIGN.md and the module docs"). So
-//! then it parks on the helper instead, for a bounded time (`sched::commit::COMMIT_WAIT`), and
+//! then it parks on the helper instead, for a bounded time (`wal::commit::COMMIT_WAIT`), and
 //! reads the network when the batch is back: one switch per commit.
 //!
 //! The protocol (a store-buffering pair, hence `SeqCst` on both sides):

@@ -41,7 +41,7 @@ pub enum Durability {
     Os,
 }
 
-/// Who writes and syncs a core's own log (`[wal] commit`; `sched::commit`).
+/// Who writes and syncs a core's own log (`[wal] commit`; `wal::commit`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CommitPath {
     /// The core's commit helper thread: `pwrite` + `fdatasync`, woken once per batch (default).

@@ -2,7 +2,7 @@
 //!
 //! Each core owns one log (`DATA_DIR/wal/core-K/`, see `sched::logs`); a loop turn's records
 //! are gathered into one batch ([`group`]: the batch, its bound and its per-log commit), which
-//! its commit helper thread (`sched::commit`, or the core's own io_uring ring with
+//! its commit helper thread (`wal::commit`, or the core's own io_uring ring with
 //! `commit = "ring"`) appends to fixed-size, preallocated segment files with *group commit*
 //! ([`commit_batch`]: one `fdatasync` per batch, however many records the batch holds) and
 //! publishes the log's durable LSN. [`open`] recovers the log at startup; [`WalReader`]
@@ -69,6 +69,14 @@
 //!     pub struct Log { pub wal: Wal, pub shared: Arc<WalShared> }
 //!     pub trait DeadLetters { fn put_dead_letters(..) }   // dispatch's DLQ implements it
 //!     pub fn process(logs: &mut [Log], first_slot, &mut Batch, &impl DeadLetters, scratch) }
+//! pub mod commit { pub trait Parts { type Entry; type Error; type Dead: DeadLetters; type Mirror; type Hold;
+//!                                     fn helper_started(); }   // what the runtime wires in (sched::commit)
+//!     pub trait Mirror<D, E> { fn committed(..); fn between(..); fn adopt(..) }   // on the helper
+//!     pub trait Hold<D, E> { fn push(batch); fn pop() -> Option<Batch>; fn is_full(); .. } // on the loop
+//!     pub trait FileRing { fn file_busy(); fn write_file(fd, offset, buf, sync) }   // the loop's ring
+//!     pub struct Committer<P: Parts>;   // start(core, logs, Wiring, max_batch, on_ring), staging(),
+//!         // kick(ring), take_done(), on_ring_done(results), wait_for_commit(t), adopt(log, link), close()
+//!     pub const COMMIT_WAIT: Duration; }   // the loop's longest park on its helper (mio)
 //! pub fn commit_batch(wal: &mut Wal, shared: &WalShared, records: impl IntoIterator<Item = &Record>,
 //!                     outcomes: &mut Vec<AppendOutcome>);   // one group commit, one outcome per record
 //! pub fn start_batch(..) -> Option<(Submission, PendingChunk)>;   // the same commit, its last write
@@ -329,6 +337,7 @@
 
 pub(crate) mod append;
 pub mod checkpoint;
+pub mod commit;
 mod config;
 mod error;
 pub mod event_id;

@@ -518,7 +518,7 @@ impl<E: PumpEnv> PumpCore<E> {
     /// A log adopted while the node runs (another node's, rebuilt from the replication stream:
     /// `sched::logs::adopt`): read back from its done cursor like a log adopted at start-up, its
     /// recovered tallies added to this pump's ledger. It takes the next position, which is also
-    /// its slot with the core's commit helper (`sched::commit::Committer::adopt`). Nothing is
+    /// its slot with the core's commit helper (`wal::commit::Committer::adopt`). Nothing is
     /// ingested into it. The start-up hand-over is over by then: its events go through the
     /// gates as the pump reads them. A read-back that cannot be opened is retried with backoff
     /// as any (`pump_source`). `now`: clock nanos.

@@ -29,7 +29,7 @@
 //!   are sources (readiness by token); on io_uring ring operations like the connections', whose
 //!   completions are [`Event::Out`] ([`Reactor::settle_out`]).
 //! - **Files**: on io_uring the core's own log is written and synced on the ring
-//!   ([`Reactor::file_ring`], `sched::commit`); its end is one [`Event::FileDone`].
+//!   ([`Reactor::file_ring`], `wal::commit`); its end is one [`Event::FileDone`].
 //!
 //! The leaves: [`super::mio::MioLeaf`] (readiness: the event is the edge) and
 //! [`crate::net::io::uring::leaf::UringLeaf`] (completions: [`Reactor::settle`] moves a completion's bytes
@@ -214,7 +214,7 @@ impl Reactor {
         self.file_ring()
     }
 
-    /// The ring, for the core's own log's writes (`sched::commit`); `None` on mio.
+    /// The ring, for the core's own log's writes (`wal::commit`); `None` on mio.
     pub fn file_ring(&mut self) -> Option<&mut Uring> {
         match &mut self.leaf {
             Leaf::Mio(_) => None,

@@ -16,6 +16,8 @@
 use super::Worker;
 use crate::dispatch::exchange::Turn;
 use crate::dispatch::pump::shell::Batch;
+use crate::sched::commit;
+use crate::wal::commit::FileRing;
 
 impl Worker {
     /// Handles the batches that came back (from the ring, from the commit helper), if any.
@@ -43,7 +45,7 @@ impl Worker {
     /// (or whose node is fenced) answered `503` now (`sched::replicated`); their events settle
     /// with their batch.
     pub(super) fn answer_unreplicated(&mut self) {
-        let Some((tickets, reason)) = self.committer.take_overdue() else {
+        let Some((tickets, reason)) = commit::take_overdue(&mut self.committer) else {
             return;
         };
         let (server, mut net, mut serve) = self.split();
@@ -109,7 +111,8 @@ impl Worker {
         };
         let (pump, dispatcher) = (&mut self.pump, &mut self.dispatcher);
         (self.links.exchange).turn(pump, dispatcher, self.committer.staging(), t);
-        self.committer.kick(self.reactor.file_ring());
+        let ring = self.reactor.file_ring().map(|r| r as &mut dyn FileRing);
+        self.committer.kick(ring);
         self.metrics
             .set_commit_queued(self.committer.queued() as u64);
         (self.metrics).set_link_waiting(self.links.exchange.waiting() as u64);

@@ -10,7 +10,7 @@
 //!   core's handler side (`sched::handler::Core`, lent for each server call by `lend.rs`). A
 //!   batch back from its commit is settled inside `Server::answer`, which then writes the
 //!   connections it answered (`links.rs`).
-//! - the core's commit helper (`sched::commit`), its pump and its dispatcher, and its links to
+//! - the core's commit helper (`wal::commit`), its pump and its dispatcher, and its links to
 //!   the other cores (`sched::wiring`; what goes over them each turn is `dispatch::exchange`'s,
 //!   called from `links.rs`).
 //!
@@ -46,7 +46,7 @@ use crate::net::io::event::ConnEvent;
 use crate::net::io::{Backend, Event, Reactor, SOURCE_TOKEN_BASE};
 use crate::net::server::{Server, LISTENER};
 use crate::ops::reload::CoreView;
-use crate::sched::commit::Committer;
+use crate::sched::commit::{self, Committer};
 use crate::sched::handler::Scrapes;
 use crate::sched::pump::CorePump;
 use crate::sched::readers::ReadLink;
@@ -159,7 +159,7 @@ impl Worker {
             let mut timeout = self.turn_timeout();
             if self.reactor.backend() == Backend::Mio {
                 // On mio the loop parks on its commit helper while a batch with requests is
-                // out (`sched::commit`): measured side by side, the same durable 202s as
+                // out (`wal::commit`): measured side by side, the same durable 202s as
                 // reading on, with a third of the switches beyond four per commit
                 // (BENCHMARKS.md). On io_uring it reads on: disk and CPU overlap.
                 timeout = self.committer.wait_for_commit(timeout);
@@ -209,7 +209,7 @@ impl Worker {
             return Duration::ZERO;
         }
         // Requests whose batch waits for replication are answered at their `ack_timeout`.
-        let timeout = self.committer.poll_timeout(timeout);
+        let timeout = commit::poll_timeout(&self.committer, timeout);
         self.server.accept_timeout(timeout, self.now())
     }
 
@@ -262,8 +262,10 @@ impl Worker {
                 let reactor = &mut self.reactor;
                 self.dispatcher.on_completion(ev, reactor, now);
             }
-            // The own log's commit is back (`sched::commit`): answered at turn end.
-            Event::FileDone(done) => self.committer.on_ring_done(done),
+            // The own log's commit is back (`wal::commit`): answered at turn end.
+            Event::FileDone(done) => {
+                (self.committer).on_ring_done((done.buf, done.written, done.synced))
+            }
         }
     }
 

@@ -4,7 +4,7 @@
 //! commit ([`process`]: one group commit per log the batch touches, then the dead letters).
 //!
 //! The threads and rings that move a batch are not here: a core's loop fills the [`Staging`]
-//! during its turn, and at the end of it `sched::commit` hands the batch to the core's commit
+//! during its turn, and at the end of it `wal::commit` hands the batch to the core's commit
 //! helper thread (one ring push, one unpark), which calls [`process`] and hands it back (one
 //! wake); with `wal.commit = "ring"` the loop takes its own log's part ([`Staging::take_own`])
 //! and submits it on its io_uring ring (`start_batch`/`finish_batch`). The loop then gives the
@@ -89,9 +89,9 @@ pub struct Batch<D, E> {
     ingest_bytes: usize,
     /// Ingest records (requests waiting for this batch).
     ingest_records: usize,
-    /// Set by the shell that carries the batch, for itself (`sched::commit`: the number of the
-    /// batch's replication frame, which JetStream must acknowledge before the batch settles);
-    /// 0 = nothing. The WAL neither reads nor writes it.
+    /// Set by the commit's mirror for the loop's hold (`wal::commit::Mirror`: with replication,
+    /// the number of the batch's frame, which JetStream must acknowledge before the batch
+    /// settles); 0 = nothing. The log and the group commit neither read nor write it.
     pub hold: u64,
 }
 

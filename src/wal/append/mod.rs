@@ -531,7 +531,7 @@ impl Wal {
     }
 
     /// Starts the group commit of the staged records for a caller that submits the write and
-    /// its `fdatasync` itself (a core's io_uring ring, `sched::commit`). What must happen before
+    /// its `fdatasync` itself (a core's io_uring ring, `wal::commit`). What must happen before
     /// the write (scrubbing a failed attempt's bytes, writing zeros ahead) is done here, and
     /// blocks. Returns [`Prepared::Submit`]: the caller writes the buffer at the offset, syncs,
     /// and hands the results to [`Wal::finish_commit`]; nothing else may touch this `Wal`

@@ -3,7 +3,7 @@
 //! [`finish_batch`] with the kernel's results (same staging, same outcomes, same failure
 //! handling; only the last chunk's write and sync leave this module).
 //!
-//! The caller (a core's commit helper or loop, `sched::commit`) hands over a whole batch at once. The
+//! The caller (a core's commit helper or loop, `wal::commit`) hands over a whole batch at once. The
 //! records are staged with consecutive LSNs into the log's staging buffer, closed by the batch's
 //! commit marker (`format::marker`, appended to the same buffer), and committed with one
 //! write and one sync (more only when the batch crosses into a new segment); on success the

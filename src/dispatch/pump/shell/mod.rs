@@ -246,7 +246,7 @@ impl CorePump {
 
     /// Log `log`, rebuilt from another node's replicated log while this node runs, is this
     /// pump's from now on (`PumpCore::adopt`); `wal` is its published state. Its commit helper
-    /// slot is given in the same turn (`sched::commit::Committer::adopt`).
+    /// slot is given in the same turn (`wal::commit::Committer::adopt`).
     pub fn adopt(&mut self, log: PumpLog, wal: Arc<WalShared>) {
         let index = log.index;
         let now = self.clock.now_nanos();

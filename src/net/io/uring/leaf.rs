@@ -111,7 +111,7 @@ impl UringLeaf {
                 Op::OutRecv | Op::OutSend | Op::OutConnect => {
                     out.push(Event::Out(ConnEvent::done(*c)))
                 }
-                // The own log's commit is back (`sched::commit`).
+                // The own log's commit is back (`wal::commit`).
                 Op::File => out.extend(self.ring.take_file_done().map(Event::FileDone)),
                 Op::Provide
                 | Op::Cancel

@@ -1,5 +1,5 @@
 //! The ring's one file write ([`Uring::write_file`]): the core's own log written and
-//! `fdatasync`ed on its ring with `wal.commit = "ring"` (`sched::commit`). At most one in flight
+//! `fdatasync`ed on its ring with `wal.commit = "ring"` (`wal::commit`). At most one in flight
 //! per ring; its buffer (one group commit) is owned by the ring (`Uring`'s `file_op`) until both
 //! of its completions are back, so the kernel never reads freed memory.
 
