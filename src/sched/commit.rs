@@ -19,7 +19,7 @@ use crate::net::io::uring::Uring;
 use crate::replication::state::Refuse;
 pub use crate::sched::replicated::AdoptedLink;
 use crate::sched::replicated::{Awaiting, Mirrored, Replicate};
-use crate::wal::commit::{FileRing, Parts, Wiring};
+use crate::wal::commit::{FileRing, Hold, Parts, Wiring};
 
 /// A log the helper (or the loop's ring) commits, with its published state.
 pub type HelperLog = crate::wal::group::Log;

@@ -6,14 +6,14 @@
 //!   mirror thread (`replication::mirror`), numbering it in the batch's `hold`.
 //! - The loop keeps the batches back from the helper in [`Awaiting`], in commit order, and
 //!   gives one to its owners (ingest's 202s, the pump) only when the core's acknowledged frame
-//!   has reached it ([`Awaiting::pop_replicated`]). So an event is delivered only after its
+//!   has reached it (`Awaiting`'s `Hold::pop`). So an event is delivered only after its
 //!   batch is replicated, and batches settle in log order.
 //! - A batch not acknowledged within `ack_timeout` (or any, once the node is fenced) has its
 //!   waiting requests answered `503 replication_unavailable` (or `replication_fenced`) at once
 //!   ([`Awaiting::overdue`]); the batch itself stays until JetStream has it, then settles
 //!   as any other (its events are delivered; their requests are answered already).
 //!
-//! Bound: at most `replication.max_inflight` batches wait per core ([`Awaiting::is_full`]: the
+//! Bound: at most `replication.max_inflight` batches wait per core (`Awaiting`'s `Hold::is_full`: the
 //! committer hands no batch to the helper past it, so the filling batch refuses offers and
 //! ingest answers `503 wal_busy` after `offer_timeout`, or the admission's
 //! `replication_unavailable` first).
@@ -164,41 +164,15 @@ impl Awaiting {
         }
     }
 
-    /// A batch back from the helper (its `hold`: its frame, 0 if it made nothing durable).
-    pub fn push(&mut self, batch: Batch, now: Instant) {
+    /// A batch back from the helper at `now` (its `hold`: its frame, 0 if it made nothing
+    /// durable); `Hold::push` is this at the clock's now.
+    pub fn push_at(&mut self, batch: Batch, now: Instant) {
         self.queue.push_back(Waiting {
             batch,
             since: now,
             answered: false,
         });
         self.core.set_waiting_batches(self.queue.len() as u64);
-    }
-
-    /// No more batches may go to the helper until one settles.
-    pub fn is_full(&self) -> bool {
-        self.queue.len() >= self.max
-    }
-
-    /// Nothing waits.
-    pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
-    }
-
-    /// Items of the waiting batches (the commit gauge).
-    pub fn items(&self) -> usize {
-        self.queue.iter().map(|w| w.batch.len()).sum()
-    }
-
-    /// The oldest batch, once JetStream acknowledged its frame (frames are acknowledged in
-    /// order, so every batch before it was too).
-    pub fn pop_replicated(&mut self) -> Option<Batch> {
-        let front = self.queue.front()?;
-        if front.batch.hold > self.core.acked() {
-            return None;
-        }
-        let batch = self.queue.pop_front().map(|w| w.batch);
-        self.core.set_waiting_batches(self.queue.len() as u64);
-        batch
     }
 
     /// The ingest tickets to answer now, with the reason: those of batches waiting past
@@ -232,19 +206,34 @@ impl Awaiting {
 
 impl Hold<DlqEntry, DlqError> for Awaiting {
     fn push(&mut self, batch: Batch) {
-        Awaiting::push(self, batch, Instant::now());
+        self.push_at(batch, Instant::now());
     }
+
+    /// The oldest batch, once JetStream acknowledged its frame (frames are acknowledged in
+    /// order, so every batch before it was too).
     fn pop(&mut self) -> Option<Batch> {
-        self.pop_replicated()
+        let front = self.queue.front()?;
+        if front.batch.hold > self.core.acked() {
+            return None;
+        }
+        let batch = self.queue.pop_front().map(|w| w.batch);
+        self.core.set_waiting_batches(self.queue.len() as u64);
+        batch
     }
+
+    /// No more batches may go to the helper until one settles.
     fn is_full(&self) -> bool {
-        Awaiting::is_full(self)
+        self.queue.len() >= self.max
     }
+
+    /// Nothing waits.
     fn is_empty(&self) -> bool {
-        Awaiting::is_empty(self)
+        self.queue.is_empty()
     }
+
+    /// Items of the waiting batches (the commit gauge).
     fn items(&self) -> usize {
-        Awaiting::items(self)
+        self.queue.iter().map(|w| w.batch.len()).sum()
     }
 }
 
@@ -432,22 +421,19 @@ mod tests {
         let core = node.core(0).unwrap().clone();
         let t0 = Instant::now();
         let (f1, f2) = (core.next_frame(), core.next_frame());
-        a.push(batch(f1, &[1]), t0);
+        a.push_at(batch(f1, &[1]), t0);
         assert!(!a.is_full());
-        a.push(batch(f2, &[2]), t0);
+        a.push_at(batch(f2, &[2]), t0);
         assert!(a.is_full(), "max_inflight batches wait");
         assert_eq!(core.waiting_batches(), 2, "published for the gauge");
-        assert!(a.pop_replicated().is_none(), "nothing acknowledged yet");
+        assert!(a.pop().is_none(), "nothing acknowledged yet");
         core.set_acked(f1);
-        let b = a.pop_replicated().unwrap();
+        let b = a.pop().unwrap();
         assert_eq!(b.hold, f1);
-        assert!(
-            a.pop_replicated().is_none(),
-            "the second is not acknowledged"
-        );
+        assert!(a.pop().is_none(), "the second is not acknowledged");
         core.set_acked(f2);
-        assert_eq!(a.pop_replicated().unwrap().hold, f2);
-        assert!(a.is_empty() && a.pop_replicated().is_none());
+        assert_eq!(a.pop().unwrap().hold, f2);
+        assert!(a.is_empty() && a.pop().is_none());
         assert_eq!(core.waiting_batches(), 0);
     }
 
@@ -455,9 +441,9 @@ mod tests {
     fn requests_past_ack_timeout_are_answered_once_and_all_of_them_when_fenced() {
         let (mut a, node) = awaiting(4);
         let t0 = Instant::now();
-        a.push(batch(1, &[10, 11]), t0);
-        a.push(batch(2, &[12]), t0 + Duration::from_millis(60));
-        a.push(batch(3, &[]), t0 + Duration::from_millis(70));
+        a.push_at(batch(1, &[10, 11]), t0);
+        a.push_at(batch(2, &[12]), t0 + Duration::from_millis(60));
+        a.push_at(batch(3, &[]), t0 + Duration::from_millis(70));
         assert!(a.overdue(t0 + Duration::from_millis(50)).is_none());
         assert_eq!(a.next_deadline(), Some(t0 + Duration::from_millis(100)));
         let (tickets, why) = a.overdue(t0 + Duration::from_millis(120)).unwrap();
